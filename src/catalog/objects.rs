@@ -1,0 +1,156 @@
+//! Packs, frames and objects: where every stored object lives.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Catalog, CatalogWriter, unix_now};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::{Compression, FrameLocation, SealedPack};
+
+/// Where one object is stored.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectLocation {
+    /// What the object is.
+    pub kind: ObjectKind,
+    /// Its frame.
+    pub frame: FrameLocation,
+    /// Byte offset inside the frame's raw bytes.
+    pub offset: u32,
+    /// Length in bytes.
+    pub length: u32,
+}
+
+const LOCATE: &str = "SELECT o.kind, p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length
+     FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack WHERE o.id = ?1";
+
+impl Catalog {
+    /// True when the store holds an object with this id.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
+        let mut stmt = self.conn.prepare_cached("SELECT 1 FROM objects WHERE id = ?1")?;
+        Ok(stmt.exists([&id.0[..]])?)
+    }
+
+    /// Where the object `id` is stored, or `None` when the store lacks it.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] when a row holds an unknown kind or compression.
+    pub fn locate(&self, id: &ObjectId) -> Result<Option<ObjectLocation>> {
+        let mut stmt = self.conn.prepare_cached(LOCATE)?;
+        let row = stmt
+            .query_row([&id.0[..]], |row| {
+                Ok((
+                    row.get::<_, u8>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, u32>(4)?,
+                    row.get::<_, u8>(5)?,
+                    row.get::<_, u32>(6)?,
+                    row.get::<_, u32>(7)?,
+                ))
+            })
+            .optional()?;
+        let Some((kind, pack, offset, stored_length, raw_length, compression, object_offset, length)) = row else {
+            return Ok(None);
+        };
+        let bad = |what: &str| Error::corrupt(&self.path, format!("object {} has {what}", id.short()));
+        Ok(Some(ObjectLocation {
+            kind: ObjectKind::from_u8(kind).ok_or_else(|| bad("an unknown kind"))?,
+            frame: FrameLocation {
+                pack: ObjectId::from_slice(&pack).ok_or_else(|| bad("a malformed pack id"))?,
+                offset: offset as u64,
+                stored_length,
+                raw_length,
+                compression: Compression::from_u8(compression).ok_or_else(|| bad("an unknown compression"))?,
+            },
+            offset: object_offset,
+            length,
+        }))
+    }
+
+    /// Every pack the catalog names: (pack id, size in bytes).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn packs(&self) -> Result<Vec<(ObjectId, u64)>> {
+        let mut stmt = self.conn.prepare("SELECT pack_id, size FROM packs ORDER BY id")?;
+        let rows = stmt.query_map([], |row| Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?)))?;
+        let mut packs = Vec::new();
+        for row in rows {
+            let (id, size) = row?;
+            let id = ObjectId::from_slice(&id).ok_or_else(|| Error::corrupt(&self.path, "malformed pack id"))?;
+            packs.push((id, size as u64));
+        }
+        Ok(packs)
+    }
+
+    /// Number of objects of each kind the catalog names, and the objects' total bytes.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn object_counts(&self) -> Result<Vec<(ObjectKind, u64, u64)>> {
+        let mut stmt = self.conn.prepare("SELECT kind, count(*), sum(length) FROM objects GROUP BY kind ORDER BY kind")?;
+        let rows = stmt.query_map([], |row| Ok((row.get::<_, u8>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (kind, count, bytes) = row?;
+            if let Some(kind) = ObjectKind::from_u8(kind) {
+                out.push((kind, count as u64, bytes as u64));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl CatalogWriter<'_> {
+    /// Names a sealed pack and indexes its frames and objects. An object the catalog already
+    /// has keeps its old location (a concurrent writer stored it first).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn add_pack(&self, pack: &SealedPack) -> Result<()> {
+        // Two writers can seal byte-identical packs (the same data, the same order): index once.
+        let known: bool = self.tx.query_row("SELECT count(*) FROM packs WHERE pack_id = ?1", [&pack.id.0[..]], |row| {
+            row.get::<_, i64>(0).map(|n| n > 0)
+        })?;
+        if known {
+            return Ok(());
+        }
+        self.tx.execute(
+            "INSERT INTO packs (pack_id, size, created_at) VALUES (?1, ?2, ?3)",
+            params![&pack.id.0[..], pack.size as i64, unix_now()],
+        )?;
+        let pack_row = self.tx.last_insert_rowid();
+        let mut frame_rows = Vec::with_capacity(pack.frames.len());
+        let mut insert_frame = self.tx.prepare_cached(
+            "INSERT INTO frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for frame in &pack.frames {
+            insert_frame.execute(params![
+                pack_row,
+                frame.offset as i64,
+                frame.stored_length,
+                frame.raw_length,
+                frame.compression as u8
+            ])?;
+            frame_rows.push(self.tx.last_insert_rowid());
+        }
+        let mut insert_object = self.tx.prepare_cached(
+            "INSERT OR IGNORE INTO objects (id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for object in &pack.objects {
+            insert_object.execute(params![
+                &object.id.0[..],
+                object.kind as u8,
+                frame_rows[object.frame as usize],
+                object.offset,
+                object.length
+            ])?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,218 @@
+//! Datasets, versions and tags.
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{Catalog, CatalogWriter, unix_now};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::Version;
+
+/// A version as the catalog records it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VersionRecord {
+    /// The version id.
+    pub id: ObjectId,
+    /// Its fields.
+    #[serde(flatten)]
+    pub version: Version,
+}
+
+/// One dataset with its head.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DatasetSummary {
+    /// The dataset's name.
+    pub name: String,
+    /// The newest version, if any.
+    pub head: Option<ObjectId>,
+    /// Number of versions.
+    pub versions: u64,
+    /// Files in the head version.
+    pub files: u64,
+    /// Bytes in the head version.
+    pub bytes: u64,
+    /// When the head was made (Unix seconds).
+    pub updated: Option<i64>,
+}
+
+const VERSION_COLUMNS: &str =
+    "v.id, d.name, v.tree, v.parent, v.author, v.created_at, v.file_count, v.byte_count, v.source, v.message";
+
+fn id_column(row: &Row<'_>, index: usize) -> rusqlite::Result<ObjectId> {
+    let bytes: Vec<u8> = row.get(index)?;
+    ObjectId::from_slice(&bytes).ok_or(rusqlite::Error::InvalidColumnType(
+        index,
+        "id".into(),
+        rusqlite::types::Type::Blob,
+    ))
+}
+
+fn version_row(row: &Row<'_>) -> rusqlite::Result<VersionRecord> {
+    let parent: Option<Vec<u8>> = row.get(3)?;
+    Ok(VersionRecord {
+        id: id_column(row, 0)?,
+        version: Version {
+            dataset: row.get(1)?,
+            tree: id_column(row, 2)?,
+            parent: parent.as_deref().and_then(ObjectId::from_slice),
+            author: row.get(4)?,
+            time: row.get(5)?,
+            files: row.get::<_, i64>(6)? as u64,
+            bytes: row.get::<_, i64>(7)? as u64,
+            source: row.get(8)?,
+            message: row.get(9)?,
+        },
+    })
+}
+
+impl Catalog {
+    /// The id of dataset `name`'s head, `Ok(None)` when it has no versions.
+    ///
+    /// # Errors
+    /// [`Error::DatasetNotFound`] when there is no such dataset.
+    pub fn head(&self, name: &str) -> Result<Option<ObjectId>> {
+        let mut stmt = self.conn.prepare_cached("SELECT head FROM datasets WHERE name = ?1")?;
+        let head: Option<Option<Vec<u8>>> = stmt.query_row([name], |row| row.get(0)).optional()?;
+        match head {
+            None => Err(Error::DatasetNotFound { name: name.to_string() }),
+            Some(head) => Ok(head.as_deref().and_then(ObjectId::from_slice)),
+        }
+    }
+
+    /// The version `id`, if the catalog has it.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn version(&self, id: &ObjectId) -> Result<Option<VersionRecord>> {
+        let sql = format!("SELECT {VERSION_COLUMNS} FROM versions v JOIN datasets d ON d.id = v.dataset WHERE v.id = ?1");
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        Ok(stmt.query_row([&id.0[..]], version_row).optional()?)
+    }
+
+    /// Versions of dataset `name` whose hex id starts with `prefix`.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn versions_with_prefix(&self, name: &str, prefix: &str) -> Result<Vec<ObjectId>> {
+        // Ids are BLOBs: compare on their hex form. Datasets rarely hold more than thousands of versions.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT v.id FROM versions v JOIN datasets d ON d.id = v.dataset WHERE d.name = ?1 AND lower(hex(v.id)) LIKE ?2 || '%'",
+        )?;
+        let ids = stmt.query_map(params![name, prefix], |row| id_column(row, 0))?;
+        Ok(ids.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The version tag `tag` of dataset `name` names, if any.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn tag(&self, name: &str, tag: &str) -> Result<Option<ObjectId>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 AND t.name = ?2",
+        )?;
+        Ok(stmt.query_row(params![name, tag], |row| id_column(row, 0)).optional()?)
+    }
+
+    /// Tags that name version `id`, sorted.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn tags_of(&self, id: &ObjectId) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached("SELECT name FROM tags WHERE version = ?1 ORDER BY name")?;
+        let names = stmt.query_map([&id.0[..]], |row| row.get(0))?;
+        Ok(names.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every dataset, sorted by name, with its head's counts.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn datasets(&self) -> Result<Vec<DatasetSummary>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT d.name, d.head, (SELECT count(*) FROM versions x WHERE x.dataset = d.id),
+                    v.file_count, v.byte_count, v.created_at
+             FROM datasets d LEFT JOIN versions v ON v.id = d.head ORDER BY d.name",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            let head: Option<Vec<u8>> = row.get(1)?;
+            Ok(DatasetSummary {
+                name: row.get(0)?,
+                head: head.as_deref().and_then(ObjectId::from_slice),
+                versions: row.get::<_, i64>(2)? as u64,
+                files: row.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64,
+                bytes: row.get::<_, Option<i64>>(4)?.unwrap_or(0) as u64,
+                updated: row.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+impl CatalogWriter<'_> {
+    /// Records `version` (id `id`), creating its dataset if new, and moves the dataset's head to it.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn add_version(&self, id: &ObjectId, version: &Version) -> Result<()> {
+        self.tx.execute(
+            "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
+            params![version.dataset, unix_now()],
+        )?;
+        let dataset: i64 =
+            self.tx.query_row("SELECT id FROM datasets WHERE name = ?1", [&version.dataset], |row| row.get(0))?;
+        self.tx.execute(
+            "INSERT OR IGNORE INTO versions (id, dataset, parent, tree, author, created_at, file_count, byte_count, source, message)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                &id.0[..],
+                dataset,
+                version.parent.as_ref().map(|p| p.0.to_vec()),
+                &version.tree.0[..],
+                version.author,
+                version.time,
+                version.files as i64,
+                version.bytes as i64,
+                version.source,
+                version.message
+            ],
+        )?;
+        self.tx.execute("UPDATE datasets SET head = ?1 WHERE id = ?2", params![&id.0[..], dataset])?;
+        Ok(())
+    }
+
+    /// The head of dataset `name` as seen inside this transaction.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn head(&self, name: &str) -> Result<Option<ObjectId>> {
+        let head: Option<Option<Vec<u8>>> =
+            self.tx.query_row("SELECT head FROM datasets WHERE name = ?1", [name], |row| row.get(0)).optional()?;
+        Ok(head.flatten().as_deref().and_then(ObjectId::from_slice))
+    }
+
+    /// Names version `id` of dataset `name` as `tag`; replaces an existing tag only if `force`.
+    ///
+    /// # Errors
+    /// [`Error::TagExists`] when the tag exists and `force` is false.
+    pub fn set_tag(&self, name: &str, tag: &str, id: &ObjectId, force: bool) -> Result<()> {
+        let dataset: i64 = self.tx.query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| row.get(0))?;
+        let existing: Option<Vec<u8>> = self
+            .tx
+            .query_row("SELECT version FROM tags WHERE dataset = ?1 AND name = ?2", params![dataset, tag], |row| {
+                row.get(0)
+            })
+            .optional()?;
+        if let Some(existing) = existing {
+            if existing == id.0 {
+                return Ok(());
+            }
+            if !force {
+                return Err(Error::TagExists { dataset: name.to_string(), tag: tag.to_string() });
+            }
+        }
+        self.tx.execute(
+            "INSERT OR REPLACE INTO tags (dataset, name, version, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![dataset, tag, &id.0[..], unix_now()],
+        )?;
+        Ok(())
+    }
+}

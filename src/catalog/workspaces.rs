@@ -1,0 +1,140 @@
+//! Workspaces (directories a store committed or checked out) and their stat caches.
+
+use std::collections::HashMap;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Catalog, CatalogWriter, unix_now};
+use crate::error::Result;
+use crate::id::ObjectId;
+
+/// A directory the store knows, and the version it holds.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// Catalog row id.
+    pub id: i64,
+    /// Absolute, canonical path.
+    pub path: String,
+    /// The dataset of the version it holds.
+    pub dataset: Option<String>,
+    /// The version it holds (as of the last commit or checkout).
+    pub version: Option<ObjectId>,
+}
+
+/// What a file looked like (lstat) when its content was last hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatEntry {
+    /// Length in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+    /// Status-change time, nanoseconds since the Unix epoch.
+    pub ctime_ns: i64,
+    /// Inode number.
+    pub inode: u64,
+    /// `st_mode` (type and permission bits).
+    pub mode: u32,
+    /// The file id its content hashed to.
+    pub file_id: ObjectId,
+    /// A time (ns since the epoch) no later than when the stat was taken.
+    pub checked_ns: i64,
+}
+
+impl Catalog {
+    /// The workspace at canonical path `path`, if the store knows it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Catalog`].
+    pub fn workspace(&self, path: &str) -> Result<Option<Workspace>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT w.id, w.path, d.name, w.version FROM workspaces w LEFT JOIN datasets d ON d.id = w.dataset WHERE w.path = ?1",
+        )?;
+        Ok(stmt
+            .query_row([path], |row| {
+                let version: Option<Vec<u8>> = row.get(3)?;
+                Ok(Workspace {
+                    id: row.get(0)?,
+                    path: row.get(1)?,
+                    dataset: row.get(2)?,
+                    version: version.as_deref().and_then(ObjectId::from_slice),
+                })
+            })
+            .optional()?)
+    }
+
+    /// The stat cache of workspace `workspace`, keyed by relative path.
+    ///
+    /// # Errors
+    /// [`crate::Error::Catalog`].
+    pub fn stat_cache(&self, workspace: i64) -> Result<HashMap<String, StatEntry>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT path, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns FROM stat_cache WHERE workspace = ?1",
+        )?;
+        let rows = stmt.query_map([workspace], |row| {
+            let file_id: Vec<u8> = row.get(6)?;
+            Ok((
+                row.get::<_, String>(0)?,
+                StatEntry {
+                    size: row.get::<_, i64>(1)? as u64,
+                    mtime_ns: row.get(2)?,
+                    ctime_ns: row.get(3)?,
+                    inode: row.get::<_, i64>(4)? as u64,
+                    mode: row.get(5)?,
+                    file_id: ObjectId::from_slice(&file_id).unwrap_or(ObjectId([0; 32])),
+                    checked_ns: row.get(7)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+impl CatalogWriter<'_> {
+    /// Records that the directory at `path` holds `version` of `dataset`; returns its row id.
+    ///
+    /// # Errors
+    /// [`crate::Error::Catalog`].
+    pub fn set_workspace(&self, path: &str, dataset: &str, version: &ObjectId) -> Result<i64> {
+        let dataset: Option<i64> =
+            self.tx.query_row("SELECT id FROM datasets WHERE name = ?1", [dataset], |row| row.get(0)).optional()?;
+        self.tx.execute(
+            "INSERT INTO workspaces (path, dataset, version, updated_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(path) DO UPDATE SET dataset = excluded.dataset, version = excluded.version, updated_at = excluded.updated_at",
+            params![path, dataset, &version.0[..], unix_now()],
+        )?;
+        Ok(self.tx.query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| row.get(0))?)
+    }
+
+    /// Applies changes to a workspace's stat cache: `Some` upserts a path's entry, `None` deletes it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Catalog`].
+    pub fn update_stat_cache<'p>(
+        &self,
+        workspace: i64,
+        changes: impl IntoIterator<Item = (&'p str, Option<&'p StatEntry>)>,
+    ) -> Result<()> {
+        let mut upsert = self.tx.prepare_cached(
+            "INSERT OR REPLACE INTO stat_cache (workspace, path, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        let mut delete = self.tx.prepare_cached("DELETE FROM stat_cache WHERE workspace = ?1 AND path = ?2")?;
+        for (path, entry) in changes {
+            match entry {
+                Some(e) => upsert.execute(params![
+                    workspace,
+                    path,
+                    e.size as i64,
+                    e.mtime_ns,
+                    e.ctime_ns,
+                    e.inode as i64,
+                    e.mode,
+                    &e.file_id.0[..],
+                    e.checked_ns
+                ])?,
+                None => delete.execute(params![workspace, path])?,
+            };
+        }
+        Ok(())
+    }
+}

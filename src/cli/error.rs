@@ -1,0 +1,83 @@
+//! Turning library errors into messages, hints and exit codes (table in `docs/cli.md`).
+
+use dsv::{Error, ErrorKind};
+
+/// Exit code: success.
+pub const SUCCESS: u8 = 0;
+/// Exit code: `status`/`diff --exit-code` found differences.
+pub const DIFFERENCES: u8 = 1;
+/// Exit code: bad command-line usage (clap's own).
+pub const USAGE: u8 = 2;
+/// Exit code: the user named something that does not exist or gave invalid input.
+pub const USER: u8 = 3;
+/// Exit code: uncommitted changes are in the way.
+pub const CONFLICT: u8 = 4;
+/// Exit code: stored data failed a check.
+pub const CORRUPT: u8 = 5;
+/// Exit code: the operating system refused (disk full, permissions).
+pub const IO: u8 = 6;
+/// Exit code: interrupted by Ctrl-C.
+pub const INTERRUPTED: u8 = 130;
+
+/// The exit code of an error.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<Error>().map(Error::kind) {
+        Some(ErrorKind::User) => USER,
+        Some(ErrorKind::Conflict) => CONFLICT,
+        Some(ErrorKind::Corrupt) => CORRUPT,
+        Some(ErrorKind::Io) => IO,
+        Some(ErrorKind::Interrupted) => INTERRUPTED,
+        None => match error.downcast_ref::<std::io::Error>() {
+            Some(_) => IO,
+            None => USER,
+        },
+    }
+}
+
+/// A short name of the error's kind for `--json` output.
+pub fn kind_name(error: &anyhow::Error) -> &'static str {
+    match exit_code(error) {
+        CONFLICT => "conflict",
+        CORRUPT => "corrupt",
+        IO => "io",
+        INTERRUPTED => "interrupted",
+        _ => "user",
+    }
+}
+
+/// The error's causes, outermost first, without the error itself.
+pub fn causes(error: &anyhow::Error) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        out.push(cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+/// What the user can do about the error.
+pub fn hints(error: &anyhow::Error) -> Vec<String> {
+    let Some(error) = error.downcast_ref::<Error>() else { return Vec::new() };
+    let hint = match error {
+        _ if error.is_disk_full() => "free some disk space and run the command again; nothing was recorded".into(),
+        Error::NoStore { .. } => "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into(),
+        Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
+        Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets".into(),
+        Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
+            let dataset = revision.split('@').next().unwrap_or(revision);
+            format!("`dsv log {dataset}` lists its versions and tags")
+        }
+        Error::TagExists { .. } => "pass --force to move the tag".into(),
+        Error::Conflict { .. } => {
+            "commit those changes first, or pass --force to overwrite them (they will be lost)".into()
+        }
+        Error::NotAWorkspace { .. } => "`dsv checkout REV DIR` or `dsv commit DIR` makes it one".into(),
+        Error::Corrupt { .. } | Error::MissingObject { .. } => {
+            "run `dsv verify` to check the whole store; the data must be restored from another copy".into()
+        }
+        Error::Interrupted => "the store is consistent; run the command again to finish".into(),
+        _ => return Vec::new(),
+    };
+    vec![hint]
+}

@@ -1,0 +1,377 @@
+//! The command-line interface: clap definitions (their doc comments are the `--help` text),
+//! dispatch, and human rendering of the library's reports.
+
+mod error;
+mod render;
+mod ui;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use dsv::ops::{checkout, commit, ingest::IngestOptions, inspect, status, verify};
+use dsv::{Revision, Store};
+use ui::Ui;
+
+/// dsv — content-addressed dataset versioning: `git commit` / `git checkout` for datasets.
+#[derive(Debug, Parser)]
+#[command(name = "dsv", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// The store to use (a `.dsv` directory or the directory holding one); default: the
+    /// nearest `.dsv` in the current directory or its parents.
+    #[arg(long, global = true, env = "DSV_STORE", value_name = "PATH")]
+    store: Option<PathBuf>,
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Print nothing but errors.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Never draw progress bars (they are only drawn on a terminal anyway).
+    #[arg(long, global = true)]
+    no_progress: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a store (`.dsv/`) in DIR (default: the current directory).
+    Init {
+        /// Where to create it.
+        dir: Option<PathBuf>,
+    },
+    /// Snapshot DIR as a new version of a dataset; prints the version id.
+    Commit(CommitArgs),
+    /// Materialize a version into DIR (created if missing), writing only what differs.
+    Checkout(CheckoutArgs),
+    /// Show what changed in DIR since the version it holds.
+    Status {
+        /// The workspace directory.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Exit with 1 when DIR differs from its version.
+        #[arg(long)]
+        exit_code: bool,
+        #[command(flatten)]
+        jobs: JobsArg,
+    },
+    /// Show what changed between two versions (or a version and its parent).
+    Diff {
+        /// The older revision (or the only one: compared with its parent).
+        old: String,
+        /// The newer revision.
+        new: Option<String>,
+        /// Exit with 1 when they differ.
+        #[arg(long)]
+        exit_code: bool,
+    },
+    /// List a dataset's versions, newest first.
+    Log {
+        /// The dataset.
+        dataset: String,
+        /// Show at most N versions.
+        #[arg(short = 'n', long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// List datasets, or the files of a version (`REV` or `REV:PATH`).
+    Ls {
+        /// What to list: nothing for datasets, `REV` or `REV:PATH` for files.
+        target: Option<String>,
+    },
+    /// Show one version: id, parent, tags, counts, bytes, provenance.
+    Show {
+        /// The revision.
+        revision: String,
+    },
+    /// Give a version a name.
+    Tag {
+        /// The revision to tag.
+        revision: String,
+        /// The tag.
+        tag: String,
+        /// Move the tag if it already names another version.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write one file of a version to stdout.
+    Cat {
+        /// `REV:PATH`.
+        target: String,
+        /// Only bytes START..END (END exclusive; either may be omitted).
+        #[arg(long, value_name = "START..END")]
+        range: Option<String>,
+    },
+    /// Check every pack, object, tree and version of the store; report, never fix.
+    Verify,
+}
+
+#[derive(Debug, Args)]
+struct JobsArg {
+    /// Parallel workers (default: a sensible number for this machine).
+    #[arg(short, long, value_name = "N")]
+    jobs: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct CommitArgs {
+    /// The directory to snapshot (anywhere on disk).
+    dir: PathBuf,
+    /// The dataset to add a version to (created if new).
+    #[arg(short, long)]
+    dataset: String,
+    /// The commit message.
+    #[arg(short, long, default_value = "")]
+    message: String,
+    /// Tag the new version.
+    #[arg(short, long)]
+    tag: Option<String>,
+    /// Record a new version even when nothing changed.
+    #[arg(long)]
+    allow_empty: bool,
+    /// zstd compression level (1-19).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    compression_level: i32,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+#[derive(Debug, Args)]
+struct CheckoutArgs {
+    /// The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N.
+    revision: String,
+    /// Where to materialize it.
+    dir: PathBuf,
+    /// Overwrite or delete changes that were never committed.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+/// Runs the CLI and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { error::USAGE } else { error::SUCCESS });
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("DSV_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let _ = ctrlc::set_handler(dsv::interrupt::request);
+    let ui = Ui::new(cli.json, cli.quiet, cli.no_progress);
+    match run(&cli, &ui) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&ui, &e);
+            ExitCode::from(error::exit_code(&e))
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+fn report_error(ui: &Ui, e: &anyhow::Error) {
+    let causes = error::causes(e);
+    let hints = error::hints(e);
+    if ui.json {
+        let value = serde_json::json!({
+            "error": { "kind": error::kind_name(e), "message": e.to_string(), "causes": causes, "hints": hints }
+        });
+        let _ = ui.json(&value);
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "error: {e}");
+    for cause in causes {
+        let _ = writeln!(err, "  caused by: {cause}");
+    }
+    for hint in hints {
+        let _ = writeln!(err, "\nhint: {hint}");
+    }
+}
+
+fn open_store(cli: &Cli) -> anyhow::Result<Store> {
+    let start = match &cli.store {
+        Some(path) => path.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    Ok(Store::discover(&start)?)
+}
+
+fn jobs_or(jobs: &JobsArg, default: usize) -> usize {
+    jobs.jobs.unwrap_or(default).max(1)
+}
+
+fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
+    let progress = ui.reporter();
+    match &cli.command {
+        Command::Init { dir } => {
+            let dir = match dir {
+                Some(d) => d.clone(),
+                None => cli.store.clone().map_or_else(std::env::current_dir, Ok)?,
+            };
+            let store = Store::init(&dir)?;
+            let root = std::fs::canonicalize(store.root())?;
+            if ui.json {
+                ui.json(&serde_json::json!({ "store": root }))?;
+            } else {
+                ui.line(format!("Initialized an empty dsv store in {}", root.display()))?;
+            }
+        }
+        Command::Commit(args) => {
+            let mut store = open_store(cli)?;
+            let defaults = IngestOptions::default();
+            let options = commit::CommitOptions {
+                dataset: args.dataset.clone(),
+                message: args.message.clone(),
+                tag: args.tag.clone(),
+                author: None,
+                allow_empty: args.allow_empty,
+                ingest: IngestOptions {
+                    jobs: jobs_or(&args.jobs, defaults.jobs),
+                    compression_level: args.compression_level,
+                },
+            };
+            let report = commit::commit(&mut store, &args.dir, &options, &progress)?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::commit(&report))?;
+            }
+        }
+        Command::Checkout(args) => {
+            let mut store = open_store(cli)?;
+            let revision = Revision::parse(&args.revision)?;
+            let defaults = checkout::CheckoutOptions::default();
+            let options = checkout::CheckoutOptions { force: args.force, jobs: jobs_or(&args.jobs, defaults.jobs) };
+            let report = checkout::checkout(&mut store, &revision, &args.dir, &options, &progress)?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::checkout(&report))?;
+            }
+        }
+        Command::Status { dir, exit_code, jobs } => {
+            let mut store = open_store(cli)?;
+            let defaults = IngestOptions::default().jobs;
+            let report = status::status(&mut store, dir, jobs_or(jobs, defaults), &progress)?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::status(&report))?;
+            }
+            if *exit_code && !report.changes.is_empty() {
+                return Ok(error::DIFFERENCES);
+            }
+        }
+        Command::Diff { old, new, exit_code } => {
+            let store = open_store(cli)?;
+            let (older, newer) = match new {
+                Some(new) => (Some(Revision::parse(old)?), Revision::parse(new)?),
+                None => (None, Revision::parse(old)?),
+            };
+            let report = inspect::diff(&store, older.as_ref(), &newer)?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::changes(&report.changes, "no differences"))?;
+            }
+            if *exit_code && !report.changes.is_empty() {
+                return Ok(error::DIFFERENCES);
+            }
+        }
+        Command::Log { dataset, limit } => {
+            let store = open_store(cli)?;
+            let versions = inspect::log(&store, dataset, *limit)?;
+            if ui.json {
+                ui.json(&versions)?;
+            } else {
+                ui.line(render::log(&versions))?;
+            }
+        }
+        Command::Ls { target } => {
+            let store = open_store(cli)?;
+            match target {
+                None => {
+                    let datasets = inspect::datasets(&store)?;
+                    if ui.json {
+                        ui.json(&datasets)?;
+                    } else {
+                        ui.line(render::datasets(&datasets))?;
+                    }
+                }
+                Some(target) => {
+                    let (revision, path) = target.split_once(':').unwrap_or((target, ""));
+                    let entries = inspect::ls(&store, &Revision::parse(revision)?, path)?;
+                    if ui.json {
+                        ui.json(&entries)?;
+                    } else {
+                        ui.line(render::entries(&entries))?;
+                    }
+                }
+            }
+        }
+        Command::Show { revision } => {
+            let store = open_store(cli)?;
+            let info = inspect::show(&store, &Revision::parse(revision)?)?;
+            if ui.json {
+                ui.json(&info)?;
+            } else {
+                ui.line(render::show(&info))?;
+            }
+        }
+        Command::Tag { revision, tag, force } => {
+            let mut store = open_store(cli)?;
+            let revision = Revision::parse(revision)?;
+            let id = inspect::tag(&mut store, &revision, tag, *force)?;
+            if ui.json {
+                ui.json(&serde_json::json!({ "dataset": revision.dataset, "tag": tag, "version": id }))?;
+            } else {
+                ui.line(format!("Tagged {}@{} as {tag}", revision.dataset, id.short()))?;
+            }
+        }
+        Command::Cat { target, range } => {
+            let store = open_store(cli)?;
+            let (revision, path) = target
+                .split_once(':')
+                .ok_or_else(|| anyhow::anyhow!("expected REV:PATH, for example mnist@v1:train/0.png"))?;
+            let range = range.as_deref().map(parse_range).transpose()?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            inspect::cat(&store, &Revision::parse(revision)?, path, range, &mut out)?;
+            out.flush()?;
+        }
+        Command::Verify => {
+            let store = open_store(cli)?;
+            let report = verify::verify(&store, &progress)?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::verify(&report))?;
+            }
+            if !report.problems.is_empty() {
+                return Ok(error::CORRUPT);
+            }
+        }
+    }
+    Ok(error::SUCCESS)
+}
+
+/// Parses `START..END`, `START..` or `..END` (bytes, END exclusive).
+fn parse_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
+    let (start, end) = text.split_once("..").ok_or_else(|| anyhow::anyhow!("--range must look like START..END"))?;
+    let start: u64 = if start.is_empty() { 0 } else { start.parse().context("--range START is not a number")? };
+    let end: u64 = if end.is_empty() { u64::MAX } else { end.parse().context("--range END is not a number")? };
+    anyhow::ensure!(start <= end, "--range START must not exceed END");
+    Ok(start..end)
+}

@@ -1,0 +1,172 @@
+//! Human-readable text for each report (the `--json` twin is the report itself).
+
+use std::fmt::Write;
+use std::time::{Duration, UNIX_EPOCH};
+
+use indicatif::HumanBytes;
+
+use dsv::catalog::DatasetSummary;
+use dsv::ops::checkout::CheckoutReport;
+use dsv::ops::commit::CommitReport;
+use dsv::ops::inspect::VersionInfo;
+use dsv::ops::status::StatusReport;
+use dsv::ops::verify::VerifyReport;
+use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
+
+fn time(seconds: i64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(seconds.max(0) as u64)).to_string()
+}
+
+pub fn commit(r: &CommitReport) -> String {
+    if !r.created {
+        return format!("Nothing changed: {} is still at {}", r.dataset, r.version.short());
+    }
+    let tag = r.tag.as_ref().map(|t| format!(" (tag {t})")).unwrap_or_default();
+    format!(
+        "Committed {}@{}{tag}: {} files, {}\n  read {} files ({}), {} unchanged; stored {} new chunks, {} in {} packs\n{}",
+        r.dataset,
+        r.version.short(),
+        r.files,
+        HumanBytes(r.bytes),
+        r.ingest.files_read,
+        HumanBytes(r.ingest.bytes_read),
+        r.files_unchanged,
+        r.ingest.new_chunks,
+        HumanBytes(r.ingest.stored_bytes),
+        r.packs_written,
+        r.version
+    )
+}
+
+pub fn checkout(r: &CheckoutReport) -> String {
+    format!(
+        "Checked out {}@{} into {}: {} files, {}\n  wrote {} ({}), deleted {}, {} already up to date",
+        r.dataset,
+        r.version.short(),
+        r.dir.display(),
+        r.files,
+        HumanBytes(r.bytes),
+        r.written,
+        HumanBytes(r.bytes_written),
+        r.deleted,
+        r.unchanged
+    )
+}
+
+pub fn changes(changes: &[Change], none: &str) -> String {
+    if changes.is_empty() {
+        return none.to_string();
+    }
+    let mut out = String::new();
+    for change in changes {
+        let letter = match change.change {
+            ChangeKind::Added => 'A',
+            ChangeKind::Modified => 'M',
+            ChangeKind::Deleted => 'D',
+        };
+        let entry = change.new.as_ref().or(change.old.as_ref());
+        let suffix = if entry.is_some_and(|e| e.kind == FlatKind::Dir) { "/" } else { "" };
+        let _ = writeln!(out, "{letter} {}{suffix}", change.path);
+    }
+    out.pop();
+    out
+}
+
+pub fn status(r: &StatusReport) -> String {
+    let at = match (&r.dataset, &r.version) {
+        (Some(d), Some(v)) => format!("{d}@{}", v.short()),
+        _ => "no version".into(),
+    };
+    if r.changes.is_empty() {
+        format!("Clean: {} matches {at}", r.dir.display())
+    } else {
+        format!("{} differs from {at}:\n{}", r.dir.display(), changes(&r.changes, ""))
+    }
+}
+
+pub fn log(versions: &[VersionInfo]) -> String {
+    let mut out = String::new();
+    for v in versions {
+        let version = &v.record.version;
+        let tags = if v.tags.is_empty() { String::new() } else { format!(" (tags: {})", v.tags.join(", ")) };
+        let _ = writeln!(out, "version {}{tags}", v.record.id);
+        let _ = writeln!(out, "Author: {}", version.author);
+        let _ = writeln!(out, "Date:   {}", time(version.time));
+        let _ = writeln!(out, "Files:  {}, {}", version.files, HumanBytes(version.bytes));
+        if !version.message.is_empty() {
+            let _ = writeln!(out);
+            for line in version.message.lines() {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        let _ = writeln!(out);
+    }
+    out.trim_end().to_string()
+}
+
+pub fn show(v: &VersionInfo) -> String {
+    let version = &v.record.version;
+    let mut out = String::new();
+    let _ = writeln!(out, "version  {}", v.record.id);
+    let _ = writeln!(out, "dataset  {}", version.dataset);
+    let _ = writeln!(out, "parent   {}", version.parent.map(|p| p.to_hex()).unwrap_or_else(|| "(none)".into()));
+    let _ = writeln!(out, "tags     {}", if v.tags.is_empty() { "(none)".into() } else { v.tags.join(", ") });
+    let _ = writeln!(out, "tree     {}", version.tree);
+    let _ = writeln!(out, "files    {}", version.files);
+    let _ = writeln!(out, "bytes    {} ({})", version.bytes, HumanBytes(version.bytes));
+    let _ = writeln!(out, "author   {}", version.author);
+    let _ = writeln!(out, "date     {}", time(version.time));
+    let _ = writeln!(out, "source   {}", version.source);
+    let _ = write!(out, "message  {}", version.message.trim_end());
+    out
+}
+
+pub fn datasets(datasets: &[DatasetSummary]) -> String {
+    if datasets.is_empty() {
+        return "no datasets yet: `dsv commit DIR --dataset NAME` makes one".into();
+    }
+    let mut out = format!("{:<24} {:>8} {:>8} {:>12}  {}\n", "DATASET", "VERSIONS", "FILES", "SIZE", "HEAD");
+    for d in datasets {
+        let head = d.head.map(|h| h.short()).unwrap_or_else(|| "-".into());
+        let _ = writeln!(out, "{:<24} {:>8} {:>8} {:>12}  {head}", d.name, d.versions, d.files, HumanBytes(d.bytes).to_string());
+    }
+    out.pop();
+    out
+}
+
+pub fn entries(entries: &[FlatEntry]) -> String {
+    let mut out = String::new();
+    for e in entries {
+        let (kind, suffix) = match &e.kind {
+            FlatKind::File { executable: false } => ('-', String::new()),
+            FlatKind::File { executable: true } => ('x', String::new()),
+            FlatKind::Dir => ('d', "/".to_string()),
+            FlatKind::Symlink { target } => ('l', format!(" -> {target}")),
+        };
+        let _ = writeln!(out, "{kind} {:>12} {}{suffix}", e.size, e.path);
+    }
+    out.pop();
+    out
+}
+
+pub fn verify(r: &VerifyReport) -> String {
+    let mut out = format!(
+        "Checked {} packs ({}), {} objects, {} versions",
+        r.packs,
+        HumanBytes(r.pack_bytes),
+        r.objects,
+        r.versions
+    );
+    if !r.unreferenced_packs.is_empty() {
+        let _ = write!(out, "\n{} pack files are not in the catalog (left by an interrupted command; gc removes them)", r.unreferenced_packs.len());
+    }
+    if r.problems.is_empty() {
+        out.push_str("\nThe store is consistent.");
+    } else {
+        let _ = write!(out, "\n{} problems:", r.problems.len());
+        for p in &r.problems {
+            let _ = write!(out, "\n  {p}");
+        }
+    }
+    out
+}

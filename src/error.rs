@@ -1,0 +1,235 @@
+//! The library's error type.
+//!
+//! Policy (after jj's and rustic's): one public, `#[non_exhaustive]` [`Error`] whose variants
+//! carry structured fields; messages never repeat their `source` (the CLI prints the chain as
+//! "Caused by:" lines); every I/O error names its path ([`IoResultExt::at`]). [`Error::kind`]
+//! groups the variants so the CLI can map each group to one exit code.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The result type of every fallible function in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kind of failure an [`Error`] is; the CLI maps each kind to an exit code
+/// (see `docs/cli.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The user named something that does not exist, or gave invalid input.
+    User,
+    /// The operation would lose uncommitted work; `--force` overrides.
+    Conflict,
+    /// Stored data failed a hash or format check.
+    Corrupt,
+    /// The operating system refused (disk full, permissions, missing files).
+    Io,
+    /// The user interrupted the operation (Ctrl-C).
+    Interrupted,
+}
+
+/// Every error this crate returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No `.dsv/` directory in `start` or any parent, and no `--store`/`DSV_STORE`.
+    #[error("no dsv store found in {} or any parent directory", start.display())]
+    NoStore {
+        /// Where the search began.
+        start: PathBuf,
+    },
+    /// `init` found a store already at `path`.
+    #[error("a dsv store already exists at {}", path.display())]
+    StoreExists {
+        /// The existing `.dsv` directory.
+        path: PathBuf,
+    },
+    /// The catalog's schema is newer than this build understands.
+    #[error(
+        "the store at {} was made by a newer dsv (catalog schema {found}, this dsv knows up to {supported})",
+        path.display()
+    )]
+    StoreTooNew {
+        /// The catalog file.
+        path: PathBuf,
+        /// Schema version found in the catalog.
+        found: usize,
+        /// Newest schema version this build knows.
+        supported: usize,
+    },
+    /// A dataset or tag name that breaks the naming rules.
+    #[error("invalid {what} name {name:?}: {reason}")]
+    InvalidName {
+        /// "dataset" or "tag".
+        what: &'static str,
+        /// The name as given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// A revision string that does not parse.
+    #[error("invalid revision {revision:?}: {reason}")]
+    InvalidRevision {
+        /// The revision as given.
+        revision: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No dataset of that name.
+    #[error("unknown dataset {name:?}")]
+    DatasetNotFound {
+        /// The name as given.
+        name: String,
+    },
+    /// The dataset exists but nothing matches the revision.
+    #[error("unknown revision {revision:?}")]
+    RevisionNotFound {
+        /// The revision as given.
+        revision: String,
+    },
+    /// An id prefix that matches more than one version.
+    #[error("revision {revision:?} is ambiguous: it matches {}", candidates.join(", "))]
+    AmbiguousRevision {
+        /// The revision as given.
+        revision: String,
+        /// Short ids of the matching versions.
+        candidates: Vec<String>,
+    },
+    /// A path that does not exist inside a version.
+    #[error("{revision} has no path {path:?}")]
+    PathNotFound {
+        /// The revision searched.
+        revision: String,
+        /// The path as given.
+        path: String,
+    },
+    /// `tag` was asked to create a tag that exists.
+    #[error("tag {tag:?} already exists in dataset {dataset:?}")]
+    TagExists {
+        /// The dataset.
+        dataset: String,
+        /// The tag.
+        tag: String,
+    },
+    /// A path that must be a directory is not one (or does not exist).
+    #[error("{} is not a directory", path.display())]
+    NotADirectory {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// `status` on a directory the store has never committed or checked out.
+    #[error("{} is not a workspace of this store (it was never committed or checked out)", path.display())]
+    NotAWorkspace {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A file dsv cannot version (a non-UTF-8 name, a socket, a device, a symlink escaping the tree).
+    #[error("cannot version {}: {reason}", path.display())]
+    Unsupported {
+        /// The offending path.
+        path: PathBuf,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A path inside a tree that would escape the checkout directory.
+    #[error("unsafe path {path:?} in tree {tree}: {reason}")]
+    UnsafePath {
+        /// The path as recorded.
+        path: String,
+        /// The tree that holds it.
+        tree: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// Checkout would overwrite or delete changes that were never committed.
+    #[error(
+        "checkout would overwrite {total} uncommitted change(s) in {}: {}",
+        dir.display(),
+        paths.join(", ")
+    )]
+    Conflict {
+        /// The checkout directory.
+        dir: PathBuf,
+        /// Up to ten of the paths concerned.
+        paths: Vec<String>,
+        /// How many paths in all.
+        total: usize,
+    },
+    /// Stored data failed a hash or format check.
+    #[error("corrupt data in {}: {detail}", path.display())]
+    Corrupt {
+        /// The pack, catalog or file concerned.
+        path: PathBuf,
+        /// What check failed.
+        detail: String,
+    },
+    /// The catalog names an object that it cannot locate.
+    #[error("object {id} ({what}) is missing from the store")]
+    MissingObject {
+        /// The object's id.
+        id: String,
+        /// "chunk", "tree", "file map" or "version".
+        what: &'static str,
+    },
+    /// An I/O error on a named path.
+    #[error("I/O error on {}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// An error from the SQLite catalog.
+    #[error("catalog error")]
+    Catalog(#[from] rusqlite::Error),
+    /// The catalog's schema could not be brought up to date.
+    #[error("catalog migration failed")]
+    Migration(#[from] rusqlite_migration::Error),
+    /// The operation was interrupted (Ctrl-C); what was done is consistent, a re-run finishes it.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl Error {
+    /// The group this error belongs to (decides the CLI's exit code).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Corrupt { .. } | Error::MissingObject { .. } | Error::UnsafePath { .. } => ErrorKind::Corrupt,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Catalog(e) if is_full_disk_sqlite(e) => ErrorKind::Io,
+            Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
+            Error::Interrupted => ErrorKind::Interrupted,
+            _ => ErrorKind::User,
+        }
+    }
+
+    /// Creates an [`Error::Corrupt`].
+    pub fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
+        Error::Corrupt { path: path.into(), detail: detail.into() }
+    }
+
+    /// True when the underlying cause is a full disk (ENOSPC or SQLite's SQLITE_FULL).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error() == Some(28) || source.kind() == io::ErrorKind::StorageFull,
+            Error::Catalog(e) => is_full_disk_sqlite(e),
+            _ => false,
+        }
+    }
+}
+
+fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull)
+}
+
+/// Attaches a path to an [`io::Error`], as jj's `IoResultExt::context` does.
+pub trait IoResultExt<T> {
+    /// Converts the error into [`Error::Io`] naming `path`.
+    fn at(self, path: &Path) -> Result<T>;
+}
+
+impl<T> IoResultExt<T> for io::Result<T> {
+    fn at(self, path: &Path) -> Result<T> {
+        self.map_err(|source| Error::Io { path: path.to_path_buf(), source })
+    }
+}

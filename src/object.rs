@@ -1,0 +1,480 @@
+//! The canonical encodings of trees, file maps and versions.
+//!
+//! These bytes are hashed to give ids, so they are an on-disk contract: fixed field order,
+//! little-endian integers, entries sorted by name bytes. `docs/format.md` lays them out byte
+//! by byte. Every decoder treats its input as untrusted: lengths are bounds-checked and a
+//! malformed object is an error, never a panic.
+
+use crate::id::ObjectId;
+
+/// The kind of an object stored in a pack (one byte in the pack index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ObjectKind {
+    /// Raw file bytes; id = BLAKE3 of the bytes.
+    Chunk = 1,
+    /// A directory listing ([`Tree`]); id = BLAKE3 of its encoding.
+    Tree = 2,
+    /// A version ([`Version`]); id = BLAKE3 of its encoding.
+    Version = 3,
+    /// The chunk list of a multi-chunk file ([`FileMap`]); keyed by the file id.
+    FileMap = 4,
+}
+
+impl ObjectKind {
+    /// Parses the index byte.
+    pub fn from_u8(value: u8) -> Option<Self> {
+        Some(match value {
+            1 => ObjectKind::Chunk,
+            2 => ObjectKind::Tree,
+            3 => ObjectKind::Version,
+            4 => ObjectKind::FileMap,
+            _ => return None,
+        })
+    }
+
+    /// A lowercase name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectKind::Chunk => "chunk",
+            ObjectKind::Tree => "tree",
+            ObjectKind::Version => "version",
+            ObjectKind::FileMap => "file map",
+        }
+    }
+}
+
+/// What a tree entry names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum EntryKind {
+    /// A regular file; `executable` is the owner's execute bit.
+    File {
+        /// Whether the file is executable.
+        executable: bool,
+    },
+    /// A subdirectory; the entry's id is its tree id.
+    Dir {
+        /// Regular files and symlinks below it, at any depth.
+        files: u64,
+    },
+    /// A symbolic link, stored as its target (never followed).
+    Symlink {
+        /// The link's target, relative, never leaving the tree.
+        target: String,
+    },
+}
+
+/// One entry of a [`Tree`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    /// The file name (one path component, UTF-8, no `/`, not `.` or `..`).
+    pub name: String,
+    /// What it is.
+    pub kind: EntryKind,
+    /// Bytes: a file's length, a directory's total file bytes, a symlink target's length.
+    pub size: u64,
+    /// File id, tree id, or BLAKE3 of a symlink's target.
+    pub id: ObjectId,
+}
+
+/// A directory: entries sorted by name bytes, names unique.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tree {
+    /// The entries, sorted by `name` as bytes.
+    pub entries: Vec<TreeEntry>,
+}
+
+const TREE_MAGIC: &[u8; 8] = b"DSVTREE1";
+const FILEMAP_MAGIC: &[u8; 8] = b"DSVFMAP1";
+const KIND_FILE: u8 = 1;
+const KIND_EXECUTABLE: u8 = 2;
+const KIND_DIR: u8 = 3;
+const KIND_SYMLINK: u8 = 4;
+
+/// A decoding failure: which object kind and what was wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed {kind}: {reason}")]
+pub struct DecodeError {
+    /// The object kind being decoded.
+    pub kind: &'static str,
+    /// What was wrong.
+    pub reason: String,
+}
+
+fn malformed(kind: &'static str, reason: impl Into<String>) -> DecodeError {
+    DecodeError { kind, reason: reason.into() }
+}
+
+/// A bounds-checked little-endian reader over untrusted bytes.
+struct Reader<'a> {
+    data: &'a [u8],
+    kind: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.data.len() < n {
+            return Err(malformed(self.kind, "truncated"));
+        }
+        let (head, rest) = self.data.split_at(n);
+        self.data = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn id(&mut self) -> Result<ObjectId, DecodeError> {
+        Ok(ObjectId::from_slice(self.take(32)?).expect("32 bytes"))
+    }
+    fn string(&mut self, len: usize) -> Result<String, DecodeError> {
+        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| malformed(self.kind, "name is not UTF-8"))
+    }
+}
+
+impl Tree {
+    /// The canonical encoding (see `docs/format.md`).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + self.entries.len() * 64);
+        out.extend_from_slice(TREE_MAGIC);
+        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for entry in &self.entries {
+            let kind = match entry.kind {
+                EntryKind::File { executable: false } => KIND_FILE,
+                EntryKind::File { executable: true } => KIND_EXECUTABLE,
+                EntryKind::Dir { .. } => KIND_DIR,
+                EntryKind::Symlink { .. } => KIND_SYMLINK,
+            };
+            out.push(kind);
+            out.extend_from_slice(&entry.size.to_le_bytes());
+            out.extend_from_slice(&entry.id.0);
+            out.extend_from_slice(&(entry.name.len() as u16).to_le_bytes());
+            out.extend_from_slice(entry.name.as_bytes());
+            match &entry.kind {
+                EntryKind::Dir { files } => out.extend_from_slice(&files.to_le_bytes()),
+                EntryKind::Symlink { target } => {
+                    out.extend_from_slice(&(target.len() as u16).to_le_bytes());
+                    out.extend_from_slice(target.as_bytes());
+                }
+                EntryKind::File { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// This tree's id: BLAKE3 of [`Tree::encode`].
+    pub fn id(&self) -> ObjectId {
+        ObjectId::of(&self.encode())
+    }
+
+    /// Parses an encoded tree, checking names are safe path components in strict order.
+    ///
+    /// # Errors
+    /// [`DecodeError`] on truncation, unknown entry kinds, unsorted or duplicate names, or
+    /// names that are empty, `.`, `..`, or contain `/` or NUL.
+    pub fn decode(data: &[u8]) -> Result<Tree, DecodeError> {
+        let mut reader = Reader { data, kind: "tree" };
+        if reader.take(8)? != TREE_MAGIC {
+            return Err(malformed("tree", "bad magic"));
+        }
+        let count = reader.u32()? as usize;
+        // Each entry takes at least 43 bytes: refuse counts the data cannot hold.
+        if count > data.len() / 43 {
+            return Err(malformed("tree", "entry count exceeds the data"));
+        }
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            let kind = reader.u8()?;
+            let size = reader.u64()?;
+            let id = reader.id()?;
+            let name_len = reader.u16()? as usize;
+            let name = reader.string(name_len)?;
+            check_name(&name).map_err(|reason| malformed("tree", format!("entry {name:?}: {reason}")))?;
+            let kind = match kind {
+                KIND_FILE => EntryKind::File { executable: false },
+                KIND_EXECUTABLE => EntryKind::File { executable: true },
+                KIND_DIR => EntryKind::Dir { files: reader.u64()? },
+                KIND_SYMLINK => {
+                    let len = reader.u16()? as usize;
+                    EntryKind::Symlink { target: reader.string(len)? }
+                }
+                other => return Err(malformed("tree", format!("unknown entry kind {other}"))),
+            };
+            if let Some(previous) = entries.last().map(|e: &TreeEntry| e.name.as_bytes())
+                && previous >= name.as_bytes()
+            {
+                return Err(malformed("tree", "entries are not sorted by name or repeat a name"));
+            }
+            entries.push(TreeEntry { name, kind, size, id });
+        }
+        if !reader.data.is_empty() {
+            return Err(malformed("tree", "trailing bytes"));
+        }
+        Ok(Tree { entries })
+    }
+
+    /// Total file bytes and file count of the tree (from its entries' sizes).
+    pub fn totals(&self) -> (u64, u64) {
+        self.entries.iter().fold((0, 0), |(bytes, files), e| match e.kind {
+            EntryKind::Dir { files: n } => (bytes + e.size, files + n),
+            _ => (bytes + e.size, files + 1),
+        })
+    }
+}
+
+/// Checks that `name` is a single safe path component.
+///
+/// # Errors
+/// A short reason when it is empty, `.`, `..`, longer than 65,535 bytes, or contains `/` or NUL.
+pub fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err("not a file name");
+    }
+    if name.contains('/') || name.contains('\0') {
+        return Err("contains '/' or NUL");
+    }
+    if name.len() > u16::MAX as usize {
+        return Err("longer than 65535 bytes");
+    }
+    Ok(())
+}
+
+/// The chunk list of a file of more than one chunk. Its key is the file id (BLAKE3 of the
+/// whole file), checked when the chunks are joined back together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMap {
+    /// Each chunk's id and length in bytes, in file order.
+    pub chunks: Vec<(ObjectId, u32)>,
+}
+
+impl FileMap {
+    /// The canonical encoding (see `docs/format.md`).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + self.chunks.len() * 36);
+        out.extend_from_slice(FILEMAP_MAGIC);
+        out.extend_from_slice(&(self.chunks.len() as u32).to_le_bytes());
+        for (id, len) in &self.chunks {
+            out.extend_from_slice(&id.0);
+            out.extend_from_slice(&len.to_le_bytes());
+        }
+        out
+    }
+
+    /// Parses an encoded file map.
+    ///
+    /// # Errors
+    /// [`DecodeError`] when the magic, count or length is wrong.
+    pub fn decode(data: &[u8]) -> Result<FileMap, DecodeError> {
+        let mut reader = Reader { data, kind: "file map" };
+        if reader.take(8)? != FILEMAP_MAGIC {
+            return Err(malformed("file map", "bad magic"));
+        }
+        let count = reader.u32()? as usize;
+        if data.len() != 12 + count * 36 {
+            return Err(malformed("file map", "length does not match the chunk count"));
+        }
+        let chunks = (0..count).map(|_| Ok((reader.id()?, reader.u32()?))).collect::<Result<_, DecodeError>>()?;
+        Ok(FileMap { chunks })
+    }
+
+    /// Total bytes of the file.
+    pub fn size(&self) -> u64 {
+        self.chunks.iter().map(|(_, len)| u64::from(*len)).sum()
+    }
+}
+
+/// An immutable snapshot of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Version {
+    /// The dataset's name.
+    pub dataset: String,
+    /// The root tree.
+    pub tree: ObjectId,
+    /// The previous head of the dataset, if any.
+    pub parent: Option<ObjectId>,
+    /// Who made it (`DSV_AUTHOR`, else `$USER@host`).
+    pub author: String,
+    /// When, in seconds since the Unix epoch.
+    pub time: i64,
+    /// Regular files and symlinks in the tree.
+    pub files: u64,
+    /// Total file bytes in the tree.
+    pub bytes: u64,
+    /// Where it came from (the committed directory's absolute path, or a URL).
+    pub source: String,
+    /// The commit message.
+    pub message: String,
+}
+
+impl Version {
+    /// The canonical encoding: UTF-8 text, one `key value` line per field in fixed order, the
+    /// message last after its length in bytes (see `docs/format.md`).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = String::new();
+        out.push_str("dsv-version 1\n");
+        out.push_str(&format!("dataset {}\n", self.dataset));
+        out.push_str(&format!("tree {}\n", self.tree));
+        if let Some(parent) = self.parent {
+            out.push_str(&format!("parent {parent}\n"));
+        }
+        out.push_str(&format!("author {}\n", one_line(&self.author)));
+        out.push_str(&format!("time {}\n", self.time));
+        out.push_str(&format!("files {}\n", self.files));
+        out.push_str(&format!("bytes {}\n", self.bytes));
+        out.push_str(&format!("source {}\n", one_line(&self.source)));
+        out.push_str(&format!("message {}\n", self.message.len()));
+        out.push_str(&self.message);
+        out.into_bytes()
+    }
+
+    /// This version's id: BLAKE3 of [`Version::encode`].
+    pub fn id(&self) -> ObjectId {
+        ObjectId::of(&self.encode())
+    }
+
+    /// Parses an encoded version.
+    ///
+    /// # Errors
+    /// [`DecodeError`] when a field is missing, out of order, or malformed.
+    pub fn decode(data: &[u8]) -> Result<Version, DecodeError> {
+        let bad = |reason: &str| malformed("version", reason.to_string());
+        let text = std::str::from_utf8(data).map_err(|_| bad("not UTF-8"))?;
+        let mut rest = text;
+        let mut line = |key: &str| -> Result<Option<&str>, DecodeError> {
+            let (head, tail) = rest.split_once('\n').ok_or_else(|| bad("truncated"))?;
+            match head.strip_prefix(key).and_then(|v| v.strip_prefix(' ')) {
+                Some(value) => {
+                    rest = tail;
+                    Ok(Some(value))
+                }
+                None => Ok(None),
+            }
+        };
+        let header = line("dsv-version")?;
+        if header != Some("1") {
+            return Err(bad("unknown version format"));
+        }
+        fn required<'t>(v: Option<&'t str>, key: &str) -> Result<&'t str, DecodeError> {
+            v.ok_or_else(|| malformed("version", format!("missing {key}")))
+        }
+        let dataset = required(line("dataset")?, "dataset")?.to_string();
+        let tree = required(line("tree")?, "tree")?.parse().map_err(|_| bad("bad tree id"))?;
+        let parent = line("parent")?.map(|p| p.parse().map_err(|_| bad("bad parent id"))).transpose()?;
+        let author = required(line("author")?, "author")?.to_string();
+        let number = |v: &str| v.parse::<i64>().map_err(|_| bad("bad number"));
+        let time = number(required(line("time")?, "time")?)?;
+        let files = number(required(line("files")?, "files")?)? as u64;
+        let bytes = number(required(line("bytes")?, "bytes")?)? as u64;
+        let source = required(line("source")?, "source")?.to_string();
+        let message_len = number(required(line("message")?, "message")?)? as usize;
+        if rest.len() != message_len {
+            return Err(bad("message length does not match"));
+        }
+        Ok(Version { dataset, tree, parent, author, time, files, bytes, source, message: rest.to_string() })
+    }
+}
+
+/// Replaces newlines so a field stays on one line of the encoding.
+fn one_line(value: &str) -> String {
+    value.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_tree() -> Tree {
+        Tree {
+            entries: vec![
+                TreeEntry {
+                    name: "a.txt".into(),
+                    kind: EntryKind::File { executable: false },
+                    size: 3,
+                    id: ObjectId::of(b"abc"),
+                },
+                TreeEntry {
+                    name: "bin".into(),
+                    kind: EntryKind::Dir { files: 2 },
+                    size: 10,
+                    id: ObjectId::of(b"tree"),
+                },
+                TreeEntry {
+                    name: "link".into(),
+                    kind: EntryKind::Symlink { target: "a.txt".into() },
+                    size: 5,
+                    id: ObjectId::of(b"a.txt"),
+                },
+                TreeEntry {
+                    name: "run.sh".into(),
+                    kind: EntryKind::File { executable: true },
+                    size: 0,
+                    id: ObjectId::of(b""),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn tree_round_trips_and_its_id_is_pinned() {
+        let tree = sample_tree();
+        let bytes = tree.encode();
+        assert_eq!(Tree::decode(&bytes).unwrap(), tree);
+        // The encoding is a format contract: a change here is a format change.
+        insta::assert_snapshot!(tree.id().to_hex(), @"0a9c2c2cbb8e1a5c7f16c7c36b4ae9d1a7bd7d4571ee0d2f1c8f47ea4ac5cb1e");
+    }
+
+    #[test]
+    fn tree_decode_refuses_unsafe_or_malformed_input() {
+        for name in ["..", ".", "", "a/b"] {
+            let mut tree = sample_tree();
+            tree.entries[0].name = name.into();
+            assert!(Tree::decode(&tree.encode()).is_err(), "{name:?} accepted");
+        }
+        let mut unsorted = sample_tree();
+        unsorted.entries.swap(0, 1);
+        assert!(Tree::decode(&unsorted.encode()).is_err());
+        let bytes = sample_tree().encode();
+        for cut in [0, 7, 12, bytes.len() - 1] {
+            assert!(Tree::decode(&bytes[..cut]).is_err(), "truncated at {cut} accepted");
+        }
+        let mut huge_count = bytes.clone();
+        huge_count[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Tree::decode(&huge_count).is_err());
+    }
+
+    #[test]
+    fn version_round_trips() {
+        let version = Version {
+            dataset: "mnist".into(),
+            tree: ObjectId::of(b"t"),
+            parent: Some(ObjectId::of(b"p")),
+            author: "ada@host".into(),
+            time: 1_700_000_000,
+            files: 10,
+            bytes: 1234,
+            source: "/data/mnist".into(),
+            message: "first line\nsecond line\n".into(),
+        };
+        assert_eq!(Version::decode(&version.encode()).unwrap(), version);
+        let root = Version { parent: None, ..version };
+        assert_eq!(Version::decode(&root.encode()).unwrap(), root);
+        assert!(Version::decode(b"dsv-version 2\n").is_err());
+    }
+
+    #[test]
+    fn file_map_round_trips() {
+        let map = FileMap { chunks: vec![(ObjectId::of(b"1"), 10), (ObjectId::of(b"2"), 20)] };
+        assert_eq!(FileMap::decode(&map.encode()).unwrap(), map);
+        assert_eq!(map.size(), 30);
+        assert!(FileMap::decode(&map.encode()[..40]).is_err());
+    }
+}

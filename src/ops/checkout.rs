@@ -1,0 +1,369 @@
+//! `checkout`: materialize a version into a directory, writing only what differs.
+//!
+//! resolve → flatten the target tree → compare with what the directory holds (its previous
+//! version and stat cache, hashing only what the cache cannot vouch for) → refuse, listing
+//! them, if uncommitted changes would be overwritten or deleted (unless `force`) → delete
+//! what the target lacks → create directories → write files in parallel, each into a
+//! temporary name beside its destination, checked against its file id, then renamed over
+//! it → record the workspace's version and stat cache.
+//!
+//! Untracked files (never committed, not in the target) are left alone.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::status::DiskState;
+use crate::catalog::{ObjectLocation, StatEntry};
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::PackReader;
+use crate::progress::{Progress, Unit};
+use crate::revision::Revision;
+use crate::store::{STORE_DIR, Store};
+use crate::tree::{self, FlatEntry, FlatKind};
+use crate::walk::{ScanKind, Stat, TEMP_PREFIX};
+use crate::workspace;
+
+/// How to check out.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckoutOptions {
+    /// Overwrite or delete uncommitted changes.
+    pub force: bool,
+    /// Parallel file writers.
+    pub jobs: usize,
+}
+
+impl Default for CheckoutOptions {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        // Creating files is kernel-bound: more writers than cores helps (as restic's restore does).
+        CheckoutOptions { force: false, jobs: (cores * 4).min(16) }
+    }
+}
+
+/// What a checkout did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckoutReport {
+    /// The dataset.
+    pub dataset: String,
+    /// The version now in the directory.
+    pub version: ObjectId,
+    /// The directory (canonical).
+    pub dir: PathBuf,
+    /// Files and symlinks in the version.
+    pub files: u64,
+    /// Total file bytes in the version.
+    pub bytes: u64,
+    /// Files and symlinks written.
+    pub written: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Files, symlinks and directories removed.
+    pub deleted: u64,
+    /// Files already right, left untouched.
+    pub unchanged: u64,
+}
+
+/// One file or symlink to write, with where its chunks are.
+struct WriteJob<'a> {
+    entry: &'a FlatEntry,
+    chunks: Vec<(ObjectId, ObjectLocation)>,
+}
+
+/// Checks out `revision` into `dir` (created if missing).
+///
+/// # Errors
+/// [`Error::Conflict`] when uncommitted changes are in the way (nothing is changed then);
+/// revision errors; [`Error::UnsafePath`] when the tree names a path dsv will not write;
+/// [`Error::Corrupt`] when stored data fails its hash (the destination file is left as it was);
+/// [`Error::Io`]; [`Error::Interrupted`].
+pub fn checkout(
+    store: &mut Store,
+    revision: &Revision,
+    dir: &Path,
+    options: &CheckoutOptions,
+    progress: &dyn Progress,
+) -> Result<CheckoutReport> {
+    let version_id = revision.resolve(store.catalog())?;
+    let record = store
+        .catalog()
+        .version(&version_id)?
+        .ok_or_else(|| Error::MissingObject { id: version_id.to_hex(), what: "version" })?;
+    let target = tree::flatten(&mut store.reader(), &record.version.tree)?;
+    for entry in &target {
+        if entry.path.split('/').any(|c| c == STORE_DIR || c.starts_with(TEMP_PREFIX)) {
+            return Err(Error::UnsafePath {
+                path: entry.path.clone(),
+                tree: record.version.tree.to_hex(),
+                reason: "dsv does not write into .dsv directories or its temporary names",
+            });
+        }
+    }
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::NotADirectory { path: dir.to_path_buf() });
+    }
+    fs::create_dir_all(dir).at(dir)?;
+    let (dir, key) = workspace::canonical_dir(dir)?;
+    let _lock = store.lock_workspace(&key)?;
+
+    let workspace = store.catalog().workspace(&key)?;
+    let (cache, old) = match &workspace {
+        Some(w) => {
+            let cache = store.catalog().stat_cache(w.id)?;
+            let old = match w.version.and_then(|v| store.catalog().version(&v).transpose()) {
+                Some(record) => tree::flatten(&mut store.reader(), &record?.version.tree)?,
+                None => Vec::new(),
+            };
+            (cache, old)
+        }
+        None => (HashMap::new(), Vec::new()),
+    };
+    let target_map: HashMap<&str, &FlatEntry> = target.iter().map(|e| (e.path.as_str(), e)).collect();
+    let old_map: HashMap<&str, &FlatEntry> = old.iter().map(|e| (e.path.as_str(), e)).collect();
+    // Hash only files whose content matters: those the target or the old version names.
+    let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
+    let disk = DiskState::read(&dir, &cache, Some(&wanted), options.jobs, progress)?;
+
+    // Plan.
+    let same = |disk_entry: &crate::walk::ScanEntry, flat: &FlatEntry| -> bool {
+        match (&disk_entry.kind, &flat.kind) {
+            (ScanKind::Dir, FlatKind::Dir) => true,
+            (ScanKind::File { executable: a }, FlatKind::File { executable: b }) => {
+                a == b && disk.ids.get(&disk_entry.path) == Some(&flat.id)
+            }
+            (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
+            _ => false,
+        }
+    };
+    let clean = |e: &crate::walk::ScanEntry| old_map.get(e.path.as_str()).is_some_and(|o| same(e, o));
+    let mut conflicts = Vec::new();
+    let mut delete_files = Vec::new();
+    let mut delete_trees = Vec::new();
+    let mut prune_dirs = Vec::new();
+    let mut keep: HashSet<&str> = HashSet::new();
+    for entry in &disk.entries {
+        let path = entry.path.as_str();
+        match (entry.kind == ScanKind::Dir, target_map.get(path)) {
+            (true, Some(t)) if t.kind == FlatKind::Dir => {
+                keep.insert(path);
+            }
+            (true, Some(_)) => {
+                // A directory where the target has a file: everything under it must be clean.
+                let prefix = format!("{path}/");
+                let dirty = disk
+                    .entries
+                    .iter()
+                    .filter(|e| e.path.starts_with(&prefix) && e.kind != ScanKind::Dir)
+                    .any(|e| !clean(e));
+                if dirty && !options.force {
+                    conflicts.push(path.to_string());
+                }
+                delete_trees.push(path.to_string());
+            }
+            (true, None) => {
+                if old_map.contains_key(path) {
+                    prune_dirs.push(path.to_string());
+                }
+            }
+            (false, Some(t)) if same(entry, t) => {
+                keep.insert(path);
+            }
+            (false, Some(_)) => {
+                if !options.force && !clean(entry) {
+                    conflicts.push(path.to_string());
+                }
+                delete_files.push(path.to_string());
+            }
+            (false, None) => {
+                if old_map.contains_key(path) {
+                    if !options.force && !clean(entry) {
+                        conflicts.push(path.to_string());
+                    }
+                    delete_files.push(path.to_string());
+                }
+            }
+        }
+    }
+    if !conflicts.is_empty() {
+        let total = conflicts.len();
+        conflicts.truncate(10);
+        return Err(Error::Conflict { dir, paths: conflicts, total });
+    }
+
+    // Where every chunk of every file to write lives (catalog lookups on this thread).
+    let reader = &mut store.reader();
+    let mut jobs = Vec::new();
+    let mut dirs_to_create = Vec::new();
+    for entry in &target {
+        if keep.contains(entry.path.as_str()) {
+            continue;
+        }
+        match entry.kind {
+            FlatKind::Dir => dirs_to_create.push(entry),
+            FlatKind::Symlink { .. } => jobs.push(WriteJob { entry, chunks: Vec::new() }),
+            FlatKind::File { .. } => {
+                let mut chunks = Vec::new();
+                for (chunk_id, _) in reader.chunks_of(&entry.id, entry.size)? {
+                    let location = store
+                        .catalog()
+                        .locate(&chunk_id)?
+                        .filter(|l| l.kind == ObjectKind::Chunk)
+                        .ok_or_else(|| Error::MissingObject { id: chunk_id.to_hex(), what: "chunk" })?;
+                    chunks.push((chunk_id, location));
+                }
+                jobs.push(WriteJob { entry, chunks });
+            }
+        }
+    }
+    // Neighbouring files share frames: write them in pack order so each frame is
+    // decompressed about once per writer.
+    jobs.sort_by_key(|job| job.chunks.first().map(|(_, l)| (l.frame.pack, l.frame.offset)));
+
+    // Execute: deletions, directories, then files in parallel.
+    let mut deleted = 0u64;
+    for path in &delete_files {
+        let full = dir.join(path);
+        fs::remove_file(&full).at(&full)?;
+        deleted += 1;
+    }
+    for path in &delete_trees {
+        let full = dir.join(path);
+        fs::remove_dir_all(&full).at(&full)?;
+        deleted += 1;
+    }
+    for entry in &dirs_to_create {
+        let full = dir.join(&entry.path);
+        if !full.is_dir() {
+            fs::create_dir(&full).at(&full)?;
+        }
+    }
+    let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
+    progress.start("writing", total_bytes, Unit::Bytes);
+    let packs_dir = store.packs_dir();
+    let counter = AtomicU64::new(0);
+    let batch = 32;
+    let batches: Vec<&[WriteJob<'_>]> = jobs.chunks(batch).collect();
+    let written_stats = super::parallel_map(&batches, options.jobs, |batch| {
+        thread_local_reader(&packs_dir, |packs| {
+            let mut stats = Vec::with_capacity(batch.len());
+            for job in *batch {
+                crate::interrupt::check()?;
+                write_entry(&dir, job, packs, &counter)?;
+                progress.advance(job.entry.size);
+                stats.push(job.entry.path.as_str());
+            }
+            Ok(stats.len())
+        })
+    })?;
+    progress.finish();
+    debug_assert_eq!(written_stats.iter().sum::<usize>(), jobs.len());
+    for path in prune_dirs.iter().rev() {
+        // Only if empty: untracked files keep their directory.
+        if fs::remove_dir(dir.join(path)).is_ok() {
+            deleted += 1;
+        }
+    }
+
+    // Stat cache: wait out the racy margin once, then stat what was written.
+    let mut cache_changes: Vec<(String, Option<StatEntry>)> = Vec::new();
+    if !jobs.is_empty() {
+        std::thread::sleep(std::time::Duration::from_nanos(workspace::RACY_MARGIN_NS as u64));
+    }
+    let checked_ns = workspace::now_ns();
+    for job in &jobs {
+        if let FlatKind::File { .. } = job.entry.kind {
+            let full = dir.join(&job.entry.path);
+            let stat = Stat::of(&fs::symlink_metadata(&full).at(&full)?);
+            cache_changes.push((job.entry.path.clone(), Some(workspace::entry(&stat, job.entry.id, checked_ns))));
+        }
+    }
+    let fresh: HashSet<&str> = disk.refreshed.iter().map(|(p, _)| p.as_str()).collect();
+    for (path, entry) in &disk.refreshed {
+        if keep.contains(path.as_str()) {
+            cache_changes.push((path.clone(), Some(*entry)));
+        }
+    }
+    for path in cache.keys() {
+        let is_target_file = target_map.get(path.as_str()).is_some_and(|e| matches!(e.kind, FlatKind::File { .. }));
+        if !is_target_file && !fresh.contains(path.as_str()) {
+            cache_changes.push((path.clone(), None));
+        }
+    }
+    let writer = store.catalog_mut().writer()?;
+    let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
+    writer.update_stat_cache(workspace_id, cache_changes.iter().map(|(p, e)| (p.as_str(), e.as_ref())))?;
+    writer.commit()?;
+
+    Ok(CheckoutReport {
+        dataset: record.version.dataset.clone(),
+        version: version_id,
+        dir,
+        files: record.version.files,
+        bytes: record.version.bytes,
+        written: jobs.len() as u64,
+        bytes_written: total_bytes,
+        deleted,
+        unchanged: keep.iter().filter(|p| target_map.get(**p).is_some_and(|e| e.kind != FlatKind::Dir)).count() as u64,
+    })
+}
+
+thread_local! {
+    static PACK_READER: std::cell::RefCell<Option<PackReader>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's pack reader (its frame cache lives as long as the thread).
+fn thread_local_reader<R>(packs_dir: &Path, f: impl FnOnce(&mut PackReader) -> Result<R>) -> Result<R> {
+    PACK_READER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let reader = slot.get_or_insert_with(|| PackReader::new(packs_dir, 8));
+        f(reader)
+    })
+}
+
+/// Writes one file or symlink into a temporary name beside its destination, checks the file
+/// against its id, then renames it into place.
+fn write_entry(dir: &Path, job: &WriteJob<'_>, packs: &mut PackReader, counter: &AtomicU64) -> Result<()> {
+    let destination = dir.join(&job.entry.path);
+    let parent = destination.parent().unwrap_or(dir);
+    let temp = parent.join(format!("{TEMP_PREFIX}{}-{}", std::process::id(), counter.fetch_add(1, Ordering::Relaxed)));
+    let result = (|| -> Result<()> {
+        match &job.entry.kind {
+            FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, &temp).at(&temp)?,
+            FlatKind::File { executable } => {
+                let mut file = File::create(&temp).at(&temp)?;
+                let mut hasher = blake3::Hasher::new();
+                for (chunk_id, location) in &job.chunks {
+                    let bytes = packs.object(&location.frame, location.offset, location.length, chunk_id, true)?;
+                    if job.chunks.len() > 1 {
+                        hasher.update(&bytes);
+                    }
+                    file.write_all(&bytes).at(&temp)?;
+                }
+                let id = match job.chunks.as_slice() {
+                    [(only, _)] => *only,
+                    _ => hasher.finalize().into(),
+                };
+                if id != job.entry.id {
+                    return Err(Error::corrupt(
+                        &destination,
+                        format!("the stored bytes of {} do not hash to its file id", job.entry.path),
+                    ));
+                }
+                if *executable {
+                    file.set_permissions(fs::Permissions::from_mode(0o755)).at(&temp)?;
+                }
+            }
+            FlatKind::Dir => unreachable!("directories are created before files"),
+        }
+        fs::rename(&temp, &destination).at(&destination)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}

@@ -1,0 +1,208 @@
+//! `commit`: snapshot a directory as a new version of a dataset.
+//!
+//! walk → stat cache says which files changed → ingest only those ([`super::ingest`]) →
+//! build Merkle trees → under the store lock: seal the last pack (trees, version) durably,
+//! then one catalog transaction names the packs, records the version, moves the head, sets
+//! the tag and refreshes the workspace's stat cache. A crash before that transaction leaves
+//! only unnamed pack files behind (garbage for `gc`), never a half-recorded version.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::ingest::{IngestFile, IngestOptions, IngestStats, PackSink, ingest_files};
+use crate::catalog::StatEntry;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::{ObjectKind, Version};
+use crate::pack::FrameBuilder;
+use crate::progress::{Progress, Unit};
+use crate::revision::check_name;
+use crate::store::Store;
+use crate::tree::{self, FlatEntry, FlatKind};
+use crate::walk::{self, ScanKind};
+use crate::workspace;
+
+/// What to commit and how.
+#[derive(Debug, Clone)]
+pub struct CommitOptions {
+    /// The dataset to add a version to (created if new).
+    pub dataset: String,
+    /// The commit message.
+    pub message: String,
+    /// A tag to give the new version.
+    pub tag: Option<String>,
+    /// Who commits; `None` uses `DSV_AUTHOR`, else `$USER@host`.
+    pub author: Option<String>,
+    /// Make a version even when the tree equals the head's.
+    pub allow_empty: bool,
+    /// Pipeline tuning.
+    pub ingest: IngestOptions,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CommitReport {
+    /// The dataset.
+    pub dataset: String,
+    /// The new version (or the unchanged head when `created` is false).
+    pub version: ObjectId,
+    /// The previous head.
+    pub parent: Option<ObjectId>,
+    /// False when the directory equals the head and nothing was recorded.
+    pub created: bool,
+    /// The tag given, if any.
+    pub tag: Option<String>,
+    /// Files and symlinks in the version.
+    pub files: u64,
+    /// Total file bytes in the version.
+    pub bytes: u64,
+    /// Files the stat cache vouched for, so they were not read.
+    pub files_unchanged: u64,
+    /// Pipeline totals.
+    #[serde(flatten)]
+    pub ingest: IngestStats,
+    /// Packs written.
+    pub packs_written: u64,
+}
+
+/// Commits directory `dir` as a new version of `options.dataset`.
+///
+/// # Errors
+/// [`Error::InvalidName`], [`Error::NotADirectory`], [`Error::Unsupported`] (an entry dsv
+/// refuses, see [`crate::walk`]), [`Error::Io`] (a full disk, for one),
+/// [`Error::Interrupted`]. On any error the catalog is unchanged.
+pub fn commit(store: &mut Store, dir: &Path, options: &CommitOptions, progress: &dyn Progress) -> Result<CommitReport> {
+    check_name("dataset", &options.dataset)?;
+    if let Some(tag) = &options.tag {
+        check_name("tag", tag)?;
+    }
+    let (dir, workspace_key) = workspace::canonical_dir(dir)?;
+    let started_ns = workspace::now_ns();
+    let scanned = walk::scan(&dir)?;
+    let workspace = store.catalog().workspace(&workspace_key)?;
+    let cache = match &workspace {
+        Some(w) => store.catalog().stat_cache(w.id)?,
+        None => HashMap::new(),
+    };
+
+    // Which files must be read: those the stat cache cannot vouch for.
+    let mut flat = Vec::with_capacity(scanned.len());
+    let mut to_read = Vec::new();
+    let mut to_read_index = Vec::new();
+    for entry in &scanned {
+        let (kind, size, id) = match &entry.kind {
+            ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
+            ScanKind::Symlink { target } => {
+                (FlatKind::Symlink { target: target.clone() }, target.len() as u64, ObjectId::of(target.as_bytes()))
+            }
+            ScanKind::File { executable } => {
+                let cached = cache.get(&entry.path).and_then(|c| workspace::cached_id(c, &entry.stat));
+                if cached.is_none() {
+                    to_read_index.push(flat.len());
+                    to_read.push(IngestFile { path: dir.join(&entry.path), stat: entry.stat });
+                }
+                (FlatKind::File { executable: *executable }, entry.stat.size, cached.unwrap_or(ObjectId([0; 32])))
+            }
+        };
+        flat.push(FlatEntry { path: entry.path.clone(), kind, size, id });
+    }
+
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    let total_bytes: u64 = to_read.iter().map(|f| f.stat.size).sum();
+    progress.start("reading", total_bytes, Unit::Bytes);
+    let (ids, ingest) = ingest_files(store.catalog().path(), &sink, &to_read, options.ingest, progress)?;
+    progress.finish();
+    let mut new_cache: Vec<(String, StatEntry)> = Vec::with_capacity(ids.len());
+    for ((index, id), file) in to_read_index.iter().zip(&ids).zip(&to_read) {
+        flat[*index].id = *id;
+        new_cache.push((flat[*index].path.clone(), workspace::entry(&file.stat, *id, started_ns)));
+    }
+    let built = tree::build(&flat);
+
+    // Finalize under the store lock, so the parent read here is still the head when recorded.
+    let _lock = store.lock()?;
+    let parent = match store.catalog().head(&options.dataset) {
+        Ok(head) => head,
+        Err(Error::DatasetNotFound { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let parent_tree = match parent {
+        Some(id) => store.catalog().version(&id)?.map(|v| v.version.tree),
+        None => None,
+    };
+    let unchanged = parent_tree == Some(built.root) && !options.allow_empty;
+
+    let mut metadata = FrameBuilder::default();
+    for (id, bytes) in &built.trees {
+        if !store.catalog().has_object(id)? && sink.claim(id) {
+            metadata.push(*id, ObjectKind::Tree, bytes);
+        }
+    }
+    let version = Version {
+        dataset: options.dataset.clone(),
+        tree: built.root,
+        parent,
+        author: options.author.clone().unwrap_or_else(default_author),
+        time: crate::catalog::unix_now(),
+        files: built.files,
+        bytes: built.bytes,
+        source: workspace_key.clone(),
+        message: options.message.clone(),
+    };
+    let version_id = if unchanged { parent.expect("unchanged implies a parent") } else { version.id() };
+    if !unchanged {
+        metadata.push(version_id, ObjectKind::Version, &version.encode());
+    }
+    if !metadata.is_empty() {
+        sink.add(metadata.encode(options.ingest.compression_level))?;
+    }
+    let packs = sink.finish()?;
+
+    // Stat cache changes: refreshed entries, and paths that are no longer files.
+    let file_paths: std::collections::HashSet<&str> =
+        flat.iter().filter(|e| matches!(e.kind, FlatKind::File { .. })).map(|e| e.path.as_str()).collect();
+    let removed: Vec<&str> = cache.keys().map(String::as_str).filter(|p| !file_paths.contains(p)).collect();
+
+    let writer = store.catalog_mut().writer()?;
+    for pack in &packs {
+        writer.add_pack(pack)?;
+    }
+    if !unchanged {
+        writer.add_version(&version_id, &version)?;
+    }
+    if let Some(tag) = &options.tag {
+        writer.set_tag(&options.dataset, tag, &version_id, false)?;
+    }
+    let workspace_id = writer.set_workspace(&workspace_key, &options.dataset, &version_id)?;
+    writer.update_stat_cache(
+        workspace_id,
+        new_cache.iter().map(|(p, e)| (p.as_str(), Some(e))).chain(removed.iter().map(|p| (*p, None))),
+    )?;
+    writer.commit()?;
+
+    Ok(CommitReport {
+        dataset: options.dataset.clone(),
+        version: version_id,
+        parent: if unchanged { store.catalog().version(&version_id)?.and_then(|v| v.version.parent) } else { parent },
+        created: !unchanged,
+        tag: options.tag.clone(),
+        files: built.files,
+        bytes: built.bytes,
+        files_unchanged: (flat.iter().filter(|e| matches!(e.kind, FlatKind::File { .. })).count() - to_read.len())
+            as u64,
+        ingest,
+        packs_written: packs.len() as u64,
+    })
+}
+
+/// `DSV_AUTHOR`, else `$USER@hostname`, else "unknown".
+pub fn default_author() -> String {
+    if let Ok(author) = std::env::var("DSV_AUTHOR")
+        && !author.is_empty()
+    {
+        return author;
+    }
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    if host.is_empty() { user } else { format!("{user}@{host}") }
+}

@@ -1,0 +1,241 @@
+//! The ingest pipeline shared by every operation that adds data: read → FastCDC chunks →
+//! BLAKE3 → skip chunks the store has → group new chunks into ~1 MiB frames → zstd →
+//! append to the open pack.
+//!
+//! Files are spread over `jobs` scoped threads; each thread has its own read-only catalog
+//! connection for "do we have this chunk?" lookups and its own frame, so the CPU-bound stages
+//! run in parallel and only the pack append is serialized.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::catalog::Catalog;
+use crate::chunk::{ChunkParams, Chunker};
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::object::{FileMap, ObjectKind};
+use crate::pack::{EncodedFrame, FrameBuilder, PackWriter, SealedPack};
+use crate::progress::Progress;
+use crate::walk::Stat;
+
+/// Raw bytes collected into one frame before it is compressed.
+pub const FRAME_TARGET: usize = 1024 * 1024;
+/// A pack is sealed once it holds this many bytes (tens of MiB: few objects on a remote,
+/// cheap to rewrite when repacking).
+pub const PACK_TARGET: u64 = 32 * 1024 * 1024;
+
+/// Tuning of the ingest pipeline.
+#[derive(Debug, Clone, Copy)]
+pub struct IngestOptions {
+    /// Worker threads (at least 1).
+    pub jobs: usize,
+    /// zstd level (1–19; 3 is zstd's default).
+    pub compression_level: i32,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            jobs: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            compression_level: 3,
+        }
+    }
+}
+
+/// Totals of one ingest run.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct IngestStats {
+    /// Files read.
+    pub files_read: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Chunks the store did not have.
+    pub new_chunks: u64,
+    /// Raw bytes of those chunks.
+    pub new_bytes: u64,
+    /// Bytes they take in packs after compression.
+    pub stored_bytes: u64,
+}
+
+impl IngestStats {
+    fn add(&mut self, other: &IngestStats) {
+        self.files_read += other.files_read;
+        self.bytes_read += other.bytes_read;
+        self.new_chunks += other.new_chunks;
+        self.new_bytes += other.new_bytes;
+        self.stored_bytes += other.stored_bytes;
+    }
+}
+
+/// One file to ingest.
+pub struct IngestFile {
+    /// Where to read it.
+    pub path: PathBuf,
+    /// Its stat when listed; a file that changes while read is an error.
+    pub stat: Stat,
+}
+
+/// Appends frames to packs, sealing each pack when it reaches [`PACK_TARGET`].
+pub struct PackSink {
+    packs_dir: PathBuf,
+    temp_dir: PathBuf,
+    state: Mutex<(Option<PackWriter>, Vec<SealedPack>)>,
+    /// Objects pushed to this sink, so no object is written twice in one run.
+    written: Mutex<HashSet<ObjectId>>,
+}
+
+impl PackSink {
+    /// A sink writing into `packs_dir`, staging in `temp_dir`.
+    pub fn new(packs_dir: &Path, temp_dir: &Path) -> Self {
+        PackSink {
+            packs_dir: packs_dir.to_path_buf(),
+            temp_dir: temp_dir.to_path_buf(),
+            state: Mutex::new((None, Vec::new())),
+            written: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Claims `id` for writing: true the first time it is asked in this run.
+    pub fn claim(&self, id: &ObjectId) -> bool {
+        self.written.lock().expect("no panics while holding the lock").insert(*id)
+    }
+
+    /// Appends a frame to the open pack, sealing the pack when full.
+    ///
+    /// # Errors
+    /// [`Error::Io`] (a full disk, for one).
+    pub fn add(&self, frame: EncodedFrame) -> Result<()> {
+        let mut state = self.state.lock().expect("no panics while holding the lock");
+        if state.0.is_none() {
+            state.0 = Some(PackWriter::create(&self.packs_dir, &self.temp_dir)?);
+        }
+        let writer = state.0.as_mut().expect("just created");
+        writer.add_frame(frame)?;
+        if writer.size() >= PACK_TARGET {
+            let sealed = state.0.take().expect("present").finish()?;
+            state.1.push(sealed);
+        }
+        Ok(())
+    }
+
+    /// Seals the open pack (if any) and returns every pack written, durable on disk.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn finish(self) -> Result<Vec<SealedPack>> {
+        let (open, mut sealed) = self.state.into_inner().expect("no panics while holding the lock");
+        if let Some(writer) = open
+            && !writer.is_empty()
+        {
+            sealed.push(writer.finish()?);
+        }
+        Ok(sealed)
+    }
+}
+
+/// Ingests `files` in parallel into `sink`, returning each file's id in input order.
+///
+/// # Errors
+/// [`Error::Io`] reading a file or writing a pack; [`Error::Unsupported`] when a file changed
+/// while it was read; [`Error::Interrupted`].
+pub fn ingest_files(
+    catalog_path: &Path,
+    sink: &PackSink,
+    files: &[IngestFile],
+    options: IngestOptions,
+    progress: &dyn Progress,
+) -> Result<(Vec<ObjectId>, IngestStats)> {
+    let next = AtomicUsize::new(0);
+    let ids = Mutex::new(vec![ObjectId([0; 32]); files.len()]);
+    let jobs = options.jobs.clamp(1, files.len().max(1));
+    let results: Vec<Result<IngestStats>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|_| {
+                scope.spawn(|| {
+                    let result = ingest_worker(catalog_path, sink, files, &next, &ids, options, progress);
+                    if result.is_err() {
+                        // Stop the other workers at their next file.
+                        next.store(files.len(), Ordering::Relaxed);
+                    }
+                    result
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("ingest worker panicked")).collect()
+    });
+    let mut total = IngestStats::default();
+    for result in results {
+        total.add(&result?);
+    }
+    Ok((ids.into_inner().expect("no panics while holding the lock"), total))
+}
+
+fn ingest_worker(
+    catalog_path: &Path,
+    sink: &PackSink,
+    files: &[IngestFile],
+    next: &AtomicUsize,
+    ids: &Mutex<Vec<ObjectId>>,
+    options: IngestOptions,
+    progress: &dyn Progress,
+) -> Result<IngestStats> {
+    let catalog = Catalog::open(catalog_path, false)?;
+    let mut frame = FrameBuilder::default();
+    let mut stats = IngestStats::default();
+    let params = ChunkParams::DEFAULT;
+    loop {
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        let Some(job) = files.get(index) else { break };
+        crate::interrupt::check()?;
+        let file = File::open(&job.path).at(&job.path)?;
+        let mut chunker = Chunker::new(&file, params);
+        let mut hasher = blake3::Hasher::new();
+        let mut chunks = Vec::new();
+        let mut size = 0u64;
+        while let Some(chunk) = chunker.next_chunk().at(&job.path)? {
+            let id = ObjectId::of(chunk);
+            size += chunk.len() as u64;
+            progress.advance(chunk.len() as u64);
+            if job.stat.size > params.min as u64 {
+                hasher.update(chunk);
+            }
+            chunks.push((id, chunk.len() as u32));
+            if !catalog.has_object(&id)? && sink.claim(&id) {
+                frame.push(id, ObjectKind::Chunk, chunk);
+                stats.new_chunks += 1;
+                stats.new_bytes += chunk.len() as u64;
+                if frame.len() >= FRAME_TARGET {
+                    let encoded = frame.encode(options.compression_level);
+                    stats.stored_bytes += encoded.stored_len() as u64;
+                    sink.add(encoded)?;
+                }
+            }
+        }
+        let after = Stat::of(&file.metadata().at(&job.path)?);
+        if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size {
+            return Err(Error::Unsupported {
+                path: job.path.clone(),
+                reason: "the file changed while it was being read; run the command again".into(),
+            });
+        }
+        let file_id = match chunks.as_slice() {
+            [(only, _)] => *only,
+            _ => ObjectId::from(hasher.finalize()),
+        };
+        if chunks.len() > 1 && !catalog.has_object(&file_id)? && sink.claim(&file_id) {
+            frame.push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
+        }
+        ids.lock().expect("no panics while holding the lock")[index] = file_id;
+        stats.files_read += 1;
+        stats.bytes_read += size;
+    }
+    if !frame.is_empty() {
+        let encoded = frame.encode(options.compression_level);
+        stats.stored_bytes += encoded.stored_len() as u64;
+        sink.add(encoded)?;
+    }
+    Ok(stats)
+}

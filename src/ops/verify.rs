@@ -1,0 +1,117 @@
+//! `verify`: check that the store is whole — every pack hashes to its name and matches its
+//! index, every catalog row points at an object that is really there, every version's trees
+//! and files can be found. Reports every problem; fixes nothing.
+
+use std::collections::HashSet;
+
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::progress::{Progress, Unit};
+use crate::store::Store;
+use crate::tree::{self, FlatKind};
+
+/// What `verify` found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct VerifyReport {
+    /// Packs read and hashed.
+    pub packs: u64,
+    /// Their bytes.
+    pub pack_bytes: u64,
+    /// Objects whose bytes were checked against their ids.
+    pub objects: u64,
+    /// Versions whose trees and files were found.
+    pub versions: u64,
+    /// Pack files on disk that the catalog does not name (left by an interrupted commit;
+    /// harmless, `gc` removes them).
+    pub unreferenced_packs: Vec<String>,
+    /// Everything wrong, one line each. Empty means the store is consistent.
+    pub problems: Vec<String>,
+}
+
+/// Verifies the whole store.
+///
+/// # Errors
+/// Only when the catalog itself cannot be queried; problems in the data are reported in
+/// [`VerifyReport::problems`].
+pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
+    let mut report = VerifyReport::default();
+    if let Err(e) = store.catalog().check_integrity() {
+        report.problems.push(e.to_string());
+    }
+    let packs = store.catalog().packs()?;
+    let named: HashSet<ObjectId> = packs.iter().map(|(id, _)| *id).collect();
+    progress.start("verifying", packs.iter().map(|(_, size)| size).sum(), Unit::Bytes);
+    let mut indexed = HashSet::new();
+    for (id, size) in &packs {
+        crate::interrupt::check()?;
+        let path = crate::pack::writer::pack_path(&store.packs_dir(), id);
+        match crate::pack::reader::verify_pack(&path, id) {
+            Ok((_, objects)) => {
+                report.objects += objects.len() as u64;
+                indexed.extend(objects.iter().map(|o| o.id));
+            }
+            Err(e) => report.problems.push(format!("pack {id}: {e}")),
+        }
+        report.packs += 1;
+        report.pack_bytes += size;
+        progress.advance(*size);
+    }
+    progress.finish();
+    if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let id = name.strip_suffix(".pack").and_then(|hex| hex.parse::<ObjectId>().ok());
+            if id.is_none_or(|id| !named.contains(&id)) {
+                report.unreferenced_packs.push(name);
+            }
+        }
+    }
+    report.unreferenced_packs.sort();
+
+    // Every version's trees and files must be locatable, in packs that hold them.
+    let mut seen_files = HashSet::new();
+    let reader = &mut store.reader();
+    for dataset in store.catalog().datasets()? {
+        let mut next = dataset.head;
+        while let Some(id) = next {
+            crate::interrupt::check()?;
+            let Some(record) = store.catalog().version(&id)? else {
+                report.problems.push(format!("dataset {} names version {id}, which the catalog lacks", dataset.name));
+                break;
+            };
+            next = record.version.parent;
+            report.versions += 1;
+            match reader.version(&id) {
+                Ok(stored) if stored == record.version => {}
+                Ok(_) => report.problems.push(format!("version {id} differs from its stored object")),
+                Err(e) => report.problems.push(format!("version {id}: {e}")),
+            }
+            let entries = match tree::flatten(reader, &record.version.tree) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    report.problems.push(format!("version {id}: {e}"));
+                    continue;
+                }
+            };
+            for entry in entries {
+                if !matches!(entry.kind, FlatKind::File { .. }) || entry.size == 0 || !seen_files.insert(entry.id) {
+                    continue;
+                }
+                let chunks = reader.chunks_of(&entry.id, entry.size).map(|c| c.into_iter().map(|(c, _)| c));
+                match chunks {
+                    Ok(chunks) => {
+                        for chunk in chunks {
+                            match store.catalog().locate(&chunk)? {
+                                Some(l) if l.kind == ObjectKind::Chunk && indexed.contains(&chunk) => {}
+                                _ => report.problems.push(format!("{}: chunk {chunk} is missing", entry.path)),
+                            }
+                        }
+                    }
+                    Err(e) => report.problems.push(format!("{} in version {}: {e}", entry.path, id.short())),
+                }
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,18 @@
+//! Pack files: many objects (chunks, file maps, trees, versions) in few large files.
+//!
+//! A pack is `header | frame* | index | trailer` (byte layout in [`format`] and
+//! `docs/format.md`). A frame holds the raw bytes of one or more neighbouring objects,
+//! compressed together with zstd (RFC 8878) when that shrinks them, so small chunks still
+//! compress well and a reader decompresses one frame to reach any object inside it. The
+//! index at the end lists every frame and object, so a pack describes itself and a store can
+//! be rebuilt from its packs alone. A pack's id is the BLAKE3 hash of the whole file, and its
+//! file name is that id: packs are immutable and written once, durably, before the catalog
+//! names them ([`writer::PackWriter::finish`]).
+
+pub mod format;
+pub mod reader;
+pub mod writer;
+
+pub use format::{Compression, FrameRecord, ObjectRecord};
+pub use reader::{FrameLocation, PackReader};
+pub use writer::{EncodedFrame, FrameBuilder, PackWriter, SealedPack};

@@ -1,0 +1,232 @@
+//! Reading frames and objects back out of packs, every object checked against its id.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::format::{self, Compression};
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+
+/// Where a frame lives: which pack file, at which offset, and how it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FrameLocation {
+    /// The pack's id (its file name).
+    pub pack: ObjectId,
+    /// Byte offset of the frame in the pack.
+    pub offset: u64,
+    /// Stored length in bytes.
+    pub stored_length: u32,
+    /// Raw length in bytes.
+    pub raw_length: u32,
+    /// How it is stored.
+    pub compression: Compression,
+}
+
+/// Reads frames from the packs of one store, keeping a few decompressed frames and open
+/// pack files. One per thread: it is not shared.
+pub struct PackReader {
+    packs_dir: PathBuf,
+    files: HashMap<ObjectId, File>,
+    /// Most recently used last.
+    cache: Vec<(FrameLocation, Arc<Vec<u8>>)>,
+    cache_slots: usize,
+}
+
+impl PackReader {
+    /// A reader over the packs in `packs_dir` that caches up to `cache_slots` frames.
+    pub fn new(packs_dir: &Path, cache_slots: usize) -> Self {
+        PackReader { packs_dir: packs_dir.to_path_buf(), files: HashMap::new(), cache: Vec::new(), cache_slots }
+    }
+
+    /// The raw (decompressed) bytes of a frame.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the pack cannot be read (missing or truncated), [`Error::Corrupt`]
+    /// when the frame does not decompress to its recorded length.
+    pub fn frame(&mut self, location: &FrameLocation) -> Result<Arc<Vec<u8>>> {
+        if let Some(position) = self.cache.iter().position(|(l, _)| l == location) {
+            let entry = self.cache.remove(position);
+            let data = entry.1.clone();
+            self.cache.push(entry);
+            return Ok(data);
+        }
+        let path = super::writer::pack_path(&self.packs_dir, &location.pack);
+        if !self.files.contains_key(&location.pack) {
+            let file = File::open(&path).at(&path)?;
+            self.files.insert(location.pack, file);
+        }
+        let file = &self.files[&location.pack];
+        let mut stored = vec![0; location.stored_length as usize];
+        file.read_exact_at(&mut stored, location.offset).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::corrupt(&path, format!("pack is truncated: frame at offset {} is cut off", location.offset))
+            } else {
+                Error::Io { path: path.clone(), source: e }
+            }
+        })?;
+        let raw = decode_frame(stored, location).map_err(|detail| Error::corrupt(&path, detail))?;
+        let raw = Arc::new(raw);
+        if self.cache.len() >= self.cache_slots {
+            self.cache.remove(0);
+        }
+        self.cache.push((*location, raw.clone()));
+        Ok(raw)
+    }
+
+    /// One object's bytes, checked: `BLAKE3(bytes) == id` unless `id` is a file id keying a
+    /// file map (`verify_hash = false`; the file's chunks are checked when joined).
+    ///
+    /// # Errors
+    /// As [`PackReader::frame`]; [`Error::Corrupt`] when the object lies outside its frame or
+    /// its bytes do not hash to `id`.
+    pub fn object(
+        &mut self,
+        location: &FrameLocation,
+        offset: u32,
+        length: u32,
+        id: &ObjectId,
+        verify_hash: bool,
+    ) -> Result<Vec<u8>> {
+        let frame = self.frame(location)?;
+        let path = || super::writer::pack_path(&self.packs_dir, &location.pack);
+        let range = offset as usize..offset as usize + length as usize;
+        let bytes = frame
+            .get(range)
+            .ok_or_else(|| Error::corrupt(path(), format!("object {} lies outside its frame", id.short())))?;
+        if verify_hash && ObjectId::of(bytes) != *id {
+            return Err(Error::corrupt(path(), format!("object {} does not match its hash", id.short())));
+        }
+        Ok(bytes.to_vec())
+    }
+}
+
+/// Decompresses a stored frame, checking its length.
+fn decode_frame(stored: Vec<u8>, location: &FrameLocation) -> std::result::Result<Vec<u8>, String> {
+    if location.raw_length > format::MAX_FRAME_RAW {
+        return Err(format!("frame at offset {} claims {} bytes", location.offset, location.raw_length));
+    }
+    let raw = match location.compression {
+        Compression::None => stored,
+        Compression::Zstd => zstd::bulk::decompress(&stored, location.raw_length as usize)
+            .map_err(|e| format!("frame at offset {} does not decompress: {e}", location.offset))?,
+    };
+    if raw.len() != location.raw_length as usize {
+        return Err(format!("frame at offset {} has the wrong length", location.offset));
+    }
+    Ok(raw)
+}
+
+/// Reads and checks a whole pack: its name is the BLAKE3 of its bytes, header and trailer
+/// magic, index hash, every frame decompresses, every chunk, tree and version hashes to its id.
+///
+/// Returns the pack's frames and objects.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the first failed check; [`Error::Io`] when unreadable.
+pub fn verify_pack(path: &Path, id: &ObjectId) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
+    let bytes = std::fs::read(path).at(path)?;
+    if ObjectId::of(&bytes) != *id {
+        return Err(Error::corrupt(path, "pack bytes do not hash to its name"));
+    }
+    let (frames, objects) = read_index(&bytes).map_err(|detail| Error::corrupt(path, detail))?;
+    let raws = frames
+        .iter()
+        .map(|frame| {
+            let start = frame.offset as usize;
+            let stored = bytes[start..start + frame.stored_length as usize].to_vec();
+            let location = FrameLocation {
+                pack: *id,
+                offset: frame.offset,
+                stored_length: frame.stored_length,
+                raw_length: frame.raw_length,
+                compression: frame.compression,
+            };
+            decode_frame(stored, &location).map_err(|detail| Error::corrupt(path, detail))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for object in &objects {
+        if object.kind == crate::object::ObjectKind::FileMap {
+            continue;
+        }
+        let raw = &raws[object.frame as usize];
+        let data = &raw[object.offset as usize..(object.offset + object.length) as usize];
+        if ObjectId::of(data) != object.id {
+            return Err(Error::corrupt(path, format!("{} {} does not match its hash", object.kind.name(), object.id)));
+        }
+    }
+    Ok((frames, objects))
+}
+
+/// Parses the header, trailer and index of a whole pack held in memory.
+pub fn read_index(bytes: &[u8]) -> std::result::Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>), String> {
+    let min = (format::HEADER_LEN + format::TRAILER_LEN) as usize;
+    if bytes.len() < min || &bytes[..8] != format::MAGIC || &bytes[bytes.len() - 8..] != format::END_MAGIC {
+        return Err("not a dsv pack (bad magic or truncated)".into());
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != format::FORMAT_VERSION {
+        return Err(format!("unknown pack format version {version}"));
+    }
+    let trailer = &bytes[bytes.len() - format::TRAILER_LEN as usize..];
+    let index_offset = u64::from_le_bytes(trailer[0..8].try_into().expect("8 bytes"));
+    let index_length = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
+    let data_end = (bytes.len() as u64) - format::TRAILER_LEN;
+    if index_offset < format::HEADER_LEN || index_offset.checked_add(index_length) != Some(data_end) {
+        return Err("index position in the trailer is wrong".into());
+    }
+    let index = &bytes[index_offset as usize..data_end as usize];
+    if blake3::hash(index).as_bytes() != &trailer[16..48] {
+        return Err("index does not match its hash".into());
+    }
+    format::decode_index(index, index_offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::ObjectKind;
+    use crate::pack::{FrameBuilder, PackWriter};
+
+    #[test]
+    fn a_written_pack_reads_back_and_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = PackWriter::create(dir.path(), dir.path()).unwrap();
+        let mut frame = FrameBuilder::default();
+        let a = b"compressible ".repeat(1000);
+        let b: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        frame.push(ObjectId::of(&a), ObjectKind::Chunk, &a);
+        frame.push(ObjectId::of(&b), ObjectKind::Chunk, &b);
+        writer.add_frame(frame.encode(3)).unwrap();
+        let sealed = writer.finish().unwrap();
+        let path = crate::pack::writer::pack_path(dir.path(), &sealed.id);
+        let (frames, objects) = verify_pack(&path, &sealed.id).unwrap();
+        assert_eq!(frames, sealed.frames);
+        assert_eq!(objects, sealed.objects);
+        assert_eq!(frames[0].compression, Compression::Zstd);
+
+        let mut reader = PackReader::new(dir.path(), 2);
+        let f = frames[0];
+        let location = FrameLocation {
+            pack: sealed.id,
+            offset: f.offset,
+            stored_length: f.stored_length,
+            raw_length: f.raw_length,
+            compression: f.compression,
+        };
+        let o = objects[1];
+        assert_eq!(reader.object(&location, o.offset, o.length, &o.id, true).unwrap(), b);
+
+        // A flipped byte anywhere is caught.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[40] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(verify_pack(&path, &sealed.id), Err(Error::Corrupt { .. })));
+        let mut fresh = PackReader::new(dir.path(), 2);
+        let results: Vec<_> =
+            objects.iter().map(|o| fresh.object(&location, o.offset, o.length, &o.id, true)).collect();
+        assert!(results.iter().any(|r| r.is_err()), "a flipped byte went unnoticed");
+    }
+}

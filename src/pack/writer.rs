@@ -1,0 +1,194 @@
+//! Building frames and writing packs.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::format::{self, Compression, FrameRecord, ObjectRecord};
+use crate::error::{IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+
+/// Collects neighbouring objects' raw bytes into one frame before compression.
+#[derive(Default)]
+pub struct FrameBuilder {
+    raw: Vec<u8>,
+    objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+}
+
+impl FrameBuilder {
+    /// Appends one object.
+    pub fn push(&mut self, id: ObjectId, kind: ObjectKind, bytes: &[u8]) {
+        let offset = self.raw.len() as u32;
+        self.raw.extend_from_slice(bytes);
+        self.objects.push((id, kind, offset, bytes.len() as u32));
+    }
+
+    /// Raw bytes collected so far.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// True when no object was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Compresses the collected bytes with zstd at `level`, keeping them raw when compression
+    /// saves less than 1/32 of their size (already-compressed media such as PNG or JPEG).
+    /// Leaves the builder empty.
+    pub fn encode(&mut self, level: i32) -> EncodedFrame {
+        let raw = std::mem::take(&mut self.raw);
+        let objects = std::mem::take(&mut self.objects);
+        let raw_length = raw.len() as u32;
+        let (stored, compression) = match zstd::bulk::compress(&raw, level) {
+            Ok(compressed) if compressed.len() < raw.len() - raw.len() / 32 => (compressed, Compression::Zstd),
+            _ => (raw, Compression::None),
+        };
+        EncodedFrame { stored, raw_length, compression, objects }
+    }
+}
+
+/// A frame ready to append to a pack.
+pub struct EncodedFrame {
+    stored: Vec<u8>,
+    raw_length: u32,
+    compression: Compression,
+    objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+}
+
+impl EncodedFrame {
+    /// Stored bytes (after compression).
+    pub fn stored_len(&self) -> usize {
+        self.stored.len()
+    }
+}
+
+/// Appends frames to a temporary file and seals it into an immutable, content-named pack.
+pub struct PackWriter {
+    packs_dir: PathBuf,
+    temp_path: PathBuf,
+    file: BufWriter<File>,
+    hasher: blake3::Hasher,
+    offset: u64,
+    frames: Vec<FrameRecord>,
+    objects: Vec<ObjectRecord>,
+}
+
+/// A pack written durably under its final name.
+#[derive(Debug)]
+pub struct SealedPack {
+    /// BLAKE3 of the whole file; also its file name (`<id>.pack`).
+    pub id: ObjectId,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its frames, in file order.
+    pub frames: Vec<FrameRecord>,
+    /// Its objects, in file order.
+    pub objects: Vec<ObjectRecord>,
+}
+
+impl PackWriter {
+    /// Starts a pack as a temporary file in `temp_dir`; it is renamed into `packs_dir` by
+    /// [`PackWriter::finish`] (both must be on one filesystem).
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the file cannot be created or written.
+    pub fn create(packs_dir: &Path, temp_dir: &Path) -> Result<Self> {
+        let temp = tempfile::Builder::new().prefix("pack-").suffix(".tmp").tempfile_in(temp_dir).at(temp_dir)?;
+        let (file, temp_path) = temp.keep().map_err(|e| e.error).at(temp_dir)?;
+        let mut writer = PackWriter {
+            packs_dir: packs_dir.to_path_buf(),
+            temp_path,
+            file: BufWriter::with_capacity(1 << 20, file),
+            hasher: blake3::Hasher::new(),
+            offset: 0,
+            frames: Vec::new(),
+            objects: Vec::new(),
+        };
+        let mut header = Vec::with_capacity(format::HEADER_LEN as usize);
+        header.extend_from_slice(format::MAGIC);
+        header.extend_from_slice(&format::FORMAT_VERSION.to_le_bytes());
+        header.extend_from_slice(&[0; 4]);
+        writer.write(&header)?;
+        Ok(writer)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.file.write_all(bytes).at(&self.temp_path)?;
+        self.hasher.update(bytes);
+        self.offset += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Appends a frame and records its objects in the index.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] on a write failure (a full disk, for one).
+    pub fn add_frame(&mut self, frame: EncodedFrame) -> Result<()> {
+        let index = self.frames.len() as u32;
+        self.frames.push(FrameRecord {
+            offset: self.offset,
+            stored_length: frame.stored.len() as u32,
+            raw_length: frame.raw_length,
+            compression: frame.compression,
+        });
+        for (id, kind, offset, length) in frame.objects {
+            self.objects.push(ObjectRecord { id, kind, frame: index, offset, length });
+        }
+        self.write(&frame.stored)
+    }
+
+    /// Bytes written so far.
+    pub fn size(&self) -> u64 {
+        self.offset
+    }
+
+    /// True when no frame was added.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Writes the index and trailer, flushes and fsyncs the file, renames it to
+    /// `<packs_dir>/<id>.pack` and fsyncs the directory: when this returns, the pack survives
+    /// a crash, so the catalog may name it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`]; the temporary file is removed.
+    pub fn finish(mut self) -> Result<SealedPack> {
+        let result = self.seal();
+        if result.is_err() {
+            let _ = fs::remove_file(&self.temp_path);
+        }
+        result
+    }
+
+    fn seal(&mut self) -> Result<SealedPack> {
+        let index = format::encode_index(&self.frames, &self.objects);
+        let index_offset = self.offset;
+        self.write(&index)?;
+        let mut trailer = Vec::with_capacity(format::TRAILER_LEN as usize);
+        trailer.extend_from_slice(&index_offset.to_le_bytes());
+        trailer.extend_from_slice(&(index.len() as u64).to_le_bytes());
+        trailer.extend_from_slice(blake3::hash(&index).as_bytes());
+        trailer.extend_from_slice(format::END_MAGIC);
+        self.write(&trailer)?;
+        self.file.flush().at(&self.temp_path)?;
+        self.file.get_ref().sync_all().at(&self.temp_path)?;
+        let id = ObjectId::from(self.hasher.finalize());
+        let final_path = pack_path(&self.packs_dir, &id);
+        fs::rename(&self.temp_path, &final_path).at(&final_path)?;
+        File::open(&self.packs_dir).and_then(|dir| dir.sync_all()).at(&self.packs_dir)?;
+        Ok(SealedPack {
+            id,
+            size: self.offset,
+            frames: std::mem::take(&mut self.frames),
+            objects: std::mem::take(&mut self.objects),
+        })
+    }
+}
+
+/// The path of pack `id` in `packs_dir`.
+pub fn pack_path(packs_dir: &Path, id: &ObjectId) -> PathBuf {
+    packs_dir.join(format!("{id}.pack"))
+}

@@ -1,0 +1,136 @@
+//! Revisions: how users name versions.
+//!
+//! ```text
+//! NAME               the dataset's head (same as NAME@latest)
+//! NAME@latest        the head
+//! NAME@TAG           a tag
+//! NAME@<hex prefix>  a version of NAME whose id starts with the prefix (4+ digits)
+//! NAME@BASE~N        the N-th parent of BASE (any of the above)
+//! ```
+//! A tag wins over an id prefix spelled the same way.
+
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+use crate::id::{ObjectId, is_hex_prefix};
+
+/// The shortest id prefix accepted, in hex digits.
+pub const MIN_PREFIX: usize = 4;
+
+/// A parsed revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revision {
+    /// The dataset name.
+    pub dataset: String,
+    /// `latest`, a tag, or an id prefix.
+    pub base: String,
+    /// How many parents to walk back.
+    pub ancestors: u32,
+}
+
+impl Revision {
+    /// Parses `text`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRevision`] or [`Error::InvalidName`].
+    pub fn parse(text: &str) -> Result<Revision> {
+        let invalid = |reason: &str| Error::InvalidRevision { revision: text.to_string(), reason: reason.to_string() };
+        let (rest, ancestors) = match text.rsplit_once('~') {
+            Some((rest, n)) => (rest, n.parse::<u32>().map_err(|_| invalid("'~' must be followed by a number"))?),
+            None => (text, 0),
+        };
+        let (dataset, base) = match rest.split_once('@') {
+            Some((dataset, base)) => (dataset, base),
+            None => (rest, "latest"),
+        };
+        check_name("dataset", dataset)?;
+        if base.is_empty() {
+            return Err(invalid("nothing after '@'"));
+        }
+        Ok(Revision { dataset: dataset.to_string(), base: base.to_string(), ancestors })
+    }
+
+    /// Finds the version this revision names.
+    ///
+    /// # Errors
+    /// [`Error::DatasetNotFound`], [`Error::RevisionNotFound`] (also when `~N` walks past the
+    /// first version), [`Error::AmbiguousRevision`].
+    pub fn resolve(&self, catalog: &Catalog) -> Result<ObjectId> {
+        let text = self.to_string();
+        let not_found = || Error::RevisionNotFound { revision: text.clone() };
+        let head = catalog.head(&self.dataset)?;
+        let mut id = if self.base == "latest" {
+            head.ok_or_else(not_found)?
+        } else if let Some(id) = catalog.tag(&self.dataset, &self.base)? {
+            id
+        } else if is_hex_prefix(&self.base) && self.base.len() >= MIN_PREFIX {
+            let matches = catalog.versions_with_prefix(&self.dataset, &self.base)?;
+            match matches.as_slice() {
+                [] => return Err(not_found()),
+                [one] => *one,
+                many => {
+                    return Err(Error::AmbiguousRevision {
+                        revision: text,
+                        candidates: many.iter().map(|id| id.short()).collect(),
+                    });
+                }
+            }
+        } else {
+            return Err(not_found());
+        };
+        for _ in 0..self.ancestors {
+            let version = catalog.version(&id)?.ok_or_else(not_found)?;
+            id = version.version.parent.ok_or_else(not_found)?;
+        }
+        Ok(id)
+    }
+}
+
+impl std::fmt::Display for Revision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.dataset, self.base)?;
+        if self.ancestors > 0 {
+            write!(f, "~{}", self.ancestors)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a dataset or tag name: 1–100 characters from `A-Z a-z 0-9 . _ -`, not starting
+/// with `.` or `-`, and not `latest` for tags.
+///
+/// # Errors
+/// [`Error::InvalidName`] saying which rule is broken.
+pub fn check_name(what: &'static str, name: &str) -> Result<()> {
+    let invalid = |reason| Error::InvalidName { what, name: name.to_string(), reason };
+    if name.is_empty() || name.len() > 100 {
+        return Err(invalid("it must be 1 to 100 characters long"));
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return Err(invalid("use only letters, digits, '.', '_' and '-'"));
+    }
+    if name.starts_with(['.', '-']) {
+        return Err(invalid("it must not start with '.' or '-'"));
+    }
+    if what == "tag" && name == "latest" {
+        return Err(invalid("'latest' always means the newest version"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_form() {
+        let r = |s: &str| Revision::parse(s).unwrap();
+        assert_eq!(r("mnist"), Revision { dataset: "mnist".into(), base: "latest".into(), ancestors: 0 });
+        assert_eq!(r("mnist@v1").base, "v1");
+        assert_eq!(r("mnist@latest~2").ancestors, 2);
+        assert_eq!(r("mnist~1").ancestors, 1);
+        assert_eq!(r("mnist@ab12cd").base, "ab12cd");
+        for bad in ["", "@v1", "mn ist", "mnist@", "mnist@v1~x", "../x"] {
+            assert!(Revision::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

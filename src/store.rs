@@ -1,0 +1,238 @@
+//! A store: the `.dsv/` directory holding the catalog, the packs and scratch space.
+//!
+//! ```text
+//! .dsv/
+//!   catalog.db        the SQLite catalog (WAL mode; -wal and -shm files beside it)
+//!   packs/<id>.pack   immutable pack files, named by the BLAKE3 of their bytes
+//!   tmp/              packs being written (renamed into packs/ when sealed)
+//!   lock              taken exclusively while a commit moves a dataset head
+//! ```
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{Catalog, ObjectLocation};
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::object::{FileMap, ObjectKind, Tree, Version};
+use crate::pack::PackReader;
+
+/// The name of a store directory.
+pub const STORE_DIR: &str = ".dsv";
+
+/// An open store.
+pub struct Store {
+    root: PathBuf,
+    catalog: Catalog,
+}
+
+impl Store {
+    /// Creates a store in `dir/.dsv`.
+    ///
+    /// # Errors
+    /// [`Error::StoreExists`] when one is there already; [`Error::NotADirectory`] when `dir`
+    /// is not a directory; [`Error::Io`].
+    pub fn init(dir: &Path) -> Result<Store> {
+        if !dir.is_dir() {
+            return Err(Error::NotADirectory { path: dir.to_path_buf() });
+        }
+        let root = dir.join(STORE_DIR);
+        if root.join("catalog.db").exists() {
+            return Err(Error::StoreExists { path: root });
+        }
+        for sub in ["packs", "tmp"] {
+            fs::create_dir_all(root.join(sub)).at(&root.join(sub))?;
+        }
+        File::create(root.join("lock")).at(&root.join("lock"))?;
+        let catalog = Catalog::open(&root.join("catalog.db"), true)?;
+        Ok(Store { root, catalog })
+    }
+
+    /// Opens the store whose `.dsv` directory is `root`.
+    ///
+    /// # Errors
+    /// [`Error::NoStore`] when `root` holds no catalog; catalog errors from [`Catalog::open`].
+    pub fn open(root: &Path) -> Result<Store> {
+        let catalog_path = root.join("catalog.db");
+        if !catalog_path.is_file() {
+            return Err(Error::NoStore { start: root.to_path_buf() });
+        }
+        let catalog = Catalog::open(&catalog_path, false)?;
+        Ok(Store { root: root.to_path_buf(), catalog })
+    }
+
+    /// Finds the store for `start`: `start` itself when it is a `.dsv` directory or holds
+    /// one, else the nearest parent that holds one (as git finds `.git`).
+    ///
+    /// # Errors
+    /// [`Error::NoStore`] when there is none.
+    pub fn discover(start: &Path) -> Result<Store> {
+        let start = fs::canonicalize(start).at(start)?;
+        if start.file_name().is_some_and(|n| n == STORE_DIR) && start.join("catalog.db").is_file() {
+            return Store::open(&start);
+        }
+        for dir in start.ancestors() {
+            let candidate = dir.join(STORE_DIR);
+            if candidate.join("catalog.db").is_file() {
+                return Store::open(&candidate);
+            }
+        }
+        Err(Error::NoStore { start })
+    }
+
+    /// The `.dsv` directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The catalog, for writing.
+    pub fn catalog_mut(&mut self) -> &mut Catalog {
+        &mut self.catalog
+    }
+
+    /// Where packs live.
+    pub fn packs_dir(&self) -> PathBuf {
+        self.root.join("packs")
+    }
+
+    /// Scratch space on the store's filesystem.
+    pub fn temp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// Takes the store's exclusive lock (waiting for it), held until the guard drops.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn lock(&self) -> Result<StoreLock> {
+        let path = self.root.join("lock");
+        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).at(&path)?;
+        file.lock().at(&path)?;
+        Ok(StoreLock { _file: file })
+    }
+
+    /// Takes the exclusive lock of the workspace keyed `key` (its canonical path), so two
+    /// processes never check out into one directory at once.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn lock_workspace(&self, key: &str) -> Result<StoreLock> {
+        let dir = self.root.join("locks");
+        fs::create_dir_all(&dir).at(&dir)?;
+        let path = dir.join(format!("workspace-{}.lock", ObjectId::of(key.as_bytes()).short()));
+        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).at(&path)?;
+        file.lock().at(&path)?;
+        Ok(StoreLock { _file: file })
+    }
+
+    /// A reader of this store's objects, for use on the calling thread.
+    pub fn reader(&self) -> ObjectReader<'_> {
+        ObjectReader { catalog: &self.catalog, packs: PackReader::new(&self.packs_dir(), 8) }
+    }
+}
+
+/// The store's exclusive lock; released on drop.
+pub struct StoreLock {
+    _file: File,
+}
+
+/// Reads objects (trees, versions, files) by id, checking every byte against its hash.
+pub struct ObjectReader<'a> {
+    catalog: &'a Catalog,
+    packs: PackReader,
+}
+
+impl ObjectReader<'_> {
+    fn locate(&self, id: &ObjectId, what: &'static str) -> Result<ObjectLocation> {
+        self.catalog.locate(id)?.ok_or_else(|| Error::MissingObject { id: id.to_hex(), what })
+    }
+
+    fn bytes(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<Vec<u8>> {
+        let location = self.locate(id, kind.name())?;
+        let verify = kind != ObjectKind::FileMap;
+        self.packs.object(&location.frame, location.offset, location.length, id, verify)
+    }
+
+    /// The tree `id`.
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`], [`Error::Corrupt`] (hash mismatch or malformed tree), [`Error::Io`].
+    pub fn tree(&mut self, id: &ObjectId) -> Result<Tree> {
+        let bytes = self.bytes(id, ObjectKind::Tree)?;
+        Tree::decode(&bytes).map_err(|e| Error::corrupt(self.catalog.path(), format!("tree {}: {e}", id.short())))
+    }
+
+    /// The version object `id`, decoded from its pack.
+    ///
+    /// # Errors
+    /// As [`ObjectReader::tree`].
+    pub fn version(&mut self, id: &ObjectId) -> Result<Version> {
+        let bytes = self.bytes(id, ObjectKind::Version)?;
+        Version::decode(&bytes).map_err(|e| Error::corrupt(self.catalog.path(), format!("version {}: {e}", id.short())))
+    }
+
+    /// The chunk list of file `id` of `size` bytes: one chunk (the file id itself) for a file
+    /// that fits one chunk, else its file map.
+    ///
+    /// # Errors
+    /// As [`ObjectReader::tree`].
+    pub fn chunks_of(&mut self, id: &ObjectId, size: u64) -> Result<Vec<(ObjectId, u32)>> {
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let location = self.locate(id, "file")?;
+        if location.kind == ObjectKind::Chunk {
+            return Ok(vec![(*id, location.length)]);
+        }
+        let bytes = self.packs.object(&location.frame, location.offset, location.length, id, false)?;
+        let map = FileMap::decode(&bytes)
+            .map_err(|e| Error::corrupt(self.catalog.path(), format!("file map {}: {e}", id.short())))?;
+        Ok(map.chunks)
+    }
+
+    /// Writes file `id` (of `size` bytes) to `out`, chunk by chunk, each chunk checked against
+    /// its id and the whole against the file id. `range` limits the output to a byte range.
+    ///
+    /// # Errors
+    /// As [`ObjectReader::tree`]; [`Error::Corrupt`] when the bytes do not hash to `id`;
+    /// [`Error::Io`] naming `out_name` when writing fails.
+    pub fn write_file(
+        &mut self,
+        id: &ObjectId,
+        size: u64,
+        range: Option<std::ops::Range<u64>>,
+        out: &mut dyn Write,
+        out_name: &Path,
+    ) -> Result<()> {
+        let chunks = self.chunks_of(id, size)?;
+        let mut hasher = blake3::Hasher::new();
+        let mut offset = 0u64;
+        for (chunk_id, length) in &chunks {
+            let end = offset + u64::from(*length);
+            let wanted = range.as_ref().is_none_or(|r| r.start < end && offset < r.end);
+            if wanted {
+                let location = self.locate(chunk_id, "chunk")?;
+                let bytes = self.packs.object(&location.frame, location.offset, location.length, chunk_id, true)?;
+                let (from, to) = match &range {
+                    Some(r) => (r.start.saturating_sub(offset) as usize, (r.end.min(end) - offset) as usize),
+                    None => (0, bytes.len()),
+                };
+                out.write_all(&bytes[from..to]).at(out_name)?;
+                if range.is_none() {
+                    hasher.update(&bytes);
+                }
+            }
+            offset = end;
+        }
+        if range.is_none() && (offset != size || ObjectId::from(hasher.finalize()) != *id) {
+            return Err(Error::corrupt(self.catalog.path(), format!("file {} does not match its id", id.short())));
+        }
+        Ok(())
+    }
+}

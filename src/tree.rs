@@ -1,0 +1,338 @@
+//! Merkle trees of directories: building them from a flat, sorted listing and walking them
+//! back, and diffing two of them while skipping identical subtrees.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::{EntryKind, Tree, TreeEntry, check_name};
+use crate::store::ObjectReader;
+
+/// What a [`FlatEntry`] is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum FlatKind {
+    /// A regular file.
+    File {
+        /// The owner's execute bit.
+        executable: bool,
+    },
+    /// A directory (listed so that empty ones survive).
+    Dir,
+    /// A symbolic link.
+    Symlink {
+        /// Its target.
+        target: String,
+    },
+}
+
+/// One path of a version, as a flat list gives it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FlatEntry {
+    /// Relative, `/`-separated path.
+    pub path: String,
+    /// What it is.
+    #[serde(flatten)]
+    pub kind: FlatKind,
+    /// Bytes (a directory: total bytes below it).
+    pub size: u64,
+    /// File id, tree id, or BLAKE3 of a symlink's target.
+    pub id: ObjectId,
+}
+
+/// Trees built from a listing.
+pub struct BuiltTrees {
+    /// The root tree's id.
+    pub root: ObjectId,
+    /// Every tree (root included), encoded, each id once, children before parents.
+    pub trees: Vec<(ObjectId, Vec<u8>)>,
+    /// Regular files and symlinks in the whole tree.
+    pub files: u64,
+    /// Total file bytes.
+    pub bytes: u64,
+}
+
+/// Builds the Merkle trees of `entries`, which must be in depth-first order with siblings
+/// sorted by name bytes (as [`crate::walk::scan`] and [`flatten`] give them). Directory
+/// entries' `size` and `id` are ignored and computed.
+pub fn build(entries: &[FlatEntry]) -> BuiltTrees {
+    let mut trees = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut position = 0;
+    let root = build_dir(entries, &mut position, "", &mut trees, &mut seen);
+    debug_assert_eq!(position, entries.len(), "entries are not in depth-first sorted order");
+    let (bytes, files) = root.totals();
+    let encoded = root.encode();
+    let root_id = ObjectId::of(&encoded);
+    if seen.insert(root_id) {
+        trees.push((root_id, encoded));
+    }
+    BuiltTrees { root: root_id, trees, files, bytes }
+}
+
+fn build_dir(
+    entries: &[FlatEntry],
+    position: &mut usize,
+    prefix: &str,
+    trees: &mut Vec<(ObjectId, Vec<u8>)>,
+    seen: &mut std::collections::HashSet<ObjectId>,
+) -> Tree {
+    let mut tree = Tree::default();
+    while let Some(entry) = entries.get(*position) {
+        let Some(name) = entry.path.strip_prefix(prefix) else { break };
+        *position += 1;
+        let (kind, size, id) = match &entry.kind {
+            FlatKind::File { executable } => (EntryKind::File { executable: *executable }, entry.size, entry.id),
+            FlatKind::Symlink { target } => (EntryKind::Symlink { target: target.clone() }, entry.size, entry.id),
+            FlatKind::Dir => {
+                let sub = build_dir(entries, position, &format!("{}/", entry.path), trees, seen);
+                let (bytes, files) = sub.totals();
+                let encoded = sub.encode();
+                let id = ObjectId::of(&encoded);
+                if seen.insert(id) {
+                    trees.push((id, encoded));
+                }
+                (EntryKind::Dir { files }, bytes, id)
+            }
+        };
+        tree.entries.push(TreeEntry { name: name.to_string(), kind, size, id });
+    }
+    tree
+}
+
+/// Lists every path of tree `root` in depth-first order, siblings sorted (the inverse of
+/// [`build`]).
+///
+/// # Errors
+/// Reading or decoding a tree fails ([`Error::MissingObject`], [`Error::Corrupt`]).
+pub fn flatten(reader: &mut ObjectReader<'_>, root: &ObjectId) -> Result<Vec<FlatEntry>> {
+    let mut out = Vec::new();
+    let mut cache = HashMap::new();
+    flatten_into(reader, root, "", &mut out, &mut cache)?;
+    Ok(out)
+}
+
+fn flatten_into(
+    reader: &mut ObjectReader<'_>,
+    id: &ObjectId,
+    prefix: &str,
+    out: &mut Vec<FlatEntry>,
+    cache: &mut HashMap<ObjectId, Tree>,
+) -> Result<()> {
+    let tree = match cache.get(id) {
+        Some(tree) => tree.clone(),
+        None => {
+            let tree = reader.tree(id)?;
+            cache.insert(*id, tree.clone());
+            tree
+        }
+    };
+    for entry in tree.entries {
+        let path = format!("{prefix}{}", entry.name);
+        match entry.kind {
+            EntryKind::Dir { .. } => {
+                out.push(FlatEntry { path: path.clone(), kind: FlatKind::Dir, size: entry.size, id: entry.id });
+                flatten_into(reader, &entry.id, &format!("{path}/"), out, cache)?;
+            }
+            EntryKind::File { executable } => {
+                out.push(FlatEntry { path, kind: FlatKind::File { executable }, size: entry.size, id: entry.id })
+            }
+            EntryKind::Symlink { target } => {
+                crate::walk::check_symlink_target(&path, &target).map_err(|reason| Error::UnsafePath {
+                    path: path.clone(),
+                    tree: id.to_hex(),
+                    reason,
+                })?;
+                out.push(FlatEntry { path, kind: FlatKind::Symlink { target }, size: entry.size, id: entry.id })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Finds the entry at `path` (`/`-separated; empty for the root) in tree `root`.
+///
+/// Returns `None` when no such path exists; the root itself is a directory entry with an empty path.
+///
+/// # Errors
+/// Reading a tree fails.
+pub fn lookup(reader: &mut ObjectReader<'_>, root: &ObjectId, path: &str) -> Result<Option<FlatEntry>> {
+    let path = path.trim_matches('/');
+    let mut current = FlatEntry { path: String::new(), kind: FlatKind::Dir, size: 0, id: *root };
+    if path.is_empty() {
+        let (bytes, _) = reader.tree(root)?.totals();
+        current.size = bytes;
+        return Ok(Some(current));
+    }
+    for component in path.split('/') {
+        if check_name(component).is_err() || current.kind != FlatKind::Dir {
+            return Ok(None);
+        }
+        let tree = reader.tree(&current.id)?;
+        let Some(entry) = tree.entries.into_iter().find(|e| e.name == component) else { return Ok(None) };
+        let kind = match entry.kind {
+            EntryKind::Dir { .. } => FlatKind::Dir,
+            EntryKind::File { executable } => FlatKind::File { executable },
+            EntryKind::Symlink { target } => FlatKind::Symlink { target },
+        };
+        let joined = if current.path.is_empty() { component.to_string() } else { format!("{}/{component}", current.path) };
+        current = FlatEntry { path: joined, kind, size: entry.size, id: entry.id };
+    }
+    Ok(Some(current))
+}
+
+/// How a path differs between two versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    /// Only in the newer.
+    Added,
+    /// In both, with different content, kind or mode.
+    Modified,
+    /// Only in the older.
+    Deleted,
+}
+
+/// One changed file or symlink (directories are not listed; their contents are).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Change {
+    /// The path.
+    pub path: String,
+    /// How it changed.
+    pub change: ChangeKind,
+    /// The older entry.
+    pub old: Option<FlatEntry>,
+    /// The newer entry.
+    pub new: Option<FlatEntry>,
+}
+
+/// Compares two trees (`None` = empty), descending only into subtrees whose ids differ.
+///
+/// Returns the changed files and symlinks sorted by path.
+///
+/// # Errors
+/// Reading a tree fails.
+pub fn diff(reader: &mut ObjectReader<'_>, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<Change>> {
+    let mut changes = Vec::new();
+    diff_into(reader, old, new, "", &mut changes)?;
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(changes)
+}
+
+fn diff_into(
+    reader: &mut ObjectReader<'_>,
+    old: Option<&ObjectId>,
+    new: Option<&ObjectId>,
+    prefix: &str,
+    changes: &mut Vec<Change>,
+) -> Result<()> {
+    if old == new {
+        return Ok(());
+    }
+    let old_tree = old.map(|id| reader.tree(id)).transpose()?.unwrap_or_default();
+    let new_tree = new.map(|id| reader.tree(id)).transpose()?.unwrap_or_default();
+    let (mut i, mut j) = (0, 0);
+    while i < old_tree.entries.len() || j < new_tree.entries.len() {
+        let a = old_tree.entries.get(i);
+        let b = new_tree.entries.get(j);
+        let order = match (a, b) {
+            (Some(a), Some(b)) => a.name.as_bytes().cmp(b.name.as_bytes()),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        let (a, b) = match order {
+            std::cmp::Ordering::Less => {
+                i += 1;
+                (a, None)
+            }
+            std::cmp::Ordering::Greater => {
+                j += 1;
+                (None, b)
+            }
+            std::cmp::Ordering::Equal => {
+                i += 1;
+                j += 1;
+                (a, b)
+            }
+        };
+        let name = a.or(b).map(|e| e.name.as_str()).expect("one side is present");
+        let path = format!("{prefix}{name}");
+        let dir_id = |e: Option<&TreeEntry>| e.filter(|e| matches!(e.kind, EntryKind::Dir { .. })).map(|e| e.id);
+        // Files and symlinks are compared; a directory only when it holds no file at all
+        // (otherwise its contents speak for it).
+        let leaf = |e: Option<&TreeEntry>| {
+            e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0)).map(|e| FlatEntry {
+                path: path.clone(),
+                kind: match &e.kind {
+                    EntryKind::File { executable } => FlatKind::File { executable: *executable },
+                    EntryKind::Symlink { target } => FlatKind::Symlink { target: target.clone() },
+                    EntryKind::Dir { .. } => FlatKind::Dir,
+                },
+                size: e.size,
+                id: e.id,
+            })
+        };
+        let (old_dir, new_dir) = (dir_id(a), dir_id(b));
+        if old_dir.is_some() || new_dir.is_some() {
+            diff_into(reader, old_dir.as_ref(), new_dir.as_ref(), &format!("{path}/"), changes)?;
+        }
+        let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() { (None, None) } else { (leaf(a), leaf(b)) };
+        let change = leaf_change(old_leaf.as_ref(), new_leaf.as_ref());
+        if let Some(change) = change {
+            changes.push(Change { path, change, old: old_leaf, new: new_leaf });
+        }
+    }
+    Ok(())
+}
+
+fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<ChangeKind> {
+    match (old, new) {
+        (None, None) => None,
+        (None, Some(_)) => Some(ChangeKind::Added),
+        (Some(_), None) => Some(ChangeKind::Deleted),
+        (Some(x), Some(y)) if x.kind == FlatKind::Dir && y.kind == FlatKind::Dir => None,
+        (Some(x), Some(y)) => (x.kind != y.kind || x.id != y.id).then_some(ChangeKind::Modified),
+    }
+}
+
+/// Compares two flat listings with the rules of [`diff`]: files and symlinks by kind, mode and
+/// id; a directory only where it holds no file on that side.
+pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
+    fn by_path(entries: &[FlatEntry]) -> std::collections::BTreeMap<&str, &FlatEntry> {
+        entries.iter().map(|e| (e.path.as_str(), e)).collect()
+    }
+    fn non_empty_dirs(entries: &[FlatEntry]) -> std::collections::HashSet<&str> {
+        let mut dirs = std::collections::HashSet::new();
+        for entry in entries.iter().filter(|e| e.kind != FlatKind::Dir) {
+            let mut path = entry.path.as_str();
+            while let Some((parent, _)) = path.rsplit_once('/') {
+                if !dirs.insert(parent) {
+                    break;
+                }
+                path = parent;
+            }
+        }
+        dirs
+    }
+    let (old_map, new_map) = (by_path(old), by_path(new));
+    let (old_full, new_full) = (non_empty_dirs(old), non_empty_dirs(new));
+    let leaf = |map: &std::collections::BTreeMap<&str, &FlatEntry>, full: &std::collections::HashSet<&str>, path: &str| {
+        map.get(path).filter(|e| !(e.kind == FlatKind::Dir && full.contains(path))).map(|e| (*e).clone())
+    };
+    let mut paths: Vec<&str> = old_map.keys().chain(new_map.keys()).copied().collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let mut changes = Vec::new();
+    for path in paths {
+        let both_dirs = old_map.get(path).is_some_and(|e| e.kind == FlatKind::Dir)
+            && new_map.get(path).is_some_and(|e| e.kind == FlatKind::Dir);
+        if both_dirs {
+            continue;
+        }
+        let (old_leaf, new_leaf) = (leaf(&old_map, &old_full, path), leaf(&new_map, &new_full, path));
+        if let Some(change) = leaf_change(old_leaf.as_ref(), new_leaf.as_ref()) {
+            changes.push(Change { path: path.to_string(), change, old: old_leaf, new: new_leaf });
+        }
+    }
+    changes
+}

@@ -1,0 +1,185 @@
+//! Walking a directory: a sorted, deterministic listing of everything dsv versions in it.
+//!
+//! Policy (also in `docs/format.md`): regular files (with their executable bit), directories
+//! (empty ones too) and symlinks (stored as links, never followed) are versioned. Refused with
+//! a clear error: names that are not UTF-8 (object stores key by UTF-8 and JSON output needs
+//! it), symlinks that are absolute or point outside the directory, and sockets, FIFOs and
+//! devices. Skipped: any directory named `.dsv` (a store) and dsv's own temporary files
+//! (`.dsv-tmp-*`, left by an interrupted checkout).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path};
+
+use crate::error::{Error, IoResultExt, Result};
+use crate::store::STORE_DIR;
+
+/// The prefix of checkout's temporary file names.
+pub const TEMP_PREFIX: &str = ".dsv-tmp-";
+
+/// What a directory entry is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanKind {
+    /// A regular file.
+    File {
+        /// The owner's execute bit.
+        executable: bool,
+    },
+    /// A directory.
+    Dir,
+    /// A symbolic link with its (relative, in-tree) target.
+    Symlink {
+        /// The link target as stored in the link.
+        target: String,
+    },
+}
+
+/// The lstat fields the stat cache compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// Length in bytes.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: i64,
+    /// Status-change time, ns since the epoch.
+    pub ctime_ns: i64,
+    /// Inode number.
+    pub inode: u64,
+    /// `st_mode`.
+    pub mode: u32,
+}
+
+impl Stat {
+    /// The fields of `metadata` (from `symlink_metadata`).
+    pub fn of(metadata: &std::fs::Metadata) -> Stat {
+        Stat {
+            size: metadata.len(),
+            mtime_ns: metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(),
+            ctime_ns: metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(),
+            inode: metadata.ino(),
+            mode: metadata.mode(),
+        }
+    }
+}
+
+/// One entry found by [`scan`].
+#[derive(Debug, Clone)]
+pub struct ScanEntry {
+    /// Path relative to the scanned root, `/`-separated.
+    pub path: String,
+    /// What it is.
+    pub kind: ScanKind,
+    /// Its lstat fields.
+    pub stat: Stat,
+}
+
+/// Lists everything under `root` in depth-first order, siblings sorted by name bytes (the
+/// order trees are encoded in), without `root` itself.
+///
+/// # Errors
+/// [`Error::NotADirectory`] when `root` is not a directory; [`Error::Unsupported`] for the
+/// refused entries listed in the module docs; [`Error::Io`] when a directory cannot be read.
+pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
+    if !root.is_dir() {
+        return Err(Error::NotADirectory { path: root.to_path_buf() });
+    }
+    let walker = walkdir::WalkDir::new(root)
+        .min_depth(1)
+        .follow_links(false)
+        .sort_by(|a, b| a.file_name().cmp(b.file_name()))
+        .into_iter()
+        .filter_entry(|e| {
+            let name = e.file_name().as_encoded_bytes();
+            !(name == STORE_DIR.as_bytes() && e.file_type().is_dir()) && !name.starts_with(TEMP_PREFIX.as_bytes())
+        });
+    let mut entries = Vec::new();
+    for entry in walker {
+        let entry = entry.map_err(|e| {
+            let path = e.path().unwrap_or(root).to_path_buf();
+            match e.into_io_error() {
+                Some(source) => Error::Io { path, source },
+                None => Error::Unsupported { path, reason: "filesystem loop".into() },
+            }
+        })?;
+        let path = entry.path();
+        let relative = path.strip_prefix(root).expect("walkdir yields paths under its root");
+        let relative = relative
+            .to_str()
+            .ok_or_else(|| Error::Unsupported { path: path.to_path_buf(), reason: "the name is not valid UTF-8".into() })?
+            .to_string();
+        let metadata = entry.metadata().map_err(|e| {
+            let source = e.into_io_error().unwrap_or_else(|| std::io::Error::other("metadata unavailable"));
+            Error::Io { path: path.to_path_buf(), source }
+        })?;
+        let file_type = metadata.file_type();
+        let kind = if file_type.is_file() {
+            ScanKind::File { executable: metadata.mode() & 0o100 != 0 }
+        } else if file_type.is_dir() {
+            ScanKind::Dir
+        } else if file_type.is_symlink() {
+            let target = std::fs::read_link(path).at(path)?;
+            let target = target.to_str().ok_or_else(|| Error::Unsupported {
+                path: path.to_path_buf(),
+                reason: "the symlink target is not valid UTF-8".into(),
+            })?;
+            check_symlink_target(&relative, target)
+                .map_err(|reason| Error::Unsupported { path: path.to_path_buf(), reason: reason.into() })?;
+            ScanKind::Symlink { target: target.to_string() }
+        } else {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                reason: "only regular files, directories and symlinks can be versioned (this is a socket, FIFO or device)"
+                    .into(),
+            });
+        };
+        entries.push(ScanEntry { path: relative, kind, stat: Stat::of(&metadata) });
+    }
+    Ok(entries)
+}
+
+/// Checks that a symlink at `link_path` (relative to the root) with `target` stays inside the
+/// root when resolved lexically.
+///
+/// # Errors
+/// A reason when the target is empty, absolute, or climbs above the root.
+pub fn check_symlink_target(link_path: &str, target: &str) -> std::result::Result<(), &'static str> {
+    if target.is_empty() {
+        return Err("the symlink target is empty");
+    }
+    if target.len() > u16::MAX as usize {
+        return Err("the symlink target is longer than 65535 bytes");
+    }
+    let target_path = Path::new(target);
+    if target_path.is_absolute() {
+        return Err("the symlink is absolute; only relative links inside the directory can be versioned");
+    }
+    // Depth of the link's parent directory below the root.
+    let mut depth = link_path.split('/').count() as i64 - 1;
+    for component in target_path.components() {
+        match component {
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            _ => return Err("the symlink target is not a plain relative path"),
+        }
+        if depth < 0 {
+            return Err("the symlink points outside the directory");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlink_targets_must_stay_inside() {
+        assert!(check_symlink_target("a", "b").is_ok());
+        assert!(check_symlink_target("d/a", "../b").is_ok());
+        assert!(check_symlink_target("d/a", "../../b").is_err());
+        assert!(check_symlink_target("a", "../b").is_err());
+        assert!(check_symlink_target("a", "x/../../b").is_err());
+        assert!(check_symlink_target("a", "/etc/passwd").is_err());
+        assert!(check_symlink_target("a", "").is_err());
+    }
+}

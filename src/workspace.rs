@@ -1,0 +1,125 @@
+//! Workspaces and the stat cache: deciding, without reading a file, whether it still holds
+//! the content last hashed.
+//!
+//! A cached entry is trusted when the file's size, mtime, ctime, inode and mode are all
+//! unchanged *and* the entry is not "racy": a file modified within one timestamp tick of the
+//! moment its stat was taken could be modified again with the same mtime, so such entries are
+//! re-hashed (the racy-git rule, <https://git-scm.com/docs/racy-git>). Checkout waits out the
+//! margin before taking its final stats, so a fresh checkout is fully trusted.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use crate::catalog::StatEntry;
+use crate::error::{IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::walk::Stat;
+
+/// How long after its mtime a stat must have been taken to be trusted, for filesystems with
+/// nanosecond timestamps (Linux updates them at tick granularity, ≤ 10 ms).
+pub const RACY_MARGIN_NS: i64 = 100_000_000;
+/// The margin for timestamps with whole seconds only (a coarse filesystem).
+pub const COARSE_RACY_MARGIN_NS: i64 = 2_000_000_000;
+
+/// The margin that applies to a file whose mtime is `mtime_ns`.
+pub fn racy_margin(mtime_ns: i64) -> i64 {
+    if mtime_ns % 1_000_000_000 == 0 { COARSE_RACY_MARGIN_NS } else { RACY_MARGIN_NS }
+}
+
+/// The cached file id when `entry` can be trusted for a file whose stat is now `stat`.
+pub fn cached_id(entry: &StatEntry, stat: &Stat) -> Option<ObjectId> {
+    let unchanged = entry.size == stat.size
+        && entry.mtime_ns == stat.mtime_ns
+        && entry.ctime_ns == stat.ctime_ns
+        && entry.inode == stat.inode
+        && entry.mode == stat.mode;
+    let settled = entry.mtime_ns.saturating_add(racy_margin(entry.mtime_ns)) <= entry.checked_ns;
+    (unchanged && settled).then_some(entry.file_id)
+}
+
+/// A stat cache entry for `stat`, content `file_id`, stat taken no earlier than `checked_ns`.
+pub fn entry(stat: &Stat, file_id: ObjectId, checked_ns: i64) -> StatEntry {
+    StatEntry {
+        size: stat.size,
+        mtime_ns: stat.mtime_ns,
+        ctime_ns: stat.ctime_ns,
+        inode: stat.inode,
+        mode: stat.mode,
+        file_id,
+        checked_ns,
+    }
+}
+
+/// Nanoseconds since the Unix epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// The file id of the file at `path` (BLAKE3 of its bytes, as `b3sum` prints it).
+///
+/// # Errors
+/// [`crate::Error::Io`].
+pub fn hash_file(path: &Path) -> Result<ObjectId> {
+    let mut file = File::open(path).at(path)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buffer = vec![0; 256 * 1024];
+    loop {
+        let n = file.read(&mut buffer).at(path)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hasher.finalize().into())
+}
+
+/// The canonical absolute path of `dir` as the catalog keys workspaces.
+///
+/// # Errors
+/// [`crate::Error::NotADirectory`] when it does not exist or is not a directory;
+/// [`crate::Error::Unsupported`] when the path is not UTF-8.
+pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
+    let canonical = std::fs::canonicalize(dir).map_err(|_| crate::Error::NotADirectory { path: dir.to_path_buf() })?;
+    if !canonical.is_dir() {
+        return Err(crate::Error::NotADirectory { path: dir.to_path_buf() });
+    }
+    let key = canonical
+        .to_str()
+        .ok_or_else(|| crate::Error::Unsupported { path: canonical.clone(), reason: "the path is not valid UTF-8".into() })?
+        .to_string();
+    Ok((canonical, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(mtime_ns: i64) -> Stat {
+        Stat { size: 10, mtime_ns, ctime_ns: mtime_ns, inode: 7, mode: 0o100644 }
+    }
+
+    #[test]
+    fn trusted_only_when_unchanged_and_settled() {
+        let id = ObjectId::of(b"x");
+        let s = stat(1_000_000_123);
+        assert_eq!(cached_id(&entry(&s, id, 1_000_000_123 + RACY_MARGIN_NS), &s), Some(id));
+        // Racy: the stat was taken too soon after the last modification.
+        assert_eq!(cached_id(&entry(&s, id, 1_000_000_124), &s), None);
+        // Any changed field distrusts the entry.
+        let settled = entry(&s, id, i64::MAX / 2);
+        for changed in [
+            Stat { size: 11, ..s },
+            Stat { mtime_ns: s.mtime_ns + 1, ..s },
+            Stat { ctime_ns: s.ctime_ns + 1, ..s },
+            Stat { inode: 8, ..s },
+            Stat { mode: 0o100755, ..s },
+        ] {
+            assert_eq!(cached_id(&settled, &changed), None);
+        }
+        // Whole-second timestamps get the coarse margin.
+        let coarse = stat(5_000_000_000);
+        assert_eq!(cached_id(&entry(&coarse, id, 5_000_000_000 + RACY_MARGIN_NS), &coarse), None);
+        assert_eq!(cached_id(&entry(&coarse, id, 5_000_000_000 + COARSE_RACY_MARGIN_NS), &coarse), Some(id));
+    }
+}
