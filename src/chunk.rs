@@ -23,7 +23,11 @@ pub struct ChunkParams {
 
 impl ChunkParams {
     /// The parameters every dsv store uses: 16 KiB / 64 KiB / 256 KiB.
-    pub const DEFAULT: ChunkParams = ChunkParams { min: 16 * 1024, avg: 64 * 1024, max: 256 * 1024 };
+    pub const DEFAULT: ChunkParams = ChunkParams {
+        min: 16 * 1024,
+        avg: 64 * 1024,
+        max: 256 * 1024,
+    };
 }
 
 /// Splits a byte stream into content-defined chunks.
@@ -98,7 +102,16 @@ fn cut_point(data: &[u8], params: ChunkParams, (mask_s, mask_l): (u64, u64)) -> 
     if data.len() <= params.min {
         return data.len();
     }
-    let (_, end) = v2020::cut(data, params.min, params.avg, params.max, mask_s, mask_l, mask_s << 1, mask_l << 1);
+    let (_, end) = v2020::cut(
+        data,
+        params.min,
+        params.avg,
+        params.max,
+        mask_s,
+        mask_l,
+        mask_s << 1,
+        mask_l << 1,
+    );
     end
 }
 
@@ -179,6 +192,16 @@ mod tests {
     }
 
     #[test]
+    fn streaming_matches_the_fastcdc_crates_in_memory_chunker() {
+        let data = pseudo_random(5 << 20, 11);
+        let p = ChunkParams::DEFAULT;
+        let reference: Vec<usize> = v2020::FastCDC::new(&data, p.min, p.avg, p.max)
+            .map(|chunk| chunk.length)
+            .collect();
+        assert_eq!(chunk_lengths(&data, p), reference);
+    }
+
+    #[test]
     fn chunks_respect_size_limits() {
         let params = ChunkParams::DEFAULT;
         let mut data = pseudo_random(2 << 20, 99);
@@ -187,7 +210,10 @@ mod tests {
         let (last, rest) = lengths.split_last().unwrap();
         assert!(*last <= params.max);
         for len in rest {
-            assert!((params.min..=params.max).contains(len), "chunk of {len} bytes");
+            assert!(
+                (params.min..=params.max).contains(len),
+                "chunk of {len} bytes"
+            );
         }
         assert!(lengths.contains(&params.max));
     }
@@ -196,7 +222,10 @@ mod tests {
     fn an_insertion_only_changes_nearby_chunks() {
         let data = pseudo_random(2 << 20, 3);
         let mut edited = data.clone();
-        edited.splice(1_000_000..1_000_000, b"a few inserted bytes".iter().copied());
+        edited.splice(
+            1_000_000..1_000_000,
+            b"a few inserted bytes".iter().copied(),
+        );
         let ids = |bytes: &[u8]| {
             let mut offset = 0;
             chunk_lengths(bytes, ChunkParams::DEFAULT)
@@ -210,7 +239,10 @@ mod tests {
         let before = ids(&data);
         let after = ids(&edited);
         let changed = after.difference(&before).count();
-        assert!(changed <= 2, "{changed} chunks changed for one small insertion");
+        assert!(
+            changed <= 2,
+            "{changed} chunks changed for one small insertion"
+        );
     }
 
     #[test]

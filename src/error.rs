@@ -194,7 +194,9 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Conflict { .. } => ErrorKind::Conflict,
-            Error::Corrupt { .. } | Error::MissingObject { .. } | Error::UnsafePath { .. } => ErrorKind::Corrupt,
+            Error::Corrupt { .. } | Error::MissingObject { .. } | Error::UnsafePath { .. } => {
+                ErrorKind::Corrupt
+            }
             Error::Io { .. } => ErrorKind::Io,
             Error::Catalog(e) if is_full_disk_sqlite(e) => ErrorKind::Io,
             Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
@@ -205,13 +207,18 @@ impl Error {
 
     /// Creates an [`Error::Corrupt`].
     pub fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
-        Error::Corrupt { path: path.into(), detail: detail.into() }
+        Error::Corrupt {
+            path: path.into(),
+            detail: detail.into(),
+        }
     }
 
     /// True when the underlying cause is a full disk (ENOSPC or SQLite's SQLITE_FULL).
     pub fn is_disk_full(&self) -> bool {
         match self {
-            Error::Io { source, .. } => source.raw_os_error() == Some(28) || source.kind() == io::ErrorKind::StorageFull,
+            Error::Io { source, .. } => {
+                source.raw_os_error() == Some(28) || source.kind() == io::ErrorKind::StorageFull
+            }
             Error::Catalog(e) => is_full_disk_sqlite(e),
             _ => false,
         }
@@ -230,6 +237,9 @@ pub trait IoResultExt<T> {
 
 impl<T> IoResultExt<T> for io::Result<T> {
     fn at(self, path: &Path) -> Result<T> {
-        self.map_err(|source| Error::Io { path: path.to_path_buf(), source })
+        self.map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }

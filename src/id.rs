@@ -85,7 +85,10 @@ impl serde::Serialize for ObjectId {
 
 /// Returns true when `s` is a plausible id prefix: 1–64 lowercase hex digits.
 pub fn is_hex_prefix(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]

@@ -17,5 +17,9 @@ pub fn request() {
 /// # Errors
 /// [`Error::Interrupted`].
 pub fn check() -> Result<()> {
-    if REQUESTED.load(Ordering::Relaxed) { Err(Error::Interrupted) } else { Ok(()) }
+    if REQUESTED.load(Ordering::Relaxed) {
+        Err(Error::Interrupted)
+    } else {
+        Ok(())
+    }
 }

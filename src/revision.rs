@@ -33,9 +33,16 @@ impl Revision {
     /// # Errors
     /// [`Error::InvalidRevision`] or [`Error::InvalidName`].
     pub fn parse(text: &str) -> Result<Revision> {
-        let invalid = |reason: &str| Error::InvalidRevision { revision: text.to_string(), reason: reason.to_string() };
+        let invalid = |reason: &str| Error::InvalidRevision {
+            revision: text.to_string(),
+            reason: reason.to_string(),
+        };
         let (rest, ancestors) = match text.rsplit_once('~') {
-            Some((rest, n)) => (rest, n.parse::<u32>().map_err(|_| invalid("'~' must be followed by a number"))?),
+            Some((rest, n)) => (
+                rest,
+                n.parse::<u32>()
+                    .map_err(|_| invalid("'~' must be followed by a number"))?,
+            ),
             None => (text, 0),
         };
         let (dataset, base) = match rest.split_once('@') {
@@ -46,7 +53,11 @@ impl Revision {
         if base.is_empty() {
             return Err(invalid("nothing after '@'"));
         }
-        Ok(Revision { dataset: dataset.to_string(), base: base.to_string(), ancestors })
+        Ok(Revision {
+            dataset: dataset.to_string(),
+            base: base.to_string(),
+            ancestors,
+        })
     }
 
     /// Finds the version this revision names.
@@ -56,7 +67,9 @@ impl Revision {
     /// first version), [`Error::AmbiguousRevision`].
     pub fn resolve(&self, catalog: &Catalog) -> Result<ObjectId> {
         let text = self.to_string();
-        let not_found = || Error::RevisionNotFound { revision: text.clone() };
+        let not_found = || Error::RevisionNotFound {
+            revision: text.clone(),
+        };
         let head = catalog.head(&self.dataset)?;
         let mut id = if self.base == "latest" {
             head.ok_or_else(not_found)?
@@ -101,11 +114,18 @@ impl std::fmt::Display for Revision {
 /// # Errors
 /// [`Error::InvalidName`] saying which rule is broken.
 pub fn check_name(what: &'static str, name: &str) -> Result<()> {
-    let invalid = |reason| Error::InvalidName { what, name: name.to_string(), reason };
+    let invalid = |reason| Error::InvalidName {
+        what,
+        name: name.to_string(),
+        reason,
+    };
     if name.is_empty() || name.len() > 100 {
         return Err(invalid("it must be 1 to 100 characters long"));
     }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
         return Err(invalid("use only letters, digits, '.', '_' and '-'"));
     }
     if name.starts_with(['.', '-']) {
@@ -124,7 +144,14 @@ mod tests {
     #[test]
     fn parses_every_form() {
         let r = |s: &str| Revision::parse(s).unwrap();
-        assert_eq!(r("mnist"), Revision { dataset: "mnist".into(), base: "latest".into(), ancestors: 0 });
+        assert_eq!(
+            r("mnist"),
+            Revision {
+                dataset: "mnist".into(),
+                base: "latest".into(),
+                ancestors: 0
+            }
+        );
         assert_eq!(r("mnist@v1").base, "v1");
         assert_eq!(r("mnist@latest~2").ancestors, 2);
         assert_eq!(r("mnist~1").ancestors, 1);

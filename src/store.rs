@@ -35,7 +35,9 @@ impl Store {
     /// is not a directory; [`Error::Io`].
     pub fn init(dir: &Path) -> Result<Store> {
         if !dir.is_dir() {
-            return Err(Error::NotADirectory { path: dir.to_path_buf() });
+            return Err(Error::NotADirectory {
+                path: dir.to_path_buf(),
+            });
         }
         let root = dir.join(STORE_DIR);
         if root.join("catalog.db").exists() {
@@ -56,10 +58,15 @@ impl Store {
     pub fn open(root: &Path) -> Result<Store> {
         let catalog_path = root.join("catalog.db");
         if !catalog_path.is_file() {
-            return Err(Error::NoStore { start: root.to_path_buf() });
+            return Err(Error::NoStore {
+                start: root.to_path_buf(),
+            });
         }
         let catalog = Catalog::open(&catalog_path, false)?;
-        Ok(Store { root: root.to_path_buf(), catalog })
+        Ok(Store {
+            root: root.to_path_buf(),
+            catalog,
+        })
     }
 
     /// Finds the store for `start`: `start` itself when it is a `.dsv` directory or holds
@@ -112,7 +119,12 @@ impl Store {
     /// [`Error::Io`].
     pub fn lock(&self) -> Result<StoreLock> {
         let path = self.root.join("lock");
-        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).at(&path)?;
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .at(&path)?;
         file.lock().at(&path)?;
         Ok(StoreLock { _file: file })
     }
@@ -125,15 +137,26 @@ impl Store {
     pub fn lock_workspace(&self, key: &str) -> Result<StoreLock> {
         let dir = self.root.join("locks");
         fs::create_dir_all(&dir).at(&dir)?;
-        let path = dir.join(format!("workspace-{}.lock", ObjectId::of(key.as_bytes()).short()));
-        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).at(&path)?;
+        let path = dir.join(format!(
+            "workspace-{}.lock",
+            ObjectId::of(key.as_bytes()).short()
+        ));
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .at(&path)?;
         file.lock().at(&path)?;
         Ok(StoreLock { _file: file })
     }
 
     /// A reader of this store's objects, for use on the calling thread.
     pub fn reader(&self) -> ObjectReader<'_> {
-        ObjectReader { catalog: &self.catalog, packs: PackReader::new(&self.packs_dir(), 8) }
+        ObjectReader {
+            catalog: &self.catalog,
+            packs: PackReader::new(&self.packs_dir(), 8),
+        }
     }
 }
 
@@ -150,13 +173,24 @@ pub struct ObjectReader<'a> {
 
 impl ObjectReader<'_> {
     fn locate(&self, id: &ObjectId, what: &'static str) -> Result<ObjectLocation> {
-        self.catalog.locate(id)?.ok_or_else(|| Error::MissingObject { id: id.to_hex(), what })
+        self.catalog
+            .locate(id)?
+            .ok_or_else(|| Error::MissingObject {
+                id: id.to_hex(),
+                what,
+            })
     }
 
     fn bytes(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<Vec<u8>> {
         let location = self.locate(id, kind.name())?;
         let verify = kind != ObjectKind::FileMap;
-        self.packs.object(&location.frame, location.offset, location.length, id, verify)
+        self.packs.object(
+            &location.frame,
+            location.offset,
+            location.length,
+            id,
+            verify,
+        )
     }
 
     /// The tree `id`.
@@ -165,7 +199,8 @@ impl ObjectReader<'_> {
     /// [`Error::MissingObject`], [`Error::Corrupt`] (hash mismatch or malformed tree), [`Error::Io`].
     pub fn tree(&mut self, id: &ObjectId) -> Result<Tree> {
         let bytes = self.bytes(id, ObjectKind::Tree)?;
-        Tree::decode(&bytes).map_err(|e| Error::corrupt(self.catalog.path(), format!("tree {}: {e}", id.short())))
+        Tree::decode(&bytes)
+            .map_err(|e| Error::corrupt(self.catalog.path(), format!("tree {}: {e}", id.short())))
     }
 
     /// The version object `id`, decoded from its pack.
@@ -174,7 +209,9 @@ impl ObjectReader<'_> {
     /// As [`ObjectReader::tree`].
     pub fn version(&mut self, id: &ObjectId) -> Result<Version> {
         let bytes = self.bytes(id, ObjectKind::Version)?;
-        Version::decode(&bytes).map_err(|e| Error::corrupt(self.catalog.path(), format!("version {}: {e}", id.short())))
+        Version::decode(&bytes).map_err(|e| {
+            Error::corrupt(self.catalog.path(), format!("version {}: {e}", id.short()))
+        })
     }
 
     /// The chunk list of file `id` of `size` bytes: one chunk (the file id itself) for a file
@@ -190,9 +227,12 @@ impl ObjectReader<'_> {
         if location.kind == ObjectKind::Chunk {
             return Ok(vec![(*id, location.length)]);
         }
-        let bytes = self.packs.object(&location.frame, location.offset, location.length, id, false)?;
-        let map = FileMap::decode(&bytes)
-            .map_err(|e| Error::corrupt(self.catalog.path(), format!("file map {}: {e}", id.short())))?;
+        let bytes =
+            self.packs
+                .object(&location.frame, location.offset, location.length, id, false)?;
+        let map = FileMap::decode(&bytes).map_err(|e| {
+            Error::corrupt(self.catalog.path(), format!("file map {}: {e}", id.short()))
+        })?;
         Ok(map.chunks)
     }
 
@@ -215,12 +255,23 @@ impl ObjectReader<'_> {
         let mut offset = 0u64;
         for (chunk_id, length) in &chunks {
             let end = offset + u64::from(*length);
-            let wanted = range.as_ref().is_none_or(|r| r.start < end && offset < r.end);
+            let wanted = range
+                .as_ref()
+                .is_none_or(|r| r.start < end && offset < r.end);
             if wanted {
                 let location = self.locate(chunk_id, "chunk")?;
-                let bytes = self.packs.object(&location.frame, location.offset, location.length, chunk_id, true)?;
+                let bytes = self.packs.object(
+                    &location.frame,
+                    location.offset,
+                    location.length,
+                    chunk_id,
+                    true,
+                )?;
                 let (from, to) = match &range {
-                    Some(r) => (r.start.saturating_sub(offset) as usize, (r.end.min(end) - offset) as usize),
+                    Some(r) => (
+                        r.start.saturating_sub(offset) as usize,
+                        (r.end.min(end) - offset) as usize,
+                    ),
                     None => (0, bytes.len()),
                 };
                 out.write_all(&bytes[from..to]).at(out_name)?;
@@ -231,7 +282,10 @@ impl ObjectReader<'_> {
             offset = end;
         }
         if range.is_none() && (offset != size || ObjectId::from(hasher.finalize()) != *id) {
-            return Err(Error::corrupt(self.catalog.path(), format!("file {} does not match its id", id.short())));
+            return Err(Error::corrupt(
+                self.catalog.path(),
+                format!("file {} does not match its id", id.short()),
+            ));
         }
         Ok(())
     }

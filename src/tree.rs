@@ -60,14 +60,23 @@ pub fn build(entries: &[FlatEntry]) -> BuiltTrees {
     let mut seen = std::collections::HashSet::new();
     let mut position = 0;
     let root = build_dir(entries, &mut position, "", &mut trees, &mut seen);
-    debug_assert_eq!(position, entries.len(), "entries are not in depth-first sorted order");
+    debug_assert_eq!(
+        position,
+        entries.len(),
+        "entries are not in depth-first sorted order"
+    );
     let (bytes, files) = root.totals();
     let encoded = root.encode();
     let root_id = ObjectId::of(&encoded);
     if seen.insert(root_id) {
         trees.push((root_id, encoded));
     }
-    BuiltTrees { root: root_id, trees, files, bytes }
+    BuiltTrees {
+        root: root_id,
+        trees,
+        files,
+        bytes,
+    }
 }
 
 fn build_dir(
@@ -79,11 +88,25 @@ fn build_dir(
 ) -> Tree {
     let mut tree = Tree::default();
     while let Some(entry) = entries.get(*position) {
-        let Some(name) = entry.path.strip_prefix(prefix) else { break };
+        let Some(name) = entry.path.strip_prefix(prefix) else {
+            break;
+        };
         *position += 1;
         let (kind, size, id) = match &entry.kind {
-            FlatKind::File { executable } => (EntryKind::File { executable: *executable }, entry.size, entry.id),
-            FlatKind::Symlink { target } => (EntryKind::Symlink { target: target.clone() }, entry.size, entry.id),
+            FlatKind::File { executable } => (
+                EntryKind::File {
+                    executable: *executable,
+                },
+                entry.size,
+                entry.id,
+            ),
+            FlatKind::Symlink { target } => (
+                EntryKind::Symlink {
+                    target: target.clone(),
+                },
+                entry.size,
+                entry.id,
+            ),
             FlatKind::Dir => {
                 let sub = build_dir(entries, position, &format!("{}/", entry.path), trees, seen);
                 let (bytes, files) = sub.totals();
@@ -95,7 +118,12 @@ fn build_dir(
                 (EntryKind::Dir { files }, bytes, id)
             }
         };
-        tree.entries.push(TreeEntry { name: name.to_string(), kind, size, id });
+        tree.entries.push(TreeEntry {
+            name: name.to_string(),
+            kind,
+            size,
+            id,
+        });
     }
     tree
 }
@@ -131,19 +159,34 @@ fn flatten_into(
         let path = format!("{prefix}{}", entry.name);
         match entry.kind {
             EntryKind::Dir { .. } => {
-                out.push(FlatEntry { path: path.clone(), kind: FlatKind::Dir, size: entry.size, id: entry.id });
+                out.push(FlatEntry {
+                    path: path.clone(),
+                    kind: FlatKind::Dir,
+                    size: entry.size,
+                    id: entry.id,
+                });
                 flatten_into(reader, &entry.id, &format!("{path}/"), out, cache)?;
             }
-            EntryKind::File { executable } => {
-                out.push(FlatEntry { path, kind: FlatKind::File { executable }, size: entry.size, id: entry.id })
-            }
+            EntryKind::File { executable } => out.push(FlatEntry {
+                path,
+                kind: FlatKind::File { executable },
+                size: entry.size,
+                id: entry.id,
+            }),
             EntryKind::Symlink { target } => {
-                crate::walk::check_symlink_target(&path, &target).map_err(|reason| Error::UnsafePath {
-                    path: path.clone(),
-                    tree: id.to_hex(),
-                    reason,
+                crate::walk::check_symlink_target(&path, &target).map_err(|reason| {
+                    Error::UnsafePath {
+                        path: path.clone(),
+                        tree: id.to_hex(),
+                        reason,
+                    }
                 })?;
-                out.push(FlatEntry { path, kind: FlatKind::Symlink { target }, size: entry.size, id: entry.id })
+                out.push(FlatEntry {
+                    path,
+                    kind: FlatKind::Symlink { target },
+                    size: entry.size,
+                    id: entry.id,
+                })
             }
         }
     }
@@ -156,9 +199,18 @@ fn flatten_into(
 ///
 /// # Errors
 /// Reading a tree fails.
-pub fn lookup(reader: &mut ObjectReader<'_>, root: &ObjectId, path: &str) -> Result<Option<FlatEntry>> {
+pub fn lookup(
+    reader: &mut ObjectReader<'_>,
+    root: &ObjectId,
+    path: &str,
+) -> Result<Option<FlatEntry>> {
     let path = path.trim_matches('/');
-    let mut current = FlatEntry { path: String::new(), kind: FlatKind::Dir, size: 0, id: *root };
+    let mut current = FlatEntry {
+        path: String::new(),
+        kind: FlatKind::Dir,
+        size: 0,
+        id: *root,
+    };
     if path.is_empty() {
         let (bytes, _) = reader.tree(root)?.totals();
         current.size = bytes;
@@ -169,14 +221,25 @@ pub fn lookup(reader: &mut ObjectReader<'_>, root: &ObjectId, path: &str) -> Res
             return Ok(None);
         }
         let tree = reader.tree(&current.id)?;
-        let Some(entry) = tree.entries.into_iter().find(|e| e.name == component) else { return Ok(None) };
+        let Some(entry) = tree.entries.into_iter().find(|e| e.name == component) else {
+            return Ok(None);
+        };
         let kind = match entry.kind {
             EntryKind::Dir { .. } => FlatKind::Dir,
             EntryKind::File { executable } => FlatKind::File { executable },
             EntryKind::Symlink { target } => FlatKind::Symlink { target },
         };
-        let joined = if current.path.is_empty() { component.to_string() } else { format!("{}/{component}", current.path) };
-        current = FlatEntry { path: joined, kind, size: entry.size, id: entry.id };
+        let joined = if current.path.is_empty() {
+            component.to_string()
+        } else {
+            format!("{}/{component}", current.path)
+        };
+        current = FlatEntry {
+            path: joined,
+            kind,
+            size: entry.size,
+            id: entry.id,
+        };
     }
     Ok(Some(current))
 }
@@ -212,7 +275,11 @@ pub struct Change {
 ///
 /// # Errors
 /// Reading a tree fails.
-pub fn diff(reader: &mut ObjectReader<'_>, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<Change>> {
+pub fn diff(
+    reader: &mut ObjectReader<'_>,
+    old: Option<&ObjectId>,
+    new: Option<&ObjectId>,
+) -> Result<Vec<Change>> {
     let mut changes = Vec::new();
     diff_into(reader, old, new, "", &mut changes)?;
     changes.sort_by(|a, b| a.path.cmp(&b.path));
@@ -229,8 +296,14 @@ fn diff_into(
     if old == new {
         return Ok(());
     }
-    let old_tree = old.map(|id| reader.tree(id)).transpose()?.unwrap_or_default();
-    let new_tree = new.map(|id| reader.tree(id)).transpose()?.unwrap_or_default();
+    let old_tree = old
+        .map(|id| reader.tree(id))
+        .transpose()?
+        .unwrap_or_default();
+    let new_tree = new
+        .map(|id| reader.tree(id))
+        .transpose()?
+        .unwrap_or_default();
     let (mut i, mut j) = (0, 0);
     while i < old_tree.entries.len() || j < new_tree.entries.len() {
         let a = old_tree.entries.get(i);
@@ -255,31 +328,57 @@ fn diff_into(
                 (a, b)
             }
         };
-        let name = a.or(b).map(|e| e.name.as_str()).expect("one side is present");
+        let name = a
+            .or(b)
+            .map(|e| e.name.as_str())
+            .expect("one side is present");
         let path = format!("{prefix}{name}");
-        let dir_id = |e: Option<&TreeEntry>| e.filter(|e| matches!(e.kind, EntryKind::Dir { .. })).map(|e| e.id);
+        let dir_id = |e: Option<&TreeEntry>| {
+            e.filter(|e| matches!(e.kind, EntryKind::Dir { .. }))
+                .map(|e| e.id)
+        };
         // Files and symlinks are compared; a directory only when it holds no file at all
         // (otherwise its contents speak for it).
         let leaf = |e: Option<&TreeEntry>| {
-            e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0)).map(|e| FlatEntry {
-                path: path.clone(),
-                kind: match &e.kind {
-                    EntryKind::File { executable } => FlatKind::File { executable: *executable },
-                    EntryKind::Symlink { target } => FlatKind::Symlink { target: target.clone() },
-                    EntryKind::Dir { .. } => FlatKind::Dir,
-                },
-                size: e.size,
-                id: e.id,
-            })
+            e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0))
+                .map(|e| FlatEntry {
+                    path: path.clone(),
+                    kind: match &e.kind {
+                        EntryKind::File { executable } => FlatKind::File {
+                            executable: *executable,
+                        },
+                        EntryKind::Symlink { target } => FlatKind::Symlink {
+                            target: target.clone(),
+                        },
+                        EntryKind::Dir { .. } => FlatKind::Dir,
+                    },
+                    size: e.size,
+                    id: e.id,
+                })
         };
         let (old_dir, new_dir) = (dir_id(a), dir_id(b));
         if old_dir.is_some() || new_dir.is_some() {
-            diff_into(reader, old_dir.as_ref(), new_dir.as_ref(), &format!("{path}/"), changes)?;
+            diff_into(
+                reader,
+                old_dir.as_ref(),
+                new_dir.as_ref(),
+                &format!("{path}/"),
+                changes,
+            )?;
         }
-        let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() { (None, None) } else { (leaf(a), leaf(b)) };
+        let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() {
+            (None, None)
+        } else {
+            (leaf(a), leaf(b))
+        };
         let change = leaf_change(old_leaf.as_ref(), new_leaf.as_ref());
         if let Some(change) = change {
-            changes.push(Change { path, change, old: old_leaf, new: new_leaf });
+            changes.push(Change {
+                path,
+                change,
+                old: old_leaf,
+                new: new_leaf,
+            });
         }
     }
     Ok(())
@@ -316,8 +415,12 @@ pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
     }
     let (old_map, new_map) = (by_path(old), by_path(new));
     let (old_full, new_full) = (non_empty_dirs(old), non_empty_dirs(new));
-    let leaf = |map: &std::collections::BTreeMap<&str, &FlatEntry>, full: &std::collections::HashSet<&str>, path: &str| {
-        map.get(path).filter(|e| !(e.kind == FlatKind::Dir && full.contains(path))).map(|e| (*e).clone())
+    let leaf = |map: &std::collections::BTreeMap<&str, &FlatEntry>,
+                full: &std::collections::HashSet<&str>,
+                path: &str| {
+        map.get(path)
+            .filter(|e| !(e.kind == FlatKind::Dir && full.contains(path)))
+            .map(|e| (*e).clone())
     };
     let mut paths: Vec<&str> = old_map.keys().chain(new_map.keys()).copied().collect();
     paths.sort_unstable();
@@ -329,9 +432,17 @@ pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
         if both_dirs {
             continue;
         }
-        let (old_leaf, new_leaf) = (leaf(&old_map, &old_full, path), leaf(&new_map, &new_full, path));
+        let (old_leaf, new_leaf) = (
+            leaf(&old_map, &old_full, path),
+            leaf(&new_map, &new_full, path),
+        );
         if let Some(change) = leaf_change(old_leaf.as_ref(), new_leaf.as_ref()) {
-            changes.push(Change { path: path.to_string(), change, old: old_leaf, new: new_leaf });
+            changes.push(Change {
+                path: path.to_string(),
+                change,
+                old: old_leaf,
+                new: new_leaf,
+            });
         }
     }
     changes

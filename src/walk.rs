@@ -79,9 +79,21 @@ pub struct ScanEntry {
 /// [`Error::NotADirectory`] when `root` is not a directory; [`Error::Unsupported`] for the
 /// refused entries listed in the module docs; [`Error::Io`] when a directory cannot be read.
 pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
+    scan_with_leftovers(root).map(|(entries, _)| entries)
+}
+
+/// As [`scan`], also returning the paths of dsv's own temporary files found (left by an
+/// interrupted checkout; the next checkout removes them).
+///
+/// # Errors
+/// As [`scan`].
+pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path::PathBuf>)> {
     if !root.is_dir() {
-        return Err(Error::NotADirectory { path: root.to_path_buf() });
+        return Err(Error::NotADirectory {
+            path: root.to_path_buf(),
+        });
     }
+    let mut leftovers = Vec::new();
     let walker = walkdir::WalkDir::new(root)
         .min_depth(1)
         .follow_links(false)
@@ -89,7 +101,11 @@ pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
         .into_iter()
         .filter_entry(|e| {
             let name = e.file_name().as_encoded_bytes();
-            !(name == STORE_DIR.as_bytes() && e.file_type().is_dir()) && !name.starts_with(TEMP_PREFIX.as_bytes())
+            if name.starts_with(TEMP_PREFIX.as_bytes()) && !e.file_type().is_dir() {
+                leftovers.push(e.path().to_path_buf());
+                return false;
+            }
+            !(name == STORE_DIR.as_bytes() && e.file_type().is_dir())
         });
     let mut entries = Vec::new();
     for entry in walker {
@@ -97,22 +113,37 @@ pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
             let path = e.path().unwrap_or(root).to_path_buf();
             match e.into_io_error() {
                 Some(source) => Error::Io { path, source },
-                None => Error::Unsupported { path, reason: "filesystem loop".into() },
+                None => Error::Unsupported {
+                    path,
+                    reason: "filesystem loop".into(),
+                },
             }
         })?;
         let path = entry.path();
-        let relative = path.strip_prefix(root).expect("walkdir yields paths under its root");
+        let relative = path
+            .strip_prefix(root)
+            .expect("walkdir yields paths under its root");
         let relative = relative
             .to_str()
-            .ok_or_else(|| Error::Unsupported { path: path.to_path_buf(), reason: "the name is not valid UTF-8".into() })?
+            .ok_or_else(|| Error::Unsupported {
+                path: path.to_path_buf(),
+                reason: "the name is not valid UTF-8".into(),
+            })?
             .to_string();
         let metadata = entry.metadata().map_err(|e| {
-            let source = e.into_io_error().unwrap_or_else(|| std::io::Error::other("metadata unavailable"));
-            Error::Io { path: path.to_path_buf(), source }
+            let source = e
+                .into_io_error()
+                .unwrap_or_else(|| std::io::Error::other("metadata unavailable"));
+            Error::Io {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         let file_type = metadata.file_type();
         let kind = if file_type.is_file() {
-            ScanKind::File { executable: metadata.mode() & 0o100 != 0 }
+            ScanKind::File {
+                executable: metadata.mode() & 0o100 != 0,
+            }
         } else if file_type.is_dir() {
             ScanKind::Dir
         } else if file_type.is_symlink() {
@@ -121,9 +152,13 @@ pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
                 path: path.to_path_buf(),
                 reason: "the symlink target is not valid UTF-8".into(),
             })?;
-            check_symlink_target(&relative, target)
-                .map_err(|reason| Error::Unsupported { path: path.to_path_buf(), reason: reason.into() })?;
-            ScanKind::Symlink { target: target.to_string() }
+            check_symlink_target(&relative, target).map_err(|reason| Error::Unsupported {
+                path: path.to_path_buf(),
+                reason: reason.into(),
+            })?;
+            ScanKind::Symlink {
+                target: target.to_string(),
+            }
         } else {
             return Err(Error::Unsupported {
                 path: path.to_path_buf(),
@@ -131,9 +166,13 @@ pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
                     .into(),
             });
         };
-        entries.push(ScanEntry { path: relative, kind, stat: Stat::of(&metadata) });
+        entries.push(ScanEntry {
+            path: relative,
+            kind,
+            stat: Stat::of(&metadata),
+        });
     }
-    Ok(entries)
+    Ok((entries, leftovers))
 }
 
 /// Checks that a symlink at `link_path` (relative to the root) with `target` stays inside the
@@ -141,7 +180,10 @@ pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
 ///
 /// # Errors
 /// A reason when the target is empty, absolute, or climbs above the root.
-pub fn check_symlink_target(link_path: &str, target: &str) -> std::result::Result<(), &'static str> {
+pub fn check_symlink_target(
+    link_path: &str,
+    target: &str,
+) -> std::result::Result<(), &'static str> {
     if target.is_empty() {
         return Err("the symlink target is empty");
     }
@@ -150,7 +192,9 @@ pub fn check_symlink_target(link_path: &str, target: &str) -> std::result::Resul
     }
     let target_path = Path::new(target);
     if target_path.is_absolute() {
-        return Err("the symlink is absolute; only relative links inside the directory can be versioned");
+        return Err(
+            "the symlink is absolute; only relative links inside the directory can be versioned",
+        );
     }
     // Depth of the link's parent directory below the root.
     let mut depth = link_path.split('/').count() as i64 - 1;

@@ -24,7 +24,11 @@ pub const COARSE_RACY_MARGIN_NS: i64 = 2_000_000_000;
 
 /// The margin that applies to a file whose mtime is `mtime_ns`.
 pub fn racy_margin(mtime_ns: i64) -> i64 {
-    if mtime_ns % 1_000_000_000 == 0 { COARSE_RACY_MARGIN_NS } else { RACY_MARGIN_NS }
+    if mtime_ns % 1_000_000_000 == 0 {
+        COARSE_RACY_MARGIN_NS
+    } else {
+        RACY_MARGIN_NS
+    }
 }
 
 /// The cached file id when `entry` can be trusted for a file whose stat is now `stat`.
@@ -53,7 +57,10 @@ pub fn entry(stat: &Stat, file_id: ObjectId, checked_ns: i64) -> StatEntry {
 
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 /// The file id of the file at `path` (BLAKE3 of its bytes, as `b3sum` prints it).
@@ -80,13 +87,20 @@ pub fn hash_file(path: &Path) -> Result<ObjectId> {
 /// [`crate::Error::NotADirectory`] when it does not exist or is not a directory;
 /// [`crate::Error::Unsupported`] when the path is not UTF-8.
 pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
-    let canonical = std::fs::canonicalize(dir).map_err(|_| crate::Error::NotADirectory { path: dir.to_path_buf() })?;
+    let canonical = std::fs::canonicalize(dir).map_err(|_| crate::Error::NotADirectory {
+        path: dir.to_path_buf(),
+    })?;
     if !canonical.is_dir() {
-        return Err(crate::Error::NotADirectory { path: dir.to_path_buf() });
+        return Err(crate::Error::NotADirectory {
+            path: dir.to_path_buf(),
+        });
     }
     let key = canonical
         .to_str()
-        .ok_or_else(|| crate::Error::Unsupported { path: canonical.clone(), reason: "the path is not valid UTF-8".into() })?
+        .ok_or_else(|| crate::Error::Unsupported {
+            path: canonical.clone(),
+            reason: "the path is not valid UTF-8".into(),
+        })?
         .to_string();
     Ok((canonical, key))
 }
@@ -96,30 +110,57 @@ mod tests {
     use super::*;
 
     fn stat(mtime_ns: i64) -> Stat {
-        Stat { size: 10, mtime_ns, ctime_ns: mtime_ns, inode: 7, mode: 0o100644 }
+        Stat {
+            size: 10,
+            mtime_ns,
+            ctime_ns: mtime_ns,
+            inode: 7,
+            mode: 0o100644,
+        }
     }
 
     #[test]
     fn trusted_only_when_unchanged_and_settled() {
         let id = ObjectId::of(b"x");
         let s = stat(1_000_000_123);
-        assert_eq!(cached_id(&entry(&s, id, 1_000_000_123 + RACY_MARGIN_NS), &s), Some(id));
+        assert_eq!(
+            cached_id(&entry(&s, id, 1_000_000_123 + RACY_MARGIN_NS), &s),
+            Some(id)
+        );
         // Racy: the stat was taken too soon after the last modification.
         assert_eq!(cached_id(&entry(&s, id, 1_000_000_124), &s), None);
         // Any changed field distrusts the entry.
         let settled = entry(&s, id, i64::MAX / 2);
         for changed in [
             Stat { size: 11, ..s },
-            Stat { mtime_ns: s.mtime_ns + 1, ..s },
-            Stat { ctime_ns: s.ctime_ns + 1, ..s },
+            Stat {
+                mtime_ns: s.mtime_ns + 1,
+                ..s
+            },
+            Stat {
+                ctime_ns: s.ctime_ns + 1,
+                ..s
+            },
             Stat { inode: 8, ..s },
-            Stat { mode: 0o100755, ..s },
+            Stat {
+                mode: 0o100755,
+                ..s
+            },
         ] {
             assert_eq!(cached_id(&settled, &changed), None);
         }
         // Whole-second timestamps get the coarse margin.
         let coarse = stat(5_000_000_000);
-        assert_eq!(cached_id(&entry(&coarse, id, 5_000_000_000 + RACY_MARGIN_NS), &coarse), None);
-        assert_eq!(cached_id(&entry(&coarse, id, 5_000_000_000 + COARSE_RACY_MARGIN_NS), &coarse), Some(id));
+        assert_eq!(
+            cached_id(&entry(&coarse, id, 5_000_000_000 + RACY_MARGIN_NS), &coarse),
+            None
+        );
+        assert_eq!(
+            cached_id(
+                &entry(&coarse, id, 5_000_000_000 + COARSE_RACY_MARGIN_NS),
+                &coarse
+            ),
+            Some(id)
+        );
     }
 }

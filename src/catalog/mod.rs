@@ -53,15 +53,24 @@ impl Catalog {
         }
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
         configure(&conn).map_err(|e| corrupt_or(path, e))?;
-        let found: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(|e| corrupt_or(path, e))?;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|e| corrupt_or(path, e))?;
         let found = found.max(0) as usize;
         if found > schema_version() {
-            return Err(Error::StoreTooNew { path: path.to_path_buf(), found, supported: schema_version() });
+            return Err(Error::StoreTooNew {
+                path: path.to_path_buf(),
+                found,
+                supported: schema_version(),
+            });
         }
         if found < schema_version() {
             MIGRATIONS.to_latest(&mut conn)?;
         }
-        Ok(Catalog { conn, path: path.to_path_buf() })
+        Ok(Catalog {
+            conn,
+            path: path.to_path_buf(),
+        })
     }
 
     /// The database file.
@@ -81,7 +90,9 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`] when the database stays locked past the timeout.
     pub fn writer(&mut self) -> Result<CatalogWriter<'_>> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         Ok(CatalogWriter { tx })
     }
 
@@ -91,7 +102,9 @@ impl Catalog {
     /// [`Error::Corrupt`] listing what `PRAGMA integrity_check` found.
     pub fn check_integrity(&self) -> Result<()> {
         let mut stmt = self.conn.prepare("PRAGMA integrity_check")?;
-        let rows: Vec<String> = stmt.query_map([], |row| row.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let rows: Vec<String> = stmt
+            .query_map([], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
         if rows != ["ok"] {
             return Err(Error::corrupt(&self.path, rows.join("; ")));
         }
@@ -111,7 +124,10 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 fn corrupt_or(path: &Path, error: rusqlite::Error) -> Error {
     match &error {
         rusqlite::Error::SqliteFailure(f, _)
-            if matches!(f.code, rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) =>
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
+            ) =>
         {
             Error::corrupt(path, "the catalog is not a valid SQLite database")
         }
@@ -137,7 +153,10 @@ impl CatalogWriter<'_> {
 
 /// Current time in seconds since the Unix epoch.
 pub fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -149,7 +168,10 @@ mod tests {
         MIGRATIONS.validate().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let catalog = Catalog::open(&dir.path().join("catalog.db"), true).unwrap();
-        let applied: i64 = catalog.conn().query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+        let applied: i64 = catalog
+            .conn()
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
         assert_eq!(applied as usize, schema_version());
     }
 
@@ -158,8 +180,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.db");
         drop(Catalog::open(&path, true).unwrap());
-        Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
-        assert!(matches!(Catalog::open(&path, false), Err(Error::StoreTooNew { found: 99, .. })));
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 99)
+            .unwrap();
+        assert!(matches!(
+            Catalog::open(&path, false),
+            Err(Error::StoreTooNew { found: 99, .. })
+        ));
     }
 
     #[test]
@@ -167,6 +195,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.db");
         std::fs::write(&path, vec![0x42u8; 8192]).unwrap();
-        assert!(matches!(Catalog::open(&path, false), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            Catalog::open(&path, false),
+            Err(Error::Corrupt { .. })
+        ));
     }
 }

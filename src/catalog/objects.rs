@@ -30,7 +30,9 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached("SELECT 1 FROM objects WHERE id = ?1")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT 1 FROM objects WHERE id = ?1")?;
         Ok(stmt.exists([&id.0[..]])?)
     }
 
@@ -54,10 +56,21 @@ impl Catalog {
                 ))
             })
             .optional()?;
-        let Some((kind, pack, offset, stored_length, raw_length, compression, object_offset, length)) = row else {
+        let Some((
+            kind,
+            pack,
+            offset,
+            stored_length,
+            raw_length,
+            compression,
+            object_offset,
+            length,
+        )) = row
+        else {
             return Ok(None);
         };
-        let bad = |what: &str| Error::corrupt(&self.path, format!("object {} has {what}", id.short()));
+        let bad =
+            |what: &str| Error::corrupt(&self.path, format!("object {} has {what}", id.short()));
         Ok(Some(ObjectLocation {
             kind: ObjectKind::from_u8(kind).ok_or_else(|| bad("an unknown kind"))?,
             frame: FrameLocation {
@@ -65,7 +78,8 @@ impl Catalog {
                 offset: offset as u64,
                 stored_length,
                 raw_length,
-                compression: Compression::from_u8(compression).ok_or_else(|| bad("an unknown compression"))?,
+                compression: Compression::from_u8(compression)
+                    .ok_or_else(|| bad("an unknown compression"))?,
             },
             offset: object_offset,
             length,
@@ -77,12 +91,17 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn packs(&self) -> Result<Vec<(ObjectId, u64)>> {
-        let mut stmt = self.conn.prepare("SELECT pack_id, size FROM packs ORDER BY id")?;
-        let rows = stmt.query_map([], |row| Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?)))?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT pack_id, size FROM packs ORDER BY id")?;
+        let rows = stmt.query_map([], |row| {
+            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?))
+        })?;
         let mut packs = Vec::new();
         for row in rows {
             let (id, size) = row?;
-            let id = ObjectId::from_slice(&id).ok_or_else(|| Error::corrupt(&self.path, "malformed pack id"))?;
+            let id = ObjectId::from_slice(&id)
+                .ok_or_else(|| Error::corrupt(&self.path, "malformed pack id"))?;
             packs.push((id, size as u64));
         }
         Ok(packs)
@@ -93,8 +112,16 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn object_counts(&self) -> Result<Vec<(ObjectKind, u64, u64)>> {
-        let mut stmt = self.conn.prepare("SELECT kind, count(*), sum(length) FROM objects GROUP BY kind ORDER BY kind")?;
-        let rows = stmt.query_map([], |row| Ok((row.get::<_, u8>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?)))?;
+        let mut stmt = self.conn.prepare(
+            "SELECT kind, count(*), sum(length) FROM objects GROUP BY kind ORDER BY kind",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, u8>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        })?;
         let mut out = Vec::new();
         for row in rows {
             let (kind, count, bytes) = row?;
@@ -114,9 +141,11 @@ impl CatalogWriter<'_> {
     /// [`Error::Catalog`].
     pub fn add_pack(&self, pack: &SealedPack) -> Result<()> {
         // Two writers can seal byte-identical packs (the same data, the same order): index once.
-        let known: bool = self.tx.query_row("SELECT count(*) FROM packs WHERE pack_id = ?1", [&pack.id.0[..]], |row| {
-            row.get::<_, i64>(0).map(|n| n > 0)
-        })?;
+        let known: bool = self.tx.query_row(
+            "SELECT count(*) FROM packs WHERE pack_id = ?1",
+            [&pack.id.0[..]],
+            |row| row.get::<_, i64>(0).map(|n| n > 0),
+        )?;
         if known {
             return Ok(());
         }

@@ -34,8 +34,7 @@ pub struct DatasetSummary {
     pub updated: Option<i64>,
 }
 
-const VERSION_COLUMNS: &str =
-    "v.id, d.name, v.tree, v.parent, v.author, v.created_at, v.file_count, v.byte_count, v.source, v.message";
+const VERSION_COLUMNS: &str = "v.id, d.name, v.tree, v.parent, v.author, v.created_at, v.file_count, v.byte_count, v.source, v.message";
 
 fn id_column(row: &Row<'_>, index: usize) -> rusqlite::Result<ObjectId> {
     let bytes: Vec<u8> = row.get(index)?;
@@ -70,10 +69,14 @@ impl Catalog {
     /// # Errors
     /// [`Error::DatasetNotFound`] when there is no such dataset.
     pub fn head(&self, name: &str) -> Result<Option<ObjectId>> {
-        let mut stmt = self.conn.prepare_cached("SELECT head FROM datasets WHERE name = ?1")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT head FROM datasets WHERE name = ?1")?;
         let head: Option<Option<Vec<u8>>> = stmt.query_row([name], |row| row.get(0)).optional()?;
         match head {
-            None => Err(Error::DatasetNotFound { name: name.to_string() }),
+            None => Err(Error::DatasetNotFound {
+                name: name.to_string(),
+            }),
             Some(head) => Ok(head.as_deref().and_then(ObjectId::from_slice)),
         }
     }
@@ -83,7 +86,9 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn version(&self, id: &ObjectId) -> Result<Option<VersionRecord>> {
-        let sql = format!("SELECT {VERSION_COLUMNS} FROM versions v JOIN datasets d ON d.id = v.dataset WHERE v.id = ?1");
+        let sql = format!(
+            "SELECT {VERSION_COLUMNS} FROM versions v JOIN datasets d ON d.id = v.dataset WHERE v.id = ?1"
+        );
         let mut stmt = self.conn.prepare_cached(&sql)?;
         Ok(stmt.query_row([&id.0[..]], version_row).optional()?)
     }
@@ -109,7 +114,9 @@ impl Catalog {
         let mut stmt = self.conn.prepare_cached(
             "SELECT t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 AND t.name = ?2",
         )?;
-        Ok(stmt.query_row(params![name, tag], |row| id_column(row, 0)).optional()?)
+        Ok(stmt
+            .query_row(params![name, tag], |row| id_column(row, 0))
+            .optional()?)
     }
 
     /// Tags that name version `id`, sorted.
@@ -117,7 +124,9 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn tags_of(&self, id: &ObjectId) -> Result<Vec<String>> {
-        let mut stmt = self.conn.prepare_cached("SELECT name FROM tags WHERE version = ?1 ORDER BY name")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name FROM tags WHERE version = ?1 ORDER BY name")?;
         let names = stmt.query_map([&id.0[..]], |row| row.get(0))?;
         Ok(names.collect::<rusqlite::Result<_>>()?)
     }
@@ -157,8 +166,11 @@ impl CatalogWriter<'_> {
             "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
             params![version.dataset, unix_now()],
         )?;
-        let dataset: i64 =
-            self.tx.query_row("SELECT id FROM datasets WHERE name = ?1", [&version.dataset], |row| row.get(0))?;
+        let dataset: i64 = self.tx.query_row(
+            "SELECT id FROM datasets WHERE name = ?1",
+            [&version.dataset],
+            |row| row.get(0),
+        )?;
         self.tx.execute(
             "INSERT OR IGNORE INTO versions (id, dataset, parent, tree, author, created_at, file_count, byte_count, source, message)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -175,7 +187,10 @@ impl CatalogWriter<'_> {
                 version.message
             ],
         )?;
-        self.tx.execute("UPDATE datasets SET head = ?1 WHERE id = ?2", params![&id.0[..], dataset])?;
+        self.tx.execute(
+            "UPDATE datasets SET head = ?1 WHERE id = ?2",
+            params![&id.0[..], dataset],
+        )?;
         Ok(())
     }
 
@@ -184,8 +199,12 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn head(&self, name: &str) -> Result<Option<ObjectId>> {
-        let head: Option<Option<Vec<u8>>> =
-            self.tx.query_row("SELECT head FROM datasets WHERE name = ?1", [name], |row| row.get(0)).optional()?;
+        let head: Option<Option<Vec<u8>>> = self
+            .tx
+            .query_row("SELECT head FROM datasets WHERE name = ?1", [name], |row| {
+                row.get(0)
+            })
+            .optional()?;
         Ok(head.flatten().as_deref().and_then(ObjectId::from_slice))
     }
 
@@ -194,19 +213,28 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::TagExists`] when the tag exists and `force` is false.
     pub fn set_tag(&self, name: &str, tag: &str, id: &ObjectId, force: bool) -> Result<()> {
-        let dataset: i64 = self.tx.query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| row.get(0))?;
+        let dataset: i64 =
+            self.tx
+                .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
+                    row.get(0)
+                })?;
         let existing: Option<Vec<u8>> = self
             .tx
-            .query_row("SELECT version FROM tags WHERE dataset = ?1 AND name = ?2", params![dataset, tag], |row| {
-                row.get(0)
-            })
+            .query_row(
+                "SELECT version FROM tags WHERE dataset = ?1 AND name = ?2",
+                params![dataset, tag],
+                |row| row.get(0),
+            )
             .optional()?;
         if let Some(existing) = existing {
             if existing == id.0 {
                 return Ok(());
             }
             if !force {
-                return Err(Error::TagExists { dataset: name.to_string(), tag: tag.to_string() });
+                return Err(Error::TagExists {
+                    dataset: name.to_string(),
+                    tag: tag.to_string(),
+                });
             }
         }
         self.tx.execute(

@@ -95,14 +95,24 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`crate::Error::Catalog`].
     pub fn set_workspace(&self, path: &str, dataset: &str, version: &ObjectId) -> Result<i64> {
-        let dataset: Option<i64> =
-            self.tx.query_row("SELECT id FROM datasets WHERE name = ?1", [dataset], |row| row.get(0)).optional()?;
+        let dataset: Option<i64> = self
+            .tx
+            .query_row(
+                "SELECT id FROM datasets WHERE name = ?1",
+                [dataset],
+                |row| row.get(0),
+            )
+            .optional()?;
         self.tx.execute(
             "INSERT INTO workspaces (path, dataset, version, updated_at) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(path) DO UPDATE SET dataset = excluded.dataset, version = excluded.version, updated_at = excluded.updated_at",
             params![path, dataset, &version.0[..], unix_now()],
         )?;
-        Ok(self.tx.query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| row.get(0))?)
+        Ok(self
+            .tx
+            .query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| {
+                row.get(0)
+            })?)
     }
 
     /// Applies changes to a workspace's stat cache: `Some` upserts a path's entry, `None` deletes it.
@@ -118,7 +128,9 @@ impl CatalogWriter<'_> {
             "INSERT OR REPLACE INTO stat_cache (workspace, path, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
-        let mut delete = self.tx.prepare_cached("DELETE FROM stat_cache WHERE workspace = ?1 AND path = ?2")?;
+        let mut delete = self
+            .tx
+            .prepare_cached("DELETE FROM stat_cache WHERE workspace = ?1 AND path = ?2")?;
         for (path, entry) in changes {
             match entry {
                 Some(e) => upsert.execute(params![

@@ -58,10 +58,16 @@ pub fn causes(error: &anyhow::Error) -> Vec<String> {
 
 /// What the user can do about the error.
 pub fn hints(error: &anyhow::Error) -> Vec<String> {
-    let Some(error) = error.downcast_ref::<Error>() else { return Vec::new() };
+    let Some(error) = error.downcast_ref::<Error>() else {
+        return Vec::new();
+    };
     let hint = match error {
-        _ if error.is_disk_full() => "free some disk space and run the command again; nothing was recorded".into(),
-        Error::NoStore { .. } => "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into(),
+        _ if error.is_disk_full() => {
+            "free some disk space and run the command again; nothing was recorded".into()
+        }
+        Error::NoStore { .. } => {
+            "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
+        }
         Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
         Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets".into(),
         Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
@@ -70,11 +76,15 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         }
         Error::TagExists { .. } => "pass --force to move the tag".into(),
         Error::Conflict { .. } => {
-            "commit those changes first, or pass --force to overwrite them (they will be lost)".into()
+            "commit those changes first, or pass --force to overwrite them (they will be lost)"
+                .into()
         }
-        Error::NotAWorkspace { .. } => "`dsv checkout REV DIR` or `dsv commit DIR` makes it one".into(),
+        Error::NotAWorkspace { .. } => {
+            "`dsv checkout REV DIR` or `dsv commit DIR` makes it one".into()
+        }
         Error::Corrupt { .. } | Error::MissingObject { .. } => {
-            "run `dsv verify` to check the whole store; the data must be restored from another copy".into()
+            "run `dsv verify` to check the whole store; the data must be restored from another copy"
+                .into()
         }
         Error::Interrupted => "the store is consistent; run the command again to finish".into(),
         _ => return Vec::new(),

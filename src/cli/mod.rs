@@ -158,7 +158,11 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { error::USAGE } else { error::SUCCESS });
+            return ExitCode::from(if e.use_stderr() {
+                error::USAGE
+            } else {
+                error::SUCCESS
+            });
         }
     };
     tracing_subscriber::fmt()
@@ -178,7 +182,10 @@ pub fn main() -> ExitCode {
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    error.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn report_error(ui: &Ui, e: &anyhow::Error) {
@@ -225,7 +232,10 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             if ui.json {
                 ui.json(&serde_json::json!({ "store": root }))?;
             } else {
-                ui.line(format!("Initialized an empty dsv store in {}", root.display()))?;
+                ui.line(format!(
+                    "Initialized an empty dsv store in {}",
+                    root.display()
+                ))?;
             }
         }
         Command::Commit(args) => {
@@ -253,7 +263,10 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             let mut store = open_store(cli)?;
             let revision = Revision::parse(&args.revision)?;
             let defaults = checkout::CheckoutOptions::default();
-            let options = checkout::CheckoutOptions { force: args.force, jobs: jobs_or(&args.jobs, defaults.jobs) };
+            let options = checkout::CheckoutOptions {
+                force: args.force,
+                jobs: jobs_or(&args.jobs, defaults.jobs),
+            };
             let report = checkout::checkout(&mut store, &revision, &args.dir, &options, &progress)?;
             if ui.json {
                 ui.json(&report)?;
@@ -261,7 +274,11 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 ui.line(render::checkout(&report))?;
             }
         }
-        Command::Status { dir, exit_code, jobs } => {
+        Command::Status {
+            dir,
+            exit_code,
+            jobs,
+        } => {
             let mut store = open_store(cli)?;
             let defaults = IngestOptions::default().jobs;
             let report = status::status(&mut store, dir, jobs_or(jobs, defaults), &progress)?;
@@ -274,7 +291,11 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 return Ok(error::DIFFERENCES);
             }
         }
-        Command::Diff { old, new, exit_code } => {
+        Command::Diff {
+            old,
+            new,
+            exit_code,
+        } => {
             let store = open_store(cli)?;
             let (older, newer) = match new {
                 Some(new) => (Some(Revision::parse(old)?), Revision::parse(new)?),
@@ -330,21 +351,31 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 ui.line(render::show(&info))?;
             }
         }
-        Command::Tag { revision, tag, force } => {
+        Command::Tag {
+            revision,
+            tag,
+            force,
+        } => {
             let mut store = open_store(cli)?;
             let revision = Revision::parse(revision)?;
             let id = inspect::tag(&mut store, &revision, tag, *force)?;
             if ui.json {
-                ui.json(&serde_json::json!({ "dataset": revision.dataset, "tag": tag, "version": id }))?;
+                ui.json(
+                    &serde_json::json!({ "dataset": revision.dataset, "tag": tag, "version": id }),
+                )?;
             } else {
-                ui.line(format!("Tagged {}@{} as {tag}", revision.dataset, id.short()))?;
+                ui.line(format!(
+                    "Tagged {}@{} as {tag}",
+                    revision.dataset,
+                    id.short()
+                ))?;
             }
         }
         Command::Cat { target, range } => {
             let store = open_store(cli)?;
-            let (revision, path) = target
-                .split_once(':')
-                .ok_or_else(|| anyhow::anyhow!("expected REV:PATH, for example mnist@v1:train/0.png"))?;
+            let (revision, path) = target.split_once(':').ok_or_else(|| {
+                anyhow::anyhow!("expected REV:PATH, for example mnist@v1:train/0.png")
+            })?;
             let range = range.as_deref().map(parse_range).transpose()?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
@@ -369,9 +400,19 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
 
 /// Parses `START..END`, `START..` or `..END` (bytes, END exclusive).
 fn parse_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
-    let (start, end) = text.split_once("..").ok_or_else(|| anyhow::anyhow!("--range must look like START..END"))?;
-    let start: u64 = if start.is_empty() { 0 } else { start.parse().context("--range START is not a number")? };
-    let end: u64 = if end.is_empty() { u64::MAX } else { end.parse().context("--range END is not a number")? };
+    let (start, end) = text
+        .split_once("..")
+        .ok_or_else(|| anyhow::anyhow!("--range must look like START..END"))?;
+    let start: u64 = if start.is_empty() {
+        0
+    } else {
+        start.parse().context("--range START is not a number")?
+    };
+    let end: u64 = if end.is_empty() {
+        u64::MAX
+    } else {
+        end.parse().context("--range END is not a number")?
+    };
     anyhow::ensure!(start <= end, "--range START must not exceed END");
     Ok(start..end)
 }

@@ -14,14 +14,23 @@ use dsv::ops::verify::VerifyReport;
 use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
 
 fn time(seconds: i64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(seconds.max(0) as u64)).to_string()
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(seconds.max(0) as u64))
+        .to_string()
 }
 
 pub fn commit(r: &CommitReport) -> String {
     if !r.created {
-        return format!("Nothing changed: {} is still at {}", r.dataset, r.version.short());
+        return format!(
+            "Nothing changed: {} is still at {}",
+            r.dataset,
+            r.version.short()
+        );
     }
-    let tag = r.tag.as_ref().map(|t| format!(" (tag {t})")).unwrap_or_default();
+    let tag = r
+        .tag
+        .as_ref()
+        .map(|t| format!(" (tag {t})"))
+        .unwrap_or_default();
     format!(
         "Committed {}@{}{tag}: {} files, {}\n  read {} files ({}), {} unchanged; stored {} new chunks, {} in {} packs\n{}",
         r.dataset,
@@ -65,7 +74,11 @@ pub fn changes(changes: &[Change], none: &str) -> String {
             ChangeKind::Deleted => 'D',
         };
         let entry = change.new.as_ref().or(change.old.as_ref());
-        let suffix = if entry.is_some_and(|e| e.kind == FlatKind::Dir) { "/" } else { "" };
+        let suffix = if entry.is_some_and(|e| e.kind == FlatKind::Dir) {
+            "/"
+        } else {
+            ""
+        };
         let _ = writeln!(out, "{letter} {}{suffix}", change.path);
     }
     out.pop();
@@ -80,7 +93,11 @@ pub fn status(r: &StatusReport) -> String {
     if r.changes.is_empty() {
         format!("Clean: {} matches {at}", r.dir.display())
     } else {
-        format!("{} differs from {at}:\n{}", r.dir.display(), changes(&r.changes, ""))
+        format!(
+            "{} differs from {at}:\n{}",
+            r.dir.display(),
+            changes(&r.changes, "")
+        )
     }
 }
 
@@ -88,11 +105,20 @@ pub fn log(versions: &[VersionInfo]) -> String {
     let mut out = String::new();
     for v in versions {
         let version = &v.record.version;
-        let tags = if v.tags.is_empty() { String::new() } else { format!(" (tags: {})", v.tags.join(", ")) };
+        let tags = if v.tags.is_empty() {
+            String::new()
+        } else {
+            format!(" (tags: {})", v.tags.join(", "))
+        };
         let _ = writeln!(out, "version {}{tags}", v.record.id);
         let _ = writeln!(out, "Author: {}", version.author);
         let _ = writeln!(out, "Date:   {}", time(version.time));
-        let _ = writeln!(out, "Files:  {}, {}", version.files, HumanBytes(version.bytes));
+        let _ = writeln!(
+            out,
+            "Files:  {}, {}",
+            version.files,
+            HumanBytes(version.bytes)
+        );
         if !version.message.is_empty() {
             let _ = writeln!(out);
             for line in version.message.lines() {
@@ -109,11 +135,31 @@ pub fn show(v: &VersionInfo) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "version  {}", v.record.id);
     let _ = writeln!(out, "dataset  {}", version.dataset);
-    let _ = writeln!(out, "parent   {}", version.parent.map(|p| p.to_hex()).unwrap_or_else(|| "(none)".into()));
-    let _ = writeln!(out, "tags     {}", if v.tags.is_empty() { "(none)".into() } else { v.tags.join(", ") });
+    let _ = writeln!(
+        out,
+        "parent   {}",
+        version
+            .parent
+            .map(|p| p.to_hex())
+            .unwrap_or_else(|| "(none)".into())
+    );
+    let _ = writeln!(
+        out,
+        "tags     {}",
+        if v.tags.is_empty() {
+            "(none)".into()
+        } else {
+            v.tags.join(", ")
+        }
+    );
     let _ = writeln!(out, "tree     {}", version.tree);
     let _ = writeln!(out, "files    {}", version.files);
-    let _ = writeln!(out, "bytes    {} ({})", version.bytes, HumanBytes(version.bytes));
+    let _ = writeln!(
+        out,
+        "bytes    {} ({})",
+        version.bytes,
+        HumanBytes(version.bytes)
+    );
     let _ = writeln!(out, "author   {}", version.author);
     let _ = writeln!(out, "date     {}", time(version.time));
     let _ = writeln!(out, "source   {}", version.source);
@@ -125,10 +171,20 @@ pub fn datasets(datasets: &[DatasetSummary]) -> String {
     if datasets.is_empty() {
         return "no datasets yet: `dsv commit DIR --dataset NAME` makes one".into();
     }
-    let mut out = format!("{:<24} {:>8} {:>8} {:>12}  {}\n", "DATASET", "VERSIONS", "FILES", "SIZE", "HEAD");
+    let mut out = format!(
+        "{:<24} {:>8} {:>8} {:>12}  {}\n",
+        "DATASET", "VERSIONS", "FILES", "SIZE", "HEAD"
+    );
     for d in datasets {
         let head = d.head.map(|h| h.short()).unwrap_or_else(|| "-".into());
-        let _ = writeln!(out, "{:<24} {:>8} {:>8} {:>12}  {head}", d.name, d.versions, d.files, HumanBytes(d.bytes).to_string());
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>8} {:>12}  {head}",
+            d.name,
+            d.versions,
+            d.files,
+            HumanBytes(d.bytes).to_string()
+        );
     }
     out.pop();
     out
@@ -158,7 +214,11 @@ pub fn verify(r: &VerifyReport) -> String {
         r.versions
     );
     if !r.unreferenced_packs.is_empty() {
-        let _ = write!(out, "\n{} pack files are not in the catalog (left by an interrupted command; gc removes them)", r.unreferenced_packs.len());
+        let _ = write!(
+            out,
+            "\n{} pack files are not in the catalog (left by an interrupted command; gc removes them)",
+            r.unreferenced_packs.len()
+        );
     }
     if r.problems.is_empty() {
         out.push_str("\nThe store is consistent.");

@@ -24,7 +24,11 @@ impl Ui {
     /// Settings from the global flags and the terminal.
     pub fn new(json: bool, quiet: bool, no_progress: bool) -> Ui {
         let progress = !json && !quiet && !no_progress && std::io::stderr().is_terminal();
-        Ui { json, quiet, progress }
+        Ui {
+            json,
+            quiet,
+            progress,
+        }
     }
 
     /// Prints `value` as pretty JSON on stdout.
@@ -45,7 +49,10 @@ impl Ui {
 
     /// A progress reporter for the library.
     pub fn reporter(&self) -> Bar {
-        Bar { enabled: self.progress, bar: Mutex::new(None) }
+        Bar {
+            enabled: self.progress,
+            bar: Mutex::new(None),
+        }
     }
 }
 
@@ -60,12 +67,19 @@ impl Progress for Bar {
         if !self.enabled {
             return;
         }
-        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(20));
+        let bar =
+            ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(20));
         let template = match unit {
-            Unit::Bytes => "{msg:>9} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+            Unit::Bytes => {
+                "{msg:>9} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}"
+            }
             Unit::Files => "{msg:>9} [{bar:30}] {pos}/{len} files eta {eta}",
         };
-        bar.set_style(ProgressStyle::with_template(template).expect("valid template").progress_chars("=> "));
+        bar.set_style(
+            ProgressStyle::with_template(template)
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
         bar.set_message(phase.to_string());
         bar.enable_steady_tick(Duration::from_millis(250));
         *self.bar.lock().expect("progress lock") = Some(bar);

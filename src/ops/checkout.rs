@@ -40,9 +40,14 @@ pub struct CheckoutOptions {
 
 impl Default for CheckoutOptions {
     fn default() -> Self {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
         // Creating files is kernel-bound: more writers than cores helps (as restic's restore does).
-        CheckoutOptions { force: false, jobs: (cores * 4).min(16) }
+        CheckoutOptions {
+            force: false,
+            jobs: (cores * 4).min(16),
+        }
     }
 }
 
@@ -93,10 +98,17 @@ pub fn checkout(
     let record = store
         .catalog()
         .version(&version_id)?
-        .ok_or_else(|| Error::MissingObject { id: version_id.to_hex(), what: "version" })?;
+        .ok_or_else(|| Error::MissingObject {
+            id: version_id.to_hex(),
+            what: "version",
+        })?;
     let target = tree::flatten(&mut store.reader(), &record.version.tree)?;
     for entry in &target {
-        if entry.path.split('/').any(|c| c == STORE_DIR || c.starts_with(TEMP_PREFIX)) {
+        if entry
+            .path
+            .split('/')
+            .any(|c| c == STORE_DIR || c.starts_with(TEMP_PREFIX))
+        {
             return Err(Error::UnsafePath {
                 path: entry.path.clone(),
                 tree: record.version.tree.to_hex(),
@@ -105,7 +117,9 @@ pub fn checkout(
         }
     }
     if dir.exists() && !dir.is_dir() {
-        return Err(Error::NotADirectory { path: dir.to_path_buf() });
+        return Err(Error::NotADirectory {
+            path: dir.to_path_buf(),
+        });
     }
     fs::create_dir_all(dir).at(dir)?;
     let (dir, key) = workspace::canonical_dir(dir)?;
@@ -115,7 +129,10 @@ pub fn checkout(
     let (cache, old) = match &workspace {
         Some(w) => {
             let cache = store.catalog().stat_cache(w.id)?;
-            let old = match w.version.and_then(|v| store.catalog().version(&v).transpose()) {
+            let old = match w
+                .version
+                .and_then(|v| store.catalog().version(&v).transpose())
+            {
                 Some(record) => tree::flatten(&mut store.reader(), &record?.version.tree)?,
                 None => Vec::new(),
             };
@@ -123,7 +140,8 @@ pub fn checkout(
         }
         None => (HashMap::new(), Vec::new()),
     };
-    let target_map: HashMap<&str, &FlatEntry> = target.iter().map(|e| (e.path.as_str(), e)).collect();
+    let target_map: HashMap<&str, &FlatEntry> =
+        target.iter().map(|e| (e.path.as_str(), e)).collect();
     let old_map: HashMap<&str, &FlatEntry> = old.iter().map(|e| (e.path.as_str(), e)).collect();
     // Hash only files whose content matters: those the target or the old version names.
     let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
@@ -140,7 +158,8 @@ pub fn checkout(
             _ => false,
         }
     };
-    let clean = |e: &crate::walk::ScanEntry| old_map.get(e.path.as_str()).is_some_and(|o| same(e, o));
+    let clean =
+        |e: &crate::walk::ScanEntry| old_map.get(e.path.as_str()).is_some_and(|o| same(e, o));
     let mut conflicts = Vec::new();
     let mut delete_files = Vec::new();
     let mut delete_trees = Vec::new();
@@ -173,11 +192,14 @@ pub fn checkout(
             (false, Some(t)) if same(entry, t) => {
                 keep.insert(path);
             }
-            (false, Some(_)) => {
+            (false, Some(t)) => {
                 if !options.force && !clean(entry) {
                     conflicts.push(path.to_string());
                 }
-                delete_files.push(path.to_string());
+                // A file or symlink is replaced by renaming over it; only a directory needs room.
+                if t.kind == FlatKind::Dir {
+                    delete_files.push(path.to_string());
+                }
             }
             (false, None) => {
                 if old_map.contains_key(path) {
@@ -192,7 +214,11 @@ pub fn checkout(
     if !conflicts.is_empty() {
         let total = conflicts.len();
         conflicts.truncate(10);
-        return Err(Error::Conflict { dir, paths: conflicts, total });
+        return Err(Error::Conflict {
+            dir,
+            paths: conflicts,
+            total,
+        });
     }
 
     // Where every chunk of every file to write lives (catalog lookups on this thread).
@@ -205,7 +231,10 @@ pub fn checkout(
         }
         match entry.kind {
             FlatKind::Dir => dirs_to_create.push(entry),
-            FlatKind::Symlink { .. } => jobs.push(WriteJob { entry, chunks: Vec::new() }),
+            FlatKind::Symlink { .. } => jobs.push(WriteJob {
+                entry,
+                chunks: Vec::new(),
+            }),
             FlatKind::File { .. } => {
                 let mut chunks = Vec::new();
                 for (chunk_id, _) in reader.chunks_of(&entry.id, entry.size)? {
@@ -213,7 +242,10 @@ pub fn checkout(
                         .catalog()
                         .locate(&chunk_id)?
                         .filter(|l| l.kind == ObjectKind::Chunk)
-                        .ok_or_else(|| Error::MissingObject { id: chunk_id.to_hex(), what: "chunk" })?;
+                        .ok_or_else(|| Error::MissingObject {
+                            id: chunk_id.to_hex(),
+                            what: "chunk",
+                        })?;
                     chunks.push((chunk_id, location));
                 }
                 jobs.push(WriteJob { entry, chunks });
@@ -222,9 +254,16 @@ pub fn checkout(
     }
     // Neighbouring files share frames: write them in pack order so each frame is
     // decompressed about once per writer.
-    jobs.sort_by_key(|job| job.chunks.first().map(|(_, l)| (l.frame.pack, l.frame.offset)));
+    jobs.sort_by_key(|job| {
+        job.chunks
+            .first()
+            .map(|(_, l)| (l.frame.pack, l.frame.offset))
+    });
 
-    // Execute: deletions, directories, then files in parallel.
+    // Execute: leftovers of an interrupted checkout, deletions, directories, then files in parallel.
+    for leftover in &disk.leftovers {
+        fs::remove_file(leftover).at(leftover)?;
+    }
     let mut deleted = 0u64;
     for path in &delete_files {
         let full = dir.join(path);
@@ -272,14 +311,19 @@ pub fn checkout(
     // Stat cache: wait out the racy margin once, then stat what was written.
     let mut cache_changes: Vec<(String, Option<StatEntry>)> = Vec::new();
     if !jobs.is_empty() {
-        std::thread::sleep(std::time::Duration::from_nanos(workspace::RACY_MARGIN_NS as u64));
+        std::thread::sleep(std::time::Duration::from_nanos(
+            workspace::RACY_MARGIN_NS as u64,
+        ));
     }
     let checked_ns = workspace::now_ns();
     for job in &jobs {
         if let FlatKind::File { .. } = job.entry.kind {
             let full = dir.join(&job.entry.path);
             let stat = Stat::of(&fs::symlink_metadata(&full).at(&full)?);
-            cache_changes.push((job.entry.path.clone(), Some(workspace::entry(&stat, job.entry.id, checked_ns))));
+            cache_changes.push((
+                job.entry.path.clone(),
+                Some(workspace::entry(&stat, job.entry.id, checked_ns)),
+            ));
         }
     }
     let fresh: HashSet<&str> = disk.refreshed.iter().map(|(p, _)| p.as_str()).collect();
@@ -289,14 +333,19 @@ pub fn checkout(
         }
     }
     for path in cache.keys() {
-        let is_target_file = target_map.get(path.as_str()).is_some_and(|e| matches!(e.kind, FlatKind::File { .. }));
+        let is_target_file = target_map
+            .get(path.as_str())
+            .is_some_and(|e| matches!(e.kind, FlatKind::File { .. }));
         if !is_target_file && !fresh.contains(path.as_str()) {
             cache_changes.push((path.clone(), None));
         }
     }
     let writer = store.catalog_mut().writer()?;
     let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
-    writer.update_stat_cache(workspace_id, cache_changes.iter().map(|(p, e)| (p.as_str(), e.as_ref())))?;
+    writer.update_stat_cache(
+        workspace_id,
+        cache_changes.iter().map(|(p, e)| (p.as_str(), e.as_ref())),
+    )?;
     writer.commit()?;
 
     Ok(CheckoutReport {
@@ -308,7 +357,10 @@ pub fn checkout(
         written: jobs.len() as u64,
         bytes_written: total_bytes,
         deleted,
-        unchanged: keep.iter().filter(|p| target_map.get(**p).is_some_and(|e| e.kind != FlatKind::Dir)).count() as u64,
+        unchanged: keep
+            .iter()
+            .filter(|p| target_map.get(**p).is_some_and(|e| e.kind != FlatKind::Dir))
+            .count() as u64,
     })
 }
 
@@ -317,7 +369,10 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's pack reader (its frame cache lives as long as the thread).
-fn thread_local_reader<R>(packs_dir: &Path, f: impl FnOnce(&mut PackReader) -> Result<R>) -> Result<R> {
+fn thread_local_reader<R>(
+    packs_dir: &Path,
+    f: impl FnOnce(&mut PackReader) -> Result<R>,
+) -> Result<R> {
     PACK_READER.with(|cell| {
         let mut slot = cell.borrow_mut();
         let reader = slot.get_or_insert_with(|| PackReader::new(packs_dir, 8));
@@ -327,10 +382,19 @@ fn thread_local_reader<R>(packs_dir: &Path, f: impl FnOnce(&mut PackReader) -> R
 
 /// Writes one file or symlink into a temporary name beside its destination, checks the file
 /// against its id, then renames it into place.
-fn write_entry(dir: &Path, job: &WriteJob<'_>, packs: &mut PackReader, counter: &AtomicU64) -> Result<()> {
+fn write_entry(
+    dir: &Path,
+    job: &WriteJob<'_>,
+    packs: &mut PackReader,
+    counter: &AtomicU64,
+) -> Result<()> {
     let destination = dir.join(&job.entry.path);
     let parent = destination.parent().unwrap_or(dir);
-    let temp = parent.join(format!("{TEMP_PREFIX}{}-{}", std::process::id(), counter.fetch_add(1, Ordering::Relaxed)));
+    let temp = parent.join(format!(
+        "{TEMP_PREFIX}{}-{}",
+        std::process::id(),
+        counter.fetch_add(1, Ordering::Relaxed)
+    ));
     let result = (|| -> Result<()> {
         match &job.entry.kind {
             FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, &temp).at(&temp)?,
@@ -338,7 +402,13 @@ fn write_entry(dir: &Path, job: &WriteJob<'_>, packs: &mut PackReader, counter: 
                 let mut file = File::create(&temp).at(&temp)?;
                 let mut hasher = blake3::Hasher::new();
                 for (chunk_id, location) in &job.chunks {
-                    let bytes = packs.object(&location.frame, location.offset, location.length, chunk_id, true)?;
+                    let bytes = packs.object(
+                        &location.frame,
+                        location.offset,
+                        location.length,
+                        chunk_id,
+                        true,
+                    )?;
                     if job.chunks.len() > 1 {
                         hasher.update(&bytes);
                     }
@@ -351,11 +421,15 @@ fn write_entry(dir: &Path, job: &WriteJob<'_>, packs: &mut PackReader, counter: 
                 if id != job.entry.id {
                     return Err(Error::corrupt(
                         &destination,
-                        format!("the stored bytes of {} do not hash to its file id", job.entry.path),
+                        format!(
+                            "the stored bytes of {} do not hash to its file id",
+                            job.entry.path
+                        ),
                     ));
                 }
                 if *executable {
-                    file.set_permissions(fs::Permissions::from_mode(0o755)).at(&temp)?;
+                    file.set_permissions(fs::Permissions::from_mode(0o755))
+                        .at(&temp)?;
                 }
             }
             FlatKind::Dir => unreachable!("directories are created before files"),

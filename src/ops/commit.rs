@@ -71,7 +71,12 @@ pub struct CommitReport {
 /// [`Error::InvalidName`], [`Error::NotADirectory`], [`Error::Unsupported`] (an entry dsv
 /// refuses, see [`crate::walk`]), [`Error::Io`] (a full disk, for one),
 /// [`Error::Interrupted`]. On any error the catalog is unchanged.
-pub fn commit(store: &mut Store, dir: &Path, options: &CommitOptions, progress: &dyn Progress) -> Result<CommitReport> {
+pub fn commit(
+    store: &mut Store,
+    dir: &Path,
+    options: &CommitOptions,
+    progress: &dyn Progress,
+) -> Result<CommitReport> {
     check_name("dataset", &options.dataset)?;
     if let Some(tag) = &options.tag {
         check_name("tag", tag)?;
@@ -92,30 +97,59 @@ pub fn commit(store: &mut Store, dir: &Path, options: &CommitOptions, progress: 
     for entry in &scanned {
         let (kind, size, id) = match &entry.kind {
             ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
-            ScanKind::Symlink { target } => {
-                (FlatKind::Symlink { target: target.clone() }, target.len() as u64, ObjectId::of(target.as_bytes()))
-            }
+            ScanKind::Symlink { target } => (
+                FlatKind::Symlink {
+                    target: target.clone(),
+                },
+                target.len() as u64,
+                ObjectId::of(target.as_bytes()),
+            ),
             ScanKind::File { executable } => {
-                let cached = cache.get(&entry.path).and_then(|c| workspace::cached_id(c, &entry.stat));
+                let cached = cache
+                    .get(&entry.path)
+                    .and_then(|c| workspace::cached_id(c, &entry.stat));
                 if cached.is_none() {
                     to_read_index.push(flat.len());
-                    to_read.push(IngestFile { path: dir.join(&entry.path), stat: entry.stat });
+                    to_read.push(IngestFile {
+                        path: dir.join(&entry.path),
+                        stat: entry.stat,
+                    });
                 }
-                (FlatKind::File { executable: *executable }, entry.stat.size, cached.unwrap_or(ObjectId([0; 32])))
+                (
+                    FlatKind::File {
+                        executable: *executable,
+                    },
+                    entry.stat.size,
+                    cached.unwrap_or(ObjectId([0; 32])),
+                )
             }
         };
-        flat.push(FlatEntry { path: entry.path.clone(), kind, size, id });
+        flat.push(FlatEntry {
+            path: entry.path.clone(),
+            kind,
+            size,
+            id,
+        });
     }
 
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let total_bytes: u64 = to_read.iter().map(|f| f.stat.size).sum();
     progress.start("reading", total_bytes, Unit::Bytes);
-    let (ids, ingest) = ingest_files(store.catalog().path(), &sink, &to_read, options.ingest, progress)?;
+    let (ids, ingest) = ingest_files(
+        store.catalog().path(),
+        &sink,
+        &to_read,
+        options.ingest,
+        progress,
+    )?;
     progress.finish();
     let mut new_cache: Vec<(String, StatEntry)> = Vec::with_capacity(ids.len());
     for ((index, id), file) in to_read_index.iter().zip(&ids).zip(&to_read) {
         flat[*index].id = *id;
-        new_cache.push((flat[*index].path.clone(), workspace::entry(&file.stat, *id, started_ns)));
+        new_cache.push((
+            flat[*index].path.clone(),
+            workspace::entry(&file.stat, *id, started_ns),
+        ));
     }
     let built = tree::build(&flat);
 
@@ -149,7 +183,11 @@ pub fn commit(store: &mut Store, dir: &Path, options: &CommitOptions, progress: 
         source: workspace_key.clone(),
         message: options.message.clone(),
     };
-    let version_id = if unchanged { parent.expect("unchanged implies a parent") } else { version.id() };
+    let version_id = if unchanged {
+        parent.expect("unchanged implies a parent")
+    } else {
+        version.id()
+    };
     if !unchanged {
         metadata.push(version_id, ObjectKind::Version, &version.encode());
     }
@@ -159,9 +197,16 @@ pub fn commit(store: &mut Store, dir: &Path, options: &CommitOptions, progress: 
     let packs = sink.finish()?;
 
     // Stat cache changes: refreshed entries, and paths that are no longer files.
-    let file_paths: std::collections::HashSet<&str> =
-        flat.iter().filter(|e| matches!(e.kind, FlatKind::File { .. })).map(|e| e.path.as_str()).collect();
-    let removed: Vec<&str> = cache.keys().map(String::as_str).filter(|p| !file_paths.contains(p)).collect();
+    let file_paths: std::collections::HashSet<&str> = flat
+        .iter()
+        .filter(|e| matches!(e.kind, FlatKind::File { .. }))
+        .map(|e| e.path.as_str())
+        .collect();
+    let removed: Vec<&str> = cache
+        .keys()
+        .map(String::as_str)
+        .filter(|p| !file_paths.contains(p))
+        .collect();
 
     let writer = store.catalog_mut().writer()?;
     for pack in &packs {
@@ -176,20 +221,33 @@ pub fn commit(store: &mut Store, dir: &Path, options: &CommitOptions, progress: 
     let workspace_id = writer.set_workspace(&workspace_key, &options.dataset, &version_id)?;
     writer.update_stat_cache(
         workspace_id,
-        new_cache.iter().map(|(p, e)| (p.as_str(), Some(e))).chain(removed.iter().map(|p| (*p, None))),
+        new_cache
+            .iter()
+            .map(|(p, e)| (p.as_str(), Some(e)))
+            .chain(removed.iter().map(|p| (*p, None))),
     )?;
     writer.commit()?;
 
     Ok(CommitReport {
         dataset: options.dataset.clone(),
         version: version_id,
-        parent: if unchanged { store.catalog().version(&version_id)?.and_then(|v| v.version.parent) } else { parent },
+        parent: if unchanged {
+            store
+                .catalog()
+                .version(&version_id)?
+                .and_then(|v| v.version.parent)
+        } else {
+            parent
+        },
         created: !unchanged,
         tag: options.tag.clone(),
         files: built.files,
         bytes: built.bytes,
-        files_unchanged: (flat.iter().filter(|e| matches!(e.kind, FlatKind::File { .. })).count() - to_read.len())
-            as u64,
+        files_unchanged: (flat
+            .iter()
+            .filter(|e| matches!(e.kind, FlatKind::File { .. }))
+            .count()
+            - to_read.len()) as u64,
         ingest,
         packs_written: packs.len() as u64,
     })
@@ -202,7 +260,15 @@ pub fn default_author() -> String {
     {
         return author;
     }
-    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
-    if host.is_empty() { user } else { format!("{user}@{host}") }
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    if host.is_empty() {
+        user
+    } else {
+        format!("{user}@{host}")
+    }
 }

@@ -39,7 +39,9 @@ pub struct IngestOptions {
 impl Default for IngestOptions {
     fn default() -> Self {
         IngestOptions {
-            jobs: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            jobs: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
             compression_level: 3,
         }
     }
@@ -100,7 +102,10 @@ impl PackSink {
 
     /// Claims `id` for writing: true the first time it is asked in this run.
     pub fn claim(&self, id: &ObjectId) -> bool {
-        self.written.lock().expect("no panics while holding the lock").insert(*id)
+        self.written
+            .lock()
+            .expect("no panics while holding the lock")
+            .insert(*id)
     }
 
     /// Appends a frame to the open pack, sealing the pack when full.
@@ -126,7 +131,10 @@ impl PackSink {
     /// # Errors
     /// [`Error::Io`].
     pub fn finish(self) -> Result<Vec<SealedPack>> {
-        let (open, mut sealed) = self.state.into_inner().expect("no panics while holding the lock");
+        let (open, mut sealed) = self
+            .state
+            .into_inner()
+            .expect("no panics while holding the lock");
         if let Some(writer) = open
             && !writer.is_empty()
         {
@@ -155,7 +163,8 @@ pub fn ingest_files(
         let handles: Vec<_> = (0..jobs)
             .map(|_| {
                 scope.spawn(|| {
-                    let result = ingest_worker(catalog_path, sink, files, &next, &ids, options, progress);
+                    let result =
+                        ingest_worker(catalog_path, sink, files, &next, &ids, options, progress);
                     if result.is_err() {
                         // Stop the other workers at their next file.
                         next.store(files.len(), Ordering::Relaxed);
@@ -164,13 +173,19 @@ pub fn ingest_files(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("ingest worker panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("ingest worker panicked"))
+            .collect()
     });
     let mut total = IngestStats::default();
     for result in results {
         total.add(&result?);
     }
-    Ok((ids.into_inner().expect("no panics while holding the lock"), total))
+    Ok((
+        ids.into_inner().expect("no panics while holding the lock"),
+        total,
+    ))
 }
 
 fn ingest_worker(
@@ -215,7 +230,10 @@ fn ingest_worker(
             }
         }
         let after = Stat::of(&file.metadata().at(&job.path)?);
-        if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size {
+        if size != job.stat.size
+            || after.mtime_ns != job.stat.mtime_ns
+            || after.size != job.stat.size
+        {
             return Err(Error::Unsupported {
                 path: job.path.clone(),
                 reason: "the file changed while it was being read; run the command again".into(),

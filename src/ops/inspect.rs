@@ -24,8 +24,14 @@ fn info(store: &Store, id: &ObjectId) -> Result<VersionInfo> {
     let record = store
         .catalog()
         .version(id)?
-        .ok_or_else(|| Error::MissingObject { id: id.to_hex(), what: "version" })?;
-    Ok(VersionInfo { tags: store.catalog().tags_of(id)?, record })
+        .ok_or_else(|| Error::MissingObject {
+            id: id.to_hex(),
+            what: "version",
+        })?;
+    Ok(VersionInfo {
+        tags: store.catalog().tags_of(id)?,
+        record,
+    })
 }
 
 /// The versions of `dataset` from its head back along parents, newest first, at most `limit`.
@@ -56,7 +62,10 @@ pub fn show(store: &Store, revision: &Revision) -> Result<VersionInfo> {
     let version = info(store, &id)?;
     let stored = store.reader().version(&id)?;
     if stored != version.record.version {
-        return Err(Error::corrupt(store.catalog().path(), format!("version {} differs from its stored object", id.short())));
+        return Err(Error::corrupt(
+            store.catalog().path(),
+            format!("version {} differs from its stored object", id.short()),
+        ));
     }
     Ok(version)
 }
@@ -77,12 +86,18 @@ pub fn ls(store: &Store, revision: &Revision, path: &str) -> Result<Vec<FlatEntr
     let id = revision.resolve(store.catalog())?;
     let root = info(store, &id)?.record.version.tree;
     let reader = &mut store.reader();
-    let entry = tree::lookup(reader, &root, path)?
-        .ok_or_else(|| Error::PathNotFound { revision: revision.to_string(), path: path.to_string() })?;
+    let entry = tree::lookup(reader, &root, path)?.ok_or_else(|| Error::PathNotFound {
+        revision: revision.to_string(),
+        path: path.to_string(),
+    })?;
     if entry.kind != FlatKind::Dir {
         return Ok(vec![entry]);
     }
-    let prefix = if entry.path.is_empty() { String::new() } else { format!("{}/", entry.path) };
+    let prefix = if entry.path.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", entry.path)
+    };
     let mut entries = tree::flatten(reader, &entry.id)?;
     for e in &mut entries {
         e.path = format!("{prefix}{}", e.path);
@@ -108,7 +123,10 @@ pub fn cat(
     let reader = &mut store.reader();
     let entry = tree::lookup(reader, &root, path)?
         .filter(|e| matches!(e.kind, FlatKind::File { .. }))
-        .ok_or_else(|| Error::PathNotFound { revision: revision.to_string(), path: path.to_string() })?;
+        .ok_or_else(|| Error::PathNotFound {
+            revision: revision.to_string(),
+            path: path.to_string(),
+        })?;
     let range = range.map(|r| r.start.min(entry.size)..r.end.min(entry.size));
     reader.write_file(&entry.id, entry.size, range, out, Path::new("<stdout>"))?;
     Ok(entry)
@@ -136,9 +154,19 @@ pub fn diff(store: &Store, old: Option<&Revision>, new: &Revision) -> Result<Dif
         Some(revision) => Some(revision.resolve(store.catalog())?),
         None => new_info.record.version.parent,
     };
-    let old_tree = old_id.map(|id| info(store, &id).map(|i| i.record.version.tree)).transpose()?;
-    let changes = tree::diff(&mut store.reader(), old_tree.as_ref(), Some(&new_info.record.version.tree))?;
-    Ok(DiffReport { old: old_id, new: new_id, changes })
+    let old_tree = old_id
+        .map(|id| info(store, &id).map(|i| i.record.version.tree))
+        .transpose()?;
+    let changes = tree::diff(
+        &mut store.reader(),
+        old_tree.as_ref(),
+        Some(&new_info.record.version.tree),
+    )?;
+    Ok(DiffReport {
+        old: old_id,
+        new: new_id,
+        changes,
+    })
 }
 
 /// Names `revision` as `tag` in its dataset (replacing an existing tag only with `force`).

@@ -30,10 +30,15 @@ pub(crate) fn parallel_map<T: Sync, R: Send + Clone>(
                 scope.spawn(|| -> Result<()> {
                     loop {
                         let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(index) else { return Ok(()) };
+                        let Some(item) = items.get(index) else {
+                            return Ok(());
+                        };
                         let outcome = crate::interrupt::check().and_then(|()| f(item));
                         match outcome {
-                            Ok(value) => results.lock().expect("no panics while holding the lock")[index] = Some(value),
+                            Ok(value) => {
+                                results.lock().expect("no panics while holding the lock")[index] =
+                                    Some(value)
+                            }
                             Err(error) => {
                                 next.store(items.len(), Ordering::Relaxed);
                                 return Err(error);
@@ -43,10 +48,18 @@ pub(crate) fn parallel_map<T: Sync, R: Send + Clone>(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("worker panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker panicked"))
+            .collect()
     });
     for outcome in outcomes {
         outcome?;
     }
-    Ok(results.into_inner().expect("no panics while holding the lock").into_iter().map(|r| r.expect("every item ran")).collect())
+    Ok(results
+        .into_inner()
+        .expect("no panics while holding the lock")
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect())
 }

@@ -22,6 +22,8 @@ pub(crate) struct DiskState {
     pub ids: HashMap<String, ObjectId>,
     /// New stat cache entries for files that were hashed.
     pub refreshed: Vec<(String, StatEntry)>,
+    /// dsv's temporary files left by an interrupted checkout.
+    pub leftovers: Vec<PathBuf>,
 }
 
 impl DiskState {
@@ -35,7 +37,7 @@ impl DiskState {
         progress: &dyn Progress,
     ) -> Result<DiskState> {
         let started_ns = workspace::now_ns();
-        let entries = walk::scan(dir)?;
+        let (entries, leftovers) = walk::scan_with_leftovers(dir)?;
         let mut ids = HashMap::with_capacity(entries.len());
         let mut to_hash = Vec::new();
         for entry in &entries {
@@ -45,7 +47,10 @@ impl DiskState {
                     ids.insert(entry.path.clone(), ObjectId::of(target.as_bytes()));
                 }
                 ScanKind::File { .. } => {
-                    match cache.get(&entry.path).and_then(|c| workspace::cached_id(c, &entry.stat)) {
+                    match cache
+                        .get(&entry.path)
+                        .and_then(|c| workspace::cached_id(c, &entry.stat))
+                    {
                         Some(id) => {
                             ids.insert(entry.path.clone(), id);
                         }
@@ -55,7 +60,11 @@ impl DiskState {
                 }
             }
         }
-        progress.start("hashing", to_hash.iter().map(|e| e.stat.size).sum(), Unit::Bytes);
+        progress.start(
+            "hashing",
+            to_hash.iter().map(|e| e.stat.size).sum(),
+            Unit::Bytes,
+        );
         let hashed = super::parallel_map(&to_hash, jobs, |entry| {
             let id = workspace::hash_file(&dir.join(&entry.path))?;
             progress.advance(entry.stat.size);
@@ -65,23 +74,44 @@ impl DiskState {
         let mut refreshed = Vec::with_capacity(hashed.len());
         for (entry, id) in to_hash.iter().zip(hashed) {
             ids.insert(entry.path.clone(), id);
-            refreshed.push((entry.path.clone(), workspace::entry(&entry.stat, id, started_ns)));
+            refreshed.push((
+                entry.path.clone(),
+                workspace::entry(&entry.stat, id, started_ns),
+            ));
         }
-        Ok(DiskState { entries, ids, refreshed })
+        Ok(DiskState {
+            entries,
+            ids,
+            refreshed,
+            leftovers,
+        })
     }
 
     /// The disk entry at `path` as a [`FlatEntry`] (`None` for a file that was not hashed).
     pub fn flat(&self, entry: &ScanEntry) -> Option<FlatEntry> {
         let (kind, size, id) = match &entry.kind {
             ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
-            ScanKind::File { executable } => {
-                (FlatKind::File { executable: *executable }, entry.stat.size, *self.ids.get(&entry.path)?)
-            }
-            ScanKind::Symlink { target } => {
-                (FlatKind::Symlink { target: target.clone() }, target.len() as u64, *self.ids.get(&entry.path)?)
-            }
+            ScanKind::File { executable } => (
+                FlatKind::File {
+                    executable: *executable,
+                },
+                entry.stat.size,
+                *self.ids.get(&entry.path)?,
+            ),
+            ScanKind::Symlink { target } => (
+                FlatKind::Symlink {
+                    target: target.clone(),
+                },
+                target.len() as u64,
+                *self.ids.get(&entry.path)?,
+            ),
         };
-        Some(FlatEntry { path: entry.path.clone(), kind, size, id })
+        Some(FlatEntry {
+            path: entry.path.clone(),
+            kind,
+            size,
+            id,
+        })
     }
 }
 
@@ -104,16 +134,27 @@ pub struct StatusReport {
 ///
 /// # Errors
 /// [`Error::NotADirectory`], [`Error::NotAWorkspace`], read errors.
-pub fn status(store: &mut Store, dir: &Path, jobs: usize, progress: &dyn Progress) -> Result<StatusReport> {
+pub fn status(
+    store: &mut Store,
+    dir: &Path,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<StatusReport> {
     let (dir, key) = workspace::canonical_dir(dir)?;
-    let workspace = store.catalog().workspace(&key)?.ok_or_else(|| Error::NotAWorkspace { path: dir.clone() })?;
+    let workspace = store
+        .catalog()
+        .workspace(&key)?
+        .ok_or_else(|| Error::NotAWorkspace { path: dir.clone() })?;
     let cache = store.catalog().stat_cache(workspace.id)?;
     let old = match &workspace.version {
         Some(version) => {
-            let record = store.catalog().version(version)?.ok_or_else(|| Error::MissingObject {
-                id: version.to_hex(),
-                what: "version",
-            })?;
+            let record = store
+                .catalog()
+                .version(version)?
+                .ok_or_else(|| Error::MissingObject {
+                    id: version.to_hex(),
+                    what: "version",
+                })?;
             tree::flatten(&mut store.reader(), &record.version.tree)?
         }
         None => Vec::new(),
@@ -123,7 +164,10 @@ pub fn status(store: &mut Store, dir: &Path, jobs: usize, progress: &dyn Progres
     let changes = tree::diff_flat(&old, &current);
     if !disk.refreshed.is_empty() {
         let writer = store.catalog_mut().writer()?;
-        writer.update_stat_cache(workspace.id, disk.refreshed.iter().map(|(p, e)| (p.as_str(), Some(e))))?;
+        writer.update_stat_cache(
+            workspace.id,
+            disk.refreshed.iter().map(|(p, e)| (p.as_str(), Some(e))),
+        )?;
         writer.commit()?;
     }
     Ok(StatusReport {

@@ -41,7 +41,11 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
     }
     let packs = store.catalog().packs()?;
     let named: HashSet<ObjectId> = packs.iter().map(|(id, _)| *id).collect();
-    progress.start("verifying", packs.iter().map(|(_, size)| size).sum(), Unit::Bytes);
+    progress.start(
+        "verifying",
+        packs.iter().map(|(_, size)| size).sum(),
+        Unit::Bytes,
+    );
     let mut indexed = HashSet::new();
     for (id, size) in &packs {
         crate::interrupt::check()?;
@@ -61,7 +65,9 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
-            let id = name.strip_suffix(".pack").and_then(|hex| hex.parse::<ObjectId>().ok());
+            let id = name
+                .strip_suffix(".pack")
+                .and_then(|hex| hex.parse::<ObjectId>().ok());
             if id.is_none_or(|id| !named.contains(&id)) {
                 report.unreferenced_packs.push(name);
             }
@@ -77,14 +83,19 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
         while let Some(id) = next {
             crate::interrupt::check()?;
             let Some(record) = store.catalog().version(&id)? else {
-                report.problems.push(format!("dataset {} names version {id}, which the catalog lacks", dataset.name));
+                report.problems.push(format!(
+                    "dataset {} names version {id}, which the catalog lacks",
+                    dataset.name
+                ));
                 break;
             };
             next = record.version.parent;
             report.versions += 1;
             match reader.version(&id) {
                 Ok(stored) if stored == record.version => {}
-                Ok(_) => report.problems.push(format!("version {id} differs from its stored object")),
+                Ok(_) => report
+                    .problems
+                    .push(format!("version {id} differs from its stored object")),
                 Err(e) => report.problems.push(format!("version {id}: {e}")),
             }
             let entries = match tree::flatten(reader, &record.version.tree) {
@@ -95,20 +106,32 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
                 }
             };
             for entry in entries {
-                if !matches!(entry.kind, FlatKind::File { .. }) || entry.size == 0 || !seen_files.insert(entry.id) {
+                if !matches!(entry.kind, FlatKind::File { .. })
+                    || entry.size == 0
+                    || !seen_files.insert(entry.id)
+                {
                     continue;
                 }
-                let chunks = reader.chunks_of(&entry.id, entry.size).map(|c| c.into_iter().map(|(c, _)| c));
+                let chunks = reader
+                    .chunks_of(&entry.id, entry.size)
+                    .map(|c| c.into_iter().map(|(c, _)| c));
                 match chunks {
                     Ok(chunks) => {
                         for chunk in chunks {
                             match store.catalog().locate(&chunk)? {
-                                Some(l) if l.kind == ObjectKind::Chunk && indexed.contains(&chunk) => {}
-                                _ => report.problems.push(format!("{}: chunk {chunk} is missing", entry.path)),
+                                Some(l)
+                                    if l.kind == ObjectKind::Chunk && indexed.contains(&chunk) => {}
+                                _ => report
+                                    .problems
+                                    .push(format!("{}: chunk {chunk} is missing", entry.path)),
                             }
                         }
                     }
-                    Err(e) => report.problems.push(format!("{} in version {}: {e}", entry.path, id.short())),
+                    Err(e) => report.problems.push(format!(
+                        "{} in version {}: {e}",
+                        entry.path,
+                        id.short()
+                    )),
                 }
             }
         }

@@ -129,7 +129,8 @@ impl ObjectRecord {
 
 /// Encodes a pack index.
 pub fn encode_index(frames: &[FrameRecord], objects: &[ObjectRecord]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + frames.len() * FRAME_RECORD_LEN + objects.len() * OBJECT_RECORD_LEN);
+    let mut out =
+        Vec::with_capacity(8 + frames.len() * FRAME_RECORD_LEN + objects.len() * OBJECT_RECORD_LEN);
     out.extend_from_slice(&(frames.len() as u32).to_le_bytes());
     out.extend_from_slice(&(objects.len() as u32).to_le_bytes());
     frames.iter().for_each(|f| f.encode_into(&mut out));
@@ -142,7 +143,10 @@ pub fn encode_index(frames: &[FrameRecord], objects: &[ObjectRecord]) -> Vec<u8>
 /// # Errors
 /// A description of the first inconsistency (wrong length, unknown byte, a frame outside
 /// `HEADER_LEN..data_end`, an object outside its frame).
-pub fn decode_index(bytes: &[u8], data_end: u64) -> Result<(Vec<FrameRecord>, Vec<ObjectRecord>), String> {
+pub fn decode_index(
+    bytes: &[u8],
+    data_end: u64,
+) -> Result<(Vec<FrameRecord>, Vec<ObjectRecord>), String> {
     if bytes.len() < 8 {
         return Err("index shorter than its header".into());
     }
@@ -150,26 +154,43 @@ pub fn decode_index(bytes: &[u8], data_end: u64) -> Result<(Vec<FrameRecord>, Ve
     let object_count = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
     let expected = frame_count
         .checked_mul(FRAME_RECORD_LEN)
-        .and_then(|f| object_count.checked_mul(OBJECT_RECORD_LEN).and_then(|o| o.checked_add(f)))
+        .and_then(|f| {
+            object_count
+                .checked_mul(OBJECT_RECORD_LEN)
+                .and_then(|o| o.checked_add(f))
+        })
         .and_then(|n| n.checked_add(8));
     if expected != Some(bytes.len()) {
         return Err("index length does not match its record counts".into());
     }
     let mut frames = Vec::with_capacity(frame_count);
     for record in bytes[8..8 + frame_count * FRAME_RECORD_LEN].chunks_exact(FRAME_RECORD_LEN) {
-        let frame = FrameRecord::decode(record.try_into().expect("record length")).ok_or("unknown compression")?;
+        let frame = FrameRecord::decode(record.try_into().expect("record length"))
+            .ok_or("unknown compression")?;
         let end = frame.offset.checked_add(u64::from(frame.stored_length));
-        if frame.offset < HEADER_LEN || end.is_none_or(|end| end > data_end) || frame.raw_length > MAX_FRAME_RAW {
-            return Err(format!("frame at offset {} lies outside the pack's data", frame.offset));
+        if frame.offset < HEADER_LEN
+            || end.is_none_or(|end| end > data_end)
+            || frame.raw_length > MAX_FRAME_RAW
+        {
+            return Err(format!(
+                "frame at offset {} lies outside the pack's data",
+                frame.offset
+            ));
         }
         frames.push(frame);
     }
     let mut objects = Vec::with_capacity(object_count);
     for record in bytes[8 + frame_count * FRAME_RECORD_LEN..].chunks_exact(OBJECT_RECORD_LEN) {
-        let object = ObjectRecord::decode(record.try_into().expect("record length")).ok_or("unknown object kind")?;
-        let frame = frames.get(object.frame as usize).ok_or("object names a frame that does not exist")?;
+        let object = ObjectRecord::decode(record.try_into().expect("record length"))
+            .ok_or("unknown object kind")?;
+        let frame = frames
+            .get(object.frame as usize)
+            .ok_or("object names a frame that does not exist")?;
         if u64::from(object.offset) + u64::from(object.length) > u64::from(frame.raw_length) {
-            return Err(format!("object {} lies outside its frame", object.id.short()));
+            return Err(format!(
+                "object {} lies outside its frame",
+                object.id.short()
+            ));
         }
         objects.push(object);
     }

@@ -38,7 +38,12 @@ pub struct PackReader {
 impl PackReader {
     /// A reader over the packs in `packs_dir` that caches up to `cache_slots` frames.
     pub fn new(packs_dir: &Path, cache_slots: usize) -> Self {
-        PackReader { packs_dir: packs_dir.to_path_buf(), files: HashMap::new(), cache: Vec::new(), cache_slots }
+        PackReader {
+            packs_dir: packs_dir.to_path_buf(),
+            files: HashMap::new(),
+            cache: Vec::new(),
+            cache_slots,
+        }
     }
 
     /// The raw (decompressed) bytes of a frame.
@@ -54,19 +59,38 @@ impl PackReader {
             return Ok(data);
         }
         let path = super::writer::pack_path(&self.packs_dir, &location.pack);
-        if !self.files.contains_key(&location.pack) {
-            let file = File::open(&path).at(&path)?;
-            self.files.insert(location.pack, file);
-        }
-        let file = &self.files[&location.pack];
-        let mut stored = vec![0; location.stored_length as usize];
-        file.read_exact_at(&mut stored, location.offset).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                Error::corrupt(&path, format!("pack is truncated: frame at offset {} is cut off", location.offset))
-            } else {
-                Error::Io { path: path.clone(), source: e }
+        let file = match self.files.entry(location.pack) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(File::open(&path).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        Error::corrupt(&path, "the catalog names this pack but the file is missing")
+                    }
+                    _ => Error::Io {
+                        path: path.clone(),
+                        source: e,
+                    },
+                })?)
             }
-        })?;
+        };
+        let mut stored = vec![0; location.stored_length as usize];
+        file.read_exact_at(&mut stored, location.offset)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    Error::corrupt(
+                        &path,
+                        format!(
+                            "pack is truncated: frame at offset {} is cut off",
+                            location.offset
+                        ),
+                    )
+                } else {
+                    Error::Io {
+                        path: path.clone(),
+                        source: e,
+                    }
+                }
+            })?;
         let raw = decode_frame(stored, location).map_err(|detail| Error::corrupt(&path, detail))?;
         let raw = Arc::new(raw);
         if self.cache.len() >= self.cache_slots {
@@ -93,11 +117,17 @@ impl PackReader {
         let frame = self.frame(location)?;
         let path = || super::writer::pack_path(&self.packs_dir, &location.pack);
         let range = offset as usize..offset as usize + length as usize;
-        let bytes = frame
-            .get(range)
-            .ok_or_else(|| Error::corrupt(path(), format!("object {} lies outside its frame", id.short())))?;
+        let bytes = frame.get(range).ok_or_else(|| {
+            Error::corrupt(
+                path(),
+                format!("object {} lies outside its frame", id.short()),
+            )
+        })?;
         if verify_hash && ObjectId::of(bytes) != *id {
-            return Err(Error::corrupt(path(), format!("object {} does not match its hash", id.short())));
+            return Err(Error::corrupt(
+                path(),
+                format!("object {} does not match its hash", id.short()),
+            ));
         }
         Ok(bytes.to_vec())
     }
@@ -106,15 +136,26 @@ impl PackReader {
 /// Decompresses a stored frame, checking its length.
 fn decode_frame(stored: Vec<u8>, location: &FrameLocation) -> std::result::Result<Vec<u8>, String> {
     if location.raw_length > format::MAX_FRAME_RAW {
-        return Err(format!("frame at offset {} claims {} bytes", location.offset, location.raw_length));
+        return Err(format!(
+            "frame at offset {} claims {} bytes",
+            location.offset, location.raw_length
+        ));
     }
     let raw = match location.compression {
         Compression::None => stored,
         Compression::Zstd => zstd::bulk::decompress(&stored, location.raw_length as usize)
-            .map_err(|e| format!("frame at offset {} does not decompress: {e}", location.offset))?,
+            .map_err(|e| {
+                format!(
+                    "frame at offset {} does not decompress: {e}",
+                    location.offset
+                )
+            })?,
     };
     if raw.len() != location.raw_length as usize {
-        return Err(format!("frame at offset {} has the wrong length", location.offset));
+        return Err(format!(
+            "frame at offset {} has the wrong length",
+            location.offset
+        ));
     }
     Ok(raw)
 }
@@ -126,7 +167,10 @@ fn decode_frame(stored: Vec<u8>, location: &FrameLocation) -> std::result::Resul
 ///
 /// # Errors
 /// [`Error::Corrupt`] naming the first failed check; [`Error::Io`] when unreadable.
-pub fn verify_pack(path: &Path, id: &ObjectId) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
+pub fn verify_pack(
+    path: &Path,
+    id: &ObjectId,
+) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
     let bytes = std::fs::read(path).at(path)?;
     if ObjectId::of(&bytes) != *id {
         return Err(Error::corrupt(path, "pack bytes do not hash to its name"));
@@ -154,16 +198,28 @@ pub fn verify_pack(path: &Path, id: &ObjectId) -> Result<(Vec<format::FrameRecor
         let raw = &raws[object.frame as usize];
         let data = &raw[object.offset as usize..(object.offset + object.length) as usize];
         if ObjectId::of(data) != object.id {
-            return Err(Error::corrupt(path, format!("{} {} does not match its hash", object.kind.name(), object.id)));
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "{} {} does not match its hash",
+                    object.kind.name(),
+                    object.id
+                ),
+            ));
         }
     }
     Ok((frames, objects))
 }
 
 /// Parses the header, trailer and index of a whole pack held in memory.
-pub fn read_index(bytes: &[u8]) -> std::result::Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>), String> {
+pub fn read_index(
+    bytes: &[u8],
+) -> std::result::Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>), String> {
     let min = (format::HEADER_LEN + format::TRAILER_LEN) as usize;
-    if bytes.len() < min || &bytes[..8] != format::MAGIC || &bytes[bytes.len() - 8..] != format::END_MAGIC {
+    if bytes.len() < min
+        || &bytes[..8] != format::MAGIC
+        || &bytes[bytes.len() - 8..] != format::END_MAGIC
+    {
         return Err("not a dsv pack (bad magic or truncated)".into());
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
@@ -174,7 +230,8 @@ pub fn read_index(bytes: &[u8]) -> std::result::Result<(Vec<format::FrameRecord>
     let index_offset = u64::from_le_bytes(trailer[0..8].try_into().expect("8 bytes"));
     let index_length = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
     let data_end = (bytes.len() as u64) - format::TRAILER_LEN;
-    if index_offset < format::HEADER_LEN || index_offset.checked_add(index_length) != Some(data_end) {
+    if index_offset < format::HEADER_LEN || index_offset.checked_add(index_length) != Some(data_end)
+    {
         return Err("index position in the trailer is wrong".into());
     }
     let index = &bytes[index_offset as usize..data_end as usize];
@@ -196,7 +253,9 @@ mod tests {
         let mut writer = PackWriter::create(dir.path(), dir.path()).unwrap();
         let mut frame = FrameBuilder::default();
         let a = b"compressible ".repeat(1000);
-        let b: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let b: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
         frame.push(ObjectId::of(&a), ObjectKind::Chunk, &a);
         frame.push(ObjectId::of(&b), ObjectKind::Chunk, &b);
         writer.add_frame(frame.encode(3)).unwrap();
@@ -217,16 +276,29 @@ mod tests {
             compression: f.compression,
         };
         let o = objects[1];
-        assert_eq!(reader.object(&location, o.offset, o.length, &o.id, true).unwrap(), b);
+        assert_eq!(
+            reader
+                .object(&location, o.offset, o.length, &o.id, true)
+                .unwrap(),
+            b
+        );
 
         // A flipped byte anywhere is caught.
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[40] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(verify_pack(&path, &sealed.id), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            verify_pack(&path, &sealed.id),
+            Err(Error::Corrupt { .. })
+        ));
         let mut fresh = PackReader::new(dir.path(), 2);
-        let results: Vec<_> =
-            objects.iter().map(|o| fresh.object(&location, o.offset, o.length, &o.id, true)).collect();
-        assert!(results.iter().any(|r| r.is_err()), "a flipped byte went unnoticed");
+        let results: Vec<_> = objects
+            .iter()
+            .map(|o| fresh.object(&location, o.offset, o.length, &o.id, true))
+            .collect();
+        assert!(
+            results.iter().any(|r| r.is_err()),
+            "a flipped byte went unnoticed"
+        );
     }
 }

@@ -42,10 +42,17 @@ impl FrameBuilder {
         let objects = std::mem::take(&mut self.objects);
         let raw_length = raw.len() as u32;
         let (stored, compression) = match zstd::bulk::compress(&raw, level) {
-            Ok(compressed) if compressed.len() < raw.len() - raw.len() / 32 => (compressed, Compression::Zstd),
+            Ok(compressed) if compressed.len() < raw.len() - raw.len() / 32 => {
+                (compressed, Compression::Zstd)
+            }
             _ => (raw, Compression::None),
         };
-        EncodedFrame { stored, raw_length, compression, objects }
+        EncodedFrame {
+            stored,
+            raw_length,
+            compression,
+            objects,
+        }
     }
 }
 
@@ -95,7 +102,11 @@ impl PackWriter {
     /// # Errors
     /// [`crate::Error::Io`] when the file cannot be created or written.
     pub fn create(packs_dir: &Path, temp_dir: &Path) -> Result<Self> {
-        let temp = tempfile::Builder::new().prefix("pack-").suffix(".tmp").tempfile_in(temp_dir).at(temp_dir)?;
+        let temp = tempfile::Builder::new()
+            .prefix("pack-")
+            .suffix(".tmp")
+            .tempfile_in(temp_dir)
+            .at(temp_dir)?;
         let (file, temp_path) = temp.keep().map_err(|e| e.error).at(temp_dir)?;
         let mut writer = PackWriter {
             packs_dir: packs_dir.to_path_buf(),
@@ -134,7 +145,13 @@ impl PackWriter {
             compression: frame.compression,
         });
         for (id, kind, offset, length) in frame.objects {
-            self.objects.push(ObjectRecord { id, kind, frame: index, offset, length });
+            self.objects.push(ObjectRecord {
+                id,
+                kind,
+                frame: index,
+                offset,
+                length,
+            });
         }
         self.write(&frame.stored)
     }
@@ -178,7 +195,9 @@ impl PackWriter {
         let id = ObjectId::from(self.hasher.finalize());
         let final_path = pack_path(&self.packs_dir, &id);
         fs::rename(&self.temp_path, &final_path).at(&final_path)?;
-        File::open(&self.packs_dir).and_then(|dir| dir.sync_all()).at(&self.packs_dir)?;
+        File::open(&self.packs_dir)
+            .and_then(|dir| dir.sync_all())
+            .at(&self.packs_dir)?;
         Ok(SealedPack {
             id,
             size: self.offset,

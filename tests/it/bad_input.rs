@@ -1,0 +1,312 @@
+//! Bad input gets a clear error, the documented exit code, and changes nothing.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+
+use crate::common::{TestEnv, pseudo_random};
+
+/// Every file under `.dsv/` with its bytes, to prove a failed command wrote nothing.
+fn store_bytes(env: &TestEnv) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(env.path(".dsv")).sort_by_file_name() {
+        let entry = entry.unwrap();
+        let name = entry.path().to_str().unwrap().to_string();
+        if entry.file_type().is_file()
+            && !name.ends_with("-shm")
+            && !name.ends_with(".lock")
+            && !name.ends_with("/lock")
+        {
+            out.push((name, fs::read(entry.path()).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_store_says_how_to_make_one() {
+    let env = TestEnv::bare();
+    let stderr = env.fails(&["ls"], 3);
+    assert!(
+        stderr.contains("no dsv store found") && stderr.contains("dsv init"),
+        "{stderr}"
+    );
+    env.ok(&["init"]);
+    let stderr = env.fails(&["init"], 3);
+    assert!(stderr.contains("already exists"), "{stderr}");
+}
+
+#[test]
+fn unknown_names_are_user_errors_with_hints() {
+    let env = TestEnv::new();
+    env.write("data/a", "a");
+    env.ok(&["commit", "data", "--dataset", "d", "--tag", "v1"]);
+    let error = env.json_error(&["checkout", "nope", "out"], 3);
+    assert_eq!(error["message"], "unknown dataset \"nope\"");
+    assert!(
+        !env.path("out").exists(),
+        "nothing created for a bad revision"
+    );
+    let error = env.json_error(&["show", "d@v9"], 3);
+    assert_eq!(error["message"], "unknown revision \"d@v9\"");
+    assert!(error["hints"][0].as_str().unwrap().contains("dsv log d"));
+    env.fails(&["show", "d@latest~5"], 3);
+    env.fails(&["show", "d@ffffffff"], 3);
+    env.fails(&["show", "bad name"], 3);
+    env.fails(&["cat", "d:missing"], 3);
+    env.fails(&["ls", "d:missing/dir"], 3);
+    env.fails(&["log", "nope"], 3);
+}
+
+#[test]
+fn invalid_names_and_arguments_are_refused_before_anything_is_written() {
+    let env = TestEnv::new();
+    env.write("data/a", "a");
+    let before = store_bytes(&env);
+    for name in ["", "-x", ".hidden", "a/b", "a@b", "spaces are bad"] {
+        env.fails(&["commit", "data", &format!("--dataset={name}")], 3);
+    }
+    env.fails(&["commit", "data", "--dataset", "d", "--tag", "latest"], 3);
+    env.fails(
+        &[
+            "commit",
+            "data",
+            "--dataset",
+            "d",
+            "--compression-level",
+            "40",
+        ],
+        2,
+    );
+    env.fails(&["frobnicate"], 2);
+    assert_eq!(before, store_bytes(&env));
+}
+
+#[test]
+fn a_missing_or_non_directory_source_is_refused() {
+    let env = TestEnv::new();
+    env.write("file.txt", "x");
+    let before = store_bytes(&env);
+    let error = env.json_error(&["commit", "missing", "--dataset", "d"], 3);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("missing is not a directory"),
+        "{error}"
+    );
+    env.fails(&["commit", "file.txt", "--dataset", "d"], 3);
+    env.fails(&["status", "file.txt"], 3);
+    env.fails(&["status", "."], 3); // not a workspace
+    assert_eq!(before, store_bytes(&env));
+    // Checkout into a path that is a file.
+    env.write("data/a", "a");
+    env.ok(&["commit", "data", "--dataset", "d"]);
+    env.fails(&["checkout", "d", "file.txt"], 3);
+    assert_eq!(fs::read_to_string(env.path("file.txt")).unwrap(), "x");
+}
+
+#[test]
+fn symlinks_leaving_the_directory_are_refused_and_nothing_is_recorded() {
+    let env = TestEnv::new();
+    env.write("data/a", "a");
+    symlink("../../etc/passwd", env.path("data/escape")).unwrap();
+    let before = store_bytes(&env);
+    let error = env.json_error(&["commit", "data", "--dataset", "d"], 3);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("points outside the directory"),
+        "{error}"
+    );
+    fs::remove_file(env.path("data/escape")).unwrap();
+    symlink("/etc/passwd", env.path("data/absolute")).unwrap();
+    env.fails(&["commit", "data", "--dataset", "d"], 3);
+    assert_eq!(before, store_bytes(&env));
+    assert_eq!(env.json(&["ls"]).as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn non_utf8_names_and_special_files_are_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = TestEnv::new();
+    env.write("data/a", "a");
+    let bad = env
+        .path("data")
+        .join(std::ffi::OsStr::from_bytes(b"bad\xff"));
+    fs::write(&bad, "x").unwrap();
+    let error = env.json_error(&["commit", "data", "--dataset", "d"], 3);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid UTF-8"),
+        "{error}"
+    );
+    fs::remove_file(&bad).unwrap();
+    let fifo = env.path("data/fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let error = env.json_error(&["commit", "data", "--dataset", "d"], 3);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("socket, FIFO or device"),
+        "{error}"
+    );
+}
+
+/// Flips one byte in the middle of every pack.
+fn corrupt_packs(env: &TestEnv) {
+    for entry in fs::read_dir(env.path(".dsv/packs")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = fs::read(&path).unwrap();
+        let middle = bytes.len() / 3;
+        bytes[middle] ^= 0x55;
+        fs::write(&path, bytes).unwrap();
+    }
+}
+
+#[test]
+fn a_corrupt_pack_is_detected_by_hash_and_nothing_is_written() {
+    let env = TestEnv::new();
+    env.write("data/big.bin", pseudo_random(3_000_000, 5));
+    env.ok(&["commit", "data", "--dataset", "d"]);
+    corrupt_packs(&env);
+    let error = env.json_error(&["checkout", "d", "out"], 5);
+    assert_eq!(error["kind"], "corrupt");
+    assert!(
+        error["message"].as_str().unwrap().contains(".pack"),
+        "the error names the pack: {error}"
+    );
+    assert!(
+        !env.path("out/big.bin").exists(),
+        "no partial file is left behind"
+    );
+    let leftovers: Vec<_> = fs::read_dir(env.path("out")).unwrap().collect();
+    assert!(leftovers.is_empty(), "no temporary file is left behind");
+    env.fails(&["cat", "d:big.bin"], 5);
+    let report = env.json_error(&["verify"], 5);
+    assert!(
+        report.is_null(),
+        "verify reports problems as data, not as an error object"
+    );
+    let out = env.run(&["--json", "verify"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("do not hash to its name"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_truncated_or_deleted_pack_is_reported() {
+    let env = TestEnv::new();
+    env.write("data/big.bin", pseudo_random(2_000_000, 6));
+    env.ok(&["commit", "data", "--dataset", "d"]);
+    let pack = fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let bytes = fs::read(&pack).unwrap();
+    fs::write(&pack, &bytes[..bytes.len() / 2]).unwrap();
+    env.fails(&["checkout", "d", "out"], 5);
+    fs::remove_file(&pack).unwrap();
+    let error = env.json_error(&["checkout", "d", "out2"], 5);
+    assert!(
+        error["message"].as_str().unwrap().contains(".pack"),
+        "{error}"
+    );
+    env.fails(&["verify"], 5);
+}
+
+#[test]
+fn a_corrupt_catalog_is_reported_with_its_path() {
+    let env = TestEnv::new();
+    env.write("data/a", "a");
+    env.ok(&["commit", "data", "--dataset", "d"]);
+    for suffix in ["-wal", "-shm"] {
+        let _ = fs::remove_file(env.path(&format!(".dsv/catalog.db{suffix}")));
+    }
+    fs::write(env.path(".dsv/catalog.db"), pseudo_random(16384, 2)).unwrap();
+    let error = env.json_error(&["ls"], 5);
+    assert!(
+        error["message"].as_str().unwrap().contains("catalog.db"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_store_from_a_newer_dsv_is_refused_untouched() {
+    let env = TestEnv::new();
+    let conn = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    conn.pragma_update(None, "user_version", 999).unwrap();
+    drop(conn);
+    let before = store_bytes(&env);
+    let error = env.json_error(&["ls"], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("newer dsv"),
+        "{error}"
+    );
+    assert_eq!(error["hints"][0], "upgrade dsv to open this store");
+    assert_eq!(before, store_bytes(&env));
+}
+
+#[test]
+fn a_tree_naming_a_path_that_escapes_is_refused_at_checkout() {
+    use dsv::object::{EntryKind, ObjectKind, Tree, TreeEntry};
+    // Build a malicious store by hand: a tree whose symlink climbs out.
+    let env = TestEnv::new();
+    env.write("data/a", "a");
+    env.ok(&["commit", "data", "--dataset", "d"]);
+    let mut store = dsv::Store::open(&env.path(".dsv")).unwrap();
+    let tree = Tree {
+        entries: vec![TreeEntry {
+            name: "evil".into(),
+            kind: EntryKind::Symlink {
+                target: "../../outside".into(),
+            },
+            size: 13,
+            id: dsv::ObjectId::of(b"../../outside"),
+        }],
+    };
+    let mut frame = dsv::pack::FrameBuilder::default();
+    frame.push(tree.id(), ObjectKind::Tree, &tree.encode());
+    let version = dsv::object::Version {
+        dataset: "d".into(),
+        tree: tree.id(),
+        parent: None,
+        author: "mallory".into(),
+        time: 0,
+        files: 1,
+        bytes: 13,
+        source: "handmade".into(),
+        message: String::new(),
+    };
+    frame.push(version.id(), ObjectKind::Version, &version.encode());
+    let mut writer = dsv::pack::PackWriter::create(&store.packs_dir(), &store.temp_dir()).unwrap();
+    writer.add_frame(frame.encode(3)).unwrap();
+    let pack = writer.finish().unwrap();
+    let tx = store.catalog_mut().writer().unwrap();
+    tx.add_pack(&pack).unwrap();
+    tx.add_version(&version.id(), &version).unwrap();
+    tx.commit().unwrap();
+    drop(store);
+    let error = env.json_error(&["checkout", "d", "out"], 5);
+    assert!(
+        error["message"].as_str().unwrap().contains("unsafe path"),
+        "{error}"
+    );
+    assert!(!env.path("outside").exists());
+}

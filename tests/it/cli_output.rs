@@ -1,0 +1,249 @@
+//! The human output of each command, snapshotted (paths, ids and times normalized), and
+//! `--help`.
+
+use insta::assert_snapshot;
+
+use crate::common::{TestEnv, settle};
+
+fn human(env: &TestEnv, args: &[&str]) -> String {
+    let out = env.run(args);
+    let text = format!(
+        "exit: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.normalize(&text)
+}
+
+#[test]
+fn a_session_in_text() {
+    let env = TestEnv::bare();
+    assert_snapshot!(human(&env, &["init"]), @"
+    exit: 0
+    --- stdout
+    Initialized an empty dsv store in [ROOT]/.dsv
+    --- stderr
+    ");
+    env.write("data/a.txt", "alpha\n");
+    env.write("data/sub/b.txt", "beta\n");
+    settle();
+    assert_snapshot!(human(&env, &["commit", "data", "--dataset", "demo", "-m", "first import", "--tag", "v1"]), @"
+    exit: 0
+    --- stdout
+    Committed demo@[SHORT] (tag v1): 2 files, 11 B
+      read 2 files (11 B), 0 unchanged; stored 2 new chunks, 11 B in 1 packs
+    [ID]
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["commit", "data", "--dataset", "demo"]), @"
+    exit: 0
+    --- stdout
+    Nothing changed: demo is still at [SHORT]
+    --- stderr
+    ");
+    env.write("data/a.txt", "alpha, edited\n");
+    env.write("data/c.txt", "new\n");
+    assert_snapshot!(human(&env, &["status", "data"]), @"
+    exit: 0
+    --- stdout
+    [ROOT]/data differs from demo@[SHORT]:
+    M a.txt
+    A c.txt
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["commit", "data", "--dataset", "demo", "-m", "edit a\n\nand add c"]), @"
+    exit: 0
+    --- stdout
+    Committed demo@[SHORT]: 3 files, 23 B
+      read 2 files (18 B), 1 unchanged; stored 2 new chunks, 18 B in 1 packs
+    [ID]
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["diff", "demo@v1", "demo"]), @"
+    exit: 0
+    --- stdout
+    M a.txt
+    A c.txt
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["log", "demo"]), @"
+    exit: 0
+    --- stdout
+    version [ID]
+    Author: tester
+    Date:   [TIME]
+    Files:  3, 23 B
+
+        edit a
+        
+        and add c
+
+    version [ID] (tags: v1)
+    Author: tester
+    Date:   [TIME]
+    Files:  2, 11 B
+
+        first import
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["ls"]), @"
+    exit: 0
+    --- stdout
+    DATASET                  VERSIONS    FILES         SIZE  HEAD
+    demo                            2        3         23 B  [SHORT]
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["ls", "demo"]), @"
+    exit: 0
+    --- stdout
+    -           14 a.txt
+    -            4 c.txt
+    d            5 sub/
+    -            5 sub/b.txt
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["checkout", "demo@v1", "work"]), @"
+    exit: 0
+    --- stdout
+    Checked out demo@[SHORT] into [ROOT]/work: 2 files, 11 B
+      wrote 2 (11 B), deleted 0, 0 already up to date
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["status", "work"]), @"
+    exit: 0
+    --- stdout
+    Clean: [ROOT]/work matches demo@[SHORT]
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["show", "demo@v1"]), @"
+    exit: 0
+    --- stdout
+    version  [ID]
+    dataset  demo
+    parent   (none)
+    tags     v1
+    tree     [ID]
+    files    2
+    bytes    11 (11 B)
+    author   tester
+    date     [TIME]
+    source   [ROOT]/data
+    message  first import
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["tag", "demo", "v2"]), @"
+    exit: 0
+    --- stdout
+    Tagged demo@[SHORT] as v2
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["verify"]), @"
+    exit: 0
+    --- stdout
+    Checked 2 packs (1.45 KiB), 9 objects, 2 versions
+    The store is consistent.
+    --- stderr
+    ");
+}
+
+#[test]
+fn errors_in_text() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "alpha\n");
+    env.ok(&["commit", "data", "--dataset", "demo"]);
+    assert_snapshot!(human(&env, &["checkout", "demo@v7", "out"]), @r#"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: unknown revision "demo@v7"
+
+    hint: `dsv log demo` lists its versions and tags
+    "#);
+    assert_snapshot!(human(&env, &["commit", "data", "--dataset", "no good"]), @r#"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: invalid dataset name "no good": use only letters, digits, '.', '_' and '-'
+    "#);
+    env.ok(&["checkout", "demo", "work"]);
+    env.write("work/a.txt", "mine\n");
+    env.write("data/a.txt", "theirs\n");
+    env.ok(&["commit", "data", "--dataset", "demo"]);
+    assert_snapshot!(human(&env, &["checkout", "demo", "work"]), @"
+    exit: 4
+    --- stdout
+    --- stderr
+    error: checkout would overwrite 1 uncommitted change(s) in [ROOT]/work: a.txt
+
+    hint: commit those changes first, or pass --force to overwrite them (they will be lost)
+    ");
+    let bare = TestEnv::bare();
+    assert_snapshot!(human(&bare, &["log", "demo"]), @"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: no dsv store found in [ROOT] or any parent directory
+
+    hint: run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE
+    ");
+}
+
+#[test]
+fn help_lists_every_command() {
+    let env = TestEnv::bare();
+    assert_snapshot!(human(&env, &["--help"]), @"
+    exit: 0
+    --- stdout
+    A content-addressed dataset versioning store: git commit / git checkout for ML datasets
+
+    Usage: dsv [OPTIONS] <COMMAND>
+
+    Commands:
+      init      Create a store (`.dsv/`) in DIR (default: the current directory)
+      commit    Snapshot DIR as a new version of a dataset; prints the version id
+      checkout  Materialize a version into DIR (created if missing), writing only what differs
+      status    Show what changed in DIR since the version it holds
+      diff      Show what changed between two versions (or a version and its parent)
+      log       List a dataset's versions, newest first
+      ls        List datasets, or the files of a version (`REV` or `REV:PATH`)
+      show      Show one version: id, parent, tags, counts, bytes, provenance
+      tag       Give a version a name
+      cat       Write one file of a version to stdout
+      verify    Check every pack, object, tree and version of the store; report, never fix
+      help      Print this message or the help of the given subcommand(s)
+
+    Options:
+          --store <PATH>  The store to use (a `.dsv` directory or the directory holding one); default:
+                          the nearest `.dsv` in the current directory or its parents [env: DSV_STORE=]
+          --json          Print machine-readable JSON on stdout instead of text
+      -q, --quiet         Print nothing but errors
+          --no-progress   Never draw progress bars (they are only drawn on a terminal anyway)
+      -h, --help          Print help
+      -V, --version       Print version
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["checkout", "--help"]), @"
+    exit: 0
+    --- stdout
+    Materialize a version into DIR (created if missing), writing only what differs
+
+    Usage: dsv checkout [OPTIONS] <REVISION> <DIR>
+
+    Arguments:
+      <REVISION>  The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N
+      <DIR>       Where to materialize it
+
+    Options:
+          --force         Overwrite or delete changes that were never committed
+          --store <PATH>  The store to use (a `.dsv` directory or the directory holding one); default:
+                          the nearest `.dsv` in the current directory or its parents [env: DSV_STORE=]
+      -j, --jobs <N>      Parallel workers (default: a sensible number for this machine)
+          --json          Print machine-readable JSON on stdout instead of text
+      -q, --quiet         Print nothing but errors
+          --no-progress   Never draw progress bars (they are only drawn on a terminal anyway)
+      -h, --help          Print help
+      -V, --version       Print version
+    --- stderr
+    ");
+}

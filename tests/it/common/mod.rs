@@ -1,0 +1,225 @@
+//! The hermetic test environment: a temp dir holding a store, the real `dsv` binary run with
+//! a cleared environment, and helpers to build and compare real directory trees.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// A temp dir with a store in `root/.dsv`; commands run with `root` as current directory.
+pub struct TestEnv {
+    pub temp: tempfile::TempDir,
+}
+
+impl TestEnv {
+    /// A fresh environment with an initialized store.
+    pub fn new() -> TestEnv {
+        let env = TestEnv::bare();
+        env.ok(&["init"]);
+        env
+    }
+
+    /// A fresh environment without a store.
+    pub fn bare() -> TestEnv {
+        TestEnv {
+            temp: tempfile::Builder::new()
+                .prefix("dsv-test-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.temp.path()
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.root().join(relative)
+    }
+
+    /// The `dsv` binary with a cleared, sandboxed environment.
+    pub fn dsv(&self) -> Command {
+        let mut cmd = Command::cargo_bin("dsv").expect("dsv binary");
+        cmd.env_clear()
+            .env("HOME", self.root())
+            .env("TMPDIR", self.root())
+            .env("DSV_AUTHOR", "tester")
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .current_dir(self.root());
+        cmd
+    }
+
+    /// Runs `dsv ARGS`; returns the output whatever the exit code.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.dsv().args(args).output().expect("run dsv")
+    }
+
+    /// Runs `dsv ARGS`, asserting success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "dsv {args:?} failed with {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 stdout")
+    }
+
+    /// Runs `dsv --json ARGS`, asserting success; returns the parsed JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&full)).expect("JSON output")
+    }
+
+    /// Runs `dsv ARGS` expecting exit code `code`; returns stderr.
+    pub fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "dsv {args:?}: expected exit {code}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stderr).expect("utf-8 stderr")
+    }
+
+    /// Runs `dsv --json ARGS` expecting exit code `code`; returns the JSON error object.
+    pub fn json_error(&self, args: &[&str], code: i32) -> Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = self.run(&full);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "dsv {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value: Value = serde_json::from_slice(&out.stdout).expect("JSON error on stdout");
+        value["error"].clone()
+    }
+
+    /// Writes a file (creating parent directories).
+    pub fn write(&self, relative: &str, contents: impl AsRef<[u8]>) {
+        write_file(&self.path(relative), contents.as_ref());
+    }
+
+    /// Replaces the temp dir path, ids and times so human output can be snapshotted.
+    pub fn normalize(&self, text: &str) -> String {
+        let root = fs::canonicalize(self.root()).unwrap();
+        let mut text = text
+            .replace(root.to_str().unwrap(), "[ROOT]")
+            .replace(self.root().to_str().unwrap(), "[ROOT]");
+        for (pattern, replacement) in [
+            (r"\b[0-9a-f]{64}\b", "[ID]"),
+            (r"\b[0-9a-f]{12}\b", "[SHORT]"),
+            (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "[TIME]"),
+        ] {
+            text = regex::Regex::new(pattern)
+                .unwrap()
+                .replace_all(&text, replacement)
+                .into_owned();
+        }
+        text
+    }
+}
+
+pub fn write_file(path: &Path, contents: &[u8]) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, contents).unwrap();
+}
+
+/// Waits out the stat cache's racy margin so files written just now are trusted.
+pub fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(150));
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// What a tree holds, for comparison: path → (kind, content or link target, executable).
+pub fn snapshot_tree(dir: &Path) -> BTreeMap<String, (char, Vec<u8>, bool)> {
+    let mut out = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(dir).min_depth(1).follow_links(false) {
+        let entry = entry.unwrap();
+        let relative = entry
+            .path()
+            .strip_prefix(dir)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        if relative == ".dsv" || relative.starts_with(".dsv/") {
+            continue;
+        }
+        let meta = entry.path().symlink_metadata().unwrap();
+        let value = if meta.file_type().is_symlink() {
+            (
+                'l',
+                fs::read_link(entry.path())
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .as_bytes()
+                    .to_vec(),
+                false,
+            )
+        } else if meta.is_dir() {
+            ('d', Vec::new(), false)
+        } else {
+            (
+                'f',
+                fs::read(entry.path()).unwrap(),
+                meta.permissions().mode() & 0o100 != 0,
+            )
+        };
+        out.insert(relative, value);
+    }
+    out
+}
+
+/// Asserts two directories hold the same entries, bytes, link targets and executable bits.
+pub fn assert_same_tree(expected: &Path, actual: &Path) {
+    let (a, b) = (snapshot_tree(expected), snapshot_tree(actual));
+    let keys_a: Vec<_> = a.keys().collect();
+    let keys_b: Vec<_> = b.keys().collect();
+    assert_eq!(
+        keys_a,
+        keys_b,
+        "different paths in {} and {}",
+        expected.display(),
+        actual.display()
+    );
+    for (path, value) in &a {
+        assert!(
+            b[path] == *value,
+            "{path} differs between {} and {}",
+            expected.display(),
+            actual.display()
+        );
+    }
+}
+
+/// Makes a file executable.
+pub fn make_executable(path: &Path) {
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}

@@ -1,0 +1,107 @@
+//! Promise 1: kill -9 at any point of commit or checkout leaves the store consistent, and a
+//! re-run finishes the job.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::common::{TestEnv, assert_same_tree, pseudo_random};
+
+/// About 48 MiB in 96 files, half incompressible, half compressible.
+fn large_tree(env: &TestEnv) {
+    for i in 0..96u64 {
+        let mut bytes = pseudo_random(256 * 1024, i + 1);
+        if i % 2 == 0 {
+            bytes = bytes.iter().map(|b| b % 4).collect();
+        }
+        let bytes = bytes.repeat(2);
+        env.write(&format!("data/part{}/file{i:03}.bin", i % 4), bytes);
+    }
+}
+
+/// Starts `dsv ARGS`, kills it with SIGKILL after `delay`; true when it was still running.
+fn kill_after(env: &TestEnv, args: &[&str], delay: Duration) -> bool {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        .args(args)
+        .current_dir(env.root())
+        .env("DSV_AUTHOR", "tester")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while start.elapsed() < delay {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    running
+}
+
+fn assert_consistent(env: &TestEnv) {
+    let out = env.run(&["--json", "verify"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "verify after a kill: {report}");
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn kill_during_commit_leaves_a_consistent_store_and_the_rerun_succeeds() {
+    let env = TestEnv::new();
+    large_tree(&env);
+    let mut killed_midway = 0;
+    for delay_ms in [30u64, 120, 300, 700] {
+        if kill_after(
+            &env,
+            &["commit", "data", "--dataset", "big"],
+            Duration::from_millis(delay_ms),
+        ) {
+            killed_midway += 1;
+        }
+        assert_consistent(&env);
+        // Nothing half-done is visible: either no version, or a whole one.
+        let log = env.run(&["--json", "log", "big"]);
+        if log.status.success() {
+            env.ok(&["checkout", "big", &format!("check{delay_ms}")]);
+            assert_same_tree(&env.path("data"), &env.path(&format!("check{delay_ms}")));
+        }
+    }
+    assert!(
+        killed_midway >= 2,
+        "the kills must land while the commit runs ({killed_midway} did)"
+    );
+    let report = env.json(&["commit", "data", "--dataset", "big", "--allow-empty"]);
+    assert_eq!(report["created"], true);
+    env.ok(&["checkout", "big", "out"]);
+    assert_same_tree(&env.path("data"), &env.path("out"));
+    assert_consistent(&env);
+}
+
+#[test]
+fn kill_during_checkout_then_rerun_gives_the_exact_version() {
+    let env = TestEnv::new();
+    large_tree(&env);
+    env.ok(&["commit", "data", "--dataset", "big"]);
+    let mut killed_midway = 0;
+    for delay_ms in [20u64, 60, 150] {
+        let dir = format!("out{delay_ms}");
+        if kill_after(
+            &env,
+            &["checkout", "big", &dir],
+            Duration::from_millis(delay_ms),
+        ) {
+            killed_midway += 1;
+        }
+        assert_consistent(&env);
+        env.ok(&["checkout", "big", &dir]);
+        assert_same_tree(&env.path("data"), &env.path(&dir));
+        env.ok(&["status", &dir, "--exit-code"]);
+    }
+    assert!(
+        killed_midway >= 1,
+        "a kill must land while the checkout runs"
+    );
+}

@@ -1,0 +1,13 @@
+//! dsv's integration tests: one binary (see `Cargo.toml`, `autotests = false`), one module
+//! per area. Every test runs the real `dsv` binary or library on real directories and real
+//! SQLite files in a temp dir.
+
+mod common;
+
+mod bad_input;
+mod cli_output;
+mod concurrency;
+mod crash;
+mod local_store;
+mod properties;
+mod real_data;
