@@ -23,3 +23,8 @@ pub fn check() -> Result<()> {
         Ok(())
     }
 }
+
+/// True once [`request`] was called.
+pub fn requested() -> bool {
+    REQUESTED.load(Ordering::Relaxed)
+}

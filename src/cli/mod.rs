@@ -169,7 +169,14 @@ pub fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("DSV_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    let _ = ctrlc::set_handler(dsv::interrupt::request);
+    // The first Ctrl-C asks the running operation to stop at a consistent point; a second
+    // one exits at once (the store stays consistent either way: see docs/architecture.md).
+    let _ = ctrlc::set_handler(|| {
+        if dsv::interrupt::requested() {
+            std::process::exit(i32::from(error::INTERRUPTED));
+        }
+        dsv::interrupt::request();
+    });
     let ui = Ui::new(cli.json, cli.quiet, cli.no_progress);
     match run(&cli, &ui) {
         Ok(code) => ExitCode::from(code),

@@ -80,6 +80,16 @@ pub struct PackWriter {
     offset: u64,
     frames: Vec<FrameRecord>,
     objects: Vec<ObjectRecord>,
+    /// Set once renamed to its final name; until then, dropping the writer deletes the file.
+    sealed: bool,
+}
+
+impl Drop for PackWriter {
+    fn drop(&mut self) {
+        if !self.sealed {
+            let _ = fs::remove_file(&self.temp_path);
+        }
+    }
 }
 
 /// A pack written durably under its final name.
@@ -116,6 +126,7 @@ impl PackWriter {
             offset: 0,
             frames: Vec::new(),
             objects: Vec::new(),
+            sealed: false,
         };
         let mut header = Vec::with_capacity(format::HEADER_LEN as usize);
         header.extend_from_slice(format::MAGIC);
@@ -171,13 +182,10 @@ impl PackWriter {
     /// a crash, so the catalog may name it.
     ///
     /// # Errors
-    /// [`crate::Error::Io`]; the temporary file is removed.
+    /// [`crate::Error::Io`]; the temporary file is removed (as it is whenever an unsealed
+    /// writer is dropped).
     pub fn finish(mut self) -> Result<SealedPack> {
-        let result = self.seal();
-        if result.is_err() {
-            let _ = fs::remove_file(&self.temp_path);
-        }
-        result
+        self.seal()
     }
 
     fn seal(&mut self) -> Result<SealedPack> {
@@ -195,6 +203,7 @@ impl PackWriter {
         let id = ObjectId::from(self.hasher.finalize());
         let final_path = pack_path(&self.packs_dir, &id);
         fs::rename(&self.temp_path, &final_path).at(&final_path)?;
+        self.sealed = true;
         File::open(&self.packs_dir)
             .and_then(|dir| dir.sync_all())
             .at(&self.packs_dir)?;

@@ -310,3 +310,52 @@ fn a_tree_naming_a_path_that_escapes_is_refused_at_checkout() {
     );
     assert!(!env.path("outside").exists());
 }
+
+/// A tmpfs of a few MiB mounted for the test, unmounted on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `size` at `path`; `None` when not root (the suite runs as root in CI).
+    fn mount(path: &std::path::Path, size: &str) -> Option<SmallDisk> {
+        let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+        let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+        fs::create_dir_all(path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status();
+        match status {
+            Ok(s) if s.success() => Some(SmallDisk(path.to_path_buf())),
+            _ if root => panic!("running as root, yet mounting a tmpfs failed"),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_records_nothing() {
+    let env = TestEnv::bare();
+    let Some(_disk) = SmallDisk::mount(&env.path("small"), "3m") else {
+        eprintln!("skipping: mounting a tmpfs needs root");
+        return;
+    };
+    let store = env.path("small").to_str().unwrap().to_string();
+    env.ok(&["--store", &store, "init"]);
+    env.write("data/big.bin", pseudo_random(8_000_000, 77));
+    let error = env.json_error(&["--store", &store, "commit", "data", "--dataset", "d"], 6);
+    assert_eq!(error["kind"], "io");
+    assert!(error["hints"][0].as_str().unwrap().contains("free some disk space"), "{error}");
+    assert_eq!(env.json(&["--store", &store, "ls"]).as_array().unwrap().len(), 0);
+    let temp_files: Vec<_> = fs::read_dir(env.path("small/.dsv/tmp")).unwrap().collect();
+    assert!(temp_files.is_empty(), "the partial pack is removed");
+    // Once there is room, the next commit succeeds.
+    env.write("small-data/a.txt", "fits\n");
+    env.ok(&["--store", &store, "commit", "small-data", "--dataset", "d"]);
+    assert_eq!(env.json(&["--store", &store, "verify"])["problems"].as_array().unwrap().len(), 0);
+}
