@@ -285,22 +285,17 @@ pub fn checkout(
     progress.start("writing", total_bytes, Unit::Bytes);
     let packs_dir = store.packs_dir();
     let counter = AtomicU64::new(0);
-    let batch = 32;
-    let batches: Vec<&[WriteJob<'_>]> = jobs.chunks(batch).collect();
-    let written_stats = super::parallel_map(&batches, options.jobs, |batch| {
+    let plan = WritePlan::new(&dir, &jobs, &counter)?;
+    let result = super::parallel_map(&plan.tasks, options.jobs, |task| {
         thread_local_reader(&packs_dir, |packs| {
-            let mut stats = Vec::with_capacity(batch.len());
-            for job in *batch {
-                crate::interrupt::check()?;
-                write_entry(&dir, job, packs, &counter)?;
-                progress.advance(job.entry.size);
-                stats.push(job.entry.path.as_str());
-            }
-            Ok(stats.len())
+            plan.run(task, packs, &counter, progress)
         })
-    })?;
+    });
+    if result.is_err() {
+        plan.remove_temporaries();
+    }
+    result?;
     progress.finish();
-    debug_assert_eq!(written_stats.iter().sum::<usize>(), jobs.len());
     for path in prune_dirs.iter().rev() {
         // Only if empty: untracked files keep their directory.
         if fs::remove_dir(dir.join(path)).is_ok() {
@@ -362,6 +357,171 @@ pub fn checkout(
             .filter(|p| target_map.get(**p).is_some_and(|e| e.kind != FlatKind::Dir))
             .count() as u64,
     })
+}
+
+/// Files of more than this many bytes are written in segments by several threads at once.
+const SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// One unit of parallel write work.
+enum WriteTask<'a> {
+    /// Up to 32 small files, written one after the other (neighbours share frames).
+    Files(Vec<&'a WriteJob<'a>>),
+    /// A run of chunks of one large file, written at its offset into the shared temp file.
+    Segment {
+        /// Index into [`WritePlan::large`].
+        large: usize,
+        /// Which of the file's chunks.
+        chunks: std::ops::Range<usize>,
+        /// Byte offset of the first.
+        offset: u64,
+    },
+}
+
+/// A large file being written in segments.
+struct LargeFile<'a> {
+    job: &'a WriteJob<'a>,
+    temp: PathBuf,
+    destination: PathBuf,
+    /// Segments still to write; the thread that writes the last one verifies and renames.
+    remaining: AtomicU64,
+}
+
+/// The write phase: small files in batches, large files split into segments.
+struct WritePlan<'a> {
+    tasks: Vec<WriteTask<'a>>,
+    large: Vec<LargeFile<'a>>,
+    dir: &'a Path,
+}
+
+impl<'a> WritePlan<'a> {
+    /// Splits `jobs` into tasks, creating each large file's temp file at its full length.
+    fn new(dir: &'a Path, jobs: &'a [WriteJob<'a>], counter: &AtomicU64) -> Result<Self> {
+        let (large_jobs, small_jobs): (Vec<&WriteJob<'_>>, Vec<&WriteJob<'_>>) = jobs
+            .iter()
+            .partition(|j| j.entry.size > SEGMENT_BYTES && j.chunks.len() > 1);
+        let mut plan = WritePlan {
+            tasks: Vec::new(),
+            large: Vec::new(),
+            dir,
+        };
+        for job in large_jobs {
+            let destination = dir.join(&job.entry.path);
+            let temp = temp_path(dir, &destination, counter);
+            let file = File::create(&temp).at(&temp)?;
+            file.set_len(job.entry.size).at(&temp)?;
+            let index = plan.large.len();
+            let (mut start, mut offset, mut run_bytes, mut segments) = (0, 0u64, 0u64, 0);
+            for (i, (_, location)) in job.chunks.iter().enumerate() {
+                run_bytes += u64::from(location.length);
+                if run_bytes >= SEGMENT_BYTES || i + 1 == job.chunks.len() {
+                    plan.tasks.push(WriteTask::Segment {
+                        large: index,
+                        chunks: start..i + 1,
+                        offset,
+                    });
+                    offset += run_bytes;
+                    start = i + 1;
+                    run_bytes = 0;
+                    segments += 1;
+                }
+            }
+            plan.large.push(LargeFile {
+                job,
+                temp,
+                destination,
+                remaining: AtomicU64::new(segments),
+            });
+        }
+        // Large segments first, so they spread over the threads; then batches of small files
+        // (in pack order, so each batch reads few frames).
+        plan.tasks.extend(
+            small_jobs
+                .chunks(32)
+                .map(|batch| WriteTask::Files(batch.to_vec())),
+        );
+        Ok(plan)
+    }
+
+    fn run(
+        &self,
+        task: &WriteTask<'_>,
+        packs: &mut PackReader,
+        counter: &AtomicU64,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        match task {
+            WriteTask::Files(batch) => {
+                for job in batch {
+                    crate::interrupt::check()?;
+                    write_entry(self.dir, job, packs, counter)?;
+                    progress.advance(job.entry.size);
+                }
+            }
+            WriteTask::Segment {
+                large,
+                chunks,
+                offset,
+            } => {
+                let file = &self.large[*large];
+                let handle = fs::OpenOptions::new()
+                    .write(true)
+                    .open(&file.temp)
+                    .at(&file.temp)?;
+                let mut position = *offset;
+                for (chunk_id, location) in &file.job.chunks[chunks.clone()] {
+                    crate::interrupt::check()?;
+                    let bytes = packs.object(
+                        &location.frame,
+                        location.offset,
+                        location.length,
+                        chunk_id,
+                        true,
+                    )?;
+                    std::os::unix::fs::FileExt::write_all_at(&handle, &bytes, position)
+                        .at(&file.temp)?;
+                    position += bytes.len() as u64;
+                    progress.advance(bytes.len() as u64);
+                }
+                if file.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    // Every segment is in: check the whole file against its id, then publish it.
+                    let id = workspace::hash_file(&file.temp)?;
+                    if id != file.job.entry.id {
+                        return Err(Error::corrupt(
+                            &file.destination,
+                            format!(
+                                "the stored bytes of {} do not hash to its file id",
+                                file.job.entry.path
+                            ),
+                        ));
+                    }
+                    if let FlatKind::File { executable: true } = file.job.entry.kind {
+                        handle
+                            .set_permissions(fs::Permissions::from_mode(0o755))
+                            .at(&file.temp)?;
+                    }
+                    fs::rename(&file.temp, &file.destination).at(&file.destination)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the temp files of large files after a failure.
+    fn remove_temporaries(&self) {
+        for file in &self.large {
+            let _ = fs::remove_file(&file.temp);
+        }
+    }
+}
+
+/// A temporary name beside `destination`, unique within this process.
+fn temp_path(dir: &Path, destination: &Path, counter: &AtomicU64) -> PathBuf {
+    let parent = destination.parent().unwrap_or(dir);
+    parent.join(format!(
+        "{TEMP_PREFIX}{}-{}",
+        std::process::id(),
+        counter.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 thread_local! {

@@ -10,7 +10,8 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 
 use crate::catalog::Catalog;
 use crate::chunk::{ChunkParams, Chunker};
@@ -146,6 +147,11 @@ impl PackSink {
 
 /// Ingests `files` in parallel into `sink`, returning each file's id in input order.
 ///
+/// Two stages, each on `jobs` threads: readers (read, chunk, hash, skip known chunks, fill
+/// frames) and compressors (zstd, append to the pack), joined by a bounded queue of frames,
+/// so a single huge file still compresses on every core and memory stays bounded
+/// (about `4 × jobs` frames of [`FRAME_TARGET`] bytes).
+///
 /// # Errors
 /// [`Error::Io`] reading a file or writing a pack; [`Error::Unsupported`] when a file changed
 /// while it was read; [`Error::Interrupted`].
@@ -157,30 +163,66 @@ pub fn ingest_files(
     progress: &dyn Progress,
 ) -> Result<(Vec<ObjectId>, IngestStats)> {
     let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
     let ids = Mutex::new(vec![ObjectId([0; 32]); files.len()]);
-    let jobs = options.jobs.clamp(1, files.len().max(1));
-    let results: Vec<Result<IngestStats>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..jobs)
+    let jobs = options.jobs.max(1);
+    let (sender, receiver) = mpsc::sync_channel::<FrameBuilder>(jobs * 2);
+    let receiver = Mutex::new(receiver);
+    let stop_all = || {
+        failed.store(true, Ordering::Relaxed);
+        next.store(files.len(), Ordering::Relaxed);
+    };
+    let (read_results, compress_results) = std::thread::scope(|scope| {
+        let compressors: Vec<_> = (0..jobs)
             .map(|_| {
                 scope.spawn(|| {
                     let result =
-                        ingest_worker(catalog_path, sink, files, &next, &ids, options, progress);
+                        compress_worker(&receiver, sink, options.compression_level, &failed);
                     if result.is_err() {
-                        // Stop the other workers at their next file.
-                        next.store(files.len(), Ordering::Relaxed);
+                        stop_all();
                     }
                     result
                 })
             })
             .collect();
-        handles
+        let readers: Vec<_> = (0..jobs.min(files.len().max(1)))
+            .map(|_| {
+                let sender = sender.clone();
+                scope.spawn(|| {
+                    let worker = ReadWorker {
+                        catalog_path,
+                        sink,
+                        files,
+                        next: &next,
+                        ids: &ids,
+                        failed: &failed,
+                        progress,
+                    };
+                    let result = worker.run(sender);
+                    if result.is_err() {
+                        stop_all();
+                    }
+                    result
+                })
+            })
+            .collect();
+        drop(sender);
+        let read: Vec<Result<IngestStats>> = readers
             .into_iter()
-            .map(|h| h.join().expect("ingest worker panicked"))
-            .collect()
+            .map(|h| h.join().expect("ingest reader panicked"))
+            .collect();
+        let compressed: Vec<Result<u64>> = compressors
+            .into_iter()
+            .map(|h| h.join().expect("ingest compressor panicked"))
+            .collect();
+        (read, compressed)
     });
     let mut total = IngestStats::default();
-    for result in results {
+    for result in read_results {
         total.add(&result?);
+    }
+    for result in compress_results {
+        total.stored_bytes += result?;
     }
     Ok((
         ids.into_inner().expect("no panics while holding the lock"),
@@ -188,72 +230,112 @@ pub fn ingest_files(
     ))
 }
 
-fn ingest_worker(
-    catalog_path: &Path,
+/// Compresses frames from the queue into the sink until the queue closes; returns the bytes
+/// stored. After a failure anywhere it keeps draining (discarding) so readers never block.
+fn compress_worker(
+    receiver: &Mutex<mpsc::Receiver<FrameBuilder>>,
     sink: &PackSink,
-    files: &[IngestFile],
-    next: &AtomicUsize,
-    ids: &Mutex<Vec<ObjectId>>,
-    options: IngestOptions,
-    progress: &dyn Progress,
-) -> Result<IngestStats> {
-    let catalog = Catalog::open(catalog_path, false)?;
-    let mut frame = FrameBuilder::default();
-    let mut stats = IngestStats::default();
-    let params = ChunkParams::DEFAULT;
+    level: i32,
+    failed: &AtomicBool,
+) -> Result<u64> {
+    let mut stored = 0u64;
+    let mut outcome = Ok(());
     loop {
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        let Some(job) = files.get(index) else { break };
-        crate::interrupt::check()?;
-        let file = File::open(&job.path).at(&job.path)?;
-        let mut chunker = Chunker::new(&file, params);
-        let mut hasher = blake3::Hasher::new();
-        let mut chunks = Vec::new();
-        let mut size = 0u64;
-        while let Some(chunk) = chunker.next_chunk().at(&job.path)? {
-            let id = ObjectId::of(chunk);
-            size += chunk.len() as u64;
-            progress.advance(chunk.len() as u64);
-            if job.stat.size > params.min as u64 {
-                hasher.update(chunk);
+        let frame = receiver
+            .lock()
+            .expect("no panics while holding the lock")
+            .recv();
+        let Ok(mut frame) = frame else { break };
+        if outcome.is_err() || failed.load(Ordering::Relaxed) {
+            continue;
+        }
+        let encoded = frame.encode(level);
+        stored += encoded.stored_len() as u64;
+        outcome = sink.add(encoded);
+        if outcome.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+    }
+    outcome.map(|()| stored)
+}
+
+/// The frame queue's receiver lives until every reader has finished, so a send cannot fail.
+const QUEUE_OPEN: &str = "the frame queue outlives the readers";
+
+/// The reading stage: one per thread, pulling files from a shared index.
+struct ReadWorker<'a> {
+    catalog_path: &'a Path,
+    sink: &'a PackSink,
+    files: &'a [IngestFile],
+    next: &'a AtomicUsize,
+    ids: &'a Mutex<Vec<ObjectId>>,
+    failed: &'a AtomicBool,
+    progress: &'a dyn Progress,
+}
+
+impl ReadWorker<'_> {
+    fn run(&self, sender: mpsc::SyncSender<FrameBuilder>) -> Result<IngestStats> {
+        // Its own read-only connection: "does the store have this chunk?" without a shared lock.
+        let catalog = Catalog::open(self.catalog_path, false)?;
+        let mut frame = FrameBuilder::default();
+        let mut stats = IngestStats::default();
+        let params = ChunkParams::DEFAULT;
+        loop {
+            let index = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(job) = self.files.get(index) else {
+                break;
+            };
+            crate::interrupt::check()?;
+            if self.failed.load(Ordering::Relaxed) {
+                break;
             }
-            chunks.push((id, chunk.len() as u32));
-            if !catalog.has_object(&id)? && sink.claim(&id) {
-                frame.push(id, ObjectKind::Chunk, chunk);
-                stats.new_chunks += 1;
-                stats.new_bytes += chunk.len() as u64;
-                if frame.len() >= FRAME_TARGET {
-                    let encoded = frame.encode(options.compression_level);
-                    stats.stored_bytes += encoded.stored_len() as u64;
-                    sink.add(encoded)?;
+            let file = File::open(&job.path).at(&job.path)?;
+            let mut chunker = Chunker::new(&file, params);
+            let mut hasher = blake3::Hasher::new();
+            let mut chunks = Vec::new();
+            let mut size = 0u64;
+            while let Some(chunk) = chunker.next_chunk().at(&job.path)? {
+                let id = ObjectId::of(chunk);
+                size += chunk.len() as u64;
+                self.progress.advance(chunk.len() as u64);
+                if job.stat.size > params.min as u64 {
+                    hasher.update(chunk);
+                }
+                chunks.push((id, chunk.len() as u32));
+                if !catalog.has_object(&id)? && self.sink.claim(&id) {
+                    frame.push(id, ObjectKind::Chunk, chunk);
+                    stats.new_chunks += 1;
+                    stats.new_bytes += chunk.len() as u64;
+                    if frame.len() >= FRAME_TARGET {
+                        sender.send(std::mem::take(&mut frame)).expect(QUEUE_OPEN);
+                    }
                 }
             }
+            let after = Stat::of(&file.metadata().at(&job.path)?);
+            if size != job.stat.size
+                || after.mtime_ns != job.stat.mtime_ns
+                || after.size != job.stat.size
+            {
+                return Err(Error::Unsupported {
+                    path: job.path.clone(),
+                    reason: "the file changed while it was being read; run the command again"
+                        .into(),
+                });
+            }
+            let file_id = match chunks.as_slice() {
+                [(only, _)] => *only,
+                _ => ObjectId::from(hasher.finalize()),
+            };
+            if chunks.len() > 1 && !catalog.has_object(&file_id)? && self.sink.claim(&file_id) {
+                frame.push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
+            }
+            self.ids.lock().expect("no panics while holding the lock")[index] = file_id;
+            stats.files_read += 1;
+            stats.bytes_read += size;
         }
-        let after = Stat::of(&file.metadata().at(&job.path)?);
-        if size != job.stat.size
-            || after.mtime_ns != job.stat.mtime_ns
-            || after.size != job.stat.size
-        {
-            return Err(Error::Unsupported {
-                path: job.path.clone(),
-                reason: "the file changed while it was being read; run the command again".into(),
-            });
+        if !frame.is_empty() {
+            sender.send(frame).expect(QUEUE_OPEN);
         }
-        let file_id = match chunks.as_slice() {
-            [(only, _)] => *only,
-            _ => ObjectId::from(hasher.finalize()),
-        };
-        if chunks.len() > 1 && !catalog.has_object(&file_id)? && sink.claim(&file_id) {
-            frame.push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
-        }
-        ids.lock().expect("no panics while holding the lock")[index] = file_id;
-        stats.files_read += 1;
-        stats.bytes_read += size;
+        Ok(stats)
     }
-    if !frame.is_empty() {
-        let encoded = frame.encode(options.compression_level);
-        stats.stored_bytes += encoded.stored_len() as u64;
-        sink.add(encoded)?;
-    }
-    Ok(stats)
 }

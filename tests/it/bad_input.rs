@@ -334,7 +334,10 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -350,12 +353,30 @@ fn a_full_disk_is_a_clear_error_and_records_nothing() {
     env.write("data/big.bin", pseudo_random(8_000_000, 77));
     let error = env.json_error(&["--store", &store, "commit", "data", "--dataset", "d"], 6);
     assert_eq!(error["kind"], "io");
-    assert!(error["hints"][0].as_str().unwrap().contains("free some disk space"), "{error}");
-    assert_eq!(env.json(&["--store", &store, "ls"]).as_array().unwrap().len(), 0);
+    assert!(
+        error["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("free some disk space"),
+        "{error}"
+    );
+    assert_eq!(
+        env.json(&["--store", &store, "ls"])
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
     let temp_files: Vec<_> = fs::read_dir(env.path("small/.dsv/tmp")).unwrap().collect();
     assert!(temp_files.is_empty(), "the partial pack is removed");
     // Once there is room, the next commit succeeds.
     env.write("small-data/a.txt", "fits\n");
     env.ok(&["--store", &store, "commit", "small-data", "--dataset", "d"]);
-    assert_eq!(env.json(&["--store", &store, "verify"])["problems"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        env.json(&["--store", &store, "verify"])["problems"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
 }

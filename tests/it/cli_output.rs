@@ -141,7 +141,7 @@ fn a_session_in_text() {
     assert_snapshot!(human(&env, &["verify"]), @"
     exit: 0
     --- stdout
-    Checked 2 packs (1.45 KiB), 9 objects, 2 versions
+    Checked 2 packs ([SIZE]), 9 objects, 2 versions
     The store is consistent.
     --- stderr
     ");

@@ -111,22 +111,46 @@ fn ctrl_c_during_commit_stops_cleanly_with_exit_130() {
     let env = TestEnv::new();
     large_tree(&env);
     let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
-        .args(["commit", "data", "--dataset", "big", "--compression-level", "19", "--jobs", "1"])
+        .args([
+            "commit",
+            "data",
+            "--dataset",
+            "big",
+            "--compression-level",
+            "19",
+            "--jobs",
+            "1",
+        ])
         .current_dir(env.root())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(80));
-    let interrupted = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(interrupted.success());
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("interrupted") && stderr.contains("run the command again"), "{stderr}");
-    assert!(env.run(&["log", "big"]).status.code() == Some(3), "no version was recorded");
+    assert!(
+        stderr.contains("interrupted") && stderr.contains("run the command again"),
+        "{stderr}"
+    );
+    assert!(
+        env.run(&["log", "big"]).status.code() == Some(3),
+        "no version was recorded"
+    );
     assert_consistent(&env);
-    assert!(std::fs::read_dir(env.path(".dsv/tmp")).unwrap().next().is_none(), "no partial pack is left");
+    assert!(
+        std::fs::read_dir(env.path(".dsv/tmp"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "no partial pack is left"
+    );
     env.ok(&["commit", "data", "--dataset", "big", "--allow-empty"]);
     env.ok(&["checkout", "big", "out"]);
     assert_same_tree(&env.path("data"), &env.path("out"));
