@@ -2,7 +2,7 @@
 //!
 //! Policy (after jj's and rustic's): one public, `#[non_exhaustive]` [`Error`] whose variants
 //! carry structured fields; messages never repeat their `source` (the CLI prints the chain as
-//! "Caused by:" lines); every I/O error names its path ([`IoResultExt::at`]). [`Error::kind`]
+//! "caused by:" lines); every I/O error names its path ([`IoResultExt::at`]). [`Error::kind`]
 //! groups the variants so the CLI can map each group to one exit code.
 
 use std::io;
@@ -198,7 +198,7 @@ impl Error {
                 ErrorKind::Corrupt
             }
             Error::Io { .. } => ErrorKind::Io,
-            Error::Catalog(e) if is_full_disk_sqlite(e) => ErrorKind::Io,
+            Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
             Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
             Error::Interrupted => ErrorKind::Interrupted,
             _ => ErrorKind::User,
@@ -227,6 +227,16 @@ impl Error {
 
 fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull)
+}
+
+/// SQLite failures caused by the environment (disk, permissions, other processes), not by
+/// the catalog's content.
+fn is_environment_sqlite(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode::*;
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(
+        f.code,
+        DiskFull | CannotOpen | ReadOnly | PermissionDenied | DatabaseBusy | DatabaseLocked | SystemIoFailure
+    ))
 }
 
 /// Attaches a path to an [`io::Error`], as jj's `IoResultExt::context` does.

@@ -409,10 +409,11 @@ impl Version {
         let author = required(line("author")?, "author")?.to_string();
         let number = |v: &str| v.parse::<i64>().map_err(|_| bad("bad number"));
         let time = number(required(line("time")?, "time")?)?;
-        let files = number(required(line("files")?, "files")?)? as u64;
-        let bytes = number(required(line("bytes")?, "bytes")?)? as u64;
+        let count = |v: &str| v.parse::<u64>().map_err(|_| bad("bad count"));
+        let files = count(required(line("files")?, "files")?)?;
+        let bytes = count(required(line("bytes")?, "bytes")?)?;
         let source = required(line("source")?, "source")?.to_string();
-        let message_len = number(required(line("message")?, "message")?)? as usize;
+        let message_len = count(required(line("message")?, "message")?)? as usize;
         if rest.len() != message_len {
             return Err(bad("message length does not match"));
         }

@@ -4,8 +4,9 @@
 //! .dsv/
 //!   catalog.db        the SQLite catalog (WAL mode; -wal and -shm files beside it)
 //!   packs/<id>.pack   immutable pack files, named by the BLAKE3 of their bytes
-//!   tmp/              packs being written (renamed into packs/ when sealed)
+//!   tmp/              packs being written, `pack-<pid>-*.tmp` (renamed into packs/ when sealed)
 //!   lock              taken exclusively while a commit moves a dataset head
+//!   locks/            one lock file per workspace (checkout, commit and status take it)
 //! ```
 
 use std::fs::{self, File};
@@ -75,7 +76,9 @@ impl Store {
     /// # Errors
     /// [`Error::NoStore`] when there is none.
     pub fn discover(start: &Path) -> Result<Store> {
-        let start = fs::canonicalize(start).at(start)?;
+        let start = fs::canonicalize(start).map_err(|_| Error::NoStore {
+            start: start.to_path_buf(),
+        })?;
         if start.file_name().is_some_and(|n| n == STORE_DIR) && start.join("catalog.db").is_file() {
             return Store::open(&start);
         }
@@ -111,6 +114,28 @@ impl Store {
     /// Scratch space on the store's filesystem.
     pub fn temp_dir(&self) -> PathBuf {
         self.root.join("tmp")
+    }
+
+    /// Removes temporary pack files whose writing process is gone (killed mid-commit);
+    /// returns their names.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when `tmp/` cannot be read.
+    pub fn remove_stale_temp_packs(&self) -> Result<Vec<String>> {
+        let dir = self.temp_dir();
+        let mut removed = Vec::new();
+        for entry in fs::read_dir(&dir).at(&dir)? {
+            let entry = entry.at(&dir)?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let owner = crate::walk::temp_owner(&name);
+            if owner
+                .is_some_and(|pid| pid != std::process::id() && !crate::walk::process_alive(pid))
+            {
+                fs::remove_file(entry.path()).at(&entry.path())?;
+                removed.push(name);
+            }
+        }
+        Ok(removed)
     }
 
     /// Takes the store's exclusive lock (waiting for it), held until the guard drops.

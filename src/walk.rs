@@ -4,8 +4,9 @@
 //! (empty ones too) and symlinks (stored as links, never followed) are versioned. Refused with
 //! a clear error: names that are not UTF-8 (object stores key by UTF-8 and JSON output needs
 //! it), symlinks that are absolute or point outside the directory, and sockets, FIFOs and
-//! devices. Skipped: any directory named `.dsv` (a store) and dsv's own temporary files
-//! (`.dsv-tmp-*`, left by an interrupted checkout).
+//! devices, and entries whose names dsv reserves (`.dsv` that is not a directory, anything
+//! else starting with `.dsv-tmp-`). Skipped: any directory named `.dsv` (a store) and dsv's
+//! own temporary files (`.dsv-tmp-<pid>-<n>`, left by an interrupted checkout).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
@@ -101,7 +102,7 @@ pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path
         .into_iter()
         .filter_entry(|e| {
             let name = e.file_name().as_encoded_bytes();
-            if name.starts_with(TEMP_PREFIX.as_bytes()) && !e.file_type().is_dir() {
+            if is_temp_name(name) && !e.file_type().is_dir() {
                 leftovers.push(e.path().to_path_buf());
                 return false;
             }
@@ -120,6 +121,13 @@ pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path
             }
         })?;
         let path = entry.path();
+        let name = entry.file_name().as_encoded_bytes();
+        if name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes()) {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                reason: format!("dsv reserves the names {STORE_DIR} and {TEMP_PREFIX}*; rename it"),
+            });
+        }
         let relative = path
             .strip_prefix(root)
             .expect("walkdir yields paths under its root");
@@ -173,6 +181,31 @@ pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path
         });
     }
     Ok((entries, leftovers))
+}
+
+/// True for the names of checkout's temporary files: `.dsv-tmp-<pid>-<n>`.
+pub fn is_temp_name(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(TEMP_PREFIX.as_bytes()) else {
+        return false;
+    };
+    let mut parts = rest.split(|&b| b == b'-');
+    let numeric =
+        |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
+    numeric(parts.next()) && numeric(parts.next()) && parts.next().is_none()
+}
+
+/// The process id in a temporary name made by [`is_temp_name`]'s pattern (or a pack's
+/// `pack-<pid>-…` temp name).
+pub fn temp_owner(name: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix(TEMP_PREFIX)
+        .or_else(|| name.strip_prefix("pack-"))?;
+    rest.split('-').next()?.parse().ok()
+}
+
+/// True while a process with this id runs (Linux: `/proc/<pid>` exists).
+pub fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// Checks that a symlink at `link_path` (relative to the root) with `target` stays inside the

@@ -189,9 +189,12 @@ pub fn main() -> ExitCode {
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    let broken = Some(std::io::ErrorKind::BrokenPipe);
     error.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        e.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == broken
+            || e.downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == broken
     })
 }
 
@@ -233,6 +236,14 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             let dir = match dir {
                 Some(d) => d.clone(),
                 None => cli.store.clone().map_or_else(std::env::current_dir, Ok)?,
+            };
+            // `init X/.dsv` means the store at X/.dsv, not X/.dsv/.dsv.
+            let dir = match dir.file_name() {
+                Some(name) if name == dsv::store::STORE_DIR => dir
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or(dir),
+                _ => dir,
             };
             let store = Store::init(&dir)?;
             let root = std::fs::canonicalize(store.root())?;

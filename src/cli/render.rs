@@ -216,7 +216,7 @@ pub fn verify(r: &VerifyReport) -> String {
     if !r.unreferenced_packs.is_empty() {
         let _ = write!(
             out,
-            "\n{} pack files are not in the catalog (left by an interrupted command; gc removes them)",
+            "\n{} pack files are not in the catalog (left by an interrupted commit; they hold no version's data)",
             r.unreferenced_packs.len()
         );
     }

@@ -262,7 +262,14 @@ pub fn checkout(
 
     // Execute: leftovers of an interrupted checkout, deletions, directories, then files in parallel.
     for leftover in &disk.leftovers {
-        fs::remove_file(leftover).at(leftover)?;
+        // Only those of a process that is gone: a live one may be checking out a nested directory.
+        let owner = leftover
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(crate::walk::temp_owner);
+        if owner.is_none_or(|pid| !crate::walk::process_alive(pid)) {
+            fs::remove_file(leftover).at(leftover)?;
+        }
     }
     let mut deleted = 0u64;
     for path in &delete_files {
@@ -321,7 +328,6 @@ pub fn checkout(
             ));
         }
     }
-    let fresh: HashSet<&str> = disk.refreshed.iter().map(|(p, _)| p.as_str()).collect();
     for (path, entry) in &disk.refreshed {
         if keep.contains(path.as_str()) {
             cache_changes.push((path.clone(), Some(*entry)));
@@ -331,7 +337,7 @@ pub fn checkout(
         let is_target_file = target_map
             .get(path.as_str())
             .is_some_and(|e| matches!(e.kind, FlatKind::File { .. }));
-        if !is_target_file && !fresh.contains(path.as_str()) {
+        if !is_target_file {
             cache_changes.push((path.clone(), None));
         }
     }
@@ -407,8 +413,12 @@ impl<'a> WritePlan<'a> {
         for job in large_jobs {
             let destination = dir.join(&job.entry.path);
             let temp = temp_path(dir, &destination, counter);
-            let file = File::create(&temp).at(&temp)?;
-            file.set_len(job.entry.size).at(&temp)?;
+            let created = File::create(&temp).and_then(|file| file.set_len(job.entry.size));
+            if let Err(source) = created {
+                let _ = fs::remove_file(&temp);
+                plan.remove_temporaries();
+                return Err(Error::Io { path: temp, source });
+            }
             let index = plan.large.len();
             let (mut start, mut offset, mut run_bytes, mut segments) = (0, 0u64, 0u64, 0);
             for (i, (_, location)) in job.chunks.iter().enumerate() {

@@ -4,12 +4,12 @@
 //! build Merkle trees → under the store lock: seal the last pack (trees, version) durably,
 //! then one catalog transaction names the packs, records the version, moves the head, sets
 //! the tag and refreshes the workspace's stat cache. A crash before that transaction leaves
-//! only unnamed pack files behind (garbage for `gc`), never a half-recorded version.
+//! only unnamed pack files behind (reported by `verify`), never a half-recorded version.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::ingest::{IngestFile, IngestOptions, IngestStats, PackSink, ingest_files};
+use super::ingest::{FRAME_TARGET, IngestFile, IngestOptions, IngestStats, PackSink, ingest_files};
 use crate::catalog::StatEntry;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -82,6 +82,17 @@ pub fn commit(
         check_name("tag", tag)?;
     }
     let (dir, workspace_key) = workspace::canonical_dir(dir)?;
+    if let Some(tag) = &options.tag
+        && store.catalog().tag(&options.dataset, tag)?.is_some()
+    {
+        // Checked again in the final transaction; this spares reading everything first.
+        return Err(Error::TagExists {
+            dataset: options.dataset.clone(),
+            tag: tag.clone(),
+        });
+    }
+    // No checkout may write into the directory while it is being snapshotted.
+    let _workspace_lock = store.lock_workspace(&workspace_key)?;
     let started_ns = workspace::now_ns();
     let scanned = walk::scan(&dir)?;
     let workspace = store.catalog().workspace(&workspace_key)?;
@@ -132,6 +143,7 @@ pub fn commit(
         });
     }
 
+    store.remove_stale_temp_packs()?;
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let total_bytes: u64 = to_read.iter().map(|f| f.stat.size).sum();
     progress.start("reading", total_bytes, Unit::Bytes);
@@ -153,6 +165,21 @@ pub fn commit(
     }
     let built = tree::build(&flat);
 
+    // Trees are content-addressed: written before the lock, in frames of about FRAME_TARGET.
+    let level = options.ingest.compression_level;
+    let mut metadata = FrameBuilder::default();
+    for (id, bytes) in &built.trees {
+        if !store.catalog().has_object(id)? && sink.claim(id) {
+            if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
+                sink.add(metadata.encode(level))?;
+            }
+            metadata.push(*id, ObjectKind::Tree, bytes);
+        }
+    }
+    if !metadata.is_empty() {
+        sink.add(metadata.encode(level))?;
+    }
+
     // Finalize under the store lock, so the parent read here is still the head when recorded.
     let _lock = store.lock()?;
     let parent = match store.catalog().head(&options.dataset) {
@@ -165,22 +192,16 @@ pub fn commit(
         None => None,
     };
     let unchanged = parent_tree == Some(built.root) && !options.allow_empty;
-
-    let mut metadata = FrameBuilder::default();
-    for (id, bytes) in &built.trees {
-        if !store.catalog().has_object(id)? && sink.claim(id) {
-            metadata.push(*id, ObjectKind::Tree, bytes);
-        }
-    }
     let version = Version {
         dataset: options.dataset.clone(),
         tree: built.root,
         parent,
-        author: options.author.clone().unwrap_or_else(default_author),
+        // One line each: the catalog row and the encoded object must agree.
+        author: one_line(&options.author.clone().unwrap_or_else(default_author)),
         time: crate::catalog::unix_now(),
         files: built.files,
         bytes: built.bytes,
-        source: workspace_key.clone(),
+        source: one_line(&workspace_key),
         message: options.message.clone(),
     };
     let version_id = if unchanged {
@@ -189,10 +210,9 @@ pub fn commit(
         version.id()
     };
     if !unchanged {
-        metadata.push(version_id, ObjectKind::Version, &version.encode());
-    }
-    if !metadata.is_empty() {
-        sink.add(metadata.encode(options.ingest.compression_level))?;
+        let mut frame = FrameBuilder::default();
+        frame.push(version_id, ObjectKind::Version, &version.encode());
+        sink.add(frame.encode(level))?;
     }
     let packs = sink.finish()?;
 
@@ -251,6 +271,12 @@ pub fn commit(
         ingest,
         packs_written: packs.len() as u64,
     })
+}
+
+/// `value` with line breaks replaced by spaces (version fields other than the message are
+/// single lines).
+fn one_line(value: &str) -> String {
+    value.replace(['\n', '\r'], " ")
 }
 
 /// `DSV_AUTHOR`, else `$USER@hostname`, else "unknown".

@@ -2,9 +2,10 @@
 //! BLAKE3 → skip chunks the store has → group new chunks into ~1 MiB frames → zstd →
 //! append to the open pack.
 //!
-//! Files are spread over `jobs` scoped threads; each thread has its own read-only catalog
-//! connection for "do we have this chunk?" lookups and its own frame, so the CPU-bound stages
-//! run in parallel and only the pack append is serialized.
+//! Files are spread over `jobs` reader threads; each has its own catalog connection (used
+//! only to ask "do we have this chunk?") and its own frame. Full frames go through a bounded
+//! queue to `jobs` compressor threads, so the CPU-bound stages run in parallel and only the
+//! pack append is serialized.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -275,7 +276,7 @@ struct ReadWorker<'a> {
 
 impl ReadWorker<'_> {
     fn run(&self, sender: mpsc::SyncSender<FrameBuilder>) -> Result<IngestStats> {
-        // Its own read-only connection: "does the store have this chunk?" without a shared lock.
+        // Its own connection, only read from: "does the store have this chunk?" without a shared lock.
         let catalog = Catalog::open(self.catalog_path, false)?;
         let mut frame = FrameBuilder::default();
         let mut stats = IngestStats::default();

@@ -141,6 +141,7 @@ pub fn status(
     progress: &dyn Progress,
 ) -> Result<StatusReport> {
     let (dir, key) = workspace::canonical_dir(dir)?;
+    let _lock = store.lock_workspace(&key)?;
     let workspace = store
         .catalog()
         .workspace(&key)?

@@ -23,8 +23,11 @@ pub struct VerifyReport {
     /// Versions whose trees and files were found.
     pub versions: u64,
     /// Pack files on disk that the catalog does not name (left by an interrupted commit;
-    /// harmless, `gc` removes them).
+    /// harmless: no version needs them).
     pub unreferenced_packs: Vec<String>,
+    /// Temporary pack files in `tmp/` (being written now, or left by a killed commit; the next
+    /// commit removes those whose process is gone).
+    pub temporary_files: Vec<String>,
     /// Everything wrong, one line each. Empty means the store is consistent.
     pub problems: Vec<String>,
 }
@@ -74,6 +77,13 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
         }
     }
     report.unreferenced_packs.sort();
+    if let Ok(dir) = std::fs::read_dir(store.temp_dir()) {
+        report.temporary_files = dir
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        report.temporary_files.sort();
+    }
 
     // Every version's trees and files must be locatable, in packs that hold them.
     let mut seen_files = HashSet::new();

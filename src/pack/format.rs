@@ -31,8 +31,11 @@ pub const TRAILER_LEN: u64 = 56;
 pub const FRAME_RECORD_LEN: usize = 24;
 /// Bytes of one encoded [`ObjectRecord`].
 pub const OBJECT_RECORD_LEN: usize = 48;
-/// The largest raw frame a reader accepts, in bytes: a bound on decompression of corrupt data.
-pub const MAX_FRAME_RAW: u32 = 64 * 1024 * 1024;
+/// The largest raw frame a reader accepts, in bytes: a bound on decompression of corrupt
+/// data. Writers keep frames near 1 MiB; only a single larger object (a tree of a directory
+/// with over a million entries, the file map of a file over ~100 GB) makes a bigger frame,
+/// and no object may exceed this.
+pub const MAX_FRAME_RAW: u32 = 256 * 1024 * 1024;
 
 /// How a frame's bytes are stored (one byte in the index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -113,7 +113,7 @@ impl PackWriter {
     /// [`crate::Error::Io`] when the file cannot be created or written.
     pub fn create(packs_dir: &Path, temp_dir: &Path) -> Result<Self> {
         let temp = tempfile::Builder::new()
-            .prefix("pack-")
+            .prefix(&format!("pack-{}-", std::process::id()))
             .suffix(".tmp")
             .tempfile_in(temp_dir)
             .at(temp_dir)?;
@@ -199,6 +199,12 @@ impl PackWriter {
         trailer.extend_from_slice(format::END_MAGIC);
         self.write(&trailer)?;
         self.file.flush().at(&self.temp_path)?;
+        // Immutable from now on, and readable by everyone who may read the store.
+        use std::os::unix::fs::PermissionsExt;
+        self.file
+            .get_ref()
+            .set_permissions(fs::Permissions::from_mode(0o444))
+            .at(&self.temp_path)?;
         self.file.get_ref().sync_all().at(&self.temp_path)?;
         let id = ObjectId::from(self.hasher.finalize());
         let final_path = pack_path(&self.packs_dir, &id);

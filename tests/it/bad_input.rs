@@ -380,3 +380,23 @@ fn a_full_disk_is_a_clear_error_and_records_nothing() {
         0
     );
 }
+
+#[test]
+fn names_dsv_reserves_are_refused() {
+    let env = TestEnv::new();
+    env.write("data/sub/.dsv", "a file named like the store");
+    let error = env.json_error(&["commit", "data", "--dataset", "d"], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("reserves"),
+        "{error}"
+    );
+    fs::remove_file(env.path("data/sub/.dsv")).unwrap();
+    fs::create_dir_all(env.path("data/.dsv-tmp-mine")).unwrap();
+    env.fails(&["commit", "data", "--dataset", "d"], 3);
+    fs::remove_dir(env.path("data/.dsv-tmp-mine")).unwrap();
+    // dsv's own leftovers (a dead process's temp file) are skipped, and checkout removes them.
+    env.write("data/.dsv-tmp-999999999-1", "leftover");
+    env.ok(&["commit", "data", "--dataset", "d"]);
+    env.ok(&["checkout", "d", "data"]);
+    assert!(!env.path("data/.dsv-tmp-999999999-1").exists());
+}

@@ -389,3 +389,74 @@ fn verify_reports_a_consistent_store() {
     assert_eq!(report["versions"], 1);
     assert!(report["objects"].as_u64().unwrap() >= 8);
 }
+
+#[test]
+fn a_flat_directory_of_many_files_commits_lists_and_pipes() {
+    let env = TestEnv::new();
+    let name = "n".repeat(200);
+    for i in 0..20_000 {
+        env.write(&format!("data/{name}{i:05}"), "");
+    }
+    let commit = env.json(&["commit", "data", "--dataset", "flat"]);
+    assert_eq!(commit["files"], 20_000);
+    let report = env.json(&["verify"]);
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0);
+    // Output larger than a pipe buffer, cut short by the reader: exit 0, no error.
+    for json in ["", "--json"] {
+        let script = format!(
+            "set -o pipefail; {} {json} ls flat | head -c 100 >/dev/null",
+            env!("CARGO_BIN_EXE_dsv")
+        );
+        let out = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .current_dir(env.root())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{json}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn line_breaks_in_the_author_do_not_break_the_version() {
+    let env = TestEnv::new();
+    env.write("data/a", "a");
+    let out = env
+        .dsv()
+        .args(["commit", "data", "--dataset", "d"])
+        .env("DSV_AUTHOR", "Ada\nLovelace")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(env.json(&["show", "d"])["author"], "Ada Lovelace");
+    assert_eq!(
+        env.json(&["verify"])["problems"].as_array().unwrap().len(),
+        0
+    );
+}
+
+#[test]
+fn init_accepts_the_store_directory_itself() {
+    let env = TestEnv::bare();
+    let target = env.path("proj/.dsv");
+    std::fs::create_dir_all(env.path("proj")).unwrap();
+    env.ok(&["init", target.to_str().unwrap()]);
+    assert!(env.path("proj/.dsv/catalog.db").exists());
+    assert!(!env.path("proj/.dsv/.dsv").exists());
+    env.write("data/a", "a");
+    let out = env
+        .dsv()
+        .args(["commit", "data", "--dataset", "d"])
+        .env("DSV_STORE", &target)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
