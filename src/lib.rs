@@ -42,6 +42,7 @@ pub mod interrupt;
 pub mod object;
 pub mod ops;
 pub mod pack;
+pub mod parallel;
 pub mod progress;
 pub mod revision;
 pub mod store;

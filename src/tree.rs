@@ -1,8 +1,6 @@
 //! Merkle trees of directories: building them from a flat, sorted listing and walking them
 //! back, and diffing two of them while skipping identical subtrees.
 
-use std::collections::HashMap;
-
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::{EntryKind, Tree, TreeEntry, check_name};
@@ -135,8 +133,7 @@ fn build_dir(
 /// Reading or decoding a tree fails ([`Error::MissingObject`], [`Error::Corrupt`]).
 pub fn flatten(reader: &mut ObjectReader<'_>, root: &ObjectId) -> Result<Vec<FlatEntry>> {
     let mut out = Vec::new();
-    let mut cache = HashMap::new();
-    flatten_into(reader, root, "", &mut out, &mut cache)?;
+    flatten_into(reader, root, "", &mut out)?;
     Ok(out)
 }
 
@@ -145,17 +142,8 @@ fn flatten_into(
     id: &ObjectId,
     prefix: &str,
     out: &mut Vec<FlatEntry>,
-    cache: &mut HashMap<ObjectId, Tree>,
 ) -> Result<()> {
-    let tree = match cache.get(id) {
-        Some(tree) => tree.clone(),
-        None => {
-            let tree = reader.tree(id)?;
-            cache.insert(*id, tree.clone());
-            tree
-        }
-    };
-    for entry in tree.entries {
+    for entry in reader.tree(id)?.entries {
         let path = format!("{prefix}{}", entry.name);
         match entry.kind {
             EntryKind::Dir { .. } => {
@@ -165,7 +153,7 @@ fn flatten_into(
                     size: entry.size,
                     id: entry.id,
                 });
-                flatten_into(reader, &entry.id, &format!("{path}/"), out, cache)?;
+                flatten_into(reader, &entry.id, &format!("{path}/"), out)?;
             }
             EntryKind::File { executable } => out.push(FlatEntry {
                 path,

@@ -10,6 +10,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
+use std::sync::Mutex;
 
 use crate::error::{Error, IoResultExt, Result};
 use crate::store::STORE_DIR;
@@ -94,93 +95,161 @@ pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path
             path: root.to_path_buf(),
         });
     }
-    let mut leftovers = Vec::new();
-    let walker = walkdir::WalkDir::new(root)
-        .min_depth(1)
+    // Pass 1 lists names (readdir gives each entry's type) on every core, in any order;
+    // sorting then restores depth-first order with sorted siblings. Pass 2 lstats every entry
+    // on every core: a stat walk of tens of thousands of files is bound by system calls.
+    let jobs = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let found: Mutex<Vec<(std::path::PathBuf, String)>> = Mutex::new(Vec::new());
+    let leftovers: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
+        .standard_filters(false)
         .follow_links(false)
-        .sort_by(|a, b| a.file_name().cmp(b.file_name()))
-        .into_iter()
+        .threads(jobs)
         .filter_entry(|e| {
-            let name = e.file_name().as_encoded_bytes();
-            if is_temp_name(name) && !e.file_type().is_dir() {
-                leftovers.push(e.path().to_path_buf());
-                return false;
-            }
-            !(name == STORE_DIR.as_bytes() && e.file_type().is_dir())
+            !(e.file_name() == STORE_DIR && e.file_type().is_some_and(|t| t.is_dir()))
         });
-    let mut entries = Vec::new();
-    for entry in walker {
-        let entry = entry.map_err(|e| {
-            let path = e.path().unwrap_or(root).to_path_buf();
-            match e.into_io_error() {
-                Some(source) => Error::Io { path, source },
-                None => Error::Unsupported {
-                    path,
-                    reason: "filesystem loop".into(),
-                },
-            }
-        })?;
-        let path = entry.path();
-        let name = entry.file_name().as_encoded_bytes();
-        if name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes()) {
-            return Err(Error::Unsupported {
-                path: path.to_path_buf(),
-                reason: format!("dsv reserves the names {STORE_DIR} and {TEMP_PREFIX}*; rename it"),
+    builder.build_parallel().run(|| {
+        Box::new(|result| {
+            let outcome = result.map_err(|e| walk_error(root, e)).and_then(|entry| {
+                if entry.depth() == 0 {
+                    return Ok(());
+                }
+                let name = entry.file_name().as_encoded_bytes();
+                let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+                if is_temp_name(name) && !is_dir {
+                    lock(&leftovers).push(entry.into_path());
+                    return Ok(());
+                }
+                let path = entry.path();
+                if name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes()) {
+                    return Err(Error::Unsupported {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "dsv reserves the names {STORE_DIR} and {TEMP_PREFIX}*; rename it"
+                        ),
+                    });
+                }
+                let relative = path
+                    .strip_prefix(root)
+                    .expect("the walk yields paths under its root")
+                    .to_str()
+                    .ok_or_else(|| Error::Unsupported {
+                        path: path.to_path_buf(),
+                        reason: "the name is not valid UTF-8".into(),
+                    })?
+                    .to_string();
+                lock(&found).push((entry.into_path(), relative));
+                Ok(())
             });
-        }
-        let relative = path
-            .strip_prefix(root)
-            .expect("walkdir yields paths under its root");
-        let relative = relative
-            .to_str()
-            .ok_or_else(|| Error::Unsupported {
-                path: path.to_path_buf(),
-                reason: "the name is not valid UTF-8".into(),
-            })?
-            .to_string();
-        let metadata = entry.metadata().map_err(|e| {
-            let source = e
-                .into_io_error()
-                .unwrap_or_else(|| std::io::Error::other("metadata unavailable"));
-            Error::Io {
-                path: path.to_path_buf(),
-                source,
+            match outcome {
+                Ok(()) => ignore::WalkState::Continue,
+                Err(error) => {
+                    lock(&first_error).get_or_insert(error);
+                    ignore::WalkState::Quit
+                }
             }
-        })?;
-        let file_type = metadata.file_type();
-        let kind = if file_type.is_file() {
-            ScanKind::File {
-                executable: metadata.mode() & 0o100 != 0,
-            }
-        } else if file_type.is_dir() {
-            ScanKind::Dir
-        } else if file_type.is_symlink() {
-            let target = std::fs::read_link(path).at(path)?;
-            let target = target.to_str().ok_or_else(|| Error::Unsupported {
-                path: path.to_path_buf(),
-                reason: "the symlink target is not valid UTF-8".into(),
-            })?;
-            check_symlink_target(&relative, target).map_err(|reason| Error::Unsupported {
-                path: path.to_path_buf(),
-                reason: reason.into(),
-            })?;
-            ScanKind::Symlink {
-                target: target.to_string(),
-            }
-        } else {
-            return Err(Error::Unsupported {
-                path: path.to_path_buf(),
-                reason: "only regular files, directories and symlinks can be versioned (this is a socket, FIFO or device)"
-                    .into(),
-            });
-        };
-        entries.push(ScanEntry {
-            path: relative,
-            kind,
-            stat: Stat::of(&metadata),
-        });
+        })
+    });
+    if let Some(error) = first_error
+        .into_inner()
+        .expect("no panics while holding the lock")
+    {
+        return Err(error);
     }
+    let mut found = found
+        .into_inner()
+        .expect("no panics while holding the lock");
+    // Component-wise byte order: '/' sorts before every byte a name may contain.
+    found.sort_unstable_by(|(_, a), (_, b)| {
+        a.bytes()
+            .map(|c| if c == b'/' { 0 } else { c })
+            .cmp(b.bytes().map(|c| if c == b'/' { 0 } else { c }))
+    });
+    let mut leftovers = leftovers
+        .into_inner()
+        .expect("no panics while holding the lock");
+    leftovers.sort();
+    let jobs = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let entries =
+        crate::parallel::map(&found, jobs, |(path, relative)| stat_entry(path, relative))?;
     Ok((entries, leftovers))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().expect("no panics while holding the lock")
+}
+
+/// Converts a walk error into [`Error::Io`] (or [`Error::Unsupported`] for a loop).
+fn walk_error(root: &Path, error: ignore::Error) -> Error {
+    let mut error = error;
+    let mut path = root.to_path_buf();
+    loop {
+        match error {
+            ignore::Error::WithPath { path: p, err } => {
+                path = p;
+                error = *err;
+            }
+            ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+                error = *err
+            }
+            ignore::Error::Io(source) => return Error::Io { path, source },
+            ignore::Error::Loop { child, .. } => {
+                return Error::Unsupported {
+                    path: child,
+                    reason: "filesystem loop".into(),
+                };
+            }
+            other => {
+                return Error::Io {
+                    path,
+                    source: std::io::Error::other(other.to_string()),
+                };
+            }
+        }
+    }
+}
+
+/// Stats and classifies one entry found by the walk.
+fn stat_entry(path: &Path, relative: &str) -> Result<ScanEntry> {
+    let metadata = std::fs::symlink_metadata(path).at(path)?;
+    let file_type = metadata.file_type();
+    let kind = if file_type.is_file() {
+        ScanKind::File {
+            executable: metadata.mode() & 0o100 != 0,
+        }
+    } else if file_type.is_dir() {
+        ScanKind::Dir
+    } else if file_type.is_symlink() {
+        let target = std::fs::read_link(path).at(path)?;
+        let target = target.to_str().ok_or_else(|| Error::Unsupported {
+            path: path.to_path_buf(),
+            reason: "the symlink target is not valid UTF-8".into(),
+        })?;
+        check_symlink_target(relative, target).map_err(|reason| Error::Unsupported {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        })?;
+        ScanKind::Symlink {
+            target: target.to_string(),
+        }
+    } else {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            reason: "only regular files, directories and symlinks can be versioned (this is a socket, FIFO or device)"
+                .into(),
+        });
+    };
+    Ok(ScanEntry {
+        path: relative.to_string(),
+        kind,
+        stat: Stat::of(&metadata),
+    })
 }
 
 /// True for the names of checkout's temporary files: `.dsv-tmp-<pid>-<n>`.

@@ -46,7 +46,7 @@ impl Default for CheckoutOptions {
         // Creating files is kernel-bound: more writers than cores helps (as restic's restore does).
         CheckoutOptions {
             force: false,
-            jobs: (cores * 4).min(16),
+            jobs: (cores * 3).min(12),
         }
     }
 }
@@ -293,7 +293,7 @@ pub fn checkout(
     let packs_dir = store.packs_dir();
     let counter = AtomicU64::new(0);
     let plan = WritePlan::new(&dir, &jobs, &counter)?;
-    let result = super::parallel_map(&plan.tasks, options.jobs, |task| {
+    let result = crate::parallel::map(&plan.tasks, options.jobs, |task| {
         thread_local_reader(&packs_dir, |packs| {
             plan.run(task, packs, &counter, progress)
         })
@@ -534,6 +534,9 @@ fn temp_path(dir: &Path, destination: &Path, counter: &AtomicU64) -> PathBuf {
     ))
 }
 
+/// Decompressed frames each writer keeps (about 1 MiB each): enough for neighbouring files.
+const FRAME_CACHE_SLOTS: usize = 3;
+
 thread_local! {
     static PACK_READER: std::cell::RefCell<Option<PackReader>> = const { std::cell::RefCell::new(None) };
 }
@@ -545,7 +548,7 @@ fn thread_local_reader<R>(
 ) -> Result<R> {
     PACK_READER.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let reader = slot.get_or_insert_with(|| PackReader::new(packs_dir, 8));
+        let reader = slot.get_or_insert_with(|| PackReader::new(packs_dir, FRAME_CACHE_SLOTS));
         f(reader)
     })
 }

@@ -94,12 +94,15 @@ pub fn commit(
     // No checkout may write into the directory while it is being snapshotted.
     let _workspace_lock = store.lock_workspace(&workspace_key)?;
     let started_ns = workspace::now_ns();
+    let clock = std::time::Instant::now();
     let scanned = walk::scan(&dir)?;
+    tracing::debug!(entries = scanned.len(), elapsed = ?clock.elapsed(), "walked");
     let workspace = store.catalog().workspace(&workspace_key)?;
     let cache = match &workspace {
         Some(w) => store.catalog().stat_cache(w.id)?,
         None => HashMap::new(),
     };
+    tracing::debug!(entries = cache.len(), elapsed = ?clock.elapsed(), "loaded the stat cache");
 
     // Which files must be read: those the stat cache cannot vouch for.
     let mut flat = Vec::with_capacity(scanned.len());
@@ -147,13 +150,17 @@ pub fn commit(
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let total_bytes: u64 = to_read.iter().map(|f| f.stat.size).sum();
     progress.start("reading", total_bytes, Unit::Bytes);
-    let (ids, ingest) = ingest_files(
-        store.catalog().path(),
-        &sink,
-        &to_read,
-        options.ingest,
-        progress,
-    )?;
+    let (ids, ingest) = if to_read.is_empty() {
+        (Vec::new(), IngestStats::default())
+    } else {
+        ingest_files(
+            store.catalog().path(),
+            &sink,
+            &to_read,
+            options.ingest,
+            progress,
+        )?
+    };
     progress.finish();
     let mut new_cache: Vec<(String, StatEntry)> = Vec::with_capacity(ids.len());
     for ((index, id), file) in to_read_index.iter().zip(&ids).zip(&to_read) {
@@ -163,12 +170,15 @@ pub fn commit(
             workspace::entry(&file.stat, *id, started_ns),
         ));
     }
+    tracing::debug!(files = to_read.len(), elapsed = ?clock.elapsed(), "ingested changed files");
     let built = tree::build(&flat);
 
     // Trees are content-addressed: written before the lock, in frames of about FRAME_TARGET.
     let level = options.ingest.compression_level;
     let mut metadata = FrameBuilder::default();
-    for (id, bytes) in &built.trees {
+    // Trees are recorded together with all their subtrees: if the root is known, all are.
+    let known_root = store.catalog().has_object(&built.root)?;
+    for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
         if !store.catalog().has_object(id)? && sink.claim(id) {
             if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
                 sink.add(metadata.encode(level))?;
@@ -181,6 +191,7 @@ pub fn commit(
     }
 
     // Finalize under the store lock, so the parent read here is still the head when recorded.
+    tracing::debug!(trees = built.trees.len(), elapsed = ?clock.elapsed(), "built and stored trees");
     let _lock = store.lock()?;
     let parent = match store.catalog().head(&options.dataset) {
         Ok(head) => head,
@@ -247,6 +258,7 @@ pub fn commit(
             .chain(removed.iter().map(|p| (*p, None))),
     )?;
     writer.commit()?;
+    tracing::debug!(packs = packs.len(), elapsed = ?clock.elapsed(), "recorded");
 
     Ok(CommitReport {
         dataset: options.dataset.clone(),

@@ -65,7 +65,7 @@ impl DiskState {
             to_hash.iter().map(|e| e.stat.size).sum(),
             Unit::Bytes,
         );
-        let hashed = super::parallel_map(&to_hash, jobs, |entry| {
+        let hashed = crate::parallel::map(&to_hash, jobs, |entry| {
             let id = workspace::hash_file(&dir.join(&entry.path))?;
             progress.advance(entry.stat.size);
             Ok(id)

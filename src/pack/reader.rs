@@ -160,8 +160,9 @@ fn decode_frame(stored: Vec<u8>, location: &FrameLocation) -> std::result::Resul
     Ok(raw)
 }
 
-/// Reads and checks a whole pack: its name is the BLAKE3 of its bytes, header and trailer
-/// magic, index hash, every frame decompresses, every chunk, tree and version hashes to its id.
+/// Reads and checks a whole pack, one frame in memory at a time: its name is the BLAKE3 of
+/// its bytes, header and trailer magic, index hash, every frame decompresses to its length,
+/// every chunk, tree and version hashes to its id.
 ///
 /// Returns the pack's frames and objects.
 ///
@@ -171,74 +172,89 @@ pub fn verify_pack(
     path: &Path,
     id: &ObjectId,
 ) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
-    let bytes = std::fs::read(path).at(path)?;
-    if ObjectId::of(&bytes) != *id {
+    let mut file = File::open(path).at(path)?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(&mut file).at(path)?;
+    if ObjectId::from(hasher.finalize()) != *id {
         return Err(Error::corrupt(path, "pack bytes do not hash to its name"));
     }
-    let (frames, objects) = read_index(&bytes).map_err(|detail| Error::corrupt(path, detail))?;
-    let raws = frames
-        .iter()
-        .map(|frame| {
-            let start = frame.offset as usize;
-            let stored = bytes[start..start + frame.stored_length as usize].to_vec();
-            let location = FrameLocation {
-                pack: *id,
-                offset: frame.offset,
-                stored_length: frame.stored_length,
-                raw_length: frame.raw_length,
-                compression: frame.compression,
-            };
-            decode_frame(stored, &location).map_err(|detail| Error::corrupt(path, detail))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    for object in &objects {
-        if object.kind == crate::object::ObjectKind::FileMap {
-            continue;
-        }
-        let raw = &raws[object.frame as usize];
-        let data = &raw[object.offset as usize..(object.offset + object.length) as usize];
-        if ObjectId::of(data) != object.id {
-            return Err(Error::corrupt(
-                path,
-                format!(
+    let (frames, objects) = read_index(&file, path)?;
+    let mut objects_by_frame = objects.iter().peekable();
+    for (index, frame) in frames.iter().enumerate() {
+        let mut stored = vec![0; frame.stored_length as usize];
+        file.read_exact_at(&mut stored, frame.offset).at(path)?;
+        let location = FrameLocation {
+            pack: *id,
+            offset: frame.offset,
+            stored_length: frame.stored_length,
+            raw_length: frame.raw_length,
+            compression: frame.compression,
+        };
+        let raw = decode_frame(stored, &location).map_err(|detail| Error::corrupt(path, detail))?;
+        // Writers append objects in frame order.
+        while let Some(object) = objects_by_frame.next_if(|o| o.frame as usize == index) {
+            if object.kind == crate::object::ObjectKind::FileMap {
+                continue;
+            }
+            let data = &raw[object.offset as usize..(object.offset + object.length) as usize];
+            if ObjectId::of(data) != object.id {
+                let detail = format!(
                     "{} {} does not match its hash",
                     object.kind.name(),
                     object.id
-                ),
-            ));
+                );
+                return Err(Error::corrupt(path, detail));
+            }
         }
+    }
+    if objects_by_frame.next().is_some() {
+        return Err(Error::corrupt(
+            path,
+            "the index lists objects out of frame order",
+        ));
     }
     Ok((frames, objects))
 }
 
-/// Parses the header, trailer and index of a whole pack held in memory.
+/// Reads and checks a pack's header, trailer and index.
+///
+/// # Errors
+/// [`Error::Corrupt`] when the magic, version, index position or index hash is wrong;
+/// [`Error::Io`] when unreadable.
 pub fn read_index(
-    bytes: &[u8],
-) -> std::result::Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>), String> {
-    let min = (format::HEADER_LEN + format::TRAILER_LEN) as usize;
-    if bytes.len() < min
-        || &bytes[..8] != format::MAGIC
-        || &bytes[bytes.len() - 8..] != format::END_MAGIC
-    {
-        return Err("not a dsv pack (bad magic or truncated)".into());
+    file: &File,
+    path: &Path,
+) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
+    let bad = |detail: &str| Error::corrupt(path, detail.to_string());
+    let len = file.metadata().at(path)?.len();
+    if len < format::HEADER_LEN + format::TRAILER_LEN {
+        return Err(bad("not a dsv pack (shorter than a header and trailer)"));
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    let mut header = [0u8; format::HEADER_LEN as usize];
+    file.read_exact_at(&mut header, 0).at(path)?;
+    let mut trailer = [0u8; format::TRAILER_LEN as usize];
+    file.read_exact_at(&mut trailer, len - format::TRAILER_LEN)
+        .at(path)?;
+    if &header[..8] != format::MAGIC || &trailer[48..] != format::END_MAGIC {
+        return Err(bad("not a dsv pack (bad magic)"));
+    }
+    let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
     if version != format::FORMAT_VERSION {
-        return Err(format!("unknown pack format version {version}"));
+        return Err(bad(&format!("unknown pack format version {version}")));
     }
-    let trailer = &bytes[bytes.len() - format::TRAILER_LEN as usize..];
     let index_offset = u64::from_le_bytes(trailer[0..8].try_into().expect("8 bytes"));
     let index_length = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
-    let data_end = (bytes.len() as u64) - format::TRAILER_LEN;
+    let data_end = len - format::TRAILER_LEN;
     if index_offset < format::HEADER_LEN || index_offset.checked_add(index_length) != Some(data_end)
     {
-        return Err("index position in the trailer is wrong".into());
+        return Err(bad("index position in the trailer is wrong"));
     }
-    let index = &bytes[index_offset as usize..data_end as usize];
-    if blake3::hash(index).as_bytes() != &trailer[16..48] {
-        return Err("index does not match its hash".into());
+    let mut index = vec![0u8; index_length as usize];
+    file.read_exact_at(&mut index, index_offset).at(path)?;
+    if blake3::hash(&index).as_bytes() != &trailer[16..48] {
+        return Err(bad("index does not match its hash"));
     }
-    format::decode_index(index, index_offset)
+    format::decode_index(&index, index_offset).map_err(|detail| Error::corrupt(path, detail))
 }
 
 #[cfg(test)]
