@@ -480,17 +480,15 @@ impl<'a> WritePlan<'a> {
                 let mut position = *offset;
                 for (chunk_id, location) in &file.job.chunks[chunks.clone()] {
                     crate::interrupt::check()?;
-                    let bytes = packs.object(
-                        &location.frame,
-                        location.offset,
-                        location.length,
-                        chunk_id,
-                        true,
-                    )?;
-                    std::os::unix::fs::FileExt::write_all_at(&handle, &bytes, position)
+                    let (frame, offset, length) =
+                        (&location.frame, location.offset, location.length);
+                    packs
+                        .with_object(frame, offset, length, chunk_id, true, |bytes| {
+                            std::os::unix::fs::FileExt::write_all_at(&handle, bytes, position)
+                        })?
                         .at(&file.temp)?;
-                    position += bytes.len() as u64;
-                    progress.advance(bytes.len() as u64);
+                    position += u64::from(length);
+                    progress.advance(u64::from(length));
                 }
                 if file.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                     // Every segment is in: check the whole file against its id, then publish it.
@@ -575,17 +573,17 @@ fn write_entry(
                 let mut file = File::create(&temp).at(&temp)?;
                 let mut hasher = blake3::Hasher::new();
                 for (chunk_id, location) in &job.chunks {
-                    let bytes = packs.object(
-                        &location.frame,
-                        location.offset,
-                        location.length,
-                        chunk_id,
-                        true,
-                    )?;
-                    if job.chunks.len() > 1 {
-                        hasher.update(&bytes);
-                    }
-                    file.write_all(&bytes).at(&temp)?;
+                    let (frame, offset, length) =
+                        (&location.frame, location.offset, location.length);
+                    let several = job.chunks.len() > 1;
+                    packs
+                        .with_object(frame, offset, length, chunk_id, true, |bytes| {
+                            if several {
+                                hasher.update(bytes);
+                            }
+                            file.write_all(bytes)
+                        })?
+                        .at(&temp)?;
                 }
                 let id = match job.chunks.as_slice() {
                     [(only, _)] => *only,

@@ -25,6 +25,8 @@ use crate::walk::Stat;
 
 /// Raw bytes collected into one frame before it is compressed.
 pub const FRAME_TARGET: usize = 1024 * 1024;
+/// A frame's buffer size: the target plus one largest chunk, so it never reallocates.
+const FRAME_CAPACITY: usize = FRAME_TARGET + ChunkParams::DEFAULT.max;
 /// A pack is sealed once it holds this many bytes (tens of MiB: few objects on a remote,
 /// cheap to rewrite when repacking).
 pub const PACK_TARGET: u64 = 32 * 1024 * 1024;
@@ -241,6 +243,10 @@ fn compress_worker(
 ) -> Result<u64> {
     let mut stored = 0u64;
     let mut outcome = Ok(());
+    let mut compressor = zstd::bulk::Compressor::new(level).map_err(|e| Error::Io {
+        path: "zstd".into(),
+        source: e,
+    })?;
     loop {
         let frame = receiver
             .lock()
@@ -250,7 +256,7 @@ fn compress_worker(
         if outcome.is_err() || failed.load(Ordering::Relaxed) {
             continue;
         }
-        let encoded = frame.encode(level);
+        let encoded = frame.encode_with(&mut compressor);
         stored += encoded.stored_len() as u64;
         outcome = sink.add(encoded);
         if outcome.is_err() {
@@ -278,7 +284,7 @@ impl ReadWorker<'_> {
     fn run(&self, sender: mpsc::SyncSender<FrameBuilder>) -> Result<IngestStats> {
         // Its own connection, only read from: "does the store have this chunk?" without a shared lock.
         let catalog = Catalog::open(self.catalog_path, false)?;
-        let mut frame = FrameBuilder::default();
+        let mut frame = FrameBuilder::with_capacity(FRAME_CAPACITY);
         let mut stats = IngestStats::default();
         let params = ChunkParams::DEFAULT;
         loop {
@@ -308,7 +314,11 @@ impl ReadWorker<'_> {
                     stats.new_chunks += 1;
                     stats.new_bytes += chunk.len() as u64;
                     if frame.len() >= FRAME_TARGET {
-                        sender.send(std::mem::take(&mut frame)).expect(QUEUE_OPEN);
+                        let full = std::mem::replace(
+                            &mut frame,
+                            FrameBuilder::with_capacity(FRAME_CAPACITY),
+                        );
+                        sender.send(full).expect(QUEUE_OPEN);
                     }
                 }
             }

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use super::format::{self, Compression};
 use crate::error::{Error, IoResultExt, Result};
@@ -25,40 +24,53 @@ pub struct FrameLocation {
     pub compression: Compression,
 }
 
-/// Reads frames from the packs of one store, keeping a few decompressed frames and open
-/// pack files. One per thread: it is not shared.
+/// Reads frames from the packs of one store, keeping a few decompressed frames, open pack
+/// files and its buffers for reuse. One per thread: it is not shared.
 pub struct PackReader {
     packs_dir: PathBuf,
     files: HashMap<ObjectId, File>,
-    /// Most recently used last.
-    cache: Vec<(FrameLocation, Arc<Vec<u8>>)>,
+    /// Decompressed frames, most recently used last.
+    cache: Vec<(FrameLocation, Vec<u8>)>,
     cache_slots: usize,
+    /// Compressed bytes of the frame being read (reused).
+    scratch: Vec<u8>,
+    /// One zstd context for every frame (reused).
+    decompressor: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl PackReader {
-    /// A reader over the packs in `packs_dir` that caches up to `cache_slots` frames.
+    /// A reader over the packs in `packs_dir` that caches up to `cache_slots` frames (at least 1).
     pub fn new(packs_dir: &Path, cache_slots: usize) -> Self {
         PackReader {
             packs_dir: packs_dir.to_path_buf(),
             files: HashMap::new(),
             cache: Vec::new(),
-            cache_slots,
+            cache_slots: cache_slots.max(1),
+            scratch: Vec::new(),
+            decompressor: None,
         }
     }
 
-    /// The raw (decompressed) bytes of a frame.
+    /// Makes `location`'s raw (decompressed) bytes the most recent cache entry, reading and
+    /// decompressing them on a miss into the buffer of the entry it evicts.
     ///
     /// # Errors
-    /// [`Error::Io`] when the pack cannot be read (missing or truncated), [`Error::Corrupt`]
-    /// when the frame does not decompress to its recorded length.
-    pub fn frame(&mut self, location: &FrameLocation) -> Result<Arc<Vec<u8>>> {
+    /// [`Error::Io`] when the pack cannot be read, [`Error::Corrupt`] when it is missing,
+    /// truncated, or the frame does not decompress to its recorded length.
+    fn load(&mut self, location: &FrameLocation) -> Result<&[u8]> {
         if let Some(position) = self.cache.iter().position(|(l, _)| l == location) {
             let entry = self.cache.remove(position);
-            let data = entry.1.clone();
             self.cache.push(entry);
-            return Ok(data);
+            return Ok(&self.cache.last().expect("just pushed").1);
         }
         let path = super::writer::pack_path(&self.packs_dir, &location.pack);
+        if location.raw_length > format::MAX_FRAME_RAW {
+            let detail = format!(
+                "frame at offset {} claims {} bytes",
+                location.offset, location.raw_length
+            );
+            return Err(Error::corrupt(&path, detail));
+        }
         let file = match self.files.entry(location.pack) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
@@ -73,49 +85,86 @@ impl PackReader {
                 })?)
             }
         };
-        let mut stored = vec![0; location.stored_length as usize];
-        file.read_exact_at(&mut stored, location.offset)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    Error::corrupt(
-                        &path,
-                        format!(
-                            "pack is truncated: frame at offset {} is cut off",
-                            location.offset
-                        ),
-                    )
-                } else {
-                    Error::Io {
-                        path: path.clone(),
-                        source: e,
-                    }
+        let mut buffer = if self.cache.len() >= self.cache_slots {
+            self.cache.remove(0).1
+        } else {
+            Vec::new()
+        };
+        let read_error = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                let detail = format!(
+                    "pack is truncated: frame at offset {} is cut off",
+                    location.offset
+                );
+                Error::corrupt(&path, detail)
+            } else {
+                Error::Io {
+                    path: path.clone(),
+                    source: e,
                 }
-            })?;
-        let raw = decode_frame(stored, location).map_err(|detail| Error::corrupt(&path, detail))?;
-        let raw = Arc::new(raw);
-        if self.cache.len() >= self.cache_slots {
-            self.cache.remove(0);
+            }
+        };
+        match location.compression {
+            Compression::None => {
+                buffer.clear();
+                buffer.resize(location.stored_length as usize, 0);
+                file.read_exact_at(&mut buffer, location.offset)
+                    .map_err(read_error)?;
+            }
+            Compression::Zstd => {
+                self.scratch.clear();
+                self.scratch.resize(location.stored_length as usize, 0);
+                file.read_exact_at(&mut self.scratch, location.offset)
+                    .map_err(read_error)?;
+                buffer.clear();
+                buffer.reserve(location.raw_length as usize);
+                let decompressor = match &mut self.decompressor {
+                    Some(d) => d,
+                    None => self
+                        .decompressor
+                        .insert(zstd::bulk::Decompressor::new().at(&path)?),
+                };
+                decompressor
+                    .decompress_to_buffer(&self.scratch, &mut buffer)
+                    .map_err(|e| {
+                        Error::corrupt(
+                            &path,
+                            format!(
+                                "frame at offset {} does not decompress: {e}",
+                                location.offset
+                            ),
+                        )
+                    })?;
+            }
         }
-        self.cache.push((*location, raw.clone()));
-        Ok(raw)
+        if buffer.len() != location.raw_length as usize {
+            return Err(Error::corrupt(
+                &path,
+                format!("frame at offset {} has the wrong length", location.offset),
+            ));
+        }
+        self.cache.push((*location, buffer));
+        Ok(&self.cache.last().expect("just pushed").1)
     }
 
-    /// One object's bytes, checked: `BLAKE3(bytes) == id` unless `id` is a file id keying a
-    /// file map (`verify_hash = false`; the file's chunks are checked when joined).
+    /// Calls `f` with one object's bytes, checked: `BLAKE3(bytes) == id` unless `id` is a file
+    /// id keying a file map (`verify_hash = false`; the file's chunks are checked when joined).
     ///
     /// # Errors
-    /// As [`PackReader::frame`]; [`Error::Corrupt`] when the object lies outside its frame or
+    /// As [`PackReader::load`]; [`Error::Corrupt`] when the object lies outside its frame or
     /// its bytes do not hash to `id`.
-    pub fn object(
+    pub fn with_object<R>(
         &mut self,
         location: &FrameLocation,
         offset: u32,
         length: u32,
         id: &ObjectId,
         verify_hash: bool,
-    ) -> Result<Vec<u8>> {
-        let frame = self.frame(location)?;
-        let path = || super::writer::pack_path(&self.packs_dir, &location.pack);
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let packs_dir = self.packs_dir.clone();
+        let path = || super::writer::pack_path(&packs_dir, &location.pack);
+        let frame = self.load(location)?;
         let range = offset as usize..offset as usize + length as usize;
         let bytes = frame.get(range).ok_or_else(|| {
             Error::corrupt(
@@ -129,7 +178,22 @@ impl PackReader {
                 format!("object {} does not match its hash", id.short()),
             ));
         }
-        Ok(bytes.to_vec())
+        Ok(f(bytes))
+    }
+
+    /// One object's bytes, copied; as [`PackReader::with_object`].
+    ///
+    /// # Errors
+    /// As [`PackReader::with_object`].
+    pub fn object(
+        &mut self,
+        location: &FrameLocation,
+        offset: u32,
+        length: u32,
+        id: &ObjectId,
+        verify_hash: bool,
+    ) -> Result<Vec<u8>> {
+        self.with_object(location, offset, length, id, verify_hash, <[u8]>::to_vec)
     }
 }
 

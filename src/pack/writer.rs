@@ -34,24 +34,48 @@ impl FrameBuilder {
         self.objects.is_empty()
     }
 
-    /// Compresses the collected bytes with zstd at `level`, keeping them raw when compression
-    /// saves less than 1/32 of their size (already-compressed media such as PNG or JPEG).
-    /// Leaves the builder empty.
+    /// An empty builder with room for `bytes` raw bytes.
+    pub fn with_capacity(bytes: usize) -> Self {
+        FrameBuilder {
+            raw: Vec::with_capacity(bytes),
+            objects: Vec::new(),
+        }
+    }
+
+    /// Compresses the collected bytes with zstd at `level`; see [`FrameBuilder::encode_with`].
     pub fn encode(&mut self, level: i32) -> EncodedFrame {
-        let raw = std::mem::take(&mut self.raw);
-        let objects = std::mem::take(&mut self.objects);
-        let raw_length = raw.len() as u32;
-        let (stored, compression) = match zstd::bulk::compress(&raw, level) {
-            Ok(compressed) if compressed.len() < raw.len() - raw.len() / 32 => {
-                (compressed, Compression::Zstd)
+        match zstd::bulk::Compressor::new(level) {
+            Ok(mut compressor) => self.encode_with(&mut compressor),
+            Err(_) => self.encode_raw(),
+        }
+    }
+
+    /// Compresses the collected bytes with `compressor` (reused across frames: a zstd context
+    /// costs megabytes to set up), keeping them raw when compression saves less than 1/32 of
+    /// their size (already-compressed media such as PNG or JPEG). Leaves the builder empty.
+    pub fn encode_with(&mut self, compressor: &mut zstd::bulk::Compressor<'_>) -> EncodedFrame {
+        match compressor.compress(&self.raw) {
+            Ok(compressed) if compressed.len() < self.raw.len() - self.raw.len() / 32 => {
+                let raw_length = self.raw.len() as u32;
+                self.raw.clear();
+                EncodedFrame {
+                    stored: compressed,
+                    raw_length,
+                    compression: Compression::Zstd,
+                    objects: std::mem::take(&mut self.objects),
+                }
             }
-            _ => (raw, Compression::None),
-        };
+            _ => self.encode_raw(),
+        }
+    }
+
+    fn encode_raw(&mut self) -> EncodedFrame {
+        let raw = std::mem::take(&mut self.raw);
         EncodedFrame {
-            stored,
-            raw_length,
-            compression,
-            objects,
+            raw_length: raw.len() as u32,
+            stored: raw,
+            compression: Compression::None,
+            objects: std::mem::take(&mut self.objects),
         }
     }
 }
