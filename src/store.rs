@@ -29,17 +29,18 @@ pub struct Store {
 }
 
 impl Store {
-    /// Creates a store in `dir/.dsv`.
+    /// Creates a store in `dir/.dsv`, creating `dir` if missing.
     ///
     /// # Errors
     /// [`Error::StoreExists`] when one is there already; [`Error::NotADirectory`] when `dir`
-    /// is not a directory; [`Error::Io`].
+    /// is a file; [`Error::Io`].
     pub fn init(dir: &Path) -> Result<Store> {
-        if !dir.is_dir() {
+        if dir.exists() && !dir.is_dir() {
             return Err(Error::NotADirectory {
                 path: dir.to_path_buf(),
             });
         }
+        fs::create_dir_all(dir).at(dir)?;
         let root = dir.join(STORE_DIR);
         if root.join("catalog.db").exists() {
             return Err(Error::StoreExists { path: root });

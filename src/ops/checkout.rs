@@ -293,11 +293,25 @@ pub fn checkout(
     let packs_dir = store.packs_dir();
     let counter = AtomicU64::new(0);
     let plan = WritePlan::new(&dir, &jobs, &counter)?;
-    let result = crate::parallel::map(&plan.tasks, options.jobs, |task| {
-        thread_local_reader(&packs_dir, |packs| {
-            plan.run(task, packs, &counter, progress)
-        })
-    });
+    // Bytes-heavy work (large files, batches of big files) runs on as many threads as cores:
+    // more writers only contend in the kernel's page cache (measured: 686 MB of binaries, 0.87 s
+    // with 2 writers, 1.93 s with 6). Creating many small files is bound by per-file kernel work
+    // that does overlap, so those batches get all `jobs` writers.
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let (bulk, many): (Vec<&WriteTask<'_>>, Vec<&WriteTask<'_>>) =
+        plan.tasks.iter().partition(|task| task.is_bulk());
+    let result = [(bulk, options.jobs.min(cores)), (many, options.jobs)]
+        .into_iter()
+        .try_for_each(|(tasks, threads)| {
+            crate::parallel::map(&tasks, threads, |task| {
+                thread_local_reader(&packs_dir, |packs| {
+                    plan.run(task, packs, &counter, progress)
+                })
+            })
+            .map(drop)
+        });
     if result.is_err() {
         plan.remove_temporaries();
     }
@@ -381,6 +395,20 @@ enum WriteTask<'a> {
         /// Byte offset of the first.
         offset: u64,
     },
+}
+
+impl WriteTask<'_> {
+    /// True for segments and batches of files averaging 256 KiB or more: work bound by bytes
+    /// rather than by the number of files.
+    fn is_bulk(&self) -> bool {
+        match self {
+            WriteTask::Segment { .. } => true,
+            WriteTask::Files(batch) => {
+                let bytes: u64 = batch.iter().map(|job| job.entry.size).sum();
+                bytes >= 256 * 1024 * batch.len() as u64
+            }
+        }
+    }
 }
 
 /// A large file being written in segments.
