@@ -181,6 +181,39 @@ fn flatten_into(
     Ok(())
 }
 
+/// Returns the first symlink whose target passes *through* another symlink of the listing
+/// (uses it as a directory), or `None`.
+///
+/// Each link is also checked on its own ([`crate::walk::check_symlink_target`]), but only
+/// lexically: `d/l -> ..` is inside, yet `x -> d/l/..` resolves through `d/l` to the parent
+/// of the root. Refusing links that traverse other links closes that hole.
+pub fn symlink_through_symlink(entries: &[FlatEntry]) -> Option<&FlatEntry> {
+    let links: std::collections::HashSet<&str> = entries
+        .iter()
+        .filter(|e| matches!(e.kind, FlatKind::Symlink { .. }))
+        .map(|e| e.path.as_str())
+        .collect();
+    entries.iter().find(|entry| {
+        let FlatKind::Symlink { target } = &entry.kind else {
+            return false;
+        };
+        let mut resolved: Vec<&str> = entry.path.split('/').collect();
+        resolved.pop();
+        let components: Vec<&str> = target
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        components.iter().enumerate().any(|(i, component)| {
+            if *component == ".." {
+                resolved.pop();
+                return false;
+            }
+            resolved.push(component);
+            i + 1 < components.len() && links.contains(resolved.join("/").as_str())
+        })
+    })
+}
+
 /// Finds the entry at `path` (`/`-separated; empty for the root) in tree `root`.
 ///
 /// Returns `None` when no such path exists; the root itself is a directory entry with an empty path.

@@ -116,6 +116,13 @@ pub fn checkout(
             });
         }
     }
+    if let Some(link) = tree::symlink_through_symlink(&target) {
+        return Err(Error::UnsafePath {
+            path: link.path.clone(),
+            tree: record.version.tree.to_hex(),
+            reason: "the symlink's target passes through another symlink",
+        });
+    }
     if dir.exists() && !dir.is_dir() {
         return Err(Error::NotADirectory {
             path: dir.to_path_buf(),

@@ -171,6 +171,13 @@ pub fn commit(
         ));
     }
     tracing::debug!(files = to_read.len(), elapsed = ?clock.elapsed(), "ingested changed files");
+    if let Some(link) = tree::symlink_through_symlink(&flat) {
+        return Err(Error::Unsupported {
+            path: dir.join(&link.path),
+            reason: "the symlink's target passes through another symlink, so it could point outside the directory"
+                .into(),
+        });
+    }
     let built = tree::build(&flat);
 
     // Trees are content-addressed: written before the lock, in frames of about FRAME_TARGET.

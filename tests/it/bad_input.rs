@@ -400,3 +400,23 @@ fn names_dsv_reserves_are_refused() {
     env.ok(&["checkout", "d", "data"]);
     assert!(!env.path("data/.dsv-tmp-999999999-1").exists());
 }
+
+#[test]
+fn a_symlink_through_another_symlink_is_refused() {
+    let env = TestEnv::new();
+    fs::create_dir_all(env.path("data/d")).unwrap();
+    symlink("..", env.path("data/d/l")).unwrap(); // inside on its own: d/.. is the root
+    symlink("d/l/..", env.path("data/x")).unwrap(); // through d/l: the root's parent
+    let error = env.json_error(&["commit", "data", "--dataset", "d"], 3);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("passes through another symlink"),
+        "{error}"
+    );
+    // A link to a link (not through it) is fine.
+    fs::remove_file(env.path("data/x")).unwrap();
+    symlink("d/l", env.path("data/x")).unwrap();
+    env.ok(&["commit", "data", "--dataset", "d"]);
+}

@@ -10,6 +10,7 @@ use std::path::Path;
 use dsv::ops::checkout::{CheckoutOptions, checkout};
 use dsv::ops::commit::{CommitOptions, commit};
 use dsv::progress::NoProgress;
+use dsv::tree::{FlatEntry, FlatKind};
 use dsv::{Revision, Store};
 use proptest::prelude::*;
 
@@ -61,6 +62,29 @@ fn sanitize(raw: Vec<(String, Node)>) -> Spec {
             continue;
         }
         spec.insert(path, node);
+    }
+    // Links that pass through other links are refused by dsv (they may escape): drop them.
+    loop {
+        let links: Vec<FlatEntry> = spec
+            .iter()
+            .filter_map(|(path, node)| match node {
+                Node::Link(target) => Some(FlatEntry {
+                    path: path.clone(),
+                    kind: FlatKind::Symlink {
+                        target: target.clone(),
+                    },
+                    size: target.len() as u64,
+                    id: dsv::ObjectId::of(target.as_bytes()),
+                }),
+                _ => None,
+            })
+            .collect();
+        match dsv::tree::symlink_through_symlink(&links) {
+            Some(bad) => {
+                spec.remove(&bad.path);
+            }
+            None => break,
+        }
     }
     spec
 }
