@@ -8,7 +8,7 @@
 use crate::id::ObjectId;
 
 /// The kind of an object stored in a pack (one byte in the pack index).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum ObjectKind {
     /// Raw file bytes; id = BLAKE3 of the bytes.

@@ -198,17 +198,17 @@ pub struct ObjectReader<'a> {
 }
 
 impl ObjectReader<'_> {
-    fn locate(&self, id: &ObjectId, what: &'static str) -> Result<ObjectLocation> {
+    fn locate(&self, id: &ObjectId, kind: ObjectKind) -> Result<ObjectLocation> {
         self.catalog
-            .locate(id)?
+            .locate(id, kind)?
             .ok_or_else(|| Error::MissingObject {
                 id: id.to_hex(),
-                what,
+                what: kind.name(),
             })
     }
 
     fn bytes(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<Vec<u8>> {
-        let location = self.locate(id, kind.name())?;
+        let location = self.locate(id, kind)?;
         let verify = kind != ObjectKind::FileMap;
         self.packs.object(
             &location.frame,
@@ -240,34 +240,73 @@ impl ObjectReader<'_> {
         })
     }
 
-    /// The chunk list of file `id` of `size` bytes: one chunk (the file id itself) for a file
-    /// that fits one chunk, else its file map.
+    /// The chunks of file `id` of `size` bytes, in order, with where each is stored: the file
+    /// itself for a file of one chunk, else the chunks its file map lists. The file map is not
+    /// hashed (it is keyed by the file id), so its lengths are checked against the chunks'
+    /// and their sum against `size` before anything is read.
     ///
     /// # Errors
-    /// As [`ObjectReader::tree`].
-    pub fn chunks_of(&mut self, id: &ObjectId, size: u64) -> Result<Vec<(ObjectId, u32)>> {
+    /// [`Error::MissingObject`]; [`Error::Corrupt`] when the file map is malformed or its
+    /// lengths disagree; [`Error::Io`].
+    pub fn file_chunks(
+        &mut self,
+        id: &ObjectId,
+        size: u64,
+    ) -> Result<Vec<(ObjectId, ObjectLocation)>> {
         if size == 0 {
             return Ok(Vec::new());
         }
-        let location = self.locate(id, "file")?;
-        if location.kind == ObjectKind::Chunk {
-            return Ok(vec![(*id, location.length)]);
+        let location = self
+            .catalog
+            .locate_file(id)?
+            .ok_or_else(|| Error::MissingObject {
+                id: id.to_hex(),
+                what: "file",
+            })?;
+        let pack = self.packs.pack_path(&location.frame.pack);
+        let listed = if location.kind == ObjectKind::Chunk {
+            vec![(*id, location.length)]
+        } else {
+            let bytes =
+                self.packs
+                    .object(&location.frame, location.offset, location.length, id, false)?;
+            FileMap::decode(&bytes)
+                .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?
+                .chunks
+        };
+        let mut chunks = Vec::with_capacity(listed.len());
+        let mut total = 0u64;
+        for (chunk_id, length) in listed {
+            let chunk = self.locate(&chunk_id, ObjectKind::Chunk)?;
+            if chunk.length != length {
+                let detail = format!(
+                    "file map {} lists chunk {} as {length} bytes, but it holds {}",
+                    id.short(),
+                    chunk_id.short(),
+                    chunk.length
+                );
+                return Err(Error::corrupt(&pack, detail));
+            }
+            total += u64::from(length);
+            chunks.push((chunk_id, chunk));
         }
-        let bytes =
-            self.packs
-                .object(&location.frame, location.offset, location.length, id, false)?;
-        let map = FileMap::decode(&bytes).map_err(|e| {
-            Error::corrupt(self.catalog.path(), format!("file map {}: {e}", id.short()))
-        })?;
-        Ok(map.chunks)
+        if total != size {
+            let detail = format!(
+                "file {} has {total} bytes in its chunks but {size} in its tree",
+                id.short()
+            );
+            return Err(Error::corrupt(&pack, detail));
+        }
+        Ok(chunks)
     }
 
     /// Writes file `id` (of `size` bytes) to `out`, chunk by chunk, each chunk checked against
-    /// its id and the whole against the file id. `range` limits the output to a byte range.
+    /// its id and, when the whole file is written, the whole against the file id. `range`
+    /// limits the output to a byte range.
     ///
     /// # Errors
-    /// As [`ObjectReader::tree`]; [`Error::Corrupt`] when the bytes do not hash to `id`;
-    /// [`Error::Io`] naming `out_name` when writing fails.
+    /// As [`ObjectReader::file_chunks`]; [`Error::Corrupt`] when the bytes do not hash to
+    /// `id`; [`Error::Io`] naming `out_name` when writing fails.
     pub fn write_file(
         &mut self,
         id: &ObjectId,
@@ -276,38 +315,41 @@ impl ObjectReader<'_> {
         out: &mut dyn Write,
         out_name: &Path,
     ) -> Result<()> {
-        let chunks = self.chunks_of(id, size)?;
+        let chunks = self.file_chunks(id, size)?;
         let mut hasher = blake3::Hasher::new();
         let mut offset = 0u64;
-        for (chunk_id, length) in &chunks {
-            let end = offset + u64::from(*length);
-            let wanted = range
+        for (chunk_id, location) in &chunks {
+            let end = offset + u64::from(location.length);
+            if range
                 .as_ref()
-                .is_none_or(|r| r.start < end && offset < r.end);
-            if wanted {
-                let location = self.locate(chunk_id, "chunk")?;
-                let bytes = self.packs.object(
-                    &location.frame,
-                    location.offset,
-                    location.length,
-                    chunk_id,
-                    true,
-                )?;
+                .is_none_or(|r| r.start < end && offset < r.end)
+            {
                 let (from, to) = match &range {
                     Some(r) => (
                         r.start.saturating_sub(offset) as usize,
                         (r.end.min(end) - offset) as usize,
                     ),
-                    None => (0, bytes.len()),
+                    None => (0, location.length as usize),
                 };
-                out.write_all(&bytes[from..to]).at(out_name)?;
-                if range.is_none() {
-                    hasher.update(&bytes);
-                }
+                self.packs
+                    .with_object(
+                        &location.frame,
+                        location.offset,
+                        location.length,
+                        chunk_id,
+                        true,
+                        |bytes| {
+                            if range.is_none() {
+                                hasher.update(bytes);
+                            }
+                            out.write_all(&bytes[from..to])
+                        },
+                    )?
+                    .at(out_name)?;
             }
             offset = end;
         }
-        if range.is_none() && (offset != size || ObjectId::from(hasher.finalize()) != *id) {
+        if range.is_none() && ObjectId::from(hasher.finalize()) != *id {
             return Err(Error::corrupt(
                 self.catalog.path(),
                 format!("file {} does not match its id", id.short()),

@@ -1,15 +1,16 @@
 //! Walking a directory: a sorted, deterministic listing of everything dsv versions in it.
 //!
 //! Policy (also in `docs/format.md`): regular files (with their executable bit), directories
-//! (empty ones too) and symlinks (stored as links, never followed) are versioned. Refused with
-//! a clear error: names that are not UTF-8 (object stores key by UTF-8 and JSON output needs
-//! it), symlinks that are absolute or point outside the directory, and sockets, FIFOs and
-//! devices, and entries whose names dsv reserves (`.dsv` that is not a directory, anything
-//! else starting with `.dsv-tmp-`). Skipped: any directory named `.dsv` (a store) and dsv's
-//! own temporary files (`.dsv-tmp-<pid>-<n>`, left by an interrupted checkout).
+//! (empty ones too) and symlinks (stored as links, never followed) are versioned. Listed as
+//! [`ScanKind::Unsupported`] (commit refuses them with a clear error; status and checkout
+//! leave them alone as untracked): symlinks that are absolute or point outside the directory,
+//! sockets, FIFOs and devices, and names dsv reserves (`.dsv` that is not a directory, any
+//! other name starting with `.dsv-tmp-`). Refused outright: names that are not UTF-8 (object
+//! stores key by UTF-8 and JSON output needs it). Skipped, and reported in [`Scan`]: any
+//! directory named `.dsv` (a store) and dsv's own temporary files (`.dsv-tmp-<pid>-<n>`).
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{Error, IoResultExt, Result};
@@ -32,6 +33,11 @@ pub enum ScanKind {
     Symlink {
         /// The link target as stored in the link.
         target: String,
+    },
+    /// Something dsv cannot version (see the module docs).
+    Unsupported {
+        /// Why, for the error commit reports.
+        reason: String,
     },
 }
 
@@ -74,22 +80,48 @@ pub struct ScanEntry {
     pub stat: Stat,
 }
 
-/// Lists everything under `root` in depth-first order, siblings sorted by name bytes (the
-/// order trees are encoded in), without `root` itself.
-///
-/// # Errors
-/// [`Error::NotADirectory`] when `root` is not a directory; [`Error::Unsupported`] for the
-/// refused entries listed in the module docs; [`Error::Io`] when a directory cannot be read.
-pub fn scan(root: &Path) -> Result<Vec<ScanEntry>> {
-    scan_with_leftovers(root).map(|(entries, _)| entries)
+/// What [`scan`] found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Every entry, depth-first, siblings sorted by name bytes (the order trees are encoded in).
+    pub entries: Vec<ScanEntry>,
+    /// dsv's temporary files (`.dsv-tmp-<pid>-<n>`), left by an interrupted checkout or being
+    /// written by a running one.
+    pub leftovers: Vec<PathBuf>,
+    /// Relative paths of `.dsv` store directories, which are never walked into.
+    pub stores: Vec<String>,
 }
 
-/// As [`scan`], also returning the paths of dsv's own temporary files found (left by an
-/// interrupted checkout; the next checkout removes them).
+impl Scan {
+    /// Fails on the first entry dsv cannot version (what commit does).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming the entry and the reason.
+    pub fn refuse_unsupported(&self, root: &Path) -> Result<()> {
+        match self
+            .entries
+            .iter()
+            .find(|e| matches!(e.kind, ScanKind::Unsupported { .. }))
+        {
+            Some(ScanEntry {
+                path,
+                kind: ScanKind::Unsupported { reason },
+                ..
+            }) => Err(Error::Unsupported {
+                path: root.join(path),
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Lists everything under `root` (not `root` itself).
 ///
 /// # Errors
-/// As [`scan`].
-pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path::PathBuf>)> {
+/// [`Error::NotADirectory`] when `root` is not a directory; [`Error::Unsupported`] for a name
+/// that is not UTF-8; [`Error::Io`] when a directory cannot be read.
+pub fn scan(root: &Path) -> Result<Scan> {
     if !root.is_dir() {
         return Err(Error::NotADirectory {
             path: root.to_path_buf(),
@@ -101,38 +133,23 @@ pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path
     let jobs = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
-    let found: Mutex<Vec<(std::path::PathBuf, String)>> = Mutex::new(Vec::new());
-    let leftovers: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+    let found: Mutex<Vec<(PathBuf, String, bool)>> = Mutex::new(Vec::new());
+    let scan = Mutex::new(Scan::default());
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     let mut builder = ignore::WalkBuilder::new(root);
     builder
         .standard_filters(false)
         .follow_links(false)
-        .threads(jobs)
-        .filter_entry(|e| {
-            !(e.file_name() == STORE_DIR && e.file_type().is_some_and(|t| t.is_dir()))
-        });
+        .threads(jobs);
     builder.build_parallel().run(|| {
         Box::new(|result| {
             let outcome = result.map_err(|e| walk_error(root, e)).and_then(|entry| {
                 if entry.depth() == 0 {
-                    return Ok(());
+                    return Ok(ignore::WalkState::Continue);
                 }
                 let name = entry.file_name().as_encoded_bytes();
                 let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-                if is_temp_name(name) && !is_dir {
-                    lock(&leftovers).push(entry.into_path());
-                    return Ok(());
-                }
                 let path = entry.path();
-                if name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes()) {
-                    return Err(Error::Unsupported {
-                        path: path.to_path_buf(),
-                        reason: format!(
-                            "dsv reserves the names {STORE_DIR} and {TEMP_PREFIX}*; rename it"
-                        ),
-                    });
-                }
                 let relative = path
                     .strip_prefix(root)
                     .expect("the walk yields paths under its root")
@@ -142,16 +159,23 @@ pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path
                         reason: "the name is not valid UTF-8".into(),
                     })?
                     .to_string();
-                lock(&found).push((entry.into_path(), relative));
-                Ok(())
-            });
-            match outcome {
-                Ok(()) => ignore::WalkState::Continue,
-                Err(error) => {
-                    lock(&first_error).get_or_insert(error);
-                    ignore::WalkState::Quit
+                if name == STORE_DIR.as_bytes() && is_dir {
+                    lock(&scan).stores.push(relative);
+                    return Ok(ignore::WalkState::Skip);
                 }
-            }
+                if is_temp_name(name) && !is_dir {
+                    lock(&scan).leftovers.push(entry.into_path());
+                    return Ok(ignore::WalkState::Continue);
+                }
+                let reserved =
+                    name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes());
+                lock(&found).push((entry.into_path(), relative, reserved));
+                Ok(ignore::WalkState::Continue)
+            });
+            outcome.unwrap_or_else(|error| {
+                lock(&first_error).get_or_insert(error);
+                ignore::WalkState::Quit
+            })
         })
     });
     if let Some(error) = first_error
@@ -164,21 +188,18 @@ pub fn scan_with_leftovers(root: &Path) -> Result<(Vec<ScanEntry>, Vec<std::path
         .into_inner()
         .expect("no panics while holding the lock");
     // Component-wise byte order: '/' sorts before every byte a name may contain.
-    found.sort_unstable_by(|(_, a), (_, b)| {
+    found.sort_unstable_by(|(_, a, _), (_, b, _)| {
         a.bytes()
             .map(|c| if c == b'/' { 0 } else { c })
             .cmp(b.bytes().map(|c| if c == b'/' { 0 } else { c }))
     });
-    let mut leftovers = leftovers
-        .into_inner()
-        .expect("no panics while holding the lock");
-    leftovers.sort();
-    let jobs = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
-    let entries =
-        crate::parallel::map(&found, jobs, |(path, relative)| stat_entry(path, relative))?;
-    Ok((entries, leftovers))
+    let mut scan = scan.into_inner().expect("no panics while holding the lock");
+    scan.entries = crate::parallel::map(&found, jobs, |(path, relative, reserved)| {
+        stat_entry(path, relative, *reserved)
+    })?;
+    scan.leftovers.sort();
+    scan.stores.sort();
+    Ok(scan)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -216,10 +237,17 @@ fn walk_error(root: &Path, error: ignore::Error) -> Error {
 }
 
 /// Stats and classifies one entry found by the walk.
-fn stat_entry(path: &Path, relative: &str) -> Result<ScanEntry> {
+fn stat_entry(path: &Path, relative: &str, reserved: bool) -> Result<ScanEntry> {
     let metadata = std::fs::symlink_metadata(path).at(path)?;
     let file_type = metadata.file_type();
-    let kind = if file_type.is_file() {
+    let unsupported = |reason: &str| ScanKind::Unsupported {
+        reason: reason.to_string(),
+    };
+    let kind = if reserved {
+        unsupported(&format!(
+            "dsv reserves the names {STORE_DIR} and {TEMP_PREFIX}*; rename it"
+        ))
+    } else if file_type.is_file() {
         ScanKind::File {
             executable: metadata.mode() & 0o100 != 0,
         }
@@ -227,23 +255,19 @@ fn stat_entry(path: &Path, relative: &str) -> Result<ScanEntry> {
         ScanKind::Dir
     } else if file_type.is_symlink() {
         let target = std::fs::read_link(path).at(path)?;
-        let target = target.to_str().ok_or_else(|| Error::Unsupported {
-            path: path.to_path_buf(),
-            reason: "the symlink target is not valid UTF-8".into(),
-        })?;
-        check_symlink_target(relative, target).map_err(|reason| Error::Unsupported {
-            path: path.to_path_buf(),
-            reason: reason.into(),
-        })?;
-        ScanKind::Symlink {
-            target: target.to_string(),
+        match target.to_str() {
+            None => unsupported("the symlink target is not valid UTF-8"),
+            Some(target) => match check_symlink_target(relative, target) {
+                Ok(()) => ScanKind::Symlink {
+                    target: target.to_string(),
+                },
+                Err(reason) => unsupported(reason),
+            },
         }
     } else {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            reason: "only regular files, directories and symlinks can be versioned (this is a socket, FIFO or device)"
-                .into(),
-        });
+        unsupported(
+            "only regular files, directories and symlinks can be versioned (this is a socket, FIFO or device)",
+        )
     };
     Ok(ScanEntry {
         path: relative.to_string(),

@@ -24,7 +24,10 @@ pub use workspaces::{StatEntry, Workspace};
 use crate::error::{Error, Result};
 
 /// The SQL of every schema migration, in order; the catalog's `user_version` counts those applied.
-const MIGRATION_SQL: &[&str] = &[include_str!("../../migrations/0001_initial.sql")];
+const MIGRATION_SQL: &[&str] = &[
+    include_str!("../../migrations/0001_initial.sql"),
+    include_str!("../../migrations/0002_objects_keyed_by_kind.sql"),
+];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =
     LazyLock::new(|| Migrations::new(MIGRATION_SQL.iter().map(|sql| M::up(sql)).collect()));

@@ -22,39 +22,61 @@ pub struct ObjectLocation {
 }
 
 const LOCATE: &str = "SELECT o.kind, p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length
-     FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack WHERE o.id = ?1";
+     FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+     WHERE o.id = ?1 AND o.kind IN (?2, ?3) ORDER BY o.kind LIMIT 1";
 
 impl Catalog {
-    /// True when the store holds an object with this id.
+    /// True when the store holds an object of `kind` with this id.
     ///
     /// # Errors
     /// [`Error::Catalog`].
-    pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
+    pub fn has_object(&self, id: &ObjectId, kind: ObjectKind) -> Result<bool> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT 1 FROM objects WHERE id = ?1")?;
-        Ok(stmt.exists([&id.0[..]])?)
+            .prepare_cached("SELECT 1 FROM objects WHERE id = ?1 AND kind = ?2")?;
+        Ok(stmt.exists(rusqlite::params![&id.0[..], kind as u8])?)
     }
 
-    /// Where the object `id` is stored, or `None` when the store lacks it.
+    /// Where the object `id` of `kind` is stored, or `None` when the store lacks it.
     ///
     /// # Errors
     /// [`Error::Catalog`]; [`Error::Corrupt`] when a row holds an unknown kind or compression.
-    pub fn locate(&self, id: &ObjectId) -> Result<Option<ObjectLocation>> {
+    pub fn locate(&self, id: &ObjectId, kind: ObjectKind) -> Result<Option<ObjectLocation>> {
+        self.locate_any(id, kind, kind)
+    }
+
+    /// Where the content of file `id` starts: its only chunk (kind chunk) for a file of one
+    /// chunk, else its file map.
+    ///
+    /// # Errors
+    /// As [`Catalog::locate`].
+    pub fn locate_file(&self, id: &ObjectId) -> Result<Option<ObjectLocation>> {
+        self.locate_any(id, ObjectKind::Chunk, ObjectKind::FileMap)
+    }
+
+    fn locate_any(
+        &self,
+        id: &ObjectId,
+        first: ObjectKind,
+        second: ObjectKind,
+    ) -> Result<Option<ObjectLocation>> {
         let mut stmt = self.conn.prepare_cached(LOCATE)?;
         let row = stmt
-            .query_row([&id.0[..]], |row| {
-                Ok((
-                    row.get::<_, u8>(0)?,
-                    row.get::<_, Vec<u8>>(1)?,
-                    row.get::<_, i64>(2)?,
-                    row.get::<_, u32>(3)?,
-                    row.get::<_, u32>(4)?,
-                    row.get::<_, u8>(5)?,
-                    row.get::<_, u32>(6)?,
-                    row.get::<_, u32>(7)?,
-                ))
-            })
+            .query_row(
+                rusqlite::params![&id.0[..], first as u8, second as u8],
+                |row| {
+                    Ok((
+                        row.get::<_, u8>(0)?,
+                        row.get::<_, Vec<u8>>(1)?,
+                        row.get::<_, i64>(2)?,
+                        row.get::<_, u32>(3)?,
+                        row.get::<_, u32>(4)?,
+                        row.get::<_, u8>(5)?,
+                        row.get::<_, u32>(6)?,
+                        row.get::<_, u32>(7)?,
+                    ))
+                },
+            )
             .optional()?;
         let Some((
             kind,

@@ -1,11 +1,18 @@
 //! `checkout`: materialize a version into a directory, writing only what differs.
 //!
-//! resolve → flatten the target tree → compare with what the directory holds (its previous
-//! version and stat cache, hashing only what the cache cannot vouch for) → refuse, listing
-//! them, if uncommitted changes would be overwritten or deleted (unless `force`) → delete
-//! what the target lacks → create directories → write files in parallel, each into a
-//! temporary name beside its destination, checked against its file id, then renamed over
-//! it → record the workspace's version and stat cache.
+//! 1. Plan: resolve → flatten the target tree → compare with what the directory holds (its
+//!    previous version and stat cache, hashing only what the cache cannot vouch for) → refuse,
+//!    listing them, if changes that exist nowhere else would be overwritten or deleted
+//!    (unless `force`).
+//! 2. Stage: write every file and symlink to write into a temporary name (beside its
+//!    destination when that directory already exists), in parallel, each checked against its
+//!    file id. Nothing the user sees has changed yet: if stored data is corrupt, or the
+//!    operation is interrupted, the temporaries are removed and the directory is as it was.
+//! 3. Apply: delete what the target lacks, create directories, rename the staged files into
+//!    place (stat each right after), remove directories left empty.
+//! 4. Record: wait out the racy-timestamp margin once, re-stat what was written, and record
+//!    the workspace's version and stat cache in one transaction. A file changed by someone
+//!    else meanwhile is left out of the cache, so it is hashed next time.
 //!
 //! Untracked files (never committed, not in the target) are left alone.
 
@@ -17,16 +24,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::DiskState;
-use crate::catalog::{ObjectLocation, StatEntry};
+use crate::catalog::{Catalog, ObjectLocation, StatEntry};
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
-use crate::object::ObjectKind;
 use crate::pack::PackReader;
 use crate::progress::{Progress, Unit};
 use crate::revision::Revision;
 use crate::store::{STORE_DIR, Store};
 use crate::tree::{self, FlatEntry, FlatKind};
-use crate::walk::{ScanKind, Stat, TEMP_PREFIX};
+use crate::walk::{ScanEntry, ScanKind, Stat, TEMP_PREFIX};
 use crate::workspace;
 
 /// How to check out.
@@ -78,15 +84,31 @@ pub struct CheckoutReport {
 struct WriteJob<'a> {
     entry: &'a FlatEntry,
     chunks: Vec<(ObjectId, ObjectLocation)>,
+    /// Where the content is staged before it is renamed into place.
+    temp: PathBuf,
+}
+
+/// What to change in the directory.
+#[derive(Default)]
+struct Plan<'a> {
+    /// Files and symlinks to remove (not in the target, or where the target has a directory).
+    delete_files: Vec<String>,
+    /// Directories to remove with their contents (the target has a file there).
+    delete_trees: Vec<String>,
+    /// Directories of the old version to remove if they end up empty.
+    prune_dirs: Vec<String>,
+    /// Paths already as the target wants them.
+    keep: HashSet<&'a str>,
 }
 
 /// Checks out `revision` into `dir` (created if missing).
 ///
 /// # Errors
-/// [`Error::Conflict`] when uncommitted changes are in the way (nothing is changed then);
-/// revision errors; [`Error::UnsafePath`] when the tree names a path dsv will not write;
-/// [`Error::Corrupt`] when stored data fails its hash (the destination file is left as it was);
-/// [`Error::Io`]; [`Error::Interrupted`].
+/// [`Error::Conflict`] when uncommitted changes are in the way; revision errors;
+/// [`Error::UnsafePath`] when the tree names a path dsv will not write; [`Error::Corrupt`]
+/// when stored data fails its hash; [`Error::Io`]; [`Error::Interrupted`]. Errors found
+/// before files are renamed into place (all of these but a late I/O error) leave the
+/// directory as it was.
 pub fn checkout(
     store: &mut Store,
     revision: &Revision,
@@ -103,25 +125,26 @@ pub fn checkout(
             what: "version",
         })?;
     let target = tree::flatten(&mut store.reader(), &record.version.tree)?;
-    for entry in &target {
-        if entry
-            .path
+    let unsafe_path = |path: &str, reason| Error::UnsafePath {
+        path: path.to_string(),
+        tree: record.version.tree.to_hex(),
+        reason,
+    };
+    if let Some(entry) = target.iter().find(|e| {
+        e.path
             .split('/')
             .any(|c| c == STORE_DIR || c.starts_with(TEMP_PREFIX))
-        {
-            return Err(Error::UnsafePath {
-                path: entry.path.clone(),
-                tree: record.version.tree.to_hex(),
-                reason: "dsv does not write into .dsv directories or its temporary names",
-            });
-        }
+    }) {
+        return Err(unsafe_path(
+            &entry.path,
+            "dsv does not write into .dsv directories or its temporary names",
+        ));
     }
     if let Some(link) = tree::symlink_through_symlink(&target) {
-        return Err(Error::UnsafePath {
-            path: link.path.clone(),
-            tree: record.version.tree.to_hex(),
-            reason: "the symlink's target passes through another symlink",
-        });
+        return Err(unsafe_path(
+            &link.path,
+            "the symlink's target passes through another symlink",
+        ));
     }
     if dir.exists() && !dir.is_dir() {
         return Err(Error::NotADirectory {
@@ -154,110 +177,44 @@ pub fn checkout(
     let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
     let disk = DiskState::read(&dir, &cache, Some(&wanted), options.jobs, progress)?;
 
-    // Plan.
-    let same = |disk_entry: &crate::walk::ScanEntry, flat: &FlatEntry| -> bool {
-        match (&disk_entry.kind, &flat.kind) {
-            (ScanKind::Dir, FlatKind::Dir) => true,
-            (ScanKind::File { executable: a }, FlatKind::File { executable: b }) => {
-                a == b && disk.ids.get(&disk_entry.path) == Some(&flat.id)
-            }
-            (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
-            _ => false,
-        }
-    };
-    let clean =
-        |e: &crate::walk::ScanEntry| old_map.get(e.path.as_str()).is_some_and(|o| same(e, o));
-    let mut conflicts = Vec::new();
-    let mut delete_files = Vec::new();
-    let mut delete_trees = Vec::new();
-    let mut prune_dirs = Vec::new();
-    let mut keep: HashSet<&str> = HashSet::new();
-    for entry in &disk.entries {
-        let path = entry.path.as_str();
-        match (entry.kind == ScanKind::Dir, target_map.get(path)) {
-            (true, Some(t)) if t.kind == FlatKind::Dir => {
-                keep.insert(path);
-            }
-            (true, Some(_)) => {
-                // A directory where the target has a file: everything under it must be clean.
-                let prefix = format!("{path}/");
-                let dirty = disk
-                    .entries
-                    .iter()
-                    .filter(|e| e.path.starts_with(&prefix) && e.kind != ScanKind::Dir)
-                    .any(|e| !clean(e));
-                if dirty && !options.force {
-                    conflicts.push(path.to_string());
-                }
-                delete_trees.push(path.to_string());
-            }
-            (true, None) => {
-                if old_map.contains_key(path) {
-                    prune_dirs.push(path.to_string());
-                }
-            }
-            (false, Some(t)) if same(entry, t) => {
-                keep.insert(path);
-            }
-            (false, Some(t)) => {
-                if !options.force && !clean(entry) {
-                    conflicts.push(path.to_string());
-                }
-                // A file or symlink is replaced by renaming over it; only a directory needs room.
-                if t.kind == FlatKind::Dir {
-                    delete_files.push(path.to_string());
-                }
-            }
-            (false, None) => {
-                if old_map.contains_key(path) {
-                    if !options.force && !clean(entry) {
-                        conflicts.push(path.to_string());
-                    }
-                    delete_files.push(path.to_string());
-                }
-            }
-        }
-    }
-    if !conflicts.is_empty() {
-        let total = conflicts.len();
-        conflicts.truncate(10);
-        return Err(Error::Conflict {
-            dir,
-            paths: conflicts,
-            total,
-        });
-    }
+    let plan = plan(
+        store.catalog(),
+        &dir,
+        &disk,
+        &target_map,
+        &old_map,
+        options.force,
+    )?;
 
     // Where every chunk of every file to write lives (catalog lookups on this thread).
+    let counter = AtomicU64::new(0);
     let reader = &mut store.reader();
     let mut jobs = Vec::new();
     let mut dirs_to_create = Vec::new();
+    let removed: Vec<&str> = plan
+        .delete_trees
+        .iter()
+        .chain(&plan.delete_files)
+        .map(String::as_str)
+        .collect();
     for entry in &target {
-        if keep.contains(entry.path.as_str()) {
+        if plan.keep.contains(entry.path.as_str()) {
             continue;
         }
-        match entry.kind {
-            FlatKind::Dir => dirs_to_create.push(entry),
-            FlatKind::Symlink { .. } => jobs.push(WriteJob {
-                entry,
-                chunks: Vec::new(),
-            }),
-            FlatKind::File { .. } => {
-                let mut chunks = Vec::new();
-                for (chunk_id, _) in reader.chunks_of(&entry.id, entry.size)? {
-                    let location = store
-                        .catalog()
-                        .locate(&chunk_id)?
-                        .filter(|l| l.kind == ObjectKind::Chunk)
-                        .ok_or_else(|| Error::MissingObject {
-                            id: chunk_id.to_hex(),
-                            what: "chunk",
-                        })?;
-                    chunks.push((chunk_id, location));
-                }
-                jobs.push(WriteJob { entry, chunks });
+        let chunks = match entry.kind {
+            FlatKind::Dir => {
+                dirs_to_create.push(entry);
+                continue;
             }
-        }
+            FlatKind::Symlink { .. } => Vec::new(),
+            FlatKind::File { .. } => reader.file_chunks(&entry.id, entry.size)?,
+        };
+        let temp = staging_path(&dir, &entry.path, &removed, &counter);
+        jobs.push(WriteJob {
+            entry,
+            chunks,
+            temp,
+        });
     }
     // Neighbouring files share frames: write them in pack order so each frame is
     // decompressed about once per writer.
@@ -267,7 +224,7 @@ pub fn checkout(
             .map(|(_, l)| (l.frame.pack, l.frame.offset))
     });
 
-    // Execute: leftovers of an interrupted checkout, deletions, directories, then files in parallel.
+    // Stage.
     for leftover in &disk.leftovers {
         // Only those of a process that is gone: a live one may be checking out a nested directory.
         let owner = leftover
@@ -278,13 +235,25 @@ pub fn checkout(
             fs::remove_file(leftover).at(leftover)?;
         }
     }
+    let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
+    progress.start("writing", total_bytes, Unit::Bytes);
+    let staged = stage(&store.packs_dir(), &jobs, options.jobs, progress);
+    progress.finish();
+    if let Err(error) = staged {
+        for job in &jobs {
+            let _ = fs::remove_file(&job.temp);
+        }
+        return Err(error);
+    }
+
+    // Apply.
     let mut deleted = 0u64;
-    for path in &delete_files {
+    for path in &plan.delete_files {
         let full = dir.join(path);
         fs::remove_file(&full).at(&full)?;
         deleted += 1;
     }
-    for path in &delete_trees {
+    for path in &plan.delete_trees {
         let full = dir.join(path);
         fs::remove_dir_all(&full).at(&full)?;
         deleted += 1;
@@ -295,62 +264,41 @@ pub fn checkout(
             fs::create_dir(&full).at(&full)?;
         }
     }
-    let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
-    progress.start("writing", total_bytes, Unit::Bytes);
-    let packs_dir = store.packs_dir();
-    let counter = AtomicU64::new(0);
-    let plan = WritePlan::new(&dir, &jobs, &counter)?;
-    // Bytes-heavy work (large files, batches of big files) runs on as many threads as cores:
-    // more writers only contend in the kernel's page cache (measured: 686 MB of binaries, 0.87 s
-    // with 2 writers, 1.93 s with 6). Creating many small files is bound by per-file kernel work
-    // that does overlap, so those batches get all `jobs` writers.
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
-    let (bulk, many): (Vec<&WriteTask<'_>>, Vec<&WriteTask<'_>>) =
-        plan.tasks.iter().partition(|task| task.is_bulk());
-    let result = [(bulk, options.jobs.min(cores)), (many, options.jobs)]
-        .into_iter()
-        .try_for_each(|(tasks, threads)| {
-            crate::parallel::map(&tasks, threads, |task| {
-                thread_local_reader(&packs_dir, |packs| {
-                    plan.run(task, packs, &counter, progress)
-                })
-            })
-            .map(drop)
-        });
-    if result.is_err() {
-        plan.remove_temporaries();
+    let mut written_stats = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        let destination = dir.join(&job.entry.path);
+        fs::rename(&job.temp, &destination).at(&destination)?;
+        if let FlatKind::File { .. } = job.entry.kind {
+            written_stats.push((
+                job,
+                Stat::of(&fs::symlink_metadata(&destination).at(&destination)?),
+            ));
+        }
     }
-    result?;
-    progress.finish();
-    for path in prune_dirs.iter().rev() {
+    for path in plan.prune_dirs.iter().rev() {
         // Only if empty: untracked files keep their directory.
         if fs::remove_dir(dir.join(path)).is_ok() {
             deleted += 1;
         }
     }
 
-    // Stat cache: wait out the racy margin once, then stat what was written.
-    let mut cache_changes: Vec<(String, Option<StatEntry>)> = Vec::new();
-    if !jobs.is_empty() {
+    // Record: wait out the racy margin once, then cache only files no one touched since.
+    if !written_stats.is_empty() {
         std::thread::sleep(std::time::Duration::from_nanos(
             workspace::RACY_MARGIN_NS as u64,
         ));
     }
     let checked_ns = workspace::now_ns();
-    for job in &jobs {
-        if let FlatKind::File { .. } = job.entry.kind {
-            let full = dir.join(&job.entry.path);
-            let stat = Stat::of(&fs::symlink_metadata(&full).at(&full)?);
-            cache_changes.push((
-                job.entry.path.clone(),
-                Some(workspace::entry(&stat, job.entry.id, checked_ns)),
-            ));
-        }
+    let mut cache_changes: Vec<(String, Option<StatEntry>)> = Vec::new();
+    for (job, stat) in &written_stats {
+        let full = dir.join(&job.entry.path);
+        let unchanged = fs::symlink_metadata(&full).is_ok_and(|m| Stat::of(&m) == *stat);
+        let entry = unchanged.then(|| workspace::entry(stat, job.entry.id, checked_ns));
+        cache_changes.push((job.entry.path.clone(), entry));
     }
-    for (path, entry) in &disk.refreshed {
-        if keep.contains(path.as_str()) {
+    for (path, entry) in &disk.hashed {
+        // A kept file holds the target's content, which is in the store.
+        if plan.keep.contains(path.as_str()) {
             cache_changes.push((path.clone(), Some(*entry)));
         }
     }
@@ -379,23 +327,147 @@ pub fn checkout(
         written: jobs.len() as u64,
         bytes_written: total_bytes,
         deleted,
-        unchanged: keep
+        unchanged: plan
+            .keep
             .iter()
             .filter(|p| target_map.get(**p).is_some_and(|e| e.kind != FlatKind::Dir))
             .count() as u64,
     })
 }
 
+/// Decides what to delete and keep, refusing (unless `force`) to lose anything that exists
+/// nowhere else.
+///
+/// A disk file may be overwritten or deleted when it is "recoverable": it holds what the old
+/// version had there, or content the store holds anyway (so an interrupted or half-applied
+/// checkout can be re-run, or switched back, without false conflicts).
+fn plan<'a>(
+    catalog: &Catalog,
+    dir: &Path,
+    disk: &DiskState,
+    target: &HashMap<&'a str, &'a FlatEntry>,
+    old: &HashMap<&str, &FlatEntry>,
+    force: bool,
+) -> Result<Plan<'a>> {
+    let same = |entry: &ScanEntry, flat: &FlatEntry| match (&entry.kind, &flat.kind) {
+        (ScanKind::Dir, FlatKind::Dir) => true,
+        (ScanKind::File { executable: a }, FlatKind::File { executable: b }) => {
+            a == b && disk.ids.get(&entry.path) == Some(&flat.id)
+        }
+        (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
+        _ => false,
+    };
+    let recoverable = |entry: &ScanEntry| -> Result<bool> {
+        if force || old.get(entry.path.as_str()).is_some_and(|o| same(entry, o)) {
+            return Ok(true);
+        }
+        match (&entry.kind, disk.ids.get(&entry.path)) {
+            (ScanKind::File { .. }, Some(id)) => {
+                Ok(entry.stat.size == 0 || catalog.locate_file(id)?.is_some())
+            }
+            _ => Ok(false),
+        }
+    };
+    let mut plan = Plan::default();
+    let mut conflicts = Vec::new();
+    for entry in &disk.entries {
+        let path = entry.path.as_str();
+        let is_dir = entry.kind == ScanKind::Dir;
+        match target.get_key_value(path) {
+            Some((key, t)) if same(entry, t) => {
+                plan.keep.insert(key);
+            }
+            Some((_, t)) if is_dir => {
+                debug_assert!(t.kind != FlatKind::Dir);
+                // A directory where the target has a file: all it holds must be recoverable,
+                // and it must hold nothing the walk does not see (a nested store, a running
+                // checkout's temporary files) — that is never deleted, not even with force.
+                let prefix = format!("{path}/");
+                let hidden = disk.stores.iter().any(|s| s.starts_with(&prefix))
+                    || disk.leftovers.iter().any(|l| l.starts_with(dir.join(path)));
+                let mut dirty = hidden;
+                for inner in disk
+                    .entries
+                    .iter()
+                    .filter(|e| e.path.starts_with(&prefix) && e.kind != ScanKind::Dir)
+                {
+                    dirty = dirty || !recoverable(inner)?;
+                }
+                if dirty && (hidden || !force) {
+                    conflicts.push(path.to_string());
+                }
+                plan.delete_trees.push(path.to_string());
+            }
+            Some((_, t)) => {
+                if !recoverable(entry)? {
+                    conflicts.push(path.to_string());
+                }
+                // A file or symlink is replaced by renaming over it; only a directory needs room.
+                if t.kind == FlatKind::Dir {
+                    plan.delete_files.push(path.to_string());
+                }
+            }
+            None if is_dir => {
+                if old.contains_key(path) {
+                    plan.prune_dirs.push(path.to_string());
+                }
+            }
+            None => {
+                if old.contains_key(path) {
+                    if !recoverable(entry)? {
+                        conflicts.push(path.to_string());
+                    }
+                    plan.delete_files.push(path.to_string());
+                }
+            }
+        }
+    }
+    if !conflicts.is_empty() {
+        let total = conflicts.len();
+        conflicts.truncate(10);
+        return Err(Error::Conflict {
+            dir: dir.to_path_buf(),
+            paths: conflicts,
+            total,
+        });
+    }
+    Ok(plan)
+}
+
+/// A temporary name for staging `path`: beside it when its directory exists now and stays,
+/// else at the top of `dir` (renamed across directories later; same filesystem).
+fn staging_path(dir: &Path, path: &str, removed: &[&str], counter: &AtomicU64) -> PathBuf {
+    let name = format!(
+        "{TEMP_PREFIX}{}-{}",
+        std::process::id(),
+        counter.fetch_add(1, Ordering::Relaxed)
+    );
+    let parent = path.rsplit_once('/').map(|(parent, _)| parent);
+    let stays = |parent: &str| {
+        !removed
+            .iter()
+            .any(|r| parent == *r || parent.starts_with(&format!("{r}/")))
+            && fs::symlink_metadata(dir.join(parent)).is_ok_and(|m| m.is_dir())
+    };
+    match parent {
+        Some(parent) if stays(parent) => dir.join(parent).join(name),
+        _ => dir.join(name),
+    }
+}
+
 /// Files of more than this many bytes are written in segments by several threads at once.
 const SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+/// A batch of small files holds at most this many files and bytes.
+const BATCH_FILES: usize = 32;
+const BATCH_BYTES: u64 = 2 * 1024 * 1024;
 
-/// One unit of parallel write work.
-enum WriteTask<'a> {
-    /// Up to 32 small files, written one after the other (neighbours share frames).
+/// One unit of parallel staging work.
+enum Task<'a> {
+    /// Small files, written one after the other (neighbours share frames).
     Files(Vec<&'a WriteJob<'a>>),
-    /// A run of chunks of one large file, written at its offset into the shared temp file.
+    /// A run of chunks of one large file, written at its offset into the file's temp name.
     Segment {
-        /// Index into [`WritePlan::large`].
+        /// Index into the large files.
         large: usize,
         /// Which of the file's chunks.
         chunks: std::ops::Range<usize>,
@@ -404,167 +476,148 @@ enum WriteTask<'a> {
     },
 }
 
-impl WriteTask<'_> {
+impl Task<'_> {
     /// True for segments and batches of files averaging 256 KiB or more: work bound by bytes
     /// rather than by the number of files.
     fn is_bulk(&self) -> bool {
         match self {
-            WriteTask::Segment { .. } => true,
-            WriteTask::Files(batch) => {
-                let bytes: u64 = batch.iter().map(|job| job.entry.size).sum();
-                bytes >= 256 * 1024 * batch.len() as u64
+            Task::Segment { .. } => true,
+            Task::Files(batch) => {
+                batch.iter().map(|job| job.entry.size).sum::<u64>()
+                    >= 256 * 1024 * batch.len() as u64
             }
         }
     }
 }
 
-/// A large file being written in segments.
+/// A large file being staged in segments.
 struct LargeFile<'a> {
     job: &'a WriteJob<'a>,
-    temp: PathBuf,
-    destination: PathBuf,
-    /// Segments still to write; the thread that writes the last one verifies and renames.
+    /// Segments still to write; the thread that writes the last one verifies the file.
     remaining: AtomicU64,
 }
 
-/// The write phase: small files in batches, large files split into segments.
-struct WritePlan<'a> {
-    tasks: Vec<WriteTask<'a>>,
-    large: Vec<LargeFile<'a>>,
-    dir: &'a Path,
+/// Writes every job to its temp name, checked against its id; large files in segments.
+fn stage(
+    packs_dir: &Path,
+    jobs: &[WriteJob<'_>],
+    threads: usize,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let (large_jobs, small_jobs): (Vec<&WriteJob<'_>>, Vec<&WriteJob<'_>>) = jobs
+        .iter()
+        .partition(|j| j.entry.size > SEGMENT_BYTES && j.chunks.len() > 1);
+    let mut tasks = Vec::new();
+    let mut large = Vec::new();
+    for job in large_jobs {
+        File::create(&job.temp)
+            .and_then(|f| f.set_len(job.entry.size))
+            .at(&job.temp)?;
+        let (mut start, mut offset, mut run, mut segments) = (0, 0u64, 0u64, 0);
+        for (i, (_, location)) in job.chunks.iter().enumerate() {
+            run += u64::from(location.length);
+            if run >= SEGMENT_BYTES || i + 1 == job.chunks.len() {
+                tasks.push(Task::Segment {
+                    large: large.len(),
+                    chunks: start..i + 1,
+                    offset,
+                });
+                (start, offset, run, segments) = (i + 1, offset + run, 0, segments + 1);
+            }
+        }
+        large.push(LargeFile {
+            job,
+            remaining: AtomicU64::new(segments),
+        });
+    }
+    // Large segments first, so they spread over the threads; then batches of small files
+    // (in pack order, so each batch reads few frames).
+    let mut batch: Vec<&WriteJob<'_>> = Vec::new();
+    let mut batch_bytes = 0;
+    for job in small_jobs {
+        batch_bytes += job.entry.size;
+        batch.push(job);
+        if batch.len() == BATCH_FILES || batch_bytes >= BATCH_BYTES {
+            tasks.push(Task::Files(std::mem::take(&mut batch)));
+            batch_bytes = 0;
+        }
+    }
+    if !batch.is_empty() {
+        tasks.push(Task::Files(batch));
+    }
+    // Byte-heavy work runs on one thread per core: more writers only contend in the kernel's
+    // page cache (measured: 686 MB of binaries, 0.87 s with 2 writers, 1.93 s with 6).
+    // Creating many small files is bound by per-file kernel work that does overlap, so those
+    // batches get every writer.
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let (bulk, many): (Vec<&Task<'_>>, Vec<&Task<'_>>) =
+        tasks.iter().partition(|task| task.is_bulk());
+    for (tasks, threads) in [(bulk, threads.min(cores)), (many, threads)] {
+        crate::parallel::map(&tasks, threads, |task| {
+            with_pack_reader(packs_dir, |packs| run_task(task, &large, packs, progress))
+        })?;
+    }
+    Ok(())
 }
 
-impl<'a> WritePlan<'a> {
-    /// Splits `jobs` into tasks, creating each large file's temp file at its full length.
-    fn new(dir: &'a Path, jobs: &'a [WriteJob<'a>], counter: &AtomicU64) -> Result<Self> {
-        let (large_jobs, small_jobs): (Vec<&WriteJob<'_>>, Vec<&WriteJob<'_>>) = jobs
-            .iter()
-            .partition(|j| j.entry.size > SEGMENT_BYTES && j.chunks.len() > 1);
-        let mut plan = WritePlan {
-            tasks: Vec::new(),
-            large: Vec::new(),
-            dir,
-        };
-        for job in large_jobs {
-            let destination = dir.join(&job.entry.path);
-            let temp = temp_path(dir, &destination, counter);
-            let created = File::create(&temp).and_then(|file| file.set_len(job.entry.size));
-            if let Err(source) = created {
-                let _ = fs::remove_file(&temp);
-                plan.remove_temporaries();
-                return Err(Error::Io { path: temp, source });
+fn run_task(
+    task: &Task<'_>,
+    large: &[LargeFile<'_>],
+    packs: &mut PackReader,
+    progress: &dyn Progress,
+) -> Result<()> {
+    match task {
+        Task::Files(batch) => {
+            for job in batch {
+                crate::interrupt::check()?;
+                write_temp(job, packs)?;
+                progress.advance(job.entry.size);
             }
-            let index = plan.large.len();
-            let (mut start, mut offset, mut run_bytes, mut segments) = (0, 0u64, 0u64, 0);
-            for (i, (_, location)) in job.chunks.iter().enumerate() {
-                run_bytes += u64::from(location.length);
-                if run_bytes >= SEGMENT_BYTES || i + 1 == job.chunks.len() {
-                    plan.tasks.push(WriteTask::Segment {
-                        large: index,
-                        chunks: start..i + 1,
-                        offset,
-                    });
-                    offset += run_bytes;
-                    start = i + 1;
-                    run_bytes = 0;
-                    segments += 1;
-                }
-            }
-            plan.large.push(LargeFile {
-                job,
-                temp,
-                destination,
-                remaining: AtomicU64::new(segments),
-            });
         }
-        // Large segments first, so they spread over the threads; then batches of small files
-        // (in pack order, so each batch reads few frames).
-        plan.tasks.extend(
-            small_jobs
-                .chunks(32)
-                .map(|batch| WriteTask::Files(batch.to_vec())),
-        );
-        Ok(plan)
-    }
-
-    fn run(
-        &self,
-        task: &WriteTask<'_>,
-        packs: &mut PackReader,
-        counter: &AtomicU64,
-        progress: &dyn Progress,
-    ) -> Result<()> {
-        match task {
-            WriteTask::Files(batch) => {
-                for job in batch {
-                    crate::interrupt::check()?;
-                    write_entry(self.dir, job, packs, counter)?;
-                    progress.advance(job.entry.size);
-                }
+        Task::Segment {
+            large: index,
+            chunks,
+            offset,
+        } => {
+            let job = large[*index].job;
+            let handle = fs::OpenOptions::new()
+                .write(true)
+                .open(&job.temp)
+                .at(&job.temp)?;
+            let mut position = *offset;
+            for (chunk_id, location) in &job.chunks[chunks.clone()] {
+                crate::interrupt::check()?;
+                let (frame, offset, length) = (&location.frame, location.offset, location.length);
+                packs
+                    .with_object(frame, offset, length, chunk_id, true, |bytes| {
+                        std::os::unix::fs::FileExt::write_all_at(&handle, bytes, position)
+                    })?
+                    .at(&job.temp)?;
+                position += u64::from(length);
+                progress.advance(u64::from(length));
             }
-            WriteTask::Segment {
-                large,
-                chunks,
-                offset,
-            } => {
-                let file = &self.large[*large];
-                let handle = fs::OpenOptions::new()
-                    .write(true)
-                    .open(&file.temp)
-                    .at(&file.temp)?;
-                let mut position = *offset;
-                for (chunk_id, location) in &file.job.chunks[chunks.clone()] {
-                    crate::interrupt::check()?;
-                    let (frame, offset, length) =
-                        (&location.frame, location.offset, location.length);
-                    packs
-                        .with_object(frame, offset, length, chunk_id, true, |bytes| {
-                            std::os::unix::fs::FileExt::write_all_at(&handle, bytes, position)
-                        })?
-                        .at(&file.temp)?;
-                    position += u64::from(length);
-                    progress.advance(u64::from(length));
+            if large[*index].remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                // Every segment is in: check the whole file against its id.
+                if workspace::hash_file(&job.temp)? != job.entry.id {
+                    return Err(Error::corrupt(
+                        &job.temp,
+                        format!(
+                            "the stored bytes of {} do not hash to its file id",
+                            job.entry.path
+                        ),
+                    ));
                 }
-                if file.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    // Every segment is in: check the whole file against its id, then publish it.
-                    let id = workspace::hash_file(&file.temp)?;
-                    if id != file.job.entry.id {
-                        return Err(Error::corrupt(
-                            &file.destination,
-                            format!(
-                                "the stored bytes of {} do not hash to its file id",
-                                file.job.entry.path
-                            ),
-                        ));
-                    }
-                    if let FlatKind::File { executable: true } = file.job.entry.kind {
-                        handle
-                            .set_permissions(fs::Permissions::from_mode(0o755))
-                            .at(&file.temp)?;
-                    }
-                    fs::rename(&file.temp, &file.destination).at(&file.destination)?;
+                if let FlatKind::File { executable: true } = job.entry.kind {
+                    handle
+                        .set_permissions(fs::Permissions::from_mode(0o755))
+                        .at(&job.temp)?;
                 }
             }
         }
-        Ok(())
     }
-
-    /// Removes the temp files of large files after a failure.
-    fn remove_temporaries(&self) {
-        for file in &self.large {
-            let _ = fs::remove_file(&file.temp);
-        }
-    }
-}
-
-/// A temporary name beside `destination`, unique within this process.
-fn temp_path(dir: &Path, destination: &Path, counter: &AtomicU64) -> PathBuf {
-    let parent = destination.parent().unwrap_or(dir);
-    parent.join(format!(
-        "{TEMP_PREFIX}{}-{}",
-        std::process::id(),
-        counter.fetch_add(1, Ordering::Relaxed)
-    ))
+    Ok(())
 }
 
 /// Decompressed frames each writer keeps (about 1 MiB each): enough for neighbouring files.
@@ -575,7 +628,7 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's pack reader (its frame cache lives as long as the thread).
-fn thread_local_reader<R>(
+fn with_pack_reader<R>(
     packs_dir: &Path,
     f: impl FnOnce(&mut PackReader) -> Result<R>,
 ) -> Result<R> {
@@ -586,64 +639,43 @@ fn thread_local_reader<R>(
     })
 }
 
-/// Writes one file or symlink into a temporary name beside its destination, checks the file
-/// against its id, then renames it into place.
-fn write_entry(
-    dir: &Path,
-    job: &WriteJob<'_>,
-    packs: &mut PackReader,
-    counter: &AtomicU64,
-) -> Result<()> {
-    let destination = dir.join(&job.entry.path);
-    let parent = destination.parent().unwrap_or(dir);
-    let temp = parent.join(format!(
-        "{TEMP_PREFIX}{}-{}",
-        std::process::id(),
-        counter.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| -> Result<()> {
-        match &job.entry.kind {
-            FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, &temp).at(&temp)?,
-            FlatKind::File { executable } => {
-                let mut file = File::create(&temp).at(&temp)?;
-                let mut hasher = blake3::Hasher::new();
-                for (chunk_id, location) in &job.chunks {
-                    let (frame, offset, length) =
-                        (&location.frame, location.offset, location.length);
-                    let several = job.chunks.len() > 1;
-                    packs
-                        .with_object(frame, offset, length, chunk_id, true, |bytes| {
-                            if several {
-                                hasher.update(bytes);
-                            }
-                            file.write_all(bytes)
-                        })?
-                        .at(&temp)?;
-                }
-                let id = match job.chunks.as_slice() {
-                    [(only, _)] => *only,
-                    _ => hasher.finalize().into(),
-                };
-                if id != job.entry.id {
-                    return Err(Error::corrupt(
-                        &destination,
-                        format!(
-                            "the stored bytes of {} do not hash to its file id",
-                            job.entry.path
-                        ),
-                    ));
-                }
-                if *executable {
-                    file.set_permissions(fs::Permissions::from_mode(0o755))
-                        .at(&temp)?;
-                }
+/// Writes one small file or symlink to its temp name, checking the file against its id.
+fn write_temp(job: &WriteJob<'_>, packs: &mut PackReader) -> Result<()> {
+    let temp = &job.temp;
+    match &job.entry.kind {
+        FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, temp).at(temp)?,
+        FlatKind::File { executable } => {
+            let mut file = File::create(temp).at(temp)?;
+            let mut hasher = blake3::Hasher::new();
+            let several = job.chunks.len() > 1;
+            for (chunk_id, location) in &job.chunks {
+                let (frame, offset, length) = (&location.frame, location.offset, location.length);
+                packs
+                    .with_object(frame, offset, length, chunk_id, true, |bytes| {
+                        if several {
+                            hasher.update(bytes);
+                        }
+                        file.write_all(bytes)
+                    })?
+                    .at(temp)?;
             }
-            FlatKind::Dir => unreachable!("directories are created before files"),
+            let id = match job.chunks.as_slice() {
+                [(only, _)] => *only,
+                _ => hasher.finalize().into(),
+            };
+            if id != job.entry.id {
+                let detail = format!(
+                    "the stored bytes of {} do not hash to its file id",
+                    job.entry.path
+                );
+                return Err(Error::corrupt(temp, detail));
+            }
+            if *executable {
+                file.set_permissions(fs::Permissions::from_mode(0o755))
+                    .at(temp)?;
+            }
         }
-        fs::rename(&temp, &destination).at(&destination)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
+        FlatKind::Dir => unreachable!("directories are created, not staged"),
     }
-    result
+    Ok(())
 }

@@ -95,7 +95,9 @@ pub fn commit(
     let _workspace_lock = store.lock_workspace(&workspace_key)?;
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
-    let scanned = walk::scan(&dir)?;
+    let scan = walk::scan(&dir)?;
+    scan.refuse_unsupported(&dir)?;
+    let scanned = scan.entries;
     tracing::debug!(entries = scanned.len(), elapsed = ?clock.elapsed(), "walked");
     let workspace = store.catalog().workspace(&workspace_key)?;
     let cache = match &workspace {
@@ -110,6 +112,7 @@ pub fn commit(
     let mut to_read_index = Vec::new();
     for entry in &scanned {
         let (kind, size, id) = match &entry.kind {
+            ScanKind::Unsupported { .. } => unreachable!("refused above"),
             ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
             ScanKind::Symlink { target } => (
                 FlatKind::Symlink {
@@ -184,9 +187,9 @@ pub fn commit(
     let level = options.ingest.compression_level;
     let mut metadata = FrameBuilder::default();
     // Trees are recorded together with all their subtrees: if the root is known, all are.
-    let known_root = store.catalog().has_object(&built.root)?;
+    let known_root = store.catalog().has_object(&built.root, ObjectKind::Tree)?;
     for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
-        if !store.catalog().has_object(id)? && sink.claim(id) {
+        if !store.catalog().has_object(id, ObjectKind::Tree)? && sink.claim(id, ObjectKind::Tree) {
             if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
                 sink.add(metadata.encode(level))?;
             }

@@ -90,7 +90,7 @@ pub struct PackSink {
     temp_dir: PathBuf,
     state: Mutex<(Option<PackWriter>, Vec<SealedPack>)>,
     /// Objects pushed to this sink, so no object is written twice in one run.
-    written: Mutex<HashSet<ObjectId>>,
+    written: Mutex<HashSet<(ObjectId, ObjectKind)>>,
 }
 
 impl PackSink {
@@ -104,12 +104,12 @@ impl PackSink {
         }
     }
 
-    /// Claims `id` for writing: true the first time it is asked in this run.
-    pub fn claim(&self, id: &ObjectId) -> bool {
+    /// Claims object `id` of `kind` for writing: true the first time it is asked in this run.
+    pub fn claim(&self, id: &ObjectId, kind: ObjectKind) -> bool {
         self.written
             .lock()
             .expect("no panics while holding the lock")
-            .insert(*id)
+            .insert((*id, kind))
     }
 
     /// Appends a frame to the open pack, sealing the pack when full.
@@ -309,7 +309,9 @@ impl ReadWorker<'_> {
                     hasher.update(chunk);
                 }
                 chunks.push((id, chunk.len() as u32));
-                if !catalog.has_object(&id)? && self.sink.claim(&id) {
+                if !catalog.has_object(&id, ObjectKind::Chunk)?
+                    && self.sink.claim(&id, ObjectKind::Chunk)
+                {
                     frame.push(id, ObjectKind::Chunk, chunk);
                     stats.new_chunks += 1;
                     stats.new_bytes += chunk.len() as u64;
@@ -337,7 +339,10 @@ impl ReadWorker<'_> {
                 [(only, _)] => *only,
                 _ => ObjectId::from(hasher.finalize()),
             };
-            if chunks.len() > 1 && !catalog.has_object(&file_id)? && self.sink.claim(&file_id) {
+            if chunks.len() > 1
+                && !catalog.has_object(&file_id, ObjectKind::FileMap)?
+                && self.sink.claim(&file_id, ObjectKind::FileMap)
+            {
                 frame.push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
             }
             self.ids.lock().expect("no panics while holding the lock")[index] = file_id;

@@ -20,10 +20,14 @@ pub(crate) struct DiskState {
     pub entries: Vec<ScanEntry>,
     /// Content ids of the files and symlinks, by path (directories absent).
     pub ids: HashMap<String, ObjectId>,
-    /// New stat cache entries for files that were hashed.
-    pub refreshed: Vec<(String, StatEntry)>,
-    /// dsv's temporary files left by an interrupted checkout.
+    /// Stat cache entries for the files that were hashed. Only those whose content is known
+    /// to be in the store may be written to the cache: commit trusts the cache and does not
+    /// store what it vouches for.
+    pub hashed: Vec<(String, StatEntry)>,
+    /// dsv's temporary files (`.dsv-tmp-<pid>-<n>`).
     pub leftovers: Vec<PathBuf>,
+    /// Relative paths of nested `.dsv` stores (never walked into).
+    pub stores: Vec<String>,
 }
 
 impl DiskState {
@@ -37,12 +41,16 @@ impl DiskState {
         progress: &dyn Progress,
     ) -> Result<DiskState> {
         let started_ns = workspace::now_ns();
-        let (entries, leftovers) = walk::scan_with_leftovers(dir)?;
+        let walk::Scan {
+            entries,
+            leftovers,
+            stores,
+        } = walk::scan(dir)?;
         let mut ids = HashMap::with_capacity(entries.len());
         let mut to_hash = Vec::new();
         for entry in &entries {
             match &entry.kind {
-                ScanKind::Dir => {}
+                ScanKind::Dir | ScanKind::Unsupported { .. } => {}
                 ScanKind::Symlink { target } => {
                     ids.insert(entry.path.clone(), ObjectId::of(target.as_bytes()));
                 }
@@ -71,10 +79,10 @@ impl DiskState {
             Ok(id)
         })?;
         progress.finish();
-        let mut refreshed = Vec::with_capacity(hashed.len());
+        let mut fresh = Vec::with_capacity(hashed.len());
         for (entry, id) in to_hash.iter().zip(hashed) {
             ids.insert(entry.path.clone(), id);
-            refreshed.push((
+            fresh.push((
                 entry.path.clone(),
                 workspace::entry(&entry.stat, id, started_ns),
             ));
@@ -82,14 +90,16 @@ impl DiskState {
         Ok(DiskState {
             entries,
             ids,
-            refreshed,
+            hashed: fresh,
             leftovers,
+            stores,
         })
     }
 
     /// The disk entry at `path` as a [`FlatEntry`] (`None` for a file that was not hashed).
     pub fn flat(&self, entry: &ScanEntry) -> Option<FlatEntry> {
         let (kind, size, id) = match &entry.kind {
+            ScanKind::Unsupported { .. } => return None,
             ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
             ScanKind::File { executable } => (
                 FlatKind::File {
@@ -163,11 +173,19 @@ pub fn status(
     let disk = DiskState::read(&dir, &cache, None, jobs, progress)?;
     let current: Vec<FlatEntry> = disk.entries.iter().filter_map(|e| disk.flat(e)).collect();
     let changes = tree::diff_flat(&old, &current);
-    if !disk.refreshed.is_empty() {
+    // Refresh the cache only for files that still hold their version's content: that content
+    // is in the store. A modified or new file's content is not, and commit must read it.
+    let old_ids: HashMap<&str, ObjectId> = old.iter().map(|e| (e.path.as_str(), e.id)).collect();
+    let refreshed: Vec<&(String, StatEntry)> = disk
+        .hashed
+        .iter()
+        .filter(|(path, entry)| old_ids.get(path.as_str()) == Some(&entry.file_id))
+        .collect();
+    if !refreshed.is_empty() {
         let writer = store.catalog_mut().writer()?;
         writer.update_stat_cache(
             workspace.id,
-            disk.refreshed.iter().map(|(p, e)| (p.as_str(), Some(e))),
+            refreshed.iter().map(|(p, e)| (p.as_str(), Some(e))),
         )?;
         writer.commit()?;
     }
@@ -176,6 +194,6 @@ pub fn status(
         dataset: workspace.dataset,
         version: workspace.version,
         changes,
-        files_hashed: disk.refreshed.len() as u64,
+        files_hashed: disk.hashed.len() as u64,
     })
 }

@@ -6,7 +6,6 @@ use std::collections::HashSet;
 
 use crate::error::Result;
 use crate::id::ObjectId;
-use crate::object::ObjectKind;
 use crate::progress::{Progress, Unit};
 use crate::store::Store;
 use crate::tree::{self, FlatKind};
@@ -122,19 +121,13 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
                 {
                     continue;
                 }
-                let chunks = reader
-                    .chunks_of(&entry.id, entry.size)
-                    .map(|c| c.into_iter().map(|(c, _)| c));
-                match chunks {
+                match reader.file_chunks(&entry.id, entry.size) {
                     Ok(chunks) => {
-                        for chunk in chunks {
-                            match store.catalog().locate(&chunk)? {
-                                Some(l)
-                                    if l.kind == ObjectKind::Chunk && indexed.contains(&chunk) => {}
-                                _ => report
-                                    .problems
-                                    .push(format!("{}: chunk {chunk} is missing", entry.path)),
-                            }
+                        for (chunk, _) in chunks.iter().filter(|(c, _)| !indexed.contains(c)) {
+                            report.problems.push(format!(
+                                "{}: chunk {chunk} is in no verified pack",
+                                entry.path
+                            ));
                         }
                     }
                     Err(e) => report.problems.push(format!(

@@ -51,6 +51,11 @@ impl PackReader {
         }
     }
 
+    /// The path of pack `id`.
+    pub fn pack_path(&self, id: &ObjectId) -> PathBuf {
+        super::writer::pack_path(&self.packs_dir, id)
+    }
+
     /// Makes `location`'s raw (decompressed) bytes the most recent cache entry, reading and
     /// decompressing them on a miss into the buffer of the entry it evicts.
     ///

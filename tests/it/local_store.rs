@@ -134,8 +134,9 @@ fn status_reports_added_modified_deleted_and_exit_code() {
 }
 
 #[test]
-fn a_same_size_edit_within_the_same_second_is_still_seen() {
-    // The racy-timestamp rule: a stat cache entry taken right after a write is not trusted.
+fn an_edit_right_after_a_commit_is_seen() {
+    // The stat cache entry the commit recorded must not hide an edit that follows at once
+    // (the racy-timestamp rule itself is unit-tested in workspace.rs).
     let env = TestEnv::new();
     env.write("data/f", "aaaa");
     env.ok(&["commit", "data", "--dataset", "d"]);
@@ -459,4 +460,67 @@ fn init_accepts_the_store_directory_itself() {
         .output()
         .unwrap();
     assert!(out.status.success());
+}
+
+#[test]
+fn a_commit_after_status_stores_what_status_saw() {
+    // status must not teach the stat cache about content the store does not hold.
+    let env = TestEnv::new();
+    env.write("ws/a.txt", "hello\n");
+    env.ok(&["commit", "ws", "--dataset", "d"]);
+    env.write("ws/a.txt", "changed\n");
+    env.write("ws/b.txt", "new\n");
+    settle();
+    env.ok(&["status", "ws"]);
+    let commit = env.json(&["commit", "ws", "--dataset", "d"]);
+    assert_eq!(commit["files_read"], 2, "{commit}");
+    assert_eq!(env.json(&["verify"])["problems"].as_array().unwrap().len(), 0);
+    env.ok(&["checkout", "d", "out"]);
+    assert_same_tree(&env.path("ws"), &env.path("out"));
+}
+
+#[test]
+fn a_file_whose_bytes_equal_a_version_object_is_still_stored() {
+    // Objects of different kinds may share an id (the same bytes); one must not hide the other.
+    let env = TestEnv::new();
+    env.write("ws/a.txt", "one");
+    let version = env.json(&["commit", "ws", "--dataset", "d"])["version"].as_str().unwrap().to_string();
+    let store = dsv::Store::open(&env.path(".dsv")).unwrap();
+    let encoded = store.reader().version(&version.parse().unwrap()).unwrap().encode();
+    drop(store);
+    env.write("other/v.txt", &encoded);
+    env.ok(&["commit", "other", "--dataset", "other"]);
+    env.ok(&["checkout", "other", "out"]);
+    assert_same_tree(&env.path("other"), &env.path("out"));
+}
+
+#[test]
+fn large_files_are_written_in_segments_and_round_trip() {
+    let env = TestEnv::new();
+    let mut big = pseudo_random(12_000_000, 3);
+    big.extend(std::iter::repeat_n(0u8, 9_000_000));
+    env.write("ws/big.bin", &big);
+    env.write("ws/tool", pseudo_random(9_500_000, 4));
+    make_executable(&env.path("ws/tool"));
+    env.ok(&["commit", "ws", "--dataset", "d"]);
+    let report = env.json(&["checkout", "d", "out"]);
+    assert_eq!(report["written"], 2);
+    assert_same_tree(&env.path("ws"), &env.path("out"));
+    env.ok(&["status", "out", "--exit-code"]);
+}
+
+#[test]
+fn untracked_entries_dsv_cannot_version_are_left_alone() {
+    let env = TestEnv::new();
+    env.write("ws/a.txt", "a");
+    env.ok(&["commit", "ws", "--dataset", "d"]);
+    env.ok(&["checkout", "d", "work"]);
+    std::os::unix::fs::symlink("/etc/hostname", env.path("work/absolute")).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(env.path("work/fifo")).status().unwrap().success());
+    env.ok(&["status", "work"]);
+    env.ok(&["checkout", "d", "work"]);
+    assert!(env.path("work/fifo").exists());
+    // commit still refuses them, naming the entry.
+    let error = env.json_error(&["commit", "work", "--dataset", "d"], 3);
+    assert!(error["message"].as_str().unwrap().contains("absolute"), "{error}");
 }
