@@ -5,7 +5,9 @@
 //! unchanged *and* the entry is not "racy": a file modified within one timestamp tick of the
 //! moment its stat was taken could be modified again with the same mtime, so such entries are
 //! re-hashed (the racy-git rule, <https://git-scm.com/docs/racy-git>). Checkout waits out the
-//! margin before taking its final stats, so a fresh checkout is fully trusted.
+//! margin once, then re-stats what it wrote and caches only files whose stat did not change,
+//! so a fresh checkout is trusted (on filesystems with whole-second timestamps the 2 s margin
+//! still applies, and its files are hashed once more by the next status or commit).
 
 use std::fs::File;
 use std::io::Read;

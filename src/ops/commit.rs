@@ -1,10 +1,16 @@
 //! `commit`: snapshot a directory as a new version of a dataset.
 //!
 //! walk → stat cache says which files changed → ingest only those ([`super::ingest`]) →
-//! build Merkle trees → under the store lock: seal the last pack (trees, version) durably,
-//! then one catalog transaction names the packs, records the version, moves the head, sets
-//! the tag and refreshes the workspace's stat cache. A crash before that transaction leaves
-//! only unnamed pack files behind (reported by `verify`), never a half-recorded version.
+//! build Merkle trees and store the new ones → under the store lock: read the head, write the
+//! version object, seal the last pack durably, then one catalog transaction names the packs,
+//! records the version, moves the head, sets the tag and refreshes the workspace's stat
+//! cache. A crash before that transaction leaves only unnamed packs and temporary pack files
+//! behind (reported by `verify`, the latter removed by the next commit), never a
+//! half-recorded version.
+//!
+//! The stat cache is trusted without looking at the store: every id in it is content the
+//! store holds (commit records what it stored, checkout what it wrote, status only files that
+//! still hold their version's content).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -82,10 +88,19 @@ pub fn commit(
         check_name("tag", tag)?;
     }
     let (dir, workspace_key) = workspace::canonical_dir(dir)?;
+    // A tag naming another version than the head fails here, before anything is read (a
+    // commit that changes nothing would record the head). The final transaction checks again.
+    let head = match store.catalog().head(&options.dataset) {
+        Ok(head) => head,
+        Err(Error::DatasetNotFound { .. }) => None,
+        Err(e) => return Err(e),
+    };
     if let Some(tag) = &options.tag
-        && store.catalog().tag(&options.dataset, tag)?.is_some()
+        && store
+            .catalog()
+            .tag(&options.dataset, tag)?
+            .is_some_and(|tagged| Some(tagged) != head)
     {
-        // Checked again in the final transaction; this spares reading everything first.
         return Err(Error::TagExists {
             dataset: options.dataset.clone(),
             tag: tag.clone(),

@@ -24,8 +24,8 @@ pub struct VerifyReport {
     /// Pack files on disk that the catalog does not name (left by an interrupted commit;
     /// harmless: no version needs them).
     pub unreferenced_packs: Vec<String>,
-    /// Temporary pack files in `tmp/` (being written now, or left by a killed commit; the next
-    /// commit removes those whose process is gone).
+    /// Files in `tmp/`: packs being written now, or left by a killed commit (the next commit
+    /// removes those whose process is gone).
     pub temporary_files: Vec<String>,
     /// Everything wrong, one line each. Empty means the store is consistent.
     pub problems: Vec<String>,

@@ -32,9 +32,9 @@ pub const FRAME_RECORD_LEN: usize = 24;
 /// Bytes of one encoded [`ObjectRecord`].
 pub const OBJECT_RECORD_LEN: usize = 48;
 /// The largest raw frame a reader accepts, in bytes: a bound on decompression of corrupt
-/// data. Writers keep frames near 1 MiB; only a single larger object (a tree of a directory
-/// with over a million entries, the file map of a file over ~100 GB) makes a bigger frame,
-/// and no object may exceed this.
+/// data. Writers keep frames near 1 MiB; only a single larger object makes a bigger frame: a
+/// tree of a directory with about 4 million entries, or the file map of a file of about
+/// 490 GB, would reach this limit (a known limit of format 1).
 pub const MAX_FRAME_RAW: u32 = 256 * 1024 * 1024;
 
 /// How a frame's bytes are stored (one byte in the index).

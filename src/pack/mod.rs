@@ -4,8 +4,9 @@
 //! `docs/format.md`). A frame holds the raw bytes of one or more neighbouring objects,
 //! compressed together with zstd (RFC 8878) when that shrinks them, so small chunks still
 //! compress well and a reader decompresses one frame to reach any object inside it. The
-//! index at the end lists every frame and object, so a pack describes itself and a store can
-//! be rebuilt from its packs alone. A pack's id is the BLAKE3 hash of the whole file, and its
+//! index at the end lists every frame and object, so a pack describes itself: every chunk,
+//! file map, tree and version can be recovered from the packs alone (dataset heads, tags and
+//! workspaces live only in the catalog). A pack's id is the BLAKE3 hash of the whole file, and its
 //! file name is that id: packs are immutable and written once, durably, before the catalog
 //! names them ([`writer::PackWriter::finish`]).
 

@@ -308,7 +308,10 @@ fn a_tree_naming_a_path_that_escapes_is_refused_at_checkout() {
         error["message"].as_str().unwrap().contains("unsafe path"),
         "{error}"
     );
-    assert!(fs::symlink_metadata(env.path("out/evil")).is_err(), "the link was not created");
+    assert!(
+        fs::symlink_metadata(env.path("out/evil")).is_err(),
+        "the link was not created"
+    );
 }
 
 /// A tmpfs of a few MiB mounted for the test, unmounted on drop.
@@ -428,7 +431,10 @@ fn a_checkout_that_meets_corrupt_data_leaves_the_directory_as_it_was() {
     env.write("data/a.txt", "v1\n");
     env.write("data/c.txt", "only in v1\n");
     env.ok(&["commit", "data", "--dataset", "d", "--tag", "v1"]);
-    let packs_before: Vec<_> = fs::read_dir(env.path(".dsv/packs")).unwrap().map(|e| e.unwrap().path()).collect();
+    let packs_before: Vec<_> = fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     env.write("data/a.txt", pseudo_random(3_000_000, 8));
     fs::remove_file(env.path("data/c.txt")).unwrap();
     env.ok(&["commit", "data", "--dataset", "d", "--tag", "v2"]);
@@ -441,12 +447,17 @@ fn a_checkout_that_meets_corrupt_data_leaves_the_directory_as_it_was() {
             let mut bytes = fs::read(&path).unwrap();
             let middle = bytes.len() / 2;
             bytes[middle] ^= 0x55;
-            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+                .unwrap();
             fs::write(&path, bytes).unwrap();
         }
     }
     env.fails(&["checkout", "d@v2", "work"], 5);
-    assert_eq!(crate::common::snapshot_tree(&env.path("work")), before, "nothing changed");
+    assert_eq!(
+        crate::common::snapshot_tree(&env.path("work")),
+        before,
+        "nothing changed"
+    );
     env.ok(&["status", "work", "--exit-code"]);
     env.ok(&["checkout", "d@v1", "work"]);
 }
@@ -465,15 +476,24 @@ fn a_hostile_file_map_length_is_caught_before_any_byte_is_served() {
             let field = at + 8 + 4 + 32;
             let length = u32::from_le_bytes(bytes[field..field + 4].try_into().unwrap());
             bytes[field..field + 4].copy_from_slice(&(length - 1000).to_le_bytes());
-            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+                .unwrap();
             fs::write(&path, bytes).unwrap();
             edited = true;
         }
     }
     assert!(edited, "found the file map in a raw frame");
     let out = env.run(&["cat", "d:big.bin", "--range", "0..100000"]);
-    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stdout.is_empty(), "no byte served from a lying file map");
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no byte served from a lying file map"
+    );
     env.fails(&["checkout", "d", "out"], 5);
 }
 
@@ -485,6 +505,9 @@ fn a_nested_store_is_never_deleted_by_checkout() {
     fs::create_dir_all(env.path("w2")).unwrap();
     env.ok(&["init", env.path("w2/proj").to_str().unwrap()]);
     let error = env.json_error(&["checkout", "d", "w2", "--force"], 4);
-    assert!(error["message"].as_str().unwrap().contains("proj"), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("proj"),
+        "{error}"
+    );
     assert!(env.path("w2/proj/.dsv/catalog.db").exists());
 }

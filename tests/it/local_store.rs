@@ -474,7 +474,10 @@ fn a_commit_after_status_stores_what_status_saw() {
     env.ok(&["status", "ws"]);
     let commit = env.json(&["commit", "ws", "--dataset", "d"]);
     assert_eq!(commit["files_read"], 2, "{commit}");
-    assert_eq!(env.json(&["verify"])["problems"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        env.json(&["verify"])["problems"].as_array().unwrap().len(),
+        0
+    );
     env.ok(&["checkout", "d", "out"]);
     assert_same_tree(&env.path("ws"), &env.path("out"));
 }
@@ -484,9 +487,16 @@ fn a_file_whose_bytes_equal_a_version_object_is_still_stored() {
     // Objects of different kinds may share an id (the same bytes); one must not hide the other.
     let env = TestEnv::new();
     env.write("ws/a.txt", "one");
-    let version = env.json(&["commit", "ws", "--dataset", "d"])["version"].as_str().unwrap().to_string();
+    let version = env.json(&["commit", "ws", "--dataset", "d"])["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let store = dsv::Store::open(&env.path(".dsv")).unwrap();
-    let encoded = store.reader().version(&version.parse().unwrap()).unwrap().encode();
+    let encoded = store
+        .reader()
+        .version(&version.parse().unwrap())
+        .unwrap()
+        .encode();
     drop(store);
     env.write("other/v.txt", &encoded);
     env.ok(&["commit", "other", "--dataset", "other"]);
@@ -516,11 +526,45 @@ fn untracked_entries_dsv_cannot_version_are_left_alone() {
     env.ok(&["commit", "ws", "--dataset", "d"]);
     env.ok(&["checkout", "d", "work"]);
     std::os::unix::fs::symlink("/etc/hostname", env.path("work/absolute")).unwrap();
-    assert!(std::process::Command::new("mkfifo").arg(env.path("work/fifo")).status().unwrap().success());
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(env.path("work/fifo"))
+            .status()
+            .unwrap()
+            .success()
+    );
     env.ok(&["status", "work"]);
     env.ok(&["checkout", "d", "work"]);
     assert!(env.path("work/fifo").exists());
     // commit still refuses them, naming the entry.
     let error = env.json_error(&["commit", "work", "--dataset", "d"], 3);
-    assert!(error["message"].as_str().unwrap().contains("absolute"), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("absolute"),
+        "{error}"
+    );
+}
+
+#[test]
+fn rerunning_a_tagged_commit_on_an_unchanged_directory_succeeds() {
+    let env = TestEnv::new();
+    env.write("ws/a", "a");
+    settle();
+    let first = env.json(&["commit", "ws", "--dataset", "d", "--tag", "v1"]);
+    let again = env.json(&["commit", "ws", "--dataset", "d", "--tag", "v1"]);
+    assert_eq!(again["created"], false);
+    assert_eq!(again["version"], first["version"]);
+    env.write("ws/a", "changed");
+    let error = env.json_error(&["commit", "ws", "--dataset", "d", "--tag", "v1"], 3);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("already exists"),
+        "{error}"
+    );
+    assert_eq!(
+        env.json(&["log", "d"]).as_array().unwrap().len(),
+        1,
+        "nothing recorded"
+    );
 }
