@@ -144,15 +144,7 @@ impl Store {
     /// # Errors
     /// [`Error::Io`].
     pub fn lock(&self) -> Result<StoreLock> {
-        let path = self.root.join("lock");
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .at(&path)?;
-        file.lock().at(&path)?;
-        Ok(StoreLock { _file: file })
+        StoreLock::take(&self.root.join("lock"))
     }
 
     /// Takes the exclusive lock of the workspace keyed `key` (its canonical path), so two
@@ -163,18 +155,10 @@ impl Store {
     pub fn lock_workspace(&self, key: &str) -> Result<StoreLock> {
         let dir = self.root.join("locks");
         fs::create_dir_all(&dir).at(&dir)?;
-        let path = dir.join(format!(
+        StoreLock::take(&dir.join(format!(
             "workspace-{}.lock",
             ObjectId::of(key.as_bytes()).short()
-        ));
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .at(&path)?;
-        file.lock().at(&path)?;
-        Ok(StoreLock { _file: file })
+        )))
     }
 
     /// A reader of this store's objects, for use on the calling thread.
@@ -186,9 +170,24 @@ impl Store {
     }
 }
 
-/// The store's exclusive lock; released on drop.
+/// An exclusive lock on a lock file (flock); released on drop, or by the kernel when the
+/// process dies, so a killed process never leaves a store locked.
 pub struct StoreLock {
     _file: File,
+}
+
+impl StoreLock {
+    /// Opens (creating) `path` and waits for its exclusive lock.
+    fn take(path: &Path) -> Result<StoreLock> {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .at(path)?;
+        file.lock().at(path)?;
+        Ok(StoreLock { _file: file })
+    }
 }
 
 /// Reads objects (trees, versions, files) by id, checking every byte against its hash.

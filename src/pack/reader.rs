@@ -202,33 +202,6 @@ impl PackReader {
     }
 }
 
-/// Decompresses a stored frame, checking its length.
-fn decode_frame(stored: Vec<u8>, location: &FrameLocation) -> std::result::Result<Vec<u8>, String> {
-    if location.raw_length > format::MAX_FRAME_RAW {
-        return Err(format!(
-            "frame at offset {} claims {} bytes",
-            location.offset, location.raw_length
-        ));
-    }
-    let raw = match location.compression {
-        Compression::None => stored,
-        Compression::Zstd => zstd::bulk::decompress(&stored, location.raw_length as usize)
-            .map_err(|e| {
-                format!(
-                    "frame at offset {} does not decompress: {e}",
-                    location.offset
-                )
-            })?,
-    };
-    if raw.len() != location.raw_length as usize {
-        return Err(format!(
-            "frame at offset {} has the wrong length",
-            location.offset
-        ));
-    }
-    Ok(raw)
-}
-
 /// Reads and checks a whole pack, one frame in memory at a time: its name is the BLAKE3 of
 /// its bytes, header and trailer magic, index hash, every frame decompresses to its length,
 /// every chunk, tree and version hashes to its id.
@@ -248,10 +221,9 @@ pub fn verify_pack(
         return Err(Error::corrupt(path, "pack bytes do not hash to its name"));
     }
     let (frames, objects) = read_index(&file, path)?;
+    let mut reader = PackReader::new(path.parent().unwrap_or(Path::new(".")), 1);
     let mut objects_by_frame = objects.iter().peekable();
     for (index, frame) in frames.iter().enumerate() {
-        let mut stored = vec![0; frame.stored_length as usize];
-        file.read_exact_at(&mut stored, frame.offset).at(path)?;
         let location = FrameLocation {
             pack: *id,
             offset: frame.offset,
@@ -259,7 +231,7 @@ pub fn verify_pack(
             raw_length: frame.raw_length,
             compression: frame.compression,
         };
-        let raw = decode_frame(stored, &location).map_err(|detail| Error::corrupt(path, detail))?;
+        let raw = reader.load(&location)?;
         // Writers append objects in frame order.
         while let Some(object) = objects_by_frame.next_if(|o| o.frame as usize == index) {
             if object.kind == crate::object::ObjectKind::FileMap {
