@@ -170,7 +170,12 @@ pub fn scan(root: &Path) -> Result<Scan> {
                 let reserved =
                     name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes());
                 lock(&found).push((entry.into_path(), relative, reserved));
-                Ok(ignore::WalkState::Continue)
+                // A reserved name is listed (as unsupported), never walked into.
+                Ok(if reserved && is_dir {
+                    ignore::WalkState::Skip
+                } else {
+                    ignore::WalkState::Continue
+                })
             });
             outcome.unwrap_or_else(|error| {
                 lock(&first_error).get_or_insert(error);

@@ -383,8 +383,18 @@ fn plan<'a>(
                 // and it must hold nothing the walk does not see (a nested store, a running
                 // checkout's temporary files) — that is never deleted, not even with force.
                 let prefix = format!("{path}/");
+                let live = |leftover: &PathBuf| {
+                    let owner = leftover
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(crate::walk::temp_owner);
+                    owner.is_some_and(crate::walk::process_alive)
+                };
                 let hidden = disk.stores.iter().any(|s| s.starts_with(&prefix))
-                    || disk.leftovers.iter().any(|l| l.starts_with(dir.join(path)));
+                    || disk
+                        .leftovers
+                        .iter()
+                        .any(|l| l.starts_with(dir.join(path)) && live(l));
                 let mut dirty = hidden;
                 for inner in disk
                     .entries
