@@ -81,6 +81,17 @@ impl Catalog {
         }
     }
 
+    /// As [`Catalog::head`], but `Ok(None)` for a dataset that does not exist yet.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn head_or_none(&self, name: &str) -> Result<Option<ObjectId>> {
+        match self.head(name) {
+            Err(Error::DatasetNotFound { .. }) => Ok(None),
+            other => other,
+        }
+    }
+
     /// The version `id`, if the catalog has it.
     ///
     /// # Errors

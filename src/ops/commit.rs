@@ -90,11 +90,7 @@ pub fn commit(
     let (dir, workspace_key) = workspace::canonical_dir(dir)?;
     // A tag naming another version than the head fails here, before anything is read (a
     // commit that changes nothing would record the head). The final transaction checks again.
-    let head = match store.catalog().head(&options.dataset) {
-        Ok(head) => head,
-        Err(Error::DatasetNotFound { .. }) => None,
-        Err(e) => return Err(e),
-    };
+    let head = store.catalog().head_or_none(&options.dataset)?;
     if let Some(tag) = &options.tag
         && store
             .catalog()
@@ -218,11 +214,7 @@ pub fn commit(
     // Finalize under the store lock, so the parent read here is still the head when recorded.
     tracing::debug!(trees = built.trees.len(), elapsed = ?clock.elapsed(), "built and stored trees");
     let _lock = store.lock()?;
-    let parent = match store.catalog().head(&options.dataset) {
-        Ok(head) => head,
-        Err(Error::DatasetNotFound { .. }) => None,
-        Err(e) => return Err(e),
-    };
+    let parent = store.catalog().head_or_none(&options.dataset)?;
     let parent_tree = match parent {
         Some(id) => store.catalog().version(&id)?.map(|v| v.version.tree),
         None => None,
