@@ -104,6 +104,18 @@ impl Catalog {
         Ok(stmt.query_row([&id.0[..]], version_row).optional()?)
     }
 
+    /// The version `id`, which the catalog must have (a dataset head, a parent, a workspace's
+    /// version).
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`] when it is absent; [`Error::Catalog`].
+    pub fn version_record(&self, id: &ObjectId) -> Result<VersionRecord> {
+        self.version(id)?.ok_or_else(|| Error::MissingObject {
+            id: id.to_hex(),
+            what: "version",
+        })
+    }
+
     /// Versions of dataset `name` whose hex id starts with `prefix`.
     ///
     /// # Errors

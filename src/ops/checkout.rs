@@ -117,13 +117,7 @@ pub fn checkout(
     progress: &dyn Progress,
 ) -> Result<CheckoutReport> {
     let version_id = revision.resolve(store.catalog())?;
-    let record = store
-        .catalog()
-        .version(&version_id)?
-        .ok_or_else(|| Error::MissingObject {
-            id: version_id.to_hex(),
-            what: "version",
-        })?;
+    let record = store.catalog().version_record(&version_id)?;
     let target = tree::flatten(&mut store.reader(), &record.version.tree)?;
     let unsafe_path = |path: &str, reason| Error::UnsafePath {
         path: path.to_string(),

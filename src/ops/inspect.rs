@@ -21,13 +21,7 @@ pub struct VersionInfo {
 }
 
 fn info(store: &Store, id: &ObjectId) -> Result<VersionInfo> {
-    let record = store
-        .catalog()
-        .version(id)?
-        .ok_or_else(|| Error::MissingObject {
-            id: id.to_hex(),
-            what: "version",
-        })?;
+    let record = store.catalog().version_record(id)?;
     Ok(VersionInfo {
         tags: store.catalog().tags_of(id)?,
         record,

@@ -159,13 +159,7 @@ pub fn status(
     let cache = store.catalog().stat_cache(workspace.id)?;
     let old = match &workspace.version {
         Some(version) => {
-            let record = store
-                .catalog()
-                .version(version)?
-                .ok_or_else(|| Error::MissingObject {
-                    id: version.to_hex(),
-                    what: "version",
-                })?;
+            let record = store.catalog().version_record(version)?;
             tree::flatten(&mut store.reader(), &record.version.tree)?
         }
         None => Vec::new(),

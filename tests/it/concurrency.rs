@@ -1,19 +1,8 @@
 //! Promise 5: processes on one machine (one per GPU) share one store safely.
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 
 use crate::common::{TestEnv, assert_same_tree, pseudo_random};
-
-fn spawn(env: &TestEnv, args: &[&str]) -> Child {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
-        .args(args)
-        .current_dir(env.root())
-        .env("DSV_AUTHOR", "tester")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
 
 fn wait_ok(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
@@ -35,21 +24,10 @@ fn concurrent_commits_all_land_and_share_chunks() {
     }
     // Four datasets at once, and two commits racing on one dataset.
     let mut children: Vec<Child> = (0..4)
-        .map(|i| {
-            spawn(
-                &env,
-                &["commit", &format!("d{i}"), "--dataset", &format!("set{i}")],
-            )
-        })
+        .map(|i| env.spawn(&["commit", &format!("d{i}"), "--dataset", &format!("set{i}")]))
         .collect();
-    children.push(spawn(
-        &env,
-        &["commit", "d0", "--dataset", "same", "-m", "a"],
-    ));
-    children.push(spawn(
-        &env,
-        &["commit", "d1", "--dataset", "same", "-m", "b"],
-    ));
+    children.push(env.spawn(&["commit", "d0", "--dataset", "same", "-m", "a"]));
+    children.push(env.spawn(&["commit", "d1", "--dataset", "same", "-m", "b"]));
     for child in children {
         wait_ok(child);
     }
@@ -76,9 +54,9 @@ fn concurrent_checkouts_of_one_version_do_not_tear_files() {
     env.ok(&["commit", "data", "--dataset", "d"]);
     // Four ranks into their own directories, and three into one shared directory.
     let mut children: Vec<Child> = (0..4)
-        .map(|i| spawn(&env, &["checkout", "d", &format!("rank{i}")]))
+        .map(|i| env.spawn(&["checkout", "d", &format!("rank{i}")]))
         .collect();
-    children.extend((0..3).map(|_| spawn(&env, &["checkout", "d", "shared"])));
+    children.extend((0..3).map(|_| env.spawn(&["checkout", "d", "shared"])));
     for child in children {
         wait_ok(child);
     }

@@ -1,7 +1,6 @@
 //! Promise 1: kill -9 at any point of commit or checkout leaves the store consistent, and a
 //! re-run finishes the job.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::common::{TestEnv, assert_same_tree, pseudo_random};
@@ -20,14 +19,7 @@ fn large_tree(env: &TestEnv) {
 
 /// Starts `dsv ARGS`, kills it with SIGKILL after `delay`; true when it was still running.
 fn kill_after(env: &TestEnv, args: &[&str], delay: Duration) -> bool {
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
-        .args(args)
-        .current_dir(env.root())
-        .env("DSV_AUTHOR", "tester")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn(args);
     let start = Instant::now();
     while start.elapsed() < delay {
         if child.try_wait().unwrap().is_some() {
@@ -110,22 +102,16 @@ fn kill_during_checkout_then_rerun_gives_the_exact_version() {
 fn ctrl_c_during_commit_stops_cleanly_with_exit_130() {
     let env = TestEnv::new();
     large_tree(&env);
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
-        .args([
-            "commit",
-            "data",
-            "--dataset",
-            "big",
-            "--compression-level",
-            "19",
-            "--jobs",
-            "1",
-        ])
-        .current_dir(env.root())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(&[
+        "commit",
+        "data",
+        "--dataset",
+        "big",
+        "--compression-level",
+        "19",
+        "--jobs",
+        "1",
+    ]);
     std::thread::sleep(Duration::from_millis(80));
     let interrupted = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])

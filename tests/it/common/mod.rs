@@ -55,6 +55,18 @@ impl TestEnv {
         cmd
     }
 
+    /// Starts `dsv ARGS` in the background (stdout and stderr piped).
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+            .args(args)
+            .current_dir(self.root())
+            .env("DSV_AUTHOR", "tester")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start dsv")
+    }
+
     /// Runs `dsv ARGS`; returns the output whatever the exit code.
     pub fn run(&self, args: &[&str]) -> Output {
         self.dsv().args(args).output().expect("run dsv")
