@@ -65,8 +65,12 @@ fn recommitting_an_unchanged_tree_reads_nothing_and_records_nothing() {
     assert_eq!(env.json(&["log", "d"]).as_array().unwrap().len(), 1);
 
     // One small edit: only that file is read; only its chunk and the trees on its path are new.
+    let objects_before = env.json(&["verify"])["objects"].as_u64().unwrap();
     env.write("data/nested/c.csv", "x,y\n1,2\n3,4\n");
     let third = env.json(&["commit", "data", "--dataset", "d", "-m", "edit"]);
+    let objects_after = env.json(&["verify"])["objects"].as_u64().unwrap();
+    // One chunk, the trees of `nested/` and the root (not `nested/deeper/`), one version.
+    assert_eq!(objects_after - objects_before, 4);
     assert_eq!(third["created"], true);
     assert_eq!(third["files_read"], 1);
     assert_eq!(third["new_chunks"], 1);
