@@ -163,14 +163,33 @@ fn non_utf8_names_and_special_files_are_refused() {
 }
 
 /// Flips one byte in the middle of every pack.
-fn corrupt_packs(env: &TestEnv) {
+/// Rewrites every pack `edit` changes (it returns whether it changed the bytes), making the
+/// read-only pack writable first; returns how many were rewritten.
+fn edit_packs(
+    env: &TestEnv,
+    mut edit: impl FnMut(&std::path::Path, &mut Vec<u8>) -> bool,
+) -> usize {
+    let mut edited = 0;
     for entry in fs::read_dir(env.path(".dsv/packs")).unwrap() {
         let path = entry.unwrap().path();
         let mut bytes = fs::read(&path).unwrap();
+        if edit(&path, &mut bytes) {
+            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+                .unwrap();
+            fs::write(&path, bytes).unwrap();
+            edited += 1;
+        }
+    }
+    edited
+}
+
+/// Flips one byte a third of the way into every pack.
+fn corrupt_packs(env: &TestEnv) {
+    edit_packs(env, |_, bytes| {
         let middle = bytes.len() / 3;
         bytes[middle] ^= 0x55;
-        fs::write(&path, bytes).unwrap();
-    }
+        true
+    });
 }
 
 #[test]
@@ -441,17 +460,12 @@ fn a_checkout_that_meets_corrupt_data_leaves_the_directory_as_it_was() {
     env.ok(&["checkout", "d@v1", "work"]);
     let before = crate::common::snapshot_tree(&env.path("work"));
     // Corrupt only the pack v2 added.
-    for entry in fs::read_dir(env.path(".dsv/packs")).unwrap() {
-        let path = entry.unwrap().path();
-        if !packs_before.contains(&path) {
-            let mut bytes = fs::read(&path).unwrap();
-            let middle = bytes.len() / 2;
-            bytes[middle] ^= 0x55;
-            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-                .unwrap();
-            fs::write(&path, bytes).unwrap();
-        }
-    }
+    let corrupted = edit_packs(&env, |path, bytes| {
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x55;
+        !packs_before.iter().any(|p| p == path)
+    });
+    assert_eq!(corrupted, 1);
     env.fails(&["checkout", "d@v2", "work"], 5);
     assert_eq!(
         crate::common::snapshot_tree(&env.path("work")),
@@ -467,22 +481,17 @@ fn a_hostile_file_map_length_is_caught_before_any_byte_is_served() {
     let env = TestEnv::new();
     env.write("data/big.bin", pseudo_random(1_500_000, 12)); // incompressible: frames stored raw
     env.ok(&["commit", "data", "--dataset", "d"]);
-    let mut edited = false;
-    for entry in fs::read_dir(env.path(".dsv/packs")).unwrap() {
-        let path = entry.unwrap().path();
-        let mut bytes = fs::read(&path).unwrap();
-        if let Some(at) = bytes.windows(8).position(|w| w == b"DSVFMAP1") {
-            // The first chunk's length: after the magic, the count and the chunk id.
-            let field = at + 8 + 4 + 32;
-            let length = u32::from_le_bytes(bytes[field..field + 4].try_into().unwrap());
-            bytes[field..field + 4].copy_from_slice(&(length - 1000).to_le_bytes());
-            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-                .unwrap();
-            fs::write(&path, bytes).unwrap();
-            edited = true;
-        }
-    }
-    assert!(edited, "found the file map in a raw frame");
+    let edited = edit_packs(&env, |_, bytes| {
+        let Some(at) = bytes.windows(8).position(|w| w == b"DSVFMAP1") else {
+            return false;
+        };
+        // The first chunk's length: after the magic, the count and the chunk id.
+        let field = at + 8 + 4 + 32;
+        let length = u32::from_le_bytes(bytes[field..field + 4].try_into().unwrap());
+        bytes[field..field + 4].copy_from_slice(&(length - 1000).to_le_bytes());
+        true
+    });
+    assert_eq!(edited, 1, "found the file map in a raw frame");
     let out = env.run(&["cat", "d:big.bin", "--range", "0..100000"]);
     assert_eq!(
         out.status.code(),
