@@ -195,20 +195,27 @@ pub fn commit(
     let built = tree::build(&flat);
 
     // Trees are content-addressed: written before the lock, in frames of about FRAME_TARGET.
-    let level = options.ingest.compression_level;
+    // One zstd context for every metadata frame of this commit (setting one up costs megabytes).
+    let mut compressor =
+        zstd::bulk::Compressor::new(options.ingest.compression_level).map_err(|source| {
+            Error::Io {
+                path: "zstd".into(),
+                source,
+            }
+        })?;
     let mut metadata = FrameBuilder::default();
     // Trees are recorded together with all their subtrees: if the root is known, all are.
     let known_root = store.catalog().has_object(&built.root, ObjectKind::Tree)?;
     for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
         if !store.catalog().has_object(id, ObjectKind::Tree)? && sink.claim(id, ObjectKind::Tree) {
             if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
-                sink.add(metadata.encode(level))?;
+                sink.add(metadata.encode_with(&mut compressor))?;
             }
             metadata.push(*id, ObjectKind::Tree, bytes);
         }
     }
     if !metadata.is_empty() {
-        sink.add(metadata.encode(level))?;
+        sink.add(metadata.encode_with(&mut compressor))?;
     }
 
     // Finalize under the store lock, so the parent read here is still the head when recorded.
@@ -240,7 +247,7 @@ pub fn commit(
     if !unchanged {
         let mut frame = FrameBuilder::default();
         frame.push(version_id, ObjectKind::Version, &version.encode());
-        sink.add(frame.encode(level))?;
+        sink.add(frame.encode_with(&mut compressor))?;
     }
     let packs = sink.finish()?;
 
