@@ -44,25 +44,44 @@ fn assert_consistent(env: &TestEnv) {
 fn kill_during_commit_leaves_a_consistent_store_and_the_rerun_succeeds() {
     let env = TestEnv::new();
     large_tree(&env);
+    // A slow commit (one thread, zstd level 19: seconds for this tree on any machine) is
+    // killed at points spread over its first phases; a commit at normal speed is then killed
+    // later on, where it may already be writing the catalog. Killed packs are never named by
+    // the catalog, so every re-run starts again from the beginning.
+    let slow = [
+        "commit",
+        "data",
+        "--dataset",
+        "big",
+        "--jobs",
+        "1",
+        "--compression-level",
+        "19",
+    ];
+    let normal = ["commit", "data", "--dataset", "big"];
     let mut killed_midway = 0;
-    for delay_ms in [30u64, 120, 300, 700] {
-        if kill_after(
-            &env,
-            &["commit", "data", "--dataset", "big"],
-            Duration::from_millis(delay_ms),
-        ) {
+    let kills: [(&[&str], u64); 6] = [
+        (&slow, 30),
+        (&slow, 120),
+        (&slow, 300),
+        (&slow, 700),
+        (&normal, 150),
+        (&normal, 400),
+    ];
+    for (round, (args, delay_ms)) in kills.into_iter().enumerate() {
+        if kill_after(&env, args, Duration::from_millis(delay_ms)) {
             killed_midway += 1;
         }
         assert_consistent(&env);
         // Nothing half-done is visible: either no version, or a whole one.
         let log = env.run(&["--json", "log", "big"]);
         if log.status.success() {
-            env.ok(&["checkout", "big", &format!("check{delay_ms}")]);
-            assert_same_tree(&env.path("data"), &env.path(&format!("check{delay_ms}")));
+            env.ok(&["checkout", "big", &format!("check{round}")]);
+            assert_same_tree(&env.path("data"), &env.path(&format!("check{round}")));
         }
     }
     assert!(
-        killed_midway >= 2,
+        killed_midway >= 4,
         "the kills must land while the commit runs ({killed_midway} did)"
     );
     let report = env.json(&["commit", "data", "--dataset", "big", "--allow-empty"]);
@@ -80,9 +99,10 @@ fn kill_during_checkout_then_rerun_gives_the_exact_version() {
     let mut killed_midway = 0;
     for delay_ms in [20u64, 60, 150] {
         let dir = format!("out{delay_ms}");
+        // One thread keeps the checkout long enough for the kill to land on a fast machine.
         if kill_after(
             &env,
-            &["checkout", "big", &dir],
+            &["checkout", "big", &dir, "--jobs", "1"],
             Duration::from_millis(delay_ms),
         ) {
             killed_midway += 1;
