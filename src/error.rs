@@ -184,6 +184,46 @@ pub enum Error {
     /// The catalog's schema could not be brought up to date.
     #[error("catalog migration failed")]
     Migration(#[from] rusqlite_migration::Error),
+    /// No remote of that name.
+    #[error("unknown remote {name:?}")]
+    RemoteNotFound {
+        /// The name as given.
+        name: String,
+    },
+    /// `remote add` with a name already in use.
+    #[error("a remote named {name:?} already exists")]
+    RemoteExists {
+        /// The name.
+        name: String,
+    },
+    /// A remote URL dsv cannot use, or a setting it refuses (credentials, unknown keys).
+    #[error("invalid remote {what} {value:?}: {reason}")]
+    InvalidRemote {
+        /// "URL" or "option".
+        what: &'static str,
+        /// The URL or option key as given.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A request to a remote failed (after the backend's retries).
+    #[error("remote {remote:?}: {action} failed")]
+    Remote {
+        /// The remote's name or URL.
+        remote: String,
+        /// What dsv was doing ("list packs/", "upload packs/….pack").
+        action: String,
+        /// The backend's error.
+        source: object_store::Error,
+    },
+    /// A push that would drop versions from the remote, or lost a race with another writer.
+    #[error("remote {remote:?} has versions of {dataset:?} you do not have: pull first")]
+    RemoteDiverged {
+        /// The remote.
+        remote: String,
+        /// The dataset.
+        dataset: String,
+    },
     /// The operation was interrupted (Ctrl-C); what was done is consistent, a re-run finishes it.
     #[error("interrupted")]
     Interrupted,
@@ -201,6 +241,15 @@ impl Error {
             Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
             Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
             Error::Interrupted => ErrorKind::Interrupted,
+            Error::RemoteDiverged { .. } => ErrorKind::Conflict,
+            Error::Remote { source, .. } if is_missing_bucket(source) => ErrorKind::User,
+            Error::Remote { source, .. } => match source {
+                object_store::Error::NotFound { .. }
+                | object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }
+                | object_store::Error::InvalidPath { .. } => ErrorKind::User,
+                _ => ErrorKind::Io,
+            },
             _ => ErrorKind::User,
         }
     }
@@ -223,6 +272,24 @@ impl Error {
             _ => false,
         }
     }
+}
+
+/// True when a remote request failed because the bucket (S3, GCS) or container (Azure)
+/// does not exist: object_store reports that as a generic error carrying the service's code.
+pub fn is_missing_bucket(error: &object_store::Error) -> bool {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    [
+        "NoSuchBucket",
+        "ContainerNotFound",
+        "The specified bucket does not exist",
+    ]
+    .iter()
+    .any(|code| text.contains(code))
 }
 
 fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {

@@ -44,6 +44,7 @@ pub mod ops;
 pub mod pack;
 pub mod parallel;
 pub mod progress;
+pub mod remote;
 pub mod revision;
 pub mod store;
 pub mod tree;

@@ -239,6 +239,31 @@ impl ObjectReader<'_> {
         })
     }
 
+    /// The ids of the chunks of file `id` of `size` bytes, in order, whether or not the
+    /// chunks are stored here: its file map's list when the store has one, else the file
+    /// itself (a file of one chunk). Used to find what a remote must supply.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the file map is malformed; [`Error::Io`].
+    pub fn chunk_ids(&mut self, id: &ObjectId, size: u64) -> Result<Vec<ObjectId>> {
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(location) = self.catalog.locate(id, ObjectKind::FileMap)? else {
+            return Ok(vec![*id]);
+        };
+        let bytes =
+            self.packs
+                .object(&location.frame, location.offset, location.length, id, false)?;
+        let pack = self.packs.pack_path(&location.frame.pack);
+        Ok(FileMap::decode(&bytes)
+            .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?
+            .chunks
+            .into_iter()
+            .map(|(chunk, _)| chunk)
+            .collect())
+    }
+
     /// The chunks of file `id` of `size` bytes, in order, with where each is stored: the file
     /// itself for a file of one chunk, else the chunks its file map lists. The file map is not
     /// hashed (it is keyed by the file id), so its lengths are checked against the chunks'

@@ -7,6 +7,7 @@
 //! crash leaves either all of an operation's rows or none.
 
 mod objects;
+mod remotes;
 mod versions;
 mod workspaces;
 
@@ -18,6 +19,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use rusqlite_migration::{M, Migrations};
 
 pub use objects::ObjectLocation;
+pub use remotes::{RemoteLocation, RemoteRecord, RemoteRef};
 pub use versions::{DatasetSummary, VersionRecord};
 pub use workspaces::{StatEntry, Workspace};
 
@@ -27,6 +29,7 @@ use crate::error::{Error, Result};
 const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0001_initial.sql"),
     include_str!("../../migrations/0002_objects_keyed_by_kind.sql"),
+    include_str!("../../migrations/0003_remotes.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =

@@ -185,6 +185,20 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn add_version(&self, id: &ObjectId, version: &Version) -> Result<()> {
+        self.record_version(id, version)?;
+        self.tx.execute(
+            "UPDATE datasets SET head = ?1 WHERE name = ?2",
+            params![&id.0[..], version.dataset],
+        )?;
+        Ok(())
+    }
+
+    /// Records `version` (id `id`), creating its dataset if new, without moving any head (a
+    /// version fetched from a remote).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn record_version(&self, id: &ObjectId, version: &Version) -> Result<()> {
         self.tx.execute(
             "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
             params![version.dataset, unix_now()],
@@ -209,10 +223,6 @@ impl CatalogWriter<'_> {
                 version.source,
                 version.message
             ],
-        )?;
-        self.tx.execute(
-            "UPDATE datasets SET head = ?1 WHERE id = ?2",
-            params![&id.0[..], dataset],
         )?;
         Ok(())
     }

@@ -45,12 +45,16 @@ pub fn kind_name(error: &anyhow::Error) -> &'static str {
     }
 }
 
-/// The error's causes, outermost first, without the error itself.
+/// The error's causes, outermost first, without the error itself. A cause whose text the
+/// previous one already contains is left out (HTTP client errors repeat their sources).
 pub fn causes(error: &anyhow::Error) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out: Vec<String> = Vec::new();
     let mut source = error.source();
     while let Some(cause) = source {
-        out.push(cause.to_string());
+        let text = cause.to_string();
+        if out.last().is_none_or(|last| !last.contains(&text)) {
+            out.push(text);
+        }
         source = cause.source();
     }
     out
@@ -87,6 +91,14 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
                 .into()
         }
         Error::Interrupted => "the store is consistent; run the command again to finish".into(),
+        Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
+        Error::RemoteDiverged { dataset, remote } => format!(
+            "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"
+        ),
+        Error::Remote { source, .. } if dsv::error::is_missing_bucket(source) => {
+            "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add`".into()
+        }
+        Error::Remote { .. } => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run sends only what is still missing".into(),
         _ => return Vec::new(),
     };
     vec![hint]

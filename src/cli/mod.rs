@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use dsv::ops::{checkout, commit, ingest::IngestOptions, inspect, status, verify};
+use dsv::ops::{checkout, commit, ingest::IngestOptions, inspect, status, sync, verify};
 use dsv::{Revision, Store};
 use ui::Ui;
 
@@ -107,11 +107,89 @@ enum Command {
     },
     /// Check every pack, object, tree and version of the store; report, never fix.
     Verify,
+    /// Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs.
+    #[command(subcommand)]
+    Remote(RemoteCommand),
+    /// Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
+    /// remote's heads (fast-forward only) and create its tags.
+    Push {
+        /// Push only this dataset's version (default: every dataset's head).
+        revision: Option<String>,
+        #[command(flatten)]
+        remote: RemoteArg,
+        /// Replace the remote's head (and tags) even when that drops versions from it.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        jobs: JobsArg,
+    },
+    /// Download a dataset's version (default: the remote's head) and what it needs; move the
+    /// local head to it when that is a fast-forward.
+    Pull {
+        /// NAME or NAME@REV on the remote (a tag, an id prefix, `latest`).
+        revision: String,
+        #[command(flatten)]
+        remote: RemoteArg,
+        /// Only the files whose path matches GLOB (repeatable), e.g. 'train/**'.
+        #[arg(long, value_name = "GLOB")]
+        include: Vec<String>,
+        #[command(flatten)]
+        jobs: JobsArg,
+    },
+    /// Refresh a remote's refs and metadata (versions, trees; no file data).
+    Fetch {
+        #[command(flatten)]
+        remote: RemoteArg,
+        #[command(flatten)]
+        jobs: JobsArg,
+    },
+    /// Create a store from a remote: its datasets, heads and tags; data is fetched when
+    /// first needed (by checkout or pull).
+    Clone {
+        /// The remote's URL.
+        url: String,
+        /// Where to create the store (default: the URL's last path element).
+        dir: Option<PathBuf>,
+        /// A backend setting as KEY=VALUE (repeatable); credentials come from the environment.
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
+        #[command(flatten)]
+        jobs: JobsArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RemoteCommand {
+    /// Add a remote. Credentials are read from the environment (AWS_*, AZURE_*, GOOGLE_*)
+    /// when it is used, never stored.
+    Add {
+        /// Its name, e.g. origin.
+        name: String,
+        /// s3://bucket/prefix, gs://bucket/prefix, az://container/prefix or file:///path.
+        url: String,
+        /// A backend setting as KEY=VALUE (repeatable), e.g. aws_region=eu-west-1.
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
+    },
+    /// List the remotes with their URLs, options and refs as last fetched.
+    Ls,
+    /// Remove a remote from this store (nothing on the remote is deleted).
+    Rm {
+        /// The remote.
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct RemoteArg {
+    /// The remote (default: origin, or the only remote).
+    #[arg(long = "remote", value_name = "NAME")]
+    name: Option<String>,
 }
 
 #[derive(Debug, Args)]
 struct JobsArg {
-    /// Parallel workers (default: a sensible number for this machine).
+    /// Parallel workers or requests in flight (default: a sensible number for this machine).
     #[arg(short, long, value_name = "N")]
     jobs: Option<usize>,
 }
@@ -279,16 +357,47 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         }
         Command::Checkout(args) => {
             let mut store = open_store(cli)?;
-            let revision = Revision::parse(&args.revision)?;
             let defaults = checkout::CheckoutOptions::default();
             let options = checkout::CheckoutOptions {
                 force: args.force,
                 jobs: jobs_or(&args.jobs, defaults.jobs),
             };
+            let requests = jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS);
+            // REMOTE/NAME[@REV]: make the version and its data local first, then check out
+            // the exact version.
+            let (revision, fetched) = match sync::RemoteRevision::parse(&args.revision)? {
+                Some(target) => {
+                    let fetched = sync::prepare_remote_revision(
+                        &mut store, &target, None, requests, &progress,
+                    )?;
+                    let exact = Revision {
+                        dataset: fetched.dataset.clone(),
+                        base: fetched.version.to_hex(),
+                        ancestors: 0,
+                    };
+                    (exact, Some(fetched))
+                }
+                None => {
+                    let revision = Revision::parse(&args.revision)?;
+                    if !store.catalog().remotes()?.is_empty() {
+                        // A store cloned from a remote fetches data when first needed.
+                        let id = revision.resolve(store.catalog())?;
+                        sync::fetch_missing(&mut store, &[id], None, None, requests, &progress)?;
+                    }
+                    (revision, None)
+                }
+            };
             let report = checkout::checkout(&mut store, &revision, &args.dir, &options, &progress)?;
             if ui.json {
-                ui.json(&report)?;
+                let mut value = serde_json::to_value(&report)?;
+                if let Some(fetched) = &fetched {
+                    value["remote"] = serde_json::to_value(fetched)?;
+                }
+                ui.json(&value)?;
             } else {
+                if let Some(fetched) = &fetched {
+                    ui.line(render::fetched(fetched))?;
+                }
                 ui.line(render::checkout(&report))?;
             }
         }
@@ -412,8 +521,196 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 return Ok(error::CORRUPT);
             }
         }
+        Command::Remote(command) => {
+            let mut store = open_store(cli)?;
+            match command {
+                RemoteCommand::Add { name, url, options } => {
+                    let record = sync::add_remote(&mut store, name, url, &parse_options(options)?)?;
+                    if ui.json {
+                        ui.json(&record)?;
+                    } else {
+                        ui.line(format!("Added remote {} at {}", record.name, record.url))?;
+                    }
+                }
+                RemoteCommand::Ls => {
+                    let mut listed = Vec::new();
+                    for record in store.catalog().remotes()? {
+                        let refs = store.catalog().remote_refs(record.id)?;
+                        listed.push((record, refs));
+                    }
+                    if ui.json {
+                        let value: Vec<_> = listed
+                            .iter()
+                            .map(|(record, refs)| {
+                                serde_json::json!({
+                                    "name": record.name,
+                                    "url": record.url,
+                                    "options": record.options,
+                                    "refs": refs,
+                                })
+                            })
+                            .collect();
+                        ui.json(&value)?;
+                    } else {
+                        ui.line(render::remotes(&listed))?;
+                    }
+                }
+                RemoteCommand::Rm { name } => {
+                    sync::remove_remote(&mut store, name)?;
+                    if ui.json {
+                        ui.json(&serde_json::json!({ "removed": name }))?;
+                    } else {
+                        ui.line(format!("Removed remote {name}"))?;
+                    }
+                }
+            }
+        }
+        Command::Push {
+            revision,
+            remote,
+            force,
+            jobs,
+        } => {
+            let mut store = open_store(cli)?;
+            let name = remote_name(&store, remote)?;
+            let revision = revision.as_deref().map(Revision::parse).transpose()?;
+            let report = sync::push(
+                &mut store,
+                &name,
+                revision.as_ref(),
+                *force,
+                jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
+                &progress,
+            )?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::push(&report))?;
+            }
+        }
+        Command::Pull {
+            revision,
+            remote,
+            include,
+            jobs,
+        } => {
+            let mut store = open_store(cli)?;
+            let name = remote_name(&store, remote)?;
+            let target = sync::RemoteRevision {
+                remote: name,
+                revision: Revision::parse(revision)?,
+            };
+            let include = glob_set(include)?;
+            let report = sync::pull(
+                &mut store,
+                &target,
+                include.as_ref(),
+                jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
+                &progress,
+            )?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::pull(&report))?;
+            }
+        }
+        Command::Fetch { remote, jobs } => {
+            let mut store = open_store(cli)?;
+            let name = remote_name(&store, remote)?;
+            let report = sync::fetch(
+                &mut store,
+                &name,
+                jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
+                &progress,
+            )?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::fetch(&report))?;
+            }
+        }
+        Command::Clone {
+            url,
+            dir,
+            options,
+            jobs,
+        } => {
+            let dir = match dir {
+                Some(dir) => dir.clone(),
+                None => PathBuf::from(clone_dir_name(url)),
+            };
+            let report = sync::clone(
+                url,
+                &dir,
+                &parse_options(options)?,
+                jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
+                &progress,
+            )?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                ui.line(render::clone(&report))?;
+            }
+        }
     }
     Ok(error::SUCCESS)
+}
+
+/// `--remote NAME`, else `origin`, else the only remote.
+fn remote_name(store: &Store, arg: &RemoteArg) -> anyhow::Result<String> {
+    if let Some(name) = &arg.name {
+        return Ok(name.clone());
+    }
+    let remotes = store.catalog().remotes()?;
+    match remotes.as_slice() {
+        [only] => Ok(only.name.clone()),
+        _ if remotes.iter().any(|r| r.name == "origin") => Ok("origin".into()),
+        [] => anyhow::bail!("this store has no remote; add one with `dsv remote add origin URL`"),
+        _ => anyhow::bail!(
+            "this store has several remotes and none is called origin; pass --remote NAME"
+        ),
+    }
+}
+
+/// `KEY=VALUE` settings.
+fn parse_options(options: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    options
+        .iter()
+        .map(|option| {
+            let (key, value) = option.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("--option must look like KEY=VALUE, got {option:?}")
+            })?;
+            Ok((key.trim().to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// The `--include` globs as one set, or `None` when there are none.
+fn glob_set(globs: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = globset::GlobSetBuilder::new();
+    for glob in globs {
+        builder.add(
+            globset::GlobBuilder::new(glob)
+                .literal_separator(true)
+                .build()
+                .with_context(|| format!("invalid --include pattern {glob:?}"))?,
+        );
+    }
+    Ok(Some(builder.build()?))
+}
+
+/// The directory `clone URL` creates: the URL's last path element (`s3://b/team/mnist` →
+/// `mnist`, `s3://b` → `b`).
+fn clone_dir_name(url: &str) -> String {
+    url.trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .filter(|name| !name.is_empty())
+        .unwrap_or("dsv-clone")
+        .to_string()
 }
 
 /// Parses `START..END`, `START..` or `..END` (bytes, END exclusive).

@@ -5,11 +5,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use indicatif::HumanBytes;
 
-use dsv::catalog::DatasetSummary;
+use dsv::catalog::{DatasetSummary, RemoteRecord, RemoteRef};
 use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
 use dsv::ops::inspect::VersionInfo;
 use dsv::ops::status::StatusReport;
+use dsv::ops::sync::{CloneReport, FetchReport, PullReport, PushReport, RefCache, Transfer};
 use dsv::ops::verify::VerifyReport;
 use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
 
@@ -228,5 +229,127 @@ pub fn verify(r: &VerifyReport) -> String {
             let _ = write!(out, "\n  {p}");
         }
     }
+    out
+}
+
+fn transfer(t: &Transfer, verb: &str) -> String {
+    format!(
+        "{verb} {} in {} packs, {} requests",
+        HumanBytes(t.bytes),
+        t.packs,
+        t.requests
+    )
+}
+
+fn ref_label(dataset: &str, tag: Option<&str>) -> String {
+    match tag {
+        Some(tag) => format!("{dataset}@{tag}"),
+        None => dataset.to_string(),
+    }
+}
+
+pub fn remotes(remotes: &[(RemoteRecord, Vec<RemoteRef>)]) -> String {
+    if remotes.is_empty() {
+        return "no remotes; add one with `dsv remote add origin URL`".into();
+    }
+    let mut out = String::new();
+    for (record, refs) in remotes {
+        let _ = write!(out, "{}\t{}", record.name, record.url);
+        for (key, value) in &record.options {
+            let _ = write!(out, " {key}={value}");
+        }
+        out.push('\n');
+        for r in refs {
+            let _ = writeln!(
+                out,
+                "  {}/{}\t{}",
+                record.name,
+                ref_label(&r.dataset, r.tag.as_deref()),
+                r.version.short()
+            );
+        }
+    }
+    out.trim_end().to_string()
+}
+
+pub fn push(r: &PushReport) -> String {
+    let mut out = String::new();
+    for pushed in &r.refs {
+        let previous = pushed
+            .previous
+            .map(|p| format!("{}..", p.short()))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}/{}\t{previous}{}\t{}",
+            r.remote,
+            ref_label(&pushed.dataset, pushed.tag.as_deref()),
+            pushed.version.short(),
+            pushed.status
+        );
+    }
+    if r.refs.is_empty() {
+        out.push_str("nothing to push: no dataset has a version yet\n");
+    }
+    out.push_str(&transfer(&r.transfer, "uploaded"));
+    out
+}
+
+pub fn fetched(r: &PullReport) -> String {
+    let cache = match r.ref_cache {
+        RefCache::Hit => "ref unchanged on the remote (cache hit)",
+        RefCache::Refresh => "ref refreshed from the remote",
+        RefCache::NotARef => "version named by id",
+    };
+    format!(
+        "{}/{}@{}: {cache}; {}",
+        r.remote,
+        r.dataset,
+        r.version.short(),
+        transfer(&r.transfer, "downloaded")
+    )
+}
+
+pub fn pull(r: &PullReport) -> String {
+    let head = if r.head_moved {
+        format!("{} is now at {}", r.dataset, r.version.short())
+    } else {
+        format!(
+            "{}'s local head was kept (it is not an ancestor of {})",
+            r.dataset,
+            r.version.short()
+        )
+    };
+    format!("{}\n{head}", fetched(r))
+}
+
+pub fn fetch(r: &FetchReport) -> String {
+    let mut out = String::new();
+    for reference in &r.refs {
+        let _ = writeln!(
+            out,
+            "{}/{}\t{}",
+            r.remote,
+            ref_label(&reference.dataset, reference.tag.as_deref()),
+            reference.version.short()
+        );
+    }
+    let _ = write!(
+        out,
+        "{} refs ({} changed), {} new packs; {}",
+        r.refs.len(),
+        r.changed_refs,
+        r.new_packs,
+        transfer(&r.transfer, "downloaded")
+    );
+    out
+}
+
+pub fn clone(r: &CloneReport) -> String {
+    let mut out = format!("Cloned {} into {}\n", r.url, r.store.display());
+    for (dataset, version) in &r.datasets {
+        let _ = writeln!(out, "  {dataset}\t{}", version.short());
+    }
+    out.push_str(&transfer(&r.transfer, "downloaded metadata:"));
     out
 }

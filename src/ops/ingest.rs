@@ -130,6 +130,19 @@ impl PackSink {
         Ok(())
     }
 
+    /// Gives up: deletes the packs this sink sealed (the catalog never named them) and the
+    /// open one. Used when a download fails a check, so nothing of it stays in the store.
+    pub fn abandon(self) {
+        let (open, sealed) = self
+            .state
+            .into_inner()
+            .expect("no panics while holding the lock");
+        drop(open);
+        for pack in sealed {
+            let _ = std::fs::remove_file(crate::pack::writer::pack_path(&self.packs_dir, &pack.id));
+        }
+    }
+
     /// Seals the open pack (if any) and returns every pack written, durable on disk.
     ///
     /// # Errors
@@ -285,6 +298,9 @@ impl ReadWorker<'_> {
         // Its own connection, only read from: "does the store have this chunk?" without a shared lock.
         let catalog = Catalog::open(self.catalog_path, false)?;
         let mut frame = FrameBuilder::with_capacity(FRAME_CAPACITY);
+        // File maps go in frames of their own: with the trees and versions, they are the
+        // metadata a remote clone fetches without any chunk (see ops/sync.rs).
+        let mut maps = FrameBuilder::default();
         let mut stats = IngestStats::default();
         let params = ChunkParams::DEFAULT;
         loop {
@@ -343,14 +359,19 @@ impl ReadWorker<'_> {
                 && !catalog.has_object(&file_id, ObjectKind::FileMap)?
                 && self.sink.claim(&file_id, ObjectKind::FileMap)
             {
-                frame.push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
+                maps.push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
+                if maps.len() >= FRAME_TARGET {
+                    sender.send(std::mem::take(&mut maps)).expect(QUEUE_OPEN);
+                }
             }
             self.ids.lock().expect("no panics while holding the lock")[index] = file_id;
             stats.files_read += 1;
             stats.bytes_read += size;
         }
-        if !frame.is_empty() {
-            sender.send(frame).expect(QUEUE_OPEN);
+        for rest in [frame, maps] {
+            if !rest.is_empty() {
+                sender.send(rest).expect(QUEUE_OPEN);
+            }
         }
         Ok(stats)
     }

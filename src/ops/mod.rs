@@ -7,4 +7,5 @@ pub mod commit;
 pub mod ingest;
 pub mod inspect;
 pub mod status;
+pub mod sync;
 pub mod verify;

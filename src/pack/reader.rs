@@ -257,6 +257,56 @@ pub fn verify_pack(
     Ok((frames, objects))
 }
 
+/// The pack's tail: its index followed by its trailer, exactly as in the file. A remote keeps
+/// this next to each pack (`packs/<id>.idx`) so clients learn a pack's contents in one small
+/// request; [`parse_tail`] reads it back.
+///
+/// # Errors
+/// As [`read_index`], which it runs first.
+pub fn read_tail(path: &Path) -> Result<Vec<u8>> {
+    let file = File::open(path).at(path)?;
+    read_index(&file, path)?;
+    let len = file.metadata().at(path)?.len();
+    let mut trailer = [0u8; format::TRAILER_LEN as usize];
+    file.read_exact_at(&mut trailer, len - format::TRAILER_LEN)
+        .at(path)?;
+    let index_offset = u64::from_le_bytes(trailer[0..8].try_into().expect("8 bytes"));
+    let mut tail = vec![0u8; (len - index_offset) as usize];
+    file.read_exact_at(&mut tail, index_offset).at(path)?;
+    Ok(tail)
+}
+
+/// Parses a pack tail (see [`read_tail`]) of a pack of `pack_size` bytes, checking the
+/// trailer's magic, the index position and hash, and every record against the data region.
+///
+/// # Errors
+/// A description of the first failed check.
+pub fn parse_tail(
+    tail: &[u8],
+    pack_size: u64,
+) -> std::result::Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>), String> {
+    let trailer_len = format::TRAILER_LEN as usize;
+    if tail.len() < trailer_len {
+        return Err("pack index shorter than a trailer".into());
+    }
+    let (index, trailer) = tail.split_at(tail.len() - trailer_len);
+    if &trailer[48..] != format::END_MAGIC {
+        return Err("not a dsv pack index (bad magic)".into());
+    }
+    let index_offset = u64::from_le_bytes(trailer[0..8].try_into().expect("8 bytes"));
+    let index_length = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
+    if index_length != index.len() as u64
+        || index_offset < format::HEADER_LEN
+        || index_offset.checked_add(tail.len() as u64) != Some(pack_size)
+    {
+        return Err("index position in the trailer is wrong".into());
+    }
+    if blake3::hash(index).as_bytes() != &trailer[16..48] {
+        return Err("index does not match its hash".into());
+    }
+    format::decode_index(index, index_offset)
+}
+
 /// Reads and checks a pack's header, trailer and index.
 ///
 /// # Errors

@@ -93,6 +93,54 @@ impl EncodedFrame {
     pub fn stored_len(&self) -> usize {
         self.stored.len()
     }
+
+    /// A frame received from elsewhere (a remote's pack), kept byte for byte, after checking
+    /// it: it decompresses to exactly `raw_length` bytes (at most [`MAX_FRAME_RAW`]), every
+    /// object lies inside it, and every chunk, tree and version hashes to its id (a file map
+    /// is keyed by its file's id, checked when the file is read).
+    ///
+    /// `objects` are (id, kind, offset, length) in the frame's raw bytes.
+    ///
+    /// # Errors
+    /// A description of the first failed check.
+    ///
+    /// [`MAX_FRAME_RAW`]: super::format::MAX_FRAME_RAW
+    pub fn verified(
+        stored: Vec<u8>,
+        raw_length: u32,
+        compression: Compression,
+        objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+    ) -> std::result::Result<EncodedFrame, String> {
+        if raw_length > super::format::MAX_FRAME_RAW {
+            return Err("frame larger than the format allows".into());
+        }
+        let decompressed;
+        let raw: &[u8] = match compression {
+            Compression::None => &stored,
+            Compression::Zstd => {
+                decompressed = zstd::bulk::decompress(&stored, raw_length as usize)
+                    .map_err(|e| format!("frame does not decompress: {e}"))?;
+                &decompressed
+            }
+        };
+        if raw.len() != raw_length as usize {
+            return Err("frame does not have its recorded length".into());
+        }
+        for &(id, kind, offset, length) in &objects {
+            let data = raw
+                .get(offset as usize..offset as usize + length as usize)
+                .ok_or("an object lies outside its frame")?;
+            if kind != ObjectKind::FileMap && ObjectId::of(data) != id {
+                return Err(format!("{} {id} does not match its hash", kind.name()));
+            }
+        }
+        Ok(EncodedFrame {
+            stored,
+            raw_length,
+            compression,
+            objects,
+        })
+    }
 }
 
 /// Appends frames to a temporary file and seals it into an immutable, content-named pack.

@@ -1,0 +1,484 @@
+//! Remotes: their settings, their refs as last fetched, and the indexes of their packs.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Catalog, CatalogWriter, unix_now};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::{Compression, FrameRecord, ObjectRecord};
+
+/// A configured remote.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RemoteRecord {
+    /// Row id (internal).
+    #[serde(skip)]
+    pub id: i64,
+    /// Its name (`origin`).
+    pub name: String,
+    /// Its URL (`s3://bucket/prefix`, `az://container/prefix`, `gs://bucket/prefix`, `file:///path`).
+    pub url: String,
+    /// Non-secret backend settings (`--option key=value`).
+    pub options: BTreeMap<String, String>,
+}
+
+/// One ref of a remote as last fetched or pushed, with what the remote said about the ref
+/// object then: comparing those with a fresh HEAD tells whether the local copy is current.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RemoteRef {
+    /// The dataset.
+    pub dataset: String,
+    /// The tag, or `None` for the dataset's head.
+    pub tag: Option<String>,
+    /// The version the ref names.
+    pub version: ObjectId,
+    /// The ref object's ETag (RFC 9110 entity tag), as the backend reported it.
+    pub etag: Option<String>,
+    /// The backend's object version id (S3 VersionId, GCS generation), when it has one.
+    pub object_version: Option<String>,
+    /// The ref object's Last-Modified, Unix seconds.
+    pub last_modified: i64,
+    /// When this store last read it, Unix seconds.
+    pub fetched_at: i64,
+}
+
+/// Where a remote keeps one object: pack, frame, and place in the frame's raw bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteLocation {
+    /// The remote pack's id.
+    pub pack: ObjectId,
+    /// The frame, as in the pack's index.
+    pub frame: FrameRecord,
+    /// The object's kind.
+    pub kind: ObjectKind,
+    /// Byte offset inside the frame's raw bytes.
+    pub offset: u32,
+    /// Length in bytes.
+    pub length: u32,
+    /// The frame's row (for [`Catalog::remote_frame_objects`]).
+    pub frame_row: i64,
+}
+
+fn parse_id(bytes: &[u8], catalog: &Catalog) -> Result<ObjectId> {
+    ObjectId::from_slice(bytes).ok_or_else(|| Error::corrupt(catalog.path(), "malformed id"))
+}
+
+impl Catalog {
+    /// The remote called `name`.
+    ///
+    /// # Errors
+    /// [`Error::RemoteNotFound`]; [`Error::Catalog`].
+    pub fn remote(&self, name: &str) -> Result<RemoteRecord> {
+        self.remotes()?
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| Error::RemoteNotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// Every configured remote, by name.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] when stored options are not a JSON object.
+    pub fn remotes(&self) -> Result<Vec<RemoteRecord>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, name, url, options FROM remotes ORDER BY name")?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+            ))
+        })?;
+        let mut remotes = Vec::new();
+        for row in rows {
+            let (id, name, url, options) = row?;
+            let options = serde_json::from_str(&options)
+                .map_err(|_| Error::corrupt(&self.path, "remote options are not a JSON object"))?;
+            remotes.push(RemoteRecord {
+                id,
+                name,
+                url,
+                options,
+            });
+        }
+        Ok(remotes)
+    }
+
+    /// Every ref of `remote` as last fetched, sorted by dataset then tag (heads first).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn remote_refs(&self, remote: i64) -> Result<Vec<RemoteRef>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT dataset, tag, version, etag, object_version, last_modified, fetched_at
+             FROM remote_refs WHERE remote = ?1 ORDER BY dataset, tag",
+        )?;
+        let rows = stmt.query_map([remote], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+                row.get::<_, Option<String>>(3)?,
+                row.get::<_, Option<String>>(4)?,
+                row.get::<_, i64>(5)?,
+                row.get::<_, i64>(6)?,
+            ))
+        })?;
+        let mut refs = Vec::new();
+        for row in rows {
+            let (dataset, tag, version, etag, object_version, last_modified, fetched_at) = row?;
+            refs.push(RemoteRef {
+                dataset,
+                tag: (!tag.is_empty()).then_some(tag),
+                version: parse_id(&version, self)?,
+                etag,
+                object_version,
+                last_modified,
+                fetched_at,
+            });
+        }
+        Ok(refs)
+    }
+
+    /// One ref of `remote` as last fetched: the head of `dataset` (`tag` `None`) or a tag.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn remote_ref(
+        &self,
+        remote: i64,
+        dataset: &str,
+        tag: Option<&str>,
+    ) -> Result<Option<RemoteRef>> {
+        Ok(self
+            .remote_refs(remote)?
+            .into_iter()
+            .find(|r| r.dataset == dataset && r.tag.as_deref() == tag))
+    }
+
+    /// The ids of every pack this store knows `remote` holds.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn remote_packs(&self, remote: i64) -> Result<HashSet<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT pack_id FROM remote_packs WHERE remote = ?1")?;
+        let rows = stmt.query_map([remote], |row| row.get::<_, Vec<u8>>(0))?;
+        let mut packs = HashSet::new();
+        for row in rows {
+            packs.insert(parse_id(&row?, self)?);
+        }
+        Ok(packs)
+    }
+
+    /// Where `remote` keeps object `id` of `kind`, if any pack it holds has it.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for an unknown compression byte.
+    pub fn remote_locate(
+        &self,
+        remote: i64,
+        id: &ObjectId,
+        kind: ObjectKind,
+    ) -> Result<Option<RemoteLocation>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length, f.id
+             FROM remote_objects o JOIN remote_frames f ON f.id = o.frame
+             JOIN remote_packs p ON p.id = f.pack
+             WHERE o.remote = ?1 AND o.id = ?2 AND o.kind = ?3",
+        )?;
+        let row = stmt
+            .query_row(params![remote, &id.0[..], kind as u8], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, u32>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, u8>(4)?,
+                    row.get::<_, u32>(5)?,
+                    row.get::<_, u32>(6)?,
+                    row.get::<_, i64>(7)?,
+                ))
+            })
+            .optional()?;
+        let Some((
+            pack,
+            offset,
+            stored_length,
+            raw_length,
+            compression,
+            object_offset,
+            length,
+            frame_row,
+        )) = row
+        else {
+            return Ok(None);
+        };
+        Ok(Some(RemoteLocation {
+            pack: parse_id(&pack, self)?,
+            frame: FrameRecord {
+                offset: offset as u64,
+                stored_length,
+                raw_length,
+                compression: Compression::from_u8(compression)
+                    .ok_or_else(|| Error::corrupt(&self.path, "an unknown compression"))?,
+            },
+            kind,
+            offset: object_offset,
+            length,
+            frame_row,
+        }))
+    }
+
+    /// Every object of a remote frame: (id, kind, offset, length), in frame order.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn remote_frame_objects(
+        &self,
+        frame_row: i64,
+    ) -> Result<Vec<(ObjectId, ObjectKind, u32, u32)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, kind, offset, length FROM remote_objects WHERE frame = ?1 ORDER BY offset",
+        )?;
+        let rows = stmt.query_map([frame_row], |row| {
+            Ok((
+                row.get::<_, Vec<u8>>(0)?,
+                row.get::<_, u8>(1)?,
+                row.get::<_, u32>(2)?,
+                row.get::<_, u32>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, kind, offset, length) = row?;
+            let kind = ObjectKind::from_u8(kind)
+                .ok_or_else(|| Error::corrupt(&self.path, "an unknown object kind"))?;
+            out.push((parse_id(&id, self)?, kind, offset, length));
+        }
+        Ok(out)
+    }
+
+    /// Versions this store holds as objects but has not recorded in its version table
+    /// (fetched from a remote, or a fetch interrupted before recording them).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn unrecorded_versions(&self) -> Result<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT o.id FROM objects o WHERE o.kind = ?1
+               AND NOT EXISTS (SELECT 1 FROM versions v WHERE v.id = o.id)",
+        )?;
+        let rows = stmt.query_map([ObjectKind::Version as u8], |row| row.get::<_, Vec<u8>>(0))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(parse_id(&row?, self)?);
+        }
+        Ok(out)
+    }
+
+    /// Every object `remote` holds that this store lacks, of the given kinds.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn remote_objects_missing_here(
+        &self,
+        remote: i64,
+        kinds: &[ObjectKind],
+    ) -> Result<Vec<(ObjectId, ObjectKind)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT r.id, r.kind FROM remote_objects r
+             WHERE r.remote = ?1
+               AND NOT EXISTS (SELECT 1 FROM objects o WHERE o.id = r.id AND o.kind = r.kind)",
+        )?;
+        let rows = stmt.query_map([remote], |row| {
+            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, u8>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, kind) = row?;
+            if let Some(kind) = ObjectKind::from_u8(kind)
+                && kinds.contains(&kind)
+            {
+                out.push((parse_id(&id, self)?, kind));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl CatalogWriter<'_> {
+    /// Adds remote `name`.
+    ///
+    /// # Errors
+    /// [`Error::RemoteExists`]; [`Error::Catalog`].
+    pub fn add_remote(
+        &self,
+        name: &str,
+        url: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let options = serde_json::to_string(options).expect("a map of strings serializes");
+        let added = self.tx.execute(
+            "INSERT OR IGNORE INTO remotes (name, url, options, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![name, url, options, unix_now()],
+        )?;
+        if added == 0 {
+            return Err(Error::RemoteExists {
+                name: name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes remote `name` and everything this store recorded about it (its refs and pack
+    /// indexes; nothing on the remote itself).
+    ///
+    /// # Errors
+    /// [`Error::RemoteNotFound`]; [`Error::Catalog`].
+    pub fn remove_remote(&self, name: &str) -> Result<()> {
+        if self
+            .tx
+            .execute("DELETE FROM remotes WHERE name = ?1", [name])?
+            == 0
+        {
+            return Err(Error::RemoteNotFound {
+                name: name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records `reference` as `remote`'s current ref.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn set_remote_ref(&self, remote: i64, reference: &RemoteRef) -> Result<()> {
+        self.tx.execute(
+            "INSERT OR REPLACE INTO remote_refs
+             (remote, dataset, tag, version, etag, object_version, last_modified, fetched_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                remote,
+                reference.dataset,
+                reference.tag.as_deref().unwrap_or(""),
+                &reference.version.0[..],
+                reference.etag,
+                reference.object_version,
+                reference.last_modified,
+                reference.fetched_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets a ref the remote no longer has.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn remove_remote_ref(&self, remote: i64, dataset: &str, tag: Option<&str>) -> Result<()> {
+        self.tx.execute(
+            "DELETE FROM remote_refs WHERE remote = ?1 AND dataset = ?2 AND tag = ?3",
+            params![remote, dataset, tag.unwrap_or("")],
+        )?;
+        Ok(())
+    }
+
+    /// Records that `remote` holds pack `pack` of `size` bytes with this index. A pack already
+    /// known is left as it is.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn add_remote_pack(
+        &self,
+        remote: i64,
+        pack: &ObjectId,
+        size: u64,
+        frames: &[FrameRecord],
+        objects: &[ObjectRecord],
+    ) -> Result<()> {
+        let added = self.tx.execute(
+            "INSERT OR IGNORE INTO remote_packs (remote, pack_id, size) VALUES (?1, ?2, ?3)",
+            params![remote, &pack.0[..], size as i64],
+        )?;
+        if added == 0 {
+            return Ok(());
+        }
+        let pack_row = self.tx.last_insert_rowid();
+        let mut frame_rows = Vec::with_capacity(frames.len());
+        let mut insert_frame = self.tx.prepare_cached(
+            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for frame in frames {
+            insert_frame.execute(params![
+                pack_row,
+                frame.offset as i64,
+                frame.stored_length,
+                frame.raw_length,
+                frame.compression as u8
+            ])?;
+            frame_rows.push(self.tx.last_insert_rowid());
+        }
+        let mut insert_object = self.tx.prepare_cached(
+            "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for object in objects {
+            insert_object.execute(params![
+                remote,
+                &object.id.0[..],
+                object.kind as u8,
+                frame_rows[object.frame as usize],
+                object.offset,
+                object.length
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the packs of `remote` not in `present` (deleted on the remote).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn retain_remote_packs(&self, remote: i64, present: &HashSet<ObjectId>) -> Result<()> {
+        let mut stmt = self
+            .tx
+            .prepare("SELECT id, pack_id FROM remote_packs WHERE remote = ?1")?;
+        let rows: Vec<(i64, Vec<u8>)> = stmt
+            .query_map([remote], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (row, pack) in rows {
+            if ObjectId::from_slice(&pack).is_none_or(|id| !present.contains(&id)) {
+                self.tx.execute(
+                    "DELETE FROM remote_objects WHERE frame IN (SELECT id FROM remote_frames WHERE pack = ?1)",
+                    [row],
+                )?;
+                self.tx
+                    .execute("DELETE FROM remote_packs WHERE id = ?1", [row])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves dataset `name`'s head to `id` (a version the catalog has), creating the dataset.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn set_head(&self, name: &str, id: &ObjectId) -> Result<()> {
+        self.tx.execute(
+            "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
+            params![name, unix_now()],
+        )?;
+        self.tx.execute(
+            "UPDATE datasets SET head = ?1 WHERE name = ?2",
+            params![&id.0[..], name],
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,1036 @@
+//! Sync with remotes: fetch (refs, pack indexes, metadata), push, pull, clone, and fetching
+//! the chunks a checkout lacks.
+//!
+//! What moves is frames and packs, never single objects:
+//! - push uploads whole local packs that hold objects the remote lacks (so 70,000 small
+//!   files travel in a few dozen requests), each followed by its index (`.idx`), then moves
+//!   the refs with a compare-and-swap;
+//! - fetch and pull download byte ranges of remote packs: only the frames holding wanted
+//!   objects, neighbours within [`COALESCE_GAP`] merged into one ranged GET of at most
+//!   [`MAX_SPAN`] bytes. Each frame is checked (it decompresses to its length, every object
+//!   hashes to its id) and appended byte for byte to a new local pack; if any check fails,
+//!   the packs of that download are deleted and nothing is recorded.
+//!
+//! Metadata (versions, trees, file maps) lives in frames of its own, so a fetch or clone
+//! downloads it without any chunk; chunks come when a checkout or pull needs them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+
+use serde::Serialize;
+
+use super::ingest::PackSink;
+use crate::catalog::{RemoteRecord, RemoteRef, unix_now};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::{EntryKind, ObjectKind};
+use crate::pack::{EncodedFrame, FrameRecord, SealedPack};
+use crate::progress::{Progress, Unit};
+use crate::remote::{self, RefName, RefState, Remote};
+use crate::revision::{MIN_PREFIX, Revision, check_name};
+use crate::store::Store;
+
+/// Frames of one pack closer than this many bytes are fetched in one ranged GET.
+pub const COALESCE_GAP: u64 = 128 * 1024;
+/// The longest ranged GET, in bytes.
+pub const MAX_SPAN: u64 = 16 * 1024 * 1024;
+
+/// What one transfer moved.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Transfer {
+    /// Requests made to the remote.
+    pub requests: u64,
+    /// Packs uploaded (push) or written locally from downloaded frames (fetch, pull).
+    pub packs: u64,
+    /// Stored (compressed) bytes sent or received.
+    pub bytes: u64,
+    /// Objects received (fetch, pull) or packs' objects sent (push).
+    pub objects: u64,
+}
+
+/// The outcome of `dsv fetch`.
+#[derive(Debug, Serialize)]
+pub struct FetchReport {
+    /// The remote.
+    pub remote: String,
+    /// Every ref of the remote, as now recorded.
+    pub refs: Vec<RemoteRef>,
+    /// Refs that are new or moved since the last fetch.
+    pub changed_refs: u64,
+    /// Packs of the remote this store had not seen before.
+    pub new_packs: u64,
+    /// Metadata downloaded.
+    pub transfer: Transfer,
+}
+
+/// One dataset's ref after a push.
+#[derive(Debug, Serialize)]
+pub struct PushedRef {
+    /// The dataset.
+    pub dataset: String,
+    /// The tag, or `None` for the head.
+    pub tag: Option<String>,
+    /// The version the remote ref now names (or still names, when rejected).
+    pub version: ObjectId,
+    /// The version it named before, if any.
+    pub previous: Option<ObjectId>,
+    /// `created`, `updated`, `forced`, `up-to-date`, or `rejected` (a tag naming another
+    /// version on the remote; `--force` moves it).
+    pub status: &'static str,
+}
+
+/// The outcome of `dsv push`.
+#[derive(Debug, Serialize)]
+pub struct PushReport {
+    /// The remote.
+    pub remote: String,
+    /// Heads and tags pushed.
+    pub refs: Vec<PushedRef>,
+    /// What was uploaded.
+    pub transfer: Transfer,
+}
+
+/// How a remote revision was resolved: from the local copy of its ref, or after asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefCache {
+    /// One HEAD request showed the ref unchanged (same ETag and Last-Modified): the local
+    /// copy was used and no metadata downloaded.
+    Hit,
+    /// The ref was new or had changed: refs and metadata were fetched again.
+    Refresh,
+    /// The revision named a version id: no ref was consulted.
+    NotARef,
+}
+
+/// The outcome of `dsv pull` (and of the fetching part of `dsv checkout REMOTE/NAME`).
+#[derive(Debug, Serialize)]
+pub struct PullReport {
+    /// The remote.
+    pub remote: String,
+    /// The dataset.
+    pub dataset: String,
+    /// The version pulled.
+    pub version: ObjectId,
+    /// Whether the ref was checked by a HEAD and found unchanged.
+    pub ref_cache: RefCache,
+    /// Whether the local head moved to `version` (a fast-forward; `pull` only).
+    pub head_moved: bool,
+    /// Metadata and chunks downloaded.
+    pub transfer: Transfer,
+}
+
+/// The outcome of `dsv clone`.
+#[derive(Debug, Serialize)]
+pub struct CloneReport {
+    /// The new store's directory.
+    pub store: std::path::PathBuf,
+    /// The remote's name in the new store (`origin`).
+    pub remote: String,
+    /// The URL cloned.
+    pub url: String,
+    /// Each dataset and its head.
+    pub datasets: BTreeMap<String, ObjectId>,
+    /// Metadata downloaded (chunks come when first needed).
+    pub transfer: Transfer,
+}
+
+/// A revision on a remote: `REMOTE/NAME[@REV]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteRevision {
+    /// The remote's name.
+    pub remote: String,
+    /// The revision within it.
+    pub revision: Revision,
+}
+
+impl RemoteRevision {
+    /// Splits `REMOTE/NAME[@REV]` when `text` has a `/` before any `@` (dataset names have
+    /// none); `None` for a local revision.
+    ///
+    /// # Errors
+    /// As [`Revision::parse`]; [`Error::InvalidName`] for a bad remote name.
+    pub fn parse(text: &str) -> Result<Option<RemoteRevision>> {
+        let before_at = text.split('@').next().unwrap_or(text);
+        let Some((remote, _)) = before_at.split_once('/') else {
+            return Ok(None);
+        };
+        check_name("remote", remote)?;
+        let revision = Revision::parse(&text[remote.len() + 1..])?;
+        Ok(Some(RemoteRevision {
+            remote: remote.to_string(),
+            revision,
+        }))
+    }
+}
+
+/// Adds a remote after checking its URL and options (nothing is contacted).
+///
+/// # Errors
+/// [`Error::InvalidName`], [`Error::InvalidRemote`], [`Error::RemoteExists`].
+pub fn add_remote(
+    store: &mut Store,
+    name: &str,
+    url: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<RemoteRecord> {
+    check_name("remote", name)?;
+    remote::check_url(url)?;
+    remote::check_options(options)?;
+    let record = RemoteRecord {
+        id: 0,
+        name: name.to_string(),
+        url: url.to_string(),
+        options: options.clone(),
+    };
+    // Opening builds the backend client: a bad option is refused now, not at first push.
+    Remote::open(&record)?;
+    let writer = store.catalog_mut().writer()?;
+    writer.add_remote(name, url, options)?;
+    writer.commit()?;
+    store.catalog().remote(name)
+}
+
+/// Removes a remote and what this store recorded about it; its data stays where it is.
+///
+/// # Errors
+/// [`Error::RemoteNotFound`].
+pub fn remove_remote(store: &mut Store, name: &str) -> Result<()> {
+    let writer = store.catalog_mut().writer()?;
+    writer.remove_remote(name)?;
+    writer.commit()
+}
+
+fn open(store: &Store, name: &str) -> Result<(RemoteRecord, Remote)> {
+    let record = store.catalog().remote(name)?;
+    let remote = Remote::open(&record)?;
+    Ok((record, remote))
+}
+
+/// Fetches `name`'s refs, the indexes of packs not seen before, and every version, tree and
+/// file map this store lacks. No chunk is downloaded; local heads do not move.
+///
+/// # Errors
+/// [`Error::RemoteNotFound`], [`Error::Remote`], [`Error::Corrupt`] (nothing of a corrupt
+/// download is kept), [`Error::Interrupted`].
+pub fn fetch(
+    store: &mut Store,
+    name: &str,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<FetchReport> {
+    let (record, remote) = open(store, name)?;
+    fetch_with(store, &record, &remote, jobs, progress)
+}
+
+fn fetch_with(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<FetchReport> {
+    let before = remote.requests();
+    let listed = remote.list_refs()?;
+    let mut refs = Vec::with_capacity(listed.len());
+    let mut changed = 0;
+    for (ref_name, state) in &listed {
+        let stored =
+            store
+                .catalog()
+                .remote_ref(record.id, &ref_name.dataset, ref_name.tag.as_deref())?;
+        match stored {
+            Some(stored) if state.etag.is_some() && stored.etag == state.etag => {
+                refs.push(stored);
+            }
+            _ => {
+                // Deleted between the listing and now: skip it like a ref never listed.
+                let Some((version, state)) = remote.get_ref(ref_name)? else {
+                    continue;
+                };
+                changed += 1;
+                refs.push(remote_ref(ref_name, version, &state));
+            }
+        }
+    }
+    let new_packs = refresh_indexes(store, record, remote, jobs)?;
+    let wanted = store.catalog().remote_objects_missing_here(
+        record.id,
+        &[ObjectKind::Version, ObjectKind::Tree, ObjectKind::FileMap],
+    )?;
+    let mut transfer = download(store, record, remote, &wanted, jobs, progress)?;
+    let _lock = store.lock()?;
+    record_fetched_versions(store)?;
+    // Refs deleted on the remote since the last fetch.
+    let gone: Vec<RemoteRef> = store
+        .catalog()
+        .remote_refs(record.id)?
+        .into_iter()
+        .filter(|stored| {
+            !listed
+                .iter()
+                .any(|(n, _)| n.dataset == stored.dataset && n.tag == stored.tag)
+        })
+        .collect();
+    let writer = store.catalog_mut().writer()?;
+    for stored in &gone {
+        writer.remove_remote_ref(record.id, &stored.dataset, stored.tag.as_deref())?;
+    }
+    for reference in &refs {
+        writer.set_remote_ref(record.id, reference)?;
+    }
+    writer.commit()?;
+    transfer.requests = remote.requests() - before;
+    Ok(FetchReport {
+        remote: record.name.clone(),
+        refs,
+        changed_refs: changed,
+        new_packs,
+        transfer,
+    })
+}
+
+fn remote_ref(name: &RefName, version: ObjectId, state: &RefState) -> RemoteRef {
+    RemoteRef {
+        dataset: name.dataset.clone(),
+        tag: name.tag.clone(),
+        version,
+        etag: state.etag.clone(),
+        object_version: state.version.clone(),
+        last_modified: state.last_modified,
+        fetched_at: unix_now(),
+    }
+}
+
+/// Lists the remote's packs, downloads the index of each pack not seen before, and forgets
+/// packs the remote no longer has. Returns how many packs were new.
+fn refresh_indexes(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    jobs: usize,
+) -> Result<u64> {
+    let listed = remote.list_packs()?;
+    let known = store.catalog().remote_packs(record.id)?;
+    let new: Vec<(ObjectId, u64)> = listed
+        .iter()
+        .filter(|(id, _)| !known.contains(id))
+        .copied()
+        .collect();
+    let tails = remote.get_many(
+        new.iter().map(|(id, _)| remote::index_key(id)).collect(),
+        jobs,
+    )?;
+    let mut indexes = Vec::with_capacity(new.len());
+    for ((id, size), tail) in new.iter().zip(tails) {
+        let (frames, objects) =
+            crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
+                Error::corrupt(format!("{}:{}", record.name, remote::index_key(id)), detail)
+            })?;
+        indexes.push((id, size, frames, objects));
+    }
+    let present: HashSet<ObjectId> = listed.iter().map(|(id, _)| *id).collect();
+    let writer = store.catalog_mut().writer()?;
+    for (id, size, frames, objects) in &indexes {
+        writer.add_remote_pack(record.id, id, **size, frames, objects)?;
+    }
+    writer.retain_remote_packs(record.id, &present)?;
+    writer.commit()?;
+    Ok(new.len() as u64)
+}
+
+/// Records in the version table every version object the store holds but has not recorded.
+fn record_fetched_versions(store: &mut Store) -> Result<()> {
+    let ids = store.catalog().unrecorded_versions()?;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut versions = Vec::with_capacity(ids.len());
+    {
+        let mut reader = store.reader();
+        for id in ids {
+            versions.push((id, reader.version(&id)?));
+        }
+    }
+    let writer = store.catalog_mut().writer()?;
+    for (id, version) in &versions {
+        writer.record_version(id, version)?;
+    }
+    writer.commit()
+}
+
+/// One ranged GET: a span of a remote pack and the frames inside it.
+struct Span {
+    pack: ObjectId,
+    range: Range<u64>,
+    frames: Vec<(FrameRecord, i64)>,
+}
+
+/// Downloads the frames holding `wanted` objects from `remote` into new local packs and
+/// records those packs. Objects the remote does not hold are left out (the caller checks).
+fn download(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    wanted: &[(ObjectId, ObjectKind)],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let mut frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)> = BTreeMap::new();
+    for (id, kind) in wanted {
+        if let Some(location) = store.catalog().remote_locate(record.id, id, *kind)? {
+            frames.insert(
+                (location.pack, location.frame.offset),
+                (location.frame, location.frame_row),
+            );
+        }
+    }
+    if frames.is_empty() {
+        return Ok(Transfer::default());
+    }
+    let mut spans: Vec<Span> = Vec::new();
+    for ((pack, offset), (frame, row)) in frames {
+        let end = offset + u64::from(frame.stored_length);
+        match spans.last_mut() {
+            Some(span)
+                if span.pack == pack
+                    && offset <= span.range.end + COALESCE_GAP
+                    && end - span.range.start <= MAX_SPAN =>
+            {
+                span.range.end = span.range.end.max(end);
+                span.frames.push((frame, row));
+            }
+            _ => spans.push(Span {
+                pack,
+                range: offset..end,
+                frames: vec![(frame, row)],
+            }),
+        }
+    }
+    let total: u64 = spans.iter().map(|s| s.range.end - s.range.start).sum();
+    let by_start: HashMap<(ObjectId, u64), usize> = spans
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((s.pack, s.range.start), i))
+        .collect();
+    let ranges = spans.iter().map(|s| (s.pack, s.range.clone())).collect();
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    let mut transfer = Transfer::default();
+    progress.start("download", total, Unit::Bytes);
+    let catalog = store.catalog();
+    let result = remote.get_ranges(ranges, jobs, |pack, range, bytes| {
+        let span = &spans[by_start[&(pack, range.start)]];
+        for (frame, row) in &span.frames {
+            let start = (frame.offset - range.start) as usize;
+            let stored = bytes[start..start + frame.stored_length as usize].to_vec();
+            let objects = catalog.remote_frame_objects(*row)?;
+            transfer.objects += objects.len() as u64;
+            let encoded =
+                EncodedFrame::verified(stored, frame.raw_length, frame.compression, objects)
+                    .map_err(|detail| {
+                        Error::corrupt(
+                            format!("{}:{}", record.name, remote::pack_key(&pack)),
+                            format!("frame at offset {}: {detail}", frame.offset),
+                        )
+                    })?;
+            sink.add(encoded)?;
+        }
+        transfer.bytes += bytes.len() as u64;
+        progress.advance(bytes.len() as u64);
+        Ok(())
+    });
+    progress.finish();
+    let sealed: Vec<SealedPack> = match result {
+        Ok(()) => sink.finish()?,
+        Err(e) => {
+            sink.abandon();
+            return Err(e);
+        }
+    };
+    transfer.packs = sealed.len() as u64;
+    let _lock = store.lock()?;
+    let writer = store.catalog_mut().writer()?;
+    for pack in &sealed {
+        writer.add_pack(pack)?;
+    }
+    writer.commit()?;
+    Ok(transfer)
+}
+
+/// Every chunk (and file map) `versions` need that this store lacks, restricted to paths
+/// matching `include` when given. Trees and file maps must be here (fetched) already.
+fn missing_chunks(
+    store: &Store,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+) -> Result<Vec<(ObjectId, ObjectKind)>> {
+    let mut reader = store.reader();
+    let mut missing = HashSet::new();
+    let mut seen_trees = HashSet::new();
+    for id in versions {
+        let version = reader.version(id)?;
+        let mut stack = vec![(version.tree, String::new())];
+        while let Some((tree_id, prefix)) = stack.pop() {
+            if include.is_none() && !seen_trees.insert(tree_id) {
+                continue;
+            }
+            let tree = reader.tree(&tree_id)?;
+            for entry in tree.entries {
+                let path = if prefix.is_empty() {
+                    entry.name.clone()
+                } else {
+                    format!("{prefix}/{}", entry.name)
+                };
+                match entry.kind {
+                    EntryKind::Dir { .. } => stack.push((entry.id, path)),
+                    EntryKind::File { .. } => {
+                        if include.is_some_and(|set| !set.is_match(&path)) {
+                            continue;
+                        }
+                        for chunk in reader.chunk_ids(&entry.id, entry.size)? {
+                            if !store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
+                                missing.insert((chunk, ObjectKind::Chunk));
+                            }
+                        }
+                    }
+                    EntryKind::Symlink { .. } => {}
+                }
+            }
+        }
+    }
+    Ok(missing.into_iter().collect())
+}
+
+/// Downloads whatever chunks `versions` need (under `include`) from the configured remotes,
+/// in name order, preferring `first`. Without remotes, or with nothing missing, contacts
+/// nothing.
+///
+/// # Errors
+/// [`Error::MissingObject`] when no remote holds a needed chunk; as [`fetch`].
+pub fn fetch_missing(
+    store: &mut Store,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let mut missing = missing_chunks(store, versions, include)?;
+    let mut transfer = Transfer::default();
+    if missing.is_empty() {
+        return Ok(transfer);
+    }
+    let mut opened = Vec::new();
+    for record in store.catalog().remotes()? {
+        if first.is_some_and(|(f, _)| f.name == record.name) {
+            continue;
+        }
+        opened.push(record);
+    }
+    let mut try_remote = |store: &mut Store,
+                          record: &RemoteRecord,
+                          remote: &Remote,
+                          missing: &mut Vec<(ObjectId, ObjectKind)>|
+     -> Result<()> {
+        let before = remote.requests();
+        // The remote may hold packs pushed since this store last looked.
+        let has_all = missing.iter().try_fold(true, |all, (id, kind)| {
+            Ok::<_, Error>(
+                all && store
+                    .catalog()
+                    .remote_locate(record.id, id, *kind)?
+                    .is_some(),
+            )
+        })?;
+        if !has_all {
+            refresh_indexes(store, record, remote, jobs)?;
+        }
+        let got = download(store, record, remote, missing, jobs, progress)?;
+        transfer.bytes += got.bytes;
+        transfer.packs += got.packs;
+        transfer.objects += got.objects;
+        if first.is_none_or(|(f, _)| f.name != record.name) {
+            transfer.requests += remote.requests() - before;
+        }
+        let catalog = store.catalog();
+        missing.retain(|(id, kind)| !catalog.has_object(id, *kind).unwrap_or(false));
+        Ok(())
+    };
+    if let Some((record, remote)) = first {
+        try_remote(store, record, remote, &mut missing)?;
+    }
+    for record in opened {
+        if missing.is_empty() {
+            break;
+        }
+        let remote = Remote::open(&record)?;
+        try_remote(store, &record, &remote, &mut missing)?;
+    }
+    if let Some((id, kind)) = missing.first() {
+        return Err(Error::MissingObject {
+            id: id.to_hex(),
+            what: kind.name(),
+        });
+    }
+    Ok(transfer)
+}
+
+/// True when `ancestor` is `descendant` or one of its parents (by the version table).
+fn is_ancestor(store: &Store, ancestor: &ObjectId, descendant: &ObjectId) -> Result<bool> {
+    let mut next = Some(*descendant);
+    while let Some(id) = next {
+        if id == *ancestor {
+            return Ok(true);
+        }
+        next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
+    }
+    Ok(false)
+}
+
+/// Resolves `revision` against `record`'s refs as recorded (heads, tags) or the versions
+/// this store knows (id prefixes), then walks `~N`.
+fn resolve_remote(store: &Store, record: &RemoteRecord, revision: &Revision) -> Result<ObjectId> {
+    let text = format!("{}/{revision}", record.name);
+    let not_found = || Error::RevisionNotFound {
+        revision: text.clone(),
+    };
+    let catalog = store.catalog();
+    let base = if revision.base == "latest" {
+        catalog.remote_ref(record.id, &revision.dataset, None)?
+    } else {
+        catalog.remote_ref(record.id, &revision.dataset, Some(&revision.base))?
+    };
+    let mut id = match base {
+        Some(reference) => reference.version,
+        None if revision.base.len() >= MIN_PREFIX && crate::id::is_hex_prefix(&revision.base) => {
+            let local = Revision {
+                dataset: revision.dataset.clone(),
+                base: revision.base.clone(),
+                ancestors: 0,
+            };
+            local.resolve(catalog).map_err(|_| not_found())?
+        }
+        None => return Err(not_found()),
+    };
+    for _ in 0..revision.ancestors {
+        id = catalog
+            .version(&id)?
+            .and_then(|r| r.version.parent)
+            .ok_or_else(not_found)?;
+    }
+    Ok(id)
+}
+
+/// Makes `REMOTE/NAME[@REV]` available here: for a head or tag, one HEAD request decides
+/// whether the recorded ref is current (the Determined/YogaDL rule: compare the remote
+/// object's ETag and Last-Modified with those recorded when it was fetched); if so nothing
+/// else is asked, else refs and metadata are fetched again. Then the chunks the version
+/// needs are downloaded (under `include`). Moves no local head.
+///
+/// # Errors
+/// [`Error::RevisionNotFound`]; as [`fetch`] and [`fetch_missing`].
+pub fn prepare_remote_revision(
+    store: &mut Store,
+    target: &RemoteRevision,
+    include: Option<&globset::GlobSet>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<PullReport> {
+    let (record, remote) = open(store, &target.remote)?;
+    let revision = &target.revision;
+    let ref_name = if revision.base == "latest" {
+        Some(RefName {
+            dataset: revision.dataset.clone(),
+            tag: None,
+        })
+    } else if crate::id::is_hex_prefix(&revision.base) && revision.base.len() >= MIN_PREFIX {
+        None
+    } else {
+        Some(RefName {
+            dataset: revision.dataset.clone(),
+            tag: Some(revision.base.clone()),
+        })
+    };
+    let mut transfer = Transfer::default();
+    let ref_cache = match &ref_name {
+        Some(name) => {
+            let stored =
+                store
+                    .catalog()
+                    .remote_ref(record.id, &name.dataset, name.tag.as_deref())?;
+            let now = remote.head_ref(name)?;
+            let current = match (&stored, &now) {
+                (Some(stored), Some(now)) => {
+                    stored.etag.is_some()
+                        && stored.etag == now.etag
+                        && stored.last_modified == now.last_modified
+                        && store.catalog().version(&stored.version)?.is_some()
+                }
+                _ => false,
+            };
+            if current {
+                RefCache::Hit
+            } else {
+                let fetched = fetch_with(store, &record, &remote, jobs, progress)?;
+                transfer = fetched.transfer;
+                RefCache::Refresh
+            }
+        }
+        None => {
+            if resolve_remote(store, &record, revision).is_err() {
+                let fetched = fetch_with(store, &record, &remote, jobs, progress)?;
+                transfer = fetched.transfer;
+            }
+            RefCache::NotARef
+        }
+    };
+    let version = resolve_remote(store, &record, revision)?;
+    let got = fetch_missing(
+        store,
+        &[version],
+        include,
+        Some((&record, &remote)),
+        jobs,
+        progress,
+    )?;
+    transfer.bytes += got.bytes;
+    transfer.packs += got.packs;
+    transfer.objects += got.objects;
+    transfer.requests = remote.requests() + got.requests;
+    Ok(PullReport {
+        remote: record.name.clone(),
+        dataset: revision.dataset.clone(),
+        version,
+        ref_cache,
+        head_moved: false,
+        transfer,
+    })
+}
+
+/// `dsv pull`: [`prepare_remote_revision`], then moves the local head of the dataset to the
+/// pulled version when that is a fast-forward (the local head is absent or an ancestor), and
+/// copies the remote's tags of the dataset that do not clash with local ones.
+///
+/// # Errors
+/// As [`prepare_remote_revision`].
+pub fn pull(
+    store: &mut Store,
+    target: &RemoteRevision,
+    include: Option<&globset::GlobSet>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<PullReport> {
+    let mut report = prepare_remote_revision(store, target, include, jobs, progress)?;
+    let record = store.catalog().remote(&target.remote)?;
+    let _lock = store.lock()?;
+    let head = store.catalog().head_or_none(&report.dataset)?;
+    let forward = match head {
+        None => true,
+        Some(head) => head != report.version && is_ancestor(store, &head, &report.version)?,
+    };
+    let tags: Vec<RemoteRef> = store
+        .catalog()
+        .remote_refs(record.id)?
+        .into_iter()
+        .filter(|r| r.dataset == report.dataset && r.tag.is_some())
+        .collect();
+    let mut copy_tags = Vec::new();
+    for tag in tags {
+        let name = tag.tag.clone().expect("filtered");
+        if store.catalog().version(&tag.version)?.is_some()
+            && store
+                .catalog()
+                .tag(&report.dataset, &name)
+                .ok()
+                .flatten()
+                .is_none()
+        {
+            copy_tags.push((name, tag.version));
+        }
+    }
+    let writer = store.catalog_mut().writer()?;
+    if forward {
+        writer.set_head(&report.dataset, &report.version)?;
+    }
+    for (name, version) in &copy_tags {
+        writer.set_tag(&report.dataset, name, version, false)?;
+    }
+    writer.commit()?;
+    report.head_moved = forward;
+    Ok(report)
+}
+
+/// Every object reachable from `version` that `record`'s remote lacks, with the local pack
+/// holding each: the version, its trees, file maps and chunks, and the same for each parent
+/// until one the remote holds.
+fn objects_to_send(
+    store: &Store,
+    record: &RemoteRecord,
+    version: &ObjectId,
+) -> Result<HashSet<ObjectId>> {
+    let catalog = store.catalog();
+    let mut reader = store.reader();
+    let mut packs = HashSet::new();
+    let mut need = |id: &ObjectId, kind: ObjectKind| -> Result<()> {
+        if catalog.remote_locate(record.id, id, kind)?.is_none() {
+            let location = catalog
+                .locate(id, kind)?
+                .ok_or_else(|| Error::MissingObject {
+                    id: id.to_hex(),
+                    what: kind.name(),
+                })?;
+            packs.insert(location.frame.pack);
+        }
+        Ok(())
+    };
+    let mut seen_trees = HashSet::new();
+    let mut next = Some(*version);
+    while let Some(id) = next {
+        if catalog
+            .remote_locate(record.id, &id, ObjectKind::Version)?
+            .is_some()
+            && id != *version
+        {
+            break;
+        }
+        need(&id, ObjectKind::Version)?;
+        let version = reader.version(&id)?;
+        let mut stack = vec![version.tree];
+        while let Some(tree_id) = stack.pop() {
+            if !seen_trees.insert(tree_id) {
+                continue;
+            }
+            need(&tree_id, ObjectKind::Tree)?;
+            for entry in reader.tree(&tree_id)?.entries {
+                match entry.kind {
+                    EntryKind::Dir { .. } => stack.push(entry.id),
+                    EntryKind::File { .. } => {
+                        let chunks = reader.chunk_ids(&entry.id, entry.size)?;
+                        if chunks.len() > 1 {
+                            need(&entry.id, ObjectKind::FileMap)?;
+                        }
+                        for chunk in chunks {
+                            need(&chunk, ObjectKind::Chunk)?;
+                        }
+                    }
+                    EntryKind::Symlink { .. } => {}
+                }
+            }
+        }
+        next = version.parent;
+    }
+    Ok(packs)
+}
+
+/// `dsv push`: uploads what the remote lacks for each dataset's head (or for `only`), then
+/// moves the remote heads by compare-and-swap and creates the tags of the pushed versions.
+///
+/// A head moves only forward: if the remote's head is not an ancestor of the pushed version
+/// the push is refused ([`Error::RemoteDiverged`]) unless `force`; the same error reports a
+/// race lost to another writer. Data is uploaded before any ref moves, so a ref never names
+/// a version whose objects the remote lacks; an interrupted push leaves only unreferenced
+/// packs, and a re-run skips them.
+///
+/// # Errors
+/// [`Error::RemoteDiverged`], [`Error::Remote`], [`Error::MissingObject`] (a version whose
+/// data this store does not hold), revision errors, [`Error::Interrupted`].
+pub fn push(
+    store: &mut Store,
+    name: &str,
+    only: Option<&Revision>,
+    force: bool,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<PushReport> {
+    let (record, remote) = open(store, name)?;
+    let targets: Vec<(String, ObjectId)> = match only {
+        Some(revision) => vec![(revision.dataset.clone(), revision.resolve(store.catalog())?)],
+        None => store
+            .catalog()
+            .datasets()?
+            .into_iter()
+            .filter_map(|d| d.head.map(|head| (d.name, head)))
+            .collect(),
+    };
+    refresh_indexes(store, &record, &remote, jobs)?;
+    // Check every head first: refuse before uploading anything.
+    let mut plans = Vec::new();
+    for (dataset, version) in &targets {
+        let ref_name = RefName {
+            dataset: dataset.clone(),
+            tag: None,
+        };
+        let current = remote.get_ref(&ref_name)?;
+        if let Some((remote_head, _)) = &current
+            && remote_head != version
+            && !is_ancestor(store, remote_head, version)?
+            && !force
+        {
+            return Err(Error::RemoteDiverged {
+                remote: record.name.clone(),
+                dataset: dataset.clone(),
+            });
+        }
+        plans.push((ref_name, *version, current));
+    }
+    let mut packs = HashSet::new();
+    for (_, version, current) in &plans {
+        if current.as_ref().is_none_or(|(head, _)| head != version) {
+            packs.extend(objects_to_send(store, &record, version)?);
+        }
+    }
+    let sizes: HashMap<ObjectId, u64> = store.catalog().packs()?.into_iter().collect();
+    let total: u64 = packs.iter().filter_map(|p| sizes.get(p)).sum();
+    let uploads: Vec<(ObjectId, std::path::PathBuf)> = packs
+        .iter()
+        .map(|id| (*id, crate::pack::writer::pack_path(&store.packs_dir(), id)))
+        .collect();
+    let mut transfer = Transfer {
+        packs: uploads.len() as u64,
+        bytes: total,
+        ..Transfer::default()
+    };
+    progress.start("upload", total, Unit::Bytes);
+    let uploaded = remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes));
+    progress.finish();
+    uploaded?;
+    let mut indexes = Vec::new();
+    for (id, path) in &uploads {
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
+        transfer.objects += objects.len() as u64;
+        indexes.push((*id, sizes.get(id).copied().unwrap_or(0), frames, objects));
+    }
+    {
+        let writer = store.catalog_mut().writer()?;
+        for (id, size, frames, objects) in &indexes {
+            writer.add_remote_pack(record.id, id, *size, frames, objects)?;
+        }
+        writer.commit()?;
+    }
+    let mut refs = Vec::new();
+    let mut recorded = Vec::new();
+    for (ref_name, version, current) in plans {
+        let previous = current.as_ref().map(|(id, _)| *id);
+        let (status, state) = match &current {
+            Some((head, state)) if *head == version => ("up-to-date", state.clone()),
+            Some((head, state)) => {
+                if is_ancestor(store, head, &version)? {
+                    (
+                        "updated",
+                        remote.update_ref(&ref_name, &version, Some(state))?,
+                    )
+                } else {
+                    ("forced", remote.force_ref(&ref_name, &version)?)
+                }
+            }
+            None => ("created", remote.update_ref(&ref_name, &version, None)?),
+        };
+        recorded.push(remote_ref(&ref_name, version, &state));
+        refs.push(PushedRef {
+            dataset: ref_name.dataset.clone(),
+            tag: None,
+            version,
+            previous,
+            status,
+        });
+        // Tags of the pushed version and its ancestors.
+        let mut next = Some(version);
+        while let Some(id) = next {
+            for tag in store.catalog().tags_of(&id)? {
+                let tag_name = RefName {
+                    dataset: ref_name.dataset.clone(),
+                    tag: Some(tag.clone()),
+                };
+                let existing = remote.get_ref(&tag_name)?;
+                let (status, state, named) = match existing {
+                    Some((named, state)) if named == id => ("up-to-date", state, id),
+                    Some((_, _)) if force => ("forced", remote.force_ref(&tag_name, &id)?, id),
+                    Some((named, state)) => ("rejected", state, named),
+                    None => ("created", remote.update_ref(&tag_name, &id, None)?, id),
+                };
+                recorded.push(remote_ref(&tag_name, named, &state));
+                refs.push(PushedRef {
+                    dataset: ref_name.dataset.clone(),
+                    tag: Some(tag),
+                    version: named,
+                    previous: None,
+                    status,
+                });
+            }
+            next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
+        }
+    }
+    let writer = store.catalog_mut().writer()?;
+    for reference in &recorded {
+        writer.set_remote_ref(record.id, reference)?;
+    }
+    writer.commit()?;
+    transfer.requests = remote.requests();
+    Ok(PushReport {
+        remote: record.name.clone(),
+        refs,
+        transfer,
+    })
+}
+
+/// `dsv clone`: a new store in `dir` with remote `origin` at `url`, its refs, pack indexes
+/// and metadata, and local heads and tags at the remote's. No chunk is downloaded: a
+/// checkout fetches what it needs.
+///
+/// # Errors
+/// [`Error::StoreExists`], [`Error::InvalidRemote`], as [`fetch`]. A failed clone removes
+/// the store it created.
+pub fn clone(
+    url: &str,
+    dir: &std::path::Path,
+    options: &BTreeMap<String, String>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<CloneReport> {
+    remote::check_url(url)?;
+    remote::check_options(options)?;
+    let existed = dir.exists();
+    let mut store = Store::init(dir)?;
+    let result = (|| {
+        let record = add_remote(&mut store, "origin", url, options)?;
+        let remote = Remote::open(&record)?;
+        let fetched = fetch_with(&mut store, &record, &remote, jobs, progress)?;
+        let _lock = store.lock()?;
+        let writer = store.catalog_mut().writer()?;
+        let mut datasets = BTreeMap::new();
+        for reference in &fetched.refs {
+            if reference.tag.is_none() {
+                writer.set_head(&reference.dataset, &reference.version)?;
+                datasets.insert(reference.dataset.clone(), reference.version);
+            }
+        }
+        for reference in &fetched.refs {
+            if let Some(tag) = &reference.tag
+                && datasets.contains_key(&reference.dataset)
+            {
+                writer.set_tag(&reference.dataset, tag, &reference.version, true)?;
+            }
+        }
+        writer.commit()?;
+        Ok(CloneReport {
+            store: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
+            remote: record.name.clone(),
+            url: url.to_string(),
+            datasets,
+            transfer: fetched.transfer,
+        })
+    })();
+    if result.is_err() {
+        let created = store.root().to_path_buf();
+        drop(store);
+        let _ = std::fs::remove_dir_all(&created);
+        if !existed {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+    result
+}

@@ -1,0 +1,644 @@
+//! Remotes: object storage (S3, Azure Blob, GCS, a local directory) holding a store's packs and
+//! refs, reached through the `object_store` crate.
+//!
+//! Layout under the remote's URL (see `docs/format.md`, "Remote layout"):
+//!
+//! ```text
+//! packs/<pack id>.pack            a pack, byte for byte as in a local store
+//! packs/<pack id>.idx             its tail (index + trailer); written after the pack, so its
+//!                                 presence means the pack is complete
+//! refs/heads/<dataset>            "<version id>\n": the dataset's head
+//! refs/tags/<dataset>/<tag>       "<version id>\n": a tag
+//! ```
+//!
+//! Packs and indexes are content-addressed and written with create-only puts (an existing key
+//! is success). Refs move by compare-and-swap: a conditional put (`If-Match` on the ETag the
+//! writer read, or `If-None-Match: *` for a new ref), so of two writers racing, one loses and
+//! is told so. A local directory has no conditional put in `object_store`; there dsv holds an
+//! exclusive lock on `refs/.lock` around a check of the ETag and an atomic rename.
+//!
+//! Credentials come from the environment as `object_store` reads it (`AWS_*`, `AZURE_*`,
+//! `GOOGLE_*`), never from the catalog. Transient failures are retried by `object_store`'s
+//! retry policy (exponential backoff); a re-run of an interrupted transfer sends only what is
+//! still missing, because every object it sent is content-addressed.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{
+    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
+};
+
+use crate::catalog::RemoteRecord;
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+
+/// Packs larger than this are uploaded in parts (multipart upload), in bytes.
+pub const MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
+/// Size of one part of a multipart upload, in bytes.
+pub const PART_SIZE: usize = 16 * 1024 * 1024;
+/// Default number of requests in flight.
+pub const DEFAULT_JOBS: usize = 8;
+
+/// Option keys that carry secrets: refused by [`check_options`], because the catalog is not a
+/// place for credentials.
+const SECRET_WORDS: &[&str] = &[
+    "secret",
+    "password",
+    "token",
+    "access_key",
+    "account_key",
+    "sas",
+    "credential",
+    "service_account_key",
+];
+
+/// Checks a remote URL: its scheme must be one dsv can open.
+///
+/// # Errors
+/// [`Error::InvalidRemote`] naming what is wrong.
+pub fn check_url(url: &str) -> Result<()> {
+    let invalid = |reason: &str| Error::InvalidRemote {
+        what: "URL",
+        value: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| invalid("expected SCHEME://…, for example s3://bucket/prefix"))?;
+    match scheme {
+        "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss" => {
+            if rest.split('/').next().unwrap_or("").is_empty() {
+                return Err(invalid("the bucket (or container) name is missing"));
+            }
+            Ok(())
+        }
+        "file" => {
+            if !rest.starts_with('/') {
+                return Err(invalid(
+                    "a file:// URL needs an absolute path: file:///path",
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(invalid(
+            "unsupported scheme; use s3://, gs://, az:// or file://",
+        )),
+    }
+}
+
+/// Checks `--option` settings: no credentials (they belong in the environment).
+///
+/// # Errors
+/// [`Error::InvalidRemote`] for a key that names a secret.
+pub fn check_options(options: &BTreeMap<String, String>) -> Result<()> {
+    for key in options.keys() {
+        let lower = key.to_ascii_lowercase();
+        if SECRET_WORDS.iter().any(|word| lower.contains(word)) {
+            return Err(Error::InvalidRemote {
+                what: "option",
+                value: key.clone(),
+                reason: "credentials are never stored in the store; set them in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A remote ref's identity as the backend reports it: enough to ask "has it changed?" with
+/// one HEAD request and to move it with a conditional put.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RefState {
+    /// The ETag (RFC 9110 entity tag).
+    pub etag: Option<String>,
+    /// The object version id, when the backend has versions.
+    pub version: Option<String>,
+    /// Last-Modified, Unix seconds.
+    pub last_modified: i64,
+}
+
+/// One ref found on a remote: which dataset, head or tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefName {
+    /// The dataset.
+    pub dataset: String,
+    /// The tag; `None` for the head.
+    pub tag: Option<String>,
+}
+
+impl RefName {
+    /// The ref's key under the remote's prefix.
+    pub fn key(&self) -> Path {
+        match &self.tag {
+            None => Path::from(format!("refs/heads/{}", self.dataset)),
+            Some(tag) => Path::from(format!("refs/tags/{}/{tag}", self.dataset)),
+        }
+    }
+}
+
+/// An open remote: the backend, a runtime to drive it, and request counters.
+pub struct Remote {
+    name: String,
+    store: Arc<dyn ObjectStore>,
+    /// For file:// remotes: the directory (refs are swapped under a lock file there).
+    local_root: Option<PathBuf>,
+    runtime: tokio::runtime::Runtime,
+    requests: AtomicU64,
+}
+
+/// Pack key.
+pub fn pack_key(id: &ObjectId) -> Path {
+    Path::from(format!("packs/{id}.pack"))
+}
+
+/// Pack tail (index) key.
+pub fn index_key(id: &ObjectId) -> Path {
+    Path::from(format!("packs/{id}.idx"))
+}
+
+impl Remote {
+    /// Opens `record`'s backend. Nothing is requested yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRemote`] for a URL or option the backend rejects; [`Error::Io`] when
+    /// the local directory of a file:// remote cannot be created.
+    pub fn open(record: &RemoteRecord) -> Result<Remote> {
+        check_url(&record.url)?;
+        let invalid = |e: object_store::Error| Error::InvalidRemote {
+            what: "URL",
+            value: record.url.clone(),
+            reason: e.to_string(),
+        };
+        let (scheme, rest) = record.url.split_once("://").expect("checked");
+        let mut local_root = None;
+        let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
+            "s3" | "s3a" => {
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(&record.url)
+                    .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
+                for (key, value) in &record.options {
+                    builder = builder.with_config(key.parse().map_err(invalid)?, value);
+                }
+                (Arc::new(builder.build().map_err(invalid)?), path_part(rest))
+            }
+            "az" | "abfs" | "abfss" => {
+                let mut builder =
+                    object_store::azure::MicrosoftAzureBuilder::from_env().with_url(&record.url);
+                for (key, value) in &record.options {
+                    builder = builder.with_config(key.parse().map_err(invalid)?, value);
+                }
+                (Arc::new(builder.build().map_err(invalid)?), path_part(rest))
+            }
+            "gs" => {
+                let mut builder =
+                    object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(&record.url);
+                for (key, value) in &record.options {
+                    builder = builder.with_config(key.parse().map_err(invalid)?, value);
+                }
+                (Arc::new(builder.build().map_err(invalid)?), path_part(rest))
+            }
+            _ => {
+                let root = PathBuf::from(rest);
+                std::fs::create_dir_all(&root).at(&root)?;
+                let local = object_store::local::LocalFileSystem::new_with_prefix(&root)
+                    .map_err(invalid)?;
+                local_root = Some(root);
+                (Arc::new(local), String::new())
+            }
+        };
+        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+            store
+        } else {
+            Arc::new(object_store::prefix::PrefixStore::new(
+                store,
+                Path::from(prefix.as_str()),
+            ))
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .at(FsPath::new("tokio runtime"))?;
+        Ok(Remote {
+            name: record.name.clone(),
+            store,
+            local_root,
+            runtime,
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    /// The remote's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests made so far (each LIST page, GET, HEAD, PUT and multipart part counts one).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: u64) {
+        self.requests.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn fail(&self, action: impl Into<String>) -> impl FnOnce(object_store::Error) -> Error {
+        let remote = self.name.clone();
+        let action = action.into();
+        move |source| Error::Remote {
+            remote,
+            action,
+            source,
+        }
+    }
+
+    /// Lists the complete packs (those whose `.idx` exists): id and pack size in bytes.
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn list_packs(&self) -> Result<Vec<(ObjectId, u64)>> {
+        let listed: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(self.store.list(Some(&Path::from("packs"))).try_collect())
+            .map_err(self.fail("list packs/"))?;
+        self.count(1 + listed.len() as u64 / 1000);
+        let mut sizes = BTreeMap::new();
+        let mut indexed = std::collections::HashSet::new();
+        for meta in listed {
+            let Some(name) = meta.location.filename() else {
+                continue;
+            };
+            if let Some(hex) = name.strip_suffix(".pack")
+                && let Ok(id) = hex.parse::<ObjectId>()
+            {
+                sizes.insert(id, meta.size);
+            } else if let Some(hex) = name.strip_suffix(".idx")
+                && let Ok(id) = hex.parse::<ObjectId>()
+            {
+                indexed.insert(id);
+            }
+        }
+        Ok(sizes
+            .into_iter()
+            .filter(|(id, _)| indexed.contains(id))
+            .collect())
+    }
+
+    /// Downloads a whole object.
+    ///
+    /// # Errors
+    /// [`Error::Remote`] (`NotFound` when absent).
+    pub fn get(&self, key: &Path) -> Result<Bytes> {
+        self.count(1);
+        self.runtime
+            .block_on(async { self.store.get(key).await?.bytes().await })
+            .map_err(self.fail(format!("download {key}")))
+    }
+
+    /// Downloads whole objects, `jobs` requests at a time; results in the order of `keys`.
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn get_many(&self, keys: Vec<Path>, jobs: usize) -> Result<Vec<Bytes>> {
+        self.count(keys.len() as u64);
+        self.runtime.block_on(
+            futures::stream::iter(keys.into_iter().map(|key| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    let result = async { store.get(&key).await?.bytes().await }.await;
+                    result.map_err(self.fail(format!("download {key}")))
+                }
+            }))
+            .buffered(jobs.max(1))
+            .try_collect(),
+        )
+    }
+
+    /// Downloads byte ranges of packs, `jobs` requests at a time, handing each result to
+    /// `each` (on the calling thread) as it arrives. `each` returning an error stops the rest.
+    ///
+    /// # Errors
+    /// [`Error::Remote`], or the first error of `each`.
+    pub fn get_ranges(
+        &self,
+        ranges: Vec<(ObjectId, Range<u64>)>,
+        jobs: usize,
+        mut each: impl FnMut(ObjectId, Range<u64>, Bytes) -> Result<()>,
+    ) -> Result<()> {
+        self.count(ranges.len() as u64);
+        self.runtime.block_on(async {
+            let mut stream = futures::stream::iter(ranges.into_iter().map(|(pack, range)| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    let key = pack_key(&pack);
+                    let bytes = store
+                        .get_range(&key, range.clone())
+                        .await
+                        .map_err(self.fail(format!("download {key} bytes {range:?}")))?;
+                    Ok::<_, Error>((pack, range, bytes))
+                }
+            }))
+            .buffer_unordered(jobs.max(1));
+            while let Some(result) = stream.next().await {
+                let (pack, range, bytes) = result?;
+                if bytes.len() as u64 != range.end - range.start {
+                    return Err(Error::corrupt(
+                        format!("{}:{}", self.name, pack_key(&pack)),
+                        "the remote returned fewer bytes than asked",
+                    ));
+                }
+                crate::interrupt::check()?;
+                each(pack, range, bytes)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Uploads local packs (with their `.idx`), `jobs` at a time; calls `done(bytes)` after
+    /// each. A pack already on the remote is success.
+    ///
+    /// # Errors
+    /// [`Error::Remote`]; [`Error::Io`] reading a local pack.
+    pub fn put_packs(
+        &self,
+        packs: Vec<(ObjectId, PathBuf)>,
+        jobs: usize,
+        done: &(dyn Fn(u64) + Sync),
+    ) -> Result<()> {
+        self.runtime.block_on(async {
+            let mut stream =
+                futures::stream::iter(packs.into_iter().map(|(id, path)| async move {
+                    let size = self.put_pack(&id, &path).await?;
+                    crate::interrupt::check()?;
+                    Ok::<_, Error>(size)
+                }))
+                .buffer_unordered(jobs.max(1));
+            while let Some(size) = stream.next().await {
+                done(size?);
+            }
+            Ok(())
+        })
+    }
+
+    async fn put_pack(&self, id: &ObjectId, path: &FsPath) -> Result<u64> {
+        let tail = crate::pack::reader::read_tail(path)?;
+        let size = std::fs::metadata(path).at(path)?.len();
+        let key = pack_key(id);
+        if size > MULTIPART_THRESHOLD {
+            // Multipart uploads cannot be create-only; the content is addressed by its hash,
+            // so overwriting an identical copy is harmless.
+            let upload = self
+                .store
+                .put_multipart(&key)
+                .await
+                .map_err(self.fail(format!("start upload of {key}")))?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+            let mut file = std::fs::File::open(path).at(path)?;
+            let mut buffer = vec![0u8; PART_SIZE];
+            loop {
+                let n = std::io::Read::read(&mut file, &mut buffer).at(path)?;
+                if n == 0 {
+                    break;
+                }
+                writer
+                    .wait_for_capacity(4)
+                    .await
+                    .map_err(self.fail(format!("upload {key}")))?;
+                writer.write(&buffer[..n]);
+                self.count(1);
+            }
+            writer
+                .finish()
+                .await
+                .map_err(self.fail(format!("finish upload of {key}")))?;
+            self.count(2);
+        } else {
+            let bytes = std::fs::read(path).at(path)?;
+            self.put_create(&key, Bytes::from(bytes)).await?;
+        }
+        self.put_create(&index_key(id), Bytes::from(tail)).await?;
+        Ok(size)
+    }
+
+    /// A create-only put: an existing object is success (keys are content-addressed).
+    async fn put_create(&self, key: &Path, bytes: Bytes) -> Result<()> {
+        self.count(1);
+        let options = PutOptions::from(PutMode::Create);
+        match self
+            .store
+            .put_opts(key, PutPayload::from_bytes(bytes), options)
+            .await
+        {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(self.fail(format!("upload {key}"))(e)),
+        }
+    }
+
+    /// Lists every ref on the remote with its state.
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn list_refs(&self) -> Result<Vec<(RefName, RefState)>> {
+        let listed: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(self.store.list(Some(&Path::from("refs"))).try_collect())
+            .map_err(self.fail("list refs/"))?;
+        self.count(1 + listed.len() as u64 / 1000);
+        let mut refs = Vec::new();
+        for meta in listed {
+            let parts: Vec<&str> = meta.location.as_ref().split('/').collect();
+            let name = match parts.as_slice() {
+                ["refs", "heads", dataset] => RefName {
+                    dataset: dataset.to_string(),
+                    tag: None,
+                },
+                ["refs", "tags", dataset, tag] => RefName {
+                    dataset: dataset.to_string(),
+                    tag: Some(tag.to_string()),
+                },
+                _ => continue,
+            };
+            if crate::revision::check_name("dataset", &name.dataset).is_err()
+                || name
+                    .tag
+                    .as_deref()
+                    .is_some_and(|t| crate::revision::check_name("tag", t).is_err())
+            {
+                continue;
+            }
+            refs.push((name, state_of(&meta)));
+        }
+        Ok(refs)
+    }
+
+    /// Reads a ref: the version it names and its state, or `None` when absent.
+    ///
+    /// # Errors
+    /// [`Error::Remote`]; [`Error::Corrupt`] when the ref does not hold a version id.
+    pub fn get_ref(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
+        let key = name.key();
+        self.count(1);
+        let result = self.runtime.block_on(async {
+            let got = self.store.get(&key).await?;
+            let state = state_of(&got.meta);
+            Ok::<_, object_store::Error>((got.bytes().await?, state))
+        });
+        let (bytes, state) = match result {
+            Ok(found) => found,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.fail(format!("read {key}"))(e)),
+        };
+        let id = std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|text| text.trim().parse::<ObjectId>().ok())
+            .ok_or_else(|| {
+                Error::corrupt(
+                    format!("{}:{key}", self.name),
+                    "a ref must hold one version id",
+                )
+            })?;
+        Ok(Some((id, state)))
+    }
+
+    /// Asks for a ref's state (one HEAD request), `None` when absent.
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn head_ref(&self, name: &RefName) -> Result<Option<RefState>> {
+        let key = name.key();
+        self.count(1);
+        match self.runtime.block_on(self.store.head(&key)) {
+            Ok(meta) => Ok(Some(state_of(&meta))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.fail(format!("check {key}"))(e)),
+        }
+    }
+
+    /// Moves ref `name` to `id` if it is still as `expected` (`None`: it must not exist).
+    /// Returns the new state.
+    ///
+    /// # Errors
+    /// [`Error::RemoteDiverged`] when another writer changed it first; [`Error::Remote`].
+    pub fn update_ref(
+        &self,
+        name: &RefName,
+        id: &ObjectId,
+        expected: Option<&RefState>,
+    ) -> Result<RefState> {
+        let key = name.key();
+        let payload = PutPayload::from(format!("{id}\n"));
+        let lost = || Error::RemoteDiverged {
+            remote: self.name.clone(),
+            dataset: name.dataset.clone(),
+        };
+        self.count(1);
+        if let Some(root) = &self.local_root {
+            // No conditional put on a local directory: compare and rename under a lock.
+            let lock_path = root.join("refs.lock");
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .at(&lock_path)?;
+            lock.lock().at(&lock_path)?;
+            let current = self.head_ref(name)?;
+            if current.as_ref().map(|s| &s.etag) != expected.map(|s| &s.etag) {
+                return Err(lost());
+            }
+            self.runtime
+                .block_on(self.store.put(&key, payload))
+                .map_err(self.fail(format!("write {key}")))?;
+            return self.head_ref(name)?.ok_or_else(lost);
+        }
+        let mode = match expected {
+            None => PutMode::Create,
+            Some(state) => PutMode::Update(UpdateVersion {
+                e_tag: state.etag.clone(),
+                version: state.version.clone(),
+            }),
+        };
+        match self
+            .runtime
+            .block_on(self.store.put_opts(&key, payload, PutOptions::from(mode)))
+        {
+            Ok(_) => self.head_ref(name)?.ok_or_else(lost),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Err(lost()),
+            Err(e) => Err(self.fail(format!("write {key}"))(e)),
+        }
+    }
+
+    /// Overwrites ref `name` unconditionally (`push --force`).
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn force_ref(&self, name: &RefName, id: &ObjectId) -> Result<RefState> {
+        let key = name.key();
+        self.count(2);
+        self.runtime
+            .block_on(self.store.put(&key, PutPayload::from(format!("{id}\n"))))
+            .map_err(self.fail(format!("write {key}")))?;
+        self.head_ref(name)?.ok_or_else(|| Error::RemoteDiverged {
+            remote: self.name.clone(),
+            dataset: name.dataset.clone(),
+        })
+    }
+}
+
+fn state_of(meta: &object_store::ObjectMeta) -> RefState {
+    RefState {
+        etag: meta.e_tag.clone(),
+        version: meta.version.clone(),
+        last_modified: meta.last_modified.timestamp(),
+    }
+}
+
+/// The path part of `bucket/prefix/…`: `prefix/…` without surrounding slashes.
+fn path_part(rest: &str) -> String {
+    rest.split_once('/')
+        .map(|(_, path)| path.trim_matches('/').to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_options_are_checked() {
+        for good in [
+            "s3://bucket",
+            "s3://bucket/a/b",
+            "az://c/p",
+            "gs://b",
+            "file:///tmp/x",
+        ] {
+            check_url(good).unwrap();
+        }
+        for bad in [
+            "bucket",
+            "s3://",
+            "http://x/y",
+            "file://relative",
+            "ftp://h/p",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad} accepted");
+        }
+        let mut options = BTreeMap::new();
+        options.insert("aws_region".to_string(), "eu-west-1".to_string());
+        check_options(&options).unwrap();
+        options.insert("aws_secret_access_key".to_string(), "x".to_string());
+        assert!(check_options(&options).is_err());
+        assert_eq!(path_part("bucket/a/b/"), "a/b");
+        assert_eq!(path_part("bucket"), "");
+    }
+}
