@@ -242,7 +242,7 @@ impl Error {
             Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
             Error::Interrupted => ErrorKind::Interrupted,
             Error::RemoteDiverged { .. } => ErrorKind::Conflict,
-            Error::Remote { source, .. } if is_missing_bucket(source) => ErrorKind::User,
+            Error::Remote { source, .. } if remote_refusal(source).is_some() => ErrorKind::User,
             Error::Remote { source, .. } => match source {
                 object_store::Error::NotFound { .. }
                 | object_store::Error::PermissionDenied { .. }
@@ -274,22 +274,43 @@ impl Error {
     }
 }
 
-/// True when a remote request failed because the bucket (S3, GCS) or container (Azure)
-/// does not exist: object_store reports that as a generic error carrying the service's code.
-pub fn is_missing_bucket(error: &object_store::Error) -> bool {
+/// Why a remote refused a request, when the reason is the user's to fix: `"missing
+/// bucket"` (the bucket or container does not exist) or `"credentials"` (authentication or
+/// permission refused). object_store reports both as generic HTTP errors carrying the
+/// service's code, so the codes are looked for in the error's text.
+pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
+    if matches!(
+        error,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    ) {
+        return Some("credentials");
+    }
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    [
+    let has = |codes: &[&str]| codes.iter().any(|code| text.contains(code));
+    if has(&[
         "NoSuchBucket",
         "ContainerNotFound",
         "The specified bucket does not exist",
-    ]
-    .iter()
-    .any(|code| text.contains(code))
+    ]) {
+        Some("missing bucket")
+    } else if has(&[
+        "403 Forbidden",
+        "401 Unauthorized",
+        "AuthorizationFailure",
+        "AuthenticationFailed",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+    ]) {
+        Some("credentials")
+    } else {
+        None
+    }
 }
 
 fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {

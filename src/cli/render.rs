@@ -10,7 +10,9 @@ use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
 use dsv::ops::inspect::VersionInfo;
 use dsv::ops::status::StatusReport;
-use dsv::ops::sync::{CloneReport, FetchReport, PullReport, PushReport, RefCache, Transfer};
+use dsv::ops::sync::{
+    CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, Transfer,
+};
 use dsv::ops::verify::VerifyReport;
 use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
 
@@ -311,14 +313,14 @@ pub fn fetched(r: &PullReport) -> String {
 }
 
 pub fn pull(r: &PullReport) -> String {
-    let head = if r.head_moved {
-        format!("{} is now at {}", r.dataset, r.version.short())
-    } else {
-        format!(
-            "{}'s local head was kept (it is not an ancestor of {})",
+    let head = match r.head {
+        Some(HeadUpdate::Moved) => format!("{} is now at {}", r.dataset, r.version.short()),
+        Some(HeadUpdate::UpToDate) => format!("{} is already at {}", r.dataset, r.version.short()),
+        _ => format!(
+            "{}'s local head was kept: it has versions {} lacks (check out and commit to combine them)",
             r.dataset,
             r.version.short()
-        )
+        ),
     };
     format!("{}\n{head}", fetched(r))
 }

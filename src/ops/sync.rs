@@ -103,6 +103,18 @@ pub enum RefCache {
     NotARef,
 }
 
+/// What `pull` did to the local head of the dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeadUpdate {
+    /// Moved to the pulled version (there was none, or it was an ancestor).
+    Moved,
+    /// Already at the pulled version.
+    UpToDate,
+    /// Kept: the local head has versions the pulled one lacks (no merges).
+    Diverged,
+}
+
 /// The outcome of `dsv pull` (and of the fetching part of `dsv checkout REMOTE/NAME`).
 #[derive(Debug, Serialize)]
 pub struct PullReport {
@@ -114,8 +126,8 @@ pub struct PullReport {
     pub version: ObjectId,
     /// Whether the ref was checked by a HEAD and found unchanged.
     pub ref_cache: RefCache,
-    /// Whether the local head moved to `version` (a fast-forward; `pull` only).
-    pub head_moved: bool,
+    /// What happened to the local head (`pull` only; `None` for a checkout).
+    pub head: Option<HeadUpdate>,
     /// Metadata and chunks downloaded.
     pub transfer: Transfer,
 }
@@ -240,7 +252,7 @@ fn fetch_with(
                 .catalog()
                 .remote_ref(record.id, &ref_name.dataset, ref_name.tag.as_deref())?;
         match stored {
-            Some(stored) if state.etag.is_some() && stored.etag == state.etag => {
+            Some(stored) if same_etag(stored.etag.as_deref(), state.etag.as_deref()) => {
                 refs.push(stored);
             }
             _ => {
@@ -288,6 +300,15 @@ fn fetch_with(
         new_packs,
         transfer,
     })
+}
+
+/// True when both ETags are known and equal. Backends differ in quoting them (a listing may
+/// give `abc` where a HEAD gives `"abc"`), so the quotes are ignored.
+fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.trim_matches('"') == b.trim_matches('"'),
+        _ => false,
+    }
 }
 
 fn remote_ref(name: &RefName, version: ObjectId, state: &RefState) -> RemoteRef {
@@ -661,8 +682,7 @@ pub fn prepare_remote_revision(
             let now = remote.head_ref(name)?;
             let current = match (&stored, &now) {
                 (Some(stored), Some(now)) => {
-                    stored.etag.is_some()
-                        && stored.etag == now.etag
+                    same_etag(stored.etag.as_deref(), now.etag.as_deref())
                         && stored.last_modified == now.last_modified
                         && store.catalog().version(&stored.version)?.is_some()
                 }
@@ -702,7 +722,7 @@ pub fn prepare_remote_revision(
         dataset: revision.dataset.clone(),
         version,
         ref_cache,
-        head_moved: false,
+        head: None,
         transfer,
     })
 }
@@ -724,9 +744,11 @@ pub fn pull(
     let record = store.catalog().remote(&target.remote)?;
     let _lock = store.lock()?;
     let head = store.catalog().head_or_none(&report.dataset)?;
-    let forward = match head {
-        None => true,
-        Some(head) => head != report.version && is_ancestor(store, &head, &report.version)?,
+    let update = match head {
+        None => HeadUpdate::Moved,
+        Some(head) if head == report.version => HeadUpdate::UpToDate,
+        Some(head) if is_ancestor(store, &head, &report.version)? => HeadUpdate::Moved,
+        Some(_) => HeadUpdate::Diverged,
     };
     let tags: Vec<RemoteRef> = store
         .catalog()
@@ -749,14 +771,14 @@ pub fn pull(
         }
     }
     let writer = store.catalog_mut().writer()?;
-    if forward {
+    if update == HeadUpdate::Moved {
         writer.set_head(&report.dataset, &report.version)?;
     }
     for (name, version) in &copy_tags {
         writer.set_tag(&report.dataset, name, version, false)?;
     }
     writer.commit()?;
-    report.head_moved = forward;
+    report.head = Some(update);
     Ok(report)
 }
 

@@ -4,8 +4,9 @@
 
 use std::collections::HashSet;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::object::ObjectKind;
 use crate::progress::{Progress, Unit};
 use crate::store::Store;
 use crate::tree::{self, FlatKind};
@@ -29,6 +30,9 @@ pub struct VerifyReport {
     pub temporary_files: Vec<String>,
     /// Everything wrong, one line each. Empty means the store is consistent.
     pub problems: Vec<String>,
+    /// Files whose data is not here but on a remote this store knows (a clone's data not
+    /// yet needed, or a pull limited by `--include`): not a problem.
+    pub files_on_remotes: u64,
 }
 
 /// Verifies the whole store.
@@ -84,7 +88,9 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
         report.temporary_files.sort();
     }
 
-    // Every version's trees and files must be locatable, in packs that hold them.
+    // Every version's trees and files must be locatable, in packs that hold them (or, for
+    // the data of a clone not yet needed here, on a remote that holds it).
+    let remotes: Vec<i64> = store.catalog().remotes()?.iter().map(|r| r.id).collect();
     let mut seen_files = HashSet::new();
     let reader = &mut store.reader();
     for dataset in store.catalog().datasets()? {
@@ -130,6 +136,11 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
                             ));
                         }
                     }
+                    Err(Error::MissingObject { .. })
+                        if on_remotes(store, reader, &remotes, &entry.id, entry.size)? =>
+                    {
+                        report.files_on_remotes += 1;
+                    }
                     Err(e) => report.problems.push(format!(
                         "{} in version {}: {e}",
                         entry.path,
@@ -140,4 +151,37 @@ pub fn verify(store: &Store, progress: &dyn Progress) -> Result<VerifyReport> {
         }
     }
     Ok(report)
+}
+
+/// True when every chunk of file `id` is here or on one of `remotes` (by their indexes).
+fn on_remotes(
+    store: &Store,
+    reader: &mut crate::store::ObjectReader<'_>,
+    remotes: &[i64],
+    id: &ObjectId,
+    size: u64,
+) -> Result<bool> {
+    if remotes.is_empty() {
+        return Ok(false);
+    }
+    for chunk in reader.chunk_ids(id, size)? {
+        if store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
+            continue;
+        }
+        let mut found = false;
+        for remote in remotes {
+            if store
+                .catalog()
+                .remote_locate(*remote, &chunk, ObjectKind::Chunk)?
+                .is_some()
+            {
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

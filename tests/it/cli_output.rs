@@ -211,6 +211,14 @@ fn help_lists_every_command() {
       tag       Give a version a name
       cat       Write one file of a version to stdout
       verify    Check every pack, object, tree and version of the store; report, never fix
+      remote    Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs
+      push      Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
+                remote's heads (fast-forward only) and create its tags
+      pull      Download a dataset's version (default: the remote's head) and what it needs; move the
+                local head to it when that is a fast-forward
+      fetch     Refresh a remote's refs and metadata (versions, trees; no file data)
+      clone     Create a store from a remote: its datasets, heads and tags; data is fetched when first
+                needed (by checkout or pull)
       help      Print this message or the help of the given subcommand(s)
 
     Options:
@@ -238,7 +246,8 @@ fn help_lists_every_command() {
           --force         Overwrite or delete changes that were never committed
           --store <PATH>  The store to use (a `.dsv` directory or the directory holding one); default:
                           the nearest `.dsv` in the current directory or its parents [env: DSV_STORE=]
-      -j, --jobs <N>      Parallel workers (default: a sensible number for this machine)
+      -j, --jobs <N>      Parallel workers or requests in flight (default: a sensible number for this
+                          machine)
           --json          Print machine-readable JSON on stdout instead of text
       -q, --quiet         Print nothing but errors
           --no-progress   Never draw progress bars (they are only drawn on a terminal anyway)
@@ -246,4 +255,85 @@ fn help_lists_every_command() {
       -V, --version       Print version
     --- stderr
     ");
+}
+
+#[test]
+fn a_remote_session_in_text() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "alpha\n");
+    env.ok(&["commit", "data", "-d", "demo", "-t", "v1"]);
+    let url = format!(
+        "file://{}/remote",
+        std::fs::canonicalize(env.root()).unwrap().display()
+    );
+    env.ok(&["remote", "add", "origin", &url]);
+    insta::with_settings!({ filters => vec![(r"\d+(\.\d+)? (B|KiB|MiB)", "[SIZE]"), (r"\d+ requests", "[N] requests")] }, {
+        assert_snapshot!(human(&env, &["push"]), @"
+        exit: 0
+        --- stdout
+        origin/demo	[SHORT]	created
+        origin/demo@v1	[SHORT]	created
+        uploaded [SIZE] in 1 packs, [N] requests
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["push"]), @"
+        exit: 0
+        --- stdout
+        origin/demo	[SHORT]..[SHORT]	up-to-date
+        origin/demo@v1	[SHORT]	up-to-date
+        uploaded [SIZE] in 0 packs, [N] requests
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["remote", "ls"]), @"
+        exit: 0
+        --- stdout
+        origin	file://[ROOT]/remote
+          origin/demo	[SHORT]
+          origin/demo@v1	[SHORT]
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["clone", &url, "copy"]), @"
+        exit: 0
+        --- stdout
+        Cloned file://[ROOT]/remote into [ROOT]/copy
+          demo	[SHORT]
+        downloaded metadata: [SIZE] in 1 packs, [N] requests
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["--store", "copy", "checkout", "origin/demo", "out"]), @"
+        exit: 0
+        --- stdout
+        origin/demo@[SHORT]: ref unchanged on the remote (cache hit); downloaded [SIZE] in 1 packs, [N] requests
+        Checked out demo@[SHORT] into [ROOT]/out: 1 files, [SIZE]
+          wrote 1 ([SIZE]), deleted 0, 0 already up to date
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["--store", "copy", "pull", "demo"]), @"
+        exit: 0
+        --- stdout
+        origin/demo@[SHORT]: ref unchanged on the remote (cache hit); downloaded [SIZE] in 0 packs, [N] requests
+        demo is already at [SHORT]
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["--store", "copy", "fetch"]), @"
+        exit: 0
+        --- stdout
+        origin/demo	[SHORT]
+        origin/demo@v1	[SHORT]
+        2 refs (0 changed), 0 new packs; downloaded [SIZE] in 0 packs, [N] requests
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["remote", "add", "origin", &url]), @r#"
+        exit: 3
+        --- stdout
+        --- stderr
+        error: a remote named "origin" already exists
+        "#);
+        assert_snapshot!(human(&env, &["remote", "add", "x", "s3://b/p", "--option", "aws_secret_access_key=k"]), @r#"
+        exit: 3
+        --- stdout
+        --- stderr
+        error: invalid remote option "aws_secret_access_key": credentials are never stored in the store; set them in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile
+        "#);
+    });
 }

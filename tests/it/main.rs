@@ -11,3 +11,4 @@ mod crash;
 mod local_store;
 mod properties;
 mod real_data;
+mod remote;

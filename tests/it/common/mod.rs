@@ -15,6 +15,8 @@ use serde_json::Value;
 /// A temp dir with a store in `root/.dsv`; commands run with `root` as current directory.
 pub struct TestEnv {
     pub temp: tempfile::TempDir,
+    /// Extra environment variables for every `dsv` run (remote endpoints, credentials).
+    pub vars: std::cell::RefCell<Vec<(String, String)>>,
 }
 
 impl TestEnv {
@@ -32,6 +34,7 @@ impl TestEnv {
                 .prefix("dsv-test-")
                 .tempdir()
                 .expect("temp dir"),
+            vars: Default::default(),
         }
     }
 
@@ -52,7 +55,17 @@ impl TestEnv {
             .env("DSV_AUTHOR", "tester")
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .current_dir(self.root());
+        for (key, value) in self.vars.borrow().iter() {
+            cmd.env(key, value);
+        }
         cmd
+    }
+
+    /// Sets an environment variable for every later `dsv` run.
+    pub fn set_var(&self, key: &str, value: &str) {
+        self.vars
+            .borrow_mut()
+            .push((key.to_string(), value.to_string()));
     }
 
     /// Starts `dsv ARGS` in the background (stdout and stderr piped).
@@ -61,6 +74,12 @@ impl TestEnv {
             .args(args)
             .current_dir(self.root())
             .env("DSV_AUTHOR", "tester")
+            .envs(
+                self.vars
+                    .borrow()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            )
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -1,0 +1,541 @@
+//! Remotes against real storage: a local directory (file://), moto's S3 server and azurite's
+//! blob service on loopback, both started by `scripts/test-servers` (`scripts/test` runs it
+//! and exports their endpoints). One conformance scenario runs on every backend; the fault
+//! tests use the backend where the fault can be made real.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{TestEnv, assert_same_tree, pseudo_random, settle};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    File,
+    S3,
+    Azure,
+}
+
+fn endpoint(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: start the test servers with `eval \"$(scripts/test-servers start)\"` (scripts/test does)")
+    })
+}
+
+/// A prefix no other test (or earlier run against the same server) uses.
+fn unique_prefix() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "t{}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        nanos % 1_000_000_000
+    )
+}
+
+/// Points `env`'s dsv runs at `backend` (endpoint and credentials in the environment, as a
+/// user would) and returns a fresh remote URL there.
+fn configure(env: &TestEnv, backend: Backend, remote_dir: &TestEnv) -> String {
+    match backend {
+        Backend::File => format!("file://{}/remote", remote_dir.root().display()),
+        Backend::S3 => {
+            env.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
+            env.set_var("AWS_ALLOW_HTTP", "true");
+            env.set_var("AWS_ACCESS_KEY_ID", "test-key-id");
+            env.set_var("AWS_SECRET_ACCESS_KEY", "test-secret-never-stored");
+            env.set_var("AWS_REGION", "us-east-1");
+            format!("s3://dsv-test/{}", unique_prefix())
+        }
+        Backend::Azure => {
+            env.set_var("AZURE_STORAGE_USE_EMULATOR", "true");
+            env.set_var("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1");
+            env.set_var(
+                "AZURITE_BLOB_STORAGE_URL",
+                &endpoint("DSV_TEST_AZURE_ENDPOINT"),
+            );
+            format!("az://dsv-test/{}", unique_prefix())
+        }
+    }
+}
+
+/// About 3 MB: 60 small files, 4 of 300 KB, one of 1.5 MB, in nested directories.
+fn dataset(env: &TestEnv, dir: &str) {
+    for i in 0..60u64 {
+        env.write(
+            &format!("{dir}/small/{}/f{i}.txt", i % 5),
+            format!("row {i}\n").repeat(20 + i as usize),
+        );
+    }
+    for i in 0..4u64 {
+        env.write(
+            &format!("{dir}/medium/m{i}.bin"),
+            pseudo_random(300_000, 100 + i),
+        );
+    }
+    env.write(&format!("{dir}/large.bin"), pseudo_random(1_500_000, 7));
+}
+
+fn transfer(report: &Value) -> (u64, u64, u64) {
+    let t = &report["transfer"];
+    (
+        t["bytes"].as_u64().unwrap(),
+        t["packs"].as_u64().unwrap(),
+        t["requests"].as_u64().unwrap(),
+    )
+}
+
+/// The scenario every backend must pass: push, clone, lazy checkout, incremental push,
+/// cache hit and refresh, fetch, pull, no-op push.
+fn conformance(backend: Backend) {
+    let remote_home = TestEnv::bare();
+    let a = TestEnv::new();
+    let url = configure(&a, backend, &remote_home);
+    dataset(&a, "data");
+    a.ok(&["commit", "data", "-d", "ds", "-t", "v1"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    let pushed = a.json(&["push"]);
+    let statuses: Vec<&str> = pushed["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["created", "created"], "{pushed}");
+    let (bytes, packs, _) = transfer(&pushed);
+    assert!(packs >= 1 && bytes > 1_000_000, "{pushed}");
+
+    // A clone gets datasets, heads and tags, but no file data until a checkout needs it.
+    let b = TestEnv::bare();
+    configure(&b, backend, &remote_home);
+    let cloned = b.json(&["clone", &url, "store"]);
+    assert_eq!(
+        cloned["datasets"]["ds"], pushed["refs"][0]["version"],
+        "{cloned}"
+    );
+    let (metadata_bytes, _, _) = transfer(&cloned);
+    assert!(
+        metadata_bytes < 100_000,
+        "a clone downloads metadata only: {cloned}"
+    );
+    let store = b.path("store");
+    let in_store = |args: &[&str]| -> Value {
+        let mut full = vec!["--store", store.to_str().unwrap()];
+        full.extend_from_slice(args);
+        b.json(&full)
+    };
+    let log = in_store(&["log", "ds"]);
+    assert_eq!(log[0]["tags"][0], "v1", "{log}");
+    in_store(&["checkout", "ds", "out"]);
+    assert_same_tree(&a.path("data"), &b.path("out"));
+    let verified = in_store(&["verify"]);
+    assert_eq!(verified["problems"].as_array().unwrap().len(), 0);
+
+    // An incremental push sends only the new data.
+    a.write("data/small/0/f0.txt", "changed\n");
+    a.write("data/new.bin", pseudo_random(200_000, 99));
+    a.ok(&["commit", "data", "-d", "ds", "-t", "v2"]);
+    let second = a.json(&["push", "ds"]);
+    let (bytes, _, _) = transfer(&second);
+    assert!(bytes < 600_000, "only the changed files travel: {second}");
+    assert_eq!(second["refs"][0]["status"], "updated", "{second}");
+
+    // The clone's copy of origin/ds is stale: checkout refreshes it, then a second checkout
+    // is a cache hit (one HEAD request, nothing downloaded).
+    let refreshed = in_store(&["checkout", "origin/ds", "out"]);
+    assert_eq!(refreshed["remote"]["ref_cache"], "refresh", "{refreshed}");
+    assert_same_tree(&a.path("data"), &b.path("out"));
+    let hit = in_store(&["checkout", "origin/ds@latest", "out"]);
+    assert_eq!(hit["remote"]["ref_cache"], "hit", "{hit}");
+    assert_eq!(transfer(&hit["remote"]), (0, 0, 1), "{hit}");
+    let tagged = in_store(&["checkout", "origin/ds@v1", "old"]);
+    assert_eq!(tagged["remote"]["ref_cache"], "hit", "{tagged}");
+    assert_eq!(tagged["version"], pushed["refs"][0]["version"], "{tagged}");
+
+    // Pull moves the clone's head forward; fetch sees nothing new; a no-op push sends nothing.
+    let pulled = in_store(&["pull", "ds"]);
+    assert_eq!(pulled["head"], "moved", "{pulled}");
+    let log = in_store(&["log", "ds"]);
+    assert_eq!(log[0]["id"], second["refs"][0]["version"], "{log}");
+    let fetched = in_store(&["fetch"]);
+    assert_eq!(fetched["changed_refs"], 0, "{fetched}");
+    assert_eq!(fetched["new_packs"], 0, "{fetched}");
+    let noop = a.json(&["push"]);
+    assert_eq!(transfer(&noop).0, 0, "{noop}");
+    assert!(
+        noop["refs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == "up-to-date"),
+        "{noop}"
+    );
+}
+
+#[test]
+fn conformance_file() {
+    conformance(Backend::File);
+}
+
+#[test]
+fn conformance_s3() {
+    conformance(Backend::S3);
+}
+
+#[test]
+fn conformance_azure() {
+    conformance(Backend::Azure);
+}
+
+#[test]
+fn many_small_files_travel_in_a_few_requests() {
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    let url = configure(&env, Backend::S3, &remote_home);
+    for i in 0..3000 {
+        env.write(&format!("data/{}/{i}.txt", i % 30), format!("sample {i}\n"));
+    }
+    env.ok(&["commit", "data", "-d", "small"]);
+    env.ok(&["remote", "add", "origin", &url]);
+    let pushed = env.json(&["push"]);
+    let (_, _, requests) = transfer(&pushed);
+    assert!(
+        requests <= 20,
+        "3000 files took {requests} requests: {pushed}"
+    );
+
+    let clone = TestEnv::bare();
+    configure(&clone, Backend::S3, &remote_home);
+    clone.ok(&["clone", &url, "store"]);
+    let checked = clone.json(&["--store", "store", "checkout", "small", "out"]);
+    assert_eq!(checked["files"], 3000);
+    assert_same_tree(&env.path("data"), &clone.path("out"));
+}
+
+#[test]
+fn pull_with_include_fetches_only_the_matching_files() {
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    let url = configure(&env, Backend::S3, &remote_home);
+    // Distinct contents (odd seeds: the generator ignores the lowest bit), read in path
+    // order by one job, so test/ and train/ files share at most one frame.
+    for i in 0..8u64 {
+        env.write(
+            &format!("data/train/{i}.bin"),
+            pseudo_random(400_000, 2 * i + 1),
+        );
+        env.write(
+            &format!("data/test/{i}.bin"),
+            pseudo_random(400_000, 2 * (50 + i) + 1),
+        );
+    }
+    env.ok(&["commit", "data", "-d", "ds", "--jobs", "1"]);
+    env.ok(&["remote", "add", "origin", &url]);
+    env.ok(&["push"]);
+
+    let other = TestEnv::new();
+    configure(&other, Backend::S3, &remote_home);
+    other.ok(&["remote", "add", "origin", &url]);
+    let pushed_bytes = env.json(&["verify"])["pack_bytes"].as_u64().unwrap();
+    let pulled = other.json(&["pull", "ds", "--include", "test/**"]);
+    let (bytes, _, _) = transfer(&pulled);
+    assert!(
+        bytes > pushed_bytes * 2 / 5 && bytes < pushed_bytes * 3 / 5,
+        "only the test/ files' chunks ({pushed_bytes} bytes pushed): {pulled}"
+    );
+    // The test files are here now (cat reads only local data).
+    let cat = other.run(&["cat", "ds:test/3.bin"]);
+    assert!(cat.status.success());
+    assert_eq!(cat.stdout, pseudo_random(400_000, 107));
+    // One train/ file may share a frame with a test/ file; the others stay on the remote.
+    let verified = other.json(&["verify"]);
+    let remote_only = verified["files_on_remotes"].as_u64().unwrap();
+    assert!((7..=8).contains(&remote_only), "{verified}");
+    // A full checkout fetches the rest.
+    let checked = other.json(&["checkout", "ds", "out"]);
+    assert_eq!(checked["files"], 16);
+    assert_same_tree(&env.path("data"), &other.path("out"));
+}
+
+#[test]
+fn push_only_fast_forwards_and_a_racing_writer_loses_cleanly() {
+    let remote_home = TestEnv::bare();
+    let a = TestEnv::new();
+    let url = configure(&a, Backend::S3, &remote_home);
+    a.write("data/x.txt", "one\n");
+    a.ok(&["commit", "data", "-d", "ds"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    a.ok(&["push"]);
+
+    let b = TestEnv::bare();
+    configure(&b, Backend::S3, &remote_home);
+    b.ok(&["clone", &url, "."]);
+    b.ok(&["checkout", "ds", "work"]);
+    b.write("work/y.txt", "from b\n");
+    b.ok(&["commit", "work", "-d", "ds"]);
+    b.ok(&["push"]);
+
+    a.write("data/z.txt", "from a\n");
+    a.ok(&["commit", "data", "-d", "ds"]);
+    let error = a.json_error(&["push"], 4);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("has versions of \"ds\" you do not have: pull first"),
+        "{error}"
+    );
+    // Nothing was lost locally, and the remote still has b's version.
+    let log = a.json(&["log", "ds"]);
+    assert_eq!(log.as_array().unwrap().len(), 2);
+    let forced = a.json(&["push", "--force"]);
+    assert_eq!(forced["refs"][0]["status"], "forced", "{forced}");
+
+    // Two stores create the same new dataset at the same instant: one wins, the other is
+    // refused and told to pull.
+    let c = TestEnv::new();
+    configure(&c, Backend::S3, &remote_home);
+    c.write("d/c.txt", "c\n");
+    c.ok(&["commit", "d", "-d", "race"]);
+    c.ok(&["remote", "add", "origin", &url]);
+    a.write("d/a.txt", "a\n");
+    a.ok(&["commit", "d", "-d", "race"]);
+    let racers = [
+        a.spawn(&["--json", "push", "race"]),
+        c.spawn(&["--json", "push", "race"]),
+    ];
+    let codes: Vec<i32> = racers
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap().status.code().unwrap())
+        .collect();
+    let mut sorted = codes.clone();
+    sorted.sort();
+    assert_eq!(sorted, [0, 4], "exactly one push wins: {codes:?}");
+    let winner = if codes[0] == 0 { &a } else { &c };
+    let fetched = c.json(&["fetch"]);
+    let head = fetched["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["dataset"] == "race" && r["tag"].is_null())
+        .unwrap()["version"]
+        .clone();
+    assert_eq!(head, winner.json(&["log", "race"])[0]["id"]);
+}
+
+#[test]
+fn a_pack_corrupted_on_the_remote_is_refused_and_nothing_is_kept() {
+    let remote_home = TestEnv::bare();
+    let a = TestEnv::new();
+    let url = configure(&a, Backend::File, &remote_home);
+    a.write("data/big.bin", pseudo_random(2_000_000, 3));
+    a.ok(&["commit", "data", "-d", "ds"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    a.ok(&["push"]);
+    let b = TestEnv::bare();
+    b.ok(&["clone", &url, "."]);
+    let packs_before = std::fs::read_dir(b.path(".dsv/packs")).unwrap().count();
+
+    // Flip one byte in the middle of the remote's pack (inside a chunk frame).
+    let packs = remote_home.path("remote/packs");
+    let pack = std::fs::read_dir(&packs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::set_permissions(&pack, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::write(&pack, &bytes).unwrap();
+
+    let error = b.json_error(&["checkout", "ds", "out"], 5);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("origin:packs/") && message.contains(".pack"),
+        "the error names the remote object: {error}"
+    );
+    assert_eq!(
+        std::fs::read_dir(b.path(".dsv/packs")).unwrap().count(),
+        packs_before,
+        "nothing of the corrupt download is kept"
+    );
+    assert!(!b.path("out/big.bin").exists());
+    let verified = b.json(&["verify"]);
+    assert_eq!(verified["problems"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn an_interrupted_push_resumes_sending_only_what_is_missing() {
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    let url = configure(&env, Backend::File, &remote_home);
+    // Five versions, one pack each.
+    for round in 0..5u64 {
+        env.write(
+            &format!("data/part{round}.bin"),
+            pseudo_random(1_000_000, round),
+        );
+        env.ok(&["commit", "data", "-d", "ds"]);
+    }
+    env.ok(&["remote", "add", "origin", &url]);
+    let packs: Vec<String> = std::fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(packs.len(), 5);
+    // One local pack cannot be read (truncated; a copy is kept): the push stops part-way,
+    // after uploading some packs and before moving any ref.
+    let damaged = env.path(".dsv/packs").join(&packs[2]);
+    let intact = std::fs::read(&damaged).unwrap();
+    std::fs::set_permissions(
+        &damaged,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    std::fs::write(&damaged, &intact[..intact.len() / 2]).unwrap();
+    let failed = env.json_error(&["push", "--jobs", "1"], 5);
+    assert!(
+        failed["message"].as_str().unwrap().contains(&packs[2]),
+        "{failed}"
+    );
+    // (No packs directory at all when the damaged pack came first.)
+    let present = std::fs::read_dir(remote_home.path("remote/packs"))
+        .map(|dir| {
+            dir.filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".idx")
+            })
+            .count() as u64
+        })
+        .unwrap_or(0);
+    assert!(present < 5);
+    let other = TestEnv::new();
+    other.ok(&["remote", "add", "origin", &url]);
+    let fetched = other.json(&["fetch"]);
+    assert_eq!(
+        fetched["refs"],
+        serde_json::json!([]),
+        "no ref moved: {fetched}"
+    );
+
+    std::fs::write(&damaged, &intact).unwrap();
+    let resumed = env.json(&["push"]);
+    assert_eq!(
+        transfer(&resumed).1,
+        5 - present,
+        "only the packs still missing are sent: {resumed}"
+    );
+    assert_eq!(resumed["refs"][0]["status"], "created", "{resumed}");
+    other.ok(&["pull", "ds"]);
+    other.ok(&["checkout", "ds", "out"]);
+    assert_same_tree(&env.path("data"), &other.path("out"));
+}
+
+#[test]
+fn unreachable_missing_and_refused_remotes_fail_clearly_and_change_nothing() {
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    configure(&env, Backend::S3, &remote_home);
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let head = env.json(&["log", "ds"])[0]["id"].clone();
+
+    // Nothing listens on this port.
+    env.ok(&["remote", "add", "down", "s3://dsv-test/x"]);
+    let down = env
+        .dsv()
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AWS_MAX_RETRIES", "1")
+        .args(["--json", "push", "--remote", "down"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(down.status.code(), Some(6), "{down:?}");
+
+    env.ok(&["remote", "add", "nobucket", "s3://no-such-bucket/x"]);
+    let missing = env.json_error(&["push", "--remote", "nobucket"], 3);
+    assert!(
+        missing["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{missing}"
+    );
+
+    // Azurite checks signatures: a wrong account key is refused.
+    let azure = TestEnv::new();
+    let url = configure(&azure, Backend::Azure, &remote_home);
+    azure.set_var("AZURE_STORAGE_ACCOUNT_KEY", "d3Jvbmcta2V5LXdyb25nLWtleQ==");
+    azure.set_var("AZURE_STORAGE_USE_EMULATOR", "false");
+    azure.set_var(
+        "AZURE_STORAGE_ENDPOINT",
+        &format!("{}/devstoreaccount1", endpoint("DSV_TEST_AZURE_ENDPOINT")),
+    );
+    azure.set_var("AZURE_ALLOW_HTTP", "true");
+    azure.write("data/a.txt", "a\n");
+    azure.ok(&["commit", "data", "-d", "ds"]);
+    azure.ok(&["remote", "add", "origin", &url]);
+    let refused = azure.run(&["push"]);
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+
+    // Credentials are refused as options and never written to the store.
+    let error = env.json_error(
+        &[
+            "remote",
+            "add",
+            "leaky",
+            "s3://dsv-test/y",
+            "--option",
+            "aws_secret_access_key=abc",
+        ],
+        3,
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("credentials are never stored"),
+        "{error}"
+    );
+    let listed = env.ok(&["remote", "ls"]);
+    assert!(!listed.contains("test-secret"), "{listed}");
+    settle();
+    for entry in std::fs::read_dir(env.path(".dsv")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes
+                    .windows(b"test-secret-never-stored".len())
+                    .any(|w| w == b"test-secret-never-stored"),
+                "{} holds the secret",
+                path.display()
+            );
+        }
+    }
+    assert_eq!(env.json(&["log", "ds"])[0]["id"], head);
+}
+
+#[test]
+fn remote_names_urls_and_revisions_are_checked() {
+    let env = TestEnv::new();
+    env.fails(&["remote", "add", "bad name", "s3://b/p"], 3);
+    env.fails(&["remote", "add", "x", "ftp://host/p"], 3);
+    env.fails(&["remote", "add", "x", "file://relative"], 3);
+    // GCS is covered by configuration only (no emulator here): the URL is accepted.
+    env.ok(&["remote", "add", "gcs", "gs://bucket/prefix"]);
+    env.fails(&["remote", "add", "gcs", "gs://bucket/other"], 3);
+    env.fails(&["checkout", "nosuch/ds", "out"], 3);
+    env.ok(&["remote", "rm", "gcs"]);
+    env.fails(&["remote", "rm", "gcs"], 3);
+    let listed = env.json(&["remote", "ls"]);
+    assert_eq!(listed, serde_json::json!([]));
+}
