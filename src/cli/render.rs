@@ -223,6 +223,13 @@ pub fn verify(r: &VerifyReport) -> String {
             r.unreferenced_packs.len()
         );
     }
+    if r.files_on_remotes > 0 {
+        let _ = write!(
+            out,
+            "\n{} files have their data on a remote only (fetched when a checkout needs them)",
+            r.files_on_remotes
+        );
+    }
     if r.problems.is_empty() {
         out.push_str("\nThe store is consistent.");
     } else {

@@ -782,6 +782,55 @@ pub fn pull(
     Ok(report)
 }
 
+/// Records one remote ref as now known.
+fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<()> {
+    let writer = store.catalog_mut().writer()?;
+    writer.set_remote_ref(remote, reference)?;
+    writer.commit()
+}
+
+/// A remote's refs as listed by one LIST request, read lazily: a ref whose ETag matches the
+/// one recorded at the last fetch or push is not downloaded again.
+struct RemoteRefs<'a> {
+    remote: &'a Remote,
+    listed: Vec<(RefName, RefState)>,
+    recorded: Vec<RemoteRef>,
+}
+
+impl<'a> RemoteRefs<'a> {
+    fn list(store: &Store, record: &RemoteRecord, remote: &'a Remote) -> Result<Self> {
+        Ok(RemoteRefs {
+            remote,
+            listed: remote.list_refs()?,
+            recorded: store.catalog().remote_refs(record.id)?,
+        })
+    }
+
+    /// The version `name` names on the remote and its state, `None` when absent.
+    fn current(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
+        let Some((_, state)) = self.listed.iter().find(|(n, _)| n == name) else {
+            return Ok(None);
+        };
+        let recorded = self
+            .recorded
+            .iter()
+            .find(|r| r.dataset == name.dataset && r.tag == name.tag);
+        match recorded {
+            Some(r) if same_etag(r.etag.as_deref(), state.etag.as_deref()) => {
+                // The recorded state came from a HEAD or GET: its ETag is spelled as the
+                // backend expects it back in If-Match (a listing may spell it otherwise).
+                let recorded_state = RefState {
+                    etag: r.etag.clone(),
+                    version: r.object_version.clone(),
+                    last_modified: r.last_modified,
+                };
+                Ok(Some((r.version, recorded_state)))
+            }
+            _ => self.remote.get_ref(name),
+        }
+    }
+}
+
 /// Every object reachable from `version` that `record`'s remote lacks, with the local pack
 /// holding each: the version, its trees, file maps and chunks, and the same for each parent
 /// until one the remote holds.
@@ -875,6 +924,7 @@ pub fn push(
             .collect(),
     };
     refresh_indexes(store, &record, &remote, jobs)?;
+    let remote_refs = RemoteRefs::list(store, &record, &remote)?;
     // Check every head first: refuse before uploading anything.
     let mut plans = Vec::new();
     for (dataset, version) in &targets {
@@ -882,7 +932,7 @@ pub fn push(
             dataset: dataset.clone(),
             tag: None,
         };
-        let current = remote.get_ref(&ref_name)?;
+        let current = remote_refs.current(&ref_name)?;
         if let Some((remote_head, _)) = &current
             && remote_head != version
             && !is_ancestor(store, remote_head, version)?
@@ -934,7 +984,6 @@ pub fn push(
         writer.commit()?;
     }
     let mut refs = Vec::new();
-    let mut recorded = Vec::new();
     for (ref_name, version, current) in plans {
         let previous = current.as_ref().map(|(id, _)| *id);
         let (status, state) = match &current {
@@ -951,7 +1000,8 @@ pub fn push(
             }
             None => ("created", remote.update_ref(&ref_name, &version, None)?),
         };
-        recorded.push(remote_ref(&ref_name, version, &state));
+        // Recorded at once: a failure on a later ref leaves this store knowing what moved.
+        record_ref(store, record.id, &remote_ref(&ref_name, version, &state))?;
         refs.push(PushedRef {
             dataset: ref_name.dataset.clone(),
             tag: None,
@@ -967,14 +1017,14 @@ pub fn push(
                     dataset: ref_name.dataset.clone(),
                     tag: Some(tag.clone()),
                 };
-                let existing = remote.get_ref(&tag_name)?;
+                let existing = remote_refs.current(&tag_name)?;
                 let (status, state, named) = match existing {
                     Some((named, state)) if named == id => ("up-to-date", state, id),
                     Some((_, _)) if force => ("forced", remote.force_ref(&tag_name, &id)?, id),
                     Some((named, state)) => ("rejected", state, named),
                     None => ("created", remote.update_ref(&tag_name, &id, None)?, id),
                 };
-                recorded.push(remote_ref(&tag_name, named, &state));
+                record_ref(store, record.id, &remote_ref(&tag_name, named, &state))?;
                 refs.push(PushedRef {
                     dataset: ref_name.dataset.clone(),
                     tag: Some(tag),
@@ -986,11 +1036,6 @@ pub fn push(
             next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
         }
     }
-    let writer = store.catalog_mut().writer()?;
-    for reference in &recorded {
-        writer.set_remote_ref(record.id, reference)?;
-    }
-    writer.commit()?;
     transfer.requests = remote.requests();
     Ok(PushReport {
         remote: record.name.clone(),

@@ -15,7 +15,8 @@
 //! is success). Refs move by compare-and-swap: a conditional put (`If-Match` on the ETag the
 //! writer read, or `If-None-Match: *` for a new ref), so of two writers racing, one loses and
 //! is told so. A local directory has no conditional put in `object_store`; there dsv holds an
-//! exclusive lock on `refs/.lock` around a check of the ETag and an atomic rename.
+//! exclusive lock on `refs.lock` (in the remote's directory) around a check of the ETag and
+//! an atomic rename.
 //!
 //! Credentials come from the environment as `object_store` reads it (`AWS_*`, `AZURE_*`,
 //! `GOOGLE_*`), never from the catalog. Transient failures are retried by `object_store`'s
@@ -39,10 +40,13 @@ use crate::catalog::RemoteRecord;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 
-/// Packs larger than this are uploaded in parts (multipart upload), in bytes.
-pub const MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
-/// Size of one part of a multipart upload, in bytes.
-pub const PART_SIZE: usize = 16 * 1024 * 1024;
+/// Packs of this size or more are uploaded in parts (multipart upload), several parts in
+/// flight at once, in bytes. A full pack (the ingest target is 32 MiB) goes in parts.
+pub const MULTIPART_THRESHOLD: u64 = 32 * 1024 * 1024;
+/// Size of one part of a multipart upload, in bytes (S3's minimum is 5 MiB).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// Parts of one multipart upload in flight at once.
+pub const PARTS_IN_FLIGHT: usize = 4;
 /// Default number of requests in flight.
 pub const DEFAULT_JOBS: usize = 8;
 
@@ -390,7 +394,7 @@ impl Remote {
         let tail = crate::pack::reader::read_tail(path)?;
         let size = std::fs::metadata(path).at(path)?.len();
         let key = pack_key(id);
-        if size > MULTIPART_THRESHOLD {
+        if size >= MULTIPART_THRESHOLD {
             // Multipart uploads cannot be create-only; the content is addressed by its hash,
             // so overwriting an identical copy is harmless.
             let upload = self
@@ -407,7 +411,7 @@ impl Remote {
                     break;
                 }
                 writer
-                    .wait_for_capacity(4)
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
                     .await
                     .map_err(self.fail(format!("upload {key}")))?;
                 writer.write(&buffer[..n]);

@@ -453,7 +453,6 @@ fn unreachable_missing_and_refused_remotes_fail_clearly_and_change_nothing() {
     let down = env
         .dsv()
         .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-        .env("AWS_MAX_RETRIES", "1")
         .args(["--json", "push", "--remote", "down"])
         .timeout(Duration::from_secs(120))
         .output()
@@ -538,4 +537,153 @@ fn remote_names_urls_and_revisions_are_checked() {
     env.fails(&["remote", "rm", "gcs"], 3);
     let listed = env.json(&["remote", "ls"]);
     assert_eq!(listed, serde_json::json!([]));
+}
+
+/// A moto server of the test's own, on a free port, that the test can kill and restart.
+struct PrivateS3 {
+    port: u16,
+    log: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl PrivateS3 {
+    fn start(log: std::path::PathBuf) -> PrivateS3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = PrivateS3 {
+            port,
+            log,
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    fn restart(&mut self) {
+        let log = std::fs::File::create(&self.log).unwrap();
+        let child = std::process::Command::new(endpoint("DSV_TEST_MOTO_SERVER"))
+            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                // Moto keeps everything in memory: the bucket is made anew on each start.
+                http_put(self.port, "/dsv-test");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("moto did not start on port {}", self.port);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for PrivateS3 {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An unsigned `PUT path` (moto accepts any credentials, and none).
+fn http_put(port: u16, path: &str) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "PUT {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+#[test]
+fn a_push_cut_off_by_the_server_dying_completes_when_run_again() {
+    let env = TestEnv::new();
+    let mut server = PrivateS3::start(env.path("moto.log"));
+    let remote_home = TestEnv::bare();
+    configure(&env, Backend::S3, &remote_home);
+    env.set_var("AWS_ENDPOINT_URL", &server.endpoint());
+    for round in 0..6u64 {
+        env.write(
+            &format!("data/part{round}.bin"),
+            pseudo_random(3_000_000, 2 * round + 1),
+        );
+        env.ok(&["commit", "data", "-d", "ds"]);
+    }
+    let url = format!("s3://dsv-test/{}", unique_prefix());
+    env.ok(&["remote", "add", "origin", &url]);
+    let push = env.spawn(&["--json", "push", "--jobs", "1"]);
+    // Kill the server once the first pack has arrived: five more are still to go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(env.path("moto.log"))
+        .unwrap()
+        .contains(".pack HTTP/1.1\" 200")
+    {
+        assert!(std::time::Instant::now() < deadline, "no pack arrived");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    server.kill();
+    let out = push.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["error"]["kind"], "io", "{error}");
+    // Nothing local changed, and no remote ref was recorded.
+    let listed = env.json(&["remote", "ls"]);
+    assert_eq!(listed[0]["refs"], serde_json::json!([]), "{listed}");
+    assert_eq!(env.json(&["log", "ds"]).as_array().unwrap().len(), 6);
+
+    // The server is back (empty: moto keeps nothing); the re-run completes.
+    server.restart();
+    let pushed = env.json(&["push"]);
+    assert_eq!(pushed["refs"][0]["status"], "created", "{pushed}");
+    let clone = TestEnv::bare();
+    configure(&clone, Backend::S3, &remote_home);
+    clone.set_var("AWS_ENDPOINT_URL", &server.endpoint());
+    clone.ok(&["clone", &url, "."]);
+    clone.ok(&["checkout", "ds", "out"]);
+    assert_same_tree(&env.path("data"), &clone.path("out"));
+}
+
+#[test]
+fn a_full_pack_goes_up_in_parts_and_comes_back_whole() {
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    let url = configure(&env, Backend::S3, &remote_home);
+    // 36 MB of incompressible data: one pack over the 32 MiB multipart threshold.
+    env.write("data/big.bin", pseudo_random(36_000_000, 11));
+    env.ok(&["commit", "data", "-d", "big"]);
+    let largest = std::fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .max()
+        .unwrap();
+    assert!(largest >= 32 * 1024 * 1024, "{largest}");
+    env.ok(&["remote", "add", "origin", &url]);
+    let pushed = env.json(&["push"]);
+    // A multipart upload makes more requests than one PUT per pack and index would.
+    let (_, packs, requests) = transfer(&pushed);
+    assert!(requests > 2 * packs + 4, "{pushed}");
+    let clone = TestEnv::bare();
+    configure(&clone, Backend::S3, &remote_home);
+    clone.ok(&["clone", &url, "."]);
+    clone.ok(&["checkout", "big", "out"]);
+    assert_same_tree(&env.path("data"), &clone.path("out"));
 }
