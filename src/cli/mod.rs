@@ -349,11 +349,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 },
             };
             let report = commit::commit(&mut store, &args.dir, &options, &progress)?;
-            if ui.json {
-                ui.json(&report)?;
-            } else {
-                ui.line(render::commit(&report))?;
-            }
+            ui.report(&report, render::commit)?;
         }
         Command::Checkout(args) => {
             let mut store = open_store(cli)?;
@@ -409,11 +405,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             let mut store = open_store(cli)?;
             let defaults = IngestOptions::default().jobs;
             let report = status::status(&mut store, dir, jobs_or(jobs, defaults), &progress)?;
-            if ui.json {
-                ui.json(&report)?;
-            } else {
-                ui.line(render::status(&report))?;
-            }
+            ui.report(&report, render::status)?;
             if *exit_code && !report.changes.is_empty() {
                 return Ok(error::DIFFERENCES);
             }
@@ -441,42 +433,26 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Log { dataset, limit } => {
             let store = open_store(cli)?;
             let versions = inspect::log(&store, dataset, *limit)?;
-            if ui.json {
-                ui.json(&versions)?;
-            } else {
-                ui.line(render::log(&versions))?;
-            }
+            ui.report(versions.as_slice(), render::log)?;
         }
         Command::Ls { target } => {
             let store = open_store(cli)?;
             match target {
                 None => {
                     let datasets = inspect::datasets(&store)?;
-                    if ui.json {
-                        ui.json(&datasets)?;
-                    } else {
-                        ui.line(render::datasets(&datasets))?;
-                    }
+                    ui.report(datasets.as_slice(), render::datasets)?;
                 }
                 Some(target) => {
                     let (revision, path) = target.split_once(':').unwrap_or((target, ""));
                     let entries = inspect::ls(&store, &Revision::parse(revision)?, path)?;
-                    if ui.json {
-                        ui.json(&entries)?;
-                    } else {
-                        ui.line(render::entries(&entries))?;
-                    }
+                    ui.report(entries.as_slice(), render::entries)?;
                 }
             }
         }
         Command::Show { revision } => {
             let store = open_store(cli)?;
             let info = inspect::show(&store, &Revision::parse(revision)?)?;
-            if ui.json {
-                ui.json(&info)?;
-            } else {
-                ui.line(render::show(&info))?;
-            }
+            ui.report(&info, render::show)?;
         }
         Command::Tag {
             revision,
@@ -512,11 +488,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Verify => {
             let store = open_store(cli)?;
             let report = verify::verify(&store, &progress)?;
-            if ui.json {
-                ui.json(&report)?;
-            } else {
-                ui.line(render::verify(&report))?;
-            }
+            ui.report(&report, render::verify)?;
             if !report.problems.is_empty() {
                 return Ok(error::CORRUPT);
             }
@@ -582,11 +554,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
                 &progress,
             )?;
-            if ui.json {
-                ui.json(&report)?;
-            } else {
-                ui.line(render::push(&report))?;
-            }
+            ui.report(&report, render::push)?;
         }
         Command::Pull {
             revision,
@@ -608,11 +576,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
                 &progress,
             )?;
-            if ui.json {
-                ui.json(&report)?;
-            } else {
-                ui.line(render::pull(&report))?;
-            }
+            ui.report(&report, render::pull)?;
         }
         Command::Fetch { remote, jobs } => {
             let mut store = open_store(cli)?;
@@ -623,11 +587,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
                 &progress,
             )?;
-            if ui.json {
-                ui.json(&report)?;
-            } else {
-                ui.line(render::fetch(&report))?;
-            }
+            ui.report(&report, render::fetch)?;
         }
         Command::Clone {
             url,
@@ -646,11 +606,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 jobs_or(jobs, dsv::remote::DEFAULT_JOBS),
                 &progress,
             )?;
-            if ui.json {
-                ui.json(&report)?;
-            } else {
-                ui.line(render::clone(&report))?;
-            }
+            ui.report(&report, render::clone)?;
         }
     }
     Ok(error::SUCCESS)

@@ -32,11 +32,24 @@ impl Ui {
     }
 
     /// Prints `value` as pretty JSON on stdout.
-    pub fn json<T: serde::Serialize>(&self, value: &T) -> anyhow::Result<()> {
+    pub fn json<T: serde::Serialize + ?Sized>(&self, value: &T) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, value)?;
         writeln!(out)?;
         Ok(())
+    }
+
+    /// Prints `value` as JSON with `--json`, else `text(value)` as human output.
+    pub fn report<T: serde::Serialize + ?Sized>(
+        &self,
+        value: &T,
+        text: impl FnOnce(&T) -> String,
+    ) -> anyhow::Result<()> {
+        if self.json {
+            self.json(value)
+        } else {
+            self.line(text(value))
+        }
     }
 
     /// Prints a line of human output on stdout unless quiet.

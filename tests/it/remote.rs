@@ -687,3 +687,36 @@ fn a_full_pack_goes_up_in_parts_and_comes_back_whole() {
     clone.ok(&["checkout", "big", "out"]);
     assert_same_tree(&env.path("data"), &clone.path("out"));
 }
+
+#[test]
+fn a_public_bucket_is_read_without_credentials() {
+    let remote_home = TestEnv::bare();
+    let owner = TestEnv::new();
+    configure(&owner, Backend::S3, &remote_home);
+    // A bucket whose policy lets anyone read (made by scripts/test-servers).
+    let url = format!("s3://dsv-public/{}", unique_prefix());
+    owner.write("data/readme.txt", "open data\n");
+    owner.ok(&["commit", "data", "-d", "open"]);
+    owner.ok(&["remote", "add", "origin", &url]);
+    owner.ok(&["push"]);
+
+    // No AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY at all: requests go unsigned.
+    let reader = TestEnv::bare();
+    reader.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
+    reader.set_var("AWS_ALLOW_HTTP", "true");
+    reader.set_var("AWS_REGION", "us-east-1");
+    reader.ok(&[
+        "clone",
+        &url,
+        "store",
+        "--option",
+        "aws_skip_signature=true",
+    ]);
+    reader.ok(&["--store", "store", "checkout", "open", "out"]);
+    assert_same_tree(&owner.path("data"), &reader.path("out"));
+    let listed = reader.json(&["--store", "store", "remote", "ls"]);
+    assert_eq!(
+        listed[0]["options"]["aws_skip_signature"], "true",
+        "{listed}"
+    );
+}
