@@ -224,6 +224,24 @@ pub enum Error {
         /// The dataset.
         dataset: String,
     },
+    /// A lock file that cannot be used.
+    #[error("invalid lock file {}: {reason}", path.display())]
+    InvalidLock {
+        /// The lock file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A lock file pins a version this store does not have and no configured remote supplies.
+    #[error("the lock pins version {version} of {dataset:?}, which this store does not have")]
+    LockedVersionUnknown {
+        /// The dataset.
+        dataset: String,
+        /// The pinned version id.
+        version: String,
+        /// The remote URLs the lock names.
+        remotes: Vec<String>,
+    },
     /// The operation was interrupted (Ctrl-C); what was done is consistent, a re-run finishes it.
     #[error("interrupted")]
     Interrupted,

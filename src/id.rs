@@ -77,6 +77,15 @@ impl FromStr for ObjectId {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for ObjectId {
+    /// Parses the 64-digit lowercase hex form written by `Serialize`.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse()
+            .map_err(|_| serde::de::Error::custom(format!("not a 64-digit hex id: {text:?}")))
+    }
+}
+
 impl serde::Serialize for ObjectId {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&self.to_hex())

@@ -91,6 +91,13 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
                 .into()
         }
         Error::Interrupted => "the store is consistent; run the command again to finish".into(),
+        Error::LockedVersionUnknown { remotes, .. } if !remotes.is_empty() => format!(
+            "add a remote the lock names and run again: `dsv remote add origin {}`",
+            remotes[0]
+        ),
+        Error::LockedVersionUnknown { .. } => {
+            "the lock names no remote: push the version from the store that made the lock, or use that store".into()
+        }
         Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
         Error::RemoteDiverged { dataset, remote } => format!(
             "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use dsv::ops::{checkout, commit, ingest::IngestOptions, inspect, status, sync, verify};
+use dsv::ops::{audit, checkout, commit, ingest::IngestOptions, inspect, status, sync, verify};
 use dsv::{Revision, Store};
 use ui::Ui;
 
@@ -106,7 +106,35 @@ enum Command {
         range: Option<String>,
     },
     /// Check every pack, object, tree and version of the store; report, never fix.
-    Verify,
+    Verify {
+        /// Also reassemble every file of every version and check it against its id.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Check that DIR is bit-identical to a version (by default the one it was last committed
+    /// or checked out as); exit 0 only when it is, 1 when it differs.
+    Audit {
+        /// The directory (with --lock: the directory holding DIR/NAME for each dataset).
+        dir: PathBuf,
+        /// Compare with this revision instead.
+        #[arg(long, value_name = "REV", conflicts_with = "lock")]
+        against: Option<String>,
+        /// Compare DIR/NAME with each version this lock file pins.
+        #[arg(long, value_name = "FILE")]
+        lock: Option<PathBuf>,
+        /// Re-hash every file instead of trusting the stat cache.
+        #[arg(long)]
+        full: bool,
+        #[command(flatten)]
+        jobs: JobsArg,
+    },
+    /// Pin exact versions in a lock file, written as JSON to stdout:
+    /// `dsv lock mnist@v1 cifar > dsv.lock`.
+    Lock {
+        /// One revision per dataset.
+        #[arg(required = true, value_name = "REVISION")]
+        revisions: Vec<String>,
+    },
     /// Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs.
     #[command(subcommand)]
     Remote(RemoteCommand),
@@ -219,10 +247,16 @@ struct CommitArgs {
 
 #[derive(Debug, Args)]
 struct CheckoutArgs {
-    /// The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N.
-    revision: String,
-    /// Where to materialize it.
-    dir: PathBuf,
+    /// The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N, or
+    /// REMOTE/NAME[@REV]. With --lock, give only DIR.
+    #[arg(value_name = "REVISION", required_unless_present = "lock")]
+    revision: Option<String>,
+    /// Where to materialize it (with --lock: each dataset into DIR/NAME).
+    #[arg(required_unless_present = "lock")]
+    dir: Option<PathBuf>,
+    /// Materialize exactly the versions this lock file pins (see `dsv lock`), or fail.
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
     /// Overwrite or delete changes that were never committed.
     #[arg(long)]
     force: bool,
@@ -351,8 +385,57 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             let report = commit::commit(&mut store, &args.dir, &options, &progress)?;
             ui.report(&report, render::commit)?;
         }
+        Command::Checkout(args) if args.lock.is_some() => {
+            let mut store = open_store(cli)?;
+            let lock_path = args.lock.as_ref().expect("guarded");
+            let dir = match (&args.revision, &args.dir) {
+                (Some(dir), None) => PathBuf::from(dir),
+                _ => anyhow::bail!(
+                    "with --lock, give only the directory: dsv checkout --lock FILE DIR"
+                ),
+            };
+            let defaults = checkout::CheckoutOptions::default();
+            let options = checkout::CheckoutOptions {
+                force: args.force,
+                jobs: jobs_or(&args.jobs, defaults.jobs),
+            };
+            let requests = jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS);
+            let lock = audit::read_lock(lock_path)?;
+            // Every pinned version must be known before anything is written.
+            let pinned = audit::resolve_lock(&mut store, lock_path, &lock, requests, &progress)?;
+            let mut reports = Vec::new();
+            for (dataset, version) in &pinned {
+                if !store.catalog().remotes()?.is_empty() {
+                    sync::fetch_missing(&mut store, &[*version], None, None, requests, &progress)?;
+                }
+                let exact = Revision {
+                    dataset: dataset.clone(),
+                    base: version.to_hex(),
+                    ancestors: 0,
+                };
+                let report = checkout::checkout(
+                    &mut store,
+                    &exact,
+                    &dir.join(dataset),
+                    &options,
+                    &progress,
+                )?;
+                if !ui.json {
+                    ui.line(render::checkout(&report))?;
+                }
+                reports.push(report);
+            }
+            if ui.json {
+                ui.json(&serde_json::json!({ "lock": lock_path, "datasets": reports }))?;
+            }
+        }
         Command::Checkout(args) => {
             let mut store = open_store(cli)?;
+            let (Some(revision_text), Some(dir)) = (&args.revision, &args.dir) else {
+                anyhow::bail!(
+                    "give a revision and a directory: dsv checkout REVISION DIR (or --lock FILE DIR)"
+                );
+            };
             let defaults = checkout::CheckoutOptions::default();
             let options = checkout::CheckoutOptions {
                 force: args.force,
@@ -361,7 +444,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             let requests = jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS);
             // REMOTE/NAME[@REV]: make the version and its data local first, then check out
             // the exact version.
-            let (revision, fetched) = match sync::RemoteRevision::parse(&args.revision)? {
+            let (revision, fetched) = match sync::RemoteRevision::parse(revision_text)? {
                 Some(target) => {
                     let fetched = sync::prepare_remote_revision(
                         &mut store, &target, None, requests, &progress,
@@ -374,7 +457,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                     (exact, Some(fetched))
                 }
                 None => {
-                    let revision = Revision::parse(&args.revision)?;
+                    let revision = Revision::parse(revision_text)?;
                     if !store.catalog().remotes()?.is_empty() {
                         // A store cloned from a remote fetches data when first needed.
                         let id = revision.resolve(store.catalog())?;
@@ -383,7 +466,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                     (revision, None)
                 }
             };
-            let report = checkout::checkout(&mut store, &revision, &args.dir, &options, &progress)?;
+            let report = checkout::checkout(&mut store, &revision, dir, &options, &progress)?;
             if ui.json {
                 let mut value = serde_json::to_value(&report)?;
                 if let Some(fetched) = &fetched {
@@ -485,13 +568,87 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             inspect::cat(&store, &Revision::parse(revision)?, path, range, &mut out)?;
             out.flush()?;
         }
-        Command::Verify => {
+        Command::Verify { full } => {
             let store = open_store(cli)?;
-            let report = verify::verify(&store, &progress)?;
+            let report = verify::verify(&store, *full, &progress)?;
             ui.report(&report, render::verify)?;
             if !report.problems.is_empty() {
                 return Ok(error::CORRUPT);
             }
+        }
+        Command::Audit {
+            dir,
+            against,
+            lock,
+            full,
+            jobs,
+        } => {
+            let mut store = open_store(cli)?;
+            let jobs = jobs_or(jobs, IngestOptions::default().jobs);
+            match lock {
+                Some(lock_path) => {
+                    let lock = audit::read_lock(lock_path)?;
+                    let pinned =
+                        audit::resolve_lock(&mut store, lock_path, &lock, jobs, &progress)?;
+                    let mut reports = Vec::new();
+                    for (dataset, version) in &pinned {
+                        let target = Some((dataset.as_str(), *version, "lock"));
+                        reports.push(audit::audit(
+                            &store,
+                            &dir.join(dataset),
+                            target,
+                            *full,
+                            jobs,
+                            &progress,
+                        )?);
+                    }
+                    let identical = reports.iter().all(|r| r.identical);
+                    if ui.json {
+                        ui.json(&serde_json::json!({
+                            "lock": lock_path, "identical": identical, "datasets": reports
+                        }))?;
+                    } else {
+                        for report in &reports {
+                            ui.line(render::audit(report))?;
+                        }
+                    }
+                    if !identical {
+                        return Ok(error::DIFFERENCES);
+                    }
+                }
+                None => {
+                    let target = match against {
+                        Some(text) => {
+                            let revision = Revision::parse(text)?;
+                            let id = revision.resolve(store.catalog())?;
+                            Some((revision.dataset, id))
+                        }
+                        None => None,
+                    };
+                    let report = audit::audit(
+                        &store,
+                        dir,
+                        target.as_ref().map(|(d, id)| (d.as_str(), *id, "revision")),
+                        *full,
+                        jobs,
+                        &progress,
+                    )?;
+                    ui.report(&report, render::audit)?;
+                    if !report.identical {
+                        return Ok(error::DIFFERENCES);
+                    }
+                }
+            }
+        }
+        Command::Lock { revisions } => {
+            let store = open_store(cli)?;
+            let revisions = revisions
+                .iter()
+                .map(|r| Revision::parse(r))
+                .collect::<Result<Vec<_>, _>>()?;
+            let lock = audit::lock(&store, &revisions)?;
+            // The lock file is JSON whatever the output mode: it is meant to be redirected.
+            ui.json(&lock)?;
         }
         Command::Remote(command) => {
             let mut store = open_store(cli)?;

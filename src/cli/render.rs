@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use indicatif::HumanBytes;
 
 use dsv::catalog::{DatasetSummary, RemoteRecord, RemoteRef};
+use dsv::ops::audit::AuditReport;
 use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
 use dsv::ops::inspect::VersionInfo;
@@ -223,6 +224,14 @@ pub fn verify(r: &VerifyReport) -> String {
             r.unreferenced_packs.len()
         );
     }
+    if r.files_rehashed > 0 {
+        let _ = write!(
+            out,
+            "\n{} files ({}) reassembled and hashed whole",
+            r.files_rehashed,
+            HumanBytes(r.bytes_rehashed)
+        );
+    }
     if r.files_on_remotes > 0 {
         let _ = write!(
             out,
@@ -360,5 +369,62 @@ pub fn clone(r: &CloneReport) -> String {
         let _ = writeln!(out, "  {dataset}\t{}", version.short());
     }
     out.push_str(&transfer(&r.transfer, "downloaded metadata:"));
+    out
+}
+
+pub fn audit(r: &AuditReport) -> String {
+    let short = |id: Option<dsv::ObjectId>| id.map_or_else(|| "-".to_string(), |id| id.short());
+    let size = |s: Option<u64>| s.map_or_else(|| "-".to_string(), |s| HumanBytes(s).to_string());
+    let mut out = if r.identical {
+        format!(
+            "{} is identical to {}@{} ({} files, {})",
+            r.dir.display(),
+            r.dataset,
+            r.version.short(),
+            r.files,
+            HumanBytes(r.bytes)
+        )
+    } else {
+        format!(
+            "{} differs from {}@{}: {} mismatches",
+            r.dir.display(),
+            r.dataset,
+            r.version.short(),
+            r.mismatches.len()
+        )
+    };
+    for m in &r.mismatches {
+        let letter = match m.change {
+            ChangeKind::Added => 'A',
+            ChangeKind::Modified => 'M',
+            ChangeKind::Deleted => 'D',
+        };
+        let _ = write!(
+            out,
+            "\n{letter} {}  expected {} ({}), found {} ({})",
+            m.path,
+            short(m.expected),
+            size(m.expected_size),
+            short(m.actual),
+            size(m.actual_size)
+        );
+    }
+    let how = if r.full {
+        "every file re-hashed".to_string()
+    } else {
+        format!(
+            "{} files hashed, the rest vouched for by the stat cache",
+            r.files_hashed
+        )
+    };
+    let _ = write!(
+        out,
+        "\n  version {} ({}); {how}; dsv {} at {}, {:.2} s",
+        r.version,
+        r.claimed_by,
+        r.dsv_version,
+        time(r.audited_at),
+        r.seconds
+    );
     out
 }

@@ -2,6 +2,7 @@
 //! Each takes the [`crate::Store`], an options struct and a [`crate::progress::Progress`],
 //! and returns a serializable report; none prints.
 
+pub mod audit;
 pub mod checkout;
 pub mod commit;
 pub mod ingest;

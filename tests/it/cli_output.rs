@@ -211,6 +211,10 @@ fn help_lists_every_command() {
       tag       Give a version a name
       cat       Write one file of a version to stdout
       verify    Check every pack, object, tree and version of the store; report, never fix
+      audit     Check that DIR is bit-identical to a version (by default the one it was last committed
+                or checked out as); exit 0 only when it is, 1 when it differs
+      lock      Pin exact versions in a lock file, written as JSON to stdout: `dsv lock mnist@v1 cifar >
+                dsv.lock`
       remote    Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs
       push      Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
                 remote's heads (fast-forward only) and create its tags
@@ -236,19 +240,21 @@ fn help_lists_every_command() {
     --- stdout
     Materialize a version into DIR (created if missing), writing only what differs
 
-    Usage: dsv checkout [OPTIONS] <REVISION> <DIR>
+    Usage: dsv checkout [OPTIONS] [REVISION] [DIR]
 
     Arguments:
-      <REVISION>  The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N
-      <DIR>       Where to materialize it
+      [REVISION]  The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N, or
+                  REMOTE/NAME[@REV]. With --lock, give only DIR
+      [DIR]       Where to materialize it (with --lock: each dataset into DIR/NAME)
 
     Options:
-          --force         Overwrite or delete changes that were never committed
+          --lock <FILE>   Materialize exactly the versions this lock file pins (see `dsv lock`), or fail
           --store <PATH>  The store to use (a `.dsv` directory or the directory holding one); default:
                           the nearest `.dsv` in the current directory or its parents [env: DSV_STORE=]
+          --force         Overwrite or delete changes that were never committed
+          --json          Print machine-readable JSON on stdout instead of text
       -j, --jobs <N>      Parallel workers or requests in flight (default: a sensible number for this
                           machine)
-          --json          Print machine-readable JSON on stdout instead of text
       -q, --quiet         Print nothing but errors
           --no-progress   Never draw progress bars (they are only drawn on a terminal anyway)
       -h, --help          Print help
@@ -335,5 +341,35 @@ fn a_remote_session_in_text() {
         --- stderr
         error: invalid remote option "aws_secret_access_key": credentials are never stored in the store; set them in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile
         "#);
+    });
+}
+
+#[test]
+fn an_audit_in_text() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "alpha\n");
+    env.write("data/b.txt", "beta\n");
+    env.ok(&["commit", "data", "-d", "demo"]);
+    env.ok(&["checkout", "demo", "out"]);
+    settle();
+    insta::with_settings!({ filters => vec![(r"\d+\.\d\d s", "[SECONDS]"), (r"dsv \d+\.\d+\.\d+", "dsv [VERSION]")] }, {
+        assert_snapshot!(human(&env, &["audit", "out"]), @"
+        exit: 0
+        --- stdout
+        [ROOT]/out is identical to demo@[SHORT] (2 files, 11 B)
+          version [ID] (workspace); 0 files hashed, the rest vouched for by the stat cache; dsv [VERSION] at [TIME], [SECONDS]
+        --- stderr
+        ");
+        env.write("out/a.txt", "alpha, edited\n");
+        std::fs::remove_file(env.path("out/b.txt")).unwrap();
+        assert_snapshot!(human(&env, &["audit", "out", "--full"]), @"
+        exit: 1
+        --- stdout
+        [ROOT]/out differs from demo@[SHORT]: 2 mismatches
+        M a.txt  expected [SHORT] (6 B), found [SHORT] (14 B)
+        D b.txt  expected [SHORT] (5 B), found - (-)
+          version [ID] (workspace); every file re-hashed; dsv [VERSION] at [TIME], [SECONDS]
+        --- stderr
+        ");
     });
 }

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod audit;
 mod bad_input;
 mod cli_output;
 mod concurrency;
