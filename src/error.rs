@@ -224,6 +224,20 @@ pub enum Error {
         /// The dataset.
         dataset: String,
     },
+    /// `rm` refused: the version must be kept.
+    #[error("cannot remove version {version}: {reason}")]
+    VersionHeld {
+        /// Short id of the version.
+        version: String,
+        /// What holds it.
+        reason: String,
+    },
+    /// The version was removed (`dsv rm`); its data may be gone.
+    #[error("version {version} was removed; its data is no longer kept")]
+    VersionRemoved {
+        /// The version id.
+        version: String,
+    },
     /// A lock file that cannot be used.
     #[error("invalid lock file {}: {reason}", path.display())]
     InvalidLock {

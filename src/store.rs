@@ -147,6 +147,27 @@ impl Store {
         StoreLock::take(&self.root.join("lock"))
     }
 
+    /// Takes the data lock shared: held by every operation that reads or writes packs
+    /// (commit, checkout, fetch, pull, push, verify) for its whole run, so that `gc`, which
+    /// takes it exclusive ([`Store::lock_data_exclusive`]), never deletes an object that a
+    /// running operation has found and is about to rely on (a commit that deduplicates
+    /// against a chunk, a checkout reading it). Many holders share it at once.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn lock_data_shared(&self) -> Result<StoreLock> {
+        StoreLock::take_with(&self.root.join("data.lock"), true)
+    }
+
+    /// Takes the data lock exclusive (`gc`): waits for every running commit, checkout and
+    /// transfer, and keeps new ones waiting until released.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn lock_data_exclusive(&self) -> Result<StoreLock> {
+        StoreLock::take_with(&self.root.join("data.lock"), false)
+    }
+
     /// Takes the exclusive lock of the workspace keyed `key` (its canonical path), so two
     /// processes never check out into one directory at once.
     ///
@@ -179,13 +200,22 @@ pub struct StoreLock {
 impl StoreLock {
     /// Opens (creating) `path` and waits for its exclusive lock.
     fn take(path: &Path) -> Result<StoreLock> {
+        Self::take_with(path, false)
+    }
+
+    /// Opens (creating) `path` and waits for its shared or exclusive lock.
+    fn take_with(path: &Path, shared: bool) -> Result<StoreLock> {
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(path)
             .at(path)?;
-        file.lock().at(path)?;
+        if shared {
+            file.lock_shared().at(path)?;
+        } else {
+            file.lock().at(path)?;
+        }
         Ok(StoreLock { _file: file })
     }
 }
@@ -206,7 +236,12 @@ impl ObjectReader<'_> {
             })
     }
 
-    fn bytes(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<Vec<u8>> {
+    /// The stored bytes of object `id` of `kind`, checked against the id (file maps, keyed
+    /// by their file's id, are not).
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`], [`Error::Corrupt`], [`Error::Io`].
+    pub fn bytes(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<Vec<u8>> {
         let location = self.locate(id, kind)?;
         let verify = kind != ObjectKind::FileMap;
         self.packs.object(

@@ -41,6 +41,27 @@ pub struct StatEntry {
 }
 
 impl Catalog {
+    /// Every workspace that holds a version: (canonical path, version).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn workspace_versions(&self) -> Result<Vec<(String, ObjectId)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT path, version FROM workspaces WHERE version IS NOT NULL")?;
+        let rows = stmt.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (path, version) = row?;
+            if let Some(version) = ObjectId::from_slice(&version) {
+                out.push((path, version));
+            }
+        }
+        Ok(out)
+    }
+
     /// The workspace at canonical path `path`, if the store knows it.
     ///
     /// # Errors

@@ -98,6 +98,12 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::LockedVersionUnknown { .. } => {
             "the lock names no remote: push the version from the store that made the lock, or use that store".into()
         }
+        Error::VersionHeld { .. } => {
+            "`dsv pins` lists pins (`dsv unpin REV` lifts one); a directory holding the version keeps it until the directory is deleted or checked out to another version".into()
+        }
+        Error::VersionRemoved { .. } => {
+            "`dsv log NAME` shows which versions remain; a remote may still hold it (`dsv checkout REMOTE/NAME@REV`)".into()
+        }
         Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
         Error::RemoteDiverged { dataset, remote } => format!(
             "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use dsv::ops::{audit, checkout, commit, ingest::IngestOptions, inspect, status, sync, verify};
+use dsv::ops::{audit, checkout, commit, gc, ingest::IngestOptions, inspect, status, sync, verify};
 use dsv::{Revision, Store};
 use ui::Ui;
 
@@ -135,6 +135,43 @@ enum Command {
         #[arg(required = true, value_name = "REVISION")]
         revisions: Vec<String>,
     },
+    /// Delete what no remaining version reaches (after `rm`), repacking packs that are
+    /// mostly garbage; `--dry-run` prints the plan only.
+    Gc {
+        /// Print what would be deleted and the bytes freed; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Keep pack files the catalog does not name until they are this old.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        grace: std::time::Duration,
+    },
+    /// Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
+    /// versions, marked removed; `gc` frees the space.
+    Rm {
+        /// NAME@REV or NAME.
+        target: String,
+        /// Also drop the tags of the versions removed.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Keep a version from removal (a job's lease: `--until`).
+    Pin {
+        /// The revision.
+        revision: String,
+        /// Why (shown by `dsv pins`).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Until when: an RFC 3339 time (2026-12-01T00:00:00Z) or a duration from now (7d).
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+    },
+    /// Lift a pin.
+    Unpin {
+        /// The revision.
+        revision: String,
+    },
+    /// List the pins.
+    Pins,
     /// Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs.
     #[command(subcommand)]
     Remote(RemoteCommand),
@@ -640,6 +677,40 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 }
             }
         }
+        Command::Gc { dry_run, grace } => {
+            let mut store = open_store(cli)?;
+            let report = gc::gc(&mut store, *dry_run, *grace, &progress)?;
+            ui.report(&report, render::gc)?;
+        }
+        Command::Rm { target, force } => {
+            let mut store = open_store(cli)?;
+            let report = gc::remove(&mut store, target, *force)?;
+            ui.report(&report, render::removed)?;
+        }
+        Command::Pin {
+            revision,
+            reason,
+            until,
+        } => {
+            let mut store = open_store(cli)?;
+            let until = until.as_deref().map(parse_until).transpose()?;
+            let pin = gc::pin(&mut store, &Revision::parse(revision)?, reason, until)?;
+            ui.report(&pin, |p| {
+                format!("Pinned {}@{}", p.dataset, p.version.short())
+            })?;
+        }
+        Command::Unpin { revision } => {
+            let mut store = open_store(cli)?;
+            let id = gc::unpin(&mut store, &Revision::parse(revision)?)?;
+            ui.report(&serde_json::json!({ "unpinned": id }), |_| {
+                format!("Unpinned {}", id.short())
+            })?;
+        }
+        Command::Pins => {
+            let store = open_store(cli)?;
+            let pins = store.catalog().pins()?;
+            ui.report(pins.as_slice(), render::pins)?;
+        }
         Command::Lock { revisions } => {
             let store = open_store(cli)?;
             let revisions = revisions
@@ -783,6 +854,25 @@ fn remote_name(store: &Store, arg: &RemoteArg) -> anyhow::Result<String> {
             "this store has several remotes and none is called origin; pass --remote NAME"
         ),
     }
+}
+
+/// `--until`: an RFC 3339 time or a duration from now; Unix seconds.
+fn parse_until(text: &str) -> anyhow::Result<i64> {
+    let when = match humantime::parse_rfc3339_weak(text) {
+        Ok(time) => time,
+        Err(_) => {
+            let duration = humantime::parse_duration(text).with_context(|| {
+                format!(
+                    "--until {text:?} is neither a time (2026-12-01T00:00:00Z) nor a duration (7d)"
+                )
+            })?;
+            std::time::SystemTime::now() + duration
+        }
+    };
+    Ok(when
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0))
 }
 
 /// `KEY=VALUE` settings.

@@ -5,10 +5,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use indicatif::HumanBytes;
 
-use dsv::catalog::{DatasetSummary, RemoteRecord, RemoteRef};
+use dsv::catalog::{DatasetSummary, Pin, RemoteRecord, RemoteRef};
 use dsv::ops::audit::AuditReport;
 use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
+use dsv::ops::gc::{GcReport, RemoveReport};
 use dsv::ops::inspect::VersionInfo;
 use dsv::ops::status::StatusReport;
 use dsv::ops::sync::{
@@ -114,7 +115,12 @@ pub fn log(versions: &[VersionInfo]) -> String {
         } else {
             format!(" (tags: {})", v.tags.join(", "))
         };
-        let _ = writeln!(out, "version {}{tags}", v.record.id);
+        let removed = if v.removed_at.is_some() {
+            " (removed)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "version {}{tags}{removed}", v.record.id);
         let _ = writeln!(out, "Author: {}", version.author);
         let _ = writeln!(out, "Date:   {}", time(version.time));
         let _ = writeln!(
@@ -427,4 +433,81 @@ pub fn audit(r: &AuditReport) -> String {
         r.seconds
     );
     out
+}
+
+pub fn gc(r: &GcReport) -> String {
+    let verb = if r.dry_run { "Would delete" } else { "Deleted" };
+    let mut out = format!(
+        "{verb} {} packs, repack {} and remove {} unnamed pack files: {} freed",
+        r.delete.len(),
+        r.repack.len(),
+        r.orphans.iter().filter(|o| o.deleted).count(),
+        HumanBytes(r.bytes_freed.max(0) as u64)
+    );
+    for p in &r.delete {
+        let _ = write!(
+            out,
+            "\n  delete {} ({})",
+            p.pack.short(),
+            HumanBytes(p.bytes)
+        );
+    }
+    for p in &r.repack {
+        let _ = write!(
+            out,
+            "\n  repack {} ({}, {} live)",
+            p.pack.short(),
+            HumanBytes(p.bytes),
+            HumanBytes(p.live_bytes)
+        );
+    }
+    for o in &r.orphans {
+        let what = if o.deleted {
+            "delete"
+        } else {
+            "keep (younger than the grace period)"
+        };
+        let _ = write!(
+            out,
+            "\n  {what} unnamed {} ({})",
+            o.name,
+            HumanBytes(o.bytes)
+        );
+    }
+    let _ = write!(
+        out,
+        "\n{} live versions, {} removed, {} live objects",
+        r.live_versions, r.removed_versions, r.live_objects
+    );
+    out
+}
+
+pub fn removed(r: &RemoveReport) -> String {
+    let mut out = format!(
+        "Removed {} version(s) of {}; run `dsv gc` to free the space",
+        r.removed.len(),
+        r.dataset
+    );
+    if !r.tags_dropped.is_empty() {
+        let _ = write!(out, "\n  dropped tags: {}", r.tags_dropped.join(", "));
+    }
+    out
+}
+
+pub fn pins(pins: &[Pin]) -> String {
+    if pins.is_empty() {
+        return "no pins".into();
+    }
+    let mut out = String::new();
+    for p in pins {
+        let until = p.until.map(time).unwrap_or_else(|| "until unpinned".into());
+        let _ = writeln!(
+            out,
+            "{}@{}\t{until}\t{}",
+            p.dataset,
+            p.version.short(),
+            p.reason
+        );
+    }
+    out.trim_end().to_string()
 }

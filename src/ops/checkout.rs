@@ -117,6 +117,11 @@ pub fn checkout(
     progress: &dyn Progress,
 ) -> Result<CheckoutReport> {
     let version_id = revision.resolve(store.catalog())?;
+    if store.catalog().removed_at(&version_id)?.is_some() {
+        return Err(Error::VersionRemoved {
+            version: version_id.to_hex(),
+        });
+    }
     let record = store.catalog().version_record(&version_id)?;
     let target = tree::flatten(&mut store.reader(), &record.version.tree)?;
     let unsafe_path = |path: &str, reason| Error::UnsafePath {
@@ -148,6 +153,7 @@ pub fn checkout(
     fs::create_dir_all(dir).at(dir)?;
     let (dir, key) = workspace::canonical_dir(dir)?;
     let _lock = store.lock_workspace(&key)?;
+    let _data_lock = store.lock_data_shared()?;
 
     let workspace = store.catalog().workspace(&key)?;
     let (cache, old) = match &workspace {

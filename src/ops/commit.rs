@@ -104,6 +104,8 @@ pub fn commit(
     }
     // No checkout may write into the directory while it is being snapshotted.
     let _workspace_lock = store.lock_workspace(&workspace_key)?;
+    // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
+    let _data_lock = store.lock_data_shared()?;
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
     let scan = walk::scan(&dir)?;

@@ -18,12 +18,16 @@ pub struct VersionInfo {
     pub record: VersionRecord,
     /// Tags naming it.
     pub tags: Vec<String>,
+    /// When it was removed (`dsv rm`; Unix seconds); absent while its data is kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removed_at: Option<i64>,
 }
 
 fn info(store: &Store, id: &ObjectId) -> Result<VersionInfo> {
     let record = store.catalog().version_record(id)?;
     Ok(VersionInfo {
         tags: store.catalog().tags_of(id)?,
+        removed_at: store.catalog().removed_at(id)?,
         record,
     })
 }

@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod checkout;
 pub mod commit;
+pub mod gc;
 pub mod ingest;
 pub mod inspect;
 pub mod status;

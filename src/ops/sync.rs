@@ -231,6 +231,7 @@ pub fn fetch(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<FetchReport> {
+    let _data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
     fetch_with(store, &record, &remote, jobs, progress)
 }
@@ -536,6 +537,7 @@ pub fn fetch_missing(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
+    let _data_lock = store.lock_data_shared()?;
     let mut missing = missing_chunks(store, versions, include)?;
     let mut transfer = Transfer::default();
     if missing.is_empty() {
@@ -657,6 +659,7 @@ pub fn prepare_remote_revision(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<PullReport> {
+    let _data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, &target.remote)?;
     let revision = &target.revision;
     let ref_name = if revision.base == "latest" {
@@ -913,6 +916,7 @@ pub fn push(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<PushReport> {
+    let _data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
     let targets: Vec<(String, ObjectId)> = match only {
         Some(revision) => vec![(revision.dataset.clone(), revision.resolve(store.catalog())?)],

@@ -46,6 +46,8 @@ pub struct VerifyReport {
 /// Only when the catalog itself cannot be queried; problems in the data are reported in
 /// [`VerifyReport::problems`].
 pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<VerifyReport> {
+    // A pack gc is deleting would look missing or unreferenced: wait for gc to finish.
+    let _data_lock = store.lock_data_shared()?;
     let mut report = VerifyReport::default();
     if let Err(e) = store.catalog().check_integrity() {
         report.problems.push(e.to_string());
@@ -117,6 +119,10 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                     .problems
                     .push(format!("version {id} differs from its stored object")),
                 Err(e) => report.problems.push(format!("version {id}: {e}")),
+            }
+            // A removed version keeps only its version object; gc may have freed the rest.
+            if store.catalog().removed_at(&id)?.is_some() {
+                continue;
             }
             let entries = match tree::flatten(reader, &record.version.tree) {
                 Ok(entries) => entries,

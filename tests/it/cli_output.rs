@@ -215,6 +215,13 @@ fn help_lists_every_command() {
                 or checked out as); exit 0 only when it is, 1 when it differs
       lock      Pin exact versions in a lock file, written as JSON to stdout: `dsv lock mnist@v1 cifar >
                 dsv.lock`
+      gc        Delete what no remaining version reaches (after `rm`), repacking packs that are mostly
+                garbage; `--dry-run` prints the plan only
+      rm        Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
+                versions, marked removed; `gc` frees the space
+      pin       Keep a version from removal (a job's lease: `--until`)
+      unpin     Lift a pin
+      pins      List the pins
       remote    Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs
       push      Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
                 remote's heads (fast-forward only) and create its tags

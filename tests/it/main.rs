@@ -6,6 +6,7 @@ mod common;
 
 mod audit;
 mod bad_input;
+mod cleanup;
 mod cli_output;
 mod concurrency;
 mod crash;

@@ -1,0 +1,205 @@
+//! What may be collected: removed versions, pins, and dropping packs from the catalog.
+
+use std::collections::HashSet;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Catalog, CatalogWriter, unix_now};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+
+/// A pinned version: never removed while the pin holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Pin {
+    /// The version.
+    pub version: ObjectId,
+    /// Its dataset.
+    pub dataset: String,
+    /// Why it is pinned.
+    pub reason: String,
+    /// When the pin lapses (Unix seconds); `None` = until unpinned.
+    pub until: Option<i64>,
+    /// When it was made (Unix seconds).
+    pub created_at: i64,
+}
+
+/// One object the catalog locates in a pack: id, kind, stored length in bytes.
+pub type PackObject = (ObjectId, ObjectKind, u32);
+
+impl Catalog {
+    /// Every pin, live or lapsed, by dataset then creation time.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn pins(&self) -> Result<Vec<Pin>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT p.version, d.name, p.reason, p.until, p.created_at
+             FROM pins p JOIN versions v ON v.id = p.version JOIN datasets d ON d.id = v.dataset
+             ORDER BY d.name, p.created_at",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, Vec<u8>>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, Option<i64>>(3)?,
+                row.get::<_, i64>(4)?,
+            ))
+        })?;
+        let mut pins = Vec::new();
+        for row in rows {
+            let (version, dataset, reason, until, created_at) = row?;
+            pins.push(Pin {
+                version: ObjectId::from_slice(&version)
+                    .ok_or_else(|| Error::corrupt(&self.path, "malformed pin"))?,
+                dataset,
+                reason,
+                until,
+                created_at,
+            });
+        }
+        Ok(pins)
+    }
+
+    /// When version `id` was removed (`dsv rm`), if it was.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn removed_at(&self, id: &ObjectId) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT removed_at FROM versions WHERE id = ?1",
+                [&id.0[..]],
+                |row| row.get::<_, Option<i64>>(0),
+            )
+            .optional()?
+            .flatten())
+    }
+
+    /// Every version not removed: the roots whose data gc keeps.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn live_versions(&self) -> Result<Vec<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM versions WHERE removed_at IS NULL")?;
+        let rows = stmt.query_map([], |row| row.get::<_, Vec<u8>>(0))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.extend(ObjectId::from_slice(&row?));
+        }
+        Ok(out)
+    }
+
+    /// The objects the catalog locates in each pack, by pack id.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn objects_by_pack(&self) -> Result<std::collections::HashMap<ObjectId, Vec<PackObject>>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT p.pack_id, o.id, o.kind, o.length
+             FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, Vec<u8>>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                row.get::<_, u8>(2)?,
+                row.get::<_, u32>(3)?,
+            ))
+        })?;
+        let mut out: std::collections::HashMap<ObjectId, Vec<PackObject>> = Default::default();
+        for row in rows {
+            let (pack, id, kind, length) = row?;
+            if let (Some(pack), Some(id), Some(kind)) = (
+                ObjectId::from_slice(&pack),
+                ObjectId::from_slice(&id),
+                ObjectKind::from_u8(kind),
+            ) {
+                out.entry(pack).or_default().push((id, kind, length));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl CatalogWriter<'_> {
+    /// Pins version `id` (replacing an earlier pin of it).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn pin(&self, id: &ObjectId, reason: &str, until: Option<i64>) -> Result<()> {
+        self.tx.execute(
+            "INSERT OR REPLACE INTO pins (version, reason, until, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![&id.0[..], reason, until, unix_now()],
+        )?;
+        Ok(())
+    }
+
+    /// Removes the pin of version `id`; false when there was none.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn unpin(&self, id: &ObjectId) -> Result<bool> {
+        Ok(self
+            .tx
+            .execute("DELETE FROM pins WHERE version = ?1", [&id.0[..]])?
+            > 0)
+    }
+
+    /// Marks versions removed (their data becomes collectable) and drops their tags.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn mark_removed(&self, ids: &[ObjectId]) -> Result<()> {
+        let now = unix_now();
+        for id in ids {
+            self.tx.execute(
+                "UPDATE versions SET removed_at = ?1 WHERE id = ?2 AND removed_at IS NULL",
+                params![now, &id.0[..]],
+            )?;
+            self.tx
+                .execute("DELETE FROM tags WHERE version = ?1", [&id.0[..]])?;
+        }
+        Ok(())
+    }
+
+    /// Clears dataset `name`'s head (every version of it was removed).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn clear_head(&self, name: &str) -> Result<()> {
+        self.tx
+            .execute("UPDATE datasets SET head = NULL WHERE name = ?1", [name])?;
+        Ok(())
+    }
+
+    /// Forgets packs: their objects, frames and rows (the files are deleted afterwards).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn drop_packs(&self, packs: &HashSet<ObjectId>) -> Result<()> {
+        for pack in packs {
+            let row: Option<i64> = self
+                .tx
+                .query_row(
+                    "SELECT id FROM packs WHERE pack_id = ?1",
+                    [&pack.0[..]],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(row) = row else { continue };
+            self.tx.execute(
+                "DELETE FROM objects WHERE frame IN (SELECT id FROM frames WHERE pack = ?1)",
+                [row],
+            )?;
+            self.tx
+                .execute("DELETE FROM frames WHERE pack = ?1", [row])?;
+            self.tx.execute("DELETE FROM packs WHERE id = ?1", [row])?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,434 @@
+//! Cleanup: `rm` (mark versions removed), `pin`/`unpin`, and `gc`, which deletes what no
+//! remaining version reaches.
+//!
+//! Safety:
+//! - gc holds the store's data lock exclusive ([`Store::lock_data_exclusive`]) from plan to
+//!   the last deletion. Every commit, checkout and transfer holds it shared for its whole
+//!   run, so gc waits for them and they wait for gc: a commit can never rely on a chunk
+//!   (deduplicate against it) that gc then deletes. A lock rather than a grace period,
+//!   because a commit may reuse a chunk of any age.
+//! - Pack files the catalog does not name (left by a killed commit or gc) are deleted only
+//!   when older than the grace period (default 1 h), a second guard for stores on
+//!   filesystems where locks are unreliable.
+//! - Execution order makes a kill at any point safe: live objects of mostly-dead packs are
+//!   first copied into new packs (durable); one transaction then swaps the catalog from the
+//!   old packs to the new; only then are old pack files deleted. A kill leaves at worst
+//!   unnamed pack files, which the next gc deletes.
+//! - The version objects of removed versions stay, so `log` still shows them.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::ingest::{FRAME_TARGET, PackSink};
+use crate::catalog::Pin;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::{EntryKind, ObjectKind};
+use crate::pack::FrameBuilder;
+use crate::progress::{Progress, Unit};
+use crate::revision::Revision;
+use crate::store::Store;
+
+/// A pack that is kept, repacked or deleted, with its live bytes.
+#[derive(Debug, Clone, Serialize)]
+pub struct PackPlan {
+    /// The pack id.
+    pub pack: ObjectId,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Raw bytes of the live objects in it.
+    pub live_bytes: u64,
+}
+
+/// A pack file the catalog does not name.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrphanFile {
+    /// Its file name.
+    pub name: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Its age in seconds.
+    pub age_seconds: u64,
+    /// Whether it is older than the grace period (and so deleted).
+    pub deleted: bool,
+}
+
+/// What gc deletes (the plan), and whether it was carried out.
+#[derive(Debug, Clone, Serialize)]
+pub struct GcReport {
+    /// Versions whose data is kept.
+    pub live_versions: u64,
+    /// Versions marked removed.
+    pub removed_versions: u64,
+    /// Objects reachable from the live versions (plus every version object).
+    pub live_objects: u64,
+    /// Packs holding nothing live: deleted.
+    pub delete: Vec<PackPlan>,
+    /// Packs at most half live: their live objects are copied to new packs, then deleted.
+    pub repack: Vec<PackPlan>,
+    /// Packs with some garbage, kept (more than half live).
+    pub kept_with_garbage: Vec<PackPlan>,
+    /// Pack files the catalog does not name.
+    pub orphans: Vec<OrphanFile>,
+    /// Bytes the plan frees (pack files deleted minus new packs written; an estimate in a
+    /// dry run, where new packs are counted at the live bytes' raw size).
+    pub bytes_freed: i64,
+    /// True when only planned (`--dry-run`).
+    pub dry_run: bool,
+    /// New packs written by repacking.
+    pub packs_written: u64,
+}
+
+/// Every object a live version reaches, plus every version object (kept for the log).
+fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
+    let mut live = HashSet::new();
+    let mut reader = store.reader();
+    let mut seen_trees = HashSet::new();
+    for version in store.catalog().live_versions()? {
+        let record = reader.version(&version)?;
+        let mut stack = vec![record.tree];
+        while let Some(tree_id) = stack.pop() {
+            if !seen_trees.insert(tree_id) {
+                continue;
+            }
+            live.insert((tree_id, ObjectKind::Tree));
+            for entry in reader.tree(&tree_id)?.entries {
+                match entry.kind {
+                    EntryKind::Dir { .. } => stack.push(entry.id),
+                    EntryKind::File { .. } => {
+                        let chunks = reader.chunk_ids(&entry.id, entry.size)?;
+                        if chunks.len() > 1 {
+                            live.insert((entry.id, ObjectKind::FileMap));
+                        }
+                        live.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
+                    }
+                    EntryKind::Symlink { .. } => {}
+                }
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// Plans gc and, unless `dry_run`, carries the plan out. `grace` protects unnamed pack
+/// files younger than it.
+///
+/// # Errors
+/// [`Error::MissingObject`] when a live version's tree or file map is missing (gc refuses to
+/// run on a store that `verify` would fail); [`Error::Io`]; [`Error::Interrupted`].
+pub fn gc(
+    store: &mut Store,
+    dry_run: bool,
+    grace: Duration,
+    progress: &dyn Progress,
+) -> Result<GcReport> {
+    let _data_lock = store.lock_data_exclusive()?;
+    let live = live_set(store)?;
+    let by_pack = store.catalog().objects_by_pack()?;
+    let sizes: std::collections::HashMap<ObjectId, u64> =
+        store.catalog().packs()?.into_iter().collect();
+    let all_versions: HashSet<ObjectId> = by_pack
+        .values()
+        .flatten()
+        .filter(|(_, kind, _)| *kind == ObjectKind::Version)
+        .map(|(id, _, _)| *id)
+        .collect();
+    let mut report = GcReport {
+        live_versions: store.catalog().live_versions()?.len() as u64,
+        removed_versions: 0,
+        live_objects: 0,
+        delete: Vec::new(),
+        repack: Vec::new(),
+        kept_with_garbage: Vec::new(),
+        orphans: Vec::new(),
+        bytes_freed: 0,
+        dry_run,
+        packs_written: 0,
+    };
+    report.removed_versions = (all_versions.len() as u64).saturating_sub(report.live_versions);
+    let is_live = |(id, kind, _): &(ObjectId, ObjectKind, u32)| {
+        *kind == ObjectKind::Version || live.contains(&(*id, *kind))
+    };
+    for (pack, objects) in &by_pack {
+        let bytes = sizes.get(pack).copied().unwrap_or(0);
+        let total: u64 = objects.iter().map(|o| u64::from(o.2)).sum();
+        let live_bytes: u64 = objects
+            .iter()
+            .filter(|o| is_live(o))
+            .map(|o| u64::from(o.2))
+            .sum();
+        report.live_objects += objects.iter().filter(|o| is_live(o)).count() as u64;
+        let plan = PackPlan {
+            pack: *pack,
+            bytes,
+            live_bytes,
+        };
+        if live_bytes == 0 {
+            report.delete.push(plan);
+        } else if live_bytes * 2 <= total {
+            report.repack.push(plan);
+        } else if live_bytes < total {
+            report.kept_with_garbage.push(plan);
+        }
+    }
+    // Packs the catalog names but which hold no object rows at all (every object was also
+    // in an older pack) are garbage too.
+    for (pack, bytes) in &sizes {
+        if !by_pack.contains_key(pack) {
+            report.delete.push(PackPlan {
+                pack: *pack,
+                bytes: *bytes,
+                live_bytes: 0,
+            });
+        }
+    }
+    report.delete.sort_by_key(|p| p.pack);
+    report.repack.sort_by_key(|p| p.pack);
+    report.kept_with_garbage.sort_by_key(|p| p.pack);
+    let now = std::time::SystemTime::now();
+    if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let named = name
+                .strip_suffix(".pack")
+                .and_then(|hex| hex.parse::<ObjectId>().ok())
+                .is_some_and(|id| sizes.contains_key(&id));
+            if named {
+                continue;
+            }
+            let meta = entry.metadata().ok();
+            let age = meta
+                .as_ref()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| now.duration_since(t).ok())
+                .unwrap_or_default();
+            report.orphans.push(OrphanFile {
+                name,
+                bytes: meta.map_or(0, |m| m.len()),
+                age_seconds: age.as_secs(),
+                deleted: age >= grace,
+            });
+        }
+    }
+    report.orphans.sort_by(|a, b| a.name.cmp(&b.name));
+    let freed_files: u64 = report
+        .delete
+        .iter()
+        .chain(&report.repack)
+        .map(|p| p.bytes)
+        .sum::<u64>()
+        + report
+            .orphans
+            .iter()
+            .filter(|o| o.deleted)
+            .map(|o| o.bytes)
+            .sum::<u64>();
+    let rewritten: u64 = report.repack.iter().map(|p| p.live_bytes).sum();
+    report.bytes_freed = freed_files as i64 - rewritten as i64;
+    if dry_run {
+        return Ok(report);
+    }
+
+    // 1. Copy the live objects of packs to repack into new, durable packs.
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    progress.start("repacking", rewritten, Unit::Bytes);
+    let copied = (|| {
+        let mut reader = store.reader();
+        let mut frame = FrameBuilder::default();
+        for plan in &report.repack {
+            for object in by_pack[&plan.pack].iter().filter(|o| is_live(o)) {
+                crate::interrupt::check()?;
+                let bytes = reader.bytes(&object.0, object.1)?;
+                frame.push(object.0, object.1, &bytes);
+                progress.advance(bytes.len() as u64);
+                if frame.len() >= FRAME_TARGET {
+                    sink.add(frame.encode(3))?;
+                }
+            }
+        }
+        if !frame.is_empty() {
+            sink.add(frame.encode(3))?;
+        }
+        Ok::<_, Error>(())
+    })();
+    progress.finish();
+    let sealed = match copied {
+        Ok(()) => sink.finish()?,
+        Err(e) => {
+            sink.abandon();
+            return Err(e);
+        }
+    };
+    report.packs_written = sealed.len() as u64;
+    let written: u64 = sealed.iter().map(|p| p.size).sum();
+    // 2. One transaction: the catalog forgets the old packs and names the new ones.
+    let dropped: HashSet<ObjectId> = report
+        .delete
+        .iter()
+        .chain(&report.repack)
+        .map(|p| p.pack)
+        .collect();
+    {
+        let _lock = store.lock()?;
+        let writer = store.catalog_mut().writer()?;
+        writer.drop_packs(&dropped)?;
+        for pack in &sealed {
+            writer.add_pack(pack)?;
+        }
+        writer.commit()?;
+    }
+    // 3. Only now delete files.
+    for pack in &dropped {
+        remove_pack_file(&crate::pack::writer::pack_path(&store.packs_dir(), pack))?;
+    }
+    for orphan in report.orphans.iter().filter(|o| o.deleted) {
+        remove_pack_file(&store.packs_dir().join(&orphan.name))?;
+    }
+    report.bytes_freed = freed_files as i64 - written as i64;
+    Ok(report)
+}
+
+fn remove_pack_file(path: &std::path::Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// What `rm` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoveReport {
+    /// The dataset.
+    pub dataset: String,
+    /// Versions marked removed.
+    pub removed: Vec<ObjectId>,
+    /// Tags dropped with them.
+    pub tags_dropped: Vec<String>,
+}
+
+/// Why a version must be kept, if it must: a live pin, or a workspace directory that exists
+/// and holds it.
+fn held_by(store: &Store, id: &ObjectId, pins: &[Pin]) -> Result<Option<String>> {
+    let now = crate::catalog::unix_now();
+    if let Some(pin) = pins
+        .iter()
+        .find(|p| p.version == *id && p.until.is_none_or(|u| u > now))
+    {
+        return Ok(Some(format!("it is pinned ({})", pin.reason)));
+    }
+    for (path, version) in store.catalog().workspace_versions()? {
+        if version == *id && std::path::Path::new(&path).is_dir() {
+            return Ok(Some(format!("the directory {path} holds it")));
+        }
+    }
+    Ok(None)
+}
+
+/// `dsv rm NAME@REV` (one version, not the head) or `dsv rm NAME` (every version; the
+/// dataset's head is cleared). The data is freed by the next `gc`; the log keeps the
+/// versions, marked removed.
+///
+/// # Errors
+/// [`Error::VersionHeld`] for a pinned version or one a directory holds; also for a tagged
+/// version or a dataset's head without `force` (tags are dropped with `force`; a head is
+/// removed only with the whole dataset); revision errors.
+pub fn remove(store: &mut Store, target: &str, force: bool) -> Result<RemoveReport> {
+    let pins = store.catalog().pins()?;
+    let (dataset, ids) = if target.contains('@') || target.contains('~') {
+        let revision = Revision::parse(target)?;
+        let id = revision.resolve(store.catalog())?;
+        if store.catalog().head(&revision.dataset)? == Some(id) {
+            return Err(Error::VersionHeld {
+                version: id.short(),
+                reason: format!(
+                    "it is the head of {}; remove the whole dataset with `dsv rm {}`",
+                    revision.dataset, revision.dataset
+                ),
+            });
+        }
+        (revision.dataset, vec![id])
+    } else {
+        crate::revision::check_name("dataset", target)?;
+        let mut ids = Vec::new();
+        let mut next = store.catalog().head(target)?;
+        while let Some(id) = next {
+            ids.push(id);
+            next = store.catalog().version_record(&id)?.version.parent;
+        }
+        (target.to_string(), ids)
+    };
+    let mut tags = Vec::new();
+    for id in &ids {
+        if let Some(reason) = held_by(store, id, &pins)? {
+            return Err(Error::VersionHeld {
+                version: id.short(),
+                reason,
+            });
+        }
+        let named = store.catalog().tags_of(id)?;
+        if !named.is_empty() && !force {
+            return Err(Error::VersionHeld {
+                version: id.short(),
+                reason: format!("it is tagged {} (--force drops the tags)", named.join(", ")),
+            });
+        }
+        tags.extend(named);
+    }
+    let _lock = store.lock()?;
+    let writer = store.catalog_mut().writer()?;
+    writer.mark_removed(&ids)?;
+    if !target.contains('@') && !target.contains('~') {
+        writer.clear_head(&dataset)?;
+    }
+    writer.commit()?;
+    Ok(RemoveReport {
+        dataset,
+        removed: ids,
+        tags_dropped: tags,
+    })
+}
+
+/// Pins `revision` so no `rm` or cleanup removes it, until `until` (Unix seconds) if given.
+///
+/// # Errors
+/// Revision errors.
+pub fn pin(
+    store: &mut Store,
+    revision: &Revision,
+    reason: &str,
+    until: Option<i64>,
+) -> Result<Pin> {
+    let id = revision.resolve(store.catalog())?;
+    let writer = store.catalog_mut().writer()?;
+    writer.pin(&id, reason, until)?;
+    writer.commit()?;
+    Ok(store
+        .catalog()
+        .pins()?
+        .into_iter()
+        .find(|p| p.version == id)
+        .expect("just pinned"))
+}
+
+/// Removes the pin of `revision`.
+///
+/// # Errors
+/// [`Error::RevisionNotFound`] when it is not pinned; revision errors.
+pub fn unpin(store: &mut Store, revision: &Revision) -> Result<ObjectId> {
+    let id = revision.resolve(store.catalog())?;
+    let writer = store.catalog_mut().writer()?;
+    let had = writer.unpin(&id)?;
+    writer.commit()?;
+    if !had {
+        return Err(Error::RevisionNotFound {
+            revision: format!("{revision} (among the pins)"),
+        });
+    }
+    Ok(id)
+}

@@ -1,0 +1,228 @@
+//! Cleanup: `rm`, `pin`/`unpin`/`pins`, `gc` (plan, execute, kill -9, concurrent commits).
+
+use std::time::Duration;
+
+use crate::common::{TestEnv, assert_same_tree, pseudo_random, settle};
+
+fn pack_bytes(env: &TestEnv) -> u64 {
+    std::fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+fn version_ids(env: &TestEnv, dataset: &str) -> Vec<String> {
+    env.json(&["log", dataset])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn assert_consistent(env: &TestEnv) {
+    let report = env.json(&["verify"]);
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+}
+
+#[test]
+fn rm_then_gc_frees_exactly_the_data_no_version_reaches() {
+    let env = TestEnv::new();
+    // Three versions, each with 2 MB of its own and a file they all share.
+    env.write("data/shared.bin", pseudo_random(500_000, 1));
+    for round in 0..3u64 {
+        env.write("data/own.bin", pseudo_random(2_000_000, 11 + 2 * round));
+        env.ok(&["commit", "data", "-d", "ds"]);
+        let keep = env.path(&format!("kept{round}"));
+        env.ok(&["checkout", "ds", keep.to_str().unwrap()]);
+        std::fs::remove_dir_all(&keep).unwrap();
+    }
+    let ids = version_ids(&env, "ds"); // newest first
+    env.ok(&["checkout", &format!("ds@{}", &ids[2][..12]), "v1"]);
+    env.ok(&["checkout", &format!("ds@{}", &ids[0][..12]), "v3"]);
+
+    // Nothing to collect yet.
+    let plan = env.json(&["gc", "--dry-run"]);
+    assert_eq!(plan["bytes_freed"], 0, "{plan}");
+    let middle = format!("ds@{}", &ids[1][..12]);
+    let removed = env.json(&["rm", &middle]);
+    assert_eq!(removed["removed"].as_array().unwrap().len(), 1);
+
+    let before = pack_bytes(&env);
+    let plan = env.json(&["gc", "--dry-run"]);
+    assert_eq!(plan["dry_run"], true);
+    let freed = plan["bytes_freed"].as_i64().unwrap();
+    assert!(freed > 1_900_000 && freed < 2_200_000, "{plan}");
+    assert_eq!(pack_bytes(&env), before, "a dry run deletes nothing");
+
+    let done = env.json(&["gc"]);
+    assert_eq!(done["dry_run"], false);
+    let after = pack_bytes(&env);
+    assert!(
+        before - after > 1_900_000 && before - after < 2_200_000,
+        "{before} -> {after}: {done}"
+    );
+    assert_consistent(&env);
+    // The remaining versions are whole; the removed one is refused, and the log marks it.
+    env.ok(&["checkout", &format!("ds@{}", &ids[2][..12]), "again1"]);
+    assert_same_tree(&env.path("v1"), &env.path("again1"));
+    env.ok(&["checkout", "ds", "again3"]);
+    assert_same_tree(&env.path("v3"), &env.path("again3"));
+    let error = env.json_error(&["checkout", &middle, "gone"], 3);
+    assert!(error["message"].as_str().unwrap().contains("was removed"));
+    let log = env.json(&["log", "ds"]);
+    assert!(log[1]["removed_at"].is_i64(), "{log}");
+    assert!(log[0]["removed_at"].is_null());
+    // A second gc finds nothing more.
+    let again = env.json(&["gc"]);
+    assert_eq!(again["bytes_freed"], 0, "{again}");
+}
+
+#[test]
+fn pins_workspaces_heads_and_tags_keep_versions() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "one\n");
+    env.ok(&["commit", "data", "-d", "ds", "-t", "v1"]);
+    env.write("data/a.txt", "two\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.write("data/a.txt", "three\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let ids = version_ids(&env, "ds");
+    let second = format!("ds@{}", &ids[1][..12]);
+
+    let pin = env.json(&["pin", &second, "--reason", "training run 42"]);
+    assert_eq!(pin["reason"], "training run 42");
+    let error = env.json_error(&["rm", &second], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("pinned"),
+        "{error}"
+    );
+    let pins = env.json(&["pins"]);
+    assert_eq!(pins.as_array().unwrap().len(), 1);
+    env.ok(&["unpin", &second]);
+    env.fails(&["unpin", &second], 3);
+    // A lease that has lapsed no longer holds.
+    env.ok(&["pin", &second, "--until", "2020-01-01T00:00:00Z"]);
+    // A directory holding the version keeps it while the directory exists.
+    env.ok(&["checkout", &second, "job"]);
+    let error = env.json_error(&["rm", &second], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("job"),
+        "{error}"
+    );
+    std::fs::remove_dir_all(env.path("job")).unwrap();
+    env.ok(&["rm", &second]);
+
+    // The head goes only with the whole dataset; a tagged version only with --force.
+    let error = env.json_error(&["rm", "ds@latest"], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("head"),
+        "{error}"
+    );
+    env.ok(&["pin", "ds@v1", "--until", "7d"]);
+    // (data/ holds the head: it goes first.)
+    std::fs::remove_dir_all(env.path("data")).unwrap();
+    let error = env.json_error(&["rm", "ds"], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("pinned"),
+        "{error}"
+    );
+    env.ok(&["unpin", "ds@v1"]);
+    let error = env.json_error(&["rm", "ds"], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("tagged v1"),
+        "{error}"
+    );
+    let removed = env.json(&["rm", "ds", "--force"]);
+    assert_eq!(removed["tags_dropped"], serde_json::json!(["v1"]));
+    env.ok(&["gc", "--grace", "0s"]);
+    assert_consistent(&env);
+    env.fails(&["checkout", "ds", "out"], 3);
+    // The dataset can start again.
+    env.write("fresh/b.txt", "b\n");
+    env.ok(&["commit", "fresh", "-d", "ds"]);
+    env.ok(&["checkout", "ds", "out"]);
+}
+
+/// 24 MB in 24 files, then a version keeping half of them: removing the first leaves its
+/// pack half garbage, so gc repacks 12 MB.
+fn half_dead_pack(env: &TestEnv) -> Vec<String> {
+    for i in 0..24u64 {
+        env.write(
+            &format!("data/f{i:02}.bin"),
+            pseudo_random(1_000_000, 2 * i + 1),
+        );
+    }
+    env.ok(&["commit", "data", "-d", "ds"]);
+    for i in (0..24u64).step_by(2) {
+        std::fs::remove_file(env.path(&format!("data/f{i:02}.bin"))).unwrap();
+    }
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let ids = version_ids(env, "ds");
+    env.ok(&["rm", &format!("ds@{}", &ids[1][..12])]);
+    ids
+}
+
+#[test]
+fn kill_during_gc_loses_nothing_and_the_rerun_finishes() {
+    let env = TestEnv::new();
+    half_dead_pack(&env);
+    settle();
+    let mut landed = 0;
+    for delay in [5u64, 30, 80, 150, 300] {
+        let mut child = env.spawn(&["gc", "--grace", "0s"]);
+        std::thread::sleep(Duration::from_millis(delay));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            landed += 1;
+        }
+        child.wait().unwrap();
+        assert_consistent(&env);
+        env.ok(&["checkout", "ds", &format!("out{delay}")]);
+        assert_same_tree(&env.path("data"), &env.path(&format!("out{delay}")));
+        std::fs::remove_dir_all(env.path(&format!("out{delay}"))).unwrap();
+        // Put garbage back for the next round when a gc completed.
+        let plan = env.json(&["gc", "--dry-run", "--grace", "0s"]);
+        if plan["bytes_freed"] == 0 {
+            break;
+        }
+    }
+    assert!(landed >= 1, "no kill landed while gc ran");
+    let finished = env.json(&["gc", "--grace", "0s"]);
+    assert_eq!(finished["dry_run"], false);
+    let report = env.json(&["verify"]);
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+    assert_eq!(
+        report["unreferenced_packs"].as_array().unwrap().len(),
+        0,
+        "the rerun removed what the kills left: {report}"
+    );
+    env.ok(&["checkout", "ds", "final"]);
+    assert_same_tree(&env.path("data"), &env.path("final"));
+}
+
+#[test]
+fn commits_running_with_gc_lose_nothing() {
+    let env = TestEnv::new();
+    half_dead_pack(&env);
+    // Commits of data that shares chunks with what gc is collecting, while gc runs.
+    for i in 0..6u64 {
+        env.write(
+            &format!("other/f{i}.bin"),
+            pseudo_random(1_000_000, 2 * (2 * i) + 1),
+        );
+    }
+    let gc = env.spawn(&["gc", "--grace", "0s"]);
+    let commit = env.spawn(&["commit", "other", "-d", "other"]);
+    let gc_out = gc.wait_with_output().unwrap();
+    let commit_out = commit.wait_with_output().unwrap();
+    assert!(gc_out.status.success(), "{gc_out:?}");
+    assert!(commit_out.status.success(), "{commit_out:?}");
+    assert_consistent(&env);
+    env.ok(&["gc", "--grace", "0s"]);
+    assert_consistent(&env);
+    env.ok(&["checkout", "other", "out"]);
+    assert_same_tree(&env.path("other"), &env.path("out"));
+    env.ok(&["checkout", "ds", "out2"]);
+    assert_same_tree(&env.path("data"), &env.path("out2"));
+}
