@@ -21,7 +21,7 @@ use rusqlite_migration::{M, Migrations};
 
 pub use objects::ObjectLocation;
 pub use remotes::{RemoteLocation, RemoteRecord, RemoteRef};
-pub use retention::{PackObject, Pin};
+pub use retention::{CachedVersionRow, PackObject, Pin};
 pub use versions::{DatasetSummary, VersionRecord};
 pub use workspaces::{StatEntry, Workspace};
 
@@ -33,6 +33,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0002_objects_keyed_by_kind.sql"),
     include_str!("../../migrations/0003_remotes.sql"),
     include_str!("../../migrations/0004_pins_and_removal.sql"),
+    include_str!("../../migrations/0005_cache_use.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =

@@ -24,6 +24,10 @@ pub struct Pin {
     pub created_at: i64,
 }
 
+/// A live version's cache facts: (id, dataset, created_at, last used, evicted), times in
+/// Unix seconds.
+pub type CachedVersionRow = (ObjectId, String, i64, i64, bool);
+
 /// One object the catalog locates in a pack: id, kind, stored length in bytes.
 pub type PackObject = (ObjectId, ObjectKind, u32);
 
@@ -76,6 +80,52 @@ impl Catalog {
             )
             .optional()?
             .flatten())
+    }
+
+    /// Live versions with their cache facts: (id, dataset, created_at, last_used or
+    /// created_at, evicted).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn cached_versions(&self) -> Result<Vec<CachedVersionRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT v.id, d.name, v.created_at, coalesce(v.last_used, v.created_at), v.evicted_at IS NOT NULL
+             FROM versions v JOIN datasets d ON d.id = v.dataset
+             WHERE v.removed_at IS NULL ORDER BY d.name, v.created_at DESC",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, Vec<u8>>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, i64>(2)?,
+                row.get::<_, i64>(3)?,
+                row.get::<_, bool>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, dataset, created, used, evicted) = row?;
+            if let Some(id) = ObjectId::from_slice(&id) {
+                out.push((id, dataset, created, used, evicted));
+            }
+        }
+        Ok(out)
+    }
+
+    /// True when version `id`'s chunks were let go (`cache prune`): a remote holds them.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn is_evicted(&self, id: &ObjectId) -> Result<bool> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT evicted_at IS NOT NULL FROM versions WHERE id = ?1",
+                [&id.0[..]],
+                |row| row.get::<_, bool>(0),
+            )
+            .optional()?
+            .unwrap_or(false))
     }
 
     /// Every version not removed: the roots whose data gc keeps.
@@ -163,6 +213,20 @@ impl CatalogWriter<'_> {
             )?;
             self.tx
                 .execute("DELETE FROM tags WHERE version = ?1", [&id.0[..]])?;
+        }
+        Ok(())
+    }
+
+    /// Marks versions evicted: their chunks may be collected (a remote holds them).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn mark_evicted(&self, ids: &[ObjectId]) -> Result<()> {
+        for id in ids {
+            self.tx.execute(
+                "UPDATE versions SET evicted_at = ?1 WHERE id = ?2",
+                params![unix_now(), &id.0[..]],
+            )?;
         }
         Ok(())
     }

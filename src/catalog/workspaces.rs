@@ -129,6 +129,11 @@ impl CatalogWriter<'_> {
              ON CONFLICT(path) DO UPDATE SET dataset = excluded.dataset, version = excluded.version, updated_at = excluded.updated_at",
             params![path, dataset, &version.0[..], unix_now()],
         )?;
+        // The version is in use and (committed or checked out) whole here.
+        self.tx.execute(
+            "UPDATE versions SET last_used = ?1, evicted_at = NULL WHERE id = ?2",
+            params![unix_now(), &version.0[..]],
+        )?;
         Ok(self
             .tx
             .query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| {

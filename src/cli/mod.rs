@@ -12,7 +12,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use dsv::ops::{audit, checkout, commit, gc, ingest::IngestOptions, inspect, status, sync, verify};
+use dsv::ops::{
+    audit, cache, checkout, commit, gc, ingest::IngestOptions, inspect, status, sync, verify,
+};
 use dsv::{Revision, Store};
 use ui::Ui;
 
@@ -135,6 +137,9 @@ enum Command {
         #[arg(required = true, value_name = "REVISION")]
         revisions: Vec<String>,
     },
+    /// The local cache of versions: what each costs here, and bounded eviction.
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// Delete what no remaining version reaches (after `rm`), repacking packs that are
     /// mostly garbage; `--dry-run` prints the plan only.
     Gc {
@@ -220,6 +225,35 @@ enum Command {
         options: Vec<String>,
         #[command(flatten)]
         jobs: JobsArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CacheCommand {
+    /// Per version: bytes only it holds here, bytes shared, last used, pinned, in use, on
+    /// which remotes.
+    Ls,
+    /// Evict versions a remote fully holds (least recently used first), then gc. Never
+    /// deletes the only copy of data unless --allow-data-loss; never pinned or in-use data.
+    Prune {
+        /// Keep the newest N versions of each dataset.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        keep_last: usize,
+        /// Only versions unused for this long (e.g. 30d).
+        #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+        older_than: Option<std::time::Duration>,
+        /// Evict until the chunks held here fit in SIZE (e.g. 50GB, 512MiB).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_size: Option<u64>,
+        /// Only this dataset.
+        #[arg(long, value_name = "NAME")]
+        dataset: Option<String>,
+        /// Remove versions no remote holds instead of skipping them (pins still hold).
+        #[arg(long)]
+        allow_data_loss: bool,
+        /// Print what would be evicted; change nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -677,6 +711,31 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 }
             }
         }
+        Command::Cache(CacheCommand::Ls) => {
+            let store = open_store(cli)?;
+            let versions = cache::list(&store)?;
+            ui.report(versions.as_slice(), render::cache)?;
+        }
+        Command::Cache(CacheCommand::Prune {
+            keep_last,
+            older_than,
+            max_size,
+            dataset,
+            allow_data_loss,
+            dry_run,
+        }) => {
+            let mut store = open_store(cli)?;
+            let options = cache::PruneOptions {
+                keep_last: *keep_last,
+                older_than: *older_than,
+                max_size: *max_size,
+                dataset: dataset.clone(),
+                allow_data_loss: *allow_data_loss,
+                dry_run: *dry_run,
+            };
+            let report = cache::prune(&mut store, &options, &progress)?;
+            ui.report(&report, render::prune)?;
+        }
         Command::Gc { dry_run, grace } => {
             let mut store = open_store(cli)?;
             let report = gc::gc(&mut store, *dry_run, *grace, &progress)?;
@@ -873,6 +932,35 @@ fn parse_until(text: &str) -> anyhow::Result<i64> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0))
+}
+
+/// A size: bytes, or a number with KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size such as 50GB or 512MiB"))?;
+    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?}: use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    Ok((number * factor) as u64)
 }
 
 /// `KEY=VALUE` settings.

@@ -7,6 +7,7 @@ use indicatif::HumanBytes;
 
 use dsv::catalog::{DatasetSummary, Pin, RemoteRecord, RemoteRef};
 use dsv::ops::audit::AuditReport;
+use dsv::ops::cache::{CachedVersion, PruneReport};
 use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
 use dsv::ops::gc::{GcReport, RemoveReport};
@@ -510,4 +511,67 @@ pub fn pins(pins: &[Pin]) -> String {
         );
     }
     out.trim_end().to_string()
+}
+
+pub fn cache(versions: &[CachedVersion]) -> String {
+    if versions.is_empty() {
+        return "no versions".into();
+    }
+    let mut out = String::from("VERSION\tUNIQUE\tSHARED\tREMOTE-ONLY\tLAST USED\tFLAGS");
+    for v in versions {
+        let mut flags = Vec::new();
+        if v.pinned {
+            flags.push("pinned".to_string());
+        }
+        if v.in_use {
+            flags.push("in use".to_string());
+        }
+        if v.evicted {
+            flags.push("evicted".to_string());
+        }
+        if !v.on_remotes.is_empty() {
+            flags.push(format!("on {}", v.on_remotes.join(",")));
+        }
+        let _ = write!(
+            out,
+            "\n{}@{}\t{}\t{}\t{}\t{}\t{}",
+            v.dataset,
+            v.version.short(),
+            HumanBytes(v.unique_bytes),
+            HumanBytes(v.shared_bytes),
+            HumanBytes(v.remote_only_bytes),
+            time(v.last_used),
+            flags.join(" ")
+        );
+    }
+    out
+}
+
+pub fn prune(r: &PruneReport) -> String {
+    let verb = if r.gc.is_none() {
+        "Would prune"
+    } else {
+        "Pruned"
+    };
+    let acted = r.actions.iter().filter(|a| a.action != "skipped").count();
+    let mut out = format!("{verb} {acted} versions");
+    for a in &r.actions {
+        let reason = a
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "\n  {} {}@{} ({}){reason}",
+            a.action,
+            a.dataset,
+            a.version.short(),
+            HumanBytes(a.bytes)
+        );
+    }
+    if let Some(gc) = &r.gc {
+        let _ = write!(out, "\n{} freed", HumanBytes(gc.bytes_freed.max(0) as u64));
+    }
+    out
 }

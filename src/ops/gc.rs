@@ -86,7 +86,14 @@ fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
     let mut live = HashSet::new();
     let mut reader = store.reader();
     let mut seen_trees = HashSet::new();
+    // Evicted versions last: their trees and file maps stay, their chunks only if another
+    // version needs them (a tree seen first through a kept version keeps its chunks).
+    let mut versions: Vec<(bool, ObjectId)> = Vec::new();
     for version in store.catalog().live_versions()? {
+        versions.push((store.catalog().is_evicted(&version)?, version));
+    }
+    versions.sort_by_key(|(evicted, _)| *evicted);
+    for (evicted, version) in versions {
         let record = reader.version(&version)?;
         let mut stack = vec![record.tree];
         while let Some(tree_id) = stack.pop() {
@@ -102,7 +109,9 @@ fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
                         if chunks.len() > 1 {
                             live.insert((entry.id, ObjectKind::FileMap));
                         }
-                        live.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
+                        if !evicted {
+                            live.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
+                        }
                     }
                     EntryKind::Symlink { .. } => {}
                 }
@@ -279,12 +288,27 @@ pub fn gc(
         }
         writer.commit()?;
     }
-    // 3. Only now delete files.
-    for pack in &dropped {
+    // 3. Only now delete files, never one the catalog names now: a repack can write a pack
+    // byte-identical to an unnamed one a killed gc left (same objects, same order), and the
+    // new pack then has that file's name.
+    let named: HashSet<ObjectId> = store
+        .catalog()
+        .packs()?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for pack in dropped.iter().filter(|p| !named.contains(p)) {
         remove_pack_file(&crate::pack::writer::pack_path(&store.packs_dir(), pack))?;
     }
     for orphan in report.orphans.iter().filter(|o| o.deleted) {
-        remove_pack_file(&store.packs_dir().join(&orphan.name))?;
+        let now_named = orphan
+            .name
+            .strip_suffix(".pack")
+            .and_then(|hex| hex.parse::<ObjectId>().ok())
+            .is_some_and(|id| named.contains(&id));
+        if !now_named {
+            remove_pack_file(&store.packs_dir().join(&orphan.name))?;
+        }
     }
     report.bytes_freed = freed_files as i64 - written as i64;
     Ok(report)

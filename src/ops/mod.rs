@@ -3,6 +3,7 @@
 //! and returns a serializable report; none prints.
 
 pub mod audit;
+pub mod cache;
 pub mod checkout;
 pub mod commit;
 pub mod gc;

@@ -226,3 +226,161 @@ fn commits_running_with_gc_lose_nothing() {
     env.ok(&["checkout", "ds", "out2"]);
     assert_same_tree(&env.path("data"), &env.path("out2"));
 }
+
+fn actions(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["version"].as_str().unwrap()[..12].to_string(),
+                a["action"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn cache_prune_evicts_only_what_a_remote_holds_and_checkout_fetches_it_back() {
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    env.write("data/shared.txt", "shared\n");
+    let mut kept = Vec::new();
+    for round in 0..3u64 {
+        env.write("data/own.bin", pseudo_random(1_000_000, 31 + 2 * round));
+        env.ok(&["commit", "data", "-d", "ds"]);
+        let copy = env.path(&format!("copy{round}"));
+        env.ok(&["checkout", "ds", copy.to_str().unwrap()]);
+        kept.push(copy);
+    }
+    // The copies are outside dsv's knowledge once moved: keep them as plain references.
+    for (i, copy) in kept.iter().enumerate() {
+        std::fs::rename(copy, env.path(&format!("ref{i}"))).unwrap();
+    }
+    std::fs::remove_dir_all(env.path("data")).unwrap();
+    let ids = version_ids(&env, "ds"); // newest first
+    let short = |i: usize| ids[i][..12].to_string();
+
+    let listed = env.json(&["cache", "ls"]);
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+    for v in listed.as_array().unwrap() {
+        assert!(v["unique_bytes"].as_u64().unwrap() >= 1_000_000, "{listed}");
+        assert_eq!(v["shared_bytes"], 7, "{listed}");
+        assert_eq!(v["on_remotes"], serde_json::json!([]));
+    }
+
+    // Nothing is on a remote: nothing is evicted, nothing deleted.
+    let before = pack_bytes(&env);
+    let refused = env.json(&["cache", "prune"]);
+    assert_eq!(
+        actions(&refused),
+        [(short(2), "skipped".into()), (short(1), "skipped".into())],
+        "{refused}"
+    );
+    assert_eq!(pack_bytes(&env), before);
+
+    let url = format!("file://{}/remote", remote_home.root().display());
+    env.ok(&["remote", "add", "origin", &url]);
+    env.ok(&["push"]);
+    env.ok(&["pin", &format!("ds@{}", short(1)), "--reason", "paper"]);
+    let plan = env.json(&["cache", "prune", "--dry-run"]);
+    assert_eq!(
+        actions(&plan),
+        [(short(2), "evicted".into()), (short(1), "skipped".into())],
+        "least recently used first; the pinned one stays: {plan}"
+    );
+    assert_eq!(pack_bytes(&env), before, "a dry run changes nothing");
+    let pruned = env.json(&["cache", "prune"]);
+    assert_eq!(actions(&pruned), actions(&plan));
+    let after = pack_bytes(&env);
+    assert!(before - after > 950_000, "{before} -> {after}: {pruned}");
+    let listed = env.json(&["cache", "ls"]);
+    let oldest = &listed.as_array().unwrap()[2];
+    assert_eq!(oldest["evicted"], true, "{listed}");
+    assert_eq!(oldest["unique_bytes"], 0);
+    let report = env.json(&["verify"]);
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+    assert_eq!(report["files_on_remotes"], 1, "{report}");
+
+    // A checkout of the evicted version fetches its chunks back (a second later, so that
+    // its last use is the most recent: times are kept in whole seconds).
+    std::thread::sleep(Duration::from_millis(1100));
+    env.ok(&["checkout", &format!("ds@{}", short(2)), "back"]);
+    assert_same_tree(&env.path("ref0"), &env.path("back"));
+
+    // --max-size evicts least recently used first until the store fits.
+    env.ok(&["unpin", &format!("ds@{}", short(1))]);
+    std::fs::remove_dir_all(env.path("back")).unwrap();
+    let fit = env.json(&["cache", "prune", "--keep-last", "0", "--max-size", "2.5MB"]);
+    assert_eq!(
+        actions(&fit),
+        [(short(1), "evicted".into())],
+        "the oldest in use is now the one just checked out: {fit}"
+    );
+
+    // A dataset no remote holds: only --allow-data-loss removes, and the log says so.
+    env.write("local/a.bin", pseudo_random(500_000, 91));
+    env.ok(&["commit", "local", "-d", "solo"]);
+    env.write("local/a.bin", pseudo_random(500_000, 93));
+    env.ok(&["commit", "local", "-d", "solo"]);
+    let skipped = env.json(&["cache", "prune", "--dataset", "solo"]);
+    assert_eq!(actions(&skipped)[0].1, "skipped");
+    let lost = env.json(&["cache", "prune", "--dataset", "solo", "--allow-data-loss"]);
+    assert_eq!(actions(&lost)[0].1, "removed", "{lost}");
+    let log = env.json(&["log", "solo"]);
+    assert!(log[1]["removed_at"].is_i64(), "{log}");
+    settle();
+    let report = env.json(&["verify"]);
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.unwrap();
+        let target = to.join(entry.path().strip_prefix(from).unwrap());
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_rerun_after_a_gc_killed_before_its_catalog_swap_keeps_the_repacked_data() {
+    // The state a gc killed between sealing its new pack and naming it leaves: the old
+    // catalog and packs, plus the new pack file, unnamed. The rerun writes a byte-identical
+    // pack (same id) and must not then delete it as a leftover.
+    let env = TestEnv::new();
+    half_dead_pack(&env);
+    copy_dir(&env.path(".dsv"), &env.path("before"));
+    let done = env.json(&["gc", "--grace", "0s"]);
+    assert_eq!(done["packs_written"], 1, "{done}");
+    let new_packs: Vec<std::path::PathBuf> = std::fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            !env.path("before/packs")
+                .join(p.file_name().unwrap())
+                .exists()
+        })
+        .collect();
+    assert_eq!(new_packs.len(), 1);
+    let new_pack = std::fs::read(&new_packs[0]).unwrap();
+    std::fs::remove_dir_all(env.path(".dsv")).unwrap();
+    copy_dir(&env.path("before"), &env.path(".dsv"));
+    std::fs::write(
+        env.path(".dsv/packs")
+            .join(new_packs[0].file_name().unwrap()),
+        new_pack,
+    )
+    .unwrap();
+    let report = env.json(&["verify"]);
+    assert_eq!(report["unreferenced_packs"].as_array().unwrap().len(), 1);
+
+    env.ok(&["gc", "--grace", "0s"]);
+    assert_consistent(&env);
+    env.ok(&["checkout", "ds", "out"]);
+    assert_same_tree(&env.path("data"), &env.path("out"));
+}

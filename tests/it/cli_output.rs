@@ -215,6 +215,7 @@ fn help_lists_every_command() {
                 or checked out as); exit 0 only when it is, 1 when it differs
       lock      Pin exact versions in a lock file, written as JSON to stdout: `dsv lock mnist@v1 cifar >
                 dsv.lock`
+      cache     The local cache of versions: what each costs here, and bounded eviction
       gc        Delete what no remaining version reaches (after `rm`), repacking packs that are mostly
                 garbage; `--dry-run` prints the plan only
       rm        Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the

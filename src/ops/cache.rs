@@ -1,0 +1,353 @@
+//! The local cache of versions: what each version costs here (`cache ls`) and bounded
+//! eviction (`cache prune`).
+//!
+//! Eviction lets a version's chunks go from this store when every one of them is on a remote
+//! this store knows (by the remote's pack indexes): its version object, trees and file maps
+//! stay, so a later checkout fetches exactly the chunks back. A version held only here is
+//! never evicted; with `allow_data_loss` it is removed instead (as `dsv rm`), and a pinned
+//! version or one a directory holds is never touched. `gc` then frees the space.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::catalog::unix_now;
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::object::{EntryKind, ObjectKind};
+use crate::progress::Progress;
+use crate::store::Store;
+
+/// One version as the cache sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CachedVersion {
+    /// The dataset.
+    pub dataset: String,
+    /// The version.
+    pub version: ObjectId,
+    /// Bytes of chunks here that no other live version uses (what evicting it frees).
+    pub unique_bytes: u64,
+    /// Bytes of chunks here that other versions use too.
+    pub shared_bytes: u64,
+    /// Bytes of its chunks that are not here (on a remote).
+    pub remote_only_bytes: u64,
+    /// When it was last committed or checked out here (Unix seconds).
+    pub last_used: i64,
+    /// Whether a live pin holds it.
+    pub pinned: bool,
+    /// Whether an existing directory holds it.
+    pub in_use: bool,
+    /// Remotes holding every one of its chunks, by name.
+    pub on_remotes: Vec<String>,
+    /// Whether its chunks were let go (`cache prune`).
+    pub evicted: bool,
+}
+
+/// Chunk ids and lengths of every live version, with the facts `cache ls` reports.
+struct Usage {
+    versions: Vec<(ObjectId, String, i64, bool)>,
+    chunks: HashMap<ObjectId, Vec<(ObjectId, u32)>>,
+}
+
+fn usage(store: &Store) -> Result<Usage> {
+    let mut reader = store.reader();
+    let mut by_tree: HashMap<ObjectId, std::rc::Rc<Vec<(ObjectId, u32)>>> = HashMap::new();
+    let mut versions = Vec::new();
+    let mut chunks = HashMap::new();
+    for (id, dataset, _created, used, evicted) in store.catalog().cached_versions()? {
+        let root = reader.version(&id)?.tree;
+        let list = tree_chunks(&mut reader, &root, &mut by_tree)?;
+        let mut seen = HashSet::new();
+        let list: Vec<(ObjectId, u32)> =
+            list.iter().filter(|c| seen.insert(c.0)).copied().collect();
+        chunks.insert(id, list);
+        versions.push((id, dataset, used, evicted));
+    }
+    Ok(Usage { versions, chunks })
+}
+
+/// Chunks under tree `id` with their lengths (from file maps, or the file itself), memoized
+/// per tree so versions sharing subtrees are walked once.
+fn tree_chunks(
+    reader: &mut crate::store::ObjectReader<'_>,
+    id: &ObjectId,
+    memo: &mut HashMap<ObjectId, std::rc::Rc<Vec<(ObjectId, u32)>>>,
+) -> Result<std::rc::Rc<Vec<(ObjectId, u32)>>> {
+    if let Some(found) = memo.get(id) {
+        return Ok(found.clone());
+    }
+    let mut out = Vec::new();
+    for entry in reader.tree(id)?.entries {
+        match entry.kind {
+            EntryKind::Dir { .. } => out.extend(tree_chunks(reader, &entry.id, memo)?.iter()),
+            EntryKind::File { .. } => {
+                let ids = reader.chunk_ids(&entry.id, entry.size)?;
+                if ids.len() == 1 {
+                    out.push((ids[0], entry.size as u32));
+                } else if !ids.is_empty() {
+                    let map = reader.bytes(&entry.id, ObjectKind::FileMap)?;
+                    let map = crate::object::FileMap::decode(&map).map_err(|e| {
+                        crate::error::Error::corrupt(
+                            "file map",
+                            format!("{}: {e}", entry.id.short()),
+                        )
+                    })?;
+                    out.extend(map.chunks);
+                }
+            }
+            EntryKind::Symlink { .. } => {}
+        }
+    }
+    let out = std::rc::Rc::new(out);
+    memo.insert(*id, out.clone());
+    Ok(out)
+}
+
+/// `dsv cache ls`: every live version with the bytes it alone holds here, the bytes it
+/// shares, when it was last used, and what protects or backs it.
+///
+/// # Errors
+/// Catalog and read errors.
+pub fn list(store: &Store) -> Result<Vec<CachedVersion>> {
+    let usage = usage(store)?;
+    let mut refcount: HashMap<ObjectId, u32> = HashMap::new();
+    for list in usage.chunks.values() {
+        for (chunk, _) in list {
+            *refcount.entry(*chunk).or_default() += 1;
+        }
+    }
+    // Each dataset newest first by history (distance from the head along parents; times are
+    // whole seconds and may tie), versions off the head's line after.
+    let mut depth: HashMap<ObjectId, usize> = HashMap::new();
+    for summary in store.catalog().datasets()? {
+        let mut next = summary.head;
+        while let Some(id) = next {
+            let steps = depth.len();
+            depth.insert(id, steps);
+            next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
+        }
+    }
+    let mut usage = usage;
+    usage.versions.sort_by_key(|(id, dataset, _, _)| {
+        (
+            dataset.clone(),
+            depth.get(id).copied().unwrap_or(usize::MAX),
+        )
+    });
+    let now = unix_now();
+    let pins = store.catalog().pins()?;
+    let workspaces = store.catalog().workspace_versions()?;
+    let remotes = store.catalog().remotes()?;
+    let mut out = Vec::new();
+    for (id, dataset, last_used, evicted) in &usage.versions {
+        let mut unique = 0;
+        let mut shared = 0;
+        let mut remote_only = 0;
+        let list = &usage.chunks[id];
+        for (chunk, length) in list {
+            if !store.catalog().has_object(chunk, ObjectKind::Chunk)? {
+                remote_only += u64::from(*length);
+            } else if refcount[chunk] == 1 {
+                unique += u64::from(*length);
+            } else {
+                shared += u64::from(*length);
+            }
+        }
+        let mut on_remotes = Vec::new();
+        for remote in &remotes {
+            let mut all = store
+                .catalog()
+                .remote_locate(remote.id, id, ObjectKind::Version)?
+                .is_some();
+            for (chunk, _) in list {
+                if !all {
+                    break;
+                }
+                all = store
+                    .catalog()
+                    .remote_locate(remote.id, chunk, ObjectKind::Chunk)?
+                    .is_some();
+            }
+            if all {
+                on_remotes.push(remote.name.clone());
+            }
+        }
+        out.push(CachedVersion {
+            dataset: dataset.clone(),
+            version: *id,
+            unique_bytes: unique,
+            shared_bytes: shared,
+            remote_only_bytes: remote_only,
+            last_used: *last_used,
+            pinned: pins
+                .iter()
+                .any(|p| p.version == *id && p.until.is_none_or(|u| u > now)),
+            in_use: workspaces
+                .iter()
+                .any(|(path, v)| v == id && std::path::Path::new(path).is_dir()),
+            on_remotes,
+            evicted: *evicted,
+        });
+    }
+    Ok(out)
+}
+
+/// What `cache prune` may evict.
+#[derive(Debug, Clone, Default)]
+pub struct PruneOptions {
+    /// Keep the newest N versions of each dataset (by creation).
+    pub keep_last: usize,
+    /// Only versions not used for at least this long.
+    pub older_than: Option<Duration>,
+    /// Evict least-recently-used versions until the bytes held here fit (bytes).
+    pub max_size: Option<u64>,
+    /// Only this dataset.
+    pub dataset: Option<String>,
+    /// Remove (as `dsv rm`) versions held nowhere else instead of skipping them.
+    pub allow_data_loss: bool,
+    /// Plan only.
+    pub dry_run: bool,
+}
+
+/// One version `cache prune` acted on or skipped.
+#[derive(Debug, Clone, Serialize)]
+pub struct PruneAction {
+    /// The dataset.
+    pub dataset: String,
+    /// The version.
+    pub version: ObjectId,
+    /// `evicted` (a remote holds its chunks), `removed` (with `--allow-data-loss`), or
+    /// `skipped`.
+    pub action: &'static str,
+    /// Bytes its eviction frees here (its unique bytes).
+    pub bytes: u64,
+    /// Why, for a skipped version.
+    pub reason: Option<String>,
+}
+
+/// The outcome of `cache prune`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PruneReport {
+    /// Versions evicted, removed or skipped, least recently used first.
+    pub actions: Vec<PruneAction>,
+    /// Bytes of chunks held here before.
+    pub bytes_before: u64,
+    /// The gc that freed the space (absent in a dry run).
+    pub gc: Option<super::gc::GcReport>,
+}
+
+/// `dsv cache prune`: chooses versions by the options, least recently used first, evicts
+/// those a remote fully holds (or removes them with `allow_data_loss`), then runs gc.
+///
+/// # Errors
+/// As [`list`] and [`super::gc::gc`].
+pub fn prune(
+    store: &mut Store,
+    options: &PruneOptions,
+    progress: &dyn Progress,
+) -> Result<PruneReport> {
+    let listed = list(store)?;
+    let now = unix_now();
+    let held_total: u64 = local_chunk_bytes(store)?;
+    // The newest `keep_last` of each dataset stay.
+    let mut kept: HashSet<ObjectId> = HashSet::new();
+    let mut per_dataset: HashMap<&str, usize> = HashMap::new();
+    for version in &listed {
+        // `list` is ordered by dataset, newest first.
+        let seen = per_dataset.entry(version.dataset.as_str()).or_default();
+        if *seen < options.keep_last {
+            kept.insert(version.version);
+        }
+        *seen += 1;
+    }
+    let mut candidates: Vec<&CachedVersion> = listed
+        .iter()
+        .filter(|v| !v.evicted && !kept.contains(&v.version))
+        .filter(|v| options.dataset.as_ref().is_none_or(|d| *d == v.dataset))
+        .filter(|v| {
+            options
+                .older_than
+                .is_none_or(|age| now - v.last_used >= age.as_secs() as i64)
+        })
+        .collect();
+    // Least recently used first; `list` gives each dataset newest first, so reversing makes
+    // the older version win a tie (last_used is in whole seconds).
+    candidates.reverse();
+    candidates.sort_by_key(|v| v.last_used);
+    let mut actions = Vec::new();
+    let mut held = held_total;
+    let mut evict = Vec::new();
+    let mut remove = Vec::new();
+    for version in candidates {
+        if options.max_size.is_some_and(|max| held <= max) {
+            break;
+        }
+        let skip = |reason: &str| PruneAction {
+            dataset: version.dataset.clone(),
+            version: version.version,
+            action: "skipped",
+            bytes: 0,
+            reason: Some(reason.to_string()),
+        };
+        if version.pinned {
+            actions.push(skip("pinned"));
+            continue;
+        }
+        if version.in_use {
+            actions.push(skip("a directory holds it"));
+            continue;
+        }
+        let action = if !version.on_remotes.is_empty() {
+            evict.push(version.version);
+            "evicted"
+        } else if options.allow_data_loss {
+            remove.push(version.version);
+            "removed"
+        } else {
+            actions.push(skip(
+                "no remote holds it (push it first, or pass --allow-data-loss)",
+            ));
+            continue;
+        };
+        held = held.saturating_sub(version.unique_bytes);
+        actions.push(PruneAction {
+            dataset: version.dataset.clone(),
+            version: version.version,
+            action,
+            bytes: version.unique_bytes,
+            reason: None,
+        });
+    }
+    if options.dry_run {
+        return Ok(PruneReport {
+            actions,
+            bytes_before: held_total,
+            gc: None,
+        });
+    }
+    {
+        let _lock = store.lock()?;
+        let writer = store.catalog_mut().writer()?;
+        writer.mark_evicted(&evict)?;
+        writer.mark_removed(&remove)?;
+        writer.commit()?;
+    }
+    let gc = super::gc::gc(store, false, Duration::from_secs(3600), progress)?;
+    Ok(PruneReport {
+        actions,
+        bytes_before: held_total,
+        gc: Some(gc),
+    })
+}
+
+/// Bytes of chunks held in this store.
+fn local_chunk_bytes(store: &Store) -> Result<u64> {
+    Ok(store
+        .catalog()
+        .object_counts()?
+        .into_iter()
+        .filter(|(kind, _, _)| *kind == ObjectKind::Chunk)
+        .map(|(_, _, bytes)| bytes)
+        .sum())
+}
