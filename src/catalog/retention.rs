@@ -128,6 +128,22 @@ impl Catalog {
             .unwrap_or(false))
     }
 
+    /// The ids of every object of `kind` this store holds.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn object_ids(&self, kind: ObjectKind) -> Result<HashSet<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM objects WHERE kind = ?1")?;
+        let rows = stmt.query_map([kind as u8], |row| row.get::<_, Vec<u8>>(0))?;
+        let mut out = HashSet::new();
+        for row in rows {
+            out.extend(ObjectId::from_slice(&row?));
+        }
+        Ok(out)
+    }
+
     /// Every version not removed: the roots whose data gc keeps.
     ///
     /// # Errors

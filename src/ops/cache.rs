@@ -139,6 +139,7 @@ pub fn list(store: &Store) -> Result<Vec<CachedVersion>> {
     let pins = store.catalog().pins()?;
     let workspaces = store.catalog().workspace_versions()?;
     let remotes = store.catalog().remotes()?;
+    let here = store.catalog().object_ids(ObjectKind::Chunk)?;
     let mut out = Vec::new();
     for (id, dataset, last_used, evicted) in &usage.versions {
         let mut unique = 0;
@@ -146,7 +147,7 @@ pub fn list(store: &Store) -> Result<Vec<CachedVersion>> {
         let mut remote_only = 0;
         let list = &usage.chunks[id];
         for (chunk, length) in list {
-            if !store.catalog().has_object(chunk, ObjectKind::Chunk)? {
+            if !here.contains(chunk) {
                 remote_only += u64::from(*length);
             } else if refcount[chunk] == 1 {
                 unique += u64::from(*length);

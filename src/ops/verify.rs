@@ -60,19 +60,27 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         Unit::Bytes,
     );
     let mut indexed = HashSet::new();
-    for (id, size) in &packs {
-        crate::interrupt::check()?;
-        let path = crate::pack::writer::pack_path(&store.packs_dir(), id);
-        match crate::pack::reader::verify_pack(&path, id) {
-            Ok((_, objects)) => {
+    // Packs are independent: check them on every core (each read is sequential).
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let packs_dir = store.packs_dir();
+    let checked = crate::parallel::map(&packs, jobs, |(id, size)| {
+        let path = crate::pack::writer::pack_path(&packs_dir, id);
+        let result = crate::pack::reader::verify_pack(&path, id)
+            .map(|(_, objects)| objects.iter().map(|o| o.id).collect::<Vec<_>>())
+            .map_err(|e| e.to_string());
+        progress.advance(*size);
+        Ok(result)
+    })?;
+    for ((id, size), result) in packs.iter().zip(checked) {
+        match result {
+            Ok(objects) => {
                 report.objects += objects.len() as u64;
-                indexed.extend(objects.iter().map(|o| o.id));
+                indexed.extend(objects);
             }
             Err(e) => report.problems.push(format!("pack {id}: {e}")),
         }
         report.packs += 1;
         report.pack_bytes += size;
-        progress.advance(*size);
     }
     progress.finish();
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
