@@ -106,10 +106,11 @@ impl Catalog {
         Ok(CatalogWriter { tx })
     }
 
-    /// Runs SQLite's own consistency check.
+    /// Runs SQLite's own consistency check, then looks for rows pointing at nothing
+    /// (`PRAGMA foreign_key_check`: an object whose frame is gone, a head naming no version).
     ///
     /// # Errors
-    /// [`Error::Corrupt`] listing what `PRAGMA integrity_check` found.
+    /// [`Error::Corrupt`] listing what either check found (at most ten dangling rows).
     pub fn check_integrity(&self) -> Result<()> {
         let mut stmt = self.conn.prepare("PRAGMA integrity_check")?;
         let rows: Vec<String> = stmt
@@ -117,6 +118,27 @@ impl Catalog {
             .collect::<rusqlite::Result<_>>()?;
         if rows != ["ok"] {
             return Err(Error::corrupt(&self.path, rows.join("; ")));
+        }
+        // Rows pointing at nothing (a frame, pack or version that is not there).
+        let mut stmt = self.conn.prepare("PRAGMA foreign_key_check")?;
+        let dangling: Vec<String> = stmt
+            .query_map([], |row| {
+                Ok(format!(
+                    "a row of {} (rowid {}) points at a missing row of {}",
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<i64>>(1)?
+                        .map_or_else(|| "-".to_string(), |r| r.to_string()),
+                    row.get::<_, String>(2)?
+                ))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        if !dangling.is_empty() {
+            let total = dangling.len();
+            let mut shown: Vec<String> = dangling.into_iter().take(10).collect();
+            if total > 10 {
+                shown.push(format!("and {} more", total - 10));
+            }
+            return Err(Error::corrupt(&self.path, shown.join("; ")));
         }
         Ok(())
     }

@@ -384,3 +384,34 @@ fn a_rerun_after_a_gc_killed_before_its_catalog_swap_keeps_the_repacked_data() {
     env.ok(&["checkout", "ds", "out"]);
     assert_same_tree(&env.path("data"), &env.path("out"));
 }
+
+#[test]
+fn catalog_rows_pointing_at_nothing_are_reported() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    // A head naming a version the catalog does not have, and an object row whose frame is
+    // gone: written behind dsv's back, as a damaged or hand-edited catalog would be.
+    let catalog = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    catalog
+        .execute_batch(
+            "PRAGMA foreign_keys = OFF;
+             INSERT INTO datasets (name, head, created_at) VALUES ('ghost', zeroblob(32), 0);
+             INSERT INTO objects (id, kind, frame, offset, length) VALUES (randomblob(32), 1, 999999, 0, 10);",
+        )
+        .unwrap();
+    drop(catalog);
+    let out = env.run(&["--json", "verify"]);
+    assert_eq!(out.status.code(), Some(5));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = report["problems"].to_string();
+    assert!(problems.contains("ghost"), "{report}");
+    assert!(
+        problems.contains("a row of objects") && problems.contains("missing row of frames"),
+        "{report}"
+    );
+    // gc keeps every pack a live version needs, dangling rows or not.
+    let before = pack_bytes(&env);
+    env.run(&["gc", "--grace", "0s"]);
+    assert_eq!(pack_bytes(&env), before);
+}
