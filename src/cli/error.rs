@@ -102,7 +102,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "`dsv pins` lists pins (`dsv unpin REV` lifts one); a directory holding the version keeps it until the directory is deleted or checked out to another version".into()
         }
         Error::VersionRemoved { .. } => {
-            "`dsv log NAME` shows which versions remain; a remote may still hold it (`dsv checkout REMOTE/NAME@REV`)".into()
+            "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
         }
         Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
         Error::RemoteDiverged { dataset, remote } => format!(

@@ -227,7 +227,7 @@ pub fn verify(r: &VerifyReport) -> String {
     if !r.unreferenced_packs.is_empty() {
         let _ = write!(
             out,
-            "\n{} pack files are not in the catalog (left by an interrupted commit; they hold no version's data)",
+            "\n{} pack files are not in the catalog (left by an interrupted commit, transfer or gc; they hold no version's data, and gc deletes them once older than its grace period)",
             r.unreferenced_packs.len()
         );
     }

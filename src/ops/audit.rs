@@ -4,7 +4,9 @@
 //! An audit reads the directory and compares every file's content id (BLAKE3 of its bytes)
 //! with the version's tree. By default the workspace's stat cache vouches for files whose
 //! size, mtime, ctime, inode and mode are unchanged (the same rule as `status`, racy entries
-//! re-hashed); `full` re-hashes every file. An audit never writes to the store.
+//! re-hashed); `full` re-hashes every file. An audit never changes the directory, its
+//! record or its stat cache (`audit --lock` may fetch a pinned version's metadata from a
+//! remote the lock names, as `checkout --lock` does).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,6 +91,7 @@ pub fn audit(
 ) -> Result<AuditReport> {
     let started = std::time::Instant::now();
     let (dir, key) = workspace::canonical_dir(dir)?;
+    let _data_lock = store.lock_data_shared()?;
     let recorded = store.catalog().workspace(&key)?;
     let (dataset, version, claimed_by) = match target {
         Some((dataset, version, why)) => (dataset.to_string(), version, why),

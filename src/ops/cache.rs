@@ -4,8 +4,9 @@
 //! Eviction lets a version's chunks go from this store when every one of them is on a remote
 //! this store knows (by the remote's pack indexes): its version object, trees and file maps
 //! stay, so a later checkout fetches exactly the chunks back. A version held only here is
-//! never evicted; with `allow_data_loss` it is removed instead (as `dsv rm`), and a pinned
-//! version or one a directory holds is never touched. `gc` then frees the space.
+//! never evicted; with `allow_data_loss` it is removed instead (its tags dropped; never a
+//! dataset's head), and a pinned version or one a directory holds is never touched. `gc`
+//! then frees the space.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -197,7 +198,7 @@ pub fn list(store: &Store) -> Result<Vec<CachedVersion>> {
 /// What `cache prune` may evict.
 #[derive(Debug, Clone, Default)]
 pub struct PruneOptions {
-    /// Keep the newest N versions of each dataset (by creation).
+    /// Keep the newest N versions of each dataset (counted from its head back along parents).
     pub keep_last: usize,
     /// Only versions not used for at least this long.
     pub older_than: Option<Duration>,
@@ -276,6 +277,12 @@ pub fn prune(
     // the older version win a tie (last_used is in whole seconds).
     candidates.reverse();
     candidates.sort_by_key(|v| v.last_used);
+    let heads: HashSet<ObjectId> = store
+        .catalog()
+        .datasets()?
+        .into_iter()
+        .filter_map(|d| d.head)
+        .collect();
     let mut actions = Vec::new();
     let mut held = held_total;
     let mut evict = Vec::new();
@@ -302,6 +309,11 @@ pub fn prune(
         let action = if !version.on_remotes.is_empty() {
             evict.push(version.version);
             "evicted"
+        } else if heads.contains(&version.version) {
+            actions.push(skip(
+                "no remote holds it and it is the dataset's head (`dsv rm NAME` removes a whole dataset)",
+            ));
+            continue;
         } else if options.allow_data_loss {
             remove.push(version.version);
             "removed"

@@ -116,6 +116,8 @@ pub fn checkout(
     options: &CheckoutOptions,
     progress: &dyn Progress,
 ) -> Result<CheckoutReport> {
+    // Held from the first read of a tree: gc waits until this checkout is done.
+    let _data_lock = store.lock_data_shared()?;
     let version_id = revision.resolve(store.catalog())?;
     if store.catalog().removed_at(&version_id)?.is_some() {
         return Err(Error::VersionRemoved {
@@ -153,7 +155,6 @@ pub fn checkout(
     fs::create_dir_all(dir).at(dir)?;
     let (dir, key) = workspace::canonical_dir(dir)?;
     let _lock = store.lock_workspace(&key)?;
-    let _data_lock = store.lock_data_shared()?;
 
     let workspace = store.catalog().workspace(&key)?;
     let (cache, old) = match &workspace {

@@ -13,8 +13,9 @@
 //! - Execution order makes a kill at any point safe: live objects of mostly-dead packs are
 //!   first copied into new packs (durable); one transaction then swaps the catalog from the
 //!   old packs to the new; only then are old pack files deleted. A kill leaves at worst
-//!   unnamed pack files, which the next gc deletes.
-//! - The version objects of removed versions stay, so `log` still shows them.
+//!   unnamed pack files, which a later gc deletes once they are older than the grace period.
+//! - The version objects of removed versions stay, so `log` still shows a version removed
+//!   with `rm NAME@REV` (`rm NAME` also clears the head, so `log NAME` starts empty).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -245,11 +246,19 @@ pub fn gc(
     progress.start("repacking", rewritten, Unit::Bytes);
     let copied = (|| {
         let mut reader = store.reader();
-        let mut frame = FrameBuilder::default();
+        // Chunks and metadata (trees, file maps, versions) in frames of their own, as a
+        // commit writes them, so a fetch of metadata downloads no chunk.
+        let mut chunks = FrameBuilder::default();
+        let mut metadata = FrameBuilder::default();
         for plan in &report.repack {
             for object in by_pack[&plan.pack].iter().filter(|o| is_live(o)) {
                 crate::interrupt::check()?;
                 let bytes = reader.bytes(&object.0, object.1)?;
+                let frame = if object.1 == ObjectKind::Chunk {
+                    &mut chunks
+                } else {
+                    &mut metadata
+                };
                 frame.push(object.0, object.1, &bytes);
                 progress.advance(bytes.len() as u64);
                 if frame.len() >= FRAME_TARGET {
@@ -257,8 +266,10 @@ pub fn gc(
                 }
             }
         }
-        if !frame.is_empty() {
-            sink.add(frame.encode(3))?;
+        for frame in [&mut chunks, &mut metadata] {
+            if !frame.is_empty() {
+                sink.add(frame.encode(3))?;
+            }
         }
         Ok::<_, Error>(())
     })();

@@ -116,6 +116,7 @@ pub fn cat(
     range: Option<std::ops::Range<u64>>,
     out: &mut dyn Write,
 ) -> Result<FlatEntry> {
+    let _data_lock = store.lock_data_shared()?;
     let id = revision.resolve(store.catalog())?;
     let root = info(store, &id)?.record.version.tree;
     let reader = &mut store.reader();

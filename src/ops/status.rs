@@ -151,6 +151,7 @@ pub fn status(
     progress: &dyn Progress,
 ) -> Result<StatusReport> {
     let (dir, key) = workspace::canonical_dir(dir)?;
+    let _data_lock = store.lock_data_shared()?;
     let _lock = store.lock_workspace(&key)?;
     let workspace = store
         .catalog()

@@ -538,6 +538,13 @@ pub fn fetch_missing(
     progress: &dyn Progress,
 ) -> Result<Transfer> {
     let _data_lock = store.lock_data_shared()?;
+    for version in versions {
+        if store.catalog().removed_at(version)?.is_some() {
+            return Err(Error::VersionRemoved {
+                version: version.to_hex(),
+            });
+        }
+    }
     let mut missing = missing_chunks(store, versions, include)?;
     let mut transfer = Transfer::default();
     if missing.is_empty() {

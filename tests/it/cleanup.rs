@@ -330,6 +330,18 @@ fn cache_prune_evicts_only_what_a_remote_holds_and_checkout_fetches_it_back() {
     assert_eq!(actions(&lost)[0].1, "removed", "{lost}");
     let log = env.json(&["log", "solo"]);
     assert!(log[1]["removed_at"].is_i64(), "{log}");
+    // Even with --keep-last 0, a head no remote holds is never removed by a prune.
+    let head = env.json(&[
+        "cache",
+        "prune",
+        "--dataset",
+        "solo",
+        "--allow-data-loss",
+        "--keep-last",
+        "0",
+    ]);
+    assert_eq!(actions(&head)[0].1, "skipped", "{head}");
+    env.ok(&["checkout", "solo", "solo-out"]);
     settle();
     let report = env.json(&["verify"]);
     assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
