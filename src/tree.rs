@@ -126,6 +126,68 @@ fn build_dir(
     tree
 }
 
+/// What a walk of a tree reaches, in depth-first order.
+pub enum Reached<'a> {
+    /// A tree (the root or a subdirectory's).
+    Tree(ObjectId),
+    /// A regular file: its path from the root, its id and its chunks in order (a file of
+    /// more than one chunk has a file map keyed by its id).
+    File {
+        /// Relative, `/`-separated path.
+        path: &'a str,
+        /// The file id.
+        id: ObjectId,
+        /// Its chunk ids (empty for an empty file).
+        chunks: Vec<ObjectId>,
+    },
+}
+
+/// Visits every tree and file reachable from tree `root`. Trees already in `seen` (and
+/// everything below them) are skipped, so one `seen` set shared across the versions of a
+/// store walks each shared subtree once; pass `None` to visit every path (e.g. when paths
+/// are filtered). Chunk lists come from file maps, which must be in the store; the chunks
+/// themselves need not be.
+///
+/// # Errors
+/// [`Error::MissingObject`] for a missing tree or file map, [`Error::Corrupt`], [`Error::Io`],
+/// or the first error of `visit`.
+pub fn walk_reachable(
+    reader: &mut ObjectReader<'_>,
+    root: &ObjectId,
+    mut seen: Option<&mut std::collections::HashSet<ObjectId>>,
+    visit: &mut dyn FnMut(Reached<'_>) -> Result<()>,
+) -> Result<()> {
+    let mut stack = vec![(*root, String::new())];
+    while let Some((tree_id, prefix)) = stack.pop() {
+        if let Some(seen) = seen.as_deref_mut()
+            && !seen.insert(tree_id)
+        {
+            continue;
+        }
+        visit(Reached::Tree(tree_id))?;
+        for entry in reader.tree(&tree_id)?.entries {
+            let path = if prefix.is_empty() {
+                entry.name
+            } else {
+                format!("{prefix}/{}", entry.name)
+            };
+            match entry.kind {
+                EntryKind::Dir { .. } => stack.push((entry.id, path)),
+                EntryKind::File { .. } => {
+                    let chunks = reader.chunk_ids(&entry.id, entry.size)?;
+                    visit(Reached::File {
+                        path: &path,
+                        id: entry.id,
+                        chunks,
+                    })?;
+                }
+                EntryKind::Symlink { .. } => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Lists every path of tree `root` in depth-first order, siblings sorted (the inverse of
 /// [`build`]).
 ///

@@ -26,11 +26,12 @@ use super::ingest::{FRAME_TARGET, PackSink};
 use crate::catalog::Pin;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::object::{EntryKind, ObjectKind};
+use crate::object::ObjectKind;
 use crate::pack::FrameBuilder;
 use crate::progress::{Progress, Unit};
 use crate::revision::Revision;
 use crate::store::Store;
+use crate::tree::{Reached, walk_reachable};
 
 /// A pack that is kept, repacked or deleted, with its live bytes.
 #[derive(Debug, Clone, Serialize)]
@@ -95,29 +96,23 @@ fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
     }
     versions.sort_by_key(|(evicted, _)| *evicted);
     for (evicted, version) in versions {
-        let record = reader.version(&version)?;
-        let mut stack = vec![record.tree];
-        while let Some(tree_id) = stack.pop() {
-            if !seen_trees.insert(tree_id) {
-                continue;
-            }
-            live.insert((tree_id, ObjectKind::Tree));
-            for entry in reader.tree(&tree_id)?.entries {
-                match entry.kind {
-                    EntryKind::Dir { .. } => stack.push(entry.id),
-                    EntryKind::File { .. } => {
-                        let chunks = reader.chunk_ids(&entry.id, entry.size)?;
-                        if chunks.len() > 1 {
-                            live.insert((entry.id, ObjectKind::FileMap));
-                        }
-                        if !evicted {
-                            live.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
-                        }
+        let root = reader.version(&version)?.tree;
+        walk_reachable(&mut reader, &root, Some(&mut seen_trees), &mut |reached| {
+            match reached {
+                Reached::Tree(id) => {
+                    live.insert((id, ObjectKind::Tree));
+                }
+                Reached::File { id, chunks, .. } => {
+                    if chunks.len() > 1 {
+                        live.insert((id, ObjectKind::FileMap));
                     }
-                    EntryKind::Symlink { .. } => {}
+                    if !evicted {
+                        live.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
+                    }
                 }
             }
-        }
+            Ok(())
+        })?;
     }
     Ok(live)
 }

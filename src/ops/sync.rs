@@ -23,12 +23,13 @@ use super::ingest::PackSink;
 use crate::catalog::{RemoteRecord, RemoteRef, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::object::{EntryKind, ObjectKind};
+use crate::object::ObjectKind;
 use crate::pack::{EncodedFrame, FrameRecord, SealedPack};
 use crate::progress::{Progress, Unit};
 use crate::remote::{self, RefName, RefState, Remote};
 use crate::revision::{MIN_PREFIX, Revision, check_name};
 use crate::store::Store;
+use crate::tree::{Reached, walk_reachable};
 
 /// Frames of one pack closer than this many bytes are fetched in one ranged GET.
 pub const COALESCE_GAP: u64 = 128 * 1024;
@@ -488,37 +489,23 @@ fn missing_chunks(
 ) -> Result<Vec<(ObjectId, ObjectKind)>> {
     let mut reader = store.reader();
     let mut missing = HashSet::new();
+    // With a filter, a subtree shared by two paths must be seen under each.
     let mut seen_trees = HashSet::new();
     for id in versions {
-        let version = reader.version(id)?;
-        let mut stack = vec![(version.tree, String::new())];
-        while let Some((tree_id, prefix)) = stack.pop() {
-            if include.is_none() && !seen_trees.insert(tree_id) {
-                continue;
-            }
-            let tree = reader.tree(&tree_id)?;
-            for entry in tree.entries {
-                let path = if prefix.is_empty() {
-                    entry.name.clone()
-                } else {
-                    format!("{prefix}/{}", entry.name)
-                };
-                match entry.kind {
-                    EntryKind::Dir { .. } => stack.push((entry.id, path)),
-                    EntryKind::File { .. } => {
-                        if include.is_some_and(|set| !set.is_match(&path)) {
-                            continue;
-                        }
-                        for chunk in reader.chunk_ids(&entry.id, entry.size)? {
-                            if !store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
-                                missing.insert((chunk, ObjectKind::Chunk));
-                            }
-                        }
+        let root = reader.version(id)?.tree;
+        let seen = include.is_none().then_some(&mut seen_trees);
+        walk_reachable(&mut reader, &root, seen, &mut |reached| {
+            if let Reached::File { path, chunks, .. } = reached
+                && include.is_none_or(|set| set.is_match(path))
+            {
+                for chunk in chunks {
+                    if !store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
+                        missing.insert((chunk, ObjectKind::Chunk));
                     }
-                    EntryKind::Symlink { .. } => {}
                 }
             }
-        }
+            Ok(())
+        })?;
     }
     Ok(missing.into_iter().collect())
 }
@@ -876,28 +863,22 @@ fn objects_to_send(
         }
         need(&id, ObjectKind::Version)?;
         let version = reader.version(&id)?;
-        let mut stack = vec![version.tree];
-        while let Some(tree_id) = stack.pop() {
-            if !seen_trees.insert(tree_id) {
-                continue;
-            }
-            need(&tree_id, ObjectKind::Tree)?;
-            for entry in reader.tree(&tree_id)?.entries {
-                match entry.kind {
-                    EntryKind::Dir { .. } => stack.push(entry.id),
-                    EntryKind::File { .. } => {
-                        let chunks = reader.chunk_ids(&entry.id, entry.size)?;
-                        if chunks.len() > 1 {
-                            need(&entry.id, ObjectKind::FileMap)?;
-                        }
-                        for chunk in chunks {
-                            need(&chunk, ObjectKind::Chunk)?;
-                        }
+        walk_reachable(
+            &mut reader,
+            &version.tree,
+            Some(&mut seen_trees),
+            &mut |reached| match reached {
+                Reached::Tree(tree) => need(&tree, ObjectKind::Tree),
+                Reached::File { id, chunks, .. } => {
+                    if chunks.len() > 1 {
+                        need(&id, ObjectKind::FileMap)?;
                     }
-                    EntryKind::Symlink { .. } => {}
+                    chunks
+                        .iter()
+                        .try_for_each(|chunk| need(chunk, ObjectKind::Chunk))
                 }
-            }
-        }
+            },
+        )?;
         next = version.parent;
     }
     Ok(packs)
