@@ -382,6 +382,9 @@ fn record_fetched_versions(store: &mut Store) -> Result<()> {
     writer.commit()
 }
 
+/// The frames of one span with their objects (id, kind, offset, length), for checking.
+type PreparedSpan = Vec<(FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>)>;
+
 /// One ranged GET: a span of a remote pack and the frames inside it.
 struct Span {
     pack: ObjectId,
@@ -431,35 +434,58 @@ fn download(
         }
     }
     let total: u64 = spans.iter().map(|s| s.range.end - s.range.start).sum();
-    let by_start: HashMap<(ObjectId, u64), usize> = spans
-        .iter()
-        .enumerate()
-        .map(|(i, s)| ((s.pack, s.range.start), i))
-        .collect();
+    // Everything a check needs, read from the catalog up front: checks run on other threads.
+    let mut prepared: HashMap<(ObjectId, u64), PreparedSpan> = HashMap::new();
+    for span in &spans {
+        let mut frames = Vec::with_capacity(span.frames.len());
+        for (frame, row) in &span.frames {
+            frames.push((*frame, store.catalog().remote_frame_objects(*row)?));
+        }
+        prepared.insert((span.pack, span.range.start), frames);
+    }
+    let prepared = std::sync::Arc::new(prepared);
     let ranges = spans.iter().map(|s| (s.pack, s.range.clone())).collect();
+    let remote_name = record.name.clone();
+    let check = std::sync::Arc::new(
+        move |pack: ObjectId,
+              range: Range<u64>,
+              bytes: bytes::Bytes|
+              -> Result<(Vec<EncodedFrame>, u64, u64)> {
+            let frames = &prepared[&(pack, range.start)];
+            let mut encoded = Vec::with_capacity(frames.len());
+            let mut objects = 0;
+            for (frame, members) in frames {
+                let start = (frame.offset - range.start) as usize;
+                let stored = bytes[start..start + frame.stored_length as usize].to_vec();
+                objects += members.len() as u64;
+                encoded.push(
+                    EncodedFrame::verified(
+                        stored,
+                        frame.raw_length,
+                        frame.compression,
+                        members.clone(),
+                    )
+                    .map_err(|detail| {
+                        Error::corrupt(
+                            format!("{remote_name}:{}", remote::pack_key(&pack)),
+                            format!("frame at offset {}: {detail}", frame.offset),
+                        )
+                    })?,
+                );
+            }
+            Ok((encoded, objects, bytes.len() as u64))
+        },
+    );
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let mut transfer = Transfer::default();
     progress.start("download", total, Unit::Bytes);
-    let catalog = store.catalog();
-    let result = remote.get_ranges(ranges, jobs, |pack, range, bytes| {
-        let span = &spans[by_start[&(pack, range.start)]];
-        for (frame, row) in &span.frames {
-            let start = (frame.offset - range.start) as usize;
-            let stored = bytes[start..start + frame.stored_length as usize].to_vec();
-            let objects = catalog.remote_frame_objects(*row)?;
-            transfer.objects += objects.len() as u64;
-            let encoded =
-                EncodedFrame::verified(stored, frame.raw_length, frame.compression, objects)
-                    .map_err(|detail| {
-                        Error::corrupt(
-                            format!("{}:{}", record.name, remote::pack_key(&pack)),
-                            format!("frame at offset {}: {detail}", frame.offset),
-                        )
-                    })?;
-            sink.add(encoded)?;
+    let result = remote.get_ranges(ranges, jobs, check, |(frames, objects, bytes)| {
+        for frame in frames {
+            sink.add(frame)?;
         }
-        transfer.bytes += bytes.len() as u64;
-        progress.advance(bytes.len() as u64);
+        transfer.objects += objects;
+        transfer.bytes += bytes;
+        progress.advance(bytes);
         Ok(())
     });
     progress.finish();

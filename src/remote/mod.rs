@@ -324,41 +324,47 @@ impl Remote {
         )
     }
 
-    /// Downloads byte ranges of packs, `jobs` requests at a time, handing each result to
-    /// `each` (on the calling thread) as it arrives. `each` returning an error stops the rest.
+    /// Downloads byte ranges of packs, `jobs` requests at a time. Each response goes through
+    /// `check` on tokio's blocking pool (so checks run on every core while other requests
+    /// are in flight), and each checked result to `each` on the calling thread, as results
+    /// arrive. An error from either stops the rest.
     ///
     /// # Errors
-    /// [`Error::Remote`], or the first error of `each`.
-    pub fn get_ranges(
+    /// [`Error::Remote`], [`Error::Corrupt`] for a short response, or the first error of
+    /// `check` or `each`.
+    pub fn get_ranges<T: Send + 'static>(
         &self,
         ranges: Vec<(ObjectId, Range<u64>)>,
         jobs: usize,
-        mut each: impl FnMut(ObjectId, Range<u64>, Bytes) -> Result<()>,
+        check: Arc<dyn Fn(ObjectId, Range<u64>, Bytes) -> Result<T> + Send + Sync>,
+        mut each: impl FnMut(T) -> Result<()>,
     ) -> Result<()> {
         self.count(ranges.len() as u64);
         self.runtime.block_on(async {
             let mut stream = futures::stream::iter(ranges.into_iter().map(|(pack, range)| {
                 let store = Arc::clone(&self.store);
+                let check = Arc::clone(&check);
                 async move {
                     let key = pack_key(&pack);
                     let bytes = store
                         .get_range(&key, range.clone())
                         .await
                         .map_err(self.fail(format!("download {key} bytes {range:?}")))?;
-                    Ok::<_, Error>((pack, range, bytes))
+                    if bytes.len() as u64 != range.end - range.start {
+                        return Err(Error::corrupt(
+                            format!("{}:{key}", self.name),
+                            "the remote returned fewer bytes than asked",
+                        ));
+                    }
+                    tokio::task::spawn_blocking(move || check(pack, range, bytes))
+                        .await
+                        .expect("a download check does not panic")
                 }
             }))
             .buffer_unordered(jobs.max(1));
             while let Some(result) = stream.next().await {
-                let (pack, range, bytes) = result?;
-                if bytes.len() as u64 != range.end - range.start {
-                    return Err(Error::corrupt(
-                        format!("{}:{}", self.name, pack_key(&pack)),
-                        "the remote returned fewer bytes than asked",
-                    ));
-                }
                 crate::interrupt::check()?;
-                each(pack, range, bytes)?;
+                each(result?)?;
             }
             Ok(())
         })
