@@ -6,7 +6,7 @@ use super::{Catalog, CatalogWriter, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
-use crate::pack::{Compression, FrameLocation, SealedPack};
+use crate::pack::{Compression, FrameLocation, FrameRecord, SealedPack};
 
 /// Where one object is stored.
 #[derive(Debug, Clone, Copy)]
@@ -21,9 +21,53 @@ pub struct ObjectLocation {
     pub length: u32,
 }
 
-const LOCATE: &str = "SELECT o.kind, p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length
+const LOCATE: &str = "SELECT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length, o.kind
      FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
      WHERE o.id = ?1 AND o.kind IN (?2, ?3) ORDER BY o.kind LIMIT 1";
+
+/// The first seven columns of a location query (this store's objects or a remote's):
+/// pack id, frame offset, stored length, raw length, compression, offset and length of the
+/// object in the frame's raw bytes.
+pub(super) struct RawLocation {
+    pack: Vec<u8>,
+    frame_offset: i64,
+    stored_length: u32,
+    raw_length: u32,
+    compression: u8,
+    /// Byte offset of the object inside the frame's raw bytes.
+    pub object_offset: u32,
+    /// The object's length in bytes.
+    pub length: u32,
+}
+
+impl RawLocation {
+    /// Reads columns 0–6 of `row`.
+    pub(super) fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawLocation> {
+        Ok(RawLocation {
+            pack: row.get(0)?,
+            frame_offset: row.get(1)?,
+            stored_length: row.get(2)?,
+            raw_length: row.get(3)?,
+            compression: row.get(4)?,
+            object_offset: row.get(5)?,
+            length: row.get(6)?,
+        })
+    }
+
+    /// The pack id and the frame, or the error `bad` makes of what is malformed.
+    pub(super) fn frame(&self, bad: &dyn Fn(&str) -> Error) -> Result<(ObjectId, FrameRecord)> {
+        Ok((
+            ObjectId::from_slice(&self.pack).ok_or_else(|| bad("a malformed pack id"))?,
+            FrameRecord {
+                offset: self.frame_offset as u64,
+                stored_length: self.stored_length,
+                raw_length: self.raw_length,
+                compression: Compression::from_u8(self.compression)
+                    .ok_or_else(|| bad("an unknown compression"))?,
+            },
+        ))
+    }
+}
 
 impl Catalog {
     /// True when the store holds an object of `kind` with this id.
@@ -64,47 +108,26 @@ impl Catalog {
         let row = stmt
             .query_row(
                 rusqlite::params![&id.0[..], first as u8, second as u8],
-                |row| {
-                    Ok((
-                        row.get::<_, u8>(0)?,
-                        row.get::<_, Vec<u8>>(1)?,
-                        row.get::<_, i64>(2)?,
-                        row.get::<_, u32>(3)?,
-                        row.get::<_, u32>(4)?,
-                        row.get::<_, u8>(5)?,
-                        row.get::<_, u32>(6)?,
-                        row.get::<_, u32>(7)?,
-                    ))
-                },
+                |row| Ok((RawLocation::read(row)?, row.get::<_, u8>(7)?)),
             )
             .optional()?;
-        let Some((
-            kind,
-            pack,
-            offset,
-            stored_length,
-            raw_length,
-            compression,
-            object_offset,
-            length,
-        )) = row
-        else {
+        let Some((raw, kind)) = row else {
             return Ok(None);
         };
         let bad =
             |what: &str| Error::corrupt(&self.path, format!("object {} has {what}", id.short()));
+        let (pack, frame) = raw.frame(&bad)?;
         Ok(Some(ObjectLocation {
             kind: ObjectKind::from_u8(kind).ok_or_else(|| bad("an unknown kind"))?,
             frame: FrameLocation {
-                pack: ObjectId::from_slice(&pack).ok_or_else(|| bad("a malformed pack id"))?,
-                offset: offset as u64,
-                stored_length,
-                raw_length,
-                compression: Compression::from_u8(compression)
-                    .ok_or_else(|| bad("an unknown compression"))?,
+                pack,
+                offset: frame.offset,
+                stored_length: frame.stored_length,
+                raw_length: frame.raw_length,
+                compression: frame.compression,
             },
-            offset: object_offset,
-            length,
+            offset: raw.object_offset,
+            length: raw.length,
         }))
     }
 

@@ -4,11 +4,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use rusqlite::{OptionalExtension, params};
 
+use super::objects::RawLocation;
 use super::{Catalog, CatalogWriter, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
-use crate::pack::{Compression, FrameRecord, ObjectRecord};
+use crate::pack::{FrameRecord, ObjectRecord};
 
 /// A configured remote.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -196,43 +197,25 @@ impl Catalog {
         )?;
         let row = stmt
             .query_row(params![remote, &id.0[..], kind as u8], |row| {
-                Ok((
-                    row.get::<_, Vec<u8>>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, u32>(2)?,
-                    row.get::<_, u32>(3)?,
-                    row.get::<_, u8>(4)?,
-                    row.get::<_, u32>(5)?,
-                    row.get::<_, u32>(6)?,
-                    row.get::<_, i64>(7)?,
-                ))
+                Ok((RawLocation::read(row)?, row.get::<_, i64>(7)?))
             })
             .optional()?;
-        let Some((
-            pack,
-            offset,
-            stored_length,
-            raw_length,
-            compression,
-            object_offset,
-            length,
-            frame_row,
-        )) = row
-        else {
+        let Some((raw, frame_row)) = row else {
             return Ok(None);
         };
+        let bad = |what: &str| {
+            Error::corrupt(
+                &self.path,
+                format!("remote object {} has {what}", id.short()),
+            )
+        };
+        let (pack, frame) = raw.frame(&bad)?;
         Ok(Some(RemoteLocation {
-            pack: parse_id(&pack, self)?,
-            frame: FrameRecord {
-                offset: offset as u64,
-                stored_length,
-                raw_length,
-                compression: Compression::from_u8(compression)
-                    .ok_or_else(|| Error::corrupt(&self.path, "an unknown compression"))?,
-            },
+            pack,
+            frame,
             kind,
-            offset: object_offset,
-            length,
+            offset: raw.object_offset,
+            length: raw.length,
             frame_row,
         }))
     }
