@@ -199,11 +199,35 @@ impl CatalogWriter<'_> {
             params![&pack.id.0[..], pack.size as i64, unix_now()],
         )?;
         let pack_row = self.tx.last_insert_rowid();
-        let mut frame_rows = Vec::with_capacity(pack.frames.len());
-        let mut insert_frame = self.tx.prepare_cached(
+        self.index_pack(
             "INSERT INTO frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for frame in &pack.frames {
+            "INSERT OR IGNORE INTO objects (id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5)",
+            None,
+            pack_row,
+            &pack.frames,
+            &pack.objects,
+        )
+    }
+
+    /// Inserts a pack's index: each frame with `frame_sql` (parameters: pack row, offset,
+    /// stored length, raw length, compression), then each object with `object_sql`
+    /// (parameters: id, kind, frame row, offset, length, and `remote` as a sixth when
+    /// given). Serves this store's tables and a remote's alike.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub(super) fn index_pack(
+        &self,
+        frame_sql: &str,
+        object_sql: &str,
+        remote: Option<i64>,
+        pack_row: i64,
+        frames: &[FrameRecord],
+        objects: &[crate::pack::ObjectRecord],
+    ) -> Result<()> {
+        let mut frame_rows = Vec::with_capacity(frames.len());
+        let mut insert_frame = self.tx.prepare_cached(frame_sql)?;
+        for frame in frames {
             insert_frame.execute(params![
                 pack_row,
                 frame.offset as i64,
@@ -213,17 +237,26 @@ impl CatalogWriter<'_> {
             ])?;
             frame_rows.push(self.tx.last_insert_rowid());
         }
-        let mut insert_object = self.tx.prepare_cached(
-            "INSERT OR IGNORE INTO objects (id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for object in &pack.objects {
-            insert_object.execute(params![
+        let mut insert_object = self.tx.prepare_cached(object_sql)?;
+        for object in objects {
+            let (id, kind, frame) = (
                 &object.id.0[..],
                 object.kind as u8,
                 frame_rows[object.frame as usize],
-                object.offset,
-                object.length
-            ])?;
+            );
+            match remote {
+                None => {
+                    insert_object.execute(params![id, kind, frame, object.offset, object.length])?
+                }
+                Some(remote) => insert_object.execute(params![
+                    id,
+                    kind,
+                    frame,
+                    object.offset,
+                    object.length,
+                    remote
+                ])?,
+            };
         }
         Ok(())
     }

@@ -395,34 +395,14 @@ impl CatalogWriter<'_> {
             return Ok(());
         }
         let pack_row = self.tx.last_insert_rowid();
-        let mut frame_rows = Vec::with_capacity(frames.len());
-        let mut insert_frame = self.tx.prepare_cached(
+        self.index_pack(
             "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for frame in frames {
-            insert_frame.execute(params![
-                pack_row,
-                frame.offset as i64,
-                frame.stored_length,
-                frame.raw_length,
-                frame.compression as u8
-            ])?;
-            frame_rows.push(self.tx.last_insert_rowid());
-        }
-        let mut insert_object = self.tx.prepare_cached(
-            "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        for object in objects {
-            insert_object.execute(params![
-                remote,
-                &object.id.0[..],
-                object.kind as u8,
-                frame_rows[object.frame as usize],
-                object.offset,
-                object.length
-            ])?;
-        }
-        Ok(())
+            "INSERT OR IGNORE INTO remote_objects (id, kind, frame, offset, length, remote) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            Some(remote),
+            pack_row,
+            frames,
+            objects,
+        )
     }
 
     /// Forgets the packs of `remote` not in `present` (deleted on the remote).
