@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{TestEnv, assert_same_tree, pseudo_random, settle};
+use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, settle};
 
 fn pack_bytes(env: &TestEnv) -> u64 {
     std::fs::read_dir(env.path(".dsv/packs"))
@@ -170,13 +170,9 @@ fn kill_during_gc_loses_nothing_and_the_rerun_finishes() {
     settle();
     let mut landed = 0;
     for delay in [5u64, 30, 80, 150, 300] {
-        let mut child = env.spawn(&["gc", "--grace", "0s"]);
-        std::thread::sleep(Duration::from_millis(delay));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
+        if kill_after(&env, &["gc", "--grace", "0s"], Duration::from_millis(delay)) {
             landed += 1;
         }
-        child.wait().unwrap();
         assert_consistent(&env);
         env.ok(&["checkout", "ds", &format!("out{delay}")]);
         assert_same_tree(&env.path("data"), &env.path(&format!("out{delay}")));

@@ -1,9 +1,9 @@
 //! Promise 1: kill -9 at any point of commit or checkout leaves the store consistent, and a
 //! re-run finishes the job.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{TestEnv, assert_same_tree, pseudo_random};
+use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random};
 
 /// About 48 MiB in 96 files, half incompressible, half compressible.
 fn large_tree(env: &TestEnv) {
@@ -15,22 +15,6 @@ fn large_tree(env: &TestEnv) {
         let bytes = bytes.repeat(2);
         env.write(&format!("data/part{}/file{i:03}.bin", i % 4), bytes);
     }
-}
-
-/// Starts `dsv ARGS`, kills it with SIGKILL after `delay`; true when it was still running.
-fn kill_after(env: &TestEnv, args: &[&str], delay: Duration) -> bool {
-    let mut child = env.spawn(args);
-    let start = Instant::now();
-    while start.elapsed() < delay {
-        if child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let running = child.try_wait().unwrap().is_none();
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    running
 }
 
 fn assert_consistent(env: &TestEnv) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{TestEnv, assert_same_tree, pseudo_random, settle};
+use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, settle};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -718,5 +718,60 @@ fn a_public_bucket_is_read_without_credentials() {
     assert_eq!(
         listed[0]["options"]["aws_skip_signature"], "true",
         "{listed}"
+    );
+}
+
+fn assert_verified(env: &TestEnv) {
+    let report = env.json(&["verify"]);
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+}
+
+#[test]
+fn kill_during_push_and_pull_leaves_both_stores_consistent_and_reruns_finish() {
+    // Promise 1 for transfers: 48 MB in four versions, moved one request at a time.
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    let url = configure(&env, Backend::S3, &remote_home);
+    for i in 0..4u64 {
+        env.write(
+            &format!("data/part{i}.bin"),
+            pseudo_random(12_000_000, 2 * i + 1),
+        );
+        env.ok(&["commit", "data", "-d", "ds"]);
+    }
+    env.ok(&["remote", "add", "origin", &url]);
+    let mut landed = 0;
+    for delay in [40u64, 150] {
+        if kill_after(&env, &["push", "--jobs", "1"], Duration::from_millis(delay)) {
+            landed += 1;
+        }
+        assert_verified(&env);
+    }
+    let pushed = env.json(&["push"]);
+    assert_eq!(
+        pushed["refs"][0]["version"],
+        env.json(&["log", "ds"])[0]["id"]
+    );
+
+    let other = TestEnv::new();
+    configure(&other, Backend::S3, &remote_home);
+    other.ok(&["remote", "add", "origin", &url]);
+    for delay in [40u64, 150] {
+        if kill_after(
+            &other,
+            &["pull", "ds", "--jobs", "1"],
+            Duration::from_millis(delay),
+        ) {
+            landed += 1;
+        }
+        assert_verified(&other);
+    }
+    other.ok(&["pull", "ds"]);
+    other.ok(&["checkout", "ds", "out"]);
+    assert_same_tree(&env.path("data"), &other.path("out"));
+    assert_verified(&other);
+    assert!(
+        landed >= 2,
+        "the kills must land while the transfers run ({landed} did)"
     );
 }

@@ -256,3 +256,19 @@ pub fn assert_same_tree(expected: &Path, actual: &Path) {
 pub fn make_executable(path: &Path) {
     fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// Starts `dsv ARGS`, kills it with SIGKILL after `delay`; true when it was still running.
+pub fn kill_after(env: &TestEnv, args: &[&str], delay: std::time::Duration) -> bool {
+    let mut child = env.spawn(args);
+    let start = std::time::Instant::now();
+    while start.elapsed() < delay {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    running
+}
