@@ -168,6 +168,17 @@ impl Store {
         StoreLock::take_with(&self.root.join("data.lock"), false)
     }
 
+    /// Takes the store's download lock (exclusive): held while objects are downloaded from a
+    /// remote, so concurrent pulls of the same data download it once.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn lock_downloads(&self) -> Result<StoreLock> {
+        let dir = self.root.join("locks");
+        fs::create_dir_all(&dir).at(&dir)?;
+        StoreLock::take(&dir.join("downloads.lock"))
+    }
+
     /// Takes the exclusive lock of the workspace keyed `key` (its canonical path), so two
     /// processes never check out into one directory at once.
     ///

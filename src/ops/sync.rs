@@ -402,8 +402,14 @@ fn download(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
+    // One download at a time per store: processes pulling the same data (one per GPU) wait
+    // for each other, and each downloads only what is still missing once it has the lock.
+    let _download_lock = store.lock_downloads()?;
     let mut frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)> = BTreeMap::new();
     for (id, kind) in wanted {
+        if store.catalog().has_object(id, *kind)? {
+            continue;
+        }
         if let Some(location) = store.catalog().remote_locate(record.id, id, *kind)? {
             frames.insert(
                 (location.pack, location.frame.offset),

@@ -775,3 +775,37 @@ fn kill_during_push_and_pull_leaves_both_stores_consistent_and_reruns_finish() {
         "the kills must land while the transfers run ({landed} did)"
     );
 }
+
+#[test]
+fn concurrent_pulls_into_one_store_download_the_data_once() {
+    // Promise 5: one process per GPU pulling the same version into one store.
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    let url = configure(&env, Backend::S3, &remote_home);
+    env.write("data/a.bin", pseudo_random(6_000_000, 5));
+    env.write("data/b.bin", pseudo_random(6_000_000, 7));
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.ok(&["remote", "add", "origin", &url]);
+    env.ok(&["push"]);
+
+    let gpus = TestEnv::new();
+    configure(&gpus, Backend::S3, &remote_home);
+    gpus.ok(&["remote", "add", "origin", &url]);
+    gpus.ok(&["fetch"]);
+    let pulls: Vec<_> = (0..4)
+        .map(|_| gpus.spawn(&["--json", "pull", "ds", "--jobs", "2"]))
+        .collect();
+    let mut downloaded = 0;
+    for pull in pulls {
+        let out = pull.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        downloaded += report["transfer"]["bytes"].as_u64().unwrap();
+    }
+    assert!(
+        (12_000_000..13_000_000).contains(&downloaded),
+        "four pulls downloaded {downloaded} bytes in all: the data once"
+    );
+    gpus.ok(&["checkout", "ds", "out"]);
+    assert_same_tree(&env.path("data"), &gpus.path("out"));
+}
