@@ -256,6 +256,68 @@ pub enum Error {
         /// The remote URLs the lock names.
         remotes: Vec<String>,
     },
+    /// An import source (object, prefix, URL or path) that does not exist.
+    #[error("{url}: {detail}")]
+    SourceNotFound {
+        /// The source's URL or path.
+        url: String,
+        /// What is missing ("no such object", "no version … of it").
+        detail: String,
+    },
+    /// `--etag` given and the object's ETag differs (or changed during the import).
+    #[error("{url} has ETag {actual}, not the {expected} the import is pinned to")]
+    EtagMismatch {
+        /// The object's URL.
+        url: String,
+        /// The ETag asked for.
+        expected: String,
+        /// The ETag the server reports.
+        actual: String,
+    },
+    /// An import asked for something its source cannot do (a pin on a prefix, extraction of
+    /// a file that is no archive, a dataset name the source's name cannot give).
+    #[error("cannot import {source_url}: {reason}")]
+    InvalidImport {
+        /// The source as given.
+        source_url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An archive member that dsv refuses (a path escaping the dataset, a link pointing out).
+    #[error("{url}: refused entry {member:?}: {reason}")]
+    UnsafeArchive {
+        /// The archive's URL.
+        url: String,
+        /// The member's name as recorded in the archive.
+        member: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// An archive that cannot be read to its end (truncated, corrupt, not the format its
+    /// name says), or that expands beyond the configured limits (a zip bomb).
+    #[error("{url}: {detail}")]
+    BadArchive {
+        /// The archive's URL.
+        url: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An HTTP(S) request of an import failed.
+    #[error("{url}: {action} failed")]
+    Http {
+        /// The URL.
+        url: String,
+        /// What dsv was doing.
+        action: String,
+        /// The client's error.
+        source: reqwest::Error,
+    },
+    /// `dsv update` on a dataset whose head was not made by `dsv import`.
+    #[error("the head of {dataset:?} was not imported, so it has no source to re-check")]
+    NotImported {
+        /// The dataset.
+        dataset: String,
+    },
     /// The operation was interrupted (Ctrl-C); what was done is consistent, a re-run finishes it.
     #[error("interrupted")]
     Interrupted,
@@ -274,6 +336,8 @@ impl Error {
             Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
             Error::Interrupted => ErrorKind::Interrupted,
             Error::RemoteDiverged { .. } => ErrorKind::Conflict,
+            Error::Http { source, .. } if source.status().is_some() => ErrorKind::User,
+            Error::Http { .. } => ErrorKind::Io,
             Error::Remote { source, .. } if remote_refusal(source).is_some() => ErrorKind::User,
             Error::Remote { source, .. } => match source {
                 object_store::Error::NotFound { .. }

@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod archive;
 pub mod catalog;
 pub mod chunk;
 pub mod error;
@@ -46,6 +47,7 @@ pub mod parallel;
 pub mod progress;
 pub mod remote;
 pub mod revision;
+pub mod source;
 pub mod store;
 pub mod tree;
 pub mod walk;

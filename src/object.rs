@@ -19,6 +19,9 @@ pub enum ObjectKind {
     Version = 3,
     /// The chunk list of a multi-chunk file ([`FileMap`]); keyed by the file id.
     FileMap = 4,
+    /// Where an imported version's files came from ([`Provenance`]); id = BLAKE3 of its
+    /// encoding.
+    Provenance = 5,
 }
 
 impl ObjectKind {
@@ -29,6 +32,7 @@ impl ObjectKind {
             2 => ObjectKind::Tree,
             3 => ObjectKind::Version,
             4 => ObjectKind::FileMap,
+            5 => ObjectKind::Provenance,
             _ => return None,
         })
     }
@@ -40,6 +44,7 @@ impl ObjectKind {
             ObjectKind::Tree => "tree",
             ObjectKind::Version => "version",
             ObjectKind::FileMap => "file map",
+            ObjectKind::Provenance => "provenance",
         }
     }
 }
@@ -344,6 +349,9 @@ pub struct Version {
     pub bytes: u64,
     /// Where it came from (the committed directory's absolute path, or a URL).
     pub source: String,
+    /// For an import: the [`Provenance`] object recording where each file came from.
+    #[serde(rename = "provenance_id", skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<ObjectId>,
     /// The commit message.
     pub message: String,
 }
@@ -364,6 +372,9 @@ impl Version {
         out.push_str(&format!("files {}\n", self.files));
         out.push_str(&format!("bytes {}\n", self.bytes));
         out.push_str(&format!("source {}\n", one_line(&self.source)));
+        if let Some(provenance) = self.provenance {
+            out.push_str(&format!("provenance {provenance}\n"));
+        }
         out.push_str(&format!("message {}\n", self.message.len()));
         out.push_str(&self.message);
         out.into_bytes()
@@ -413,6 +424,9 @@ impl Version {
         let files = count(required(line("files")?, "files")?)?;
         let bytes = count(required(line("bytes")?, "bytes")?)?;
         let source = required(line("source")?, "source")?.to_string();
+        let provenance = line("provenance")?
+            .map(|p| p.parse().map_err(|_| bad("bad provenance id")))
+            .transpose()?;
         let message_len = count(required(line("message")?, "message")?)? as usize;
         if rest.len() != message_len {
             return Err(bad("message length does not match"));
@@ -426,8 +440,79 @@ impl Version {
             files,
             bytes,
             source,
+            provenance,
             message: rest.to_string(),
         })
+    }
+}
+
+/// Where each file of an imported version came from: the source as given to `dsv import`,
+/// how it was read, and one record per file. Content-addressed like every object, and named
+/// by its version's `provenance` line, so it travels with the version (push, clone).
+///
+/// Encoding: JSON (RFC 8259) of this struct, fields in declaration order, `files` sorted by
+/// path, no whitespace; id = BLAKE3 of those bytes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// Encoding version (1).
+    pub format: u32,
+    /// The source as given: `s3://bucket/key`, `s3://bucket/prefix/`, `https://…`, or an
+    /// absolute local path.
+    pub source: String,
+    /// Whether archives were expanded.
+    pub extract: bool,
+    /// The ETag the import was pinned to (`--etag`), if any.
+    pub pinned_etag: Option<String>,
+    /// The object version the import was pinned to (`--version-id`), if any.
+    pub pinned_version_id: Option<String>,
+    /// One record per regular file or symlink of the version, sorted by `path`.
+    pub files: Vec<FileProvenance>,
+}
+
+/// Where one file of an imported version came from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileProvenance {
+    /// The file's path in the version (relative, `/`-separated).
+    pub path: String,
+    /// The source object's URL (`s3://bucket/key`, `https://…`, `file:///…`).
+    pub url: String,
+    /// The object's ETag as the server gave it (RFC 9110 entity tag, quotes included); for
+    /// a local file, `"<mtime ns hex>-<size hex>"`.
+    pub etag: Option<String>,
+    /// The object's version id (S3 VersionId, Azure version, GCS generation), if any.
+    pub version_id: Option<String>,
+    /// The object's Last-Modified, Unix seconds.
+    pub last_modified: Option<i64>,
+    /// The object's size in bytes (the whole archive's, for an archive member).
+    pub size: u64,
+    /// The member's path inside the archive, when the file came out of one.
+    pub member: Option<String>,
+}
+
+impl Provenance {
+    /// The canonical encoding (see the type's documentation).
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("provenance serializes")
+    }
+
+    /// This provenance's id: BLAKE3 of [`Provenance::encode`].
+    pub fn id(&self) -> ObjectId {
+        ObjectId::of(&self.encode())
+    }
+
+    /// Parses an encoded provenance.
+    ///
+    /// # Errors
+    /// [`DecodeError`] when it is not the JSON this version of dsv writes.
+    pub fn decode(data: &[u8]) -> Result<Provenance, DecodeError> {
+        let provenance: Provenance = serde_json::from_slice(data)
+            .map_err(|e| malformed("provenance", e.to_string()))?;
+        if provenance.format != 1 {
+            return Err(malformed("provenance", "unknown format"));
+        }
+        Ok(provenance)
     }
 }
 
@@ -515,15 +600,51 @@ mod tests {
             files: 10,
             bytes: 1234,
             source: "/data/mnist".into(),
+            provenance: None,
             message: "first line\nsecond line\n".into(),
         };
         assert_eq!(Version::decode(&version.encode()).unwrap(), version);
+        // Versions without provenance keep the encoding (and ids) they had before it existed.
+        insta::assert_snapshot!(version.id().to_hex(), @"");
+        let imported = Version {
+            provenance: Some(ObjectId::of(b"provenance")),
+            ..version.clone()
+        };
+        assert_eq!(Version::decode(&imported.encode()).unwrap(), imported);
+        assert_ne!(imported.id(), version.id());
         let root = Version {
             parent: None,
             ..version
         };
         assert_eq!(Version::decode(&root.encode()).unwrap(), root);
         assert!(Version::decode(b"dsv-version 2\n").is_err());
+    }
+
+    #[test]
+    fn provenance_round_trips_and_refuses_unknown_fields() {
+        let provenance = Provenance {
+            format: 1,
+            source: "s3://bucket/mnist.zip".into(),
+            extract: true,
+            pinned_etag: Some("\"abc\"".into()),
+            pinned_version_id: None,
+            files: vec![FileProvenance {
+                path: "train/0.png".into(),
+                url: "s3://bucket/mnist.zip".into(),
+                etag: Some("\"abc\"".into()),
+                version_id: Some("v1".into()),
+                last_modified: Some(1_700_000_000),
+                size: 1234,
+                member: Some("mnist/train/0.png".into()),
+            }],
+        };
+        let bytes = provenance.encode();
+        assert_eq!(Provenance::decode(&bytes).unwrap(), provenance);
+        insta::assert_snapshot!(provenance.id().to_hex(), @"");
+        let mut extra: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        extra["surprise"] = 1.into();
+        assert!(Provenance::decode(extra.to_string().as_bytes()).is_err());
+        assert!(Provenance::decode(b"{}").is_err());
     }
 
     #[test]

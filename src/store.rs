@@ -285,6 +285,17 @@ impl ObjectReader<'_> {
         })
     }
 
+    /// Reads and decodes provenance object `id`.
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`], [`Error::Corrupt`] (hash mismatch or bad encoding), [`Error::Io`].
+    pub fn provenance(&mut self, id: &ObjectId) -> Result<crate::object::Provenance> {
+        let bytes = self.bytes(id, ObjectKind::Provenance)?;
+        crate::object::Provenance::decode(&bytes).map_err(|e| {
+            Error::corrupt(self.catalog.path(), format!("provenance {}: {e}", id.short()))
+        })
+    }
+
     /// The ids of the chunks of file `id` of `size` bytes, in order, whether or not the
     /// chunks are stored here: its file map's list when the store has one, else the file
     /// itself (a file of one chunk). Used to find what a remote must supply.

@@ -34,6 +34,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0003_remotes.sql"),
     include_str!("../../migrations/0004_pins_and_removal.sql"),
     include_str!("../../migrations/0005_cache_use.sql"),
+    include_str!("../../migrations/0006_provenance.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =

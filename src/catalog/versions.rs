@@ -34,7 +34,7 @@ pub struct DatasetSummary {
     pub updated: Option<i64>,
 }
 
-const VERSION_COLUMNS: &str = "v.id, d.name, v.tree, v.parent, v.author, v.created_at, v.file_count, v.byte_count, v.source, v.message";
+const VERSION_COLUMNS: &str = "v.id, d.name, v.tree, v.parent, v.author, v.created_at, v.file_count, v.byte_count, v.source, v.message, v.provenance";
 
 fn id_column(row: &Row<'_>, index: usize) -> rusqlite::Result<ObjectId> {
     let bytes: Vec<u8> = row.get(index)?;
@@ -58,6 +58,10 @@ fn version_row(row: &Row<'_>) -> rusqlite::Result<VersionRecord> {
             files: row.get::<_, i64>(6)? as u64,
             bytes: row.get::<_, i64>(7)? as u64,
             source: row.get(8)?,
+            provenance: row
+                .get::<_, Option<Vec<u8>>>(10)?
+                .as_deref()
+                .and_then(ObjectId::from_slice),
             message: row.get(9)?,
         },
     })
@@ -209,8 +213,8 @@ impl CatalogWriter<'_> {
             |row| row.get(0),
         )?;
         self.tx.execute(
-            "INSERT OR IGNORE INTO versions (id, dataset, parent, tree, author, created_at, file_count, byte_count, source, message)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT OR IGNORE INTO versions (id, dataset, parent, tree, author, created_at, file_count, byte_count, source, message, provenance)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 &id.0[..],
                 dataset,
@@ -221,7 +225,8 @@ impl CatalogWriter<'_> {
                 version.files as i64,
                 version.bytes as i64,
                 version.source,
-                version.message
+                version.message,
+                version.provenance.as_ref().map(|p| p.0.to_vec())
             ],
         )?;
         Ok(())

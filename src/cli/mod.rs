@@ -13,7 +13,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use dsv::ops::{
-    audit, cache, checkout, commit, gc, ingest::IngestOptions, inspect, status, sync, verify,
+    audit, cache, checkout, commit, gc, import, ingest::IngestOptions, inspect, status, sync,
+    verify,
 };
 use dsv::{Revision, Store};
 use ui::Ui;
@@ -50,6 +51,21 @@ enum Command {
     Commit(CommitArgs),
     /// Materialize a version into DIR (created if missing), writing only what differs.
     Checkout(CheckoutArgs),
+    /// Import a version from object storage, a URL or a local path: one object (an archive
+    /// is expanded), or every object under a prefix. Each file's source, ETag, VersionId,
+    /// Last-Modified and size are recorded (`dsv show REV --provenance`).
+    Import(ImportArgs),
+    /// Re-check the source an imported dataset came from: download only the objects that
+    /// changed, and record a new version only if something did.
+    Update {
+        /// The dataset.
+        dataset: String,
+        /// The message (default: "update from SOURCE").
+        #[arg(short, long)]
+        message: Option<String>,
+        #[command(flatten)]
+        settings: SourceArgs,
+    },
     /// Show what changed in DIR since the version it holds.
     Status {
         /// The workspace directory.
@@ -84,10 +100,14 @@ enum Command {
         /// What to list: nothing for datasets, `REV` or `REV:PATH` for files.
         target: Option<String>,
     },
-    /// Show one version: id, parent, tags, counts, bytes, provenance.
+    /// Show one version: id, parent, tags, counts, bytes, source.
     Show {
         /// The revision.
         revision: String,
+        /// Also list where each file came from (imported versions): URL, archive member,
+        /// ETag, VersionId, Last-Modified, size.
+        #[arg(long)]
+        provenance: bool,
     },
     /// Give a version a name.
     Tag {
@@ -314,6 +334,77 @@ struct CommitArgs {
     compression_level: i32,
     #[command(flatten)]
     jobs: JobsArg,
+}
+
+#[derive(Debug, Args)]
+struct ImportArgs {
+    /// `s3://bucket/key` (an archive is expanded), `s3://bucket/prefix/` (every object under
+    /// it, keys as paths), `gs://…`, `az://…`, `http(s)://host/file`, or a local file or
+    /// directory.
+    source: String,
+    /// The dataset (default: the last path element without its archive extension:
+    /// `s3://b/mnist.zip` → mnist).
+    #[arg(short, long)]
+    dataset: Option<String>,
+    /// Import only if the object's ETag is this (with or without quotes); else fail, writing
+    /// nothing. Single objects only.
+    #[arg(long)]
+    etag: Option<String>,
+    /// Import this version of the object (S3 VersionId). Single objects only.
+    #[arg(long)]
+    version_id: Option<String>,
+    /// Fail unless the object is an archive dsv expands (.zip, .tar, .tar.gz, .tgz,
+    /// .tar.bz2, .tbz, .tbz2, .tar.xz, .txz).
+    #[arg(long, conflicts_with = "no_extract")]
+    extract: bool,
+    /// Store an archive as it is instead of expanding it.
+    #[arg(long)]
+    no_extract: bool,
+    /// The message (default: "import SOURCE").
+    #[arg(short, long)]
+    message: Option<String>,
+    /// Tag the new version.
+    #[arg(short, long)]
+    tag: Option<String>,
+    #[command(flatten)]
+    settings: SourceArgs,
+}
+
+/// Settings shared by `import` and `update`.
+#[derive(Debug, Args)]
+struct SourceArgs {
+    /// An object storage setting as KEY=VALUE (repeatable), as for `remote add`; credentials
+    /// come from the environment.
+    #[arg(long = "option", value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    /// Refuse an archive that expands to more than N times its compressed size (beyond the
+    /// first 64 MiB): a decompression bomb.
+    #[arg(long, value_name = "N", default_value_t = dsv::archive::DEFAULT_MAX_RATIO)]
+    max_expansion_ratio: u64,
+    /// Refuse an archive that expands to more than SIZE in all (e.g. 500GB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_expanded_size: Option<u64>,
+    /// zstd compression level (1-19).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    compression_level: i32,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+impl SourceArgs {
+    fn limits(&self) -> dsv::archive::Limits {
+        dsv::archive::Limits {
+            max_ratio: self.max_expansion_ratio,
+            max_size: self.max_expanded_size,
+        }
+    }
+
+    fn ingest(&self) -> IngestOptions {
+        IngestOptions {
+            jobs: jobs_or(&self.jobs, IngestOptions::default().jobs),
+            compression_level: self.compression_level,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -603,10 +694,78 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 }
             }
         }
-        Command::Show { revision } => {
+        Command::Show {
+            revision,
+            provenance,
+        } => {
             let store = open_store(cli)?;
             let info = inspect::show(&store, &Revision::parse(revision)?)?;
-            ui.report(&info, render::show)?;
+            if *provenance {
+                let shown = inspect::ShownProvenance {
+                    provenance: inspect::provenance(&store, &info)?,
+                    version: info,
+                };
+                ui.report(&shown, render::show_provenance)?;
+            } else {
+                ui.report(&info, render::show)?;
+            }
+        }
+        Command::Import(args) => {
+            // A pin names one object; a URL that can only be a prefix cannot take one.
+            let is_prefix = args.source.ends_with('/')
+                || args
+                    .source
+                    .split_once("://")
+                    .is_some_and(|(scheme, rest)| {
+                        scheme != "file" && !scheme.starts_with("http") && !rest.contains('/')
+                    });
+            if is_prefix && (args.etag.is_some() || args.version_id.is_some()) {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        "--etag and --version-id pin a single object; the source is a prefix",
+                    )
+                    .exit();
+            }
+            let mut store = open_store(cli)?;
+            let options = import::ImportOptions {
+                source: args.source.clone(),
+                dataset: args.dataset.clone(),
+                pin: dsv::source::Pin {
+                    etag: args.etag.clone(),
+                    version_id: args.version_id.clone(),
+                },
+                extract: match (args.extract, args.no_extract) {
+                    (true, _) => import::Extract::Always,
+                    (_, true) => import::Extract::Never,
+                    _ => import::Extract::Auto,
+                },
+                message: args.message.clone(),
+                tag: args.tag.clone(),
+                options: parse_options(&args.settings.options)?,
+                limits: args.settings.limits(),
+                ingest: args.settings.ingest(),
+            };
+            let report = import::import(&mut store, &options, &progress)?;
+            ui.report(&report, render::import)?;
+        }
+        Command::Update {
+            dataset,
+            message,
+            settings: source,
+        } => {
+            let mut store = open_store(cli)?;
+            let report = import::update(
+                &mut store,
+                dataset,
+                message.clone(),
+                &parse_options(&source.options)?,
+                source.limits(),
+                source.ingest(),
+                &progress,
+            )?;
+            ui.report(&report, render::import)?;
         }
         Command::Tag {
             revision,

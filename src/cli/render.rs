@@ -11,7 +11,8 @@ use dsv::ops::cache::{CachedVersion, PruneReport};
 use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
 use dsv::ops::gc::{GcReport, RemoveReport};
-use dsv::ops::inspect::VersionInfo;
+use dsv::ops::import::ImportReport;
+use dsv::ops::inspect::{ShownProvenance, VersionInfo};
 use dsv::ops::status::StatusReport;
 use dsv::ops::sync::{
     CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, Transfer,
@@ -572,6 +573,111 @@ pub fn prune(r: &PruneReport) -> String {
     }
     if let Some(gc) = &r.gc {
         let _ = write!(out, "\n{} freed", HumanBytes(gc.bytes_freed.max(0) as u64));
+    }
+    out
+}
+
+pub fn import(r: &ImportReport) -> String {
+    let mut out = if r.created {
+        let tag = r
+            .tag
+            .as_ref()
+            .map(|t| format!(" (tag {t})"))
+            .unwrap_or_default();
+        format!(
+            "Imported {}@{}{tag}: {} files, {}",
+            r.dataset,
+            r.version.short(),
+            r.files,
+            HumanBytes(r.bytes)
+        )
+    } else {
+        format!(
+            "Nothing changed: {} is still at {} ({} unchanged at the source)",
+            r.dataset,
+            r.version.short(),
+            r.source
+        )
+    };
+    let archive = r
+        .archive
+        .map(|a| {
+            format!(
+                ", expanded from {}",
+                serde_json::to_value(a)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    let _ = write!(
+        out,
+        "\n  source {}: {} objects, {} read ({}){archive}, {} unchanged; stored {} new chunks, {} in {} packs",
+        r.source,
+        r.objects,
+        r.objects_read,
+        HumanBytes(r.bytes_downloaded),
+        r.objects_unchanged,
+        r.ingest.new_chunks,
+        HumanBytes(r.ingest.stored_bytes),
+        r.packs_written,
+    );
+    if r.created {
+        let _ = write!(out, "\n{}", r.version);
+    }
+    out
+}
+
+pub fn show_provenance(s: &ShownProvenance) -> String {
+    let mut out = show(&s.version);
+    let Some(p) = &s.provenance else {
+        out.push_str("\nprovenance (none: this version was committed, not imported)");
+        return out;
+    };
+    let _ = write!(out, "\nprovenance\n  source   {}", p.source);
+    let _ = write!(
+        out,
+        "\n  extract  {}",
+        if p.extract { "yes" } else { "no" }
+    );
+    if let Some(etag) = &p.pinned_etag {
+        let _ = write!(out, "\n  pinned   ETag {etag}");
+    }
+    if let Some(version) = &p.pinned_version_id {
+        let _ = write!(out, "\n  pinned   VersionId {version}");
+    }
+    // Files of one source object (an archive's members) share its identity: show it once.
+    let mut last: Option<(&str, &Option<String>, &Option<String>, Option<i64>, u64)> = None;
+    for file in &p.files {
+        let object = (
+            file.url.as_str(),
+            &file.etag,
+            &file.version_id,
+            file.last_modified,
+            file.size,
+        );
+        if last != Some(object) {
+            let _ = write!(
+                out,
+                "\n  object   {}\n           etag {}  version {}  modified {}  size {} ({})",
+                file.url,
+                file.etag.as_deref().unwrap_or("-"),
+                file.version_id.as_deref().unwrap_or("-"),
+                file.last_modified.map(time).unwrap_or_else(|| "-".into()),
+                file.size,
+                HumanBytes(file.size)
+            );
+            last = Some(object);
+        }
+        match &file.member {
+            Some(member) if *member != file.path => {
+                let _ = write!(out, "\n    {} (member {member})", file.path);
+            }
+            _ => {
+                let _ = write!(out, "\n    {}", file.path);
+            }
+        }
     }
     out
 }

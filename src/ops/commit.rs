@@ -195,63 +195,7 @@ pub fn commit(
         });
     }
     let built = tree::build(&flat);
-
-    // Trees are content-addressed: written before the lock, in frames of about FRAME_TARGET.
-    // One zstd context for every metadata frame of this commit (setting one up costs megabytes).
-    let mut compressor =
-        zstd::bulk::Compressor::new(options.ingest.compression_level).map_err(|source| {
-            Error::Io {
-                path: "zstd".into(),
-                source,
-            }
-        })?;
-    let mut metadata = FrameBuilder::default();
-    // Trees are recorded together with all their subtrees: if the root is known, all are.
-    let known_root = store.catalog().has_object(&built.root, ObjectKind::Tree)?;
-    for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
-        if !store.catalog().has_object(id, ObjectKind::Tree)? && sink.claim(id, ObjectKind::Tree) {
-            if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
-                sink.add(metadata.encode_with(&mut compressor))?;
-            }
-            metadata.push(*id, ObjectKind::Tree, bytes);
-        }
-    }
-    if !metadata.is_empty() {
-        sink.add(metadata.encode_with(&mut compressor))?;
-    }
-
-    // Finalize under the store lock, so the parent read here is still the head when recorded.
-    tracing::debug!(trees = built.trees.len(), elapsed = ?clock.elapsed(), "built and stored trees");
-    let _lock = store.lock()?;
-    let parent = store.catalog().head_or_none(&options.dataset)?;
-    let parent_tree = match parent {
-        Some(id) => store.catalog().version(&id)?.map(|v| v.version.tree),
-        None => None,
-    };
-    let unchanged = parent_tree == Some(built.root) && !options.allow_empty;
-    let version = Version {
-        dataset: options.dataset.clone(),
-        tree: built.root,
-        parent,
-        // One line each: the catalog row and the encoded object must agree.
-        author: one_line(&options.author.clone().unwrap_or_else(default_author)),
-        time: crate::catalog::unix_now(),
-        files: built.files,
-        bytes: built.bytes,
-        source: one_line(&workspace_key),
-        message: options.message.clone(),
-    };
-    let version_id = if unchanged {
-        parent.expect("unchanged implies a parent")
-    } else {
-        version.id()
-    };
-    if !unchanged {
-        let mut frame = FrameBuilder::default();
-        frame.push(version_id, ObjectKind::Version, &version.encode());
-        sink.add(frame.encode_with(&mut compressor))?;
-    }
-    let packs = sink.finish()?;
+    tracing::debug!(trees = built.trees.len(), elapsed = ?clock.elapsed(), "built trees");
 
     // Stat cache changes: refreshed entries, and paths that are no longer files.
     let file_paths: std::collections::HashSet<&str> = flat
@@ -264,40 +208,33 @@ pub fn commit(
         .map(String::as_str)
         .filter(|p| !file_paths.contains(p))
         .collect();
-
-    let writer = store.catalog_mut().writer()?;
-    for pack in &packs {
-        writer.add_pack(pack)?;
-    }
-    if !unchanged {
-        writer.add_version(&version_id, &version)?;
-    }
-    if let Some(tag) = &options.tag {
-        writer.set_tag(&options.dataset, tag, &version_id, false)?;
-    }
-    let workspace_id = writer.set_workspace(&workspace_key, &options.dataset, &version_id)?;
-    writer.update_stat_cache(
-        workspace_id,
-        new_cache
-            .iter()
-            .map(|(p, e)| (p.as_str(), Some(e)))
-            .chain(removed.iter().map(|p| (*p, None))),
-    )?;
-    writer.commit()?;
-    tracing::debug!(packs = packs.len(), elapsed = ?clock.elapsed(), "recorded");
+    let draft = VersionDraft {
+        dataset: options.dataset.clone(),
+        message: options.message.clone(),
+        tag: options.tag.clone(),
+        author: options.author.clone(),
+        source: workspace_key.clone(),
+        provenance: None,
+        allow_empty: options.allow_empty,
+        compression_level: options.ingest.compression_level,
+    };
+    let recorded = record_version(store, sink, &built, &draft, |writer, version_id| {
+        let workspace_id = writer.set_workspace(&workspace_key, &options.dataset, version_id)?;
+        writer.update_stat_cache(
+            workspace_id,
+            new_cache
+                .iter()
+                .map(|(p, e)| (p.as_str(), Some(e)))
+                .chain(removed.iter().map(|p| (*p, None))),
+        )
+    })?;
+    tracing::debug!(packs = recorded.packs.len(), elapsed = ?clock.elapsed(), "recorded");
 
     Ok(CommitReport {
         dataset: options.dataset.clone(),
-        version: version_id,
-        parent: if unchanged {
-            store
-                .catalog()
-                .version(&version_id)?
-                .and_then(|v| v.version.parent)
-        } else {
-            parent
-        },
-        created: !unchanged,
+        version: recorded.version,
+        parent: recorded.parent,
+        created: recorded.created,
         tag: options.tag.clone(),
         files: built.files,
         bytes: built.bytes,
@@ -307,7 +244,145 @@ pub fn commit(
             .count()
             - to_read.len()) as u64,
         ingest,
-        packs_written: packs.len() as u64,
+        packs_written: recorded.packs.len() as u64,
+    })
+}
+
+/// What a new version will say about itself (see [`record_version`]).
+#[derive(Debug, Clone)]
+pub struct VersionDraft {
+    /// The dataset.
+    pub dataset: String,
+    /// The message.
+    pub message: String,
+    /// A tag to give it.
+    pub tag: Option<String>,
+    /// Who makes it; `None` uses [`default_author`].
+    pub author: Option<String>,
+    /// Where it came from (a directory or a URL).
+    pub source: String,
+    /// For an import: the encoded provenance object and its id.
+    pub provenance: Option<(ObjectId, Vec<u8>)>,
+    /// Record a version even when the tree (and provenance) equal the head's.
+    pub allow_empty: bool,
+    /// zstd level of the metadata frames.
+    pub compression_level: i32,
+}
+
+/// What [`record_version`] did.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The new version, or the head when nothing changed.
+    pub version: ObjectId,
+    /// The head before.
+    pub parent: Option<ObjectId>,
+    /// False when the head already had this tree (and provenance).
+    pub created: bool,
+    /// Packs named by the transaction.
+    pub packs: Vec<crate::pack::SealedPack>,
+}
+
+/// The last stage of commit and import: stores the new trees of `built` (and the
+/// provenance), then under the store lock reads the head, writes the version object, seals
+/// the packs and records everything in one catalog transaction, in which `extra` adds its
+/// own rows. Nothing changes when the head has the same tree (and, for an import, the same
+/// provenance) unless `allow_empty`; the head is returned then.
+///
+/// # Errors
+/// [`Error::TagExists`], [`Error::Io`], catalog errors, or `extra`'s; on any error the
+/// catalog is unchanged and the packs of `sink` are unnamed.
+pub fn record_version(
+    store: &mut Store,
+    sink: PackSink,
+    built: &tree::BuiltTrees,
+    draft: &VersionDraft,
+    extra: impl FnOnce(&crate::catalog::CatalogWriter<'_>, &ObjectId) -> Result<()>,
+) -> Result<Recorded> {
+    // Trees are content-addressed: written before the lock, in frames of about FRAME_TARGET.
+    // One zstd context for every metadata frame (setting one up costs megabytes).
+    let mut compressor =
+        zstd::bulk::Compressor::new(draft.compression_level).map_err(|source| Error::Io {
+            path: "zstd".into(),
+            source,
+        })?;
+    let mut metadata = FrameBuilder::default();
+    // Trees are recorded together with all their subtrees: if the root is known, all are.
+    let known_root = store.catalog().has_object(&built.root, ObjectKind::Tree)?;
+    for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
+        if !store.catalog().has_object(id, ObjectKind::Tree)? && sink.claim(id, ObjectKind::Tree) {
+            if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
+                sink.add(metadata.encode_with(&mut compressor))?;
+            }
+            metadata.push(*id, ObjectKind::Tree, bytes);
+        }
+    }
+    if let Some((id, bytes)) = &draft.provenance
+        && !store.catalog().has_object(id, ObjectKind::Provenance)?
+        && sink.claim(id, ObjectKind::Provenance)
+    {
+        metadata.push(*id, ObjectKind::Provenance, bytes);
+    }
+    if !metadata.is_empty() {
+        sink.add(metadata.encode_with(&mut compressor))?;
+    }
+
+    // Finalize under the store lock, so the parent read here is still the head when recorded.
+    let _lock = store.lock()?;
+    let parent = store.catalog().head_or_none(&draft.dataset)?;
+    let parent_version = match parent {
+        Some(id) => store.catalog().version(&id)?.map(|v| v.version),
+        None => None,
+    };
+    let provenance = draft.provenance.as_ref().map(|(id, _)| *id);
+    let unchanged = !draft.allow_empty
+        && parent_version.as_ref().is_some_and(|p| {
+            p.tree == built.root && (provenance.is_none() || p.provenance == provenance)
+        });
+    let version = Version {
+        dataset: draft.dataset.clone(),
+        tree: built.root,
+        parent,
+        // One line each: the catalog row and the encoded object must agree.
+        author: one_line(&draft.author.clone().unwrap_or_else(default_author)),
+        time: crate::catalog::unix_now(),
+        files: built.files,
+        bytes: built.bytes,
+        source: one_line(&draft.source),
+        provenance,
+        message: draft.message.clone(),
+    };
+    let version_id = if unchanged {
+        parent.expect("unchanged implies a parent")
+    } else {
+        version.id()
+    };
+    if !unchanged {
+        let mut frame = FrameBuilder::default();
+        frame.push(version_id, ObjectKind::Version, &version.encode());
+        sink.add(frame.encode_with(&mut compressor))?;
+    }
+    let packs = sink.finish()?;
+    let writer = store.catalog_mut().writer()?;
+    for pack in &packs {
+        writer.add_pack(pack)?;
+    }
+    if !unchanged {
+        writer.add_version(&version_id, &version)?;
+    }
+    if let Some(tag) = &draft.tag {
+        writer.set_tag(&draft.dataset, tag, &version_id, false)?;
+    }
+    extra(&writer, &version_id)?;
+    writer.commit()?;
+    Ok(Recorded {
+        version: version_id,
+        parent: if unchanged {
+            parent_version.and_then(|v| v.parent)
+        } else {
+            parent
+        },
+        created: !unchanged,
+        packs,
     })
 }
 

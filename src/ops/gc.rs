@@ -83,7 +83,8 @@ pub struct GcReport {
     pub packs_written: u64,
 }
 
-/// Every object a live version reaches, plus every version object (kept for the log).
+/// Every object a live version reaches, plus every version object and provenance (kept for
+/// the log).
 fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
     let mut live = HashSet::new();
     let mut reader = store.reader();
@@ -154,7 +155,7 @@ pub fn gc(
     };
     report.removed_versions = (all_versions.len() as u64).saturating_sub(report.live_versions);
     let is_live = |(id, kind, _): &(ObjectId, ObjectKind, u32)| {
-        *kind == ObjectKind::Version || live.contains(&(*id, *kind))
+        matches!(kind, ObjectKind::Version | ObjectKind::Provenance) || live.contains(&(*id, *kind))
     };
     for (pack, objects) in &by_pack {
         let bytes = sizes.get(pack).copied().unwrap_or(0);

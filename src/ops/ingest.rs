@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -179,71 +180,282 @@ pub fn ingest_files(
     progress: &dyn Progress,
 ) -> Result<(Vec<ObjectId>, IngestStats)> {
     let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
     let ids = Mutex::new(vec![ObjectId([0; 32]); files.len()]);
+    let readers = options.jobs.max(1).min(files.len().max(1));
+    let ((), stats) = with_ingester(catalog_path, sink, options, Some(progress), |ingester| {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..readers)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let result = read_files(ingester, files, &next, &ids);
+                        if result.is_err() {
+                            // The other readers stop at their next file.
+                            next.store(files.len(), Ordering::Relaxed);
+                        }
+                        result
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|h| h.join().expect("ingest reader panicked"))
+                .collect::<Result<()>>()
+        })
+    })?;
+    Ok((
+        ids.into_inner().expect("no panics while holding the lock"),
+        stats,
+    ))
+}
+
+/// One reader thread of [`ingest_files`]: takes the next file until none is left.
+fn read_files(
+    ingester: &Ingester<'_>,
+    files: &[IngestFile],
+    next: &AtomicUsize,
+    ids: &Mutex<Vec<ObjectId>>,
+) -> Result<()> {
+    let mut writer = ingester.writer()?;
+    loop {
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        let Some(job) = files.get(index) else {
+            break;
+        };
+        let file = File::open(&job.path).at(&job.path)?;
+        let (file_id, size) = writer
+            .ingest(&file, Some(job.stat.size))
+            .map_err(|e| e.at(&job.path))?;
+        let after = Stat::of(&file.metadata().at(&job.path)?);
+        if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size
+        {
+            return Err(Error::Unsupported {
+                path: job.path.clone(),
+                reason: "the file changed while it was being read; run the command again".into(),
+            });
+        }
+        ids.lock().expect("no panics while holding the lock")[index] = file_id;
+    }
+    writer.finish();
+    Ok(())
+}
+
+/// Runs `body` with an [`Ingester`] whose compressor threads (`options.jobs` of them) append
+/// frames to `sink`; returns `body`'s result and the totals of every writer it made.
+///
+/// `progress`, when given, advances by the bytes each writer reads; pass `None` to count
+/// something else (an import counts bytes downloaded).
+///
+/// # Errors
+/// `body`'s error, else the first compressor error ([`Error::Io`] writing a pack).
+pub fn with_ingester<T>(
+    catalog_path: &Path,
+    sink: &PackSink,
+    options: IngestOptions,
+    progress: Option<&dyn Progress>,
+    body: impl FnOnce(&Ingester<'_>) -> Result<T>,
+) -> Result<(T, IngestStats)> {
     let jobs = options.jobs.max(1);
+    let failed = AtomicBool::new(false);
     let (sender, receiver) = mpsc::sync_channel::<FrameBuilder>(jobs * 2);
     let receiver = Mutex::new(receiver);
-    let stop_all = || {
-        failed.store(true, Ordering::Relaxed);
-        next.store(files.len(), Ordering::Relaxed);
-    };
-    let (read_results, compress_results) = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let compressors: Vec<_> = (0..jobs)
             .map(|_| {
                 scope.spawn(|| {
                     let result =
                         compress_worker(&receiver, sink, options.compression_level, &failed);
                     if result.is_err() {
-                        stop_all();
+                        failed.store(true, Ordering::Relaxed);
                     }
                     result
                 })
             })
             .collect();
-        let readers: Vec<_> = (0..jobs.min(files.len().max(1)))
-            .map(|_| {
-                let sender = sender.clone();
-                scope.spawn(|| {
-                    let worker = ReadWorker {
-                        catalog_path,
-                        sink,
-                        files,
-                        next: &next,
-                        ids: &ids,
-                        failed: &failed,
-                        progress,
-                    };
-                    let result = worker.run(sender);
-                    if result.is_err() {
-                        stop_all();
-                    }
-                    result
-                })
-            })
-            .collect();
+        let ingester = Ingester {
+            catalog_path,
+            sink,
+            sender,
+            failed: &failed,
+            progress,
+            stats: Mutex::new(IngestStats::default()),
+        };
+        let result = body(&ingester);
+        if result.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        let Ingester { sender, stats, .. } = ingester;
         drop(sender);
-        let read: Vec<Result<IngestStats>> = readers
-            .into_iter()
-            .map(|h| h.join().expect("ingest reader panicked"))
-            .collect();
-        let compressed: Vec<Result<u64>> = compressors
-            .into_iter()
-            .map(|h| h.join().expect("ingest compressor panicked"))
-            .collect();
-        (read, compressed)
-    });
-    let mut total = IngestStats::default();
-    for result in read_results {
-        total.add(&result?);
+        let mut total = stats.into_inner().expect("no panics while holding the lock");
+        let mut first_error = None;
+        for handle in compressors {
+            match handle.join().expect("ingest compressor panicked") {
+                Ok(stored) => total.stored_bytes += stored,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        // A compressor's error is the cause: writers that saw it report `Interrupted`.
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        Ok((result?, total))
+    })
+}
+
+/// The shared half of an ingest run: the queue to the compressor threads. Each reading
+/// thread takes a [`StreamWriter`] of its own from it.
+pub struct Ingester<'a> {
+    catalog_path: &'a Path,
+    sink: &'a PackSink,
+    sender: mpsc::SyncSender<FrameBuilder>,
+    failed: &'a AtomicBool,
+    progress: Option<&'a dyn Progress>,
+    stats: Mutex<IngestStats>,
+}
+
+impl<'a> Ingester<'a> {
+    /// A writer for one thread: its own catalog connection (only read: "does the store have
+    /// this chunk?") and its own frames.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`] opening the connection.
+    pub fn writer(&'a self) -> Result<StreamWriter<'a>> {
+        Ok(StreamWriter {
+            ingester: self,
+            catalog: Catalog::open(self.catalog_path, false)?,
+            frame: FrameBuilder::with_capacity(FRAME_CAPACITY),
+            maps: FrameBuilder::default(),
+            stats: IngestStats::default(),
+        })
     }
-    for result in compress_results {
-        total.stored_bytes += result?;
+}
+
+/// Turns byte streams into stored files: chunks (FastCDC), ids (BLAKE3), new chunks into
+/// frames queued for compression. One per thread; see [`Ingester::writer`].
+pub struct StreamWriter<'a> {
+    ingester: &'a Ingester<'a>,
+    catalog: Catalog,
+    frame: FrameBuilder,
+    /// File maps go in frames of their own: with the trees and versions, they are the
+    /// metadata a remote clone fetches without any chunk (see ops/sync.rs).
+    maps: FrameBuilder,
+    stats: IngestStats,
+}
+
+/// An error of [`StreamWriter::ingest`]: reading the stream failed (the caller knows what
+/// the stream was), or the store did.
+#[derive(Debug)]
+pub enum IngestError {
+    /// The stream's `read` failed.
+    Read(std::io::Error),
+    /// Anything else ([`Error::Interrupted`], catalog errors).
+    Store(Error),
+}
+
+impl IngestError {
+    /// Converts a read error into [`Error::Io`] naming `path`.
+    pub fn at(self, path: &Path) -> Error {
+        match self {
+            IngestError::Read(source) => Error::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+            IngestError::Store(e) => e,
+        }
     }
-    Ok((
-        ids.into_inner().expect("no panics while holding the lock"),
-        total,
-    ))
+}
+
+impl From<Error> for IngestError {
+    fn from(e: Error) -> Self {
+        IngestError::Store(e)
+    }
+}
+
+impl StreamWriter<'_> {
+    /// Reads `source` to its end as one file: returns its file id (BLAKE3 of its bytes, see
+    /// `docs/format.md`) and its size in bytes. Chunks the store lacks are queued for
+    /// storing; a file of more than one chunk gets a file map. `expected_size` (when the
+    /// caller knows it) only saves hashing: a file of at most one minimum-size chunk has the
+    /// id of that chunk.
+    ///
+    /// # Errors
+    /// [`IngestError::Read`] when `source` fails; [`IngestError::Store`] for
+    /// [`Error::Interrupted`], catalog errors, or a failure of another thread of this run
+    /// (reported as [`Error::Interrupted`] here; the run returns the real error).
+    pub fn ingest(
+        &mut self,
+        source: impl Read,
+        expected_size: Option<u64>,
+    ) -> std::result::Result<(ObjectId, u64), IngestError> {
+        crate::interrupt::check()?;
+        if self.ingester.failed.load(Ordering::Relaxed) {
+            return Err(Error::Interrupted.into());
+        }
+        let params = ChunkParams::DEFAULT;
+        let sender = &self.ingester.sender;
+        let sink = self.ingester.sink;
+        let mut chunker = Chunker::new(source, params);
+        let mut hasher = blake3::Hasher::new();
+        let hash_whole = expected_size.is_none_or(|size| size > params.min as u64);
+        let mut chunks = Vec::new();
+        let mut size = 0u64;
+        while let Some(chunk) = chunker.next_chunk().map_err(IngestError::Read)? {
+            let id = ObjectId::of(chunk);
+            size += chunk.len() as u64;
+            if let Some(progress) = self.ingester.progress {
+                progress.advance(chunk.len() as u64);
+            }
+            if hash_whole {
+                hasher.update(chunk);
+            }
+            chunks.push((id, chunk.len() as u32));
+            if !self.catalog.has_object(&id, ObjectKind::Chunk)? && sink.claim(&id, ObjectKind::Chunk)
+            {
+                self.frame.push(id, ObjectKind::Chunk, chunk);
+                self.stats.new_chunks += 1;
+                self.stats.new_bytes += chunk.len() as u64;
+                if self.frame.len() >= FRAME_TARGET {
+                    let full = std::mem::replace(
+                        &mut self.frame,
+                        FrameBuilder::with_capacity(FRAME_CAPACITY),
+                    );
+                    sender.send(full).expect(QUEUE_OPEN);
+                }
+            }
+        }
+        let file_id = match chunks.as_slice() {
+            [(only, _)] => *only,
+            _ => ObjectId::from(hasher.finalize()),
+        };
+        if chunks.len() > 1
+            && !self.catalog.has_object(&file_id, ObjectKind::FileMap)?
+            && sink.claim(&file_id, ObjectKind::FileMap)
+        {
+            self.maps
+                .push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
+            if self.maps.len() >= FRAME_TARGET {
+                sender.send(std::mem::take(&mut self.maps)).expect(QUEUE_OPEN);
+            }
+        }
+        self.stats.files_read += 1;
+        self.stats.bytes_read += size;
+        Ok((file_id, size))
+    }
+
+    /// Queues the partly filled frames and adds this writer's totals to the run's.
+    pub fn finish(self) {
+        for rest in [self.frame, self.maps] {
+            if !rest.is_empty() {
+                self.ingester.sender.send(rest).expect(QUEUE_OPEN);
+            }
+        }
+        self.ingester
+            .stats
+            .lock()
+            .expect("no panics while holding the lock")
+            .add(&self.stats);
+    }
 }
 
 /// Compresses frames from the queue into the sink until the queue closes; returns the bytes
@@ -279,100 +491,5 @@ fn compress_worker(
     outcome.map(|()| stored)
 }
 
-/// The frame queue's receiver lives until every reader has finished, so a send cannot fail.
-const QUEUE_OPEN: &str = "the frame queue outlives the readers";
-
-/// The reading stage: one per thread, pulling files from a shared index.
-struct ReadWorker<'a> {
-    catalog_path: &'a Path,
-    sink: &'a PackSink,
-    files: &'a [IngestFile],
-    next: &'a AtomicUsize,
-    ids: &'a Mutex<Vec<ObjectId>>,
-    failed: &'a AtomicBool,
-    progress: &'a dyn Progress,
-}
-
-impl ReadWorker<'_> {
-    fn run(&self, sender: mpsc::SyncSender<FrameBuilder>) -> Result<IngestStats> {
-        // Its own connection, only read from: "does the store have this chunk?" without a shared lock.
-        let catalog = Catalog::open(self.catalog_path, false)?;
-        let mut frame = FrameBuilder::with_capacity(FRAME_CAPACITY);
-        // File maps go in frames of their own: with the trees and versions, they are the
-        // metadata a remote clone fetches without any chunk (see ops/sync.rs).
-        let mut maps = FrameBuilder::default();
-        let mut stats = IngestStats::default();
-        let params = ChunkParams::DEFAULT;
-        loop {
-            let index = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(job) = self.files.get(index) else {
-                break;
-            };
-            crate::interrupt::check()?;
-            if self.failed.load(Ordering::Relaxed) {
-                break;
-            }
-            let file = File::open(&job.path).at(&job.path)?;
-            let mut chunker = Chunker::new(&file, params);
-            let mut hasher = blake3::Hasher::new();
-            let mut chunks = Vec::new();
-            let mut size = 0u64;
-            while let Some(chunk) = chunker.next_chunk().at(&job.path)? {
-                let id = ObjectId::of(chunk);
-                size += chunk.len() as u64;
-                self.progress.advance(chunk.len() as u64);
-                if job.stat.size > params.min as u64 {
-                    hasher.update(chunk);
-                }
-                chunks.push((id, chunk.len() as u32));
-                if !catalog.has_object(&id, ObjectKind::Chunk)?
-                    && self.sink.claim(&id, ObjectKind::Chunk)
-                {
-                    frame.push(id, ObjectKind::Chunk, chunk);
-                    stats.new_chunks += 1;
-                    stats.new_bytes += chunk.len() as u64;
-                    if frame.len() >= FRAME_TARGET {
-                        let full = std::mem::replace(
-                            &mut frame,
-                            FrameBuilder::with_capacity(FRAME_CAPACITY),
-                        );
-                        sender.send(full).expect(QUEUE_OPEN);
-                    }
-                }
-            }
-            let after = Stat::of(&file.metadata().at(&job.path)?);
-            if size != job.stat.size
-                || after.mtime_ns != job.stat.mtime_ns
-                || after.size != job.stat.size
-            {
-                return Err(Error::Unsupported {
-                    path: job.path.clone(),
-                    reason: "the file changed while it was being read; run the command again"
-                        .into(),
-                });
-            }
-            let file_id = match chunks.as_slice() {
-                [(only, _)] => *only,
-                _ => ObjectId::from(hasher.finalize()),
-            };
-            if chunks.len() > 1
-                && !catalog.has_object(&file_id, ObjectKind::FileMap)?
-                && self.sink.claim(&file_id, ObjectKind::FileMap)
-            {
-                maps.push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
-                if maps.len() >= FRAME_TARGET {
-                    sender.send(std::mem::take(&mut maps)).expect(QUEUE_OPEN);
-                }
-            }
-            self.ids.lock().expect("no panics while holding the lock")[index] = file_id;
-            stats.files_read += 1;
-            stats.bytes_read += size;
-        }
-        for rest in [frame, maps] {
-            if !rest.is_empty() {
-                sender.send(rest).expect(QUEUE_OPEN);
-            }
-        }
-        Ok(stats)
-    }
-}
+/// The frame queue's receiver lives until every writer has finished, so a send cannot fail.
+const QUEUE_OPEN: &str = "the frame queue outlives the writers";

@@ -68,6 +68,33 @@ pub fn show(store: &Store, revision: &Revision) -> Result<VersionInfo> {
     Ok(version)
 }
 
+/// A version with the provenance of its files (`dsv show --provenance`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShownProvenance {
+    /// The version.
+    #[serde(flatten)]
+    pub version: VersionInfo,
+    /// Where its files came from; `null` for a committed version.
+    pub provenance: Option<crate::object::Provenance>,
+}
+
+/// The provenance of `version`, read (and hash-checked) from the store; `None` for a
+/// version that was committed, not imported.
+///
+/// # Errors
+/// [`Error::MissingObject`], [`Error::Corrupt`].
+pub fn provenance(
+    store: &Store,
+    version: &VersionInfo,
+) -> Result<Option<crate::object::Provenance>> {
+    version
+        .record
+        .version
+        .provenance
+        .map(|id| store.reader().provenance(&id))
+        .transpose()
+}
+
 /// Every dataset with its head.
 ///
 /// # Errors

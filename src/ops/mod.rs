@@ -7,6 +7,7 @@ pub mod cache;
 pub mod checkout;
 pub mod commit;
 pub mod gc;
+pub mod import;
 pub mod ingest;
 pub mod inspect;
 pub mod status;

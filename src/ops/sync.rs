@@ -270,7 +270,12 @@ fn fetch_with(
     let new_packs = refresh_indexes(store, record, remote, jobs)?;
     let wanted = store.catalog().remote_objects_missing_here(
         record.id,
-        &[ObjectKind::Version, ObjectKind::Tree, ObjectKind::FileMap],
+        &[
+            ObjectKind::Version,
+            ObjectKind::Provenance,
+            ObjectKind::Tree,
+            ObjectKind::FileMap,
+        ],
     )?;
     let mut transfer = download(store, record, remote, &wanted, jobs, progress)?;
     let _lock = store.lock()?;
@@ -895,6 +900,9 @@ fn objects_to_send(
         }
         need(&id, ObjectKind::Version)?;
         let version = reader.version(&id)?;
+        if let Some(provenance) = &version.provenance {
+            need(provenance, ObjectKind::Provenance)?;
+        }
         walk_reachable(
             &mut reader,
             &version.tree,

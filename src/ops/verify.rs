@@ -128,6 +128,12 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                     .push(format!("version {id} differs from its stored object")),
                 Err(e) => report.problems.push(format!("version {id}: {e}")),
             }
+            // A remote's provenance arrives with the version (fetch takes both), so it must be here.
+            if let Some(provenance) = &record.version.provenance
+                && let Err(e) = reader.provenance(provenance)
+            {
+                report.problems.push(format!("version {id}: {e}"));
+            }
             // A removed version keeps only its version object; gc may have freed the rest.
             if store.catalog().removed_at(&id)?.is_some() {
                 continue;

@@ -115,6 +115,59 @@ pub fn check_options(options: &BTreeMap<String, String>) -> Result<()> {
     Ok(())
 }
 
+/// Builds the `object_store` backend of a cloud URL (`s3://`, `s3a://`, `gs://`, `az://`,
+/// `abfs://`, `abfss://`) with settings from the environment (`AWS_*`, `AZURE_*`,
+/// `GOOGLE_*`) and `options` (object_store configuration keys); returns it with the URL's
+/// path below the bucket ("" for none). The backend addresses the whole bucket.
+///
+/// # Errors
+/// [`Error::InvalidRemote`] for a URL or option the backend rejects.
+pub fn cloud_backend(
+    url: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let invalid = |e: object_store::Error| Error::InvalidRemote {
+        what: "URL",
+        value: url.to_string(),
+        reason: e.to_string(),
+    };
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let store: Arc<dyn ObjectStore> = match scheme {
+        "s3" | "s3a" => {
+            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                .with_url(url)
+                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
+            for (key, value) in options {
+                builder = builder.with_config(key.parse().map_err(invalid)?, value);
+            }
+            Arc::new(builder.build().map_err(invalid)?)
+        }
+        "az" | "abfs" | "abfss" => {
+            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url);
+            for (key, value) in options {
+                builder = builder.with_config(key.parse().map_err(invalid)?, value);
+            }
+            Arc::new(builder.build().map_err(invalid)?)
+        }
+        "gs" => {
+            let mut builder =
+                object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url);
+            for (key, value) in options {
+                builder = builder.with_config(key.parse().map_err(invalid)?, value);
+            }
+            Arc::new(builder.build().map_err(invalid)?)
+        }
+        _ => {
+            return Err(Error::InvalidRemote {
+                what: "URL",
+                value: url.to_string(),
+                reason: "not an object storage URL (s3://, gs://, az://)".into(),
+            });
+        }
+    };
+    Ok((store, path_part(rest)))
+}
+
 /// A remote ref's identity as the backend reports it: enough to ask "has it changed?" with
 /// one HEAD request and to move it with a conditional put.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -181,40 +234,15 @@ impl Remote {
         };
         let (scheme, rest) = record.url.split_once("://").expect("checked");
         let mut local_root = None;
-        let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
-            "s3" | "s3a" => {
-                let mut builder = object_store::aws::AmazonS3Builder::from_env()
-                    .with_url(&record.url)
-                    .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
-                for (key, value) in &record.options {
-                    builder = builder.with_config(key.parse().map_err(invalid)?, value);
-                }
-                (Arc::new(builder.build().map_err(invalid)?), path_part(rest))
-            }
-            "az" | "abfs" | "abfss" => {
-                let mut builder =
-                    object_store::azure::MicrosoftAzureBuilder::from_env().with_url(&record.url);
-                for (key, value) in &record.options {
-                    builder = builder.with_config(key.parse().map_err(invalid)?, value);
-                }
-                (Arc::new(builder.build().map_err(invalid)?), path_part(rest))
-            }
-            "gs" => {
-                let mut builder =
-                    object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(&record.url);
-                for (key, value) in &record.options {
-                    builder = builder.with_config(key.parse().map_err(invalid)?, value);
-                }
-                (Arc::new(builder.build().map_err(invalid)?), path_part(rest))
-            }
-            _ => {
-                let root = PathBuf::from(rest);
-                std::fs::create_dir_all(&root).at(&root)?;
-                let local = object_store::local::LocalFileSystem::new_with_prefix(&root)
-                    .map_err(invalid)?;
-                local_root = Some(root);
-                (Arc::new(local), String::new())
-            }
+        let (store, prefix): (Arc<dyn ObjectStore>, String) = if scheme == "file" {
+            let root = PathBuf::from(rest);
+            std::fs::create_dir_all(&root).at(&root)?;
+            let local =
+                object_store::local::LocalFileSystem::new_with_prefix(&root).map_err(invalid)?;
+            local_root = Some(root);
+            (Arc::new(local), String::new())
+        } else {
+            cloud_backend(&record.url, &record.options)?
         };
         let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
             store

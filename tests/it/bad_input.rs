@@ -311,6 +311,7 @@ fn a_tree_naming_a_path_that_escapes_is_refused_at_checkout() {
         files: 1,
         bytes: 13,
         source: "handmade".into(),
+        provenance: None,
         message: String::new(),
     };
     frame.push(version.id(), ObjectKind::Version, &version.encode());

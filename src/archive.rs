@@ -1,0 +1,618 @@
+//! Archives expanded by `dsv import`: recognized by extension, read member by member as
+//! streams, every member's path checked before anything of it is stored.
+//!
+//! Formats: `.tar`, `.tar.gz`/`.tgz`/`.tar.gz2`, `.tar.bz2`/`.tbz`/`.tbz2`, `.tar.xz`/`.txz`
+//! (POSIX ustar/pax and GNU tar through the `tar` crate, decompressed by `flate2`, `bzip2`
+//! and `liblzma`) are read in one pass from the stream, the decompressor running on a thread
+//! of its own. `.zip` (APPNOTE 6.3) keeps its directory at the end, so a zip that is not a
+//! local file is first copied to a temporary file in the store (`.dsv/tmp`), then read.
+//!
+//! Refused, failing the whole import: a member path that is absolute or climbs out with
+//! `..`, a symlink whose target leaves the dataset, a hard link to a member not seen
+//! before, a name that is not UTF-8. Protection against decompression bombs: the bytes an
+//! archive expands to may not exceed `max_ratio` × its compressed bytes read so far (past a
+//! floor of [`RATIO_FLOOR`]) nor `max_size` in all.
+
+use std::io::{self, Read, Seek};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+
+/// Expansion below this many bytes is never refused by the ratio (small files of zeros
+/// compress thousands of times).
+pub const RATIO_FLOOR: u64 = 64 * 1024 * 1024;
+/// Default of [`Limits::max_ratio`]: text data compresses 3–20x, and 1000x+ is the mark of a
+/// bomb.
+pub const DEFAULT_MAX_RATIO: u64 = 250;
+
+/// How far an archive may expand.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Expanded bytes per compressed byte.
+    pub max_ratio: u64,
+    /// Total expanded bytes, if bounded.
+    pub max_size: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_ratio: DEFAULT_MAX_RATIO,
+            max_size: None,
+        }
+    }
+}
+
+/// An archive format dsv expands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// ZIP.
+    Zip,
+    /// Uncompressed tar.
+    Tar,
+    /// gzip-compressed tar (RFC 1952).
+    TarGz,
+    /// bzip2-compressed tar.
+    TarBz2,
+    /// xz-compressed tar.
+    TarXz,
+}
+
+/// Extensions, longest first so `.tar.gz` wins over `.gz`-less `.tar` checks.
+const EXTENSIONS: &[(&str, Format)] = &[
+    (".tar.gz2", Format::TarGz),
+    (".tar.bz2", Format::TarBz2),
+    (".tar.gz", Format::TarGz),
+    (".tar.xz", Format::TarXz),
+    (".tbz2", Format::TarBz2),
+    (".tar", Format::Tar),
+    (".tgz", Format::TarGz),
+    (".tbz", Format::TarBz2),
+    (".txz", Format::TarXz),
+    (".zip", Format::Zip),
+];
+
+impl Format {
+    /// The format a file name's extension says (case-insensitive), with the name stripped of
+    /// it: `mnist.tar.gz` → (TarGz, `mnist`).
+    pub fn detect(name: &str) -> Option<(Format, &str)> {
+        let lower = name.to_ascii_lowercase();
+        EXTENSIONS.iter().find_map(|(ext, format)| {
+            (lower.ends_with(ext) && lower.len() > ext.len())
+                .then(|| (*format, &name[..name.len() - ext.len()]))
+        })
+    }
+
+    /// The extensions dsv recognizes, for messages.
+    pub fn known_extensions() -> String {
+        EXTENSIONS
+            .iter()
+            .map(|(ext, _)| *ext)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// What an archive member is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberKind {
+    /// A regular file, read from [`Member::reader`].
+    File {
+        /// The owner's execute bit.
+        executable: bool,
+    },
+    /// A directory.
+    Dir,
+    /// A symbolic link (its target checked to stay inside the dataset).
+    Symlink {
+        /// The target as recorded.
+        target: String,
+    },
+    /// A tar hard link: the same content as the earlier member at `target` (a checked path).
+    HardLink {
+        /// The linked member's path in the dataset.
+        target: String,
+    },
+}
+
+/// One member handed to the caller of [`read`].
+pub struct Member<'a> {
+    /// The member's name as the archive records it.
+    pub name: String,
+    /// Its checked path in the dataset (relative, `/`-separated, no `.` or `..`).
+    pub path: String,
+    /// What it is.
+    pub kind: MemberKind,
+    /// Its bytes (empty for anything but a file).
+    pub reader: &'a mut dyn Read,
+}
+
+/// Where an archive's bytes come from.
+pub enum Input {
+    /// A stream (a download): tar formats read it in one pass; a zip is copied to a
+    /// temporary file in `temp_dir` first.
+    Stream(Box<dyn Read + Send>),
+    /// A local file (zips are read in place).
+    File(std::fs::File),
+}
+
+/// Checks an archive member's name and returns its path in the dataset; `Ok(None)` for the
+/// root itself (`./`).
+///
+/// # Errors
+/// The reason a name is refused: absolute, `..`, a component dsv cannot store.
+pub fn member_path(name: &str) -> std::result::Result<Option<String>, &'static str> {
+    if name.starts_with('/') || name.starts_with('\\') {
+        return Err("the path is absolute");
+    }
+    if name.len() >= 2 && name.as_bytes()[1] == b':' && name.as_bytes()[0].is_ascii_alphabetic()
+    {
+        return Err("the path starts with a drive letter");
+    }
+    let mut parts = Vec::new();
+    for part in name.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err("the path leaves the archive's root with '..'"),
+            _ => {
+                crate::object::check_name(part)?;
+                parts.push(part);
+            }
+        }
+    }
+    Ok((!parts.is_empty()).then(|| parts.join("/")))
+}
+
+/// Reads every member of archive `input` (format `format`, fetched from `url`), calling
+/// `each` once per member in archive order. `progress` advances by the archive's bytes read.
+///
+/// # Errors
+/// [`Error::UnsafeArchive`] for a refused member; [`Error::BadArchive`] for a truncated or
+/// corrupt archive or one expanding past `limits`; [`Error::Io`] when the source fails; the
+/// first error `each` returns.
+pub fn read(
+    format: Format,
+    input: Input,
+    url: &str,
+    temp_dir: &std::path::Path,
+    limits: Limits,
+    progress: &dyn Progress,
+    each: &mut dyn FnMut(Member<'_>) -> Result<()>,
+) -> Result<()> {
+    let consumed = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        let input: Box<dyn Read + Send + '_> = match input {
+            Input::Stream(stream) => Box::new(Counting {
+                inner: stream,
+                consumed: consumed.clone(),
+                progress,
+            }),
+            Input::File(file) => Box::new(Counting {
+                inner: file,
+                consumed: consumed.clone(),
+                progress,
+            }),
+        };
+        match format {
+            Format::Zip => read_zip(input, url, temp_dir, limits, &consumed, each),
+            _ => {
+                let decoded: Box<dyn Read + Send + '_> = match format {
+                    Format::Tar => input,
+                    Format::TarGz => Box::new(flate2::read::MultiGzDecoder::new(input)),
+                    Format::TarBz2 => Box::new(bzip2::read::MultiBzDecoder::new(input)),
+                    Format::TarXz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(input)),
+                    Format::Zip => unreachable!("handled above"),
+                };
+                let limited = Limited {
+                    inner: decoded,
+                    consumed: consumed.clone(),
+                    produced: 0,
+                    limits,
+                };
+                let ahead = read_ahead(scope, limited);
+                read_tar(ahead, url, each)
+            }
+        }
+    })
+}
+
+fn read_tar(
+    input: impl Read,
+    url: &str,
+    each: &mut dyn FnMut(Member<'_>) -> Result<()>,
+) -> Result<()> {
+    let mut archive = tar::Archive::new(input);
+    let entries = archive.entries().map_err(|e| input_error(url, e))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| input_error(url, e))?;
+        let name = utf8(url, &entry.path_bytes())?;
+        let refuse = |reason: &str| Error::UnsafeArchive {
+            url: url.to_string(),
+            member: name.clone(),
+            reason: reason.to_string(),
+        };
+        let Some(path) = member_path(&name).map_err(refuse)? else {
+            continue;
+        };
+        let header = entry.header();
+        let kind = match header.entry_type() {
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
+                MemberKind::File {
+                    executable: header.mode().map_err(|e| input_error(url, e))? & 0o100 != 0,
+                }
+            }
+            tar::EntryType::Directory => MemberKind::Dir,
+            tar::EntryType::Symlink => {
+                let target = utf8(url, &entry.link_name_bytes().unwrap_or_default())?;
+                crate::walk::check_symlink_target(&path, &target).map_err(refuse)?;
+                MemberKind::Symlink { target }
+            }
+            tar::EntryType::Link => {
+                let target = utf8(url, &entry.link_name_bytes().unwrap_or_default())?;
+                let target = member_path(&target)
+                    .map_err(refuse)?
+                    .ok_or_else(|| refuse("a hard link to the archive's root"))?;
+                MemberKind::HardLink { target }
+            }
+            // Devices, FIFOs and the like hold no data to version.
+            other => {
+                tracing::warn!(member = %name, kind = ?other, "skipping an archive member that is not a file, directory or link");
+                continue;
+            }
+        };
+        each(Member {
+            name,
+            path,
+            kind,
+            reader: &mut entry,
+        })?;
+    }
+    Ok(())
+}
+
+fn read_zip(
+    input: Box<dyn Read + Send + '_>,
+    url: &str,
+    temp_dir: &std::path::Path,
+    limits: Limits,
+    consumed: &Arc<AtomicU64>,
+    each: &mut dyn FnMut(Member<'_>) -> Result<()>,
+) -> Result<()> {
+    // The central directory is at the end: spool the stream to a temporary file (a local
+    // zip is copied too, once, at disk speed; reading it in place would need the path).
+    let mut input = input;
+    let mut file = tempfile::tempfile_in(temp_dir).map_err(|source| Error::Io {
+        path: temp_dir.to_path_buf(),
+        source,
+    })?;
+    io::copy(&mut input, &mut file).map_err(|e| input_error(url, e))?;
+    let archive_size = file
+        .stream_position()
+        .map_err(|e| input_error(url, e))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_error(url, e))?;
+    // Refuse a bomb from its directory before expanding anything.
+    let declared: u64 = (0..archive.len())
+        .filter_map(|i| archive.by_index_raw(i).ok().map(|f| f.size()))
+        .sum();
+    check_expansion(declared, archive_size, limits).map_err(|detail| Error::BadArchive {
+        url: url.to_string(),
+        detail,
+    })?;
+    consumed.store(0, Ordering::Relaxed);
+    let mut produced = 0u64;
+    for index in 0..archive.len() {
+        let mut file = archive.by_index(index).map_err(|e| zip_error(url, e))?;
+        let name = utf8(url, file.name_raw())?;
+        let refuse = |reason: &str| Error::UnsafeArchive {
+            url: url.to_string(),
+            member: name.clone(),
+            reason: reason.to_string(),
+        };
+        let Some(path) = member_path(&name).map_err(refuse)? else {
+            continue;
+        };
+        consumed.fetch_add(file.compressed_size(), Ordering::Relaxed);
+        let kind = if file.is_dir() {
+            MemberKind::Dir
+        } else if file.is_symlink() {
+            let mut target = String::new();
+            file.by_ref()
+                .take(u16::MAX as u64 + 1)
+                .read_to_string(&mut target)
+                .map_err(|e| input_error(url, e))?;
+            crate::walk::check_symlink_target(&path, &target).map_err(refuse)?;
+            MemberKind::Symlink { target }
+        } else {
+            MemberKind::File {
+                executable: file.unix_mode().is_some_and(|mode| mode & 0o100 != 0),
+            }
+        };
+        let mut limited = Limited {
+            inner: &mut file,
+            consumed: consumed.clone(),
+            produced,
+            limits,
+        };
+        each(Member {
+            name,
+            path,
+            kind,
+            reader: &mut limited,
+        })?;
+        produced = limited.produced;
+    }
+    Ok(())
+}
+
+fn utf8(url: &str, bytes: &[u8]) -> Result<String> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| Error::UnsafeArchive {
+        url: url.to_string(),
+        member: String::from_utf8_lossy(bytes).into_owned(),
+        reason: "the name is not UTF-8".into(),
+    })
+}
+
+fn zip_error(url: &str, e: zip::result::ZipError) -> Error {
+    match e {
+        zip::result::ZipError::Io(e) => input_error(url, e),
+        other => Error::BadArchive {
+            url: url.to_string(),
+            detail: format!("not a readable zip archive: {other}"),
+        },
+    }
+}
+
+/// A read of the source itself failed (network, disk), as opposed to its content.
+#[derive(Debug)]
+struct SourceFailure(io::Error);
+
+impl std::fmt::Display for SourceFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SourceFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The archive expanded past its limits.
+#[derive(Debug)]
+struct ExpansionLimit(String);
+
+impl std::fmt::Display for ExpansionLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ExpansionLimit {}
+
+/// Classifies an error met while reading archive `url` (also through a member's reader):
+/// the source failing ([`Error::Io`]), the limits ([`Error::BadArchive`]), or a truncated or
+/// corrupt archive ([`Error::BadArchive`]).
+pub fn input_error(url: &str, e: io::Error) -> Error {
+    if let Some(inner) = e.get_ref() {
+        if let Some(SourceFailure(_)) = inner.downcast_ref::<SourceFailure>() {
+            let Ok(SourceFailure(source)) = e
+                .into_inner()
+                .expect("checked")
+                .downcast::<SourceFailure>()
+                .map(|b| *b)
+            else {
+                unreachable!("checked")
+            };
+            return Error::Io {
+                path: url.into(),
+                source,
+            };
+        }
+        if let Some(limit) = inner.downcast_ref::<ExpansionLimit>() {
+            return Error::BadArchive {
+                url: url.to_string(),
+                detail: limit.0.clone(),
+            };
+        }
+    }
+    Error::BadArchive {
+        url: url.to_string(),
+        detail: format!("the archive is truncated or corrupt: {e}"),
+    }
+}
+
+fn check_expansion(
+    produced: u64,
+    consumed: u64,
+    limits: Limits,
+) -> std::result::Result<(), String> {
+    if let Some(max) = limits.max_size
+        && produced > max
+    {
+        return Err(format!(
+            "the archive expands to more than {max} bytes (--max-expanded-size); refused as a possible decompression bomb"
+        ));
+    }
+    if produced > RATIO_FLOOR && produced / consumed.max(1) > limits.max_ratio {
+        return Err(format!(
+            "the archive expands more than {}x ({produced} bytes from {consumed}); refused as a possible decompression bomb (raise --max-expansion-ratio if it is genuine)",
+            limits.max_ratio
+        ));
+    }
+    Ok(())
+}
+
+/// Counts the compressed bytes read from the source and reports them as progress; marks
+/// the source's own errors as [`SourceFailure`].
+struct Counting<'p, R> {
+    inner: R,
+    consumed: Arc<AtomicU64>,
+    progress: &'p dyn Progress,
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self
+            .inner
+            .read(buf)
+            .map_err(|e| io::Error::other(SourceFailure(e)))?;
+        self.consumed.fetch_add(n as u64, Ordering::Relaxed);
+        self.progress.advance(n as u64);
+        Ok(n)
+    }
+}
+
+/// Counts expanded bytes and fails once they pass the limits.
+struct Limited<R> {
+    inner: R,
+    consumed: Arc<AtomicU64>,
+    produced: u64,
+    limits: Limits,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.produced += n as u64;
+        check_expansion(
+            self.produced,
+            self.consumed.load(Ordering::Relaxed),
+            self.limits,
+        )
+        .map_err(|detail| io::Error::other(ExpansionLimit(detail)))?;
+        Ok(n)
+    }
+}
+
+/// Block size of [`read_ahead`].
+const READ_AHEAD_BLOCK: usize = 1024 * 1024;
+
+/// Runs `source` on a thread of `scope`, a few blocks ahead of the returned reader, so
+/// decompression overlaps with chunking and hashing.
+fn read_ahead<'scope, R: Read + Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    mut source: R,
+) -> impl Read + 'scope {
+    let (sender, receiver) = mpsc::sync_channel::<io::Result<Vec<u8>>>(4);
+    scope.spawn(move || {
+        loop {
+            let mut block = vec![0u8; READ_AHEAD_BLOCK];
+            let mut filled = 0;
+            let outcome = loop {
+                match source.read(&mut block[filled..]) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => {
+                        filled += n;
+                        if filled == block.len() {
+                            break Ok(());
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            let end = filled == 0;
+            block.truncate(filled);
+            let sent = match outcome {
+                Ok(()) if end => break,
+                Ok(()) => sender.send(Ok(block)),
+                Err(e) => {
+                    if filled > 0 {
+                        let _ = sender.send(Ok(block));
+                    }
+                    let _ = sender.send(Err(e));
+                    break;
+                }
+            };
+            // The reader was dropped (the import failed or finished early): stop.
+            if sent.is_err() {
+                break;
+            }
+        }
+    });
+    ReadAhead {
+        receiver,
+        current: Vec::new(),
+        position: 0,
+        done: false,
+    }
+}
+
+struct ReadAhead {
+    receiver: mpsc::Receiver<io::Result<Vec<u8>>>,
+    current: Vec<u8>,
+    position: usize,
+    done: bool,
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.position == self.current.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.receiver.recv() {
+                Ok(Ok(block)) => {
+                    self.current = block;
+                    self.position = 0;
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.position);
+        buf[..n].copy_from_slice(&self.current[self.position..self.position + n]);
+        self.position += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_by_extension() {
+        assert_eq!(Format::detect("mnist.zip"), Some((Format::Zip, "mnist")));
+        assert_eq!(Format::detect("a.TAR.GZ"), Some((Format::TarGz, "a")));
+        assert_eq!(Format::detect("a.tar.gz2"), Some((Format::TarGz, "a")));
+        assert_eq!(Format::detect("a.tbz2"), Some((Format::TarBz2, "a")));
+        assert_eq!(Format::detect("a.txz"), Some((Format::TarXz, "a")));
+        assert_eq!(Format::detect("a.tar"), Some((Format::Tar, "a")));
+        assert_eq!(Format::detect("a.csv"), None);
+        assert_eq!(Format::detect(".zip"), None);
+    }
+
+    #[test]
+    fn member_paths_are_checked() {
+        assert_eq!(member_path("./a/b.txt"), Ok(Some("a/b.txt".into())));
+        assert_eq!(member_path("a//b/"), Ok(Some("a/b".into())));
+        assert_eq!(member_path("./"), Ok(None));
+        for bad in ["../x", "a/../../x", "/etc/passwd", "C:/x", "a/\0b"] {
+            assert!(member_path(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn expansion_limits() {
+        let limits = Limits {
+            max_ratio: 100,
+            max_size: Some(1 << 40),
+        };
+        assert!(check_expansion(RATIO_FLOOR, 1, limits).is_ok());
+        assert!(check_expansion(RATIO_FLOOR + 1, 1, limits).is_err());
+        assert!(check_expansion(1 << 30, 1 << 24, limits).is_ok());
+        assert!(check_expansion((1 << 40) + 1, 1 << 40, limits).is_err());
+    }
+}

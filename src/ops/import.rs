@@ -1,0 +1,724 @@
+//! `import` and `update`: a dataset version from object storage, a URL or a local path.
+//!
+//! list the source ([`crate::source`]) → for each object, reuse what the dataset's head
+//! recorded when its ETag, Last-Modified, size and VersionId are unchanged, else stream it
+//! (expanding an archive member by member, [`crate::archive`]) through the chunker
+//! ([`super::ingest::StreamWriter`]) → build the trees and a [`Provenance`] naming each
+//! file's source → record the version ([`super::commit::record_version`]). A failure at any
+//! point deletes the packs written so far: no version, no dataset, no data.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Read;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::commit::{VersionDraft, record_version};
+use super::ingest::{IngestError, IngestOptions, IngestStats, PackSink, StreamWriter, with_ingester};
+use crate::archive::{self, Format, Limits, MemberKind};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::{FileProvenance, Provenance};
+use crate::progress::{Progress, Unit};
+use crate::revision::check_name;
+use crate::source::{Listing, Pin, Source, SourceObject};
+use crate::store::Store;
+use crate::tree::{self, FlatEntry, FlatKind};
+
+/// Whether archives are expanded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extract {
+    /// A single object whose name ends in an archive extension is expanded; anything else
+    /// is stored as it is.
+    Auto,
+    /// The single object must be an archive dsv can expand (`--extract`).
+    Always,
+    /// Store every object as it is (`--no-extract`).
+    Never,
+}
+
+/// What to import and how.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// `s3://bucket/key`, `s3://bucket/prefix/`, `gs://…`, `az://…`, `http(s)://…`, or a
+    /// local file or directory.
+    pub source: String,
+    /// The dataset; default: the source's last path element without its archive extension.
+    pub dataset: Option<String>,
+    /// `--etag` / `--version-id`.
+    pub pin: Pin,
+    /// Archive handling.
+    pub extract: Extract,
+    /// The message; default: "import SOURCE".
+    pub message: Option<String>,
+    /// A tag for the new version.
+    pub tag: Option<String>,
+    /// object_store settings (as `remote add --option`).
+    pub options: BTreeMap<String, String>,
+    /// How far an archive may expand.
+    pub limits: Limits,
+    /// Pipeline tuning.
+    pub ingest: IngestOptions,
+}
+
+/// What an import (or update) did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImportReport {
+    /// The dataset.
+    pub dataset: String,
+    /// The new version (or the unchanged head when `created` is false).
+    pub version: ObjectId,
+    /// The previous head.
+    pub parent: Option<ObjectId>,
+    /// False when the source had not changed since the head was imported.
+    pub created: bool,
+    /// The tag given, if any.
+    pub tag: Option<String>,
+    /// The source as recorded.
+    pub source: String,
+    /// The archive format expanded, if any.
+    pub archive: Option<Format>,
+    /// Files and symlinks in the version.
+    pub files: u64,
+    /// Total file bytes in the version.
+    pub bytes: u64,
+    /// Objects the source holds.
+    pub objects: u64,
+    /// Objects downloaded (or read) because they were new or changed.
+    pub objects_read: u64,
+    /// Objects whose ETag, Last-Modified and size matched the head's provenance: not read.
+    pub objects_unchanged: u64,
+    /// Bytes of the objects read (compressed size for an archive).
+    pub bytes_downloaded: u64,
+    /// Pipeline totals.
+    #[serde(flatten)]
+    pub ingest: IngestStats,
+    /// Packs written.
+    pub packs_written: u64,
+}
+
+/// Imports `options.source` as a new version of a dataset.
+///
+/// # Errors
+/// [`Error::SourceNotFound`], [`Error::EtagMismatch`], [`Error::InvalidImport`] (a pin on a
+/// prefix, `--extract` on a file that is no archive, no usable dataset name),
+/// [`Error::UnsafeArchive`], [`Error::BadArchive`], [`Error::Remote`], [`Error::Http`],
+/// [`Error::Io`], [`Error::Interrupted`]. On any error nothing is recorded and the packs
+/// written are deleted.
+pub fn import(
+    store: &mut Store,
+    options: &ImportOptions,
+    progress: &dyn Progress,
+) -> Result<ImportReport> {
+    let source = Source::open(&options.source, &options.options)?;
+    if let Some(tag) = &options.tag {
+        check_name("tag", tag)?;
+    }
+    let dataset = match &options.dataset {
+        Some(name) => {
+            check_name("dataset", name)?;
+            name.clone()
+        }
+        None => default_dataset(&source)?,
+    };
+    let listing = source.list(&options.pin)?;
+    let draft = VersionDraft {
+        dataset,
+        message: options
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("import {}", source.spec())),
+        tag: options.tag.clone(),
+        author: None,
+        source: source.spec().to_string(),
+        provenance: None,
+        allow_empty: false,
+        compression_level: options.ingest.compression_level,
+    };
+    run(
+        store,
+        &source,
+        listing,
+        &options.pin,
+        options.extract,
+        draft,
+        options.limits,
+        options.ingest,
+        progress,
+    )
+}
+
+/// Re-checks the source `dataset`'s head was imported from: downloads only the objects
+/// whose ETag, Last-Modified, size or VersionId changed, and records a new version only
+/// when something did. A pinned import (`--etag`, `--version-id`) follows the source's
+/// current state: updating is moving the pin.
+///
+/// # Errors
+/// [`Error::NotImported`] when the head has no provenance; the errors of [`import`].
+pub fn update(
+    store: &mut Store,
+    dataset: &str,
+    message: Option<String>,
+    options: &BTreeMap<String, String>,
+    limits: Limits,
+    ingest: IngestOptions,
+    progress: &dyn Progress,
+) -> Result<ImportReport> {
+    check_name("dataset", dataset)?;
+    let head = store
+        .catalog()
+        .head(dataset)?
+        .ok_or_else(|| Error::NotImported {
+            dataset: dataset.to_string(),
+        })?;
+    let version = store.catalog().version_record(&head)?.version;
+    let provenance_id = version.provenance.ok_or_else(|| Error::NotImported {
+        dataset: dataset.to_string(),
+    })?;
+    let provenance = store.reader().provenance(&provenance_id)?;
+    let source = Source::open(&provenance.source, options)?;
+    let listing = source.list(&Pin::default())?;
+    let extract = if provenance.extract {
+        Extract::Auto
+    } else {
+        Extract::Never
+    };
+    let draft = VersionDraft {
+        dataset: dataset.to_string(),
+        message: message.unwrap_or_else(|| format!("update from {}", source.spec())),
+        tag: None,
+        author: None,
+        source: source.spec().to_string(),
+        provenance: None,
+        allow_empty: false,
+        compression_level: ingest.compression_level,
+    };
+    run(
+        store,
+        &source,
+        listing,
+        &Pin::default(),
+        extract,
+        draft,
+        limits,
+        ingest,
+        progress,
+    )
+}
+
+/// The default dataset name: the source's last path element without its archive extension.
+fn default_dataset(source: &Source) -> Result<String> {
+    let base = source.basename();
+    let name = Format::detect(&base).map_or(base.as_str(), |(_, stem)| stem);
+    check_name("dataset", name).map_err(|e| Error::InvalidImport {
+        source_url: source.spec().to_string(),
+        reason: format!("{e}; pass --dataset NAME"),
+    })?;
+    Ok(name.to_string())
+}
+
+/// One file or symlink of the version being built, with where it came from.
+struct Item {
+    entry: FlatEntry,
+    provenance: FileProvenance,
+}
+
+/// The version being built: files and symlinks by path, and directories given explicitly.
+#[derive(Default)]
+struct Collected {
+    items: BTreeMap<String, Item>,
+    dirs: BTreeSet<String>,
+}
+
+impl Collected {
+    /// Adds (or, as tar does for a repeated path, replaces) a file or symlink.
+    fn insert(&mut self, entry: FlatEntry, object: &SourceObject, member: Option<String>) {
+        let provenance = FileProvenance {
+            path: entry.path.clone(),
+            url: object.url.clone(),
+            etag: object.etag.clone(),
+            version_id: object.version_id.clone(),
+            last_modified: object.last_modified,
+            size: object.size,
+            member,
+        };
+        self.items
+            .insert(entry.path.clone(), Item { entry, provenance });
+    }
+}
+
+/// What the head recorded, for reuse.
+struct Previous {
+    provenance: Provenance,
+    entries: HashMap<String, FlatEntry>,
+}
+
+impl Previous {
+    fn load(store: &Store, dataset: &str) -> Result<Option<Previous>> {
+        let Some(head) = store.catalog().head_or_none(dataset)? else {
+            return Ok(None);
+        };
+        let version = store.catalog().version_record(&head)?.version;
+        let Some(provenance_id) = version.provenance else {
+            return Ok(None);
+        };
+        let mut reader = store.reader();
+        let provenance = reader.provenance(&provenance_id)?;
+        let entries = tree::flatten(&mut reader, &version.tree)?
+            .into_iter()
+            .map(|e| (e.path.clone(), e))
+            .collect();
+        Ok(Some(Previous {
+            provenance,
+            entries,
+        }))
+    }
+
+    /// The files the head took from `object`, if the object is unchanged since (same ETag,
+    /// Last-Modified, size, and VersionId when both have one).
+    fn unchanged(&self, object: &SourceObject, extract: bool) -> Option<Vec<&FileProvenance>> {
+        if self.provenance.extract != extract {
+            return None;
+        }
+        let files: Vec<&FileProvenance> = self
+            .provenance
+            .files
+            .iter()
+            .filter(|f| f.url == object.url)
+            .collect();
+        let first = files.first()?;
+        let same_version = match (&first.version_id, &object.version_id) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        (first.etag.is_some()
+            && first.etag == object.etag
+            && first.last_modified == object.last_modified
+            && first.size == object.size
+            && same_version)
+            .then_some(files)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    store: &mut Store,
+    source: &Source,
+    listing: Listing,
+    pin: &Pin,
+    extract: Extract,
+    mut draft: VersionDraft,
+    limits: Limits,
+    ingest: IngestOptions,
+    progress: &dyn Progress,
+) -> Result<ImportReport> {
+    // The archive format of a single object, when it is to be expanded.
+    let format = match (listing.single, extract) {
+        (true, Extract::Never) => None,
+        (true, _) => {
+            let object = &listing.objects[0];
+            let basename = source.basename();
+            let found = Format::detect(&object.path)
+                .or_else(|| Format::detect(&basename))
+                .map(|(format, _)| format);
+            if found.is_none() && extract == Extract::Always {
+                return Err(Error::InvalidImport {
+                    source_url: source.spec().to_string(),
+                    reason: format!(
+                        "--extract: {:?} does not end in an archive extension dsv expands ({})",
+                        object.path,
+                        Format::known_extensions()
+                    ),
+                });
+            }
+            found
+        }
+        (false, Extract::Always) => {
+            return Err(Error::InvalidImport {
+                source_url: source.spec().to_string(),
+                reason: "--extract applies to a single archive, and this is a prefix or directory"
+                    .into(),
+            });
+        }
+        (false, _) => None,
+    };
+    if listing.single && format.is_none() && listing.objects[0].path.is_empty() {
+        return Err(Error::InvalidImport {
+            source_url: source.spec().to_string(),
+            reason: "the URL does not end in a file name to store the file as".into(),
+        });
+    }
+    let previous = Previous::load(store, &draft.dataset)?;
+    let mut collected = Collected::default();
+    let mut to_read = Vec::new();
+    for object in &listing.objects {
+        let reused = previous
+            .as_ref()
+            .and_then(|p| p.unchanged(object, format.is_some()).map(|files| (p, files)));
+        match reused {
+            Some((previous, files)) => {
+                for file in files {
+                    let Some(entry) = previous.entries.get(&file.path) else {
+                        continue;
+                    };
+                    collected.insert(entry.clone(), object, file.member.clone());
+                }
+                // Directories of a reused archive (empty ones included) stay too.
+                if format.is_some() {
+                    collected.dirs.extend(
+                        previous
+                            .entries
+                            .values()
+                            .filter(|e| e.kind == FlatKind::Dir)
+                            .map(|e| e.path.clone()),
+                    );
+                }
+            }
+            None => to_read.push(object),
+        }
+    }
+    let objects_unchanged = (listing.objects.len() - to_read.len()) as u64;
+    let bytes_downloaded: u64 = to_read.iter().map(|o| o.size).sum();
+
+    // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
+    let _data_lock = store.lock_data_shared()?;
+    store.remove_stale_temp_packs()?;
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    progress.start("importing", bytes_downloaded, Unit::Bytes);
+    let read = with_ingester(
+        store.catalog().path(),
+        &sink,
+        ingest,
+        None,
+        |ingester| match format {
+            Some(format) if !to_read.is_empty() => {
+                let object = to_read[0];
+                let mut writer = ingester.writer()?;
+                let input = match source.local_path(object) {
+                    Some(path) => archive::Input::File(
+                        std::fs::File::open(path).map_err(|source| Error::Io {
+                            path: path.to_path_buf(),
+                            source,
+                        })?,
+                    ),
+                    None => archive::Input::Stream(source.read(object)?),
+                };
+                let mut local = Collected::default();
+                archive::read(
+                    format,
+                    input,
+                    &object.url,
+                    &store.temp_dir(),
+                    limits,
+                    progress,
+                    &mut |member| add_member(&mut writer, &mut local, object, member),
+                )?;
+                writer.finish();
+                Ok(local)
+            }
+            _ => read_objects(ingester, source, &to_read, ingest.jobs, progress),
+        },
+    );
+    progress.finish();
+    let (read, stats) = match read {
+        Ok(done) => done,
+        Err(e) => {
+            sink.abandon();
+            return Err(e);
+        }
+    };
+    collected.items.extend(read.items);
+    collected.dirs.extend(read.dirs);
+
+    let (flat, files) = match flat_entries(collected, source.spec()) {
+        Ok(done) => done,
+        Err(e) => {
+            sink.abandon();
+            return Err(e);
+        }
+    };
+    if let Some(link) = tree::symlink_through_symlink(&flat) {
+        sink.abandon();
+        return Err(Error::UnsafeArchive {
+            url: source.spec().to_string(),
+            member: link.path.clone(),
+            reason: "the symlink's target passes through another symlink, so it could point outside the dataset".into(),
+        });
+    }
+    let built = tree::build(&flat);
+    let provenance = Provenance {
+        format: 1,
+        source: source.spec().to_string(),
+        extract: format.is_some(),
+        pinned_etag: pin.etag.clone(),
+        pinned_version_id: pin.version_id.clone(),
+        files,
+    };
+    draft.provenance = Some((provenance.id(), provenance.encode()));
+    let recorded = record_version(store, sink, &built, &draft, |_, _| Ok(()))?;
+    Ok(ImportReport {
+        dataset: draft.dataset.clone(),
+        version: recorded.version,
+        parent: recorded.parent,
+        created: recorded.created,
+        tag: draft.tag.clone(),
+        source: source.spec().to_string(),
+        archive: format,
+        files: built.files,
+        bytes: built.bytes,
+        objects: listing.objects.len() as u64,
+        objects_read: to_read.len() as u64,
+        objects_unchanged,
+        bytes_downloaded,
+        ingest: stats,
+        packs_written: recorded.packs.len() as u64,
+    })
+}
+
+/// Stores one archive member (a file through `writer`) into `collected`.
+fn add_member(
+    writer: &mut StreamWriter<'_>,
+    collected: &mut Collected,
+    object: &SourceObject,
+    member: archive::Member<'_>,
+) -> Result<()> {
+    let (kind, size, id) = match member.kind {
+        MemberKind::Dir => {
+            collected.dirs.insert(member.path);
+            return Ok(());
+        }
+        MemberKind::File { executable } => {
+            let (id, size) = writer
+                .ingest(&mut *member.reader, None)
+                .map_err(|e| match e {
+                    IngestError::Read(e) => archive::input_error(&object.url, e),
+                    IngestError::Store(e) => e,
+                })?;
+            (FlatKind::File { executable }, size, id)
+        }
+        MemberKind::Symlink { target } => {
+            let (size, id) = (target.len() as u64, ObjectId::of(target.as_bytes()));
+            (FlatKind::Symlink { target }, size, id)
+        }
+        MemberKind::HardLink { target } => match collected.items.get(&target) {
+            Some(item) if matches!(item.entry.kind, FlatKind::File { .. }) => {
+                (item.entry.kind.clone(), item.entry.size, item.entry.id)
+            }
+            _ => {
+                return Err(Error::UnsafeArchive {
+                    url: object.url.clone(),
+                    member: member.name,
+                    reason: format!("a hard link to {target:?}, which is not a file earlier in the archive"),
+                });
+            }
+        },
+    };
+    collected.insert(
+        FlatEntry {
+            path: member.path,
+            kind,
+            size,
+            id,
+        },
+        object,
+        Some(member.name),
+    );
+    Ok(())
+}
+
+/// Reads `objects` as files (no expansion) on up to `jobs` threads.
+fn read_objects(
+    ingester: &super::ingest::Ingester<'_>,
+    source: &Source,
+    objects: &[&SourceObject],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Collected> {
+    let next = AtomicUsize::new(0);
+    let collected = Mutex::new(Collected::default());
+    let worker = || -> Result<()> {
+        let mut writer = ingester.writer()?;
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(object) = objects.get(index) else {
+                break;
+            };
+            let path = match archive::member_path(&object.path) {
+                Ok(Some(path)) => path,
+                Ok(None) | Err(_) => {
+                    return Err(Error::UnsafeArchive {
+                        url: object.url.clone(),
+                        member: object.path.clone(),
+                        reason: "the key does not make a path inside the dataset (absolute, '..', or empty)".into(),
+                    });
+                }
+            };
+            let (kind, size, id) = match &object.symlink {
+                Some(target) => (
+                    FlatKind::Symlink {
+                        target: target.clone(),
+                    },
+                    target.len() as u64,
+                    ObjectId::of(target.as_bytes()),
+                ),
+                None => {
+                    let stream = source.read(object)?;
+                    let counted = Counted {
+                        inner: stream,
+                        progress,
+                    };
+                    let (id, size) = writer.ingest(counted, Some(object.size)).map_err(|e| match e {
+                        IngestError::Read(source) => Error::Io {
+                            path: object.url.clone().into(),
+                            source,
+                        },
+                        IngestError::Store(e) => e,
+                    })?;
+                    if size != object.size {
+                        return Err(Error::Io {
+                            path: object.url.clone().into(),
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::UnexpectedEof,
+                                format!("read {size} bytes of the {} listed", object.size),
+                            ),
+                        });
+                    }
+                    (
+                        FlatKind::File {
+                            executable: object.executable,
+                        },
+                        size,
+                        id,
+                    )
+                }
+            };
+            collected
+                .lock()
+                .expect("no panics while holding the lock")
+                .insert(FlatEntry { path, kind, size, id }, object, None);
+        }
+        writer.finish();
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs.max(1).min(objects.len().max(1)))
+            .map(|_| {
+                scope.spawn(|| {
+                    let result = worker();
+                    if result.is_err() {
+                        next.store(objects.len(), Ordering::Relaxed);
+                    }
+                    result
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("import reader panicked"))
+            .collect::<Result<()>>()
+    })?;
+    Ok(collected
+        .into_inner()
+        .expect("no panics while holding the lock"))
+}
+
+/// Reports the bytes read from a source object as progress.
+struct Counted<'p, R> {
+    inner: R,
+    progress: &'p dyn Progress,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.advance(n as u64);
+        Ok(n)
+    }
+}
+
+/// The version's flat listing (depth-first, siblings sorted, directories implied by paths
+/// added) and its provenance records.
+///
+/// # Errors
+/// [`Error::InvalidImport`] when a path is both a file and a directory.
+fn flat_entries(
+    collected: Collected,
+    spec: &str,
+) -> Result<(Vec<FlatEntry>, Vec<FileProvenance>)> {
+    let mut dirs = collected.dirs;
+    for path in collected.items.keys() {
+        let mut end = 0;
+        while let Some(slash) = path[end..].find('/') {
+            end += slash;
+            dirs.insert(path[..end].to_string());
+            end += 1;
+        }
+    }
+    if let Some(both) = dirs.iter().find(|d| collected.items.contains_key(*d)) {
+        return Err(Error::InvalidImport {
+            source_url: spec.to_string(),
+            reason: format!("{both:?} is both a file and a directory in the source"),
+        });
+    }
+    let mut flat: Vec<FlatEntry> = dirs
+        .into_iter()
+        .map(|path| FlatEntry {
+            path,
+            kind: FlatKind::Dir,
+            size: 0,
+            id: ObjectId([0; 32]),
+        })
+        .collect();
+    let mut files = Vec::with_capacity(collected.items.len());
+    for (_, item) in collected.items {
+        flat.push(item.entry);
+        files.push(item.provenance);
+    }
+    // Sorting by path components gives depth-first order with siblings sorted by name bytes.
+    flat.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
+    Ok((flat, files))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_entries_add_directories_in_depth_first_order() {
+        let mut collected = Collected::default();
+        let object = SourceObject::for_tests("s3://b/x.tar");
+        for path in ["b/c.txt", "a.b/d", "a/z", "a/y/x"] {
+            collected.insert(
+                FlatEntry {
+                    path: path.into(),
+                    kind: FlatKind::File { executable: false },
+                    size: 1,
+                    id: ObjectId::of(path.as_bytes()),
+                },
+                &object,
+                Some(path.into()),
+            );
+        }
+        collected.dirs.insert("empty".into());
+        let (flat, files) = flat_entries(collected, "s3://b/x.tar").unwrap();
+        let paths: Vec<&str> = flat.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["a", "a/y", "a/y/x", "a/z", "a.b", "a.b/d", "b", "b/c.txt", "empty"]
+        );
+        assert_eq!(files.len(), 4);
+        let mut clash = Collected::default();
+        for path in ["a", "a/b"] {
+            clash.insert(
+                FlatEntry {
+                    path: path.into(),
+                    kind: FlatKind::File { executable: false },
+                    size: 1,
+                    id: ObjectId::of(b"x"),
+                },
+                &object,
+                None,
+            );
+        }
+        assert!(flat_entries(clash, "s3://b/x.tar").is_err());
+    }
+}
