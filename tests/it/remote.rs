@@ -17,14 +17,14 @@ enum Backend {
     Azure,
 }
 
-fn endpoint(var: &str) -> String {
+pub(crate) fn endpoint(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| {
         panic!("{var} is not set: start the test servers with `eval \"$(scripts/test-servers start)\"` (scripts/test does)")
     })
 }
 
 /// A prefix no other test (or earlier run against the same server) uses.
-fn unique_prefix() -> String {
+pub(crate) fn unique_prefix() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
