@@ -203,11 +203,16 @@ fn help_lists_every_command() {
       init      Create a store (`.dsv/`) in DIR (default: the current directory)
       commit    Snapshot DIR as a new version of a dataset; prints the version id
       checkout  Materialize a version into DIR (created if missing), writing only what differs
+      import    Import a version from object storage, a URL or a local path: one object (an archive is
+                expanded), or every object under a prefix. Each file's source, ETag, VersionId,
+                Last-Modified and size are recorded (`dsv show REV --provenance`)
+      update    Re-check the source an imported dataset came from: download only the objects that
+                changed, and record a new version only if something did
       status    Show what changed in DIR since the version it holds
       diff      Show what changed between two versions (or a version and its parent)
       log       List a dataset's versions, newest first
       ls        List datasets, or the files of a version (`REV` or `REV:PATH`)
-      show      Show one version: id, parent, tags, counts, bytes, provenance
+      show      Show one version: id, parent, tags, counts, bytes, source
       tag       Give a version a name
       cat       Write one file of a version to stdout
       verify    Check every pack, object, tree and version of the store; report, never fix
