@@ -48,17 +48,21 @@ impl Default for Limits {
 
 /// An archive format dsv expands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
 pub enum Format {
     /// ZIP.
+    #[serde(rename = "zip")]
     Zip,
     /// Uncompressed tar.
+    #[serde(rename = "tar")]
     Tar,
     /// gzip-compressed tar (RFC 1952).
+    #[serde(rename = "tar.gz")]
     TarGz,
     /// bzip2-compressed tar.
+    #[serde(rename = "tar.bz2")]
     TarBz2,
     /// xz-compressed tar.
+    #[serde(rename = "tar.xz")]
     TarXz,
 }
 
@@ -85,6 +89,17 @@ impl Format {
             (lower.ends_with(ext) && lower.len() > ext.len())
                 .then(|| (*format, &name[..name.len() - ext.len()]))
         })
+    }
+
+    /// The format's usual name: `zip`, `tar`, `tar.gz`, `tar.bz2`, `tar.xz`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Zip => "zip",
+            Format::Tar => "tar",
+            Format::TarGz => "tar.gz",
+            Format::TarBz2 => "tar.bz2",
+            Format::TarXz => "tar.xz",
+        }
     }
 
     /// The extensions dsv recognizes, for messages.
@@ -149,8 +164,7 @@ pub fn member_path(name: &str) -> std::result::Result<Option<String>, &'static s
     if name.starts_with('/') || name.starts_with('\\') {
         return Err("the path is absolute");
     }
-    if name.len() >= 2 && name.as_bytes()[1] == b':' && name.as_bytes()[0].is_ascii_alphabetic()
-    {
+    if name.len() >= 2 && name.as_bytes()[1] == b':' && name.as_bytes()[0].is_ascii_alphabetic() {
         return Err("the path starts with a drive letter");
     }
     let mut parts = Vec::new();
@@ -290,9 +304,7 @@ fn read_zip(
         source,
     })?;
     io::copy(&mut input, &mut file).map_err(|e| input_error(url, e))?;
-    let archive_size = file
-        .stream_position()
-        .map_err(|e| input_error(url, e))?;
+    let archive_size = file.stream_position().map_err(|e| input_error(url, e))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_error(url, e))?;
     // Refuse a bomb from its directory before expanding anything.
     let declared: u64 = (0..archive.len())

@@ -507,8 +507,8 @@ impl Provenance {
     /// # Errors
     /// [`DecodeError`] when it is not the JSON this version of dsv writes.
     pub fn decode(data: &[u8]) -> Result<Provenance, DecodeError> {
-        let provenance: Provenance = serde_json::from_slice(data)
-            .map_err(|e| malformed("provenance", e.to_string()))?;
+        let provenance: Provenance =
+            serde_json::from_slice(data).map_err(|e| malformed("provenance", e.to_string()))?;
         if provenance.format != 1 {
             return Err(malformed("provenance", "unknown format"));
         }

@@ -1,4 +1,4 @@
-//! A small parallel map over scoped threads, for the I/O-bound stages (stat, hash, write).
+//! Parallel loops over scoped threads, for the I/O-bound stages (stat, hash, write, download).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,30 +15,63 @@ pub fn map<T: Sync, R: Send + Clone>(
     jobs: usize,
     f: impl Fn(&T) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
-    let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<R>>> = Mutex::new(vec![None; items.len()]);
+    for_each_with(
+        items,
+        jobs,
+        || Ok(()),
+        |(), index, item| {
+            let value = f(item)?;
+            results.lock().expect("no panics while holding the lock")[index] = Some(value);
+            Ok(())
+        },
+        |()| {},
+    )?;
+    Ok(results
+        .into_inner()
+        .expect("no panics while holding the lock")
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect())
+}
+
+/// Runs `f(state, index, item)` for every item on `jobs` scoped threads. Each thread makes
+/// its own state with `init` (a catalog connection, a pack writer) and hands it to `finish`
+/// once no item is left. The first error stops every thread at its next item (Ctrl-C is
+/// checked between items).
+///
+/// # Errors
+/// The first error of `init` or `f`, or [`crate::Error::Interrupted`].
+pub fn for_each_with<T: Sync, S>(
+    items: &[T],
+    jobs: usize,
+    init: impl Fn() -> Result<S> + Sync,
+    f: impl Fn(&mut S, usize, &T) -> Result<()> + Sync,
+    finish: impl Fn(S) + Sync,
+) -> Result<()> {
+    let next = AtomicUsize::new(0);
     let jobs = jobs.clamp(1, items.len().max(1));
+    let run = || -> Result<()> {
+        let mut state = init()?;
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(index) else {
+                finish(state);
+                return Ok(());
+            };
+            crate::interrupt::check()?;
+            f(&mut state, index, item)?;
+        }
+    };
     let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|_| {
-                scope.spawn(|| -> Result<()> {
-                    loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(index) else {
-                            return Ok(());
-                        };
-                        let outcome = crate::interrupt::check().and_then(|()| f(item));
-                        match outcome {
-                            Ok(value) => {
-                                results.lock().expect("no panics while holding the lock")[index] =
-                                    Some(value)
-                            }
-                            Err(error) => {
-                                next.store(items.len(), Ordering::Relaxed);
-                                return Err(error);
-                            }
-                        }
+                scope.spawn(|| {
+                    let outcome = run();
+                    if outcome.is_err() {
+                        next.store(items.len(), Ordering::Relaxed);
                     }
+                    outcome
                 })
             })
             .collect();
@@ -47,13 +80,5 @@ pub fn map<T: Sync, R: Send + Clone>(
             .map(|h| h.join().expect("worker panicked"))
             .collect()
     });
-    for outcome in outcomes {
-        outcome?;
-    }
-    Ok(results
-        .into_inner()
-        .expect("no panics while holding the lock")
-        .into_iter()
-        .map(|r| r.expect("every item ran"))
-        .collect())
+    outcomes.into_iter().collect()
 }

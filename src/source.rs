@@ -35,8 +35,10 @@ pub struct SourceObject {
     pub version_id: Option<String>,
     /// Last-Modified, Unix seconds.
     pub last_modified: Option<i64>,
-    /// Size in bytes.
+    /// Size in bytes (0 when an HTTP server did not say: see `size_known`).
     pub size: u64,
+    /// False when the server sent no Content-Length.
+    pub size_known: bool,
     /// A local file's owner-execute bit.
     pub executable: bool,
     /// A local symlink's target (such an object has no bytes to read).
@@ -55,6 +57,7 @@ impl SourceObject {
             version_id: None,
             last_modified: None,
             size: 0,
+            size_known: false,
             executable: false,
             symlink: None,
             location: Location::Http,
@@ -216,7 +219,10 @@ impl Source {
     pub fn basename(&self) -> String {
         let trimmed = self.spec.trim_end_matches('/');
         let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, rest)| rest);
-        let path = after_scheme.split(['?', '#']).next().unwrap_or(after_scheme);
+        let path = after_scheme
+            .split(['?', '#'])
+            .next()
+            .unwrap_or(after_scheme);
         path.rsplit('/').next().unwrap_or(path).to_string()
     }
 
@@ -254,8 +260,9 @@ impl Source {
                 if pin.version_id.is_some() {
                     return Err(Error::InvalidImport {
                         source_url: self.spec.clone(),
-                        reason: "--version-id applies to object storage (an HTTP URL has no versions)"
-                            .into(),
+                        reason:
+                            "--version-id applies to object storage (an HTTP URL has no versions)"
+                                .into(),
                     });
                 }
                 let object = self.runtime.block_on(http_head(client, &self.spec))?;
@@ -362,6 +369,7 @@ fn from_meta(bucket_url: &str, meta: ObjectMeta, path: String) -> SourceObject {
         version_id: meta.version,
         last_modified: Some(meta.last_modified.timestamp()),
         size: meta.size,
+        size_known: true,
         executable: false,
         symlink: None,
         location: Location::Cloud(meta.location),
@@ -406,6 +414,7 @@ async fn cloud_list(
                     version_id: pin.version_id.clone(),
                     last_modified: None,
                     size: 0,
+                    size_known: false,
                     executable: false,
                     symlink: None,
                     location: Location::Cloud(path),
@@ -415,15 +424,16 @@ async fn cloud_list(
         }
     }
     let prefix = (!key.is_empty()).then(|| Path::from(key));
-    let metas: Vec<ObjectMeta> = store
-        .list(prefix.as_ref())
-        .try_collect()
-        .await
-        .map_err(|source| Error::Remote {
-            remote: spec.to_string(),
-            action: format!("list {url}"),
-            source,
-        })?;
+    let metas: Vec<ObjectMeta> =
+        store
+            .list(prefix.as_ref())
+            .try_collect()
+            .await
+            .map_err(|source| Error::Remote {
+                remote: spec.to_string(),
+                action: format!("list {url}"),
+                source,
+            })?;
     if metas.is_empty() {
         return Err(Error::SourceNotFound {
             url: spec.to_string(),
@@ -514,6 +524,7 @@ async fn http_head(client: &reqwest::Client, url: &str) -> Result<SourceObject> 
         version_id: None,
         last_modified: None,
         size: 0,
+        size_known: false,
         executable: false,
         symlink: None,
         location: Location::Http,
@@ -536,9 +547,9 @@ async fn http_head(client: &reqwest::Client, url: &str) -> Result<SourceObject> 
         .and_then(|v| httpdate::parse_http_date(&v).ok())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs() as i64);
-    object.size = header(reqwest::header::CONTENT_LENGTH)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let length = header(reqwest::header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
+    object.size = length.unwrap_or(0);
+    object.size_known = length.is_some();
     let path = response.url().path().to_string();
     object.path = path.rsplit('/').next().unwrap_or("").to_string();
     Ok(object)
@@ -560,6 +571,7 @@ fn local_list(path: &FsPath) -> Result<Listing> {
                 version_id: None,
                 last_modified: Some(stat.mtime_ns.div_euclid(1_000_000_000)),
                 size: stat.size,
+                size_known: true,
                 executable: false,
                 symlink: None,
                 location: Location::Local(path.to_path_buf()),
@@ -584,6 +596,7 @@ fn local_list(path: &FsPath) -> Result<Listing> {
             version_id: None,
             last_modified: Some(entry.stat.mtime_ns.div_euclid(1_000_000_000)),
             size: entry.stat.size,
+            size_known: true,
             executable,
             symlink,
             location: Location::Local(full),
@@ -605,7 +618,10 @@ struct BlockingStream {
 }
 
 impl BlockingStream {
-    fn new(runtime: &tokio::runtime::Handle, stream: BoxStream<'static, io::Result<Bytes>>) -> Self {
+    fn new(
+        runtime: &tokio::runtime::Handle,
+        stream: BoxStream<'static, io::Result<Bytes>>,
+    ) -> Self {
         BlockingStream {
             runtime: runtime.clone(),
             stream,

@@ -292,7 +292,10 @@ impl ObjectReader<'_> {
     pub fn provenance(&mut self, id: &ObjectId) -> Result<crate::object::Provenance> {
         let bytes = self.bytes(id, ObjectKind::Provenance)?;
         crate::object::Provenance::decode(&bytes).map_err(|e| {
-            Error::corrupt(self.catalog.path(), format!("provenance {}: {e}", id.short()))
+            Error::corrupt(
+                self.catalog.path(),
+                format!("provenance {}: {e}", id.short()),
+            )
         })
     }
 

@@ -105,6 +105,11 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
         }
         Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
+        Error::EtagMismatch { .. } => "the object is not the one the import was pinned to, and nothing was imported: drop --etag to take the current object, or pin an older one of a versioned bucket with --version-id".into(),
+        Error::SourceNotFound { .. } => "check the URL and, for object storage, the endpoint and credentials (AWS_ENDPOINT_URL, AWS_*, AZURE_*, GOOGLE_* environment variables); nothing was imported".into(),
+        Error::UnsafeArchive { .. } => "nothing was imported: dsv never stores a path that leaves the dataset; fix the archive at its source".into(),
+        Error::BadArchive { .. } => "nothing was imported; check the archive (`tar tvf`, `unzip -t`), or raise --max-expansion-ratio / --max-expanded-size if it is genuine".into(),
+        Error::NotImported { dataset } => format!("`dsv import SOURCE --dataset {dataset}` records a source to update from; a committed dataset changes with `dsv commit`"),
         Error::RemoteDiverged { dataset, remote } => format!(
             "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"
         ),

@@ -392,18 +392,19 @@ struct SourceArgs {
 }
 
 impl SourceArgs {
-    fn limits(&self) -> dsv::archive::Limits {
-        dsv::archive::Limits {
-            max_ratio: self.max_expansion_ratio,
-            max_size: self.max_expanded_size,
-        }
-    }
-
-    fn ingest(&self) -> IngestOptions {
-        IngestOptions {
-            jobs: jobs_or(&self.jobs, IngestOptions::default().jobs),
-            compression_level: self.compression_level,
-        }
+    fn settings(&self) -> anyhow::Result<import::SourceSettings> {
+        Ok(import::SourceSettings {
+            options: parse_options(&self.options)?,
+            limits: dsv::archive::Limits {
+                max_ratio: self.max_expansion_ratio,
+                max_size: self.max_expanded_size,
+            },
+            ingest: IngestOptions {
+                jobs: jobs_or(&self.jobs, IngestOptions::default().jobs),
+                compression_level: self.compression_level,
+            },
+            requests: jobs_or(&self.jobs, dsv::remote::DEFAULT_JOBS),
+        })
     }
 }
 
@@ -713,12 +714,9 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Import(args) => {
             // A pin names one object; a URL that can only be a prefix cannot take one.
             let is_prefix = args.source.ends_with('/')
-                || args
-                    .source
-                    .split_once("://")
-                    .is_some_and(|(scheme, rest)| {
-                        scheme != "file" && !scheme.starts_with("http") && !rest.contains('/')
-                    });
+                || args.source.split_once("://").is_some_and(|(scheme, rest)| {
+                    scheme != "file" && !scheme.starts_with("http") && !rest.contains('/')
+                });
             if is_prefix && (args.etag.is_some() || args.version_id.is_some()) {
                 use clap::CommandFactory;
                 Cli::command()
@@ -743,9 +741,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 },
                 message: args.message.clone(),
                 tag: args.tag.clone(),
-                options: parse_options(&args.settings.options)?,
-                limits: args.settings.limits(),
-                ingest: args.settings.ingest(),
+                settings: args.settings.settings()?,
             };
             let report = import::import(&mut store, &options, &progress)?;
             ui.report(&report, render::import)?;
@@ -760,9 +756,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 &mut store,
                 dataset,
                 message.clone(),
-                &parse_options(&source.options)?,
-                source.limits(),
-                source.ingest(),
+                &source.settings()?,
                 &progress,
             )?;
             ui.report(&report, render::import)?;

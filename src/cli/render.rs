@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use indicatif::HumanBytes;
 
 use dsv::catalog::{DatasetSummary, Pin, RemoteRecord, RemoteRef};
+use dsv::object::FileProvenance;
 use dsv::ops::audit::AuditReport;
 use dsv::ops::cache::{CachedVersion, PruneReport};
 use dsv::ops::checkout::CheckoutReport;
@@ -601,15 +602,7 @@ pub fn import(r: &ImportReport) -> String {
     };
     let archive = r
         .archive
-        .map(|a| {
-            format!(
-                ", expanded from {}",
-                serde_json::to_value(a)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            )
-        })
+        .map(|a| format!(", expanded from {}", a.name()))
         .unwrap_or_default();
     let _ = write!(
         out,
@@ -636,11 +629,7 @@ pub fn show_provenance(s: &ShownProvenance) -> String {
         return out;
     };
     let _ = write!(out, "\nprovenance\n  source   {}", p.source);
-    let _ = write!(
-        out,
-        "\n  extract  {}",
-        if p.extract { "yes" } else { "no" }
-    );
+    let _ = write!(out, "\n  extract  {}", if p.extract { "yes" } else { "no" });
     if let Some(etag) = &p.pinned_etag {
         let _ = write!(out, "\n  pinned   ETag {etag}");
     }
@@ -648,16 +637,13 @@ pub fn show_provenance(s: &ShownProvenance) -> String {
         let _ = write!(out, "\n  pinned   VersionId {version}");
     }
     // Files of one source object (an archive's members) share its identity: show it once.
-    let mut last: Option<(&str, &Option<String>, &Option<String>, Option<i64>, u64)> = None;
+    let same_object = |a: &FileProvenance, b: &FileProvenance| {
+        (&a.url, &a.etag, &a.version_id, a.last_modified, a.size)
+            == (&b.url, &b.etag, &b.version_id, b.last_modified, b.size)
+    };
+    let mut last: Option<&FileProvenance> = None;
     for file in &p.files {
-        let object = (
-            file.url.as_str(),
-            &file.etag,
-            &file.version_id,
-            file.last_modified,
-            file.size,
-        );
-        if last != Some(object) {
+        if !last.is_some_and(|last| same_object(last, file)) {
             let _ = write!(
                 out,
                 "\n  object   {}\n           etag {}  version {}  modified {}  size {} ({})",
@@ -668,7 +654,7 @@ pub fn show_provenance(s: &ShownProvenance) -> String {
                 file.size,
                 HumanBytes(file.size)
             );
-            last = Some(object);
+            last = Some(file);
         }
         match &file.member {
             Some(member) if *member != file.path => {

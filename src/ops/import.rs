@@ -10,10 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::commit::{VersionDraft, record_version};
-use super::ingest::{IngestError, IngestOptions, IngestStats, PackSink, StreamWriter, with_ingester};
+use super::ingest::{
+    IngestError, IngestOptions, IngestStats, PackSink, StreamWriter, with_ingester,
+};
 use crate::archive::{self, Format, Limits, MemberKind};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -36,6 +37,19 @@ pub enum Extract {
     Never,
 }
 
+/// How sources are read, for `import` and `update`.
+#[derive(Debug, Clone)]
+pub struct SourceSettings {
+    /// object_store settings (as `remote add --option`).
+    pub options: BTreeMap<String, String>,
+    /// How far an archive may expand.
+    pub limits: Limits,
+    /// Pipeline tuning.
+    pub ingest: IngestOptions,
+    /// Objects of a prefix or directory read at once (each a request in flight).
+    pub requests: usize,
+}
+
 /// What to import and how.
 #[derive(Debug, Clone)]
 pub struct ImportOptions {
@@ -52,12 +66,8 @@ pub struct ImportOptions {
     pub message: Option<String>,
     /// A tag for the new version.
     pub tag: Option<String>,
-    /// object_store settings (as `remote add --option`).
-    pub options: BTreeMap<String, String>,
-    /// How far an archive may expand.
-    pub limits: Limits,
-    /// Pipeline tuning.
-    pub ingest: IngestOptions,
+    /// How the source is read.
+    pub settings: SourceSettings,
 }
 
 /// What an import (or update) did.
@@ -109,7 +119,7 @@ pub fn import(
     options: &ImportOptions,
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
-    let source = Source::open(&options.source, &options.options)?;
+    let source = Source::open(&options.source, &options.settings.options)?;
     if let Some(tag) = &options.tag {
         check_name("tag", tag)?;
     }
@@ -132,7 +142,7 @@ pub fn import(
         source: source.spec().to_string(),
         provenance: None,
         allow_empty: false,
-        compression_level: options.ingest.compression_level,
+        compression_level: options.settings.ingest.compression_level,
     };
     run(
         store,
@@ -141,8 +151,7 @@ pub fn import(
         &options.pin,
         options.extract,
         draft,
-        options.limits,
-        options.ingest,
+        &options.settings,
         progress,
     )
 }
@@ -158,9 +167,7 @@ pub fn update(
     store: &mut Store,
     dataset: &str,
     message: Option<String>,
-    options: &BTreeMap<String, String>,
-    limits: Limits,
-    ingest: IngestOptions,
+    settings: &SourceSettings,
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
     check_name("dataset", dataset)?;
@@ -175,7 +182,7 @@ pub fn update(
         dataset: dataset.to_string(),
     })?;
     let provenance = store.reader().provenance(&provenance_id)?;
-    let source = Source::open(&provenance.source, options)?;
+    let source = Source::open(&provenance.source, &settings.options)?;
     let listing = source.list(&Pin::default())?;
     let extract = if provenance.extract {
         Extract::Auto
@@ -190,7 +197,7 @@ pub fn update(
         source: source.spec().to_string(),
         provenance: None,
         allow_empty: false,
-        compression_level: ingest.compression_level,
+        compression_level: settings.ingest.compression_level,
     };
     run(
         store,
@@ -199,8 +206,7 @@ pub fn update(
         &Pin::default(),
         extract,
         draft,
-        limits,
-        ingest,
+        settings,
         progress,
     )
 }
@@ -290,8 +296,13 @@ impl Previous {
             (Some(a), Some(b)) => a == b,
             _ => true,
         };
-        (first.etag.is_some()
-            && first.etag == object.etag
+        // Without an ETag (some HTTP servers), Last-Modified and size must do.
+        let same_identity = match (&first.etag, &object.etag) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => first.last_modified.is_some(),
+            _ => false,
+        };
+        (same_identity
             && first.last_modified == object.last_modified
             && first.size == object.size
             && same_version)
@@ -307,8 +318,7 @@ fn run(
     pin: &Pin,
     extract: Extract,
     mut draft: VersionDraft,
-    limits: Limits,
-    ingest: IngestOptions,
+    settings: &SourceSettings,
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
     // The archive format of a single object, when it is to be expanded.
@@ -351,9 +361,10 @@ fn run(
     let mut collected = Collected::default();
     let mut to_read = Vec::new();
     for object in &listing.objects {
-        let reused = previous
-            .as_ref()
-            .and_then(|p| p.unchanged(object, format.is_some()).map(|files| (p, files)));
+        let reused = previous.as_ref().and_then(|p| {
+            p.unchanged(object, format.is_some())
+                .map(|files| (p, files))
+        });
         match reused {
             Some((previous, files)) => {
                 for file in files {
@@ -387,19 +398,21 @@ fn run(
     let read = with_ingester(
         store.catalog().path(),
         &sink,
-        ingest,
+        settings.ingest,
         None,
         |ingester| match format {
             Some(format) if !to_read.is_empty() => {
                 let object = to_read[0];
                 let mut writer = ingester.writer()?;
                 let input = match source.local_path(object) {
-                    Some(path) => archive::Input::File(
-                        std::fs::File::open(path).map_err(|source| Error::Io {
-                            path: path.to_path_buf(),
-                            source,
-                        })?,
-                    ),
+                    Some(path) => {
+                        archive::Input::File(std::fs::File::open(path).map_err(|source| {
+                            Error::Io {
+                                path: path.to_path_buf(),
+                                source,
+                            }
+                        })?)
+                    }
                     None => archive::Input::Stream(source.read(object)?),
                 };
                 let mut local = Collected::default();
@@ -408,14 +421,14 @@ fn run(
                     input,
                     &object.url,
                     &store.temp_dir(),
-                    limits,
+                    settings.limits,
                     progress,
                     &mut |member| add_member(&mut writer, &mut local, object, member),
                 )?;
                 writer.finish();
                 Ok(local)
             }
-            _ => read_objects(ingester, source, &to_read, ingest.jobs, progress),
+            _ => read_objects(ingester, source, &to_read, settings.requests, progress),
         },
     );
     progress.finish();
@@ -507,7 +520,9 @@ fn add_member(
                 return Err(Error::UnsafeArchive {
                     url: object.url.clone(),
                     member: member.name,
-                    reason: format!("a hard link to {target:?}, which is not a file earlier in the archive"),
+                    reason: format!(
+                        "a hard link to {target:?}, which is not a file earlier in the archive"
+                    ),
                 });
             }
         },
@@ -525,7 +540,8 @@ fn add_member(
     Ok(())
 }
 
-/// Reads `objects` as files (no expansion) on up to `jobs` threads.
+/// Reads `objects` as files (no expansion), `jobs` at once (each thread one request in
+/// flight, then chunking and hashing what it receives).
 fn read_objects(
     ingester: &super::ingest::Ingester<'_>,
     source: &Source,
@@ -533,92 +549,80 @@ fn read_objects(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Collected> {
-    let next = AtomicUsize::new(0);
     let collected = Mutex::new(Collected::default());
-    let worker = || -> Result<()> {
-        let mut writer = ingester.writer()?;
-        loop {
-            let index = next.fetch_add(1, Ordering::Relaxed);
-            let Some(object) = objects.get(index) else {
-                break;
-            };
-            let path = match archive::member_path(&object.path) {
-                Ok(Some(path)) => path,
-                Ok(None) | Err(_) => {
-                    return Err(Error::UnsafeArchive {
-                        url: object.url.clone(),
-                        member: object.path.clone(),
-                        reason: "the key does not make a path inside the dataset (absolute, '..', or empty)".into(),
-                    });
-                }
-            };
-            let (kind, size, id) = match &object.symlink {
-                Some(target) => (
-                    FlatKind::Symlink {
-                        target: target.clone(),
-                    },
-                    target.len() as u64,
-                    ObjectId::of(target.as_bytes()),
-                ),
-                None => {
-                    let stream = source.read(object)?;
-                    let counted = Counted {
-                        inner: stream,
-                        progress,
-                    };
-                    let (id, size) = writer.ingest(counted, Some(object.size)).map_err(|e| match e {
-                        IngestError::Read(source) => Error::Io {
-                            path: object.url.clone().into(),
-                            source,
-                        },
-                        IngestError::Store(e) => e,
-                    })?;
-                    if size != object.size {
-                        return Err(Error::Io {
-                            path: object.url.clone().into(),
-                            source: std::io::Error::new(
-                                std::io::ErrorKind::UnexpectedEof,
-                                format!("read {size} bytes of the {} listed", object.size),
-                            ),
-                        });
-                    }
-                    (
-                        FlatKind::File {
-                            executable: object.executable,
-                        },
-                        size,
-                        id,
-                    )
-                }
-            };
+    crate::parallel::for_each_with(
+        objects,
+        jobs,
+        || ingester.writer(),
+        |writer, _, object| {
+            let entry = read_object(writer, source, object, progress)?;
             collected
                 .lock()
                 .expect("no panics while holding the lock")
-                .insert(FlatEntry { path, kind, size, id }, object, None);
-        }
-        writer.finish();
-        Ok(())
-    };
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..jobs.max(1).min(objects.len().max(1)))
-            .map(|_| {
-                scope.spawn(|| {
-                    let result = worker();
-                    if result.is_err() {
-                        next.store(objects.len(), Ordering::Relaxed);
-                    }
-                    result
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("import reader panicked"))
-            .collect::<Result<()>>()
-    })?;
+                .insert(entry, object, None);
+            Ok(())
+        },
+        StreamWriter::finish,
+    )?;
     Ok(collected
         .into_inner()
         .expect("no panics while holding the lock"))
+}
+
+/// Reads one object of a prefix or directory as a file (or a local symlink).
+fn read_object(
+    writer: &mut StreamWriter<'_>,
+    source: &Source,
+    object: &SourceObject,
+    progress: &dyn Progress,
+) -> Result<FlatEntry> {
+    let path = match archive::member_path(&object.path) {
+        Ok(Some(path)) => path,
+        Ok(None) | Err(_) => {
+            return Err(Error::UnsafeArchive {
+                url: object.url.clone(),
+                member: object.path.clone(),
+                reason:
+                    "the key does not make a path inside the dataset (absolute, '..', or empty)"
+                        .into(),
+            });
+        }
+    };
+    if let Some(target) = &object.symlink {
+        let kind = FlatKind::Symlink {
+            target: target.clone(),
+        };
+        return Ok(FlatEntry {
+            path,
+            kind,
+            size: target.len() as u64,
+            id: ObjectId::of(target.as_bytes()),
+        });
+    }
+    let counted = Counted {
+        inner: source.read(object)?,
+        progress,
+    };
+    let (id, size) = writer
+        .ingest(counted, Some(object.size).filter(|_| object.size_known))
+        .map_err(|e| e.at(std::path::Path::new(&object.url)))?;
+    if object.size_known && size != object.size {
+        return Err(Error::Io {
+            path: object.url.clone().into(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("read {size} bytes of the {} listed", object.size),
+            ),
+        });
+    }
+    Ok(FlatEntry {
+        path,
+        kind: FlatKind::File {
+            executable: object.executable,
+        },
+        size,
+        id,
+    })
 }
 
 /// Reports the bytes read from a source object as progress.
@@ -640,10 +644,7 @@ impl<R: Read> Read for Counted<'_, R> {
 ///
 /// # Errors
 /// [`Error::InvalidImport`] when a path is both a file and a directory.
-fn flat_entries(
-    collected: Collected,
-    spec: &str,
-) -> Result<(Vec<FlatEntry>, Vec<FileProvenance>)> {
+fn flat_entries(collected: Collected, spec: &str) -> Result<(Vec<FlatEntry>, Vec<FileProvenance>)> {
     let mut dirs = collected.dirs;
     for path in collected.items.keys() {
         let mut end = 0;
@@ -703,7 +704,9 @@ mod tests {
         let paths: Vec<&str> = flat.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,
-            ["a", "a/y", "a/y/x", "a/z", "a.b", "a.b/d", "b", "b/c.txt", "empty"]
+            [
+                "a", "a/y", "a/y/x", "a/z", "a.b", "a.b/d", "b", "b/c.txt", "empty"
+            ]
         );
         assert_eq!(files.len(), 4);
         let mut clash = Collected::default();

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use crate::catalog::Catalog;
@@ -179,28 +179,19 @@ pub fn ingest_files(
     options: IngestOptions,
     progress: &dyn Progress,
 ) -> Result<(Vec<ObjectId>, IngestStats)> {
-    let next = AtomicUsize::new(0);
     let ids = Mutex::new(vec![ObjectId([0; 32]); files.len()]);
-    let readers = options.jobs.max(1).min(files.len().max(1));
     let ((), stats) = with_ingester(catalog_path, sink, options, Some(progress), |ingester| {
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..readers)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let result = read_files(ingester, files, &next, &ids);
-                        if result.is_err() {
-                            // The other readers stop at their next file.
-                            next.store(files.len(), Ordering::Relaxed);
-                        }
-                        result
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|h| h.join().expect("ingest reader panicked"))
-                .collect::<Result<()>>()
-        })
+        crate::parallel::for_each_with(
+            files,
+            options.jobs,
+            || ingester.writer(),
+            |writer, index, job| {
+                let file_id = read_file(writer, job)?;
+                ids.lock().expect("no panics while holding the lock")[index] = file_id;
+                Ok(())
+            },
+            StreamWriter::finish,
+        )
     })?;
     Ok((
         ids.into_inner().expect("no panics while holding the lock"),
@@ -208,35 +199,20 @@ pub fn ingest_files(
     ))
 }
 
-/// One reader thread of [`ingest_files`]: takes the next file until none is left.
-fn read_files(
-    ingester: &Ingester<'_>,
-    files: &[IngestFile],
-    next: &AtomicUsize,
-    ids: &Mutex<Vec<ObjectId>>,
-) -> Result<()> {
-    let mut writer = ingester.writer()?;
-    loop {
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        let Some(job) = files.get(index) else {
-            break;
-        };
-        let file = File::open(&job.path).at(&job.path)?;
-        let (file_id, size) = writer
-            .ingest(&file, Some(job.stat.size))
-            .map_err(|e| e.at(&job.path))?;
-        let after = Stat::of(&file.metadata().at(&job.path)?);
-        if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size
-        {
-            return Err(Error::Unsupported {
-                path: job.path.clone(),
-                reason: "the file changed while it was being read; run the command again".into(),
-            });
-        }
-        ids.lock().expect("no panics while holding the lock")[index] = file_id;
+/// Ingests one file of [`ingest_files`]; fails if it changed while it was read.
+fn read_file(writer: &mut StreamWriter<'_>, job: &IngestFile) -> Result<ObjectId> {
+    let file = File::open(&job.path).at(&job.path)?;
+    let (file_id, size) = writer
+        .ingest(&file, Some(job.stat.size))
+        .map_err(|e| e.at(&job.path))?;
+    let after = Stat::of(&file.metadata().at(&job.path)?);
+    if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size {
+        return Err(Error::Unsupported {
+            path: job.path.clone(),
+            reason: "the file changed while it was being read; run the command again".into(),
+        });
     }
-    writer.finish();
-    Ok(())
+    Ok(file_id)
 }
 
 /// Runs `body` with an [`Ingester`] whose compressor threads (`options.jobs` of them) append
@@ -285,7 +261,9 @@ pub fn with_ingester<T>(
         }
         let Ingester { sender, stats, .. } = ingester;
         drop(sender);
-        let mut total = stats.into_inner().expect("no panics while holding the lock");
+        let mut total = stats
+            .into_inner()
+            .expect("no panics while holding the lock");
         let mut first_error = None;
         for handle in compressors {
             match handle.join().expect("ingest compressor panicked") {
@@ -410,7 +388,8 @@ impl StreamWriter<'_> {
                 hasher.update(chunk);
             }
             chunks.push((id, chunk.len() as u32));
-            if !self.catalog.has_object(&id, ObjectKind::Chunk)? && sink.claim(&id, ObjectKind::Chunk)
+            if !self.catalog.has_object(&id, ObjectKind::Chunk)?
+                && sink.claim(&id, ObjectKind::Chunk)
             {
                 self.frame.push(id, ObjectKind::Chunk, chunk);
                 self.stats.new_chunks += 1;
@@ -435,7 +414,9 @@ impl StreamWriter<'_> {
             self.maps
                 .push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
             if self.maps.len() >= FRAME_TARGET {
-                sender.send(std::mem::take(&mut self.maps)).expect(QUEUE_OPEN);
+                sender
+                    .send(std::mem::take(&mut self.maps))
+                    .expect(QUEUE_OPEN);
             }
         }
         self.stats.files_read += 1;

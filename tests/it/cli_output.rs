@@ -386,3 +386,77 @@ fn an_audit_in_text() {
         ");
     });
 }
+
+#[test]
+fn an_import_in_text() {
+    let env = TestEnv::new();
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, body) in [
+        ("mnist/train/0.txt", "zero\n"),
+        ("mnist/test/1.txt", "one\n"),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(1_700_000_000);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, name, body.as_bytes())
+            .unwrap();
+    }
+    env.write("mnist.tar", builder.into_inner().unwrap());
+    insta::with_settings!({ filters => vec![(r#""[0-9a-f]+-[0-9a-f]+""#, "[ETAG]")] }, {
+        assert_snapshot!(human(&env, &["import", "mnist.tar", "-t", "v1"]), @"
+        exit: 0
+        --- stdout
+        Imported mnist@[SHORT] (tag v1): 2 files, 9 B
+          source [ROOT]/mnist.tar: 1 objects, 1 read (3.00 KiB), expanded from tar, 0 unchanged; stored 2 new chunks, 9 B in 1 packs
+        [ID]
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["import", "mnist.tar"]), @"
+        exit: 0
+        --- stdout
+        Nothing changed: mnist is still at [SHORT] ([ROOT]/mnist.tar unchanged at the source)
+          source [ROOT]/mnist.tar: 1 objects, 0 read (0 B), expanded from tar, 1 unchanged; stored 0 new chunks, 0 B in 0 packs
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["show", "mnist", "--provenance"]), @"
+        exit: 0
+        --- stdout
+        version  [ID]
+        dataset  mnist
+        parent   (none)
+        tags     v1
+        tree     [ID]
+        files    2
+        bytes    9 (9 B)
+        author   tester
+        date     [TIME]
+        source   [ROOT]/mnist.tar
+        message  import [ROOT]/mnist.tar
+        provenance
+          source   [ROOT]/mnist.tar
+          extract  yes
+          object   file://[ROOT]/mnist.tar
+                   etag [ETAG]  version -  modified [TIME]  size 3072 (3.00 KiB)
+            mnist/test/1.txt
+            mnist/train/0.txt
+        --- stderr
+        ");
+        assert_snapshot!(human(&env, &["import", "mnist.tar", "--etag", "abc"]), @"
+        exit: 3
+        --- stdout
+        --- stderr
+        error: cannot import [ROOT]/mnist.tar: --etag and --version-id apply to object storage and HTTP sources
+        ");
+        assert_snapshot!(human(&env, &["update", "nothing"]), @r#"
+        exit: 3
+        --- stdout
+        --- stderr
+        error: unknown dataset "nothing"
+
+        hint: `dsv ls` lists the datasets
+        "#);
+    });
+}

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use object_store::ObjectStoreExt;
 use serde_json::Value;
 
-use crate::common::{TestEnv, assert_same_tree, make_executable, pseudo_random, write_file};
+use crate::common::{
+    TestEnv, assert_same_tree, kill_after, make_executable, pseudo_random, write_file,
+};
 use crate::remote::{endpoint, unique_prefix};
 
 /// The small tree every archive test expands: nested files, an executable, an empty file,
@@ -106,7 +108,13 @@ fn raw_tar(name: &str, kind: tar::EntryType, link: &str, data: &[u8]) -> Vec<u8>
 
 /// The dataset names, and the pack files in the store (nothing may be left by a failure).
 fn datasets_and_packs(env: &TestEnv) -> (Vec<String>, usize) {
-    let names = env.json(&["ls"]).as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap().to_string()).collect();
+    let names = env
+        .json(&["ls"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect();
     let packs = std::fs::read_dir(env.path(".dsv/packs")).map_or(0, |d| d.count());
     (names, packs)
 }
@@ -142,11 +150,17 @@ fn every_archive_format_expands_to_the_same_version_and_deduplicates() {
         write_file(&path, bytes);
         let report = env.json(&["import", path.to_str().unwrap()]);
         let dataset = name.split('.').next().unwrap();
-        assert_eq!(report["dataset"], dataset, "{name}: the default name drops the extension");
+        assert_eq!(
+            report["dataset"], dataset,
+            "{name}: the default name drops the extension"
+        );
         assert_eq!(report["created"], true);
         assert_eq!(report["files"], 6, "{name}: {report}");
         if index > 0 {
-            assert_eq!(report["new_chunks"], 0, "{name}: members deduplicate across archives");
+            assert_eq!(
+                report["new_chunks"], 0,
+                "{name}: members deduplicate across archives"
+            );
         }
         let shown = env.json(&["show", dataset, "--provenance"]);
         trees.push(shown["tree"].clone());
@@ -162,12 +176,21 @@ fn every_archive_format_expands_to_the_same_version_and_deduplicates() {
     // A tar hard link is the content of the member it names.
     let mut with_link = tar.clone();
     with_link.truncate(with_link.len() - 1024);
-    let link = raw_tar("./train/copy.bin", tar::EntryType::Link, "./train/a.bin", b"");
+    let link = raw_tar(
+        "./train/copy.bin",
+        tar::EntryType::Link,
+        "./train/a.bin",
+        b"",
+    );
     with_link.extend_from_slice(&link);
     write_file(&env.path("archives/linked.tar"), &with_link);
     env.ok(&["import", "archives/linked.tar"]);
     let mut cat = env.dsv();
-    let copy = cat.args(["cat", "linked:train/copy.bin"]).output().unwrap().stdout;
+    let copy = cat
+        .args(["cat", "linked:train/copy.bin"])
+        .output()
+        .unwrap()
+        .stdout;
     assert_eq!(copy, std::fs::read(source.join("train/a.bin")).unwrap());
     // --no-extract keeps the archive as one file.
     let kept = env.json(&["import", "archives/plain.tar", "--no-extract", "-d", "raw"]);
@@ -193,7 +216,12 @@ fn real_archives_import_like_tar_extracts_them_and_versions_share_chunks() {
     let extracted = env.path("tar-x");
     std::fs::create_dir_all(&extracted).unwrap();
     let status = std::process::Command::new("tar")
-        .args(["xzf", v2.to_str().unwrap(), "-C", extracted.to_str().unwrap()])
+        .args([
+            "xzf",
+            v2.to_str().unwrap(),
+            "-C",
+            extracted.to_str().unwrap(),
+        ])
         .status()
         .unwrap();
     assert!(status.success());
@@ -214,7 +242,9 @@ fn bad_archives_are_refused_and_leave_nothing() {
     header.set_size(zeros.len() as u64);
     header.set_mode(0o644);
     header.set_cksum();
-    zeros_tar.append_data(&mut header, "zeros.bin", &zeros[..]).unwrap();
+    zeros_tar
+        .append_data(&mut header, "zeros.bin", &zeros[..])
+        .unwrap();
     // Deflate at its best turns zeros into about a thousandth of their size.
     let bomb_tar_gz = {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
@@ -240,20 +270,75 @@ fn bad_archives_are_refused_and_leave_nothing() {
         *byte ^= 0x5a;
     }
     let cases: Vec<(&str, Vec<u8>, Vec<&str>, &str)> = vec![
-        ("dotdot.tar", raw_tar("../evil", tar::EntryType::Regular, "", b"x"), vec![], "'..'"),
-        ("deep.tar", raw_tar("a/../../evil", tar::EntryType::Regular, "", b"x"), vec![], "'..'"),
-        ("absolute.tar", raw_tar("/tmp/evil", tar::EntryType::Regular, "", b"x"), vec![], "absolute"),
-        ("link-out.tar", raw_tar("a/link", tar::EntryType::Symlink, "../../etc/passwd", b""), vec![], "outside"),
-        ("link-abs.tar", raw_tar("link", tar::EntryType::Symlink, "/etc/passwd", b""), vec![], "absolute"),
-        ("hard.tar", raw_tar("copy", tar::EntryType::Link, "../outside", b""), vec![], "'..'"),
-        ("hard-unseen.tar", raw_tar("copy", tar::EntryType::Link, "nowhere", b""), vec![], "not a file earlier"),
-        ("truncated.tar.gz", truncated, vec![], "truncated or corrupt"),
+        (
+            "dotdot.tar",
+            raw_tar("../evil", tar::EntryType::Regular, "", b"x"),
+            vec![],
+            "'..'",
+        ),
+        (
+            "deep.tar",
+            raw_tar("a/../../evil", tar::EntryType::Regular, "", b"x"),
+            vec![],
+            "'..'",
+        ),
+        (
+            "absolute.tar",
+            raw_tar("/tmp/evil", tar::EntryType::Regular, "", b"x"),
+            vec![],
+            "absolute",
+        ),
+        (
+            "link-out.tar",
+            raw_tar("a/link", tar::EntryType::Symlink, "../../etc/passwd", b""),
+            vec![],
+            "outside",
+        ),
+        (
+            "link-abs.tar",
+            raw_tar("link", tar::EntryType::Symlink, "/etc/passwd", b""),
+            vec![],
+            "absolute",
+        ),
+        (
+            "hard.tar",
+            raw_tar("copy", tar::EntryType::Link, "../outside", b""),
+            vec![],
+            "'..'",
+        ),
+        (
+            "hard-unseen.tar",
+            raw_tar("copy", tar::EntryType::Link, "nowhere", b""),
+            vec![],
+            "not a file earlier",
+        ),
+        (
+            "truncated.tar.gz",
+            truncated,
+            vec![],
+            "truncated or corrupt",
+        ),
         ("garbage.tar.gz", garbage, vec![], "truncated or corrupt"),
-        ("notazip.zip", b"PK but not really a zip archive".to_vec(), vec![], "not a readable zip"),
+        (
+            "notazip.zip",
+            b"PK but not really a zip archive".to_vec(),
+            vec![],
+            "not a readable zip",
+        ),
         ("bomb.tar.gz", bomb_tar_gz, vec![], "decompression bomb"),
         ("bomb.zip", bomb_zip, vec![], "decompression bomb"),
-        ("big.tar.gz", good.clone(), vec!["--max-expanded-size", "100KB"], "--max-expanded-size"),
-        ("data.csv", b"a,b\n".to_vec(), vec!["--extract"], "archive extension"),
+        (
+            "big.tar.gz",
+            good.clone(),
+            vec!["--max-expanded-size", "100KB"],
+            "--max-expanded-size",
+        ),
+        (
+            "data.csv",
+            b"a,b\n".to_vec(),
+            vec!["--extract"],
+            "archive extension",
+        ),
     ];
     for (name, bytes, extra, expected) in cases {
         let path = env.path(&format!("bad/{name}"));
@@ -263,11 +348,20 @@ fn bad_archives_are_refused_and_leave_nothing() {
         let error = env.json_error(&args, 3);
         let message = error["message"].as_str().unwrap();
         assert!(message.contains(expected), "{name}: {error}");
-        assert_eq!(datasets_and_packs(&env), (vec![], 0), "{name} left something behind");
+        assert_eq!(
+            datasets_and_packs(&env),
+            (vec![], 0),
+            "{name} left something behind"
+        );
     }
     // A bomb within the configured ratio is an ordinary archive.
     let path = env.path("bad/bomb.tar.gz");
-    let allowed = env.json(&["import", path.to_str().unwrap(), "--max-expansion-ratio", "100000"]);
+    let allowed = env.json(&[
+        "import",
+        path.to_str().unwrap(),
+        "--max-expansion-ratio",
+        "100000",
+    ]);
     assert_eq!(allowed["bytes"], 100 * 1024 * 1024);
     assert!(env.ok(&["verify"]).contains("consistent"));
 }
@@ -294,11 +388,18 @@ fn s3(env: &TestEnv, bucket: &str) -> Arc<dyn object_store::ObjectStore> {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Uploads `bytes` to `key`; returns (ETag, VersionId).
-fn put(store: &Arc<dyn object_store::ObjectStore>, key: &str, bytes: Vec<u8>) -> (String, Option<String>) {
+fn put(
+    store: &Arc<dyn object_store::ObjectStore>,
+    key: &str,
+    bytes: Vec<u8>,
+) -> (String, Option<String>) {
     let result = runtime()
         .block_on(store.put(&object_store::path::Path::from(key), bytes.into()))
         .unwrap();
@@ -328,26 +429,60 @@ fn s3_imports_pin_etag_and_version_id_and_record_provenance() {
 
     // Wrong ETag (the first one, now replaced): refused before anything is written.
     let error = env.json_error(&["import", &url, "--etag", &etag1], 3);
-    assert!(error["message"].as_str().unwrap().contains("not the"), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("not the"),
+        "{error}"
+    );
     assert_eq!(datasets_and_packs(&env), (vec![], 0));
     // Unknown VersionId, missing object, and a pin on a prefix.
     let error = env.json_error(&["import", &url, "--version-id", "no-such-version"], 3);
-    assert!(error["message"].as_str().unwrap().contains("no object version"), "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no object version"),
+        "{error}"
+    );
     let error = env.json_error(&["import", &format!("{url}.missing")], 3);
-    assert!(error["message"].as_str().unwrap().contains("no object"), "{error}");
-    let usage = env.fails(&["import", &format!("s3://dsv-versioned/{prefix}/"), "--etag", &etag2], 2);
+    assert!(
+        error["message"].as_str().unwrap().contains("no object"),
+        "{error}"
+    );
+    let usage = env.fails(
+        &[
+            "import",
+            &format!("s3://dsv-versioned/{prefix}/"),
+            "--etag",
+            &etag2,
+        ],
+        2,
+    );
     assert!(usage.contains("single object"), "{usage}");
     assert_eq!(datasets_and_packs(&env), (vec![], 0));
 
     // The first version by its VersionId; its ETag without quotes is accepted as well.
     let bare_etag = etag1.trim_matches('"');
-    let old = env.json(&["import", &url, "--version-id", &version1, "--etag", bare_etag, "-t", "first"]);
+    let old = env.json(&[
+        "import",
+        &url,
+        "--version-id",
+        &version1,
+        "--etag",
+        bare_etag,
+        "-t",
+        "first",
+    ]);
     assert_eq!(old["dataset"], "mnist");
     assert_checkout(&env, "mnist@first", &one);
     let shown = env.json(&["show", "mnist@first", "--provenance"]);
     let provenance = &shown["provenance"];
     assert_eq!(provenance["pinned_version_id"], version1.as_str());
-    let file = provenance["files"].as_array().unwrap().iter().find(|f| f["path"] == "train/a.bin").unwrap();
+    let file = provenance["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "train/a.bin")
+        .unwrap();
     assert_eq!(file["url"], url.as_str());
     assert_eq!(file["etag"], etag1.as_str());
     assert_eq!(file["version_id"], version1.as_str());
@@ -361,7 +496,10 @@ fn s3_imports_pin_etag_and_version_id_and_record_provenance() {
     assert_eq!(latest["parent"], old["version"]);
     assert_checkout(&env, "mnist", &two);
     let none = env.json(&["update", "mnist"]);
-    assert_eq!((none["created"].clone(), none["objects_read"].clone()), (Value::from(false), Value::from(0)));
+    assert_eq!(
+        (none["created"].clone(), none["objects_read"].clone()),
+        (Value::from(false), Value::from(0))
+    );
     let three = env.path("three");
     sample_tree(&three, 25);
     put(&store, &key, gzip(&tar_of(&three)));
@@ -377,11 +515,21 @@ fn s3_imports_pin_etag_and_version_id_and_record_provenance() {
     env.ok(&["clone", &remote, clone_dir.to_str().unwrap()]);
     let mut show = env.dsv();
     let cloned = show
-        .args(["--json", "--store", clone_dir.to_str().unwrap(), "show", "mnist", "--provenance"])
+        .args([
+            "--json",
+            "--store",
+            clone_dir.to_str().unwrap(),
+            "show",
+            "mnist",
+            "--provenance",
+        ])
         .output()
         .unwrap();
     let cloned: Value = serde_json::from_slice(&cloned.stdout).unwrap();
-    assert_eq!(cloned["provenance"], env.json(&["show", "mnist", "--provenance"])["provenance"]);
+    assert_eq!(
+        cloned["provenance"],
+        env.json(&["show", "mnist", "--provenance"])["provenance"]
+    );
 }
 
 #[test]
@@ -390,14 +538,20 @@ fn s3_prefix_import_and_update_download_only_what_changed() {
     let store = s3(&env, "dsv-test");
     let prefix = unique_prefix();
     let expected = env.path("expected");
-    for (index, name) in ["a.bin", "b.bin", "sub/c.bin", "sub/deeper/d.bin", "e.bin"].iter().enumerate() {
+    for (index, name) in ["a.bin", "b.bin", "sub/c.bin", "sub/deeper/d.bin", "e.bin"]
+        .iter()
+        .enumerate()
+    {
         let bytes = pseudo_random(50_000 + index * 1000, 31 + 2 * index as u64);
         write_file(&expected.join(name), &bytes);
         put(&store, &format!("{prefix}/{name}"), bytes);
     }
     let url = format!("s3://dsv-test/{prefix}/");
     let first = env.json(&["import", &url, "-d", "shards"]);
-    assert_eq!((first["objects"].as_u64(), first["objects_read"].as_u64()), (Some(5), Some(5)));
+    assert_eq!(
+        (first["objects"].as_u64(), first["objects_read"].as_u64()),
+        (Some(5), Some(5))
+    );
     assert_checkout(&env, "shards", &expected);
     // One object changed, one added, one deleted.
     let changed = pseudo_random(70_000, 99);
@@ -415,12 +569,21 @@ fn s3_prefix_import_and_update_download_only_what_changed() {
     assert_eq!(second["bytes_downloaded"], 70_000 + 8);
     assert_checkout(&env, "shards", &expected);
     let third = env.json(&["update", "shards"]);
-    assert_eq!((third["created"].as_bool(), third["objects_read"].as_u64()), (Some(false), Some(0)));
+    assert_eq!(
+        (third["created"].as_bool(), third["objects_read"].as_u64()),
+        (Some(false), Some(0))
+    );
     // A committed dataset has no source to update from.
     env.write("dir/x", "x");
     env.ok(&["commit", "dir", "-d", "handmade"]);
     let error = env.json_error(&["update", "handmade"], 3);
-    assert!(error["message"].as_str().unwrap().contains("was not imported"), "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("was not imported"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -431,11 +594,20 @@ fn http_imports_check_etags_and_update_when_the_file_changes() {
     let source = env.path("source");
     sample_tree(&source, 41);
     write_file(&root.join("files.zip"), &zip_of(&source));
-    let url = format!("{base}/{}/files.zip", root.file_name().unwrap().to_str().unwrap());
+    let url = format!(
+        "{base}/{}/files.zip",
+        root.file_name().unwrap().to_str().unwrap()
+    );
     let error = env.json_error(&["import", &url, "--etag", "\"not-it\""], 3);
-    assert!(error["message"].as_str().unwrap().contains("not the"), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("not the"),
+        "{error}"
+    );
     let missing = env.json_error(&["import", &format!("{url}.gone")], 3);
-    assert!(missing["message"].as_str().unwrap().contains("404"), "{missing}");
+    assert!(
+        missing["message"].as_str().unwrap().contains("404"),
+        "{missing}"
+    );
     assert_eq!(datasets_and_packs(&env), (vec![], 0));
     let first = env.json(&["import", &url]);
     assert_eq!(first["dataset"], "files");
@@ -453,7 +625,10 @@ fn http_imports_check_etags_and_update_when_the_file_changes() {
     let second = env.json(&["update", "files"]);
     assert_eq!(second["created"], true);
     assert_checkout(&env, "files", &env.path("source2"));
-    assert_ne!(env.json(&["show", "files", "--provenance"])["provenance"]["files"][0]["etag"], etag.as_str());
+    assert_ne!(
+        env.json(&["show", "files", "--provenance"])["provenance"]["files"][0]["etag"],
+        etag.as_str()
+    );
 }
 
 #[test]
@@ -471,4 +646,45 @@ fn local_directories_import_with_provenance_and_update_reads_only_changes() {
     assert_eq!(second["objects_read"], 1, "{second}");
     assert_eq!(second["created"], true);
     assert_checkout(&env, "data", &dir);
+}
+
+#[test]
+fn kill_during_import_leaves_a_consistent_store_and_the_rerun_succeeds() {
+    let env = TestEnv::new();
+    let dir = env.path("big");
+    for i in 0..24u64 {
+        write_file(
+            &dir.join(format!("part{}/f{i}.bin", i % 3)),
+            &pseudo_random(1 << 20, 2 * i + 1),
+        );
+    }
+    write_file(&env.path("big.tar.gz"), &gzip(&tar_of(&dir)));
+    // One thread at zstd level 19: seconds on any machine, so the kills land mid-import.
+    let slow = [
+        "import",
+        "big.tar.gz",
+        "--jobs",
+        "1",
+        "--compression-level",
+        "19",
+    ];
+    let mut killed = 0;
+    for delay in [40, 150, 400, 900] {
+        if kill_after(&env, &slow, std::time::Duration::from_millis(delay)) {
+            killed += 1;
+        }
+        let verify = env.json(&["verify"]);
+        assert_eq!(verify["problems"].as_array().unwrap().len(), 0, "{verify}");
+        // Nothing half-done is visible: no dataset, or a whole version.
+        if !datasets_and_packs(&env).0.is_empty() {
+            assert_checkout(&env, "big", &dir);
+        }
+    }
+    assert!(
+        killed >= 3,
+        "only {killed} of 4 kills landed while the import ran"
+    );
+    let done = env.json(&["import", "big.tar.gz"]);
+    assert_eq!(done["files"], 24);
+    assert_checkout(&env, "big", &dir);
 }
