@@ -13,7 +13,7 @@
 //! archive expands to may not exceed `max_ratio` × its compressed bytes read so far (past a
 //! floor of [`RATIO_FLOOR`]) nor `max_size` in all.
 
-use std::io::{self, Read, Seek};
+use std::io::{self, Read};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -182,7 +182,8 @@ pub fn member_path(name: &str) -> std::result::Result<Option<String>, &'static s
 }
 
 /// Reads every member of archive `input` (format `format`, fetched from `url`), calling
-/// `each` once per member in archive order. `progress` advances by the archive's bytes read.
+/// `each` once per member in archive order; returns how many members were skipped (devices,
+/// FIFOs: nothing to version). `progress` advances by the archive's bytes read.
 ///
 /// # Errors
 /// [`Error::UnsafeArchive`] for a refused member; [`Error::BadArchive`] for a truncated or
@@ -196,8 +197,32 @@ pub fn read(
     limits: Limits,
     progress: &dyn Progress,
     each: &mut dyn FnMut(Member<'_>) -> Result<()>,
-) -> Result<()> {
+) -> Result<u64> {
     let consumed = Arc::new(AtomicU64::new(0));
+    if format == Format::Zip {
+        let file = match input {
+            Input::File(file) => {
+                let length = file.metadata().map_err(|e| input_error(url, e))?.len();
+                progress.advance(length);
+                file
+            }
+            // The central directory is at the end: spool the stream to a temporary file.
+            Input::Stream(stream) => {
+                let mut file = tempfile::tempfile_in(temp_dir).map_err(|source| Error::Io {
+                    path: temp_dir.to_path_buf(),
+                    source,
+                })?;
+                let mut counted = Counting {
+                    inner: stream,
+                    consumed: consumed.clone(),
+                    progress,
+                };
+                io::copy(&mut counted, &mut file).map_err(|e| input_error(url, e))?;
+                file
+            }
+        };
+        return read_zip(file, url, limits, &consumed, each).map(|()| 0);
+    }
     std::thread::scope(|scope| {
         let input: Box<dyn Read + Send + '_> = match input {
             Input::Stream(stream) => Box::new(Counting {
@@ -212,7 +237,7 @@ pub fn read(
             }),
         };
         match format {
-            Format::Zip => read_zip(input, url, temp_dir, limits, &consumed, each),
+            Format::Zip => unreachable!("read above"),
             _ => {
                 let decoded: Box<dyn Read + Send + '_> = match format {
                     Format::Tar => input,
@@ -238,7 +263,8 @@ fn read_tar(
     input: impl Read,
     url: &str,
     each: &mut dyn FnMut(Member<'_>) -> Result<()>,
-) -> Result<()> {
+) -> Result<u64> {
+    let mut skipped = 0;
     let mut archive = tar::Archive::new(input);
     let entries = archive.entries().map_err(|e| input_error(url, e))?;
     for entry in entries {
@@ -275,6 +301,7 @@ fn read_tar(
             // Devices, FIFOs and the like hold no data to version.
             other => {
                 tracing::warn!(member = %name, kind = ?other, "skipping an archive member that is not a file, directory or link");
+                skipped += 1;
                 continue;
             }
         };
@@ -285,26 +312,17 @@ fn read_tar(
             reader: &mut entry,
         })?;
     }
-    Ok(())
+    Ok(skipped)
 }
 
 fn read_zip(
-    input: Box<dyn Read + Send + '_>,
+    file: std::fs::File,
     url: &str,
-    temp_dir: &std::path::Path,
     limits: Limits,
     consumed: &Arc<AtomicU64>,
     each: &mut dyn FnMut(Member<'_>) -> Result<()>,
 ) -> Result<()> {
-    // The central directory is at the end: spool the stream to a temporary file (a local
-    // zip is copied too, once, at disk speed; reading it in place would need the path).
-    let mut input = input;
-    let mut file = tempfile::tempfile_in(temp_dir).map_err(|source| Error::Io {
-        path: temp_dir.to_path_buf(),
-        source,
-    })?;
-    io::copy(&mut input, &mut file).map_err(|e| input_error(url, e))?;
-    let archive_size = file.stream_position().map_err(|e| input_error(url, e))?;
+    let archive_size = file.metadata().map_err(|e| input_error(url, e))?.len();
     let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_error(url, e))?;
     // Refuse a bomb from its directory before expanding anything.
     let declared: u64 = (0..archive.len())

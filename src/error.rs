@@ -274,6 +274,12 @@ pub enum Error {
         /// The ETag the server reports.
         actual: String,
     },
+    /// A source object changed between its listing and its read (`If-Match` failed).
+    #[error("{url} changed while it was being imported")]
+    SourceChanged {
+        /// The object's URL.
+        url: String,
+    },
     /// An import asked for something its source cannot do (a pin on a prefix, extraction of
     /// a file that is no archive, a dataset name the source's name cannot give).
     #[error("cannot import {source_url}: {reason}")]
@@ -336,7 +342,9 @@ impl Error {
             Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
             Error::Interrupted => ErrorKind::Interrupted,
             Error::RemoteDiverged { .. } => ErrorKind::Conflict,
-            Error::Http { source, .. } if source.status().is_some() => ErrorKind::User,
+            Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
+                ErrorKind::User
+            }
             Error::Http { .. } => ErrorKind::Io,
             Error::Remote { source, .. } if remote_refusal(source).is_some() => ErrorKind::User,
             Error::Remote { source, .. } => match source {

@@ -184,13 +184,13 @@ impl Source {
                     })?;
                 (Kind::Http { client }, spec.to_string())
             }
-            Some(("file", rest)) => local(spec, rest)?,
+            Some(("file", rest)) => local(spec, rest, options)?,
             Some(_) => {
                 return Err(invalid(
                     "unsupported scheme; use s3://, gs://, az://, http(s)://, file:// or a path",
                 ));
             }
-            None => local(spec, spec)?,
+            None => local(spec, spec, options)?,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -327,14 +327,15 @@ impl Source {
             }
             (Kind::Http { client }, Location::Http) => {
                 let mut request = client.get(&object.url);
-                if let Some(etag) = &object.etag {
+                // If-Match compares strongly (RFC 9110 §13.1.1): a weak tag never matches.
+                if let Some(etag) = object.etag.as_ref().filter(|e| !e.starts_with("W/")) {
                     request = request.header(reqwest::header::IF_MATCH, etag);
                 }
                 let response = self
                     .runtime
                     .block_on(request.send())
                     .and_then(reqwest::Response::error_for_status)
-                    .map_err(|e| http_error(&object.url, object, "GET", e))?;
+                    .map_err(|e| http_error(&object.url, "GET", e))?;
                 let stream = response
                     .bytes_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
@@ -347,7 +348,13 @@ impl Source {
     }
 }
 
-fn local(spec: &str, path: &str) -> Result<(Kind, String)> {
+fn local(spec: &str, path: &str, options: &BTreeMap<String, String>) -> Result<(Kind, String)> {
+    if !options.is_empty() {
+        return Err(Error::InvalidImport {
+            source_url: spec.to_string(),
+            reason: "--option applies to object storage sources only".into(),
+        });
+    }
     let path = PathBuf::from(path);
     let absolute = std::fs::canonicalize(&path).map_err(|e| Error::SourceNotFound {
         url: spec.to_string(),
@@ -429,10 +436,18 @@ async fn cloud_list(
             .list(prefix.as_ref())
             .try_collect()
             .await
-            .map_err(|source| Error::Remote {
-                remote: spec.to_string(),
-                action: format!("list {url}"),
-                source,
+            .map_err(|source| {
+                if crate::error::remote_refusal(&source) == Some("missing bucket") {
+                    return Error::SourceNotFound {
+                        url: spec.to_string(),
+                        detail: "the bucket does not exist".into(),
+                    };
+                }
+                Error::Remote {
+                    remote: spec.to_string(),
+                    action: format!("list {url}"),
+                    source,
+                }
             })?;
     if metas.is_empty() {
         return Err(Error::SourceNotFound {
@@ -465,10 +480,12 @@ async fn cloud_list(
 fn cloud_error(url: &str, object: &SourceObject, action: &str, e: object_store::Error) -> Error {
     let text = format!("{e} {:?}", std::error::Error::source(&e));
     match e {
-        object_store::Error::Precondition { .. } => Error::EtagMismatch {
+        object_store::Error::Precondition { .. } => Error::SourceChanged {
             url: url.to_string(),
-            expected: object.etag.clone().unwrap_or_default(),
-            actual: "a new ETag: the object changed during the import".into(),
+        },
+        _ if crate::error::remote_refusal(&e) == Some("missing bucket") => Error::SourceNotFound {
+            url: url.to_string(),
+            detail: "the bucket does not exist".into(),
         },
         object_store::Error::NotFound { .. } => Error::SourceNotFound {
             url: url.to_string(),
@@ -497,16 +514,14 @@ fn cloud_error(url: &str, object: &SourceObject, action: &str, e: object_store::
     }
 }
 
-fn http_error(url: &str, object: &SourceObject, action: &str, e: reqwest::Error) -> Error {
+fn http_error(url: &str, action: &str, e: reqwest::Error) -> Error {
     match e.status() {
         Some(reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::GONE) => Error::SourceNotFound {
             url: url.to_string(),
             detail: "the server has no such file (HTTP 404)".into(),
         },
-        Some(reqwest::StatusCode::PRECONDITION_FAILED) => Error::EtagMismatch {
+        Some(reqwest::StatusCode::PRECONDITION_FAILED) => Error::SourceChanged {
             url: url.to_string(),
-            expected: object.etag.clone().unwrap_or_default(),
-            actual: "a new ETag: the file changed during the import".into(),
         },
         _ => Error::Http {
             url: url.to_string(),
@@ -534,7 +549,7 @@ async fn http_head(client: &reqwest::Client, url: &str) -> Result<SourceObject> 
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| http_error(url, &object, "HEAD", e))?;
+        .map_err(|e| http_error(url, "HEAD", e))?;
     let header = |name: reqwest::header::HeaderName| {
         response
             .headers()
@@ -572,7 +587,9 @@ fn local_list(path: &FsPath) -> Result<Listing> {
                 last_modified: Some(stat.mtime_ns.div_euclid(1_000_000_000)),
                 size: stat.size,
                 size_known: true,
-                executable: false,
+                executable: std::os::unix::fs::PermissionsExt::mode(&metadata.permissions())
+                    & 0o100
+                    != 0,
                 symlink: None,
                 location: Location::Local(path.to_path_buf()),
             }],

@@ -105,6 +105,8 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
         }
         Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
+        Error::SourceChanged { .. } => "nothing was imported; run the command again to import the object as it is now".into(),
+        Error::Http { .. } => "check the URL and the network; nothing was imported, and a re-run starts again".into(),
         Error::EtagMismatch { .. } => "the object is not the one the import was pinned to, and nothing was imported: drop --etag to take the current object, or pin an older one of a versioned bucket with --version-id".into(),
         Error::SourceNotFound { .. } => "check the URL and, for object storage, the endpoint and credentials (AWS_ENDPOINT_URL, AWS_*, AZURE_*, GOOGLE_* environment variables); nothing was imported".into(),
         Error::UnsafeArchive { .. } => "nothing was imported: dsv never stores a path that leaves the dataset; fix the archive at its source".into(),

@@ -354,7 +354,7 @@ struct ImportArgs {
     #[arg(long)]
     version_id: Option<String>,
     /// Fail unless the object is an archive dsv expands (.zip, .tar, .tar.gz, .tgz,
-    /// .tar.bz2, .tbz, .tbz2, .tar.xz, .txz).
+    /// .tar.gz2, .tar.bz2, .tbz, .tbz2, .tar.xz, .txz).
     #[arg(long, conflicts_with = "no_extract")]
     extract: bool,
     /// Store an archive as it is instead of expanding it.

@@ -88,19 +88,8 @@ pub fn commit(
         check_name("tag", tag)?;
     }
     let (dir, workspace_key) = workspace::canonical_dir(dir)?;
-    // A tag naming another version than the head fails here, before anything is read (a
-    // commit that changes nothing would record the head). The final transaction checks again.
-    let head = store.catalog().head_or_none(&options.dataset)?;
-    if let Some(tag) = &options.tag
-        && store
-            .catalog()
-            .tag(&options.dataset, tag)?
-            .is_some_and(|tagged| Some(tagged) != head)
-    {
-        return Err(Error::TagExists {
-            dataset: options.dataset.clone(),
-            tag: tag.clone(),
-        });
+    if let Some(tag) = &options.tag {
+        check_tag_free(store, &options.dataset, tag)?;
     }
     // No checkout may write into the directory while it is being snapshotted.
     let _workspace_lock = store.lock_workspace(&workspace_key)?;
@@ -384,6 +373,27 @@ pub fn record_version(
         created: !unchanged,
         packs,
     })
+}
+
+/// Fails when `tag` of `dataset` names another version than the head: checked before any
+/// data is read (a run that changes nothing records the head, which may hold the tag). The
+/// final transaction checks again.
+///
+/// # Errors
+/// [`Error::TagExists`]; catalog errors.
+pub fn check_tag_free(store: &Store, dataset: &str, tag: &str) -> Result<()> {
+    let head = store.catalog().head_or_none(dataset)?;
+    if store
+        .catalog()
+        .tag(dataset, tag)?
+        .is_some_and(|tagged| Some(tagged) != head)
+    {
+        return Err(Error::TagExists {
+            dataset: dataset.to_string(),
+            tag: tag.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// `value` with line breaks replaced by spaces (version fields other than the message are

@@ -4,8 +4,9 @@
 //! recorded when its ETag, Last-Modified, size and VersionId are unchanged, else stream it
 //! (expanding an archive member by member, [`crate::archive`]) through the chunker
 //! ([`super::ingest::StreamWriter`]) → build the trees and a [`Provenance`] naming each
-//! file's source → record the version ([`super::commit::record_version`]). A failure at any
-//! point deletes the packs written so far: no version, no dataset, no data.
+//! file's source → record the version ([`super::commit::record_version`]). A failure before
+//! the version is recorded deletes the packs written so far: no version, no dataset, no data
+//! (a failure while recording, such as a full disk, leaves unnamed packs for `gc`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
@@ -99,6 +100,8 @@ pub struct ImportReport {
     pub objects_unchanged: u64,
     /// Bytes of the objects read (compressed size for an archive).
     pub bytes_downloaded: u64,
+    /// Archive members skipped because they hold nothing to version (devices, FIFOs).
+    pub members_skipped: u64,
     /// Pipeline totals.
     #[serde(flatten)]
     pub ingest: IngestStats,
@@ -233,6 +236,8 @@ struct Item {
 struct Collected {
     items: BTreeMap<String, Item>,
     dirs: BTreeSet<String>,
+    /// Archive members that were not files, directories or links.
+    skipped: u64,
 }
 
 impl Collected {
@@ -249,6 +254,38 @@ impl Collected {
         };
         self.items
             .insert(entry.path.clone(), Item { entry, provenance });
+    }
+}
+
+impl Collected {
+    /// Adds a file of a prefix or directory; two keys that make the same path (`a//b` and
+    /// `a/b`) are refused rather than one silently replacing the other.
+    fn insert_new(&mut self, entry: FlatEntry, object: &SourceObject) -> Result<()> {
+        if let Some(existing) = self.items.get(&entry.path) {
+            return Err(Error::InvalidImport {
+                source_url: object.url.clone(),
+                reason: format!(
+                    "it and {} would both be stored as {:?}",
+                    existing.provenance.url, entry.path
+                ),
+            });
+        }
+        self.insert(entry, object, None);
+        Ok(())
+    }
+}
+
+/// The dataset path of an object of a prefix or directory: its key below the prefix, checked
+/// like an archive member's name.
+fn key_path(object: &SourceObject) -> Result<String> {
+    match archive::member_path(&object.path) {
+        Ok(Some(path)) => Ok(path),
+        Ok(None) | Err(_) => Err(Error::UnsafeArchive {
+            url: object.url.clone(),
+            member: object.path.clone(),
+            reason: "the key does not make a path inside the dataset (absolute, '..', or empty)"
+                .into(),
+        }),
     }
 }
 
@@ -357,6 +394,9 @@ fn run(
             reason: "the URL does not end in a file name to store the file as".into(),
         });
     }
+    if let Some(tag) = &draft.tag {
+        super::commit::check_tag_free(store, &draft.dataset, tag)?;
+    }
     let previous = Previous::load(store, &draft.dataset)?;
     let mut collected = Collected::default();
     let mut to_read = Vec::new();
@@ -371,7 +411,16 @@ fn run(
                     let Some(entry) = previous.entries.get(&file.path) else {
                         continue;
                     };
-                    collected.insert(entry.clone(), object, file.member.clone());
+                    if format.is_some() {
+                        collected.insert(entry.clone(), object, file.member.clone());
+                    } else {
+                        // The object's path under this listing, which may differ from the head's.
+                        let entry = FlatEntry {
+                            path: key_path(object)?,
+                            ..entry.clone()
+                        };
+                        collected.insert_new(entry, object)?;
+                    }
                 }
                 // Directories of a reused archive (empty ones included) stay too.
                 if format.is_some() {
@@ -416,7 +465,7 @@ fn run(
                     None => archive::Input::Stream(source.read(object)?),
                 };
                 let mut local = Collected::default();
-                archive::read(
+                local.skipped = archive::read(
                     format,
                     input,
                     &object.url,
@@ -441,6 +490,7 @@ fn run(
     };
     collected.items.extend(read.items);
     collected.dirs.extend(read.dirs);
+    let members_skipped = read.skipped;
 
     let (flat, files) = match flat_entries(collected, source.spec()) {
         Ok(done) => done,
@@ -458,7 +508,7 @@ fn run(
         });
     }
     let built = tree::build(&flat);
-    let provenance = Provenance {
+    let mut provenance = Provenance {
         format: 1,
         source: source.spec().to_string(),
         extract: format.is_some(),
@@ -466,6 +516,15 @@ fn run(
         pinned_version_id: pin.version_id.clone(),
         files,
     };
+    // The same objects as the head's: keep its provenance (and its pins), so an update of an
+    // unchanged pinned import records nothing.
+    if let Some(previous) = previous.filter(|p| {
+        p.provenance.source == provenance.source
+            && p.provenance.extract == provenance.extract
+            && p.provenance.files == provenance.files
+    }) {
+        provenance = previous.provenance;
+    }
     draft.provenance = Some((provenance.id(), provenance.encode()));
     let recorded = record_version(store, sink, &built, &draft, |_, _| Ok(()))?;
     Ok(ImportReport {
@@ -482,6 +541,7 @@ fn run(
         objects_read: to_read.len() as u64,
         objects_unchanged,
         bytes_downloaded,
+        members_skipped,
         ingest: stats,
         packs_written: recorded.packs.len() as u64,
     })
@@ -559,8 +619,7 @@ fn read_objects(
             collected
                 .lock()
                 .expect("no panics while holding the lock")
-                .insert(entry, object, None);
-            Ok(())
+                .insert_new(entry, object)
         },
         StreamWriter::finish,
     )?;
@@ -576,18 +635,7 @@ fn read_object(
     object: &SourceObject,
     progress: &dyn Progress,
 ) -> Result<FlatEntry> {
-    let path = match archive::member_path(&object.path) {
-        Ok(Some(path)) => path,
-        Ok(None) | Err(_) => {
-            return Err(Error::UnsafeArchive {
-                url: object.url.clone(),
-                member: object.path.clone(),
-                reason:
-                    "the key does not make a path inside the dataset (absolute, '..', or empty)"
-                        .into(),
-            });
-        }
-    };
+    let path = key_path(object)?;
     if let Some(target) = &object.symlink {
         let kind = FlatKind::Symlink {
             target: target.clone(),

@@ -192,6 +192,19 @@ fn every_archive_format_expands_to_the_same_version_and_deduplicates() {
         .unwrap()
         .stdout;
     assert_eq!(copy, std::fs::read(source.join("train/a.bin")).unwrap());
+    // Members with nothing to version (a FIFO) are skipped and counted.
+    write_file(
+        &env.path("archives/fifo.tar"),
+        &raw_tar("pipe", tar::EntryType::Fifo, "", b""),
+    );
+    let skipped = env.json(&["import", "archives/fifo.tar"]);
+    assert_eq!(
+        (
+            skipped["members_skipped"].as_u64(),
+            skipped["files"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
     // --no-extract keeps the archive as one file.
     let kept = env.json(&["import", "archives/plain.tar", "--no-extract", "-d", "raw"]);
     assert_eq!(kept["files"], 1);
@@ -491,17 +504,51 @@ fn s3_imports_pin_etag_and_version_id_and_record_provenance() {
     let human = env.ok(&["show", "mnist@first", "--provenance"]);
     assert!(human.contains(&format!("version {version1}")), "{human}");
 
+    // Pinned to the current version, an update finds nothing new and records nothing.
+    let pinned = env.json(&["import", &url, "--version-id", &version2, "-d", "pinned"]);
+    let same = env.json(&["update", "pinned"]);
+    assert_eq!(
+        (same["created"].as_bool(), same["version"].clone()),
+        (Some(false), pinned["version"].clone())
+    );
+
     // The latest (no pin); then update finds nothing new, and after a new upload imports it.
     let latest = env.json(&["import", &url]);
     assert_eq!(latest["parent"], old["version"]);
     assert_checkout(&env, "mnist", &two);
+    // A tag that names another version than the head is refused before anything is read.
+    let packs = datasets_and_packs(&env).1;
+    let other = env.path("other.tar");
+    write_file(&other, &tar_of(&three_tree(&env)));
+    let error = env.json_error(
+        &[
+            "import",
+            other.to_str().unwrap(),
+            "-d",
+            "mnist",
+            "-t",
+            "first",
+        ],
+        3,
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("already exists"),
+        "{error}"
+    );
+    assert_eq!(
+        datasets_and_packs(&env).1,
+        packs,
+        "the refused import wrote packs"
+    );
     let none = env.json(&["update", "mnist"]);
     assert_eq!(
         (none["created"].clone(), none["objects_read"].clone()),
         (Value::from(false), Value::from(0))
     );
-    let three = env.path("three");
-    sample_tree(&three, 25);
+    let three = three_tree(&env);
     put(&store, &key, gzip(&tar_of(&three)));
     let updated = env.json(&["update", "mnist"]);
     assert_eq!(updated["created"], true);
@@ -530,6 +577,15 @@ fn s3_imports_pin_etag_and_version_id_and_record_provenance() {
         cloned["provenance"],
         env.json(&["show", "mnist", "--provenance"])["provenance"]
     );
+}
+
+/// The third upload's tree.
+fn three_tree(env: &TestEnv) -> std::path::PathBuf {
+    let three = env.path("three");
+    if !three.exists() {
+        sample_tree(&three, 25);
+    }
+    three
 }
 
 #[test]
@@ -573,6 +629,13 @@ fn s3_prefix_import_and_update_download_only_what_changed() {
         (third["created"].as_bool(), third["objects_read"].as_u64()),
         (Some(false), Some(0))
     );
+    // A dataset first imported from a deeper prefix: reused objects move to their paths
+    // under the new prefix.
+    let nested = env.json(&["import", &format!("{url}sub/"), "-d", "nested"]);
+    assert_eq!(nested["files"], 2);
+    let widened = env.json(&["import", &url, "-d", "nested"]);
+    assert_eq!(widened["objects_unchanged"], 2, "{widened}");
+    assert_checkout(&env, "nested", &expected);
     // A committed dataset has no source to update from.
     env.write("dir/x", "x");
     env.ok(&["commit", "dir", "-d", "handmade"]);
