@@ -291,8 +291,10 @@ fn key_path(object: &SourceObject) -> Result<String> {
 
 /// What the head recorded, for reuse.
 struct Previous {
+    head: crate::catalog::VersionRecord,
     provenance: Provenance,
-    entries: HashMap<String, FlatEntry>,
+    /// Indexes into `provenance.files`, by source URL.
+    by_url: HashMap<String, Vec<usize>>,
 }
 
 impl Previous {
@@ -300,20 +302,28 @@ impl Previous {
         let Some(head) = store.catalog().head_or_none(dataset)? else {
             return Ok(None);
         };
-        let version = store.catalog().version_record(&head)?.version;
-        let Some(provenance_id) = version.provenance else {
+        let head = store.catalog().version_record(&head)?;
+        let Some(provenance_id) = head.version.provenance else {
             return Ok(None);
         };
-        let mut reader = store.reader();
-        let provenance = reader.provenance(&provenance_id)?;
-        let entries = tree::flatten(&mut reader, &version.tree)?
+        let provenance = store.reader().provenance(&provenance_id)?;
+        let mut by_url: HashMap<String, Vec<usize>> = HashMap::new();
+        for (index, file) in provenance.files.iter().enumerate() {
+            by_url.entry(file.url.clone()).or_default().push(index);
+        }
+        Ok(Some(Previous {
+            head,
+            provenance,
+            by_url,
+        }))
+    }
+
+    /// The head's entries by path (read only when something is reused).
+    fn entries(&self, store: &Store) -> Result<HashMap<String, FlatEntry>> {
+        Ok(tree::flatten(&mut store.reader(), &self.head.version.tree)?
             .into_iter()
             .map(|e| (e.path.clone(), e))
-            .collect();
-        Ok(Some(Previous {
-            provenance,
-            entries,
-        }))
+            .collect())
     }
 
     /// The files the head took from `object`, if the object is unchanged since (same ETag,
@@ -323,10 +333,10 @@ impl Previous {
             return None;
         }
         let files: Vec<&FileProvenance> = self
-            .provenance
-            .files
+            .by_url
+            .get(&object.url)?
             .iter()
-            .filter(|f| f.url == object.url)
+            .map(|&index| &self.provenance.files[index])
             .collect();
         let first = files.first()?;
         let same_version = match (&first.version_id, &object.version_id) {
@@ -398,46 +408,78 @@ fn run(
         super::commit::check_tag_free(store, &draft.dataset, tag)?;
     }
     let previous = Previous::load(store, &draft.dataset)?;
-    let mut collected = Collected::default();
+    let mut reused = Vec::new();
     let mut to_read = Vec::new();
     for object in &listing.objects {
-        let reused = previous.as_ref().and_then(|p| {
-            p.unchanged(object, format.is_some())
-                .map(|files| (p, files))
-        });
-        match reused {
-            Some((previous, files)) => {
-                for file in files {
-                    let Some(entry) = previous.entries.get(&file.path) else {
-                        continue;
-                    };
-                    if format.is_some() {
-                        collected.insert(entry.clone(), object, file.member.clone());
-                    } else {
-                        // The object's path under this listing, which may differ from the head's.
-                        let entry = FlatEntry {
-                            path: key_path(object)?,
-                            ..entry.clone()
-                        };
-                        collected.insert_new(entry, object)?;
-                    }
-                }
-                // Directories of a reused archive (empty ones included) stay too.
-                if format.is_some() {
-                    collected.dirs.extend(
-                        previous
-                            .entries
-                            .values()
-                            .filter(|e| e.kind == FlatKind::Dir)
-                            .map(|e| e.path.clone()),
-                    );
-                }
-            }
+        match previous
+            .as_ref()
+            .and_then(|p| p.unchanged(object, format.is_some()))
+        {
+            Some(files) => reused.push((object, files)),
             None => to_read.push(object),
         }
     }
-    let objects_unchanged = (listing.objects.len() - to_read.len()) as u64;
+    let objects_unchanged = reused.len() as u64;
     let bytes_downloaded: u64 = to_read.iter().map(|o| o.size).sum();
+    // Every object the head came from, and nothing else: the head stands (the common answer
+    // of `update`, found without reading its trees).
+    if let Some(previous) = &previous
+        && to_read.is_empty()
+        && draft.tag.is_none()
+        && previous.provenance.source == source.spec()
+        && reused.iter().map(|(_, files)| files.len()).sum::<usize>()
+            == previous.provenance.files.len()
+    {
+        let head = &previous.head;
+        return Ok(ImportReport {
+            dataset: draft.dataset.clone(),
+            version: head.id,
+            parent: head.version.parent,
+            created: false,
+            tag: None,
+            source: source.spec().to_string(),
+            archive: format,
+            files: head.version.files,
+            bytes: head.version.bytes,
+            objects: listing.objects.len() as u64,
+            objects_read: 0,
+            objects_unchanged,
+            bytes_downloaded: 0,
+            members_skipped: 0,
+            ingest: IngestStats::default(),
+            packs_written: 0,
+        });
+    }
+    let mut collected = Collected::default();
+    if let Some(previous) = previous.as_ref().filter(|_| !reused.is_empty()) {
+        let entries = previous.entries(store)?;
+        for (object, files) in reused {
+            for file in files {
+                let Some(entry) = entries.get(&file.path) else {
+                    continue;
+                };
+                if format.is_some() {
+                    collected.insert(entry.clone(), object, file.member.clone());
+                } else {
+                    // The object's path under this listing, which may differ from the head's.
+                    let entry = FlatEntry {
+                        path: key_path(object)?,
+                        ..entry.clone()
+                    };
+                    collected.insert_new(entry, object)?;
+                }
+            }
+        }
+        // Directories of a reused archive (empty ones included) stay too.
+        if format.is_some() {
+            collected.dirs.extend(
+                entries
+                    .values()
+                    .filter(|e| e.kind == FlatKind::Dir)
+                    .map(|e| e.path.clone()),
+            );
+        }
+    }
 
     // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
     let _data_lock = store.lock_data_shared()?;
