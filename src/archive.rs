@@ -270,11 +270,7 @@ fn read_tar(
     for entry in entries {
         let mut entry = entry.map_err(|e| input_error(url, e))?;
         let name = utf8(url, &entry.path_bytes())?;
-        let refuse = |reason: &str| Error::UnsafeArchive {
-            url: url.to_string(),
-            member: name.clone(),
-            reason: reason.to_string(),
-        };
+        let refuse = refusal(url, &name);
         let Some(path) = member_path(&name).map_err(refuse)? else {
             continue;
         };
@@ -337,11 +333,7 @@ fn read_zip(
     for index in 0..archive.len() {
         let mut file = archive.by_index(index).map_err(|e| zip_error(url, e))?;
         let name = utf8(url, file.name_raw())?;
-        let refuse = |reason: &str| Error::UnsafeArchive {
-            url: url.to_string(),
-            member: name.clone(),
-            reason: reason.to_string(),
-        };
+        let refuse = refusal(url, &name);
         let Some(path) = member_path(&name).map_err(refuse)? else {
             continue;
         };
@@ -376,6 +368,15 @@ fn read_zip(
         produced = limited.produced;
     }
     Ok(())
+}
+
+/// Makes the error refusing member `name` of archive `url` for a reason.
+fn refusal<'a>(url: &'a str, name: &'a str) -> impl Fn(&str) -> Error + Copy + 'a {
+    move |reason| Error::UnsafeArchive {
+        url: url.to_string(),
+        member: name.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 fn utf8(url: &str, bytes: &[u8]) -> Result<String> {

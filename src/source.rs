@@ -50,6 +50,11 @@ impl SourceObject {
     /// An object with only a URL (for unit tests of code that records provenance).
     #[doc(hidden)]
     pub fn for_tests(url: &str) -> SourceObject {
+        SourceObject::unknown(url, Location::Http)
+    }
+
+    /// An object at `url` of which nothing is known yet.
+    fn unknown(url: &str, location: Location) -> SourceObject {
         SourceObject {
             url: url.to_string(),
             path: String::new(),
@@ -60,7 +65,7 @@ impl SourceObject {
             size_known: false,
             executable: false,
             symlink: None,
-            location: Location::Http,
+            location,
         }
     }
 }
@@ -415,16 +420,8 @@ async fn cloud_list(
             Err(object_store::Error::NotFound { .. }) if pin.is_empty() => {}
             Err(e) => {
                 let target = SourceObject {
-                    url: url.clone(),
-                    path: String::new(),
-                    etag: None,
                     version_id: pin.version_id.clone(),
-                    last_modified: None,
-                    size: 0,
-                    size_known: false,
-                    executable: false,
-                    symlink: None,
-                    location: Location::Cloud(path),
+                    ..SourceObject::unknown(&url, Location::Cloud(path))
                 };
                 return Err(cloud_error(&url, &target, "HEAD", e));
             }
@@ -532,18 +529,7 @@ fn http_error(url: &str, action: &str, e: reqwest::Error) -> Error {
 }
 
 async fn http_head(client: &reqwest::Client, url: &str) -> Result<SourceObject> {
-    let mut object = SourceObject {
-        url: url.to_string(),
-        path: String::new(),
-        etag: None,
-        version_id: None,
-        last_modified: None,
-        size: 0,
-        size_known: false,
-        executable: false,
-        symlink: None,
-        location: Location::Http,
-    };
+    let mut object = SourceObject::unknown(url, Location::Http);
     let response = client
         .head(url)
         .send()

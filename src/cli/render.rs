@@ -26,6 +26,13 @@ fn time(seconds: i64) -> String {
         .to_string()
 }
 
+/// " (tag T)" after a new version's name, when it was tagged.
+fn tag_suffix(tag: &Option<String>) -> String {
+    tag.as_ref()
+        .map(|t| format!(" (tag {t})"))
+        .unwrap_or_default()
+}
+
 pub fn commit(r: &CommitReport) -> String {
     if !r.created {
         return format!(
@@ -34,11 +41,7 @@ pub fn commit(r: &CommitReport) -> String {
             r.version.short()
         );
     }
-    let tag = r
-        .tag
-        .as_ref()
-        .map(|t| format!(" (tag {t})"))
-        .unwrap_or_default();
+    let tag = tag_suffix(&r.tag);
     format!(
         "Committed {}@{}{tag}: {} files, {}\n  read {} files ({}), {} unchanged; stored {} new chunks, {} in {} packs\n{}",
         r.dataset,
@@ -580,11 +583,7 @@ pub fn prune(r: &PruneReport) -> String {
 
 pub fn import(r: &ImportReport) -> String {
     let mut out = if r.created {
-        let tag = r
-            .tag
-            .as_ref()
-            .map(|t| format!(" (tag {t})"))
-            .unwrap_or_default();
+        let tag = tag_suffix(&r.tag);
         format!(
             "Imported {}@{}{tag}: {} files, {}",
             r.dataset,

@@ -147,16 +147,13 @@ pub fn import(
         allow_empty: false,
         compression_level: options.settings.ingest.compression_level,
     };
-    run(
-        store,
-        &source,
+    let request = Request {
+        source: &source,
         listing,
-        &options.pin,
-        options.extract,
-        draft,
-        &options.settings,
-        progress,
-    )
+        pin: &options.pin,
+        extract: options.extract,
+    };
+    run(store, request, draft, &options.settings, progress)
 }
 
 /// Re-checks the source `dataset`'s head was imported from: downloads only the objects
@@ -202,16 +199,13 @@ pub fn update(
         allow_empty: false,
         compression_level: settings.ingest.compression_level,
     };
-    run(
-        store,
-        &source,
+    let request = Request {
+        source: &source,
         listing,
-        &Pin::default(),
+        pin: &Pin::default(),
         extract,
-        draft,
-        settings,
-        progress,
-    )
+    };
+    run(store, request, draft, settings, progress)
 }
 
 /// The default dataset name: the source's last path element without its archive extension.
@@ -357,17 +351,28 @@ impl Previous {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What one import or update reads: the source, what it listed, the pins and archive
+/// handling asked for.
+struct Request<'a> {
+    source: &'a Source,
+    listing: Listing,
+    pin: &'a Pin,
+    extract: Extract,
+}
+
 fn run(
     store: &mut Store,
-    source: &Source,
-    listing: Listing,
-    pin: &Pin,
-    extract: Extract,
+    request: Request<'_>,
     mut draft: VersionDraft,
     settings: &SourceSettings,
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
+    let Request {
+        source,
+        listing,
+        pin,
+        extract,
+    } = request;
     // The archive format of a single object, when it is to be expanded.
     let format = match (listing.single, extract) {
         (true, Extract::Never) => None,
