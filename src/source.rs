@@ -404,7 +404,22 @@ async fn cloud_list(
             version: pin.version_id.clone(),
             ..Default::default()
         };
-        match store.get_opts(&path, options).await {
+        let mut found = store.get_opts(&path, options.clone()).await;
+        // HEAD needs the same permission as GET, but some S3-compatible servers apply
+        // anonymous-read policies to GET only: ask for the metadata with a GET whose body is
+        // dropped unread.
+        if matches!(found, Err(object_store::Error::PermissionDenied { .. })) {
+            found = store
+                .get_opts(
+                    &path,
+                    GetOptions {
+                        head: false,
+                        ..options
+                    },
+                )
+                .await;
+        }
+        match found {
             Ok(result) => {
                 let name = key.rsplit('/').next().unwrap_or(key).to_string();
                 let mut object = from_meta(bucket_url, result.meta, name);

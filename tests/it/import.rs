@@ -751,3 +751,28 @@ fn kill_during_import_leaves_a_consistent_store_and_the_rerun_succeeds() {
     assert_eq!(done["files"], 24);
     assert_checkout(&env, "big", &dir);
 }
+
+#[test]
+fn a_public_bucket_imports_without_credentials() {
+    let env = TestEnv::new();
+    let uploader = s3(&env, "dsv-public");
+    let key = format!("{}/public.tar.gz", unique_prefix());
+    let source = env.path("source");
+    sample_tree(&source, 61);
+    put(&uploader, &key, gzip(&tar_of(&source)));
+    // A reader with no credentials at all, as for a public dataset bucket.
+    let reader = TestEnv::new();
+    reader.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
+    reader.set_var("AWS_ALLOW_HTTP", "true");
+    reader.set_var("AWS_REGION", "us-east-1");
+    let url = format!("s3://dsv-public/{key}");
+    let report = reader.json(&["import", &url, "--option", "aws_skip_signature=true"]);
+    assert_eq!(report["dataset"], "public");
+    assert_checkout(&reader, "public", &source);
+    // Credentials are refused as options: they belong in the environment.
+    let error = reader.json_error(&["import", &url, "--option", "aws_secret_access_key=x"], 3);
+    assert!(
+        error["message"].as_str().unwrap().contains("credentials"),
+        "{error}"
+    );
+}
