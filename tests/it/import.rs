@@ -776,3 +776,37 @@ fn a_public_bucket_imports_without_credentials() {
         "{error}"
     );
 }
+
+#[test]
+fn an_azure_prefix_imports_like_an_s3_one() {
+    let env = TestEnv::new();
+    let azure = endpoint("DSV_TEST_AZURE_ENDPOINT");
+    env.set_var("AZURE_STORAGE_USE_EMULATOR", "true");
+    env.set_var("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1");
+    env.set_var("AZURITE_BLOB_STORAGE_URL", &azure);
+    // The test's own uploads: Azurite's documented account and key.
+    let uploader: Arc<dyn object_store::ObjectStore> = Arc::new(
+        object_store::azure::MicrosoftAzureBuilder::new()
+            .with_endpoint(format!("{azure}/devstoreaccount1"))
+            .with_allow_http(true)
+            .with_account("devstoreaccount1")
+            .with_access_key("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+            .with_container_name("dsv-test")
+            .build()
+            .unwrap(),
+    );
+    let prefix = unique_prefix();
+    let expected = env.path("expected");
+    for (index, name) in ["x.bin", "d/y.bin"].iter().enumerate() {
+        let bytes = pseudo_random(80_000, 71 + 2 * index as u64);
+        write_file(&expected.join(name), &bytes);
+        put(&uploader, &format!("{prefix}/{name}"), bytes);
+    }
+    let report = env.json(&["import", &format!("az://dsv-test/{prefix}/"), "-d", "blobs"]);
+    assert_eq!(report["objects_read"], 2);
+    assert_checkout(&env, "blobs", &expected);
+    let files = env.json(&["show", "blobs", "--provenance"])["provenance"]["files"].clone();
+    assert_eq!(files[0]["url"], format!("az://dsv-test/{prefix}/d/y.bin"));
+    assert!(files[0]["etag"].as_str().is_some(), "{files}");
+    assert_eq!(env.json(&["update", "blobs"])["created"], false);
+}
