@@ -264,7 +264,7 @@ pub enum Error {
         /// What is missing ("no such object", "no version … of it").
         detail: String,
     },
-    /// `--etag` given and the object's ETag differs (or changed during the import).
+    /// `--etag` given and the object's ETag differs.
     #[error("{url} has ETag {actual}, not the {expected} the import is pinned to")]
     EtagMismatch {
         /// The object's URL.

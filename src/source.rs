@@ -310,7 +310,7 @@ impl Source {
     /// ETag. The stream fails if the object changed since it was listed.
     ///
     /// # Errors
-    /// [`Error::EtagMismatch`] when it changed; [`Error::SourceNotFound`]; [`Error::Remote`],
+    /// [`Error::SourceChanged`] when it changed; [`Error::SourceNotFound`]; [`Error::Remote`],
     /// [`Error::Http`], [`Error::Io`].
     pub fn read(&self, object: &SourceObject) -> Result<Box<dyn Read + Send>> {
         match (&self.kind, &object.location) {

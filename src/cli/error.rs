@@ -78,7 +78,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             let dataset = revision.split('@').next().unwrap_or(revision);
             format!("`dsv log {dataset}` lists its versions and tags")
         }
-        Error::TagExists { .. } => "pass --force to move the tag".into(),
+        Error::TagExists { .. } => "choose another tag, or move this one with `dsv tag REV TAG --force`".into(),
         Error::Conflict { .. } => {
             "commit those changes first, or pass --force to overwrite them (they will be lost)"
                 .into()
@@ -118,7 +118,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::Remote { source, .. } => match dsv::error::remote_refusal(source) {
             Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add`".into(),
             Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
-            None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run sends only what is still missing".into(),
+            None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing".into(),
         },
 
         _ => return Vec::new(),

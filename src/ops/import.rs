@@ -112,11 +112,13 @@ pub struct ImportReport {
 /// Imports `options.source` as a new version of a dataset.
 ///
 /// # Errors
-/// [`Error::SourceNotFound`], [`Error::EtagMismatch`], [`Error::InvalidImport`] (a pin on a
-/// prefix, `--extract` on a file that is no archive, no usable dataset name),
+/// [`Error::SourceNotFound`], [`Error::EtagMismatch`], [`Error::SourceChanged`],
+/// [`Error::InvalidImport`] (a pin on a prefix, `--extract` on a file that is no archive, no
+/// usable dataset name, two keys making one path), [`Error::TagExists`],
 /// [`Error::UnsafeArchive`], [`Error::BadArchive`], [`Error::Remote`], [`Error::Http`],
-/// [`Error::Io`], [`Error::Interrupted`]. On any error nothing is recorded and the packs
-/// written are deleted.
+/// [`Error::Io`], [`Error::Interrupted`]. On an error before the version is recorded,
+/// nothing is recorded and the packs written are deleted; one while recording (a full disk)
+/// leaves unnamed packs for `gc`.
 pub fn import(
     store: &mut Store,
     options: &ImportOptions,
@@ -159,7 +161,8 @@ pub fn import(
 /// Re-checks the source `dataset`'s head was imported from: downloads only the objects
 /// whose ETag, Last-Modified, size or VersionId changed, and records a new version only
 /// when something did. A pinned import (`--etag`, `--version-id`) follows the source's
-/// current state: updating is moving the pin.
+/// current state: an unchanged object keeps the head (and its pins), a changed one is
+/// imported without pins.
 ///
 /// # Errors
 /// [`Error::NotImported`] when the head has no provenance; the errors of [`import`].
