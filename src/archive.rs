@@ -253,18 +253,30 @@ pub fn read(
                     limits,
                 };
                 let ahead = read_ahead(scope, limited);
-                read_tar(ahead, url, each)
+                read_tar(ahead, url, &consumed, limits, each)
             }
         }
     })
 }
 
+/// Reads a tar stream member by member. The limits apply twice: to the decompressed stream
+/// (in the caller) and here to what members yield, which counts the zeros the tar reader
+/// makes up for sparse members and the bytes hard links repeat.
 fn read_tar(
     input: impl Read,
     url: &str,
+    consumed: &Arc<AtomicU64>,
+    limits: Limits,
     each: &mut dyn FnMut(Member<'_>) -> Result<()>,
 ) -> Result<u64> {
     let mut skipped = 0;
+    let mut produced = 0u64;
+    // Bytes of each file member so far, for the hard links that repeat them.
+    let mut sizes: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let limit_error = |detail| Error::BadArchive {
+        url: url.to_string(),
+        detail,
+    };
     let mut archive = tar::Archive::new(input);
     let entries = archive.entries().map_err(|e| input_error(url, e))?;
     for entry in entries {
@@ -292,8 +304,13 @@ fn read_tar(
                 let target = member_path(&target)
                     .map_err(refuse)?
                     .ok_or_else(|| refuse("a hard link to the archive's root"))?;
+                produced += sizes.get(&target).copied().unwrap_or(0);
+                check_expansion(produced, consumed.load(Ordering::Relaxed), limits)
+                    .map_err(limit_error)?;
                 MemberKind::HardLink { target }
             }
+            // A pax global header (git archive writes one) holds no member.
+            tar::EntryType::XGlobalHeader => continue,
             // Devices, FIFOs and the like hold no data to version.
             other => {
                 tracing::warn!(member = %name, kind = ?other, "skipping an archive member that is not a file, directory or link");
@@ -301,12 +318,25 @@ fn read_tar(
                 continue;
             }
         };
+        let is_file = matches!(kind, MemberKind::File { .. });
+        let before = produced;
+        let mut limited = Limited {
+            inner: &mut entry,
+            consumed: consumed.clone(),
+            produced,
+            limits,
+        };
+        let member_path = path.clone();
         each(Member {
             name,
             path,
             kind,
-            reader: &mut entry,
+            reader: &mut limited,
         })?;
+        produced = limited.produced;
+        if is_file {
+            sizes.insert(member_path, produced - before);
+        }
     }
     Ok(skipped)
 }
@@ -321,9 +351,20 @@ fn read_zip(
     let archive_size = file.metadata().map_err(|e| input_error(url, e))?.len();
     let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_error(url, e))?;
     // Refuse a bomb from its directory before expanding anything.
-    let declared: u64 = (0..archive.len())
-        .filter_map(|i| archive.by_index_raw(i).ok().map(|f| f.size()))
-        .sum();
+    let too_large = || {
+        Error::BadArchive {
+        url: url.to_string(),
+        detail: "the archive's directory declares more bytes than can be counted; refused as a possible decompression bomb".into(),
+    }
+    };
+    let mut declared = 0u64;
+    for index in 0..archive.len() {
+        let size = archive
+            .by_index_raw(index)
+            .map_err(|e| zip_error(url, e))?
+            .size();
+        declared = declared.checked_add(size).ok_or_else(too_large)?;
+    }
     check_expansion(declared, archive_size, limits).map_err(|detail| Error::BadArchive {
         url: url.to_string(),
         detail,
@@ -337,7 +378,14 @@ fn read_zip(
         let Some(path) = member_path(&name).map_err(refuse)? else {
             continue;
         };
-        consumed.fetch_add(file.compressed_size(), Ordering::Relaxed);
+        // What the directory says a member takes, but never more than the file holds.
+        let so_far = consumed.load(Ordering::Relaxed);
+        consumed.store(
+            so_far
+                .saturating_add(file.compressed_size())
+                .min(archive_size),
+            Ordering::Relaxed,
+        );
         let kind = if file.is_dir() {
             MemberKind::Dir
         } else if file.is_symlink() {

@@ -137,10 +137,16 @@ pub fn etag_matches(a: &str, b: &str) -> bool {
     bare(a) == bare(b)
 }
 
-/// The ETag dsv records for a local file: its mtime in nanoseconds and size, in hex (the
-/// shape web servers give files).
-pub fn local_etag(mtime_ns: i64, size: u64) -> String {
-    format!("\"{mtime_ns:x}-{size:x}\"")
+/// The ETag dsv records for a local file: its mtime in nanoseconds and size in hex (the
+/// shape web servers give files), then its permission bits in octal (so a `chmod +x` is a
+/// change).
+pub fn local_etag(stat: &crate::walk::Stat) -> String {
+    format!(
+        "\"{:x}-{:x}-{:o}\"",
+        stat.mtime_ns,
+        stat.size,
+        stat.mode & 0o7777
+    )
 }
 
 impl Source {
@@ -157,51 +163,58 @@ impl Source {
             source_url: spec.to_string(),
             reason: reason.to_string(),
         };
-        let (kind, spec) = match spec.split_once("://") {
-            Some(("s3" | "s3a" | "gs" | "az" | "abfs" | "abfss", rest)) => {
-                let (bucket, _) = rest.split_once('/').unwrap_or((rest, ""));
-                if bucket.is_empty() {
-                    return Err(invalid("the bucket name is missing"));
-                }
-                let (store, key) = crate::remote::cloud_backend(spec, options)?;
-                let scheme = spec.split_once("://").expect("matched").0;
-                (
-                    Kind::Cloud {
-                        store,
-                        bucket_url: format!("{scheme}://{bucket}"),
-                        is_prefix: key.is_empty() || spec.ends_with('/'),
-                        key,
-                    },
-                    spec.to_string(),
-                )
-            }
-            Some(("http" | "https", _)) => {
-                if !options.is_empty() {
-                    return Err(invalid("--option applies to object storage sources only"));
-                }
-                let client = reqwest::Client::builder()
-                    .user_agent(concat!("dsv/", env!("CARGO_PKG_VERSION")))
-                    .build()
-                    .map_err(|source| Error::Http {
-                        url: spec.to_string(),
-                        action: "setting up the HTTP client".into(),
-                        source,
-                    })?;
-                (Kind::Http { client }, spec.to_string())
-            }
-            Some(("file", rest)) => local(spec, rest, options)?,
-            Some(_) => {
-                return Err(invalid(
-                    "unsupported scheme; use s3://, gs://, az://, http(s)://, file:// or a path",
-                ));
-            }
-            None => local(spec, spec, options)?,
-        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .at(FsPath::new("tokio runtime"))?;
+        let (kind, spec) = {
+            // The HTTP client's timers belong to this runtime.
+            let _entered = runtime.enter();
+            match spec.split_once("://") {
+                Some(("s3" | "s3a" | "gs" | "az" | "abfs" | "abfss", rest)) => {
+                    let (bucket, _) = rest.split_once('/').unwrap_or((rest, ""));
+                    if bucket.is_empty() {
+                        return Err(invalid("the bucket name is missing"));
+                    }
+                    let (store, key) = crate::remote::cloud_backend(spec, options)?;
+                    let scheme = spec.split_once("://").expect("matched").0;
+                    (
+                        Kind::Cloud {
+                            store,
+                            bucket_url: format!("{scheme}://{bucket}"),
+                            is_prefix: key.is_empty() || spec.ends_with('/'),
+                            key,
+                        },
+                        spec.to_string(),
+                    )
+                }
+                Some(("http" | "https", _)) => {
+                    if !options.is_empty() {
+                        return Err(invalid("--option applies to object storage sources only"));
+                    }
+                    let client = reqwest::Client::builder()
+                        .user_agent(concat!("dsv/", env!("CARGO_PKG_VERSION")))
+                        // A stalled server fails the import instead of hanging it.
+                        .connect_timeout(std::time::Duration::from_secs(30))
+                        .read_timeout(std::time::Duration::from_secs(120))
+                        .build()
+                        .map_err(|source| Error::Http {
+                            url: spec.to_string(),
+                            action: "setting up the HTTP client".into(),
+                            source,
+                        })?;
+                    (Kind::Http { client }, spec.to_string())
+                }
+                Some(("file", rest)) => local(spec, rest, options)?,
+                Some(_) => {
+                    return Err(invalid(
+                        "unsupported scheme; use s3://, gs://, az://, http(s)://, file:// or a path",
+                    ));
+                }
+                None => local(spec, spec, options)?,
+            }
+        };
         Ok(Source {
             spec,
             kind,
@@ -338,7 +351,7 @@ impl Source {
                 }
                 let response = self
                     .runtime
-                    .block_on(request.send())
+                    .block_on(async { request.send().await })
                     .and_then(reqwest::Response::error_for_status)
                     .map_err(|e| http_error(&object.url, "GET", e))?;
                 let stream = response
@@ -481,6 +494,18 @@ async fn cloud_list(
             from_meta(bucket_url, meta, relative)
         })
         .collect();
+    // Zero-byte "folder" placeholders (`prefix/`, `prefix/sub/`, made by storage consoles)
+    // are directories, not files; object_store lists them without their slash.
+    let mut dirs = std::collections::HashSet::new();
+    for object in &objects {
+        let mut end = 0;
+        while let Some(slash) = object.path[end..].find('/') {
+            end += slash;
+            dirs.insert(object.path[..end].to_string());
+            end += 1;
+        }
+    }
+    objects.retain(|o| !(o.size == 0 && (o.path.is_empty() || dirs.contains(&o.path))));
     objects.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Listing {
         objects,
@@ -545,10 +570,20 @@ fn http_error(url: &str, action: &str, e: reqwest::Error) -> Error {
 
 async fn http_head(client: &reqwest::Client, url: &str) -> Result<SourceObject> {
     let mut object = SourceObject::unknown(url, Location::Http);
-    let response = client
-        .head(url)
-        .send()
-        .await
+    let mut response = client.head(url).send().await;
+    // Some servers refuse HEAD (a presigned S3 URL signs the method too): the headers of a
+    // GET whose body is dropped unread say the same.
+    if response.as_ref().is_ok_and(|r| {
+        matches!(
+            r.status(),
+            reqwest::StatusCode::FORBIDDEN
+                | reqwest::StatusCode::METHOD_NOT_ALLOWED
+                | reqwest::StatusCode::NOT_IMPLEMENTED
+        )
+    }) {
+        response = client.get(url).send().await;
+    }
+    let response = response
         .and_then(reqwest::Response::error_for_status)
         .map_err(|e| http_error(url, "HEAD", e))?;
     let header = |name: reqwest::header::HeaderName| {
@@ -583,7 +618,7 @@ fn local_list(path: &FsPath) -> Result<Listing> {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default(),
-                etag: Some(local_etag(stat.mtime_ns, stat.size)),
+                etag: Some(local_etag(&stat)),
                 version_id: None,
                 last_modified: Some(stat.mtime_ns.div_euclid(1_000_000_000)),
                 size: stat.size,
@@ -610,7 +645,7 @@ fn local_list(path: &FsPath) -> Result<Listing> {
         objects.push(SourceObject {
             url: url(&full),
             path: entry.path,
-            etag: Some(local_etag(entry.stat.mtime_ns, entry.stat.size)),
+            etag: Some(local_etag(&entry.stat)),
             version_id: None,
             last_modified: Some(entry.stat.mtime_ns.div_euclid(1_000_000_000)),
             size: entry.stat.size,

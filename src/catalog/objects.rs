@@ -131,6 +131,17 @@ impl Catalog {
         }))
     }
 
+    /// True when the catalog names pack `id`.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn has_pack(&self, id: &ObjectId) -> Result<bool> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT 1 FROM packs WHERE pack_id = ?1")?;
+        Ok(stmt.exists([&id.0[..]])?)
+    }
+
     /// Every pack the catalog names: (pack id, size in bytes).
     ///
     /// # Errors

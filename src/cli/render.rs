@@ -21,7 +21,13 @@ use dsv::ops::sync::{
 use dsv::ops::verify::VerifyReport;
 use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
 
+/// RFC 3339 in UTC; times humantime cannot show (after the year 9999, as a remote's
+/// provenance may claim) as raw seconds.
 fn time(seconds: i64) -> String {
+    const YEAR_10000: i64 = 253_402_300_800;
+    if seconds >= YEAR_10000 {
+        return format!("{seconds} s after the epoch");
+    }
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(seconds.max(0) as u64))
         .to_string()
 }

@@ -273,7 +273,7 @@ pub fn gc(
     let sealed = match copied {
         Ok(()) => sink.finish()?,
         Err(e) => {
-            sink.abandon();
+            sink.abandon(store);
             return Err(e);
         }
     };

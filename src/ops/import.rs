@@ -415,6 +415,9 @@ fn run(
     if let Some(tag) = &draft.tag {
         super::commit::check_tag_free(store, &draft.dataset, tag)?;
     }
+    // Chunks found in the store are relied on, not rewritten, and the head's provenance and
+    // trees are read from packs: gc must wait until the version is recorded.
+    let _data_lock = store.lock_data_shared()?;
     let previous = Previous::load(store, &draft.dataset)?;
     let mut reused = Vec::new();
     let mut to_read = Vec::new();
@@ -489,8 +492,6 @@ fn run(
         }
     }
 
-    // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
-    let _data_lock = store.lock_data_shared()?;
     store.remove_stale_temp_packs()?;
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     progress.start("importing", bytes_downloaded, Unit::Bytes);
@@ -534,7 +535,7 @@ fn run(
     let (read, stats) = match read {
         Ok(done) => done,
         Err(e) => {
-            sink.abandon();
+            sink.abandon(store);
             return Err(e);
         }
     };
@@ -545,12 +546,12 @@ fn run(
     let (flat, files) = match flat_entries(collected, source.spec()) {
         Ok(done) => done,
         Err(e) => {
-            sink.abandon();
+            sink.abandon(store);
             return Err(e);
         }
     };
     if let Some(link) = tree::symlink_through_symlink(&flat) {
-        sink.abandon();
+        sink.abandon(store);
         return Err(Error::UnsafeArchive {
             url: source.spec().to_string(),
             member: link.path.clone(),

@@ -131,16 +131,26 @@ impl PackSink {
         Ok(())
     }
 
-    /// Gives up: deletes the packs this sink sealed (the catalog never named them) and the
-    /// open one. Used when a download fails a check, so nothing of it stays in the store.
-    pub fn abandon(self) {
+    /// Gives up: deletes the open pack and the packs this sink sealed, so nothing of a failed
+    /// download or import stays in `store`. A pack is named by its content, so another
+    /// process may have recorded a byte-identical one meanwhile: under the store lock, only
+    /// packs the catalog does not name are deleted (if the lock or the catalog cannot be
+    /// read, none is: an unnamed pack is harmless and `gc` removes it). The caller must not
+    /// hold the store lock.
+    pub fn abandon(self, store: &crate::store::Store) {
         let (open, sealed) = self
             .state
             .into_inner()
             .expect("no panics while holding the lock");
         drop(open);
+        let Ok(_lock) = store.lock() else {
+            return;
+        };
         for pack in sealed {
-            let _ = std::fs::remove_file(crate::pack::writer::pack_path(&self.packs_dir, &pack.id));
+            if matches!(store.catalog().has_pack(&pack.id), Ok(false)) {
+                let _ =
+                    std::fs::remove_file(crate::pack::writer::pack_path(&self.packs_dir, &pack.id));
+            }
         }
     }
 
@@ -379,6 +389,11 @@ impl StreamWriter<'_> {
         let mut chunks = Vec::new();
         let mut size = 0u64;
         while let Some(chunk) = chunker.next_chunk().map_err(IngestError::Read)? {
+            // Checked per chunk, so a single huge stream stops promptly too.
+            crate::interrupt::check()?;
+            if self.ingester.failed.load(Ordering::Relaxed) {
+                return Err(Error::Interrupted.into());
+            }
             let id = ObjectId::of(chunk);
             size += chunk.len() as u64;
             if let Some(progress) = self.ingester.progress {

@@ -503,7 +503,7 @@ fn download(
     let sealed: Vec<SealedPack> = match result {
         Ok(()) => sink.finish()?,
         Err(e) => {
-            sink.abandon();
+            sink.abandon(store);
             return Err(e);
         }
     };

@@ -106,6 +106,43 @@ fn raw_tar(name: &str, kind: tar::EntryType, link: &str, data: &[u8]) -> Vec<u8>
     builder.into_inner().unwrap()
 }
 
+/// A tar without its two closing zero blocks, so members can be appended.
+fn without_end(tar: &[u8]) -> Vec<u8> {
+    tar[..tar.len() - 1024].to_vec()
+}
+
+/// A tar holding one file of `size` random bytes and `links` hard links to it.
+fn hard_links(size: usize, links: usize) -> Vec<u8> {
+    let mut archive = raw_tar(
+        "data.bin",
+        tar::EntryType::Regular,
+        "",
+        &pseudo_random(size, 81),
+    );
+    for i in 0..links {
+        archive = without_end(&archive);
+        archive.extend(raw_tar(
+            &format!("link{i}"),
+            tar::EntryType::Link,
+            "data.bin",
+            b"",
+        ));
+    }
+    archive
+}
+
+/// 40 MiB of random data in four files (more than a pack holds).
+fn big_dir(env: &TestEnv) -> std::path::PathBuf {
+    let dir = env.path("big-source");
+    for i in 0..4u64 {
+        write_file(
+            &dir.join(format!("f{i}.bin")),
+            &pseudo_random(10 << 20, 2 * i + 91),
+        );
+    }
+    dir
+}
+
 /// The dataset names, and the pack files in the store (nothing may be left by a failure).
 fn datasets_and_packs(env: &TestEnv) -> (Vec<String>, usize) {
     let names = env
@@ -174,8 +211,7 @@ fn every_archive_format_expands_to_the_same_version_and_deduplicates() {
     }
     assert!(trees.windows(2).all(|w| w[0] == w[1]), "{trees:?}");
     // A tar hard link is the content of the member it names.
-    let mut with_link = tar.clone();
-    with_link.truncate(with_link.len() - 1024);
+    let mut with_link = without_end(&tar);
     let link = raw_tar(
         "./train/copy.bin",
         tar::EntryType::Link,
@@ -351,6 +387,25 @@ fn bad_archives_are_refused_and_leave_nothing() {
             b"a,b\n".to_vec(),
             vec!["--extract"],
             "archive extension",
+        ),
+        (
+            // 1 MB stored once, repeated by 30 hard links: 31 MB expanded.
+            "links.tar",
+            hard_links(1_000_000, 30),
+            vec!["--max-expanded-size", "10MB"],
+            "--max-expanded-size",
+        ),
+        (
+            // Over 32 MiB of new data (sealed packs) before the refused member: those packs
+            // must go too.
+            "late.tar",
+            [
+                without_end(&tar_of(&big_dir(&env))),
+                raw_tar("../evil", tar::EntryType::Regular, "", b"x"),
+            ]
+            .concat(),
+            vec![],
+            "'..'",
         ),
     ];
     for (name, bytes, extra, expected) in cases {
