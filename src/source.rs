@@ -462,6 +462,13 @@ async fn cloud_list(
             .try_collect()
             .await
             .map_err(|source| {
+                // A key such as `a//b` or `a/./b` has no path dsv (or object_store) can use.
+                if let object_store::Error::InvalidPath { source } = &source {
+                    return Error::InvalidImport {
+                        source_url: spec.to_string(),
+                        reason: format!("a key under it cannot be a path in a dataset: {source}"),
+                    };
+                }
                 if crate::error::remote_refusal(&source) == Some("missing bucket") {
                     return Error::SourceNotFound {
                         url: spec.to_string(),

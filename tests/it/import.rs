@@ -865,3 +865,91 @@ fn an_azure_prefix_imports_like_an_s3_one() {
     assert!(files[0]["etag"].as_str().is_some(), "{files}");
     assert_eq!(env.json(&["update", "blobs"])["created"], false);
 }
+
+/// The library's source layer: a read is pinned to what the listing saw.
+mod source_reads {
+    use std::collections::BTreeMap;
+
+    use dsv::source::{Pin, Source};
+
+    use super::*;
+
+    fn expect_changed(source: &Source, objects: &[dsv::source::SourceObject]) {
+        match source.read(&objects[0]).map(|_| ()) {
+            Err(dsv::Error::SourceChanged { url }) => assert_eq!(url, objects[0].url),
+            other => panic!("expected SourceChanged, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_http_file_replaced_after_its_listing_is_not_read() {
+        let root = Path::new(&endpoint("DSV_TEST_HTTP_ROOT")).join(unique_prefix());
+        write_file(&root.join("data.bin"), b"first contents");
+        let url = format!(
+            "{}/{}/data.bin",
+            endpoint("DSV_TEST_HTTP_URL"),
+            root.file_name().unwrap().to_str().unwrap()
+        );
+        let source = Source::open(&url, &BTreeMap::new()).unwrap();
+        let listing = source.list(&Pin::default()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        write_file(&root.join("data.bin"), b"second, longer contents");
+        expect_changed(&source, &listing.objects);
+    }
+
+    #[test]
+    fn an_s3_object_replaced_after_its_listing_is_not_read() {
+        let env = TestEnv::new();
+        // The public bucket: read without credentials, so the settings fit in options.
+        let store = s3(&env, "dsv-public");
+        let key = format!("{}/data.bin", unique_prefix());
+        put(&store, &key, b"first contents".to_vec());
+        let options: BTreeMap<String, String> = [
+            ("aws_endpoint", endpoint("DSV_TEST_S3_ENDPOINT")),
+            ("aws_allow_http", "true".into()),
+            ("aws_skip_signature", "true".into()),
+            ("aws_region", "us-east-1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let source = Source::open(&format!("s3://dsv-public/{key}"), &options).unwrap();
+        let listing = source.list(&Pin::default()).unwrap();
+        put(&store, &key, b"second, longer contents".to_vec());
+        expect_changed(&source, &listing.objects);
+    }
+}
+
+#[test]
+fn a_key_that_cannot_be_a_path_fails_the_listing_clearly() {
+    let env = TestEnv::new();
+    s3(&env, "dsv-test");
+    let prefix = unique_prefix();
+    // object_store cannot write `a//b`: an unsigned PUT, which moto accepts, can.
+    let runtime = runtime();
+    let status = runtime.block_on(async {
+        reqwest::Client::new()
+            .put(format!(
+                "{}/dsv-test/{prefix}/a//b",
+                endpoint("DSV_TEST_S3_ENDPOINT")
+            ))
+            .body("x")
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert!(status.is_success(), "{status}");
+    let error = env.json_error(
+        &["import", &format!("s3://dsv-test/{prefix}/"), "-d", "odd"],
+        3,
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be a path"),
+        "{error}"
+    );
+    assert_eq!(datasets_and_packs(&env), (vec![], 0));
+}
