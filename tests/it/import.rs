@@ -111,6 +111,27 @@ fn without_end(tar: &[u8]) -> Vec<u8> {
     tar[..tar.len() - 1024].to_vec()
 }
 
+/// A tar holding one GNU sparse file of `real_size` bytes, all holes but its last 512.
+fn sparse_tar(real_size: u64) -> Vec<u8> {
+    fn octal(field: &mut [u8], value: u64) {
+        let text = format!("{value:0width$o}\0", width = field.len() - 1);
+        field.copy_from_slice(text.as_bytes());
+    }
+    let mut header = tar::Header::new_gnu();
+    header.set_path("sparse.bin").unwrap();
+    header.set_mode(0o644);
+    header.set_size(512);
+    header.set_entry_type(tar::EntryType::GNUSparse);
+    let gnu = header.as_gnu_mut().unwrap();
+    octal(&mut gnu.realsize, real_size);
+    octal(&mut gnu.sparse[0].offset, real_size - 512);
+    octal(&mut gnu.sparse[0].numbytes, 512);
+    header.set_cksum();
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.append(&header, &[7u8; 512][..]).unwrap();
+    builder.into_inner().unwrap()
+}
+
 /// A tar holding one file of `size` random bytes and `links` hard links to it.
 fn hard_links(size: usize, links: usize) -> Vec<u8> {
     let mut archive = raw_tar(
@@ -389,6 +410,14 @@ fn bad_archives_are_refused_and_leave_nothing() {
             "archive extension",
         ),
         (
+            // 512 stored bytes at the end of a 200 MiB GNU sparse file: the tar reader makes
+            // up the zeros, and the limits count them.
+            "sparse.tar",
+            sparse_tar(200 << 20),
+            vec![],
+            "decompression bomb",
+        ),
+        (
             // 1 MB stored once, repeated by 30 hard links: 31 MB expanded.
             "links.tar",
             hard_links(1_000_000, 30),
@@ -422,6 +451,15 @@ fn bad_archives_are_refused_and_leave_nothing() {
             "{name} left something behind"
         );
     }
+    // The sparse file is a genuine one: allowed to expand, it imports whole.
+    let sparse = env.path("bad/sparse.tar");
+    let allowed = env.json(&[
+        "import",
+        sparse.to_str().unwrap(),
+        "--max-expansion-ratio",
+        "1000000000",
+    ]);
+    assert_eq!(allowed["bytes"], 200 << 20);
     // A bomb within the configured ratio is an ordinary archive.
     let path = env.path("bad/bomb.tar.gz");
     let allowed = env.json(&[
