@@ -991,3 +991,32 @@ fn a_key_that_cannot_be_a_path_fails_the_listing_clearly() {
     );
     assert_eq!(datasets_and_packs(&env), (vec![], 0));
 }
+
+#[test]
+fn concurrent_imports_of_one_archive_record_one_version() {
+    let env = TestEnv::new();
+    let dir = env.path("source");
+    for i in 0..6u64 {
+        write_file(
+            &dir.join(format!("f{i}.bin")),
+            &pseudo_random(3 << 20, 2 * i + 101),
+        );
+    }
+    write_file(&env.path("same.tar"), &tar_of(&dir));
+    // One compressor each, so both write byte-identical packs (named by their content, so
+    // the same files); the second to record finds the head already holds the same import.
+    let args = ["--json", "import", "same.tar", "--jobs", "1"];
+    let children: Vec<_> = (0..2).map(|_| env.spawn(&args)).collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(env.json(&["log", "same"]).as_array().unwrap().len(), 1);
+    let verify = env.json(&["verify"]);
+    assert_eq!(verify["problems"].as_array().unwrap().len(), 0, "{verify}");
+    assert_checkout(&env, "same", &dir);
+}
