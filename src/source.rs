@@ -48,8 +48,8 @@ pub struct SourceObject {
 
 impl SourceObject {
     /// An object with only a URL (for unit tests of code that records provenance).
-    #[doc(hidden)]
-    pub fn for_tests(url: &str) -> SourceObject {
+    #[cfg(test)]
+    pub(crate) fn for_tests(url: &str) -> SourceObject {
         SourceObject::unknown(url, Location::Http)
     }
 
@@ -225,11 +225,6 @@ impl Source {
     /// The source as recorded in provenance: the URL as given, or a local path made absolute.
     pub fn spec(&self) -> &str {
         &self.spec
-    }
-
-    /// True for a local file or directory.
-    pub fn is_local(&self) -> bool {
-        matches!(self.kind, Kind::Local { .. })
     }
 
     /// The last path element of the source (for a default dataset name): `s3://b/x/mnist.zip`

@@ -155,7 +155,19 @@ pub fn import(
         pin: &options.pin,
         extract: options.extract,
     };
-    run(store, request, draft, &options.settings, progress)
+    // Chunks found in the store are relied on, not rewritten, and the head's provenance and
+    // trees are read from packs: gc must wait until the version is recorded.
+    let data_lock = store.lock_data_shared()?;
+    let previous = Previous::load(store, &draft.dataset)?;
+    run(
+        store,
+        request,
+        previous,
+        data_lock,
+        draft,
+        &options.settings,
+        progress,
+    )
 }
 
 /// Re-checks the source `dataset`'s head was imported from: downloads only the objects
@@ -174,20 +186,16 @@ pub fn update(
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
     check_name("dataset", dataset)?;
-    let head = store
-        .catalog()
-        .head(dataset)?
-        .ok_or_else(|| Error::NotImported {
-            dataset: dataset.to_string(),
-        })?;
-    let version = store.catalog().version_record(&head)?.version;
-    let provenance_id = version.provenance.ok_or_else(|| Error::NotImported {
+    // An unknown dataset is DatasetNotFound; a known one whose head was not imported is
+    // NotImported.
+    store.catalog().head(dataset)?;
+    let data_lock = store.lock_data_shared()?;
+    let previous = Previous::load(store, dataset)?.ok_or_else(|| Error::NotImported {
         dataset: dataset.to_string(),
     })?;
-    let provenance = store.reader().provenance(&provenance_id)?;
-    let source = Source::open(&provenance.source, &settings.options)?;
+    let source = Source::open(&previous.provenance.source, &settings.options)?;
     let listing = source.list(&Pin::default())?;
-    let extract = if provenance.extract {
+    let extract = if previous.provenance.extract {
         Extract::Auto
     } else {
         Extract::Never
@@ -208,7 +216,15 @@ pub fn update(
         pin: &Pin::default(),
         extract,
     };
-    run(store, request, draft, settings, progress)
+    run(
+        store,
+        request,
+        Some(previous),
+        data_lock,
+        draft,
+        settings,
+        progress,
+    )
 }
 
 /// The default dataset name: the source's last path element without its archive extension.
@@ -363,9 +379,13 @@ struct Request<'a> {
     extract: Extract,
 }
 
+/// Imports `request` as a version of `draft.dataset`, reusing what `previous` (the head's
+/// import, loaded by the caller under `data_lock`) recorded.
 fn run(
     store: &mut Store,
     request: Request<'_>,
+    previous: Option<Previous>,
+    data_lock: crate::store::StoreLock,
     mut draft: VersionDraft,
     settings: &SourceSettings,
     progress: &dyn Progress,
@@ -415,10 +435,7 @@ fn run(
     if let Some(tag) = &draft.tag {
         super::commit::check_tag_free(store, &draft.dataset, tag)?;
     }
-    // Chunks found in the store are relied on, not rewritten, and the head's provenance and
-    // trees are read from packs: gc must wait until the version is recorded.
-    let _data_lock = store.lock_data_shared()?;
-    let previous = Previous::load(store, &draft.dataset)?;
+    let _data_lock = data_lock;
     let mut reused = Vec::new();
     let mut to_read = Vec::new();
     for object in &listing.objects {
