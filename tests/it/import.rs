@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::common::{
     TestEnv, assert_same_tree, kill_after, make_executable, pseudo_random, write_file,
 };
-use crate::remote::{endpoint, unique_prefix};
+use crate::remote::{endpoint, unique_prefix, use_azure, use_s3, use_s3_anonymously};
 
 /// The small tree every archive test expands: nested files, an executable, an empty file,
 /// an empty directory and a relative symlink.
@@ -475,18 +475,14 @@ fn bad_archives_are_refused_and_leave_nothing() {
 /// Points `env`'s dsv runs at moto; returns an object_store client for the test's own
 /// uploads to `bucket`.
 fn s3(env: &TestEnv, bucket: &str) -> Arc<dyn object_store::ObjectStore> {
-    env.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
-    env.set_var("AWS_ALLOW_HTTP", "true");
-    env.set_var("AWS_ACCESS_KEY_ID", "test-key-id");
-    env.set_var("AWS_SECRET_ACCESS_KEY", "test-secret");
-    env.set_var("AWS_REGION", "us-east-1");
+    use_s3(env);
     Arc::new(
         object_store::aws::AmazonS3Builder::new()
             .with_endpoint(endpoint("DSV_TEST_S3_ENDPOINT"))
             .with_allow_http(true)
             .with_bucket_name(bucket)
             .with_access_key_id("test-key-id")
-            .with_secret_access_key("test-secret")
+            .with_secret_access_key("test-secret-never-stored")
             .with_region("us-east-1")
             .build()
             .unwrap(),
@@ -855,9 +851,7 @@ fn a_public_bucket_imports_without_credentials() {
     put(&uploader, &key, gzip(&tar_of(&source)));
     // A reader with no credentials at all, as for a public dataset bucket.
     let reader = TestEnv::new();
-    reader.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
-    reader.set_var("AWS_ALLOW_HTTP", "true");
-    reader.set_var("AWS_REGION", "us-east-1");
+    use_s3_anonymously(&reader);
     let url = format!("s3://dsv-public/{key}");
     let report = reader.json(&["import", &url, "--option", "aws_skip_signature=true"]);
     assert_eq!(report["dataset"], "public");
@@ -874,9 +868,7 @@ fn a_public_bucket_imports_without_credentials() {
 fn an_azure_prefix_imports_like_an_s3_one() {
     let env = TestEnv::new();
     let azure = endpoint("DSV_TEST_AZURE_ENDPOINT");
-    env.set_var("AZURE_STORAGE_USE_EMULATOR", "true");
-    env.set_var("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1");
-    env.set_var("AZURITE_BLOB_STORAGE_URL", &azure);
+    use_azure(&env);
     // The test's own uploads: Azurite's documented account and key.
     let uploader: Arc<dyn object_store::ObjectStore> = Arc::new(
         object_store::azure::MicrosoftAzureBuilder::new()

@@ -44,23 +44,39 @@ fn configure(env: &TestEnv, backend: Backend, remote_dir: &TestEnv) -> String {
     match backend {
         Backend::File => format!("file://{}/remote", remote_dir.root().display()),
         Backend::S3 => {
-            env.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
-            env.set_var("AWS_ALLOW_HTTP", "true");
-            env.set_var("AWS_ACCESS_KEY_ID", "test-key-id");
-            env.set_var("AWS_SECRET_ACCESS_KEY", "test-secret-never-stored");
-            env.set_var("AWS_REGION", "us-east-1");
+            use_s3(env);
             format!("s3://dsv-test/{}", unique_prefix())
         }
         Backend::Azure => {
-            env.set_var("AZURE_STORAGE_USE_EMULATOR", "true");
-            env.set_var("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1");
-            env.set_var(
-                "AZURITE_BLOB_STORAGE_URL",
-                &endpoint("DSV_TEST_AZURE_ENDPOINT"),
-            );
+            use_azure(env);
             format!("az://dsv-test/{}", unique_prefix())
         }
     }
+}
+
+/// Points `env`'s dsv runs at moto without credentials (requests go unsigned).
+pub(crate) fn use_s3_anonymously(env: &TestEnv) {
+    env.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
+    env.set_var("AWS_ALLOW_HTTP", "true");
+    env.set_var("AWS_REGION", "us-east-1");
+}
+
+/// Points `env`'s dsv runs at moto with credentials, in the environment as a user would set
+/// them (the tests check that the secret never reaches the store).
+pub(crate) fn use_s3(env: &TestEnv) {
+    use_s3_anonymously(env);
+    env.set_var("AWS_ACCESS_KEY_ID", "test-key-id");
+    env.set_var("AWS_SECRET_ACCESS_KEY", "test-secret-never-stored");
+}
+
+/// Points `env`'s dsv runs at azurite.
+pub(crate) fn use_azure(env: &TestEnv) {
+    env.set_var("AZURE_STORAGE_USE_EMULATOR", "true");
+    env.set_var("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1");
+    env.set_var(
+        "AZURITE_BLOB_STORAGE_URL",
+        &endpoint("DSV_TEST_AZURE_ENDPOINT"),
+    );
 }
 
 /// About 3 MB: 60 small files, 4 of 300 KB, one of 1.5 MB, in nested directories.
@@ -702,9 +718,7 @@ fn a_public_bucket_is_read_without_credentials() {
 
     // No AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY at all: requests go unsigned.
     let reader = TestEnv::bare();
-    reader.set_var("AWS_ENDPOINT_URL", &endpoint("DSV_TEST_S3_ENDPOINT"));
-    reader.set_var("AWS_ALLOW_HTTP", "true");
-    reader.set_var("AWS_REGION", "us-east-1");
+    use_s3_anonymously(&reader);
     reader.ok(&[
         "clone",
         &url,
