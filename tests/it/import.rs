@@ -1012,3 +1012,52 @@ fn concurrent_imports_of_one_archive_record_one_version() {
     assert_eq!(verify["problems"].as_array().unwrap().len(), 0, "{verify}");
     assert_checkout(&env, "same", &dir);
 }
+
+#[test]
+fn a_corrupt_provenance_is_detected_and_nothing_is_recorded() {
+    let env = TestEnv::new();
+    let source = env.path("source");
+    sample_tree(&source, 111);
+    write_file(&env.path("data.tar"), &tar_of(&source));
+    let imported = env.json(&["import", "data.tar"]);
+    // Flip a byte inside the provenance object: in its bytes when its frame is stored raw;
+    // near the end of a compressed frame, whose last sequences make the last object written
+    // to it (the trees of the version come first, the provenance last).
+    let (pack, position): (Vec<u8>, i64) = {
+        let catalog = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+        catalog
+            .query_row(
+                "SELECT p.pack_id, f.offset + CASE f.compression
+                     WHEN 0 THEN o.offset + o.length / 2 ELSE f.stored_length - 16 END
+                 FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+                 WHERE o.kind = 5",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap()
+    };
+    let hex: String = pack.iter().map(|b| format!("{b:02x}")).collect();
+    let path = env.path(&format!(".dsv/packs/{hex}.pack"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[position as usize] ^= 0x55;
+    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    permissions.set_readonly(false);
+    std::fs::set_permissions(&path, permissions).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+
+    assert_eq!(
+        env.json_error(&["show", "data", "--provenance"], 5)["kind"],
+        "corrupt"
+    );
+    env.json_error(&["update", "data"], 5);
+    assert_eq!(env.json(&["log", "data"]).as_array().unwrap().len(), 1);
+    assert_eq!(env.json(&["show", "data"])["id"], imported["version"]);
+    let out = env.run(&["--json", "verify"]);
+    assert_eq!(out.status.code(), Some(5));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !report["problems"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+}
