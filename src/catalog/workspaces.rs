@@ -85,11 +85,17 @@ impl Catalog {
 
     /// The stat cache of workspace `workspace`, keyed by relative path.
     ///
+    /// Only entries that vouch for content the store still holds are returned (an empty file,
+    /// or a file whose only chunk or file map the catalog locates): an entry naming an id that
+    /// gc freed must not let a commit record a file the store cannot give back.
+    ///
     /// # Errors
     /// [`crate::Error::Catalog`].
     pub fn stat_cache(&self, workspace: i64) -> Result<HashMap<String, StatEntry>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT path, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns FROM stat_cache WHERE workspace = ?1",
+            "SELECT s.path, s.size, s.mtime_ns, s.ctime_ns, s.inode, s.mode, s.file_id, s.checked_ns FROM stat_cache s
+             WHERE s.workspace = ?1
+               AND (s.size = 0 OR EXISTS (SELECT 1 FROM objects o WHERE o.id = s.file_id AND o.kind IN (1, 4)))",
         )?;
         let rows = stmt.query_map([workspace], |row| {
             let file_id: Vec<u8> = row.get(6)?;
@@ -139,6 +145,19 @@ impl CatalogWriter<'_> {
             .query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| {
                 row.get(0)
             })?)
+    }
+
+    /// Deletes every stat-cache entry (of every workspace) that names content the store no
+    /// longer holds (after gc or cache eviction freed it); returns how many went.
+    ///
+    /// # Errors
+    /// [`crate::Error::Catalog`].
+    pub fn drop_unheld_stat_entries(&self) -> Result<u64> {
+        Ok(self.tx.execute(
+            "DELETE FROM stat_cache WHERE size > 0
+               AND NOT EXISTS (SELECT 1 FROM objects o WHERE o.id = stat_cache.file_id AND o.kind IN (1, 4))",
+            [],
+        )? as u64)
     }
 
     /// Applies changes to a workspace's stat cache: `Some` upserts a path's entry, `None` deletes it.

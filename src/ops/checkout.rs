@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::DiskState;
-use crate::catalog::{Catalog, ObjectLocation, StatEntry};
+use crate::catalog::{ObjectLocation, StatEntry};
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::pack::PackReader;
@@ -160,10 +160,13 @@ pub fn checkout(
     let (cache, old) = match &workspace {
         Some(w) => {
             let cache = store.catalog().stat_cache(w.id)?;
-            let old = match w
-                .version
-                .and_then(|v| store.catalog().version(&v).transpose())
-            {
+            // A removed version's content is not kept by gc: the files it had here are not
+            // recoverable through it, so they are compared as untracked files.
+            let live_old = match w.version {
+                Some(v) if store.catalog().removed_at(&v)?.is_none() => Some(v),
+                _ => None,
+            };
+            let old = match live_old.and_then(|v| store.catalog().version(&v).transpose()) {
                 Some(record) => tree::flatten(&mut store.reader(), &record?.version.tree)?,
                 None => Vec::new(),
             };
@@ -178,14 +181,7 @@ pub fn checkout(
     let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
     let disk = DiskState::read(&dir, &cache, Some(&wanted), options.jobs, progress)?;
 
-    let plan = plan(
-        store.catalog(),
-        &dir,
-        &disk,
-        &target_map,
-        &old_map,
-        options.force,
-    )?;
+    let plan = plan(store, &dir, &disk, &target_map, &old_map, options.force)?;
 
     // Where every chunk of every file to write lives (catalog lookups on this thread).
     let counter = AtomicU64::new(0);
@@ -340,10 +336,11 @@ pub fn checkout(
 /// nowhere else.
 ///
 /// A disk file may be overwritten or deleted when it is "recoverable": it holds what the old
-/// version had there, or content the store holds anyway (so an interrupted or half-applied
-/// checkout can be re-run, or switched back, without false conflicts).
+/// (live) version had there, or content that a live version holds (so an interrupted or
+/// half-applied checkout can be re-run, or switched back, without false conflicts). Content
+/// only a removed version holds does not count: the next gc deletes it.
 fn plan<'a>(
-    catalog: &Catalog,
+    store: &Store,
     dir: &Path,
     disk: &DiskState,
     target: &HashMap<&'a str, &'a FlatEntry>,
@@ -358,13 +355,22 @@ fn plan<'a>(
         (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
         _ => false,
     };
+    // Computed on first need only: most checkouts find nothing to ask about.
+    let live_files = std::cell::OnceCell::new();
     let recoverable = |entry: &ScanEntry| -> Result<bool> {
         if force || old.get(entry.path.as_str()).is_some_and(|o| same(entry, o)) {
             return Ok(true);
         }
         match (&entry.kind, disk.ids.get(&entry.path)) {
+            (ScanKind::File { .. }, Some(_)) if entry.stat.size == 0 => Ok(true),
             (ScanKind::File { .. }, Some(id)) => {
-                Ok(entry.stat.size == 0 || catalog.locate_file(id)?.is_some())
+                if store.catalog().locate_file(id)?.is_none() {
+                    return Ok(false);
+                }
+                if live_files.get().is_none() {
+                    let _ = live_files.set(super::gc::live_file_ids(store)?);
+                }
+                Ok(live_files.get().is_some_and(|live| live.contains(id)))
             }
             _ => Ok(false),
         }

@@ -83,6 +83,30 @@ pub struct GcReport {
     pub packs_written: u64,
 }
 
+/// The ids of every non-empty file that a live (not removed) version holds: the content
+/// that stays recoverable from this store (gc keeps it, or a remote holds an evicted
+/// version's chunks). Content only removed versions hold is not in it: the next gc frees it.
+///
+/// # Errors
+/// As [`gc`]'s walk: [`Error::MissingObject`], [`Error::Corrupt`], [`Error::Io`].
+pub fn live_file_ids(store: &Store) -> Result<HashSet<ObjectId>> {
+    let mut files = HashSet::new();
+    let mut reader = store.reader();
+    let mut seen_trees = HashSet::new();
+    for version in store.catalog().live_versions()? {
+        let root = reader.version(&version)?.tree;
+        walk_reachable(&mut reader, &root, Some(&mut seen_trees), &mut |reached| {
+            if let Reached::File { id, chunks, .. } = reached
+                && !chunks.is_empty()
+            {
+                files.insert(id);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(files)
+}
+
 /// Every object a live version reaches, plus every version object and provenance (kept for
 /// the log).
 fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
@@ -293,6 +317,8 @@ pub fn gc(
         for pack in &sealed {
             writer.add_pack(pack)?;
         }
+        // A stat-cache entry vouches for content only while the store holds it.
+        writer.drop_unheld_stat_entries()?;
         writer.commit()?;
     }
     // 3. Only now delete files, never one the catalog names now: a repack can write a pack

@@ -15,3 +15,4 @@ mod local_store;
 mod properties;
 mod real_data;
 mod remote;
+mod trust;
