@@ -43,6 +43,15 @@ pub enum Error {
         /// The existing `.dsv` directory.
         path: PathBuf,
     },
+    /// The catalog is missing or empty while the store holds data (packs or a ref log): it
+    /// was lost, and `dsv repair` rebuilds it.
+    #[error("the catalog of the store at {} is lost: {reason}", path.display())]
+    CatalogLost {
+        /// The catalog file (or the store directory).
+        path: PathBuf,
+        /// What was found.
+        reason: String,
+    },
     /// The catalog's schema is newer than this build understands.
     #[error(
         "the store at {} was made by a newer dsv (catalog schema {found}, this dsv knows up to {supported})",
@@ -334,9 +343,10 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Conflict { .. } => ErrorKind::Conflict,
-            Error::Corrupt { .. } | Error::MissingObject { .. } | Error::UnsafePath { .. } => {
-                ErrorKind::Corrupt
-            }
+            Error::Corrupt { .. }
+            | Error::MissingObject { .. }
+            | Error::UnsafePath { .. }
+            | Error::CatalogLost { .. } => ErrorKind::Corrupt,
             Error::Io { .. } => ErrorKind::Io,
             Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
             Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,

@@ -45,6 +45,10 @@ impl Store {
         if root.join("catalog.db").exists() {
             return Err(Error::StoreExists { path: root });
         }
+        // A store with packs or a ref log is never new: its catalog was lost.
+        if let Some(reason) = lost_catalog_evidence(&root) {
+            return Err(Error::CatalogLost { path: root, reason });
+        }
         for sub in ["packs", "tmp"] {
             fs::create_dir_all(root.join(sub)).at(&root.join(sub))?;
         }
@@ -60,6 +64,12 @@ impl Store {
     pub fn open(root: &Path) -> Result<Store> {
         let catalog_path = root.join("catalog.db");
         if !catalog_path.is_file() {
+            if let Some(reason) = lost_catalog_evidence(root) {
+                return Err(Error::CatalogLost {
+                    path: root.to_path_buf(),
+                    reason,
+                });
+            }
             return Err(Error::NoStore {
                 start: root.to_path_buf(),
             });
@@ -75,21 +85,38 @@ impl Store {
     /// one, else the nearest parent that holds one (as git finds `.git`).
     ///
     /// # Errors
-    /// [`Error::NoStore`] when there is none.
+    /// [`Error::NoStore`] when there is none; [`Error::CatalogLost`] when the nearest store
+    /// has data but no catalog; errors of [`Store::open`].
     pub fn discover(start: &Path) -> Result<Store> {
+        Store::open(&Store::find_root(start)?)
+    }
+
+    /// The `.dsv` directory [`Store::discover`] would open, without opening it: one that
+    /// holds a catalog, or data whose catalog was lost (for `dsv repair`).
+    ///
+    /// # Errors
+    /// [`Error::NoStore`].
+    pub fn find_root(start: &Path) -> Result<PathBuf> {
         let start = fs::canonicalize(start).map_err(|_| Error::NoStore {
             start: start.to_path_buf(),
         })?;
-        if start.file_name().is_some_and(|n| n == STORE_DIR) && start.join("catalog.db").is_file() {
-            return Store::open(&start);
+        let is_store =
+            |dir: &Path| dir.join("catalog.db").is_file() || lost_catalog_evidence(dir).is_some();
+        if start.file_name().is_some_and(|n| n == STORE_DIR) && is_store(&start) {
+            return Ok(start);
         }
         for dir in start.ancestors() {
             let candidate = dir.join(STORE_DIR);
-            if candidate.join("catalog.db").is_file() {
-                return Store::open(&candidate);
+            if is_store(&candidate) {
+                return Ok(candidate);
             }
         }
         Err(Error::NoStore { start })
+    }
+
+    /// A store over a catalog opened by other means (`dsv repair`'s new catalog).
+    pub(crate) fn from_parts(root: PathBuf, catalog: Catalog) -> Store {
+        Store { root, catalog }
     }
 
     /// The `.dsv` directory.
@@ -202,6 +229,20 @@ impl Store {
     }
 }
 
+/// Why `root` (a `.dsv` directory without a catalog) must have had one: it holds packs or
+/// a non-empty ref log. `None` when it holds neither.
+fn lost_catalog_evidence(root: &Path) -> Option<String> {
+    let log = fs::metadata(root.join(crate::reflog::FILE_NAME)).map_or(0, |m| m.len());
+    if log > 0 {
+        return Some("it has a ref log (a record of heads and tags) but no catalog".into());
+    }
+    let packs = fs::read_dir(root.join("packs"))
+        .ok()?
+        .flatten()
+        .any(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".pack")));
+    packs.then(|| "it has packs but no catalog".into())
+}
+
 /// An exclusive lock on a lock file (flock); released on drop, or by the kernel when the
 /// process dies, so a killed process never leaves a store locked.
 pub struct StoreLock {
@@ -215,7 +256,7 @@ impl StoreLock {
     }
 
     /// Opens (creating) `path` and waits for its shared or exclusive lock.
-    fn take_with(path: &Path, shared: bool) -> Result<StoreLock> {
+    pub(crate) fn take_with(path: &Path, shared: bool) -> Result<StoreLock> {
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)

@@ -12,6 +12,7 @@ mod retention;
 mod versions;
 mod workspaces;
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -26,6 +27,8 @@ pub use versions::{DatasetSummary, VersionRecord};
 pub use workspaces::{StatEntry, Workspace};
 
 use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::reflog::{self, RefLogEntry, RefState};
 
 /// The SQL of every schema migration, in order; the catalog's `user_version` counts those applied.
 const MIGRATION_SQL: &[&str] = &[
@@ -35,6 +38,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0004_pins_and_removal.sql"),
     include_str!("../../migrations/0005_cache_use.sql"),
     include_str!("../../migrations/0006_provenance.sql"),
+    include_str!("../../migrations/0007_ref_log.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =
@@ -53,11 +57,34 @@ pub struct Catalog {
 
 impl Catalog {
     /// Opens (creating if `create`) the catalog at `path` and brings its schema up to date.
+    /// A catalog made before the ref log existed gets one written from its state.
     ///
     /// # Errors
-    /// [`Error::StoreTooNew`] when a newer dsv wrote it; [`Error::Catalog`] or
-    /// [`Error::Migration`] when SQLite fails (a corrupt file, for one).
+    /// [`Error::CatalogLost`] when an existing catalog is empty (truncated, or replaced by a
+    /// new file), or when `create` finds a ref log already there; [`Error::StoreTooNew`]
+    /// when a newer dsv wrote it; [`Error::Catalog`] or [`Error::Migration`] when SQLite
+    /// fails (a corrupt file, for one).
     pub fn open(path: &Path, create: bool) -> Result<Catalog> {
+        let catalog = Self::open_schema(path, create)?;
+        catalog.ensure_ref_log(create)?;
+        Ok(catalog)
+    }
+
+    /// Creates a new, empty catalog at `path` for `dsv repair`, which fills it from the
+    /// packs and the ref log; the ref log is left as it is (see [`Catalog::adopt_ref_log`]).
+    ///
+    /// # Errors
+    /// As [`Catalog::open`].
+    pub fn create_for_repair(path: &Path) -> Result<Catalog> {
+        Self::open_schema(path, true)
+    }
+
+    fn open_schema(path: &Path, create: bool) -> Result<Catalog> {
+        // An absolute path, never a URI: `file:x` is a directory named so, not SQLite's URI.
+        let path = &std::path::absolute(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         if create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
@@ -68,6 +95,12 @@ impl Catalog {
             .query_row("PRAGMA user_version", [], |row| row.get(0))
             .map_err(|e| corrupt_or(path, e))?;
         let found = found.max(0) as usize;
+        if !create && found == 0 {
+            return Err(Error::CatalogLost {
+                path: path.to_path_buf(),
+                reason: "the catalog is empty (truncated, or replaced by a new file)".into(),
+            });
+        }
         if found > schema_version() {
             return Err(Error::StoreTooNew {
                 path: path.to_path_buf(),
@@ -96,15 +129,100 @@ impl Catalog {
     }
 
     /// Starts a write transaction (`BEGIN IMMEDIATE`: it waits for other writers, up to the
-    /// busy timeout, instead of failing midway).
+    /// busy timeout, instead of failing midway). Changes to names (heads, tags, remotes,
+    /// pins, removals) are written to the ref log when it commits.
     ///
     /// # Errors
     /// [`Error::Catalog`] when the database stays locked past the timeout.
     pub fn writer(&mut self) -> Result<CatalogWriter<'_>> {
+        let ref_log = self.ref_log_path();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        Ok(CatalogWriter { tx })
+        Ok(CatalogWriter {
+            tx,
+            ref_log,
+            refs: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// The ref log beside this catalog (`.dsv/reflog`).
+    pub fn ref_log_path(&self) -> PathBuf {
+        self.path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(reflog::FILE_NAME)
+    }
+
+    /// How many bytes of the ref log this catalog has applied (`None`: not yet started).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn ref_log_applied(&self) -> Result<Option<u64>> {
+        let length: Option<i64> =
+            self.conn
+                .query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
+                    row.get(0)
+                })?;
+        Ok(length.map(|l| l.max(0) as u64))
+    }
+
+    /// The names this catalog gives (heads, tags, remotes, pins, removals), to compare with
+    /// the ref log's.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for an id that is not 32 bytes.
+    pub fn ref_state(&self) -> Result<RefState> {
+        ref_state_of(&self.conn, &self.path)
+    }
+
+    /// Makes the ref log a snapshot of this catalog's names and records it as applied
+    /// (after `dsv repair`, or for a catalog made before the ref log existed).
+    ///
+    /// # Errors
+    /// [`Error::Io`], [`Error::Catalog`].
+    pub fn adopt_ref_log(&mut self) -> Result<()> {
+        let path = self.ref_log_path();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = ref_state_of(&tx, &self.path)?;
+        let length = reflog::rewrite(&path, &reflog::encode(&state.entries(), unix_now()))?;
+        tx.execute(
+            "UPDATE ref_log SET length = ?1 WHERE id = 1",
+            [length as i64],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn ensure_ref_log(&self, create: bool) -> Result<()> {
+        if self.ref_log_applied()?.is_some() {
+            return Ok(());
+        }
+        let path = self.ref_log_path();
+        let existing = std::fs::metadata(&path).map_or(0, |m| m.len());
+        if create && existing > 0 {
+            return Err(Error::CatalogLost {
+                path: self.path.clone(),
+                reason: "a ref log is there without its catalog".into(),
+            });
+        }
+        let tx = rusqlite::Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
+        let applied: Option<i64> =
+            tx.query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
+                row.get(0)
+            })?;
+        if applied.is_none() {
+            let state = ref_state_of(&tx, &self.path)?;
+            let length = reflog::rewrite(&path, &reflog::encode(&state.entries(), unix_now()))?;
+            tx.execute(
+                "UPDATE ref_log SET length = ?1 WHERE id = 1",
+                [length as i64],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Runs SQLite's own consistency check, then looks for rows pointing at nothing
@@ -172,17 +290,121 @@ fn corrupt_or(path: &Path, error: rusqlite::Error) -> Error {
 /// One write transaction on the catalog; dropped without [`CatalogWriter::commit`], it rolls back.
 pub struct CatalogWriter<'a> {
     tx: rusqlite::Transaction<'a>,
+    ref_log: PathBuf,
+    refs: RefCell<Vec<RefLogEntry>>,
 }
 
 impl CatalogWriter<'_> {
-    /// Makes every write of this transaction durable and visible at once.
+    /// Makes every write of this transaction durable and visible at once. Changes to names
+    /// go to the ref log first (appended and synced; see [`crate::reflog`]), then the
+    /// transaction commits and records the log's new length, so the log is never behind.
     ///
     /// # Errors
-    /// [`Error::Catalog`] (a full disk, for one); nothing is then written.
+    /// [`Error::Catalog`] (a full disk, for one) or [`Error::Io`] writing the ref log;
+    /// nothing is then recorded in the catalog.
     pub fn commit(self) -> Result<()> {
+        let entries = self.refs.take();
+        if !entries.is_empty() {
+            let applied: Option<i64> =
+                self.tx
+                    .query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
+                        row.get(0)
+                    })?;
+            // NULL only while `dsv repair` rebuilds: it adopts the log as a whole at the end.
+            if let Some(applied) = applied {
+                let applied = applied.max(0) as u64;
+                let bytes = reflog::encode(&entries, unix_now());
+                let length = if applied + bytes.len() as u64 > reflog::COMPACT_AT {
+                    None
+                } else {
+                    match reflog::append(&self.ref_log, applied, &bytes) {
+                        Ok(length) => Some(length),
+                        // Shorter than recorded (damaged): rewritten whole below.
+                        Err(Error::Corrupt { .. }) => None,
+                        Err(e) => return Err(e),
+                    }
+                };
+                let length = match length {
+                    Some(length) => length,
+                    None => {
+                        let state = ref_state_of(&self.tx, &self.ref_log)?;
+                        reflog::rewrite(
+                            &self.ref_log,
+                            &reflog::encode(&state.entries(), unix_now()),
+                        )?
+                    }
+                };
+                self.tx.execute(
+                    "UPDATE ref_log SET length = ?1 WHERE id = 1",
+                    [length as i64],
+                )?;
+            }
+        }
         self.tx.commit()?;
         Ok(())
     }
+
+    /// Queues a change to names for the ref log.
+    fn log(&self, entry: RefLogEntry) {
+        self.refs.borrow_mut().push(entry);
+    }
+}
+
+/// Reads the names a catalog gives (see [`Catalog::ref_state`]).
+fn ref_state_of(conn: &Connection, path: &Path) -> Result<RefState> {
+    let id = |bytes: Vec<u8>| {
+        ObjectId::from_slice(&bytes)
+            .ok_or_else(|| Error::corrupt(path, "an id in the catalog is not 32 bytes"))
+    };
+    let mut state = RefState::default();
+    let mut stmt = conn.prepare("SELECT name, head FROM datasets WHERE head IS NOT NULL")?;
+    for row in stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+    })? {
+        let (name, head) = row?;
+        state.heads.insert(name, id(head)?);
+    }
+    let mut stmt = conn.prepare(
+        "SELECT d.name, t.name, t.version FROM tags t JOIN datasets d ON d.id = t.dataset",
+    )?;
+    for row in stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Vec<u8>>(2)?,
+        ))
+    })? {
+        let (dataset, tag, version) = row?;
+        state.tags.insert((dataset, tag), id(version)?);
+    }
+    let mut stmt = conn.prepare("SELECT name, url, options FROM remotes")?;
+    for row in stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })? {
+        let (name, url, options) = row?;
+        let options = serde_json::from_str(&options).unwrap_or_default();
+        state.remotes.insert(name, (url, options));
+    }
+    let mut stmt = conn.prepare("SELECT version, reason, until FROM pins")?;
+    for row in stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, Vec<u8>>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Option<i64>>(2)?,
+        ))
+    })? {
+        let (version, reason, until) = row?;
+        state.pins.insert(id(version)?, (reason, until));
+    }
+    let mut stmt = conn.prepare("SELECT id FROM versions WHERE removed_at IS NOT NULL")?;
+    for row in stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))? {
+        state.removed.insert(id(row?)?);
+    }
+    Ok(state)
 }
 
 /// Current time in seconds since the Unix epoch.

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
 use crate::pack::{FrameRecord, ObjectRecord};
+use crate::reflog::RefLogEntry;
 
 /// A configured remote.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -308,6 +309,7 @@ impl CatalogWriter<'_> {
         url: &str,
         options: &BTreeMap<String, String>,
     ) -> Result<()> {
+        let options_map = options;
         let options = serde_json::to_string(options).expect("a map of strings serializes");
         let added = self.tx.execute(
             "INSERT OR IGNORE INTO remotes (name, url, options, created_at) VALUES (?1, ?2, ?3, ?4)",
@@ -318,6 +320,11 @@ impl CatalogWriter<'_> {
                 name: name.to_string(),
             });
         }
+        self.log(RefLogEntry::Remote {
+            name: name.to_string(),
+            url: Some(url.to_string()),
+            options: options_map.clone(),
+        });
         Ok(())
     }
 
@@ -336,6 +343,11 @@ impl CatalogWriter<'_> {
                 name: name.to_string(),
             });
         }
+        self.log(RefLogEntry::Remote {
+            name: name.to_string(),
+            url: None,
+            options: BTreeMap::new(),
+        });
         Ok(())
     }
 
@@ -442,6 +454,10 @@ impl CatalogWriter<'_> {
             "UPDATE datasets SET head = ?1 WHERE name = ?2",
             params![&id.0[..], name],
         )?;
+        self.log(RefLogEntry::Head {
+            dataset: name.to_string(),
+            version: Some(*id),
+        });
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use super::{Catalog, CatalogWriter, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
+use crate::reflog::RefLogEntry;
 
 /// A pinned version: never removed while the pin holds.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -202,6 +203,11 @@ impl CatalogWriter<'_> {
             "INSERT OR REPLACE INTO pins (version, reason, until, created_at) VALUES (?1, ?2, ?3, ?4)",
             params![&id.0[..], reason, until, unix_now()],
         )?;
+        self.log(RefLogEntry::Pin {
+            version: *id,
+            reason: reason.to_string(),
+            until,
+        });
         Ok(())
     }
 
@@ -210,10 +216,14 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn unpin(&self, id: &ObjectId) -> Result<bool> {
-        Ok(self
+        let removed = self
             .tx
             .execute("DELETE FROM pins WHERE version = ?1", [&id.0[..]])?
-            > 0)
+            > 0;
+        if removed {
+            self.log(RefLogEntry::Unpin { version: *id });
+        }
+        Ok(removed)
     }
 
     /// Marks versions removed (their data becomes collectable) and drops their tags.
@@ -223,12 +233,15 @@ impl CatalogWriter<'_> {
     pub fn mark_removed(&self, ids: &[ObjectId]) -> Result<()> {
         let now = unix_now();
         for id in ids {
-            self.tx.execute(
+            let marked = self.tx.execute(
                 "UPDATE versions SET removed_at = ?1 WHERE id = ?2 AND removed_at IS NULL",
                 params![now, &id.0[..]],
             )?;
             self.tx
                 .execute("DELETE FROM tags WHERE version = ?1", [&id.0[..]])?;
+            if marked > 0 {
+                self.log(RefLogEntry::Removed { version: *id });
+            }
         }
         Ok(())
     }
@@ -254,6 +267,10 @@ impl CatalogWriter<'_> {
     pub fn clear_head(&self, name: &str) -> Result<()> {
         self.tx
             .execute("UPDATE datasets SET head = NULL WHERE name = ?1", [name])?;
+        self.log(RefLogEntry::Head {
+            dataset: name.to_string(),
+            version: None,
+        });
         Ok(())
     }
 

@@ -6,6 +6,7 @@ use super::{Catalog, CatalogWriter, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::Version;
+use crate::reflog::RefLogEntry;
 
 /// A version as the catalog records it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -194,6 +195,10 @@ impl CatalogWriter<'_> {
             "UPDATE datasets SET head = ?1 WHERE name = ?2",
             params![&id.0[..], version.dataset],
         )?;
+        self.log(RefLogEntry::Head {
+            dataset: version.dataset.clone(),
+            version: Some(*id),
+        });
         Ok(())
     }
 
@@ -279,6 +284,11 @@ impl CatalogWriter<'_> {
             "INSERT OR REPLACE INTO tags (dataset, name, version, created_at) VALUES (?1, ?2, ?3, ?4)",
             params![dataset, tag, &id.0[..], unix_now()],
         )?;
+        self.log(RefLogEntry::Tag {
+            dataset: name.to_string(),
+            tag: tag.to_string(),
+            version: Some(*id),
+        });
         Ok(())
     }
 }

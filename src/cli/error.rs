@@ -73,6 +73,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
         }
         Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
+        Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
         Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets".into(),
         Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
             let dataset = revision.split('@').next().unwrap_or(revision);

@@ -127,6 +127,19 @@ enum Command {
         #[arg(long, value_name = "START..END")]
         range: Option<String>,
     },
+    /// Rebuild a lost or damaged catalog from the packs and the ref log.
+    ///
+    /// Every object, tree and version is indexed again from the packs (each checked against
+    /// its name), and every head, tag, remote, pin and removal is restored from the ref log
+    /// (`.dsv/reflog`), which every commit writes before its catalog transaction. The old
+    /// catalog is kept aside as `catalog.db.before-repair-<time>`; nothing is deleted.
+    /// Workspace records are not rebuilt (the next commit or status hashes files again),
+    /// nor what the store knew of its remotes' contents (`dsv fetch` reads it again).
+    ///
+    /// Examples:
+    ///   dsv repair
+    ///   dsv --store /data/.dsv repair --json
+    Repair,
     /// Check every pack, object, tree and version of the store; report, never fix.
     Verify {
         /// Also reassemble every file of every version and check it against its id.
@@ -791,6 +804,15 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             let mut out = std::io::BufWriter::new(stdout.lock());
             inspect::cat(&store, &Revision::parse(revision)?, path, range, &mut out)?;
             out.flush()?;
+        }
+        Command::Repair => {
+            let start = match &cli.store {
+                Some(path) => path.clone(),
+                None => std::env::current_dir().context("cannot read the current directory")?,
+            };
+            let root = Store::find_root(&start)?;
+            let report = dsv::ops::repair::repair(&root, &progress)?;
+            ui.report(&report, render::repair)?;
         }
         Command::Verify { full } => {
             let store = open_store(cli)?;

@@ -227,6 +227,46 @@ pub fn entries(entries: &[FlatEntry]) -> String {
     out
 }
 
+pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
+    let mut out = format!(
+        "Rebuilt the catalog of {}: {} packs, {} objects, {} versions; restored {} heads, {} tags, {} remotes, {} pins, {} removals from the ref log",
+        r.store.display(),
+        r.packs,
+        r.objects,
+        r.versions,
+        r.heads,
+        r.tags,
+        r.remotes,
+        r.pins,
+        r.removed
+    );
+    if let Some(old) = &r.old_catalog {
+        let _ = write!(out, "\nThe old catalog is kept as {}", old.display());
+    }
+    for pack in &r.damaged_packs {
+        let _ = write!(out, "\nwarning: damaged pack not indexed: {pack}");
+    }
+    if !r.missing_versions.is_empty() {
+        let _ = write!(
+            out,
+            "\nwarning: the ref log names {} versions no pack holds: {}",
+            r.missing_versions.len(),
+            r.missing_versions.join(", ")
+        );
+    }
+    if !r.ref_log_bad_lines.is_empty() {
+        let _ = write!(
+            out,
+            "\nwarning: {} ref log lines did not parse (a line torn by a crash is harmless)",
+            r.ref_log_bad_lines.len()
+        );
+    }
+    if r.remotes > 0 {
+        out.push_str("\nRun `dsv fetch` to learn the remotes' contents again");
+    }
+    out
+}
+
 pub fn verify(r: &VerifyReport) -> String {
     let mut out = format!(
         "Checked {} packs ({}), {} objects, {} versions",

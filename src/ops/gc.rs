@@ -234,11 +234,30 @@ pub fn gc(
                 .and_then(|m| m.modified().ok())
                 .and_then(|t| now.duration_since(t).ok())
                 .unwrap_or_default();
+            // No cleanup deletes a pack whose contents it cannot account for: one holding a
+            // version the ref log names (the catalog forgot it), or one that is not a
+            // readable pack at all, stays.
+            let mut deleted = age >= grace;
+            if deleted && name.ends_with(".pack") {
+                match super::repair::forgotten_versions(store, &entry.path())? {
+                    None => deleted = false,
+                    Some(forgotten) if !forgotten.is_empty() => {
+                        return Err(Error::CatalogLost {
+                            path: store.catalog().path().to_path_buf(),
+                            reason: format!(
+                                "pack {name} holds {} versions the ref log names but the catalog lacks, so gc deletes nothing",
+                                forgotten.len()
+                            ),
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
             report.orphans.push(OrphanFile {
                 name,
                 bytes: meta.map_or(0, |m| m.len()),
                 age_seconds: age.as_secs(),
-                deleted: age >= grace,
+                deleted,
             });
         }
     }

@@ -95,6 +95,40 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         }
     }
     report.unreferenced_packs.sort();
+    // An unnamed pack that holds a version the ref log names is data the catalog forgot.
+    for name in &report.unreferenced_packs {
+        let path = store.packs_dir().join(name);
+        if let Some(forgotten) = super::repair::forgotten_versions(store, &path)?
+            && !forgotten.is_empty()
+        {
+            report.problems.push(format!(
+                "pack {name} holds {} versions the ref log names but the catalog lacks ({}): run `dsv repair`",
+                forgotten.len(),
+                forgotten.iter().map(ObjectId::short).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    // The ref log (up to what the catalog applied) must name what the catalog names.
+    match store.catalog().ref_log_applied()? {
+        Some(applied) => {
+            let path = store.catalog().ref_log_path();
+            let on_disk = std::fs::metadata(&path).map_or(0, |m| m.len());
+            if on_disk < applied {
+                report.problems.push(format!(
+                    "the ref log {} has {on_disk} bytes, the catalog recorded {applied}: the next change rewrites it",
+                    path.display()
+                ));
+            } else {
+                let log = crate::reflog::read(&path, Some(applied))?;
+                for difference in store.catalog().ref_state()?.differences(&log.state()) {
+                    report.problems.push(format!("ref log: {difference}"));
+                }
+            }
+        }
+        None => report
+            .problems
+            .push("the catalog has no ref log (run `dsv repair`)".into()),
+    }
     if let Ok(dir) = std::fs::read_dir(store.temp_dir()) {
         report.temporary_files = dir
             .flatten()

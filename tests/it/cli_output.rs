@@ -215,6 +215,7 @@ fn help_lists_every_command() {
       show      Show one version: id, parent, tags, counts, bytes, source
       tag       Give a version a name
       cat       Write one file of a version to stdout
+      repair    Rebuild a lost or damaged catalog from the packs and the ref log
       verify    Check every pack, object, tree and version of the store; report, never fix
       audit     Check that DIR is bit-identical to a version (by default the one it was last committed
                 or checked out as); exit 0 only when it is, 1 when it differs

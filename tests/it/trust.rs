@@ -3,11 +3,14 @@
 
 use crate::common::{TestEnv, pseudo_random, settle};
 
+/// `verify`'s problems (exit 0 when none, 5 when some).
 fn problems(env: &TestEnv) -> Vec<serde_json::Value> {
-    env.json(&["verify"])["problems"]
-        .as_array()
-        .unwrap()
-        .clone()
+    let output = env.run(&["--json", "verify"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let problems = report["problems"].as_array().unwrap().clone();
+    let expected = if problems.is_empty() { 0 } else { 5 };
+    assert_eq!(output.status.code(), Some(expected), "{report}");
+    problems
 }
 
 fn version_ids(env: &TestEnv, dataset: &str) -> Vec<String> {
@@ -74,4 +77,181 @@ fn checkout_keeps_an_untracked_file_whose_content_only_a_removed_version_holds()
     // Content a live version holds is still recoverable: no false conflict.
     env.write("out2/precious.bin", pseudo_random(1_000, 8));
     env.ok(&["checkout", "fresh", "out2"]);
+}
+
+/// A store with two datasets, tags, a pin, a removed version and a remote.
+fn populated(env: &TestEnv) -> Vec<(String, String)> {
+    env.write("a/x.bin", pseudo_random(400_000, 21));
+    env.write("a/y.txt", "one\n");
+    env.ok(&["commit", "a", "-d", "alpha", "-t", "v1"]);
+    env.write("a/y.txt", "two\n");
+    env.ok(&["commit", "a", "-d", "alpha", "-t", "v2"]);
+    env.write("a/z.txt", "three\n");
+    env.ok(&["commit", "a", "-d", "alpha"]);
+    env.write("b/w.bin", pseudo_random(100_000, 22));
+    env.ok(&["commit", "b", "-d", "beta", "-t", "first"]);
+    env.write("b/w2.bin", pseudo_random(50_000, 23));
+    env.ok(&["commit", "b", "-d", "beta"]);
+    env.ok(&["pin", "alpha@v1", "--reason", "paper"]);
+    let remote = env.path("remote");
+    std::fs::create_dir_all(&remote).unwrap();
+    let url = format!("file://{}", remote.display());
+    env.ok(&["remote", "add", "origin", &url]);
+    env.ok(&["push", "alpha"]);
+    let mut revisions = Vec::new();
+    for dataset in ["alpha", "beta"] {
+        for id in version_ids(env, dataset) {
+            revisions.push((dataset.to_string(), id));
+        }
+    }
+    revisions
+}
+
+fn names(env: &TestEnv) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
+    (
+        env.json(&["ls"]),
+        env.json(&["log", "alpha"]),
+        env.json(&["pins"]),
+    )
+}
+
+/// Finding 2: losing `catalog.db` loses no version, head, tag, pin or remote.
+#[test]
+fn a_deleted_catalog_is_rebuilt_from_the_packs_and_the_ref_log() {
+    let env = TestEnv::new();
+    let revisions = populated(&env);
+    let before = names(&env);
+    let remotes_before = env.json(&["remote", "ls"]);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(env.path(&format!(".dsv/catalog.db{suffix}")));
+    }
+    // Nothing pretends the store is new or empty, and nothing deletes.
+    let error = env.json_error(&["ls"], 5);
+    assert!(
+        error["message"].as_str().unwrap().contains("lost"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("dsv repair"), "{error}");
+    env.fails(&["init"], 5);
+    env.fails(&["gc"], 5);
+    let report = env.json(&["repair"]);
+    assert_eq!(report["heads"], 2, "{report}");
+    assert_eq!(report["tags"], 3, "{report}");
+    assert_eq!(report["remotes"], 1, "{report}");
+    assert_eq!(report["pins"], 1, "{report}");
+    assert_eq!(report["versions"], 5, "{report}");
+    assert!(report["missing_versions"].as_array().unwrap().is_empty());
+    assert_eq!(names(&env), before);
+    // The remote is back; what the store knew of its refs comes back with a fetch.
+    env.ok(&["fetch"]);
+    let remotes_after = env.json(&["remote", "ls"]);
+    assert_eq!(remotes_after[0]["url"], remotes_before[0]["url"]);
+    assert_eq!(
+        remotes_after[0]["refs"].as_array().unwrap().len(),
+        remotes_before[0]["refs"].as_array().unwrap().len()
+    );
+    env.ok(&["verify", "--full"]);
+    for (i, (dataset, id)) in revisions.iter().enumerate() {
+        let out = format!("out{i}");
+        env.ok(&["checkout", &format!("{dataset}@{}", &id[..12]), &out]);
+        env.ok(&[
+            "audit",
+            &out,
+            "--against",
+            &format!("{dataset}@{}", &id[..12]),
+        ]);
+    }
+    // The store goes on: a new commit, then the ref log still agrees with the catalog.
+    env.write("a/new.txt", "four\n");
+    env.ok(&["commit", "a", "-d", "alpha", "-t", "v4"]);
+    assert!(problems(&env).is_empty());
+}
+
+/// Finding 2: a catalog truncated to 0 bytes is not a new, empty store.
+#[test]
+fn a_truncated_catalog_is_refused_until_repaired_and_gc_deletes_nothing() {
+    let env = TestEnv::new();
+    populated(&env);
+    let before = names(&env);
+    let packs = std::fs::read_dir(env.path(".dsv/packs")).unwrap().count();
+    std::fs::write(env.path(".dsv/catalog.db"), b"").unwrap();
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(env.path(&format!(".dsv/catalog.db{suffix}")));
+    }
+    env.fails(&["ls"], 5);
+    env.fails(&["verify"], 5);
+    env.fails(&["gc", "--grace", "0s"], 5);
+    assert_eq!(
+        std::fs::read_dir(env.path(".dsv/packs")).unwrap().count(),
+        packs
+    );
+    env.ok(&["repair"]);
+    assert_eq!(names(&env), before);
+    env.ok(&["verify", "--full"]);
+}
+
+/// The ref log is checked: verify reports a catalog that forgot what the ref log names, and
+/// gc refuses to delete an unnamed pack holding a version the ref log names.
+#[test]
+fn verify_and_gc_account_for_versions_the_ref_log_names() {
+    let env = TestEnv::new();
+    populated(&env);
+    assert!(problems(&env).is_empty());
+    let packs = |env: &TestEnv| -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(env.path(".dsv/packs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let before = packs(&env);
+    env.write("b/late.bin", pseudo_random(30_000, 24));
+    env.ok(&["commit", "b", "-d", "beta", "-t", "late"]);
+    let late = version_ids(&env, "beta")[0].clone();
+    let new_packs: Vec<String> = packs(&env).difference(&before).cloned().collect();
+    assert!(!new_packs.is_empty());
+    // Damage: the catalog forgets the commit (its pack, version, tag and head move).
+    let db = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    let late_bytes: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&late[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    db.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+    for name in &new_packs {
+        let id: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&name[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        db.execute(
+            "DELETE FROM objects WHERE frame IN (SELECT f.id FROM frames f JOIN packs p ON p.id = f.pack WHERE p.pack_id = ?1)",
+            [&id],
+        )
+        .unwrap();
+        db.execute(
+            "DELETE FROM frames WHERE pack IN (SELECT id FROM packs WHERE pack_id = ?1)",
+            [&id],
+        )
+        .unwrap();
+        db.execute("DELETE FROM packs WHERE pack_id = ?1", [&id])
+            .unwrap();
+    }
+    db.execute("DELETE FROM tags WHERE version = ?1", [&late_bytes])
+        .unwrap();
+    db.execute(
+        "UPDATE datasets SET head = (SELECT parent FROM versions WHERE id = ?1) WHERE name = 'beta'",
+        [&late_bytes],
+    )
+    .unwrap();
+    db.execute("DELETE FROM workspaces", []).unwrap();
+    db.execute("DELETE FROM versions WHERE id = ?1", [&late_bytes])
+        .unwrap();
+    drop(db);
+    let found = problems(&env);
+    let text = serde_json::Value::Array(found.clone()).to_string();
+    assert!(text.contains("dsv repair"), "{text}");
+    assert!(text.contains("head of beta"), "{text}");
+    env.fails(&["gc", "--grace", "0s"], 5);
+    assert_eq!(packs(&env).len(), before.len() + new_packs.len());
+    env.ok(&["repair"]);
+    let log = env.json(&["log", "beta"]);
+    assert_eq!(log.as_array().unwrap().len(), 3, "{log}");
+    assert!(problems(&env).is_empty());
+    env.ok(&["checkout", "beta@late", "late"]);
 }

@@ -1,0 +1,260 @@
+//! `repair`: rebuild a lost or damaged catalog from what the store holds on disk — the packs
+//! (every chunk, file map, tree, version and provenance, indexed by each pack's own footer)
+//! and the ref log (every head, tag, remote, pin and removal; see [`crate::reflog`]).
+//!
+//! The old catalog, when there is one, is kept aside as `catalog.db.before-repair-<time>`,
+//! and the old ref log as `reflog.before-repair-<time>`; nothing is deleted. What is not
+//! rebuilt: workspace records and their stat caches (the next `status` or `commit` hashes
+//! the files again) and what the store knew of its remotes' contents (`dsv fetch` reads it
+//! again).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{Catalog, unix_now};
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::writer::SealedPack;
+use crate::progress::{Progress, Unit};
+use crate::reflog::{self, RefLogEntry};
+use crate::store::{STORE_DIR, Store, StoreLock};
+
+/// What `repair` rebuilt.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RepairReport {
+    /// The `.dsv` directory repaired.
+    pub store: PathBuf,
+    /// Where the old catalog was moved, when there was one.
+    pub old_catalog: Option<PathBuf>,
+    /// Where the old ref log was copied.
+    pub old_ref_log: Option<PathBuf>,
+    /// Packs indexed.
+    pub packs: u64,
+    /// Pack files that failed their check (bytes not matching their name, a bad index):
+    /// left in place, not indexed.
+    pub damaged_packs: Vec<String>,
+    /// Objects indexed.
+    pub objects: u64,
+    /// Versions found in the packs.
+    pub versions: u64,
+    /// Datasets with a head after the repair.
+    pub heads: u64,
+    /// Tags restored.
+    pub tags: u64,
+    /// Remotes restored.
+    pub remotes: u64,
+    /// Pins restored.
+    pub pins: u64,
+    /// Removals restored.
+    pub removed: u64,
+    /// Ref log entries applied.
+    pub ref_log_entries: u64,
+    /// Ref log lines that did not parse (a line torn by a crash), by number.
+    pub ref_log_bad_lines: Vec<usize>,
+    /// Versions the ref log names that no pack holds (their names could not be restored).
+    pub missing_versions: Vec<String>,
+}
+
+/// Rebuilds the catalog of the store whose `.dsv` directory is `root` from its packs and
+/// its ref log, then writes the ref log afresh from the result. Takes the store's locks, so
+/// no other dsv process works on the store meanwhile.
+///
+/// # Errors
+/// [`Error::NotADirectory`] when `root` is not a store directory; [`Error::Io`];
+/// [`Error::Catalog`]. Damaged packs and ref log lines are reported, not errors.
+pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
+    if !root.join("packs").is_dir() {
+        return Err(Error::NotADirectory {
+            path: root.join("packs"),
+        });
+    }
+    let _store_lock = StoreLock::take_with(&root.join("lock"), false)?;
+    let _data_lock = StoreLock::take_with(&root.join("data.lock"), false)?;
+    let mut report = RepairReport {
+        store: root.to_path_buf(),
+        ..RepairReport::default()
+    };
+    let now = unix_now();
+    let catalog_path = root.join("catalog.db");
+    // 1. The names, read before anything moves.
+    let log_path = root.join(reflog::FILE_NAME);
+    let log = reflog::read(&log_path, None)?;
+    report.ref_log_bad_lines = log.bad_lines.clone();
+    if log_path.exists() {
+        let copy = root.join(format!("{}.before-repair-{now}", reflog::FILE_NAME));
+        fs::copy(&log_path, &copy).at(&copy)?;
+        report.old_ref_log = Some(copy);
+    }
+    // 2. The old catalog (and its WAL) aside.
+    if catalog_path.exists() {
+        let aside = root.join(format!("catalog.db.before-repair-{now}"));
+        fs::rename(&catalog_path, &aside).at(&aside)?;
+        for suffix in ["-wal", "-shm"] {
+            let from = root.join(format!("catalog.db{suffix}"));
+            if from.exists() {
+                let to = root.join(format!("catalog.db.before-repair-{now}{suffix}"));
+                fs::rename(&from, &to).at(&to)?;
+            }
+        }
+        report.old_catalog = Some(aside);
+    }
+    let catalog = Catalog::create_for_repair(&catalog_path)?;
+    let mut store = Store::from_parts(root.to_path_buf(), catalog);
+
+    // 3. Every pack, checked whole against its name, indexed by its own footer.
+    let mut names: Vec<(ObjectId, PathBuf, u64)> = Vec::new();
+    let packs_dir = store.packs_dir();
+    for entry in fs::read_dir(&packs_dir).at(&packs_dir)? {
+        let entry = entry.at(&packs_dir)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name
+            .strip_suffix(".pack")
+            .and_then(|hex| hex.parse::<ObjectId>().ok())
+        else {
+            continue;
+        };
+        let size = entry.metadata().at(&entry.path())?.len();
+        names.push((id, entry.path(), size));
+    }
+    names.sort();
+    progress.start(
+        "indexing packs",
+        names.iter().map(|p| p.2).sum(),
+        Unit::Bytes,
+    );
+    let mut sealed = Vec::new();
+    for (id, path, size) in names {
+        crate::interrupt::check()?;
+        match crate::pack::reader::verify_pack(&path, &id) {
+            Ok((frames, objects)) => sealed.push(SealedPack {
+                id,
+                size,
+                frames,
+                objects,
+            }),
+            Err(e) => report
+                .damaged_packs
+                .push(format!("{}: {e}", path.display())),
+        }
+        progress.advance(size);
+    }
+    progress.finish();
+    {
+        let writer = store.catalog_mut().writer()?;
+        for pack in &sealed {
+            writer.add_pack(pack)?;
+            report.objects += pack.objects.len() as u64;
+        }
+        writer.commit()?;
+    }
+    report.packs = sealed.len() as u64;
+
+    // 4. Every version object, recorded (no head moves: the ref log says where heads are).
+    let version_ids: BTreeSet<ObjectId> = sealed
+        .iter()
+        .flat_map(|p| &p.objects)
+        .filter(|o| o.kind == ObjectKind::Version)
+        .map(|o| o.id)
+        .collect();
+    let mut versions = Vec::new();
+    {
+        let mut reader = store.reader();
+        for id in &version_ids {
+            versions.push((*id, reader.version(id)?));
+        }
+    }
+    report.versions = versions.len() as u64;
+
+    // 5. Replay the ref log over what the packs hold.
+    let state = log.state();
+    report.ref_log_entries = log.entries.len() as u64;
+    let known = |id: &ObjectId| version_ids.contains(id);
+    let mut missing = BTreeSet::new();
+    for entry in &log.entries {
+        if let Some(v) = entry.version()
+            && !known(&v)
+            && !matches!(entry, RefLogEntry::Unpin { .. })
+        {
+            missing.insert(v);
+        }
+    }
+    {
+        let writer = store.catalog_mut().writer()?;
+        for (id, version) in &versions {
+            writer.record_version(id, version)?;
+        }
+        for (name, (url, options)) in &state.remotes {
+            writer.add_remote(name, url, options)?;
+            report.remotes += 1;
+        }
+        for (dataset, head) in &state.heads {
+            if known(head) {
+                writer.set_head(dataset, head)?;
+                report.heads += 1;
+            }
+        }
+        for ((dataset, tag), version) in &state.tags {
+            if known(version) {
+                writer.set_tag(dataset, tag, version, true)?;
+                report.tags += 1;
+            }
+        }
+        for (version, (reason, until)) in &state.pins {
+            if known(version) {
+                writer.pin(version, reason, *until)?;
+                report.pins += 1;
+            }
+        }
+        let removed: Vec<ObjectId> = state.removed.iter().copied().filter(known).collect();
+        report.removed = removed.len() as u64;
+        writer.mark_removed(&removed)?;
+        writer.commit()?;
+    }
+    report.missing_versions = missing.iter().map(ObjectId::to_hex).collect();
+    // 6. The ref log afresh, as the catalog now states it.
+    store.catalog_mut().adopt_ref_log()?;
+    Ok(report)
+}
+
+/// The `.dsv` directory for `dir`: `dir` itself when it is one, else `dir/.dsv`.
+pub fn store_dir(dir: &Path) -> PathBuf {
+    if dir.file_name().is_some_and(|n| n == STORE_DIR) {
+        dir.to_path_buf()
+    } else {
+        dir.join(STORE_DIR)
+    }
+}
+
+/// The versions that the unnamed pack file at `path` holds, that the ref log names and the
+/// catalog lacks: data a lost catalog forgot, which no cleanup may delete. `Ok(None)` when
+/// the file is not a readable pack (its contents cannot be accounted for either).
+///
+/// # Errors
+/// [`Error::Io`] reading the ref log; [`Error::Catalog`].
+pub fn forgotten_versions(store: &Store, path: &Path) -> Result<Option<Vec<ObjectId>>> {
+    let Ok(file) = fs::File::open(path) else {
+        return Ok(None);
+    };
+    let Ok((_, objects)) = crate::pack::reader::read_index(&file, path) else {
+        return Ok(None);
+    };
+    let candidates: Vec<ObjectId> = objects
+        .iter()
+        .filter(|o| o.kind == ObjectKind::Version)
+        .map(|o| o.id)
+        .collect();
+    if candidates.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let applied = store.catalog().ref_log_applied()?;
+    let named = reflog::read(&store.catalog().ref_log_path(), applied)?.named_versions();
+    let mut forgotten = Vec::new();
+    for id in candidates {
+        if named.contains(&id) && store.catalog().version(&id)?.is_none() {
+            forgotten.push(id);
+        }
+    }
+    Ok(Some(forgotten))
+}
