@@ -220,11 +220,23 @@ impl Store {
         )))
     }
 
-    /// A reader of this store's objects, for use on the calling thread.
+    /// A reader of this store's objects, for use on the calling thread. The first read of
+    /// a file through an unproven file map (one fetched from a remote) proves it: see
+    /// [`ObjectReader::file_chunks`].
     pub fn reader(&self) -> ObjectReader<'_> {
         ObjectReader {
             catalog: &self.catalog,
             packs: PackReader::new(&self.packs_dir(), 8),
+            record_proofs: true,
+        }
+    }
+
+    /// A reader that checks unproven file maps like [`Store::reader`] but records nothing
+    /// (`verify`, which reports and never fixes).
+    pub fn checking_reader(&self) -> ObjectReader<'_> {
+        ObjectReader {
+            record_proofs: false,
+            ..self.reader()
         }
     }
 }
@@ -276,6 +288,7 @@ impl StoreLock {
 pub struct ObjectReader<'a> {
     catalog: &'a Catalog,
     packs: PackReader,
+    record_proofs: bool,
 }
 
 impl ObjectReader<'_> {
@@ -422,7 +435,58 @@ impl ObjectReader<'_> {
             );
             return Err(Error::corrupt(&pack, detail));
         }
+        if location.kind == ObjectKind::FileMap
+            && let Some(remote) = self.catalog.unproven_file_map(id)?
+        {
+            self.prove_file_map(id, &chunks, &remote)?;
+        }
         Ok(chunks)
+    }
+
+    /// Proves an unproven file map (fetched from `remote`): its chunks, reassembled, must
+    /// hash to the file id. A map that passes is recorded as proven; one that fails is
+    /// forgotten (so the right one can be fetched again) and reported as corrupt data from
+    /// that remote. A reader made by [`Store::checking_reader`] records neither.
+    fn prove_file_map(
+        &mut self,
+        id: &ObjectId,
+        chunks: &[(ObjectId, ObjectLocation)],
+        remote: &str,
+    ) -> Result<()> {
+        let mut hasher = blake3::Hasher::new();
+        for (chunk_id, location) in chunks {
+            self.packs.with_object(
+                &location.frame,
+                location.offset,
+                location.length,
+                chunk_id,
+                true,
+                |bytes| {
+                    hasher.update(bytes);
+                },
+            )?;
+        }
+        if ObjectId::from(hasher.finalize()) == *id {
+            if self.record_proofs {
+                self.catalog.prove_file_map(id)?;
+            }
+            return Ok(());
+        }
+        if self.record_proofs {
+            self.catalog.reject_file_map(id)?;
+        }
+        Err(Error::corrupt(
+            format!("remote {remote}"),
+            format!(
+                "the file map of file {} fetched from it lists chunks that do not reassemble the file; it was not used{}",
+                id.short(),
+                if self.record_proofs {
+                    " and is forgotten, so the next checkout fetches it again"
+                } else {
+                    ""
+                }
+            ),
+        ))
     }
 
     /// Writes file `id` (of `size` bytes) to `out`, chunk by chunk, each chunk checked against

@@ -39,6 +39,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0005_cache_use.sql"),
     include_str!("../../migrations/0006_provenance.sql"),
     include_str!("../../migrations/0007_ref_log.sql"),
+    include_str!("../../migrations/0008_unproven_file_maps.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =

@@ -272,3 +272,79 @@ impl CatalogWriter<'_> {
         Ok(())
     }
 }
+
+impl Catalog {
+    /// The remote an unproven file map of file `id` came from, or `None` when the map (if
+    /// any) is proven: written by a local commit, or reassembled to its file id once.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn unproven_file_map(&self, id: &ObjectId) -> Result<Option<String>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT remote FROM unproven_file_maps WHERE id = ?1")?;
+        Ok(stmt.query_row([&id.0[..]], |row| row.get(0)).optional()?)
+    }
+
+    /// Every unproven file map: (file id, remote it came from).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn unproven_file_maps(&self) -> Result<Vec<(ObjectId, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, remote FROM unproven_file_maps ORDER BY id")?;
+        let rows = stmt.query_map([], |row| Ok((row.get::<_, Vec<u8>>(0)?, row.get(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, remote) = row?;
+            if let Some(id) = ObjectId::from_slice(&id) {
+                out.push((id, remote));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records that file `id`'s map reassembled to its id (one statement of its own).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn prove_file_map(&self, id: &ObjectId) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
+        Ok(())
+    }
+
+    /// Forgets file `id`'s unproven map, which failed its proof, so that the right one can be
+    /// fetched again (one transaction of its own; the bytes stay in their pack until gc).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn reject_file_map(&self, id: &ObjectId) -> Result<()> {
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )?;
+        tx.execute(
+            "DELETE FROM objects WHERE id = ?1 AND kind = ?2",
+            rusqlite::params![&id.0[..], ObjectKind::FileMap as u8],
+        )?;
+        tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl CatalogWriter<'_> {
+    /// Lists file `id`'s map, just fetched from `remote`, as unproven.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn add_unproven_file_map(&self, id: &ObjectId, remote: &str) -> Result<()> {
+        self.tx.execute(
+            "INSERT OR IGNORE INTO unproven_file_maps (id, remote) VALUES (?1, ?2)",
+            rusqlite::params![&id.0[..], remote],
+        )?;
+        Ok(())
+    }
+}

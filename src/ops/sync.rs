@@ -509,9 +509,24 @@ fn download(
     };
     transfer.packs = sealed.len() as u64;
     let _lock = store.lock()?;
+    // File maps are keyed by their file's id, not by their own bytes: until one has been
+    // reassembled to its file id, it is unproven (see `ObjectReader::file_chunks`).
+    let mut new_maps = Vec::new();
+    for object in sealed.iter().flat_map(|p| &p.objects) {
+        if object.kind == ObjectKind::FileMap
+            && !store
+                .catalog()
+                .has_object(&object.id, ObjectKind::FileMap)?
+        {
+            new_maps.push(object.id);
+        }
+    }
     let writer = store.catalog_mut().writer()?;
     for pack in &sealed {
         writer.add_pack(pack)?;
+    }
+    for id in &new_maps {
+        writer.add_unproven_file_map(id, &record.name)?;
     }
     writer.commit()?;
     Ok(transfer)
@@ -532,9 +547,17 @@ fn missing_chunks(
         let root = reader.version(id)?.tree;
         let seen = include.is_none().then_some(&mut seen_trees);
         walk_reachable(&mut reader, &root, seen, &mut |reached| {
-            if let Reached::File { path, chunks, .. } = reached
+            if let Reached::File { path, id, chunks } = reached
                 && include.is_none_or(|set| set.is_match(path))
             {
+                // No file map here (never fetched, or rejected by its proof): the file is
+                // its own only chunk, or its map must come from a remote first.
+                if chunks == [id]
+                    && !store.catalog().has_object(&id, ObjectKind::Chunk)?
+                    && !store.catalog().has_object(&id, ObjectKind::FileMap)?
+                {
+                    missing.insert((id, ObjectKind::FileMap));
+                }
                 for chunk in chunks {
                     if !store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
                         missing.insert((chunk, ObjectKind::Chunk));
@@ -569,7 +592,20 @@ pub fn fetch_missing(
             });
         }
     }
+    fetch_missing_round(store, versions, include, first, jobs, progress, false)
+}
+
+fn fetch_missing_round(
+    store: &mut Store,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+    refetched: bool,
+) -> Result<Transfer> {
     let mut missing = missing_chunks(store, versions, include)?;
+    let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
     let mut transfer = Transfer::default();
     if missing.is_empty() {
         return Ok(transfer);
@@ -607,7 +643,16 @@ pub fn fetch_missing(
             transfer.requests += remote.requests() - before;
         }
         let catalog = store.catalog();
-        missing.retain(|(id, kind)| !catalog.has_object(id, *kind).unwrap_or(false));
+        // A file wanted as its own chunk or as a file map needs only one of the two.
+        missing.retain(|(id, kind)| {
+            let has = |kind| catalog.has_object(id, kind).unwrap_or(false);
+            !has(*kind)
+                && match kind {
+                    ObjectKind::FileMap => !has(ObjectKind::Chunk),
+                    ObjectKind::Chunk => !has(ObjectKind::FileMap),
+                    _ => true,
+                }
+        });
         Ok(())
     };
     if let Some((record, remote)) = first {
@@ -625,6 +670,14 @@ pub fn fetch_missing(
             id: id.to_hex(),
             what: kind.name(),
         });
+    }
+    // File maps that came now list chunks of their own: fetch those too (once).
+    if wanted_maps && !refetched {
+        let more = fetch_missing_round(store, versions, include, first, jobs, progress, true)?;
+        transfer.bytes += more.bytes;
+        transfer.packs += more.packs;
+        transfer.objects += more.objects;
+        transfer.requests += more.requests;
     }
     Ok(transfer)
 }

@@ -141,7 +141,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
     // the data of a clone not yet needed here, on a remote that holds it).
     let remotes: Vec<i64> = store.catalog().remotes()?.iter().map(|r| r.id).collect();
     let mut seen_files = HashSet::new();
-    let reader = &mut store.reader();
+    let reader = &mut store.checking_reader();
     for dataset in store.catalog().datasets()? {
         let mut next = dataset.head;
         while let Some(id) = next {
