@@ -57,11 +57,22 @@ impl Catalog {
     /// # Errors
     /// [`Error::StoreTooNew`] when a newer dsv wrote it; [`Error::Catalog`] or
     /// [`Error::Migration`] when SQLite fails (a corrupt file, for one).
+    ///
+    /// The path is made absolute first and URI filenames are off: SQLite (built with
+    /// `SQLITE_USE_URI`) would read a relative path starting with `file:` (a store in a
+    /// directory named `file:x`) as a URI naming another database.
     pub fn open(path: &Path, create: bool) -> Result<Catalog> {
+        let absolute = std::path::absolute(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let path = absolute.as_path();
+        // No SQLITE_OPEN_URI; an absolute path starts with '/', never with "file:".
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         if create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
+        debug_assert!(!flags.contains(OpenFlags::SQLITE_OPEN_URI));
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
         configure(&conn).map_err(|e| corrupt_or(path, e))?;
         let found: i64 = conn
