@@ -308,8 +308,9 @@ struct RemoteArg {
 
 #[derive(Debug, Args)]
 struct JobsArg {
-    /// Parallel workers or requests in flight (default: a sensible number for this machine).
-    #[arg(short, long, value_name = "N")]
+    /// Parallel workers or requests in flight, 1 to 256 (default: a sensible number for this
+    /// machine).
+    #[arg(short, long, value_name = "N", value_parser = jobs_range())]
     jobs: Option<usize>,
 }
 
@@ -501,7 +502,13 @@ fn open_store(cli: &Cli) -> anyhow::Result<Store> {
 }
 
 fn jobs_or(jobs: &JobsArg, default: usize) -> usize {
-    jobs.jobs.unwrap_or(default).max(1)
+    dsv::parallel::clamp_jobs(jobs.jobs.unwrap_or(default))
+}
+
+/// `--jobs` accepts `1..=MAX_JOBS`: more threads than that only contend, and a huge count
+/// would exhaust the threads a process may start.
+fn jobs_range() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=dsv::parallel::MAX_JOBS as u64)
 }
 
 fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {

@@ -347,7 +347,7 @@ impl Remote {
                     result.map_err(self.fail(format!("download {key}")))
                 }
             }))
-            .buffered(jobs.max(1))
+            .buffered(crate::parallel::clamp_jobs(jobs))
             .try_collect(),
         )
     }
@@ -389,7 +389,7 @@ impl Remote {
                         .expect("a download check does not panic")
                 }
             }))
-            .buffer_unordered(jobs.max(1));
+            .buffer_unordered(crate::parallel::clamp_jobs(jobs));
             while let Some(result) = stream.next().await {
                 crate::interrupt::check()?;
                 each(result?)?;
@@ -416,7 +416,7 @@ impl Remote {
                     crate::interrupt::check()?;
                     Ok::<_, Error>(size)
                 }))
-                .buffer_unordered(jobs.max(1));
+                .buffer_unordered(crate::parallel::clamp_jobs(jobs));
             while let Some(size) = stream.next().await {
                 done(size?);
             }

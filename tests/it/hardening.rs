@@ -37,3 +37,73 @@ fn a_store_directory_named_file_colon_is_a_plain_directory() {
     assert_eq!(datasets(&env, "file:y"), ["original"]);
     assert!(datasets(&env, "y").is_empty());
 }
+
+#[test]
+fn jobs_outside_1_to_256_are_usage_errors_for_every_command() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    let commands: [&[&str]; 10] = [
+        &["commit", "data", "-d", "ds"],
+        &["checkout", "ds", "out"],
+        &["status", "data"],
+        &["audit", "data"],
+        &["import", "data"],
+        &["update", "ds"],
+        &["push"],
+        &["pull", "ds"],
+        &["fetch"],
+        &["clone", "file:///nowhere", "c"],
+    ];
+    for command in commands {
+        for jobs in ["0", "257", "50000", "18446744073709551615"] {
+            let mut args = command.to_vec();
+            args.extend(["--jobs", jobs]);
+            let stderr = env.fails(&args, 2);
+            assert!(stderr.contains("1..=256"), "{args:?}: {stderr}");
+        }
+    }
+    assert!(!env.path("c").exists());
+    env.ok(&["commit", "data", "-d", "ds", "-j", "256"]);
+    env.ok(&["checkout", "ds", "out", "-j", "256"]);
+    assert_eq!(std::fs::read(env.path("out/a.txt")).unwrap(), b"a");
+}
+
+#[test]
+fn the_library_clamps_any_job_count() {
+    use dsv::ops::checkout::{CheckoutOptions, checkout};
+    use dsv::ops::commit::{CommitOptions, commit};
+    use dsv::ops::ingest::IngestOptions;
+    use dsv::progress::NoProgress;
+
+    let env = TestEnv::new();
+    for i in 0..20 {
+        env.write(&format!("data/{i}.txt"), format!("file {i}"));
+    }
+    let mut store = dsv::Store::open(&env.path(".dsv")).unwrap();
+    let options = CommitOptions {
+        dataset: "ds".into(),
+        message: String::new(),
+        tag: None,
+        author: None,
+        allow_empty: false,
+        ingest: IngestOptions {
+            jobs: usize::MAX,
+            compression_level: 3,
+        },
+    };
+    commit(&mut store, &env.path("data"), &options, &NoProgress).unwrap();
+    let revision = dsv::Revision::parse("ds").unwrap();
+    let options = CheckoutOptions {
+        force: false,
+        jobs: usize::MAX,
+    };
+    checkout(
+        &mut store,
+        &revision,
+        &env.path("out"),
+        &options,
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(env.path("out/7.txt")).unwrap(), b"file 7");
+}
