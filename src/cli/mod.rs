@@ -752,6 +752,9 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             };
             let report = import::import(&mut store, &options, &progress)?;
             ui.report(&report, render::import)?;
+            if report.redacted_url {
+                ui.note(render::REDACTED_URL_NOTE)?;
+            }
         }
         Command::Update {
             dataset,

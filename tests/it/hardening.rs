@@ -107,3 +107,117 @@ fn the_library_clamps_any_job_count() {
     .unwrap();
     assert_eq!(std::fs::read(env.path("out/7.txt")).unwrap(), b"file 7");
 }
+
+/// Every file under `dir` whose bytes contain one of `secrets`, with the secret.
+fn files_holding(dir: &std::path::Path, secrets: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.unwrap();
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let bytes = std::fs::read(entry.path()).unwrap();
+        for secret in secrets {
+            if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
+                found.push(format!("{} holds {secret}", entry.path().display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn credentials_in_an_import_url_are_never_recorded_or_pushed() {
+    use crate::remote::{endpoint, unique_prefix};
+    let env = TestEnv::new();
+    let base = endpoint("DSV_TEST_HTTP_URL");
+    let prefix = unique_prefix();
+    let root = std::path::Path::new(&endpoint("DSV_TEST_HTTP_ROOT")).join(&prefix);
+    crate::common::write_file(&root.join("labels.csv"), b"id,label\n1,cat\n");
+    let secrets = [
+        "hunter2pw",
+        "SIGSECRET0123",
+        "TOKSECRET0123",
+        "CREDSECRET0123",
+        "AZSIGSECRET",
+        "GOOGSECRET0123",
+    ];
+    let public = format!("{base}/{prefix}/labels.csv");
+    let (scheme, host) = public.split_once("://").unwrap();
+    let url = format!(
+        "{scheme}://reader:hunter2pw@{host}?X-Amz-Algorithm=AWS4-HMAC-SHA256\
+         &X-Amz-Credential=CREDSECRET0123&X-Amz-Security-Token=TOKSECRET0123\
+         &X-Amz-Signature=SIGSECRET0123&sig=AZSIGSECRET&X-Goog-Signature=GOOGSECRET0123&v=2"
+    );
+    let report = env.json(&["import", &url, "-d", "labels"]);
+    assert_eq!(report["redacted_url"], true, "{report}");
+    let recorded = format!("{public}?X-Amz-Algorithm=AWS4-HMAC-SHA256&v=2");
+    assert_eq!(report["source"], recorded.as_str(), "{report}");
+    let show = env.json(&["show", "labels", "--provenance"]);
+    assert_eq!(
+        show["provenance"]["files"][0]["url"],
+        recorded.as_str(),
+        "{show}"
+    );
+    // Human output says so on stderr.
+    let out = env.run(&["import", &url, "-d", "labels2"]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("credentials"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A public URL still updates (nothing changed).
+    assert_eq!(env.json(&["update", "labels"])["created"], false);
+    let remote = env.path("remote");
+    env.ok(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("file://{}", remote.display()),
+    ]);
+    env.ok(&["push"]);
+    let text = format!(
+        "{}{}",
+        env.ok(&["--json", "log", "labels"]),
+        env.ok(&["--json", "show", "labels2", "--provenance"])
+    );
+    for secret in secrets {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    assert_eq!(
+        files_holding(&env.path(".dsv"), &secrets),
+        Vec::<String>::new()
+    );
+    assert_eq!(files_holding(&remote, &secrets), Vec::<String>::new());
+    // A plain public URL is recorded as given.
+    let plain = env.json(&["import", &public, "-d", "plain"]);
+    assert_eq!(plain["redacted_url"], false);
+    assert_eq!(plain["source"], public.as_str());
+}
+
+#[test]
+fn credentials_in_options_and_remote_urls_are_refused_under_every_alias() {
+    let env = TestEnv::new();
+    for option in [
+        "master_key=abc",
+        "azure_storage_master_key=abc",
+        "aws_sse_customer_key_base64=abc",
+        "aws_endpoint=http://user:pw@127.0.0.1:9",
+        "proxy_url=http://user:pw@proxy:3128",
+    ] {
+        let error = env.json_error(
+            &["remote", "add", "o", "s3://bucket/p", "--option", option],
+            3,
+        );
+        assert!(
+            error["message"].as_str().unwrap().contains("credentials"),
+            "{option}: {error}"
+        );
+        env.json_error(&["import", "s3://bucket/key", "--option", option], 3);
+        env.json_error(&["clone", "s3://bucket/p", "c", "--option", option], 3);
+    }
+    env.json_error(&["remote", "add", "o", "s3://user:pw@bucket/p"], 3);
+    assert!(env.json(&["remote", "ls"]).as_array().unwrap().is_empty());
+    assert!(!env.path("c").exists());
+}
