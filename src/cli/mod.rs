@@ -1047,8 +1047,9 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         } => {
             let dir = match dir {
                 Some(dir) => dir.clone(),
-                None => PathBuf::from(clone_dir_name(url)),
+                None => PathBuf::from(clone_dir_name(url)?),
             };
+            dsv::walk::check_workspace_dir(&dir)?;
             let report = sync::clone(
                 url,
                 &dir,
@@ -1157,14 +1158,18 @@ fn glob_set(globs: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
 }
 
 /// The directory `clone URL` creates: the URL's last path element (`s3://b/team/mnist` →
-/// `mnist`, `s3://b` → `b`).
-fn clone_dir_name(url: &str) -> String {
-    url.trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .filter(|name| !name.is_empty())
-        .unwrap_or("dsv-clone")
-        .to_string()
+/// `mnist`, `s3://b` → `b`). An element that names no new directory (`.`, `..`, nothing,
+/// `.dsv`, the scheme of `file:///`) is refused: the store would land in the current or
+/// parent directory.
+fn clone_dir_name(url: &str) -> anyhow::Result<String> {
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    if dsv::object::check_name(name).is_err() || dsv::walk::check_reserved_name(name).is_err() {
+        anyhow::bail!(
+            "cannot name a directory after {url:?} (its last path element is {name:?}); give one: dsv clone URL DIR"
+        );
+    }
+    Ok(name.to_string())
 }
 
 /// Parses `START..END`, `START..` or `..END` (bytes, END exclusive).

@@ -221,3 +221,124 @@ fn credentials_in_options_and_remote_urls_are_refused_under_every_alias() {
     assert!(env.json(&["remote", "ls"]).as_array().unwrap().is_empty());
     assert!(!env.path("c").exists());
 }
+
+#[test]
+fn clone_without_dir_never_lands_in_the_current_or_parent_directory() {
+    let env = TestEnv::bare();
+    env.write("data/a.txt", "a");
+    env.ok(&["init", "src"]);
+    env.ok(&["--store", "src", "commit", "data", "-d", "ds"]);
+    let remote = env.path("remote");
+    std::fs::create_dir_all(remote.join("sub")).unwrap();
+    let url = format!("file://{}", remote.display());
+    env.ok(&["--store", "src", "remote", "add", "origin", &url]);
+    env.ok(&["--store", "src", "push"]);
+    std::fs::create_dir_all(env.path("work/inner")).unwrap();
+    for bad in [
+        format!("{url}/sub/.."),
+        format!("{url}/."),
+        format!("{url}/sub/../"),
+    ] {
+        let out = env
+            .dsv()
+            .current_dir(env.path("work/inner"))
+            .args(["clone", &bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{bad}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("DIR"),
+            "{out:?}"
+        );
+    }
+    assert!(!env.path("work/.dsv").exists());
+    assert!(!env.path("work/inner/.dsv").exists());
+    // A clone into a store's .dsv is refused too.
+    env.fails(&["clone", &url, "src/.dsv/packs/c"], 3);
+    assert!(!env.path("src/.dsv/packs/c").exists());
+    // A name from the URL still works.
+    let out = env
+        .dsv()
+        .current_dir(env.path("work"))
+        .args(["clone", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(env.path("work/remote/.dsv/catalog.db").is_file());
+}
+
+#[test]
+fn no_workspace_lies_inside_a_store_directory() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let packs_before: Vec<_> = std::fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    for dir in [".dsv/packs", ".dsv", ".dsv/new/dir", "data/../.dsv/tmp"] {
+        let stderr = env.fails(&["checkout", "ds", dir], 3);
+        assert!(stderr.contains(".dsv"), "{dir}: {stderr}");
+    }
+    assert!(!env.path(".dsv/new").exists());
+    std::os::unix::fs::symlink(".dsv/packs", env.path("link")).unwrap();
+    env.fails(&["checkout", "ds", "link"], 3);
+    env.fails(&["checkout", "ds", "link/sub"], 3);
+    env.fails(&["commit", ".dsv/packs", "-d", "packs"], 3);
+    env.fails(&["commit", "link", "-d", "packs"], 3);
+    env.fails(&["audit", ".dsv/packs", "--against", "ds"], 3);
+    env.fails(&["status", ".dsv"], 3);
+    let packs_after: Vec<_> = std::fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(packs_before, packs_after);
+    assert_eq!(datasets(&env, ".dsv"), ["ds"]);
+    env.ok(&["verify"]);
+    // The store's parent is the normal place for a checkout.
+    env.ok(&["checkout", "ds", "."]);
+    assert_eq!(std::fs::read(env.path("a.txt")).unwrap(), b"a");
+}
+
+/// A tar with one file member `name`.
+fn tar_with(name: &str) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut ok = tar::Header::new_gnu();
+    ok.set_size(4);
+    ok.set_mode(0o644);
+    builder
+        .append_data(&mut ok, "ok.txt", &b"fine"[..])
+        .unwrap();
+    let mut header = tar::Header::new_gnu();
+    header.set_size(1);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    // The name is written as given (set_path would check it).
+    header.as_gnu_mut().unwrap().name[..name.len()].copy_from_slice(name.as_bytes());
+    header.set_cksum();
+    builder.append(&header, &b"x"[..]).unwrap();
+    builder.into_inner().unwrap()
+}
+
+#[test]
+fn a_reserved_name_in_an_archive_is_refused_at_import() {
+    let env = TestEnv::new();
+    for (i, name) in [".dsv/catalog.db", "a/.dsv/x", "b/.dsv-tmp-1-2", ".dsv"]
+        .iter()
+        .enumerate()
+    {
+        let archive = env.path(&format!("bad{i}.tar"));
+        std::fs::write(&archive, tar_with(name)).unwrap();
+        let error = env.json_error(&["import", archive.to_str().unwrap(), "-d", "bad"], 3);
+        assert!(
+            error["message"].as_str().unwrap().contains(".dsv"),
+            "{name}: {error}"
+        );
+    }
+    assert!(datasets(&env, ".dsv").is_empty());
+    // The commit walk skips a nested store as before.
+    env.write("data/a.txt", "a");
+    env.ok(&["init", "data/nested"]);
+    let report = env.json(&["commit", "data", "-d", "ds"]);
+    assert_eq!(report["files"], 1, "{report}");
+}
