@@ -174,6 +174,7 @@ pub fn member_path(name: &str) -> std::result::Result<Option<String>, &'static s
             ".." => return Err("the path leaves the archive's root with '..'"),
             _ => {
                 crate::object::check_name(part)?;
+                crate::walk::check_reserved_name(part)?;
                 parts.push(part);
             }
         }

@@ -5,6 +5,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::Result;
 
+/// The most worker threads (or requests in flight) dsv uses, whatever it is asked for: the
+/// CLI refuses `--jobs` above it, and the library clamps to it so that a huge count never
+/// overflows a queue size or exhausts the threads a process may start.
+pub const MAX_JOBS: usize = 256;
+
+/// `jobs` brought into `1..=MAX_JOBS`.
+pub fn clamp_jobs(jobs: usize) -> usize {
+    jobs.clamp(1, MAX_JOBS)
+}
+
 /// Applies `f` to every item on `jobs` scoped threads, keeping input order; stops at the
 /// first error (checking for Ctrl-C between items).
 ///
@@ -50,7 +60,7 @@ pub fn for_each_with<T: Sync, S>(
     finish: impl Fn(S) + Sync,
 ) -> Result<()> {
     let next = AtomicUsize::new(0);
-    let jobs = jobs.clamp(1, items.len().max(1));
+    let jobs = clamp_jobs(jobs).min(items.len().max(1));
     let run = || -> Result<()> {
         let mut state = init()?;
         loop {
@@ -64,21 +74,34 @@ pub fn for_each_with<T: Sync, S>(
         }
     };
     let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..jobs)
-            .map(|_| {
-                scope.spawn(|| {
-                    let outcome = run();
-                    if outcome.is_err() {
-                        next.store(items.len(), Ordering::Relaxed);
-                    }
-                    outcome
-                })
-            })
-            .collect();
+        let mut handles = Vec::with_capacity(jobs);
+        for _ in 0..jobs {
+            let spawned = std::thread::Builder::new().spawn_scoped(scope, || {
+                let outcome = run();
+                if outcome.is_err() {
+                    next.store(items.len(), Ordering::Relaxed);
+                }
+                outcome
+            });
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                // The system allows no more threads: the ones started do the work.
+                Err(_) if !handles.is_empty() => break,
+                Err(source) => return vec![Err(thread_error(source))],
+            }
+        }
         handles
             .into_iter()
             .map(|h| h.join().expect("worker panicked"))
             .collect()
     });
     outcomes.into_iter().collect()
+}
+
+/// The error of a thread that could not be started (the system's thread limit).
+pub fn thread_error(source: std::io::Error) -> crate::Error {
+    crate::Error::Io {
+        path: std::path::PathBuf::from("(starting a worker thread)"),
+        source,
+    }
 }

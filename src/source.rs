@@ -115,6 +115,8 @@ enum Kind {
     },
     Http {
         client: reqwest::Client,
+        /// The URL requested: as given, credentials included (the recorded one has none).
+        url: String,
     },
     Local {
         path: PathBuf,
@@ -124,6 +126,8 @@ enum Kind {
 /// An open source; keeps the runtime its streams are driven by.
 pub struct Source {
     spec: String,
+    /// Credentials were removed from the URL given before recording it.
+    redacted: bool,
     kind: Kind,
     runtime: tokio::runtime::Runtime,
 }
@@ -168,6 +172,7 @@ impl Source {
             .enable_all()
             .build()
             .at(FsPath::new("tokio runtime"))?;
+        let mut redacted = false;
         let (kind, spec) = {
             // The HTTP client's timers belong to this runtime.
             let _entered = runtime.enter();
@@ -176,6 +181,11 @@ impl Source {
                     let (bucket, _) = rest.split_once('/').unwrap_or((rest, ""));
                     if bucket.is_empty() {
                         return Err(invalid("the bucket name is missing"));
+                    }
+                    if crate::remote::has_userinfo(spec) {
+                        return Err(invalid(
+                            "the URL holds a user name or password; set credentials in the environment",
+                        ));
                     }
                     let (store, key) = crate::remote::cloud_backend(spec, options)?;
                     let scheme = spec.split_once("://").expect("matched").0;
@@ -204,7 +214,10 @@ impl Source {
                             action: "setting up the HTTP client".into(),
                             source,
                         })?;
-                    (Kind::Http { client }, spec.to_string())
+                    let recorded;
+                    (recorded, redacted) = redact_url(spec);
+                    let url = spec.to_string();
+                    (Kind::Http { client, url }, recorded)
                 }
                 Some(("file", rest)) => local(spec, rest, options)?,
                 Some(_) => {
@@ -217,14 +230,21 @@ impl Source {
         };
         Ok(Source {
             spec,
+            redacted,
             kind,
             runtime,
         })
     }
 
-    /// The source as recorded in provenance: the URL as given, or a local path made absolute.
+    /// The source as recorded in provenance: the URL as given (an HTTP(S) URL without its
+    /// credentials: see [`redact_url`]), or a local path made absolute.
     pub fn spec(&self) -> &str {
         &self.spec
+    }
+
+    /// True when [`Source::spec`] is the URL given with credentials removed.
+    pub fn redacted(&self) -> bool {
+        self.redacted
     }
 
     /// The last path element of the source (for a default dataset name): `s3://b/x/mnist.zip`
@@ -269,7 +289,7 @@ impl Source {
                 *is_prefix,
                 pin,
             ))?,
-            Kind::Http { client } => {
+            Kind::Http { client, url } => {
                 if pin.version_id.is_some() {
                     return Err(Error::InvalidImport {
                         source_url: self.spec.clone(),
@@ -278,7 +298,7 @@ impl Source {
                                 .into(),
                     });
                 }
-                let object = self.runtime.block_on(http_head(client, &self.spec))?;
+                let object = self.runtime.block_on(http_head(client, url, &self.spec))?;
                 Listing {
                     objects: vec![object],
                     single: true,
@@ -338,8 +358,8 @@ impl Source {
                     .boxed();
                 Ok(Box::new(BlockingStream::new(self.runtime.handle(), stream)))
             }
-            (Kind::Http { client }, Location::Http) => {
-                let mut request = client.get(&object.url);
+            (Kind::Http { client, url }, Location::Http) => {
+                let mut request = client.get(url);
                 // If-Match compares strongly (RFC 9110 §13.1.1): a weak tag never matches.
                 if let Some(etag) = object.etag.as_ref().filter(|e| !e.starts_with("W/")) {
                     request = request.header(reqwest::header::IF_MATCH, etag);
@@ -562,17 +582,19 @@ fn http_error(url: &str, action: &str, e: reqwest::Error) -> Error {
         Some(reqwest::StatusCode::PRECONDITION_FAILED) => Error::SourceChanged {
             url: url.to_string(),
         },
+        // reqwest's message repeats the URL requested, credentials included: drop it.
         _ => Error::Http {
             url: url.to_string(),
             action: action.to_string(),
-            source: e,
+            source: e.without_url(),
         },
     }
 }
 
-async fn http_head(client: &reqwest::Client, url: &str) -> Result<SourceObject> {
+/// HEAD (or GET) of `request_url`; the object is recorded as `url` (without credentials).
+async fn http_head(client: &reqwest::Client, request_url: &str, url: &str) -> Result<SourceObject> {
     let mut object = SourceObject::unknown(url, Location::Http);
-    let mut response = client.head(url).send().await;
+    let mut response = client.head(request_url).send().await;
     // Some servers refuse HEAD (a presigned S3 URL signs the method too): the headers of a
     // GET whose body is dropped unread say the same.
     if response.as_ref().is_ok_and(|r| {
@@ -583,7 +605,7 @@ async fn http_head(client: &reqwest::Client, url: &str) -> Result<SourceObject> 
                 | reqwest::StatusCode::NOT_IMPLEMENTED
         )
     }) {
-        response = client.get(url).send().await;
+        response = client.get(request_url).send().await;
     }
     let response = response
         .and_then(reqwest::Response::error_for_status)
@@ -701,9 +723,118 @@ impl Read for BlockingStream {
     }
 }
 
+/// Query parameters that carry a credential or a signature: presigned S3 (SigV4 and SigV2),
+/// GCS signed URLs and Azure SAS. Compared without regard to case.
+const SECRET_QUERY_PARAMETERS: &[&str] = &[
+    "x-amz-signature",
+    "x-amz-security-token",
+    "x-amz-credential",
+    "signature",
+    "x-goog-signature",
+    "x-goog-credential",
+    "sig",
+];
+
+/// An HTTP(S) URL fit to record (in a version's source, message and provenance, all of which
+/// a push copies to a remote): without `user:password@` and without the query parameters
+/// that carry credentials or signatures (`X-Amz-Signature`, `X-Amz-Security-Token`,
+/// `X-Amz-Credential`, `Signature`, `X-Goog-Signature`, `X-Goog-Credential`, Azure SAS
+/// `sig`); the other parameters are kept. Returns the URL and whether anything was removed.
+pub fn redact_url(url: &str) -> (String, bool) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_string(), false);
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let mut redacted = host.len() != authority.len();
+    let (before_fragment, fragment) = match tail.split_once('#') {
+        Some((before, fragment)) => (before, Some(fragment)),
+        None => (tail, None),
+    };
+    let (path, query) = match before_fragment.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (before_fragment, None),
+    };
+    let mut out = format!("{scheme}://{host}{path}");
+    if let Some(query) = query {
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|pair| {
+                let name = percent_decode(pair.split('=').next().unwrap_or(""));
+                let secret = SECRET_QUERY_PARAMETERS
+                    .iter()
+                    .any(|secret| name.eq_ignore_ascii_case(secret));
+                redacted |= secret;
+                !secret
+            })
+            .collect();
+        if !kept.is_empty() {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    (out, redacted)
+}
+
+/// `text` with `%XX` escapes decoded (bytes that do not make UTF-8 are replaced).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_urls_lose_credentials_and_signatures_only() {
+        assert_eq!(
+            redact_url(
+                "https://u:p@h:8/a/f.zip?X-Amz-Signature=s&a=1&x-amz-security-token=t&X%2DAmz%2DCredential=c#frag"
+            ),
+            ("https://h:8/a/f.zip?a=1#frag".to_string(), true)
+        );
+        assert_eq!(
+            redact_url("https://acct.blob.core.windows.net/c/f?sv=2024&sig=abc&se=x"),
+            (
+                "https://acct.blob.core.windows.net/c/f?sv=2024&se=x".to_string(),
+                true
+            )
+        );
+        assert_eq!(
+            redact_url("https://h/f?X-Goog-Signature=s"),
+            ("https://h/f".to_string(), true)
+        );
+        assert_eq!(
+            redact_url("https://h/user@x/f?signed=1"),
+            ("https://h/user@x/f?signed=1".to_string(), false)
+        );
+    }
 
     #[test]
     fn etags_match_with_or_without_quotes() {

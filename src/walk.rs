@@ -19,6 +19,75 @@ use crate::store::STORE_DIR;
 /// The prefix of checkout's temporary file names.
 pub const TEMP_PREFIX: &str = ".dsv-tmp-";
 
+/// True for a name dsv reserves in a dataset: `.dsv` (a store) and `.dsv-tmp-*` (checkout's
+/// temporary files). The one rule for every path component: the commit walk skips `.dsv`
+/// directories and refuses other reserved names, import refuses them in archives and
+/// object keys ([`crate::archive::member_path`]), and checkout refuses a tree holding one.
+pub fn is_reserved_name(name: &[u8]) -> bool {
+    name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes())
+}
+
+/// Refuses a name dsv reserves ([`is_reserved_name`]).
+///
+/// # Errors
+/// A short reason.
+pub fn check_reserved_name(name: &str) -> std::result::Result<(), &'static str> {
+    if is_reserved_name(name.as_bytes()) {
+        return Err(
+            "dsv reserves the names .dsv and .dsv-tmp-* (a store, checkout's temporary files)",
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a workspace directory (checked out into, committed, audited, cloned into) that is
+/// a `.dsv` store directory or lies inside one: gc and repair own everything there. `dir`
+/// need not exist: its nearest existing ancestor is resolved (symlinks followed) and the
+/// rest applied to it.
+///
+/// # Errors
+/// [`Error::Unsupported`] naming the directory; [`Error::Io`] when the working directory
+/// cannot be read.
+pub fn check_workspace_dir(dir: &Path) -> Result<()> {
+    let absolute = std::path::absolute(dir).at(dir)?;
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    let mut resolved = loop {
+        if let Ok(found) = std::fs::canonicalize(existing) {
+            break found;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => break existing.to_path_buf(),
+        }
+    };
+    for name in rest.iter().rev() {
+        match name.to_str() {
+            Some("..") => {
+                resolved.pop();
+            }
+            Some(".") => {}
+            _ => resolved.push(name),
+        }
+    }
+    if resolved
+        .components()
+        .any(|c| matches!(c, Component::Normal(name) if name == STORE_DIR))
+    {
+        return Err(Error::Unsupported {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "it is inside a store's {STORE_DIR} directory ({}), which only dsv writes",
+                resolved.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// What a directory entry is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScanKind {
@@ -167,8 +236,7 @@ pub fn scan(root: &Path) -> Result<Scan> {
                     lock(&scan).leftovers.push(entry.into_path());
                     return Ok(ignore::WalkState::Continue);
                 }
-                let reserved =
-                    name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes());
+                let reserved = is_reserved_name(name);
                 lock(&found).push((entry.into_path(), relative, reserved));
                 // A reserved name is listed (as unsupported), never walked into.
                 Ok(if reserved && is_dir {

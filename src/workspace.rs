@@ -87,7 +87,8 @@ pub fn hash_file(path: &Path) -> Result<ObjectId> {
 ///
 /// # Errors
 /// [`crate::Error::NotADirectory`] when it does not exist or is not a directory;
-/// [`crate::Error::Unsupported`] when the path is not UTF-8.
+/// [`crate::Error::Unsupported`] when the path is not UTF-8 or lies inside a `.dsv` store
+/// directory ([`crate::walk::check_workspace_dir`]).
 pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
     let canonical = std::fs::canonicalize(dir).map_err(|_| crate::Error::NotADirectory {
         path: dir.to_path_buf(),
@@ -97,6 +98,7 @@ pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
             path: dir.to_path_buf(),
         });
     }
+    crate::walk::check_workspace_dir(&canonical)?;
     let key = canonical
         .to_str()
         .ok_or_else(|| crate::Error::Unsupported {

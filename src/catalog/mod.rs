@@ -81,7 +81,10 @@ impl Catalog {
     }
 
     fn open_schema(path: &Path, create: bool) -> Result<Catalog> {
-        // An absolute path, never a URI: `file:x` is a directory named so, not SQLite's URI.
+        // The path is made absolute first and URI filenames are off: SQLite (built with
+        // `SQLITE_USE_URI`) would read a relative path starting with `file:` (a store in a
+        // directory named `file:x`) as a URI naming another database. An absolute path
+        // starts with '/', never with "file:".
         let path = &std::path::absolute(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
@@ -90,6 +93,7 @@ impl Catalog {
         if create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
+        debug_assert!(!flags.contains(OpenFlags::SQLITE_OPEN_URI));
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
         configure(&conn).map_err(|e| corrupt_or(path, e))?;
         let found: i64 = conn

@@ -321,8 +321,9 @@ struct RemoteArg {
 
 #[derive(Debug, Args)]
 struct JobsArg {
-    /// Parallel workers or requests in flight (default: a sensible number for this machine).
-    #[arg(short, long, value_name = "N")]
+    /// Parallel workers or requests in flight, 1 to 256 (default: a sensible number for this
+    /// machine).
+    #[arg(short, long, value_name = "N", value_parser = jobs_range())]
     jobs: Option<usize>,
 }
 
@@ -514,7 +515,13 @@ fn open_store(cli: &Cli) -> anyhow::Result<Store> {
 }
 
 fn jobs_or(jobs: &JobsArg, default: usize) -> usize {
-    jobs.jobs.unwrap_or(default).max(1)
+    dsv::parallel::clamp_jobs(jobs.jobs.unwrap_or(default))
+}
+
+/// `--jobs` accepts `1..=MAX_JOBS`: more threads than that only contend, and a huge count
+/// would exhaust the threads a process may start.
+fn jobs_range() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=dsv::parallel::MAX_JOBS as u64)
 }
 
 fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
@@ -758,6 +765,9 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             };
             let report = import::import(&mut store, &options, &progress)?;
             ui.report(&report, render::import)?;
+            if report.redacted_url {
+                ui.note(render::REDACTED_URL_NOTE)?;
+            }
         }
         Command::Update {
             dataset,
@@ -1059,8 +1069,9 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         } => {
             let dir = match dir {
                 Some(dir) => dir.clone(),
-                None => PathBuf::from(clone_dir_name(url)),
+                None => PathBuf::from(clone_dir_name(url)?),
             };
+            dsv::walk::check_workspace_dir(&dir)?;
             let report = sync::clone(
                 url,
                 &dir,
@@ -1169,14 +1180,18 @@ fn glob_set(globs: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
 }
 
 /// The directory `clone URL` creates: the URL's last path element (`s3://b/team/mnist` →
-/// `mnist`, `s3://b` → `b`).
-fn clone_dir_name(url: &str) -> String {
-    url.trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .filter(|name| !name.is_empty())
-        .unwrap_or("dsv-clone")
-        .to_string()
+/// `mnist`, `s3://b` → `b`). An element that names no new directory (`.`, `..`, nothing,
+/// `.dsv`, the scheme of `file:///`) is refused: the store would land in the current or
+/// parent directory.
+fn clone_dir_name(url: &str) -> anyhow::Result<String> {
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    if dsv::object::check_name(name).is_err() || dsv::walk::check_reserved_name(name).is_err() {
+        anyhow::bail!(
+            "cannot name a directory after {url:?} (its last path element is {name:?}); give one: dsv clone URL DIR"
+        );
+    }
+    Ok(name.to_string())
 }
 
 /// Parses `START..END`, `START..` or `..END` (bytes, END exclusive).

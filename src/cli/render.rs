@@ -627,6 +627,9 @@ pub fn prune(r: &PruneReport) -> String {
     out
 }
 
+/// Said on stderr when `import` recorded the URL without the credentials it held.
+pub const REDACTED_URL_NOTE: &str = "the URL's credentials (user:password@, or a presigned URL's signature and token) were not recorded: the version's source and provenance name the URL without them, so `dsv update` works only if the URL is public";
+
 pub fn import(r: &ImportReport) -> String {
     let mut out = if r.created {
         let tag = tag_suffix(&r.tag);

@@ -60,6 +60,15 @@ impl Ui {
         Ok(())
     }
 
+    /// Prints a note for the user on stderr (human output only, unless quiet): something they
+    /// should know that is not the command's result.
+    pub fn note(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
+        if !self.quiet && !self.json {
+            writeln!(std::io::stderr().lock(), "note: {}", text.as_ref())?;
+        }
+        Ok(())
+    }
+
     /// A progress reporter for the library.
     pub fn reporter(&self) -> Bar {
         Bar {

@@ -30,7 +30,7 @@ use crate::id::ObjectId;
 use crate::pack::PackReader;
 use crate::progress::{Progress, Unit};
 use crate::revision::Revision;
-use crate::store::{STORE_DIR, Store};
+use crate::store::Store;
 use crate::tree::{self, FlatEntry, FlatKind};
 use crate::walk::{ScanEntry, ScanKind, Stat, TEMP_PREFIX};
 use crate::workspace;
@@ -116,6 +116,7 @@ pub fn checkout(
     options: &CheckoutOptions,
     progress: &dyn Progress,
 ) -> Result<CheckoutReport> {
+    crate::walk::check_workspace_dir(dir)?;
     // Held from the first read of a tree: gc waits until this checkout is done.
     let _data_lock = store.lock_data_shared()?;
     let version_id = revision.resolve(store.catalog())?;
@@ -134,7 +135,7 @@ pub fn checkout(
     if let Some(entry) = target.iter().find(|e| {
         e.path
             .split('/')
-            .any(|c| c == STORE_DIR || c.starts_with(TEMP_PREFIX))
+            .any(|c| crate::walk::is_reserved_name(c.as_bytes()))
     }) {
         return Err(unsafe_path(
             &entry.path,

@@ -86,6 +86,9 @@ pub struct ImportReport {
     pub tag: Option<String>,
     /// The source as recorded.
     pub source: String,
+    /// True when credentials (`user:password@`, a presigned URL's signature or token) were
+    /// removed from the URL given before it was recorded anywhere.
+    pub redacted_url: bool,
     /// The archive format expanded, if any.
     pub archive: Option<Format>,
     /// Files and symlinks in the version.
@@ -466,6 +469,7 @@ fn run(
             created: false,
             tag: None,
             source: source.spec().to_string(),
+            redacted_url: source.redacted(),
             archive: format,
             files: head.version.files,
             bytes: head.version.bytes,
@@ -602,6 +606,7 @@ fn run(
         created: recorded.created,
         tag: draft.tag.clone(),
         source: source.spec().to_string(),
+        redacted_url: source.redacted(),
         archive: format,
         files: built.files,
         bytes: built.bytes,

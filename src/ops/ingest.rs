@@ -35,7 +35,7 @@ pub const PACK_TARGET: u64 = 32 * 1024 * 1024;
 /// Tuning of the ingest pipeline.
 #[derive(Debug, Clone, Copy)]
 pub struct IngestOptions {
-    /// Worker threads (at least 1).
+    /// Worker threads (brought into `1..=`[`crate::parallel::MAX_JOBS`]).
     pub jobs: usize,
     /// zstd level (1–19; 3 is zstd's default).
     pub compression_level: i32,
@@ -240,23 +240,27 @@ pub fn with_ingester<T>(
     progress: Option<&dyn Progress>,
     body: impl FnOnce(&Ingester<'_>) -> Result<T>,
 ) -> Result<(T, IngestStats)> {
-    let jobs = options.jobs.max(1);
+    let jobs = crate::parallel::clamp_jobs(options.jobs);
     let failed = AtomicBool::new(false);
     let (sender, receiver) = mpsc::sync_channel::<FrameBuilder>(jobs * 2);
     let receiver = Mutex::new(receiver);
     std::thread::scope(|scope| {
-        let compressors: Vec<_> = (0..jobs)
-            .map(|_| {
-                scope.spawn(|| {
-                    let result =
-                        compress_worker(&receiver, sink, options.compression_level, &failed);
-                    if result.is_err() {
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                    result
-                })
-            })
-            .collect();
+        let mut compressors = Vec::with_capacity(jobs);
+        for _ in 0..jobs {
+            let spawned = std::thread::Builder::new().spawn_scoped(scope, || {
+                let result = compress_worker(&receiver, sink, options.compression_level, &failed);
+                if result.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                result
+            });
+            match spawned {
+                Ok(handle) => compressors.push(handle),
+                // The system allows no more threads: the ones started do the work.
+                Err(_) if !compressors.is_empty() => break,
+                Err(source) => return Err(crate::parallel::thread_error(source)),
+            }
+        }
         let ingester = Ingester {
             catalog_path,
             sink,

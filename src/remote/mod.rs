@@ -50,19 +50,6 @@ pub const PARTS_IN_FLIGHT: usize = 4;
 /// Default number of requests in flight.
 pub const DEFAULT_JOBS: usize = 8;
 
-/// Option keys that carry secrets: refused by [`check_options`], because the catalog is not a
-/// place for credentials.
-const SECRET_WORDS: &[&str] = &[
-    "secret",
-    "password",
-    "token",
-    "access_key",
-    "account_key",
-    "sas",
-    "credential",
-    "service_account_key",
-];
-
 /// Checks a remote URL: its scheme must be one dsv can open.
 ///
 /// # Errors
@@ -76,6 +63,11 @@ pub fn check_url(url: &str) -> Result<()> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| invalid("expected SCHEME://…, for example s3://bucket/prefix"))?;
+    if has_userinfo(url) {
+        return Err(invalid(
+            "the URL holds a user name or password; credentials are never stored in the store, set them in the environment",
+        ));
+    }
     match scheme {
         "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss" => {
             if rest.split('/').next().unwrap_or("").is_empty() {
@@ -97,22 +89,73 @@ pub fn check_url(url: &str) -> Result<()> {
     }
 }
 
-/// Checks `--option` settings: no credentials (they belong in the environment).
+/// Checks `--option` settings: no credentials (they belong in the environment, never in the
+/// catalog or on a remote). A key is parsed the way object_store parses it (every alias:
+/// `master_key` and `azure_storage_master_key` are the Azure account key) and refused by
+/// what it configures, for any backend; a value holding a URL with a user or password
+/// (`aws_endpoint`, `proxy_url`) is refused too.
 ///
 /// # Errors
-/// [`Error::InvalidRemote`] for a key that names a secret.
+/// [`Error::InvalidRemote`] naming the key.
 pub fn check_options(options: &BTreeMap<String, String>) -> Result<()> {
-    for key in options.keys() {
-        let lower = key.to_ascii_lowercase();
-        if SECRET_WORDS.iter().any(|word| lower.contains(word)) {
-            return Err(Error::InvalidRemote {
-                what: "option",
-                value: key.clone(),
-                reason: "credentials are never stored in the store; set them in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile".into(),
-            });
-        }
+    for (key, value) in options {
+        let reason = if is_secret_key(key) {
+            "credentials are never stored in the store; set them in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile"
+        } else if has_userinfo(value) {
+            "the value is a URL with a user name or password; credentials are never stored in the store, set them in the environment"
+        } else {
+            continue;
+        };
+        return Err(Error::InvalidRemote {
+            what: "option",
+            value: key.clone(),
+            reason: reason.into(),
+        });
     }
     Ok(())
+}
+
+/// True when object_store reads `key` (in any case, under any alias, for any backend) as a
+/// credential: an access key, secret, session or bearer token, SAS, client secret, service
+/// account key, or customer-provided encryption key.
+fn is_secret_key(key: &str) -> bool {
+    use object_store::aws::AmazonS3ConfigKey as S3;
+    use object_store::azure::AzureConfigKey as Azure;
+    use object_store::gcp::GoogleConfigKey as Gcs;
+    let key = key.trim().to_ascii_lowercase();
+    // S3EncryptionConfigKey is not exported: compare with the parsed canonical key.
+    let sse_customer_key = "aws_sse_customer_key_base64".parse::<S3>().ok();
+    let s3 = key.parse::<S3>().ok().is_some_and(|parsed| {
+        matches!(parsed, S3::AccessKeyId | S3::SecretAccessKey | S3::Token)
+            || Some(&parsed) == sse_customer_key.as_ref()
+    });
+    let azure = key.parse::<Azure>().ok().is_some_and(|parsed| {
+        matches!(
+            parsed,
+            Azure::AccessKey
+                | Azure::ClientSecret
+                | Azure::SasKey
+                | Azure::Token
+                | Azure::FabricSessionToken
+                | Azure::EncryptionKey
+        )
+    });
+    let gcs = key
+        .parse::<Gcs>()
+        .ok()
+        .is_some_and(|parsed| matches!(parsed, Gcs::ServiceAccountKey | Gcs::BearerToken));
+    // No ClientConfigKey (the settings every backend shares, `aws_proxy_url` and the like)
+    // names a credential; a proxy URL's password is caught by `has_userinfo` on its value.
+    s3 || azure || gcs
+}
+
+/// True when `text` is (or holds) a URL with a user name or password:
+/// `scheme://user:password@host/…`.
+pub fn has_userinfo(text: &str) -> bool {
+    text.split("://").skip(1).any(|rest| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        authority.contains('@')
+    })
 }
 
 /// Builds the `object_store` backend of a cloud URL (`s3://`, `s3a://`, `gs://`, `az://`,
@@ -347,7 +390,7 @@ impl Remote {
                     result.map_err(self.fail(format!("download {key}")))
                 }
             }))
-            .buffered(jobs.max(1))
+            .buffered(crate::parallel::clamp_jobs(jobs))
             .try_collect(),
         )
     }
@@ -389,7 +432,7 @@ impl Remote {
                         .expect("a download check does not panic")
                 }
             }))
-            .buffer_unordered(jobs.max(1));
+            .buffer_unordered(crate::parallel::clamp_jobs(jobs));
             while let Some(result) = stream.next().await {
                 crate::interrupt::check()?;
                 each(result?)?;
@@ -416,7 +459,7 @@ impl Remote {
                     crate::interrupt::check()?;
                     Ok::<_, Error>(size)
                 }))
-                .buffer_unordered(jobs.max(1));
+                .buffer_unordered(crate::parallel::clamp_jobs(jobs));
             while let Some(size) = stream.next().await {
                 done(size?);
             }
@@ -650,6 +693,63 @@ fn path_part(rest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_refused_under_every_alias_object_store_accepts() {
+        let refused = |key: &str, value: &str| {
+            check_options(&BTreeMap::from([(key.to_string(), value.to_string())])).is_err()
+        };
+        for key in [
+            "aws_secret_access_key",
+            "secret_access_key",
+            "AWS_SECRET_ACCESS_KEY",
+            "aws_access_key_id",
+            "aws_session_token",
+            "aws_token",
+            "token",
+            "aws_sse_customer_key_base64",
+            "sse_customer_key_base64",
+            "master_key",
+            "azure_storage_master_key",
+            "azure_storage_account_key",
+            "account_key",
+            "access_key",
+            "azure_storage_sas_key",
+            "sas_token",
+            "azure_client_secret",
+            "client_secret",
+            "bearer_token",
+            "azure_storage_token",
+            "azure_fabric_session_token",
+            "azure_storage_encryption_key",
+            "google_service_account_key",
+            "service_account_key",
+            "google_bearer_token",
+        ] {
+            assert!(refused(key, "x"), "{key} accepted");
+        }
+        for key in [
+            "aws_region",
+            "region",
+            "aws_endpoint",
+            "azure_storage_account_name",
+            "azure_client_id",
+            "google_service_account",
+            "aws_allow_http",
+            "allow_http",
+            "proxy_url",
+            "aws_sse_kms_key_id",
+        ] {
+            assert!(!refused(key, "http://host:1234"), "{key} refused");
+        }
+        for key in ["aws_endpoint", "proxy_url", "aws_proxy_url", "endpoint"] {
+            assert!(refused(key, "http://user:password@host:1234"), "{key}");
+            assert!(refused(key, "https://user@host/"), "{key}");
+        }
+        assert!(!refused("aws_endpoint", "http://host/path@x"));
+        assert!(check_url("s3://user:password@bucket/x").is_err());
+        assert!(check_url("file://user@/tmp/x").is_err());
+    }
 
     #[test]
     fn urls_and_options_are_checked() {

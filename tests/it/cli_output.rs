@@ -267,8 +267,8 @@ fn help_lists_every_command() {
                           the nearest `.dsv` in the current directory or its parents [env: DSV_STORE=]
           --force         Overwrite or delete changes that were never committed
           --json          Print machine-readable JSON on stdout instead of text
-      -j, --jobs <N>      Parallel workers or requests in flight (default: a sensible number for this
-                          machine)
+      -j, --jobs <N>      Parallel workers or requests in flight, 1 to 256 (default: a sensible number
+                          for this machine)
       -q, --quiet         Print nothing but errors
           --no-progress   Never draw progress bars (they are only drawn on a terminal anyway)
       -h, --help          Print help
