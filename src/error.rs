@@ -241,6 +241,14 @@ pub enum Error {
         /// What holds it.
         reason: String,
     },
+    /// A workspace holds a version that was removed since (`dsv rm`): nothing to compare with.
+    #[error("{} holds version {}, which was removed", dir.display(), &version[..12.min(version.len())])]
+    WorkspaceVersionRemoved {
+        /// The workspace directory.
+        dir: PathBuf,
+        /// The removed version's id.
+        version: String,
+    },
     /// The version was removed (`dsv rm`); its data may be gone.
     #[error("version {version} was removed; its data is no longer kept")]
     VersionRemoved {

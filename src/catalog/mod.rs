@@ -40,6 +40,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0006_provenance.sql"),
     include_str!("../../migrations/0007_ref_log.sql"),
     include_str!("../../migrations/0008_unproven_file_maps.sql"),
+    include_str!("../../migrations/0009_workspace_identity.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =

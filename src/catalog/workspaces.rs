@@ -9,9 +9,10 @@ use crate::error::Result;
 use crate::id::ObjectId;
 
 /// A directory the store knows, and the version it holds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Workspace {
     /// Catalog row id.
+    #[serde(skip)]
     pub id: i64,
     /// Absolute, canonical path.
     pub path: String,
@@ -19,6 +20,58 @@ pub struct Workspace {
     pub dataset: Option<String>,
     /// The version it holds (as of the last commit or checkout).
     pub version: Option<ObjectId>,
+    /// When it was last committed or checked out (Unix seconds).
+    pub last_seen: i64,
+    /// Whether the directory it describes still exists: a directory at `path` that is the
+    /// same one (device and inode of its root) as when it was recorded.
+    pub exists: bool,
+}
+
+/// The identity of the directory at `path`: (st_dev, st_ino, birth time in ns since the
+/// epoch where the filesystem keeps one), when there is a directory there. Filesystems reuse
+/// inode numbers at once, so the birth time tells a new directory from the old one.
+pub fn directory_identity(path: &std::path::Path) -> Option<(i64, i64, Option<i64>)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)?;
+    let born = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64);
+    Some((meta.dev() as i64, meta.ino() as i64, born))
+}
+
+/// A recorded directory identity: device, inode, birth time (each NULL in old records).
+type Identity = (Option<i64>, Option<i64>, Option<i64>);
+
+/// Whether a recorded identity describes the directory now at `path`.
+fn same_directory(path: &str, recorded: Identity) -> bool {
+    match directory_identity(std::path::Path::new(path)) {
+        None => false,
+        Some((dev, ino, born)) => match recorded {
+            (Some(d), Some(i), b) => d == dev && i == ino && (b.is_none() || b == born),
+            // Recorded before identities were kept: trusted by path.
+            _ => true,
+        },
+    }
+}
+
+const WORKSPACE_COLUMNS: &str = "SELECT w.id, w.path, d.name, w.version, w.updated_at, w.device, w.inode, w.born_ns FROM workspaces w LEFT JOIN datasets d ON d.id = w.dataset";
+
+fn read_workspace(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workspace> {
+    let version: Option<Vec<u8>> = row.get(3)?;
+    let path: String = row.get(1)?;
+    let exists = same_directory(&path, (row.get(5)?, row.get(6)?, row.get(7)?));
+    Ok(Workspace {
+        id: row.get(0)?,
+        path,
+        dataset: row.get(2)?,
+        version: version.as_deref().and_then(ObjectId::from_slice),
+        last_seen: row.get(4)?,
+        exists,
+    })
 }
 
 /// What a file looked like (lstat) when its content was last hashed.
@@ -41,46 +94,46 @@ pub struct StatEntry {
 }
 
 impl Catalog {
-    /// Every workspace that holds a version: (canonical path, version).
+    /// Every workspace record, by path, whether or not its directory still exists.
     ///
     /// # Errors
-    /// [`Error::Catalog`].
-    pub fn workspace_versions(&self) -> Result<Vec<(String, ObjectId)>> {
+    /// [`crate::Error::Catalog`].
+    pub fn workspaces(&self) -> Result<Vec<Workspace>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT path, version FROM workspaces WHERE version IS NOT NULL")?;
-        let rows = stmt.query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (path, version) = row?;
-            if let Some(version) = ObjectId::from_slice(&version) {
-                out.push((path, version));
-            }
-        }
-        Ok(out)
+            .prepare(&format!("{WORKSPACE_COLUMNS} ORDER BY w.path"))?;
+        Ok(stmt
+            .query_map([], read_workspace)?
+            .collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The workspace at canonical path `path`, if the store knows it.
+    /// Every workspace whose directory exists (the same directory as recorded) and holds a
+    /// version: (canonical path, version). These keep their versions from `rm` and cleanup.
+    ///
+    /// # Errors
+    /// [`crate::Error::Catalog`].
+    pub fn workspace_versions(&self) -> Result<Vec<(String, ObjectId)>> {
+        Ok(self
+            .workspaces()?
+            .into_iter()
+            .filter(|w| w.exists)
+            .filter_map(|w| w.version.map(|v| (w.path, v)))
+            .collect())
+    }
+
+    /// The workspace at canonical path `path`, if the store knows it and the directory there
+    /// is the one it recorded (a directory deleted and made again is a new one).
     ///
     /// # Errors
     /// [`crate::Error::Catalog`].
     pub fn workspace(&self, path: &str) -> Result<Option<Workspace>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT w.id, w.path, d.name, w.version FROM workspaces w LEFT JOIN datasets d ON d.id = w.dataset WHERE w.path = ?1",
-        )?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("{WORKSPACE_COLUMNS} WHERE w.path = ?1"))?;
         Ok(stmt
-            .query_row([path], |row| {
-                let version: Option<Vec<u8>> = row.get(3)?;
-                Ok(Workspace {
-                    id: row.get(0)?,
-                    path: row.get(1)?,
-                    dataset: row.get(2)?,
-                    version: version.as_deref().and_then(ObjectId::from_slice),
-                })
-            })
-            .optional()?)
+            .query_row([path], read_workspace)
+            .optional()?
+            .filter(|w| w.exists))
     }
 
     /// The stat cache of workspace `workspace`, keyed by relative path.
@@ -122,6 +175,26 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`crate::Error::Catalog`].
     pub fn set_workspace(&self, path: &str, dataset: &str, version: &ObjectId) -> Result<i64> {
+        let (device, inode, born) = match directory_identity(std::path::Path::new(path)) {
+            Some((d, i, b)) => (Some(d), Some(i), b),
+            None => (None, None, None),
+        };
+        // Another directory than the one recorded at this path: its stat cache is not ours.
+        let recorded: Option<(i64, Identity)> = self
+            .tx
+            .query_row(
+                "SELECT id, device, inode, born_ns FROM workspaces WHERE path = ?1",
+                [path],
+                |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?, row.get(3)?))),
+            )
+            .optional()?;
+        if let Some((id, old)) = recorded
+            && old.0.is_some()
+            && old != (device, inode, born)
+        {
+            self.tx
+                .execute("DELETE FROM stat_cache WHERE workspace = ?1", [id])?;
+        }
         let dataset: Option<i64> = self
             .tx
             .query_row(
@@ -131,9 +204,10 @@ impl CatalogWriter<'_> {
             )
             .optional()?;
         self.tx.execute(
-            "INSERT INTO workspaces (path, dataset, version, updated_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT(path) DO UPDATE SET dataset = excluded.dataset, version = excluded.version, updated_at = excluded.updated_at",
-            params![path, dataset, &version.0[..], unix_now()],
+            "INSERT INTO workspaces (path, dataset, version, updated_at, device, inode, born_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(path) DO UPDATE SET dataset = excluded.dataset, version = excluded.version, updated_at = excluded.updated_at,
+                 device = excluded.device, inode = excluded.inode, born_ns = excluded.born_ns",
+            params![path, dataset, &version.0[..], unix_now(), device, inode, born],
         )?;
         // The version is in use and (committed or checked out) whole here.
         self.tx.execute(
@@ -145,6 +219,17 @@ impl CatalogWriter<'_> {
             .query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| {
                 row.get(0)
             })?)
+    }
+
+    /// Forgets the workspace record at `path` (and its stat cache); false when there was none.
+    ///
+    /// # Errors
+    /// [`crate::Error::Catalog`].
+    pub fn forget_workspace(&self, path: &str) -> Result<bool> {
+        Ok(self
+            .tx
+            .execute("DELETE FROM workspaces WHERE path = ?1", [path])?
+            > 0)
     }
 
     /// Deletes every stat-cache entry (of every workspace) that names content the store no

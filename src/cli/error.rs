@@ -100,7 +100,10 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "the lock names no remote: push the version from the store that made the lock, or use that store".into()
         }
         Error::VersionHeld { .. } => {
-            "`dsv pins` lists pins (`dsv unpin REV` lifts one); a directory holding the version keeps it until the directory is deleted or checked out to another version".into()
+            "`dsv pins` lists pins (`dsv unpin REV` lifts one); `dsv workspace ls` lists the directories holding versions, and `dsv workspace forget DIR` lets one go (the directory itself is left as it is)".into()
+        }
+        Error::WorkspaceVersionRemoved { .. } => {
+            "check out another version into it (`dsv checkout REV DIR`), commit it as a new version, or `dsv workspace forget DIR`".into()
         }
         Error::VersionRemoved { .. } => {
             "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()

@@ -173,6 +173,10 @@ enum Command {
     /// The local cache of versions: what each costs here, and bounded eviction.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// The directories this store committed from or checked out into (workspaces); each holds
+    /// its version from `rm` and cleanup until it is deleted or forgotten.
+    #[command(subcommand)]
+    Workspace(WorkspaceCommand),
     /// Delete what no remaining version reaches (after `rm`), repacking packs that are
     /// mostly garbage; `--dry-run` prints the plan only.
     Gc {
@@ -258,6 +262,26 @@ enum Command {
         options: Vec<String>,
         #[command(flatten)]
         jobs: JobsArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkspaceCommand {
+    /// List workspaces: path, dataset, version, whether the directory still exists, when it
+    /// was last committed or checked out.
+    ///
+    /// A record follows its directory (device and inode): a directory deleted and made again
+    /// at the same path is not the old workspace, and shows as not existing.
+    Ls,
+    /// Forget a workspace (DIR need not exist): its version is no longer held by it, and its
+    /// stat cache goes. The directory and its files are left as they are.
+    ///
+    /// Examples:
+    ///   dsv workspace forget data/
+    ///   dsv rm mnist@v1   # once no workspace holds it
+    Forget {
+        /// The directory.
+        dir: PathBuf,
     },
 }
 
@@ -894,6 +918,20 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                         return Ok(error::DIFFERENCES);
                     }
                 }
+            }
+        }
+        Command::Workspace(WorkspaceCommand::Ls) => {
+            let store = open_store(cli)?;
+            let workspaces = dsv::ops::workspace::list(&store)?;
+            ui.report(workspaces.as_slice(), render::workspaces)?;
+        }
+        Command::Workspace(WorkspaceCommand::Forget { dir }) => {
+            let mut store = open_store(cli)?;
+            let forgotten = dsv::ops::workspace::forget(&mut store, dir)?;
+            if ui.json {
+                ui.json(&forgotten)?;
+            } else {
+                ui.line(format!("Forgot the workspace {}", forgotten.path))?;
             }
         }
         Command::Cache(CacheCommand::Ls) => {

@@ -564,6 +564,27 @@ pub fn pins(pins: &[Pin]) -> String {
     out.trim_end().to_string()
 }
 
+pub fn workspaces(workspaces: &[dsv::catalog::Workspace]) -> String {
+    if workspaces.is_empty() {
+        return "no workspaces".into();
+    }
+    let mut out = String::from("PATH\tVERSION\tEXISTS\tLAST SEEN");
+    for w in workspaces {
+        let version = match (&w.dataset, &w.version) {
+            (Some(d), Some(v)) => format!("{d}@{}", v.short()),
+            _ => "-".into(),
+        };
+        let _ = write!(
+            out,
+            "\n{}\t{version}\t{}\t{}",
+            w.path,
+            if w.exists { "yes" } else { "no" },
+            time(w.last_seen)
+        );
+    }
+    out
+}
+
 pub fn cache(versions: &[CachedVersion]) -> String {
     if versions.is_empty() {
         return "no versions".into();

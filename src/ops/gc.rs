@@ -388,22 +388,31 @@ pub struct RemoveReport {
     pub tags_dropped: Vec<String>,
 }
 
-/// Why a version must be kept, if it must: a live pin, or a workspace directory that exists
-/// and holds it.
+/// Why a version must be kept, if it must: every live pin, and every workspace (a directory
+/// that exists, the same one as recorded) that holds it, named in one sentence.
 fn held_by(store: &Store, id: &ObjectId, pins: &[Pin]) -> Result<Option<String>> {
     let now = crate::catalog::unix_now();
-    if let Some(pin) = pins
+    let mut holders: Vec<String> = pins
         .iter()
-        .find(|p| p.version == *id && p.until.is_none_or(|u| u > now))
-    {
-        return Ok(Some(format!("it is pinned ({})", pin.reason)));
+        .filter(|p| p.version == *id && p.until.is_none_or(|u| u > now))
+        .map(|pin| format!("it is pinned ({})", pin.reason))
+        .collect();
+    let workspaces: Vec<String> = store
+        .catalog()
+        .workspace_versions()?
+        .into_iter()
+        .filter(|(_, version)| version == id)
+        .map(|(path, _)| path)
+        .collect();
+    if !workspaces.is_empty() {
+        holders.push(format!(
+            "the workspace{} {} hold{} it",
+            if workspaces.len() > 1 { "s" } else { "" },
+            workspaces.join(", "),
+            if workspaces.len() > 1 { "" } else { "s" },
+        ));
     }
-    for (path, version) in store.catalog().workspace_versions()? {
-        if version == *id && std::path::Path::new(&path).is_dir() {
-            return Ok(Some(format!("the directory {path} holds it")));
-        }
-    }
-    Ok(None)
+    Ok((!holders.is_empty()).then(|| holders.join("; ")))
 }
 
 /// `dsv rm NAME@REV` (one version, not the head) or `dsv rm NAME` (every version; the

@@ -14,3 +14,4 @@ pub mod repair;
 pub mod status;
 pub mod sync;
 pub mod verify;
+pub mod workspace;

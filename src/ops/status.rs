@@ -159,6 +159,12 @@ pub fn status(
         .ok_or_else(|| Error::NotAWorkspace { path: dir.clone() })?;
     let cache = store.catalog().stat_cache(workspace.id)?;
     let old = match &workspace.version {
+        Some(version) if store.catalog().removed_at(version)?.is_some() => {
+            return Err(Error::WorkspaceVersionRemoved {
+                dir: dir.clone(),
+                version: version.to_hex(),
+            });
+        }
         Some(version) => {
             let record = store.catalog().version_record(version)?;
             tree::flatten(&mut store.reader(), &record.version.tree)?

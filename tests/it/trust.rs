@@ -350,3 +350,66 @@ fn a_hostile_file_map_from_another_remote_is_rejected_and_the_right_one_fetched(
     victim.ok(&["checkout", "honest", "out"]);
     assert_eq!(std::fs::read(victim.path("out/big.bin")).unwrap(), content);
 }
+
+/// Workspaces are the user's to list and forget; a record follows its directory; `rm` names
+/// every holder; a workspace whose version was removed says so (exit 3), not "corrupt".
+#[test]
+fn workspaces_are_listed_forgotten_and_follow_their_directory() {
+    let env = TestEnv::new();
+    env.write("src/a.txt", "a\n");
+    env.ok(&["commit", "src", "-d", "ds", "-t", "v1"]);
+    env.ok(&["checkout", "ds@v1", "copy"]);
+    env.write("src/a.txt", "b\n");
+    env.ok(&["commit", "src", "-d", "ds"]);
+    let listed = env.json(&["workspace", "ls"]);
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| w["exists"] == true)
+    );
+    // `copy` holds v1: rm names it and the way out.
+    let error = env.json_error(&["rm", "ds@v1", "--force"], 3);
+    let text = error.to_string();
+    assert!(text.contains("copy"), "{text}");
+    assert!(text.contains("workspace forget"), "{text}");
+    // A directory deleted and made again at the same path is not the old workspace.
+    std::fs::remove_dir_all(env.path("copy")).unwrap();
+    std::fs::create_dir(env.path("copy")).unwrap();
+    let listed = env.json(&["workspace", "ls"]);
+    let copy = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["path"].as_str().unwrap().ends_with("/copy"))
+        .unwrap()
+        .clone();
+    assert_eq!(copy["exists"], false, "{listed}");
+    env.fails(&["status", "copy"], 3);
+    // Forgetting releases the version; the directory stays.
+    env.write("copy/mine.txt", "keep me\n");
+    env.ok(&["workspace", "forget", "copy"]);
+    assert_eq!(env.json(&["workspace", "ls"]).as_array().unwrap().len(), 1);
+    assert!(env.path("copy/mine.txt").exists());
+    env.fails(&["workspace", "forget", "copy"], 3);
+    // A workspace whose version was removed says so.
+    env.ok(&["checkout", "ds@v1", "old"]);
+    env.ok(&["workspace", "forget", "old"]);
+    env.ok(&["rm", "ds@v1", "--force"]);
+    env.ok(&["checkout", "ds", "old2"]);
+    env.ok(&["workspace", "forget", "old2"]);
+    // Hand-made: a record of a removed version (commit old as v-removed then rm it).
+    env.write("w/x.txt", "x\n");
+    env.ok(&["commit", "w", "-d", "other"]);
+    env.write("w2/y.txt", "y\n");
+    env.ok(&["commit", "w2", "-d", "other"]);
+    let first = version_ids(&env, "other")[1].clone();
+    std::fs::rename(env.path("w"), env.path("w-away")).unwrap();
+    env.ok(&["rm", &format!("other@{}", &first[..12])]);
+    std::fs::rename(env.path("w-away"), env.path("w")).unwrap();
+    let error = env.json_error(&["status", "w"], 3);
+    assert!(error.to_string().contains("removed"), "{error}");
+    assert!(!error.to_string().contains("corrupt"), "{error}");
+}
