@@ -25,6 +25,9 @@ pub enum ErrorKind {
     Io,
     /// The user interrupted the operation (Ctrl-C).
     Interrupted,
+    /// A bug in dsv (an SQLite logic error, a broken invariant): not bad input, not damaged
+    /// data.
+    Internal,
 }
 
 /// Every error this crate returns.
@@ -186,6 +189,12 @@ pub enum Error {
         path: PathBuf,
         /// The operating system's error.
         source: io::Error,
+    },
+    /// A broken invariant: a bug in dsv.
+    #[error("internal error: {detail}")]
+    Internal {
+        /// What was found.
+        detail: String,
     },
     /// An error from the SQLite catalog.
     #[error("catalog error")]
@@ -357,7 +366,11 @@ impl Error {
             | Error::CatalogLost { .. } => ErrorKind::Corrupt,
             Error::Io { .. } => ErrorKind::Io,
             Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
-            Error::Catalog(_) | Error::Migration(_) => ErrorKind::Corrupt,
+            Error::Catalog(e) if is_corrupt_sqlite(e) => ErrorKind::Corrupt,
+            Error::Migration(_) => ErrorKind::Corrupt,
+            // Anything else SQLite says (a constraint, a misuse, a row that is not there) is
+            // a query that should not have been made: a bug, not damaged data.
+            Error::Catalog(_) | Error::Internal { .. } => ErrorKind::Internal,
             Error::Interrupted => ErrorKind::Interrupted,
             Error::RemoteDiverged { .. } => ErrorKind::Conflict,
             Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
@@ -436,7 +449,18 @@ pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
 }
 
 fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull)
+    // SQLITE_IOERR_WRITE, _FSYNC and _SHMSIZE: how a full disk shows in a WAL database when
+    // SQLite itself does not call it SQLITE_FULL (https://sqlite.org/rescode.html).
+    const FULL_DISK_IO_ERRORS: [std::ffi::c_int; 3] = [778, 1034, 4874];
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.code == rusqlite::ErrorCode::DiskFull
+            || FULL_DISK_IO_ERRORS.contains(&f.extended_code))
+}
+
+/// SQLite failures that mean the database file is damaged.
+fn is_corrupt_sqlite(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode::*;
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, DatabaseCorrupt | NotADatabase))
 }
 
 /// SQLite failures caused by the environment (disk, permissions, other processes), not by
@@ -461,5 +485,48 @@ impl<T> IoResultExt<T> for io::Result<T> {
             path: path.to_path_buf(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    fn sqlite(code: std::ffi::c_int) -> Error {
+        Error::Catalog(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            None,
+        ))
+    }
+
+    #[test]
+    fn sqlite_errors_are_classed_by_cause() {
+        // A bug (a constraint, a row that is not there), never "restore your data".
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY).kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(
+            Error::Catalog(rusqlite::Error::QueryReturnedNoRows).kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_CORRUPT).kind(),
+            ErrorKind::Corrupt
+        );
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_NOTADB).kind(),
+            ErrorKind::Corrupt
+        );
+        assert_eq!(sqlite(rusqlite::ffi::SQLITE_BUSY).kind(), ErrorKind::Io);
+        // A full disk, however SQLite words it, gets the disk-full treatment.
+        assert!(sqlite(rusqlite::ffi::SQLITE_FULL).is_disk_full());
+        assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).is_disk_full());
+        assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_FSYNC).is_disk_full());
+        assert!(!sqlite(rusqlite::ffi::SQLITE_IOERR_READ).is_disk_full());
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).kind(),
+            ErrorKind::Io
+        );
     }
 }

@@ -16,6 +16,8 @@ pub const CONFLICT: u8 = 4;
 pub const CORRUPT: u8 = 5;
 /// Exit code: the operating system refused (disk full, permissions).
 pub const IO: u8 = 6;
+/// Exit code: a bug in dsv (sysexits' EX_SOFTWARE).
+pub const INTERNAL: u8 = 70;
 /// Exit code: interrupted by Ctrl-C.
 pub const INTERRUPTED: u8 = 130;
 
@@ -27,6 +29,7 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         Some(ErrorKind::Corrupt) => CORRUPT,
         Some(ErrorKind::Io) => IO,
         Some(ErrorKind::Interrupted) => INTERRUPTED,
+        Some(ErrorKind::Internal) => INTERNAL,
         None => match error.downcast_ref::<std::io::Error>() {
             Some(_) => IO,
             None => USER,
@@ -41,6 +44,7 @@ pub fn kind_name(error: &anyhow::Error) -> &'static str {
         CORRUPT => "corrupt",
         IO => "io",
         INTERRUPTED => "interrupted",
+        INTERNAL => "internal",
         _ => "user",
     }
 }
@@ -86,6 +90,12 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         }
         Error::NotAWorkspace { .. } => {
             "`dsv checkout REV DIR` or `dsv commit DIR` makes it one".into()
+        }
+        _ if error.kind() == ErrorKind::Internal => {
+            "this is a bug in dsv, not a problem with your data: please report it with the command you ran; `dsv verify` checks the store".into()
+        }
+        Error::Corrupt { path, .. } if path.starts_with("remote ") || path.to_string_lossy().contains(":packs/") || path.to_string_lossy().contains(":refs/") => {
+            "the remote's copy is damaged or wrong, and nothing of it was kept here: fetch from another remote, or push again from a store that holds the data".into()
         }
         Error::Corrupt { .. } | Error::MissingObject { .. } => {
             "run `dsv verify` to check the whole store; the data must be restored from another copy"

@@ -151,6 +151,14 @@ pub fn commit(
         });
     }
 
+    // Checked before anything is written.
+    if let Some(link) = tree::symlink_through_symlink(&flat) {
+        return Err(Error::Unsupported {
+            path: dir.join(&link.path),
+            reason: "the symlink's target passes through another symlink, so it could point outside the directory"
+                .into(),
+        });
+    }
     store.remove_stale_temp_packs()?;
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let total_bytes: u64 = to_read.iter().map(|f| f.stat.size).sum();
@@ -158,13 +166,20 @@ pub fn commit(
     let (ids, ingest) = if to_read.is_empty() {
         (Vec::new(), IngestStats::default())
     } else {
-        ingest_files(
+        match ingest_files(
             store.catalog().path(),
             &sink,
             &to_read,
             options.ingest,
             progress,
-        )?
+        ) {
+            Ok(done) => done,
+            Err(e) => {
+                // A failed commit deletes its own packs at once.
+                sink.abandon(store);
+                return Err(e);
+            }
+        }
     };
     progress.finish();
     let mut new_cache: Vec<(String, StatEntry)> = Vec::with_capacity(ids.len());
@@ -176,13 +191,6 @@ pub fn commit(
         ));
     }
     tracing::debug!(files = to_read.len(), elapsed = ?clock.elapsed(), "ingested changed files");
-    if let Some(link) = tree::symlink_through_symlink(&flat) {
-        return Err(Error::Unsupported {
-            path: dir.join(&link.path),
-            reason: "the symlink's target passes through another symlink, so it could point outside the directory"
-                .into(),
-        });
-    }
     let built = tree::build(&flat);
     tracing::debug!(trees = built.trees.len(), elapsed = ?clock.elapsed(), "built trees");
 
@@ -294,25 +302,35 @@ pub fn record_version(
             path: "zstd".into(),
             source,
         })?;
-    let mut metadata = FrameBuilder::default();
-    // Trees are recorded together with all their subtrees: if the root is known, all are.
-    let known_root = store.catalog().has_object(&built.root, ObjectKind::Tree)?;
-    for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
-        if !store.catalog().has_object(id, ObjectKind::Tree)? && sink.claim(id, ObjectKind::Tree) {
-            if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
-                sink.add(metadata.encode_with(&mut compressor))?;
+    let written = (|| {
+        let mut metadata = FrameBuilder::default();
+        // Trees are recorded together with all their subtrees: if the root is known, all are.
+        let known_root = store.catalog().has_object(&built.root, ObjectKind::Tree)?;
+        for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
+            if !store.catalog().has_object(id, ObjectKind::Tree)?
+                && sink.claim(id, ObjectKind::Tree)
+            {
+                if !metadata.is_empty() && metadata.len() + bytes.len() > FRAME_TARGET {
+                    sink.add(metadata.encode_with(&mut compressor))?;
+                }
+                metadata.push(*id, ObjectKind::Tree, bytes);
             }
-            metadata.push(*id, ObjectKind::Tree, bytes);
         }
-    }
-    if let Some((id, bytes)) = &draft.provenance
-        && !store.catalog().has_object(id, ObjectKind::Provenance)?
-        && sink.claim(id, ObjectKind::Provenance)
-    {
-        metadata.push(*id, ObjectKind::Provenance, bytes);
-    }
-    if !metadata.is_empty() {
-        sink.add(metadata.encode_with(&mut compressor))?;
+        if let Some((id, bytes)) = &draft.provenance
+            && !store.catalog().has_object(id, ObjectKind::Provenance)?
+            && sink.claim(id, ObjectKind::Provenance)
+        {
+            metadata.push(*id, ObjectKind::Provenance, bytes);
+        }
+        if !metadata.is_empty() {
+            sink.add(metadata.encode_with(&mut compressor))?;
+        }
+        Ok::<_, Error>(())
+    })();
+    if let Err(e) = written {
+        // A failed commit deletes its own packs at once (a full disk stays full otherwise).
+        sink.abandon(store);
+        return Err(e);
     }
 
     // Finalize under the store lock, so the parent read here is still the head when recorded.
@@ -351,18 +369,33 @@ pub fn record_version(
         sink.add(frame.encode_with(&mut compressor))?;
     }
     let packs = sink.finish()?;
-    let writer = store.catalog_mut().writer()?;
-    for pack in &packs {
-        writer.add_pack(pack)?;
+    let recorded = (|| {
+        let writer = store.catalog_mut().writer()?;
+        for pack in &packs {
+            writer.add_pack(pack)?;
+        }
+        if !unchanged {
+            writer.add_version(&version_id, &version)?;
+        }
+        if let Some(tag) = &draft.tag {
+            writer.set_tag(&draft.dataset, tag, &version_id, false)?;
+        }
+        extra(&writer, &version_id)?;
+        writer.commit()
+    })();
+    if let Err(e) = recorded {
+        // Nothing was recorded: delete this commit's packs now (under the store lock, only
+        // those the catalog does not name: another writer may have recorded an identical one).
+        for pack in &packs {
+            if matches!(store.catalog().has_pack(&pack.id), Ok(false)) {
+                let _ = std::fs::remove_file(crate::pack::writer::pack_path(
+                    &store.packs_dir(),
+                    &pack.id,
+                ));
+            }
+        }
+        return Err(e);
     }
-    if !unchanged {
-        writer.add_version(&version_id, &version)?;
-    }
-    if let Some(tag) = &draft.tag {
-        writer.set_tag(&draft.dataset, tag, &version_id, false)?;
-    }
-    extra(&writer, &version_id)?;
-    writer.commit()?;
     Ok(Recorded {
         version: version_id,
         parent: if unchanged {

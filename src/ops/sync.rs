@@ -857,6 +857,16 @@ pub fn pull(
             copy_tags.push((name, tag.version));
         }
     }
+    if store.catalog().version(&report.version)?.is_none() {
+        return Err(Error::corrupt(
+            format!("remote {}", record.name),
+            format!(
+                "its ref names version {} of {}, which it does not hold",
+                report.version.short(),
+                report.dataset
+            ),
+        ));
+    }
     let writer = store.catalog_mut().writer()?;
     if update == HeadUpdate::Moved {
         writer.set_head(&report.dataset, &report.version)?;
@@ -870,6 +880,29 @@ pub fn pull(
 }
 
 /// Records one remote ref as now known.
+/// Fails (naming the remote's ref) when a ref fetched from `remote` names a version the
+/// fetch did not bring: the remote does not hold it (a damaged or hostile remote).
+fn check_ref_target(
+    catalog: &crate::catalog::Catalog,
+    remote: &str,
+    reference: &RemoteRef,
+) -> Result<()> {
+    if catalog.version(&reference.version)?.is_some() {
+        return Ok(());
+    }
+    let key = match &reference.tag {
+        Some(tag) => format!("refs/tags/{}/{tag}", reference.dataset),
+        None => format!("refs/heads/{}", reference.dataset),
+    };
+    Err(Error::corrupt(
+        format!("{remote}:{key}"),
+        format!(
+            "names version {}, which the remote does not hold",
+            reference.version.short()
+        ),
+    ))
+}
+
 fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<()> {
     let writer = store.catalog_mut().writer()?;
     writer.set_remote_ref(remote, reference)?;
@@ -1152,6 +1185,9 @@ pub fn clone(
         let remote = Remote::open(&record)?;
         let fetched = fetch_with(&mut store, &record, &remote, jobs, progress)?;
         let _lock = store.lock()?;
+        for reference in &fetched.refs {
+            check_ref_target(store.catalog(), &record.name, reference)?;
+        }
         let writer = store.catalog_mut().writer()?;
         let mut datasets = BTreeMap::new();
         for reference in &fetched.refs {

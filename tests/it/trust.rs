@@ -413,3 +413,29 @@ fn workspaces_are_listed_forgotten_and_follow_their_directory() {
     assert!(error.to_string().contains("removed"), "{error}");
     assert!(!error.to_string().contains("corrupt"), "{error}");
 }
+
+/// A remote ref naming a version the remote lacks is reported as the remote's fault, by its
+/// key, not as a catalog constraint; nothing is recorded.
+#[test]
+fn a_ref_naming_a_version_the_remote_lacks_says_so() {
+    let env = TestEnv::new();
+    env.write("d/a.txt", "a\n");
+    env.ok(&["commit", "d", "-d", "real"]);
+    let remote = env.path("remote");
+    std::fs::create_dir_all(&remote).unwrap();
+    let url = format!("file://{}", remote.display());
+    env.ok(&["remote", "add", "origin", &url]);
+    env.ok(&["push", "real"]);
+    std::fs::write(
+        remote.join("refs/heads/ghost"),
+        format!("{}\n", "ab".repeat(32)),
+    )
+    .unwrap();
+    let clone = TestEnv::bare();
+    let error = clone.json_error(&["clone", &url, "c"], 5);
+    let text = error.to_string();
+    assert!(text.contains("refs/heads/ghost"), "{text}");
+    assert!(!text.to_lowercase().contains("foreign key"), "{text}");
+    // Nothing of the failed clone is left.
+    assert!(!clone.path("c").exists());
+}
