@@ -307,15 +307,22 @@ impl ObjectReader<'_> {
     /// # Errors
     /// [`Error::MissingObject`], [`Error::Corrupt`], [`Error::Io`].
     pub fn bytes(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<Vec<u8>> {
+        self.bytes_and_pack(id, kind).map(|(bytes, _)| bytes)
+    }
+
+    /// As [`ObjectReader::bytes`], with the pack file that holds the object (what a decoding
+    /// error names: the object may have come from a remote, and the catalog is not at fault).
+    fn bytes_and_pack(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<(Vec<u8>, PathBuf)> {
         let location = self.locate(id, kind)?;
         let verify = kind != ObjectKind::FileMap;
-        self.packs.object(
+        let bytes = self.packs.object(
             &location.frame,
             location.offset,
             location.length,
             id,
             verify,
-        )
+        )?;
+        Ok((bytes, self.packs.pack_path(&location.frame.pack)))
     }
 
     /// The tree `id`.
@@ -323,9 +330,8 @@ impl ObjectReader<'_> {
     /// # Errors
     /// [`Error::MissingObject`], [`Error::Corrupt`] (hash mismatch or malformed tree), [`Error::Io`].
     pub fn tree(&mut self, id: &ObjectId) -> Result<Tree> {
-        let bytes = self.bytes(id, ObjectKind::Tree)?;
-        Tree::decode(&bytes)
-            .map_err(|e| Error::corrupt(self.catalog.path(), format!("tree {}: {e}", id.short())))
+        let (bytes, pack) = self.bytes_and_pack(id, ObjectKind::Tree)?;
+        Tree::decode(&bytes).map_err(|e| Error::corrupt(pack, format!("tree {}: {e}", id.short())))
     }
 
     /// The version object `id`, decoded from its pack.
@@ -333,10 +339,9 @@ impl ObjectReader<'_> {
     /// # Errors
     /// As [`ObjectReader::tree`].
     pub fn version(&mut self, id: &ObjectId) -> Result<Version> {
-        let bytes = self.bytes(id, ObjectKind::Version)?;
-        Version::decode(&bytes).map_err(|e| {
-            Error::corrupt(self.catalog.path(), format!("version {}: {e}", id.short()))
-        })
+        let (bytes, pack) = self.bytes_and_pack(id, ObjectKind::Version)?;
+        Version::decode(&bytes)
+            .map_err(|e| Error::corrupt(pack, format!("version {}: {e}", id.short())))
     }
 
     /// Reads and decodes provenance object `id`.
@@ -344,13 +349,9 @@ impl ObjectReader<'_> {
     /// # Errors
     /// [`Error::MissingObject`], [`Error::Corrupt`] (hash mismatch or bad encoding), [`Error::Io`].
     pub fn provenance(&mut self, id: &ObjectId) -> Result<crate::object::Provenance> {
-        let bytes = self.bytes(id, ObjectKind::Provenance)?;
-        crate::object::Provenance::decode(&bytes).map_err(|e| {
-            Error::corrupt(
-                self.catalog.path(),
-                format!("provenance {}: {e}", id.short()),
-            )
-        })
+        let (bytes, pack) = self.bytes_and_pack(id, ObjectKind::Provenance)?;
+        crate::object::Provenance::decode(&bytes)
+            .map_err(|e| Error::corrupt(pack, format!("provenance {}: {e}", id.short())))
     }
 
     /// The ids of the chunks of file `id` of `size` bytes, in order, whether or not the
