@@ -250,6 +250,16 @@ pub enum Error {
         /// What holds it.
         reason: String,
     },
+    /// A byte range that starts at or past the end of a file (HTTP's 416).
+    #[error("range starts at byte {start}, but {path:?} has {size} bytes")]
+    RangeNotSatisfiable {
+        /// The file.
+        path: String,
+        /// The range's first byte.
+        start: u64,
+        /// The file's size in bytes.
+        size: u64,
+    },
     /// A workspace holds a version that was removed since (`dsv rm`): nothing to compare with.
     #[error("{} holds version {}, which was removed", dir.display(), &version[..12.min(version.len())])]
     WorkspaceVersionRemoved {

@@ -45,6 +45,7 @@ pub mod ops;
 pub mod pack;
 pub mod parallel;
 pub mod progress;
+pub mod read;
 pub mod reflog;
 pub mod remote;
 pub mod revision;

@@ -834,9 +834,10 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 anyhow::anyhow!("expected REV:PATH, for example mnist@v1:train/0.png")
             })?;
             let range = range.as_deref().map(parse_range).transpose()?;
+            let engine = dsv::read::ReadEngine::new(store, Default::default());
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            inspect::cat(&store, &Revision::parse(revision)?, path, range, &mut out)?;
+            dsv::read::cat(&engine, revision, path, range, &mut out)?;
             out.flush()?;
         }
         Command::Repair => {

@@ -1,7 +1,5 @@
 //! Read-only queries: log, show, ls, cat, diff; and tagging.
 
-use std::io::Write;
-use std::path::Path;
 
 use crate::catalog::{DatasetSummary, VersionRecord};
 use crate::error::{Error, Result};
@@ -128,34 +126,6 @@ pub fn ls(store: &Store, revision: &Revision, path: &str) -> Result<Vec<FlatEntr
         e.path = format!("{prefix}{}", e.path);
     }
     Ok(entries)
-}
-
-/// Writes the file at `path` in `revision` to `out` (a byte `range` of it if given); every
-/// chunk is checked against its hash, and the whole file against its id.
-///
-/// # Errors
-/// Revision errors; [`Error::PathNotFound`] also when the path is a directory or symlink;
-/// [`Error::Corrupt`].
-pub fn cat(
-    store: &Store,
-    revision: &Revision,
-    path: &str,
-    range: Option<std::ops::Range<u64>>,
-    out: &mut dyn Write,
-) -> Result<FlatEntry> {
-    let _data_lock = store.lock_data_shared()?;
-    let id = revision.resolve(store.catalog())?;
-    let root = info(store, &id)?.record.version.tree;
-    let reader = &mut store.reader();
-    let entry = tree::lookup(reader, &root, path)?
-        .filter(|e| matches!(e.kind, FlatKind::File { .. }))
-        .ok_or_else(|| Error::PathNotFound {
-            revision: revision.to_string(),
-            path: path.to_string(),
-        })?;
-    let range = range.map(|r| r.start.min(entry.size)..r.end.min(entry.size));
-    reader.write_file(&entry.id, entry.size, range, out, Path::new("<stdout>"))?;
-    Ok(entry)
 }
 
 /// What changed from `old` to `new` (`old` = `None`: from `new`'s parent).

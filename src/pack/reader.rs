@@ -186,6 +186,16 @@ impl PackReader {
         Ok(f(bytes))
     }
 
+    /// The raw (decompressed) bytes of the frame at `location`, copied out of this reader's
+    /// cache: the read engine keeps its own shared cache of whole frames.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] (a frame that does not decompress to its length, a truncated or
+    /// missing pack); [`Error::Io`].
+    pub fn frame(&mut self, location: &FrameLocation) -> Result<Vec<u8>> {
+        self.load(location).map(<[u8]>::to_vec)
+    }
+
     /// One object's bytes, copied; as [`PackReader::with_object`].
     ///
     /// # Errors

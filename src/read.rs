@@ -1,0 +1,566 @@
+//! The read engine: random access to any byte of any file of a version, from many threads at
+//! once, without a checkout. The CLI's `cat` is a front end of it (as the mount, the tar
+//! export and the Python package are meant to be).
+//!
+//! ```text
+//! ReadEngine (Send + Sync, one per process)
+//!   ├── the store (catalog lookups and remote fetches, behind a mutex: short, rare)
+//!   └── FrameCache: decompressed frames, LRU by bytes, shared by every handle; a frame that
+//!       several threads want at once is read and decompressed once (single flight)
+//! VersionHandle (Send + Sync): the version's paths, listed once at open (a sorted table)
+//! FileHandle (Send + Sync): the file's chunks and a prefix table of their starts, built once
+//!   at open; `read_at` finds the chunk of an offset by binary search (O(log chunks)), as
+//!   rustic_core's `OpenFile::read_at` does, and reads through the frame cache.
+//! ```
+//!
+//! Every chunk is checked against its id the first time it is served from a cached frame, and
+//! a file map fetched from a remote is proven (its chunks reassembled to the file id) before
+//! it is used, as [`crate::store::ObjectReader::file_chunks`] does. Data that is only on a
+//! remote (a clone) is fetched when a file is opened, stored in the local store, and so
+//! downloaded once for every later reader and process.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::catalog::ObjectLocation;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::Version;
+use crate::pack::{FrameLocation, PackReader};
+use crate::revision::Revision;
+use crate::store::Store;
+use crate::tree::{FlatEntry, FlatKind};
+
+/// Settings of a [`ReadEngine`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReadOptions {
+    /// Bytes of decompressed frames kept in memory for all handles (default 256 MiB).
+    pub cache_bytes: u64,
+    /// Requests in flight when data is fetched from a remote (default 8).
+    pub fetch_jobs: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            cache_bytes: 256 * 1024 * 1024,
+            fetch_jobs: 8,
+        }
+    }
+}
+
+/// Opens versions of one store for reading. Cheap to clone (shared state); `Send + Sync`.
+#[derive(Clone)]
+pub struct ReadEngine {
+    inner: Arc<Engine>,
+}
+
+struct Engine {
+    store: Mutex<Store>,
+    packs_dir: PathBuf,
+    cache: FrameCache,
+    options: ReadOptions,
+}
+
+impl ReadEngine {
+    /// An engine over the store whose `.dsv` directory is `root`.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open(root: &Path, options: ReadOptions) -> Result<ReadEngine> {
+        Ok(Self::new(Store::open(root)?, options))
+    }
+
+    /// An engine over an open store (which it keeps).
+    pub fn new(store: Store, options: ReadOptions) -> ReadEngine {
+        let packs_dir = store.packs_dir();
+        ReadEngine {
+            inner: Arc::new(Engine {
+                store: Mutex::new(store),
+                packs_dir,
+                cache: FrameCache::new(options.cache_bytes),
+                options,
+            }),
+        }
+    }
+
+    /// Opens version `revision` (`DATASET`, `DATASET@TAG`, `DATASET@<id prefix>`, `~N`):
+    /// lists its paths once. Its data need not be here: a file's chunks are fetched from the
+    /// store's remotes when it is opened.
+    ///
+    /// # Errors
+    /// Revision errors ([`Error::InvalidRevision`], [`Error::DatasetNotFound`], ...);
+    /// [`Error::VersionRemoved`]; [`Error::MissingObject`] or [`Error::Corrupt`] for its trees.
+    pub fn version(&self, revision: &str) -> Result<VersionHandle> {
+        let revision = Revision::parse(revision)?;
+        let store = self.inner.lock_store();
+        let id = revision.resolve(store.catalog())?;
+        if store.catalog().removed_at(&id)?.is_some() {
+            return Err(Error::VersionRemoved {
+                version: id.to_hex(),
+            });
+        }
+        let mut reader = store.reader();
+        let version = reader.version(&id)?;
+        let entries = crate::tree::flatten(&mut reader, &version.tree)?;
+        drop(reader);
+        drop(store);
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.path.clone(), i))
+            .collect();
+        Ok(VersionHandle {
+            engine: self.inner.clone(),
+            revision: revision.to_string(),
+            id,
+            version,
+            entries,
+            index,
+        })
+    }
+
+    /// Bytes of decompressed frames held in the shared cache now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.inner.cache.used()
+    }
+}
+
+impl Engine {
+    fn lock_store(&self) -> std::sync::MutexGuard<'_, Store> {
+        // A panic while holding it leaves nothing half-written in the store (writes are
+        // transactions): the store can still be used.
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One version, open for reading. `Send + Sync`: share it between threads.
+pub struct VersionHandle {
+    engine: Arc<Engine>,
+    revision: String,
+    id: ObjectId,
+    version: Version,
+    entries: Vec<FlatEntry>,
+    index: HashMap<String, usize>,
+}
+
+impl VersionHandle {
+    /// The version's id.
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+
+    /// The version object (dataset, tree, parent, counts, message).
+    pub fn version(&self) -> &Version {
+        &self.version
+    }
+
+    /// Every entry (directories, files, symlinks) in depth-first order, siblings sorted.
+    pub fn entries(&self) -> &[FlatEntry] {
+        &self.entries
+    }
+
+    /// The regular files, in path order.
+    pub fn files(&self) -> impl Iterator<Item = &FlatEntry> {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.kind, FlatKind::File { .. }))
+    }
+
+    /// The entry at `path` (`/`-separated, relative), or `None`.
+    pub fn stat(&self, path: &str) -> Option<&FlatEntry> {
+        self.index
+            .get(path.trim_matches('/'))
+            .map(|i| &self.entries[*i])
+    }
+
+    /// The entries directly inside directory `path` (`""` for the root).
+    ///
+    /// # Errors
+    /// [`Error::PathNotFound`] when `path` is not a directory of the version.
+    pub fn list(&self, path: &str) -> Result<Vec<&FlatEntry>> {
+        let path = path.trim_matches('/');
+        if !path.is_empty() && self.stat(path).is_none_or(|e| e.kind != FlatKind::Dir) {
+            return Err(self.not_found(path));
+        }
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
+        Ok(self
+            .entries
+            .iter()
+            .filter(|e| {
+                e.path
+                    .strip_prefix(&prefix)
+                    .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+            })
+            .collect())
+    }
+
+    /// Opens file `path` for reading. When its chunks are not all here, they are fetched
+    /// first from the store's remotes (and kept, for every later reader).
+    ///
+    /// # Errors
+    /// [`Error::PathNotFound`] when `path` is not a regular file of the version;
+    /// [`Error::MissingObject`] when neither this store nor a remote holds its data;
+    /// [`Error::Corrupt`] (a file map that does not reassemble its file, naming the remote it
+    /// came from); remote errors.
+    pub fn open(&self, path: &str) -> Result<FileHandle> {
+        let entry = self
+            .stat(path)
+            .filter(|e| matches!(e.kind, FlatKind::File { .. }))
+            .ok_or_else(|| self.not_found(path))?
+            .clone();
+        let chunks = {
+            let mut store = self.engine.lock_store();
+            match store.reader().file_chunks(&entry.id, entry.size) {
+                Err(Error::MissingObject { .. }) => {
+                    fetch_file(&mut store, &self.id, &entry, &self.engine.options)?;
+                    store.reader().file_chunks(&entry.id, entry.size)?
+                }
+                other => other?,
+            }
+        };
+        let mut starts = Vec::with_capacity(chunks.len());
+        let mut offset = 0u64;
+        for (_, location) in &chunks {
+            starts.push(offset);
+            offset += u64::from(location.length);
+        }
+        Ok(FileHandle {
+            engine: self.engine.clone(),
+            entry,
+            chunks,
+            starts,
+        })
+    }
+
+    fn not_found(&self, path: &str) -> Error {
+        Error::PathNotFound {
+            revision: self.revision.clone(),
+            path: path.to_string(),
+        }
+    }
+}
+
+/// Downloads the chunks of one file of version `version` from the store's remotes.
+fn fetch_file(
+    store: &mut Store,
+    version: &ObjectId,
+    entry: &FlatEntry,
+    options: &ReadOptions,
+) -> Result<()> {
+    let glob = globset::GlobBuilder::new(&globset::escape(&entry.path))
+        .literal_separator(true)
+        .build()
+        .map_err(|e| Error::InvalidRevision {
+            revision: entry.path.clone(),
+            reason: e.to_string(),
+        })?;
+    let mut set = globset::GlobSetBuilder::new();
+    set.add(glob);
+    let set = set.build().map_err(|e| Error::InvalidRevision {
+        revision: entry.path.clone(),
+        reason: e.to_string(),
+    })?;
+    crate::ops::sync::fetch_missing(
+        store,
+        &[*version],
+        Some(&set),
+        None,
+        options.fetch_jobs,
+        &crate::progress::NoProgress,
+    )?;
+    Ok(())
+}
+
+/// One file, open for reading at any offset. `Send + Sync`.
+pub struct FileHandle {
+    engine: Arc<Engine>,
+    entry: FlatEntry,
+    chunks: Vec<(ObjectId, ObjectLocation)>,
+    /// Byte offset in the file where each chunk starts (a prefix table).
+    starts: Vec<u64>,
+}
+
+impl FileHandle {
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.entry.size
+    }
+
+    /// The file's entry (path, size, id, executable bit).
+    pub fn entry(&self) -> &FlatEntry {
+        &self.entry
+    }
+
+    /// Reads up to `buf.len()` bytes at byte `offset` into `buf`; returns how many were read
+    /// (0 at or past the end). Fills `buf` unless the file ends first.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when stored bytes fail their check; [`Error::Io`].
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if offset >= self.entry.size || buf.is_empty() {
+            return Ok(0);
+        }
+        // The chunk holding `offset`: the last whose start is <= offset.
+        let mut index = self.starts.partition_point(|start| *start <= offset) - 1;
+        let mut done = 0;
+        let mut position = offset;
+        while done < buf.len() && index < self.chunks.len() {
+            let (chunk_id, location) = &self.chunks[index];
+            let frame = self.engine.cache.get(&self.engine.packs_dir, &location.frame)?;
+            let chunk = frame.chunk(chunk_id, location, &self.engine.packs_dir)?;
+            let from = (position - self.starts[index]) as usize;
+            let n = (chunk.len() - from).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&chunk[from..from + n]);
+            done += n;
+            position += n as u64;
+            index += 1;
+        }
+        Ok(done)
+    }
+
+    /// A reader over the whole file (or from `start`), for `std::io::copy` and friends.
+    pub fn reader(&self, start: u64) -> FileReader<'_> {
+        FileReader {
+            file: self,
+            position: start,
+        }
+    }
+}
+
+/// What [`cat`] wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CatReport {
+    /// The file's entry.
+    pub entry: FlatEntry,
+    /// The byte range written, `[start, end)`.
+    pub range: std::ops::Range<u64>,
+}
+
+/// Writes file `path` of `revision` to `out`, or the bytes `[start, end)` of it with `range`
+/// (an end past the size is clamped). Works on versions whose data is only on a remote (the
+/// file's chunks are fetched and kept). Holds the store's data lock shared while it reads, so
+/// a `gc` waits for it.
+///
+/// # Errors
+/// [`Error::RangeNotSatisfiable`] when the range starts at or past the end of a non-empty
+/// file (HTTP's 416); as [`ReadEngine::version`] and [`VersionHandle::open`]; [`Error::Io`]
+/// naming `<stdout>` when writing fails.
+pub fn cat(
+    engine: &ReadEngine,
+    revision: &str,
+    path: &str,
+    range: Option<std::ops::Range<u64>>,
+    out: &mut dyn std::io::Write,
+) -> Result<CatReport> {
+    let _data_lock = engine.inner.lock_store().lock_data_shared()?;
+    let version = engine.version(revision)?;
+    let file = version.open(path)?;
+    let size = file.size();
+    let range = match range {
+        Some(r) if r.start >= size && size > 0 => {
+            return Err(Error::RangeNotSatisfiable {
+                path: path.to_string(),
+                start: r.start,
+                size,
+            });
+        }
+        Some(r) => r.start.min(size)..r.end.min(size),
+        None => 0..size,
+    };
+    // A whole file is also checked whole against its id (every chunk is checked anyway).
+    let mut whole = (range == (0..size)).then(blake3::Hasher::new);
+    let mut buffer = vec![0u8; 1024 * 1024];
+    let mut position = range.start;
+    while position < range.end {
+        crate::interrupt::check()?;
+        let want = ((range.end - position) as usize).min(buffer.len());
+        let n = file.read_at(position, &mut buffer[..want])?;
+        if n == 0 {
+            break;
+        }
+        if let Some(hasher) = whole.as_mut() {
+            hasher.update(&buffer[..n]);
+        }
+        out.write_all(&buffer[..n]).map_err(|source| Error::Io {
+            path: "<stdout>".into(),
+            source,
+        })?;
+        position += n as u64;
+    }
+    if let Some(hasher) = whole
+        && ObjectId::from(hasher.finalize()) != file.entry().id
+    {
+        return Err(Error::corrupt(
+            engine.inner.packs_dir.clone(),
+            format!("{path}: the stored bytes do not hash to its file id"),
+        ));
+    }
+    Ok(CatReport {
+        entry: file.entry().clone(),
+        range,
+    })
+}
+
+/// Sequential [`std::io::Read`] over a [`FileHandle`].
+pub struct FileReader<'a> {
+    file: &'a FileHandle,
+    position: u64,
+}
+
+impl std::io::Read for FileReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self
+            .file
+            .read_at(self.position, buf)
+            .map_err(std::io::Error::other)?;
+        self.position += n as u64;
+        Ok(n)
+    }
+}
+
+/// A decompressed frame in the cache, with the objects of it already checked.
+struct CachedFrame {
+    bytes: Vec<u8>,
+    /// Offsets (in the frame) of the objects checked against their ids so far.
+    verified: Mutex<HashSet<u32>>,
+}
+
+impl CachedFrame {
+    /// Chunk `id` at `location`, checked against its id the first time it is served.
+    fn chunk(&self, id: &ObjectId, location: &ObjectLocation, packs_dir: &Path) -> Result<&[u8]> {
+        let range = location.offset as usize..location.offset as usize + location.length as usize;
+        let pack = || crate::pack::writer::pack_path(packs_dir, &location.frame.pack);
+        let bytes = self.bytes.get(range).ok_or_else(|| {
+            Error::corrupt(
+                pack(),
+                format!("object {} lies outside its frame", id.short()),
+            )
+        })?;
+        let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        if !verified.contains(&location.offset) {
+            if ObjectId::of(bytes) != *id {
+                return Err(Error::corrupt(
+                    pack(),
+                    format!("object {} does not match its hash", id.short()),
+                ));
+            }
+            verified.insert(location.offset);
+        }
+        Ok(bytes)
+    }
+}
+
+/// Decompressed frames shared by every handle: least recently used evicted past a byte
+/// budget; a frame wanted by several threads at once is loaded once.
+struct FrameCache {
+    capacity: u64,
+    state: Mutex<CacheState>,
+    loaded: Condvar,
+}
+
+#[derive(Default)]
+struct CacheState {
+    ready: HashMap<FrameLocation, (Arc<CachedFrame>, u64)>,
+    loading: HashSet<FrameLocation>,
+    used: u64,
+    tick: u64,
+}
+
+thread_local! {
+    /// Each thread's pack reader (open files, a zstd context) for cache misses.
+    static PACKS: std::cell::RefCell<Option<(PathBuf, PackReader)>> = const { std::cell::RefCell::new(None) };
+}
+
+impl FrameCache {
+    fn new(capacity: u64) -> FrameCache {
+        FrameCache {
+            capacity,
+            state: Mutex::new(CacheState::default()),
+            loaded: Condvar::new(),
+        }
+    }
+
+    fn used(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).used
+    }
+
+    fn get(&self, packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            state.tick += 1;
+            let tick = state.tick;
+            if let Some((frame, used)) = state.ready.get_mut(location) {
+                *used = tick;
+                return Ok(frame.clone());
+            }
+            if !state.loading.contains(location) {
+                break;
+            }
+            // Another thread is reading this frame: wait for it (or for its failure, then
+            // try ourselves).
+            state = self.loaded.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.loading.insert(*location);
+        drop(state);
+        let loaded = PACKS.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if cell.as_ref().is_none_or(|(dir, _)| dir != packs_dir) {
+                *cell = Some((packs_dir.to_path_buf(), PackReader::new(packs_dir, 1)));
+            }
+            let (_, reader) = cell.as_mut().expect("just set");
+            reader.frame(location)
+        });
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.loading.remove(location);
+        let result = loaded.map(|bytes| {
+            let frame = Arc::new(CachedFrame {
+                bytes,
+                verified: Mutex::new(HashSet::new()),
+            });
+            state.tick += 1;
+            let tick = state.tick;
+            state.used += frame.bytes.len() as u64;
+            state.ready.insert(*location, (frame.clone(), tick));
+            // Evict the least recently used frames past the budget (never the one just read).
+            while state.used > self.capacity && state.ready.len() > 1 {
+                let Some(oldest) = state
+                    .ready
+                    .iter()
+                    .filter(|(l, _)| *l != location)
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(l, _)| *l)
+                else {
+                    break;
+                };
+                if let Some((gone, _)) = state.ready.remove(&oldest) {
+                    state.used -= gone.bytes.len() as u64;
+                }
+            }
+            frame
+        });
+        drop(state);
+        self.loaded.notify_all();
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        assert_send_sync::<ReadEngine>();
+        assert_send_sync::<VersionHandle>();
+        assert_send_sync::<FileHandle>();
+    }
+}
