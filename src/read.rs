@@ -313,7 +313,10 @@ impl FileHandle {
         let mut position = offset;
         while done < buf.len() && index < self.chunks.len() {
             let (chunk_id, location) = &self.chunks[index];
-            let frame = self.engine.cache.get(&self.engine.packs_dir, &location.frame)?;
+            let frame = self
+                .engine
+                .cache
+                .get(&self.engine.packs_dir, &location.frame)?;
             let chunk = frame.chunk(chunk_id, location, &self.engine.packs_dir)?;
             let from = (position - self.starts[index]) as usize;
             let n = (chunk.len() - from).min(buf.len() - done);

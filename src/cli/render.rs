@@ -516,6 +516,8 @@ pub fn gc(r: &GcReport) -> String {
     for o in &r.orphans {
         let what = if o.deleted {
             "delete"
+        } else if o.unreadable {
+            "keep (not a readable pack: its contents cannot be accounted for)"
         } else {
             "keep (younger than the grace period)"
         };

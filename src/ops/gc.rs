@@ -53,8 +53,12 @@ pub struct OrphanFile {
     pub bytes: u64,
     /// Its age in seconds.
     pub age_seconds: u64,
-    /// Whether it is older than the grace period (and so deleted).
+    /// Whether it is deleted: older than the grace period, and not a `.pack` file whose
+    /// contents gc cannot account for.
     pub deleted: bool,
+    /// Kept although older than the grace period: named `<id>.pack` but not a readable pack,
+    /// so gc cannot tell what it holds.
+    pub unreadable: bool,
 }
 
 /// What gc deletes (the plan), and whether it was carried out.
@@ -238,9 +242,13 @@ pub fn gc(
             // version the ref log names (the catalog forgot it), or one that is not a
             // readable pack at all, stays.
             let mut deleted = age >= grace;
+            let mut unreadable = false;
             if deleted && name.ends_with(".pack") {
                 match super::repair::forgotten_versions(store, &entry.path())? {
-                    None => deleted = false,
+                    None => {
+                        deleted = false;
+                        unreadable = true;
+                    }
                     Some(forgotten) if !forgotten.is_empty() => {
                         return Err(Error::CatalogLost {
                             path: store.catalog().path().to_path_buf(),
@@ -258,6 +266,7 @@ pub fn gc(
                 bytes: meta.map_or(0, |m| m.len()),
                 age_seconds: age.as_secs(),
                 deleted,
+                unreadable,
             });
         }
     }

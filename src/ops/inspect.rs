@@ -1,6 +1,5 @@
 //! Read-only queries: log, show, ls, cat, diff; and tagging.
 
-
 use crate::catalog::{DatasetSummary, VersionRecord};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;

@@ -14,6 +14,7 @@ mod hardening;
 mod import;
 mod local_store;
 mod properties;
+mod read;
 mod real_data;
 mod remote;
 mod trust;

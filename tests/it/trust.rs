@@ -90,7 +90,7 @@ fn populated(env: &TestEnv) -> Vec<(String, String)> {
     env.ok(&["commit", "a", "-d", "alpha"]);
     env.write("b/w.bin", pseudo_random(100_000, 22));
     env.ok(&["commit", "b", "-d", "beta", "-t", "first"]);
-    env.write("b/w2.bin", pseudo_random(50_000, 23));
+    env.write("b/w2.bin", pseudo_random(50_000, 27));
     env.ok(&["commit", "b", "-d", "beta"]);
     env.ok(&["pin", "alpha@v1", "--reason", "paper"]);
     let remote = env.path("remote");
