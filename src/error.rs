@@ -250,6 +250,22 @@ pub enum Error {
         /// What holds it.
         reason: String,
     },
+    /// A `--shard I/N` that does not parse or is out of range.
+    #[error("invalid shard {spec:?}: {reason}")]
+    InvalidShard {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Paths a manifest (`--files-from`) lists that the version does not have.
+    #[error("{} paths of the list are not files of {revision}: {}", paths.len(), paths.iter().take(5).cloned().collect::<Vec<_>>().join(", "))]
+    PathsNotFound {
+        /// The revision.
+        revision: String,
+        /// The paths (all of them).
+        paths: Vec<String>,
+    },
     /// A byte range that starts at or past the end of a file (HTTP's 416).
     #[error("range starts at byte {start}, but {path:?} has {size} bytes")]
     RangeNotSatisfiable {

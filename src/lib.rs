@@ -49,6 +49,7 @@ pub mod read;
 pub mod reflog;
 pub mod remote;
 pub mod revision;
+pub mod shard;
 pub mod source;
 pub mod store;
 pub mod tree;

@@ -247,6 +247,275 @@ impl VersionHandle {
     }
 }
 
+/// Which files of a version to read: globs, a manifest, a shard, combined (the shard is
+/// taken of the subset the globs and the manifest select).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Selection {
+    /// Glob patterns (`train/**`); a file matching any is selected. Empty: every file.
+    pub include: Vec<String>,
+    /// A manifest: exact paths (SageMaker's manifest files). Every one must be a file of the
+    /// version.
+    pub files_from: Option<Vec<String>>,
+    /// Only this worker's shard ([`crate::shard`]).
+    pub shard: Option<crate::shard::ShardSpec>,
+}
+
+impl Selection {
+    /// Whether this selects every file.
+    pub fn is_everything(&self) -> bool {
+        self.include.is_empty() && self.files_from.is_none() && self.shard.is_none()
+    }
+}
+
+impl VersionHandle {
+    /// The files `selection` picks, in path order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRevision`] for a glob that does not parse; [`Error::PathsNotFound`]
+    /// naming every manifest path that is not a file of the version.
+    pub fn select(&self, selection: &Selection) -> Result<Vec<&FlatEntry>> {
+        let globs = if selection.include.is_empty() {
+            None
+        } else {
+            let mut set = globset::GlobSetBuilder::new();
+            for pattern in &selection.include {
+                set.add(
+                    globset::GlobBuilder::new(pattern)
+                        .literal_separator(true)
+                        .build()
+                        .map_err(|e| Error::InvalidRevision {
+                            revision: pattern.clone(),
+                            reason: format!("not a glob: {e}"),
+                        })?,
+                );
+            }
+            Some(set.build().map_err(|e| Error::InvalidRevision {
+                revision: selection.include.join(" "),
+                reason: e.to_string(),
+            })?)
+        };
+        let listed: Option<HashSet<&str>> = match &selection.files_from {
+            Some(paths) => {
+                let missing: Vec<String> = paths
+                    .iter()
+                    .filter(|p| {
+                        self.stat(p)
+                            .is_none_or(|e| !matches!(e.kind, FlatKind::File { .. }))
+                    })
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(Error::PathsNotFound {
+                        revision: self.revision.clone(),
+                        paths: missing,
+                    });
+                }
+                Some(paths.iter().map(|p| p.trim_matches('/')).collect())
+            }
+            None => None,
+        };
+        let mut files: Vec<&FlatEntry> = self
+            .files()
+            .filter(|e| globs.as_ref().is_none_or(|g| g.is_match(&e.path)))
+            .filter(|e| listed.as_ref().is_none_or(|l| l.contains(e.path.as_str())))
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        if let Some(shard) = selection.shard {
+            let sizes: Vec<(&str, u64)> = files.iter().map(|e| (e.path.as_str(), e.size)).collect();
+            let shards = crate::shard::assign(&sizes, shard.count);
+            files = shards[shard.index as usize]
+                .iter()
+                .map(|i| files[*i])
+                .collect();
+        }
+        Ok(files)
+    }
+}
+
+/// One shard of [`shards`]: its files and bytes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardPlan {
+    /// The shard's index (0-based).
+    pub index: u32,
+    /// Its files.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Their paths, in order.
+    pub paths: Vec<String>,
+}
+
+/// Who reads what: the `count` shards of the files `selection` picks (its own `shard` is
+/// ignored), as `--shard I/N` assigns them.
+///
+/// # Errors
+/// As [`ReadEngine::version`] and [`VersionHandle::select`].
+pub fn shards(
+    engine: &ReadEngine,
+    revision: &str,
+    count: u32,
+    selection: &Selection,
+) -> Result<Vec<ShardPlan>> {
+    let version = engine.version(revision)?;
+    let mut all = selection.clone();
+    all.shard = None;
+    let files = version.select(&all)?;
+    let sizes: Vec<(&str, u64)> = files.iter().map(|e| (e.path.as_str(), e.size)).collect();
+    Ok(crate::shard::assign(&sizes, count)
+        .into_iter()
+        .enumerate()
+        .map(|(index, members)| ShardPlan {
+            index: index as u32,
+            files: members.len() as u64,
+            bytes: members.iter().map(|i| sizes[*i].1).sum(),
+            paths: members.iter().map(|i| sizes[*i].0.to_string()).collect(),
+        })
+        .collect())
+}
+
+/// What [`export_tar`] wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExportReport {
+    /// The version exported.
+    pub version: ObjectId,
+    /// Files written.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// Writes the files `selection` picks (with their directories, and the version's symlinks
+/// when everything is selected) to `out` as a tar stream (POSIX ustar with GNU long names),
+/// SageMaker's Pipe mode. The stream is deterministic: entries in path order (depth first,
+/// siblings sorted), owner 0:0 without names, mode 0644 (0755 for executables and
+/// directories), every time the version's time; so one version always gives the same bytes.
+/// Files are fetched one at a time as they are reached, so the stream starts before the whole
+/// version is here.
+///
+/// # Errors
+/// As [`ReadEngine::version`], [`VersionHandle::select`] and [`VersionHandle::open`];
+/// [`Error::Io`] naming `out_name` when writing fails (a closed pipe: `BrokenPipe`);
+/// [`Error::Interrupted`].
+pub fn export_tar(
+    engine: &ReadEngine,
+    revision: &str,
+    selection: &Selection,
+    out: &mut dyn std::io::Write,
+    out_name: &Path,
+    progress: &dyn crate::progress::Progress,
+) -> Result<ExportReport> {
+    let version = engine.version(revision)?;
+    let files = version.select(selection)?;
+    let chosen: HashSet<&str> = files.iter().map(|e| e.path.as_str()).collect();
+    let mut dirs: HashSet<&str> = HashSet::new();
+    for file in &files {
+        let mut path = file.path.as_str();
+        while let Some((parent, _)) = path.rsplit_once('/') {
+            dirs.insert(parent);
+            path = parent;
+        }
+    }
+    let time = version.version().time.max(0) as u64;
+    let io = |source| Error::Io {
+        path: out_name.to_path_buf(),
+        source,
+    };
+    let total: u64 = files.iter().map(|e| e.size).sum();
+    progress.start("exporting", total, crate::progress::Unit::Bytes);
+    let mut builder = tar::Builder::new(out);
+    let mut report = ExportReport {
+        version: version.id(),
+        files: 0,
+        bytes: 0,
+    };
+    for entry in version.entries() {
+        crate::interrupt::check()?;
+        let mut header = tar::Header::new_gnu();
+        header.set_mtime(time);
+        header.set_uid(0);
+        header.set_gid(0);
+        match &entry.kind {
+            FlatKind::Dir if dirs.contains(entry.path.as_str()) => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(0o755);
+                header.set_size(0);
+                builder
+                    .append_data(&mut header, format!("{}/", entry.path), std::io::empty())
+                    .map_err(io)?;
+            }
+            FlatKind::Symlink { target } if selection.is_everything() => {
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_mode(0o777);
+                header.set_size(0);
+                builder
+                    .append_link(&mut header, &entry.path, target)
+                    .map_err(io)?;
+            }
+            FlatKind::File { executable } if chosen.contains(entry.path.as_str()) => {
+                let file = version.open(&entry.path)?;
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(if *executable { 0o755 } else { 0o644 });
+                header.set_size(file.size());
+                let mut reader = Counted {
+                    inner: file.reader(0),
+                    progress,
+                };
+                builder
+                    .append_data(&mut header, &entry.path, &mut reader)
+                    .map_err(|e| {
+                        crate::interrupt::check()
+                            .err()
+                            .unwrap_or_else(|| unwrap_io(e, io))
+                    })?;
+                report.files += 1;
+                report.bytes += file.size();
+            }
+            _ => {}
+        }
+    }
+    builder.finish().map_err(io)?;
+    builder.into_inner().map_err(io)?.flush().map_err(io)?;
+    progress.finish();
+    Ok(report)
+}
+
+/// The engine's own error when `error` carries one (a read failing inside `std::io::Read`),
+/// else `otherwise(error)`.
+fn unwrap_io(error: std::io::Error, otherwise: impl Fn(std::io::Error) -> Error) -> Error {
+    if error.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+        if let Some(inner) = error.into_inner()
+            && let Ok(engine_error) = inner.downcast::<Error>()
+        {
+            return *engine_error;
+        }
+        return Error::Internal {
+            detail: "a read error lost its cause".into(),
+        };
+    }
+    otherwise(error)
+}
+
+/// A reader that reports the bytes it passes on, checking for Ctrl-C.
+struct Counted<'a, R> {
+    inner: R,
+    progress: &'a dyn crate::progress::Progress,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if crate::interrupt::check().is_err() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "interrupted",
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        self.progress.advance(n as u64);
+        Ok(n)
+    }
+}
+
 /// Downloads the chunks of one file of version `version` from the store's remotes.
 fn fetch_file(
     store: &mut Store,

@@ -566,6 +566,31 @@ pub fn pins(pins: &[Pin]) -> String {
     out.trim_end().to_string()
 }
 
+pub fn export(r: &dsv::read::ExportReport) -> String {
+    format!(
+        "Exported {} files ({}) of version {}",
+        r.files,
+        HumanBytes(r.bytes),
+        r.version.short()
+    )
+}
+
+pub fn shards(plans: &[dsv::read::ShardPlan]) -> String {
+    let mut out = String::from("SHARD\tFILES\tBYTES\tFIRST\tLAST");
+    for p in plans {
+        let _ = write!(
+            out,
+            "\n{}\t{}\t{}\t{}\t{}",
+            p.index,
+            p.files,
+            p.bytes,
+            p.paths.first().map_or("-", String::as_str),
+            p.paths.last().map_or("-", String::as_str)
+        );
+    }
+    out
+}
+
 pub fn workspaces(workspaces: &[dsv::catalog::Workspace]) -> String {
     if workspaces.is_empty() {
         return "no workspaces".into();
