@@ -125,7 +125,7 @@ pub fn checkout(
         });
     }
     let record = store.catalog().version_record(&version_id)?;
-    let target = tree::flatten(&mut store.reader(), &record.version.tree)?;
+    let target = tree::flatten_version(&mut store.reader(), &record.version)?;
     let unsafe_path = |path: &str, reason| Error::UnsafePath {
         path: path.to_string(),
         tree: record.version.tree.to_hex(),
@@ -164,7 +164,7 @@ pub fn checkout(
                 .version
                 .and_then(|v| store.catalog().version(&v).transpose())
             {
-                Some(record) => tree::flatten(&mut store.reader(), &record?.version.tree)?,
+                Some(record) => tree::flatten_version(&mut store.reader(), &record?.version)?,
                 None => Vec::new(),
             };
             (cache, old)

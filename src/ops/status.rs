@@ -161,7 +161,7 @@ pub fn status(
     let old = match &workspace.version {
         Some(version) => {
             let record = store.catalog().version_record(version)?;
-            tree::flatten(&mut store.reader(), &record.version.tree)?
+            tree::flatten_version(&mut store.reader(), &record.version)?
         }
         None => Vec::new(),
     };

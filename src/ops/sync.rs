@@ -345,8 +345,15 @@ fn refresh_indexes(
         .filter(|(id, _)| !known.contains(id))
         .copied()
         .collect();
+    // A tail is at most the pack after its header, and at most the longest index plus trailer.
+    let tail_limit = |size: u64| {
+        size.saturating_sub(crate::pack::format::HEADER_LEN)
+            .min(crate::pack::format::MAX_INDEX_LEN + crate::pack::format::TRAILER_LEN)
+    };
     let tails = remote.get_many(
-        new.iter().map(|(id, _)| remote::index_key(id)).collect(),
+        new.iter()
+            .map(|(id, size)| (remote::index_key(id), tail_limit(*size)))
+            .collect(),
         jobs,
     )?;
     let mut indexes = Vec::with_capacity(new.len());
