@@ -266,8 +266,9 @@ pub fn walk_reachable(
     visit: &mut dyn FnMut(Reached<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut budget = seen.is_none().then(|| Budget::new(root, 1));
-    let mut stack: Vec<(ObjectId, String, usize, Option<(u64, u64)>)> =
-        vec![(*root, String::new(), 0, None)];
+    /// A tree to visit: its id, path, depth and the (bytes, files) its entry claims.
+    type Pending = (ObjectId, String, usize, Option<(u64, u64)>);
+    let mut stack: Vec<Pending> = vec![(*root, String::new(), 0, None)];
     while let Some((tree_id, prefix, depth, claim)) = stack.pop() {
         if let Some(seen) = seen.as_deref_mut()
             && !seen.insert(tree_id)
@@ -392,6 +393,110 @@ fn flatten_claimed(
         }
     }
     Ok(out)
+}
+
+/// What [`check_version`] learned of each tree: its bytes, files and height (the most
+/// components of a path in it), so trees shared by versions are checked once.
+pub type CheckedTrees = std::collections::HashMap<ObjectId, (u64, u64, usize)>;
+
+/// Checks `version`'s whole tree DAG without listing a single path, reading each distinct
+/// tree once (trees already in `checked` are not read again): every directory entry's file
+/// count and bytes equal its tree's totals, no path is deeper than [`MAX_TREE_DEPTH`], no
+/// tree claims more than [`MAX_VERSION_FILES`] files, and the root's totals equal the
+/// version's `files` and `bytes`. A version that passes lists exactly the files it claims.
+/// Fetch runs it on every version it records, so a hostile remote's tree is refused before
+/// any command walks it.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the first tree that breaks a rule; [`Error::MissingObject`],
+/// [`Error::Io`] reading a tree.
+pub fn check_version(
+    reader: &mut ObjectReader<'_>,
+    version: &crate::object::Version,
+    checked: &mut CheckedTrees,
+) -> Result<()> {
+    // Post-order without recursion: a tree is pushed to expand (its unchecked subtrees go
+    // above it), then again to combine once they are all checked.
+    let mut stack = vec![(version.tree, 0usize, false)];
+    while let Some((id, depth, expanded)) = stack.pop() {
+        if checked.contains_key(&id) {
+            continue;
+        }
+        let tree = reader.tree(&id)?;
+        if depth >= MAX_TREE_DEPTH && !tree.entries.is_empty() {
+            return Err(corrupt_tree(
+                &id,
+                "",
+                format!("it nests paths more than {MAX_TREE_DEPTH} levels deep"),
+            ));
+        }
+        if !expanded {
+            stack.push((id, depth, true));
+            for entry in &tree.entries {
+                if matches!(entry.kind, EntryKind::Dir { .. }) && !checked.contains_key(&entry.id) {
+                    stack.push((entry.id, depth + 1, false));
+                }
+            }
+            continue;
+        }
+        let (bytes, files) = tree
+            .checked_totals()
+            .ok_or_else(|| corrupt_tree(&id, "", "the sizes of its entries overflow"))?;
+        if files > MAX_VERSION_FILES {
+            return Err(corrupt_tree(
+                &id,
+                "",
+                format!("it claims {files} files, more than the limit of {MAX_VERSION_FILES}"),
+            ));
+        }
+        let mut height = usize::from(!tree.entries.is_empty());
+        for entry in &tree.entries {
+            let EntryKind::Dir { files: claimed } = entry.kind else {
+                continue;
+            };
+            let &(child_bytes, child_files, child_height) =
+                checked.get(&entry.id).ok_or_else(|| Error::MissingObject {
+                    id: entry.id.to_hex(),
+                    what: "tree",
+                })?;
+            if (child_bytes, child_files) != (entry.size, claimed) {
+                return Err(corrupt_tree(
+                    &entry.id,
+                    &entry.name,
+                    format!(
+                        "its entries hold {child_files} files of {child_bytes} bytes, but tree {id} claims {claimed} files of {} bytes",
+                        entry.size
+                    ),
+                ));
+            }
+            height = height.max(child_height + 1);
+        }
+        if height > MAX_TREE_DEPTH {
+            return Err(corrupt_tree(
+                &id,
+                "",
+                format!("it nests paths more than {MAX_TREE_DEPTH} levels deep"),
+            ));
+        }
+        checked.insert(id, (bytes, files, height));
+    }
+    let &(bytes, files, _) = checked
+        .get(&version.tree)
+        .ok_or_else(|| Error::MissingObject {
+            id: version.tree.to_hex(),
+            what: "tree",
+        })?;
+    if (bytes, files) != (version.bytes, version.files) {
+        return Err(corrupt_tree(
+            &version.tree,
+            "",
+            format!(
+                "it holds {files} files of {bytes} bytes, but its version claims {} files of {} bytes",
+                version.files, version.bytes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a listing that commit or import is about to record against the limits every

@@ -383,8 +383,16 @@ fn record_fetched_versions(store: &mut Store) -> Result<()> {
     let mut versions = Vec::with_capacity(ids.len());
     {
         let mut reader = store.reader();
+        let mut checked = crate::tree::CheckedTrees::new();
         for id in ids {
-            versions.push((id, reader.version(&id)?));
+            let version = reader.version(&id)?;
+            // A hostile remote's tree is refused here, before any command walks it (a tree
+            // the remote did not send is for a later fetch to bring).
+            match crate::tree::check_version(&mut reader, &version, &mut checked) {
+                Ok(()) | Err(Error::MissingObject { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            versions.push((id, version));
         }
     }
     let writer = store.catalog_mut().writer()?;

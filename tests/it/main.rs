@@ -10,6 +10,7 @@ mod cleanup;
 mod cli_output;
 mod concurrency;
 mod crash;
+mod hostile;
 mod import;
 mod local_store;
 mod properties;
