@@ -90,6 +90,25 @@ pub struct Tree {
     pub entries: Vec<TreeEntry>,
 }
 
+/// The longest version message, in bytes (1 MiB). Commit refuses a longer one and
+/// [`Version::decode`] rejects it, so the rule is the same on both sides.
+pub const MAX_MESSAGE_LEN: usize = 1024 * 1024;
+/// The longest version `author`, in bytes (4 KiB); as [`MAX_MESSAGE_LEN`].
+pub const MAX_AUTHOR_LEN: usize = 4096;
+/// The longest version `source` (a path or URL), in bytes (64 KiB); as [`MAX_MESSAGE_LEN`].
+pub const MAX_SOURCE_LEN: usize = 64 * 1024;
+/// The longest encoded version object, in bytes (2 MiB): the message, author and source at
+/// their limits plus the fixed fields fit well inside it. Pack indexes listing a longer
+/// version object are refused.
+pub const MAX_VERSION_LEN: u32 = 2 * 1024 * 1024;
+/// The most regular files and symlinks one version may hold (2^25 = 33,554,432): commit and
+/// import refuse more, and a version (or a directory entry) claiming more is corrupt. A walk
+/// that lists every path holds one entry per path in memory, so this bounds it.
+pub const MAX_VERSION_FILES: u64 = 1 << 25;
+/// The most directories one version may hold (2^22 = 4,194,304), the root not counted: commit
+/// and import refuse more, and a walk that meets more stops with [`crate::Error::Corrupt`].
+pub const MAX_VERSION_DIRS: u64 = 1 << 22;
+
 const TREE_MAGIC: &[u8; 8] = b"DSVTREE1";
 const FILEMAP_MAGIC: &[u8; 8] = b"DSVFMAP1";
 const KIND_FILE: u8 = 1;
@@ -250,13 +269,30 @@ impl Tree {
         Ok(Tree { entries })
     }
 
-    /// Total file bytes and file count of the tree (from its entries' sizes).
+    /// Total file bytes and file count of the tree (from its entries' sizes), saturating at
+    /// `u64::MAX` (only a corrupt tree comes near; [`Tree::checked_totals`] tells).
     pub fn totals(&self) -> (u64, u64) {
         self.entries
             .iter()
-            .fold((0, 0), |(bytes, files), e| match e.kind {
-                EntryKind::Dir { files: n } => (bytes + e.size, files + n),
-                _ => (bytes + e.size, files + 1),
+            .fold((0u64, 0u64), |(bytes, files), e| match e.kind {
+                EntryKind::Dir { files: n } => {
+                    (bytes.saturating_add(e.size), files.saturating_add(n))
+                }
+                _ => (bytes.saturating_add(e.size), files.saturating_add(1)),
+            })
+    }
+
+    /// Total file bytes and file count as [`Tree::totals`], or `None` when a sum overflows
+    /// `u64` (a corrupt tree: its claims cannot all be true).
+    pub fn checked_totals(&self) -> Option<(u64, u64)> {
+        self.entries
+            .iter()
+            .try_fold((0u64, 0u64), |(bytes, files), e| {
+                let n = match e.kind {
+                    EntryKind::Dir { files: n } => n,
+                    _ => 1,
+                };
+                Some((bytes.checked_add(e.size)?, files.checked_add(n)?))
             })
     }
 }
@@ -385,12 +421,45 @@ impl Version {
         ObjectId::of(&self.encode())
     }
 
+    /// Checks the size limits every version obeys: message at most [`MAX_MESSAGE_LEN`] bytes,
+    /// author at most [`MAX_AUTHOR_LEN`], source at most [`MAX_SOURCE_LEN`], at most
+    /// [`MAX_VERSION_FILES`] files. Commit and import check them before recording a version;
+    /// [`Version::decode`] refuses a version that breaks them.
+    ///
+    /// # Errors
+    /// A short reason naming the field and its limit.
+    pub fn check_limits(&self) -> Result<(), String> {
+        let fields = [
+            ("message", self.message.len(), MAX_MESSAGE_LEN),
+            ("author", self.author.len(), MAX_AUTHOR_LEN),
+            ("source", self.source.len(), MAX_SOURCE_LEN),
+        ];
+        for (field, len, limit) in fields {
+            if len > limit {
+                return Err(format!(
+                    "the {field} is {len} bytes, more than the limit of {limit}"
+                ));
+            }
+        }
+        if self.files > MAX_VERSION_FILES {
+            return Err(format!(
+                "it holds {} files, more than the limit of {MAX_VERSION_FILES}",
+                self.files
+            ));
+        }
+        Ok(())
+    }
+
     /// Parses an encoded version.
     ///
     /// # Errors
-    /// [`DecodeError`] when a field is missing, out of order, or malformed.
+    /// [`DecodeError`] when the data is longer than [`MAX_VERSION_LEN`], when a field is
+    /// missing, out of order, or malformed, or when it breaks [`Version::check_limits`].
     pub fn decode(data: &[u8]) -> Result<Version, DecodeError> {
         let bad = |reason: &str| malformed("version", reason.to_string());
+        if data.len() > MAX_VERSION_LEN as usize {
+            return Err(bad("longer than the format allows"));
+        }
         let text = std::str::from_utf8(data).map_err(|_| bad("not UTF-8"))?;
         let mut rest = text;
         let mut line = |key: &str| -> Result<Option<&str>, DecodeError> {
@@ -431,7 +500,7 @@ impl Version {
         if rest.len() != message_len {
             return Err(bad("message length does not match"));
         }
-        Ok(Version {
+        let version = Version {
             dataset,
             tree,
             parent,
@@ -442,7 +511,9 @@ impl Version {
             source,
             provenance,
             message: rest.to_string(),
-        })
+        };
+        version.check_limits().map_err(|reason| bad(&reason))?;
+        Ok(version)
     }
 }
 

@@ -104,7 +104,7 @@ impl ReadEngine {
         }
         let mut reader = store.reader();
         let version = reader.version(&id)?;
-        let entries = crate::tree::flatten(&mut reader, &version.tree)?;
+        let entries = crate::tree::flatten_version(&mut reader, &version)?;
         drop(reader);
         drop(store);
         let index = entries

@@ -255,6 +255,21 @@ fn lost_catalog_evidence(root: &Path) -> Option<String> {
     packs.then(|| "it has packs but no catalog".into())
 }
 
+/// Refuses a file map listing more chunks than a file of `size` bytes can have: every chunk
+/// but the last is at least the minimum chunk size (16 KiB), so at most `ceil(size / 16 KiB)`.
+fn check_chunk_count(map: &FileMap, id: &ObjectId, size: u64, pack: &Path) -> Result<()> {
+    let min = crate::chunk::ChunkParams::DEFAULT.min as u64;
+    if map.chunks.len() as u64 > size.div_ceil(min) {
+        let detail = format!(
+            "file map {} lists {} chunks, more than a file of {size} bytes can have",
+            id.short(),
+            map.chunks.len()
+        );
+        return Err(Error::corrupt(pack, detail));
+    }
+    Ok(())
+}
+
 /// An exclusive lock on a lock file (flock); released on drop, or by the kernel when the
 /// process dies, so a killed process never leaves a store locked.
 pub struct StoreLock {
@@ -371,12 +386,10 @@ impl ObjectReader<'_> {
             self.packs
                 .object(&location.frame, location.offset, location.length, id, false)?;
         let pack = self.packs.pack_path(&location.frame.pack);
-        Ok(FileMap::decode(&bytes)
-            .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?
-            .chunks
-            .into_iter()
-            .map(|(chunk, _)| chunk)
-            .collect())
+        let map = FileMap::decode(&bytes)
+            .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?;
+        check_chunk_count(&map, id, size, &pack)?;
+        Ok(map.chunks.into_iter().map(|(chunk, _)| chunk).collect())
     }
 
     /// The chunks of file `id` of `size` bytes, in order, with where each is stored: the file
@@ -409,9 +422,10 @@ impl ObjectReader<'_> {
             let bytes =
                 self.packs
                     .object(&location.frame, location.offset, location.length, id, false)?;
-            FileMap::decode(&bytes)
-                .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?
-                .chunks
+            let map = FileMap::decode(&bytes)
+                .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?;
+            check_chunk_count(&map, id, size, &pack)?;
+            map.chunks
         };
         let mut chunks = Vec::with_capacity(listed.len());
         let mut total = 0u64;

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::object::{EntryKind, Tree, TreeEntry, check_name};
+use crate::object::{EntryKind, MAX_VERSION_DIRS, MAX_VERSION_FILES, Tree, TreeEntry, check_name};
 use crate::store::ObjectReader;
 
 /// What a [`FlatEntry`] is.
@@ -126,6 +126,109 @@ fn build_dir(
     tree
 }
 
+/// The deepest a path of a version may nest: at most 4096 components (so a tree at depth
+/// 4096 below the root must be empty). Commit refuses deeper directories
+/// ([`crate::walk::scan`]); a walk that meets a deeper tree stops with [`Error::Corrupt`].
+pub const MAX_TREE_DEPTH: usize = 4096;
+
+fn corrupt_tree(id: &ObjectId, path: &str, detail: impl std::fmt::Display) -> Error {
+    let at = if path.is_empty() {
+        String::new()
+    } else {
+        format!(" (at {path:?})")
+    };
+    Error::corrupt(format!("tree {id}"), format!("{detail}{at}"))
+}
+
+/// Reads tree `id`, met at `path`, `depth` levels below the walk's start, and checks it
+/// before anything below it is visited: its entries' file count and bytes add up without
+/// overflow, to at most [`MAX_VERSION_FILES`] files and, when the entry that names it made a
+/// `claim` (bytes, files), to exactly that claim; a tree at [`MAX_TREE_DEPTH`] is empty.
+/// Checked this way from the root down, a walk lists exactly as many files as the root
+/// claims, whatever subtrees repeat.
+fn load(
+    reader: &mut ObjectReader<'_>,
+    id: &ObjectId,
+    path: &str,
+    depth: usize,
+    claim: Option<(u64, u64)>,
+) -> Result<Tree> {
+    let tree = reader.tree(id)?;
+    if depth >= MAX_TREE_DEPTH && !tree.entries.is_empty() {
+        return Err(corrupt_tree(
+            id,
+            path,
+            format!("it nests paths more than {MAX_TREE_DEPTH} levels deep"),
+        ));
+    }
+    let (bytes, files) = tree
+        .checked_totals()
+        .ok_or_else(|| corrupt_tree(id, path, "the sizes of its entries overflow"))?;
+    if files > MAX_VERSION_FILES {
+        return Err(corrupt_tree(
+            id,
+            path,
+            format!("it claims {files} files, more than the limit of {MAX_VERSION_FILES}"),
+        ));
+    }
+    if let Some((claimed_bytes, claimed_files)) = claim
+        && (claimed_bytes, claimed_files) != (bytes, files)
+    {
+        return Err(corrupt_tree(
+            id,
+            path,
+            format!(
+                "its entries hold {files} files of {bytes} bytes, but the entry naming it claims {claimed_files} files of {claimed_bytes} bytes"
+            ),
+        ));
+    }
+    Ok(tree)
+}
+
+/// What a walk that lists paths has met, against [`MAX_VERSION_FILES`] and
+/// [`MAX_VERSION_DIRS`] (times `scale` for a walk of two trees at once).
+struct Budget {
+    root: ObjectId,
+    scale: u64,
+    files: u64,
+    dirs: u64,
+}
+
+impl Budget {
+    fn new(root: &ObjectId, scale: u64) -> Self {
+        Budget {
+            root: *root,
+            scale,
+            files: 0,
+            dirs: 0,
+        }
+    }
+
+    fn dir(&mut self, path: &str) -> Result<()> {
+        self.dirs += 1;
+        if self.dirs > MAX_VERSION_DIRS * self.scale {
+            return Err(corrupt_tree(
+                &self.root,
+                path,
+                format!("it holds more than {MAX_VERSION_DIRS} directories"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, path: &str) -> Result<()> {
+        self.files += 1;
+        if self.files > MAX_VERSION_FILES * self.scale {
+            return Err(corrupt_tree(
+                &self.root,
+                path,
+                format!("it holds more than {MAX_VERSION_FILES} files"),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What a walk of a tree reaches, in depth-first order.
 pub enum Reached<'a> {
     /// A tree (the root or a subdirectory's).
@@ -148,32 +251,48 @@ pub enum Reached<'a> {
 /// are filtered). Chunk lists come from file maps, which must be in the store; the chunks
 /// themselves need not be.
 ///
+/// The walk is iterative and bounded: each tree is checked as [`flatten`] checks it (depth
+/// at most [`MAX_TREE_DEPTH`], entries adding up to the claim of the entry naming it), and
+/// a walk of every path (`seen` = `None`) stops after [`MAX_VERSION_FILES`] files or
+/// [`MAX_VERSION_DIRS`] directories.
+///
 /// # Errors
-/// [`Error::MissingObject`] for a missing tree or file map, [`Error::Corrupt`], [`Error::Io`],
-/// or the first error of `visit`.
+/// [`Error::MissingObject`] for a missing tree or file map, [`Error::Corrupt`] (also for a
+/// tree past the limits), [`Error::Io`], or the first error of `visit`.
 pub fn walk_reachable(
     reader: &mut ObjectReader<'_>,
     root: &ObjectId,
     mut seen: Option<&mut std::collections::HashSet<ObjectId>>,
     visit: &mut dyn FnMut(Reached<'_>) -> Result<()>,
 ) -> Result<()> {
-    let mut stack = vec![(*root, String::new())];
-    while let Some((tree_id, prefix)) = stack.pop() {
+    let mut budget = seen.is_none().then(|| Budget::new(root, 1));
+    /// A tree to visit: its id, path, depth and the (bytes, files) its entry claims.
+    type Pending = (ObjectId, String, usize, Option<(u64, u64)>);
+    let mut stack: Vec<Pending> = vec![(*root, String::new(), 0, None)];
+    while let Some((tree_id, prefix, depth, claim)) = stack.pop() {
         if let Some(seen) = seen.as_deref_mut()
             && !seen.insert(tree_id)
         {
             continue;
         }
         visit(Reached::Tree(tree_id))?;
-        for entry in reader.tree(&tree_id)?.entries {
+        for entry in load(reader, &tree_id, &prefix, depth, claim)?.entries {
             let path = if prefix.is_empty() {
                 entry.name
             } else {
                 format!("{prefix}/{}", entry.name)
             };
             match entry.kind {
-                EntryKind::Dir { .. } => stack.push((entry.id, path)),
+                EntryKind::Dir { files } => {
+                    if let Some(budget) = &mut budget {
+                        budget.dir(&path)?;
+                    }
+                    stack.push((entry.id, path, depth + 1, Some((entry.size, files))));
+                }
                 EntryKind::File { .. } => {
+                    if let Some(budget) = &mut budget {
+                        budget.file(&path)?;
+                    }
                     let chunks = reader.chunk_ids(&entry.id, entry.size)?;
                     visit(Reached::File {
                         path: &path,
@@ -191,43 +310,76 @@ pub fn walk_reachable(
 /// Lists every path of tree `root` in depth-first order, siblings sorted (the inverse of
 /// [`build`]).
 ///
+/// The walk is iterative and bounded before it lists anything below a tree: no path nests
+/// deeper than [`MAX_TREE_DEPTH`] levels, each directory entry's file count and bytes equal
+/// what its tree's entries add up to (so the listing holds exactly the files the root
+/// claims, at most [`MAX_VERSION_FILES`]), and at most [`MAX_VERSION_DIRS`] directories.
+///
 /// # Errors
-/// Reading or decoding a tree fails ([`Error::MissingObject`], [`Error::Corrupt`]).
+/// Reading or decoding a tree fails ([`Error::MissingObject`], [`Error::Corrupt`]);
+/// [`Error::Corrupt`] naming the tree that breaks a limit above; [`Error::UnsafePath`] for
+/// a symlink whose target leaves the tree.
 pub fn flatten(reader: &mut ObjectReader<'_>, root: &ObjectId) -> Result<Vec<FlatEntry>> {
-    let mut out = Vec::new();
-    flatten_into(reader, root, "", &mut out)?;
-    Ok(out)
+    flatten_claimed(reader, root, None)
 }
 
-fn flatten_into(
+/// [`flatten`] of `version`'s tree, also checking that the root holds the files and bytes
+/// the version claims.
+///
+/// # Errors
+/// As [`flatten`]; [`Error::Corrupt`] when the root's totals are not the version's.
+pub fn flatten_version(
     reader: &mut ObjectReader<'_>,
-    id: &ObjectId,
-    prefix: &str,
-    out: &mut Vec<FlatEntry>,
-) -> Result<()> {
-    for entry in reader.tree(id)?.entries {
-        let path = format!("{prefix}{}", entry.name);
+    version: &crate::object::Version,
+) -> Result<Vec<FlatEntry>> {
+    flatten_claimed(reader, &version.tree, Some((version.bytes, version.files)))
+}
+
+fn flatten_claimed(
+    reader: &mut ObjectReader<'_>,
+    root: &ObjectId,
+    claim: Option<(u64, u64)>,
+) -> Result<Vec<FlatEntry>> {
+    let mut out = Vec::new();
+    let mut budget = Budget::new(root, 1);
+    let tree = load(reader, root, "", 0, claim)?;
+    // One frame per open directory: its remaining entries, its path prefix and its id.
+    let mut stack = vec![(tree.entries.into_iter(), String::new(), *root)];
+    while let Some(top) = stack.last_mut() {
+        let Some(entry) = top.0.next() else {
+            stack.pop();
+            continue;
+        };
+        let path = format!("{}{}", top.1, entry.name);
+        let parent = top.2;
         match entry.kind {
-            EntryKind::Dir { .. } => {
+            EntryKind::Dir { files } => {
+                budget.dir(&path)?;
                 out.push(FlatEntry {
                     path: path.clone(),
                     kind: FlatKind::Dir,
                     size: entry.size,
                     id: entry.id,
                 });
-                flatten_into(reader, &entry.id, &format!("{path}/"), out)?;
+                let depth = stack.len();
+                let child = load(reader, &entry.id, &path, depth, Some((entry.size, files)))?;
+                stack.push((child.entries.into_iter(), format!("{path}/"), entry.id));
             }
-            EntryKind::File { executable } => out.push(FlatEntry {
-                path,
-                kind: FlatKind::File { executable },
-                size: entry.size,
-                id: entry.id,
-            }),
+            EntryKind::File { executable } => {
+                budget.file(&path)?;
+                out.push(FlatEntry {
+                    path,
+                    kind: FlatKind::File { executable },
+                    size: entry.size,
+                    id: entry.id,
+                });
+            }
             EntryKind::Symlink { target } => {
+                budget.file(&path)?;
                 crate::walk::check_symlink_target(&path, &target).map_err(|reason| {
                     Error::UnsafePath {
                         path: path.clone(),
-                        tree: id.to_hex(),
+                        tree: parent.to_hex(),
                         reason,
                     }
                 })?;
@@ -239,6 +391,145 @@ fn flatten_into(
                 })
             }
         }
+    }
+    Ok(out)
+}
+
+/// What [`check_version`] learned of each tree: its bytes, files and height (the most
+/// components of a path in it), so trees shared by versions are checked once.
+pub type CheckedTrees = std::collections::HashMap<ObjectId, (u64, u64, usize)>;
+
+/// Checks `version`'s whole tree DAG without listing a single path, reading each distinct
+/// tree once (trees already in `checked` are not read again): every directory entry's file
+/// count and bytes equal its tree's totals, no path is deeper than [`MAX_TREE_DEPTH`], no
+/// tree claims more than [`MAX_VERSION_FILES`] files, and the root's totals equal the
+/// version's `files` and `bytes`. A version that passes lists exactly the files it claims.
+/// Fetch runs it on every version it records, so a hostile remote's tree is refused before
+/// any command walks it.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the first tree that breaks a rule; [`Error::MissingObject`],
+/// [`Error::Io`] reading a tree.
+pub fn check_version(
+    reader: &mut ObjectReader<'_>,
+    version: &crate::object::Version,
+    checked: &mut CheckedTrees,
+) -> Result<()> {
+    // Post-order without recursion: a tree is pushed to expand (its unchecked subtrees go
+    // above it), then again to combine once they are all checked.
+    let mut stack = vec![(version.tree, 0usize, false)];
+    while let Some((id, depth, expanded)) = stack.pop() {
+        if checked.contains_key(&id) {
+            continue;
+        }
+        let tree = reader.tree(&id)?;
+        if depth >= MAX_TREE_DEPTH && !tree.entries.is_empty() {
+            return Err(corrupt_tree(
+                &id,
+                "",
+                format!("it nests paths more than {MAX_TREE_DEPTH} levels deep"),
+            ));
+        }
+        if !expanded {
+            stack.push((id, depth, true));
+            for entry in &tree.entries {
+                if matches!(entry.kind, EntryKind::Dir { .. }) && !checked.contains_key(&entry.id) {
+                    stack.push((entry.id, depth + 1, false));
+                }
+            }
+            continue;
+        }
+        let (bytes, files) = tree
+            .checked_totals()
+            .ok_or_else(|| corrupt_tree(&id, "", "the sizes of its entries overflow"))?;
+        if files > MAX_VERSION_FILES {
+            return Err(corrupt_tree(
+                &id,
+                "",
+                format!("it claims {files} files, more than the limit of {MAX_VERSION_FILES}"),
+            ));
+        }
+        let mut height = usize::from(!tree.entries.is_empty());
+        for entry in &tree.entries {
+            let EntryKind::Dir { files: claimed } = entry.kind else {
+                continue;
+            };
+            let &(child_bytes, child_files, child_height) =
+                checked.get(&entry.id).ok_or_else(|| Error::MissingObject {
+                    id: entry.id.to_hex(),
+                    what: "tree",
+                })?;
+            if (child_bytes, child_files) != (entry.size, claimed) {
+                return Err(corrupt_tree(
+                    &entry.id,
+                    &entry.name,
+                    format!(
+                        "its entries hold {child_files} files of {child_bytes} bytes, but tree {id} claims {claimed} files of {} bytes",
+                        entry.size
+                    ),
+                ));
+            }
+            height = height.max(child_height + 1);
+        }
+        if height > MAX_TREE_DEPTH {
+            return Err(corrupt_tree(
+                &id,
+                "",
+                format!("it nests paths more than {MAX_TREE_DEPTH} levels deep"),
+            ));
+        }
+        checked.insert(id, (bytes, files, height));
+    }
+    let &(bytes, files, _) = checked
+        .get(&version.tree)
+        .ok_or_else(|| Error::MissingObject {
+            id: version.tree.to_hex(),
+            what: "tree",
+        })?;
+    if (bytes, files) != (version.bytes, version.files) {
+        return Err(corrupt_tree(
+            &version.tree,
+            "",
+            format!(
+                "it holds {files} files of {bytes} bytes, but its version claims {} files of {} bytes",
+                version.files, version.bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a listing that commit or import is about to record against the limits every
+/// version obeys: at most [`MAX_VERSION_FILES`] files and symlinks, [`MAX_VERSION_DIRS`]
+/// directories, and [`MAX_TREE_DEPTH`] components in a path.
+///
+/// # Errors
+/// The first offending path (empty for a count) and why.
+pub fn check_listing(entries: &[FlatEntry]) -> std::result::Result<(), (String, String)> {
+    let (mut files, mut dirs) = (0u64, 0u64);
+    for entry in entries {
+        if entry.path.split('/').count() > MAX_TREE_DEPTH {
+            return Err((
+                entry.path.clone(),
+                format!("it is nested more than {MAX_TREE_DEPTH} levels deep"),
+            ));
+        }
+        match entry.kind {
+            FlatKind::Dir => dirs += 1,
+            _ => files += 1,
+        }
+    }
+    if files > MAX_VERSION_FILES {
+        return Err((
+            String::new(),
+            format!("{files} files, more than the limit of {MAX_VERSION_FILES} in one version"),
+        ));
+    }
+    if dirs > MAX_VERSION_DIRS {
+        return Err((
+            String::new(),
+            format!("{dirs} directories, more than the limit of {MAX_VERSION_DIRS} in one version"),
+        ));
     }
     Ok(())
 }
@@ -354,117 +645,120 @@ pub struct Change {
 
 /// Compares two trees (`None` = empty), descending only into subtrees whose ids differ.
 ///
-/// Returns the changed files and symlinks sorted by path.
+/// Returns the changed files and symlinks sorted by path. The walk is iterative and bounded
+/// as [`flatten`] is (each side at most [`MAX_TREE_DEPTH`] levels, its directory entries'
+/// claims checked, at most [`MAX_VERSION_FILES`] files and [`MAX_VERSION_DIRS`] directories).
 ///
 /// # Errors
-/// Reading a tree fails.
+/// Reading a tree fails; [`Error::Corrupt`] naming a tree that breaks a limit.
 pub fn diff(
     reader: &mut ObjectReader<'_>,
     old: Option<&ObjectId>,
     new: Option<&ObjectId>,
 ) -> Result<Vec<Change>> {
+    type Side = Option<(ObjectId, Option<(u64, u64)>)>;
     let mut changes = Vec::new();
-    diff_into(reader, old, new, "", &mut changes)?;
+    let root = new.or(old).copied().unwrap_or(ObjectId([0; 32]));
+    let mut budget = Budget::new(&root, 2);
+    let mut stack: Vec<(Side, Side, String, usize)> = vec![(
+        old.map(|id| (*id, None)),
+        new.map(|id| (*id, None)),
+        String::new(),
+        0,
+    )];
+    while let Some((old, new, prefix, depth)) = stack.pop() {
+        if old.map(|(id, _)| id) == new.map(|(id, _)| id) {
+            continue;
+        }
+        let mut side = |side: Side| -> Result<Tree> {
+            side.map(|(id, claim)| load(reader, &id, prefix.trim_end_matches('/'), depth, claim))
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        let old_tree = side(old)?;
+        let new_tree = side(new)?;
+        let (mut i, mut j) = (0, 0);
+        while i < old_tree.entries.len() || j < new_tree.entries.len() {
+            let a = old_tree.entries.get(i);
+            let b = new_tree.entries.get(j);
+            let order = match (a, b) {
+                (Some(a), Some(b)) => a.name.as_bytes().cmp(b.name.as_bytes()),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            let (a, b) = match order {
+                std::cmp::Ordering::Less => {
+                    i += 1;
+                    (a, None)
+                }
+                std::cmp::Ordering::Greater => {
+                    j += 1;
+                    (None, b)
+                }
+                std::cmp::Ordering::Equal => {
+                    i += 1;
+                    j += 1;
+                    (a, b)
+                }
+            };
+            let name = a
+                .or(b)
+                .map(|e| e.name.as_str())
+                .expect("one side is present");
+            let path = format!("{prefix}{name}");
+            for e in [a, b].into_iter().flatten() {
+                match e.kind {
+                    EntryKind::Dir { .. } => budget.dir(&path)?,
+                    _ => budget.file(&path)?,
+                }
+            }
+            let dir = |e: Option<&TreeEntry>| -> Side {
+                e.and_then(|e| match e.kind {
+                    EntryKind::Dir { files } => Some((e.id, Some((e.size, files)))),
+                    _ => None,
+                })
+            };
+            // Files and symlinks are compared; a directory only when it holds no file at all
+            // (otherwise its contents speak for it).
+            let leaf = |e: Option<&TreeEntry>| {
+                e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0))
+                    .map(|e| FlatEntry {
+                        path: path.clone(),
+                        kind: match &e.kind {
+                            EntryKind::File { executable } => FlatKind::File {
+                                executable: *executable,
+                            },
+                            EntryKind::Symlink { target } => FlatKind::Symlink {
+                                target: target.clone(),
+                            },
+                            EntryKind::Dir { .. } => FlatKind::Dir,
+                        },
+                        size: e.size,
+                        id: e.id,
+                    })
+            };
+            let (old_dir, new_dir) = (dir(a), dir(b));
+            if old_dir.is_some() || new_dir.is_some() {
+                stack.push((old_dir, new_dir, format!("{path}/"), depth + 1));
+            }
+            let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() {
+                (None, None)
+            } else {
+                (leaf(a), leaf(b))
+            };
+            let change = leaf_change(old_leaf.as_ref(), new_leaf.as_ref());
+            if let Some(change) = change {
+                changes.push(Change {
+                    path,
+                    change,
+                    old: old_leaf,
+                    new: new_leaf,
+                });
+            }
+        }
+    }
     changes.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(changes)
-}
-
-fn diff_into(
-    reader: &mut ObjectReader<'_>,
-    old: Option<&ObjectId>,
-    new: Option<&ObjectId>,
-    prefix: &str,
-    changes: &mut Vec<Change>,
-) -> Result<()> {
-    if old == new {
-        return Ok(());
-    }
-    let old_tree = old
-        .map(|id| reader.tree(id))
-        .transpose()?
-        .unwrap_or_default();
-    let new_tree = new
-        .map(|id| reader.tree(id))
-        .transpose()?
-        .unwrap_or_default();
-    let (mut i, mut j) = (0, 0);
-    while i < old_tree.entries.len() || j < new_tree.entries.len() {
-        let a = old_tree.entries.get(i);
-        let b = new_tree.entries.get(j);
-        let order = match (a, b) {
-            (Some(a), Some(b)) => a.name.as_bytes().cmp(b.name.as_bytes()),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            _ => std::cmp::Ordering::Greater,
-        };
-        let (a, b) = match order {
-            std::cmp::Ordering::Less => {
-                i += 1;
-                (a, None)
-            }
-            std::cmp::Ordering::Greater => {
-                j += 1;
-                (None, b)
-            }
-            std::cmp::Ordering::Equal => {
-                i += 1;
-                j += 1;
-                (a, b)
-            }
-        };
-        let name = a
-            .or(b)
-            .map(|e| e.name.as_str())
-            .expect("one side is present");
-        let path = format!("{prefix}{name}");
-        let dir_id = |e: Option<&TreeEntry>| {
-            e.filter(|e| matches!(e.kind, EntryKind::Dir { .. }))
-                .map(|e| e.id)
-        };
-        // Files and symlinks are compared; a directory only when it holds no file at all
-        // (otherwise its contents speak for it).
-        let leaf = |e: Option<&TreeEntry>| {
-            e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0))
-                .map(|e| FlatEntry {
-                    path: path.clone(),
-                    kind: match &e.kind {
-                        EntryKind::File { executable } => FlatKind::File {
-                            executable: *executable,
-                        },
-                        EntryKind::Symlink { target } => FlatKind::Symlink {
-                            target: target.clone(),
-                        },
-                        EntryKind::Dir { .. } => FlatKind::Dir,
-                    },
-                    size: e.size,
-                    id: e.id,
-                })
-        };
-        let (old_dir, new_dir) = (dir_id(a), dir_id(b));
-        if old_dir.is_some() || new_dir.is_some() {
-            diff_into(
-                reader,
-                old_dir.as_ref(),
-                new_dir.as_ref(),
-                &format!("{path}/"),
-                changes,
-            )?;
-        }
-        let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() {
-            (None, None)
-        } else {
-            (leaf(a), leaf(b))
-        };
-        let change = leaf_change(old_leaf.as_ref(), new_leaf.as_ref());
-        if let Some(change) = change {
-            changes.push(Change {
-                path,
-                change,
-                old: old_leaf,
-                new: new_leaf,
-            });
-        }
-    }
-    Ok(())
 }
 
 fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<ChangeKind> {

@@ -216,6 +216,15 @@ pub fn scan(root: &Path) -> Result<Scan> {
                 if entry.depth() == 0 {
                     return Ok(ignore::WalkState::Continue);
                 }
+                if entry.depth() > crate::tree::MAX_TREE_DEPTH {
+                    return Err(Error::Unsupported {
+                        path: entry.into_path(),
+                        reason: format!(
+                            "it is nested more than {} levels deep",
+                            crate::tree::MAX_TREE_DEPTH
+                        ),
+                    });
+                }
                 let name = entry.file_name().as_encoded_bytes();
                 let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
                 let path = entry.path();

@@ -104,7 +104,7 @@ pub fn audit(
         },
     };
     let record = store.catalog().version_record(&version)?;
-    let expected = tree::flatten(&mut store.reader(), &record.version.tree)?;
+    let expected = tree::flatten_version(&mut store.reader(), &record.version)?;
     // The stat cache may vouch only for the version this directory was recorded with.
     let cache = match &recorded {
         Some(ws) if !full && ws.version == Some(version) => store.catalog().stat_cache(ws.id)?,

@@ -68,8 +68,11 @@ fn usage(store: &Store) -> Result<Usage> {
     Ok(Usage { versions, chunks })
 }
 
-/// Chunks under tree `id` with their lengths (from file maps, or the file itself), memoized
-/// per tree so versions sharing subtrees are walked once.
+/// Distinct chunks under tree `id` with their lengths (from file maps, or the file itself),
+/// memoized per tree so versions sharing subtrees are walked once, and each tree's list
+/// holds each chunk once (a tree naming one subtree many times costs no more than once).
+/// Iterative (children before parents), and refusing paths deeper than
+/// [`crate::tree::MAX_TREE_DEPTH`] as every walk does.
 fn tree_chunks(
     reader: &mut crate::store::ObjectReader<'_>,
     id: &ObjectId,
@@ -78,31 +81,75 @@ fn tree_chunks(
     if let Some(found) = memo.get(id) {
         return Ok(found.clone());
     }
-    let mut out = Vec::new();
-    for entry in reader.tree(id)?.entries {
-        match entry.kind {
-            EntryKind::Dir { .. } => out.extend(tree_chunks(reader, &entry.id, memo)?.iter()),
-            EntryKind::File { .. } => {
-                let ids = reader.chunk_ids(&entry.id, entry.size)?;
-                if ids.len() == 1 {
-                    out.push((ids[0], entry.size as u32));
-                } else if !ids.is_empty() {
-                    let map = reader.bytes(&entry.id, ObjectKind::FileMap)?;
-                    let map = crate::object::FileMap::decode(&map).map_err(|e| {
-                        crate::error::Error::corrupt(
-                            "file map",
-                            format!("{}: {e}", entry.id.short()),
-                        )
-                    })?;
-                    out.extend(map.chunks);
+    // Post-order without recursion: a tree is pushed once to expand (its subtrees above it on
+    // the stack) and once more to combine, by which time every subtree is memoized. Trees are
+    // content-addressed, so there is no cycle; the depth is capped all the same.
+    let mut stack = vec![(*id, 0usize, false)];
+    while let Some((tree_id, depth, expanded)) = stack.pop() {
+        if memo.contains_key(&tree_id) {
+            continue;
+        }
+        if !expanded {
+            let tree = reader.tree(&tree_id)?;
+            if depth >= crate::tree::MAX_TREE_DEPTH && !tree.entries.is_empty() {
+                return Err(crate::error::Error::corrupt(
+                    format!("tree {tree_id}"),
+                    format!(
+                        "it nests paths more than {} levels deep",
+                        crate::tree::MAX_TREE_DEPTH
+                    ),
+                ));
+            }
+            stack.push((tree_id, depth, true));
+            for entry in tree.entries {
+                if matches!(entry.kind, EntryKind::Dir { .. }) && !memo.contains_key(&entry.id) {
+                    stack.push((entry.id, depth + 1, false));
                 }
             }
-            EntryKind::Symlink { .. } => {}
+            continue;
         }
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for entry in reader.tree(&tree_id)?.entries {
+            match entry.kind {
+                EntryKind::Dir { .. } => {
+                    let below = memo.get(&entry.id).cloned().ok_or_else(|| {
+                        crate::error::Error::MissingObject {
+                            id: entry.id.to_hex(),
+                            what: "tree",
+                        }
+                    })?;
+                    out.extend(below.iter().filter(|c| seen.insert(c.0)));
+                }
+                EntryKind::File { .. } => {
+                    let ids = reader.chunk_ids(&entry.id, entry.size)?;
+                    if ids.len() == 1 {
+                        let length = u32::try_from(entry.size).unwrap_or(u32::MAX);
+                        if seen.insert(ids[0]) {
+                            out.push((ids[0], length));
+                        }
+                    } else if !ids.is_empty() {
+                        let map = reader.bytes(&entry.id, ObjectKind::FileMap)?;
+                        let map = crate::object::FileMap::decode(&map).map_err(|e| {
+                            crate::error::Error::corrupt(
+                                "file map",
+                                format!("{}: {e}", entry.id.short()),
+                            )
+                        })?;
+                        out.extend(map.chunks.into_iter().filter(|c| seen.insert(c.0)));
+                    }
+                }
+                EntryKind::Symlink { .. } => {}
+            }
+        }
+        memo.insert(tree_id, std::rc::Rc::new(out));
     }
-    let out = std::rc::Rc::new(out);
-    memo.insert(*id, out.clone());
-    Ok(out)
+    memo.get(id)
+        .cloned()
+        .ok_or_else(|| crate::error::Error::MissingObject {
+            id: id.to_hex(),
+            what: "tree",
+        })
 }
 
 /// `dsv cache ls`: every live version with the bytes it alone holds here, the bytes it

@@ -126,7 +126,7 @@ pub fn checkout(
         });
     }
     let record = store.catalog().version_record(&version_id)?;
-    let target = tree::flatten(&mut store.reader(), &record.version.tree)?;
+    let target = tree::flatten_version(&mut store.reader(), &record.version)?;
     let unsafe_path = |path: &str, reason| Error::UnsafePath {
         path: path.to_string(),
         tree: record.version.tree.to_hex(),
@@ -168,7 +168,7 @@ pub fn checkout(
                 _ => None,
             };
             let old = match live_old.and_then(|v| store.catalog().version(&v).transpose()) {
-                Some(record) => tree::flatten(&mut store.reader(), &record?.version.tree)?,
+                Some(record) => tree::flatten_version(&mut store.reader(), &record?.version)?,
                 None => Vec::new(),
             };
             (cache, old)

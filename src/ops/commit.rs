@@ -91,6 +91,17 @@ pub fn commit(
     if let Some(tag) = &options.tag {
         check_tag_free(store, &options.dataset, tag)?;
     }
+    // Refused before any data is read, with the rule every reader applies.
+    if options.message.len() > crate::object::MAX_MESSAGE_LEN {
+        return Err(Error::Unsupported {
+            path: dir,
+            reason: format!(
+                "the message is {} bytes, more than the limit of {}",
+                options.message.len(),
+                crate::object::MAX_MESSAGE_LEN
+            ),
+        });
+    }
     // No checkout may write into the directory while it is being snapshotted.
     let _workspace_lock = store.lock_workspace(&workspace_key)?;
     // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
@@ -157,6 +168,12 @@ pub fn commit(
             path: dir.join(&link.path),
             reason: "the symlink's target passes through another symlink, so it could point outside the directory"
                 .into(),
+        });
+    }
+    if let Err((path, reason)) = tree::check_listing(&flat) {
+        return Err(Error::Unsupported {
+            path: dir.join(path),
+            reason,
         });
     }
     store.remove_stale_temp_packs()?;
@@ -302,7 +319,24 @@ pub fn record_version(
             path: "zstd".into(),
             source,
         })?;
+    // The limits every reader applies (message, author, source): refused before anything.
+    let probe = Version {
+        dataset: String::new(),
+        tree: built.root,
+        parent: None,
+        author: one_line(&draft.author.clone().unwrap_or_else(default_author)),
+        time: 0,
+        files: built.files,
+        bytes: built.bytes,
+        source: one_line(&draft.source),
+        provenance: None,
+        message: draft.message.clone(),
+    };
     let written = (|| {
+        probe.check_limits().map_err(|reason| Error::Unsupported {
+            path: draft.source.clone().into(),
+            reason,
+        })?;
         let mut metadata = FrameBuilder::default();
         // Trees are recorded together with all their subtrees: if the root is known, all are.
         let known_root = store.catalog().has_object(&built.root, ObjectKind::Tree)?;

@@ -336,10 +336,12 @@ impl Previous {
 
     /// The head's entries by path (read only when something is reused).
     fn entries(&self, store: &Store) -> Result<HashMap<String, FlatEntry>> {
-        Ok(tree::flatten(&mut store.reader(), &self.head.version.tree)?
-            .into_iter()
-            .map(|e| (e.path.clone(), e))
-            .collect())
+        Ok(
+            tree::flatten_version(&mut store.reader(), &self.head.version)?
+                .into_iter()
+                .map(|e| (e.path.clone(), e))
+                .collect(),
+        )
     }
 
     /// The files the head took from `object`, if the object is unchanged since (same ETag,
@@ -577,6 +579,15 @@ fn run(
             url: source.spec().to_string(),
             member: link.path.clone(),
             reason: "the symlink's target passes through another symlink, so it could point outside the dataset".into(),
+        });
+    }
+    if let Err((path, reason)) = tree::check_listing(&flat) {
+        sink.abandon(store);
+        return Err(Error::InvalidImport {
+            source_url: source.spec().to_string(),
+            reason: format!("{path}: {reason}")
+                .trim_start_matches(": ")
+                .to_string(),
         });
     }
     let built = tree::build(&flat);

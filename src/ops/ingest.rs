@@ -119,6 +119,11 @@ impl PackSink {
     /// [`Error::Io`] (a full disk, for one).
     pub fn add(&self, frame: EncodedFrame) -> Result<()> {
         let mut state = self.state.lock().expect("no panics while holding the lock");
+        // A pack's index stays within what readers accept (format::MAX_PACK_*).
+        if let Some(writer) = state.0.take_if(|w| !w.fits(&frame)) {
+            let sealed = writer.finish()?;
+            state.1.push(sealed);
+        }
         if state.0.is_none() {
             state.0 = Some(PackWriter::create(&self.packs_dir, &self.temp_dir)?);
         }

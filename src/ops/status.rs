@@ -167,7 +167,7 @@ pub fn status(
         }
         Some(version) => {
             let record = store.catalog().version_record(version)?;
-            tree::flatten(&mut store.reader(), &record.version.tree)?
+            tree::flatten_version(&mut store.reader(), &record.version)?
         }
         None => Vec::new(),
     };

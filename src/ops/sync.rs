@@ -345,8 +345,15 @@ fn refresh_indexes(
         .filter(|(id, _)| !known.contains(id))
         .copied()
         .collect();
+    // A tail is at most the pack after its header, and at most the longest index plus trailer.
+    let tail_limit = |size: u64| {
+        size.saturating_sub(crate::pack::format::HEADER_LEN)
+            .min(crate::pack::format::MAX_INDEX_LEN + crate::pack::format::TRAILER_LEN)
+    };
     let tails = remote.get_many(
-        new.iter().map(|(id, _)| remote::index_key(id)).collect(),
+        new.iter()
+            .map(|(id, size)| (remote::index_key(id), tail_limit(*size)))
+            .collect(),
         jobs,
     )?;
     let mut indexes = Vec::with_capacity(new.len());
@@ -376,8 +383,16 @@ fn record_fetched_versions(store: &mut Store) -> Result<()> {
     let mut versions = Vec::with_capacity(ids.len());
     {
         let mut reader = store.reader();
+        let mut checked = crate::tree::CheckedTrees::new();
         for id in ids {
-            versions.push((id, reader.version(&id)?));
+            let version = reader.version(&id)?;
+            // A hostile remote's tree is refused here, before any command walks it (a tree
+            // the remote did not send is for a later fetch to bring).
+            match crate::tree::check_version(&mut reader, &version, &mut checked) {
+                Ok(()) | Err(Error::MissingObject { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            versions.push((id, version));
         }
     }
     let writer = store.catalog_mut().writer()?;

@@ -172,7 +172,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
             if store.catalog().removed_at(&id)?.is_some() {
                 continue;
             }
-            let entries = match tree::flatten(reader, &record.version.tree) {
+            let entries = match tree::flatten_version(reader, &record.version) {
                 Ok(entries) => entries,
                 Err(e) => {
                     report.problems.push(format!("version {id}: {e}"));

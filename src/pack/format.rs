@@ -37,6 +37,29 @@ pub const OBJECT_RECORD_LEN: usize = 48;
 /// 490 GB, would reach this limit (a known limit of format 1).
 pub const MAX_FRAME_RAW: u32 = 256 * 1024 * 1024;
 
+/// The most frames one pack may list (2^20 = 1,048,576). Writers seal a pack before it
+/// would list more; readers refuse an index that claims more.
+pub const MAX_PACK_FRAMES: u32 = 1 << 20;
+/// The most objects one pack may list (2^22 = 4,194,304). Writers seal a pack before it
+/// would list more; readers refuse an index that claims more.
+pub const MAX_PACK_OBJECTS: u32 = 1 << 22;
+/// The longest index a reader accepts, in bytes: [`MAX_PACK_FRAMES`] frame records and
+/// [`MAX_PACK_OBJECTS`] object records after the 8-byte counts (about 216 MiB).
+pub const MAX_INDEX_LEN: u64 = 8
+    + MAX_PACK_FRAMES as u64 * FRAME_RECORD_LEN as u64
+    + MAX_PACK_OBJECTS as u64 * OBJECT_RECORD_LEN as u64;
+
+/// The most stored bytes a frame of `raw_length` raw bytes may take: exactly `raw_length`
+/// when stored as is, and zstd's worst-case bound (`ZSTD_compressBound`, a little over
+/// `raw_length`) when compressed. A reader refuses a frame record claiming more, before it
+/// allocates or downloads anything for it.
+pub fn max_stored_len(raw_length: u32, compression: Compression) -> u64 {
+    match compression {
+        Compression::None => u64::from(raw_length),
+        Compression::Zstd => zstd::zstd_safe::compress_bound(raw_length as usize) as u64,
+    }
+}
+
 /// How a frame's bytes are stored (one byte in the index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -144,8 +167,11 @@ pub fn encode_index(frames: &[FrameRecord], objects: &[ObjectRecord]) -> Vec<u8>
 /// Decodes a pack index, checking every record against the pack's data region.
 ///
 /// # Errors
-/// A description of the first inconsistency (wrong length, unknown byte, a frame outside
-/// `HEADER_LEN..data_end`, an object outside its frame).
+/// A description of the first inconsistency (more than [`MAX_PACK_FRAMES`] frames or
+/// [`MAX_PACK_OBJECTS`] objects, wrong length, unknown byte, a frame outside
+/// `HEADER_LEN..data_end`, a raw length over [`MAX_FRAME_RAW`], a stored length over
+/// [`max_stored_len`], an object outside its frame, a version object longer than
+/// [`crate::object::MAX_VERSION_LEN`]).
 pub fn decode_index(
     bytes: &[u8],
     data_end: u64,
@@ -155,6 +181,11 @@ pub fn decode_index(
     }
     let frame_count = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
     let object_count = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
+    if frame_count > MAX_PACK_FRAMES as usize || object_count > MAX_PACK_OBJECTS as usize {
+        return Err(format!(
+            "index claims {frame_count} frames and {object_count} objects, more than a pack may hold"
+        ));
+    }
     let expected = frame_count
         .checked_mul(FRAME_RECORD_LEN)
         .and_then(|f| {
@@ -180,6 +211,12 @@ pub fn decode_index(
                 frame.offset
             ));
         }
+        if u64::from(frame.stored_length) > max_stored_len(frame.raw_length, frame.compression) {
+            return Err(format!(
+                "frame at offset {} claims {} stored bytes for {} raw bytes",
+                frame.offset, frame.stored_length, frame.raw_length
+            ));
+        }
         frames.push(frame);
     }
     let mut objects = Vec::with_capacity(object_count);
@@ -193,6 +230,13 @@ pub fn decode_index(
             return Err(format!(
                 "object {} lies outside its frame",
                 object.id.short()
+            ));
+        }
+        if object.kind == ObjectKind::Version && object.length > crate::object::MAX_VERSION_LEN {
+            return Err(format!(
+                "version {} is {} bytes, longer than a version may be",
+                object.id.short(),
+                object.length
             ));
         }
         objects.push(object);

@@ -76,6 +76,15 @@ impl PackReader {
             );
             return Err(Error::corrupt(&path, detail));
         }
+        if u64::from(location.stored_length)
+            > format::max_stored_len(location.raw_length, location.compression)
+        {
+            let detail = format!(
+                "frame at offset {} claims {} stored bytes for {} raw bytes",
+                location.offset, location.stored_length, location.raw_length
+            );
+            return Err(Error::corrupt(&path, detail));
+        }
         let file = match self.files.entry(location.pack) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
@@ -281,7 +290,14 @@ pub fn read_tail(path: &Path) -> Result<Vec<u8>> {
     file.read_exact_at(&mut trailer, len - format::TRAILER_LEN)
         .at(path)?;
     let index_offset = u64::from_le_bytes(trailer[0..8].try_into().expect("8 bytes"));
-    let mut tail = vec![0u8; (len - index_offset) as usize];
+    let tail_len = len - index_offset;
+    if tail_len > format::MAX_INDEX_LEN + format::TRAILER_LEN {
+        return Err(Error::corrupt(
+            path,
+            "index is longer than a pack's index may be",
+        ));
+    }
+    let mut tail = vec![0u8; tail_len as usize];
     file.read_exact_at(&mut tail, index_offset).at(path)?;
     Ok(tail)
 }
@@ -349,6 +365,9 @@ pub fn read_index(
     if index_offset < format::HEADER_LEN || index_offset.checked_add(index_length) != Some(data_end)
     {
         return Err(bad("index position in the trailer is wrong"));
+    }
+    if index_length > format::MAX_INDEX_LEN {
+        return Err(bad("index is longer than a pack's index may be"));
     }
     let mut index = vec![0u8; index_length as usize];
     file.read_exact_at(&mut index, index_offset).at(path)?;

@@ -95,9 +95,11 @@ impl EncodedFrame {
     }
 
     /// A frame received from elsewhere (a remote's pack), kept byte for byte, after checking
-    /// it: it decompresses to exactly `raw_length` bytes (at most [`MAX_FRAME_RAW`]), every
-    /// object lies inside it, and every chunk, tree and version hashes to its id (a file map
-    /// is keyed by its file's id, checked when the file is read).
+    /// it: its stored length is within [`super::format::max_stored_len`], it decompresses to
+    /// exactly `raw_length` bytes (at most [`MAX_FRAME_RAW`]), every object lies inside it,
+    /// every chunk, tree, version and provenance object hashes to its id (a file map is keyed
+    /// by its file's id, checked when the file is read), and every tree, version, file map
+    /// and provenance object decodes.
     ///
     /// `objects` are (id, kind, offset, length) in the frame's raw bytes.
     ///
@@ -113,6 +115,12 @@ impl EncodedFrame {
     ) -> std::result::Result<EncodedFrame, String> {
         if raw_length > super::format::MAX_FRAME_RAW {
             return Err("frame larger than the format allows".into());
+        }
+        if stored.len() as u64 > super::format::max_stored_len(raw_length, compression) {
+            return Err(format!(
+                "frame stores {} bytes for {raw_length} raw bytes",
+                stored.len()
+            ));
         }
         let decompressed;
         let raw: &[u8] = match compression {
@@ -133,6 +141,15 @@ impl EncodedFrame {
             if kind != ObjectKind::FileMap && ObjectId::of(data) != id {
                 return Err(format!("{} {id} does not match its hash", kind.name()));
             }
+            // Metadata must also decode, within the format's limits: nothing malformed is kept.
+            let decoded = match kind {
+                ObjectKind::Chunk => Ok(()),
+                ObjectKind::Tree => crate::object::Tree::decode(data).map(drop),
+                ObjectKind::Version => crate::object::Version::decode(data).map(drop),
+                ObjectKind::FileMap => crate::object::FileMap::decode(data).map(drop),
+                ObjectKind::Provenance => crate::object::Provenance::decode(data).map(drop),
+            };
+            decoded.map_err(|e| format!("{} {id}: {e}", kind.name()))?;
         }
         Ok(EncodedFrame {
             stored,
@@ -237,6 +254,15 @@ impl PackWriter {
             });
         }
         self.write(&frame.stored)
+    }
+
+    /// True when `frame` can join this pack without its index passing
+    /// [`format::MAX_PACK_FRAMES`] frames or [`format::MAX_PACK_OBJECTS`] objects (an empty
+    /// pack takes any frame a reader accepts).
+    pub fn fits(&self, frame: &EncodedFrame) -> bool {
+        self.frames.is_empty()
+            || (self.frames.len() < format::MAX_PACK_FRAMES as usize
+                && self.objects.len() + frame.objects.len() <= format::MAX_PACK_OBJECTS as usize)
     }
 
     /// Bytes written so far.

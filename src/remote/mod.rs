@@ -49,6 +49,9 @@ pub const PART_SIZE: usize = 8 * 1024 * 1024;
 pub const PARTS_IN_FLIGHT: usize = 4;
 /// Default number of requests in flight.
 pub const DEFAULT_JOBS: usize = 8;
+/// The longest ref object dsv reads, in bytes (64 KiB; a ref holds 65). A longer one is
+/// refused as corrupt without being downloaded.
+pub const MAX_REF_LEN: u64 = 64 * 1024;
 
 /// Checks a remote URL: its scheme must be one dsv can open.
 ///
@@ -365,34 +368,69 @@ impl Remote {
             .collect())
     }
 
-    /// Downloads a whole object.
+    /// Downloads a whole object of at most `limit` bytes.
     ///
     /// # Errors
-    /// [`Error::Remote`] (`NotFound` when absent).
-    pub fn get(&self, key: &Path) -> Result<Bytes> {
+    /// [`Error::Remote`] (`NotFound` when absent); [`Error::Corrupt`] when the object is
+    /// larger than `limit` (nothing past the limit is read).
+    pub fn get(&self, key: &Path, limit: u64) -> Result<Bytes> {
         self.count(1);
         self.runtime
-            .block_on(async { self.store.get(key).await?.bytes().await })
-            .map_err(self.fail(format!("download {key}")))
+            .block_on(self.get_bounded(key, limit))
+            .map(|(bytes, _)| bytes)
     }
 
-    /// Downloads whole objects, `jobs` requests at a time; results in the order of `keys`.
+    /// Downloads whole objects, each at most its limit in bytes, `jobs` requests at a time;
+    /// results in the order of `keys`.
     ///
     /// # Errors
-    /// [`Error::Remote`].
-    pub fn get_many(&self, keys: Vec<Path>, jobs: usize) -> Result<Vec<Bytes>> {
+    /// As [`Remote::get`].
+    pub fn get_many(&self, keys: Vec<(Path, u64)>, jobs: usize) -> Result<Vec<Bytes>> {
         self.count(keys.len() as u64);
         self.runtime.block_on(
-            futures::stream::iter(keys.into_iter().map(|key| {
-                let store = Arc::clone(&self.store);
-                async move {
-                    let result = async { store.get(&key).await?.bytes().await }.await;
-                    result.map_err(self.fail(format!("download {key}")))
-                }
+            futures::stream::iter(keys.into_iter().map(|(key, limit)| async move {
+                self.get_bounded(&key, limit).await.map(|(bytes, _)| bytes)
             }))
             .buffered(crate::parallel::clamp_jobs(jobs))
             .try_collect(),
         )
+    }
+
+    /// GETs `key`, refusing it as corrupt when the backend reports more than `limit` bytes
+    /// or sends more (the body is streamed and dropped past the limit), so a hostile remote
+    /// cannot make dsv allocate more than `limit`.
+    async fn get_bounded(
+        &self,
+        key: &Path,
+        limit: u64,
+    ) -> Result<(Bytes, object_store::ObjectMeta)> {
+        let too_large = |size: u64| {
+            Error::corrupt(
+                format!("{}:{key}", self.name),
+                format!(
+                    "the object is {size} bytes or more, larger than the {limit} bytes it may be"
+                ),
+            )
+        };
+        let got = self
+            .store
+            .get(key)
+            .await
+            .map_err(self.fail(format!("download {key}")))?;
+        let meta = got.meta.clone();
+        if meta.size > limit {
+            return Err(too_large(meta.size));
+        }
+        let mut body = Vec::with_capacity(meta.size as usize);
+        let mut stream = got.into_stream();
+        while let Some(piece) = stream.next().await {
+            let piece = piece.map_err(self.fail(format!("download {key}")))?;
+            if (body.len() + piece.len()) as u64 > limit {
+                return Err(too_large((body.len() + piece.len()) as u64));
+            }
+            body.extend_from_slice(&piece);
+        }
+        Ok((Bytes::from(body), meta))
     }
 
     /// Downloads byte ranges of packs, `jobs` requests at a time. Each response goes through
@@ -561,19 +599,18 @@ impl Remote {
     /// Reads a ref: the version it names and its state, or `None` when absent.
     ///
     /// # Errors
-    /// [`Error::Remote`]; [`Error::Corrupt`] when the ref does not hold a version id.
+    /// [`Error::Remote`]; [`Error::Corrupt`] when the ref does not hold a version id or is
+    /// longer than [`MAX_REF_LEN`] bytes (it is not downloaded then).
     pub fn get_ref(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
         let key = name.key();
         self.count(1);
-        let result = self.runtime.block_on(async {
-            let got = self.store.get(&key).await?;
-            let state = state_of(&got.meta);
-            Ok::<_, object_store::Error>((got.bytes().await?, state))
-        });
-        let (bytes, state) = match result {
-            Ok(found) => found,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.fail(format!("read {key}"))(e)),
+        let (bytes, state) = match self.runtime.block_on(self.get_bounded(&key, MAX_REF_LEN)) {
+            Ok((bytes, meta)) => (bytes, state_of(&meta)),
+            Err(Error::Remote {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(e),
         };
         let id = std::str::from_utf8(&bytes)
             .ok()

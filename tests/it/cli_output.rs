@@ -214,6 +214,10 @@ fn help_lists_every_command() {
       ls         List datasets, or the files of a version (`REV` or `REV:PATH`)
       show       Show one version: id, parent, tags, counts, bytes, source
       tag        Give a version a name
+      export     Write a version (or a shard or subset of it) as a tar stream: to stdout, a file or a
+                 FIFO (SageMaker's Pipe mode)
+      shards     Print which files each of N shards holds (`--shard I/N` on export): deterministic,
+                 balanced by bytes, the same on every machine
       cat        Write one file of a version to stdout
       repair     Rebuild a lost or damaged catalog from the packs and the ref log
       verify     Check every pack, object, tree and version of the store; report, never fix

@@ -11,6 +11,7 @@ mod cli_output;
 mod concurrency;
 mod crash;
 mod hardening;
+mod hostile;
 mod import;
 mod local_store;
 mod properties;
