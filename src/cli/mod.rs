@@ -318,7 +318,7 @@ enum ExportFormat {
 #[derive(Debug, clap::Args)]
 struct SelectArgs {
     /// Only worker I of N's shard (I counts from 0): deterministic, balanced by bytes.
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
     shard: Option<String>,
     /// Only files matching GLOB (repeatable), e.g. 'train/**'.
     #[arg(long, value_name = "GLOB")]

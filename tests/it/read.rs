@@ -101,3 +101,127 @@ fn cat_reads_a_remote_only_version_and_keeps_what_it_fetched() {
     let out = cat(&["ds:big.bin", "--range", "2999990..4000000"]);
     assert_eq!(out.stdout, &big[2_999_990..]);
 }
+
+fn tar_paths(bytes: &[u8]) -> Vec<String> {
+    let mut archive = tar::Archive::new(bytes);
+    archive
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn export_writes_the_same_tar_every_time_and_it_extracts_to_the_checkout() {
+    let env = TestEnv::new();
+    env.write("d/a/one.bin", pseudo_random(700_000, 51));
+    env.write("d/a/two.txt", "two\n");
+    env.write("d/b/c/three.bin", pseudo_random(1_500_000, 53));
+    env.write("d/top.txt", "top\n");
+    crate::common::make_executable(&env.path("d/top.txt"));
+    std::os::unix::fs::symlink("a/two.txt", env.path("d/link")).unwrap();
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let first = env.dsv().args(["export", "ds"]).output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = env
+        .dsv()
+        .args(["export", "ds", "-o", "out.tar"])
+        .output()
+        .unwrap();
+    assert!(second.status.success());
+    assert_eq!(std::fs::read(env.path("out.tar")).unwrap(), first.stdout);
+    std::fs::create_dir(env.path("x")).unwrap();
+    let status = std::process::Command::new("tar")
+        .args(["-x", "-f", "out.tar", "-C", "x"])
+        .current_dir(env.root())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    env.ok(&["checkout", "ds", "co"]);
+    crate::common::assert_same_tree(&env.path("co"), &env.path("x"));
+
+    // Shards: disjoint, complete, and what export --shard writes.
+    let plans = env.json(&["shards", "ds", "3"]);
+    let mut all: Vec<String> = Vec::new();
+    for (i, plan) in plans.as_array().unwrap().iter().enumerate() {
+        let paths: Vec<String> = plan["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect();
+        let out = env
+            .dsv()
+            .args(["export", "ds", "--shard", &format!("{i}/3")])
+            .output()
+            .unwrap();
+        let files: Vec<String> = tar_paths(&out.stdout)
+            .into_iter()
+            .filter(|p| !p.ends_with('/'))
+            .collect();
+        assert_eq!(files, paths);
+        all.extend(paths);
+    }
+    all.sort();
+    assert_eq!(all, ["a/one.bin", "a/two.txt", "b/c/three.bin", "top.txt"]);
+    // A subset: globs and a manifest.
+    let out = env
+        .dsv()
+        .args(["export", "ds", "--include", "a/**"])
+        .output()
+        .unwrap();
+    assert_eq!(tar_paths(&out.stdout), ["a/", "a/one.bin", "a/two.txt"]);
+    env.write("list.txt", "top.txt\nb/c/three.bin\n");
+    let out = env
+        .dsv()
+        .args(["export", "ds", "--files-from", "list.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        tar_paths(&out.stdout),
+        ["b/", "b/c/", "b/c/three.bin", "top.txt"]
+    );
+}
+
+#[test]
+fn export_and_shards_refuse_bad_input_and_end_quietly_on_a_closed_pipe() {
+    let env = TestEnv::new();
+    env.write("d/big.bin", pseudo_random(8_000_000, 61));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    for spec in ["3/2", "0/0", "-1/4", "a/b"] {
+        let error = env.json_error(&["export", "ds", "--shard", spec, "-o", "x.tar"], 3);
+        assert!(error.to_string().contains("shard"), "{spec}: {error}");
+    }
+    env.write("list.txt", "big.bin\nnot/there.txt\n");
+    let error = env.json_error(&["shards", "ds", "2", "--files-from", "list.txt"], 3);
+    assert!(error.to_string().contains("not/there.txt"), "{error}");
+    env.fails(&["shards", "ds", "0"], 2);
+    // A reader that stops early: export ends quietly, exit 0.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        .args(["export", "ds"])
+        .current_dir(env.root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut head = [0u8; 1000];
+    std::io::Read::read_exact(&mut stdout, &mut head).unwrap();
+    drop(stdout);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
