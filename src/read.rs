@@ -391,7 +391,7 @@ pub struct ExportReport {
 /// siblings sorted), owner 0:0 without names, mode 0644 (0755 for executables and
 /// directories), every time the version's time; so one version always gives the same bytes.
 /// Files are fetched one at a time as they are reached, so the stream starts before the whole
-/// version is here.
+/// version is here. Holds the store's data lock shared, so a `gc` waits for it.
 ///
 /// # Errors
 /// As [`ReadEngine::version`], [`VersionHandle::select`] and [`VersionHandle::open`];
@@ -405,6 +405,8 @@ pub fn export_tar(
     out_name: &Path,
     progress: &dyn crate::progress::Progress,
 ) -> Result<ExportReport> {
+    // gc waits until the export is done (it must not repack what is being read).
+    let _data_lock = engine.inner.lock_store().lock_data_shared()?;
     let version = engine.version(revision)?;
     let files = version.select(selection)?;
     let chosen: HashSet<&str> = files.iter().map(|e| e.path.as_str()).collect();
