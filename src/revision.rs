@@ -53,6 +53,11 @@ impl Revision {
         if base.is_empty() {
             return Err(invalid("nothing after '@'"));
         }
+        // No tag or id prefix holds a '~'; allowing one would also make `a@b~c~0` show as
+        // `a@b~c`, which does not parse.
+        if base.contains('~') {
+            return Err(invalid("'~' may appear once, followed by a number"));
+        }
         Ok(Revision {
             dataset: dataset.to_string(),
             base: base.to_string(),
@@ -142,6 +147,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shown_form_parses_back() {
+        // Found by fuzz/fuzz_targets/fuzz_revision.rs: a '~' inside the base was accepted
+        // ("mnist@a~4b~0" parsed with base "a~4b"), and its shown form did not parse.
+        assert!(Revision::parse("mnist@a~4b~0").is_err());
+        for text in ["mnist", "mnist@v1~3", "mnist@ab12~0", "a@b@c~1"] {
+            let revision = Revision::parse(text).unwrap();
+            assert_eq!(Revision::parse(&revision.to_string()).unwrap(), revision);
+        }
+    }
+
+    #[test]
     fn parses_every_form() {
         let r = |s: &str| Revision::parse(s).unwrap();
         assert_eq!(
@@ -156,7 +172,15 @@ mod tests {
         assert_eq!(r("mnist@latest~2").ancestors, 2);
         assert_eq!(r("mnist~1").ancestors, 1);
         assert_eq!(r("mnist@ab12cd").base, "ab12cd");
-        for bad in ["", "@v1", "mn ist", "mnist@", "mnist@v1~x", "../x"] {
+        for bad in [
+            "",
+            "@v1",
+            "mn ist",
+            "mnist@",
+            "mnist@v1~x",
+            "../x",
+            "mnist@v1~2~0",
+        ] {
             assert!(Revision::parse(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -250,11 +250,20 @@ pub fn lock(store: &Store, revisions: &[Revision]) -> Result<LockFile> {
 /// names an invalid dataset.
 pub fn read_lock(path: &Path) -> Result<LockFile> {
     let text = std::fs::read_to_string(path).at(path)?;
+    parse_lock(&text, path)
+}
+
+/// Parses and checks the text of lock file `path` (named in errors), as [`read_lock`] does.
+/// Public so the decoding of lock files can be fuzzed.
+///
+/// # Errors
+/// As [`read_lock`], less [`Error::Io`].
+pub fn parse_lock(text: &str, path: &Path) -> Result<LockFile> {
     let invalid = |reason: String| Error::InvalidLock {
         path: path.to_path_buf(),
         reason,
     };
-    let lock: LockFile = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let lock: LockFile = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
     if lock.dsv_lock != LOCK_FORMAT {
         return Err(invalid(format!(
             "lock format {} is not {LOCK_FORMAT}: made by another dsv",

@@ -130,25 +130,27 @@ impl PackReader {
                 self.scratch.resize(location.stored_length as usize, 0);
                 file.read_exact_at(&mut self.scratch, location.offset)
                     .map_err(read_error)?;
-                buffer.clear();
-                buffer.reserve(location.raw_length as usize);
                 let decompressor = match &mut self.decompressor {
                     Some(d) => d,
                     None => self
                         .decompressor
                         .insert(zstd::bulk::Decompressor::new().at(&path)?),
                 };
-                decompressor
-                    .decompress_to_buffer(&self.scratch, &mut buffer)
-                    .map_err(|e| {
-                        Error::corrupt(
-                            &path,
-                            format!(
-                                "frame at offset {} does not decompress: {e}",
-                                location.offset
-                            ),
-                        )
-                    })?;
+                decompress_frame(
+                    decompressor,
+                    &self.scratch,
+                    location.raw_length,
+                    &mut buffer,
+                )
+                .map_err(|e| {
+                    Error::corrupt(
+                        &path,
+                        format!(
+                            "frame at offset {} does not decompress: {e}",
+                            location.offset
+                        ),
+                    )
+                })?;
             }
         }
         if buffer.len() != location.raw_length as usize {
@@ -219,6 +221,26 @@ impl PackReader {
     ) -> Result<Vec<u8>> {
         self.with_object(location, offset, length, id, verify_hash, <[u8]>::to_vec)
     }
+}
+
+/// Decompresses a zstd frame's stored bytes into `buffer` (replacing its contents), as
+/// [`PackReader`] does for every compressed frame it reads. The output never exceeds the
+/// buffer's capacity, which is made at least `raw_length` (the caller checks `raw_length`
+/// against [`format::MAX_FRAME_RAW`] first, and the output's length against `raw_length`
+/// after). Public so the decoding of stored frames can be fuzzed.
+///
+/// # Errors
+/// zstd's error when the bytes do not decompress into that capacity.
+pub fn decompress_frame(
+    decompressor: &mut zstd::bulk::Decompressor<'_>,
+    stored: &[u8],
+    raw_length: u32,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    buffer.clear();
+    buffer.reserve(raw_length as usize);
+    decompressor.decompress_to_buffer(stored, buffer)?;
+    Ok(())
 }
 
 /// Reads and checks a whole pack, one frame in memory at a time: its name is the BLAKE3 of

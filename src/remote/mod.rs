@@ -571,27 +571,9 @@ impl Remote {
         self.count(1 + listed.len() as u64 / 1000);
         let mut refs = Vec::new();
         for meta in listed {
-            let parts: Vec<&str> = meta.location.as_ref().split('/').collect();
-            let name = match parts.as_slice() {
-                ["refs", "heads", dataset] => RefName {
-                    dataset: dataset.to_string(),
-                    tag: None,
-                },
-                ["refs", "tags", dataset, tag] => RefName {
-                    dataset: dataset.to_string(),
-                    tag: Some(tag.to_string()),
-                },
-                _ => continue,
-            };
-            if crate::revision::check_name("dataset", &name.dataset).is_err()
-                || name
-                    .tag
-                    .as_deref()
-                    .is_some_and(|t| crate::revision::check_name("tag", t).is_err())
-            {
-                continue;
+            if let Some(name) = parse_ref_key(meta.location.as_ref()) {
+                refs.push((name, state_of(&meta)));
             }
-            refs.push((name, state_of(&meta)));
         }
         Ok(refs)
     }
@@ -612,15 +594,12 @@ impl Remote {
             }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let id = std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|text| text.trim().parse::<ObjectId>().ok())
-            .ok_or_else(|| {
-                Error::corrupt(
-                    format!("{}:{key}", self.name),
-                    "a ref must hold one version id",
-                )
-            })?;
+        let id = decode_ref(&bytes).ok_or_else(|| {
+            Error::corrupt(
+                format!("{}:{key}", self.name),
+                "a ref must hold one version id",
+            )
+        })?;
         Ok(Some((id, state)))
     }
 
@@ -710,6 +689,42 @@ impl Remote {
             dataset: name.dataset.clone(),
         })
     }
+}
+
+/// Reads a ref's bytes (`"<version id>\n"`, as [`Remote::update_ref`] writes them): the
+/// version id, or `None` when they do not hold exactly one id (surrounding whitespace is
+/// ignored). Public so the decoding of bytes from a remote can be fuzzed.
+pub fn decode_ref(bytes: &[u8]) -> Option<ObjectId> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.trim().parse::<ObjectId>().ok())
+}
+
+/// Parses a listed key (`refs/heads/<dataset>` or `refs/tags/<dataset>/<tag>`, the inverse of
+/// [`RefName::key`]); `None` for any other key, or a dataset or tag name dsv would refuse,
+/// which [`Remote::list_refs`] skips. Public so it can be fuzzed.
+pub fn parse_ref_key(key: &str) -> Option<RefName> {
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        ["refs", "heads", dataset] => RefName {
+            dataset: dataset.to_string(),
+            tag: None,
+        },
+        ["refs", "tags", dataset, tag] => RefName {
+            dataset: dataset.to_string(),
+            tag: Some(tag.to_string()),
+        },
+        _ => return None,
+    };
+    if crate::revision::check_name("dataset", &name.dataset).is_err()
+        || name
+            .tag
+            .as_deref()
+            .is_some_and(|t| crate::revision::check_name("tag", t).is_err())
+    {
+        return None;
+    }
+    Some(name)
 }
 
 fn state_of(meta: &object_store::ObjectMeta) -> RefState {
