@@ -192,12 +192,7 @@ impl Catalog {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state = ref_state_of(&tx, &self.path)?;
-        let length = reflog::rewrite(&path, &reflog::encode(&state.entries(), unix_now()))?;
-        tx.execute(
-            "UPDATE ref_log SET length = ?1 WHERE id = 1",
-            [length as i64],
-        )?;
+        write_snapshot(&tx, &self.path, &path)?;
         tx.commit()?;
         Ok(())
     }
@@ -220,12 +215,7 @@ impl Catalog {
                 row.get(0)
             })?;
         if applied.is_none() {
-            let state = ref_state_of(&tx, &self.path)?;
-            let length = reflog::rewrite(&path, &reflog::encode(&state.entries(), unix_now()))?;
-            tx.execute(
-                "UPDATE ref_log SET length = ?1 WHERE id = 1",
-                [length as i64],
-            )?;
+            write_snapshot(&tx, &self.path, &path)?;
         }
         tx.commit()?;
         Ok(())
@@ -330,20 +320,15 @@ impl CatalogWriter<'_> {
                         Err(e) => return Err(e),
                     }
                 };
-                let length = match length {
-                    Some(length) => length,
-                    None => {
-                        let state = ref_state_of(&self.tx, &self.ref_log)?;
-                        reflog::rewrite(
-                            &self.ref_log,
-                            &reflog::encode(&state.entries(), unix_now()),
-                        )?
+                match length {
+                    Some(length) => {
+                        self.tx.execute(
+                            "UPDATE ref_log SET length = ?1 WHERE id = 1",
+                            [length as i64],
+                        )?;
                     }
-                };
-                self.tx.execute(
-                    "UPDATE ref_log SET length = ?1 WHERE id = 1",
-                    [length as i64],
-                )?;
+                    None => write_snapshot(&self.tx, &self.ref_log, &self.ref_log)?,
+                }
             }
         }
         self.tx.commit()?;
@@ -354,6 +339,18 @@ impl CatalogWriter<'_> {
     fn log(&self, entry: RefLogEntry) {
         self.refs.borrow_mut().push(entry);
     }
+}
+
+/// Rewrites the ref log at `ref_log` as a snapshot of the names `conn` (inside a write
+/// transaction) gives, and records its length as applied.
+fn write_snapshot(conn: &Connection, catalog: &Path, ref_log: &Path) -> Result<()> {
+    let state = ref_state_of(conn, catalog)?;
+    let length = reflog::rewrite(ref_log, &reflog::encode(&state.entries(), unix_now()))?;
+    conn.execute(
+        "UPDATE ref_log SET length = ?1 WHERE id = 1",
+        [length as i64],
+    )?;
+    Ok(())
 }
 
 /// Reads the names a catalog gives (see [`Catalog::ref_state`]).

@@ -2,22 +2,13 @@
 
 use std::time::Duration;
 
-use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, settle};
+use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, settle, version_ids};
 
 fn pack_bytes(env: &TestEnv) -> u64 {
     std::fs::read_dir(env.path(".dsv/packs"))
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum()
-}
-
-fn version_ids(env: &TestEnv, dataset: &str) -> Vec<String> {
-    env.json(&["log", dataset])
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 fn assert_consistent(env: &TestEnv) {

@@ -1,7 +1,7 @@
 //! Trust: sequences of user actions that once lost data or corrupted it silently (issue 9).
 //! Each test is the reproduction from the review, and fails on the code before the fix.
 
-use crate::common::{TestEnv, pseudo_random, settle};
+use crate::common::{TestEnv, pseudo_random, settle, version_ids};
 
 /// `verify`'s problems (exit 0 when none, 5 when some).
 fn problems(env: &TestEnv) -> Vec<serde_json::Value> {
@@ -11,15 +11,6 @@ fn problems(env: &TestEnv) -> Vec<serde_json::Value> {
     let expected = if problems.is_empty() { 0 } else { 5 };
     assert_eq!(output.status.code(), Some(expected), "{report}");
     problems
-}
-
-fn version_ids(env: &TestEnv, dataset: &str) -> Vec<String> {
-    env.json(&["log", dataset])
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// Finding 1: a stat-cache entry must not vouch for a file id that gc freed.

@@ -176,6 +176,16 @@ pub fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(150));
 }
 
+/// The ids of a dataset's versions, newest first (`dsv log --json`).
+pub fn version_ids(env: &TestEnv, dataset: &str) -> Vec<String> {
+    env.json(&["log", dataset])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed | 1;
