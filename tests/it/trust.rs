@@ -430,3 +430,41 @@ fn a_ref_naming_a_version_the_remote_lacks_says_so() {
     // Nothing of the failed clone is left.
     assert!(!clone.path("c").exists());
 }
+
+/// A commit killed between its ref log append and its catalog transaction leaves lines past
+/// what the catalog applied: they change nothing (verify is clean), the next change moves
+/// them to `reflog.unapplied` (never destroyed), and repair still gives a whole store.
+#[test]
+fn ref_log_lines_of_a_transaction_that_never_committed_are_set_aside() {
+    let env = TestEnv::new();
+    env.write("d/a.txt", "a\n");
+    env.ok(&["commit", "d", "-d", "ds", "-t", "v1"]);
+    let log = env.path(".dsv/reflog");
+    let before = std::fs::read(&log).unwrap();
+    let void = format!(
+        "{{\"time\":1,\"op\":\"head\",\"dataset\":\"ds\",\"version\":\"{}\"}}\n",
+        "cd".repeat(32)
+    );
+    let mut grown = before.clone();
+    grown.extend_from_slice(void.as_bytes());
+    std::fs::write(&log, &grown).unwrap();
+    assert!(problems(&env).is_empty());
+    env.write("d/b.txt", "b\n");
+    env.ok(&["commit", "d", "-d", "ds"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path(".dsv/reflog.unapplied")).unwrap(),
+        void
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains(&"cd".repeat(32))
+    );
+    assert!(problems(&env).is_empty());
+    let head = version_ids(&env, "ds")[0].clone();
+    std::fs::remove_file(env.path(".dsv/catalog.db")).unwrap();
+    env.ok(&["repair"]);
+    assert_eq!(version_ids(&env, "ds")[0], head);
+    env.ok(&["checkout", "ds@v1", "v1"]);
+    assert!(problems(&env).is_empty());
+}
