@@ -735,42 +735,21 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                 jobs: jobs_or(&args.jobs, defaults.jobs),
             };
             let requests = jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS);
-            // REMOTE/NAME[@REV]: make the version and its data local first, then check out
-            // the exact version.
-            let (revision, fetched) = match sync::RemoteRevision::parse(revision_text)? {
-                Some(target) => {
-                    let fetched = sync::prepare_remote_revision(
-                        &mut store, &target, None, requests, &progress,
-                    )?;
-                    let exact = Revision {
-                        dataset: fetched.dataset.clone(),
-                        base: fetched.version.to_hex(),
-                        ancestors: 0,
-                    };
-                    (exact, Some(fetched))
-                }
-                None => {
-                    let revision = Revision::parse(revision_text)?;
-                    if !store.catalog().remotes()?.is_empty() {
-                        // A store cloned from a remote fetches data when first needed.
-                        let id = revision.resolve(store.catalog())?;
-                        sync::fetch_missing(&mut store, &[id], None, None, requests, &progress)?;
-                    }
-                    (revision, None)
-                }
-            };
-            let report = checkout::checkout(&mut store, &revision, dir, &options, &progress)?;
+            let outcome = checkout::checkout_from_anywhere(
+                &mut store,
+                revision_text,
+                dir,
+                &options,
+                requests,
+                &progress,
+            )?;
             if ui.json {
-                let mut value = serde_json::to_value(&report)?;
-                if let Some(fetched) = &fetched {
-                    value["remote"] = serde_json::to_value(fetched)?;
-                }
-                ui.json(&value)?;
+                ui.json(&outcome)?;
             } else {
-                if let Some(fetched) = &fetched {
+                if let Some(fetched) = &outcome.remote {
                     ui.line(render::fetched(fetched))?;
                 }
-                ui.line(render::checkout(&report))?;
+                ui.line(render::checkout(&outcome.checkout))?;
             }
         }
         Command::Status {

@@ -57,6 +57,58 @@ impl Default for CheckoutOptions {
     }
 }
 
+/// What [`checkout_from_anywhere`] did: the checkout, and what it fetched first.
+#[derive(Debug, serde::Serialize)]
+pub struct CheckoutOutcome {
+    /// The checkout.
+    #[serde(flatten)]
+    pub checkout: CheckoutReport,
+    /// For `REMOTE/NAME[@REV]`: the ref cache check and what was downloaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<super::sync::PullReport>,
+}
+
+/// Checks out `revision`, wherever its data is: `REMOTE/NAME[@REV]` is made local first
+/// (its ref checked, its metadata and data fetched), and a local revision whose data is
+/// not all here (a clone, a `pull --include`, an evicted version) has what it lacks fetched
+/// from the store's remotes. Then as [`checkout`]. `requests` is how many requests a
+/// download keeps in flight.
+///
+/// # Errors
+/// As [`checkout`], [`super::sync::prepare_remote_revision`] and
+/// [`super::sync::fetch_missing`].
+pub fn checkout_from_anywhere(
+    store: &mut Store,
+    revision: &str,
+    dir: &Path,
+    options: &CheckoutOptions,
+    requests: usize,
+    progress: &dyn Progress,
+) -> Result<CheckoutOutcome> {
+    let (revision, remote) = match super::sync::RemoteRevision::parse(revision)? {
+        Some(target) => {
+            let fetched =
+                super::sync::prepare_remote_revision(store, &target, None, requests, progress)?;
+            let exact = Revision {
+                dataset: fetched.dataset.clone(),
+                base: fetched.version.to_hex(),
+                ancestors: 0,
+            };
+            (exact, Some(fetched))
+        }
+        None => {
+            let revision = Revision::parse(revision)?;
+            if !store.catalog().remotes()?.is_empty() {
+                let id = revision.resolve(store.catalog())?;
+                super::sync::fetch_missing(store, &[id], None, None, requests, progress)?;
+            }
+            (revision, None)
+        }
+    };
+    let checkout = checkout(store, &revision, dir, options, progress)?;
+    Ok(CheckoutOutcome { checkout, remote })
+}
+
 /// What a checkout did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CheckoutReport {
