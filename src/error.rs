@@ -55,6 +55,12 @@ pub enum Error {
         /// What was found.
         reason: String,
     },
+    /// `dsv repair` found other dsv processes using the store.
+    #[error("other dsv processes have the store at {} open", path.display())]
+    StoreBusy {
+        /// The `.dsv` directory.
+        path: PathBuf,
+    },
     /// The catalog's schema is newer than this build understands.
     #[error(
         "the store at {} was made by a newer dsv (catalog schema {found}, this dsv knows up to {supported})",
@@ -248,6 +254,24 @@ pub enum Error {
         /// Short id of the version.
         version: String,
         /// What holds it.
+        reason: String,
+    },
+    /// A path of a version that is a directory or symlink where a regular file is needed.
+    #[error("{path:?} in {revision} is {kind}, not a regular file")]
+    NotAFile {
+        /// The revision.
+        revision: String,
+        /// The path.
+        path: String,
+        /// "a directory" or "a symlink".
+        kind: &'static str,
+    },
+    /// A glob pattern that does not parse.
+    #[error("invalid pattern {pattern:?}: {reason}")]
+    InvalidPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// What is wrong with it.
         reason: String,
     },
     /// A `--shard I/N` that does not parse or is out of range.

@@ -205,16 +205,24 @@ impl VersionHandle {
     /// first from the store's remotes (and kept, for every later reader).
     ///
     /// # Errors
-    /// [`Error::PathNotFound`] when `path` is not a regular file of the version;
+    /// [`Error::PathNotFound`] when the version has no `path`; [`Error::NotAFile`] when it
+    /// is a directory or symlink;
     /// [`Error::MissingObject`] when neither this store nor a remote holds its data;
     /// [`Error::Corrupt`] (a file map that does not reassemble its file, naming the remote it
     /// came from); remote errors.
     pub fn open(&self, path: &str) -> Result<FileHandle> {
-        let entry = self
-            .stat(path)
-            .filter(|e| matches!(e.kind, FlatKind::File { .. }))
-            .ok_or_else(|| self.not_found(path))?
-            .clone();
+        let entry = self.stat(path).ok_or_else(|| self.not_found(path))?;
+        if !matches!(entry.kind, FlatKind::File { .. }) {
+            return Err(Error::NotAFile {
+                revision: self.revision.clone(),
+                path: path.to_string(),
+                kind: match entry.kind {
+                    FlatKind::Dir => "a directory",
+                    _ => "a symlink",
+                },
+            });
+        }
+        let entry = entry.clone();
         let chunks = {
             let mut store = self.engine.lock_store();
             match store.reader().file_chunks(&entry.id, entry.size) {
@@ -272,7 +280,7 @@ impl VersionHandle {
     /// The files `selection` picks, in path order.
     ///
     /// # Errors
-    /// [`Error::InvalidRevision`] for a glob that does not parse; [`Error::PathsNotFound`]
+    /// [`Error::InvalidPattern`] for a glob that does not parse; [`Error::PathsNotFound`]
     /// naming every manifest path that is not a file of the version.
     pub fn select(&self, selection: &Selection) -> Result<Vec<&FlatEntry>> {
         let globs = if selection.include.is_empty() {
@@ -284,14 +292,14 @@ impl VersionHandle {
                     globset::GlobBuilder::new(pattern)
                         .literal_separator(true)
                         .build()
-                        .map_err(|e| Error::InvalidRevision {
-                            revision: pattern.clone(),
-                            reason: format!("not a glob: {e}"),
+                        .map_err(|e| Error::InvalidPattern {
+                            pattern: pattern.clone(),
+                            reason: e.to_string(),
                         })?,
                 );
             }
-            Some(set.build().map_err(|e| Error::InvalidRevision {
-                revision: selection.include.join(" "),
+            Some(set.build().map_err(|e| Error::InvalidPattern {
+                pattern: selection.include.join(" "),
                 reason: e.to_string(),
             })?)
         };
@@ -528,14 +536,14 @@ fn fetch_file(
     let glob = globset::GlobBuilder::new(&globset::escape(&entry.path))
         .literal_separator(true)
         .build()
-        .map_err(|e| Error::InvalidRevision {
-            revision: entry.path.clone(),
+        .map_err(|e| Error::InvalidPattern {
+            pattern: entry.path.clone(),
             reason: e.to_string(),
         })?;
     let mut set = globset::GlobSetBuilder::new();
     set.add(glob);
-    let set = set.build().map_err(|e| Error::InvalidRevision {
-        revision: entry.path.clone(),
+    let set = set.build().map_err(|e| Error::InvalidPattern {
+        pattern: entry.path.clone(),
         reason: e.to_string(),
     })?;
     crate::ops::sync::fetch_missing(

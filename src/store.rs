@@ -26,6 +26,9 @@ pub const STORE_DIR: &str = ".dsv";
 pub struct Store {
     root: PathBuf,
     catalog: Catalog,
+    /// A shared lock on `open.lock`, held while the store is open: `dsv repair`, which
+    /// replaces the catalog file, runs only when no other process has the store open.
+    _open: Option<StoreLock>,
 }
 
 impl Store {
@@ -53,8 +56,13 @@ impl Store {
             fs::create_dir_all(root.join(sub)).at(&root.join(sub))?;
         }
         File::create(root.join("lock")).at(&root.join("lock"))?;
+        let open = StoreLock::take_with(&root.join("open.lock"), true)?;
         let catalog = Catalog::open(&root.join("catalog.db"), true)?;
-        Ok(Store { root, catalog })
+        Ok(Store {
+            root,
+            catalog,
+            _open: Some(open),
+        })
     }
 
     /// Opens the store whose `.dsv` directory is `root`.
@@ -74,10 +82,13 @@ impl Store {
                 start: root.to_path_buf(),
             });
         }
+        // Waits while a repair runs (it holds this lock exclusive).
+        let open = StoreLock::take_with(&root.join("open.lock"), true)?;
         let catalog = Catalog::open(&catalog_path, false)?;
         Ok(Store {
             root: root.to_path_buf(),
             catalog,
+            _open: Some(open),
         })
     }
 
@@ -116,7 +127,11 @@ impl Store {
 
     /// A store over a catalog opened by other means (`dsv repair`'s new catalog).
     pub(crate) fn from_parts(root: PathBuf, catalog: Catalog) -> Store {
-        Store { root, catalog }
+        Store {
+            root,
+            catalog,
+            _open: None,
+        }
     }
 
     /// The `.dsv` directory.
@@ -280,6 +295,21 @@ impl StoreLock {
     /// Opens (creating) `path` and waits for its exclusive lock.
     fn take(path: &Path) -> Result<StoreLock> {
         Self::take_with(path, false)
+    }
+
+    /// Opens (creating) `path` and takes its exclusive lock if no one holds it, else `None`.
+    pub(crate) fn try_take_exclusive(path: &Path) -> Result<Option<StoreLock>> {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .at(path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(StoreLock { _file: file })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(e).at(path),
+        }
     }
 
     /// Opens (creating) `path` and waits for its shared or exclusive lock.

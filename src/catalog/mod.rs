@@ -81,6 +81,15 @@ impl Catalog {
         Self::open_schema(path, true)
     }
 
+    /// Opens an existing catalog as it is, without touching the ref log beside it (`dsv
+    /// repair` reading the names of the catalog it replaces).
+    ///
+    /// # Errors
+    /// As [`Catalog::open`].
+    pub fn open_without_ref_log(path: &Path) -> Result<Catalog> {
+        Self::open_schema(path, false)
+    }
+
     fn open_schema(path: &Path, create: bool) -> Result<Catalog> {
         // The path is made absolute first and URI filenames are off: SQLite (built with
         // `SQLITE_USE_URI`) would read a relative path starting with `file:` (a store in a
@@ -203,10 +212,17 @@ impl Catalog {
         }
         let path = self.ref_log_path();
         let existing = std::fs::metadata(&path).map_or(0, |m| m.len());
-        if create && existing > 0 {
+        // A ref log the catalog never applied is not overwritten: the catalog was made anew,
+        // or restored from a copy older than the ref log (repair reconciles the two).
+        if existing > 0 {
             return Err(Error::CatalogLost {
                 path: self.path.clone(),
-                reason: "a ref log is there without its catalog".into(),
+                reason: if create {
+                    "a ref log is there without its catalog".into()
+                } else {
+                    "the catalog predates the ref log beside it (restored from an older copy?)"
+                        .into()
+                },
             });
         }
         let tx = rusqlite::Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;

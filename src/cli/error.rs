@@ -30,10 +30,17 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         Some(ErrorKind::Io) => IO,
         Some(ErrorKind::Interrupted) => INTERRUPTED,
         Some(ErrorKind::Internal) => INTERNAL,
-        None => match error.downcast_ref::<std::io::Error>() {
-            Some(_) => IO,
-            None => USER,
-        },
+        // An I/O error anywhere in the chain (also inside a JSON writer's error: a full
+        // disk while printing `--json`) is the operating system's refusal.
+        None if error.chain().any(|e| {
+            e.is::<std::io::Error>()
+                || e.downcast_ref::<serde_json::Error>()
+                    .is_some_and(|e| e.io_error_kind().is_some())
+        }) =>
+        {
+            IO
+        }
+        None => USER,
     }
 }
 
@@ -77,6 +84,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
         }
         Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
+        Error::StoreBusy { .. } => "stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed".into(),
         Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
         Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets".into(),
         Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {

@@ -913,6 +913,8 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                     &progress,
                 )?
             } else {
+                // Never over a store's own files (a pack, the catalog): dsv alone writes there.
+                dsv::walk::check_workspace_dir(output)?;
                 let file = std::fs::File::create(output)
                     .with_context(|| format!("cannot create {}", output.display()))?;
                 let mut out = std::io::BufWriter::with_capacity(1 << 20, file);

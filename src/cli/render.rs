@@ -278,8 +278,15 @@ pub fn verify(r: &VerifyReport) -> String {
     if !r.unreferenced_packs.is_empty() {
         let _ = write!(
             out,
-            "\n{} pack files are not in the catalog (left by an interrupted commit, transfer or gc; they hold no version's data, and gc deletes them once older than its grace period)",
+            "\n{} pack files are not in the catalog (left by an interrupted commit, transfer or gc; gc deletes them once older than its grace period, unless they hold versions the ref log names)",
             r.unreferenced_packs.len()
+        );
+    }
+    if !r.unrecorded_versions.is_empty() {
+        let _ = write!(
+            out,
+            "\n{} versions in those packs are named by the ref log but not recorded (a commit killed before it finished, or a catalog restored from an older copy): gc keeps them; `dsv repair` records them",
+            r.unrecorded_versions.len()
         );
     }
     if r.files_rehashed > 0 {
@@ -518,6 +525,8 @@ pub fn gc(r: &GcReport) -> String {
             "delete"
         } else if o.unreadable {
             "keep (not a readable pack: its contents cannot be accounted for)"
+        } else if o.holds_versions {
+            "keep (it holds versions the ref log names but the catalog lacks: run `dsv repair`)"
         } else {
             "keep (younger than the grace period)"
         };

@@ -59,6 +59,9 @@ pub struct OrphanFile {
     /// Kept although older than the grace period: named `<id>.pack` but not a readable pack,
     /// so gc cannot tell what it holds.
     pub unreadable: bool,
+    /// Kept although older than the grace period: it holds versions the ref log names that
+    /// the catalog lacks (`dsv verify` lists them; `dsv repair` records them).
+    pub holds_versions: bool,
 }
 
 /// What gc deletes (the plan), and whether it was carried out.
@@ -239,10 +242,12 @@ pub fn gc(
                 .and_then(|t| now.duration_since(t).ok())
                 .unwrap_or_default();
             // No cleanup deletes a pack whose contents it cannot account for: one holding a
-            // version the ref log names (the catalog forgot it), or one that is not a
+            // version the ref log names that the catalog lacks (forgotten by the catalog, or
+            // committed by a run killed before its catalog transaction), or one that is not a
             // readable pack at all, stays.
             let mut deleted = age >= grace;
             let mut unreadable = false;
+            let mut holds_versions = false;
             if deleted && name.ends_with(".pack") {
                 match super::repair::forgotten_versions(store, &entry.path())? {
                     None => {
@@ -250,13 +255,8 @@ pub fn gc(
                         unreadable = true;
                     }
                     Some(forgotten) if !forgotten.is_empty() => {
-                        return Err(Error::CatalogLost {
-                            path: store.catalog().path().to_path_buf(),
-                            reason: format!(
-                                "pack {name} holds {} versions the ref log names but the catalog lacks, so gc deletes nothing",
-                                forgotten.len()
-                            ),
-                        });
+                        deleted = false;
+                        holds_versions = true;
                     }
                     Some(_) => {}
                 }
@@ -267,6 +267,7 @@ pub fn gc(
                 age_seconds: age.as_secs(),
                 deleted,
                 unreadable,
+                holds_versions,
             });
         }
     }

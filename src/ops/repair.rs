@@ -49,8 +49,15 @@ pub struct RepairReport {
     pub pins: u64,
     /// Removals restored.
     pub removed: u64,
-    /// Ref log entries applied.
+    /// Where the names came from: `"ref log"`, or `"catalog"` when the old catalog could
+    /// still be read and the ref log did not hold every line it applied (missing, cut short,
+    /// or a damaged line).
+    pub names_from: &'static str,
+    /// Ref log entries read.
     pub ref_log_entries: u64,
+    /// Heads moved forward and tags added from lines an earlier change set aside
+    /// (`reflog.unapplied`).
+    pub set_aside_restored: u64,
     /// Ref log lines that did not parse (a line torn by a crash), by number.
     pub ref_log_bad_lines: Vec<usize>,
     /// Versions the ref log names that no pack holds (their names could not be restored).
@@ -70,31 +77,57 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
             path: root.join("packs"),
         });
     }
+    // No other process may have the store open: the catalog file is replaced.
+    let _open = StoreLock::try_take_exclusive(&root.join("open.lock"))?.ok_or_else(|| {
+        Error::StoreBusy {
+            path: root.to_path_buf(),
+        }
+    })?;
     let _store_lock = StoreLock::take_with(&root.join("lock"), false)?;
     let _data_lock = StoreLock::take_with(&root.join("data.lock"), false)?;
     let mut report = RepairReport {
         store: root.to_path_buf(),
         ..RepairReport::default()
     };
-    let now = unix_now();
     let catalog_path = root.join("catalog.db");
-    // 1. The names, read before anything moves.
+    // 1. The names, read before anything moves: from the ref log when it holds, intact, every
+    // line the old catalog (if it can still be read) applied (then its later lines, from a
+    // catalog restored from an older copy, count too); else from that catalog.
     let log_path = root.join(reflog::FILE_NAME);
     let log = reflog::read(&log_path, None)?;
     report.ref_log_bad_lines = log.bad_lines.clone();
+    let mut state = log.state();
+    report.names_from = "ref log";
+    if catalog_path.exists()
+        && let Ok(old) = Catalog::open_without_ref_log(&catalog_path)
+        && let Ok(old_state) = old.ref_state()
+    {
+        let applied = old.ref_log_applied().ok().flatten().unwrap_or(0);
+        let on_disk = fs::metadata(&log_path).map_or(0, |m| m.len());
+        // The log holds every line the catalog committed, intact: it is the record (a
+        // catalog that disagrees with it lost rows). Cut short or damaged: the catalog is.
+        let covered = on_disk >= applied
+            && reflog::read(&log_path, Some(applied))
+                .is_ok_and(|prefix| prefix.bad_lines.is_empty());
+        if !covered {
+            state = old_state;
+            report.names_from = "catalog";
+        }
+    }
+    let stamp = unique_stamp(root);
     if log_path.exists() {
-        let copy = root.join(format!("{}.before-repair-{now}", reflog::FILE_NAME));
+        let copy = root.join(format!("{}.before-repair-{stamp}", reflog::FILE_NAME));
         fs::copy(&log_path, &copy).at(&copy)?;
         report.old_ref_log = Some(copy);
     }
-    // 2. The old catalog (and its WAL) aside.
+    // 2. The old catalog (and its WAL) aside, under a name no earlier repair used.
     if catalog_path.exists() {
-        let aside = root.join(format!("catalog.db.before-repair-{now}"));
+        let aside = root.join(format!("catalog.db.before-repair-{stamp}"));
         fs::rename(&catalog_path, &aside).at(&aside)?;
         for suffix in ["-wal", "-shm"] {
             let from = root.join(format!("catalog.db{suffix}"));
             if from.exists() {
-                let to = root.join(format!("catalog.db.before-repair-{now}{suffix}"));
+                let to = root.join(format!("catalog.db.before-repair-{stamp}{suffix}"));
                 fs::rename(&from, &to).at(&to)?;
             }
         }
@@ -167,10 +200,55 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
     }
     report.versions = versions.len() as u64;
 
-    // 5. Replay the ref log over what the packs hold.
-    let state = log.state();
+    // 5. Restore the names over what the packs hold.
     report.ref_log_entries = log.entries.len() as u64;
     let known = |id: &ObjectId| version_ids.contains(id);
+    // Lines an earlier change set aside (`reflog.unapplied`: a catalog restored from an older
+    // copy, then changed) only move names forward: a head to a descendant of the head it has,
+    // a tag that is not there.
+    let parents: std::collections::HashMap<ObjectId, Option<ObjectId>> =
+        versions.iter().map(|(id, v)| (*id, v.parent)).collect();
+    let descends = |from: &ObjectId, to: &ObjectId| {
+        let mut next = Some(*to);
+        let mut steps = 0usize;
+        while let Some(id) = next {
+            if id == *from {
+                return true;
+            }
+            steps += 1;
+            if steps > parents.len() {
+                return false;
+            }
+            next = parents.get(&id).copied().flatten();
+        }
+        false
+    };
+    let set_aside = reflog::read(&reflog::unapplied_path(&log_path), None)?;
+    for entry in &set_aside.entries {
+        match entry {
+            RefLogEntry::Head {
+                dataset,
+                version: Some(v),
+            } if known(v)
+                && state
+                    .heads
+                    .get(dataset)
+                    .is_none_or(|head| head != v && descends(head, v)) =>
+            {
+                state.heads.insert(dataset.clone(), *v);
+                report.set_aside_restored += 1;
+            }
+            RefLogEntry::Tag {
+                dataset,
+                tag,
+                version: Some(v),
+            } if known(v) && !state.tags.contains_key(&(dataset.clone(), tag.clone())) => {
+                state.tags.insert((dataset.clone(), tag.clone()), *v);
+                report.set_aside_restored += 1;
+            }
+            _ => {}
+        }
+    }
     let mut missing = BTreeSet::new();
     for entry in &log.entries {
         if let Some(v) = entry.version()
@@ -218,6 +296,22 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
     Ok(report)
 }
 
+/// `<unix seconds>-<n>`, with the first `n` no earlier repair's backups in `root` use.
+fn unique_stamp(root: &Path) -> String {
+    let now = unix_now();
+    (0u32..)
+        .map(|n| format!("{now}-{n}"))
+        .find(|stamp| {
+            !root
+                .join(format!("catalog.db.before-repair-{stamp}"))
+                .exists()
+                && !root
+                    .join(format!("{}.before-repair-{stamp}", reflog::FILE_NAME))
+                    .exists()
+        })
+        .unwrap_or_else(|| format!("{now}-{}", std::process::id()))
+}
+
 /// The `.dsv` directory for `dir`: `dir` itself when it is one, else `dir/.dsv`.
 pub fn store_dir(dir: &Path) -> PathBuf {
     if dir.file_name().is_some_and(|n| n == STORE_DIR) {
@@ -227,34 +321,59 @@ pub fn store_dir(dir: &Path) -> PathBuf {
     }
 }
 
-/// The versions that the unnamed pack file at `path` holds, that the ref log names and the
-/// catalog lacks: data a lost catalog forgot, which no cleanup may delete. `Ok(None)` when
-/// the file is not a readable pack (its contents cannot be accounted for either).
+/// The versions an unnamed pack file holds that the catalog lacks but the ref log names.
+#[derive(Debug, Default)]
+pub struct ForgottenVersions {
+    /// Named by the part of the ref log the catalog applied: the catalog lost them.
+    pub applied: Vec<ObjectId>,
+    /// Named only past it, or in `reflog.unapplied`: a commit killed before its catalog
+    /// transaction, or a catalog restored from an older copy. Either way, kept.
+    pub unapplied: Vec<ObjectId>,
+}
+
+impl ForgottenVersions {
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.applied.is_empty() && self.unapplied.is_empty()
+    }
+}
+
+/// What the unnamed pack file at `path` holds that no cleanup may delete: its versions that
+/// the catalog lacks and the ref log (all of it, and `reflog.unapplied`) names. `Ok(None)`
+/// when the file is not a readable pack (its contents cannot be accounted for either).
 ///
 /// # Errors
 /// [`Error::Io`] reading the ref log; [`Error::Catalog`].
-pub fn forgotten_versions(store: &Store, path: &Path) -> Result<Option<Vec<ObjectId>>> {
+pub fn forgotten_versions(store: &Store, path: &Path) -> Result<Option<ForgottenVersions>> {
     let Ok(file) = fs::File::open(path) else {
         return Ok(None);
     };
     let Ok((_, objects)) = crate::pack::reader::read_index(&file, path) else {
         return Ok(None);
     };
+    let mut out = ForgottenVersions::default();
     let candidates: Vec<ObjectId> = objects
         .iter()
         .filter(|o| o.kind == ObjectKind::Version)
         .map(|o| o.id)
         .collect();
     if candidates.is_empty() {
-        return Ok(Some(Vec::new()));
+        return Ok(Some(out));
     }
+    let log_path = store.catalog().ref_log_path();
     let applied = store.catalog().ref_log_applied()?;
-    let named = reflog::read(&store.catalog().ref_log_path(), applied)?.named_versions();
-    let mut forgotten = Vec::new();
+    let named_applied = reflog::read(&log_path, applied)?.named_versions();
+    let mut named_all = reflog::read(&log_path, None)?.named_versions();
+    named_all.extend(reflog::read(&reflog::unapplied_path(&log_path), None)?.named_versions());
     for id in candidates {
-        if named.contains(&id) && store.catalog().version(&id)?.is_none() {
-            forgotten.push(id);
+        if store.catalog().version(&id)?.is_some() {
+            continue;
+        }
+        if named_applied.contains(&id) {
+            out.applied.push(id);
+        } else if named_all.contains(&id) {
+            out.unapplied.push(id);
         }
     }
-    Ok(Some(forgotten))
+    Ok(Some(out))
 }

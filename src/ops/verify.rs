@@ -22,9 +22,13 @@ pub struct VerifyReport {
     pub objects: u64,
     /// Versions whose trees and files were found.
     pub versions: u64,
-    /// Pack files on disk that the catalog does not name (left by an interrupted commit;
-    /// harmless: no version needs them).
+    /// Pack files on disk that the catalog does not name (left by an interrupted commit,
+    /// transfer or gc).
     pub unreferenced_packs: Vec<String>,
+    /// Versions in unnamed packs that the ref log names only past what the catalog applied
+    /// (a commit killed before its catalog transaction, or a catalog restored from an older
+    /// copy): not problems, but gc keeps their packs and `dsv repair` records them.
+    pub unrecorded_versions: Vec<String>,
     /// Files in `tmp/`: packs being written now, or left by a killed commit (the next commit
     /// removes those whose process is gone).
     pub temporary_files: Vec<String>,
@@ -95,18 +99,30 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         }
     }
     report.unreferenced_packs.sort();
-    // An unnamed pack that holds a version the ref log names is data the catalog forgot.
+    // An unnamed pack that holds a version the ref log names is data the catalog forgot
+    // (named in what it applied: a problem), or a commit it never finished or a catalog
+    // restored from an older copy (named only past that: reported, kept by gc).
     for name in &report.unreferenced_packs {
         let path = store.packs_dir().join(name);
-        if let Some(forgotten) = super::repair::forgotten_versions(store, &path)?
-            && !forgotten.is_empty()
-        {
+        let Some(forgotten) = super::repair::forgotten_versions(store, &path)? else {
+            continue;
+        };
+        let short = |ids: &[ObjectId]| {
+            ids.iter()
+                .map(ObjectId::short)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !forgotten.applied.is_empty() {
             report.problems.push(format!(
                 "pack {name} holds {} versions the ref log names but the catalog lacks ({}): run `dsv repair`",
-                forgotten.len(),
-                forgotten.iter().map(ObjectId::short).collect::<Vec<_>>().join(", ")
+                forgotten.applied.len(),
+                short(&forgotten.applied)
             ));
         }
+        report
+            .unrecorded_versions
+            .extend(forgotten.unapplied.iter().map(ObjectId::to_hex));
     }
     // The ref log (up to what the catalog applied) must name what the catalog names.
     match store.catalog().ref_log_applied()? {

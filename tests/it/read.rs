@@ -58,7 +58,7 @@ fn read_at_returns_the_bytes_at_any_offset_from_many_threads() {
     assert_eq!(empty.read_at(0, &mut [0u8; 4]).unwrap(), 0);
     assert!(matches!(
         version.open("sub"),
-        Err(dsv::Error::PathNotFound { .. })
+        Err(dsv::Error::NotAFile { .. })
     ));
 }
 

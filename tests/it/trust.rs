@@ -183,7 +183,7 @@ fn a_truncated_catalog_is_refused_until_repaired_and_gc_deletes_nothing() {
 }
 
 /// The ref log is checked: verify reports a catalog that forgot what the ref log names, and
-/// gc refuses to delete an unnamed pack holding a version the ref log names.
+/// gc keeps an unnamed pack holding a version the ref log names.
 #[test]
 fn verify_and_gc_account_for_versions_the_ref_log_names() {
     let env = TestEnv::new();
@@ -239,7 +239,16 @@ fn verify_and_gc_account_for_versions_the_ref_log_names() {
     let text = serde_json::Value::Array(found.clone()).to_string();
     assert!(text.contains("dsv repair"), "{text}");
     assert!(text.contains("head of beta"), "{text}");
-    env.fails(&["gc", "--grace", "0s"], 5);
+    // gc goes on with the rest and keeps the pack, saying why.
+    let gc = env.json(&["gc", "--grace", "0s"]);
+    assert!(
+        gc["orphans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["deleted"] == false && o["holds_versions"] == true),
+        "{gc}"
+    );
     assert_eq!(packs(&env).len(), before.len() + new_packs.len());
     env.ok(&["repair"]);
     let log = env.json(&["log", "beta"]);
@@ -467,4 +476,111 @@ fn ref_log_lines_of_a_transaction_that_never_committed_are_set_aside() {
     assert_eq!(version_ids(&env, "ds")[0], head);
     env.ok(&["checkout", "ds@v1", "v1"]);
     assert!(problems(&env).is_empty());
+}
+
+/// Review findings: a catalog restored from an older copy must not let gc delete a newer
+/// version's pack (verify reports it, gc keeps it, repair restores its names); repair of a
+/// healthy catalog with its ref log gone keeps the catalog's names; repairs never overwrite
+/// an earlier repair's backups; repair refuses while another process has the store open.
+#[test]
+fn repair_and_gc_reconcile_a_catalog_and_a_ref_log_that_disagree() {
+    let env = TestEnv::new();
+    env.write("w/a", pseudo_random(100_000, 71));
+    env.ok(&["commit", "w", "-d", "ds", "-t", "v1"]);
+    std::fs::copy(env.path(".dsv/catalog.db"), env.path("backup.db")).unwrap();
+    env.write("w/b", pseudo_random(100_000, 73));
+    env.ok(&["commit", "w", "-d", "ds", "-t", "v2"]);
+    let v2 = version_ids(&env, "ds")[0].clone();
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(env.path(&format!(".dsv/catalog.db{suffix}")));
+    }
+    std::fs::copy(env.path("backup.db"), env.path(".dsv/catalog.db")).unwrap();
+    let report = env.run(&["--json", "verify"]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["unrecorded_versions"][0], v2.as_str(), "{report}");
+    let gc = env.json(&["gc", "--grace", "0s"]);
+    assert!(
+        gc["orphans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["deleted"] == false),
+        "{gc}"
+    );
+    // A change in between moves the newer lines aside; gc still keeps the pack.
+    env.ok(&["pin", "ds@v1"]);
+    env.json(&["gc", "--grace", "0s"]);
+    let repaired = env.json(&["repair"]);
+    assert_eq!(repaired["names_from"], "ref log", "{repaired}");
+    let log = version_ids(&env, "ds");
+    assert!(log.contains(&v2), "{log:?}");
+    env.ok(&["checkout", &format!("ds@{}", &v2[..12]), "out"]);
+
+    // The ref log gone from a healthy store: repair keeps the catalog's names.
+    let before = (
+        env.json(&["ls"]),
+        env.json(&["pins"]).as_array().unwrap().len(),
+    );
+    std::fs::remove_file(env.path(".dsv/reflog")).unwrap();
+    let repaired = env.json(&["repair"]);
+    assert_eq!(repaired["names_from"], "catalog", "{repaired}");
+    assert_eq!(
+        (
+            env.json(&["ls"]),
+            env.json(&["pins"]).as_array().unwrap().len()
+        ),
+        before
+    );
+    // Twice in a row: every backup stays.
+    env.ok(&["repair"]);
+    let backups = std::fs::read_dir(env.path(".dsv"))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("catalog.db.before-repair-")
+                && !name.ends_with("-wal")
+                && !name.ends_with("-shm")
+        })
+        .count();
+    assert_eq!(backups, 3);
+    assert!(problems(&env).is_empty());
+
+    // Another process has the store open: repair refuses and changes nothing.
+    let mut reader = env.spawn(&["export", "ds", "-o", "/dev/null"]);
+    let _ = reader.wait();
+    let store = dsv::Store::open(&env.path(".dsv")).unwrap();
+    let error = env.json_error(&["repair"], 3);
+    assert!(error.to_string().contains("open"), "{error}");
+    drop(store);
+    env.ok(&["repair"]);
+}
+
+/// Review findings: export never writes into a store; an I/O error while printing JSON is
+/// exit 6; a directory or symlink given to cat says what it is.
+#[test]
+fn export_output_inside_a_store_is_refused_and_json_io_errors_exit_6() {
+    let env = TestEnv::new();
+    env.write("d/sub/a.txt", "a\n");
+    std::os::unix::fs::symlink("sub/a.txt", env.path("d/link")).unwrap();
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let catalog = std::fs::read(env.path(".dsv/catalog.db")).unwrap();
+    env.fails(&["export", "ds", "-o", ".dsv/catalog.db"], 3);
+    env.fails(&["export", "ds", "-o", ".dsv/packs/x.pack"], 3);
+    assert_eq!(std::fs::read(env.path(".dsv/catalog.db")).unwrap(), catalog);
+    assert!(!env.path(".dsv/packs/x.pack").exists());
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        .args(["--json", "ls", "ds"])
+        .current_dir(env.root())
+        .stdout(full)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(6));
+    for (path, kind) in [("sub", "directory"), ("link", "symlink")] {
+        let error = env.json_error(&["cat", &format!("ds:{path}")], 3);
+        assert!(error.to_string().contains(kind), "{error}");
+    }
+    let error = env.json_error(&["export", "ds", "--include", "[", "-o", "x.tar"], 3);
+    assert!(error.to_string().contains("pattern"), "{error}");
 }
