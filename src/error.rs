@@ -128,6 +128,22 @@ pub enum Error {
         /// The tag.
         tag: String,
     },
+    /// A mount point that cannot be used: missing, not a directory, already mounted.
+    #[error("cannot mount on {}: {reason}", mountpoint.display())]
+    BadMountpoint {
+        /// The mount point as given.
+        mountpoint: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// FUSE cannot be used here: no `/dev/fuse`, no `fusermount3`, or not permitted.
+    #[error("cannot mount {}: FUSE is not available: {reason}", mountpoint.display())]
+    FuseUnavailable {
+        /// The mount point as given.
+        mountpoint: PathBuf,
+        /// What is missing or refused.
+        reason: String,
+    },
     /// A path that must be a directory is not one (or does not exist).
     #[error("{} is not a directory", path.display())]
     NotADirectory {
@@ -414,7 +430,7 @@ impl Error {
             | Error::MissingObject { .. }
             | Error::UnsafePath { .. }
             | Error::CatalogLost { .. } => ErrorKind::Corrupt,
-            Error::Io { .. } => ErrorKind::Io,
+            Error::Io { .. } | Error::FuseUnavailable { .. } => ErrorKind::Io,
             Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
             Error::Catalog(e) if is_corrupt_sqlite(e) => ErrorKind::Corrupt,
             Error::Migration(_) => ErrorKind::Corrupt,

@@ -40,6 +40,7 @@ pub mod chunk;
 pub mod error;
 pub mod id;
 pub mod interrupt;
+pub mod mount;
 pub mod object;
 pub mod ops;
 pub mod pack;

@@ -1,6 +1,6 @@
 //! The read engine: random access to any byte of any file of a version, from many threads at
-//! once, without a checkout. The CLI's `cat` is a front end of it (as the mount, the tar
-//! export and the Python package are meant to be).
+//! once, without a checkout. The CLI's `cat`, the tar export and the FUSE mount
+//! ([`crate::mount`]) are front ends of it (as the Python package is meant to be).
 //!
 //! ```text
 //! ReadEngine (Send + Sync, one per process)
@@ -120,6 +120,12 @@ impl ReadEngine {
             entries,
             index,
         })
+    }
+
+    /// Takes the store's data lock shared, as a reader that relies on the data being kept
+    /// does (a `gc` waits until it is released).
+    pub(crate) fn lock_data_shared(&self) -> Result<crate::store::StoreLock> {
+        self.inner.lock_store().lock_data_shared()
     }
 
     /// Bytes of decompressed frames held in the shared cache now.

@@ -142,6 +142,27 @@ enum Command {
         #[command(flatten)]
         select: SelectArgs,
     },
+    /// Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in the
+    /// foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
+    ///
+    /// Mounting reads no data, whatever the version's size; a file's data is read when it
+    /// is read (fetched from a remote on first open and kept in the store). Needs FUSE 3
+    /// (`/dev/fuse` and `fusermount3`); without it, `dsv export` streams the same files.
+    ///
+    /// Examples:
+    ///   dsv mount mnist@v3 /mnt/mnist
+    ///   dsv mount mnist@v3 /mnt/shard --shard 1/8 --include 'train/**'
+    Mount {
+        /// The revision: NAME, NAME@TAG, NAME@<id prefix>, NAME@latest~N.
+        revision: String,
+        /// An existing, empty directory to mount on.
+        mountpoint: PathBuf,
+        #[command(flatten)]
+        select: SelectArgs,
+        /// Threads serving file system requests.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+        threads: u16,
+    },
     /// Print which files each of N shards holds (`--shard I/N` on export): deterministic,
     /// balanced by bytes, the same on every machine.
     ///
@@ -923,6 +944,30 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             // Stdout carries the stream: the report goes to stderr.
             if output.as_os_str() != "-" {
                 ui.report(&report, render::export)?;
+            }
+        }
+        Command::Mount {
+            revision,
+            mountpoint,
+            select,
+            threads,
+        } => {
+            let selection = select.selection()?;
+            let engine = dsv::read::ReadEngine::new(open_store(cli)?, Default::default());
+            let mut options = dsv::mount::MountOptions::default();
+            options.threads = usize::from(*threads);
+            let mut shown = Ok(());
+            let info = dsv::mount::mount(
+                &engine,
+                revision,
+                &selection,
+                mountpoint,
+                &options,
+                &mut |info| shown = ui.report(info, render::mounted),
+            )?;
+            shown?;
+            if !ui.json {
+                ui.line(format!("Unmounted {}", info.mountpoint.display()))?;
             }
         }
         Command::Shards {

@@ -584,6 +584,18 @@ pub fn export(r: &dsv::read::ExportReport) -> String {
     )
 }
 
+pub fn mounted(m: &dsv::mount::MountInfo) -> String {
+    format!(
+        "Mounted {} (version {}: {} files, {}) read-only at {}\nCtrl-C or `fusermount3 -u {}` unmounts it",
+        m.revision,
+        m.version.short(),
+        m.files,
+        HumanBytes(m.bytes),
+        m.mountpoint.display(),
+        m.mountpoint.display()
+    )
+}
+
 pub fn shards(plans: &[dsv::read::ShardPlan]) -> String {
     let mut out = String::from("SHARD\tFILES\tBYTES\tFIRST\tLAST");
     for p in plans {

@@ -216,6 +216,8 @@ fn help_lists_every_command() {
       tag        Give a version a name
       export     Write a version (or a shard or subset of it) as a tar stream: to stdout, a file or a
                  FIFO (SageMaker's Pipe mode)
+      mount      Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in the
+                 foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`
       shards     Print which files each of N shards holds (`--shard I/N` on export): deterministic,
                  balanced by bytes, the same on every machine
       cat        Write one file of a version to stdout

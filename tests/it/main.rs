@@ -14,6 +14,7 @@ mod hardening;
 mod hostile;
 mod import;
 mod local_store;
+mod mount;
 mod properties;
 mod read;
 mod real_data;

@@ -1,0 +1,366 @@
+//! `dsv mount`: real FUSE mounts of committed versions (skipped, with a note, where
+//! `/dev/fuse` or `fusermount3` is missing; CI installs fuse3 and runs as root).
+
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::common::{TestEnv, assert_same_tree, make_executable, pseudo_random};
+
+/// Whether FUSE mounts can be tried here; prints why not.
+fn fuse_available() -> bool {
+    let helper = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| dir.join("fusermount3").is_file())
+    });
+    let device = Path::new("/dev/fuse").exists();
+    if !helper || !device {
+        eprintln!(
+            "note: skipping a dsv mount test: {} (install fuse3)",
+            if device {
+                "fusermount3 is not installed"
+            } else {
+                "/dev/fuse does not exist"
+            }
+        );
+    }
+    helper && device
+}
+
+/// Whether `/proc/mounts` lists a mount at `point`.
+fn is_mounted(point: &Path) -> bool {
+    let point = point.canonicalize().unwrap_or_else(|_| point.to_path_buf());
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|line| line.split(' ').nth(1) == point.to_str())
+}
+
+fn fusermount_u(point: &Path) -> bool {
+    Command::new("fusermount3")
+        .arg("-u")
+        .arg(point)
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// A `dsv mount` running in the background; unmounted (lazily if need be) and reaped on drop.
+struct Mounted {
+    child: Child,
+    point: PathBuf,
+}
+
+impl Mounted {
+    /// Starts `dsv mount REV DIR ARGS...` (DIR is created) and waits until it answers.
+    fn start(env: &TestEnv, revision: &str, dir: &str, extra: &[&str]) -> Mounted {
+        let point = env.path(dir);
+        std::fs::create_dir_all(&point).unwrap();
+        let mut args = vec!["mount", revision, dir];
+        args.extend_from_slice(extra);
+        let child = env.spawn(&args);
+        let mut mounted = Mounted {
+            child,
+            point: point.canonicalize().unwrap(),
+        };
+        let start = Instant::now();
+        loop {
+            if is_mounted(&mounted.point) && std::fs::read_dir(&mounted.point).is_ok() {
+                return mounted;
+            }
+            if let Some(status) = mounted.child.try_wait().unwrap() {
+                let out = mounted.child.stderr.take().map(std::io::read_to_string);
+                panic!("dsv mount exited with {status}: {out:?}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the mount did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (up to 5 s) for the dsv process to end; its exit code.
+    fn wait(&mut self) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "dsv mount did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if is_mounted(&self.point) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.point)
+                .status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A version with nested directories, a multi-chunk file, an executable, an empty file and
+/// a symlink; returns the big file's bytes.
+fn committed(env: &TestEnv) -> Vec<u8> {
+    let big = pseudo_random(3_000_000, 7);
+    env.write("data/big.bin", &big);
+    env.write("data/a.txt", "hello\n");
+    env.write("data/empty", "");
+    env.write("data/train/x/1.txt", "one\n");
+    env.write("data/train/x/2.txt", "two two\n");
+    env.write("data/train/y/3.txt", pseudo_random(70_000, 3));
+    env.write("data/run.sh", "#!/bin/sh\necho hi\n");
+    make_executable(&env.path("data/run.sh"));
+    std::os::unix::fs::symlink("a.txt", env.path("data/link")).unwrap();
+    env.ok(&["commit", "data", "-d", "ds", "-m", "one"]);
+    env.ok(&["checkout", "ds", "co"]);
+    big
+}
+
+#[test]
+fn mount_serves_the_version_read_only_and_fusermount_ends_it() {
+    if !fuse_available() {
+        return;
+    }
+    let env = TestEnv::new();
+    let big = committed(&env);
+    let started = Instant::now();
+    let mut mount = Mounted::start(&env, "ds", "mnt", &[]);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let mnt = mount.point.clone();
+    // The same tree as a checkout: paths, bytes, link targets, executable bits.
+    assert_same_tree(&env.path("co"), &mnt);
+    // Modes, sizes and owner.
+    let meta = |p: &str| std::fs::symlink_metadata(mnt.join(p)).unwrap();
+    assert_eq!(meta("a.txt").permissions().mode() & 0o7777, 0o444);
+    assert_eq!(meta("run.sh").permissions().mode() & 0o7777, 0o555);
+    assert_eq!(meta("train").permissions().mode() & 0o7777, 0o555);
+    assert!(meta("link").file_type().is_symlink());
+    assert_eq!(meta("big.bin").len(), big.len() as u64);
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&meta("a.txt")),
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(env.root()).unwrap())
+    );
+    let ls = Command::new("ls").arg("-l").arg(&mnt).output().unwrap();
+    let ls = String::from_utf8(ls.stdout).unwrap();
+    assert!(
+        ls.lines().any(|l| l.starts_with("-r--r--r--")
+            && l.contains(" 3000000 ")
+            && l.ends_with("big.bin")),
+        "{ls}"
+    );
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("-r-xr-xr-x") && l.ends_with("run.sh")),
+        "{ls}"
+    );
+    // find sees every path.
+    let find = Command::new("find")
+        .arg(".")
+        .current_dir(&mnt)
+        .output()
+        .unwrap();
+    let mut found: Vec<String> = String::from_utf8(find.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ".",
+            "./a.txt",
+            "./big.bin",
+            "./empty",
+            "./link",
+            "./run.sh",
+            "./train",
+            "./train/x",
+            "./train/x/1.txt",
+            "./train/x/2.txt",
+            "./train/y",
+            "./train/y/3.txt"
+        ]
+    );
+    let cat = Command::new("cat")
+        .arg(mnt.join("train/x/2.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(cat.stdout, b"two two\n");
+    // pread at pseudo-random offsets, through one open file.
+    let file = std::fs::File::open(mnt.join("big.bin")).unwrap();
+    let mut state = 12345u64;
+    for _ in 0..100 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let offset = (state % (big.len() as u64 + 100)) as usize;
+        let mut buf = vec![0u8; ((state >> 35) % 200_000) as usize];
+        let n = file.read_at(&mut buf, offset as u64).unwrap();
+        let start = offset.min(big.len());
+        let end = (start + buf.len()).min(big.len());
+        assert_eq!(n, end - start);
+        assert_eq!(&buf[..n], &big[start..end]);
+    }
+    drop(file);
+    // Nothing writes.
+    let erofs = |result: std::io::Result<()>| {
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(30), "EROFS");
+    };
+    erofs(std::fs::write(mnt.join("a.txt"), "changed"));
+    erofs(std::fs::write(mnt.join("new.txt"), "new"));
+    erofs(std::fs::create_dir(mnt.join("newdir")));
+    erofs(std::fs::remove_file(mnt.join("a.txt")));
+    erofs(std::fs::rename(mnt.join("a.txt"), mnt.join("b.txt")));
+    erofs(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(mnt.join("a.txt"))
+            .map(drop),
+    );
+    assert_eq!(std::fs::read(mnt.join("a.txt")).unwrap(), b"hello\n");
+    // A second mount on a busy mount point is refused at once.
+    let busy = env.fails(&["mount", "ds", "mnt"], 3);
+    assert!(busy.contains("busy"), "{busy}");
+    // Unmounted from outside: dsv ends by itself, successfully.
+    assert!(fusermount_u(&mnt));
+    assert_eq!(mount.wait(), Some(0));
+    assert!(!is_mounted(&mnt));
+    assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
+}
+
+#[test]
+fn mount_of_a_shard_shows_only_its_files() {
+    if !fuse_available() {
+        return;
+    }
+    let env = TestEnv::new();
+    committed(&env);
+    let plans = env.json(&["shards", "ds", "2"]);
+    let mut expected: Vec<String> = plans[0]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    expected.sort();
+    assert!(!expected.is_empty());
+    let mount = Mounted::start(&env, "ds", "mnt", &["--shard", "0/2"]);
+    let mut files = Vec::new();
+    for entry in walkdir::WalkDir::new(&mount.point).min_depth(1) {
+        let entry = entry.unwrap();
+        let relative = entry.path().strip_prefix(&mount.point).unwrap();
+        if entry.file_type().is_file() {
+            files.push(relative.to_str().unwrap().to_string());
+            assert_eq!(
+                std::fs::read(entry.path()).unwrap(),
+                std::fs::read(env.path("co").join(relative)).unwrap()
+            );
+        } else {
+            // Only the directories on the selected files' paths; no symlinks.
+            assert!(entry.file_type().is_dir(), "{}", relative.display());
+            let prefix = format!("{}/", relative.to_str().unwrap());
+            assert!(expected.iter().any(|p| p.starts_with(&prefix)), "{prefix}");
+        }
+    }
+    files.sort();
+    assert_eq!(files, expected);
+    // --include: only what matches.
+    let include = Mounted::start(&env, "ds", "mnt2", &["--include", "train/x/**"]);
+    let mut found: Vec<String> = walkdir::WalkDir::new(&include.point)
+        .min_depth(1)
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap();
+            e.path()
+                .strip_prefix(&include.point)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        ["train", "train/x", "train/x/1.txt", "train/x/2.txt"]
+    );
+}
+
+#[test]
+fn mount_refuses_a_missing_mountpoint_and_a_file() {
+    if !fuse_available() {
+        return;
+    }
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let started = Instant::now();
+    let missing = env.fails(&["mount", "ds", "nowhere"], 3);
+    assert!(missing.contains("does not exist"), "{missing}");
+    let file = env.fails(&["mount", "ds", "data/a.txt"], 3);
+    assert!(file.contains("not a directory"), "{file}");
+    std::fs::create_dir(env.path("mnt")).unwrap();
+    let unknown = env.fails(&["mount", "nope", "mnt"], 3);
+    assert!(unknown.contains("nope"), "{unknown}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!is_mounted(&env.path("mnt")));
+}
+
+#[test]
+fn sigterm_unmounts_cleanly() {
+    if !fuse_available() {
+        return;
+    }
+    let env = TestEnv::new();
+    committed(&env);
+    let mut mount = Mounted::start(&env, "ds", "mnt", &[]);
+    assert_eq!(
+        std::fs::read(mount.point.join("a.txt")).unwrap(),
+        b"hello\n"
+    );
+    let term = Command::new("kill")
+        .args(["-TERM", &mount.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert_eq!(mount.wait(), Some(0));
+    assert!(!is_mounted(&mount.point));
+}
+
+#[test]
+fn a_killed_mount_is_released_by_fusermount_and_the_store_stays_whole() {
+    if !fuse_available() {
+        return;
+    }
+    let env = TestEnv::new();
+    committed(&env);
+    let mut mount = Mounted::start(&env, "ds", "mnt", &[]);
+    let mut file = std::fs::File::open(mount.point.join("big.bin")).unwrap();
+    let mut head = [0u8; 1000];
+    std::io::Read::read_exact(&mut file, &mut head).unwrap();
+    drop(file);
+    mount.child.kill().unwrap(); // SIGKILL
+    mount.child.wait().unwrap();
+    // A dead mount: still listed, refused as a mount point with a clear message.
+    assert!(is_mounted(&mount.point));
+    let dead = env.fails(&["mount", "ds", "mnt"], 3);
+    assert!(dead.contains("fusermount3 -u"), "{dead}");
+    assert!(fusermount_u(&mount.point));
+    assert!(!is_mounted(&mount.point));
+    env.ok(&["verify"]);
+    // And it mounts again.
+    let again = Mounted::start(&env, "ds", "mnt", &[]);
+    assert_same_tree(&env.path("co"), &again.point);
+}
