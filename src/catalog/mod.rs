@@ -211,26 +211,26 @@ impl Catalog {
             return Ok(());
         }
         let path = self.ref_log_path();
-        let existing = std::fs::metadata(&path).map_or(0, |m| m.len());
-        // A ref log the catalog never applied is not overwritten: the catalog was made anew,
-        // or restored from a copy older than the ref log (repair reconciles the two).
-        if existing > 0 {
-            return Err(Error::CatalogLost {
-                path: self.path.clone(),
-                reason: if create {
-                    "a ref log is there without its catalog".into()
-                } else {
-                    "the catalog predates the ref log beside it (restored from an older copy?)"
-                        .into()
-                },
-            });
-        }
+        // Under the write lock, so two processes upgrading one store agree on who writes.
         let tx = rusqlite::Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
         let applied: Option<i64> =
             tx.query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
                 row.get(0)
             })?;
         if applied.is_none() {
+            // A ref log the catalog never applied is not overwritten: the catalog was made
+            // anew, or restored from a copy older than the ref log (repair reconciles them).
+            if std::fs::metadata(&path).map_or(0, |m| m.len()) > 0 {
+                return Err(Error::CatalogLost {
+                    path: self.path.clone(),
+                    reason: if create {
+                        "a ref log is there without its catalog".into()
+                    } else {
+                        "the catalog predates the ref log beside it (restored from an older copy?)"
+                            .into()
+                    },
+                });
+            }
             write_snapshot(&tx, &self.path, &path)?;
         }
         tx.commit()?;
