@@ -297,14 +297,19 @@ impl StoreLock {
         Self::take_with(path, false)
     }
 
-    /// Opens (creating) `path` and takes its exclusive lock if no one holds it, else `None`.
-    pub(crate) fn try_take_exclusive(path: &Path) -> Result<Option<StoreLock>> {
-        let file = fs::OpenOptions::new()
+    /// Opens (creating, never truncating) the lock file at `path`.
+    fn open_file(path: &Path) -> Result<File> {
+        fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(path)
-            .at(path)?;
+            .at(path)
+    }
+
+    /// Opens (creating) `path` and takes its exclusive lock if no one holds it, else `None`.
+    pub(crate) fn try_take_exclusive(path: &Path) -> Result<Option<StoreLock>> {
+        let file = Self::open_file(path)?;
         match file.try_lock() {
             Ok(()) => Ok(Some(StoreLock { _file: file })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
@@ -314,12 +319,7 @@ impl StoreLock {
 
     /// Opens (creating) `path` and waits for its shared or exclusive lock.
     pub(crate) fn take_with(path: &Path, shared: bool) -> Result<StoreLock> {
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .at(path)?;
+        let file = Self::open_file(path)?;
         if shared {
             file.lock_shared().at(path)?;
         } else {
