@@ -225,3 +225,66 @@ fn export_and_shards_refuse_bad_input_and_end_quietly_on_a_closed_pipe() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Promise 5 on the read engine: processes reading one remote-only file at once share one
+/// store and download its chunks once (the download lock; later readers find them here).
+#[test]
+fn concurrent_readers_of_a_remote_only_file_download_it_once() {
+    let env = TestEnv::new();
+    let big = pseudo_random(6_000_000, 81);
+    env.write("d/big.bin", &big);
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let remote = env.path("remote");
+    std::fs::create_dir_all(&remote).unwrap();
+    let url = format!("file://{}", remote.display());
+    env.ok(&["remote", "add", "origin", &url]);
+    env.ok(&["push", "ds"]);
+    let pack_bytes = |dir: &std::path::Path| -> u64 {
+        std::fs::read_dir(dir.join(".dsv/packs"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    // One reader alone: what one download stores.
+    let alone = TestEnv::bare();
+    alone.ok(&["clone", &url, "c"]);
+    let before = pack_bytes(&alone.path("c"));
+    let out = alone
+        .dsv()
+        .args(["--store", "c", "cat", "ds:big.bin"])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, big);
+    let once = pack_bytes(&alone.path("c")) - before;
+    // Four at once.
+    let four = TestEnv::bare();
+    four.ok(&["clone", &url, "c"]);
+    let before = pack_bytes(&four.path("c"));
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+                .args(["--store", "c", "cat", "ds:big.bin"])
+                .current_dir(four.root())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success());
+        assert_eq!(output.stdout, big);
+    }
+    let stored = pack_bytes(&four.path("c")) - before;
+    assert_eq!(
+        stored, once,
+        "four readers stored {stored} bytes, one stores {once}"
+    );
+    assert!(problems_free(&four));
+}
+
+fn problems_free(env: &TestEnv) -> bool {
+    let out = env.run(&["--json", "--store", "c", "verify"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["problems"].as_array().unwrap().is_empty()
+}
