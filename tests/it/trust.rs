@@ -84,6 +84,14 @@ fn populated(env: &TestEnv) -> Vec<(String, String)> {
     env.write("b/w2.bin", pseudo_random(50_000, 27));
     env.ok(&["commit", "b", "-d", "beta"]);
     env.ok(&["pin", "alpha@v1", "--reason", "paper"]);
+    // A removed version: its removal must survive a repair too.
+    env.write("g/x.txt", "x1\n");
+    env.ok(&["commit", "g", "-d", "gamma"]);
+    env.write("g/x.txt", "x2\n");
+    env.ok(&["commit", "g", "-d", "gamma"]);
+    let old_gamma = version_ids(env, "gamma")[1].clone();
+    std::fs::remove_dir_all(env.path("g")).unwrap();
+    env.ok(&["rm", &format!("gamma@{}", &old_gamma[..12])]);
     let remote = env.path("remote");
     std::fs::create_dir_all(&remote).unwrap();
     let url = format!("file://{}", remote.display());
@@ -98,13 +106,22 @@ fn populated(env: &TestEnv) -> Vec<(String, String)> {
     revisions
 }
 
-/// What a user sees of the store's names (a pin's creation time is the repair's).
+/// What a user sees of the store's names (a pin's creation time and a removal's time are
+/// the repair's).
 fn names(env: &TestEnv) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
     let mut pins = env.json(&["pins"]);
     for pin in pins.as_array_mut().unwrap() {
         pin.as_object_mut().unwrap().remove("created_at");
     }
-    (env.json(&["ls"]), env.json(&["log", "alpha"]), pins)
+    // A removal's time is the repair's, like a pin's creation time: compare whether removed.
+    let mut logs = serde_json::json!([env.json(&["log", "alpha"]), env.json(&["log", "gamma"])]);
+    for log in logs.as_array_mut().unwrap() {
+        for version in log.as_array_mut().unwrap() {
+            let removed = version.get("removed_at").is_some_and(|t| !t.is_null());
+            version["removed_at"] = serde_json::Value::Bool(removed);
+        }
+    }
+    (env.json(&["ls"]), logs, pins)
 }
 
 /// Finding 2: losing `catalog.db` loses no version, head, tag, pin or remote.
@@ -127,11 +144,12 @@ fn a_deleted_catalog_is_rebuilt_from_the_packs_and_the_ref_log() {
     env.fails(&["init"], 5);
     env.fails(&["gc"], 5);
     let report = env.json(&["repair"]);
-    assert_eq!(report["heads"], 2, "{report}");
+    assert_eq!(report["heads"], 3, "{report}");
     assert_eq!(report["tags"], 3, "{report}");
     assert_eq!(report["remotes"], 1, "{report}");
     assert_eq!(report["pins"], 1, "{report}");
-    assert_eq!(report["versions"], 5, "{report}");
+    assert_eq!(report["removed"], 1, "{report}");
+    assert_eq!(report["versions"], 7, "{report}");
     assert!(report["missing_versions"].as_array().unwrap().is_empty());
     assert_eq!(names(&env), before);
     // The remote is back; what the store knew of its refs comes back with a fetch.
