@@ -338,10 +338,10 @@ impl VersionHandle {
         if let Some(shard) = selection.shard {
             let sizes: Vec<(&str, u64)> = files.iter().map(|e| (e.path.as_str(), e.size)).collect();
             let shards = crate::shard::assign(&sizes, shard.count);
-            files = shards[shard.index as usize]
-                .iter()
-                .map(|i| files[*i])
-                .collect();
+            files = shards
+                .get(shard.index as usize)
+                .map(|members| members.iter().map(|i| files[*i]).collect())
+                .unwrap_or_default();
         }
         Ok(files)
     }
@@ -360,8 +360,8 @@ pub struct ShardPlan {
     pub paths: Vec<String>,
 }
 
-/// Who reads what: the `count` shards of the files `selection` picks (its own `shard` is
-/// ignored), as `--shard I/N` assigns them.
+/// Who reads what: the `count` shards (at most [`crate::shard::MAX_SHARDS`]) of the files
+/// `selection` picks (its own `shard` is ignored), as `--shard I/N` assigns them.
 ///
 /// # Errors
 /// As [`ReadEngine::version`] and [`VersionHandle::select`].
@@ -376,7 +376,10 @@ pub fn shards(
     all.shard = None;
     let files = version.select(&all)?;
     let sizes: Vec<(&str, u64)> = files.iter().map(|e| (e.path.as_str(), e.size)).collect();
-    Ok(crate::shard::assign(&sizes, count)
+    let count = count.clamp(1, crate::shard::MAX_SHARDS);
+    let mut assigned = crate::shard::assign(&sizes, count);
+    assigned.resize(count as usize, Vec::new());
+    Ok(assigned
         .into_iter()
         .enumerate()
         .map(|(index, members)| ShardPlan {

@@ -12,6 +12,9 @@
 
 use crate::error::{Error, Result};
 
+/// The most shards a version is split into (`--shard I/N`, `dsv shards REV N`).
+pub const MAX_SHARDS: u32 = 1_000_000;
+
 /// Worker `index` of `count` (0-based), as `--shard I/N` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ShardSpec {
@@ -24,7 +27,7 @@ pub struct ShardSpec {
 impl std::str::FromStr for ShardSpec {
     type Err = Error;
 
-    /// Parses `I/N` with `0 <= I < N`, `N >= 1` (decimal, no sign).
+    /// Parses `I/N` with `0 <= I < N`, `1 <= N <=` [`MAX_SHARDS`] (decimal, no sign).
     fn from_str(text: &str) -> Result<ShardSpec> {
         let bad = |reason: &str| Error::InvalidShard {
             spec: text.to_string(),
@@ -44,6 +47,9 @@ impl std::str::FromStr for ShardSpec {
         if count == 0 {
             return Err(bad("N must be at least 1"));
         }
+        if count > MAX_SHARDS {
+            return Err(bad("N must be at most 1000000"));
+        }
         if index >= count {
             return Err(bad("I counts from 0 and must be less than N"));
         }
@@ -58,9 +64,10 @@ impl std::fmt::Display for ShardSpec {
 }
 
 /// Assigns files (path, size in bytes) to `count` shards; returns for each shard the indexes
-/// (into `files`) of its files, in path order.
+/// (into `files`) of its files, in path order. At most `files.len()` shards get a file, so
+/// only that many are returned (at least one): shards past the end are empty.
 pub fn assign(files: &[(&str, u64)], count: u32) -> Vec<Vec<usize>> {
-    let count = count.max(1) as usize;
+    let count = (count.max(1) as usize).min(files.len().max(1));
     let mut order: Vec<usize> = (0..files.len()).collect();
     order.sort_by(|a, b| {
         files[*b]
@@ -105,6 +112,11 @@ mod tests {
         let sizes: Vec<u64> = (0..500u64).map(|i| (i * 7919) % 10_007 + 1).collect();
         let names: Vec<String> = (0..500).map(|i| format!("f{i:04}")).collect();
         let files: Vec<(&str, u64)> = names.iter().map(String::as_str).zip(sizes).collect();
+        assert_eq!(
+            assign(&files[..3], u32::MAX).len(),
+            3,
+            "never more shards than files"
+        );
         for count in [1, 2, 3, 7, 64] {
             let shards = assign(&files, count);
             let mut seen: Vec<usize> = shards.iter().flatten().copied().collect();
