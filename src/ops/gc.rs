@@ -225,6 +225,7 @@ pub fn gc(
     report.repack.sort_by_key(|p| p.pack);
     report.kept_with_garbage.sort_by_key(|p| p.pack);
     let now = std::time::SystemTime::now();
+    let accounting = super::repair::PackAccounting::new(store);
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -249,7 +250,7 @@ pub fn gc(
             let mut unreadable = false;
             let mut holds_versions = false;
             if deleted && name.ends_with(".pack") {
-                match super::repair::forgotten_versions(store, &entry.path())? {
+                match accounting.forgotten_versions(&entry.path())? {
                     None => {
                         deleted = false;
                         unreadable = true;

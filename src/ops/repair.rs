@@ -338,42 +338,71 @@ impl ForgottenVersions {
     }
 }
 
-/// What the unnamed pack file at `path` holds that no cleanup may delete: its versions that
-/// the catalog lacks and the ref log (all of it, and `reflog.unapplied`) names. `Ok(None)`
-/// when the file is not a readable pack (its contents cannot be accounted for either).
-///
-/// # Errors
-/// [`Error::Io`] reading the ref log; [`Error::Catalog`].
-pub fn forgotten_versions(store: &Store, path: &Path) -> Result<Option<ForgottenVersions>> {
-    let Ok(file) = fs::File::open(path) else {
-        return Ok(None);
-    };
-    let Ok((_, objects)) = crate::pack::reader::read_index(&file, path) else {
-        return Ok(None);
-    };
-    let mut out = ForgottenVersions::default();
-    let candidates: Vec<ObjectId> = objects
-        .iter()
-        .filter(|o| o.kind == ObjectKind::Version)
-        .map(|o| o.id)
-        .collect();
-    if candidates.is_empty() {
-        return Ok(Some(out));
-    }
-    let log_path = store.catalog().ref_log_path();
-    let applied = store.catalog().ref_log_applied()?;
-    let named_applied = reflog::read(&log_path, applied)?.named_versions();
-    let mut named_all = reflog::read(&log_path, None)?.named_versions();
-    named_all.extend(reflog::read(&reflog::unapplied_path(&log_path), None)?.named_versions());
-    for id in candidates {
-        if store.catalog().version(&id)?.is_some() {
-            continue;
-        }
-        if named_applied.contains(&id) {
-            out.applied.push(id);
-        } else if named_all.contains(&id) {
-            out.unapplied.push(id);
+/// The versions the ref log names, read once for every unnamed pack a gc or verify looks at.
+struct NamedVersions {
+    /// Named by the part of the ref log the catalog applied.
+    applied: BTreeSet<ObjectId>,
+    /// Named anywhere in it, or in `reflog.unapplied`.
+    all: BTreeSet<ObjectId>,
+}
+
+/// Accounts for unnamed pack files: reads the ref log at most once, on the first pack that
+/// holds a version (most unnamed packs, left by killed transfers, hold none).
+pub struct PackAccounting<'a> {
+    store: &'a Store,
+    names: std::cell::OnceCell<NamedVersions>,
+}
+
+impl<'a> PackAccounting<'a> {
+    /// Accounting against `store`'s catalog and ref log.
+    pub fn new(store: &'a Store) -> Self {
+        PackAccounting {
+            store,
+            names: std::cell::OnceCell::new(),
         }
     }
-    Ok(Some(out))
+
+    fn names(&self) -> Result<&NamedVersions> {
+        if let Some(names) = self.names.get() {
+            return Ok(names);
+        }
+        let log_path = self.store.catalog().ref_log_path();
+        let applied = self.store.catalog().ref_log_applied()?;
+        let mut all = reflog::read(&log_path, None)?.named_versions();
+        all.extend(reflog::read(&reflog::unapplied_path(&log_path), None)?.named_versions());
+        let names = NamedVersions {
+            applied: reflog::read(&log_path, applied)?.named_versions(),
+            all,
+        };
+        Ok(self.names.get_or_init(|| names))
+    }
+
+    /// What the unnamed pack file at `path` holds that no cleanup may delete: its versions
+    /// that the catalog lacks and the ref log (all of it, and `reflog.unapplied`) names.
+    /// `Ok(None)` when the file is not a readable pack (its contents cannot be accounted for
+    /// either).
+    ///
+    /// # Errors
+    /// [`Error::Io`] reading the ref log; [`Error::Catalog`].
+    pub fn forgotten_versions(&self, path: &Path) -> Result<Option<ForgottenVersions>> {
+        let Ok(file) = fs::File::open(path) else {
+            return Ok(None);
+        };
+        let Ok((_, objects)) = crate::pack::reader::read_index(&file, path) else {
+            return Ok(None);
+        };
+        let mut out = ForgottenVersions::default();
+        for object in objects.iter().filter(|o| o.kind == ObjectKind::Version) {
+            if self.store.catalog().version(&object.id)?.is_some() {
+                continue;
+            }
+            let names = self.names()?;
+            if names.applied.contains(&object.id) {
+                out.applied.push(object.id);
+            } else if names.all.contains(&object.id) {
+                out.unapplied.push(object.id);
+            }
+        }
+        Ok(Some(out))
+    }
 }

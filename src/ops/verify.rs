@@ -102,9 +102,10 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
     // An unnamed pack that holds a version the ref log names is data the catalog forgot
     // (named in what it applied: a problem), or a commit it never finished or a catalog
     // restored from an older copy (named only past that: reported, kept by gc).
+    let accounting = super::repair::PackAccounting::new(store);
     for name in &report.unreferenced_packs {
         let path = store.packs_dir().join(name);
-        let Some(forgotten) = super::repair::forgotten_versions(store, &path)? else {
+        let Some(forgotten) = accounting.forgotten_versions(&path)? else {
             continue;
         };
         let short = |ids: &[ObjectId]| {
