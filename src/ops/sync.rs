@@ -607,7 +607,17 @@ pub fn fetch_missing(
             });
         }
     }
-    fetch_missing_round(store, versions, include, first, jobs, progress, false)
+    let (mut transfer, fetched_maps) =
+        fetch_missing_round(store, versions, include, first, jobs, progress)?;
+    // File maps that came now list chunks of their own: fetch those too (once).
+    if fetched_maps {
+        let (more, _) = fetch_missing_round(store, versions, include, first, jobs, progress)?;
+        transfer.bytes += more.bytes;
+        transfer.packs += more.packs;
+        transfer.objects += more.objects;
+        transfer.requests += more.requests;
+    }
+    Ok(transfer)
 }
 
 fn fetch_missing_round(
@@ -617,13 +627,12 @@ fn fetch_missing_round(
     first: Option<(&RemoteRecord, &Remote)>,
     jobs: usize,
     progress: &dyn Progress,
-    refetched: bool,
-) -> Result<Transfer> {
+) -> Result<(Transfer, bool)> {
     let mut missing = missing_chunks(store, versions, include)?;
     let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
     let mut transfer = Transfer::default();
     if missing.is_empty() {
-        return Ok(transfer);
+        return Ok((transfer, false));
     }
     let mut opened = Vec::new();
     for record in store.catalog().remotes()? {
@@ -686,15 +695,7 @@ fn fetch_missing_round(
             what: kind.name(),
         });
     }
-    // File maps that came now list chunks of their own: fetch those too (once).
-    if wanted_maps && !refetched {
-        let more = fetch_missing_round(store, versions, include, first, jobs, progress, true)?;
-        transfer.bytes += more.bytes;
-        transfer.packs += more.packs;
-        transfer.objects += more.objects;
-        transfer.requests += more.requests;
-    }
-    Ok(transfer)
+    Ok((transfer, wanted_maps))
 }
 
 /// True when `ancestor` is `descendant` or one of its parents (by the version table).
