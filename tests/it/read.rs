@@ -1,7 +1,7 @@
 //! The read engine (`dsv::read`): random access without a checkout, from many threads, on
 //! local and remote-only versions; `dsv cat` is its front end.
 
-use crate::common::{TestEnv, pseudo_random};
+use crate::common::{TestEnv, pseudo_random, push_to_file_remote};
 
 fn engine(env: &TestEnv, cache_bytes: u64) -> dsv::read::ReadEngine {
     let mut options = dsv::read::ReadOptions::default();
@@ -69,11 +69,7 @@ fn cat_reads_a_remote_only_version_and_keeps_what_it_fetched() {
     env.write("d/big.bin", &big);
     env.write("d/other.bin", pseudo_random(2_000_000, 101));
     env.ok(&["commit", "d", "-d", "ds"]);
-    let remote = env.path("remote");
-    std::fs::create_dir_all(&remote).unwrap();
-    let url = format!("file://{}", remote.display());
-    env.ok(&["remote", "add", "origin", &url]);
-    env.ok(&["push", "ds"]);
+    let (_, url) = push_to_file_remote(&env, "remote", "ds");
     let clone = TestEnv::bare();
     clone.ok(&["clone", &url, "c"]);
     let store = clone.path("c");
@@ -234,11 +230,7 @@ fn concurrent_readers_of_a_remote_only_file_download_it_once() {
     let big = pseudo_random(6_000_000, 81);
     env.write("d/big.bin", &big);
     env.ok(&["commit", "d", "-d", "ds"]);
-    let remote = env.path("remote");
-    std::fs::create_dir_all(&remote).unwrap();
-    let url = format!("file://{}", remote.display());
-    env.ok(&["remote", "add", "origin", &url]);
-    env.ok(&["push", "ds"]);
+    let (_, url) = push_to_file_remote(&env, "remote", "ds");
     let pack_bytes = |dir: &std::path::Path| -> u64 {
         std::fs::read_dir(dir.join(".dsv/packs"))
             .unwrap()

@@ -1,7 +1,7 @@
 //! Trust: sequences of user actions that once lost data or corrupted it silently (issue 9).
 //! Each test is the reproduction from the review, and fails on the code before the fix.
 
-use crate::common::{TestEnv, pseudo_random, settle, version_ids};
+use crate::common::{TestEnv, pseudo_random, push_to_file_remote, settle, version_ids};
 
 /// `verify`'s problems (exit 0 when none, 5 when some).
 fn problems(env: &TestEnv) -> Vec<serde_json::Value> {
@@ -92,11 +92,7 @@ fn populated(env: &TestEnv) -> Vec<(String, String)> {
     let old_gamma = version_ids(env, "gamma")[1].clone();
     std::fs::remove_dir_all(env.path("g")).unwrap();
     env.ok(&["rm", &format!("gamma@{}", &old_gamma[..12])]);
-    let remote = env.path("remote");
-    std::fs::create_dir_all(&remote).unwrap();
-    let url = format!("file://{}", remote.display());
-    env.ok(&["remote", "add", "origin", &url]);
-    env.ok(&["push", "alpha"]);
+    push_to_file_remote(env, "remote", "alpha");
     let mut revisions = Vec::new();
     for dataset in ["alpha", "beta"] {
         for id in version_ids(env, dataset) {
@@ -285,15 +281,7 @@ fn a_hostile_file_map_from_another_remote_is_rejected_and_the_right_one_fetched(
     let content = pseudo_random(3_000_000, 31);
     honest.write("d/big.bin", &content);
     honest.ok(&["commit", "d", "-d", "honest"]);
-    let r1 = honest.path("r1");
-    std::fs::create_dir_all(&r1).unwrap();
-    honest.ok(&[
-        "remote",
-        "add",
-        "origin",
-        &format!("file://{}", r1.display()),
-    ]);
-    honest.ok(&["push", "honest"]);
+    let (r1, _) = push_to_file_remote(&honest, "r1", "honest");
     let file_id: dsv::ObjectId = honest.json(&["ls", "honest"])[0]["id"]
         .as_str()
         .unwrap()
@@ -305,15 +293,7 @@ fn a_hostile_file_map_from_another_remote_is_rejected_and_the_right_one_fetched(
     let attacker = TestEnv::new();
     attacker.write("d/big.bin", pseudo_random(3_000_000, 32));
     attacker.ok(&["commit", "d", "-d", "bait"]);
-    let r2 = attacker.path("r2");
-    std::fs::create_dir_all(&r2).unwrap();
-    attacker.ok(&[
-        "remote",
-        "add",
-        "origin",
-        &format!("file://{}", r2.display()),
-    ]);
-    attacker.ok(&["push", "bait"]);
+    let (r2, _) = push_to_file_remote(&attacker, "r2", "bait");
     let bait_id: dsv::ObjectId = attacker.json(&["ls", "bait"])[0]["id"]
         .as_str()
         .unwrap()
@@ -439,11 +419,7 @@ fn a_ref_naming_a_version_the_remote_lacks_says_so() {
     let env = TestEnv::new();
     env.write("d/a.txt", "a\n");
     env.ok(&["commit", "d", "-d", "real"]);
-    let remote = env.path("remote");
-    std::fs::create_dir_all(&remote).unwrap();
-    let url = format!("file://{}", remote.display());
-    env.ok(&["remote", "add", "origin", &url]);
-    env.ok(&["push", "real"]);
+    let (remote, url) = push_to_file_remote(&env, "remote", "real");
     std::fs::write(
         remote.join("refs/heads/ghost"),
         format!("{}\n", "ab".repeat(32)),

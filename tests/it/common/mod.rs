@@ -176,6 +176,17 @@ pub fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(150));
 }
 
+/// Makes `env/dir` a `file://` remote, adds it as `origin` and pushes `dataset` there;
+/// returns its directory and URL.
+pub fn push_to_file_remote(env: &TestEnv, dir: &str, dataset: &str) -> (PathBuf, String) {
+    let remote = env.path(dir);
+    fs::create_dir_all(&remote).unwrap();
+    let url = format!("file://{}", remote.display());
+    env.ok(&["remote", "add", "origin", &url]);
+    env.ok(&["push", dataset]);
+    (remote, url)
+}
+
 /// The ids of a dataset's versions, newest first (`dsv log --json`).
 pub fn version_ids(env: &TestEnv, dataset: &str) -> Vec<String> {
     env.json(&["log", dataset])
