@@ -1,0 +1,164 @@
+"""Typed stubs of ``dsv._dsv``, the native half of the ``dsv`` package (pyo3)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._file import File
+
+StrPath = Union[str, "os.PathLike[str]"]
+Include = Union[str, Sequence[str], None]
+
+__version__: str
+
+class Store:
+    """A dsv store (its ``.dsv`` directory), open for reading versions, committing and
+    checking out. ``Store()`` finds the nearest store from the working directory upward (or
+    ``DSV_STORE``), as the CLI does; ``Store(path)`` starts the search at ``path``.
+
+    Raises ``dsv.NoStore`` when there is none. Usable as a context manager (closes on exit),
+    picklable (as its path), and safe across ``fork()`` (a child opens its own engine).
+    """
+
+    def __init__(self, path: Optional[StrPath] = None) -> None: ...
+    @property
+    def path(self) -> pathlib.Path:
+        """The store's ``.dsv`` directory."""
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+    def version(self, revision: str) -> Version:
+        """Opens version ``revision`` for reading: any revision the CLI takes (``mnist``,
+        ``mnist@v3``, ``mnist@<id prefix>``, ``mnist@v3~1``), and ``REMOTE/NAME[@REV]``,
+        whose ref is checked on the remote and whose metadata is fetched (no file data: files
+        are fetched when first read).
+
+        Raises ``dsv.UnknownRevision`` (``dsv.UnknownDataset``), ``dsv.InvalidRevision``,
+        ``dsv.VersionRemoved``, ``dsv.RemoteError``."""
+    def commit(
+        self,
+        dir: StrPath,
+        *,
+        dataset: str,
+        message: str,
+        tag: Optional[str] = None,
+        allow_empty: bool = False,
+    ) -> Dict[str, Any]:
+        """Commits directory ``dir`` as a new version of ``dataset`` (created if new), as
+        ``dsv commit DIR --dataset NAME -m MESSAGE [--tag TAG]``; returns the report ``dsv
+        commit --json`` prints (``version``, ``created``, ``files``, ``bytes``, ...)."""
+    def checkout(self, revision: str, dir: StrPath, *, force: bool = False) -> Dict[str, Any]:
+        """Checks out ``revision`` into ``dir`` (created if missing), as ``dsv checkout REV
+        DIR [--force]``: data only on a remote is downloaded first. Returns the report ``dsv
+        checkout --json`` prints. Raises ``dsv.Conflict`` when uncommitted changes are in the
+        way (``force=True`` overwrites them)."""
+    def close(self) -> None:
+        """Releases the store's read engine (its catalog connection and cached frames). Every
+        later call on the store, or on a version or file opened from it, raises
+        ``dsv.StoreClosed``. Closing twice is allowed."""
+    def __enter__(self) -> Store: ...
+    def __exit__(self, *args: Any) -> bool: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[pathlib.Path]]: ...
+
+class Version:
+    """One version of a dataset, open for reading without a checkout: list, stat, open and
+    read its files, take a worker's shard. Files whose data is only on a remote are fetched
+    when first opened and kept in the store, for every later reader on the machine. Reads
+    release the GIL, so threads reading one version run in parallel.
+
+    Picklable (as the store's path and the version's id) and safe across ``fork()``.
+    """
+
+    @property
+    def id(self) -> str:
+        """The version's id (64 hex digits)."""
+    @property
+    def dataset(self) -> str:
+        """The dataset it belongs to."""
+    @property
+    def revision(self) -> str:
+        """The revision it was opened as (``mnist@v3``)."""
+    @property
+    def message(self) -> str:
+        """The commit message."""
+    @property
+    def author(self) -> str:
+        """Who made it."""
+    @property
+    def time(self) -> int:
+        """When it was made, in seconds since the Unix epoch."""
+    @property
+    def parent(self) -> Optional[str]:
+        """The id of the previous version of the dataset, or ``None``."""
+    @property
+    def store(self) -> Store:
+        """The store it was opened from."""
+    @property
+    def size_bytes(self) -> int:
+        """Total bytes of its regular files."""
+    def __len__(self) -> int:
+        """The number of regular files."""
+    def __contains__(self, path: str) -> bool:
+        """True when ``path`` is a regular file of the version."""
+    def files(self, include: Include = None) -> List[str]:
+        """The paths of its regular files, sorted; with ``include`` (a glob such as
+        ``train/**``, or a list of them), only those matching one. Raises
+        ``dsv.InvalidPattern`` for a glob that does not parse."""
+    def shard(self, rank: int, world_size: int, include: Include = None) -> List[str]:
+        """The files worker ``rank`` of ``world_size`` reads: the same assignment as the CLI's
+        ``--shard RANK/WORLD_SIZE`` and ``dsv shards`` (balanced by bytes, disjoint, covering
+        every file once, the same on every machine), of the files ``include`` selects. Raises
+        ``dsv.InvalidShard`` unless ``0 <= rank < world_size``."""
+    def stat(self, path: str) -> Dict[str, Any]:
+        """What ``path`` is: a dict with ``path``, ``type`` (``file``, ``directory`` or
+        ``symlink``), ``size``, ``id``, and ``executable`` (files) or ``target`` (symlinks).
+        Raises ``dsv.PathNotFound`` when the version has no such path."""
+    def listdir(self, path: str = "") -> List[Dict[str, Any]]:
+        """The entries directly inside directory ``path`` (``""`` for the top), as ``stat``
+        gives them. Raises ``dsv.PathNotFound`` when ``path`` is not a directory."""
+    def open(self, path: str) -> File:
+        """Opens file ``path`` for reading: a ``dsv.File``, a binary file object (``read``,
+        ``readinto``, ``seek``, ``tell``). Data only on a remote is fetched first. Raises
+        ``dsv.PathNotFound``, ``dsv.NotAFile``."""
+    def read(self, path: str, start: int = 0, end: Optional[int] = None) -> bytes:
+        """The bytes ``[start, end)`` of file ``path`` (``end=None``: to the end), as the
+        CLI's ``dsv cat REV:PATH --range START..END``: an ``end`` past the size reads to the
+        end; a ``start`` at or past the end of a non-empty file raises
+        ``dsv.RangeNotSatisfiable``; a negative offset or ``end < start`` raises
+        ``ValueError``."""
+    def __reduce__(self) -> Tuple[Any, Tuple[pathlib.Path, str, str, str]]: ...
+
+class _FileHandle:
+    """One open file of a version: the native half of ``dsv.File``."""
+
+    @property
+    def size(self) -> int:
+        """The file's size in bytes."""
+    @property
+    def path(self) -> str:
+        """Its path in the version."""
+    @property
+    def version(self) -> Version:
+        """The version it belongs to."""
+    def read_at(self, offset: int, count: Optional[int] = None) -> bytes:
+        """Up to ``count`` bytes from ``offset`` (all to the end when ``count`` is ``None``
+        or negative); ``b""`` at or past the end."""
+
+def clone(url: str, path: StrPath, *, options: Optional[Mapping[str, str]] = None) -> Store:
+    """``dsv clone URL PATH``: a new store at ``path`` whose remote ``origin`` is ``url``
+    (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file://``), with its datasets' heads and
+    tags and their metadata; no file data (reads fetch what they need). ``options`` are the
+    remote's settings (``dsv remote add --option KEY=VALUE``); credentials come from the
+    environment (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``). Returns the new store. Raises
+    ``dsv.StoreExists``, ``dsv.InvalidRemote``, ``dsv.RemoteError`` (and leaves nothing
+    behind)."""
+
+def reopen_version(root: StrPath, dataset: str, id: str, revision: str) -> Version:
+    """Opens version ``id`` of ``dataset`` in the store at ``root`` (how a pickled
+    ``Version`` comes back in another process)."""
+
+def permutation(n: int, key: str) -> List[int]:
+    """The order of ``n`` items for ``key``: a Fisher–Yates shuffle driven by BLAKE3's
+    extendable output of ``key``, the same on every machine."""

@@ -1,0 +1,342 @@
+"""PyTorch datasets over a dsv version: no checkout, no conversion step.
+
+- :class:`VersionDataset`: map-style (``len(ds)``, ``ds[i]``), for a ``DataLoader`` with any
+  sampler (``DistributedSampler`` included).
+- :class:`IterableVersionDataset`: an ``IterableDataset`` that splits the version between
+  ranks (``torch.distributed``) and ``DataLoader`` workers itself, shuffles deterministically
+  per epoch, can give every rank the same number of samples, and records its progress in a
+  state dict to resume mid-epoch without repeats or skips.
+- :class:`DataLoader`: ``torch.utils.data.DataLoader`` that tells an
+  ``IterableVersionDataset`` what the training loop has consumed, so its ``state_dict()``
+  is exact with worker processes too.
+
+A sample is ``transform(path, data)`` (``data``: the file's bytes), or ``(path, data)``
+without a transform. Reads go through the store's read engine: files only on a remote are
+fetched on first read and kept in the store, once for every rank and worker on the machine.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils.data
+
+from . import _dsv
+from .errors import InvalidShard
+
+__all__ = ["VersionDataset", "IterableVersionDataset", "DataLoader"]
+
+Include = Union[str, Sequence[str], None]
+Transform = Callable[[str, bytes], Any]
+
+
+def _sample(transform: Optional[Transform], path: str, data: bytes) -> Any:
+    return (path, data) if transform is None else transform(path, data)
+
+
+class VersionDataset(torch.utils.data.Dataset):
+    """Map-style dataset of a version's files (those ``include`` selects), in path order:
+    ``ds[i]`` reads the ``i``-th file and returns ``transform(path, data)``, or
+    ``(path, data)`` without a transform.
+
+    Works with any sampler (``RandomSampler``, ``DistributedSampler``) and with worker
+    processes (fork or spawn): the version is reopened in each worker on first read.
+    """
+
+    def __init__(
+        self,
+        version: _dsv.Version,
+        include: Include = None,
+        transform: Optional[Transform] = None,
+    ) -> None:
+        self.version = version
+        self.include = include
+        self.transform = transform
+        self.paths: List[str] = version.files(include)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> Any:
+        path = self.paths[index]
+        return _sample(self.transform, path, self.version.read(path))
+
+
+def _distributed() -> Optional[Tuple[int, int]]:
+    """(rank, world size) of an initialized default process group, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def _check_rank(rank: int, world_size: int) -> None:
+    if world_size < 1:
+        raise InvalidShard(f"invalid world size {world_size}: it must be at least 1")
+    if not 0 <= rank < world_size:
+        raise InvalidShard(
+            f"invalid rank {rank} of world size {world_size}: the rank counts from 0 and must be less than the world size"
+        )
+
+
+class IterableVersionDataset(torch.utils.data.IterableDataset):
+    """A version's files (those ``include`` selects) as an ``IterableDataset`` for
+    distributed training.
+
+    Order: the files in path order, or with ``shuffle=True`` a permutation that depends only
+    on (version id, ``seed``, epoch) — the same on every machine and every run
+    (``set_epoch(e)`` picks the epoch, as with ``DistributedSampler``).
+
+    Ranks: rank ``r`` of ``W`` takes every ``W``-th file of that order starting at ``r``
+    (``DistributedSampler``'s split), so each file is read by exactly one rank per epoch.
+    ``rank`` and ``world_size`` come from ``torch.distributed`` when it is initialized (when
+    the dataset is made, at ``set_epoch`` and when iterated in the main process), else from the
+    arguments (default 0 of 1). With ``equal_per_rank=True`` every rank gets the same number
+    of samples, ``ceil(N / W)``, by repeating the first few files of the order (as
+    ``DistributedSampler`` pads), so DDP ranks never wait on each other at the end of an epoch.
+
+    Workers: in a ``DataLoader`` with ``num_workers > 0`` each worker takes its share of the
+    rank's files. With ``batch_size`` set (or with :class:`dsv.torch.DataLoader`, which sets
+    it), the share is whole batches, worker ``w`` taking batches ``w, w + n, ...``: the order
+    the loader hands batches over (it asks the workers in turn) is then exactly the rank's
+    order, which is what makes ``state_dict()`` exact with workers.
+
+    Resuming: ``state_dict()`` records the epoch and how many of this rank's samples the
+    training loop has consumed in it; ``load_state_dict(state)`` makes the next pass over that
+    epoch start right after them.
+
+    A sample is ``transform(path, data)``, or ``(path, data)`` without a transform.
+    """
+
+    def __init__(
+        self,
+        version: _dsv.Version,
+        include: Include = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        equal_per_rank: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        transform: Optional[Transform] = None,
+        batch_size: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if rank is not None and world_size is not None:
+            _check_rank(rank, world_size)
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        self.version = version
+        self.include = include
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.equal_per_rank = bool(equal_per_rank)
+        self.transform = transform
+        self.batch_size = batch_size
+        self.paths: List[str] = version.files(include)
+        self.epoch = 0
+        self._explicit = (rank, world_size) if rank is not None else None
+        self._rank_world = self._explicit or (0, 1)
+        # Samples of epoch `_resume_epoch` consumed before a load_state_dict.
+        self._resume_epoch = -1
+        self._resume = 0
+        # This rank's samples of the current epoch consumed, as far as this process knows.
+        self._consumed = 0
+        self._resolve()
+
+    # -- rank, world size and order -------------------------------------------------------
+
+    def _resolve(self) -> Tuple[int, int]:
+        """Rank and world size, read from torch.distributed in the main process."""
+        if self._explicit is None and torch.utils.data.get_worker_info() is None:
+            found = _distributed()
+            if found is not None:
+                _check_rank(*found)
+                self._rank_world = found
+        return self._rank_world
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self._resolve()[0]
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._resolve()[1]
+
+    def order(self, epoch: Optional[int] = None) -> List[int]:
+        """The whole order of epoch ``epoch`` (default: the current one) before the split
+        between ranks, as indexes into ``paths``, padded when ``equal_per_rank``."""
+        epoch = self.epoch if epoch is None else epoch
+        n = len(self.paths)
+        if self.shuffle:
+            key = f"{self.version.id}\0{self.seed}\0{epoch}"
+            order = _dsv.permutation(n, key)
+        else:
+            order = list(range(n))
+        world = self._rank_world[1]
+        if self.equal_per_rank and n > 0:
+            total = math.ceil(n / world) * world
+            order = (order * math.ceil(total / n))[:total]
+        return order
+
+    def rank_order(self, epoch: Optional[int] = None) -> List[int]:
+        """The indexes into ``paths`` this rank reads in epoch ``epoch``, in order."""
+        rank, world = self._resolve()
+        return self.order(epoch)[rank::world]
+
+    def __len__(self) -> int:
+        """The number of samples this rank reads per epoch."""
+        rank, world = self._resolve()
+        n = len(self.paths)
+        if self.equal_per_rank:
+            return math.ceil(n / world) if n else 0
+        return len(range(rank, n, world))
+
+    # -- epochs and progress --------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch (the shuffle's order). Call it before each epoch, in the main
+        process, as with ``DistributedSampler``. A resume position loaded for another epoch
+        is dropped."""
+        self._resolve()
+        if epoch != self.epoch:
+            self._consumed = 0
+        self.epoch = int(epoch)
+
+    def state_dict(self, samples_seen: Optional[int] = None) -> Dict[str, Any]:
+        """Progress to save in a checkpoint: the epoch and how many of this rank's samples of
+        it the training loop has consumed (``samples_seen``). Without ``samples_seen`` the count
+        this object kept is used: exact when it was iterated in this process
+        (``num_workers=0``) or through :class:`dsv.torch.DataLoader`; with a plain
+        ``DataLoader`` and workers, pass the count (batches consumed x batch size) and give the
+        dataset the loader's ``batch_size``."""
+        rank, world = self._resolve()
+        seen = self._consumed if samples_seen is None else int(samples_seen)
+        if not 0 <= seen <= len(self):
+            raise ValueError(f"samples_seen must be between 0 and {len(self)}, not {seen}")
+        return {
+            "version": self.version.id,
+            "files": len(self.paths),
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "equal_per_rank": self.equal_per_rank,
+            "world_size": world,
+            "rank": rank,
+            "epoch": self.epoch,
+            "samples_seen": seen,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state`` (from ``state_dict()``): the epoch it names, and its next
+        iteration starts after the samples already seen. Raises ``ValueError`` when ``state``
+        is of another version, file selection, seed, shuffle or world size (its order would
+        differ)."""
+        rank, world = self._resolve()
+        expected = {
+            "version": self.version.id,
+            "files": len(self.paths),
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "equal_per_rank": self.equal_per_rank,
+            "world_size": world,
+        }
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"the state is of another order: its {key} is {state.get(key)!r}, this dataset's is {value!r}"
+                )
+        seen = int(state["samples_seen"])
+        if not 0 <= seen <= len(self):
+            raise ValueError(f"the state's samples_seen {seen} is out of range")
+        self.epoch = int(state["epoch"])
+        self._resume_epoch = self.epoch
+        self._resume = seen
+        self._consumed = seen
+
+    # -- iteration ------------------------------------------------------------------------
+
+    def _start(self) -> int:
+        return self._resume if self._resume_epoch == self.epoch else 0
+
+    def _worker_share(self, remaining: List[int]) -> List[int]:
+        info = torch.utils.data.get_worker_info()
+        if info is None or info.num_workers <= 1:
+            return remaining
+        block = self.batch_size or 1
+        workers = info.num_workers
+        return [
+            index
+            for start in range(info.id * block, len(remaining), workers * block)
+            for index in remaining[start : start + block]
+        ]
+
+    def __iter__(self) -> Iterator[Any]:
+        in_main = torch.utils.data.get_worker_info() is None
+        self._resolve()
+        start = self._start()
+        remaining = self.rank_order()[start:]
+        mine = self._worker_share(remaining)
+        read = self.version.read
+        paths = self.paths
+        transform = self.transform
+        for count, index in enumerate(mine, start=1):
+            path = paths[index]
+            sample = _sample(transform, path, read(path))
+            if in_main:
+                self._consumed = start + count
+            yield sample
+        if in_main:
+            self._finish_epoch()
+
+    def _finish_epoch(self) -> None:
+        """The epoch was read to its end: a later pass over it starts from the beginning."""
+        if self._resume_epoch == self.epoch:
+            self._resume_epoch = -1
+            self._resume = 0
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled in the main process when spawn workers start: the rank is read here, where
+        # torch.distributed is initialized (a worker has no process group).
+        self._resolve()
+        return dict(self.__dict__)
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """``torch.utils.data.DataLoader`` that keeps an :class:`IterableVersionDataset`'s
+    progress exact: it gives the dataset its ``batch_size`` (so workers take whole batches in
+    turn) and counts the samples the loop has consumed, so ``dataset.state_dict()`` needs no
+    argument. Any other dataset works as with the plain class.
+
+    Workers are started anew at each epoch (``persistent_workers`` must stay off: running
+    workers would not see ``set_epoch``).
+    """
+
+    def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(dataset, *args, **kwargs)
+        if isinstance(dataset, IterableVersionDataset):
+            if self.persistent_workers:
+                raise ValueError(
+                    "persistent_workers=True would keep workers on the epoch they started with; leave it off"
+                )
+            if self.batch_size is not None:
+                dataset.batch_size = self.batch_size
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        dataset = self.dataset
+        if not isinstance(dataset, IterableVersionDataset):
+            yield from super().__iter__()
+            return
+        total = len(dataset)
+        consumed = dataset._start()
+        per_batch = self.batch_size or 1
+        for batch in super().__iter__():
+            consumed = min(consumed + per_batch, total)
+            dataset._consumed = consumed
+            yield batch
+        dataset._finish_epoch()

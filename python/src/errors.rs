@@ -1,0 +1,179 @@
+//! Library errors as Python exceptions.
+//!
+//! The exception classes live in Python (`dsv/errors.py`), so that they can also derive from
+//! the built-in classes a Python caller expects (`PathNotFound` is a `FileNotFoundError`,
+//! `InvalidShard` a `ValueError`); this module picks the class for an [`Error`] and builds
+//! the message the CLI would print: the error, its causes, and its hints.
+
+use dsv::{Error, ErrorKind};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyModule;
+
+/// The CLI's own error module (exit codes, causes, hints), compiled into the binding so a
+/// Python caller reads the very hints the CLI prints, never a copy that drifts.
+#[allow(dead_code)]
+#[path = "../../src/cli/error.rs"]
+mod cli_error;
+
+/// The Python class (in `dsv.errors`) an error is raised as.
+pub fn class_name(error: &Error) -> &'static str {
+    match error {
+        Error::NoStore { .. } => "NoStore",
+        Error::StoreExists { .. } => "StoreExists",
+        Error::CatalogLost { .. } => "CatalogLost",
+        Error::StoreBusy { .. } => "StoreBusy",
+        Error::StoreTooNew { .. } => "StoreTooNew",
+        Error::InvalidName { .. } => "InvalidName",
+        Error::InvalidRevision { .. } => "InvalidRevision",
+        Error::DatasetNotFound { .. } => "UnknownDataset",
+        Error::RevisionNotFound { .. } => "UnknownRevision",
+        Error::AmbiguousRevision { .. } => "AmbiguousRevision",
+        Error::PathNotFound { .. } | Error::PathsNotFound { .. } => "PathNotFound",
+        Error::NotAFile { .. } => "NotAFile",
+        Error::TagExists { .. } => "TagExists",
+        Error::NotADirectory { .. } => "NotADirectory",
+        Error::NotAWorkspace { .. } => "NotAWorkspace",
+        Error::Unsupported { .. } => "Unsupported",
+        Error::UnsafePath { .. } => "UnsafePath",
+        Error::Conflict { .. } => "Conflict",
+        Error::Corrupt { .. } => "Corrupt",
+        Error::MissingObject { .. } => "MissingObject",
+        Error::RemoteNotFound { .. } => "UnknownRemote",
+        Error::RemoteExists { .. } => "RemoteExists",
+        Error::InvalidRemote { .. } => "InvalidRemote",
+        Error::Remote { .. } => "RemoteError",
+        Error::RemoteDiverged { .. } => "RemoteDiverged",
+        Error::VersionHeld { .. } => "VersionHeld",
+        Error::VersionRemoved { .. } => "VersionRemoved",
+        Error::InvalidPattern { .. } => "InvalidPattern",
+        Error::InvalidShard { .. } => "InvalidShard",
+        Error::RangeNotSatisfiable { .. } => "RangeNotSatisfiable",
+        Error::Interrupted => "Interrupted",
+        _ => match error.kind() {
+            ErrorKind::User => "Error",
+            ErrorKind::Conflict => "Conflict",
+            ErrorKind::Corrupt => "Corrupt",
+            ErrorKind::Io => "IoError",
+            ErrorKind::Interrupted => "Interrupted",
+            ErrorKind::Internal => "InternalError",
+        },
+    }
+}
+
+/// The lower-case name of an error's kind, as `dsv --json` reports it.
+fn kind_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::User => "user",
+        ErrorKind::Conflict => "conflict",
+        ErrorKind::Corrupt => "corrupt",
+        ErrorKind::Io => "io",
+        ErrorKind::Interrupted => "interrupted",
+        ErrorKind::Internal => "internal",
+    }
+}
+
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// The `dsv.errors` module.
+fn errors_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    ERRORS
+        .get_or_try_init(py, || Ok(PyModule::import(py, "dsv.errors")?.unbind()))
+        .map(|m| m.bind(py))
+}
+
+/// Raises `class` of `dsv.errors` with `message` (and `kind`, `causes`, `hints` attributes).
+pub fn raise(
+    py: Python<'_>,
+    class: &str,
+    message: String,
+    kind: &str,
+    causes: Vec<String>,
+    hints: Vec<String>,
+) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let class = errors_module(py)?.getattr(class)?;
+        let value = class.call1((message.clone(),))?;
+        value.setattr("kind", kind)?;
+        value.setattr("causes", causes.clone())?;
+        value.setattr("hints", hints.clone())?;
+        Ok(PyErr::from_value(value))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+/// The Python exception for a library error: the CLI's message, causes and hints.
+pub fn to_py(py: Python<'_>, error: Error) -> PyErr {
+    let class = class_name(&error);
+    let kind = kind_name(error.kind());
+    let error = anyhow::Error::new(error);
+    let causes = cli_error::causes(&error);
+    let hints = cli_error::hints(&error);
+    let mut message = error.to_string();
+    for cause in &causes {
+        message.push_str("\n  caused by: ");
+        message.push_str(cause);
+    }
+    for hint in &hints {
+        message.push_str("\n\nhint: ");
+        message.push_str(hint);
+    }
+    raise(py, class, message, kind, causes, hints)
+}
+
+/// Why a call failed, made without the GIL (inside `Python::detach`) and raised with it.
+pub enum Failure {
+    /// A library error.
+    Dsv(Error),
+    /// The store was closed (`Store.close()`); names what was used.
+    Closed(&'static str),
+    /// A bad argument, raised as the named class of `dsv.errors`.
+    Invalid(&'static str, String),
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure::Dsv(error)
+    }
+}
+
+/// The result of work done without the GIL.
+pub type Res<T> = Result<T, Failure>;
+
+impl Failure {
+    /// The Python exception.
+    pub fn to_py(self, py: Python<'_>) -> PyErr {
+        match self {
+            Failure::Dsv(error) => to_py(py, error),
+            Failure::Closed(what) => raise(
+                py,
+                "StoreClosed",
+                format!("I/O operation on a closed store ({what})"),
+                "user",
+                Vec::new(),
+                Vec::new(),
+            ),
+            Failure::Invalid(class, message) => {
+                raise(py, class, message, "user", Vec::new(), Vec::new())
+            }
+        }
+    }
+}
+
+/// Raises a failure as a Python exception.
+pub trait Raise<T> {
+    /// The value, or the failure as a Python exception.
+    fn raise(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> Raise<T> for Res<T> {
+    fn raise(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| e.to_py(py))
+    }
+}
+
+impl<T> Raise<T> for dsv::Result<T> {
+    fn raise(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_py(py, e))
+    }
+}

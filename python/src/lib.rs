@@ -1,0 +1,66 @@
+//! `dsv._dsv`: the native half of the `dsv` Python package, a thin front end over the
+//! library as the CLI is (`src/cli`): it parses nothing the library parses, prints nothing,
+//! and turns library errors into Python exceptions carrying the CLI's hints.
+//!
+//! - [`store::PyStore`] opens a store and keeps one [`dsv::read::ReadEngine`] (frame cache,
+//!   remote fetch) per process; commit, checkout and clone call the library's operations.
+//! - [`version::PyVersion`] is one version open for reading (`VersionHandle`), and
+//!   [`version::PyFileHandle`] one file of it (`FileHandle`); `dsv.File` (Python) wraps the
+//!   latter as an `io.RawIOBase`.
+//! - Every call that touches the disk or the network releases the GIL (`Python::detach`).
+//! - Fork safety: see [`fork`]. Pickling (for `spawn` workers) carries the store's path and
+//!   the version's id, never open state.
+
+#![forbid(unsafe_code)]
+
+mod errors;
+mod fork;
+mod store;
+mod version;
+
+use pyo3::prelude::*;
+
+/// The order of `n` items for `key`: a Fisher–Yates shuffle driven by BLAKE3's extendable
+/// output of `key` (`dsv.torch` passes the version id, the seed and the epoch), so the same
+/// key gives the same order on every machine, Python version and platform.
+#[pyfunction]
+fn permutation(py: Python<'_>, n: usize, key: &str) -> Vec<usize> {
+    py.detach(|| shuffle(n, key.as_bytes()))
+}
+
+fn shuffle(n: usize, key: &[u8]) -> Vec<usize> {
+    let mut hasher = blake3::Hasher::new_derive_key("dsv 2025 python shuffle");
+    hasher.update(key);
+    let mut stream = hasher.finalize_xof();
+    let mut next = || {
+        let mut bytes = [0u8; 8];
+        stream.fill(&mut bytes);
+        u64::from_le_bytes(bytes)
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        // Uniform in 0..=i by rejection: no modulo bias.
+        let bound = i as u64 + 1;
+        let zone = u64::MAX - (u64::MAX % bound);
+        let j = loop {
+            let r = next();
+            if r < zone {
+                break (r % bound) as usize;
+            }
+        };
+        order.swap(i, j);
+    }
+    order
+}
+
+#[pymodule]
+fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<store::PyStore>()?;
+    m.add_class::<version::PyVersion>()?;
+    m.add_class::<version::PyFileHandle>()?;
+    m.add_function(wrap_pyfunction!(store::clone, m)?)?;
+    m.add_function(wrap_pyfunction!(version::reopen_version, m)?)?;
+    m.add_function(wrap_pyfunction!(permutation, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

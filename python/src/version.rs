@@ -1,0 +1,470 @@
+//! `dsv.Version` (a version open for reading) and the native half of `dsv.File`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use dsv::Error;
+use dsv::ObjectId;
+use dsv::read::{FileHandle, Selection, VersionHandle};
+use dsv::shard::ShardSpec;
+use dsv::tree::{FlatEntry, FlatKind};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+use crate::errors::{Failure, Raise, Res};
+use crate::fork::ForkLocal;
+use crate::store::PyStore;
+
+/// One version of a dataset, open for reading without a checkout: list, stat, open and read
+/// its files, take a worker's shard. Files whose data is only on a remote are fetched when
+/// first opened and kept in the store, for every later reader on the machine.
+#[pyclass(module = "dsv._dsv", name = "Version", frozen)]
+pub struct PyVersion {
+    store: Py<PyStore>,
+    revision: String,
+    id: ObjectId,
+    meta: dsv::object::Version,
+    files: usize,
+    size_bytes: u64,
+    handle: Mutex<ForkLocal<Arc<VersionHandle>>>,
+}
+
+impl PyVersion {
+    /// A version of `store`, opened as `revision`.
+    pub fn new(store: Py<PyStore>, revision: String, handle: VersionHandle) -> PyVersion {
+        let (files, size_bytes) = handle
+            .files()
+            .fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.size));
+        PyVersion {
+            store,
+            revision,
+            id: handle.id(),
+            meta: handle.version().clone(),
+            files,
+            size_bytes,
+            handle: Mutex::new(ForkLocal::new(Arc::new(handle))),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, ForkLocal<Arc<VersionHandle>>> {
+        self.handle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The version handle of this process; opened again (without the GIL) in a forked child.
+    fn handle(&self, py: Python<'_>) -> PyResult<Arc<VersionHandle>> {
+        self.store.get().check_open("version").raise(py)?;
+        if let Some(handle) = self.slot().get() {
+            return Ok(handle.clone());
+        }
+        py.detach(|| self.reopen()).raise(py)
+    }
+
+    /// As [`PyVersion::handle`], for use without the GIL.
+    fn handle_detached(&self) -> Res<Arc<VersionHandle>> {
+        self.store.get().check_open("version")?;
+        if let Some(handle) = self.slot().get() {
+            return Ok(handle.clone());
+        }
+        self.reopen()
+    }
+
+    fn reopen(&self) -> Res<Arc<VersionHandle>> {
+        let engine = self.store.get().engine()?;
+        let exact = format!("{}@{}", self.meta.dataset, self.id.to_hex());
+        let handle = Arc::new(engine.version(&exact)?);
+        let mut slot = self.slot();
+        match slot.get() {
+            Some(made) => Ok(made.clone()),
+            None => {
+                *slot = ForkLocal::new(handle.clone());
+                Ok(handle)
+            }
+        }
+    }
+
+    fn not_found(&self, path: &str) -> Failure {
+        Failure::Dsv(Error::PathNotFound {
+            revision: self.revision.clone(),
+            path: path.to_string(),
+        })
+    }
+}
+
+/// `include` as Python gives it: `None`, one glob, or a list of globs.
+fn globs(include: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+    match include {
+        None => Ok(Vec::new()),
+        Some(value) if value.is_none() => Ok(Vec::new()),
+        Some(value) if value.is_instance_of::<PyString>() => Ok(vec![value.extract()?]),
+        Some(value) => value.extract(),
+    }
+}
+
+fn kind_name(kind: &FlatKind) -> &'static str {
+    match kind {
+        FlatKind::File { .. } => "file",
+        FlatKind::Dir => "directory",
+        FlatKind::Symlink { .. } => "symlink",
+    }
+}
+
+/// An entry as a dict: `path`, `type` (`file`, `directory`, `symlink`), `size`, `id`, and
+/// `executable` (files) or `target` (symlinks).
+fn entry_dict<'py>(py: Python<'py>, entry: &FlatEntry) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("path", &entry.path)?;
+    dict.set_item("type", kind_name(&entry.kind))?;
+    dict.set_item("size", entry.size)?;
+    dict.set_item("id", entry.id.to_hex())?;
+    match &entry.kind {
+        FlatKind::File { executable } => dict.set_item("executable", *executable)?,
+        FlatKind::Symlink { target } => dict.set_item("target", target)?,
+        FlatKind::Dir => {}
+    }
+    Ok(dict)
+}
+
+/// Reads `buf.len()` bytes of `file` at `offset`.
+fn read_exact_at(file: &FileHandle, offset: u64, buf: &mut [u8]) -> Res<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(offset + done as u64, &mut buf[done..])?;
+        if n == 0 {
+            return Err(Failure::Dsv(Error::Internal {
+                detail: format!(
+                    "{}: the file ended at byte {} of {}",
+                    file.entry().path,
+                    offset + done as u64,
+                    file.size()
+                ),
+            }));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// `count` bytes of `file` from `offset` as a Python `bytes`, read without the GIL straight
+/// into the new object.
+fn read_bytes<'py>(
+    py: Python<'py>,
+    file: &FileHandle,
+    offset: u64,
+    count: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, count, |buf| {
+        py.detach(|| read_exact_at(file, offset, buf)).raise(py)
+    })
+}
+
+static FILE_CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+#[pymethods]
+impl PyVersion {
+    /// The version's id (64 hex digits).
+    #[getter]
+    fn id(&self) -> String {
+        self.id.to_hex()
+    }
+
+    /// The dataset it belongs to.
+    #[getter]
+    fn dataset(&self) -> &str {
+        &self.meta.dataset
+    }
+
+    /// The revision it was opened as (`mnist@v3`).
+    #[getter]
+    fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// The commit message.
+    #[getter]
+    fn message(&self) -> &str {
+        &self.meta.message
+    }
+
+    /// Who made it.
+    #[getter]
+    fn author(&self) -> &str {
+        &self.meta.author
+    }
+
+    /// When it was made, in seconds since the Unix epoch.
+    #[getter]
+    fn time(&self) -> i64 {
+        self.meta.time
+    }
+
+    /// The id of the previous version of the dataset, or `None`.
+    #[getter]
+    fn parent(&self) -> Option<String> {
+        self.meta.parent.map(|p| p.to_hex())
+    }
+
+    /// The store it was opened from.
+    #[getter]
+    fn store(&self, py: Python<'_>) -> Py<PyStore> {
+        self.store.clone_ref(py)
+    }
+
+    /// Total bytes of its regular files.
+    #[getter]
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// The number of regular files.
+    fn __len__(&self) -> usize {
+        self.files
+    }
+
+    /// True when `path` is a regular file of the version.
+    fn __contains__(&self, py: Python<'_>, path: &str) -> PyResult<bool> {
+        let handle = self.handle(py)?;
+        Ok(handle
+            .stat(path)
+            .is_some_and(|e| matches!(e.kind, FlatKind::File { .. })))
+    }
+
+    /// The paths of its regular files, sorted; with `include` (a glob such as `train/**`, or
+    /// a list of them), only those matching one.
+    #[pyo3(signature = (include = None))]
+    fn files(&self, py: Python<'_>, include: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+        let mut selection = Selection::default();
+        selection.include = globs(include)?;
+        let handle = self.handle(py)?;
+        let chosen = handle.select(&selection).raise(py)?;
+        Ok(chosen.into_iter().map(|e| e.path.clone()).collect())
+    }
+
+    /// The files worker `rank` of `world_size` reads: the same assignment as the CLI's
+    /// `--shard RANK/WORLD_SIZE` and `dsv shards` (balanced by bytes, disjoint, covering every
+    /// file once, the same on every machine), of the files `include` selects.
+    #[pyo3(signature = (rank, world_size, include = None))]
+    fn shard(
+        &self,
+        py: Python<'_>,
+        rank: i64,
+        world_size: i64,
+        include: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let spec = format!("{rank}/{world_size}")
+            .parse::<ShardSpec>()
+            .raise(py)?;
+        let mut selection = Selection::default();
+        selection.include = globs(include)?;
+        selection.shard = Some(spec);
+        let handle = self.handle(py)?;
+        let chosen = handle.select(&selection).raise(py)?;
+        Ok(chosen.into_iter().map(|e| e.path.clone()).collect())
+    }
+
+    /// What `path` is: a dict with `path`, `type` (`file`, `directory` or `symlink`),
+    /// `size`, `id`, and `executable` (files) or `target` (symlinks). Raises
+    /// `dsv.PathNotFound` when the version has no such path.
+    fn stat<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+        let handle = self.handle(py)?;
+        match handle.stat(path) {
+            Some(entry) => entry_dict(py, entry),
+            None => Err(self.not_found(path).to_py(py)),
+        }
+    }
+
+    /// The entries directly inside directory `path` (`""` for the top), as `stat` gives them.
+    #[pyo3(signature = (path = ""))]
+    fn listdir<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let handle = self.handle(py)?;
+        let entries = handle.list(path).raise(py)?;
+        entries.into_iter().map(|e| entry_dict(py, e)).collect()
+    }
+
+    /// Opens file `path` for reading: a `dsv.File`, a binary file object (`read`,
+    /// `readinto`, `seek`, `tell`). Data only on a remote is fetched first.
+    fn open(slf: &Bound<'_, Self>, path: &str) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let version = slf.get();
+        let file = py
+            .detach(|| -> Res<_> { Ok(version.handle_detached()?.open(path)?) })
+            .raise(py)?;
+        let handle = PyFileHandle {
+            version: slf.clone().unbind(),
+            path: path.to_string(),
+            size: file.size(),
+            file: Mutex::new(ForkLocal::new(Arc::new(file))),
+        };
+        let class = FILE_CLASS.get_or_try_init(py, || -> PyResult<_> {
+            Ok(PyModule::import(py, "dsv._file")?
+                .getattr("File")?
+                .unbind())
+        })?;
+        Ok(class.bind(py).call1((handle,))?.unbind())
+    }
+
+    /// The bytes `[start, end)` of file `path` (`end=None`: to the end), as the CLI's `dsv
+    /// cat REV:PATH --range START..END`: an `end` past the size reads to the end; a `start`
+    /// at or past the end of a non-empty file raises `dsv.RangeNotSatisfiable`.
+    #[pyo3(signature = (path, start = 0, end = None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        start: i64,
+        end: Option<i64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if start < 0 || end.is_some_and(|e| e < 0) {
+            return Err(PyValueError::new_err(
+                "start and end are byte offsets and must not be negative",
+            ));
+        }
+        if end.is_some_and(|e| e < start) {
+            return Err(PyValueError::new_err("start must not exceed end"));
+        }
+        let handle = self.handle(py)?;
+        let size = match handle.stat(path) {
+            Some(entry) if matches!(entry.kind, FlatKind::File { .. }) => entry.size,
+            // Not a file: opening says which error.
+            _ => {
+                return Err(py
+                    .detach(|| handle.open(path).map(|_| ()))
+                    .err()
+                    .map_or_else(|| self.not_found(path), Failure::Dsv)
+                    .to_py(py));
+            }
+        };
+        let start = start as u64;
+        if start >= size && size > 0 {
+            return Err(Failure::Dsv(Error::RangeNotSatisfiable {
+                path: path.to_string(),
+                start,
+                size,
+            })
+            .to_py(py));
+        }
+        let end = end.map_or(size, |e| (e as u64).min(size));
+        let start = start.min(size);
+        PyBytes::new_with(py, (end - start) as usize, |buf| {
+            py.detach(|| -> Res<()> {
+                let file = handle.open(path)?;
+                read_exact_at(&file, start, buf)
+            })
+            .raise(py)
+        })
+    }
+
+    /// Pickles as the store's path and the version's id (a worker process opens it again).
+    fn __reduce__(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<(Py<PyAny>, (PathBuf, String, String, String))> {
+        self.store.get().check_open("version").raise(py)?;
+        let reopen = PyModule::import(py, "dsv._dsv")?.getattr("reopen_version")?;
+        Ok((
+            reopen.unbind(),
+            (
+                self.store.get().root().to_path_buf(),
+                self.meta.dataset.clone(),
+                self.id.to_hex(),
+                self.revision.clone(),
+            ),
+        ))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "dsv.Version({:?}, id={:?}, files={}, size_bytes={})",
+            self.revision,
+            self.id.short(),
+            self.files,
+            self.size_bytes
+        )
+    }
+}
+
+/// Opens version `id` of `dataset` in the store at `root` (how a pickled `Version` comes
+/// back in another process).
+#[pyfunction]
+pub fn reopen_version(
+    py: Python<'_>,
+    root: PathBuf,
+    dataset: String,
+    id: String,
+    revision: String,
+) -> PyResult<PyVersion> {
+    let store = Py::new(py, PyStore::new(py, Some(root))?)?;
+    let exact = format!("{dataset}@{id}");
+    let handle = py
+        .detach(|| -> Res<_> { Ok(store.get().engine()?.version(&exact)?) })
+        .raise(py)?;
+    Ok(PyVersion::new(store, revision, handle))
+}
+
+/// One open file of a version: the native half of `dsv.File`.
+#[pyclass(module = "dsv._dsv", name = "_FileHandle", frozen)]
+pub struct PyFileHandle {
+    version: Py<PyVersion>,
+    path: String,
+    size: u64,
+    file: Mutex<ForkLocal<Arc<FileHandle>>>,
+}
+
+impl PyFileHandle {
+    fn file(&self, py: Python<'_>) -> PyResult<Arc<FileHandle>> {
+        let version = self.version.get();
+        version.store.get().check_open("file").raise(py)?;
+        if let Some(file) = self.file.lock().unwrap_or_else(|e| e.into_inner()).get() {
+            return Ok(file.clone());
+        }
+        // A forked child: open the file again in this process.
+        let file = py
+            .detach(|| -> Res<_> { Ok(Arc::new(version.handle_detached()?.open(&self.path)?)) })
+            .raise(py)?;
+        let mut slot = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.get().is_none() {
+            *slot = ForkLocal::new(file.clone());
+        }
+        Ok(file)
+    }
+}
+
+#[pymethods]
+impl PyFileHandle {
+    /// The file's size in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Its path in the version.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The version it belongs to.
+    #[getter]
+    fn version(&self, py: Python<'_>) -> Py<PyVersion> {
+        self.version.clone_ref(py)
+    }
+
+    /// Up to `count` bytes from `offset` (all to the end when `count` is `None` or
+    /// negative); `b""` at or past the end.
+    #[pyo3(signature = (offset, count = None))]
+    fn read_at<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        count: Option<i64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let file = self.file(py)?;
+        let left = self.size.saturating_sub(offset);
+        let count = match count {
+            Some(n) if n >= 0 => (n as u64).min(left),
+            _ => left,
+        };
+        read_bytes(py, &file, offset, count as usize)
+    }
+}
