@@ -77,7 +77,7 @@ impl PyStore {
     }
 
     /// A store handle for one operation that writes (commit, checkout, a remote fetch).
-    fn writable(&self) -> Res<dsv::Store> {
+    pub fn writable(&self) -> Res<dsv::Store> {
         self.check_open("store")?;
         Ok(dsv::Store::open(&self.root)?)
     }
