@@ -591,14 +591,16 @@ pub fn main() -> ExitCode {
         .init();
     // The first Ctrl-C asks the running operation to stop at a consistent point; a second
     // one exits at once (the store stays consistent either way: see docs/architecture.md).
-    let _ = ctrlc::set_handler(|| {
-        if dsv::interrupt::requested() {
+    let token = dsv::interrupt::CancelToken::new();
+    let handler_token = token.clone();
+    let _ = ctrlc::set_handler(move || {
+        if handler_token.is_cancelled() {
             std::process::exit(i32::from(error::INTERRUPTED));
         }
-        dsv::interrupt::request();
+        handler_token.cancel();
     });
     let ui = Ui::new(cli.json, cli.quiet, cli.no_progress);
-    match run(&cli, &ui) {
+    match token.run(|| run(&cli, &ui)) {
         Ok(code) => ExitCode::from(code),
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
