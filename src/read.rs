@@ -26,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use crate::catalog::ObjectLocation;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::lease::Lease;
 use crate::object::Version;
 use crate::pack::{FrameLocation, PackReader};
 use crate::revision::Revision;
@@ -97,6 +98,9 @@ impl ReadEngine {
         let revision = Revision::parse(revision)?;
         let store = self.inner.lock_store();
         let id = revision.resolve(store.catalog())?;
+        // Leased before anything is read: from here on no gc deletes or moves what this
+        // version holds (and if a gc ran since the resolve, the check below sees it).
+        let lease = Arc::new(Lease::take(&store, &[id])?);
         if store.catalog().removed_at(&id)?.is_some() {
             return Err(Error::VersionRemoved {
                 version: id.to_hex(),
@@ -119,13 +123,8 @@ impl ReadEngine {
             version,
             entries,
             index,
+            lease,
         })
-    }
-
-    /// Takes the store's data lock shared, as a reader that relies on the data being kept
-    /// does (a `gc` waits until it is released).
-    pub(crate) fn lock_data_shared(&self) -> Result<crate::store::StoreLock> {
-        self.inner.lock_store().lock_data_shared()
     }
 
     /// Bytes of decompressed frames held in the shared cache now.
@@ -150,6 +149,8 @@ pub struct VersionHandle {
     version: Version,
     entries: Vec<FlatEntry>,
     index: HashMap<String, usize>,
+    /// Keeps gc from deleting or moving what the version holds while it is read.
+    lease: Arc<Lease>,
 }
 
 impl VersionHandle {
@@ -247,6 +248,7 @@ impl VersionHandle {
         }
         Ok(FileHandle {
             engine: self.engine.clone(),
+            _lease: self.lease.clone(),
             entry,
             chunks,
             starts,
@@ -408,7 +410,8 @@ pub struct ExportReport {
 /// siblings sorted), owner 0:0 without names, mode 0644 (0755 for executables and
 /// directories), every time the version's time; so one version always gives the same bytes.
 /// Files are fetched one at a time as they are reached, so the stream starts before the whole
-/// version is here. Holds the store's data lock shared, so a `gc` waits for it.
+/// version is here. The version is leased ([`crate::lease`]) while it is read: a `gc` meanwhile
+/// keeps it and does not wait.
 ///
 /// # Errors
 /// As [`ReadEngine::version`], [`VersionHandle::select`] and [`VersionHandle::open`];
@@ -422,8 +425,6 @@ pub fn export_tar(
     out_name: &Path,
     progress: &dyn crate::progress::Progress,
 ) -> Result<ExportReport> {
-    // gc waits until the export is done (it must not repack what is being read).
-    let _data_lock = engine.inner.lock_store().lock_data_shared()?;
     let version = engine.version(revision)?;
     let files = version.select(selection)?;
     let chosen: HashSet<&str> = files.iter().map(|e| e.path.as_str()).collect();
@@ -569,6 +570,8 @@ fn fetch_file(
 /// One file, open for reading at any offset. `Send + Sync`.
 pub struct FileHandle {
     engine: Arc<Engine>,
+    /// The version's lease, held as long as the file is open.
+    _lease: Arc<Lease>,
     entry: FlatEntry,
     chunks: Vec<(ObjectId, ObjectLocation)>,
     /// Byte offset in the file where each chunk starts (a prefix table).
@@ -636,8 +639,7 @@ pub struct CatReport {
 
 /// Writes file `path` of `revision` to `out`, or the bytes `[start, end)` of it with `range`
 /// (an end past the size is clamped). Works on versions whose data is only on a remote (the
-/// file's chunks are fetched and kept). Holds the store's data lock shared while it reads, so
-/// a `gc` waits for it.
+/// file's chunks are fetched and kept). The version is leased while it is read.
 ///
 /// # Errors
 /// [`Error::RangeNotSatisfiable`] when the range starts at or past the end of a non-empty
@@ -650,7 +652,6 @@ pub fn cat(
     range: Option<std::ops::Range<u64>>,
     out: &mut dyn std::io::Write,
 ) -> Result<CatReport> {
-    let _data_lock = engine.inner.lock_store().lock_data_shared()?;
     let version = engine.version(revision)?;
     let file = version.open(path)?;
     let size = file.size();

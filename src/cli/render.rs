@@ -503,6 +503,13 @@ pub fn gc(r: &GcReport) -> String {
         r.orphans.iter().filter(|o| o.deleted).count(),
         HumanBytes(r.bytes_freed.max(0) as u64)
     );
+    for version in &r.leased_versions {
+        let _ = write!(
+            out,
+            "\n  keep version {} whole: a running reader (a mount, an export, a training job) holds a lease on it",
+            version.short()
+        );
+    }
     for p in &r.delete {
         let _ = write!(
             out,

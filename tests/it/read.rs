@@ -280,3 +280,121 @@ fn problems_free(env: &TestEnv) -> bool {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     report["problems"].as_array().unwrap().is_empty()
 }
+
+/// Runs `dsv ARGS --json` in `env`, failing the test if it has not finished within a minute
+/// (a gc that waited on a reader would never finish while the reader holds on).
+fn json_within_a_minute(env: &TestEnv, args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["--json"];
+    full.extend_from_slice(args);
+    let mut child = env.spawn(&full);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("`dsv {}` waited on a reader", args.join(" "));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "dsv {args:?} failed");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn gc_keeps_a_leased_version_without_waiting_and_frees_it_once_the_reader_is_gone() {
+    let env = TestEnv::new();
+    let old = pseudo_random(3_000_000, 51);
+    env.write("d/a.bin", &old);
+    env.ok(&["commit", "d", "-d", "ds", "--tag", "v1"]);
+    env.write("d/a.bin", pseudo_random(3_000_000, 53));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let engine = engine(&env, 1024 * 1024);
+    let version = engine.version("ds@v1").unwrap();
+    let file = version.open("a.bin").unwrap();
+    env.ok(&["rm", "--force", "ds@v1"]);
+    // gc runs to its end while the reader holds the version, and keeps it whole.
+    let report = json_within_a_minute(&env, &["gc"]);
+    assert_eq!(
+        report["leased_versions"],
+        serde_json::json!([version.id().to_hex()]),
+        "{report}"
+    );
+    assert_eq!(report["bytes_freed"], 0, "{report}");
+    let mut read = vec![0u8; old.len()];
+    assert_eq!(file.read_at(0, &mut read).unwrap(), old.len());
+    assert!(read == old, "the leased file reads back whole after gc");
+    // The reader is gone: the next gc frees the removed version's data.
+    drop(file);
+    drop(version);
+    let report = json_within_a_minute(&env, &["gc"]);
+    assert_eq!(report["leased_versions"], serde_json::json!([]), "{report}");
+    assert!(
+        report["bytes_freed"].as_i64().unwrap() > 2_000_000,
+        "{report}"
+    );
+    assert!(problems_free_here(&env));
+}
+
+#[test]
+fn the_lease_of_a_killed_reader_expires() {
+    let env = TestEnv::new();
+    env.write("d/a.bin", pseudo_random(3_000_000, 55));
+    env.ok(&["commit", "d", "-d", "ds", "--tag", "v1"]);
+    env.write("d/a.bin", pseudo_random(3_000_000, 57));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    // An export into a pipe nobody reads: it blocks mid-stream, holding its lease.
+    let mut reader = env.spawn(&["export", "ds@v1"]);
+    let leases = env.path(".dsv/leases");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_dir(&leases).map_or(0, |d| d.count()) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no lease appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    env.ok(&["rm", "--force", "ds@v1"]);
+    let report = json_within_a_minute(&env, &["gc", "--dry-run"]);
+    assert_eq!(report["leased_versions"].as_array().unwrap().len(), 1);
+    reader.kill().unwrap();
+    reader.wait().unwrap();
+    // Its process is gone, so is its flock: gc drops the lease file and frees the data.
+    let report = json_within_a_minute(&env, &["gc"]);
+    assert_eq!(report["leased_versions"], serde_json::json!([]), "{report}");
+    assert!(
+        report["bytes_freed"].as_i64().unwrap() > 2_000_000,
+        "{report}"
+    );
+    assert_eq!(std::fs::read_dir(&leases).unwrap().count(), 0);
+    assert!(problems_free_here(&env));
+}
+
+fn problems_free_here(env: &TestEnv) -> bool {
+    let report = env.json(&["verify"]);
+    report["problems"].as_array().unwrap().is_empty()
+}
+
+#[test]
+fn the_library_works_inside_a_callers_tokio_runtime() {
+    let env = TestEnv::new();
+    let big = pseudo_random(2_000_000, 59);
+    env.write("d/big.bin", &big);
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let (_, url) = push_to_file_remote(&env, "remote", "ds");
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &url, "c"]);
+    let store = clone.path("c/.dsv");
+    // An async program calls the blocking library from a task: the remote fetch runs on
+    // dsv's own runtime, with no "runtime within a runtime" panic.
+    let caller = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let read = caller.block_on(async move {
+        let engine =
+            dsv::read::ReadEngine::open(&store, dsv::read::ReadOptions::default()).unwrap();
+        let version = engine.version("ds").unwrap();
+        let file = version.open("big.bin").unwrap();
+        let mut buf = vec![0u8; file.size() as usize];
+        file.read_at(0, &mut buf).unwrap();
+        buf
+    });
+    assert!(read == big);
+}
