@@ -21,6 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;
@@ -252,6 +253,8 @@ impl VersionHandle {
             entry,
             chunks,
             starts,
+            sequential_from: AtomicU64::new(0),
+            read_ahead_until: AtomicU64::new(0),
         })
     }
 
@@ -291,39 +294,44 @@ impl VersionHandle {
     /// [`Error::InvalidPattern`] for a glob that does not parse; [`Error::PathsNotFound`]
     /// naming every manifest path that is not a file of the version.
     pub fn select(&self, selection: &Selection) -> Result<Vec<&FlatEntry>> {
-        let globs = if selection.include.is_empty() {
+        selection.apply(&self.entries, &self.revision)
+    }
+}
+
+impl Selection {
+    /// The files of `entries` (a version's flattened entries, as
+    /// [`crate::tree::flatten_version`] gives them) this selection picks, in path order.
+    /// `revision` names the version in errors.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPattern`] for a glob that does not parse; [`Error::PathsNotFound`]
+    /// naming every manifest path that is not a file of the version.
+    pub fn apply<'a>(
+        &self,
+        entries: &'a [FlatEntry],
+        revision: &str,
+    ) -> Result<Vec<&'a FlatEntry>> {
+        let globs = if self.include.is_empty() {
             None
         } else {
-            let mut set = globset::GlobSetBuilder::new();
-            for pattern in &selection.include {
-                set.add(
-                    globset::GlobBuilder::new(pattern)
-                        .literal_separator(true)
-                        .build()
-                        .map_err(|e| Error::InvalidPattern {
-                            pattern: pattern.clone(),
-                            reason: e.to_string(),
-                        })?,
-                );
-            }
-            Some(set.build().map_err(|e| Error::InvalidPattern {
-                pattern: selection.include.join(" "),
-                reason: e.to_string(),
-            })?)
+            Some(glob_set(&self.include)?)
         };
-        let listed: Option<HashSet<&str>> = match &selection.files_from {
+        let is_file = |e: &&FlatEntry| matches!(e.kind, FlatKind::File { .. });
+        let listed: Option<HashSet<&str>> = match &self.files_from {
             Some(paths) => {
+                let files: HashSet<&str> = entries
+                    .iter()
+                    .filter(is_file)
+                    .map(|e| e.path.as_str())
+                    .collect();
                 let missing: Vec<String> = paths
                     .iter()
-                    .filter(|p| {
-                        self.stat(p)
-                            .is_none_or(|e| !matches!(e.kind, FlatKind::File { .. }))
-                    })
+                    .filter(|p| !files.contains(p.trim_matches('/')))
                     .cloned()
                     .collect();
                 if !missing.is_empty() {
                     return Err(Error::PathsNotFound {
-                        revision: self.revision.clone(),
+                        revision: revision.to_string(),
                         paths: missing,
                     });
                 }
@@ -331,13 +339,14 @@ impl VersionHandle {
             }
             None => None,
         };
-        let mut files: Vec<&FlatEntry> = self
-            .files()
+        let mut files: Vec<&FlatEntry> = entries
+            .iter()
+            .filter(is_file)
             .filter(|e| globs.as_ref().is_none_or(|g| g.is_match(&e.path)))
             .filter(|e| listed.as_ref().is_none_or(|l| l.contains(e.path.as_str())))
             .collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
-        if let Some(shard) = selection.shard {
+        if let Some(shard) = self.shard {
             let sizes: Vec<(&str, u64)> = files.iter().map(|e| (e.path.as_str(), e.size)).collect();
             let shards = crate::shard::assign(&sizes, shard.count);
             files = shards
@@ -347,6 +356,29 @@ impl VersionHandle {
         }
         Ok(files)
     }
+}
+
+/// The glob set of `patterns` (`/` matched only by `/`, as in `.gitignore`).
+///
+/// # Errors
+/// [`Error::InvalidPattern`] naming a pattern that does not parse.
+pub fn glob_set(patterns: &[String]) -> Result<globset::GlobSet> {
+    let mut set = globset::GlobSetBuilder::new();
+    for pattern in patterns {
+        set.add(
+            globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| Error::InvalidPattern {
+                    pattern: pattern.clone(),
+                    reason: e.to_string(),
+                })?,
+        );
+    }
+    set.build().map_err(|e| Error::InvalidPattern {
+        pattern: patterns.join(" "),
+        reason: e.to_string(),
+    })
 }
 
 /// One shard of [`shards`]: its files and bytes.
@@ -543,19 +575,7 @@ fn fetch_file(
     entry: &FlatEntry,
     options: &ReadOptions,
 ) -> Result<()> {
-    let glob = globset::GlobBuilder::new(&globset::escape(&entry.path))
-        .literal_separator(true)
-        .build()
-        .map_err(|e| Error::InvalidPattern {
-            pattern: entry.path.clone(),
-            reason: e.to_string(),
-        })?;
-    let mut set = globset::GlobSetBuilder::new();
-    set.add(glob);
-    let set = set.build().map_err(|e| Error::InvalidPattern {
-        pattern: entry.path.clone(),
-        reason: e.to_string(),
-    })?;
+    let set = glob_set(&[globset::escape(&entry.path)])?;
     crate::ops::sync::fetch_missing(
         store,
         &[*version],
@@ -576,7 +596,15 @@ pub struct FileHandle {
     chunks: Vec<(ObjectId, ObjectLocation)>,
     /// Byte offset in the file where each chunk starts (a prefix table).
     starts: Vec<u64>,
+    /// Where the last read ended: a read that starts there is sequential.
+    sequential_from: AtomicU64,
+    /// How far read-ahead has been asked for (bytes of the file).
+    read_ahead_until: AtomicU64,
 }
+
+/// How far past a sequential read the engine reads ahead, in bytes of the file: a few
+/// ~1 MiB frames, decompressed in the background while the reader consumes the current one.
+pub const READ_AHEAD_BYTES: u64 = 8 * 1024 * 1024;
 
 impl FileHandle {
     /// The file's size in bytes.
@@ -616,7 +644,53 @@ impl FileHandle {
             position += n as u64;
             index += 1;
         }
+        let sequential = self.sequential_from.swap(position, Ordering::Relaxed) == offset;
+        if sequential {
+            self.read_ahead(position);
+        }
         Ok(done)
+    }
+
+    /// After a sequential read that ended at `position`: loads the frames of the next
+    /// [`READ_AHEAD_BYTES`] of the file into the shared cache in the background (each frame
+    /// once: the cache is single-flight, and a window already asked for is not asked again).
+    fn read_ahead(&self, position: u64) {
+        let until = (position + READ_AHEAD_BYTES).min(self.entry.size);
+        let asked = self.read_ahead_until.load(Ordering::Relaxed);
+        // Ask again only once the reader has used half of the window asked for before.
+        if asked >= until.saturating_sub(READ_AHEAD_BYTES / 2) && asked > position {
+            return;
+        }
+        let from = asked.max(position);
+        if from >= until {
+            return;
+        }
+        self.read_ahead_until.store(until, Ordering::Relaxed);
+        let first = self.starts.partition_point(|start| *start <= from) - 1;
+        let last = self.starts.partition_point(|start| *start < until);
+        let mut frames: Vec<FrameLocation> = Vec::new();
+        for (_, location) in &self.chunks[first..last] {
+            if frames.last() != Some(&location.frame)
+                && !self.engine.cache.contains(&location.frame)
+            {
+                frames.push(location.frame);
+            }
+        }
+        if frames.is_empty() {
+            return;
+        }
+        let Ok(runtime) = crate::runtime::shared() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        runtime.spawn_blocking(move || {
+            for frame in frames {
+                // A failure is the foreground read's to report, when it gets there.
+                if engine.cache.get(&engine.packs_dir, &frame).is_err() {
+                    break;
+                }
+            }
+        });
     }
 
     /// A reader over the whole file (or from `start`), for `std::io::copy` and friends.
@@ -781,6 +855,12 @@ impl FrameCache {
 
     fn used(&self) -> u64 {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).used
+    }
+
+    /// True when `location` is in the cache or being loaded.
+    fn contains(&self, location: &FrameLocation) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.ready.contains_key(location) || state.loading.contains(location)
     }
 
     fn get(&self, packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {

@@ -84,6 +84,12 @@ impl Runtime {
         })
     }
 
+    /// Runs `work` on the runtime's pool of blocking threads, in the background (its
+    /// result is dropped): for work nobody waits on, such as read-ahead.
+    pub fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static) {
+        drop(self.inner.spawn_blocking(work));
+    }
+
     /// Enters the runtime's context on this thread until the guard drops (for clients that
     /// take their timers from the current runtime when built).
     pub fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
