@@ -556,12 +556,9 @@ struct Counted<'a, R> {
 
 impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if crate::interrupt::check().is_err() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Interrupted,
-                "interrupted",
-            ));
-        }
+        // Not `ErrorKind::Interrupted`: `io::copy` retries that one (it means EINTR), so
+        // the copy would spin. The engine error travels inside and is unwrapped by the caller.
+        crate::interrupt::check().map_err(std::io::Error::other)?;
         let n = self.inner.read(buf)?;
         self.progress.advance(n as u64);
         Ok(n)

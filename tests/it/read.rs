@@ -531,3 +531,30 @@ fn partial_checkouts_write_exactly_the_selected_files_and_fetch_only_those() {
     );
     assert_eq!(files_under(&clone.path("part")).len() as u64, fetched);
 }
+
+#[test]
+fn ctrl_c_during_an_export_stops_it_with_exit_130() {
+    let env = TestEnv::new();
+    env.write("d/big.bin", pseudo_random(30_000_000, 63));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let mut child = env.spawn(&["export", "ds"]);
+    let mut stdout = child.stdout.take().unwrap();
+    let mut head = [0u8; 4096];
+    std::io::Read::read_exact(&mut stdout, &mut head).unwrap();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    // The reader keeps reading: the export sees the Ctrl-C at its next check and stops.
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut stdout, &mut rest).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    assert!(
+        (rest.len() as u64) < 30_000_000,
+        "the export stopped early ({} bytes)",
+        rest.len()
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("interrupted"));
+}
