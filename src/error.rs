@@ -188,6 +188,18 @@ pub enum Error {
         /// How many paths in all.
         total: usize,
     },
+    /// A partial checkout (`--shard`, `--include`, `--files-from`) into a directory that
+    /// holds a checkout or commit of its own.
+    #[error(
+        "{} is a workspace (it holds {dataset}); a partial checkout goes into a directory of its own",
+        dir.display()
+    )]
+    PartialCheckoutIntoWorkspace {
+        /// The directory.
+        dir: PathBuf,
+        /// The dataset the directory holds.
+        dataset: String,
+    },
     /// Stored data failed a hash or format check.
     #[error("corrupt data in {}: {detail}", path.display())]
     Corrupt {
@@ -425,7 +437,9 @@ impl Error {
     /// The group this error belongs to (decides the CLI's exit code).
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Conflict { .. } | Error::PartialCheckoutIntoWorkspace { .. } => {
+                ErrorKind::Conflict
+            }
             Error::Corrupt { .. }
             | Error::MissingObject { .. }
             | Error::UnsafePath { .. }

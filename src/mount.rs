@@ -10,9 +10,10 @@
 //!   anything that writes: EROFS
 //! ```
 //!
-//! The mount holds the store's data lock shared for its whole life, as `export` does, so a
-//! `gc` waits until it is unmounted. It ends when the session ends: `fusermount3 -u` from
-//! outside, or [`crate::interrupt::request`] (Ctrl-C, SIGTERM), which unmounts.
+//! The mount holds a lease on its version for its whole life ([`crate::lease`]), as
+//! `export` does: a `gc` meanwhile keeps the version and does not wait for the mount. It ends when the session ends: `fusermount3 -u` from
+//! outside, or the cancellation of the operation's [`crate::interrupt::CancelToken`] (the CLI cancels
+//! it on Ctrl-C and SIGTERM), which unmounts.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -73,7 +74,7 @@ pub struct MountInfo {
 /// Mounts version `revision` (the files `selection` picks, with the directories on their
 /// paths; the version's symlinks only when everything is selected) read-only at
 /// `mountpoint`, calls `mounted` once it is serving, and serves in the foreground until it
-/// is unmounted from outside (`fusermount3 -u`) or [`crate::interrupt::request`] is called
+/// is unmounted from outside (`fusermount3 -u`) or the current [`crate::interrupt::CancelToken`] is cancelled
 /// (then it unmounts itself). Mounting reads no file data: it takes well under a second
 /// whatever the version's size.
 ///
@@ -92,8 +93,6 @@ pub fn mount(
 ) -> Result<MountInfo> {
     let canonical = check_mountpoint(mountpoint)?;
     check_fuse(mountpoint)?;
-    // gc waits while the mount is up (it must not repack what is being read).
-    let _data_lock = engine.lock_data_shared()?;
     let version = engine.version(revision)?;
     let fs = MountFs::new(version, selection)?;
     let info = MountInfo {

@@ -73,11 +73,13 @@ pub fn for_each_with<T: Sync, S>(
             f(&mut state, index, item)?;
         }
     };
+    let token = crate::interrupt::current();
     let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(jobs);
         for _ in 0..jobs {
+            let token = token.clone();
             let spawned = std::thread::Builder::new().spawn_scoped(scope, || {
-                let outcome = run();
+                let outcome = crate::interrupt::run_under(token, run);
                 if outcome.is_err() {
                     next.store(items.len(), Ordering::Relaxed);
                 }

@@ -21,11 +21,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::lease::Lease;
 use crate::object::Version;
 use crate::pack::{FrameLocation, PackReader};
 use crate::revision::Revision;
@@ -97,6 +99,9 @@ impl ReadEngine {
         let revision = Revision::parse(revision)?;
         let store = self.inner.lock_store();
         let id = revision.resolve(store.catalog())?;
+        // Leased before anything is read: from here on no gc deletes or moves what this
+        // version holds (and if a gc ran since the resolve, the check below sees it).
+        let lease = Arc::new(Lease::take(&store, &[id])?);
         if store.catalog().removed_at(&id)?.is_some() {
             return Err(Error::VersionRemoved {
                 version: id.to_hex(),
@@ -119,13 +124,8 @@ impl ReadEngine {
             version,
             entries,
             index,
+            lease,
         })
-    }
-
-    /// Takes the store's data lock shared, as a reader that relies on the data being kept
-    /// does (a `gc` waits until it is released).
-    pub(crate) fn lock_data_shared(&self) -> Result<crate::store::StoreLock> {
-        self.inner.lock_store().lock_data_shared()
     }
 
     /// Bytes of decompressed frames held in the shared cache now.
@@ -150,6 +150,8 @@ pub struct VersionHandle {
     version: Version,
     entries: Vec<FlatEntry>,
     index: HashMap<String, usize>,
+    /// Keeps gc from deleting or moving what the version holds while it is read.
+    lease: Arc<Lease>,
 }
 
 impl VersionHandle {
@@ -247,9 +249,12 @@ impl VersionHandle {
         }
         Ok(FileHandle {
             engine: self.engine.clone(),
+            _lease: self.lease.clone(),
             entry,
             chunks,
             starts,
+            sequential_from: AtomicU64::new(0),
+            read_ahead_until: AtomicU64::new(0),
         })
     }
 
@@ -289,39 +294,44 @@ impl VersionHandle {
     /// [`Error::InvalidPattern`] for a glob that does not parse; [`Error::PathsNotFound`]
     /// naming every manifest path that is not a file of the version.
     pub fn select(&self, selection: &Selection) -> Result<Vec<&FlatEntry>> {
-        let globs = if selection.include.is_empty() {
+        selection.apply(&self.entries, &self.revision)
+    }
+}
+
+impl Selection {
+    /// The files of `entries` (a version's flattened entries, as
+    /// [`crate::tree::flatten_version`] gives them) this selection picks, in path order.
+    /// `revision` names the version in errors.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPattern`] for a glob that does not parse; [`Error::PathsNotFound`]
+    /// naming every manifest path that is not a file of the version.
+    pub fn apply<'a>(
+        &self,
+        entries: &'a [FlatEntry],
+        revision: &str,
+    ) -> Result<Vec<&'a FlatEntry>> {
+        let globs = if self.include.is_empty() {
             None
         } else {
-            let mut set = globset::GlobSetBuilder::new();
-            for pattern in &selection.include {
-                set.add(
-                    globset::GlobBuilder::new(pattern)
-                        .literal_separator(true)
-                        .build()
-                        .map_err(|e| Error::InvalidPattern {
-                            pattern: pattern.clone(),
-                            reason: e.to_string(),
-                        })?,
-                );
-            }
-            Some(set.build().map_err(|e| Error::InvalidPattern {
-                pattern: selection.include.join(" "),
-                reason: e.to_string(),
-            })?)
+            Some(glob_set(&self.include)?)
         };
-        let listed: Option<HashSet<&str>> = match &selection.files_from {
+        let is_file = |e: &&FlatEntry| matches!(e.kind, FlatKind::File { .. });
+        let listed: Option<HashSet<&str>> = match &self.files_from {
             Some(paths) => {
+                let files: HashSet<&str> = entries
+                    .iter()
+                    .filter(is_file)
+                    .map(|e| e.path.as_str())
+                    .collect();
                 let missing: Vec<String> = paths
                     .iter()
-                    .filter(|p| {
-                        self.stat(p)
-                            .is_none_or(|e| !matches!(e.kind, FlatKind::File { .. }))
-                    })
+                    .filter(|p| !files.contains(p.trim_matches('/')))
                     .cloned()
                     .collect();
                 if !missing.is_empty() {
                     return Err(Error::PathsNotFound {
-                        revision: self.revision.clone(),
+                        revision: revision.to_string(),
                         paths: missing,
                     });
                 }
@@ -329,13 +339,14 @@ impl VersionHandle {
             }
             None => None,
         };
-        let mut files: Vec<&FlatEntry> = self
-            .files()
+        let mut files: Vec<&FlatEntry> = entries
+            .iter()
+            .filter(is_file)
             .filter(|e| globs.as_ref().is_none_or(|g| g.is_match(&e.path)))
             .filter(|e| listed.as_ref().is_none_or(|l| l.contains(e.path.as_str())))
             .collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
-        if let Some(shard) = selection.shard {
+        if let Some(shard) = self.shard {
             let sizes: Vec<(&str, u64)> = files.iter().map(|e| (e.path.as_str(), e.size)).collect();
             let shards = crate::shard::assign(&sizes, shard.count);
             files = shards
@@ -345,6 +356,29 @@ impl VersionHandle {
         }
         Ok(files)
     }
+}
+
+/// The glob set of `patterns` (`/` matched only by `/`, as in `.gitignore`).
+///
+/// # Errors
+/// [`Error::InvalidPattern`] naming a pattern that does not parse.
+pub fn glob_set(patterns: &[String]) -> Result<globset::GlobSet> {
+    let mut set = globset::GlobSetBuilder::new();
+    for pattern in patterns {
+        set.add(
+            globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| Error::InvalidPattern {
+                    pattern: pattern.clone(),
+                    reason: e.to_string(),
+                })?,
+        );
+    }
+    set.build().map_err(|e| Error::InvalidPattern {
+        pattern: patterns.join(" "),
+        reason: e.to_string(),
+    })
 }
 
 /// One shard of [`shards`]: its files and bytes.
@@ -408,7 +442,8 @@ pub struct ExportReport {
 /// siblings sorted), owner 0:0 without names, mode 0644 (0755 for executables and
 /// directories), every time the version's time; so one version always gives the same bytes.
 /// Files are fetched one at a time as they are reached, so the stream starts before the whole
-/// version is here. Holds the store's data lock shared, so a `gc` waits for it.
+/// version is here. The version is leased ([`crate::lease`]) while it is read: a `gc` meanwhile
+/// keeps it and does not wait.
 ///
 /// # Errors
 /// As [`ReadEngine::version`], [`VersionHandle::select`] and [`VersionHandle::open`];
@@ -422,8 +457,6 @@ pub fn export_tar(
     out_name: &Path,
     progress: &dyn crate::progress::Progress,
 ) -> Result<ExportReport> {
-    // gc waits until the export is done (it must not repack what is being read).
-    let _data_lock = engine.inner.lock_store().lock_data_shared()?;
     let version = engine.version(revision)?;
     let files = version.select(selection)?;
     let chosen: HashSet<&str> = files.iter().map(|e| e.path.as_str()).collect();
@@ -523,12 +556,9 @@ struct Counted<'a, R> {
 
 impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if crate::interrupt::check().is_err() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Interrupted,
-                "interrupted",
-            ));
-        }
+        // Not `ErrorKind::Interrupted`: `io::copy` retries that one (it means EINTR), so
+        // the copy would spin. The engine error travels inside and is unwrapped by the caller.
+        crate::interrupt::check().map_err(std::io::Error::other)?;
         let n = self.inner.read(buf)?;
         self.progress.advance(n as u64);
         Ok(n)
@@ -542,19 +572,7 @@ fn fetch_file(
     entry: &FlatEntry,
     options: &ReadOptions,
 ) -> Result<()> {
-    let glob = globset::GlobBuilder::new(&globset::escape(&entry.path))
-        .literal_separator(true)
-        .build()
-        .map_err(|e| Error::InvalidPattern {
-            pattern: entry.path.clone(),
-            reason: e.to_string(),
-        })?;
-    let mut set = globset::GlobSetBuilder::new();
-    set.add(glob);
-    let set = set.build().map_err(|e| Error::InvalidPattern {
-        pattern: entry.path.clone(),
-        reason: e.to_string(),
-    })?;
+    let set = glob_set(&[globset::escape(&entry.path)])?;
     crate::ops::sync::fetch_missing(
         store,
         &[*version],
@@ -569,11 +587,21 @@ fn fetch_file(
 /// One file, open for reading at any offset. `Send + Sync`.
 pub struct FileHandle {
     engine: Arc<Engine>,
+    /// The version's lease, held as long as the file is open.
+    _lease: Arc<Lease>,
     entry: FlatEntry,
     chunks: Vec<(ObjectId, ObjectLocation)>,
     /// Byte offset in the file where each chunk starts (a prefix table).
     starts: Vec<u64>,
+    /// Where the last read ended: a read that starts there is sequential.
+    sequential_from: AtomicU64,
+    /// How far read-ahead has been asked for (bytes of the file).
+    read_ahead_until: AtomicU64,
 }
+
+/// How far past a sequential read the engine reads ahead, in bytes of the file: a few
+/// ~1 MiB frames, decompressed in the background while the reader consumes the current one.
+pub const READ_AHEAD_BYTES: u64 = 8 * 1024 * 1024;
 
 impl FileHandle {
     /// The file's size in bytes.
@@ -613,7 +641,53 @@ impl FileHandle {
             position += n as u64;
             index += 1;
         }
+        let sequential = self.sequential_from.swap(position, Ordering::Relaxed) == offset;
+        if sequential {
+            self.read_ahead(position);
+        }
         Ok(done)
+    }
+
+    /// After a sequential read that ended at `position`: loads the frames of the next
+    /// [`READ_AHEAD_BYTES`] of the file into the shared cache in the background (each frame
+    /// once: the cache is single-flight, and a window already asked for is not asked again).
+    fn read_ahead(&self, position: u64) {
+        let until = (position + READ_AHEAD_BYTES).min(self.entry.size);
+        let asked = self.read_ahead_until.load(Ordering::Relaxed);
+        // Ask again only once the reader has used half of the window asked for before.
+        if asked >= until.saturating_sub(READ_AHEAD_BYTES / 2) && asked > position {
+            return;
+        }
+        let from = asked.max(position);
+        if from >= until {
+            return;
+        }
+        self.read_ahead_until.store(until, Ordering::Relaxed);
+        let first = self.starts.partition_point(|start| *start <= from) - 1;
+        let last = self.starts.partition_point(|start| *start < until);
+        let mut frames: Vec<FrameLocation> = Vec::new();
+        for (_, location) in &self.chunks[first..last] {
+            if frames.last() != Some(&location.frame)
+                && !self.engine.cache.contains(&location.frame)
+            {
+                frames.push(location.frame);
+            }
+        }
+        if frames.is_empty() {
+            return;
+        }
+        let Ok(runtime) = crate::runtime::shared() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        runtime.spawn_blocking(move || {
+            for frame in frames {
+                // A failure is the foreground read's to report, when it gets there.
+                if engine.cache.get(&engine.packs_dir, &frame).is_err() {
+                    break;
+                }
+            }
+        });
     }
 
     /// A reader over the whole file (or from `start`), for `std::io::copy` and friends.
@@ -636,8 +710,7 @@ pub struct CatReport {
 
 /// Writes file `path` of `revision` to `out`, or the bytes `[start, end)` of it with `range`
 /// (an end past the size is clamped). Works on versions whose data is only on a remote (the
-/// file's chunks are fetched and kept). Holds the store's data lock shared while it reads, so
-/// a `gc` waits for it.
+/// file's chunks are fetched and kept). The version is leased while it is read.
 ///
 /// # Errors
 /// [`Error::RangeNotSatisfiable`] when the range starts at or past the end of a non-empty
@@ -650,7 +723,6 @@ pub fn cat(
     range: Option<std::ops::Range<u64>>,
     out: &mut dyn std::io::Write,
 ) -> Result<CatReport> {
-    let _data_lock = engine.inner.lock_store().lock_data_shared()?;
     let version = engine.version(revision)?;
     let file = version.open(path)?;
     let size = file.size();
@@ -780,6 +852,12 @@ impl FrameCache {
 
     fn used(&self) -> u64 {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).used
+    }
+
+    /// True when `location` is in the cache or being loaded.
+    fn contains(&self, location: &FrameLocation) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.ready.contains_key(location) || state.loading.contains(location)
     }
 
     fn get(&self, packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {

@@ -129,7 +129,7 @@ pub struct Source {
     /// Credentials were removed from the URL given before recording it.
     redacted: bool,
     kind: Kind,
-    runtime: tokio::runtime::Runtime,
+    runtime: crate::runtime::Runtime,
 }
 
 /// True when two ETags name the same entity: compared without their quotes and without a
@@ -167,11 +167,7 @@ impl Source {
             source_url: spec.to_string(),
             reason: reason.to_string(),
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .at(FsPath::new("tokio runtime"))?;
+        let runtime = crate::runtime::shared()?;
         let mut redacted = false;
         let (kind, spec) = {
             // The HTTP client's timers belong to this runtime.
@@ -356,7 +352,7 @@ impl Source {
                     .into_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Ok(Box::new(BlockingStream::new(self.runtime.handle(), stream)))
+                Ok(Box::new(BlockingStream::new(&self.runtime, stream)))
             }
             (Kind::Http { client, url }, Location::Http) => {
                 let mut request = client.get(url);
@@ -373,7 +369,7 @@ impl Source {
                     .bytes_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Ok(Box::new(BlockingStream::new(self.runtime.handle(), stream)))
+                Ok(Box::new(BlockingStream::new(&self.runtime, stream)))
             }
             (_, Location::Local(path)) => Ok(Box::new(std::fs::File::open(path).at(path)?)),
             _ => unreachable!("objects come from their own source's listing"),
@@ -689,14 +685,14 @@ fn local_list(path: &FsPath) -> Result<Listing> {
 /// A stream of byte blocks read as [`Read`], driving the async stream on `runtime` from a
 /// plain thread.
 struct BlockingStream {
-    runtime: tokio::runtime::Handle,
+    runtime: crate::runtime::Runtime,
     stream: BoxStream<'static, io::Result<Bytes>>,
     current: Bytes,
 }
 
 impl BlockingStream {
     fn new(
-        runtime: &tokio::runtime::Handle,
+        runtime: &crate::runtime::Runtime,
         stream: BoxStream<'static, io::Result<Bytes>>,
     ) -> Self {
         BlockingStream {

@@ -96,6 +96,9 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "commit those changes first, or pass --force to overwrite them (they will be lost)"
                 .into()
         }
+        Error::PartialCheckoutIntoWorkspace { .. } => {
+            "check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)".into()
+        }
         Error::NotAWorkspace { .. } => {
             "`dsv checkout REV DIR` or `dsv commit DIR` makes it one".into()
         }

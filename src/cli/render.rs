@@ -65,8 +65,9 @@ pub fn commit(r: &CommitReport) -> String {
 }
 
 pub fn checkout(r: &CheckoutReport) -> String {
-    format!(
-        "Checked out {}@{} into {}: {} files, {}\n  wrote {} ({}), deleted {}, {} already up to date",
+    let mut out = format!(
+        "Checked out {}{}@{} into {}: {} files, {}\n  wrote {} ({}), deleted {}, {} already up to date",
+        if r.partial { "part of " } else { "" },
         r.dataset,
         r.version.short(),
         r.dir.display(),
@@ -76,7 +77,11 @@ pub fn checkout(r: &CheckoutReport) -> String {
         HumanBytes(r.bytes_written),
         r.deleted,
         r.unchanged
-    )
+    );
+    if r.partial {
+        out.push_str("\n  a partial checkout: not recorded as a workspace (status and commit see plain files)");
+    }
+    out
 }
 
 pub fn changes(changes: &[Change], none: &str) -> String {
@@ -503,6 +508,13 @@ pub fn gc(r: &GcReport) -> String {
         r.orphans.iter().filter(|o| o.deleted).count(),
         HumanBytes(r.bytes_freed.max(0) as u64)
     );
+    for version in &r.leased_versions {
+        let _ = write!(
+            out,
+            "\n  keep version {} whole: a running reader (a mount, an export, a training job) holds a lease on it",
+            version.short()
+        );
+    }
     for p in &r.delete {
         let _ = write!(
             out,

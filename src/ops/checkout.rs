@@ -36,12 +36,18 @@ use crate::walk::{ScanEntry, ScanKind, Stat, TEMP_PREFIX};
 use crate::workspace;
 
 /// How to check out.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct CheckoutOptions {
     /// Overwrite or delete uncommitted changes.
     pub force: bool,
     /// Parallel file writers.
     pub jobs: usize,
+    /// Only these files (a shard, globs, a manifest: a partial checkout). A partial
+    /// checkout writes the selected files and the directories on their paths (no symlinks)
+    /// into a directory that is not a workspace, and records none: `status` and `commit`
+    /// there see plain files.
+    pub selection: crate::read::Selection,
 }
 
 impl Default for CheckoutOptions {
@@ -53,6 +59,7 @@ impl Default for CheckoutOptions {
         CheckoutOptions {
             force: false,
             jobs: (cores * 3).min(12),
+            selection: crate::read::Selection::default(),
         }
     }
 }
@@ -100,7 +107,21 @@ pub fn checkout_from_anywhere(
             let revision = Revision::parse(revision)?;
             if !store.catalog().remotes()?.is_empty() {
                 let id = revision.resolve(store.catalog())?;
-                super::sync::fetch_missing(store, &[id], None, None, requests, progress)?;
+                // A partial checkout fetches only the files it writes.
+                let only = if options.selection.is_everything() {
+                    None
+                } else {
+                    let version = store.reader().version(&id)?;
+                    let entries = tree::flatten_version(&mut store.reader(), &version)?;
+                    let paths: Vec<String> = options
+                        .selection
+                        .apply(&entries, &revision.to_string())?
+                        .iter()
+                        .map(|e| globset::escape(&e.path))
+                        .collect();
+                    Some(crate::read::glob_set(&paths)?)
+                };
+                super::sync::fetch_missing(store, &[id], only.as_ref(), None, requests, progress)?;
             }
             (revision, None)
         }
@@ -118,10 +139,12 @@ pub struct CheckoutReport {
     pub version: ObjectId,
     /// The directory (canonical).
     pub dir: PathBuf,
-    /// Files and symlinks in the version.
+    /// Files and symlinks in the version (in the selection, for a partial checkout).
     pub files: u64,
-    /// Total file bytes in the version.
+    /// Total file bytes in the version (in the selection, for a partial checkout).
     pub bytes: u64,
+    /// True for a partial checkout ([`CheckoutOptions::selection`]): no workspace recorded.
+    pub partial: bool,
     /// Files and symlinks written.
     pub written: u64,
     /// Bytes written.
@@ -178,7 +201,11 @@ pub fn checkout(
         });
     }
     let record = store.catalog().version_record(&version_id)?;
-    let target = tree::flatten_version(&mut store.reader(), &record.version)?;
+    let mut target = tree::flatten_version(&mut store.reader(), &record.version)?;
+    let partial = !options.selection.is_everything();
+    if partial {
+        target = select_with_parents(&target, &options.selection, &revision.to_string())?;
+    }
     let unsafe_path = |path: &str, reason| Error::UnsafePath {
         path: path.to_string(),
         tree: record.version.tree.to_hex(),
@@ -210,6 +237,12 @@ pub fn checkout(
     let _lock = store.lock_workspace(&key)?;
 
     let workspace = store.catalog().workspace(&key)?;
+    if partial && let Some(w) = &workspace {
+        return Err(Error::PartialCheckoutIntoWorkspace {
+            dir: dir.clone(),
+            dataset: w.dataset.clone().unwrap_or_else(|| "a version".into()),
+        });
+    }
     let (cache, old) = match &workspace {
         Some(w) => {
             let cache = store.catalog().stat_cache(w.id)?;
@@ -360,20 +393,24 @@ pub fn checkout(
             cache_changes.push((path.clone(), None));
         }
     }
-    let writer = store.catalog_mut().writer()?;
-    let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
-    writer.update_stat_cache(
-        workspace_id,
-        cache_changes.iter().map(|(p, e)| (p.as_str(), e.as_ref())),
-    )?;
-    writer.commit()?;
+    if !partial {
+        let writer = store.catalog_mut().writer()?;
+        let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
+        writer.update_stat_cache(
+            workspace_id,
+            cache_changes.iter().map(|(p, e)| (p.as_str(), e.as_ref())),
+        )?;
+        writer.commit()?;
+    }
 
+    let selected = target.iter().filter(|e| e.kind != FlatKind::Dir);
     Ok(CheckoutReport {
         dataset: record.version.dataset.clone(),
         version: version_id,
         dir,
-        files: record.version.files,
-        bytes: record.version.bytes,
+        files: selected.clone().count() as u64,
+        bytes: selected.map(|e| e.size).sum(),
+        partial,
         written: jobs.len() as u64,
         bytes_written: total_bytes,
         deleted,
@@ -383,6 +420,38 @@ pub fn checkout(
             .filter(|p| target_map.get(**p).is_some_and(|e| e.kind != FlatKind::Dir))
             .count() as u64,
     })
+}
+
+/// The files `selection` picks of `entries`, with the directories on their paths, in the
+/// order of `entries`.
+fn select_with_parents(
+    entries: &[FlatEntry],
+    selection: &crate::read::Selection,
+    revision: &str,
+) -> Result<Vec<FlatEntry>> {
+    let chosen: HashSet<&str> = selection
+        .apply(entries, revision)?
+        .into_iter()
+        .map(|e| e.path.as_str())
+        .collect();
+    let mut dirs: HashSet<&str> = HashSet::new();
+    for path in &chosen {
+        let mut rest = *path;
+        while let Some((parent, _)) = rest.rsplit_once('/') {
+            if !dirs.insert(parent) {
+                break;
+            }
+            rest = parent;
+        }
+    }
+    Ok(entries
+        .iter()
+        .filter(|e| match e.kind {
+            FlatKind::Dir => dirs.contains(e.path.as_str()),
+            _ => chosen.contains(e.path.as_str()),
+        })
+        .cloned()
+        .collect())
 }
 
 /// Decides what to delete and keep, refusing (unless `force`) to lose anything that exists

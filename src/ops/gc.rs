@@ -88,6 +88,9 @@ pub struct GcReport {
     pub dry_run: bool,
     /// New packs written by repacking.
     pub packs_written: u64,
+    /// Versions leased by running readers (a mount, a training job): kept whole, even if
+    /// removed or evicted, and their packs not repacked.
+    pub leased_versions: Vec<ObjectId>,
 }
 
 /// The ids of every non-empty file that a live (not removed) version holds: the content
@@ -115,9 +118,12 @@ pub fn live_file_ids(store: &Store) -> Result<HashSet<ObjectId>> {
 }
 
 /// Every object a live version reaches, plus every version object and provenance (kept for
-/// the log).
-fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
-    let mut live = HashSet::new();
+/// the log), plus everything a leased version reaches (removed or evicted ones too).
+fn live_set(
+    store: &Store,
+    leased: &HashSet<(ObjectId, ObjectKind)>,
+) -> Result<HashSet<(ObjectId, ObjectKind)>> {
+    let mut live = leased.clone();
     let mut reader = store.reader();
     let mut seen_trees = HashSet::new();
     // Evicted versions last: their trees and file maps stay, their chunks only if another
@@ -149,6 +155,38 @@ fn live_set(store: &Store) -> Result<HashSet<(ObjectId, ObjectKind)>> {
     Ok(live)
 }
 
+/// Every object the versions leased by running readers ([`crate::lease`]) reach: trees,
+/// file maps and every chunk here (a reader may have fetched an evicted version's chunks).
+fn leased_set(store: &Store, versions: &[ObjectId]) -> Result<HashSet<(ObjectId, ObjectKind)>> {
+    let mut leased = HashSet::new();
+    let mut reader = store.reader();
+    let mut seen_trees = HashSet::new();
+    for version in versions {
+        let root = match reader.version(version) {
+            Ok(version) => version.tree,
+            // A lease taken on a version this store never had (a reader that failed
+            // before its fetch) protects nothing.
+            Err(Error::MissingObject { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        walk_reachable(&mut reader, &root, Some(&mut seen_trees), &mut |reached| {
+            match reached {
+                Reached::Tree(id) => {
+                    leased.insert((id, ObjectKind::Tree));
+                }
+                Reached::File { id, chunks, .. } => {
+                    if chunks.len() > 1 {
+                        leased.insert((id, ObjectKind::FileMap));
+                    }
+                    leased.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(leased)
+}
+
 /// Plans gc and, unless `dry_run`, carries the plan out. `grace` protects unnamed pack
 /// files younger than it.
 ///
@@ -162,7 +200,9 @@ pub fn gc(
     progress: &dyn Progress,
 ) -> Result<GcReport> {
     let _data_lock = store.lock_data_exclusive()?;
-    let live = live_set(store)?;
+    let leased_versions = crate::lease::leased_versions(store.root())?;
+    let leased = leased_set(store, &leased_versions)?;
+    let live = live_set(store, &leased)?;
     let by_pack = store.catalog().objects_by_pack()?;
     let sizes: std::collections::HashMap<ObjectId, u64> =
         store.catalog().packs()?.into_iter().collect();
@@ -183,6 +223,7 @@ pub fn gc(
         bytes_freed: 0,
         dry_run,
         packs_written: 0,
+        leased_versions,
     };
     report.removed_versions = (all_versions.len() as u64).saturating_sub(report.live_versions);
     let is_live = |(id, kind, _): &(ObjectId, ObjectKind, u32)| {
@@ -202,9 +243,16 @@ pub fn gc(
             bytes,
             live_bytes,
         };
+        // A pack holding what a reader has leased stays where it is: the reader knows its
+        // chunks by their place in it.
+        let leased_here = || {
+            objects
+                .iter()
+                .any(|(id, kind, _)| leased.contains(&(*id, *kind)))
+        };
         if live_bytes == 0 {
             report.delete.push(plan);
-        } else if live_bytes * 2 <= total {
+        } else if live_bytes * 2 <= total && !leased_here() {
             report.repack.push(plan);
         } else if live_bytes < total {
             report.kept_with_garbage.push(plan);

@@ -251,7 +251,7 @@ pub struct Remote {
     store: Arc<dyn ObjectStore>,
     /// For file:// remotes: the directory (refs are swapped under a lock file there).
     local_root: Option<PathBuf>,
-    runtime: tokio::runtime::Runtime,
+    runtime: crate::runtime::Runtime,
     requests: AtomicU64,
 }
 
@@ -298,11 +298,7 @@ impl Remote {
                 Path::from(prefix.as_str()),
             ))
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .at(FsPath::new("tokio runtime"))?;
+        let runtime = crate::runtime::shared()?;
         Ok(Remote {
             name: record.name.clone(),
             store,
@@ -446,7 +442,7 @@ impl Remote {
         ranges: Vec<(ObjectId, Range<u64>)>,
         jobs: usize,
         check: Arc<dyn Fn(ObjectId, Range<u64>, Bytes) -> Result<T> + Send + Sync>,
-        mut each: impl FnMut(T) -> Result<()>,
+        mut each: impl FnMut(T) -> Result<()> + Send,
     ) -> Result<()> {
         self.count(ranges.len() as u64);
         self.runtime.block_on(async {

@@ -93,10 +93,8 @@ fn the_library_clamps_any_job_count() {
     };
     commit(&mut store, &env.path("data"), &options, &NoProgress).unwrap();
     let revision = dsv::Revision::parse("ds").unwrap();
-    let options = CheckoutOptions {
-        force: false,
-        jobs: usize::MAX,
-    };
+    let mut options = CheckoutOptions::default();
+    options.jobs = usize::MAX;
     checkout(
         &mut store,
         &revision,

@@ -364,3 +364,84 @@ fn a_killed_mount_is_released_by_fusermount_and_the_store_stays_whole() {
     let again = Mounted::start(&env, "ds", "mnt", &[]);
     assert_same_tree(&env.path("co"), &again.point);
 }
+
+/// A clone of a two-file version pushed to a `file://` remote, the clone's store at `c`:
+/// (the origin env, the remote's directory, the clone env, the two files' bytes).
+fn remote_only_clone() -> (TestEnv, PathBuf, TestEnv, Vec<u8>, Vec<u8>) {
+    let env = TestEnv::new();
+    let one = pseudo_random(3_000_000, 91);
+    let two = pseudo_random(3_000_000, 93);
+    env.write("d/one.bin", &one);
+    env.write("d/two.bin", &two);
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let (remote, url) = crate::common::push_to_file_remote(&env, "remote", "ds");
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &url, "c"]);
+    (env, remote, clone, one, two)
+}
+
+const EIO: i32 = 5;
+
+#[test]
+fn a_remote_going_away_fails_only_what_it_must_serve_and_the_next_read_retries() {
+    if !fuse_available() {
+        return;
+    }
+    let (env, remote, clone, one, two) = remote_only_clone();
+    let mount = Mounted::start(&clone, "ds", "mnt", &["--store", "c"]);
+    assert!(std::fs::read(mount.point.join("one.bin")).unwrap() == one);
+    // The remote goes away: the file only it holds cannot be read (EIO), the rest is served.
+    let away = env.path("remote-away");
+    std::fs::rename(&remote, &away).unwrap();
+    let error = std::fs::read(mount.point.join("two.bin")).unwrap_err();
+    assert_eq!(error.raw_os_error(), Some(EIO), "{error}");
+    assert!(std::fs::read(mount.point.join("one.bin")).unwrap() == one);
+    assert!(std::fs::read_dir(&mount.point).unwrap().count() == 2);
+    // It is back: the next read fetches.
+    let _ = std::fs::remove_dir(&remote);
+    std::fs::rename(&away, &remote).unwrap();
+    assert!(std::fs::read(mount.point.join("two.bin")).unwrap() == two);
+}
+
+#[test]
+fn a_corrupt_frame_on_the_remote_is_eio_and_nothing_of_it_is_stored() {
+    if !fuse_available() {
+        return;
+    }
+    let (_env, remote, clone, _one, _two) = remote_only_clone();
+    // Damage the remote's pack in the middle of its file data (after the clone, which read
+    // only metadata).
+    let pack = std::fs::read_dir(remote.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    bytes[middle + 1] ^= 0xff;
+    std::fs::write(&pack, &bytes).unwrap();
+    let packs_here = |env: &TestEnv| std::fs::read_dir(env.path("c/.dsv/packs")).unwrap().count();
+    let before = packs_here(&clone);
+    let mount = Mounted::start(&clone, "ds", "mnt", &["--store", "c"]);
+    let mut failed = 0;
+    for name in ["one.bin", "two.bin"] {
+        if let Err(error) = std::fs::read(mount.point.join(name)) {
+            assert_eq!(error.raw_os_error(), Some(EIO), "{error}");
+            failed += 1;
+        }
+    }
+    assert_eq!(failed, 1, "the damaged file fails, the other reads");
+    drop(mount);
+    let verify = clone.json(&["--store", "c", "verify"]);
+    assert_eq!(verify["files_on_remotes"], 1, "{verify}");
+    assert!(
+        verify["problems"].as_array().unwrap().is_empty(),
+        "{verify}"
+    );
+    assert_eq!(
+        packs_here(&clone),
+        before + 1,
+        "only the good file's data was stored"
+    );
+}

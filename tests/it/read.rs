@@ -280,3 +280,281 @@ fn problems_free(env: &TestEnv) -> bool {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     report["problems"].as_array().unwrap().is_empty()
 }
+
+/// Runs `dsv ARGS --json` in `env`, failing the test if it has not finished within a minute
+/// (a gc that waited on a reader would never finish while the reader holds on).
+fn json_within_a_minute(env: &TestEnv, args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["--json"];
+    full.extend_from_slice(args);
+    let mut child = env.spawn(&full);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("`dsv {}` waited on a reader", args.join(" "));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "dsv {args:?} failed");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn gc_keeps_a_leased_version_without_waiting_and_frees_it_once_the_reader_is_gone() {
+    let env = TestEnv::new();
+    let old = pseudo_random(3_000_000, 51);
+    env.write("d/a.bin", &old);
+    env.ok(&["commit", "d", "-d", "ds", "--tag", "v1"]);
+    env.write("d/a.bin", pseudo_random(3_000_000, 53));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let engine = engine(&env, 1024 * 1024);
+    let version = engine.version("ds@v1").unwrap();
+    let file = version.open("a.bin").unwrap();
+    env.ok(&["rm", "--force", "ds@v1"]);
+    // gc runs to its end while the reader holds the version, and keeps it whole.
+    let report = json_within_a_minute(&env, &["gc"]);
+    assert_eq!(
+        report["leased_versions"],
+        serde_json::json!([version.id().to_hex()]),
+        "{report}"
+    );
+    assert_eq!(report["bytes_freed"], 0, "{report}");
+    let mut read = vec![0u8; old.len()];
+    assert_eq!(file.read_at(0, &mut read).unwrap(), old.len());
+    assert!(read == old, "the leased file reads back whole after gc");
+    // The reader is gone: the next gc frees the removed version's data.
+    drop(file);
+    drop(version);
+    let report = json_within_a_minute(&env, &["gc"]);
+    assert_eq!(report["leased_versions"], serde_json::json!([]), "{report}");
+    assert!(
+        report["bytes_freed"].as_i64().unwrap() > 2_000_000,
+        "{report}"
+    );
+    assert!(problems_free_here(&env));
+}
+
+#[test]
+fn the_lease_of_a_killed_reader_expires() {
+    let env = TestEnv::new();
+    env.write("d/a.bin", pseudo_random(3_000_000, 55));
+    env.ok(&["commit", "d", "-d", "ds", "--tag", "v1"]);
+    env.write("d/a.bin", pseudo_random(3_000_000, 57));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    // An export into a pipe nobody reads: it blocks mid-stream, holding its lease.
+    let mut reader = env.spawn(&["export", "ds@v1"]);
+    let leases = env.path(".dsv/leases");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_dir(&leases).map_or(0, |d| d.count()) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no lease appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    env.ok(&["rm", "--force", "ds@v1"]);
+    let report = json_within_a_minute(&env, &["gc", "--dry-run"]);
+    assert_eq!(report["leased_versions"].as_array().unwrap().len(), 1);
+    reader.kill().unwrap();
+    reader.wait().unwrap();
+    // Its process is gone, so is its flock: gc drops the lease file and frees the data.
+    let report = json_within_a_minute(&env, &["gc"]);
+    assert_eq!(report["leased_versions"], serde_json::json!([]), "{report}");
+    assert!(
+        report["bytes_freed"].as_i64().unwrap() > 2_000_000,
+        "{report}"
+    );
+    assert_eq!(std::fs::read_dir(&leases).unwrap().count(), 0);
+    assert!(problems_free_here(&env));
+}
+
+fn problems_free_here(env: &TestEnv) -> bool {
+    let report = env.json(&["verify"]);
+    report["problems"].as_array().unwrap().is_empty()
+}
+
+#[test]
+fn the_library_works_inside_a_callers_tokio_runtime() {
+    let env = TestEnv::new();
+    let big = pseudo_random(2_000_000, 59);
+    env.write("d/big.bin", &big);
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let (_, url) = push_to_file_remote(&env, "remote", "ds");
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &url, "c"]);
+    let store = clone.path("c/.dsv");
+    // An async program calls the blocking library from a task: the remote fetch runs on
+    // dsv's own runtime, with no "runtime within a runtime" panic.
+    let caller = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let read = caller.block_on(async move {
+        let engine =
+            dsv::read::ReadEngine::open(&store, dsv::read::ReadOptions::default()).unwrap();
+        let version = engine.version("ds").unwrap();
+        let file = version.open("big.bin").unwrap();
+        let mut buf = vec![0u8; file.size() as usize];
+        file.read_at(0, &mut buf).unwrap();
+        buf
+    });
+    assert!(read == big);
+}
+
+#[test]
+fn sequential_reads_load_the_next_frames_ahead_and_random_reads_do_not() {
+    let env = TestEnv::new();
+    let big = pseudo_random(24_000_000, 61);
+    env.write("d/big.bin", &big);
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let wait_for_cache = |engine: &dsv::read::ReadEngine, at_least: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while engine.cached_bytes() < at_least && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        engine.cached_bytes()
+    };
+    // Random reads: only the frames read are cached.
+    let engine = engine(&env, 256 * 1024 * 1024);
+    let file = engine.version("ds").unwrap().open("big.bin").unwrap();
+    let mut buf = vec![0u8; 4096];
+    file.read_at(10_000_000, &mut buf).unwrap();
+    file.read_at(3_000_000, &mut buf).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let random = engine.cached_bytes();
+    assert!(
+        random <= 4 * 1024 * 1024,
+        "random reads cached {random} bytes"
+    );
+    // Two sequential reads of 128 KiB: the next frames are loaded in the background.
+    let engine = self::engine(&env, 256 * 1024 * 1024);
+    let file = engine.version("ds").unwrap().open("big.bin").unwrap();
+    let mut buf = vec![0u8; 128 * 1024];
+    file.read_at(0, &mut buf).unwrap();
+    file.read_at(128 * 1024, &mut buf).unwrap();
+    assert_eq!(buf, big[128 * 1024..256 * 1024]);
+    let ahead = wait_for_cache(&engine, 6 * 1024 * 1024);
+    assert!(ahead >= 6 * 1024 * 1024, "read-ahead cached {ahead} bytes");
+    // What was read ahead reads back right.
+    let mut rest = vec![0u8; 8 * 1024 * 1024];
+    file.read_at(256 * 1024, &mut rest).unwrap();
+    assert!(rest[..] == big[256 * 1024..256 * 1024 + rest.len()]);
+}
+
+/// The files under `dir`, as sorted relative paths.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut files: Vec<String> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            e.path()
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn partial_checkouts_write_exactly_the_selected_files_and_fetch_only_those() {
+    let env = TestEnv::new();
+    for i in 0..12u64 {
+        let dir = if i % 2 == 0 { "train" } else { "test" };
+        env.write(
+            &format!("d/{dir}/{i:02}.bin"),
+            pseudo_random(1_100_000 + 50_000 * i as usize, 200 + 2 * i),
+        );
+    }
+    env.write("d/labels.csv", "a,b\n");
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let all = files_under(&env.path("d"));
+    // --shard I/N: exactly what `dsv shards` assigns; the shards cover every file once.
+    let plan = env.json(&["shards", "ds", "3"]);
+    let mut union = Vec::new();
+    for i in 0..3 {
+        let out = format!("out{i}");
+        let report = env.json(&["checkout", "ds", &out, "--shard", &format!("{i}/3")]);
+        assert_eq!(report["partial"], true, "{report}");
+        let mut expected: Vec<String> = plan[i]["paths"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{plan}"))
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect();
+        expected.sort();
+        let written = files_under(&env.path(&out));
+        assert_eq!(written, expected);
+        assert_eq!(report["files"], written.len(), "{report}");
+        for path in &written {
+            assert_eq!(
+                std::fs::read(env.path(&out).join(path)).unwrap(),
+                std::fs::read(env.path("d").join(path)).unwrap()
+            );
+        }
+        union.extend(written);
+    }
+    union.sort();
+    assert_eq!(union, all);
+    // --include, and a partial checkout records no workspace.
+    env.ok(&["checkout", "ds", "train", "--include", "train/**"]);
+    assert!(
+        files_under(&env.path("train"))
+            .iter()
+            .all(|p| p.starts_with("train/"))
+    );
+    assert_eq!(files_under(&env.path("train")).len(), 6);
+    let workspaces = env.json(&["workspace", "ls"]);
+    assert!(!workspaces.to_string().contains("/train\""), "{workspaces}");
+    // A manifest naming a path the version lacks: an error naming it, nothing written.
+    env.write("list.txt", "labels.csv\nnot/there.bin\n");
+    let error = env.json_error(&["checkout", "ds", "listed", "--files-from", "list.txt"], 3);
+    assert!(error.to_string().contains("not/there.bin"), "{error}");
+    assert!(!env.path("listed").exists());
+    // Into a workspace: refused, its files left alone.
+    env.ok(&["checkout", "ds", "full"]);
+    let error = env.json_error(&["checkout", "ds", "full", "--include", "test/**"], 4);
+    assert!(error.to_string().contains("workspace"), "{error}");
+    assert_eq!(files_under(&env.path("full")), all);
+    // On a clone, only the selected files are fetched.
+    let (_, url) = push_to_file_remote(&env, "remote", "ds");
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &url, "c"]);
+    let report = clone.json(&["--store", "c", "checkout", "ds", "part", "--shard", "0/3"]);
+    let fetched = report["files"].as_u64().unwrap();
+    let verify = clone.json(&["--store", "c", "verify"]);
+    assert_eq!(
+        verify["files_on_remotes"].as_u64().unwrap(),
+        all.len() as u64 - fetched,
+        "{verify}"
+    );
+    assert_eq!(files_under(&clone.path("part")).len() as u64, fetched);
+}
+
+#[test]
+fn ctrl_c_during_an_export_stops_it_with_exit_130() {
+    let env = TestEnv::new();
+    env.write("d/big.bin", pseudo_random(30_000_000, 63));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let mut child = env.spawn(&["export", "ds"]);
+    let mut stdout = child.stdout.take().unwrap();
+    let mut head = [0u8; 4096];
+    std::io::Read::read_exact(&mut stdout, &mut head).unwrap();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    // The reader keeps reading: the export sees the Ctrl-C at its next check and stops.
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut stdout, &mut rest).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    assert!(
+        (rest.len() as u64) < 30_000_000,
+        "the export stopped early ({} bytes)",
+        rest.len()
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("interrupted"));
+}
