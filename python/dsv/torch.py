@@ -18,6 +18,7 @@ fetched on first read and kept in the store, once for every rank and worker on t
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -62,6 +63,59 @@ class VersionDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Any:
         path = self.paths[index]
         return _sample(self.transform, path, self.version.read(path))
+
+
+_FIRST_WINDOW = 64
+_LARGEST_WINDOW = 4096
+
+
+class _Prefetcher:
+    """Fetches the data of the files a reader is about to read, when it is only on a remote,
+    in windows ahead of the reads, on a background thread: the first window is small (the
+    first batch comes quickly), each next one twice as large, up to 4,096 files. Each window
+    is one ``Version.prefetch`` (one round of parallel requests, without the GIL); a read
+    waits for its window, so no file is fetched alone. With the data all here a window costs a
+    few catalog lookups per file and contacts nothing. A failure is left to the reads: they
+    fetch what they need themselves, and raise what they meet."""
+
+    def __init__(self, version: Any, paths: List[str], first: int) -> None:
+        self.ends: List[int] = []
+        end, size = 0, max(1, first)
+        while end < len(paths):
+            end = min(end + size, len(paths))
+            self.ends.append(end)
+            size = min(size * 2, _LARGEST_WINDOW)
+        self.done = [threading.Event() for _ in self.ends]
+        self.window = 0
+        self.stopped = False
+        if self.ends:
+            self.thread = threading.Thread(target=self._run, args=(version, paths), daemon=True, name="dsv-prefetch")
+            self.thread.start()
+
+    def _run(self, version: Any, paths: List[str]) -> None:
+        start = 0
+        for window, end in enumerate(self.ends):
+            if self.stopped:
+                break
+            try:
+                version.prefetch(paths[start:end])
+            except Exception:
+                # The reads fetch by themselves and raise what they meet.
+                pass
+            self.done[window].set()
+            start = end
+        for event in self.done:
+            event.set()
+
+    def wait(self, index: int) -> None:
+        """Waits until the window holding read number ``index`` is fetched."""
+        while self.window < len(self.ends) and index >= self.ends[self.window]:
+            self.window += 1
+        if self.window < len(self.ends):
+            self.done[self.window].wait()
+
+    def stop(self) -> None:
+        self.stopped = True
 
 
 def _distributed() -> Optional[Tuple[int, int]]:
@@ -281,16 +335,19 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         self._resolve()
         start = self._start()
         remaining = self.rank_order()[start:]
-        mine = self._worker_share(remaining)
+        mine = [self.paths[i] for i in self._worker_share(remaining)]
         read = self.version.read
-        paths = self.paths
         transform = self.transform
-        for count, index in enumerate(mine, start=1):
-            path = paths[index]
-            sample = _sample(transform, path, read(path))
-            if in_main:
-                self._consumed = start + count
-            yield sample
+        prefetcher = _Prefetcher(self.version, mine, first=self.batch_size or _FIRST_WINDOW)
+        try:
+            for count, path in enumerate(mine):
+                prefetcher.wait(count)
+                sample = _sample(transform, path, read(path))
+                if in_main:
+                    self._consumed = start + count + 1
+                yield sample
+        finally:
+            prefetcher.stop()
         if in_main:
             self._finish_epoch()
 

@@ -177,3 +177,43 @@ impl<T> Raise<T> for dsv::Result<T> {
         self.map_err(|e| to_py(py, e))
     }
 }
+
+/// Runs `work` (a long operation: commit, checkout, clone, a remote lookup) without the GIL,
+/// on a helper thread under a cancellation token, while this thread keeps answering Python's
+/// signals: a Ctrl-C (`KeyboardInterrupt`) cancels the token, the operation stops at its next
+/// consistent point (as the CLI's does), and the `KeyboardInterrupt` is raised.
+pub fn cancellable<T: Send>(py: Python<'_>, work: impl FnOnce() -> Res<T> + Send) -> PyResult<T> {
+    let token = dsv::interrupt::CancelToken::new();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    // A receiver is not `Sync`; the waits below lend it to a GIL-free closure.
+    let finished = std::sync::Mutex::new(finished);
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let result = token.run(work);
+            let _ = done.send(());
+            result
+        });
+        let interrupted = loop {
+            let over = py.detach(|| {
+                let finished = finished.lock().unwrap_or_else(|e| e.into_inner());
+                finished.recv_timeout(std::time::Duration::from_millis(50))
+                    != Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            });
+            if over {
+                break None;
+            }
+            if let Err(signal) = py.check_signals() {
+                token.cancel();
+                break Some(signal);
+            }
+        };
+        let result = py.detach(|| worker.join());
+        match (interrupted, result) {
+            (Some(signal), _) => Err(signal),
+            (None, Ok(result)) => result.raise(py),
+            (None, Err(_)) => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "a dsv operation panicked (a bug in dsv): please report it",
+            )),
+        }
+    })
+}

@@ -12,7 +12,7 @@ use dsv::read::{ReadEngine, ReadOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::errors::{Failure, Raise, Res};
+use crate::errors::{Failure, Raise, Res, cancellable};
 use crate::fork::ForkLocal;
 use crate::version::PyVersion;
 
@@ -137,30 +137,32 @@ impl PyStore {
     fn version(slf: &Bound<'_, Self>, revision: &str) -> PyResult<PyVersion> {
         let py = slf.py();
         let store = slf.get();
-        let handle = py
-            .detach(|| -> Res<_> {
-                let exact = match sync::RemoteRevision::parse(revision)? {
-                    Some(target) => {
-                        let mut writable = store.writable()?;
-                        // Metadata only: an include that matches no file fetches no chunk.
-                        let nothing = globset::GlobSetBuilder::new()
-                            .build()
-                            .expect("an empty set builds");
-                        let prepared = sync::prepare_remote_revision(
-                            &mut writable,
-                            &target,
-                            Some(&nothing),
-                            dsv::remote::DEFAULT_JOBS,
-                            &NoProgress,
-                        )?;
-                        format!("{}@{}", prepared.dataset, prepared.version.to_hex())
-                    }
-                    None => revision.to_string(),
-                };
-                Ok(store.engine()?.version(&exact)?)
-            })
-            .raise(py)?;
-        Ok(PyVersion::new(slf.clone().unbind(), revision.to_string(), handle))
+        let handle = cancellable(py, || -> Res<_> {
+            let exact = match sync::RemoteRevision::parse(revision)? {
+                Some(target) => {
+                    let mut writable = store.writable()?;
+                    // Metadata only: an include that matches no file fetches no chunk.
+                    let nothing = globset::GlobSetBuilder::new()
+                        .build()
+                        .expect("an empty set builds");
+                    let prepared = sync::prepare_remote_revision(
+                        &mut writable,
+                        &target,
+                        Some(&nothing),
+                        dsv::remote::DEFAULT_JOBS,
+                        &NoProgress,
+                    )?;
+                    format!("{}@{}", prepared.dataset, prepared.version.to_hex())
+                }
+                None => revision.to_string(),
+            };
+            Ok(store.engine()?.version(&exact)?)
+        })?;
+        Ok(PyVersion::new(
+            slf.clone().unbind(),
+            revision.to_string(),
+            handle,
+        ))
     }
 
     /// Commits directory `dir` as a new version of `dataset` (created if new), as
@@ -176,20 +178,18 @@ impl PyStore {
         tag: Option<String>,
         allow_empty: bool,
     ) -> PyResult<Py<PyAny>> {
-        let report = py
-            .detach(|| -> Res<_> {
-                let mut store = self.writable()?;
-                let options = commit::CommitOptions {
-                    dataset,
-                    message,
-                    tag,
-                    author: None,
-                    allow_empty,
-                    ingest: Default::default(),
-                };
-                Ok(commit::commit(&mut store, &dir, &options, &NoProgress)?)
-            })
-            .raise(py)?;
+        let report = cancellable(py, || -> Res<_> {
+            let mut store = self.writable()?;
+            let options = commit::CommitOptions {
+                dataset,
+                message,
+                tag,
+                author: None,
+                allow_empty,
+                ingest: Default::default(),
+            };
+            Ok(commit::commit(&mut store, &dir, &options, &NoProgress)?)
+        })?;
         to_python(py, &report)
     }
 
@@ -204,23 +204,19 @@ impl PyStore {
         dir: PathBuf,
         force: bool,
     ) -> PyResult<Py<PyAny>> {
-        let outcome = py
-            .detach(|| -> Res<_> {
-                let mut store = self.writable()?;
-                let options = checkout::CheckoutOptions {
-                    force,
-                    ..Default::default()
-                };
-                Ok(checkout::checkout_from_anywhere(
-                    &mut store,
-                    revision,
-                    &dir,
-                    &options,
-                    dsv::remote::DEFAULT_JOBS,
-                    &NoProgress,
-                )?)
-            })
-            .raise(py)?;
+        let outcome = cancellable(py, || -> Res<_> {
+            let mut store = self.writable()?;
+            let mut options = checkout::CheckoutOptions::default();
+            options.force = force;
+            Ok(checkout::checkout_from_anywhere(
+                &mut store,
+                revision,
+                &dir,
+                &options,
+                dsv::remote::DEFAULT_JOBS,
+                &NoProgress,
+            )?)
+        })?;
         to_python(py, &outcome)
     }
 
@@ -270,16 +266,9 @@ pub fn clone(
     path: PathBuf,
     options: Option<BTreeMap<String, String>>,
 ) -> PyResult<PyStore> {
-    py.detach(|| -> Res<_> {
+    cancellable(py, || -> Res<_> {
         let options = options.unwrap_or_default();
-        let report = sync::clone(
-            url,
-            &path,
-            &options,
-            dsv::remote::DEFAULT_JOBS,
-            &NoProgress,
-        )?;
+        let report = sync::clone(url, &path, &options, dsv::remote::DEFAULT_JOBS, &NoProgress)?;
         PyStore::open(&report.store)
     })
-    .raise(py)
 }

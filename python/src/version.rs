@@ -299,9 +299,7 @@ impl PyVersion {
             file: Mutex::new(ForkLocal::new(Arc::new(file))),
         };
         let class = FILE_CLASS.get_or_try_init(py, || -> PyResult<_> {
-            Ok(PyModule::import(py, "dsv._file")?
-                .getattr("File")?
-                .unbind())
+            Ok(PyModule::import(py, "dsv._file")?.getattr("File")?.unbind())
         })?;
         Ok(class.bind(py).call1((handle,))?.unbind())
     }
@@ -364,55 +362,19 @@ impl PyVersion {
     fn prefetch(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<u64> {
         py.detach(|| -> Res<u64> {
             let handle = self.handle_detached()?;
-            let mut store = self.store.get().writable()?;
-            if store.catalog().remotes()?.is_empty() {
-                return Ok(0);
-            }
-            let mut missing = Vec::new();
-            {
-                let mut reader = store.reader();
-                for path in &paths {
-                    let entry = handle.stat(path).ok_or_else(|| self.not_found(path))?;
-                    if !matches!(entry.kind, FlatKind::File { .. }) {
-                        continue;
-                    }
-                    match reader.file_chunks(&entry.id, entry.size) {
-                        Ok(_) => {}
-                        Err(Error::MissingObject { .. }) => missing.push(path.as_str()),
-                        Err(other) => return Err(other.into()),
-                    }
+            let mut files = Vec::with_capacity(paths.len());
+            for path in &paths {
+                let entry = handle.stat(path).ok_or_else(|| self.not_found(path))?;
+                if matches!(entry.kind, FlatKind::File { .. }) {
+                    files.push((entry.id, entry.size));
                 }
             }
-            if missing.is_empty() {
+            let mut store = self.store.get().writable()?;
+            if files.is_empty() || store.catalog().remotes()?.is_empty() {
                 return Ok(0);
             }
-            let mut set = globset::GlobSetBuilder::new();
-            for path in missing {
-                let glob = globset::GlobBuilder::new(&globset::escape(path))
-                    .literal_separator(true)
-                    .build()
-                    .map_err(|e| {
-                        Failure::Dsv(Error::InvalidPattern {
-                            pattern: path.to_string(),
-                            reason: e.to_string(),
-                        })
-                    })?;
-                set.add(glob);
-            }
-            let set = set.build().map_err(|e| {
-                Failure::Dsv(Error::InvalidPattern {
-                    pattern: "(the paths to fetch)".into(),
-                    reason: e.to_string(),
-                })
-            })?;
-            let transfer = sync::fetch_missing(
-                &mut store,
-                &[self.id],
-                Some(&set),
-                None,
-                dsv::remote::DEFAULT_JOBS,
-                &NoProgress,
-            )?;
+            let transfer =
+                sync::fetch_files(&mut store, &files, dsv::remote::DEFAULT_JOBS, &NoProgress)?;
             Ok(transfer.bytes)
         })
         .raise(py)

@@ -57,9 +57,11 @@ def test_map_style_dataset_under_a_distributed_sampler(version):
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_iterable_dataset_with_two_workers_reads_each_file_once(version, context):
     ds = IterableVersionDataset(version, shuffle=True, seed=7, transform=decode)
+    # Spawned workers import torch afresh (seconds each): one pass with them is enough.
+    epochs = range(2) if context == "fork" else range(1)
     for loader_class in (torch.utils.data.DataLoader, DataLoader):
         loader = loader_class(ds, batch_size=10, num_workers=2, multiprocessing_context=context)
-        for epoch in range(2):
+        for epoch in epochs:
             ds.set_epoch(epoch)
             seen = paths_of(loader)
             assert sorted(seen) == version.files()
@@ -196,7 +198,8 @@ def _check_epochs(records, files, world, order_of, gathered=True):
 
 def test_distributed_over_s3_four_ranks_download_once(remote_dataset, s3_proxy, tmp_path):
     files = sorted(remote_dataset["files"])
-    for world in (4,):
+    world = 4
+    if True:
         clone = dsv.clone(remote_dataset["url"], tmp_path / f"clone-{world}")
         local = sum(p.stat().st_size for p in (clone.path / "packs").glob("*.pack"))
         assert local < remote_dataset["packed_bytes"] / 4, "the clone holds no data yet"

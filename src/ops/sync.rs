@@ -628,11 +628,27 @@ fn fetch_missing_round(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<(Transfer, bool)> {
-    let mut missing = missing_chunks(store, versions, include)?;
+    let missing = missing_chunks(store, versions, include)?;
     let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
+    let transfer = fetch_objects(store, missing, first, jobs, progress)?;
+    Ok((transfer, wanted_maps))
+}
+
+/// Downloads objects `missing` from the configured remotes, in name order, preferring
+/// `first`; contacts nothing when `missing` is empty.
+///
+/// # Errors
+/// [`Error::MissingObject`] when no remote holds one of them; as [`fetch`].
+fn fetch_objects(
+    store: &mut Store,
+    mut missing: Vec<(ObjectId, ObjectKind)>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
     let mut transfer = Transfer::default();
     if missing.is_empty() {
-        return Ok((transfer, false));
+        return Ok(transfer);
     }
     let mut opened = Vec::new();
     for record in store.catalog().remotes()? {
@@ -695,7 +711,7 @@ fn fetch_missing_round(
             what: kind.name(),
         });
     }
-    Ok((transfer, wanted_maps))
+    Ok(transfer)
 }
 
 /// True when `ancestor` is `descendant` or one of its parents (by the version table).
@@ -1237,4 +1253,60 @@ pub fn clone(
         }
     }
     result
+}
+
+/// Downloads whatever chunks files `files` (file id, size in bytes) need from the configured
+/// remotes, as [`fetch_missing`] does for whole versions, but without walking a version's
+/// trees: for a reader that knows which files it reads next (the Python package prefetches
+/// the files its workers are about to read). Without remotes, or with nothing missing,
+/// contacts nothing.
+///
+/// # Errors
+/// [`Error::MissingObject`] when no remote holds a needed chunk; [`Error::Corrupt`] for a
+/// malformed file map; as [`fetch`].
+pub fn fetch_files(
+    store: &mut Store,
+    files: &[(ObjectId, u64)],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let _data_lock = store.lock_data_shared()?;
+    let mut transfer = Transfer::default();
+    // A second round for the chunks of file maps that arrive in the first.
+    for _ in 0..2 {
+        let mut missing = HashSet::new();
+        {
+            let mut reader = store.reader();
+            for (id, size) in files {
+                // A file stored as one chunk (its own id) is here whole: one lookup.
+                if store.catalog().has_object(id, ObjectKind::Chunk)? {
+                    continue;
+                }
+                let chunks = reader.chunk_ids(id, *size)?;
+                // As in `missing_chunks`: no file map here, so the file is its own only
+                // chunk, or its map must come from a remote first.
+                if chunks == [*id]
+                    && !store.catalog().has_object(id, ObjectKind::Chunk)?
+                    && !store.catalog().has_object(id, ObjectKind::FileMap)?
+                {
+                    missing.insert((*id, ObjectKind::FileMap));
+                }
+                for chunk in chunks {
+                    if !store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
+                        missing.insert((chunk, ObjectKind::Chunk));
+                    }
+                }
+            }
+        }
+        let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
+        let got = fetch_objects(store, missing.into_iter().collect(), None, jobs, progress)?;
+        transfer.bytes += got.bytes;
+        transfer.packs += got.packs;
+        transfer.objects += got.objects;
+        transfer.requests += got.requests;
+        if !wanted_maps {
+            break;
+        }
+    }
+    Ok(transfer)
 }
