@@ -180,6 +180,16 @@ def _records(out: Path, world: int):
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(world)]
 
 
+def _expected_orders(version, world):
+    """order_of(epoch, rank): the paths rank `rank` must read in `epoch`, as dist_jobs sets
+    the dataset up."""
+    ranks = [
+        IterableVersionDataset(version, shuffle=True, seed=11, equal_per_rank=True, rank=r, world_size=world)
+        for r in range(world)
+    ]
+    return lambda epoch, rank: [ranks[rank].paths[i] for i in ranks[rank].rank_order(epoch)]
+
+
 def _check_epochs(records, files, world, order_of, gathered=True):
     n = len(files)
     per_rank = math.ceil(n / world)
@@ -199,32 +209,27 @@ def _check_epochs(records, files, world, order_of, gathered=True):
 def test_distributed_over_s3_four_ranks_download_once(remote_dataset, s3_proxy, tmp_path):
     files = sorted(remote_dataset["files"])
     world = 4
-    if True:
-        clone = dsv.clone(remote_dataset["url"], tmp_path / f"clone-{world}")
-        local = sum(p.stat().st_size for p in (clone.path / "packs").glob("*.pack"))
-        assert local < remote_dataset["packed_bytes"] / 4, "the clone holds no data yet"
-        reference = IterableVersionDataset(clone.version("mnist@v1"), shuffle=True, seed=11, equal_per_rank=True, rank=0, world_size=world)
+    clone = dsv.clone(remote_dataset["url"], tmp_path / f"clone-{world}")
+    local = sum(p.stat().st_size for p in (clone.path / "packs").glob("*.pack"))
+    assert local < remote_dataset["packed_bytes"] / 4, "the clone holds no data yet"
+    order_of = _expected_orders(clone.version("mnist@v1"), world)
 
-        def order_of(epoch, rank):
-            reference._rank_world = (rank, world)
-            return [reference.paths[i] for i in reference.rank_order(epoch)]
-
-        s3_proxy.reset()
-        out, cfg = _job(tmp_path, clone.path, world, f"run-{world}")
-        mp.spawn(dist_jobs.run_rank, args=(world, cfg), nprocs=world, join=True)
-        records = _records(out, world)
-        _check_epochs(records, files, world, order_of)
-        # Every rank and worker of the machine shares the store: the data crossed the wire once.
-        assert remote_dataset["packed_bytes"] * 0.9 <= s3_proxy.down <= remote_dataset["packed_bytes"] * 1.1 + 512 * 1024, (
-            s3_proxy.down,
-            remote_dataset["packed_bytes"],
-        )
-        # A rerun gives the same order, and downloads nothing.
-        s3_proxy.reset()
-        out2, cfg2 = _job(tmp_path, clone.path, world, f"rerun-{world}")
-        mp.spawn(dist_jobs.run_rank, args=(world, cfg2), nprocs=world, join=True)
-        assert [r["epochs"] for r in _records(out2, world)] == [r["epochs"] for r in records]
-        assert s3_proxy.down < 64 * 1024
+    s3_proxy.reset()
+    out, cfg = _job(tmp_path, clone.path, world, f"run-{world}")
+    mp.spawn(dist_jobs.run_rank, args=(world, cfg), nprocs=world, join=True)
+    records = _records(out, world)
+    _check_epochs(records, files, world, order_of)
+    # Every rank and worker of the machine shares the store: the data crossed the wire once.
+    assert remote_dataset["packed_bytes"] * 0.9 <= s3_proxy.down <= remote_dataset["packed_bytes"] * 1.1 + 512 * 1024, (
+        s3_proxy.down,
+        remote_dataset["packed_bytes"],
+    )
+    # A rerun gives the same order, and downloads nothing.
+    s3_proxy.reset()
+    out2, cfg2 = _job(tmp_path, clone.path, world, f"rerun-{world}")
+    mp.spawn(dist_jobs.run_rank, args=(world, cfg2), nprocs=world, join=True)
+    assert [r["epochs"] for r in _records(out2, world)] == [r["epochs"] for r in records]
+    assert s3_proxy.down < 64 * 1024
 
 
 def test_distributed_resume_after_a_rank_is_killed_mid_epoch(remote_dataset, s3_proxy, tmp_path):
@@ -243,11 +248,7 @@ def test_distributed_resume_after_a_rank_is_killed_mid_epoch(remote_dataset, s3_
     cfg_resume.pop("checkpoint_at")
     mp.spawn(dist_jobs.run_rank, args=(world, cfg_resume), nprocs=world, join=True)
     records = _records(out, world)
-    reference = IterableVersionDataset(clone.version("mnist@v1"), shuffle=True, seed=11, equal_per_rank=True, rank=0, world_size=world)
-
-    def order_of(epoch, rank):
-        reference._rank_world = (rank, world)
-        return [reference.paths[i] for i in reference.rank_order(epoch)]
+    order_of = _expected_orders(clone.version("mnist@v1"), world)
 
     for rank in range(world):
         # The checkpointed samples and the resumed ones are the epoch, in order, once each.
