@@ -142,7 +142,7 @@ pub type Res<T> = Result<T, Failure>;
 
 impl Failure {
     /// The Python exception.
-    pub fn to_py(self, py: Python<'_>) -> PyErr {
+    pub fn into_py_err(self, py: Python<'_>) -> PyErr {
         match self {
             Failure::Dsv(error) => to_py(py, error),
             Failure::Closed(what) => raise(
@@ -168,7 +168,7 @@ pub trait Raise<T> {
 
 impl<T> Raise<T> for Res<T> {
     fn raise(self, py: Python<'_>) -> PyResult<T> {
-        self.map_err(|e| e.to_py(py))
+        self.map_err(|e| e.into_py_err(py))
     }
 }
 

@@ -272,7 +272,7 @@ impl PyVersion {
         let handle = self.handle(py)?;
         match handle.stat(path) {
             Some(entry) => entry_dict(py, entry),
-            None => Err(self.not_found(path).to_py(py)),
+            None => Err(self.not_found(path).into_py_err(py)),
         }
     }
 
@@ -332,7 +332,7 @@ impl PyVersion {
                     .detach(|| handle.open(path).map(|_| ()))
                     .err()
                     .map_or_else(|| self.not_found(path), Failure::Dsv)
-                    .to_py(py));
+                    .into_py_err(py));
             }
         };
         let start = start as u64;
@@ -342,7 +342,7 @@ impl PyVersion {
                 start,
                 size,
             })
-            .to_py(py));
+            .into_py_err(py));
         }
         let end = end.map_or(size, |e| (e as u64).min(size));
         let start = start.min(size);
@@ -381,10 +381,7 @@ impl PyVersion {
     }
 
     /// Pickles as the store's path and the version's id (a worker process opens it again).
-    fn __reduce__(
-        &self,
-        py: Python<'_>,
-    ) -> PyResult<(Py<PyAny>, (PathBuf, String, String, String))> {
+    fn __reduce__(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, ReopenArgs)> {
         self.store.get().check_open("version").raise(py)?;
         let reopen = PyModule::import(py, "dsv._dsv")?.getattr("reopen_version")?;
         Ok((
@@ -408,6 +405,10 @@ impl PyVersion {
         )
     }
 }
+
+/// What a pickled `Version` carries: the store's `.dsv` directory, the dataset, the version
+/// id and the revision it was opened as.
+type ReopenArgs = (PathBuf, String, String, String);
 
 /// Opens version `id` of `dataset` in the store at `root` (how a pickled `Version` comes
 /// back in another process).

@@ -44,3 +44,18 @@ def test_the_file_system_lists_stats_and_cats(local_store):
         fs.rm("mnist@v1/labels.csv")
     with pytest.raises(dsv.UnknownRevision):
         fs.info("mnist@v7/labels.csv")
+
+
+def test_the_protocol_is_found_without_importing_dsv(local_store):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, fsspec\n"
+        f"f = fsspec.open('dsv://mnist@v1/labels.csv', store={str(local_store['base'])!r}).open()\n"
+        "data = f.read()\n"
+        "assert 'dsv' in sys.modules\n"
+        "print(len(data))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(done.stdout) == len(local_store["files_v1"]["labels.csv"])
