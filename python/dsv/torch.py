@@ -67,6 +67,8 @@ class VersionDataset(torch.utils.data.Dataset):
 
 _FIRST_WINDOW = 64
 _LARGEST_WINDOW = 4096
+# Consecutive windows that needed nothing after which the prefetcher stops checking.
+_IDLE_WINDOWS = 3
 
 
 class _Prefetcher:
@@ -74,9 +76,10 @@ class _Prefetcher:
     in windows ahead of the reads, on a background thread: the first window is small (the
     first batch comes quickly), each next one twice as large, up to 4,096 files. Each window
     is one ``Version.prefetch`` (one round of parallel requests, without the GIL); a read
-    waits for its window, so no file is fetched alone. With the data all here a window costs a
-    few catalog lookups per file and contacts nothing. A failure is left to the reads: they
-    fetch what they need themselves, and raise what they meet."""
+    waits for its window, so no file is fetched alone. With the data here a window costs one
+    catalog lookup per file and contacts nothing, and after three such windows in a row the
+    prefetcher stops (a file still missing is then fetched by its read). A failure is left to
+    the reads: they fetch what they need themselves, and raise what they meet."""
 
     def __init__(self, version: Any, paths: List[str], first: int) -> None:
         self.ends: List[int] = []
@@ -93,15 +96,18 @@ class _Prefetcher:
             self.thread.start()
 
     def _run(self, version: Any, paths: List[str]) -> None:
-        start = 0
+        start, idle = 0, 0
         for window, end in enumerate(self.ends):
-            if self.stopped:
+            if self.stopped or idle >= _IDLE_WINDOWS:
                 break
             try:
-                version.prefetch(paths[start:end])
+                fetched = version.prefetch(paths[start:end])
             except Exception:
                 # The reads fetch by themselves and raise what they meet.
-                pass
+                fetched = 1
+            # Windows of files already here, one after another: the data is here (the reads
+            # would still fetch a file that is not); stop checking.
+            idle = idle + 1 if fetched == 0 else 0
             self.done[window].set()
             start = end
         for event in self.done:
