@@ -60,6 +60,7 @@ enum Command {
     ///   dsv checkout origin/mnist@v3 /scratch/mnist     # from a remote, fetching what is missing
     ///   dsv checkout mnist@v3 /scratch/part --shard 2/8 # worker 2 of 8's files only
     ///   dsv checkout mnist@v3 /scratch/train --include 'train/**'
+    #[command(verbatim_doc_comment)]
     Checkout(CheckoutArgs),
     /// Import a version from object storage, a URL or a local path: one object (an archive
     /// is expanded), or every object under a prefix. Each file's source, ETag, VersionId,
@@ -140,6 +141,7 @@ enum Command {
     /// Examples:
     ///   dsv export mnist@v3 | tar -x -C /scratch/mnist
     ///   dsv export mnist@v3 --shard 1/8 --include 'train/**' -o shard1.tar
+    #[command(verbatim_doc_comment)]
     Export {
         /// The revision: NAME, NAME@TAG, NAME@<id prefix>, NAME@latest~N.
         revision: String,
@@ -162,6 +164,7 @@ enum Command {
     /// Examples:
     ///   dsv mount mnist@v3 /mnt/mnist
     ///   dsv mount mnist@v3 /mnt/shard --shard 1/8 --include 'train/**'
+    #[command(verbatim_doc_comment)]
     Mount {
         /// The revision: NAME, NAME@TAG, NAME@<id prefix>, NAME@latest~N.
         revision: String,
@@ -179,6 +182,7 @@ enum Command {
     /// Examples:
     ///   dsv shards mnist@v3 8
     ///   dsv shards mnist@v3 8 --include 'train/**' --json
+    #[command(verbatim_doc_comment)]
     Shards {
         /// The revision.
         revision: String,
@@ -396,6 +400,7 @@ enum WorkspaceCommand {
     /// Examples:
     ///   dsv workspace forget data/
     ///   dsv rm mnist@v1   # once no workspace holds it
+    #[command(verbatim_doc_comment)]
     Forget {
         /// The directory.
         dir: PathBuf,
@@ -548,18 +553,17 @@ struct SourceArgs {
 
 impl SourceArgs {
     fn settings(&self) -> anyhow::Result<import::SourceSettings> {
-        Ok(import::SourceSettings {
-            options: parse_options(&self.options)?,
-            limits: dsv::archive::Limits {
-                max_ratio: self.max_expansion_ratio,
-                max_size: self.max_expanded_size,
-            },
-            ingest: IngestOptions {
-                jobs: jobs_or(&self.jobs, IngestOptions::default().jobs),
-                compression_level: self.compression_level,
-            },
-            requests: jobs_or(&self.jobs, dsv::remote::DEFAULT_JOBS),
-        })
+        let mut settings = import::SourceSettings::default();
+        settings.author = Some(default_author());
+        settings.options = parse_options(&self.options)?;
+        settings.limits = dsv::archive::Limits {
+            max_ratio: self.max_expansion_ratio,
+            max_size: self.max_expanded_size,
+        };
+        settings.ingest.jobs = jobs_or(&self.jobs, settings.ingest.jobs);
+        settings.ingest.compression_level = self.compression_level;
+        settings.requests = jobs_or(&self.jobs, dsv::remote::DEFAULT_JOBS);
+        Ok(settings)
     }
 }
 
@@ -698,18 +702,13 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         }
         Command::Commit(args) => {
             let mut store = open_store(cli)?;
-            let defaults = IngestOptions::default();
-            let options = commit::CommitOptions {
-                dataset: args.dataset.clone(),
-                message: args.message.clone(),
-                tag: args.tag.clone(),
-                author: None,
-                allow_empty: args.allow_empty,
-                ingest: IngestOptions {
-                    jobs: jobs_or(&args.jobs, defaults.jobs),
-                    compression_level: args.compression_level,
-                },
-            };
+            let mut options = commit::CommitOptions::new(args.dataset.clone());
+            options.message = args.message.clone();
+            options.tag = args.tag.clone();
+            options.author = Some(default_author());
+            options.allow_empty = args.allow_empty;
+            options.ingest.jobs = jobs_or(&args.jobs, options.ingest.jobs);
+            options.ingest.compression_level = args.compression_level;
             let report = commit::commit(&mut store, &args.dir, &options, &progress)?;
             ui.report(&report, render::commit)?;
         }
@@ -869,22 +868,20 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
                     .exit();
             }
             let mut store = open_store(cli)?;
-            let options = import::ImportOptions {
-                source: args.source.clone(),
-                dataset: args.dataset.clone(),
-                pin: dsv::source::Pin {
-                    etag: args.etag.clone(),
-                    version_id: args.version_id.clone(),
-                },
-                extract: match (args.extract, args.no_extract) {
-                    (true, _) => import::Extract::Always,
-                    (_, true) => import::Extract::Never,
-                    _ => import::Extract::Auto,
-                },
-                message: args.message.clone(),
-                tag: args.tag.clone(),
-                settings: args.settings.settings()?,
+            let mut options = import::ImportOptions::new(args.source.clone());
+            options.dataset = args.dataset.clone();
+            options.pin = dsv::source::Pin {
+                etag: args.etag.clone(),
+                version_id: args.version_id.clone(),
             };
+            options.extract = match (args.extract, args.no_extract) {
+                (true, _) => import::Extract::Always,
+                (_, true) => import::Extract::Never,
+                _ => import::Extract::Auto,
+            };
+            options.message = args.message.clone();
+            options.tag = args.tag.clone();
+            options.settings = args.settings.settings()?;
             let report = import::import(&mut store, &options, &progress)?;
             ui.report(&report, render::import)?;
             if report.redacted_url {
@@ -1116,14 +1113,13 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             dry_run,
         }) => {
             let mut store = open_store(cli)?;
-            let options = cache::PruneOptions {
-                keep_last: *keep_last,
-                older_than: *older_than,
-                max_size: *max_size,
-                dataset: dataset.clone(),
-                allow_data_loss: *allow_data_loss,
-                dry_run: *dry_run,
-            };
+            let mut options = cache::PruneOptions::default();
+            options.keep_last = *keep_last;
+            options.older_than = *older_than;
+            options.max_size = *max_size;
+            options.dataset = dataset.clone();
+            options.allow_data_loss = *allow_data_loss;
+            options.dry_run = *dry_run;
             let report = cache::prune(&mut store, &options, &progress)?;
             ui.report(&report, render::prune)?;
         }
@@ -1417,4 +1413,24 @@ fn parse_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
     };
     anyhow::ensure!(start <= end, "--range START must not exceed END");
     Ok(start..end)
+}
+
+/// `DSV_AUTHOR`, else `$USER@hostname`, else "unknown".
+fn default_author() -> String {
+    if let Ok(author) = std::env::var("DSV_AUTHOR")
+        && !author.is_empty()
+    {
+        return author;
+    }
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    if host.is_empty() {
+        user
+    } else {
+        format!("{user}@{host}")
+    }
 }
