@@ -726,33 +726,15 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
             options.jobs = jobs_or(&args.jobs, options.jobs);
             options.selection = args.select.selection()?;
             let requests = jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS);
-            let lock = audit::read_lock(lock_path)?;
-            // Every pinned version must be known before anything is written.
-            let pinned = audit::resolve_lock(&mut store, lock_path, &lock, requests, &progress)?;
-            let mut reports = Vec::new();
-            for (dataset, version) in &pinned {
-                if !store.catalog().remotes()?.is_empty() {
-                    sync::fetch_missing(&mut store, &[*version], None, None, requests, &progress)?;
-                }
-                let exact = Revision {
-                    dataset: dataset.clone(),
-                    base: version.to_hex(),
-                    ancestors: 0,
-                };
-                let report = checkout::checkout(
-                    &mut store,
-                    &exact,
-                    &dir.join(dataset),
-                    &options,
-                    &progress,
-                )?;
-                if !ui.json {
-                    ui.line(render::checkout(&report))?;
-                }
-                reports.push(report);
-            }
+            let report = checkout::checkout_lock(
+                &mut store, lock_path, &dir, &options, requests, &progress,
+            )?;
             if ui.json {
-                ui.json(&serde_json::json!({ "lock": lock_path, "datasets": reports }))?;
+                ui.json(&report)?;
+            } else {
+                for checkout in &report.datasets {
+                    ui.line(render::checkout(checkout))?;
+                }
             }
         }
         Command::Checkout(args) => {
