@@ -40,27 +40,8 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, command: &RemoteCommand) -> anyhow::Result
             }
         }
         RemoteCommand::Ls => {
-            let mut listed = Vec::new();
-            for record in store.catalog().remotes()? {
-                let refs = store.catalog().remote_refs(record.id)?;
-                listed.push((record, refs));
-            }
-            if ui.json {
-                let value: Vec<_> = listed
-                    .iter()
-                    .map(|(record, refs)| {
-                        serde_json::json!({
-                            "name": record.name,
-                            "url": record.url,
-                            "options": record.options,
-                            "refs": refs,
-                        })
-                    })
-                    .collect();
-                ui.json(&value)?;
-            } else {
-                ui.line(render::remotes(&listed))?;
-            }
+            let listed = sync::list_remotes(&store)?;
+            ui.report(listed.as_slice(), render::remotes)?;
         }
         RemoteCommand::Rm { name } => {
             sync::remove_remote(&mut store, name)?;

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use dsv::Revision;
 use dsv::ops::sync;
-use dsv::{Revision, Store};
 
 use super::{jobs_or, open_store, parse_options};
 use crate::cli::{Cli, JobsArg, RemoteArg, error, render, ui::Ui};
@@ -26,7 +26,7 @@ pub(crate) struct PushArgs {
 
 pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let name = remote_name(&store, &args.remote)?;
+    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
     let revision = args.revision.as_deref().map(Revision::parse).transpose()?;
     let report = sync::push(
         &mut store,
@@ -55,7 +55,7 @@ pub(crate) struct PullArgs {
 
 pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let name = remote_name(&store, &args.remote)?;
+    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
     let target = sync::RemoteRevision {
         remote: name,
         revision: Revision::parse(&args.revision)?,
@@ -82,7 +82,7 @@ pub(crate) struct FetchArgs {
 
 pub(crate) fn fetch(cli: &Cli, ui: &Ui, args: &FetchArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let name = remote_name(&store, &args.remote)?;
+    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
     let report = sync::fetch(
         &mut store,
         &name,
@@ -109,9 +109,8 @@ pub(crate) struct CloneArgs {
 pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
     let dir = match &args.dir {
         Some(dir) => dir.clone(),
-        None => PathBuf::from(clone_dir_name(&args.url)?),
+        None => sync::default_clone_dir(&args.url)?,
     };
-    dsv::walk::check_workspace_dir(&dir)?;
     let report = sync::clone(
         &args.url,
         &dir,
@@ -121,22 +120,6 @@ pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
     )?;
     ui.report(&report, render::clone)?;
     Ok(error::SUCCESS)
-}
-
-/// `--remote NAME`, else `origin`, else the only remote.
-fn remote_name(store: &Store, arg: &RemoteArg) -> anyhow::Result<String> {
-    if let Some(name) = &arg.name {
-        return Ok(name.clone());
-    }
-    let remotes = store.catalog().remotes()?;
-    match remotes.as_slice() {
-        [only] => Ok(only.name.clone()),
-        _ if remotes.iter().any(|r| r.name == "origin") => Ok("origin".into()),
-        [] => anyhow::bail!("this store has no remote; add one with `dsv remote add origin URL`"),
-        _ => anyhow::bail!(
-            "this store has several remotes and none is called origin; pass --remote NAME"
-        ),
-    }
 }
 
 /// The `--include` globs as one set, or `None` when there are none.
@@ -154,19 +137,4 @@ fn glob_set(globs: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
         );
     }
     Ok(Some(builder.build()?))
-}
-
-/// The directory `clone URL` creates: the URL's last path element (`s3://b/team/mnist` →
-/// `mnist`, `s3://b` → `b`). An element that names no new directory (`.`, `..`, nothing,
-/// `.dsv`, the scheme of `file:///`) is refused: the store would land in the current or
-/// parent directory.
-fn clone_dir_name(url: &str) -> anyhow::Result<String> {
-    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
-    if dsv::object::check_name(name).is_err() || dsv::walk::check_reserved_name(name).is_err() {
-        anyhow::bail!(
-            "cannot name a directory after {url:?} (its last path element is {name:?}); give one: dsv clone URL DIR"
-        );
-    }
-    Ok(name.to_string())
 }
