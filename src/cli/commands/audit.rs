@@ -32,58 +32,28 @@ pub(crate) fn audit(cli: &Cli, ui: &Ui, args: &AuditArgs) -> anyhow::Result<u8> 
     let jobs = jobs_or(&args.jobs, IngestOptions::default().jobs);
     let dir = &args.dir;
     let full = args.full;
-    match &args.lock {
+    let identical = match &args.lock {
         Some(lock_path) => {
-            let lock = audit::read_lock(lock_path)?;
-            let pinned = audit::resolve_lock(&mut store, lock_path, &lock, jobs, &progress)?;
-            let mut reports = Vec::new();
-            for (dataset, version) in &pinned {
-                let target = Some((dataset.as_str(), *version, "lock"));
-                reports.push(audit::audit(
-                    &store,
-                    &dir.join(dataset),
-                    target,
-                    full,
-                    jobs,
-                    &progress,
-                )?);
-            }
-            let identical = reports.iter().all(|r| r.identical);
+            let report = audit::audit_lock(&mut store, lock_path, dir, full, jobs, &progress)?;
             if ui.json {
-                ui.json(&serde_json::json!({
-                    "lock": lock_path, "identical": identical, "datasets": reports
-                }))?;
+                ui.json(&report)?;
             } else {
-                for report in &reports {
+                for report in &report.datasets {
                     ui.line(render::audit(report))?;
                 }
             }
-            if !identical {
-                return Ok(error::DIFFERENCES);
-            }
+            report.identical
         }
         None => {
-            let target = match &args.against {
-                Some(text) => {
-                    let revision = Revision::parse(text)?;
-                    let id = revision.resolve(store.catalog())?;
-                    Some((revision.dataset, id))
-                }
-                None => None,
-            };
-            let report = audit::audit(
-                &store,
-                dir,
-                target.as_ref().map(|(d, id)| (d.as_str(), *id, "revision")),
-                full,
-                jobs,
-                &progress,
-            )?;
+            let against = args.against.as_deref().map(Revision::parse).transpose()?;
+            let report =
+                audit::audit_against(&store, dir, against.as_ref(), full, jobs, &progress)?;
             ui.report(&report, render::audit)?;
-            if !report.identical {
-                return Ok(error::DIFFERENCES);
-            }
+            report.identical
         }
+    };
+    if !identical {
+        return Ok(error::DIFFERENCES);
     }
     Ok(error::SUCCESS)
 }
