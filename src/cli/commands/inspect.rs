@@ -86,14 +86,12 @@ pub(crate) struct ShowArgs {
 
 pub(crate) fn show(cli: &Cli, ui: &Ui, args: &ShowArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
-    let info = inspect::show(&store, &Revision::parse(&args.revision)?)?;
+    let revision = Revision::parse(&args.revision)?;
     if args.provenance {
-        let shown = inspect::ShownProvenance {
-            provenance: inspect::provenance(&store, &info)?,
-            version: info,
-        };
+        let shown = inspect::show_provenance(&store, &revision)?;
         ui.report(&shown, render::show_provenance)?;
     } else {
+        let info = inspect::show(&store, &revision)?;
         ui.report(&info, render::show)?;
     }
     Ok(error::SUCCESS)
