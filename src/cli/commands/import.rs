@@ -90,10 +90,7 @@ impl SourceArgs {
 
 pub(crate) fn import(cli: &Cli, ui: &Ui, args: &ImportArgs) -> anyhow::Result<u8> {
     // A pin names one object; a URL that can only be a prefix cannot take one.
-    let is_prefix = args.source.ends_with('/')
-        || args.source.split_once("://").is_some_and(|(scheme, rest)| {
-            scheme != "file" && !scheme.starts_with("http") && !rest.contains('/')
-        });
+    let is_prefix = dsv::source::is_prefix_url(&args.source);
     if is_prefix && (args.etag.is_some() || args.version_id.is_some()) {
         use clap::CommandFactory;
         Cli::command()
