@@ -1317,3 +1317,49 @@ pub fn clone(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_remote_is_the_named_one_else_the_only_one_else_origin() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        assert!(matches!(default_remote(&store, None), Err(Error::NoRemote)));
+        assert_eq!(default_remote(&store, Some("x")).unwrap(), "x");
+        let url = |name: &str| format!("file://{}", dir.path().join(name).display());
+        let none = BTreeMap::new();
+        add_remote(&mut store, "backup", &url("backup"), &none).unwrap();
+        assert_eq!(default_remote(&store, None).unwrap(), "backup");
+        add_remote(&mut store, "mirror", &url("mirror"), &none).unwrap();
+        match default_remote(&store, None) {
+            Err(Error::AmbiguousRemote { names }) => assert_eq!(names, ["backup", "mirror"]),
+            other => panic!("{other:?}"),
+        }
+        add_remote(&mut store, "origin", &url("origin"), &none).unwrap();
+        assert_eq!(default_remote(&store, None).unwrap(), "origin");
+        let listed = list_remotes(&store).unwrap();
+        let names: Vec<_> = listed.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["backup", "mirror", "origin"]);
+        assert!(listed.iter().all(|r| r.refs.is_empty()));
+    }
+
+    #[test]
+    fn a_clone_is_named_after_the_urls_last_element_unless_that_names_no_new_directory() {
+        assert_eq!(
+            default_clone_dir("s3://b/team/mnist/").unwrap(),
+            std::path::Path::new("mnist")
+        );
+        assert_eq!(
+            default_clone_dir("s3://b").unwrap(),
+            std::path::Path::new("b")
+        );
+        for url in ["file:///", "s3://b/..", "s3://b/.dsv", "s3://b/."] {
+            assert!(
+                matches!(default_clone_dir(url), Err(Error::CloneDirUnnamed { .. })),
+                "{url}"
+            );
+        }
+    }
+}
