@@ -242,6 +242,26 @@ pub enum Error {
         /// The name as given.
         name: String,
     },
+    /// No remote was named and the store has none to default to.
+    #[error("this store has no remote; add one with `dsv remote add origin URL`")]
+    NoRemote,
+    /// No remote was named and the store has several, none of them called `origin`.
+    #[error("this store has several remotes and none is called origin; pass --remote NAME")]
+    AmbiguousRemote {
+        /// The remotes' names.
+        names: Vec<String>,
+    },
+    /// `clone URL` without a directory, and the URL's last path element names no new
+    /// directory (`.`, `..`, nothing, `.dsv`, a `file:///` URL's scheme).
+    #[error(
+        "cannot name a directory after {url:?} (its last path element is {name:?}); give one: dsv clone URL DIR"
+    )]
+    CloneDirUnnamed {
+        /// The URL as given.
+        url: String,
+        /// Its last path element.
+        name: String,
+    },
     /// `remote add` with a name already in use.
     #[error("a remote named {name:?} already exists")]
     RemoteExists {

@@ -132,6 +132,21 @@ pub struct Source {
     runtime: crate::runtime::Runtime,
 }
 
+/// True when `spec` is an object storage URL (`s3://`, `s3a://`, `gs://`, `az://`,
+/// `abfs://`, `abfss://`) that names a prefix by its form: it ends in `/`, or names only the
+/// bucket (or container). Such a source is listed, never read as one object, so an import
+/// of it takes no pin (`--etag`, `--version-id`). Any other source (an object key, which
+/// may still turn out to be a prefix when listed; an HTTP URL; a local path) is `false`.
+pub fn is_prefix_url(spec: &str) -> bool {
+    match spec.split_once("://") {
+        Some(("s3" | "s3a" | "gs" | "az" | "abfs" | "abfss", rest)) => {
+            let key = rest.split_once('/').map_or("", |(_, key)| key);
+            spec.ends_with('/') || key.trim_matches('/').is_empty()
+        }
+        _ => false,
+    }
+}
+
 /// True when two ETags name the same entity: compared without their quotes and without a
 /// weak `W/` prefix (RFC 9110 §8.8.3's weak comparison), so users may give either form.
 pub fn etag_matches(a: &str, b: &str) -> bool {
@@ -189,7 +204,7 @@ impl Source {
                         Kind::Cloud {
                             store,
                             bucket_url: format!("{scheme}://{bucket}"),
-                            is_prefix: key.is_empty() || spec.ends_with('/'),
+                            is_prefix: is_prefix_url(spec),
                             key,
                         },
                         spec.to_string(),
@@ -846,5 +861,29 @@ mod tests {
         assert_eq!(open("s3://b").basename(), "b");
         assert_eq!(open("s3://b/prefix/").basename(), "prefix");
         assert_eq!(open("https://h/a/f.tar.gz?x=1").basename(), "f.tar.gz");
+    }
+
+    #[test]
+    fn a_prefix_by_its_form_is_an_object_storage_url_ending_in_a_slash_or_naming_a_bucket() {
+        for prefix in [
+            "s3://b",
+            "s3://b/",
+            "gs://b/team/",
+            "az://c//",
+            "abfss://c/p/",
+        ] {
+            assert!(is_prefix_url(prefix), "{prefix}");
+        }
+        for single in [
+            "s3://b/key",
+            "s3://b/team/mnist.zip",
+            "https://h/",
+            "http://h/dir/",
+            "file:///data/",
+            "data/",
+            "ftp://host",
+        ] {
+            assert!(!is_prefix_url(single), "{single}");
+        }
     }
 }

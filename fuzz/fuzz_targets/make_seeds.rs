@@ -56,20 +56,11 @@ fn generate(root: &Path) -> dsv::Result<()> {
 
     // 1. An import of a real archive (a version with a provenance).
     let archive = repo.join("examples/fivethirtyeight-sample-2022-05-04.tar.gz");
-    let options = ImportOptions {
-        source: archive.to_str().unwrap().to_string(),
-        dataset: Some("fivethirtyeight".into()),
-        pin: Default::default(),
-        extract: Extract::Auto,
-        message: None,
-        tag: Some("v1".into()),
-        settings: SourceSettings {
-            options: Default::default(),
-            limits: Default::default(),
-            ingest: Default::default(),
-            requests: 4,
-        },
-    };
+    let mut options = ImportOptions::new(archive.to_str().unwrap());
+    options.dataset = Some("fivethirtyeight".into());
+    options.extract = Extract::Auto;
+    options.tag = Some("v1".into());
+    options.settings.requests = 4;
     let imported = import(&mut store, &options, &NoProgress)?;
 
     // 2. Two commits of a small directory with every entry kind, the second a child.
@@ -85,14 +76,9 @@ fn generate(root: &Path) -> dsv::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(data.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::os::unix::fs::symlink("../a.csv", data.join("sub/link")).unwrap();
-    let mut commit_options = CommitOptions {
-        dataset: "mnist-small".into(),
-        message: "first\nwith a second line\n".into(),
-        tag: None,
-        author: Some("ada@example".into()),
-        allow_empty: false,
-        ingest: Default::default(),
-    };
+    let mut commit_options = CommitOptions::new("mnist-small");
+    commit_options.message = "first\nwith a second line\n".into();
+    commit_options.author = Some("ada@example".into());
     let first = commit(&mut store, &data, &commit_options, &NoProgress)?;
     std::fs::write(data.join("a.csv"), "x,y\n1,2\n3,4\n").unwrap();
     commit_options.message = "second".into();

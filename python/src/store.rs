@@ -180,14 +180,10 @@ impl PyStore {
     ) -> PyResult<Py<PyAny>> {
         let report = cancellable(py, || -> Res<_> {
             let mut store = self.writable()?;
-            let options = commit::CommitOptions {
-                dataset,
-                message,
-                tag,
-                author: None,
-                allow_empty,
-                ingest: Default::default(),
-            };
+            let mut options = commit::CommitOptions::new(dataset);
+            options.message = message;
+            options.tag = tag;
+            options.allow_empty = allow_empty;
             Ok(commit::commit(&mut store, &dir, &options, &NoProgress)?)
         })?;
         to_python(py, &report)

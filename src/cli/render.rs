@@ -5,7 +5,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use indicatif::HumanBytes;
 
-use dsv::catalog::{DatasetSummary, Pin, RemoteRecord, RemoteRef};
+use dsv::catalog::{DatasetSummary, Pin};
 use dsv::object::FileProvenance;
 use dsv::ops::audit::AuditReport;
 use dsv::ops::cache::{CachedVersion, PruneReport};
@@ -16,7 +16,7 @@ use dsv::ops::import::ImportReport;
 use dsv::ops::inspect::{ShownProvenance, VersionInfo};
 use dsv::ops::status::StatusReport;
 use dsv::ops::sync::{
-    CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, Transfer,
+    CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, RemoteListing, Transfer,
 };
 use dsv::ops::verify::VerifyReport;
 use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
@@ -336,18 +336,18 @@ fn ref_label(dataset: &str, tag: Option<&str>) -> String {
     }
 }
 
-pub fn remotes(remotes: &[(RemoteRecord, Vec<RemoteRef>)]) -> String {
+pub fn remotes(remotes: &[RemoteListing]) -> String {
     if remotes.is_empty() {
         return "no remotes; add one with `dsv remote add origin URL`".into();
     }
     let mut out = String::new();
-    for (record, refs) in remotes {
+    for record in remotes {
         let _ = write!(out, "{}\t{}", record.name, record.url);
         for (key, value) in &record.options {
             let _ = write!(out, " {key}={value}");
         }
         out.push('\n');
-        for r in refs {
+        for r in &record.refs {
             let _ = writeln!(
                 out,
                 "  {}/{}\t{}",

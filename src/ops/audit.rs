@@ -201,6 +201,87 @@ pub struct LockedRemote {
     pub url: String,
 }
 
+/// Audits `dir` against `against` (resolved here), or, when it is `None`, against the
+/// version the store recorded for the directory, as [`audit`] does. The report's
+/// `claimed_by` is `revision` or `workspace`.
+///
+/// # Errors
+/// Revision errors ([`Error::DatasetNotFound`], [`Error::RevisionNotFound`], …); as
+/// [`audit`].
+pub fn audit_against(
+    store: &Store,
+    dir: &Path,
+    against: Option<&Revision>,
+    full: bool,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<AuditReport> {
+    let target = match against {
+        Some(revision) => Some((
+            revision.dataset.as_str(),
+            revision.resolve(store.catalog())?,
+        )),
+        None => None,
+    };
+    audit(
+        store,
+        dir,
+        target.map(|(dataset, id)| (dataset, id, "revision")),
+        full,
+        jobs,
+        progress,
+    )
+}
+
+/// What `audit --lock` reports: one audit per dataset the lock pins. The fields are in name
+/// order, as the JSON of `audit --lock` has always listed them.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockAuditReport {
+    /// Each pinned dataset's audit of `DIR/NAME`, in dataset name order.
+    pub datasets: Vec<AuditReport>,
+    /// True when every directory holds exactly its pinned version.
+    pub identical: bool,
+    /// The lock file, as given.
+    pub lock: PathBuf,
+}
+
+/// Audits `dir/NAME` against each version lock file `lock_path` pins: reads and checks the
+/// lock ([`read_lock`]), makes sure this store knows every pinned version, fetching metadata
+/// from a remote the lock names when it does not ([`resolve_lock`]), then [`audit`]s each
+/// directory. Nothing is written but fetched metadata.
+///
+/// # Errors
+/// As [`read_lock`], [`resolve_lock`] and [`audit`] (a missing `dir/NAME` is
+/// [`Error::NotADirectory`]).
+pub fn audit_lock(
+    store: &mut Store,
+    lock_path: &Path,
+    dir: &Path,
+    full: bool,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<LockAuditReport> {
+    let lock = read_lock(lock_path)?;
+    let pinned = resolve_lock(store, lock_path, &lock, jobs, progress)?;
+    let mut datasets = Vec::new();
+    for (dataset, version) in &pinned {
+        let target = Some((dataset.as_str(), *version, "lock"));
+        datasets.push(audit(
+            store,
+            &dir.join(dataset),
+            target,
+            full,
+            jobs,
+            progress,
+        )?);
+    }
+    Ok(LockAuditReport {
+        identical: datasets.iter().all(|r| r.identical),
+        datasets,
+        lock: lock_path.to_path_buf(),
+    })
+}
+
 /// Pins `revisions` (one per dataset) in a lock file.
 ///
 /// # Errors

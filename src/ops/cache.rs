@@ -244,6 +244,7 @@ pub fn list(store: &Store) -> Result<Vec<CachedVersion>> {
 
 /// What `cache prune` may evict.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct PruneOptions {
     /// Keep the newest N versions of each dataset (counted from its head back along parents).
     pub keep_last: usize,

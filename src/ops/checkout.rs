@@ -105,29 +105,93 @@ pub fn checkout_from_anywhere(
         }
         None => {
             let revision = Revision::parse(revision)?;
-            if !store.catalog().remotes()?.is_empty() {
-                let id = revision.resolve(store.catalog())?;
-                // A partial checkout fetches only the files it writes.
-                let only = if options.selection.is_everything() {
-                    None
-                } else {
-                    let version = store.reader().version(&id)?;
-                    let entries = tree::flatten_version(&mut store.reader(), &version)?;
-                    let paths: Vec<String> = options
-                        .selection
-                        .apply(&entries, &revision.to_string())?
-                        .iter()
-                        .map(|e| globset::escape(&e.path))
-                        .collect();
-                    Some(crate::read::glob_set(&paths)?)
-                };
-                super::sync::fetch_missing(store, &[id], only.as_ref(), None, requests, progress)?;
-            }
+            let id = revision.resolve(store.catalog())?;
+            fetch_what_checkout_needs(store, &id, &revision, options, requests, progress)?;
             (revision, None)
         }
     };
     let checkout = checkout(store, &revision, dir, options, progress)?;
     Ok(CheckoutOutcome { checkout, remote })
+}
+
+/// Fetches from the store's remotes what a checkout of version `id` with `options` needs
+/// and this store lacks (a partial checkout: only the selected files). Nothing without
+/// remotes.
+fn fetch_what_checkout_needs(
+    store: &mut Store,
+    id: &ObjectId,
+    revision: &Revision,
+    options: &CheckoutOptions,
+    requests: usize,
+    progress: &dyn Progress,
+) -> Result<()> {
+    if store.catalog().remotes()?.is_empty() {
+        return Ok(());
+    }
+    let only = if options.selection.is_everything() {
+        None
+    } else {
+        let version = store.reader().version(id)?;
+        let entries = tree::flatten_version(&mut store.reader(), &version)?;
+        let paths: Vec<String> = options
+            .selection
+            .apply(&entries, &revision.to_string())?
+            .iter()
+            .map(|e| globset::escape(&e.path))
+            .collect();
+        Some(crate::read::glob_set(&paths)?)
+    };
+    super::sync::fetch_missing(store, &[*id], only.as_ref(), None, requests, progress)?;
+    Ok(())
+}
+
+/// What [`checkout_lock`] did: one checkout per dataset the lock file pins.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LockCheckoutReport {
+    /// The lock file.
+    pub lock: PathBuf,
+    /// The checkouts, in the lock file's order.
+    pub datasets: Vec<CheckoutReport>,
+}
+
+/// Checks out exactly the versions the lock file at `lock_path` pins (see
+/// [`super::audit::read_lock`]), each dataset into `dir/NAME`. Every pinned version is
+/// resolved (its metadata fetched from a remote the lock names, if need be) before anything
+/// is written; data this store lacks is fetched from its remotes.
+///
+/// # Errors
+/// As [`super::audit::read_lock`], [`super::audit::resolve_lock`], [`checkout`] and
+/// [`super::sync::fetch_missing`].
+pub fn checkout_lock(
+    store: &mut Store,
+    lock_path: &Path,
+    dir: &Path,
+    options: &CheckoutOptions,
+    requests: usize,
+    progress: &dyn Progress,
+) -> Result<LockCheckoutReport> {
+    let lock = super::audit::read_lock(lock_path)?;
+    let pinned = super::audit::resolve_lock(store, lock_path, &lock, requests, progress)?;
+    let mut datasets = Vec::new();
+    for (dataset, version) in &pinned {
+        let exact = Revision {
+            dataset: dataset.clone(),
+            base: version.to_hex(),
+            ancestors: 0,
+        };
+        fetch_what_checkout_needs(store, version, &exact, options, requests, progress)?;
+        datasets.push(checkout(
+            store,
+            &exact,
+            &dir.join(dataset),
+            options,
+            progress,
+        )?);
+    }
+    Ok(LockCheckoutReport {
+        lock: lock_path.to_path_buf(),
+        datasets,
+    })
 }
 
 /// What a checkout did.

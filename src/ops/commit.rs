@@ -30,6 +30,7 @@ use crate::workspace;
 
 /// What to commit and how.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct CommitOptions {
     /// The dataset to add a version to (created if new).
     pub dataset: String,
@@ -43,6 +44,20 @@ pub struct CommitOptions {
     pub allow_empty: bool,
     /// Pipeline tuning.
     pub ingest: IngestOptions,
+}
+
+impl CommitOptions {
+    /// Options for a commit to `dataset`: no message, tag or author, default tuning.
+    pub fn new(dataset: impl Into<String>) -> CommitOptions {
+        CommitOptions {
+            dataset: dataset.into(),
+            message: String::new(),
+            tag: None,
+            author: None,
+            allow_empty: false,
+            ingest: IngestOptions::default(),
+        }
+    }
 }
 
 /// What a commit did.
@@ -271,7 +286,7 @@ pub struct VersionDraft {
     pub message: String,
     /// A tag to give it.
     pub tag: Option<String>,
-    /// Who makes it; `None` uses [`default_author`].
+    /// Who makes it; `None` records [`UNKNOWN_AUTHOR`].
     pub author: Option<String>,
     /// Where it came from (a directory or a URL).
     pub source: String,
@@ -324,7 +339,12 @@ pub fn record_version(
         dataset: String::new(),
         tree: built.root,
         parent: None,
-        author: one_line(&draft.author.clone().unwrap_or_else(default_author)),
+        author: one_line(
+            &draft
+                .author
+                .clone()
+                .unwrap_or_else(|| UNKNOWN_AUTHOR.to_string()),
+        ),
         time: 0,
         files: built.files,
         bytes: built.bytes,
@@ -384,7 +404,12 @@ pub fn record_version(
         tree: built.root,
         parent,
         // One line each: the catalog row and the encoded object must agree.
-        author: one_line(&draft.author.clone().unwrap_or_else(default_author)),
+        author: one_line(
+            &draft
+                .author
+                .clone()
+                .unwrap_or_else(|| UNKNOWN_AUTHOR.to_string()),
+        ),
         time: crate::catalog::unix_now(),
         files: built.files,
         bytes: built.bytes,
@@ -469,22 +494,6 @@ fn one_line(value: &str) -> String {
     value.replace(['\n', '\r'], " ")
 }
 
-/// `DSV_AUTHOR`, else `$USER@hostname`, else "unknown".
-pub fn default_author() -> String {
-    if let Ok(author) = std::env::var("DSV_AUTHOR")
-        && !author.is_empty()
-    {
-        return author;
-    }
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
-    if host.is_empty() {
-        user
-    } else {
-        format!("{user}@{host}")
-    }
-}
+/// The author of a version made without one: the library reads no environment, so it does
+/// not guess (the CLI passes `DSV_AUTHOR` or `$USER@hostname`).
+pub const UNKNOWN_AUTHOR: &str = "unknown";

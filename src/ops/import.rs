@@ -40,6 +40,7 @@ pub enum Extract {
 
 /// How sources are read, for `import` and `update`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SourceSettings {
     /// object_store settings (as `remote add --option`).
     pub options: BTreeMap<String, String>,
@@ -49,10 +50,26 @@ pub struct SourceSettings {
     pub ingest: IngestOptions,
     /// Objects of a prefix or directory read at once (each a request in flight).
     pub requests: usize,
+    /// Who makes the version (`None`: "unknown"; the CLI passes `DSV_AUTHOR` or
+    /// `$USER@hostname`).
+    pub author: Option<String>,
+}
+
+impl Default for SourceSettings {
+    fn default() -> Self {
+        SourceSettings {
+            options: BTreeMap::new(),
+            limits: Limits::default(),
+            ingest: IngestOptions::default(),
+            requests: crate::remote::DEFAULT_JOBS,
+            author: None,
+        }
+    }
 }
 
 /// What to import and how.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ImportOptions {
     /// `s3://bucket/key`, `s3://bucket/prefix/`, `gs://…`, `az://…`, `http(s)://…`, or a
     /// local file or directory.
@@ -69,6 +86,22 @@ pub struct ImportOptions {
     pub tag: Option<String>,
     /// How the source is read.
     pub settings: SourceSettings,
+}
+
+impl ImportOptions {
+    /// Options for an import of `source`: the dataset, message and pin from their defaults,
+    /// archives expanded when recognized.
+    pub fn new(source: impl Into<String>) -> ImportOptions {
+        ImportOptions {
+            source: source.into(),
+            dataset: None,
+            pin: Pin::default(),
+            extract: Extract::Auto,
+            message: None,
+            tag: None,
+            settings: SourceSettings::default(),
+        }
+    }
 }
 
 /// What an import (or update) did.
@@ -146,7 +179,7 @@ pub fn import(
             .clone()
             .unwrap_or_else(|| format!("import {}", source.spec())),
         tag: options.tag.clone(),
-        author: None,
+        author: options.settings.author.clone(),
         source: source.spec().to_string(),
         provenance: None,
         allow_empty: false,
@@ -207,7 +240,7 @@ pub fn update(
         dataset: dataset.to_string(),
         message: message.unwrap_or_else(|| format!("update from {}", source.spec())),
         tag: None,
-        author: None,
+        author: settings.author.clone(),
         source: source.spec().to_string(),
         provenance: None,
         allow_empty: false,

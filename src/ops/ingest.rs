@@ -34,6 +34,7 @@ pub const PACK_TARGET: u64 = 32 * 1024 * 1024;
 
 /// Tuning of the ingest pipeline.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct IngestOptions {
     /// Worker threads (brought into `1..=`[`crate::parallel::MAX_JOBS`]).
     pub jobs: usize,

@@ -92,6 +92,19 @@ pub fn provenance(
         .transpose()
 }
 
+/// One version as [`show`] gives it, with the provenance of its files
+/// (`dsv show --provenance`; `None` for a committed version).
+///
+/// # Errors
+/// As [`show`] and [`provenance`].
+pub fn show_provenance(store: &Store, revision: &Revision) -> Result<ShownProvenance> {
+    let version = show(store, revision)?;
+    Ok(ShownProvenance {
+        provenance: provenance(store, &version)?,
+        version,
+    })
+}
+
 /// Every dataset with its head.
 ///
 /// # Errors

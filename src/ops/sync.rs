@@ -214,6 +214,61 @@ pub fn remove_remote(store: &mut Store, name: &str) -> Result<()> {
     writer.commit()
 }
 
+/// The remote a command uses: `name` when one is given, else the store's only remote, else
+/// the one called `origin`. A given name is returned as it is (an unknown one fails where
+/// it is used, with [`Error::RemoteNotFound`]).
+///
+/// # Errors
+/// [`Error::NoRemote`] when the store has no remote; [`Error::AmbiguousRemote`] when it has
+/// several and none is called `origin`.
+pub fn default_remote(store: &Store, name: Option<&str>) -> Result<String> {
+    if let Some(name) = name {
+        return Ok(name.to_string());
+    }
+    let remotes = store.catalog().remotes()?;
+    match remotes.as_slice() {
+        [only] => Ok(only.name.clone()),
+        _ if remotes.iter().any(|r| r.name == "origin") => Ok("origin".into()),
+        [] => Err(Error::NoRemote),
+        _ => Err(Error::AmbiguousRemote {
+            names: remotes.into_iter().map(|r| r.name).collect(),
+        }),
+    }
+}
+
+/// A configured remote with its refs as last fetched or pushed (`dsv remote ls`). The
+/// fields are in name order, as the JSON of `remote ls` has always listed them.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteListing {
+    /// Its name (`origin`).
+    pub name: String,
+    /// Non-secret backend settings.
+    pub options: BTreeMap<String, String>,
+    /// Its refs as this store last saw them (nothing before the first fetch or push).
+    pub refs: Vec<RemoteRef>,
+    /// Its URL.
+    pub url: String,
+}
+
+/// Every configured remote, in name order, with its refs as last fetched or pushed. Nothing
+/// is contacted.
+///
+/// # Errors
+/// Catalog errors.
+pub fn list_remotes(store: &Store) -> Result<Vec<RemoteListing>> {
+    let mut listed = Vec::new();
+    for record in store.catalog().remotes()? {
+        let refs = store.catalog().remote_refs(record.id)?;
+        listed.push(RemoteListing {
+            name: record.name,
+            options: record.options,
+            refs,
+            url: record.url,
+        });
+    }
+    Ok(listed)
+}
+
 fn open(store: &Store, name: &str) -> Result<(RemoteRecord, Remote)> {
     let record = store.catalog().remote(name)?;
     let remote = Remote::open(&record)?;
@@ -1194,13 +1249,35 @@ pub fn push(
     })
 }
 
+/// The directory `clone` creates when none is given: the URL's last path element
+/// (`s3://b/team/mnist` → `mnist`, `s3://b` → `b`), relative to the current directory.
+///
+/// # Errors
+/// [`Error::CloneDirUnnamed`] when that element names no new directory (`.`, `..`,
+/// nothing, `.dsv`, the scheme of `file:///`): the store would land in the current or
+/// parent directory.
+pub fn default_clone_dir(url: &str) -> Result<std::path::PathBuf> {
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    if crate::object::check_name(name).is_err() || crate::walk::check_reserved_name(name).is_err() {
+        return Err(Error::CloneDirUnnamed {
+            url: url.to_string(),
+            name: name.to_string(),
+        });
+    }
+    Ok(std::path::PathBuf::from(name))
+}
+
 /// `dsv clone`: a new store in `dir` with remote `origin` at `url`, its refs, pack indexes
 /// and metadata, and local heads and tags at the remote's. No chunk is downloaded: a
 /// checkout fetches what it needs.
 ///
+/// `dir` must not lie inside a store's `.dsv` directory (see
+/// [`crate::walk::check_workspace_dir`]); [`default_clone_dir`] names one from the URL.
+///
 /// # Errors
-/// [`Error::StoreExists`], [`Error::InvalidRemote`], as [`fetch`]. A failed clone removes
-/// the store it created.
+/// [`Error::Unsupported`] for a `dir` inside a store's directory; [`Error::StoreExists`],
+/// [`Error::InvalidRemote`], as [`fetch`]. A failed clone removes the store it created.
 pub fn clone(
     url: &str,
     dir: &std::path::Path,
@@ -1208,6 +1285,8 @@ pub fn clone(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<CloneReport> {
+    // Never inside a store's own directory: dsv alone writes there.
+    crate::walk::check_workspace_dir(dir)?;
     remote::check_url(url)?;
     remote::check_options(options)?;
     let existed = dir.exists();
@@ -1309,4 +1388,50 @@ pub fn fetch_files(
         }
     }
     Ok(transfer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_remote_is_the_named_one_else_the_only_one_else_origin() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        assert!(matches!(default_remote(&store, None), Err(Error::NoRemote)));
+        assert_eq!(default_remote(&store, Some("x")).unwrap(), "x");
+        let url = |name: &str| format!("file://{}", dir.path().join(name).display());
+        let none = BTreeMap::new();
+        add_remote(&mut store, "backup", &url("backup"), &none).unwrap();
+        assert_eq!(default_remote(&store, None).unwrap(), "backup");
+        add_remote(&mut store, "mirror", &url("mirror"), &none).unwrap();
+        match default_remote(&store, None) {
+            Err(Error::AmbiguousRemote { names }) => assert_eq!(names, ["backup", "mirror"]),
+            other => panic!("{other:?}"),
+        }
+        add_remote(&mut store, "origin", &url("origin"), &none).unwrap();
+        assert_eq!(default_remote(&store, None).unwrap(), "origin");
+        let listed = list_remotes(&store).unwrap();
+        let names: Vec<_> = listed.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["backup", "mirror", "origin"]);
+        assert!(listed.iter().all(|r| r.refs.is_empty()));
+    }
+
+    #[test]
+    fn a_clone_is_named_after_the_urls_last_element_unless_that_names_no_new_directory() {
+        assert_eq!(
+            default_clone_dir("s3://b/team/mnist/").unwrap(),
+            std::path::Path::new("mnist")
+        );
+        assert_eq!(
+            default_clone_dir("s3://b").unwrap(),
+            std::path::Path::new("b")
+        );
+        for url in ["file:///", "s3://b/..", "s3://b/.dsv", "s3://b/."] {
+            assert!(
+                matches!(default_clone_dir(url), Err(Error::CloneDirUnnamed { .. })),
+                "{url}"
+            );
+        }
+    }
 }

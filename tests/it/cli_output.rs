@@ -202,7 +202,7 @@ fn help_lists_every_command() {
     Commands:
       init       Create a store (`.dsv/`) in DIR (default: the current directory)
       commit     Snapshot DIR as a new version of a dataset; prints the version id
-      checkout   Materialize a version into DIR (created if missing), writing only what differs
+      checkout   Materialize a version into DIR (created if missing), writing only what differs.
       import     Import a version from object storage, a URL or a local path: one object (an archive is
                  expanded), or every object under a prefix. Each file's source, ETag, VersionId,
                  Last-Modified and size are recorded (`dsv show REV --provenance`)
@@ -215,11 +215,11 @@ fn help_lists_every_command() {
       show       Show one version: id, parent, tags, counts, bytes, source
       tag        Give a version a name
       export     Write a version (or a shard or subset of it) as a tar stream: to stdout, a file or a
-                 FIFO (SageMaker's Pipe mode)
+                 FIFO (SageMaker's Pipe mode).
       mount      Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in the
-                 foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`
+                 foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
       shards     Print which files each of N shards holds (`--shard I/N` on export): deterministic,
-                 balanced by bytes, the same on every machine
+                 balanced by bytes, the same on every machine.
       cat        Write one file of a version to stdout
       repair     Rebuild a lost or damaged catalog from the packs and the ref log
       verify     Check every pack, object, tree and version of the store; report, never fix
@@ -260,27 +260,69 @@ fn help_lists_every_command() {
     assert_snapshot!(human(&env, &["checkout", "--help"]), @"
     exit: 0
     --- stdout
-    Materialize a version into DIR (created if missing), writing only what differs
+    Materialize a version into DIR (created if missing), writing only what differs.
+
+    With --shard, --include or --files-from, a partial checkout: only the selected files
+    (and the directories on their paths) are fetched and written, into a directory that
+    is not a workspace; no workspace is recorded.
+
+    Examples:
+      dsv checkout mnist@v3 /scratch/mnist
+      dsv checkout origin/mnist@v3 /scratch/mnist     # from a remote, fetching what is missing
+      dsv checkout mnist@v3 /scratch/part --shard 2/8 # worker 2 of 8's files only
+      dsv checkout mnist@v3 /scratch/train --include 'train/**'
 
     Usage: dsv checkout [OPTIONS] [REVISION] [DIR]
 
     Arguments:
-      [REVISION]  The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N, or
-                  REMOTE/NAME[@REV]. With --lock, give only DIR
-      [DIR]       Where to materialize it (with --lock: each dataset into DIR/NAME)
+      [REVISION]
+              The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N, or
+              REMOTE/NAME[@REV]. With --lock, give only DIR
+
+      [DIR]
+              Where to materialize it (with --lock: each dataset into DIR/NAME)
 
     Options:
-          --lock <FILE>   Materialize exactly the versions this lock file pins (see `dsv lock`), or fail
-          --store <PATH>  The store to use (a `.dsv` directory or the directory holding one); default:
-                          the nearest `.dsv` in the current directory or its parents [env: DSV_STORE=]
-          --force         Overwrite or delete changes that were never committed
-          --json          Print machine-readable JSON on stdout instead of text
-      -j, --jobs <N>      Parallel workers or requests in flight, 1 to 256 (default: a sensible number
-                          for this machine)
-      -q, --quiet         Print nothing but errors
-          --no-progress   Never draw progress bars (they are only drawn on a terminal anyway)
-      -h, --help          Print help
-      -V, --version       Print version
+          --lock <FILE>
+              Materialize exactly the versions this lock file pins (see `dsv lock`), or fail
+
+          --store <PATH>
+              The store to use (a `.dsv` directory or the directory holding one); default: the nearest
+              `.dsv` in the current directory or its parents
+              
+              [env: DSV_STORE=]
+
+          --force
+              Overwrite or delete changes that were never committed
+
+          --json
+              Print machine-readable JSON on stdout instead of text
+
+      -q, --quiet
+              Print nothing but errors
+
+          --shard <I/N>
+              Only worker I of N's shard (I counts from 0): deterministic, balanced by bytes
+
+          --include <GLOB>
+              Only files matching GLOB (repeatable), e.g. 'train/**'
+
+          --no-progress
+              Never draw progress bars (they are only drawn on a terminal anyway)
+
+          --files-from <LIST>
+              Only the files listed in LIST, one path per line (a manifest); an unknown path is an error
+              naming it
+
+      -j, --jobs <N>
+              Parallel workers or requests in flight, 1 to 256 (default: a sensible number for this
+              machine)
+
+      -h, --help
+              Print help (see a summary with '-h')
+
+      -V, --version
+              Print version
     --- stderr
     ");
 }

@@ -72,7 +72,6 @@ fn jobs_outside_1_to_256_are_usage_errors_for_every_command() {
 fn the_library_clamps_any_job_count() {
     use dsv::ops::checkout::{CheckoutOptions, checkout};
     use dsv::ops::commit::{CommitOptions, commit};
-    use dsv::ops::ingest::IngestOptions;
     use dsv::progress::NoProgress;
 
     let env = TestEnv::new();
@@ -80,17 +79,8 @@ fn the_library_clamps_any_job_count() {
         env.write(&format!("data/{i}.txt"), format!("file {i}"));
     }
     let mut store = dsv::Store::open(&env.path(".dsv")).unwrap();
-    let options = CommitOptions {
-        dataset: "ds".into(),
-        message: String::new(),
-        tag: None,
-        author: None,
-        allow_empty: false,
-        ingest: IngestOptions {
-            jobs: usize::MAX,
-            compression_level: 3,
-        },
-    };
+    let mut options = CommitOptions::new("ds");
+    options.ingest.jobs = usize::MAX;
     commit(&mut store, &env.path("data"), &options, &NoProgress).unwrap();
     let revision = dsv::Revision::parse("ds").unwrap();
     let mut options = CheckoutOptions::default();

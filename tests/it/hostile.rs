@@ -457,13 +457,10 @@ fn a_message_just_over_the_limit_is_refused_by_fetch_and_by_commit_alike() {
     // a command line may carry).
     env.write("data/a.txt", "a");
     let mut store = dsv::Store::discover(env.root()).unwrap();
-    let options = |message: &str| dsv::ops::commit::CommitOptions {
-        dataset: "ds".into(),
-        message: message.into(),
-        tag: None,
-        author: None,
-        allow_empty: false,
-        ingest: Default::default(),
+    let options = |message: &str| {
+        let mut options = dsv::ops::commit::CommitOptions::new("ds");
+        options.message = message.into();
+        options
     };
     let progress = dsv::progress::NoProgress;
     let refused =

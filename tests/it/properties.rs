@@ -149,14 +149,10 @@ fn materialize(spec: &Spec, dir: &Path) {
 }
 
 fn commit_dir(store: &mut Store, dir: &Path, tag: &str) {
-    let options = CommitOptions {
-        dataset: "prop".into(),
-        message: String::new(),
-        tag: Some(tag.into()),
-        author: Some("proptest".into()),
-        allow_empty: true,
-        ingest: Default::default(),
-    };
+    let mut options = CommitOptions::new("prop");
+    options.tag = Some(tag.into());
+    options.author = Some("proptest".into());
+    options.allow_empty = true;
     commit(store, dir, &options, &NoProgress).unwrap();
 }
 

@@ -1,0 +1,137 @@
+//! `dsv import` and `dsv update`: versions from object storage, URLs and local paths.
+
+use clap::Args;
+use dsv::ops::import;
+
+use super::{default_author, jobs_or, open_store, parse_options};
+use crate::cli::{Cli, JobsArg, error, parse_size, render, ui::Ui};
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportArgs {
+    /// `s3://bucket/key` (an archive is expanded), `s3://bucket/prefix/` (every object under
+    /// it, keys as paths), `gs://…`, `az://…`, `http(s)://host/file`, or a local file or
+    /// directory.
+    source: String,
+    /// The dataset (default: the last path element without its archive extension:
+    /// `s3://b/mnist.zip` → mnist).
+    #[arg(short, long)]
+    dataset: Option<String>,
+    /// Import only if the object's ETag is this (with or without quotes); else fail, writing
+    /// nothing. Single objects only.
+    #[arg(long)]
+    etag: Option<String>,
+    /// Import this version of the object (S3 VersionId). Single objects only.
+    #[arg(long)]
+    version_id: Option<String>,
+    /// Fail unless the object is an archive dsv expands (.zip, .tar, .tar.gz, .tgz,
+    /// .tar.gz2, .tar.bz2, .tbz, .tbz2, .tar.xz, .txz).
+    #[arg(long, conflicts_with = "no_extract")]
+    extract: bool,
+    /// Store an archive as it is instead of expanding it.
+    #[arg(long)]
+    no_extract: bool,
+    /// The message (default: "import SOURCE").
+    #[arg(short, long)]
+    message: Option<String>,
+    /// Tag the new version.
+    #[arg(short, long)]
+    tag: Option<String>,
+    #[command(flatten)]
+    settings: SourceArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    /// The dataset.
+    dataset: String,
+    /// The message (default: "update from SOURCE").
+    #[arg(short, long)]
+    message: Option<String>,
+    #[command(flatten)]
+    settings: SourceArgs,
+}
+
+/// Settings shared by `import` and `update`.
+#[derive(Debug, Args)]
+struct SourceArgs {
+    /// An object storage setting as KEY=VALUE (repeatable), as for `remote add`; credentials
+    /// come from the environment.
+    #[arg(long = "option", value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    /// Refuse an archive that expands to more than N times its compressed size (beyond the
+    /// first 64 MiB): a decompression bomb.
+    #[arg(long, value_name = "N", default_value_t = dsv::archive::DEFAULT_MAX_RATIO)]
+    max_expansion_ratio: u64,
+    /// Refuse an archive that expands to more than SIZE in all (e.g. 500GB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_expanded_size: Option<u64>,
+    /// zstd compression level (1-19).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    compression_level: i32,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+impl SourceArgs {
+    fn settings(&self) -> anyhow::Result<import::SourceSettings> {
+        let mut settings = import::SourceSettings::default();
+        settings.author = Some(default_author());
+        settings.options = parse_options(&self.options)?;
+        settings.limits = dsv::archive::Limits {
+            max_ratio: self.max_expansion_ratio,
+            max_size: self.max_expanded_size,
+        };
+        settings.ingest.jobs = jobs_or(&self.jobs, settings.ingest.jobs);
+        settings.ingest.compression_level = self.compression_level;
+        settings.requests = jobs_or(&self.jobs, dsv::remote::DEFAULT_JOBS);
+        Ok(settings)
+    }
+}
+
+pub(crate) fn import(cli: &Cli, ui: &Ui, args: &ImportArgs) -> anyhow::Result<u8> {
+    // A pin names one object; a URL that can only be a prefix cannot take one.
+    let is_prefix = dsv::source::is_prefix_url(&args.source);
+    if is_prefix && (args.etag.is_some() || args.version_id.is_some()) {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--etag and --version-id pin a single object; the source is a prefix",
+            )
+            .exit();
+    }
+    let mut store = open_store(cli)?;
+    let mut options = import::ImportOptions::new(args.source.clone());
+    options.dataset = args.dataset.clone();
+    options.pin = dsv::source::Pin {
+        etag: args.etag.clone(),
+        version_id: args.version_id.clone(),
+    };
+    options.extract = match (args.extract, args.no_extract) {
+        (true, _) => import::Extract::Always,
+        (_, true) => import::Extract::Never,
+        _ => import::Extract::Auto,
+    };
+    options.message = args.message.clone();
+    options.tag = args.tag.clone();
+    options.settings = args.settings.settings()?;
+    let report = import::import(&mut store, &options, &ui.reporter())?;
+    ui.report(&report, render::import)?;
+    if report.redacted_url {
+        ui.note(render::REDACTED_URL_NOTE)?;
+    }
+    Ok(error::SUCCESS)
+}
+
+pub(crate) fn update(cli: &Cli, ui: &Ui, args: &UpdateArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let report = import::update(
+        &mut store,
+        &args.dataset,
+        args.message.clone(),
+        &args.settings.settings()?,
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::import)?;
+    Ok(error::SUCCESS)
+}

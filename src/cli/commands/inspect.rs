@@ -1,0 +1,98 @@
+//! The read-only views of the store's history: `dsv diff`, `dsv log`, `dsv ls`, `dsv show`.
+
+use clap::Args;
+use dsv::Revision;
+use dsv::ops::inspect;
+
+use super::open_store;
+use crate::cli::{Cli, error, render, ui::Ui};
+
+#[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    /// The older revision (or the only one: compared with its parent).
+    old: String,
+    /// The newer revision.
+    new: Option<String>,
+    /// Exit with 1 when they differ.
+    #[arg(long)]
+    exit_code: bool,
+}
+
+pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
+    let store = open_store(cli)?;
+    let (older, newer) = match &args.new {
+        Some(new) => (Some(Revision::parse(&args.old)?), Revision::parse(new)?),
+        None => (None, Revision::parse(&args.old)?),
+    };
+    let report = inspect::diff(&store, older.as_ref(), &newer)?;
+    if ui.json {
+        ui.json(&report)?;
+    } else {
+        ui.line(render::changes(&report.changes, "no differences"))?;
+    }
+    if args.exit_code && !report.changes.is_empty() {
+        return Ok(error::DIFFERENCES);
+    }
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LogArgs {
+    /// The dataset.
+    dataset: String,
+    /// Show at most N versions.
+    #[arg(short = 'n', long, value_name = "N")]
+    limit: Option<usize>,
+}
+
+pub(crate) fn log(cli: &Cli, ui: &Ui, args: &LogArgs) -> anyhow::Result<u8> {
+    let store = open_store(cli)?;
+    let versions = inspect::log(&store, &args.dataset, args.limit)?;
+    ui.report(versions.as_slice(), render::log)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// What to list: nothing for datasets, `REV` or `REV:PATH` for files.
+    target: Option<String>,
+}
+
+pub(crate) fn ls(cli: &Cli, ui: &Ui, args: &LsArgs) -> anyhow::Result<u8> {
+    let store = open_store(cli)?;
+    match &args.target {
+        None => {
+            let datasets = inspect::datasets(&store)?;
+            ui.report(datasets.as_slice(), render::datasets)?;
+        }
+        Some(target) => {
+            let (revision, path) = target.split_once(':').unwrap_or((target, ""));
+            let entries = inspect::ls(&store, &Revision::parse(revision)?, path)?;
+            ui.report(entries.as_slice(), render::entries)?;
+        }
+    }
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The revision.
+    revision: String,
+    /// Also list where each file came from (imported versions): URL, archive member,
+    /// ETag, VersionId, Last-Modified, size.
+    #[arg(long)]
+    provenance: bool,
+}
+
+pub(crate) fn show(cli: &Cli, ui: &Ui, args: &ShowArgs) -> anyhow::Result<u8> {
+    let store = open_store(cli)?;
+    let revision = Revision::parse(&args.revision)?;
+    if args.provenance {
+        let shown = inspect::show_provenance(&store, &revision)?;
+        ui.report(&shown, render::show_provenance)?;
+    } else {
+        let info = inspect::show(&store, &revision)?;
+        ui.report(&info, render::show)?;
+    }
+    Ok(error::SUCCESS)
+}

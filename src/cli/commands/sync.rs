@@ -1,0 +1,140 @@
+//! Moving versions between this store and its remotes: `dsv push`, `dsv pull`, `dsv fetch`,
+//! `dsv clone`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use dsv::Revision;
+use dsv::ops::sync;
+
+use super::{jobs_or, open_store, parse_options};
+use crate::cli::{Cli, JobsArg, RemoteArg, error, render, ui::Ui};
+
+#[derive(Debug, Args)]
+pub(crate) struct PushArgs {
+    /// Push only this dataset's version (default: every dataset's head).
+    revision: Option<String>,
+    #[command(flatten)]
+    remote: RemoteArg,
+    /// Replace the remote's head (and tags) even when that drops versions from it.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
+    let revision = args.revision.as_deref().map(Revision::parse).transpose()?;
+    let report = sync::push(
+        &mut store,
+        &name,
+        revision.as_ref(),
+        args.force,
+        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::push)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PullArgs {
+    /// NAME or NAME@REV on the remote (a tag, an id prefix, `latest`).
+    revision: String,
+    #[command(flatten)]
+    remote: RemoteArg,
+    /// Only the files whose path matches GLOB (repeatable), e.g. 'train/**'.
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
+    let target = sync::RemoteRevision {
+        remote: name,
+        revision: Revision::parse(&args.revision)?,
+    };
+    let include = glob_set(&args.include)?;
+    let report = sync::pull(
+        &mut store,
+        &target,
+        include.as_ref(),
+        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::pull)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FetchArgs {
+    #[command(flatten)]
+    remote: RemoteArg,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn fetch(cli: &Cli, ui: &Ui, args: &FetchArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
+    let report = sync::fetch(
+        &mut store,
+        &name,
+        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::fetch)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CloneArgs {
+    /// The remote's URL.
+    url: String,
+    /// Where to create the store (default: the URL's last path element).
+    dir: Option<PathBuf>,
+    /// A backend setting as KEY=VALUE (repeatable); credentials come from the environment.
+    #[arg(long = "option", value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => sync::default_clone_dir(&args.url)?,
+    };
+    let report = sync::clone(
+        &args.url,
+        &dir,
+        &parse_options(&args.options)?,
+        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::clone)?;
+    Ok(error::SUCCESS)
+}
+
+/// The `--include` globs as one set, or `None` when there are none.
+fn glob_set(globs: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = globset::GlobSetBuilder::new();
+    for glob in globs {
+        builder.add(
+            globset::GlobBuilder::new(glob)
+                .literal_separator(true)
+                .build()
+                .with_context(|| format!("invalid --include pattern {glob:?}"))?,
+        );
+    }
+    Ok(Some(builder.build()?))
+}
