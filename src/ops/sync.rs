@@ -1418,6 +1418,72 @@ mod tests {
     }
 
     #[test]
+    fn fetch_files_downloads_what_the_named_files_need_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        // Two files far apart (different frames), each larger than a frame.
+        let bytes = |seed: u8| -> Vec<u8> {
+            (0..1_500_000u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
+                .collect()
+        };
+        std::fs::write(data.join("a.bin"), bytes(1)).unwrap();
+        std::fs::write(data.join("b.bin"), bytes(2)).unwrap();
+        let mut origin = Store::init(&dir.path().join("origin")).unwrap();
+        let mut options = crate::ops::commit::CommitOptions::new("d");
+        options.message = "m".into();
+        let version =
+            crate::ops::commit::commit(&mut origin, &data, &options, &crate::progress::NoProgress)
+                .unwrap()
+                .version;
+        let url = format!("file://{}", dir.path().join("remote").display());
+        std::fs::create_dir_all(dir.path().join("remote")).unwrap();
+        add_remote(&mut origin, "origin", &url, &BTreeMap::new()).unwrap();
+        push(
+            &mut origin,
+            "origin",
+            None,
+            false,
+            2,
+            &crate::progress::NoProgress,
+        )
+        .unwrap();
+        clone(
+            &url,
+            &dir.path().join("clone"),
+            &BTreeMap::new(),
+            2,
+            &crate::progress::NoProgress,
+        )
+        .unwrap();
+        let mut store =
+            Store::open(&dir.path().join("clone").join(crate::store::STORE_DIR)).unwrap();
+        let files = crate::tree::flatten_version(
+            &mut store.reader(),
+            &store.catalog().version_record(&version).unwrap().version,
+        )
+        .unwrap();
+        let file = |name: &str| {
+            let entry = files.iter().find(|e| e.path == name).unwrap();
+            (entry.id, entry.size)
+        };
+        let (a, b) = (file("a.bin"), file("b.bin"));
+        let got = fetch_files(&mut store, &[a], 2, &crate::progress::NoProgress).unwrap();
+        assert!(got.bytes > 0);
+        assert!(store.reader().file_chunks(&a.0, a.1).is_ok());
+        assert!(matches!(
+            store.reader().file_chunks(&b.0, b.1),
+            Err(Error::MissingObject { .. })
+        ));
+        // Again: nothing is missing, nothing is asked.
+        let again = fetch_files(&mut store, &[a], 2, &crate::progress::NoProgress).unwrap();
+        assert_eq!((again.bytes, again.requests), (0, 0));
+        fetch_files(&mut store, &[a, b], 2, &crate::progress::NoProgress).unwrap();
+        assert!(store.reader().file_chunks(&b.0, b.1).is_ok());
+    }
+
+    #[test]
     fn a_clone_is_named_after_the_urls_last_element_unless_that_names_no_new_directory() {
         assert_eq!(
             default_clone_dir("s3://b/team/mnist/").unwrap(),
