@@ -123,6 +123,7 @@ class DsvFileSystem(AbstractFileSystem):
         return self.info(path)["id"]
 
     def _readonly(self, *args: Any, **kwargs: Any) -> Any:
+        """Raises ``PermissionError``: a version never changes."""
         raise PermissionError("dsv versions are read-only")
 
     rm_file = _readonly
