@@ -467,13 +467,24 @@ pub fn checkout(
         writer.commit()?;
     }
 
-    let selected = target.iter().filter(|e| e.kind != FlatKind::Dir);
+    // A partial checkout counts its selection (regular files only: it writes no symlinks).
+    let (files, bytes) = if partial {
+        let selected = target
+            .iter()
+            .filter(|e| matches!(e.kind, FlatKind::File { .. }));
+        (
+            selected.clone().count() as u64,
+            selected.map(|e| e.size).sum(),
+        )
+    } else {
+        (record.version.files, record.version.bytes)
+    };
     Ok(CheckoutReport {
         dataset: record.version.dataset.clone(),
         version: version_id,
         dir,
-        files: selected.clone().count() as u64,
-        bytes: selected.map(|e| e.size).sum(),
+        files,
+        bytes,
         partial,
         written: jobs.len() as u64,
         bytes_written: total_bytes,
