@@ -235,7 +235,7 @@ impl VersionHandle {
             let mut store = self.engine.lock_store();
             match store.reader().file_chunks(&entry.id, entry.size) {
                 Err(Error::MissingObject { .. }) => {
-                    fetch_file(&mut store, &self.id, &entry, &self.engine.options)?;
+                    fetch_file(&mut store, &entry, &self.engine.options)?;
                     store.reader().file_chunks(&entry.id, entry.size)?
                 }
                 other => other?,
@@ -565,19 +565,12 @@ impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
     }
 }
 
-/// Downloads the chunks of one file of version `version` from the store's remotes.
-fn fetch_file(
-    store: &mut Store,
-    version: &ObjectId,
-    entry: &FlatEntry,
-    options: &ReadOptions,
-) -> Result<()> {
-    let set = glob_set(&[globset::escape(&entry.path)])?;
-    crate::ops::sync::fetch_missing(
+/// Downloads the chunks of one file from the store's remotes, without walking the
+/// version's trees (`sync::fetch_files`).
+fn fetch_file(store: &mut Store, entry: &FlatEntry, options: &ReadOptions) -> Result<()> {
+    crate::ops::sync::fetch_files(
         store,
-        &[*version],
-        Some(&set),
-        None,
+        &[(entry.id, entry.size)],
         options.fetch_jobs,
         &crate::progress::NoProgress,
     )?;
