@@ -132,11 +132,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _reachable(endpoint: str) -> bool:
+    host, port = endpoint.replace("http://", "").split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """The moto S3 server's URL (bucket `dsv-test` exists)."""
     endpoint = os.environ.get("DSV_TEST_S3_ENDPOINT")
     started = False
+    if endpoint and not _reachable(endpoint):
+        endpoint = None  # exported, but gone (another run on this machine stopped it)
     if not endpoint:
         out = subprocess.run(
             [str(REPO / "scripts" / "test-servers"), "start"], capture_output=True, text=True, check=True
