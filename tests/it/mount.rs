@@ -411,16 +411,7 @@ fn a_corrupt_frame_on_the_remote_is_eio_and_nothing_of_it_is_stored() {
     let (_env, remote, clone, _one, _two) = remote_only_clone();
     // Damage the remote's pack in the middle of its file data (after the clone, which read
     // only metadata).
-    let pack = std::fs::read_dir(remote.join("packs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "pack"))
-        .unwrap();
-    let mut bytes = std::fs::read(&pack).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0xff;
-    bytes[middle + 1] ^= 0xff;
-    std::fs::write(&pack, &bytes).unwrap();
+    crate::common::damage_first_pack(&remote.join("packs"));
     let packs_here = |env: &TestEnv| std::fs::read_dir(env.path("c/.dsv/packs")).unwrap().count();
     let before = packs_here(&clone);
     let mount = Mounted::start(&clone, "ds", "mnt", &["--store", "c"]);

@@ -358,16 +358,7 @@ fn a_pack_corrupted_on_the_remote_is_refused_and_nothing_is_kept() {
 
     // Flip one byte in the middle of the remote's pack (inside a chunk frame).
     let packs = remote_home.path("remote/packs");
-    let pack = std::fs::read_dir(&packs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "pack"))
-        .unwrap();
-    let mut bytes = std::fs::read(&pack).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x40;
-    std::fs::set_permissions(&pack, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    std::fs::write(&pack, &bytes).unwrap();
+    crate::common::damage_first_pack(&packs);
 
     let error = b.json_error(&["checkout", "ds", "out"], 5);
     let message = error["message"].as_str().unwrap();

@@ -197,6 +197,22 @@ pub fn version_ids(env: &TestEnv, dataset: &str) -> Vec<String> {
         .collect()
 }
 
+/// Damages the first `.pack` file in `packs` (a store's or a remote's `packs` directory):
+/// flips one byte in its middle, inside a data frame. Returns the pack's path.
+pub fn damage_first_pack(packs: &Path) -> PathBuf {
+    let pack = fs::read_dir(packs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    let mut bytes = fs::read(&pack).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    fs::set_permissions(&pack, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&pack, &bytes).unwrap();
+    pack
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed | 1;
