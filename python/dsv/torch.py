@@ -280,6 +280,10 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         seen = self._consumed if samples_seen is None else int(samples_seen)
         if not 0 <= seen <= len(self):
             raise ValueError(f"samples_seen must be between 0 and {len(self)}, not {seen}")
+        return {**self._order_key(world), "rank": rank, "epoch": self.epoch, "samples_seen": seen}
+
+    def _order_key(self, world: int) -> Dict[str, Any]:
+        """What the order depends on: a state dict resumes only where all of it matches."""
         return {
             "version": self.version.id,
             "files": len(self.paths),
@@ -287,9 +291,6 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
             "seed": self.seed,
             "equal_per_rank": self.equal_per_rank,
             "world_size": world,
-            "rank": rank,
-            "epoch": self.epoch,
-            "samples_seen": seen,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -298,14 +299,7 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         is of another version, file selection, seed, shuffle or world size (its order would
         differ)."""
         rank, world = self._resolve()
-        expected = {
-            "version": self.version.id,
-            "files": len(self.paths),
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "equal_per_rank": self.equal_per_rank,
-            "world_size": world,
-        }
+        expected = self._order_key(world)
         for key, value in expected.items():
             if state.get(key) != value:
                 raise ValueError(
