@@ -93,10 +93,12 @@ pub enum Error {
         reason: String,
     },
     /// No dataset of that name.
-    #[error("unknown dataset {name:?}")]
+    #[error("unknown dataset {name:?}{}", closest.as_ref().map(|c| format!(" (did you mean {c}?)")).unwrap_or_default())]
     DatasetNotFound {
         /// The name as given.
         name: String,
+        /// The dataset whose name is closest to it, when one is close (a typo).
+        closest: Option<String>,
     },
     /// The dataset exists but nothing matches the revision.
     #[error("unknown revision {revision:?}")]
@@ -144,9 +146,15 @@ pub enum Error {
         /// What is missing or refused.
         reason: String,
     },
-    /// A path that must be a directory is not one (or does not exist).
+    /// A path that must be a directory is not one.
     #[error("{} is not a directory", path.display())]
     NotADirectory {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// A path given on the command line that does not exist.
+    #[error("{} does not exist", path.display())]
+    NoSuchPath {
         /// The path as given.
         path: PathBuf,
     },
@@ -155,6 +163,12 @@ pub enum Error {
     NotAWorkspace {
         /// The directory.
         path: PathBuf,
+    },
+    /// `commit` without `--dataset` of a directory that holds no dataset's version.
+    #[error("which dataset should {} be committed to? It is not a workspace holding one", dir.display())]
+    DatasetRequired {
+        /// The directory.
+        dir: PathBuf,
     },
     /// A file dsv cannot version (a non-UTF-8 name, a socket, a device, a symlink escaping the tree).
     #[error("cannot version {}: {reason}", path.display())]
@@ -288,6 +302,18 @@ pub enum Error {
         /// The backend's error.
         source: object_store::Error,
     },
+    /// `push NAME@REV` of a version older than the remote's head on the same line.
+    #[error(
+        "{dataset}@{version} is behind the head of {dataset:?} on remote {remote:?}: pushing it would move that head back"
+    )]
+    PushBehind {
+        /// The remote.
+        remote: String,
+        /// The dataset.
+        dataset: String,
+        /// The pushed version (short id).
+        version: String,
+    },
     /// A push that would drop versions from the remote, or lost a race with another writer.
     #[error("remote {remote:?} has versions of {dataset:?} you do not have: pull first")]
     RemoteDiverged {
@@ -301,8 +327,10 @@ pub enum Error {
     VersionHeld {
         /// Short id of the version.
         version: String,
-        /// What holds it.
+        /// What holds it, in words.
         reason: String,
+        /// What holds it, each holder once (for a hint that fits).
+        holders: Vec<Holder>,
     },
     /// A path of a version that is a directory or symlink where a regular file is needed.
     #[error("{path:?} in {revision} is {kind}, not a regular file")]
@@ -330,6 +358,14 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// `--include` patterns that match no file of the version (a typo, most often).
+    #[error("no file of {revision} matches {}", patterns.iter().map(|p| format!("--include {p:?}")).collect::<Vec<_>>().join(", "))]
+    NothingMatches {
+        /// The revision.
+        revision: String,
+        /// The patterns that match nothing.
+        patterns: Vec<String>,
+    },
     /// Paths a manifest (`--files-from`) lists that the version does not have.
     #[error("{} paths of the list are not files of {revision}: {}", paths.len(), paths.iter().take(5).cloned().collect::<Vec<_>>().join(", "))]
     PathsNotFound {
@@ -355,6 +391,12 @@ pub enum Error {
         dir: PathBuf,
         /// The removed version's id.
         version: String,
+    },
+    /// `rename` onto a name that already has versions.
+    #[error("dataset {name:?} already exists")]
+    DatasetExists {
+        /// The name.
+        name: String,
     },
     /// The version was removed (`dsv rm`); its data may be gone.
     #[error("version {version} was removed; its data is no longer kept")]
@@ -453,6 +495,33 @@ pub enum Error {
     Interrupted,
 }
 
+/// What keeps a version from `dsv rm` ([`Error::VersionHeld`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// It is the head of `dataset` (only the whole dataset can be removed).
+    Head {
+        /// The dataset.
+        dataset: String,
+    },
+    /// Tags name it (`--force` drops them).
+    Tags {
+        /// The dataset.
+        dataset: String,
+        /// The tags.
+        tags: Vec<String>,
+    },
+    /// A pin (`dsv unpin`).
+    Pin {
+        /// The pin's reason.
+        reason: String,
+    },
+    /// A workspace holds it (`dsv workspace forget`).
+    Workspace {
+        /// The directory.
+        path: String,
+    },
+}
+
 impl Error {
     /// The group this error belongs to (decides the CLI's exit code).
     pub fn kind(&self) -> ErrorKind {
@@ -472,7 +541,7 @@ impl Error {
             // a query that should not have been made: a bug, not damaged data.
             Error::Catalog(_) | Error::Internal { .. } => ErrorKind::Internal,
             Error::Interrupted => ErrorKind::Interrupted,
-            Error::RemoteDiverged { .. } => ErrorKind::Conflict,
+            Error::RemoteDiverged { .. } | Error::PushBehind { .. } => ErrorKind::Conflict,
             Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
                 ErrorKind::User
             }

@@ -339,6 +339,15 @@ impl Selection {
             }
             None => None,
         };
+        if let Some(globs) = &globs {
+            let mut matched = vec![false; self.include.len()];
+            for entry in entries.iter().filter(is_file) {
+                for index in globs.matches(&entry.path) {
+                    matched[index] = true;
+                }
+            }
+            check_all_matched(&self.include, &matched, revision)?;
+        }
         let mut files: Vec<&FlatEntry> = entries
             .iter()
             .filter(is_file)
@@ -355,6 +364,29 @@ impl Selection {
                 .unwrap_or_default();
         }
         Ok(files)
+    }
+}
+
+/// Fails with [`Error::NothingMatches`] naming each of `patterns` whose `matched` flag is
+/// false (an `--include` glob that selects no file of `revision` is a mistake to report, not
+/// an empty result).
+///
+/// # Errors
+/// [`Error::NothingMatches`].
+pub fn check_all_matched(patterns: &[String], matched: &[bool], revision: &str) -> Result<()> {
+    let unmatched: Vec<String> = patterns
+        .iter()
+        .zip(matched)
+        .filter(|(_, m)| !**m)
+        .map(|(p, _)| p.clone())
+        .collect();
+    if unmatched.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::NothingMatches {
+            revision: revision.to_string(),
+            patterns: unmatched,
+        })
     }
 }
 

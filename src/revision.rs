@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! NAME               the dataset's head (same as NAME@latest)
-//! NAME@latest        the head
+//! NAME@latest        the head (NAME@HEAD too)
 //! NAME@TAG           a tag
 //! NAME@<hex prefix>  a version of NAME whose id starts with the prefix (4+ digits)
 //! NAME@BASE~N        the N-th parent of BASE (any of the above)
@@ -46,9 +46,21 @@ impl Revision {
             None => (text, 0),
         };
         let (dataset, base) = match rest.split_once('@') {
+            // git's name for the checked-out commit: here, the head.
+            Some((dataset, "HEAD")) => (dataset, "latest"),
             Some((dataset, base)) => (dataset, base),
             None => (rest, "latest"),
         };
+        // `mnist:v1` (the separator of `REV:PATH` where a revision is meant).
+        if let Some((name, tag)) = dataset.split_once(':')
+            && check_name("dataset", name).is_ok()
+            && !tag.is_empty()
+            && !tag.contains('/')
+        {
+            return Err(invalid(&format!(
+                "did you mean {name}@{tag}? A revision is NAME@TAG; ':' separates a revision from a path (REV:PATH, in `ls` and `cat`)"
+            )));
+        }
         check_name("dataset", dataset)?;
         if base.is_empty() {
             return Err(invalid("nothing after '@'"));
@@ -80,6 +92,14 @@ impl Revision {
             head.ok_or_else(not_found)?
         } else if let Some(id) = catalog.tag(&self.dataset, &self.base)? {
             id
+        } else if is_hex_prefix(&self.base) && self.base.len() < MIN_PREFIX {
+            return Err(Error::InvalidRevision {
+                revision: text,
+                reason: format!(
+                    "an id prefix needs at least {MIN_PREFIX} hex digits (`dsv log {}` shows the ids)",
+                    self.dataset
+                ),
+            });
         } else if is_hex_prefix(&self.base) && self.base.len() >= MIN_PREFIX {
             let matches = catalog.versions_with_prefix(&self.dataset, &self.base)?;
             match matches.as_slice() {
@@ -139,6 +159,9 @@ pub fn check_name(what: &'static str, name: &str) -> Result<()> {
     if what == "tag" && name == "latest" {
         return Err(invalid("'latest' always means the newest version"));
     }
+    if what == "tag" && name == "HEAD" {
+        return Err(invalid("'HEAD' always means the head, as 'latest' does"));
+    }
     Ok(())
 }
 
@@ -169,6 +192,10 @@ mod tests {
             }
         );
         assert_eq!(r("mnist@v1").base, "v1");
+        assert_eq!(r("mnist@HEAD"), r("mnist@latest"));
+        assert_eq!(r("mnist@HEAD~2"), r("mnist@latest~2"));
+        let hint = Revision::parse("mnist:v1").unwrap_err().to_string();
+        assert!(hint.contains("did you mean mnist@v1?"), "{hint}");
         assert_eq!(r("mnist@latest~2").ancestors, 2);
         assert_eq!(r("mnist~1").ancestors, 1);
         assert_eq!(r("mnist@ab12cd").base, "ab12cd");

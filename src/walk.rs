@@ -8,6 +8,9 @@
 //! other name starting with `.dsv-tmp-`). Refused outright: names that are not UTF-8 (object
 //! stores key by UTF-8 and JSON output needs it). Skipped, and reported in [`Scan`]: any
 //! directory named `.dsv` (a store) and dsv's own temporary files (`.dsv-tmp-<pid>-<n>`).
+//! Left out, as if absent: what a `.dsvignore` file excludes ([`IGNORE_FILE`], gitignore
+//! syntax) and, for one commit, `--exclude` patterns ([`scan_excluding`]). Nothing else is
+//! skipped: hidden files, `.gitignore`d files and empty directories are versioned.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -185,17 +188,45 @@ impl Scan {
     }
 }
 
-/// Lists everything under `root` (not `root` itself).
+/// The name of the ignore files a walk obeys: gitignore syntax
+/// (<https://git-scm.com/docs/gitignore>), in any directory of the tree, each applying to its
+/// directory and below (a deeper file's rules win, `!pattern` re-includes).
+pub const IGNORE_FILE: &str = ".dsvignore";
+
+/// Lists everything under `root` (not `root` itself) but what `.dsvignore` files exclude.
 ///
 /// # Errors
 /// [`Error::NotADirectory`] when `root` is not a directory; [`Error::Unsupported`] for a name
 /// that is not UTF-8; [`Error::Io`] when a directory cannot be read.
 pub fn scan(root: &Path) -> Result<Scan> {
+    scan_excluding(root, &[])
+}
+
+/// As [`scan`], also leaving out paths matching any of `exclude` (gitignore-style globs
+/// relative to `root`: `*.tmp`, `cache/`, `/top-level-only`; a directory excluded is not
+/// walked into).
+///
+/// # Errors
+/// As [`scan`]; [`Error::InvalidPattern`] for a pattern that does not parse.
+pub fn scan_excluding(root: &Path, exclude: &[String]) -> Result<Scan> {
     if !root.is_dir() {
         return Err(Error::NotADirectory {
             path: root.to_path_buf(),
         });
     }
+    let mut overrides = ignore::overrides::OverrideBuilder::new(root);
+    for pattern in exclude {
+        overrides
+            .add(&format!("!{pattern}"))
+            .map_err(|e| Error::InvalidPattern {
+                pattern: pattern.clone(),
+                reason: e.to_string(),
+            })?;
+    }
+    let overrides = overrides.build().map_err(|e| Error::InvalidPattern {
+        pattern: exclude.join(" "),
+        reason: e.to_string(),
+    })?;
     // Pass 1 lists names (readdir gives each entry's type) on every core, in any order;
     // sorting then restores depth-first order with sorted siblings. Pass 2 lstats every entry
     // on every core: a stat walk of tens of thousands of files is bound by system calls.
@@ -208,6 +239,8 @@ pub fn scan(root: &Path) -> Result<Scan> {
     let mut builder = ignore::WalkBuilder::new(root);
     builder
         .standard_filters(false)
+        .add_custom_ignore_filename(IGNORE_FILE)
+        .overrides(overrides)
         .follow_links(false)
         .threads(jobs);
     builder.build_parallel().run(|| {

@@ -86,12 +86,21 @@ pub fn hash_file(path: &Path) -> Result<ObjectId> {
 /// The canonical absolute path of `dir` as the catalog keys workspaces.
 ///
 /// # Errors
-/// [`crate::Error::NotADirectory`] when it does not exist or is not a directory;
+/// [`crate::Error::NoSuchPath`] when it does not exist; [`crate::Error::NotADirectory`] when
+/// it is not a directory;
 /// [`crate::Error::Unsupported`] when the path is not UTF-8 or lies inside a `.dsv` store
 /// directory ([`crate::walk::check_workspace_dir`]).
 pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
-    let canonical = std::fs::canonicalize(dir).map_err(|_| crate::Error::NotADirectory {
-        path: dir.to_path_buf(),
+    let canonical = std::fs::canonicalize(dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            crate::Error::NoSuchPath {
+                path: dir.to_path_buf(),
+            }
+        } else {
+            crate::Error::NotADirectory {
+                path: dir.to_path_buf(),
+            }
+        }
     })?;
     if !canonical.is_dir() {
         return Err(crate::Error::NotADirectory {

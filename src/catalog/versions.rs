@@ -81,9 +81,32 @@ impl Catalog {
         match head {
             None => Err(Error::DatasetNotFound {
                 name: name.to_string(),
+                closest: self.closest_dataset(name)?,
             }),
             Some(head) => Ok(head.as_deref().and_then(ObjectId::from_slice)),
         }
+    }
+
+    /// The name of the dataset (with a head) closest to `name`, when it is close enough to be
+    /// a typo: a Damerau–Levenshtein distance of at most 2, and at most a third of the name.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn closest_dataset(&self, name: &str) -> Result<Option<String>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name FROM datasets WHERE head IS NOT NULL")?;
+        let names = stmt.query_map([], |row| row.get::<_, String>(0))?;
+        let mut best: Option<(usize, String)> = None;
+        for candidate in names {
+            let candidate = candidate?;
+            let distance = strsim::damerau_levenshtein(name, &candidate);
+            let close = distance <= 2 && distance * 3 <= candidate.chars().count().max(3);
+            if close && best.as_ref().is_none_or(|(d, _)| distance < *d) {
+                best = Some((distance, candidate));
+            }
+        }
+        Ok(best.map(|(_, name)| name))
     }
 
     /// As [`Catalog::head`], but `Ok(None)` for a dataset that does not exist yet.
@@ -147,6 +170,30 @@ impl Catalog {
             .optional()?)
     }
 
+    /// Every tag of dataset `name` with the version it names, sorted by tag.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn tags(&self, name: &str) -> Result<Vec<(String, ObjectId)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT t.name, t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 ORDER BY t.name",
+        )?;
+        let rows = stmt.query_map([name], |row| Ok((row.get(0)?, id_column(row, 1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every version of dataset `name`, newest first (by creation time, then id).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn versions_of(&self, name: &str) -> Result<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT v.id FROM versions v JOIN datasets d ON d.id = v.dataset WHERE d.name = ?1 ORDER BY v.created_at DESC, v.id",
+        )?;
+        let rows = stmt.query_map([name], |row| id_column(row, 0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Tags that name version `id`, sorted.
     ///
     /// # Errors
@@ -157,6 +204,22 @@ impl Catalog {
             .prepare_cached("SELECT name FROM tags WHERE version = ?1 ORDER BY name")?;
         let names = stmt.query_map([&id.0[..]], |row| row.get(0))?;
         Ok(names.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// True when `ancestor` is `descendant` or one of its parents, walking the version table
+    /// (a version not in it ends the walk).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn is_ancestor(&self, ancestor: &ObjectId, descendant: &ObjectId) -> Result<bool> {
+        let mut next = Some(*descendant);
+        while let Some(id) = next {
+            if id == *ancestor {
+                return Ok(true);
+            }
+            next = self.version(&id)?.and_then(|r| r.version.parent);
+        }
+        Ok(false)
     }
 
     /// Every dataset, sorted by name, with its head's counts.
@@ -249,6 +312,79 @@ impl CatalogWriter<'_> {
             })
             .optional()?;
         Ok(head.flatten().as_deref().and_then(ObjectId::from_slice))
+    }
+
+    /// Deletes tag `tag` of dataset `name`; returns the version it named, `None` when there
+    /// was no such tag.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn delete_tag(&self, name: &str, tag: &str) -> Result<Option<ObjectId>> {
+        let named: Option<Vec<u8>> = self
+            .tx
+            .query_row(
+                "SELECT t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 AND t.name = ?2",
+                params![name, tag],
+                |row| row.get(0),
+            )
+            .optional()?;
+        let Some(named) = named.as_deref().and_then(ObjectId::from_slice) else {
+            return Ok(None);
+        };
+        self.tx.execute(
+            "DELETE FROM tags WHERE name = ?2 AND dataset = (SELECT id FROM datasets WHERE name = ?1)",
+            params![name, tag],
+        )?;
+        self.log(RefLogEntry::Tag {
+            dataset: name.to_string(),
+            tag: tag.to_string(),
+            version: None,
+        });
+        Ok(Some(named))
+    }
+
+    /// Renames dataset `old` to `new` (which must not exist): its versions, head, tags and
+    /// workspaces follow. The ref log records it as the new name's head and tags set and the
+    /// old name's cleared, so a repair rebuilds the same names.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn rename_dataset(&self, old: &str, new: &str) -> Result<()> {
+        let head = self.head(old)?;
+        let tags: Vec<(String, Vec<u8>)> = {
+            let mut stmt = self.tx.prepare(
+                "SELECT t.name, t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 ORDER BY t.name",
+            )?;
+            let rows = stmt.query_map([old], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        self.tx.execute(
+            "UPDATE datasets SET name = ?2 WHERE name = ?1",
+            params![old, new],
+        )?;
+        for (tag, version) in &tags {
+            self.log(RefLogEntry::Tag {
+                dataset: old.to_string(),
+                tag: tag.clone(),
+                version: None,
+            });
+            self.log(RefLogEntry::Tag {
+                dataset: new.to_string(),
+                tag: tag.clone(),
+                version: ObjectId::from_slice(version),
+            });
+        }
+        self.log(RefLogEntry::Head {
+            dataset: old.to_string(),
+            version: None,
+        });
+        if head.is_some() {
+            self.log(RefLogEntry::Head {
+                dataset: new.to_string(),
+                version: head,
+            });
+        }
+        Ok(())
     }
 
     /// Names version `id` of dataset `name` as `tag`; replaces an existing tag only if `force`.

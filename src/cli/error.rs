@@ -21,8 +21,23 @@ pub const INTERNAL: u8 = 70;
 /// Exit code: interrupted by Ctrl-C.
 pub const INTERRUPTED: u8 = 130;
 
+/// A command line clap accepts but whose arguments do not go together (exit 2, as clap's own).
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
 /// The exit code of an error.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
+    if error.is::<Usage>() {
+        return USAGE;
+    }
     match error.downcast_ref::<Error>().map(Error::kind) {
         Some(ErrorKind::User) => USER,
         Some(ErrorKind::Conflict) => CONFLICT,
@@ -52,6 +67,7 @@ pub fn kind_name(error: &anyhow::Error) -> &'static str {
         IO => "io",
         INTERRUPTED => "interrupted",
         INTERNAL => "internal",
+        USAGE => "usage",
         _ => "user",
     }
 }
@@ -86,11 +102,26 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
         Error::StoreBusy { .. } => "stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed".into(),
         Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
-        Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets".into(),
+        Error::DatasetNotFound { closest: Some(closest), .. } => format!("did you mean {closest}? `dsv ls` lists the datasets"),
+        Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)".into(),
+        Error::RevisionNotFound { revision } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
+            let dataset = revision.split('@').next().unwrap_or(revision);
+            format!("the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags")
+        }
         Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
             let dataset = revision.split('@').next().unwrap_or(revision);
             format!("`dsv log {dataset}` lists its versions and tags")
         }
+        Error::NothingMatches { revision, .. } => format!(
+            "`dsv ls {revision}` lists its files; a pattern matches whole paths ('train/**', '*.png' only at the top level: '**/*.png' anywhere); quote it so the shell does not expand it"
+        ),
+        Error::NoSuchPath { .. } => "check the path (it is relative to the current directory)".into(),
+        Error::NotADirectory { path } if path.is_file() => format!(
+            "a directory is needed here; to version a single file, `dsv import {} -d NAME` makes a version holding it",
+            path.display()
+        ),
+        Error::NotAFile { revision, path, kind: "a directory" } => format!("`dsv ls {revision}:{path}` lists the directory"),
+        Error::DatasetExists { name } => format!("choose a name `dsv ls` does not list, or remove {name}'s versions with `dsv rm {name}` first"),
         Error::TagExists { .. } => "choose another tag, or move this one with `dsv tag REV TAG --force`".into(),
         Error::Conflict { .. } => {
             "commit those changes first, or pass --force to overwrite them (they will be lost)"
@@ -100,8 +131,12 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)".into()
         }
         Error::NotAWorkspace { .. } => {
-            "`dsv checkout REV DIR` or `dsv commit DIR` makes it one".into()
+            "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one".into()
         }
+        Error::DatasetRequired { dir } => format!(
+            "name the dataset: `dsv commit {} -d NAME` (a new name creates the dataset)",
+            dir.display()
+        ),
         _ if error.kind() == ErrorKind::Internal => {
             "this is a bug in dsv, not a problem with your data: please report it with the command you ran; `dsv verify` checks the store".into()
         }
@@ -120,9 +155,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::LockedVersionUnknown { .. } => {
             "the lock names no remote: push the version from the store that made the lock, or use that store".into()
         }
-        Error::VersionHeld { .. } => {
-            "`dsv pins` lists pins (`dsv unpin REV` lifts one); `dsv workspace ls` lists the directories holding versions, and `dsv workspace forget DIR` lets one go (the directory itself is left as it is)".into()
-        }
+        Error::VersionHeld { holders, .. } => held_hint(holders),
         Error::WorkspaceVersionRemoved { .. } => {
             "check out another version into it (`dsv checkout REV DIR`), commit it as a new version, or `dsv workspace forget DIR`".into()
         }
@@ -139,6 +172,9 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::UnsafeArchive { .. } => "nothing was imported: dsv never stores a path that leaves the dataset; fix the archive at its source".into(),
         Error::BadArchive { .. } => "nothing was imported; check the archive (`tar tvf`, `unzip -t`), or raise --max-expansion-ratio / --max-expanded-size if it is genuine".into(),
         Error::NotImported { dataset } => format!("`dsv import SOURCE --dataset {dataset}` records a source to update from; a committed dataset changes with `dsv commit`"),
+        Error::PushBehind { dataset, remote, .. } => format!(
+            "the remote already has newer versions of {dataset} on this line; `dsv push {dataset}@VERSION --remote {remote} --force` rewinds its head (they stay in its history)"
+        ),
         Error::RemoteDiverged { dataset, remote } => format!(
             "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"
         ),
@@ -151,4 +187,33 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         _ => return Vec::new(),
     };
     vec![hint]
+}
+
+/// The hint under a refused `rm`: what lets go of each holder it names.
+fn held_hint(holders: &[dsv::error::Holder]) -> String {
+    use dsv::error::Holder;
+    let mut hints: Vec<String> = Vec::new();
+    let mut add = |hint: String| {
+        if !hints.contains(&hint) {
+            hints.push(hint);
+        }
+    };
+    for holder in holders {
+        match holder {
+            Holder::Head { dataset } => add(format!(
+                "`dsv rm {dataset}` removes the whole dataset; `dsv reset {dataset} REV` first moves its head to another version"
+            )),
+            Holder::Tags { dataset, tags } => add(format!(
+                "run it again with --force to drop the tags too, or delete them first with `dsv tag -d {dataset}@{}`",
+                tags.first().map(String::as_str).unwrap_or("TAG")
+            )),
+            Holder::Pin { .. } => {
+                add("`dsv unpin REV` lifts the pin (`dsv pins` lists them)".into())
+            }
+            Holder::Workspace { .. } => add(
+                "`dsv workspace forget DIR` lets a directory go (its files are left as they are; `dsv workspace ls` lists them)".into(),
+            ),
+        }
+    }
+    hints.join("; ")
 }

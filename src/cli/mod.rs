@@ -26,6 +26,7 @@ use commands::inspect::{DiffArgs, LogArgs, LsArgs, ShowArgs};
 use commands::mount::MountArgs;
 use commands::pin::{PinArgs, UnpinArgs};
 use commands::remote::RemoteCommand;
+use commands::reset::{RenameArgs, ResetArgs};
 use commands::shards::ShardsArgs;
 use commands::status::StatusArgs;
 use commands::sync::{CloneArgs, FetchArgs, PullArgs, PushArgs};
@@ -59,7 +60,17 @@ struct Cli {
 enum Command {
     /// Create a store (`.dsv/`) in DIR (default: the current directory).
     Init(InitArgs),
-    /// Snapshot DIR as a new version of a dataset; prints the version id.
+    /// Snapshot a directory as a new version of a dataset; prints the version id.
+    ///
+    /// Inside a workspace (its root or any directory in it) no arguments are needed: the
+    /// directory and the dataset come from the workspace. The new version's parent is the
+    /// version the workspace holds (as git's HEAD), and the dataset's head moves to it.
+    ///
+    /// Examples:
+    ///   dsv commit ./mnist -d mnist -m "first import"   # a new dataset
+    ///   cd ./mnist && dsv commit -m "fix labels"        # inside the workspace
+    ///   dsv commit -t v2                                # and tag the new version
+    #[command(verbatim_doc_comment)]
     Commit(CommitArgs),
     /// Materialize a version into DIR (created if missing), writing only what differs.
     ///
@@ -81,18 +92,58 @@ enum Command {
     /// Re-check the source an imported dataset came from: download only the objects that
     /// changed, and record a new version only if something did.
     Update(UpdateArgs),
-    /// Show what changed in DIR since the version it holds.
+    /// Show what changed in a workspace since the version it holds (default: the workspace
+    /// holding the current directory).
+    ///
+    /// Examples:
+    ///   dsv status
+    ///   dsv status /scratch/mnist --exit-code   # exit 1 when something changed
+    #[command(verbatim_doc_comment)]
     Status(StatusArgs),
     /// Show what changed between two versions (or a version and its parent).
+    ///
+    /// Examples:
+    ///   dsv diff mnist                  # the head against its parent
+    ///   dsv diff mnist@v1 mnist@v2 --stat
+    ///   dsv diff mnist@v1 mnist --exit-code --json
+    #[command(verbatim_doc_comment)]
     Diff(DiffArgs),
-    /// List a dataset's versions, newest first.
+    /// List a dataset's versions: the head and its ancestors, newest first, then versions
+    /// on other lines (left by `dsv reset`, or fetched from a remote).
+    ///
+    /// Examples:
+    ///   dsv log mnist
+    ///   dsv log mnist --oneline -n 5
+    #[command(verbatim_doc_comment)]
     Log(LogArgs),
     /// List datasets, or the files of a version (`REV` or `REV:PATH`).
     Ls(LsArgs),
     /// Show one version: id, parent, tags, counts, bytes, source.
     Show(ShowArgs),
-    /// Give a version a name.
+    /// Give a version a name (a tag), list the tags, or delete one.
+    ///
+    /// Examples:
+    ///   dsv tag mnist v1                # tag the head
+    ///   dsv tag mnist@3f2a9c v0 --force # move a tag
+    ///   dsv tag --list mnist
+    ///   dsv tag -d mnist@v0
+    #[command(verbatim_doc_comment)]
     Tag(TagArgs),
+    /// Move a dataset's local head to another of its versions (as `git reset` moves a
+    /// branch): nothing is deleted, and the line the head leaves stays in `dsv log`.
+    ///
+    /// Examples:
+    ///   dsv reset mnist v1               # back to the tagged version
+    ///   dsv reset mnist latest~2
+    ///   dsv reset mnist 3f2a9c0d         # to a version fetched from a remote
+    #[command(verbatim_doc_comment)]
+    Reset(ResetArgs),
+    /// Rename a dataset: its versions, head, tags and workspaces follow.
+    ///
+    /// Examples:
+    ///   dsv rename mnsit mnist
+    #[command(verbatim_doc_comment)]
+    Rename(RenameArgs),
     /// Write a version (or a shard or subset of it) as a tar stream: to stdout, a file or a
     /// FIFO (SageMaker's Pipe mode).
     ///
@@ -127,6 +178,11 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Shards(ShardsArgs),
     /// Write one file of a version to stdout.
+    ///
+    /// Examples:
+    ///   dsv cat mnist@v1:labels.csv | head
+    ///   dsv cat mnist:train/0001.png --range 0..16 | xxd
+    #[command(verbatim_doc_comment)]
     Cat(CatArgs),
     /// Rebuild a lost or damaged catalog from the packs and the ref log.
     ///
@@ -160,7 +216,14 @@ enum Command {
     /// mostly garbage; `--dry-run` prints the plan only.
     Gc(GcArgs),
     /// Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
-    /// versions, marked removed; `gc` frees the space.
+    /// versions, marked removed; `gc` frees the space. A dataset whose versions are all
+    /// removed is no longer listed by `dsv ls`.
+    ///
+    /// Examples:
+    ///   dsv rm mnist@v0
+    ///   dsv rm mnist@latest~3 --force   # also drop its tags
+    ///   dsv rm scratch-run && dsv gc
+    #[command(verbatim_doc_comment)]
     Rm(RmArgs),
     /// Keep a version from removal (a job's lease: `--until`).
     Pin(PinArgs),
@@ -173,9 +236,24 @@ enum Command {
     Remote(RemoteCommand),
     /// Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
     /// remote's heads (fast-forward only) and create its tags.
+    ///
+    /// Examples:
+    ///   dsv push                          # every dataset's head, to origin
+    ///   dsv push mnist --remote backup
+    ///   dsv push mnist@v1 --force         # move the remote's head back to v1
+    #[command(verbatim_doc_comment)]
     Push(PushArgs),
     /// Download a dataset's version (default: the remote's head) and what it needs; move the
     /// local head to it when that is a fast-forward.
+    ///
+    /// When both sides have new versions, the local head is kept: check out the remote's
+    /// head (`dsv checkout NAME@VERSION DIR`), bring your changes into DIR and `dsv commit`
+    /// there; the new version descends from the remote's, so `dsv push` then succeeds.
+    ///
+    /// Examples:
+    ///   dsv pull mnist
+    ///   dsv pull mnist@v3 --include 'train/**'
+    #[command(verbatim_doc_comment)]
     Pull(PullArgs),
     /// Refresh a remote's refs and metadata (versions, trees; no file data).
     Fetch(FetchArgs),
@@ -344,6 +422,8 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Ls(args) => inspect::ls(cli, ui, args),
         Command::Show(args) => inspect::show(cli, ui, args),
         Command::Tag(args) => tag::run(cli, ui, args),
+        Command::Reset(args) => reset::reset(cli, ui, args),
+        Command::Rename(args) => reset::rename(cli, ui, args),
         Command::Export(args) => export::run(cli, ui, args),
         Command::Mount(args) => mount::run(cli, ui, args),
         Command::Shards(args) => shards::run(cli, ui, args),

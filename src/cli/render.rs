@@ -137,7 +137,12 @@ pub fn log(versions: &[VersionInfo]) -> String {
         } else {
             ""
         };
-        let _ = writeln!(out, "version {}{tags}{removed}", v.record.id);
+        let line = if v.off_head_line {
+            " (not on the head's line)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "version {}{tags}{removed}{line}", v.record.id);
         let _ = writeln!(out, "Author: {}", version.author);
         let _ = writeln!(out, "Date:   {}", time(version.time));
         let _ = writeln!(
@@ -403,9 +408,9 @@ pub fn pull(r: &PullReport) -> String {
         Some(HeadUpdate::Moved) => format!("{} is now at {}", r.dataset, r.version.short()),
         Some(HeadUpdate::UpToDate) => format!("{} is already at {}", r.dataset, r.version.short()),
         _ => format!(
-            "{}'s local head was kept: it has versions {} lacks (check out and commit to combine them)",
-            r.dataset,
-            r.version.short()
+            "{d}'s local head was kept: it has versions {v} lacks. To combine them: `dsv checkout {d}@{v} DIR`, bring your changes into DIR, then `dsv commit` in DIR (the new version descends from {v}) and `dsv push`; or take theirs with `dsv reset {d} {v}`",
+            d = r.dataset,
+            v = r.version.short()
         ),
     };
     format!("{}\n{head}", fetched(r))

@@ -42,6 +42,9 @@ pub struct CommitOptions {
     pub author: Option<String>,
     /// Make a version even when the tree equals the head's.
     pub allow_empty: bool,
+    /// Paths to leave out of this commit (gitignore-style globs relative to the directory;
+    /// `.dsvignore` files are always obeyed).
+    pub exclude: Vec<String>,
     /// Pipeline tuning.
     pub ingest: IngestOptions,
 }
@@ -55,6 +58,7 @@ impl CommitOptions {
             tag: None,
             author: None,
             allow_empty: false,
+            exclude: Vec::new(),
             ingest: IngestOptions::default(),
         }
     }
@@ -65,12 +69,21 @@ impl CommitOptions {
 pub struct CommitReport {
     /// The dataset.
     pub dataset: String,
-    /// The new version (or the unchanged head when `created` is false).
+    /// The new version (or the unchanged parent when `created` is false).
     pub version: ObjectId,
-    /// The previous head.
+    /// The new version's parent: the version the workspace held (git's `HEAD`) when it
+    /// holds one of this dataset, else the dataset's head; `None` for a first version.
     pub parent: Option<ObjectId>,
-    /// False when the directory equals the head and nothing was recorded.
+    /// False when the directory equals the parent and nothing was recorded.
     pub created: bool,
+    /// True when this commit made the dataset (it had no versions, or every one was removed):
+    /// a typo in the name shows here.
+    pub new_dataset: bool,
+    /// The dataset's head before the commit when it was not the parent (the workspace held an
+    /// older version): the head moved off that line, which stays in the store and the log
+    /// (`dsv reset NAME VERSION` moves the head back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced_head: Option<ObjectId>,
     /// The tag given, if any.
     pub tag: Option<String>,
     /// Files and symlinks in the version.
@@ -123,7 +136,7 @@ pub fn commit(
     let _data_lock = store.lock_data_shared()?;
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
-    let scan = walk::scan(&dir)?;
+    let scan = walk::scan_excluding(&dir, &options.exclude)?;
     scan.refuse_unsupported(&dir)?;
     let scanned = scan.entries;
     tracing::debug!(entries = scanned.len(), elapsed = ?clock.elapsed(), "walked");
@@ -237,8 +250,15 @@ pub fn commit(
         .map(String::as_str)
         .filter(|p| !file_paths.contains(p))
         .collect();
+    // Git's HEAD: the parent is the version this workspace holds when it holds one of this
+    // dataset (the workspace lock, held until the end, keeps it so).
+    let parent = workspace
+        .as_ref()
+        .filter(|w| w.dataset.as_deref() == Some(options.dataset.as_str()))
+        .and_then(|w| w.version);
     let draft = VersionDraft {
         dataset: options.dataset.clone(),
+        parent,
         message: options.message.clone(),
         tag: options.tag.clone(),
         author: options.author.clone(),
@@ -264,6 +284,8 @@ pub fn commit(
         version: recorded.version,
         parent: recorded.parent,
         created: recorded.created,
+        new_dataset: recorded.new_dataset,
+        replaced_head: recorded.replaced_head,
         tag: options.tag.clone(),
         files: built.files,
         bytes: built.bytes,
@@ -282,6 +304,8 @@ pub fn commit(
 pub struct VersionDraft {
     /// The dataset.
     pub dataset: String,
+    /// The parent; `None` takes the dataset's head when the version is recorded.
+    pub parent: Option<ObjectId>,
     /// The message.
     pub message: String,
     /// A tag to give it.
@@ -303,10 +327,14 @@ pub struct VersionDraft {
 pub struct Recorded {
     /// The new version, or the head when nothing changed.
     pub version: ObjectId,
-    /// The head before.
+    /// The new version's parent (for an unchanged tree: the parent's own parent).
     pub parent: Option<ObjectId>,
-    /// False when the head already had this tree (and provenance).
+    /// False when the parent already had this tree (and provenance).
     pub created: bool,
+    /// True when the dataset had no head before.
+    pub new_dataset: bool,
+    /// The head before, when it was not the parent.
+    pub replaced_head: Option<ObjectId>,
     /// Packs named by the transaction.
     pub packs: Vec<crate::pack::SealedPack>,
 }
@@ -314,8 +342,9 @@ pub struct Recorded {
 /// The last stage of commit and import: stores the new trees of `built` (and the
 /// provenance), then under the store lock reads the head, writes the version object, seals
 /// the packs and records everything in one catalog transaction, in which `extra` adds its
-/// own rows. Nothing changes when the head has the same tree (and, for an import, the same
-/// provenance) unless `allow_empty`; the head is returned then.
+/// own rows. The parent is `draft.parent`, else the head read under the lock. Nothing changes
+/// when the parent has the same tree (and, for an import, the same provenance) unless
+/// `allow_empty`; the parent is returned then. The dataset's head moves to the new version.
 ///
 /// # Errors
 /// [`Error::TagExists`], [`Error::Io`], catalog errors, or `extra`'s; on any error the
@@ -389,7 +418,8 @@ pub fn record_version(
 
     // Finalize under the store lock, so the parent read here is still the head when recorded.
     let _lock = store.lock()?;
-    let parent = store.catalog().head_or_none(&draft.dataset)?;
+    let head = store.catalog().head_or_none(&draft.dataset)?;
+    let parent = draft.parent.or(head);
     let parent_version = match parent {
         Some(id) => store.catalog().version(&id)?.map(|v| v.version),
         None => None,
@@ -463,6 +493,8 @@ pub fn record_version(
             parent
         },
         created: !unchanged,
+        new_dataset: head.is_none(),
+        replaced_head: head.filter(|h| Some(*h) != parent),
         packs,
     })
 }

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::ingest::{FRAME_TARGET, PackSink};
 use crate::catalog::Pin;
-use crate::error::{Error, Result};
+use crate::error::{Error, Holder, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
 use crate::pack::FrameBuilder;
@@ -449,29 +449,66 @@ pub struct RemoveReport {
 
 /// Why a version must be kept, if it must: every live pin, and every workspace (a directory
 /// that exists, the same one as recorded) that holds it, named in one sentence.
-fn held_by(store: &Store, id: &ObjectId, pins: &[Pin]) -> Result<Option<String>> {
+fn held_by(store: &Store, id: &ObjectId, pins: &[Pin]) -> Result<Vec<Holder>> {
     let now = crate::catalog::unix_now();
-    let mut holders: Vec<String> = pins
+    let mut holders: Vec<Holder> = pins
         .iter()
         .filter(|p| p.version == *id && p.until.is_none_or(|u| u > now))
-        .map(|pin| format!("it is pinned ({})", pin.reason))
+        .map(|pin| Holder::Pin {
+            reason: pin.reason.clone(),
+        })
         .collect();
-    let workspaces: Vec<String> = store
-        .catalog()
-        .workspace_versions()?
-        .into_iter()
-        .filter(|(_, version)| version == id)
-        .map(|(path, _)| path)
+    holders.extend(
+        store
+            .catalog()
+            .workspace_versions()?
+            .into_iter()
+            .filter(|(_, version)| version == id)
+            .map(|(path, _)| Holder::Workspace { path }),
+    );
+    Ok(holders)
+}
+
+/// The words of [`Error::VersionHeld`] for `holders`.
+fn held_reason(holders: &[Holder]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for holder in holders {
+        match holder {
+            Holder::Head { dataset } => parts.push(format!(
+                "it is the head of {dataset}; remove the whole dataset with `dsv rm {dataset}`"
+            )),
+            Holder::Tags { tags, .. } => parts.push(format!(
+                "it is tagged {} (--force drops the tags)",
+                tags.join(", ")
+            )),
+            Holder::Pin { reason } => parts.push(format!("it is pinned ({reason})")),
+            Holder::Workspace { .. } => {}
+        }
+    }
+    let workspaces: Vec<&str> = holders
+        .iter()
+        .filter_map(|h| match h {
+            Holder::Workspace { path } => Some(path.as_str()),
+            _ => None,
+        })
         .collect();
     if !workspaces.is_empty() {
-        holders.push(format!(
+        parts.push(format!(
             "the workspace{} {} hold{} it",
             if workspaces.len() > 1 { "s" } else { "" },
             workspaces.join(", "),
             if workspaces.len() > 1 { "" } else { "s" },
         ));
     }
-    Ok((!holders.is_empty()).then(|| holders.join("; ")))
+    parts.join("; ")
+}
+
+fn held(id: &ObjectId, holders: Vec<Holder>) -> Error {
+    Error::VersionHeld {
+        version: id.short(),
+        reason: held_reason(&holders),
+        holders,
+    }
 }
 
 /// `dsv rm NAME@REV` (one version, not the head) or `dsv rm NAME` (every version; the
@@ -488,13 +525,12 @@ pub fn remove(store: &mut Store, target: &str, force: bool) -> Result<RemoveRepo
         let revision = Revision::parse(target)?;
         let id = revision.resolve(store.catalog())?;
         if store.catalog().head(&revision.dataset)? == Some(id) {
-            return Err(Error::VersionHeld {
-                version: id.short(),
-                reason: format!(
-                    "it is the head of {}; remove the whole dataset with `dsv rm {}`",
-                    revision.dataset, revision.dataset
-                ),
-            });
+            return Err(held(
+                &id,
+                vec![Holder::Head {
+                    dataset: revision.dataset.clone(),
+                }],
+            ));
         }
         (revision.dataset, vec![id])
     } else {
@@ -509,18 +545,19 @@ pub fn remove(store: &mut Store, target: &str, force: bool) -> Result<RemoveRepo
     };
     let mut tags = Vec::new();
     for id in &ids {
-        if let Some(reason) = held_by(store, id, &pins)? {
-            return Err(Error::VersionHeld {
-                version: id.short(),
-                reason,
-            });
+        let holders = held_by(store, id, &pins)?;
+        if !holders.is_empty() {
+            return Err(held(id, holders));
         }
         let named = store.catalog().tags_of(id)?;
         if !named.is_empty() && !force {
-            return Err(Error::VersionHeld {
-                version: id.short(),
-                reason: format!("it is tagged {} (--force drops the tags)", named.join(", ")),
-            });
+            return Err(held(
+                id,
+                vec![Holder::Tags {
+                    dataset: dataset.clone(),
+                    tags: named,
+                }],
+            ));
         }
         tags.extend(named);
     }

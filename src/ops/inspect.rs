@@ -18,6 +18,11 @@ pub struct VersionInfo {
     /// When it was removed (`dsv rm`; Unix seconds); absent while its data is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub removed_at: Option<i64>,
+    /// In a log: true for a version that is not the head or one of its ancestors (a line
+    /// left by `dsv reset` or by a commit from an older workspace, or versions fetched from
+    /// a remote and not pulled); absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub off_head_line: bool,
 }
 
 fn info(store: &Store, id: &ObjectId) -> Result<VersionInfo> {
@@ -26,26 +31,182 @@ fn info(store: &Store, id: &ObjectId) -> Result<VersionInfo> {
         tags: store.catalog().tags_of(id)?,
         removed_at: store.catalog().removed_at(id)?,
         record,
+        off_head_line: false,
     })
 }
 
-/// The versions of `dataset` from its head back along parents, newest first, at most `limit`.
+/// The versions of `dataset`: from its head back along parents, then every other version of
+/// it in the store (other lines: `off_head_line`), newest first; at most `limit` in all.
+/// Moving the head (`dsv reset`, a commit from an older workspace) never hides a version.
 ///
 /// # Errors
 /// [`Error::DatasetNotFound`], catalog errors.
 pub fn log(store: &Store, dataset: &str, limit: Option<usize>) -> Result<Vec<VersionInfo>> {
     check_name("dataset", dataset)?;
+    let full = |out: &Vec<VersionInfo>| limit.is_some_and(|l| out.len() >= l);
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut next = store.catalog().head(dataset)?;
     while let Some(id) = next {
-        if limit.is_some_and(|l| out.len() >= l) {
+        // A parent chain is finite (ids hash their parents); `seen` guards a damaged catalog.
+        if full(&out) || !seen.insert(id) {
             break;
         }
         let version = info(store, &id)?;
         next = version.record.version.parent;
         out.push(version);
     }
+    for id in store.catalog().versions_of(dataset)? {
+        if full(&out) {
+            break;
+        }
+        if seen.insert(id) {
+            let mut version = info(store, &id)?;
+            version.off_head_line = true;
+            out.push(version);
+        }
+    }
     Ok(out)
+}
+
+/// What [`reset`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ResetReport {
+    /// The dataset.
+    pub dataset: String,
+    /// The head before (`None`: the dataset had none).
+    pub from: Option<ObjectId>,
+    /// The head now.
+    pub to: ObjectId,
+}
+
+/// Moves dataset `dataset`'s local head to the version `revision` names (any version of it:
+/// an older one, or one on another line such as a fetched remote's), as `git reset` moves a
+/// branch. No version is deleted: the line the head leaves stays in the store and in
+/// [`log`]. Workspaces keep the versions they hold; the next commit from one descends from
+/// its own version.
+///
+/// # Errors
+/// Revision errors (`revision` must name a version of `dataset`);
+/// [`Error::VersionRemoved`] when it was removed by `dsv rm` (its data may be gone).
+pub fn reset(store: &mut Store, dataset: &str, revision: &Revision) -> Result<ResetReport> {
+    check_name("dataset", dataset)?;
+    if revision.dataset != dataset {
+        return Err(Error::InvalidRevision {
+            revision: revision.to_string(),
+            reason: format!(
+                "it names a version of {}, not of {dataset}",
+                revision.dataset
+            ),
+        });
+    }
+    let _lock = store.lock()?;
+    let from = store.catalog().head(dataset)?;
+    let to = revision.resolve(store.catalog())?;
+    if store.catalog().removed_at(&to)?.is_some() {
+        return Err(Error::VersionRemoved {
+            version: to.short(),
+        });
+    }
+    if from != Some(to) {
+        let writer = store.catalog_mut().writer()?;
+        writer.set_head(dataset, &to)?;
+        writer.commit()?;
+    }
+    Ok(ResetReport {
+        dataset: dataset.to_string(),
+        from,
+        to,
+    })
+}
+
+/// A tag and the version it names.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TagInfo {
+    /// The dataset.
+    pub dataset: String,
+    /// The tag.
+    pub tag: String,
+    /// The version it names.
+    pub version: ObjectId,
+}
+
+/// The tags of `dataset`, sorted, or of every dataset when `None` (by dataset, then tag).
+///
+/// # Errors
+/// [`Error::DatasetNotFound`]; catalog errors.
+pub fn tags(store: &Store, dataset: Option<&str>) -> Result<Vec<TagInfo>> {
+    let names = match dataset {
+        Some(name) => {
+            check_name("dataset", name)?;
+            store.catalog().head(name)?;
+            vec![name.to_string()]
+        }
+        None => datasets(store)?.into_iter().map(|d| d.name).collect(),
+    };
+    let mut out = Vec::new();
+    for name in names {
+        for (tag, version) in store.catalog().tags(&name)? {
+            out.push(TagInfo {
+                dataset: name.clone(),
+                tag,
+                version,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes tag `tag` of `dataset` (the version keeps its data; only the name goes).
+///
+/// # Errors
+/// [`Error::DatasetNotFound`]; [`Error::RevisionNotFound`] when there is no such tag.
+pub fn delete_tag(store: &mut Store, dataset: &str, tag: &str) -> Result<TagInfo> {
+    check_name("dataset", dataset)?;
+    store.catalog().head(dataset)?;
+    let _lock = store.lock()?;
+    let writer = store.catalog_mut().writer()?;
+    let version = writer
+        .delete_tag(dataset, tag)?
+        .ok_or_else(|| Error::RevisionNotFound {
+            revision: format!("{dataset}@{tag}"),
+        })?;
+    writer.commit()?;
+    Ok(TagInfo {
+        dataset: dataset.to_string(),
+        tag: tag.to_string(),
+        version,
+    })
+}
+
+/// Renames dataset `old` to `new`: its versions, head, tags and workspaces follow; `new`
+/// must be unused (no dataset of that name with any version, even removed). Versions already
+/// made keep the name they were made under inside their (content-addressed, immutable)
+/// objects; a remote gets the new name with the next push.
+///
+/// # Errors
+/// [`Error::InvalidName`], [`Error::DatasetNotFound`] (`old`), [`Error::DatasetExists`]
+/// (`new`).
+pub fn rename(store: &mut Store, old: &str, new: &str) -> Result<()> {
+    check_name("dataset", old)?;
+    check_name("dataset", new)?;
+    let _lock = store.lock()?;
+    store.catalog().head(old)?;
+    if old == new {
+        return Ok(());
+    }
+    match store.catalog().head(new) {
+        Err(Error::DatasetNotFound { .. }) => {}
+        Ok(_) => {
+            return Err(Error::DatasetExists {
+                name: new.to_string(),
+            });
+        }
+        Err(e) => return Err(e),
+    }
+    let writer = store.catalog_mut().writer()?;
+    writer.rename_dataset(old, new)?;
+    writer.commit()
 }
 
 /// One version, with its tags; its object in the pack is read and checked against the catalog.
@@ -105,12 +266,16 @@ pub fn show_provenance(store: &Store, revision: &Revision) -> Result<ShownProven
     })
 }
 
-/// Every dataset with its head.
+/// Every dataset that has a head, sorted by name. A dataset whose versions were all removed
+/// (`dsv rm NAME`) is not listed, nor one whose versions were only fetched from a remote
+/// (`dsv fetch` lists those).
 ///
 /// # Errors
 /// Catalog errors.
 pub fn datasets(store: &Store) -> Result<Vec<DatasetSummary>> {
-    store.catalog().datasets()
+    let mut all = store.catalog().datasets()?;
+    all.retain(|d| d.head.is_some());
+    Ok(all)
 }
 
 /// The entries of `revision` under `path` ("" = everything), depth-first.

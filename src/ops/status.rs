@@ -140,7 +140,8 @@ pub struct StatusReport {
     pub files_hashed: u64,
 }
 
-/// Compares workspace `dir` with the version it holds, refreshing its stat cache.
+/// Compares the workspace holding `dir` (its root or any directory inside it) with the version
+/// it holds, refreshing its stat cache.
 ///
 /// # Errors
 /// [`Error::NotADirectory`], [`Error::NotAWorkspace`], read errors.
@@ -150,7 +151,14 @@ pub fn status(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<StatusReport> {
-    let (dir, key) = workspace::canonical_dir(dir)?;
+    workspace::canonical_dir(dir)?;
+    // From a subdirectory too, as git finds its work tree.
+    let key = super::workspace::enclosing(store, dir)?
+        .ok_or_else(|| Error::NotAWorkspace {
+            path: dir.to_path_buf(),
+        })?
+        .path;
+    let dir = PathBuf::from(&key);
     let _data_lock = store.lock_data_shared()?;
     let _lock = store.lock_workspace(&key)?;
     let workspace = store

@@ -177,7 +177,8 @@ impl RemoteRevision {
     }
 }
 
-/// Adds a remote after checking its URL and options (nothing is contacted).
+/// Adds a remote after checking its URL and options (nothing is contacted). A local path is
+/// taken as the `file://` URL of its absolute path ([`remote::url_from_path`]).
 ///
 /// # Errors
 /// [`Error::InvalidName`], [`Error::InvalidRemote`], [`Error::RemoteExists`].
@@ -188,6 +189,7 @@ pub fn add_remote(
     options: &BTreeMap<String, String>,
 ) -> Result<RemoteRecord> {
     check_name("remote", name)?;
+    let url = &remote::url_from_path(url);
     remote::check_url(url)?;
     remote::check_options(options)?;
     let record = RemoteRecord {
@@ -769,16 +771,8 @@ fn fetch_objects(
     Ok(transfer)
 }
 
-/// True when `ancestor` is `descendant` or one of its parents (by the version table).
 fn is_ancestor(store: &Store, ancestor: &ObjectId, descendant: &ObjectId) -> Result<bool> {
-    let mut next = Some(*descendant);
-    while let Some(id) = next {
-        if id == *ancestor {
-            return Ok(true);
-        }
-        next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
-    }
-    Ok(false)
+    store.catalog().is_ancestor(ancestor, descendant)
 }
 
 /// Resolves `revision` against `record`'s refs as recorded (heads, tags) or the versions
@@ -910,11 +904,33 @@ pub fn prepare_remote_revision(
 pub fn pull(
     store: &mut Store,
     target: &RemoteRevision,
-    include: Option<&globset::GlobSet>,
+    include: &[String],
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<PullReport> {
-    let mut report = prepare_remote_revision(store, target, include, jobs, progress)?;
+    let globs = (!include.is_empty())
+        .then(|| crate::read::glob_set(include))
+        .transpose()?;
+    let mut report = prepare_remote_revision(store, target, globs.as_ref(), jobs, progress)?;
+    if let Some(globs) = &globs {
+        // Each pattern must select something: a typo is an error, not an empty pull.
+        let mut matched = vec![false; include.len()];
+        let mut reader = store.reader();
+        let root = reader.version(&report.version)?.tree;
+        walk_reachable(&mut reader, &root, None, &mut |reached| {
+            if let Reached::File { path, .. } = reached {
+                for index in globs.matches(path) {
+                    matched[index] = true;
+                }
+            }
+            Ok(())
+        })?;
+        crate::read::check_all_matched(
+            include,
+            &matched,
+            &format!("{}/{}", target.remote, target.revision),
+        )?;
+    }
     let record = store.catalog().remote(&target.remote)?;
     let _lock = store.lock()?;
     let head = store.catalog().head_or_none(&report.dataset)?;
@@ -1143,6 +1159,14 @@ pub fn push(
             && !is_ancestor(store, remote_head, version)?
             && !force
         {
+            // On one line, only older: say so (pulling would not help).
+            if is_ancestor(store, version, remote_head)? {
+                return Err(Error::PushBehind {
+                    remote: record.name.clone(),
+                    dataset: dataset.clone(),
+                    version: version.short(),
+                });
+            }
             return Err(Error::RemoteDiverged {
                 remote: record.name.clone(),
                 dataset: dataset.clone(),
@@ -1287,6 +1311,7 @@ pub fn clone(
 ) -> Result<CloneReport> {
     // Never inside a store's own directory: dsv alone writes there.
     crate::walk::check_workspace_dir(dir)?;
+    let url = &remote::url_from_path(url);
     remote::check_url(url)?;
     remote::check_options(options)?;
     let existed = dir.exists();

@@ -57,3 +57,61 @@ fn record_key(dir: &Path) -> PathBuf {
     }
     out
 }
+
+/// The workspace that holds `dir`: the record of `dir` itself, else of its nearest parent
+/// directory that has one (as git finds the repository from a subdirectory). Only records
+/// whose directory is still the one recorded count.
+///
+/// # Errors
+/// [`Error::NotADirectory`] when `dir` does not exist; [`Error::Catalog`].
+pub fn enclosing(store: &Store, dir: &Path) -> Result<Option<Workspace>> {
+    let canonical = std::fs::canonicalize(dir).map_err(|_| Error::NotADirectory {
+        path: dir.to_path_buf(),
+    })?;
+    for ancestor in canonical.ancestors() {
+        let Some(key) = ancestor.to_str() else {
+            continue;
+        };
+        if let Some(record) = store.catalog().workspace(key)? {
+            return Ok(Some(record));
+        }
+    }
+    Ok(None)
+}
+
+/// What `dsv commit` with its directory and dataset left out means, as git's `commit` inside a
+/// work tree: the directory defaults to the workspace enclosing `current_dir`, the dataset to
+/// the one that workspace holds. Returns (directory to commit, dataset).
+///
+/// - `dir` given, `dataset` given: those.
+/// - `dir` given, no `dataset`: the dataset of `dir`'s own workspace record.
+/// - no `dir`: the workspace enclosing `current_dir` (its root), with `dataset` or its own.
+///
+/// # Errors
+/// [`Error::NotAWorkspace`] when no `dir` is given and `current_dir` is in no workspace;
+/// [`Error::DatasetRequired`] when the dataset cannot be known (a directory never committed);
+/// [`Error::NotADirectory`]; [`Error::Catalog`].
+pub fn commit_target(
+    store: &Store,
+    dir: Option<&Path>,
+    dataset: Option<&str>,
+    current_dir: &Path,
+) -> Result<(PathBuf, String)> {
+    let (dir, record) = match dir {
+        Some(dir) => {
+            let (_, key) = crate::workspace::canonical_dir(dir)?;
+            (dir.to_path_buf(), store.catalog().workspace(&key)?)
+        }
+        None => {
+            let record = enclosing(store, current_dir)?.ok_or_else(|| Error::NotAWorkspace {
+                path: current_dir.to_path_buf(),
+            })?;
+            (PathBuf::from(&record.path), Some(record))
+        }
+    };
+    match (dataset, record.and_then(|r| r.dataset)) {
+        (Some(name), _) => Ok((dir, name.to_string())),
+        (None, Some(held)) => Ok((dir, held)),
+        (None, None) => Err(Error::DatasetRequired { dir }),
+    }
+}

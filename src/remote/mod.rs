@@ -53,6 +53,34 @@ pub const DEFAULT_JOBS: usize = 8;
 /// refused as corrupt without being downloaded.
 pub const MAX_REF_LEN: u64 = 64 * 1024;
 
+/// A remote URL as given, with a local path (`/srv/dsv-remote`, `./remote`, `../x`: no
+/// `SCHEME://`) turned into the `file://` URL of its absolute path, as git accepts a path
+/// for a remote. Anything else is returned as it is, for [`check_url`] to judge.
+pub fn url_from_path(url: &str) -> String {
+    let looks_like_path = !url.contains("://")
+        && (url.starts_with('/')
+            || url.starts_with("./")
+            || url.starts_with("../")
+            || url == "."
+            || url == "..");
+    if !looks_like_path {
+        return url.to_string();
+    }
+    let absolute = std::path::absolute(url).unwrap_or_else(|_| std::path::PathBuf::from(url));
+    // Lexically without `.` and `..`, so the URL names the directory plainly.
+    let mut clean = std::path::PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                clean.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => clean.push(other),
+        }
+    }
+    format!("file://{}", clean.display())
+}
+
 /// Checks a remote URL: its scheme must be one dsv can open.
 ///
 /// # Errors
@@ -65,7 +93,9 @@ pub fn check_url(url: &str) -> Result<()> {
     };
     let (scheme, rest) = url
         .split_once("://")
-        .ok_or_else(|| invalid("expected SCHEME://…, for example s3://bucket/prefix"))?;
+        .ok_or_else(|| {
+            invalid("expected SCHEME://…, for example s3://bucket/prefix, or a local path such as /srv/remote or ./remote (file://)")
+        })?;
     if has_userinfo(url) {
         return Err(invalid(
             "the URL holds a user name or password; credentials are never stored in the store, set them in the environment",

@@ -20,3 +20,4 @@ mod read;
 mod real_data;
 mod remote;
 mod trust;
+mod workflow;

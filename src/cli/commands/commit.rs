@@ -10,11 +10,13 @@ use crate::cli::{Cli, JobsArg, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct CommitArgs {
-    /// The directory to snapshot (anywhere on disk).
-    dir: PathBuf,
-    /// The dataset to add a version to (created if new).
+    /// The directory to snapshot (anywhere on disk); default: the workspace holding the
+    /// current directory (its root).
+    dir: Option<PathBuf>,
+    /// The dataset to add a version to (created if new); default: the one the workspace
+    /// holds. Needed for a directory's first commit, or to commit it to another dataset.
     #[arg(short, long)]
-    dataset: String,
+    dataset: Option<String>,
     /// The commit message.
     #[arg(short, long, default_value = "")]
     message: String,
@@ -24,6 +26,11 @@ pub(crate) struct CommitArgs {
     /// Record a new version even when nothing changed.
     #[arg(long)]
     allow_empty: bool,
+    /// Leave out paths matching GLOB (repeatable; gitignore syntax, relative to the
+    /// directory: '*.tmp', 'cache/'). For a lasting rule, write it in a `.dsvignore` file
+    /// (obeyed by commit, status and checkout, like git's .gitignore).
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
     /// zstd compression level (1-19).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
     compression_level: i32,
@@ -33,14 +40,35 @@ pub(crate) struct CommitArgs {
 
 pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CommitArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let mut options = commit::CommitOptions::new(args.dataset.clone());
+    let current_dir = std::env::current_dir()?;
+    let (dir, dataset) = dsv::ops::workspace::commit_target(
+        &store,
+        args.dir.as_deref(),
+        args.dataset.as_deref(),
+        &current_dir,
+    )?;
+    let mut options = commit::CommitOptions::new(dataset);
     options.message = args.message.clone();
     options.tag = args.tag.clone();
     options.author = Some(default_author());
     options.allow_empty = args.allow_empty;
+    options.exclude = args.exclude.clone();
     options.ingest.jobs = jobs_or(&args.jobs, options.ingest.jobs);
     options.ingest.compression_level = args.compression_level;
-    let report = commit::commit(&mut store, &args.dir, &options, &ui.reporter())?;
+    let report = commit::commit(&mut store, &dir, &options, &ui.reporter())?;
+    if report.new_dataset && report.created {
+        ui.note(format!("new dataset {}", report.dataset))?;
+    }
+    if let Some(head) = report.replaced_head {
+        ui.note(format!(
+            "the head of {} was {}, which this version does not descend from (the workspace held another version); that line stays in `dsv log {}`, and `dsv reset {} {}` moves the head back",
+            report.dataset,
+            head.short(),
+            report.dataset,
+            report.dataset,
+            head.short()
+        ))?;
+    }
     ui.report(&report, render::commit)?;
     Ok(error::SUCCESS)
 }

@@ -16,6 +16,7 @@ pub(crate) mod mount;
 pub(crate) mod pin;
 pub(crate) mod remote;
 pub(crate) mod repair;
+pub(crate) mod reset;
 pub(crate) mod shards;
 pub(crate) mod status;
 pub(crate) mod sync;

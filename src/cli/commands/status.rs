@@ -10,7 +10,7 @@ use crate::cli::{Cli, JobsArg, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The workspace directory.
+    /// The workspace directory, or any directory inside it.
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// Exit with 1 when DIR differs from its version.

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use dsv::Revision;
 use dsv::ops::sync;
@@ -60,11 +59,10 @@ pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
         remote: name,
         revision: Revision::parse(&args.revision)?,
     };
-    let include = glob_set(&args.include)?;
     let report = sync::pull(
         &mut store,
         &target,
-        include.as_ref(),
+        &args.include,
         jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
         &ui.reporter(),
     )?;
@@ -120,21 +118,4 @@ pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
     )?;
     ui.report(&report, render::clone)?;
     Ok(error::SUCCESS)
-}
-
-/// The `--include` globs as one set, or `None` when there are none.
-fn glob_set(globs: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
-    if globs.is_empty() {
-        return Ok(None);
-    }
-    let mut builder = globset::GlobSetBuilder::new();
-    for glob in globs {
-        builder.add(
-            globset::GlobBuilder::new(glob)
-                .literal_separator(true)
-                .build()
-                .with_context(|| format!("invalid --include pattern {glob:?}"))?,
-        );
-    }
-    Ok(Some(builder.build()?))
 }
