@@ -9,7 +9,7 @@ use crate::cli::{Cli, error, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct TagArgs {
-    /// The revision to tag.
+    #[arg(help = concat!("The revision to tag: ", revision_syntax!()))]
     revision: String,
     /// The tag.
     tag: String,
