@@ -148,8 +148,8 @@ enum Command {
     ///   dsv export mnist@v3 --shard 1/8 --include 'train/**' -o shard1.tar
     #[command(verbatim_doc_comment)]
     Export(ExportArgs),
-    /// Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in the
-    /// foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
+    /// Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in
+    /// the foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
     ///
     /// Mounting reads no data, whatever the version's size; a file's data is read when it
     /// is read (fetched from a remote on first open and kept in the store). Needs FUSE 3
@@ -191,8 +191,8 @@ enum Command {
     ///   dsv verify --full   # also reassemble every file and check its id
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
-    /// Check that DIR is bit-identical to a version (by default the one it was last committed
-    /// or checked out as); exit 0 only when it is, 1 when it differs.
+    /// Check that DIR is bit-identical to a version (by default the one it was last
+    /// committed or checked out as); exit 0 only when it is, 1 when it differs.
     ///
     /// Examples:
     ///   dsv audit data/                            # against the version data/ holds
@@ -214,8 +214,8 @@ enum Command {
     ///   dsv cache prune --max-size 50GB --dry-run
     #[command(subcommand, verbatim_doc_comment)]
     Cache(CacheCommand),
-    /// The directories this store committed from or checked out into (workspaces); each holds
-    /// its version from `rm` and cleanup until it is deleted or forgotten.
+    /// The directories this store committed from or checked out into (workspaces); each
+    /// holds its version from `rm` and cleanup until it is deleted or forgotten.
     ///
     /// Examples:
     ///   dsv workspace ls
@@ -299,10 +299,6 @@ enum Command {
     ///   dsv man --out ~/.local/share/man/man1
     #[command(verbatim_doc_comment)]
     Man(ManArgs),
-    /// Print the reference tables of docs/cli.md (generated from these definitions; a test
-    /// compares them with the file).
-    #[command(name = "__reference", hide = true)]
-    Reference,
 }
 
 /// Which files of a version a command reads.
@@ -351,6 +347,20 @@ struct JobsArg {
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> ExitCode {
+    // `dsv __reference` prints docs/cli.md's generated blocks (for tests/it/cli_docs.rs). It
+    // is no clap subcommand, not even a hidden one, which completions would still offer.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == "__reference")
+    {
+        return match commands::docs::reference() {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(error::exit_code(&e))
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -487,6 +497,5 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Clone(args) => sync::clone(ui, args),
         Command::Completions(args) => docs::completions(args),
         Command::Man(args) => docs::man(ui, args),
-        Command::Reference => docs::reference(),
     }
 }

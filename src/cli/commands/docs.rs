@@ -1,6 +1,6 @@
 //! What is generated from the clap definitions: `dsv completions` (shell completion scripts),
-//! `dsv man` (man pages) and the hidden `dsv __reference` (the generated blocks of
-//! `docs/cli.md`, which a test compares with the file).
+//! `dsv man` (man pages) and `dsv __reference` (the generated blocks of `docs/cli.md`, which
+//! a test compares with the file; intercepted before parsing in `cli::main`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,8 +24,8 @@ pub(crate) struct ManArgs {
     out: PathBuf,
 }
 
-/// The command tree as the generators see it: built (bin names, propagated global options),
-/// without clap's `help` subcommand (`--help` says the same).
+/// The command tree as the man pages and the reference see it: built (bin names, propagated
+/// global options), without clap's `help` subcommand (`--help` says the same).
 fn command_tree() -> clap::Command {
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
