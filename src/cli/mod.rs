@@ -2,6 +2,15 @@
 //! dispatch to one module per command ([`commands`]), and human rendering of the library's
 //! reports.
 
+/// The revision syntax (`src/revision.rs`) for the help of every revision argument, so that
+/// each spells it the same way: `help = concat!("The revision: ", revision_syntax!())`.
+macro_rules! revision_syntax {
+    () => {
+        "NAME (its latest version), NAME@TAG, NAME@latest (or NAME@HEAD), NAME@<id prefix, 4+ hex digits>, or \
+         any of these followed by ~N (N versions back: NAME@v2~1)"
+    };
+}
+
 mod commands;
 mod error;
 mod render;
@@ -18,6 +27,7 @@ use commands::cache::CacheCommand;
 use commands::cat::CatArgs;
 use commands::checkout::CheckoutArgs;
 use commands::commit::CommitArgs;
+use commands::docs::{CompletionsArgs, ManArgs};
 use commands::export::ExportArgs;
 use commands::gc::{GcArgs, RmArgs};
 use commands::import::{ImportArgs, UpdateArgs};
@@ -35,22 +45,25 @@ use commands::verify::VerifyArgs;
 use commands::workspace::WorkspaceCommand;
 use ui::Ui;
 
+/// The `--help` heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
 /// dsv — content-addressed dataset versioning: `git commit` / `git checkout` for datasets.
 #[derive(Debug, Parser)]
 #[command(name = "dsv", version, about, long_about = None, propagate_version = true)]
 struct Cli {
     /// The store to use (a `.dsv` directory or the directory holding one); default: the
     /// nearest `.dsv` in the current directory or its parents.
-    #[arg(long, global = true, env = "DSV_STORE", value_name = "PATH")]
+    #[arg(long, global = true, help_heading = GLOBAL, env = "DSV_STORE", value_name = "PATH")]
     store: Option<PathBuf>,
     /// Print machine-readable JSON on stdout instead of text.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     json: bool,
     /// Print nothing but errors.
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = GLOBAL)]
     quiet: bool,
     /// Never draw progress bars (they are only drawn on a terminal anyway).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     no_progress: bool,
     #[command(subcommand)]
     command: Command,
@@ -59,6 +72,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Create a store (`.dsv/`) in DIR (default: the current directory).
+    ///
+    /// Examples:
+    ///   dsv init                  # .dsv/ in the current directory
+    ///   dsv init /data/project    # /data/project/.dsv, found from anywhere below /data/project
+    #[command(verbatim_doc_comment)]
     Init(InitArgs),
     /// Snapshot a directory as a new version of a dataset; prints the version id.
     ///
@@ -88,9 +106,21 @@ enum Command {
     /// Import a version from object storage, a URL or a local path: one object (an archive
     /// is expanded), or every object under a prefix. Each file's source, ETag, VersionId,
     /// Last-Modified and size are recorded (`dsv show REV --provenance`).
+    ///
+    /// Examples:
+    ///   dsv import s3://datasets/mnist.zip --tag v1            # expanded, as dataset mnist
+    ///   dsv import s3://datasets/imagenet/val/ -d imagenet-val # every object under the prefix
+    ///   dsv import https://example.com/mnist.tar.gz --etag '"5d41402abc4b2a76"'
+    ///   dsv import ./mnist.zip --no-extract                    # the archive itself, one file
+    #[command(verbatim_doc_comment)]
     Import(ImportArgs),
     /// Re-check the source an imported dataset came from: download only the objects that
     /// changed, and record a new version only if something did.
+    ///
+    /// Examples:
+    ///   dsv update mnist
+    ///   dsv update imagenet-val -m "upstream relabeling" --jobs 32
+    #[command(verbatim_doc_comment)]
     Update(UpdateArgs),
     /// Show what changed in a workspace since the version it holds (default: the workspace
     /// holding the current directory).
@@ -117,8 +147,20 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Log(LogArgs),
     /// List datasets, or the files of a version (`REV` or `REV:PATH`).
+    ///
+    /// Examples:
+    ///   dsv ls                    # the datasets
+    ///   dsv ls mnist@v3           # every file of a version
+    ///   dsv ls mnist@v3:train     # the files under train/
+    #[command(verbatim_doc_comment)]
     Ls(LsArgs),
     /// Show one version: id, parent, tags, counts, bytes, source.
+    ///
+    /// Examples:
+    ///   dsv show mnist@v3
+    ///   dsv show mnist@latest~1 --json
+    ///   dsv show mnist --provenance   # where each imported file came from
+    #[command(verbatim_doc_comment)]
     Show(ShowArgs),
     /// Give a version a name (a tag), list the tags, or delete one.
     ///
@@ -157,8 +199,8 @@ enum Command {
     ///   dsv export mnist@v3 --shard 1/8 --include 'train/**' -o shard1.tar
     #[command(verbatim_doc_comment)]
     Export(ExportArgs),
-    /// Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in the
-    /// foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
+    /// Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in
+    /// the foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
     ///
     /// Mounting reads no data, whatever the version's size; a file's data is read when it
     /// is read (fetched from a remote on first open and kept in the store). Needs FUSE 3
@@ -196,24 +238,54 @@ enum Command {
     /// Examples:
     ///   dsv repair
     ///   dsv --store /data/.dsv repair --json
+    #[command(verbatim_doc_comment)]
     Repair,
     /// Check every pack, object, tree and version of the store; report, never fix.
+    ///
+    /// Examples:
+    ///   dsv verify
+    ///   dsv verify --full   # also reassemble every file and check its id
+    #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
-    /// Check that DIR is bit-identical to a version (by default the one it was last committed
-    /// or checked out as); exit 0 only when it is, 1 when it differs.
+    /// Check that DIR is bit-identical to a version (by default the one it was last
+    /// committed or checked out as); exit 0 only when it is, 1 when it differs.
+    ///
+    /// Examples:
+    ///   dsv audit data/                            # against the version data/ holds
+    ///   dsv audit data/ --against mnist@v3 --full  # re-hashing every file
+    ///   dsv audit runs/42 --lock dsv.lock          # runs/42/NAME for each pinned version
+    #[command(verbatim_doc_comment)]
     Audit(AuditArgs),
-    /// Pin exact versions in a lock file, written as JSON to stdout:
-    /// `dsv lock mnist@v1 cifar > dsv.lock`.
+    /// Pin exact versions in a lock file, written as JSON to stdout.
+    ///
+    /// Examples:
+    ///   dsv lock mnist@v1 cifar > dsv.lock
+    ///   dsv checkout --lock dsv.lock data/   # data/mnist and data/cifar, exactly those versions
+    #[command(verbatim_doc_comment)]
     Lock(LockArgs),
     /// The local cache of versions: what each costs here, and bounded eviction.
-    #[command(subcommand)]
+    ///
+    /// Examples:
+    ///   dsv cache ls
+    ///   dsv cache prune --max-size 50GB --dry-run
+    #[command(subcommand, verbatim_doc_comment)]
     Cache(CacheCommand),
-    /// The directories this store committed from or checked out into (workspaces); each holds
-    /// its version from `rm` and cleanup until it is deleted or forgotten.
-    #[command(subcommand)]
+    /// The directories this store committed from or checked out into (workspaces); each
+    /// holds its version from `rm` and cleanup until it is deleted or forgotten.
+    ///
+    /// Examples:
+    ///   dsv workspace ls
+    ///   dsv workspace forget /scratch/old-run
+    #[command(subcommand, verbatim_doc_comment)]
     Workspace(WorkspaceCommand),
     /// Delete what no remaining version reaches (after `rm`), repacking packs that are
     /// mostly garbage; `--dry-run` prints the plan only.
+    ///
+    /// Examples:
+    ///   dsv gc --dry-run
+    ///   dsv rm mnist@v1 && dsv gc
+    ///   dsv gc --grace 10m   # also unnamed packs older than 10 minutes
+    #[command(verbatim_doc_comment)]
     Gc(GcArgs),
     /// Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
     /// versions, marked removed; `gc` frees the space. A dataset whose versions are all
@@ -226,13 +298,31 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Rm(RmArgs),
     /// Keep a version from removal (a job's lease: `--until`).
+    ///
+    /// Examples:
+    ///   dsv pin mnist@v3 --reason "paper, table 2"
+    ///   dsv pin mnist@latest --until 7d --reason "training run 42"
+    #[command(verbatim_doc_comment)]
     Pin(PinArgs),
     /// Lift a pin.
+    ///
+    /// Examples:
+    ///   dsv unpin mnist@v3
+    #[command(verbatim_doc_comment)]
     Unpin(UnpinArgs),
     /// List the pins.
+    ///
+    /// Examples:
+    ///   dsv pins
+    ///   dsv pins --json
+    #[command(verbatim_doc_comment)]
     Pins,
     /// Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs.
-    #[command(subcommand)]
+    ///
+    /// Examples:
+    ///   dsv remote add origin s3://my-bucket/datasets --option aws_region=eu-west-1
+    ///   dsv remote ls
+    #[command(subcommand, verbatim_doc_comment)]
     Remote(RemoteCommand),
     /// Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
     /// remote's heads (fast-forward only) and create its tags.
@@ -256,10 +346,37 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Pull(PullArgs),
     /// Refresh a remote's refs and metadata (versions, trees; no file data).
+    ///
+    /// Examples:
+    ///   dsv fetch
+    ///   dsv fetch --remote backup
+    #[command(verbatim_doc_comment)]
     Fetch(FetchArgs),
     /// Create a store from a remote: its datasets, heads and tags; data is fetched when
     /// first needed (by checkout or pull).
+    ///
+    /// Examples:
+    ///   dsv clone s3://my-bucket/datasets          # into ./datasets
+    ///   dsv clone file:///mnt/nfs/dsv /data/dsv && cd /data/dsv && dsv checkout mnist@v3 mnist
+    #[command(verbatim_doc_comment)]
     Clone(CloneArgs),
+    /// Print a shell completion script to stdout.
+    ///
+    /// Examples:
+    ///   dsv completions bash > /etc/bash_completion.d/dsv       # or ~/.local/share/bash-completion/completions/dsv
+    ///   dsv completions zsh > "${fpath[1]}/_dsv"
+    ///   dsv completions fish > ~/.config/fish/completions/dsv.fish
+    ///   dsv completions powershell >> $PROFILE
+    #[command(verbatim_doc_comment)]
+    Completions(CompletionsArgs),
+    /// Write man pages into DIR (created if missing): dsv.1, and dsv-COMMAND.1 for every
+    /// command and subcommand (dsv-commit.1, dsv-cache-ls.1, ...).
+    ///
+    /// Examples:
+    ///   dsv man --out /usr/local/share/man/man1 && man dsv-commit
+    ///   dsv man --out ~/.local/share/man/man1
+    #[command(verbatim_doc_comment)]
+    Man(ManArgs),
 }
 
 /// Which files of a version a command reads.
@@ -308,6 +425,20 @@ struct JobsArg {
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> ExitCode {
+    // `dsv __reference` prints docs/cli.md's generated blocks (for tests/it/cli_docs.rs). It
+    // is no clap subcommand, not even a hidden one, which completions would still offer.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == "__reference")
+    {
+        return match commands::docs::reference() {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(error::exit_code(&e))
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -444,5 +575,7 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Pull(args) => sync::pull(cli, ui, args),
         Command::Fetch(args) => sync::fetch(cli, ui, args),
         Command::Clone(args) => sync::clone(ui, args),
+        Command::Completions(args) => docs::completions(args),
+        Command::Man(args) => docs::man(ui, args),
     }
 }

@@ -200,61 +200,65 @@ fn help_lists_every_command() {
     Usage: dsv [OPTIONS] <COMMAND>
 
     Commands:
-      init       Create a store (`.dsv/`) in DIR (default: the current directory)
-      commit     Snapshot DIR as a new version of a dataset; prints the version id
-      checkout   Materialize a version into DIR (created if missing), writing only what differs.
-      import     Import a version from object storage, a URL or a local path: one object (an archive is
-                 expanded), or every object under a prefix. Each file's source, ETag, VersionId,
-                 Last-Modified and size are recorded (`dsv show REV --provenance`)
-      update     Re-check the source an imported dataset came from: download only the objects that
-                 changed, and record a new version only if something did
-      status     Show what changed in DIR since the version it holds
-      diff       Show what changed between two versions (or a version and its parent)
-      log        List a dataset's versions, newest first
-      ls         List datasets, or the files of a version (`REV` or `REV:PATH`)
-      show       Show one version: id, parent, tags, counts, bytes, source
-      tag        Give a version a name
-      export     Write a version (or a shard or subset of it) as a tar stream: to stdout, a file or a
-                 FIFO (SageMaker's Pipe mode).
-      mount      Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in the
-                 foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
-      shards     Print which files each of N shards holds (`--shard I/N` on export): deterministic,
-                 balanced by bytes, the same on every machine.
-      cat        Write one file of a version to stdout
-      repair     Rebuild a lost or damaged catalog from the packs and the ref log
-      verify     Check every pack, object, tree and version of the store; report, never fix
-      audit      Check that DIR is bit-identical to a version (by default the one it was last committed
-                 or checked out as); exit 0 only when it is, 1 when it differs
-      lock       Pin exact versions in a lock file, written as JSON to stdout: `dsv lock mnist@v1 cifar
-                 > dsv.lock`
-      cache      The local cache of versions: what each costs here, and bounded eviction
-      workspace  The directories this store committed from or checked out into (workspaces); each holds
-                 its version from `rm` and cleanup until it is deleted or forgotten
-      gc         Delete what no remaining version reaches (after `rm`), repacking packs that are mostly
-                 garbage; `--dry-run` prints the plan only
-      rm         Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
-                 versions, marked removed; `gc` frees the space
-      pin        Keep a version from removal (a job's lease: `--until`)
-      unpin      Lift a pin
-      pins       List the pins
-      remote     Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs
-      push       Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
-                 remote's heads (fast-forward only) and create its tags
-      pull       Download a dataset's version (default: the remote's head) and what it needs; move the
-                 local head to it when that is a fast-forward
-      fetch      Refresh a remote's refs and metadata (versions, trees; no file data)
-      clone      Create a store from a remote: its datasets, heads and tags; data is fetched when first
-                 needed (by checkout or pull)
-      help       Print this message or the help of the given subcommand(s)
+      init         Create a store (`.dsv/`) in DIR (default: the current directory).
+      commit       Snapshot DIR as a new version of a dataset; prints the version id
+      checkout     Materialize a version into DIR (created if missing), writing only what differs.
+      import       Import a version from object storage, a URL or a local path: one object (an archive
+                   is expanded), or every object under a prefix. Each file's source, ETag, VersionId,
+                   Last-Modified and size are recorded (`dsv show REV --provenance`).
+      update       Re-check the source an imported dataset came from: download only the objects that
+                   changed, and record a new version only if something did.
+      status       Show what changed in DIR since the version it holds
+      diff         Show what changed between two versions (or a version and its parent)
+      log          List a dataset's versions, newest first
+      ls           List datasets, or the files of a version (`REV` or `REV:PATH`).
+      show         Show one version: id, parent, tags, counts, bytes, source.
+      tag          Give a version a name
+      export       Write a version (or a shard or subset of it) as a tar stream: to stdout, a file or a
+                   FIFO (SageMaker's Pipe mode).
+      mount        Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in
+                   the foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
+      shards       Print which files each of N shards holds (`--shard I/N` on export): deterministic,
+                   balanced by bytes, the same on every machine.
+      cat          Write one file of a version to stdout
+      repair       Rebuild a lost or damaged catalog from the packs and the ref log.
+      verify       Check every pack, object, tree and version of the store; report, never fix.
+      audit        Check that DIR is bit-identical to a version (by default the one it was last
+                   committed or checked out as); exit 0 only when it is, 1 when it differs.
+      lock         Pin exact versions in a lock file, written as JSON to stdout.
+      cache        The local cache of versions: what each costs here, and bounded eviction.
+      workspace    The directories this store committed from or checked out into (workspaces); each
+                   holds its version from `rm` and cleanup until it is deleted or forgotten.
+      gc           Delete what no remaining version reaches (after `rm`), repacking packs that are
+                   mostly garbage; `--dry-run` prints the plan only.
+      rm           Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
+                   versions, marked removed; `gc` frees the space
+      pin          Keep a version from removal (a job's lease: `--until`).
+      unpin        Lift a pin.
+      pins         List the pins.
+      remote       Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs.
+      push         Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
+                   remote's heads (fast-forward only) and create its tags
+      pull         Download a dataset's version (default: the remote's head) and what it needs; move the
+                   local head to it when that is a fast-forward
+      fetch        Refresh a remote's refs and metadata (versions, trees; no file data).
+      clone        Create a store from a remote: its datasets, heads and tags; data is fetched when
+                   first needed (by checkout or pull).
+      completions  Print a shell completion script to stdout.
+      man          Write man pages into DIR (created if missing): dsv.1, and dsv-COMMAND.1 for every
+                   command and subcommand (dsv-commit.1, dsv-cache-ls.1, ...).
+      help         Print this message or the help of the given subcommand(s)
 
     Options:
+      -h, --help     Print help
+      -V, --version  Print version
+
+    Global options:
           --store <PATH>  The store to use (a `.dsv` directory or the directory holding one); default:
                           the nearest `.dsv` in the current directory or its parents [env: DSV_STORE=]
           --json          Print machine-readable JSON on stdout instead of text
       -q, --quiet         Print nothing but errors
           --no-progress   Never draw progress bars (they are only drawn on a terminal anyway)
-      -h, --help          Print help
-      -V, --version       Print version
     --- stderr
     ");
     assert_snapshot!(human(&env, &["checkout", "--help"]), @"
@@ -276,8 +280,10 @@ fn help_lists_every_command() {
 
     Arguments:
       [REVISION]
-              The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N, or
-              REMOTE/NAME[@REV]. With --lock, give only DIR
+              The revision: NAME (its latest version), NAME@TAG, NAME@latest, NAME@<id prefix, 4+ hex
+              digits>, or any of these followed by ~N (N versions back: NAME@v2~1); or REMOTE/REV, REV
+              as remote REMOTE names it (origin/mnist@v3), fetching what is missing. With --lock, give
+              only DIR
 
       [DIR]
               Where to materialize it (with --lock: each dataset into DIR/NAME)
@@ -286,29 +292,14 @@ fn help_lists_every_command() {
           --lock <FILE>
               Materialize exactly the versions this lock file pins (see `dsv lock`), or fail
 
-          --store <PATH>
-              The store to use (a `.dsv` directory or the directory holding one); default: the nearest
-              `.dsv` in the current directory or its parents
-              
-              [env: DSV_STORE=]
-
           --force
               Overwrite or delete changes that were never committed
-
-          --json
-              Print machine-readable JSON on stdout instead of text
-
-      -q, --quiet
-              Print nothing but errors
 
           --shard <I/N>
               Only worker I of N's shard (I counts from 0): deterministic, balanced by bytes
 
           --include <GLOB>
               Only files matching GLOB (repeatable), e.g. 'train/**'
-
-          --no-progress
-              Never draw progress bars (they are only drawn on a terminal anyway)
 
           --files-from <LIST>
               Only the files listed in LIST, one path per line (a manifest); an unknown path is an error
@@ -323,6 +314,22 @@ fn help_lists_every_command() {
 
       -V, --version
               Print version
+
+    Global options:
+          --store <PATH>
+              The store to use (a `.dsv` directory or the directory holding one); default: the nearest
+              `.dsv` in the current directory or its parents
+              
+              [env: DSV_STORE=]
+
+          --json
+              Print machine-readable JSON on stdout instead of text
+
+      -q, --quiet
+              Print nothing but errors
+
+          --no-progress
+              Never draw progress bars (they are only drawn on a terminal anyway)
     --- stderr
     ");
 }

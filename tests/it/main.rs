@@ -7,6 +7,7 @@ mod common;
 mod audit;
 mod bad_input;
 mod cleanup;
+mod cli_docs;
 mod cli_output;
 mod concurrency;
 mod crash;

@@ -13,8 +13,12 @@ use crate::cli::{Cli, JobsArg, error, render, ui::Ui};
 pub(crate) struct AuditArgs {
     /// The directory (with --lock: the directory holding DIR/NAME for each dataset).
     dir: PathBuf,
-    /// Compare with this revision instead.
-    #[arg(long, value_name = "REV", conflicts_with = "lock")]
+    #[arg(
+        long,
+        value_name = "REV",
+        conflicts_with = "lock",
+        help = concat!("Compare with this revision instead: ", revision_syntax!())
+    )]
     against: Option<String>,
     /// Compare DIR/NAME with each version this lock file pins.
     #[arg(long, value_name = "FILE")]
@@ -60,8 +64,11 @@ pub(crate) fn audit(cli: &Cli, ui: &Ui, args: &AuditArgs) -> anyhow::Result<u8> 
 
 #[derive(Debug, Args)]
 pub(crate) struct LockArgs {
-    /// One revision per dataset.
-    #[arg(required = true, value_name = "REVISION")]
+    #[arg(
+        required = true,
+        value_name = "REVISION",
+        help = concat!("One revision per dataset: ", revision_syntax!())
+    )]
     revisions: Vec<String>,
 }
 

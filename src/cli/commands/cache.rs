@@ -10,9 +10,20 @@ use crate::cli::{Cli, error, parse_size, render, ui::Ui};
 pub(crate) enum CacheCommand {
     /// Per version: bytes only it holds here, bytes shared, last used, pinned, in use, on
     /// which remotes.
+    ///
+    /// Examples:
+    ///   dsv cache ls
+    ///   dsv cache ls --json
+    #[command(verbatim_doc_comment)]
     Ls,
     /// Evict versions a remote fully holds (least recently used first), then gc. Never
     /// deletes the only copy of data unless --allow-data-loss; never pinned or in-use data.
+    ///
+    /// Examples:
+    ///   dsv cache prune --dry-run
+    ///   dsv cache prune --older-than 30d --keep-last 2
+    ///   dsv cache prune --max-size 50GB --dataset mnist
+    #[command(verbatim_doc_comment)]
     Prune {
         /// Keep the newest N versions of each dataset.
         #[arg(long, default_value_t = 1, value_name = "N")]

@@ -10,7 +10,10 @@ use crate::cli::{Cli, error};
 
 #[derive(Debug, Args)]
 pub(crate) struct CatArgs {
-    /// `REV:PATH`.
+    #[arg(
+        value_name = "REV:PATH",
+        help = concat!("REV:PATH, e.g. mnist@v1:train/0.png. REV is ", revision_syntax!())
+    )]
     target: String,
     /// Only bytes START..END (END exclusive; either may be omitted).
     #[arg(long, value_name = "START..END")]

@@ -10,9 +10,16 @@ use crate::cli::{Cli, JobsArg, SelectArgs, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct CheckoutArgs {
-    /// The revision: NAME, NAME@latest, NAME@TAG, NAME@<id prefix>, NAME@latest~N, or
-    /// REMOTE/NAME[@REV]. With --lock, give only DIR.
-    #[arg(value_name = "REVISION", required_unless_present = "lock")]
+    #[arg(
+        value_name = "REVISION",
+        required_unless_present = "lock",
+        help = concat!(
+            "The revision: ",
+            revision_syntax!(),
+            "; or REMOTE/REV, REV as remote REMOTE names it (origin/mnist@v3), fetching what is \
+             missing. With --lock, give only DIR"
+        )
+    )]
     revision: Option<String>,
     /// Where to materialize it (with --lock: each dataset into DIR/NAME).
     #[arg(required_unless_present = "lock")]

@@ -17,7 +17,7 @@ pub(crate) enum ExportFormat {
 
 #[derive(Debug, Args)]
 pub(crate) struct ExportArgs {
-    /// The revision: NAME, NAME@TAG, NAME@<id prefix>, NAME@latest~N.
+    #[arg(help = concat!("The revision: ", revision_syntax!()))]
     revision: String,
     /// The archive format.
     #[arg(long, value_enum, default_value = "tar")]

@@ -25,7 +25,9 @@ pub(crate) fn gc(cli: &Cli, ui: &Ui, args: &GcArgs) -> anyhow::Result<u8> {
 
 #[derive(Debug, Args)]
 pub(crate) struct RmArgs {
-    /// NAME@REV or NAME.
+    /// NAME (the whole dataset), or one version: NAME@TAG, NAME@<id prefix, 4+ hex digits>, or
+    /// either followed by ~N (N versions back), also NAME~N.
+    #[arg(value_name = "NAME[@REV]")]
     target: String,
     /// Also drop the tags of the versions removed.
     #[arg(long)]

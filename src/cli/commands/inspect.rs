@@ -11,9 +11,12 @@ use crate::cli::{Cli, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
-    /// The older revision (or the only one: compared with its parent).
+    #[arg(help = concat!(
+        "The older revision (or the only one: compared with its parent): ",
+        revision_syntax!()
+    ))]
     old: String,
-    /// The newer revision.
+    /// The newer revision (same syntax).
     new: Option<String>,
     /// Exit with 1 when they differ.
     #[arg(long)]
@@ -175,7 +178,14 @@ fn oneline(versions: &[inspect::VersionInfo]) -> String {
 
 #[derive(Debug, Args)]
 pub(crate) struct LsArgs {
-    /// What to list: nothing for datasets, `REV` or `REV:PATH` for files.
+    #[arg(
+        value_name = "REV[:PATH]",
+        help = concat!(
+            "What to list: nothing for the datasets, REV or REV:PATH for the files of a version \
+             (under PATH). REV is ",
+            revision_syntax!()
+        )
+    )]
     target: Option<String>,
 }
 
@@ -197,7 +207,7 @@ pub(crate) fn ls(cli: &Cli, ui: &Ui, args: &LsArgs) -> anyhow::Result<u8> {
 
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
-    /// The revision.
+    #[arg(help = concat!("The revision: ", revision_syntax!()))]
     revision: String,
     /// Also list where each file came from (imported versions): URL, archive member,
     /// ETag, VersionId, Last-Modified, size.

@@ -7,6 +7,7 @@ pub(crate) mod cache;
 pub(crate) mod cat;
 pub(crate) mod checkout;
 pub(crate) mod commit;
+pub(crate) mod docs;
 pub(crate) mod export;
 pub(crate) mod gc;
 pub(crate) mod import;

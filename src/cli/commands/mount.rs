@@ -9,7 +9,7 @@ use crate::cli::{Cli, SelectArgs, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct MountArgs {
-    /// The revision: NAME, NAME@TAG, NAME@<id prefix>, NAME@latest~N.
+    #[arg(help = concat!("The revision: ", revision_syntax!()))]
     revision: String,
     /// An existing, empty directory to mount on.
     mountpoint: PathBuf,

@@ -10,7 +10,7 @@ use crate::cli::{Cli, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct PinArgs {
-    /// The revision.
+    #[arg(help = concat!("The revision: ", revision_syntax!()))]
     revision: String,
     /// Why (shown by `dsv pins`).
     #[arg(long, default_value = "")]
@@ -37,7 +37,7 @@ pub(crate) fn pin(cli: &Cli, ui: &Ui, args: &PinArgs) -> anyhow::Result<u8> {
 
 #[derive(Debug, Args)]
 pub(crate) struct UnpinArgs {
-    /// The revision.
+    #[arg(help = concat!("The revision: ", revision_syntax!()))]
     revision: String,
 }
 

@@ -10,6 +10,13 @@ use crate::cli::{Cli, error, render, ui::Ui};
 pub(crate) enum RemoteCommand {
     /// Add a remote. Credentials are read from the environment (AWS_*, AZURE_*, GOOGLE_*)
     /// when it is used, never stored.
+    ///
+    /// Examples:
+    ///   dsv remote add origin s3://my-bucket/datasets --option aws_region=eu-west-1
+    ///   dsv remote add origin gs://my-bucket/datasets
+    ///   dsv remote add origin az://my-container/datasets
+    ///   dsv remote add backup file:///mnt/nfs/dsv
+    #[command(verbatim_doc_comment)]
     Add {
         /// Its name, e.g. origin.
         name: String,
@@ -20,8 +27,17 @@ pub(crate) enum RemoteCommand {
         options: Vec<String>,
     },
     /// List the remotes with their URLs, options and refs as last fetched.
+    ///
+    /// Examples:
+    ///   dsv remote ls
+    ///   dsv remote ls --json
+    #[command(verbatim_doc_comment)]
     Ls,
     /// Remove a remote from this store (nothing on the remote is deleted).
+    ///
+    /// Examples:
+    ///   dsv remote rm backup
+    #[command(verbatim_doc_comment)]
     Rm {
         /// The remote.
         name: String,

@@ -9,7 +9,7 @@ use crate::cli::{Cli, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct ShardsArgs {
-    /// The revision.
+    #[arg(help = concat!("The revision: ", revision_syntax!()))]
     revision: String,
     /// How many shards.
     #[arg(value_parser = clap::value_parser!(u32).range(1..=1_000_000))]

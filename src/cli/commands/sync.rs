@@ -12,7 +12,10 @@ use crate::cli::{Cli, JobsArg, RemoteArg, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct PushArgs {
-    /// Push only this dataset's version (default: every dataset's head).
+    #[arg(help = concat!(
+        "Push only this version (default: every dataset's head): ",
+        revision_syntax!()
+    ))]
     revision: Option<String>,
     #[command(flatten)]
     remote: RemoteArg,
@@ -41,7 +44,7 @@ pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
 
 #[derive(Debug, Args)]
 pub(crate) struct PullArgs {
-    /// NAME or NAME@REV on the remote (a tag, an id prefix, `latest`).
+    #[arg(help = concat!("The version, as the remote names it: ", revision_syntax!()))]
     revision: String,
     #[command(flatten)]
     remote: RemoteArg,

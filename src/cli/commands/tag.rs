@@ -10,10 +10,13 @@ use crate::cli::{Cli, error, ui::Ui};
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("mode").args(["list", "delete"]))]
 pub(crate) struct TagArgs {
-    /// The revision to tag (NAME, NAME@TAG, NAME@<id prefix>, NAME@latest~N); with --list,
-    /// the dataset whose tags to list; with -d, NAME@TAG (or NAME, then TAG).
+    #[arg(help = concat!(
+        "The revision to tag: ",
+        revision_syntax!(),
+        ". With --list: the dataset whose tags to list; with -d: NAME@TAG (or NAME, then TAG)"
+    ))]
     revision: Option<String>,
-    /// The tag to give it (1 to 100 letters, digits, '.', '_', '-').
+    /// The tag to give it (1 to 100 letters, digits, '.', '_', '-'; not `latest` or `HEAD`).
     tag: Option<String>,
     /// Move the tag if it already names another version.
     #[arg(long)]

@@ -14,6 +14,11 @@ pub(crate) enum WorkspaceCommand {
     ///
     /// A record follows its directory (device and inode): a directory deleted and made again
     /// at the same path is not the old workspace, and shows as not existing.
+    ///
+    /// Examples:
+    ///   dsv workspace ls
+    ///   dsv workspace ls --json
+    #[command(verbatim_doc_comment)]
     Ls,
     /// Forget a workspace (DIR need not exist): its version is no longer held by it, and its
     /// stat cache goes. The directory and its files are left as they are.
