@@ -35,6 +35,7 @@ fn a_session_in_text() {
       read 2 files (11 B), 0 unchanged; stored 2 new chunks, 11 B in 1 packs
     [ID]
     --- stderr
+    note: new dataset demo
     ");
     assert_snapshot!(human(&env, &["commit", "data", "--dataset", "demo"]), @"
     exit: 0
@@ -201,26 +202,31 @@ fn help_lists_every_command() {
 
     Commands:
       init         Create a store (`.dsv/`) in DIR (default: the current directory).
-      commit       Snapshot DIR as a new version of a dataset; prints the version id
+      commit       Snapshot a directory as a new version of a dataset; prints the version id.
       checkout     Materialize a version into DIR (created if missing), writing only what differs.
       import       Import a version from object storage, a URL or a local path: one object (an archive
                    is expanded), or every object under a prefix. Each file's source, ETag, VersionId,
                    Last-Modified and size are recorded (`dsv show REV --provenance`).
       update       Re-check the source an imported dataset came from: download only the objects that
                    changed, and record a new version only if something did.
-      status       Show what changed in DIR since the version it holds
-      diff         Show what changed between two versions (or a version and its parent)
-      log          List a dataset's versions, newest first
+      status       Show what changed in a workspace since the version it holds (default: the workspace
+                   holding the current directory).
+      diff         Show what changed between two versions (or a version and its parent).
+      log          List a dataset's versions: the head and its ancestors, newest first, then versions
+                   on other lines (left by `dsv reset`, or fetched from a remote).
       ls           List datasets, or the files of a version (`REV` or `REV:PATH`).
       show         Show one version: id, parent, tags, counts, bytes, source.
-      tag          Give a version a name
+      tag          Give a version a name (a tag), list the tags, or delete one.
+      reset        Move a dataset's local head to another of its versions (as `git reset` moves a
+                   branch): nothing is deleted, and the line the head leaves stays in `dsv log`.
+      rename       Rename a dataset: its versions, head, tags and workspaces follow.
       export       Write a version (or a shard or subset of it) as a tar stream: to stdout, a file or a
                    FIFO (SageMaker's Pipe mode).
       mount        Mount a version (or a shard or subset of it) as a read-only file system (FUSE), in
                    the foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
       shards       Print which files each of N shards holds (`--shard I/N` on export): deterministic,
                    balanced by bytes, the same on every machine.
-      cat          Write one file of a version to stdout
+      cat          Write one file of a version to stdout.
       repair       Rebuild a lost or damaged catalog from the packs and the ref log.
       verify       Check every pack, object, tree and version of the store; report, never fix.
       audit        Check that DIR is bit-identical to a version (by default the one it was last
@@ -232,15 +238,16 @@ fn help_lists_every_command() {
       gc           Delete what no remaining version reaches (after `rm`), repacking packs that are
                    mostly garbage; `--dry-run` prints the plan only.
       rm           Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
-                   versions, marked removed; `gc` frees the space
+                   versions, marked removed; `gc` frees the space. A dataset whose versions are all
+                   removed is no longer listed by `dsv ls`.
       pin          Keep a version from removal (a job's lease: `--until`).
       unpin        Lift a pin.
       pins         List the pins.
       remote       Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs.
       push         Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
-                   remote's heads (fast-forward only) and create its tags
+                   remote's heads (fast-forward only) and create its tags.
       pull         Download a dataset's version (default: the remote's head) and what it needs; move the
-                   local head to it when that is a fast-forward
+                   local head to it when that is a fast-forward.
       fetch        Refresh a remote's refs and metadata (versions, trees; no file data).
       clone        Create a store from a remote: its datasets, heads and tags; data is fetched when
                    first needed (by checkout or pull).
@@ -280,10 +287,10 @@ fn help_lists_every_command() {
 
     Arguments:
       [REVISION]
-              The revision: NAME (its latest version), NAME@TAG, NAME@latest, NAME@<id prefix, 4+ hex
-              digits>, or any of these followed by ~N (N versions back: NAME@v2~1); or REMOTE/REV, REV
-              as remote REMOTE names it (origin/mnist@v3), fetching what is missing. With --lock, give
-              only DIR
+              The revision: NAME (its latest version), NAME@TAG, NAME@latest (or NAME@HEAD), NAME@<id
+              prefix, 4+ hex digits>, or any of these followed by ~N (N versions back: NAME@v2~1); or
+              REMOTE/REV, REV as remote REMOTE names it (origin/mnist@v3), fetching what is missing.
+              With --lock, give only DIR
 
       [DIR]
               Where to materialize it (with --lock: each dataset into DIR/NAME)
@@ -514,7 +521,7 @@ fn an_import_in_text() {
         --- stderr
         error: unknown dataset "nothing"
 
-        hint: `dsv ls` lists the datasets
+        hint: `dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)
         "#);
     });
 }
