@@ -413,9 +413,17 @@ mod tests {
         for round in 0..3u32 {
             let data = format!("row {round}\n").repeat(500 + 100 * round as usize);
             let mut frame = FrameBuilder::default();
-            frame.push(ObjectId::of(data.as_bytes()), ObjectKind::Chunk, data.as_bytes());
+            frame.push(
+                ObjectId::of(data.as_bytes()),
+                ObjectKind::Chunk,
+                data.as_bytes(),
+            );
             let mut again = FrameBuilder::default();
-            again.push(ObjectId::of(data.as_bytes()), ObjectKind::Chunk, data.as_bytes());
+            again.push(
+                ObjectId::of(data.as_bytes()),
+                ObjectKind::Chunk,
+                data.as_bytes(),
+            );
             real.add_frame(frame.encode(3)).unwrap();
             measuring.add_frame(again.encode(3)).unwrap();
         }
