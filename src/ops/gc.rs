@@ -202,6 +202,7 @@ pub fn gc(
     progress: &dyn Progress,
 ) -> Result<GcReport> {
     let _data_lock = store.lock_data_exclusive()?;
+    progress.phase("finding live data");
     let leased_versions = crate::lease::leased_versions(store.root())?;
     let leased = leased_set(store, &leased_versions)?;
     let live = live_set(store, &leased)?;
@@ -368,7 +369,7 @@ pub fn gc(
         }
         Ok::<_, Error>(())
     })();
-    progress.finish();
+    progress.phase(if dry_run { "planning" } else { "deleting" });
     let sealed = match copied {
         Ok(()) => sink.finish()?,
         Err(e) => {

@@ -225,6 +225,7 @@ pub fn ingest_files(
             |writer, index, job| {
                 let file_id = read_file(writer, job)?;
                 ids.lock().expect("no panics while holding the lock")[index] = file_id;
+                progress.file_done();
                 Ok(())
             },
             StreamWriter::finish,
