@@ -453,6 +453,7 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("DSV_LOG"))
         .with_writer(std::io::stderr)
+        .with_ansi(ui::color_on_stderr())
         .init();
     // The first Ctrl-C asks the running operation to stop at a consistent point; a second
     // one exits at once (the store stays consistent either way: see docs/architecture.md).

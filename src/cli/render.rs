@@ -21,6 +21,116 @@ use dsv::ops::sync::{
 use dsv::ops::verify::VerifyReport;
 use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
 
+/// `n` and a noun, singular for one: `count(1, "file")` is "1 file", `count(2, "file")`
+/// "2 files", `count(0, "mismatch")` "0 mismatches".
+pub fn count<N>(n: N, noun: &str) -> String
+where
+    N: std::fmt::Display + PartialEq + From<u8>,
+{
+    if n == N::from(1) {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {}", plural(noun))
+    }
+}
+
+/// The plural of an English noun of this program's output (regular forms only).
+fn plural(noun: &str) -> String {
+    let consonant_y = noun.ends_with('y')
+        && !noun
+            .chars()
+            .rev()
+            .nth(1)
+            .is_some_and(|c| "aeiou".contains(c));
+    if consonant_y {
+        format!("{}ies", &noun[..noun.len() - 1])
+    } else if ["s", "x", "ch", "sh"].iter().any(|end| noun.ends_with(end)) {
+        format!("{noun}es")
+    } else {
+        format!("{noun}s")
+    }
+}
+
+/// A size in bytes for people: `1.50 MiB`.
+fn size(bytes: u64) -> String {
+    HumanBytes(bytes).to_string()
+}
+
+/// How a table column aligns its cells.
+#[derive(Clone, Copy, PartialEq)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// A table for a terminal: each column as wide as its widest cell (in display columns, so
+/// wide and combining characters align), two spaces between columns, numbers and sizes
+/// right-aligned, no trailing spaces. Every table of the human output is one of these.
+struct Table {
+    indent: &'static str,
+    align: Vec<Align>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table whose first row names its columns.
+    fn new(columns: &[(&str, Align)]) -> Table {
+        let mut table = Table::headless(&columns.iter().map(|c| c.1).collect::<Vec<_>>());
+        table.row(columns.iter().map(|c| c.0.to_string()).collect());
+        table
+    }
+
+    /// A table without a header row.
+    fn headless(align: &[Align]) -> Table {
+        Table {
+            indent: "",
+            align: align.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Every line starts with `indent`.
+    fn indented(mut self, indent: &'static str) -> Table {
+        self.indent = indent;
+        self
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The lines, joined by newlines (no newline at the end).
+    fn render(&self) -> String {
+        use unicode_width::UnicodeWidthStr;
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut widths = vec![0; columns];
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.width());
+            }
+        }
+        let mut lines = Vec::with_capacity(self.rows.len());
+        for row in &self.rows {
+            let mut line = String::from(self.indent);
+            for (i, cell) in row.iter().enumerate() {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                let pad = " ".repeat(widths[i] - cell.width());
+                if self.align.get(i) == Some(&Align::Right) {
+                    line.push_str(&pad);
+                    line.push_str(cell);
+                } else {
+                    line.push_str(cell);
+                    line.push_str(&pad);
+                }
+            }
+            lines.push(line.trim_end().to_string());
+        }
+        lines.join("\n")
+    }
+}
+
 /// RFC 3339 in UTC; times humantime cannot show (after the year 9999, as a remote's
 /// provenance may claim) as raw seconds.
 fn time(seconds: i64) -> String {
@@ -49,29 +159,29 @@ pub fn commit(r: &CommitReport) -> String {
     }
     let tag = tag_suffix(&r.tag);
     format!(
-        "Committed {}@{}{tag}: {} files, {}\n  read {} files ({}), {} unchanged; stored {} new chunks, {} in {} packs\n{}",
+        "Committed {}@{}{tag}: {}, {}\n  read {} ({}), {} unchanged; stored {}, {} in {}\n{}",
         r.dataset,
         r.version.short(),
-        r.files,
+        count(r.files, "file"),
         HumanBytes(r.bytes),
-        r.ingest.files_read,
+        count(r.ingest.files_read, "file"),
         HumanBytes(r.ingest.bytes_read),
         r.files_unchanged,
-        r.ingest.new_chunks,
+        count(r.ingest.new_chunks, "new chunk"),
         HumanBytes(r.ingest.stored_bytes),
-        r.packs_written,
+        count(r.packs_written, "pack"),
         r.version
     )
 }
 
 pub fn checkout(r: &CheckoutReport) -> String {
     let mut out = format!(
-        "Checked out {}{}@{} into {}: {} files, {}\n  wrote {} ({}), deleted {}, {} already up to date",
+        "Checked out {}{}@{} into {}: {}, {}\n  wrote {} ({}), deleted {}, {} already up to date",
         if r.partial { "part of " } else { "" },
         r.dataset,
         r.version.short(),
         r.dir.display(),
-        r.files,
+        count(r.files, "file"),
         HumanBytes(r.bytes),
         r.written,
         HumanBytes(r.bytes_written),
@@ -148,7 +258,7 @@ pub fn log(versions: &[VersionInfo]) -> String {
         let _ = writeln!(
             out,
             "Files:  {}, {}",
-            version.files,
+            count(version.files, "file"),
             HumanBytes(version.bytes)
         );
         if !version.message.is_empty() {
@@ -203,27 +313,27 @@ pub fn datasets(datasets: &[DatasetSummary]) -> String {
     if datasets.is_empty() {
         return "no datasets yet: `dsv commit DIR --dataset NAME` makes one".into();
     }
-    let mut out = format!(
-        "{:<24} {:>8} {:>8} {:>12}  {}\n",
-        "DATASET", "VERSIONS", "FILES", "SIZE", "HEAD"
-    );
+    let mut table = Table::new(&[
+        ("DATASET", Align::Left),
+        ("VERSIONS", Align::Right),
+        ("FILES", Align::Right),
+        ("SIZE", Align::Right),
+        ("HEAD", Align::Left),
+    ]);
     for d in datasets {
-        let head = d.head.map(|h| h.short()).unwrap_or_else(|| "-".into());
-        let _ = writeln!(
-            out,
-            "{:<24} {:>8} {:>8} {:>12}  {head}",
-            d.name,
-            d.versions,
-            d.files,
-            HumanBytes(d.bytes).to_string()
-        );
+        table.row(vec![
+            d.name.clone(),
+            d.versions.to_string(),
+            d.files.to_string(),
+            size(d.bytes),
+            d.head.map(|h| h.short()).unwrap_or_else(|| "-".into()),
+        ]);
     }
-    out.pop();
-    out
+    table.render()
 }
 
 pub fn entries(entries: &[FlatEntry]) -> String {
-    let mut out = String::new();
+    let mut table = Table::headless(&[Align::Left, Align::Right, Align::Left]);
     for e in entries {
         let (kind, suffix) = match &e.kind {
             FlatKind::File { executable: false } => ('-', String::new()),
@@ -231,24 +341,27 @@ pub fn entries(entries: &[FlatEntry]) -> String {
             FlatKind::Dir => ('d', "/".to_string()),
             FlatKind::Symlink { target } => ('l', format!(" -> {target}")),
         };
-        let _ = writeln!(out, "{kind} {:>12} {}{suffix}", e.size, e.path);
+        table.row(vec![
+            kind.to_string(),
+            size(e.size),
+            format!("{}{suffix}", e.path),
+        ]);
     }
-    out.pop();
-    out
+    table.render()
 }
 
 pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
     let mut out = format!(
-        "Rebuilt the catalog of {}: {} packs, {} objects, {} versions; restored {} heads, {} tags, {} remotes, {} pins, {} removals from the ref log",
+        "Rebuilt the catalog of {}: {}, {}, {}; restored {}, {}, {}, {}, {} from the ref log",
         r.store.display(),
-        r.packs,
-        r.objects,
-        r.versions,
-        r.heads,
-        r.tags,
-        r.remotes,
-        r.pins,
-        r.removed
+        count(r.packs, "pack"),
+        count(r.objects, "object"),
+        count(r.versions, "version"),
+        count(r.heads, "head"),
+        count(r.tags, "tag"),
+        count(r.remotes, "remote"),
+        count(r.pins, "pin"),
+        count(r.removed, "removal")
     );
     if let Some(old) = &r.old_catalog {
         let _ = write!(out, "\nThe old catalog is kept as {}", old.display());
@@ -259,16 +372,16 @@ pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
     if !r.missing_versions.is_empty() {
         let _ = write!(
             out,
-            "\nwarning: the ref log names {} versions no pack holds: {}",
-            r.missing_versions.len(),
+            "\nwarning: the ref log names {} no pack holds: {}",
+            count(r.missing_versions.len(), "version"),
             r.missing_versions.join(", ")
         );
     }
     if !r.ref_log_bad_lines.is_empty() {
         let _ = write!(
             out,
-            "\nwarning: {} ref log lines did not parse (a line torn by a crash is harmless)",
-            r.ref_log_bad_lines.len()
+            "\nwarning: {} did not parse (a line torn by a crash is harmless)",
+            count(r.ref_log_bad_lines.len(), "ref log line")
         );
     }
     if r.remotes > 0 {
@@ -279,45 +392,45 @@ pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
 
 pub fn verify(r: &VerifyReport) -> String {
     let mut out = format!(
-        "Checked {} packs ({}), {} objects, {} versions",
-        r.packs,
+        "Checked {} ({}), {}, {}",
+        count(r.packs, "pack"),
         HumanBytes(r.pack_bytes),
-        r.objects,
-        r.versions
+        count(r.objects, "object"),
+        count(r.versions, "version")
     );
     if !r.unreferenced_packs.is_empty() {
         let _ = write!(
             out,
-            "\n{} pack files are not in the catalog (left by an interrupted commit, transfer or gc; gc deletes them once older than its grace period, unless they hold versions the ref log names)",
-            r.unreferenced_packs.len()
+            "\n{} not in the catalog (left by an interrupted commit, transfer or gc; gc deletes them once older than its grace period, unless they hold versions the ref log names)",
+            count(r.unreferenced_packs.len(), "pack file")
         );
     }
     if !r.unrecorded_versions.is_empty() {
         let _ = write!(
             out,
-            "\n{} versions in those packs are named by the ref log but not recorded (a commit killed before it finished, or a catalog restored from an older copy): gc keeps them; `dsv repair` records them",
-            r.unrecorded_versions.len()
+            "\n{} in those packs named by the ref log but not recorded (a commit killed before it finished, or a catalog restored from an older copy): gc keeps them; `dsv repair` records them",
+            count(r.unrecorded_versions.len(), "version")
         );
     }
     if r.files_rehashed > 0 {
         let _ = write!(
             out,
-            "\n{} files ({}) reassembled and hashed whole",
-            r.files_rehashed,
+            "\n{} ({}) reassembled and hashed whole",
+            count(r.files_rehashed, "file"),
             HumanBytes(r.bytes_rehashed)
         );
     }
     if r.files_on_remotes > 0 {
         let _ = write!(
             out,
-            "\n{} files have their data on a remote only (fetched when a checkout needs them)",
-            r.files_on_remotes
+            "\n{} on a remote only (fetched when a checkout needs them)",
+            count(r.files_on_remotes, "file")
         );
     }
     if r.problems.is_empty() {
         out.push_str("\nThe store is consistent.");
     } else {
-        let _ = write!(out, "\n{} problems:", r.problems.len());
+        let _ = write!(out, "\n{}:", count(r.problems.len(), "problem"));
         for p in &r.problems {
             let _ = write!(out, "\n  {p}");
         }
@@ -327,10 +440,10 @@ pub fn verify(r: &VerifyReport) -> String {
 
 fn transfer(t: &Transfer, verb: &str) -> String {
     format!(
-        "{verb} {} in {} packs, {} requests",
+        "{verb} {} in {}, {}",
         HumanBytes(t.bytes),
-        t.packs,
-        t.requests
+        count(t.packs, "pack"),
+        count(t.requests, "request")
     )
 }
 
@@ -345,41 +458,48 @@ pub fn remotes(remotes: &[RemoteListing]) -> String {
     if remotes.is_empty() {
         return "no remotes; add one with `dsv remote add origin URL`".into();
     }
-    let mut out = String::new();
+    // One table, so the refs' versions line up across remotes.
+    let mut table = Table::headless(&[Align::Left, Align::Left]);
     for record in remotes {
-        let _ = write!(out, "{}\t{}", record.name, record.url);
+        let mut url = record.url.clone();
         for (key, value) in &record.options {
-            let _ = write!(out, " {key}={value}");
+            let _ = write!(url, " {key}={value}");
         }
-        out.push('\n');
+        table.row(vec![record.name.clone(), url]);
         for r in &record.refs {
-            let _ = writeln!(
-                out,
-                "  {}/{}\t{}",
-                record.name,
-                ref_label(&r.dataset, r.tag.as_deref()),
-                r.version.short()
-            );
+            table.row(vec![
+                format!(
+                    "  {}/{}",
+                    record.name,
+                    ref_label(&r.dataset, r.tag.as_deref())
+                ),
+                r.version.short(),
+            ]);
         }
     }
-    out.trim_end().to_string()
+    table.render()
 }
 
 pub fn push(r: &PushReport) -> String {
-    let mut out = String::new();
+    let mut table = Table::headless(&[Align::Left, Align::Left, Align::Left]);
     for pushed in &r.refs {
         let previous = pushed
             .previous
             .map(|p| format!("{}..", p.short()))
             .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "{}/{}\t{previous}{}\t{}",
-            r.remote,
-            ref_label(&pushed.dataset, pushed.tag.as_deref()),
-            pushed.version.short(),
-            pushed.status
-        );
+        table.row(vec![
+            format!(
+                "{}/{}",
+                r.remote,
+                ref_label(&pushed.dataset, pushed.tag.as_deref())
+            ),
+            format!("{previous}{}", pushed.version.short()),
+            pushed.status.to_string(),
+        ]);
+    }
+    let mut out = table.render();
+    if !out.is_empty() {
+        out.push('\n');
     }
     if r.refs.is_empty() {
         out.push_str("nothing to push: no dataset has a version yet\n");
@@ -417,22 +537,27 @@ pub fn pull(r: &PullReport) -> String {
 }
 
 pub fn fetch(r: &FetchReport) -> String {
-    let mut out = String::new();
+    let mut table = Table::headless(&[Align::Left, Align::Left]);
     for reference in &r.refs {
-        let _ = writeln!(
-            out,
-            "{}/{}\t{}",
-            r.remote,
-            ref_label(&reference.dataset, reference.tag.as_deref()),
-            reference.version.short()
-        );
+        table.row(vec![
+            format!(
+                "{}/{}",
+                r.remote,
+                ref_label(&reference.dataset, reference.tag.as_deref())
+            ),
+            reference.version.short(),
+        ]);
+    }
+    let mut out = table.render();
+    if !out.is_empty() {
+        out.push('\n');
     }
     let _ = write!(
         out,
-        "{} refs ({} changed), {} new packs; {}",
-        r.refs.len(),
+        "{} ({} changed), {}; {}",
+        count(r.refs.len(), "ref"),
         r.changed_refs,
-        r.new_packs,
+        count(r.new_packs, "new pack"),
         transfer(&r.transfer, "downloaded")
     );
     out
@@ -440,8 +565,13 @@ pub fn fetch(r: &FetchReport) -> String {
 
 pub fn clone(r: &CloneReport) -> String {
     let mut out = format!("Cloned {} into {}\n", r.url, r.store.display());
+    let mut table = Table::headless(&[Align::Left, Align::Left]).indented("  ");
     for (dataset, version) in &r.datasets {
-        let _ = writeln!(out, "  {dataset}\t{}", version.short());
+        table.row(vec![dataset.clone(), version.short()]);
+    }
+    if !r.datasets.is_empty() {
+        out.push_str(&table.render());
+        out.push('\n');
     }
     out.push_str(&transfer(&r.transfer, "downloaded metadata:"));
     out
@@ -452,20 +582,20 @@ pub fn audit(r: &AuditReport) -> String {
     let size = |s: Option<u64>| s.map_or_else(|| "-".to_string(), |s| HumanBytes(s).to_string());
     let mut out = if r.identical {
         format!(
-            "{} is identical to {}@{} ({} files, {})",
+            "{} is identical to {}@{} ({}, {})",
             r.dir.display(),
             r.dataset,
             r.version.short(),
-            r.files,
+            count(r.files, "file"),
             HumanBytes(r.bytes)
         )
     } else {
         format!(
-            "{} differs from {}@{}: {} mismatches",
+            "{} differs from {}@{}: {}",
             r.dir.display(),
             r.dataset,
             r.version.short(),
-            r.mismatches.len()
+            count(r.mismatches.len(), "mismatch")
         )
     };
     for m in &r.mismatches {
@@ -488,8 +618,8 @@ pub fn audit(r: &AuditReport) -> String {
         "every file re-hashed".to_string()
     } else {
         format!(
-            "{} files hashed, the rest vouched for by the stat cache",
-            r.files_hashed
+            "{} hashed, the rest vouched for by the stat cache",
+            count(r.files_hashed, "file")
         )
     };
     let _ = write!(
@@ -507,10 +637,13 @@ pub fn audit(r: &AuditReport) -> String {
 pub fn gc(r: &GcReport) -> String {
     let verb = if r.dry_run { "Would delete" } else { "Deleted" };
     let mut out = format!(
-        "{verb} {} packs, repack {} and remove {} unnamed pack files: {} freed",
-        r.delete.len(),
+        "{verb} {}, repack {} and remove {}: {} freed",
+        count(r.delete.len(), "pack"),
         r.repack.len(),
-        r.orphans.iter().filter(|o| o.deleted).count(),
+        count(
+            r.orphans.iter().filter(|o| o.deleted).count(),
+            "unnamed pack file"
+        ),
         HumanBytes(r.bytes_freed.max(0) as u64)
     );
     for version in &r.leased_versions {
@@ -556,16 +689,18 @@ pub fn gc(r: &GcReport) -> String {
     }
     let _ = write!(
         out,
-        "\n{} live versions, {} removed, {} live objects",
-        r.live_versions, r.removed_versions, r.live_objects
+        "\n{}, {} removed, {}",
+        count(r.live_versions, "live version"),
+        r.removed_versions,
+        count(r.live_objects, "live object")
     );
     out
 }
 
 pub fn removed(r: &RemoveReport) -> String {
     let mut out = format!(
-        "Removed {} version(s) of {}; run `dsv gc` to free the space",
-        r.removed.len(),
+        "Removed {} of {}; run `dsv gc` to free the space",
+        count(r.removed.len(), "version"),
         r.dataset
     );
     if !r.tags_dropped.is_empty() {
@@ -578,24 +713,25 @@ pub fn pins(pins: &[Pin]) -> String {
     if pins.is_empty() {
         return "no pins".into();
     }
-    let mut out = String::new();
+    let mut table = Table::new(&[
+        ("VERSION", Align::Left),
+        ("UNTIL", Align::Left),
+        ("REASON", Align::Left),
+    ]);
     for p in pins {
-        let until = p.until.map(time).unwrap_or_else(|| "until unpinned".into());
-        let _ = writeln!(
-            out,
-            "{}@{}\t{until}\t{}",
-            p.dataset,
-            p.version.short(),
-            p.reason
-        );
+        table.row(vec![
+            format!("{}@{}", p.dataset, p.version.short()),
+            p.until.map(time).unwrap_or_else(|| "unpinned".into()),
+            p.reason.clone(),
+        ]);
     }
-    out.trim_end().to_string()
+    table.render()
 }
 
 pub fn export(r: &dsv::read::ExportReport) -> String {
     format!(
-        "Exported {} files ({}) of version {}",
-        r.files,
+        "Exported {} ({}) of version {}",
+        count(r.files, "file"),
         HumanBytes(r.bytes),
         r.version.short()
     )
@@ -603,10 +739,10 @@ pub fn export(r: &dsv::read::ExportReport) -> String {
 
 pub fn mounted(m: &dsv::mount::MountInfo) -> String {
     format!(
-        "Mounted {} (version {}: {} files, {}) read-only at {}\nCtrl-C or `fusermount3 -u {}` unmounts it",
+        "Mounted {} (version {}: {}, {}) read-only at {}\nCtrl-C or `fusermount3 -u {}` unmounts it",
         m.revision,
         m.version.short(),
-        m.files,
+        count(m.files, "file"),
         HumanBytes(m.bytes),
         m.mountpoint.display(),
         m.mountpoint.display()
@@ -614,47 +750,62 @@ pub fn mounted(m: &dsv::mount::MountInfo) -> String {
 }
 
 pub fn shards(plans: &[dsv::read::ShardPlan]) -> String {
-    let mut out = String::from("SHARD\tFILES\tBYTES\tFIRST\tLAST");
+    let mut table = Table::new(&[
+        ("SHARD", Align::Right),
+        ("FILES", Align::Right),
+        ("SIZE", Align::Right),
+        ("FIRST", Align::Left),
+        ("LAST", Align::Left),
+    ]);
     for p in plans {
-        let _ = write!(
-            out,
-            "\n{}\t{}\t{}\t{}\t{}",
-            p.index,
-            p.files,
-            p.bytes,
-            p.paths.first().map_or("-", String::as_str),
-            p.paths.last().map_or("-", String::as_str)
-        );
+        table.row(vec![
+            p.index.to_string(),
+            p.files.to_string(),
+            size(p.bytes),
+            p.paths.first().map_or("-", String::as_str).to_string(),
+            p.paths.last().map_or("-", String::as_str).to_string(),
+        ]);
     }
-    out
+    table.render()
 }
 
 pub fn workspaces(workspaces: &[dsv::catalog::Workspace]) -> String {
     if workspaces.is_empty() {
         return "no workspaces".into();
     }
-    let mut out = String::from("PATH\tVERSION\tEXISTS\tLAST SEEN");
+    let mut table = Table::new(&[
+        ("PATH", Align::Left),
+        ("VERSION", Align::Left),
+        ("EXISTS", Align::Left),
+        ("LAST SEEN", Align::Left),
+    ]);
     for w in workspaces {
         let version = match (&w.dataset, &w.version) {
             (Some(d), Some(v)) => format!("{d}@{}", v.short()),
             _ => "-".into(),
         };
-        let _ = write!(
-            out,
-            "\n{}\t{version}\t{}\t{}",
-            w.path,
-            if w.exists { "yes" } else { "no" },
-            time(w.last_seen)
-        );
+        table.row(vec![
+            w.path.clone(),
+            version,
+            if w.exists { "yes" } else { "no" }.into(),
+            time(w.last_seen),
+        ]);
     }
-    out
+    table.render()
 }
 
 pub fn cache(versions: &[CachedVersion]) -> String {
     if versions.is_empty() {
         return "no versions".into();
     }
-    let mut out = String::from("VERSION\tUNIQUE\tSHARED\tREMOTE-ONLY\tLAST USED\tFLAGS");
+    let mut table = Table::new(&[
+        ("VERSION", Align::Left),
+        ("UNIQUE", Align::Right),
+        ("SHARED", Align::Right),
+        ("REMOTE-ONLY", Align::Right),
+        ("LAST USED", Align::Left),
+        ("FLAGS", Align::Left),
+    ]);
     for v in versions {
         let mut flags = Vec::new();
         if v.pinned {
@@ -669,19 +820,16 @@ pub fn cache(versions: &[CachedVersion]) -> String {
         if !v.on_remotes.is_empty() {
             flags.push(format!("on {}", v.on_remotes.join(",")));
         }
-        let _ = write!(
-            out,
-            "\n{}@{}\t{}\t{}\t{}\t{}\t{}",
-            v.dataset,
-            v.version.short(),
-            HumanBytes(v.unique_bytes),
-            HumanBytes(v.shared_bytes),
-            HumanBytes(v.remote_only_bytes),
+        table.row(vec![
+            format!("{}@{}", v.dataset, v.version.short()),
+            size(v.unique_bytes),
+            size(v.shared_bytes),
+            size(v.remote_only_bytes),
             time(v.last_used),
-            flags.join(" ")
-        );
+            flags.join(", "),
+        ]);
     }
-    out
+    table.render()
 }
 
 pub fn prune(r: &PruneReport) -> String {
@@ -691,7 +839,7 @@ pub fn prune(r: &PruneReport) -> String {
         "Pruned"
     };
     let acted = r.actions.iter().filter(|a| a.action != "skipped").count();
-    let mut out = format!("{verb} {acted} versions");
+    let mut out = format!("{verb} {}", count(acted, "version"));
     for a in &r.actions {
         let reason = a
             .reason
@@ -720,10 +868,10 @@ pub fn import(r: &ImportReport) -> String {
     let mut out = if r.created {
         let tag = tag_suffix(&r.tag);
         format!(
-            "Imported {}@{}{tag}: {} files, {}",
+            "Imported {}@{}{tag}: {}, {}",
             r.dataset,
             r.version.short(),
-            r.files,
+            count(r.files, "file"),
             HumanBytes(r.bytes)
         )
     } else {
@@ -740,15 +888,15 @@ pub fn import(r: &ImportReport) -> String {
         .unwrap_or_default();
     let _ = write!(
         out,
-        "\n  source {}: {} objects, {} read ({}){archive}, {} unchanged; stored {} new chunks, {} in {} packs",
+        "\n  source {}: {}, {} read ({}){archive}, {} unchanged; stored {}, {} in {}",
         r.source,
-        r.objects,
+        count(r.objects, "object"),
         r.objects_read,
         HumanBytes(r.bytes_downloaded),
         r.objects_unchanged,
-        r.ingest.new_chunks,
+        count(r.ingest.new_chunks, "new chunk"),
         HumanBytes(r.ingest.stored_bytes),
-        r.packs_written,
+        count(r.packs_written, "pack"),
     );
     if r.created {
         let _ = write!(out, "\n{}", r.version);
@@ -800,4 +948,36 @@ pub fn show_provenance(s: &ShownProvenance) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_use_real_plurals() {
+        assert_eq!(count(1u64, "file"), "1 file");
+        assert_eq!(count(0u64, "file"), "0 files");
+        assert_eq!(count(2usize, "new chunk"), "2 new chunks");
+        assert_eq!(count(3usize, "mismatch"), "3 mismatches");
+        assert_eq!(count(2u64, "entry"), "2 entries");
+        assert_eq!(count(2u64, "key"), "2 keys");
+        assert_eq!(count(1usize, "unnamed pack file"), "1 unnamed pack file");
+    }
+
+    #[test]
+    fn tables_align_by_display_width_without_trailing_spaces() {
+        let mut table = Table::new(&[("NAME", Align::Left), ("SIZE", Align::Right)]);
+        table.row(vec!["a".into(), "1 B".into()]);
+        table.row(vec!["日本語".into(), "10.00 KiB".into()]);
+        table.row(vec!["e\u{301}té".into(), "-".into()]);
+        assert_eq!(
+            table.render(),
+            "NAME         SIZE\na             1 B\n日本語  10.00 KiB\ne\u{301}té             -"
+        );
+        let mut ragged = Table::headless(&[Align::Left, Align::Left]).indented("  ");
+        ragged.row(vec!["long name".into(), String::new()]);
+        ragged.row(vec!["x".into(), "y".into()]);
+        assert_eq!(ragged.render(), "  long name\n  x          y");
+    }
 }

@@ -2,10 +2,13 @@
 //! stderr; progress bars only on a terminal, never with `--json` or `--quiet`.
 
 use std::io::{IsTerminal, Write};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{
+    HumanCount, HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle,
+};
 
 use dsv::progress::{Progress, Unit};
 
@@ -74,14 +77,72 @@ impl Ui {
         Bar {
             enabled: self.progress,
             bar: Mutex::new(None),
+            files: Arc::new((AtomicU64::new(0), AtomicU64::new(0))),
         }
     }
 }
 
-/// An indicatif progress bar on stderr implementing the library's [`Progress`].
+/// True when output on stderr may be colored: it is a terminal and `NO_COLOR` is unset or
+/// empty (<https://no-color.org>).
+pub fn color_on_stderr() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Progress on stderr, drawn with indicatif, implementing the library's [`Progress`]: a bar
+/// per counted phase, a spinner with its text for each stretch of work without a total.
+/// Nothing is drawn unless enabled (see [`Ui::progress`]); whatever is drawn is cleared when
+/// the phase ends and when the reporter is dropped, before the command prints its report.
 pub struct Bar {
     enabled: bool,
     bar: Mutex<Option<ProgressBar>>,
+    /// Files done and in all, for a byte-counted phase that also counts files.
+    files: Arc<(AtomicU64, AtomicU64)>,
+}
+
+/// How long and how far a phase must have run before its ETA is shown: an early rate (a
+/// first file, a slow start of connections) predicts nothing.
+const ETA_AFTER: Duration = Duration::from_secs(3);
+const ETA_AFTER_FRACTION: f32 = 0.05;
+
+impl Bar {
+    /// Replaces what is drawn (if anything) by `next`.
+    fn replace(&self, next: Option<ProgressBar>) {
+        let mut slot = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = std::mem::replace(&mut *slot, next) {
+            old.finish_and_clear();
+        }
+    }
+
+    fn style(&self, unit: Unit) -> ProgressStyle {
+        let template = match unit {
+            Unit::Bytes => {
+                "{msg:>9} [{wide_bar}] {files}{bytes}/{total_bytes} {binary_bytes_per_sec}{eta_stable}"
+            }
+            Unit::Files => "{msg:>9} [{wide_bar}] {human_pos}/{human_len} files{eta_stable}",
+        };
+        let files = Arc::clone(&self.files);
+        ProgressStyle::with_template(template)
+            .expect("valid template")
+            .progress_chars("=> ")
+            .with_key(
+                "files",
+                move |_: &ProgressState, out: &mut dyn std::fmt::Write| {
+                    let total = files.1.load(Ordering::Relaxed);
+                    if total > 0 {
+                        let done = files.0.load(Ordering::Relaxed).min(total);
+                        let _ = write!(out, "{}/{} files, ", HumanCount(done), HumanCount(total));
+                    }
+                },
+            )
+            .with_key(
+                "eta_stable",
+                |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                    if state.elapsed() >= ETA_AFTER && state.fraction() >= ETA_AFTER_FRACTION {
+                        let _ = write!(out, " eta {}", HumanDuration(state.eta()));
+                    }
+                },
+            )
+    }
 }
 
 impl Progress for Bar {
@@ -89,33 +150,60 @@ impl Progress for Bar {
         if !self.enabled {
             return;
         }
+        if total == 0 {
+            // Nothing to count (every file unchanged, say): no empty bar, only the phase.
+            self.phase(phase);
+            return;
+        }
+        self.files.0.store(0, Ordering::Relaxed);
+        self.files.1.store(0, Ordering::Relaxed);
         let bar =
             ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(20));
-        let template = match unit {
-            Unit::Bytes => {
-                "{msg:>9} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}"
-            }
-            Unit::Files => "{msg:>9} [{bar:30}] {pos}/{len} files eta {eta}",
-        };
-        bar.set_style(
-            ProgressStyle::with_template(template)
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
+        bar.set_style(self.style(unit));
         bar.set_message(phase.to_string());
         bar.enable_steady_tick(Duration::from_millis(250));
-        *self.bar.lock().expect("progress lock") = Some(bar);
+        self.replace(Some(bar));
     }
 
     fn advance(&self, amount: u64) {
-        if let Some(bar) = self.bar.lock().expect("progress lock").as_ref() {
+        if let Some(bar) = self.bar.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             bar.inc(amount);
         }
     }
 
     fn finish(&self) {
-        if let Some(bar) = self.bar.lock().expect("progress lock").take() {
-            bar.finish_and_clear();
+        self.replace(None);
+    }
+
+    fn phase(&self, text: &str) {
+        if !self.enabled {
+            return;
         }
+        let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(20));
+        spinner.set_style(
+            ProgressStyle::with_template("{spinner} {msg}")
+                .expect("valid template")
+                .tick_chars("|/-\\ "),
+        );
+        spinner.set_message(format!("{text}..."));
+        spinner.enable_steady_tick(Duration::from_millis(100));
+        self.replace(Some(spinner));
+    }
+
+    fn count_files(&self, total: u64) {
+        self.files.1.store(total, Ordering::Relaxed);
+        if let Some(bar) = self.bar.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            bar.tick();
+        }
+    }
+
+    fn file_done(&self) {
+        self.files.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.replace(None);
     }
 }

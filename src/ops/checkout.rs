@@ -258,6 +258,7 @@ pub fn checkout(
     crate::walk::check_workspace_dir(dir)?;
     // Held from the first read of a tree: gc waits until this checkout is done.
     let _data_lock = store.lock_data_shared()?;
+    progress.phase("reading the version");
     let version_id = revision.resolve(store.catalog())?;
     if store.catalog().removed_at(&version_id)?.is_some() {
         return Err(Error::VersionRemoved {
@@ -330,6 +331,7 @@ pub fn checkout(
     // Hash only files whose content matters: those the target or the old version names.
     let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
     let disk = DiskState::read(&dir, &cache, Some(&wanted), options.jobs, progress)?;
+    progress.phase("locating the data");
 
     let plan = plan(store, &dir, &disk, &target_map, &old_map, options.force)?;
 
@@ -384,8 +386,9 @@ pub fn checkout(
     }
     let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
     progress.start("writing", total_bytes, Unit::Bytes);
+    progress.count_files(jobs.len() as u64);
     let staged = stage(&store.packs_dir(), &jobs, options.jobs, progress);
-    progress.finish();
+    progress.phase("finishing");
     if let Err(error) = staged {
         for job in &jobs {
             let _ = fs::remove_file(&job.temp);
@@ -796,6 +799,7 @@ fn run_task(
                 crate::interrupt::check()?;
                 write_temp(job, packs)?;
                 progress.advance(job.entry.size);
+                progress.file_done();
             }
         }
         Task::Segment {
@@ -821,6 +825,7 @@ fn run_task(
                 progress.advance(u64::from(length));
             }
             if large[*index].remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                progress.file_done();
                 // Every segment is in: check the whole file against its id.
                 if workspace::hash_file(&job.temp)? != job.entry.id {
                     return Err(Error::corrupt(

@@ -136,6 +136,7 @@ pub fn commit(
     let _data_lock = store.lock_data_shared()?;
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
+    progress.phase("scanning");
     let scan = walk::scan_excluding(&dir, &options.exclude)?;
     scan.refuse_unsupported(&dir)?;
     let scanned = scan.entries;
@@ -208,6 +209,7 @@ pub fn commit(
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let total_bytes: u64 = to_read.iter().map(|f| f.stat.size).sum();
     progress.start("reading", total_bytes, Unit::Bytes);
+    progress.count_files(to_read.len() as u64);
     let (ids, ingest) = if to_read.is_empty() {
         (Vec::new(), IngestStats::default())
     } else {
@@ -226,7 +228,7 @@ pub fn commit(
             }
         }
     };
-    progress.finish();
+    progress.phase("recording");
     let mut new_cache: Vec<(String, StatEntry)> = Vec::with_capacity(ids.len());
     for ((index, id), file) in to_read_index.iter().zip(&ids).zip(&to_read) {
         flat[*index].id = *id;

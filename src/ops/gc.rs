@@ -81,12 +81,14 @@ pub struct GcReport {
     pub kept_with_garbage: Vec<PackPlan>,
     /// Pack files the catalog does not name.
     pub orphans: Vec<OrphanFile>,
-    /// Bytes the plan frees (pack files deleted minus new packs written; an estimate in a
-    /// dry run, where new packs are counted at the live bytes' raw size).
+    /// Bytes the plan frees: pack files deleted minus new packs written. A dry run states the
+    /// same number the real run then frees: it computes the new packs without writing them.
     pub bytes_freed: i64,
+    /// Pack files deleted (packs deleted or repacked, and unnamed files).
+    pub pack_files_deleted: u64,
     /// True when only planned (`--dry-run`).
     pub dry_run: bool,
-    /// New packs written by repacking.
+    /// New packs written by repacking (that a dry run would write).
     pub packs_written: u64,
     /// Versions leased by running readers (a mount, a training job): kept whole, even if
     /// removed or evicted, and their packs not repacked.
@@ -200,6 +202,7 @@ pub fn gc(
     progress: &dyn Progress,
 ) -> Result<GcReport> {
     let _data_lock = store.lock_data_exclusive()?;
+    progress.phase("finding live data");
     let leased_versions = crate::lease::leased_versions(store.root())?;
     let leased = leased_set(store, &leased_versions)?;
     let live = live_set(store, &leased)?;
@@ -221,6 +224,7 @@ pub fn gc(
         kept_with_garbage: Vec::new(),
         orphans: Vec::new(),
         bytes_freed: 0,
+        pack_files_deleted: 0,
         dry_run,
         packs_written: 0,
         leased_versions,
@@ -321,27 +325,21 @@ pub fn gc(
         }
     }
     report.orphans.sort_by(|a, b| a.name.cmp(&b.name));
-    let freed_files: u64 = report
-        .delete
-        .iter()
-        .chain(&report.repack)
-        .map(|p| p.bytes)
-        .sum::<u64>()
-        + report
-            .orphans
-            .iter()
-            .filter(|o| o.deleted)
-            .map(|o| o.bytes)
-            .sum::<u64>();
     let rewritten: u64 = report.repack.iter().map(|p| p.live_bytes).sum();
-    report.bytes_freed = freed_files as i64 - rewritten as i64;
-    if dry_run {
-        return Ok(report);
-    }
 
-    // 1. Copy the live objects of packs to repack into new, durable packs.
-    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
-    progress.start("repacking", rewritten, Unit::Bytes);
+    // 1. Copy the live objects of packs to repack into new, durable packs. A dry run runs
+    // the very same copy into a sink that writes nothing, so its plan states exactly the
+    // packs (ids, sizes) the real run writes, and so the bytes it frees.
+    let sink = if dry_run {
+        PackSink::measuring()
+    } else {
+        PackSink::new(&store.packs_dir(), &store.temp_dir())
+    };
+    progress.start(
+        if dry_run { "sizing" } else { "repacking" },
+        rewritten,
+        Unit::Bytes,
+    );
     let copied = (|| {
         let mut reader = store.reader();
         // Chunks and metadata (trees, file maps, versions) in frames of their own, as a
@@ -371,7 +369,7 @@ pub fn gc(
         }
         Ok::<_, Error>(())
     })();
-    progress.finish();
+    progress.phase(if dry_run { "planning" } else { "deleting" });
     let sealed = match copied {
         Ok(()) => sink.finish()?,
         Err(e) => {
@@ -379,8 +377,14 @@ pub fn gc(
             return Err(e);
         }
     };
+    let outcome = Outcome::of(&report, &sizes, &sealed);
     report.packs_written = sealed.len() as u64;
-    let written: u64 = sealed.iter().map(|p| p.size).sum();
+    report.pack_files_deleted = outcome.deleted_files;
+    report.bytes_freed = outcome.bytes_freed;
+    if dry_run {
+        return Ok(report);
+    }
+
     // 2. One transaction: the catalog forgets the old packs and names the new ones.
     let dropped: HashSet<ObjectId> = report
         .delete
@@ -401,7 +405,7 @@ pub fn gc(
     }
     // 3. Only now delete files, never one the catalog names now: a repack can write a pack
     // byte-identical to an unnamed one a killed gc left (same objects, same order), and the
-    // new pack then has that file's name.
+    // new pack then has that file's name. [`Outcome::of`] counted exactly these.
     let named: HashSet<ObjectId> = store
         .catalog()
         .packs()?
@@ -421,8 +425,62 @@ pub fn gc(
             remove_pack_file(&store.packs_dir().join(&orphan.name))?;
         }
     }
-    report.bytes_freed = freed_files as i64 - written as i64;
     Ok(report)
+}
+
+/// What carrying out a plan does to the packs directory, computed once from the plan and the
+/// packs the repack writes (or, in a dry run, would write: the same ids and sizes).
+struct Outcome {
+    /// Pack files deleted: dropped packs and old unnamed files, except those a new pack
+    /// takes the name of (the same bytes).
+    deleted_files: u64,
+    /// Bytes of the files deleted minus the bytes of new pack files.
+    bytes_freed: i64,
+}
+
+impl Outcome {
+    fn of(
+        report: &GcReport,
+        named: &std::collections::HashMap<ObjectId, u64>,
+        sealed: &[crate::pack::writer::SealedPack],
+    ) -> Outcome {
+        let new: HashSet<ObjectId> = sealed.iter().map(|p| p.id).collect();
+        let orphan_id = |o: &OrphanFile| {
+            o.name
+                .strip_suffix(".pack")
+                .and_then(|hex| hex.parse::<ObjectId>().ok())
+        };
+        let mut deleted_files = 0u64;
+        let mut deleted_bytes = 0u64;
+        for plan in report.delete.iter().chain(&report.repack) {
+            if !new.contains(&plan.pack) {
+                deleted_files += 1;
+                deleted_bytes += plan.bytes;
+            }
+        }
+        for orphan in report.orphans.iter().filter(|o| o.deleted) {
+            if !orphan_id(orphan).is_some_and(|id| new.contains(&id)) {
+                deleted_files += 1;
+                deleted_bytes += orphan.bytes;
+            }
+        }
+        // A new pack whose file is already there (named, or an unnamed leftover with the
+        // same bytes) adds nothing on disk.
+        let existing: HashSet<ObjectId> = named
+            .keys()
+            .copied()
+            .chain(report.orphans.iter().filter_map(orphan_id))
+            .collect();
+        let written: u64 = sealed
+            .iter()
+            .filter(|p| !existing.contains(&p.id))
+            .map(|p| p.size)
+            .sum();
+        Outcome {
+            deleted_files,
+            bytes_freed: deleted_bytes as i64 - written as i64,
+        }
+    }
 }
 
 fn remove_pack_file(path: &std::path::Path) -> Result<()> {

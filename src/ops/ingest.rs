@@ -90,6 +90,8 @@ pub struct IngestFile {
 pub struct PackSink {
     packs_dir: PathBuf,
     temp_dir: PathBuf,
+    /// Writes nothing: computes the packs it would write ([`PackSink::measuring`]).
+    measure: bool,
     state: Mutex<(Option<PackWriter>, Vec<SealedPack>)>,
     /// Objects pushed to this sink, so no object is written twice in one run.
     written: Mutex<HashSet<(ObjectId, ObjectKind)>>,
@@ -101,8 +103,19 @@ impl PackSink {
         PackSink {
             packs_dir: packs_dir.to_path_buf(),
             temp_dir: temp_dir.to_path_buf(),
+            measure: false,
             state: Mutex::new((None, Vec::new())),
             written: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// A sink that writes no file: [`PackSink::finish`] returns the packs (ids and sizes) that
+    /// a [`PackSink::new`] given the same frames would write (gc's dry run uses it, so its
+    /// plan states the bytes the real run frees).
+    pub fn measuring() -> Self {
+        PackSink {
+            measure: true,
+            ..PackSink::new(Path::new(""), Path::new(""))
         }
     }
 
@@ -126,7 +139,11 @@ impl PackSink {
             state.1.push(sealed);
         }
         if state.0.is_none() {
-            state.0 = Some(PackWriter::create(&self.packs_dir, &self.temp_dir)?);
+            state.0 = Some(if self.measure {
+                PackWriter::measuring()
+            } else {
+                PackWriter::create(&self.packs_dir, &self.temp_dir)?
+            });
         }
         let writer = state.0.as_mut().expect("just created");
         writer.add_frame(frame)?;
@@ -144,6 +161,9 @@ impl PackSink {
     /// read, none is: an unnamed pack is harmless and `gc` removes it). The caller must not
     /// hold the store lock.
     pub fn abandon(self, store: &crate::store::Store) {
+        if self.measure {
+            return;
+        }
         let (open, sealed) = self
             .state
             .into_inner()
@@ -160,7 +180,8 @@ impl PackSink {
         }
     }
 
-    /// Seals the open pack (if any) and returns every pack written, durable on disk.
+    /// Seals the open pack (if any) and returns every pack written, durable on disk (for a
+    /// measuring sink, every pack it would have written).
     ///
     /// # Errors
     /// [`Error::Io`].
@@ -204,6 +225,7 @@ pub fn ingest_files(
             |writer, index, job| {
                 let file_id = read_file(writer, job)?;
                 ids.lock().expect("no panics while holding the lock")[index] = file_id;
+                progress.file_done();
                 Ok(())
             },
             StreamWriter::finish,

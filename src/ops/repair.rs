@@ -173,7 +173,7 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
         }
         progress.advance(size);
     }
-    progress.finish();
+    progress.phase("rebuilding the catalog");
     {
         let writer = store.catalog_mut().writer()?;
         for pack in &sealed {

@@ -41,6 +41,7 @@ impl DiskState {
         progress: &dyn Progress,
     ) -> Result<DiskState> {
         let started_ns = workspace::now_ns();
+        progress.phase("scanning");
         let walk::Scan {
             entries,
             leftovers,
@@ -73,9 +74,11 @@ impl DiskState {
             to_hash.iter().map(|e| e.stat.size).sum(),
             Unit::Bytes,
         );
+        progress.count_files(to_hash.len() as u64);
         let hashed = crate::parallel::map(&to_hash, jobs, |entry| {
             let id = workspace::hash_file(&dir.join(&entry.path))?;
             progress.advance(entry.stat.size);
+            progress.file_done();
             Ok(id)
         })?;
         progress.finish();

@@ -302,6 +302,7 @@ fn fetch_with(
     progress: &dyn Progress,
 ) -> Result<FetchReport> {
     let before = remote.requests();
+    progress.phase("listing the remote's refs");
     let listed = remote.list_refs()?;
     let mut refs = Vec::with_capacity(listed.len());
     let mut changed = 0;
@@ -324,6 +325,7 @@ fn fetch_with(
             }
         }
     }
+    progress.phase("reading the remote's pack indexes");
     let new_packs = refresh_indexes(store, record, remote, jobs)?;
     let wanted = store.catalog().remote_objects_missing_here(
         record.id,
@@ -571,7 +573,7 @@ fn download(
         progress.advance(bytes);
         Ok(())
     });
-    progress.finish();
+    progress.phase("recording");
     let sealed: Vec<SealedPack> = match result {
         Ok(()) => sink.finish()?,
         Err(e) => {
@@ -685,6 +687,7 @@ fn fetch_missing_round(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<(Transfer, bool)> {
+    progress.phase("finding the missing data");
     let missing = missing_chunks(store, versions, include)?;
     let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
     let transfer = fetch_objects(store, missing, first, jobs, progress)?;
@@ -1135,6 +1138,7 @@ pub fn push(
 ) -> Result<PushReport> {
     let _data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
+    progress.phase("comparing with the remote");
     let targets: Vec<(String, ObjectId)> = match only {
         Some(revision) => vec![(revision.dataset.clone(), revision.resolve(store.catalog())?)],
         None => store
@@ -1193,7 +1197,7 @@ pub fn push(
     };
     progress.start("upload", total, Unit::Bytes);
     let uploaded = remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes));
-    progress.finish();
+    progress.phase("moving the remote's refs");
     uploaded?;
     let mut indexes = Vec::new();
     for (id, path) in &uploads {

@@ -53,6 +53,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
     // A pack gc is deleting would look missing or unreferenced: wait for gc to finish.
     let _data_lock = store.lock_data_shared()?;
     let mut report = VerifyReport::default();
+    progress.phase("checking the catalog");
     if let Err(e) = store.catalog().check_integrity() {
         report.problems.push(e.to_string());
     }
@@ -86,7 +87,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         report.packs += 1;
         report.pack_bytes += size;
     }
-    progress.finish();
+    progress.phase("checking versions and trees");
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();

@@ -406,6 +406,38 @@ mod tests {
     use crate::pack::{FrameBuilder, PackWriter};
 
     #[test]
+    fn a_measuring_writer_computes_the_id_and_size_of_the_pack_it_does_not_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut real = PackWriter::create(dir.path(), dir.path()).unwrap();
+        let mut measuring = PackWriter::measuring();
+        for round in 0..3u32 {
+            let data = format!("row {round}\n").repeat(500 + 100 * round as usize);
+            let mut frame = FrameBuilder::default();
+            frame.push(
+                ObjectId::of(data.as_bytes()),
+                ObjectKind::Chunk,
+                data.as_bytes(),
+            );
+            let mut again = FrameBuilder::default();
+            again.push(
+                ObjectId::of(data.as_bytes()),
+                ObjectKind::Chunk,
+                data.as_bytes(),
+            );
+            real.add_frame(frame.encode(3)).unwrap();
+            measuring.add_frame(again.encode(3)).unwrap();
+        }
+        let written = real.finish().unwrap();
+        let measured = measuring.finish().unwrap();
+        assert_eq!(measured.id, written.id);
+        assert_eq!(measured.size, written.size);
+        let path = crate::pack::writer::pack_path(dir.path(), &written.id);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), written.size);
+        // Only the real writer's pack is on disk.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
     fn a_written_pack_reads_back_and_verifies() {
         let dir = tempfile::tempdir().unwrap();
         let mut writer = PackWriter::create(dir.path(), dir.path()).unwrap();

@@ -161,10 +161,13 @@ impl EncodedFrame {
 }
 
 /// Appends frames to a temporary file and seals it into an immutable, content-named pack.
+/// A measuring writer ([`PackWriter::measuring`]) writes nowhere: it computes the pack's id
+/// and size as if it had written it (gc's dry run).
 pub struct PackWriter {
     packs_dir: PathBuf,
     temp_path: PathBuf,
-    file: BufWriter<File>,
+    /// `None` for a measuring writer.
+    file: Option<BufWriter<File>>,
     hasher: blake3::Hasher,
     offset: u64,
     frames: Vec<FrameRecord>,
@@ -175,7 +178,7 @@ pub struct PackWriter {
 
 impl Drop for PackWriter {
     fn drop(&mut self) {
-        if !self.sealed {
+        if !self.sealed && self.file.is_some() {
             let _ = fs::remove_file(&self.temp_path);
         }
     }
@@ -210,23 +213,48 @@ impl PackWriter {
         let mut writer = PackWriter {
             packs_dir: packs_dir.to_path_buf(),
             temp_path,
-            file: BufWriter::with_capacity(1 << 20, file),
+            file: Some(BufWriter::with_capacity(1 << 20, file)),
             hasher: blake3::Hasher::new(),
             offset: 0,
             frames: Vec::new(),
             objects: Vec::new(),
             sealed: false,
         };
+        writer.write_header()?;
+        Ok(writer)
+    }
+
+    /// A writer that writes no file: [`PackWriter::finish`] returns the id and size the pack
+    /// would have, byte for byte, had [`PackWriter::create`] written the same frames.
+    pub fn measuring() -> Self {
+        let mut writer = PackWriter {
+            packs_dir: PathBuf::new(),
+            temp_path: PathBuf::new(),
+            file: None,
+            hasher: blake3::Hasher::new(),
+            offset: 0,
+            frames: Vec::new(),
+            objects: Vec::new(),
+            sealed: false,
+        };
+        writer
+            .write_header()
+            .expect("a measuring writer performs no I/O");
+        writer
+    }
+
+    fn write_header(&mut self) -> Result<()> {
         let mut header = Vec::with_capacity(format::HEADER_LEN as usize);
         header.extend_from_slice(format::MAGIC);
         header.extend_from_slice(&format::FORMAT_VERSION.to_le_bytes());
         header.extend_from_slice(&[0; 4]);
-        writer.write(&header)?;
-        Ok(writer)
+        self.write(&header)
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.file.write_all(bytes).at(&self.temp_path)?;
+        if let Some(file) = &mut self.file {
+            file.write_all(bytes).at(&self.temp_path)?;
+        }
         self.hasher.update(bytes);
         self.offset += bytes.len() as u64;
         Ok(())
@@ -296,21 +324,22 @@ impl PackWriter {
         trailer.extend_from_slice(blake3::hash(&index).as_bytes());
         trailer.extend_from_slice(format::END_MAGIC);
         self.write(&trailer)?;
-        self.file.flush().at(&self.temp_path)?;
-        // Immutable from now on, and readable by everyone who may read the store.
-        use std::os::unix::fs::PermissionsExt;
-        self.file
-            .get_ref()
-            .set_permissions(fs::Permissions::from_mode(0o444))
-            .at(&self.temp_path)?;
-        self.file.get_ref().sync_all().at(&self.temp_path)?;
         let id = ObjectId::from(self.hasher.finalize());
-        let final_path = pack_path(&self.packs_dir, &id);
-        fs::rename(&self.temp_path, &final_path).at(&final_path)?;
-        self.sealed = true;
-        File::open(&self.packs_dir)
-            .and_then(|dir| dir.sync_all())
-            .at(&self.packs_dir)?;
+        if let Some(file) = &mut self.file {
+            file.flush().at(&self.temp_path)?;
+            // Immutable from now on, and readable by everyone who may read the store.
+            use std::os::unix::fs::PermissionsExt;
+            file.get_ref()
+                .set_permissions(fs::Permissions::from_mode(0o444))
+                .at(&self.temp_path)?;
+            file.get_ref().sync_all().at(&self.temp_path)?;
+            let final_path = pack_path(&self.packs_dir, &id);
+            fs::rename(&self.temp_path, &final_path).at(&final_path)?;
+            self.sealed = true;
+            File::open(&self.packs_dir)
+                .and_then(|dir| dir.sync_all())
+                .at(&self.packs_dir)?;
+        }
         Ok(SealedPack {
             id,
             size: self.offset,

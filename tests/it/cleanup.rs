@@ -154,6 +154,71 @@ fn half_dead_pack(env: &TestEnv) -> Vec<String> {
     ids
 }
 
+/// Compressible rows (digits of a pseudo-random sequence): a pack holds far fewer bytes
+/// than the objects' raw size, as with CSV or JSON data.
+fn rows(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 32);
+    let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut row = 0u64;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(format!("{row},{},{}\n", x % 1000, (x >> 20) % 97).as_bytes());
+        row += 1;
+    }
+    out
+}
+
+#[test]
+fn gc_dry_run_states_exactly_what_gc_then_frees() {
+    let env = TestEnv::new();
+    // A pack half garbage and one all garbage but its version object (both repacked), and a
+    // leftover file (deleted with --grace 0s), on compressible data, where raw and stored
+    // sizes differ most (the live objects' raw size exceeds the pack's).
+    for i in 0..16u64 {
+        env.write(&format!("data/f{i:02}.csv"), rows(150_000, i + 1));
+    }
+    env.ok(&["commit", "data", "-d", "ds"]);
+    for i in (0..16u64).step_by(2) {
+        std::fs::remove_file(env.path(&format!("data/f{i:02}.csv"))).unwrap();
+    }
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let ids = version_ids(&env, "ds");
+    env.ok(&["rm", &format!("ds@{}", &ids[1][..12])]);
+    env.write("other/g.csv", rows(300_000, 99));
+    env.ok(&["commit", "other", "-d", "gone"]);
+    env.ok(&["workspace", "forget", "other"]);
+    env.ok(&["rm", "gone"]);
+    env.write(".dsv/packs/pack-1-left.tmp", vec![7u8; 4096]);
+    settle();
+
+    let before = pack_bytes(&env);
+    let plan = env.json(&["gc", "--dry-run", "--grace", "0s"]);
+    assert_eq!(pack_bytes(&env), before, "a dry run deletes nothing");
+    let done = env.json(&["gc", "--grace", "0s"]);
+    let after = pack_bytes(&env);
+    assert_eq!(plan["dry_run"], true);
+    assert_eq!(done["dry_run"], false);
+    assert_eq!(plan["repack"].as_array().unwrap().len(), 2, "{plan}");
+    assert_eq!(plan["pack_files_deleted"], 3, "{plan}");
+    for key in ["delete", "repack", "orphans"] {
+        assert_eq!(plan[key], done[key], "{key}");
+    }
+    for key in ["bytes_freed", "pack_files_deleted", "packs_written"] {
+        assert_eq!(plan[key], done[key], "{key}: {plan}\n{done}");
+    }
+    assert_eq!(
+        done["bytes_freed"].as_i64().unwrap(),
+        before as i64 - after as i64,
+        "the bytes stated are the bytes freed on disk"
+    );
+    assert!(done["bytes_freed"].as_i64().unwrap() > 0, "{done}");
+    assert_consistent(&env);
+    env.ok(&["checkout", "ds", "out"]);
+    assert_same_tree(&env.path("data"), &env.path("out"));
+}
+
 #[test]
 fn kill_during_gc_loses_nothing_and_the_rerun_finishes() {
     let env = TestEnv::new();

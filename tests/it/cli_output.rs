@@ -32,7 +32,7 @@ fn a_session_in_text() {
     exit: 0
     --- stdout
     Committed demo@[SHORT] (tag v1): 2 files, 11 B
-      read 2 files (11 B), 0 unchanged; stored 2 new chunks, 11 B in 1 packs
+      read 2 files (11 B), 0 unchanged; stored 2 new chunks, 11 B in 1 pack
     [ID]
     --- stderr
     note: new dataset demo
@@ -57,7 +57,7 @@ fn a_session_in_text() {
     exit: 0
     --- stdout
     Committed demo@[SHORT]: 3 files, 23 B
-      read 2 files (18 B), 1 unchanged; stored 2 new chunks, 18 B in 1 packs
+      read 2 files (18 B), 1 unchanged; stored 2 new chunks, 18 B in 1 pack
     [ID]
     --- stderr
     ");
@@ -74,7 +74,7 @@ fn a_session_in_text() {
     version [ID]
     Author: tester
     Date:   [TIME]
-    Files:  3, 23 B
+    Files:  3 files, 23 B
 
         edit a
         
@@ -83,7 +83,7 @@ fn a_session_in_text() {
     version [ID] (tags: v1)
     Author: tester
     Date:   [TIME]
-    Files:  2, 11 B
+    Files:  2 files, 11 B
 
         first import
     --- stderr
@@ -91,17 +91,17 @@ fn a_session_in_text() {
     assert_snapshot!(human(&env, &["ls"]), @"
     exit: 0
     --- stdout
-    DATASET                  VERSIONS    FILES         SIZE  HEAD
-    demo                            2        3         23 B  [SHORT]
+    DATASET  VERSIONS  FILES  SIZE  HEAD
+    demo            2      3  23 B  [SHORT]
     --- stderr
     ");
     assert_snapshot!(human(&env, &["ls", "demo"]), @"
     exit: 0
     --- stdout
-    -           14 a.txt
-    -            4 c.txt
-    d            5 sub/
-    -            5 sub/b.txt
+    -  14 B  a.txt
+    -   4 B  c.txt
+    d   5 B  sub/
+    -   5 B  sub/b.txt
     --- stderr
     ");
     assert_snapshot!(human(&env, &["checkout", "demo@v1", "work"]), @"
@@ -351,44 +351,44 @@ fn a_remote_session_in_text() {
         std::fs::canonicalize(env.root()).unwrap().display()
     );
     env.ok(&["remote", "add", "origin", &url]);
-    insta::with_settings!({ filters => vec![(r"\d+(\.\d+)? (B|KiB|MiB)", "[SIZE]"), (r"\d+ requests", "[N] requests")] }, {
+    insta::with_settings!({ filters => vec![(r"\d+(\.\d+)? (B|KiB|MiB)", "[SIZE]"), (r"\d+ requests?\b", "[N] requests")] }, {
         assert_snapshot!(human(&env, &["push"]), @"
         exit: 0
         --- stdout
-        origin/demo	[SHORT]	created
-        origin/demo@v1	[SHORT]	created
-        uploaded [SIZE] in 1 packs, [N] requests
+        origin/demo     [SHORT]  created
+        origin/demo@v1  [SHORT]  created
+        uploaded [SIZE] in 1 pack, [N] requests
         --- stderr
         ");
         assert_snapshot!(human(&env, &["push"]), @"
         exit: 0
         --- stdout
-        origin/demo	[SHORT]..[SHORT]	up-to-date
-        origin/demo@v1	[SHORT]	up-to-date
+        origin/demo     [SHORT]..[SHORT]  up-to-date
+        origin/demo@v1  [SHORT]                up-to-date
         uploaded [SIZE] in 0 packs, [N] requests
         --- stderr
         ");
         assert_snapshot!(human(&env, &["remote", "ls"]), @"
         exit: 0
         --- stdout
-        origin	file://[ROOT]/remote
-          origin/demo	[SHORT]
-          origin/demo@v1	[SHORT]
+        origin            file://[ROOT]/remote
+          origin/demo     [SHORT]
+          origin/demo@v1  [SHORT]
         --- stderr
         ");
         assert_snapshot!(human(&env, &["clone", &url, "copy"]), @"
         exit: 0
         --- stdout
         Cloned file://[ROOT]/remote into [ROOT]/copy
-          demo	[SHORT]
-        downloaded metadata: [SIZE] in 1 packs, [N] requests
+          demo  [SHORT]
+        downloaded metadata: [SIZE] in 1 pack, [N] requests
         --- stderr
         ");
         assert_snapshot!(human(&env, &["--store", "copy", "checkout", "origin/demo", "out"]), @"
         exit: 0
         --- stdout
-        origin/demo@[SHORT]: ref unchanged on the remote (cache hit); downloaded [SIZE] in 1 packs, [N] requests
-        Checked out demo@[SHORT] into [ROOT]/out: 1 files, [SIZE]
+        origin/demo@[SHORT]: ref unchanged on the remote (cache hit); downloaded [SIZE] in 1 pack, [N] requests
+        Checked out demo@[SHORT] into [ROOT]/out: 1 file, [SIZE]
           wrote 1 ([SIZE]), deleted 0, 0 already up to date
         --- stderr
         ");
@@ -402,8 +402,8 @@ fn a_remote_session_in_text() {
         assert_snapshot!(human(&env, &["--store", "copy", "fetch"]), @"
         exit: 0
         --- stdout
-        origin/demo	[SHORT]
-        origin/demo@v1	[SHORT]
+        origin/demo     [SHORT]
+        origin/demo@v1  [SHORT]
         2 refs (0 changed), 0 new packs; downloaded [SIZE] in 0 packs, [N] requests
         --- stderr
         ");
@@ -475,7 +475,7 @@ fn an_import_in_text() {
         exit: 0
         --- stdout
         Imported mnist@[SHORT] (tag v1): 2 files, 9 B
-          source [ROOT]/mnist.tar: 1 objects, 1 read (3.00 KiB), expanded from tar, 0 unchanged; stored 2 new chunks, 9 B in 1 packs
+          source [ROOT]/mnist.tar: 1 object, 1 read (3.00 KiB), expanded from tar, 0 unchanged; stored 2 new chunks, 9 B in 1 pack
         [ID]
         --- stderr
         ");
@@ -483,7 +483,7 @@ fn an_import_in_text() {
         exit: 0
         --- stdout
         Nothing changed: mnist is still at [SHORT] ([ROOT]/mnist.tar unchanged at the source)
-          source [ROOT]/mnist.tar: 1 objects, 0 read (0 B), expanded from tar, 1 unchanged; stored 0 new chunks, 0 B in 0 packs
+          source [ROOT]/mnist.tar: 1 object, 0 read (0 B), expanded from tar, 1 unchanged; stored 0 new chunks, 0 B in 0 packs
         --- stderr
         ");
         assert_snapshot!(human(&env, &["show", "mnist", "--provenance"]), @"
@@ -524,4 +524,89 @@ fn an_import_in_text() {
         hint: `dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)
         "#);
     });
+}
+
+/// Display columns of `text` (the test's names use only ASCII and CJK, two columns each).
+fn columns(text: &str) -> usize {
+    text.chars()
+        .map(|c| {
+            if ('\u{3040}'..='\u{9fff}').contains(&c) {
+                2
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+/// Asserts that in every line of `table`, `cell(line)` starts at the display column where
+/// `column` starts in the header (the first line).
+fn assert_column(table: &str, column: &str, cell: impl Fn(&str) -> Option<usize>) {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    let at = columns(&header[..header.find(column).unwrap()]);
+    for line in lines {
+        let start = cell(line).unwrap_or_else(|| panic!("no cell in {line:?}"));
+        assert_eq!(columns(&line[..start]), at, "{column} misaligned:\n{table}");
+    }
+}
+
+/// Byte offset of the first match of `pattern` in a line.
+fn find(pattern: &str) -> impl Fn(&str) -> Option<usize> {
+    let re = regex::Regex::new(pattern).unwrap();
+    move |line| re.find(line).map(|m| m.start())
+}
+
+#[test]
+fn tables_align_whatever_the_name_lengths() {
+    let env = TestEnv::new();
+    let long = "a-dataset-name-much-longer-than-the-old-fixed-columns";
+    env.write("w/x.txt", "x\n");
+    env.write("工作区-with-a-long-directory-name/y.txt", "yy\n");
+    env.ok(&["commit", "w", "-d", "a"]);
+    env.ok(&["commit", "工作区-with-a-long-directory-name", "-d", long]);
+    let ls = env.ok(&["ls"]);
+    assert_column(&ls, "HEAD", find(r"[0-9a-f]{12}"));
+    // SIZE is right-aligned: each size ends where the header does.
+    let header_end = ls.find("SIZE").unwrap() + 4;
+    let sized = regex::Regex::new(r"\d+ B").unwrap();
+    for line in ls.lines().skip(1) {
+        let size = sized.find(line).unwrap();
+        assert_eq!(columns(&line[..size.end()]), header_end, "{ls}");
+    }
+    assert!(ls.lines().all(|l| !l.ends_with(' ')), "{ls:?}");
+
+    env.ok(&["pin", "a", "--reason", "paper"]);
+    env.ok(&["pin", long, "--reason", "a run", "--until", "2h"]);
+    let pins = env.ok(&["pins"]);
+    assert_column(&pins, "UNTIL", find(r"unpinned|\d{4}-"));
+    assert_column(&pins, "REASON", find(r"paper|a run"));
+
+    let workspaces = env.ok(&["workspace", "ls"]);
+    assert_column(&workspaces, "VERSION", find(r"a@|a-dataset"));
+    assert_column(&workspaces, "EXISTS", find(r"yes"));
+
+    let cache = env.ok(&["cache", "ls"]);
+    assert_column(&cache, "LAST USED", find(r"\d{4}-"));
+    assert_column(&cache, "FLAGS", find(r"pinned"));
+
+    let url = format!(
+        "file://{}/remote",
+        std::fs::canonicalize(env.root()).unwrap().display()
+    );
+    env.ok(&["remote", "add", "o", &url]);
+    env.ok(&[
+        "remote",
+        "add",
+        "a-remote-with-a-long-name",
+        &format!("{url}2"),
+    ]);
+    env.ok(&["push", "--remote", "o"]);
+    let remotes = env.ok(&["remote", "ls"]);
+    let mut lines: Vec<&str> = remotes.lines().collect();
+    lines.insert(0, "NAME                              URL");
+    let at = lines[1].find("file://").unwrap();
+    for line in &lines[1..] {
+        assert_eq!(find(r"file://|[0-9a-f]{12}")(line), Some(at), "{remotes}");
+    }
 }

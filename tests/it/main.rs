@@ -20,5 +20,6 @@ mod properties;
 mod read;
 mod real_data;
 mod remote;
+mod terminal;
 mod trust;
 mod workflow;

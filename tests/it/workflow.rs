@@ -23,11 +23,6 @@ fn json_in(env: &TestEnv, dir: &str, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Runs `dsv ARGS` expecting exit `code`; returns stderr.
-fn fails_with(env: &TestEnv, args: &[&str], code: i32) -> String {
-    env.fails(args, code)
-}
-
 #[test]
 fn commit_and_status_need_no_arguments_inside_a_workspace() {
     let env = TestEnv::new();
