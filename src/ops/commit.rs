@@ -72,7 +72,8 @@ pub struct CommitReport {
     /// The new version (or the unchanged parent when `created` is false).
     pub version: ObjectId,
     /// The new version's parent: the version the workspace held (git's `HEAD`) when it
-    /// holds one of this dataset, else the dataset's head; `None` for a first version.
+    /// holds one of this dataset and it was not removed, else the dataset's head; `None` for a
+    /// first version.
     pub parent: Option<ObjectId>,
     /// False when the directory equals the parent and nothing was recorded.
     pub created: bool,
@@ -254,10 +255,15 @@ pub fn commit(
         .collect();
     // Git's HEAD: the parent is the version this workspace holds when it holds one of this
     // dataset (the workspace lock, held until the end, keeps it so).
-    let parent = workspace
+    // A removed version is no parent: its line was let go (the head's is taken then).
+    let parent = match workspace
         .as_ref()
         .filter(|w| w.dataset.as_deref() == Some(options.dataset.as_str()))
-        .and_then(|w| w.version);
+        .and_then(|w| w.version)
+    {
+        Some(version) if store.catalog().removed_at(&version)?.is_none() => Some(version),
+        _ => None,
+    };
     let draft = VersionDraft {
         dataset: options.dataset.clone(),
         parent,

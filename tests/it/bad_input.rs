@@ -91,7 +91,7 @@ fn a_missing_or_non_directory_source_is_refused() {
         error["message"]
             .as_str()
             .unwrap()
-            .ends_with("missing is not a directory"),
+            .ends_with("missing does not exist"),
         "{error}"
     );
     env.fails(&["commit", "file.txt", "--dataset", "d"], 3);
