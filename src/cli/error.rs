@@ -108,6 +108,16 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             let dataset = revision.split('@').next().unwrap_or(revision);
             format!("the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags")
         }
+        Error::RevisionNotFound { revision } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
+            let (remote, dataset) = revision
+                .split('@')
+                .next()
+                .and_then(|name| name.split_once('/'))
+                .unwrap_or(("origin", revision));
+            format!(
+                "`dsv fetch --remote {remote}` lists the datasets and tags {remote} has; then `dsv pull NAME --remote {remote}` (or `dsv checkout {remote}/NAME DIR`). A dataset of this store: `dsv log {dataset}`"
+            )
+        }
         Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
             let dataset = revision.split('@').next().unwrap_or(revision);
             format!("`dsv log {dataset}` lists its versions and tags")

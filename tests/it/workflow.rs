@@ -398,6 +398,22 @@ fn a_local_path_is_a_remote_url_and_an_unmatched_pull_glob_is_an_error() {
     env.ok(&["push"]);
     let other = TestEnv::bare();
     other.ok(&["clone", env.path("remote").to_str().unwrap(), "c"]);
+    // `pull NAME` of a name the remote lacks suggests a command that works.
+    let unknown = other
+        .dsv()
+        .current_dir(other.path("c"))
+        .args(["pull", "nosuch"])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(3));
+    let hint = String::from_utf8_lossy(&unknown.stderr);
+    assert!(hint.contains("`dsv fetch --remote origin` lists"), "{hint}");
+    other
+        .dsv()
+        .current_dir(other.path("c"))
+        .args(["fetch", "--remote", "origin"])
+        .assert()
+        .success();
     let err = other
         .dsv()
         .current_dir(other.path("c"))
