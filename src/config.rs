@@ -242,7 +242,9 @@ impl Config {
     /// The value of `setting`, when set.
     pub fn get(&self, setting: Setting) -> Option<Value> {
         match setting {
-            Setting::CompressionLevel => self.core.compression_level.map(|n| Value::Number(n.into())),
+            Setting::CompressionLevel => {
+                self.core.compression_level.map(|n| Value::Number(n.into()))
+            }
             Setting::Jobs => self.core.jobs.map(|n| Value::Number(n as i64)),
             Setting::DefaultRemote => self.remote.default.clone().map(Value::Text),
         }
@@ -265,7 +267,8 @@ impl Config {
         };
         match setting {
             Setting::CompressionLevel => {
-                self.core.compression_level = Some(check_compression_level(number()?).map_err(invalid)?);
+                self.core.compression_level =
+                    Some(check_compression_level(number()?).map_err(invalid)?);
             }
             Setting::Jobs => self.core.jobs = Some(check_jobs(number()?).map_err(invalid)?),
             Setting::DefaultRemote => {
@@ -370,7 +373,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_values_name_the_line() {
-        let (line, reason) = line_of(parse("[core]\njobs = 4\ncompresion_level = 3\n").unwrap_err());
+        let (line, reason) =
+            line_of(parse("[core]\njobs = 4\ncompresion_level = 3\n").unwrap_err());
         assert_eq!(line, Some(3));
         assert!(reason.contains("compresion_level"), "{reason}");
         let (line, reason) = line_of(parse("[core]\n\ncompression_level = 25\n").unwrap_err());
@@ -393,7 +397,10 @@ mod tests {
         config.set(Setting::DefaultRemote, "origin").unwrap();
         assert!(matches!(
             config.set(Setting::CompressionLevel, "0"),
-            Err(Error::InvalidSetting { key: "core.compression_level", .. })
+            Err(Error::InvalidSetting {
+                key: "core.compression_level",
+                ..
+            })
         ));
         assert!(config.set(Setting::Jobs, "many").is_err());
         assert!(config.set(Setting::DefaultRemote, " ").is_err());
@@ -410,7 +417,10 @@ mod tests {
             Setting::parse("core.job"),
             Err(Error::UnknownSetting { .. })
         ));
-        assert_eq!(Setting::parse("remote.default").unwrap(), Setting::DefaultRemote);
+        assert_eq!(
+            Setting::parse("remote.default").unwrap(),
+            Setting::DefaultRemote
+        );
     }
 
     #[test]

@@ -217,7 +217,10 @@ pub fn resolve(
         }
     };
     put("aws_access_key_id", settings.get("aws_access_key_id"));
-    put("aws_secret_access_key", settings.get("aws_secret_access_key"));
+    put(
+        "aws_secret_access_key",
+        settings.get("aws_secret_access_key"),
+    );
     // aws_security_token is the older name the AWS CLI still accepts.
     put(
         "aws_session_token",
@@ -283,9 +286,11 @@ fn profile_section<'a>(
 ) -> Option<&'a BTreeMap<String, String>> {
     match kind {
         FileKind::Credentials => sections.get(name),
-        FileKind::Config => sections
-            .get(&format!("profile {name}"))
-            .or_else(|| (name == DEFAULT_PROFILE).then(|| sections.get(name)).flatten()),
+        FileKind::Config => sections.get(&format!("profile {name}")).or_else(|| {
+            (name == DEFAULT_PROFILE)
+                .then(|| sections.get(name))
+                .flatten()
+        }),
     }
 }
 
@@ -314,13 +319,12 @@ fn parse(path: &Path, text: &str) -> Result<Sections> {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let parsed = ini::Ini::load_from_str_opt(&cleaned, options).map_err(|e| {
-        Error::AwsProfileFile {
+    let parsed =
+        ini::Ini::load_from_str_opt(&cleaned, options).map_err(|e| Error::AwsProfileFile {
             path: path.to_path_buf(),
             line: Some(e.line),
             reason: e.msg.to_string(),
-        }
-    })?;
+        })?;
     let mut sections = Sections::new();
     for (section, properties) in parsed.iter() {
         let Some(section) = section else {
@@ -407,8 +411,9 @@ pub(crate) fn apply_below_environment(
 ) -> object_store::aws::AmazonS3Builder {
     use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey as Key};
     let untouched = AmazonS3Builder::new();
-    let is_default =
-        |builder: &AmazonS3Builder, key: &Key| builder.get_config_value(key) == untouched.get_config_value(key);
+    let is_default = |builder: &AmazonS3Builder, key: &Key| {
+        builder.get_config_value(key) == untouched.get_config_value(key)
+    };
     let env_has_credentials =
         !is_default(&builder, &Key::AccessKeyId) || !is_default(&builder, &Key::SecretAccessKey);
     for (key, value) in &profile.options {
@@ -492,9 +497,13 @@ aws_access_key_id = NOT-A-PROFILE-OF-THIS-FILE
         let default = resolve(config(config_text), None, "default", false).unwrap();
         assert_eq!(options(&default), [("aws_region", "us-east-1")]);
         // `[profile default]` names the default profile in the config file too.
-        let default =
-            resolve(config("[profile default]\nregion = eu-north-1\n"), None, "default", false)
-                .unwrap();
+        let default = resolve(
+            config("[profile default]\nregion = eu-north-1\n"),
+            None,
+            "default",
+            false,
+        )
+        .unwrap();
         assert_eq!(options(&default), [("aws_region", "eu-north-1")]);
     }
 
@@ -587,8 +596,13 @@ dynamodb =
 
     #[test]
     fn a_file_that_does_not_parse_is_an_error_with_its_line() {
-        let err = resolve(config("[default]\nregion = x\n[broken\n"), None, "default", false)
-            .unwrap_err();
+        let err = resolve(
+            config("[default]\nregion = x\n[broken\n"),
+            None,
+            "default",
+            false,
+        )
+        .unwrap_err();
         match &err {
             Error::AwsProfileFile { path, line, .. } => {
                 assert_eq!(path, Path::new("/home/u/.aws/config"));
@@ -623,7 +637,10 @@ dynamodb =
         let home = Path::new("/home/u");
         let source = AwsProfileSource::from_environment(Some(home), None, None, None, None);
         assert_eq!(source.profile_name(), "default");
-        assert_eq!(source.config_file.as_deref(), Some(Path::new("/home/u/.aws/config")));
+        assert_eq!(
+            source.config_file.as_deref(),
+            Some(Path::new("/home/u/.aws/config"))
+        );
         assert_eq!(
             source.credentials_file.as_deref(),
             Some(Path::new("/home/u/.aws/credentials"))
@@ -636,7 +653,10 @@ dynamodb =
             Some(Path::new("")),
         );
         assert_eq!(source.profile.as_deref(), Some("legacy"));
-        assert_eq!(source.config_file.as_deref(), Some(Path::new("/etc/aws-config")));
+        assert_eq!(
+            source.config_file.as_deref(),
+            Some(Path::new("/etc/aws-config"))
+        );
         assert_eq!(
             source.credentials_file.as_deref(),
             Some(Path::new("/home/u/.aws/credentials"))
@@ -656,7 +676,9 @@ dynamodb =
             credentials_file: Some(dir.path().join("credentials")),
         };
         match source.load().unwrap_err() {
-            Error::AwsProfileFile { path, line: None, .. } => assert_eq!(path, big),
+            Error::AwsProfileFile {
+                path, line: None, ..
+            } => assert_eq!(path, big),
             other => panic!("{other:?}"),
         }
         std::fs::write(&big, "[profile q]\n").unwrap();
@@ -689,22 +711,34 @@ dynamodb =
             .with_config(Key::SecretAccessKey, "env-secret")
             .with_config(Key::Region, "env-region");
         let built = apply_below_environment(from_env, &profile);
-        assert_eq!(built.get_config_value(&Key::AccessKeyId).as_deref(), Some("ENVKEY"));
+        assert_eq!(
+            built.get_config_value(&Key::AccessKeyId).as_deref(),
+            Some("ENVKEY")
+        );
         assert_eq!(
             built.get_config_value(&Key::SecretAccessKey).as_deref(),
             Some("env-secret")
         );
         // The profile's token belongs to the profile's key: not mixed with the environment's.
         assert_eq!(built.get_config_value(&Key::Token), None);
-        assert_eq!(built.get_config_value(&Key::Region).as_deref(), Some("env-region"));
+        assert_eq!(
+            built.get_config_value(&Key::Region).as_deref(),
+            Some("env-region")
+        );
         assert_eq!(
             built.get_config_value(&Key::Endpoint).as_deref(),
             Some("http://profile:1")
         );
         // An empty environment takes everything from the profile.
         let built = apply_below_environment(AmazonS3Builder::new(), &profile);
-        assert_eq!(built.get_config_value(&Key::AccessKeyId).as_deref(), Some("PROFILEKEY"));
-        assert_eq!(built.get_config_value(&Key::Token).as_deref(), Some("profile-token"));
+        assert_eq!(
+            built.get_config_value(&Key::AccessKeyId).as_deref(),
+            Some("PROFILEKEY")
+        );
+        assert_eq!(
+            built.get_config_value(&Key::Token).as_deref(),
+            Some("profile-token")
+        );
         assert_eq!(
             built.get_config_value(&Key::Region).as_deref(),
             Some("profile-region")
