@@ -270,9 +270,13 @@ impl Config {
                 self.core.compression_level =
                     Some(check_compression_level(number()?).map_err(invalid)?);
             }
-            Setting::Jobs => self.core.jobs = Some(check_jobs(number()?).map_err(invalid)?),
+            Setting::Jobs => {
+                self.core.jobs =
+                    Some(check_jobs(number()?).map_err(|e| invalid(format!("expected {e}")))?);
+            }
             Setting::DefaultRemote => {
-                self.remote.default = Some(check_remote_name(text).map_err(invalid)?);
+                self.remote.default =
+                    Some(check_remote_name(text).map_err(|e| invalid(format!("expected {e}")))?);
             }
         }
         Ok(())
@@ -313,7 +317,7 @@ fn check_compression_level(n: i64) -> Result<i32, String> {
 fn check_jobs(n: i64) -> Result<usize, String> {
     match usize::try_from(n) {
         Ok(n) if (1..=crate::parallel::MAX_JOBS).contains(&n) => Ok(n),
-        _ => Err(format!("from 1 to {}", crate::parallel::MAX_JOBS)),
+        _ => Err(format!("a number from 1 to {}", crate::parallel::MAX_JOBS)),
     }
 }
 

@@ -138,7 +138,8 @@ pub struct AwsProfile {
     /// The profile's name.
     pub name: String,
     /// `object_store` configuration keys and values: `aws_access_key_id`,
-    /// `aws_secret_access_key`, `aws_session_token`, `aws_region`, `aws_endpoint`,
+    /// `aws_secret_access_key`, `aws_session_token`, `aws_region`, `aws_endpoint` (with
+    /// `aws_allow_http` = `true` when it is an `http://` URL),
     /// `aws_virtual_hosted_style_request`; only those the profile sets.
     pub options: BTreeMap<String, String>,
     /// How the profile gets credentials that dsv cannot use (`credential_process`,
@@ -241,10 +242,13 @@ pub fn resolve(
                 .and_then(|section| section.get("s3"))
                 .and_then(|nested| parse_nested(nested).remove("endpoint_url"))
         });
-        put(
-            "aws_endpoint",
-            s3_endpoint.as_ref().or(settings.get("endpoint_url")),
-        );
+        let endpoint = s3_endpoint.as_ref().or(settings.get("endpoint_url"));
+        put("aws_endpoint", endpoint);
+        // The AWS CLI takes an http:// endpoint as it is written; object_store refuses
+        // plain HTTP unless told (a local server: moto, MinIO, LocalStack).
+        if endpoint.is_some_and(|e| e.trim().to_ascii_lowercase().starts_with("http://")) {
+            put("aws_allow_http", Some(&"true".into()));
+        }
     }
     let addressing = settings
         .get("s3")
@@ -489,6 +493,7 @@ aws_access_key_id = NOT-A-PROFILE-OF-THIS-FILE
             options(&dev),
             [
                 ("aws_access_key_id", "AKIDEV"),
+                ("aws_allow_http", "true"),
                 ("aws_endpoint", "http://127.0.0.1:5391"),
                 ("aws_region", "eu-west-2"),
                 ("aws_secret_access_key", "dev-secret"),

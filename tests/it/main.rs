@@ -19,4 +19,5 @@ mod properties;
 mod read;
 mod real_data;
 mod remote;
+mod settings;
 mod trust;
