@@ -183,9 +183,11 @@ enum Command {
     /// Create a store from a remote: its datasets, heads and tags; data is fetched when
     /// first needed (by checkout or pull).
     Clone(CloneArgs),
-    /// Read and change the store's settings (`.dsv/config.toml`): the defaults of flags
-    /// that would otherwise be given every time. A flag on the command line wins over a
-    /// setting, and a setting over the built-in default.
+    /// Read and change the store's settings (`.dsv/config.toml`): defaults for flags.
+    ///
+    /// A flag on the command line wins over a setting, and a setting over the built-in
+    /// default. The file is TOML; an unknown key or a bad value in it is an error naming
+    /// the line.
     ///
     /// Settings:
     ///   core.compression_level  zstd level of commit and import, 1-19 (built-in: 3)
