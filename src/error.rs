@@ -493,6 +493,63 @@ pub enum Error {
     /// The operation was interrupted (Ctrl-C); what was done is consistent, a re-run finishes it.
     #[error("interrupted")]
     Interrupted,
+    /// The AWS profile the user named (`AWS_PROFILE`) is in neither AWS file.
+    #[error("AWS profile {profile:?} is not in {}", if files.is_empty() { "any file (no HOME, AWS_CONFIG_FILE or AWS_SHARED_CREDENTIALS_FILE)".to_string() } else { files.join(" or ") })]
+    AwsProfileNotFound {
+        /// The profile's name.
+        profile: String,
+        /// The files read (the config file, then the credentials file), each marked
+        /// "(not found)" when it does not exist.
+        files: Vec<String>,
+    },
+    /// An AWS config or credentials file that is too large, not text, or does not parse.
+    #[error("cannot read the AWS profile file {}{}: {reason}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    AwsProfileFile {
+        /// The file.
+        path: PathBuf,
+        /// The line (from 1) where parsing failed, when it did.
+        line: Option<usize>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The AWS profile gets its credentials in a way dsv does not support (a process, SSO,
+    /// an assumed role), and the environment gives none.
+    #[error("AWS profile {profile:?} gets its credentials by {how}, which dsv does not support")]
+    AwsProfileUnsupported {
+        /// The profile's name.
+        profile: String,
+        /// The setting that says how (`credential_process`, `sso_session`, `role_arn` …).
+        how: String,
+    },
+    /// The store's settings file (`.dsv/config.toml`) is too large or does not parse, or
+    /// holds an unknown key or a bad value.
+    #[error("invalid store settings in {}{}: {reason}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    InvalidConfig {
+        /// The file.
+        path: PathBuf,
+        /// The line (from 1) of the problem, when known.
+        line: Option<usize>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `dsv config` with a key that is not a setting.
+    #[error("unknown setting {key:?}; the settings are {}", known.join(", "))]
+    UnknownSetting {
+        /// The key as given.
+        key: String,
+        /// Every known key.
+        known: Vec<&'static str>,
+    },
+    /// `dsv config set` with a value the setting does not take.
+    #[error("invalid value {value:?} for {key}: {reason}")]
+    InvalidSetting {
+        /// The setting.
+        key: &'static str,
+        /// The value as given.
+        value: String,
+        /// What it takes.
+        reason: String,
+    },
 }
 
 /// What keeps a version from `dsv rm` ([`Error::VersionHeld`]).

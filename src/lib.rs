@@ -53,6 +53,7 @@
 pub mod archive;
 pub mod catalog;
 pub mod chunk;
+pub mod config;
 pub mod error;
 pub mod id;
 pub mod interrupt;

@@ -6,6 +6,7 @@
 //!   packs/<id>.pack   immutable pack files, named by the BLAKE3 of their bytes
 //!   tmp/              packs being written, `pack-<pid>-*.tmp` (renamed into packs/ when sealed)
 //!   lock              taken exclusively while a commit moves a dataset head
+//!   config.toml       the store's settings (`dsv config`; see [`crate::config`])
 //!   locks/            one lock file per workspace (checkout, commit and status take it)
 //! ```
 
@@ -132,6 +133,14 @@ impl Store {
             catalog,
             _open: None,
         }
+    }
+
+    /// The store's settings (`.dsv/config.toml`), read now.
+    ///
+    /// # Errors
+    /// As [`crate::config::Config::load`].
+    pub fn config(&self) -> Result<crate::config::Config> {
+        crate::config::Config::load(&self.root)
     }
 
     /// The `.dsv` directory.

@@ -53,8 +53,31 @@ fn shuffle(n: usize, key: &[u8]) -> Vec<usize> {
     order
 }
 
+/// Tells the library where the AWS profile is, as the AWS CLI (and the CLI's
+/// `use_aws_profile_from_environment`) finds it: `AWS_PROFILE` (else `AWS_DEFAULT_PROFILE`),
+/// `AWS_CONFIG_FILE`, `AWS_SHARED_CREDENTIALS_FILE`, `HOME`. Called at import and again
+/// whenever a store is opened or cloned, so a change to `os.environ` in between counts.
+pub(crate) fn use_aws_profile_from_environment() {
+    use std::path::PathBuf;
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let text = |name: &str| var(name).and_then(|v| v.into_string().ok());
+    let home = var("HOME").map(PathBuf::from);
+    let config_file = var("AWS_CONFIG_FILE").map(PathBuf::from);
+    let credentials_file = var("AWS_SHARED_CREDENTIALS_FILE").map(PathBuf::from);
+    dsv::remote::aws_profile::set_source(Some(
+        dsv::remote::aws_profile::AwsProfileSource::from_environment(
+            home.as_deref(),
+            text("AWS_PROFILE").as_deref(),
+            text("AWS_DEFAULT_PROFILE").as_deref(),
+            config_file.as_deref(),
+            credentials_file.as_deref(),
+        ),
+    ));
+}
+
 #[pymodule]
 fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    use_aws_profile_from_environment();
     m.add_class::<store::PyStore>()?;
     m.add_class::<version::PyVersion>()?;
     m.add_class::<version::PyFileHandle>()?;

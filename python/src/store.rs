@@ -86,6 +86,7 @@ impl PyStore {
 /// The directory to start looking for a store from: `path`, else `DSV_STORE`, else the
 /// working directory.
 fn start_dir(path: Option<PathBuf>) -> Res<PathBuf> {
+    crate::use_aws_profile_from_environment();
     if let Some(path) = path {
         return Ok(path);
     }
@@ -262,6 +263,7 @@ pub fn clone(
     path: PathBuf,
     options: Option<BTreeMap<String, String>>,
 ) -> PyResult<PyStore> {
+    crate::use_aws_profile_from_environment();
     cancellable(py, || -> Res<_> {
         let options = options.unwrap_or_default();
         let report = sync::clone(url, &path, &options, dsv::remote::DEFAULT_JOBS, &NoProgress)?;

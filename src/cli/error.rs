@@ -188,9 +188,18 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::RemoteDiverged { dataset, remote } => format!(
             "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"
         ),
+        Error::AwsProfileNotFound { profile, .. } => format!(
+            "add a [profile {profile}] section to the config file or a [{profile}] section to the credentials file (`aws configure --profile {profile}`), or unset AWS_PROFILE"
+        ),
+        Error::AwsProfileFile { .. } => "fix the file (the format is the AWS CLI's: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-files.html), or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE elsewhere".into(),
+        Error::AwsProfileUnsupported { profile, .. } => format!(
+            "export the profile's credentials into the environment: eval \"$(aws configure export-credentials --profile {profile} --format env)\""
+        ),
+        Error::InvalidConfig { .. } => "fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then".into(),
+        Error::UnknownSetting { .. } | Error::InvalidSetting { .. } => "`dsv config --help` lists the settings and the values they take".into(),
         Error::Remote { source, .. } => match dsv::error::remote_refusal(source) {
             Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add`".into(),
-            Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
+            Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the AWS profile (AWS_PROFILE, ~/.aws/credentials), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
             None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing".into(),
         },
 

@@ -27,6 +27,7 @@ use commands::cache::CacheCommand;
 use commands::cat::CatArgs;
 use commands::checkout::CheckoutArgs;
 use commands::commit::CommitArgs;
+use commands::config::ConfigCommand;
 use commands::docs::{CompletionsArgs, ManArgs};
 use commands::export::ExportArgs;
 use commands::gc::{GcArgs, RmArgs};
@@ -377,6 +378,27 @@ enum Command {
     ///   dsv man --out ~/.local/share/man/man1
     #[command(verbatim_doc_comment)]
     Man(ManArgs),
+    /// Read and change the store's settings (`.dsv/config.toml`): defaults for flags.
+    ///
+    /// A flag on the command line wins over a setting, and a setting over the built-in
+    /// default. The file is TOML; an unknown key or a bad value in it is an error naming
+    /// the line.
+    ///
+    /// Settings:
+    ///   core.compression_level  zstd level of commit and import, 1-19 (built-in: 3)
+    ///   core.jobs               --jobs of commit, import, checkout, status, audit, push,
+    ///                           pull, fetch, 1-256 (built-in: per command)
+    ///   remote.default          the remote of push, pull and fetch without --remote
+    ///                           (built-in: the only remote, else origin)
+    ///
+    /// Examples:
+    ///   dsv config set core.compression_level 9
+    ///   dsv config set remote.default backup
+    ///   dsv config get core.jobs          # exit 1 when not set
+    ///   dsv config list --json
+    ///   dsv config unset core.jobs
+    #[command(subcommand, verbatim_doc_comment)]
+    Config(ConfigCommand),
 }
 
 /// Which files of a version a command reads.
@@ -466,6 +488,7 @@ pub fn main() -> ExitCode {
         handler_token.cancel();
     });
     let ui = Ui::new(cli.json, cli.quiet, cli.no_progress);
+    commands::use_aws_profile_from_environment();
     match token.run(|| run(&cli, &ui)) {
         Ok(code) => ExitCode::from(code),
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
@@ -578,5 +601,6 @@ fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Clone(args) => sync::clone(ui, args),
         Command::Completions(args) => docs::completions(args),
         Command::Man(args) => docs::man(ui, args),
+        Command::Config(command) => config::run(cli, ui, command),
     }
 }

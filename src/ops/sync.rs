@@ -216,16 +216,21 @@ pub fn remove_remote(store: &mut Store, name: &str) -> Result<()> {
     writer.commit()
 }
 
-/// The remote a command uses: `name` when one is given, else the store's only remote, else
-/// the one called `origin`. A given name is returned as it is (an unknown one fails where
-/// it is used, with [`Error::RemoteNotFound`]).
+/// The remote a command uses: `name` when one is given, else the store's setting
+/// `remote.default` (`.dsv/config.toml`), else the store's only remote, else the one called
+/// `origin`. A given or configured name is returned as it is (an unknown one fails where it
+/// is used, with [`Error::RemoteNotFound`]).
 ///
 /// # Errors
 /// [`Error::NoRemote`] when the store has no remote; [`Error::AmbiguousRemote`] when it has
-/// several and none is called `origin`.
+/// several and none is called `origin`; [`Error::InvalidConfig`] for a settings file that
+/// does not parse.
 pub fn default_remote(store: &Store, name: Option<&str>) -> Result<String> {
     if let Some(name) = name {
         return Ok(name.to_string());
+    }
+    if let Some(name) = store.config()?.remote.default {
+        return Ok(name);
     }
     let remotes = store.catalog().remotes()?;
     match remotes.as_slice() {
@@ -1440,6 +1445,14 @@ mod tests {
         }
         add_remote(&mut store, "origin", &url("origin"), &none).unwrap();
         assert_eq!(default_remote(&store, None).unwrap(), "origin");
+        // The store's setting beats origin; a name given beats the setting.
+        let mut config = store.config().unwrap();
+        config
+            .set(crate::config::Setting::DefaultRemote, "mirror")
+            .unwrap();
+        config.save(store.root()).unwrap();
+        assert_eq!(default_remote(&store, None).unwrap(), "mirror");
+        assert_eq!(default_remote(&store, Some("backup")).unwrap(), "backup");
         let listed = list_remotes(&store).unwrap();
         let names: Vec<_> = listed.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["backup", "mirror", "origin"]);

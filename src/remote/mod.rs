@@ -19,7 +19,9 @@
 //! an atomic rename.
 //!
 //! Credentials come from the environment as `object_store` reads it (`AWS_*`, `AZURE_*`,
-//! `GOOGLE_*`), never from the catalog. Transient failures are retried by `object_store`'s
+//! `GOOGLE_*`) and, for S3, from the AWS profile files as the AWS CLI reads them (see
+//! [`aws_profile`]; only where a front end set [`aws_profile::set_source`]), never from the
+//! catalog. Transient failures are retried by `object_store`'s
 //! retry policy (exponential backoff); a re-run of an interrupted transfer sends only what is
 //! still missing, because every object it sent is content-addressed.
 
@@ -35,6 +37,8 @@ use object_store::path::Path;
 use object_store::{
     ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
 };
+
+pub mod aws_profile;
 
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, IoResultExt, Result};
@@ -193,11 +197,14 @@ pub fn has_userinfo(text: &str) -> bool {
 
 /// Builds the `object_store` backend of a cloud URL (`s3://`, `s3a://`, `gs://`, `az://`,
 /// `abfs://`, `abfss://`) with settings from the environment (`AWS_*`, `AZURE_*`,
-/// `GOOGLE_*`) and `options` (object_store configuration keys); returns it with the URL's
-/// path below the bucket ("" for none). The backend addresses the whole bucket.
+/// `GOOGLE_*`), for S3 the AWS profile below them ([`aws_profile`]), and `options`
+/// (object_store configuration keys) above all; returns it with the URL's path below the
+/// bucket ("" for none). The backend addresses the whole bucket.
 ///
 /// # Errors
-/// [`Error::InvalidRemote`] for a URL or option the backend rejects.
+/// [`Error::InvalidRemote`] for a URL or option the backend rejects; the errors of
+/// [`aws_profile::AwsProfileSource::load`]; [`Error::AwsProfileUnsupported`] when the
+/// profile's credentials are of a kind dsv cannot use and the environment gives none.
 pub fn cloud_backend(
     url: &str,
     options: &BTreeMap<String, String>,
@@ -210,7 +217,29 @@ pub fn cloud_backend(
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let store: Arc<dyn ObjectStore> = match scheme {
         "s3" | "s3a" => {
-            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+            let mut builder = object_store::aws::AmazonS3Builder::from_env();
+            if let Some(source) = aws_profile::source() {
+                let profile = source.load()?;
+                builder = aws_profile::apply_below_environment(builder, &profile);
+                // Only a profile the user named: the implicit default falls back to what
+                // object_store finds itself (instance metadata, web identity).
+                let env_credentials = [
+                    object_store::aws::AmazonS3ConfigKey::AccessKeyId,
+                    object_store::aws::AmazonS3ConfigKey::RoleArn,
+                ]
+                .iter()
+                .any(|key| builder.get_config_value(key).is_some());
+                if let Some(how) = profile.unsupported
+                    && source.profile.is_some()
+                    && !env_credentials
+                {
+                    return Err(Error::AwsProfileUnsupported {
+                        profile: profile.name,
+                        how,
+                    });
+                }
+            }
+            builder = builder
                 .with_url(url)
                 .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
             for (key, value) in options {

@@ -254,6 +254,7 @@ fn help_lists_every_command() {
       completions  Print a shell completion script to stdout.
       man          Write man pages into DIR (created if missing): dsv.1, and dsv-COMMAND.1 for every
                    command and subcommand (dsv-commit.1, dsv-cache-ls.1, ...).
+      config       Read and change the store's settings (`.dsv/config.toml`): defaults for flags.
       help         Print this message or the help of the given subcommand(s)
 
     Options:
@@ -609,4 +610,137 @@ fn tables_align_whatever_the_name_lengths() {
     for line in &lines[1..] {
         assert_eq!(find(r"file://|[0-9a-f]{12}")(line), Some(at), "{remotes}");
     }
+}
+
+#[test]
+fn config_in_text() {
+    let env = TestEnv::new();
+    env.ok(&["remote", "add", "backup", "file:///nonexistent/backup"]);
+    assert_snapshot!(human(&env, &["config", "set", "core.compression_level", "9"]), @"
+    exit: 0
+    --- stdout
+    core.compression_level = 9
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["config", "set", "remote.default", "backup"]), @"
+    exit: 0
+    --- stdout
+    remote.default = backup
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["config", "list"]), @"
+    exit: 0
+    --- stdout
+    core.compression_level = 9
+    remote.default = backup
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["config", "get", "remote.default"]), @"
+    exit: 0
+    --- stdout
+    backup
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["config", "get", "core.jobs"]), @"
+    exit: 1
+    --- stdout
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["config", "unset", "core.compression_level"]), @"
+    exit: 0
+    --- stdout
+    Unset core.compression_level
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["config", "unset", "core.compression_level"]), @"
+    exit: 0
+    --- stdout
+    core.compression_level was not set
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["config", "set", "core.jobs", "999"]), @r#"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: invalid value "999" for core.jobs: expected a number from 1 to 256
+
+    hint: `dsv config --help` lists the settings and the values they take
+    "#);
+    assert_snapshot!(human(&env, &["config", "get", "core.job"]), @r#"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: unknown setting "core.job"; the settings are core.compression_level, core.jobs, remote.default
+
+    hint: `dsv config --help` lists the settings and the values they take
+    "#);
+    env.write(
+        ".dsv/config.toml",
+        "[core]\njobs = 2\n[remote]\ndefault = 7\n",
+    );
+    assert_snapshot!(human(&env, &["config", "list"]), @"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: invalid store settings in [ROOT]/.dsv/config.toml, line 4: invalid type: integer `7`, expected a string
+
+    hint: fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then
+    ");
+    assert_snapshot!(human(&env, &["config", "--help"]), @"
+    exit: 0
+    --- stdout
+    Read and change the store's settings (`.dsv/config.toml`): defaults for flags.
+
+    A flag on the command line wins over a setting, and a setting over the built-in
+    default. The file is TOML; an unknown key or a bad value in it is an error naming
+    the line.
+
+    Settings:
+      core.compression_level  zstd level of commit and import, 1-19 (built-in: 3)
+      core.jobs               --jobs of commit, import, checkout, status, audit, push,
+                              pull, fetch, 1-256 (built-in: per command)
+      remote.default          the remote of push, pull and fetch without --remote
+                              (built-in: the only remote, else origin)
+
+    Examples:
+      dsv config set core.compression_level 9
+      dsv config set remote.default backup
+      dsv config get core.jobs          # exit 1 when not set
+      dsv config list --json
+      dsv config unset core.jobs
+
+    Usage: dsv config [OPTIONS] <COMMAND>
+
+    Commands:
+      list   Print the settings that are set (`KEY = VALUE`, one a line).
+      get    Print one setting's value; exit 1, printing nothing, when it is not set.
+      set    Set a setting (checked as the file is: a level from 1 to 19, jobs from 1 to 256, the
+             name of a remote of this store).
+      unset  Remove a setting, so that the built-in default applies again.
+      help   Print this message or the help of the given subcommand(s)
+
+    Options:
+      -h, --help
+              Print help (see a summary with '-h')
+
+      -V, --version
+              Print version
+
+    Global options:
+          --store <PATH>
+              The store to use (a `.dsv` directory or the directory holding one); default: the nearest
+              `.dsv` in the current directory or its parents
+              
+              [env: DSV_STORE=]
+
+          --json
+              Print machine-readable JSON on stdout instead of text
+
+      -q, --quiet
+              Print nothing but errors
+
+          --no-progress
+              Never draw progress bars (they are only drawn on a terminal anyway)
+    --- stderr
+    ");
 }

@@ -33,7 +33,7 @@ pub(crate) struct AuditArgs {
 pub(crate) fn audit(cli: &Cli, ui: &Ui, args: &AuditArgs) -> anyhow::Result<u8> {
     let progress = ui.reporter();
     let mut store = open_store(cli)?;
-    let jobs = jobs_or(&args.jobs, IngestOptions::default().jobs);
+    let jobs = jobs_or(&args.jobs, &store.config()?, IngestOptions::default().jobs);
     let dir = &args.dir;
     let full = args.full;
     let identical = match &args.lock {

@@ -43,10 +43,13 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CheckoutArgs) -> anyhow::Result<u8>
     }
 }
 
-fn options(args: &CheckoutArgs) -> anyhow::Result<checkout::CheckoutOptions> {
+fn options(
+    args: &CheckoutArgs,
+    settings: &dsv::config::Config,
+) -> anyhow::Result<checkout::CheckoutOptions> {
     let mut options = checkout::CheckoutOptions::default();
     options.force = args.force;
-    options.jobs = jobs_or(&args.jobs, options.jobs);
+    options.jobs = jobs_or(&args.jobs, settings, options.jobs);
     options.selection = args.select.selection()?;
     Ok(options)
 }
@@ -62,8 +65,9 @@ fn checkout_lock(
         (Some(dir), None) => PathBuf::from(dir),
         _ => anyhow::bail!("with --lock, give only the directory: dsv checkout --lock FILE DIR"),
     };
-    let options = options(args)?;
-    let requests = jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS);
+    let settings = store.config()?;
+    let options = options(args, &settings)?;
+    let requests = jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS);
     let report = checkout::checkout_lock(
         &mut store,
         lock_path,
@@ -89,8 +93,9 @@ fn checkout_revision(cli: &Cli, ui: &Ui, args: &CheckoutArgs) -> anyhow::Result<
             "give a revision and a directory: dsv checkout REVISION DIR (or --lock FILE DIR)"
         );
     };
-    let options = options(args)?;
-    let requests = jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS);
+    let settings = store.config()?;
+    let options = options(args, &settings)?;
+    let requests = jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS);
     let outcome = checkout::checkout_from_anywhere(
         &mut store,
         revision_text,

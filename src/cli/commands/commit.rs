@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use dsv::ops::commit;
 
-use super::{default_author, jobs_or, open_store};
+use super::{compression_level_or, default_author, jobs_or, open_store};
 use crate::cli::{Cli, JobsArg, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
@@ -31,15 +31,16 @@ pub(crate) struct CommitArgs {
     /// (obeyed by commit, status and checkout, like git's .gitignore).
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
-    /// zstd compression level (1-19).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
-    compression_level: i32,
+    /// zstd compression level (1-19; default: the store's core.compression_level, else 3).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
+    compression_level: Option<i32>,
     #[command(flatten)]
     jobs: JobsArg,
 }
 
 pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CommitArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
+    let settings = store.config()?;
     let current_dir = std::env::current_dir()?;
     let (dir, dataset) = dsv::ops::workspace::commit_target(
         &store,
@@ -53,8 +54,12 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CommitArgs) -> anyhow::Result<u8> {
     options.author = Some(default_author());
     options.allow_empty = args.allow_empty;
     options.exclude = args.exclude.clone();
-    options.ingest.jobs = jobs_or(&args.jobs, options.ingest.jobs);
-    options.ingest.compression_level = args.compression_level;
+    options.ingest.jobs = jobs_or(&args.jobs, &settings, options.ingest.jobs);
+    options.ingest.compression_level = compression_level_or(
+        args.compression_level,
+        &settings,
+        options.ingest.compression_level,
+    );
     let report = commit::commit(&mut store, &dir, &options, &ui.reporter())?;
     if report.new_dataset && report.created {
         ui.note(format!("new dataset {}", report.dataset))?;

@@ -3,7 +3,7 @@
 use clap::Args;
 use dsv::ops::import;
 
-use super::{default_author, jobs_or, open_store, parse_options};
+use super::{compression_level_or, default_author, jobs_or, open_store, parse_options};
 use crate::cli::{Cli, JobsArg, error, parse_size, render, ui::Ui};
 
 #[derive(Debug, Args)]
@@ -65,15 +65,16 @@ struct SourceArgs {
     /// Refuse an archive that expands to more than SIZE in all (e.g. 500GB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_expanded_size: Option<u64>,
-    /// zstd compression level (1-19).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
-    compression_level: i32,
+    /// zstd compression level (1-19; default: the store's core.compression_level, else 3).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
+    compression_level: Option<i32>,
     #[command(flatten)]
     jobs: JobsArg,
 }
 
 impl SourceArgs {
-    fn settings(&self) -> anyhow::Result<import::SourceSettings> {
+    fn settings(&self, store: &dsv::Store) -> anyhow::Result<import::SourceSettings> {
+        let config = store.config()?;
         let mut settings = import::SourceSettings::default();
         settings.author = Some(default_author());
         settings.options = parse_options(&self.options)?;
@@ -81,9 +82,13 @@ impl SourceArgs {
             max_ratio: self.max_expansion_ratio,
             max_size: self.max_expanded_size,
         };
-        settings.ingest.jobs = jobs_or(&self.jobs, settings.ingest.jobs);
-        settings.ingest.compression_level = self.compression_level;
-        settings.requests = jobs_or(&self.jobs, dsv::remote::DEFAULT_JOBS);
+        settings.ingest.jobs = jobs_or(&self.jobs, &config, settings.ingest.jobs);
+        settings.ingest.compression_level = compression_level_or(
+            self.compression_level,
+            &config,
+            settings.ingest.compression_level,
+        );
+        settings.requests = jobs_or(&self.jobs, &config, dsv::remote::DEFAULT_JOBS);
         Ok(settings)
     }
 }
@@ -114,7 +119,7 @@ pub(crate) fn import(cli: &Cli, ui: &Ui, args: &ImportArgs) -> anyhow::Result<u8
     };
     options.message = args.message.clone();
     options.tag = args.tag.clone();
-    options.settings = args.settings.settings()?;
+    options.settings = args.settings.settings(&store)?;
     let report = import::import(&mut store, &options, &ui.reporter())?;
     ui.report(&report, render::import)?;
     if report.redacted_url {
@@ -125,11 +130,12 @@ pub(crate) fn import(cli: &Cli, ui: &Ui, args: &ImportArgs) -> anyhow::Result<u8
 
 pub(crate) fn update(cli: &Cli, ui: &Ui, args: &UpdateArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
+    let settings = args.settings.settings(&store)?;
     let report = import::update(
         &mut store,
         &args.dataset,
         args.message.clone(),
-        &args.settings.settings()?,
+        &settings,
         &ui.reporter(),
     )?;
     ui.report(&report, render::import)?;

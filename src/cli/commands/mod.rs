@@ -7,6 +7,7 @@ pub(crate) mod cache;
 pub(crate) mod cat;
 pub(crate) mod checkout;
 pub(crate) mod commit;
+pub(crate) mod config;
 pub(crate) mod docs;
 pub(crate) mod export;
 pub(crate) mod gc;
@@ -29,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use dsv::Store;
+use dsv::config::Config;
 
 use super::{Cli, JobsArg};
 
@@ -45,9 +47,36 @@ fn open_store(cli: &Cli) -> anyhow::Result<Store> {
     Ok(Store::discover(&store_start(cli)?)?)
 }
 
-/// `--jobs`, else `default`, within the library's bounds.
-fn jobs_or(jobs: &JobsArg, default: usize) -> usize {
-    dsv::parallel::clamp_jobs(jobs.jobs.unwrap_or(default))
+/// `--jobs`, else the store's setting `core.jobs` (`dsv config`), else `default`, within
+/// the library's bounds.
+fn jobs_or(jobs: &JobsArg, settings: &Config, default: usize) -> usize {
+    dsv::parallel::clamp_jobs(jobs.jobs.or(settings.core.jobs).unwrap_or(default))
+}
+
+/// `--compression-level`, else the store's setting `core.compression_level`, else the
+/// library's default.
+fn compression_level_or(flag: Option<i32>, settings: &Config, default: i32) -> i32 {
+    flag.or(settings.core.compression_level).unwrap_or(default)
+}
+
+/// Tells the library where the AWS profile is, as the AWS CLI finds it: `AWS_PROFILE` (else
+/// `AWS_DEFAULT_PROFILE`), `AWS_CONFIG_FILE`, `AWS_SHARED_CREDENTIALS_FILE`, `HOME`. The
+/// files are read only when an S3 remote or import is opened.
+pub(crate) fn use_aws_profile_from_environment() {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let text = |name: &str| var(name).and_then(|v| v.into_string().ok());
+    let home = var("HOME").map(PathBuf::from);
+    let config_file = var("AWS_CONFIG_FILE").map(PathBuf::from);
+    let credentials_file = var("AWS_SHARED_CREDENTIALS_FILE").map(PathBuf::from);
+    dsv::remote::aws_profile::set_source(Some(
+        dsv::remote::aws_profile::AwsProfileSource::from_environment(
+            home.as_deref(),
+            text("AWS_PROFILE").as_deref(),
+            text("AWS_DEFAULT_PROFILE").as_deref(),
+            config_file.as_deref(),
+            credentials_file.as_deref(),
+        ),
+    ));
 }
 
 /// `KEY=VALUE` settings.

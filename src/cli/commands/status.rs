@@ -22,13 +22,8 @@ pub(crate) struct StatusArgs {
 
 pub(crate) fn run(cli: &Cli, ui: &Ui, args: &StatusArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let defaults = IngestOptions::default().jobs;
-    let report = status::status(
-        &mut store,
-        &args.dir,
-        jobs_or(&args.jobs, defaults),
-        &ui.reporter(),
-    )?;
+    let jobs = jobs_or(&args.jobs, &store.config()?, IngestOptions::default().jobs);
+    let report = status::status(&mut store, &args.dir, jobs, &ui.reporter())?;
     ui.report(&report, render::status)?;
     if args.exit_code && !report.changes.is_empty() {
         return Ok(error::DIFFERENCES);

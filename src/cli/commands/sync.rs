@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use dsv::Revision;
+use dsv::config::Config;
 use dsv::ops::sync;
 
 use super::{jobs_or, open_store, parse_options};
@@ -28,6 +29,7 @@ pub(crate) struct PushArgs {
 
 pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
+    let settings = store.config()?;
     let name = sync::default_remote(&store, args.remote.name.as_deref())?;
     let revision = args.revision.as_deref().map(Revision::parse).transpose()?;
     let report = sync::push(
@@ -35,7 +37,7 @@ pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
         &name,
         revision.as_ref(),
         args.force,
-        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS),
         &ui.reporter(),
     )?;
     ui.report(&report, render::push)?;
@@ -57,6 +59,7 @@ pub(crate) struct PullArgs {
 
 pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
+    let settings = store.config()?;
     let name = sync::default_remote(&store, args.remote.name.as_deref())?;
     let target = sync::RemoteRevision {
         remote: name,
@@ -66,7 +69,7 @@ pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
         &mut store,
         &target,
         &args.include,
-        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS),
         &ui.reporter(),
     )?;
     ui.report(&report, render::pull)?;
@@ -83,11 +86,12 @@ pub(crate) struct FetchArgs {
 
 pub(crate) fn fetch(cli: &Cli, ui: &Ui, args: &FetchArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
+    let settings = store.config()?;
     let name = sync::default_remote(&store, args.remote.name.as_deref())?;
     let report = sync::fetch(
         &mut store,
         &name,
-        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS),
         &ui.reporter(),
     )?;
     ui.report(&report, render::fetch)?;
@@ -116,7 +120,7 @@ pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
         &args.url,
         &dir,
         &parse_options(&args.options)?,
-        jobs_or(&args.jobs, dsv::remote::DEFAULT_JOBS),
+        jobs_or(&args.jobs, &Config::default(), dsv::remote::DEFAULT_JOBS),
         &ui.reporter(),
     )?;
     ui.report(&report, render::clone)?;
