@@ -86,6 +86,24 @@ impl AwsProfileSource {
         }
     }
 
+    /// As [`AwsProfileSource::from_environment`], with each variable looked up by `var` (a
+    /// front end passes `|name| std::env::var_os(name)`; the library itself reads no
+    /// environment). Unset, empty and non-UTF-8 profile names count as unset.
+    pub fn from_variables(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> AwsProfileSource {
+        let var = |name: &str| var(name).filter(|v| !v.is_empty());
+        let text = |name: &str| var(name).and_then(|v| v.into_string().ok());
+        let home = var("HOME").map(PathBuf::from);
+        let config_file = var("AWS_CONFIG_FILE").map(PathBuf::from);
+        let credentials_file = var("AWS_SHARED_CREDENTIALS_FILE").map(PathBuf::from);
+        AwsProfileSource::from_environment(
+            home.as_deref(),
+            text("AWS_PROFILE").as_deref(),
+            text("AWS_DEFAULT_PROFILE").as_deref(),
+            config_file.as_deref(),
+            credentials_file.as_deref(),
+        )
+    }
+
     /// The profile's name: the one given, else `default`.
     pub fn profile_name(&self) -> &str {
         self.profile.as_deref().unwrap_or(DEFAULT_PROFILE)
