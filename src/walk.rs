@@ -209,6 +209,20 @@ pub fn scan(root: &Path) -> Result<Scan> {
 /// # Errors
 /// As [`scan`]; [`Error::InvalidPattern`] for a pattern that does not parse.
 pub fn scan_excluding(root: &Path, exclude: &[String]) -> Result<Scan> {
+    scan_with(root, exclude, true)
+}
+
+/// As [`scan`], but obeying no `.dsvignore` file: what checkout looks at before it writes,
+/// so that an ignored file is an untracked file like any other (never overwritten or
+/// deleted when it holds content no version has).
+///
+/// # Errors
+/// As [`scan`].
+pub fn scan_everything(root: &Path) -> Result<Scan> {
+    scan_with(root, &[], false)
+}
+
+fn scan_with(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Scan> {
     if !root.is_dir() {
         return Err(Error::NotADirectory {
             path: root.to_path_buf(),
@@ -237,9 +251,11 @@ pub fn scan_excluding(root: &Path, exclude: &[String]) -> Result<Scan> {
     let scan = Mutex::new(Scan::default());
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     let mut builder = ignore::WalkBuilder::new(root);
+    builder.standard_filters(false);
+    if ignore_files {
+        builder.add_custom_ignore_filename(IGNORE_FILE);
+    }
     builder
-        .standard_filters(false)
-        .add_custom_ignore_filename(IGNORE_FILE)
         .overrides(overrides)
         .follow_links(false)
         .threads(jobs);

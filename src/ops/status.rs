@@ -32,7 +32,9 @@ pub(crate) struct DiskState {
 
 impl DiskState {
     /// Scans `dir` and finds each file's content id. Only files in `wanted` are hashed when
-    /// `wanted` is given (others get no id); `cache` vouches for unchanged files.
+    /// `wanted` is given (others get no id); `cache` vouches for unchanged files. With
+    /// `wanted` (checkout), `.dsvignore` files are not obeyed: an ignored file in the way of
+    /// one the version writes is then seen, and protected as any untracked file is.
     pub fn read(
         dir: &Path,
         cache: &HashMap<String, StatEntry>,
@@ -46,7 +48,11 @@ impl DiskState {
             entries,
             leftovers,
             stores,
-        } = walk::scan(dir)?;
+        } = if wanted.is_some() {
+            walk::scan_everything(dir)?
+        } else {
+            walk::scan(dir)?
+        };
         let mut ids = HashMap::with_capacity(entries.len());
         let mut to_hash = Vec::new();
         for entry in &entries {

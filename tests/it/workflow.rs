@@ -343,6 +343,28 @@ fn dsvignore_and_exclude_leave_paths_out() {
 }
 
 #[test]
+fn checkout_never_overwrites_an_ignored_file_holding_other_content() {
+    let env = TestEnv::new();
+    env.write("ws/a.tmp", "1");
+    env.write("ws/k", "k");
+    env.ok(&["commit", "ws", "-d", "m"]);
+    settle();
+    // Ignored from now on, and changed: no version holds "2".
+    env.write("ws/.dsvignore", "*.tmp\n");
+    env.write("ws/a.tmp", "2");
+    env.ok(&["commit", "ws"]);
+    assert!(
+        env.json(&["status", "ws"])["changes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // The old version would write a.tmp over it: refused as for any untracked file.
+    env.fails(&["checkout", "m~1", "ws"], 4);
+    assert_eq!(std::fs::read_to_string(env.path("ws/a.tmp")).unwrap(), "2");
+}
+
+#[test]
 fn hints_fit_the_mistake() {
     let env = TestEnv::new();
     env.write("ws/a", "1");

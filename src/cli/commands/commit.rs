@@ -28,7 +28,7 @@ pub(crate) struct CommitArgs {
     allow_empty: bool,
     /// Leave out paths matching GLOB (repeatable; gitignore syntax, relative to the
     /// directory: '*.tmp', 'cache/'). For a lasting rule, write it in a `.dsvignore` file
-    /// (obeyed by commit, status and checkout, like git's .gitignore).
+    /// (obeyed by commit and status, like git's .gitignore).
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
     /// zstd compression level (1-19; default: the store's core.compression_level, else 3).
