@@ -323,13 +323,11 @@ pub enum Error {
         dataset: String,
     },
     /// `rm` refused: the version must be kept.
-    #[error("cannot remove version {version}: {reason}")]
+    #[error("cannot remove version {version}: {}", Holder::describe(holders))]
     VersionHeld {
         /// Short id of the version.
         version: String,
-        /// What holds it, in words.
-        reason: String,
-        /// What holds it, each holder once (for a hint that fits).
+        /// What holds it, each holder once.
         holders: Vec<Holder>,
     },
     /// A path of a version that is a directory or symlink where a regular file is needed.
@@ -577,6 +575,43 @@ pub enum Holder {
         /// The directory.
         path: String,
     },
+}
+
+impl Holder {
+    /// The words of [`Error::VersionHeld`] for `holders`: each reason, the workspaces
+    /// together, joined by `; `.
+    pub fn describe(holders: &[Holder]) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        for holder in holders {
+            match holder {
+                Holder::Head { dataset } => parts.push(format!(
+                    "it is the head of {dataset}; remove the whole dataset with `dsv rm {dataset}`"
+                )),
+                Holder::Tags { tags, .. } => parts.push(format!(
+                    "it is tagged {} (--force drops the tags)",
+                    tags.join(", ")
+                )),
+                Holder::Pin { reason } => parts.push(format!("it is pinned ({reason})")),
+                Holder::Workspace { .. } => {}
+            }
+        }
+        let workspaces: Vec<&str> = holders
+            .iter()
+            .filter_map(|h| match h {
+                Holder::Workspace { path } => Some(path.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !workspaces.is_empty() {
+            parts.push(format!(
+                "the workspace{} {} hold{} it",
+                if workspaces.len() > 1 { "s" } else { "" },
+                workspaces.join(", "),
+                if workspaces.len() > 1 { "" } else { "s" },
+            ));
+        }
+        parts.join("; ")
+    }
 }
 
 impl Error {

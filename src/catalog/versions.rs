@@ -74,17 +74,31 @@ impl Catalog {
     /// # Errors
     /// [`Error::DatasetNotFound`] when there is no such dataset.
     pub fn head(&self, name: &str) -> Result<Option<ObjectId>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT head FROM datasets WHERE name = ?1")?;
-        let head: Option<Option<Vec<u8>>> = stmt.query_row([name], |row| row.get(0)).optional()?;
-        match head {
+        match self.dataset_head(name)? {
             None => Err(Error::DatasetNotFound {
                 name: name.to_string(),
                 closest: self.closest_dataset(name)?,
             }),
-            Some(head) => Ok(head.as_deref().and_then(ObjectId::from_slice)),
+            Some(head) => Ok(head),
         }
+    }
+
+    /// True when a dataset `name` is recorded (with a head or not, even with every version
+    /// removed).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn has_dataset(&self, name: &str) -> Result<bool> {
+        Ok(self.dataset_head(name)?.is_some())
+    }
+
+    /// `None` when there is no dataset `name`, else its head (`Some(None)`: no versions).
+    fn dataset_head(&self, name: &str) -> Result<Option<Option<ObjectId>>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT head FROM datasets WHERE name = ?1")?;
+        let head: Option<Option<Vec<u8>>> = stmt.query_row([name], |row| row.get(0)).optional()?;
+        Ok(head.map(|h| h.as_deref().and_then(ObjectId::from_slice)))
     }
 
     /// The name of the dataset (with a head) closest to `name`, when it is close enough to be
@@ -114,10 +128,8 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn head_or_none(&self, name: &str) -> Result<Option<ObjectId>> {
-        match self.head(name) {
-            Err(Error::DatasetNotFound { .. }) => Ok(None),
-            other => other,
-        }
+        // Not through `head`: a new dataset is no mistake, so no typo suggestion is computed.
+        Ok(self.dataset_head(name)?.flatten())
     }
 
     /// The version `id`, if the catalog has it.

@@ -217,6 +217,114 @@ pub fn changes(changes: &[Change], none: &str) -> String {
     out
 }
 
+/// Files (not directories) among `changes`: (added, modified, deleted, bytes before, bytes
+/// after).
+fn totals(changes: &[Change]) -> (usize, usize, usize, u64, u64) {
+    let mut totals = (0, 0, 0, 0, 0);
+    for change in changes {
+        let is_dir = |e: &Option<FlatEntry>| e.as_ref().is_some_and(|e| e.kind == FlatKind::Dir);
+        if is_dir(&change.old) || is_dir(&change.new) {
+            continue;
+        }
+        match change.change {
+            ChangeKind::Added => totals.0 += 1,
+            ChangeKind::Modified => totals.1 += 1,
+            ChangeKind::Deleted => totals.2 += 1,
+        }
+        totals.3 += change.old.as_ref().map_or(0, |e| e.size);
+        totals.4 += change.new.as_ref().map_or(0, |e| e.size);
+    }
+    totals
+}
+
+/// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB".
+pub fn diff_summary(changes: &[Change]) -> String {
+    let (added, modified, deleted, before, after) = totals(changes);
+    let files = added + modified + deleted;
+    format!(
+        "{} changed: {added} added, {modified} modified, {deleted} deleted; {} → {}",
+        count(files, "file"),
+        size(before),
+        size(after)
+    )
+}
+
+/// `diff --stat`: each changed file with its sizes, then the summary.
+pub fn diff_stat(changes: &[Change]) -> String {
+    use unicode_width::UnicodeWidthStr;
+    if changes.is_empty() {
+        return "no differences".into();
+    }
+    let rows: Vec<(String, String)> = changes
+        .iter()
+        .map(|c| {
+            let size = |e: &Option<FlatEntry>| match e {
+                None => "-".to_string(),
+                Some(e) if e.kind == FlatKind::Dir => "dir".to_string(),
+                Some(e) => size(e.size),
+            };
+            (
+                c.path.clone(),
+                format!("{} → {}", size(&c.old), size(&c.new)),
+            )
+        })
+        .collect();
+    let width = rows.iter().map(|(p, _)| p.width()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (path, sizes) in rows {
+        let pad = width - path.width();
+        out.push_str(&format!(" {path}{} | {sizes}\n", " ".repeat(pad)));
+    }
+    out.push_str(&diff_summary(changes));
+    out
+}
+
+/// `log --oneline`: `<short id> (head, tag: v1) message`.
+pub fn log_oneline(versions: &[VersionInfo]) -> String {
+    let head = versions
+        .first()
+        .filter(|v| !v.off_head_line)
+        .map(|v| v.record.id);
+    versions
+        .iter()
+        .map(|v| {
+            let mut marks: Vec<String> = Vec::new();
+            if Some(v.record.id) == head {
+                marks.push("head".into());
+            }
+            marks.extend(v.tags.iter().map(|t| format!("tag: {t}")));
+            if v.removed_at.is_some() {
+                marks.push("removed".into());
+            }
+            if v.off_head_line {
+                marks.push("other line".into());
+            }
+            let marks = if marks.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", marks.join(", "))
+            };
+            let message = v.record.version.message.lines().next().unwrap_or("");
+            format!("{}{marks} {message}", v.record.id.short())
+                .trim_end()
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `tag --list`: `NAME@TAG  SHORTID` per tag, aligned.
+pub fn tags(tags: &[dsv::ops::inspect::TagInfo]) -> String {
+    if tags.is_empty() {
+        return "no tags".into();
+    }
+    let mut table = Table::headless(&[Align::Left, Align::Left]);
+    for t in tags {
+        table.row(vec![format!("{}@{}", t.dataset, t.tag), t.version.short()]);
+    }
+    table.render()
+}
+
 pub fn status(r: &StatusReport) -> String {
     let at = match (&r.dataset, &r.version) {
         (Some(d), Some(v)) => format!("{d}@{}", v.short()),

@@ -110,7 +110,7 @@ pub fn audit(
         Some(ws) if !full && ws.version == Some(version) => store.catalog().stat_cache(ws.id)?,
         _ => Default::default(),
     };
-    let disk = DiskState::read(&dir, &cache, None, jobs, progress)?;
+    let disk = DiskState::read(&dir, &cache, None, true, jobs, progress)?;
     let current: Vec<FlatEntry> = disk.entries.iter().filter_map(|e| disk.flat(e)).collect();
     let mismatches: Vec<Mismatch> = tree::diff_flat(&expected, &current)
         .into_iter()

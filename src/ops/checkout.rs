@@ -330,7 +330,7 @@ pub fn checkout(
     let old_map: HashMap<&str, &FlatEntry> = old.iter().map(|e| (e.path.as_str(), e)).collect();
     // Hash only files whose content matters: those the target or the old version names.
     let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
-    let disk = DiskState::read(&dir, &cache, Some(&wanted), options.jobs, progress)?;
+    let disk = DiskState::read(&dir, &cache, Some(&wanted), false, options.jobs, progress)?;
     progress.phase("locating the data");
 
     let plan = plan(store, &dir, &disk, &target_map, &old_map, options.force)?;

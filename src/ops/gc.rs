@@ -527,44 +527,9 @@ fn held_by(store: &Store, id: &ObjectId, pins: &[Pin]) -> Result<Vec<Holder>> {
     Ok(holders)
 }
 
-/// The words of [`Error::VersionHeld`] for `holders`.
-fn held_reason(holders: &[Holder]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for holder in holders {
-        match holder {
-            Holder::Head { dataset } => parts.push(format!(
-                "it is the head of {dataset}; remove the whole dataset with `dsv rm {dataset}`"
-            )),
-            Holder::Tags { tags, .. } => parts.push(format!(
-                "it is tagged {} (--force drops the tags)",
-                tags.join(", ")
-            )),
-            Holder::Pin { reason } => parts.push(format!("it is pinned ({reason})")),
-            Holder::Workspace { .. } => {}
-        }
-    }
-    let workspaces: Vec<&str> = holders
-        .iter()
-        .filter_map(|h| match h {
-            Holder::Workspace { path } => Some(path.as_str()),
-            _ => None,
-        })
-        .collect();
-    if !workspaces.is_empty() {
-        parts.push(format!(
-            "the workspace{} {} hold{} it",
-            if workspaces.len() > 1 { "s" } else { "" },
-            workspaces.join(", "),
-            if workspaces.len() > 1 { "" } else { "s" },
-        ));
-    }
-    parts.join("; ")
-}
-
 fn held(id: &ObjectId, holders: Vec<Holder>) -> Error {
     Error::VersionHeld {
         version: id.short(),
-        reason: held_reason(&holders),
         holders,
     }
 }

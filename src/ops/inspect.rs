@@ -195,14 +195,10 @@ pub fn rename(store: &mut Store, old: &str, new: &str) -> Result<()> {
     if old == new {
         return Ok(());
     }
-    match store.catalog().head(new) {
-        Err(Error::DatasetNotFound { .. }) => {}
-        Ok(_) => {
-            return Err(Error::DatasetExists {
-                name: new.to_string(),
-            });
-        }
-        Err(e) => return Err(e),
+    if store.catalog().has_dataset(new)? {
+        return Err(Error::DatasetExists {
+            name: new.to_string(),
+        });
     }
     let writer = store.catalog_mut().writer()?;
     writer.rename_dataset(old, new)?;

@@ -32,13 +32,15 @@ pub(crate) struct DiskState {
 
 impl DiskState {
     /// Scans `dir` and finds each file's content id. Only files in `wanted` are hashed when
-    /// `wanted` is given (others get no id); `cache` vouches for unchanged files. With
-    /// `wanted` (checkout), `.dsvignore` files are not obeyed: an ignored file in the way of
-    /// one the version writes is then seen, and protected as any untracked file is.
+    /// `wanted` is given (others get no id); `cache` vouches for unchanged files.
+    /// `.dsvignore` files are obeyed when `obey_ignore_files` (status, audit); checkout sees
+    /// everything, so an ignored file in the way of one a version writes is protected as any
+    /// untracked file is.
     pub fn read(
         dir: &Path,
         cache: &HashMap<String, StatEntry>,
         wanted: Option<&dyn Fn(&str) -> bool>,
+        obey_ignore_files: bool,
         jobs: usize,
         progress: &dyn Progress,
     ) -> Result<DiskState> {
@@ -48,10 +50,10 @@ impl DiskState {
             entries,
             leftovers,
             stores,
-        } = if wanted.is_some() {
-            walk::scan_everything(dir)?
-        } else {
+        } = if obey_ignore_files {
             walk::scan(dir)?
+        } else {
+            walk::scan_everything(dir)?
         };
         let mut ids = HashMap::with_capacity(entries.len());
         let mut to_hash = Vec::new();
@@ -188,7 +190,7 @@ pub fn status(
         }
         None => Vec::new(),
     };
-    let disk = DiskState::read(&dir, &cache, None, jobs, progress)?;
+    let disk = DiskState::read(&dir, &cache, None, true, jobs, progress)?;
     let current: Vec<FlatEntry> = disk.entries.iter().filter_map(|e| disk.flat(e)).collect();
     let changes = tree::diff_flat(&old, &current);
     // Refresh the cache only for files that still hold their version's content: that content

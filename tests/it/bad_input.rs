@@ -284,45 +284,23 @@ fn a_store_from_a_newer_dsv_is_refused_untouched() {
 
 #[test]
 fn a_tree_naming_a_path_that_escapes_is_refused_at_checkout() {
-    use dsv::object::{EntryKind, ObjectKind, Tree, TreeEntry};
+    use dsv::object::{EntryKind, TreeEntry};
     // Build a malicious store by hand: a tree whose symlink climbs out.
     let env = TestEnv::new();
     env.write("data/a", "a");
     env.ok(&["commit", "data", "--dataset", "d"]);
-    let mut store = dsv::Store::open(&env.path(".dsv")).unwrap();
-    let tree = Tree {
-        entries: vec![TreeEntry {
+    crate::common::plant_one_entry(
+        &env,
+        "d",
+        TreeEntry {
             name: "evil".into(),
             kind: EntryKind::Symlink {
                 target: "../../outside".into(),
             },
             size: 13,
             id: dsv::ObjectId::of(b"../../outside"),
-        }],
-    };
-    let mut frame = dsv::pack::FrameBuilder::default();
-    frame.push(tree.id(), ObjectKind::Tree, &tree.encode());
-    let version = dsv::object::Version {
-        dataset: "d".into(),
-        tree: tree.id(),
-        parent: None,
-        author: "mallory".into(),
-        time: 0,
-        files: 1,
-        bytes: 13,
-        source: "handmade".into(),
-        provenance: None,
-        message: String::new(),
-    };
-    frame.push(version.id(), ObjectKind::Version, &version.encode());
-    let mut writer = dsv::pack::PackWriter::create(&store.packs_dir(), &store.temp_dir()).unwrap();
-    writer.add_frame(frame.encode(3)).unwrap();
-    let pack = writer.finish().unwrap();
-    let tx = store.catalog_mut().writer().unwrap();
-    tx.add_pack(&pack).unwrap();
-    tx.add_version(&version.id(), &version).unwrap();
-    tx.commit().unwrap();
-    drop(store);
+        },
+    );
     let error = env.json_error(&["checkout", "d", "out"], 5);
     assert!(
         error["message"].as_str().unwrap().contains("unsafe path"),

@@ -470,43 +470,21 @@ fn checkout_without_a_directory_is_a_usage_error_as_documented() {
 /// (`UnsafePath`, exit 5)", before the directory is touched.
 #[test]
 fn a_version_naming_dsv_is_refused_at_checkout_with_exit_5() {
-    use dsv::object::{EntryKind, ObjectKind, Tree, TreeEntry};
+    use dsv::object::{EntryKind, TreeEntry};
     let env = TestEnv::new();
     env.write("data/a", "a");
     env.ok(&["commit", "data", "--dataset", "d"]);
-    let mut store = dsv::Store::open(&env.path(".dsv")).unwrap();
     // A tree made by hand (a hostile store): its only entry is a link named `.dsv`.
-    let tree = Tree {
-        entries: vec![TreeEntry {
+    crate::common::plant_one_entry(
+        &env,
+        "d",
+        TreeEntry {
             name: ".dsv".into(),
             kind: EntryKind::Symlink { target: "a".into() },
             size: 1,
             id: dsv::ObjectId::of(b"a"),
-        }],
-    };
-    let mut frame = dsv::pack::FrameBuilder::default();
-    frame.push(tree.id(), ObjectKind::Tree, &tree.encode());
-    let version = dsv::object::Version {
-        dataset: "d".into(),
-        tree: tree.id(),
-        parent: None,
-        author: "mallory".into(),
-        time: 0,
-        files: 1,
-        bytes: 1,
-        source: "handmade".into(),
-        provenance: None,
-        message: String::new(),
-    };
-    frame.push(version.id(), ObjectKind::Version, &version.encode());
-    let mut writer = dsv::pack::PackWriter::create(&store.packs_dir(), &store.temp_dir()).unwrap();
-    writer.add_frame(frame.encode(3)).unwrap();
-    let pack = writer.finish().unwrap();
-    let tx = store.catalog_mut().writer().unwrap();
-    tx.add_pack(&pack).unwrap();
-    tx.add_version(&version.id(), &version).unwrap();
-    tx.commit().unwrap();
-    drop(store);
+        },
+    );
     let error = env.json_error(&["checkout", "d", "out"], 5);
     assert!(
         error["message"].as_str().unwrap().contains("unsafe path"),

@@ -12,7 +12,7 @@ use dsv::ObjectId;
 use dsv::object::{EntryKind, ObjectKind, Tree, TreeEntry, Version};
 use dsv::pack::{FrameBuilder, PackWriter};
 
-use crate::common::TestEnv;
+use crate::common::{TestEnv, plant};
 
 /// Exit code of corrupt data (src/cli/error.rs).
 const CORRUPT: i32 = 5;
@@ -224,24 +224,6 @@ fn assert_verified(env: &TestEnv) {
         0,
         "{verified}"
     );
-}
-
-/// Puts `objects` into `env`'s own store as a pack, records `version` and makes it the
-/// dataset's head, as a fetch without checks (or an older dsv) would have left them.
-fn plant(env: &TestEnv, objects: &[Object], version: &Version) {
-    let mut store = dsv::Store::discover(env.root()).unwrap();
-    let mut writer = PackWriter::create(&store.packs_dir(), &store.temp_dir()).unwrap();
-    let mut frame = FrameBuilder::default();
-    for (id, kind, bytes) in objects {
-        frame.push(*id, *kind, bytes);
-    }
-    writer.add_frame(frame.encode(3)).unwrap();
-    let sealed = writer.finish().unwrap();
-    let catalog = store.catalog_mut().writer().unwrap();
-    catalog.add_pack(&sealed).unwrap();
-    catalog.record_version(&version.id(), version).unwrap();
-    catalog.set_head(&version.dataset, &version.id()).unwrap();
-    catalog.commit().unwrap();
 }
 
 #[test]

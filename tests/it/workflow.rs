@@ -119,6 +119,9 @@ fn reset_moves_the_head_anywhere_and_loses_nothing() {
     // The left version is still listed, and reset brings it back.
     let after = version_ids(&env, "m");
     assert_eq!(after, [before[1].clone(), before[0].clone()]);
+    // The ref log records the move: a catalog rebuilt from it has the same head.
+    env.ok(&["repair"]);
+    assert_eq!(env.json(&["show", "m"])["id"].as_str().unwrap(), before[1]);
     env.ok(&["reset", "m", &before[0][..12]]);
     assert_eq!(
         env.json(&["show", "m@HEAD"])["id"].as_str().unwrap(),
@@ -215,6 +218,9 @@ fn tags_are_listed_and_deleted_and_head_is_an_alias_of_latest() {
     assert_eq!(names, ["v1", "v2"]);
     let deleted = env.json(&["tag", "-d", "m@v1"]);
     assert_eq!(deleted["tag"], "v1");
+    assert_eq!(env.json(&["tag", "-l"]).as_array().unwrap().len(), 1);
+    // The ref log records the deletion: a catalog rebuilt from it does not bring it back.
+    env.ok(&["repair"]);
     assert_eq!(env.json(&["tag", "-l"]).as_array().unwrap().len(), 1);
     env.fails(&["show", "m@v1"], 3);
     env.fails(&["tag", "-d", "m@v1"], 3);

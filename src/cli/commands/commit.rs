@@ -61,7 +61,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CommitArgs) -> anyhow::Result<u8> {
         options.ingest.compression_level,
     );
     let report = commit::commit(&mut store, &dir, &options, &ui.reporter())?;
-    if report.new_dataset && report.created {
+    if report.new_dataset {
         ui.note(format!("new dataset {}", report.dataset))?;
     }
     if let Some(head) = report.replaced_head {

@@ -3,8 +3,6 @@
 use clap::Args;
 use dsv::Revision;
 use dsv::ops::inspect;
-use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
-use indicatif::HumanBytes;
 
 use super::open_store;
 use crate::cli::{Cli, error, render, ui::Ui};
@@ -39,12 +37,12 @@ pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
     if ui.json {
         ui.json(&report)?;
     } else if args.stat {
-        ui.line(stat(&report.changes))?;
+        ui.line(render::diff_stat(&report.changes))?;
     } else {
         let mut text = render::changes(&report.changes, "no differences");
         if report.changes.len() > SUMMARY_AFTER {
             text.push('\n');
-            text.push_str(&summary(&report.changes));
+            text.push_str(&render::diff_summary(&report.changes));
         }
         ui.line(text)?;
     }
@@ -52,71 +50,6 @@ pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
         return Ok(error::DIFFERENCES);
     }
     Ok(error::SUCCESS)
-}
-
-/// Files (not directories) among `changes`: (added, modified, deleted, bytes before, bytes
-/// after).
-fn totals(changes: &[Change]) -> (usize, usize, usize, u64, u64) {
-    let mut totals = (0, 0, 0, 0, 0);
-    for change in changes {
-        let is_dir = |e: &Option<FlatEntry>| e.as_ref().is_some_and(|e| e.kind == FlatKind::Dir);
-        if is_dir(&change.old) || is_dir(&change.new) {
-            continue;
-        }
-        match change.change {
-            ChangeKind::Added => totals.0 += 1,
-            ChangeKind::Modified => totals.1 += 1,
-            ChangeKind::Deleted => totals.2 += 1,
-        }
-        totals.3 += change.old.as_ref().map_or(0, |e| e.size);
-        totals.4 += change.new.as_ref().map_or(0, |e| e.size);
-    }
-    totals
-}
-
-/// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB".
-fn summary(changes: &[Change]) -> String {
-    let (added, modified, deleted, before, after) = totals(changes);
-    let files = added + modified + deleted;
-    format!(
-        "{files} file{} changed: {added} added, {modified} modified, {deleted} deleted; {} → {}",
-        if files == 1 { "" } else { "s" },
-        HumanBytes(before),
-        HumanBytes(after)
-    )
-}
-
-/// `diff --stat`: each changed file with its sizes, then the summary.
-fn stat(changes: &[Change]) -> String {
-    if changes.is_empty() {
-        return "no differences".into();
-    }
-    let rows: Vec<(String, String)> = changes
-        .iter()
-        .map(|c| {
-            let size = |e: &Option<FlatEntry>| match e {
-                None => "-".to_string(),
-                Some(e) if e.kind == FlatKind::Dir => "dir".to_string(),
-                Some(e) => HumanBytes(e.size).to_string(),
-            };
-            (
-                c.path.clone(),
-                format!("{} → {}", size(&c.old), size(&c.new)),
-            )
-        })
-        .collect();
-    let width = rows
-        .iter()
-        .map(|(p, _)| p.chars().count())
-        .max()
-        .unwrap_or(0);
-    let mut out = String::new();
-    for (path, sizes) in rows {
-        let pad = width - path.chars().count();
-        out.push_str(&format!(" {path}{} | {sizes}\n", " ".repeat(pad)));
-    }
-    out.push_str(&summary(changes));
-    out
 }
 
 #[derive(Debug, Args)]
@@ -135,45 +68,11 @@ pub(crate) fn log(cli: &Cli, ui: &Ui, args: &LogArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
     let versions = inspect::log(&store, &args.dataset, args.limit)?;
     if args.oneline {
-        ui.report(versions.as_slice(), oneline)?;
+        ui.report(versions.as_slice(), render::log_oneline)?;
     } else {
         ui.report(versions.as_slice(), render::log)?;
     }
     Ok(error::SUCCESS)
-}
-
-/// `log --oneline`: `<short id> (head, tag: v1) message`.
-fn oneline(versions: &[inspect::VersionInfo]) -> String {
-    let head = versions
-        .first()
-        .filter(|v| !v.off_head_line)
-        .map(|v| v.record.id);
-    versions
-        .iter()
-        .map(|v| {
-            let mut marks: Vec<String> = Vec::new();
-            if Some(v.record.id) == head {
-                marks.push("head".into());
-            }
-            marks.extend(v.tags.iter().map(|t| format!("tag: {t}")));
-            if v.removed_at.is_some() {
-                marks.push("removed".into());
-            }
-            if v.off_head_line {
-                marks.push("other line".into());
-            }
-            let marks = if marks.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", marks.join(", "))
-            };
-            let message = v.record.version.message.lines().next().unwrap_or("");
-            format!("{}{marks} {message}", v.record.id.short())
-                .trim_end()
-                .to_string()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[derive(Debug, Args)]

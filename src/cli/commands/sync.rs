@@ -29,15 +29,14 @@ pub(crate) struct PushArgs {
 
 pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let settings = store.config()?;
-    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
+    let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
     let revision = args.revision.as_deref().map(Revision::parse).transpose()?;
     let report = sync::push(
         &mut store,
         &name,
         revision.as_ref(),
         args.force,
-        jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS),
+        requests,
         &ui.reporter(),
     )?;
     ui.report(&report, render::push)?;
@@ -59,19 +58,12 @@ pub(crate) struct PullArgs {
 
 pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let settings = store.config()?;
-    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
+    let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
     let target = sync::RemoteRevision {
         remote: name,
         revision: Revision::parse(&args.revision)?,
     };
-    let report = sync::pull(
-        &mut store,
-        &target,
-        &args.include,
-        jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS),
-        &ui.reporter(),
-    )?;
+    let report = sync::pull(&mut store, &target, &args.include, requests, &ui.reporter())?;
     ui.report(&report, render::pull)?;
     Ok(error::SUCCESS)
 }
@@ -86,14 +78,8 @@ pub(crate) struct FetchArgs {
 
 pub(crate) fn fetch(cli: &Cli, ui: &Ui, args: &FetchArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let settings = store.config()?;
-    let name = sync::default_remote(&store, args.remote.name.as_deref())?;
-    let report = sync::fetch(
-        &mut store,
-        &name,
-        jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS),
-        &ui.reporter(),
-    )?;
+    let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
+    let report = sync::fetch(&mut store, &name, requests, &ui.reporter())?;
     ui.report(&report, render::fetch)?;
     Ok(error::SUCCESS)
 }
@@ -125,4 +111,16 @@ pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
     )?;
     ui.report(&report, render::clone)?;
     Ok(error::SUCCESS)
+}
+
+/// The remote of push, pull and fetch (`--remote`, else the store's `remote.default`, else
+/// the only remote or origin) and its requests in flight (`--jobs`, else `core.jobs`).
+fn remote_and_requests(
+    store: &dsv::Store,
+    remote: &RemoteArg,
+    jobs: &JobsArg,
+) -> anyhow::Result<(String, usize)> {
+    let name = sync::default_remote(store, remote.name.as_deref())?;
+    let requests = jobs_or(jobs, &store.config()?, dsv::remote::DEFAULT_JOBS);
+    Ok((name, requests))
 }

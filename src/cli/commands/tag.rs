@@ -5,7 +5,7 @@ use dsv::Revision;
 use dsv::ops::inspect;
 
 use super::open_store;
-use crate::cli::{Cli, error, ui::Ui};
+use crate::cli::{Cli, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("mode").args(["list", "delete"]))]
@@ -37,26 +37,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &TagArgs) -> anyhow::Result<u8> {
             anyhow::bail!(usage("--list takes at most one argument: the dataset"));
         }
         let tags = inspect::tags(&store, args.revision.as_deref())?;
-        ui.report(tags.as_slice(), |tags| {
-            if tags.is_empty() {
-                return "no tags".to_string();
-            }
-            let width = tags
-                .iter()
-                .map(|t| t.dataset.len() + 1 + t.tag.len())
-                .max()
-                .unwrap_or(0);
-            tags.iter()
-                .map(|t| {
-                    format!(
-                        "{:<width$}  {}",
-                        format!("{}@{}", t.dataset, t.tag),
-                        t.version.short()
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        })?;
+        ui.report(tags.as_slice(), render::tags)?;
         return Ok(error::SUCCESS);
     }
     let Some(revision) = &args.revision else {

@@ -309,3 +309,52 @@ pub fn kill_after(env: &TestEnv, args: &[&str], delay: std::time::Duration) -> b
     child.wait().unwrap();
     running
 }
+
+/// Puts `objects` (id, kind, encoded bytes) into `env`'s own store as a pack, records
+/// `version` and makes it the dataset's head, without any check: a hostile or damaged store,
+/// as a fetch without checks (or an older dsv) would have left it.
+pub fn plant(
+    env: &TestEnv,
+    objects: &[(dsv::ObjectId, dsv::object::ObjectKind, Vec<u8>)],
+    version: &dsv::object::Version,
+) {
+    let mut store = dsv::Store::discover(env.root()).unwrap();
+    let mut writer = dsv::pack::PackWriter::create(&store.packs_dir(), &store.temp_dir()).unwrap();
+    let mut frame = dsv::pack::FrameBuilder::default();
+    for (id, kind, bytes) in objects {
+        frame.push(*id, *kind, bytes);
+    }
+    writer.add_frame(frame.encode(3)).unwrap();
+    let sealed = writer.finish().unwrap();
+    let catalog = store.catalog_mut().writer().unwrap();
+    catalog.add_pack(&sealed).unwrap();
+    catalog.record_version(&version.id(), version).unwrap();
+    catalog.set_head(&version.dataset, &version.id()).unwrap();
+    catalog.commit().unwrap();
+}
+
+/// [`plant`]s a hand-made version of `dataset` whose root tree holds only `entry`.
+pub fn plant_one_entry(env: &TestEnv, dataset: &str, entry: dsv::object::TreeEntry) {
+    use dsv::object::{ObjectKind, Tree, Version};
+    let size = entry.size;
+    let tree = Tree {
+        entries: vec![entry],
+    };
+    let version = Version {
+        dataset: dataset.into(),
+        tree: tree.id(),
+        parent: None,
+        author: "mallory".into(),
+        time: 0,
+        files: 1,
+        bytes: size,
+        source: "handmade".into(),
+        provenance: None,
+        message: String::new(),
+    };
+    let objects = [
+        (tree.id(), ObjectKind::Tree, tree.encode()),
+        (version.id(), ObjectKind::Version, version.encode()),
+    ];
+    plant(env, &objects, &version);
+}
