@@ -643,9 +643,20 @@ pub struct Change {
     pub new: Option<FlatEntry>,
 }
 
+/// What [`diff`] found.
+#[derive(Debug, Clone, Default)]
+pub struct TreeDiff {
+    /// The changed files and symlinks (and directories that hold no file), sorted by path.
+    pub changes: Vec<Change>,
+    /// How many tree objects the diff read (both sides, the two roots included): a diff of
+    /// versions that differ in a few files reads only the trees on those files' paths.
+    pub trees_read: u64,
+}
+
 /// Compares two trees (`None` = empty), descending only into subtrees whose ids differ.
 ///
-/// Returns the changed files and symlinks sorted by path. The walk is iterative and bounded
+/// Returns the changed files and symlinks sorted by path, and how many trees were read. The
+/// walk is iterative and bounded
 /// as [`flatten`] is (each side at most [`MAX_TREE_DEPTH`] levels, its directory entries'
 /// claims checked, at most [`MAX_VERSION_FILES`] files and [`MAX_VERSION_DIRS`] directories).
 ///
@@ -655,9 +666,10 @@ pub fn diff(
     reader: &mut ObjectReader<'_>,
     old: Option<&ObjectId>,
     new: Option<&ObjectId>,
-) -> Result<Vec<Change>> {
+) -> Result<TreeDiff> {
     type Side = Option<(ObjectId, Option<(u64, u64)>)>;
     let mut changes = Vec::new();
+    let mut trees_read = 0u64;
     let root = new.or(old).copied().unwrap_or(ObjectId([0; 32]));
     let mut budget = Budget::new(&root, 2);
     let mut stack: Vec<(Side, Side, String, usize)> = vec![(
@@ -671,6 +683,7 @@ pub fn diff(
             continue;
         }
         let mut side = |side: Side| -> Result<Tree> {
+            trees_read += u64::from(side.is_some());
             side.map(|(id, claim)| load(reader, &id, prefix.trim_end_matches('/'), depth, claim))
                 .transpose()
                 .map(Option::unwrap_or_default)
@@ -758,7 +771,10 @@ pub fn diff(
         }
     }
     changes.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(changes)
+    Ok(TreeDiff {
+        changes,
+        trees_read,
+    })
 }
 
 fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<ChangeKind> {

@@ -346,6 +346,33 @@ pub fn checkout(
         .chain(&plan.delete_files)
         .map(String::as_str)
         .collect();
+    // Directories the target adds where nothing is now are made before staging, so each file
+    // is staged beside its destination and renamed within its own directory. (Staged at the
+    // top of `dir` instead, a checkout into an empty directory put every file of the version
+    // in one directory first: 4x slower than `cp -r` at 100,000 files.) Made only where the
+    // path is free and its parent is a real directory that stays; undone if staging fails.
+    let mut made_dirs = MadeDirs::default();
+    for entry in &target {
+        if entry.kind != FlatKind::Dir || plan.keep.contains(entry.path.as_str()) {
+            continue;
+        }
+        let parent_stays = match entry.path.rsplit_once('/') {
+            None => true,
+            Some((parent, _)) => {
+                !removed
+                    .iter()
+                    .any(|r| parent == *r || parent.starts_with(&format!("{r}/")))
+                    && fs::symlink_metadata(dir.join(parent)).is_ok_and(|m| m.is_dir())
+            }
+        };
+        let full = dir.join(&entry.path);
+        if parent_stays
+            && matches!(fs::symlink_metadata(&full), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        {
+            fs::create_dir(&full).at(&full)?;
+            made_dirs.made.push(full);
+        }
+    }
     for entry in &target {
         if plan.keep.contains(entry.path.as_str()) {
             continue;
@@ -395,6 +422,7 @@ pub fn checkout(
         }
         return Err(error);
     }
+    made_dirs.kept = true;
 
     // Apply.
     let mut deleted = 0u64;
@@ -649,6 +677,24 @@ fn plan<'a>(
         });
     }
     Ok(plan)
+}
+
+/// Directories a checkout made before staging: removed again (each only if empty, deepest
+/// first) when it stops before applying, unless kept.
+#[derive(Default)]
+struct MadeDirs {
+    made: Vec<PathBuf>,
+    kept: bool,
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        if !self.kept {
+            for made in self.made.iter().rev() {
+                let _ = fs::remove_dir(made);
+            }
+        }
+    }
 }
 
 /// A temporary name for staging `path`: beside it when its directory exists now and stays,

@@ -310,6 +310,9 @@ pub struct DiffReport {
     pub new: ObjectId,
     /// Changed paths, sorted.
     pub changes: Vec<Change>,
+    /// Tree objects read to find them: only the trees on changed paths (and the two roots),
+    /// however many files the versions hold.
+    pub trees_read: u64,
 }
 
 /// Diffs two revisions, or one against its parent.
@@ -326,7 +329,7 @@ pub fn diff(store: &Store, old: Option<&Revision>, new: &Revision) -> Result<Dif
     let old_tree = old_id
         .map(|id| info(store, &id).map(|i| i.record.version.tree))
         .transpose()?;
-    let changes = tree::diff(
+    let found = tree::diff(
         &mut store.reader(),
         old_tree.as_ref(),
         Some(&new_info.record.version.tree),
@@ -334,7 +337,8 @@ pub fn diff(store: &Store, old: Option<&Revision>, new: &Revision) -> Result<Dif
     Ok(DiffReport {
         old: old_id,
         new: new_id,
-        changes,
+        changes: found.changes,
+        trees_read: found.trees_read,
     })
 }
 

@@ -1,0 +1,86 @@
+//! Scale (issue 13): costs proportional to what changed. The figures at 100,000 to 3,000,000
+//! files come from `scripts/bench-scale` (docs/scale.md); these tests pin the mechanisms.
+
+use std::fs;
+
+use crate::common::{TestEnv, pseudo_random};
+
+/// A tree of `dirs` directories of `files` small files each, under `root`.
+fn many_files(env: &TestEnv, root: &str, dirs: usize, files: usize) {
+    for d in 0..dirs {
+        for f in 0..files {
+            env.write(&format!("{root}/d{d:02}/f{f:02}"), format!("{d}/{f}\n"));
+        }
+    }
+}
+
+#[test]
+fn a_diff_reads_only_the_trees_on_the_changed_paths() {
+    let env = TestEnv::new();
+    many_files(&env, "data", 30, 5);
+    env.write("data/a/b/c/deep.txt", "deep\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.write("data/d07/f03", "edited\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let diff = env.json(&["diff", "ds"]);
+    assert_eq!(diff["changes"].as_array().unwrap().len(), 1, "{diff}");
+    assert_eq!(diff["changes"][0]["path"], "d07/f03");
+    // The two roots and the two versions of d07: none of the other 33 trees.
+    assert_eq!(diff["trees_read"], 4, "{diff}");
+
+    env.write("data/a/b/c/deep.txt", "deeper\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let diff = env.json(&["diff", "ds"]);
+    assert_eq!(diff["changes"][0]["path"], "a/b/c/deep.txt", "{diff}");
+    // Roots, a, a/b and a/b/c, on each side.
+    assert_eq!(diff["trees_read"], 8, "{diff}");
+
+    // Identical versions: not even the roots are read.
+    let ids = crate::common::version_ids(&env, "ds");
+    let same = env.json(&["diff", &format!("ds@{}", &ids[0][..12]), "ds"]);
+    assert_eq!(same["trees_read"], 0, "{same}");
+}
+
+#[test]
+fn a_checkout_into_an_empty_directory_gives_the_exact_tree() {
+    let env = TestEnv::new();
+    many_files(&env, "data", 4, 3);
+    env.write("data/x/y/z.bin", pseudo_random(100_000, 3));
+    env.ok(&["commit", "data", "-d", "ds"]);
+    // Directories are made before the files are staged beside their destinations.
+    env.ok(&["checkout", "ds", "out"]);
+    assert_eq!(
+        crate::common::snapshot_tree(&env.path("out")),
+        crate::common::snapshot_tree(&env.path("data"))
+    );
+    env.ok(&["audit", "out"]);
+}
+
+#[test]
+fn a_failed_checkout_into_a_new_directory_removes_the_directories_it_made() {
+    let env = TestEnv::new();
+    env.write("data/keep/one.txt", "one\n");
+    env.write("data/big/nested/big.bin", pseudo_random(3_000_000, 8));
+    env.ok(&["commit", "data", "-d", "ds"]);
+    // Corrupt every pack: staging meets bad data after the directories were made.
+    for entry in fs::read_dir(env.path(".dsv/packs")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x55;
+        fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        fs::write(&path, bytes).unwrap();
+    }
+    fs::create_dir(env.path("out")).unwrap();
+    env.write("out/untracked.txt", "mine\n");
+    env.fails(&["checkout", "ds", "out"], 5);
+    let left: Vec<String> = fs::read_dir(env.path("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        left,
+        ["untracked.txt"],
+        "only what was there before is left"
+    );
+}
