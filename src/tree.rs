@@ -788,10 +788,21 @@ fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<Chang
 }
 
 /// Compares two flat listings with the rules of [`diff`]: files and symlinks by kind, mode and
-/// id; a directory only where it holds no file on that side.
+/// id; a directory only where it holds no file on that side. Returns the changes sorted by
+/// path.
+///
+/// The listings are merged in [`crate::walk::path_order`] (the order [`flatten`] and a scan
+/// give), holding no map of either: a listing in another order is sorted first (by
+/// reference).
 pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
-    fn by_path(entries: &[FlatEntry]) -> std::collections::BTreeMap<&str, &FlatEntry> {
-        entries.iter().map(|e| (e.path.as_str(), e)).collect()
+    use crate::walk::path_order;
+    use std::cmp::Ordering;
+    fn in_order(entries: &[FlatEntry]) -> Vec<&FlatEntry> {
+        let mut sorted: Vec<&FlatEntry> = entries.iter().collect();
+        if !sorted.is_sorted_by(|a, b| path_order(&a.path, &b.path) != Ordering::Greater) {
+            sorted.sort_by(|a, b| path_order(&a.path, &b.path));
+        }
+        sorted
     }
     fn non_empty_dirs(entries: &[FlatEntry]) -> std::collections::HashSet<&str> {
         let mut dirs = std::collections::HashSet::new();
@@ -806,37 +817,43 @@ pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
         }
         dirs
     }
-    let (old_map, new_map) = (by_path(old), by_path(new));
     let (old_full, new_full) = (non_empty_dirs(old), non_empty_dirs(new));
-    let leaf = |map: &std::collections::BTreeMap<&str, &FlatEntry>,
-                full: &std::collections::HashSet<&str>,
-                path: &str| {
-        map.get(path)
-            .filter(|e| !(e.kind == FlatKind::Dir && full.contains(path)))
+    let (old, new) = (in_order(old), in_order(new));
+    let leaf = |full: &std::collections::HashSet<&str>, entry: Option<&&FlatEntry>| {
+        entry
+            .filter(|e| !(e.kind == FlatKind::Dir && full.contains(e.path.as_str())))
             .map(|e| (*e).clone())
     };
-    let mut paths: Vec<&str> = old_map.keys().chain(new_map.keys()).copied().collect();
-    paths.sort_unstable();
-    paths.dedup();
+    let (mut i, mut j) = (0, 0);
     let mut changes = Vec::new();
-    for path in paths {
-        let both_dirs = old_map.get(path).is_some_and(|e| e.kind == FlatKind::Dir)
-            && new_map.get(path).is_some_and(|e| e.kind == FlatKind::Dir);
-        if both_dirs {
+    while i < old.len() || j < new.len() {
+        let order = match (old.get(i), new.get(j)) {
+            (Some(a), Some(b)) => path_order(&a.path, &b.path),
+            (Some(_), None) => Ordering::Less,
+            _ => Ordering::Greater,
+        };
+        let (a, b) = match order {
+            Ordering::Less => (old.get(i), None),
+            Ordering::Greater => (None, new.get(j)),
+            Ordering::Equal => (old.get(i), new.get(j)),
+        };
+        i += usize::from(a.is_some());
+        j += usize::from(b.is_some());
+        let is_dir = |e: Option<&&FlatEntry>| e.is_some_and(|e| e.kind == FlatKind::Dir);
+        if is_dir(a) && is_dir(b) {
             continue;
         }
-        let (old_leaf, new_leaf) = (
-            leaf(&old_map, &old_full, path),
-            leaf(&new_map, &new_full, path),
-        );
+        let (old_leaf, new_leaf) = (leaf(&old_full, a), leaf(&new_full, b));
         if let Some(change) = leaf_change(old_leaf.as_ref(), new_leaf.as_ref()) {
+            let path = a.or(b).map(|e| e.path.clone()).unwrap_or_default();
             changes.push(Change {
-                path: path.to_string(),
+                path,
                 change,
                 old: old_leaf,
                 new: new_leaf,
             });
         }
     }
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
     changes
 }

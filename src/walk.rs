@@ -247,7 +247,9 @@ fn scan_with(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Scan
     let jobs = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
-    let found: Mutex<Vec<(PathBuf, String, bool)>> = Mutex::new(Vec::new());
+    // Relative paths only (the absolute one is made again to stat it): at a million files
+    // the listing is most of the walk's memory.
+    let found: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
     let scan = Mutex::new(Scan::default());
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     let mut builder = ignore::WalkBuilder::new(root);
@@ -295,7 +297,7 @@ fn scan_with(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Scan
                     return Ok(ignore::WalkState::Continue);
                 }
                 let reserved = is_reserved_name(name);
-                lock(&found).push((entry.into_path(), relative, reserved));
+                lock(&found).push((relative, reserved));
                 // A reserved name is listed (as unsupported), never walked into.
                 Ok(if reserved && is_dir {
                     ignore::WalkState::Skip
@@ -318,19 +320,28 @@ fn scan_with(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Scan
     let mut found = found
         .into_inner()
         .expect("no panics while holding the lock");
-    // Component-wise byte order: '/' sorts before every byte a name may contain.
-    found.sort_unstable_by(|(_, a, _), (_, b, _)| {
-        a.bytes()
-            .map(|c| if c == b'/' { 0 } else { c })
-            .cmp(b.bytes().map(|c| if c == b'/' { 0 } else { c }))
-    });
+    found.sort_unstable_by(|(a, _), (b, _)| path_order(a, b));
     let mut scan = scan.into_inner().expect("no panics while holding the lock");
-    scan.entries = crate::parallel::map(&found, jobs, |(path, relative, reserved)| {
-        stat_entry(path, relative, *reserved)
+    let stats = crate::parallel::map(&found, jobs, |(relative, reserved)| {
+        stat_entry(&root.join(relative), relative, *reserved)
     })?;
+    // Each path moves into its entry: never two copies of the listing.
+    scan.entries = stats
+        .into_iter()
+        .zip(found)
+        .map(|((kind, stat), (path, _))| ScanEntry { path, kind, stat })
+        .collect();
     scan.leftovers.sort();
     scan.stores.sort();
     Ok(scan)
+}
+
+/// The order of paths in a version and a scan: depth first, siblings sorted by name bytes
+/// (component-wise byte order: `a`, `a/x`, `a.txt`, as `/` sorts before every byte a name
+/// may hold).
+pub fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let key = |c: u8| if c == b'/' { 0 } else { c };
+    a.bytes().map(key).cmp(b.bytes().map(key))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -367,8 +378,8 @@ fn walk_error(root: &Path, error: ignore::Error) -> Error {
     }
 }
 
-/// Stats and classifies one entry found by the walk.
-fn stat_entry(path: &Path, relative: &str, reserved: bool) -> Result<ScanEntry> {
+/// Stats and classifies one entry found by the walk (at `path`, `relative` to the root).
+fn stat_entry(path: &Path, relative: &str, reserved: bool) -> Result<(ScanKind, Stat)> {
     let metadata = std::fs::symlink_metadata(path).at(path)?;
     let file_type = metadata.file_type();
     let unsupported = |reason: &str| ScanKind::Unsupported {
@@ -400,11 +411,7 @@ fn stat_entry(path: &Path, relative: &str, reserved: bool) -> Result<ScanEntry> 
             "only regular files, directories and symlinks can be versioned (this is a socket, FIFO or device)",
         )
     };
-    Ok(ScanEntry {
-        path: relative.to_string(),
-        kind,
-        stat: Stat::of(&metadata),
-    })
+    Ok((kind, Stat::of(&metadata)))
 }
 
 /// True for the names of checkout's temporary files: `.dsv-tmp-<pid>-<n>`.

@@ -90,6 +90,16 @@ impl Catalog {
         Self::open_schema(path, false)
     }
 
+    /// A second connection to the catalog at `path`, which another connection of this
+    /// process opened (and brought up to date) already: for reading beside it on another
+    /// thread. The ref log is not touched.
+    ///
+    /// # Errors
+    /// As [`Catalog::open`].
+    pub(crate) fn open_reader(path: &Path) -> Result<Catalog> {
+        Self::open_schema(path, false)
+    }
+
     fn open_schema(path: &Path, create: bool) -> Result<Catalog> {
         // The path is made absolute first and URI filenames are off: SQLite (built with
         // `SQLITE_USE_URI`) would read a relative path starting with `file:` (a store in a

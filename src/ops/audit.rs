@@ -106,11 +106,19 @@ pub fn audit(
     let record = store.catalog().version_record(&version)?;
     let expected = tree::flatten_version(&mut store.reader(), &record.version)?;
     // The stat cache may vouch only for the version this directory was recorded with.
-    let cache = match &recorded {
-        Some(ws) if !full && ws.version == Some(version) => store.catalog().stat_cache(ws.id)?,
-        _ => Default::default(),
+    let cache_of = match &recorded {
+        Some(ws) if !full && ws.version == Some(version) => Some(ws.id),
+        _ => None,
     };
-    let disk = DiskState::read(&dir, &cache, None, true, jobs, progress)?;
+    let disk = DiskState::read(
+        &dir,
+        store.catalog().path(),
+        cache_of,
+        None,
+        true,
+        jobs,
+        progress,
+    )?;
     let current: Vec<FlatEntry> = disk.entries.iter().filter_map(|e| disk.flat(e)).collect();
     let mismatches: Vec<Mismatch> = tree::diff_flat(&expected, &current)
         .into_iter()

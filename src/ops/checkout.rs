@@ -223,8 +223,35 @@ pub struct CheckoutReport {
 struct WriteJob<'a> {
     entry: &'a FlatEntry,
     chunks: Vec<(ObjectId, ObjectLocation)>,
-    /// Where the content is staged before it is renamed into place.
-    temp: PathBuf,
+    /// Where the content is staged before it is renamed into place (see [`WriteJob::temp`]).
+    staging: Staging,
+}
+
+/// Where a file is staged, kept small (a path is made when needed: at a million files the
+/// jobs are most of a checkout's memory).
+#[derive(Clone, Copy)]
+struct Staging {
+    /// Beside its destination (else at the top of the checkout's directory).
+    beside: bool,
+    /// The temporary name's number, unique in this process.
+    number: u64,
+}
+
+impl WriteJob<'_> {
+    /// The temporary name the content is staged at, in checkout directory `dir`: beside the
+    /// destination or at the top of `dir` (renamed across directories later; same
+    /// filesystem).
+    fn temp(&self, dir: &Path) -> PathBuf {
+        let name = format!(
+            "{TEMP_PREFIX}{}-{}",
+            std::process::id(),
+            self.staging.number
+        );
+        match self.entry.path.rsplit_once('/') {
+            Some((parent, _)) if self.staging.beside => dir.join(parent).join(name),
+            _ => dir.join(name),
+        }
+    }
 }
 
 /// What to change in the directory.
@@ -308,9 +335,8 @@ pub fn checkout(
             dataset: w.dataset.clone().unwrap_or_else(|| "a version".into()),
         });
     }
-    let (cache, old) = match &workspace {
+    let old = match &workspace {
         Some(w) => {
-            let cache = store.catalog().stat_cache(w.id)?;
             // A removed version's content is not kept by gc: the files it had here are not
             // recoverable through it, so they are compared as untracked files.
             let live_old = match w.version {
@@ -321,16 +347,24 @@ pub fn checkout(
                 Some(record) => tree::flatten_version(&mut store.reader(), &record?.version)?,
                 None => Vec::new(),
             };
-            (cache, old)
+            old
         }
-        None => (HashMap::new(), Vec::new()),
+        None => Vec::new(),
     };
     let target_map: HashMap<&str, &FlatEntry> =
         target.iter().map(|e| (e.path.as_str(), e)).collect();
     let old_map: HashMap<&str, &FlatEntry> = old.iter().map(|e| (e.path.as_str(), e)).collect();
     // Hash only files whose content matters: those the target or the old version names.
     let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
-    let disk = DiskState::read(&dir, &cache, Some(&wanted), false, options.jobs, progress)?;
+    let disk = DiskState::read(
+        &dir,
+        store.catalog().path(),
+        workspace.as_ref().map(|w| w.id),
+        Some(&wanted),
+        false,
+        options.jobs,
+        progress,
+    )?;
     progress.phase("locating the data");
 
     let plan = plan(store, &dir, &disk, &target_map, &old_map, options.force)?;
@@ -358,12 +392,7 @@ pub fn checkout(
         }
         let parent_stays = match entry.path.rsplit_once('/') {
             None => true,
-            Some((parent, _)) => {
-                !removed
-                    .iter()
-                    .any(|r| parent == *r || parent.starts_with(&format!("{r}/")))
-                    && fs::symlink_metadata(dir.join(parent)).is_ok_and(|m| m.is_dir())
-            }
+            Some((parent, _)) => stays(&dir, parent, &removed),
         };
         let full = dir.join(&entry.path);
         if parent_stays
@@ -385,11 +414,10 @@ pub fn checkout(
             FlatKind::Symlink { .. } => Vec::new(),
             FlatKind::File { .. } => reader.file_chunks(&entry.id, entry.size)?,
         };
-        let temp = staging_path(&dir, &entry.path, &removed, &counter);
         jobs.push(WriteJob {
             entry,
             chunks,
-            temp,
+            staging: staging(&dir, &entry.path, &removed, &counter),
         });
     }
     // Neighbouring files share frames: write them in pack order so each frame is
@@ -414,11 +442,11 @@ pub fn checkout(
     let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
     progress.start("writing", total_bytes, Unit::Bytes);
     progress.count_files(jobs.len() as u64);
-    let staged = stage(&store.packs_dir(), &jobs, options.jobs, progress);
+    let staged = stage(&store.packs_dir(), &dir, &jobs, options.jobs, progress);
     progress.phase("finishing");
     if let Err(error) = staged {
         for job in &jobs {
-            let _ = fs::remove_file(&job.temp);
+            let _ = fs::remove_file(job.temp(&dir));
         }
         return Err(error);
     }
@@ -445,7 +473,7 @@ pub fn checkout(
     let mut written_stats = Vec::with_capacity(jobs.len());
     for job in &jobs {
         let destination = dir.join(&job.entry.path);
-        fs::rename(&job.temp, &destination).at(&destination)?;
+        fs::rename(job.temp(&dir), &destination).at(&destination)?;
         if let FlatKind::File { .. } = job.entry.kind {
             written_stats.push((
                 job,
@@ -467,25 +495,25 @@ pub fn checkout(
         ));
     }
     let checked_ns = workspace::now_ns();
-    let mut cache_changes: Vec<(String, Option<StatEntry>)> = Vec::new();
+    let mut cache_changes: Vec<(&str, Option<StatEntry>)> = Vec::new();
     for (job, stat) in &written_stats {
         let full = dir.join(&job.entry.path);
         let unchanged = fs::symlink_metadata(&full).is_ok_and(|m| Stat::of(&m) == *stat);
         let entry = unchanged.then(|| workspace::entry(stat, job.entry.id, checked_ns));
-        cache_changes.push((job.entry.path.clone(), entry));
+        cache_changes.push((&job.entry.path, entry));
     }
     for (path, entry) in &disk.hashed {
         // A kept file holds the target's content, which is in the store.
         if plan.keep.contains(path.as_str()) {
-            cache_changes.push((path.clone(), Some(*entry)));
+            cache_changes.push((path, Some(*entry)));
         }
     }
-    for path in cache.keys() {
+    for path in disk.cache.keys() {
         let is_target_file = target_map
             .get(path.as_str())
             .is_some_and(|e| matches!(e.kind, FlatKind::File { .. }));
         if !is_target_file {
-            cache_changes.push((path.clone(), None));
+            cache_changes.push((path, None));
         }
     }
     if !partial {
@@ -493,7 +521,7 @@ pub fn checkout(
         let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
         writer.update_stat_cache(
             workspace_id,
-            cache_changes.iter().map(|(p, e)| (p.as_str(), e.as_ref())),
+            cache_changes.iter().map(|(p, e)| (*p, e.as_ref())),
         )?;
         writer.commit()?;
     }
@@ -697,25 +725,25 @@ impl Drop for MadeDirs {
     }
 }
 
-/// A temporary name for staging `path`: beside it when its directory exists now and stays,
-/// else at the top of `dir` (renamed across directories later; same filesystem).
-fn staging_path(dir: &Path, path: &str, removed: &[&str], counter: &AtomicU64) -> PathBuf {
-    let name = format!(
-        "{TEMP_PREFIX}{}-{}",
-        std::process::id(),
-        counter.fetch_add(1, Ordering::Relaxed)
-    );
-    let parent = path.rsplit_once('/').map(|(parent, _)| parent);
-    let stays = |parent: &str| {
-        !removed
-            .iter()
-            .any(|r| parent == *r || parent.starts_with(&format!("{r}/")))
-            && fs::symlink_metadata(dir.join(parent)).is_ok_and(|m| m.is_dir())
-    };
-    match parent {
-        Some(parent) if stays(parent) => dir.join(parent).join(name),
-        _ => dir.join(name),
+/// Where to stage `path`: beside it when its directory exists now and stays, else at the top
+/// of `dir`.
+fn staging(dir: &Path, path: &str, removed: &[&str], counter: &AtomicU64) -> Staging {
+    Staging {
+        beside: path
+            .rsplit_once('/')
+            .is_some_and(|(parent, _)| stays(dir, parent, removed)),
+        number: counter.fetch_add(1, Ordering::Relaxed),
     }
+}
+
+/// Whether `parent` (relative to `dir`) is a real directory now (not a symlink) that this
+/// checkout keeps: not one of the `removed` paths nor below one.
+fn stays(dir: &Path, parent: &str, removed: &[&str]) -> bool {
+    !removed.iter().any(|r| {
+        parent
+            .strip_prefix(r)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }) && fs::symlink_metadata(dir.join(parent)).is_ok_and(|m| m.is_dir())
 }
 
 /// Files of more than this many bytes (and of a large share of the checkout, see [`stage`])
@@ -764,6 +792,7 @@ struct LargeFile<'a> {
 /// Writes every job to its temp name, checked against its id; large files in segments.
 fn stage(
     packs_dir: &Path,
+    dir: &Path,
     jobs: &[WriteJob<'_>],
     threads: usize,
     progress: &dyn Progress,
@@ -784,9 +813,10 @@ fn stage(
     let mut tasks = Vec::new();
     let mut large = Vec::new();
     for job in large_jobs {
-        File::create(&job.temp)
+        let temp = job.temp(dir);
+        File::create(&temp)
             .and_then(|f| f.set_len(job.entry.size))
-            .at(&job.temp)?;
+            .at(&temp)?;
         let (mut start, mut offset, mut run, mut segments) = (0, 0u64, 0u64, 0);
         for (i, (_, location)) in job.chunks.iter().enumerate() {
             run += u64::from(location.length);
@@ -827,7 +857,9 @@ fn stage(
         tasks.iter().partition(|task| task.is_bulk());
     for (tasks, threads) in [(bulk, threads.min(cores)), (many, threads)] {
         crate::parallel::map(&tasks, threads, |task| {
-            with_pack_reader(packs_dir, |packs| run_task(task, &large, packs, progress))
+            with_pack_reader(packs_dir, |packs| {
+                run_task(task, dir, &large, packs, progress)
+            })
         })?;
     }
     Ok(())
@@ -835,6 +867,7 @@ fn stage(
 
 fn run_task(
     task: &Task<'_>,
+    dir: &Path,
     large: &[LargeFile<'_>],
     packs: &mut PackReader,
     progress: &dyn Progress,
@@ -843,7 +876,7 @@ fn run_task(
         Task::Files(batch) => {
             for job in batch {
                 crate::interrupt::check()?;
-                write_temp(job, packs)?;
+                write_temp(job, dir, packs)?;
                 progress.advance(job.entry.size);
                 progress.file_done();
             }
@@ -854,10 +887,8 @@ fn run_task(
             offset,
         } => {
             let job = large[*index].job;
-            let handle = fs::OpenOptions::new()
-                .write(true)
-                .open(&job.temp)
-                .at(&job.temp)?;
+            let temp = job.temp(dir);
+            let handle = fs::OpenOptions::new().write(true).open(&temp).at(&temp)?;
             let mut position = *offset;
             for (chunk_id, location) in &job.chunks[chunks.clone()] {
                 crate::interrupt::check()?;
@@ -866,16 +897,16 @@ fn run_task(
                     .with_object(frame, offset, length, chunk_id, true, |bytes| {
                         std::os::unix::fs::FileExt::write_all_at(&handle, bytes, position)
                     })?
-                    .at(&job.temp)?;
+                    .at(&temp)?;
                 position += u64::from(length);
                 progress.advance(u64::from(length));
             }
             if large[*index].remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 progress.file_done();
                 // Every segment is in: check the whole file against its id.
-                if workspace::hash_file(&job.temp)? != job.entry.id {
+                if workspace::hash_file(&temp)? != job.entry.id {
                     return Err(Error::corrupt(
-                        &job.temp,
+                        &temp,
                         format!(
                             "the stored bytes of {} do not hash to its file id",
                             job.entry.path
@@ -885,7 +916,7 @@ fn run_task(
                 if let FlatKind::File { executable: true } = job.entry.kind {
                     handle
                         .set_permissions(fs::Permissions::from_mode(0o755))
-                        .at(&job.temp)?;
+                        .at(&temp)?;
                 }
             }
         }
@@ -913,8 +944,8 @@ fn with_pack_reader<R>(
 }
 
 /// Writes one small file or symlink to its temp name, checking the file against its id.
-fn write_temp(job: &WriteJob<'_>, packs: &mut PackReader) -> Result<()> {
-    let temp = &job.temp;
+fn write_temp(job: &WriteJob<'_>, dir: &Path, packs: &mut PackReader) -> Result<()> {
+    let temp = &job.temp(dir);
     match &job.entry.kind {
         FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, temp).at(temp)?,
         FlatKind::File { executable } => {

@@ -12,7 +12,6 @@
 //! store holds (commit records what it stored, checkout what it wrote, status only files that
 //! still hold their version's content).
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use super::ingest::{FRAME_TARGET, IngestFile, IngestOptions, IngestStats, PackSink, ingest_files};
@@ -138,32 +137,28 @@ pub fn commit(
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
     progress.phase("scanning");
-    let scan = walk::scan_excluding(&dir, &options.exclude)?;
+    let workspace = store.catalog().workspace(&workspace_key)?;
+    let (cache, scan) = super::status::beside_stat_cache(
+        store.catalog().path(),
+        workspace.as_ref().map(|w| w.id),
+        || walk::scan_excluding(&dir, &options.exclude),
+    )?;
     scan.refuse_unsupported(&dir)?;
     let scanned = scan.entries;
-    tracing::debug!(entries = scanned.len(), elapsed = ?clock.elapsed(), "walked");
-    let workspace = store.catalog().workspace(&workspace_key)?;
-    let cache = match &workspace {
-        Some(w) => store.catalog().stat_cache(w.id)?,
-        None => HashMap::new(),
-    };
-    tracing::debug!(entries = cache.len(), elapsed = ?clock.elapsed(), "loaded the stat cache");
+    tracing::debug!(entries = scanned.len(), cached = cache.len(), elapsed = ?clock.elapsed(), "walked and loaded the stat cache");
 
     // Which files must be read: those the stat cache cannot vouch for.
     let mut flat = Vec::with_capacity(scanned.len());
     let mut to_read = Vec::new();
     let mut to_read_index = Vec::new();
-    for entry in &scanned {
-        let (kind, size, id) = match &entry.kind {
+    for entry in scanned {
+        let (kind, size, id) = match entry.kind {
             ScanKind::Unsupported { .. } => unreachable!("refused above"),
             ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
-            ScanKind::Symlink { target } => (
-                FlatKind::Symlink {
-                    target: target.clone(),
-                },
-                target.len() as u64,
-                ObjectId::of(target.as_bytes()),
-            ),
+            ScanKind::Symlink { target } => {
+                let (size, id) = (target.len() as u64, ObjectId::of(target.as_bytes()));
+                (FlatKind::Symlink { target }, size, id)
+            }
             ScanKind::File { executable } => {
                 let cached = cache
                     .get(&entry.path)
@@ -176,16 +171,14 @@ pub fn commit(
                     });
                 }
                 (
-                    FlatKind::File {
-                        executable: *executable,
-                    },
+                    FlatKind::File { executable },
                     entry.stat.size,
                     cached.unwrap_or(ObjectId([0; 32])),
                 )
             }
         };
         flat.push(FlatEntry {
-            path: entry.path.clone(),
+            path: entry.path,
             kind,
             size,
             id,
@@ -230,15 +223,16 @@ pub fn commit(
         }
     };
     progress.phase("recording");
-    let mut new_cache: Vec<(String, StatEntry)> = Vec::with_capacity(ids.len());
+    // Entries of `flat` (by index, not a copy of the path) with their new stat cache entry.
+    let mut new_cache: Vec<(usize, StatEntry)> = Vec::with_capacity(ids.len());
     for ((index, id), file) in to_read_index.iter().zip(&ids).zip(&to_read) {
         flat[*index].id = *id;
-        new_cache.push((
-            flat[*index].path.clone(),
-            workspace::entry(&file.stat, *id, started_ns),
-        ));
+        new_cache.push((*index, workspace::entry(&file.stat, *id, started_ns)));
     }
-    tracing::debug!(files = to_read.len(), elapsed = ?clock.elapsed(), "ingested changed files");
+    let files_read = to_read.len();
+    drop(to_read);
+    drop(ids);
+    tracing::debug!(files = files_read, elapsed = ?clock.elapsed(), "ingested changed files");
     let built = tree::build(&flat);
     tracing::debug!(trees = built.trees.len(), elapsed = ?clock.elapsed(), "built trees");
 
@@ -281,7 +275,7 @@ pub fn commit(
             workspace_id,
             new_cache
                 .iter()
-                .map(|(p, e)| (p.as_str(), Some(e)))
+                .map(|(index, e)| (flat[*index].path.as_str(), Some(e)))
                 .chain(removed.iter().map(|p| (*p, None))),
         )
     })?;
@@ -301,7 +295,7 @@ pub fn commit(
             .iter()
             .filter(|e| matches!(e.kind, FlatKind::File { .. }))
             .count()
-            - to_read.len()) as u64,
+            - files_read) as u64,
         ingest,
         packs_written: recorded.packs.len() as u64,
     })
