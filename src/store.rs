@@ -469,7 +469,13 @@ impl ObjectReader<'_> {
         let mut chunks = Vec::with_capacity(listed.len());
         let mut total = 0u64;
         for (chunk_id, length) in listed {
-            let chunk = self.locate(&chunk_id, ObjectKind::Chunk)?;
+            // A file of one chunk was located already (no second query: checkout locates
+            // every file of a version this way).
+            let chunk = if location.kind == ObjectKind::Chunk {
+                location
+            } else {
+                self.locate(&chunk_id, ObjectKind::Chunk)?
+            };
             if chunk.length != length {
                 let detail = format!(
                     "file map {} lists chunk {} as {length} bytes, but it holds {}",
