@@ -21,7 +21,7 @@ use crate::object::ObjectKind;
 use crate::progress::Progress;
 use crate::revision::{Revision, check_name};
 use crate::store::Store;
-use crate::tree::{self, ChangeKind, FlatEntry};
+use crate::tree::{self, ChangeKind};
 use crate::workspace;
 
 /// One file that differs from the version.
@@ -119,7 +119,7 @@ pub fn audit(
         jobs,
         progress,
     )?;
-    let current: Vec<FlatEntry> = disk.entries.iter().filter_map(|e| disk.flat(e)).collect();
+    let current = disk.listing();
     let mismatches: Vec<Mismatch> = tree::diff_flat(&expected, &current)
         .into_iter()
         .map(|change| Mismatch {

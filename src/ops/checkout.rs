@@ -622,41 +622,47 @@ fn plan<'a>(
     old: &HashMap<&str, &FlatEntry>,
     force: bool,
 ) -> Result<Plan<'a>> {
-    let same = |entry: &ScanEntry, flat: &FlatEntry| match (&entry.kind, &flat.kind) {
-        (ScanKind::Dir, FlatKind::Dir) => true,
-        (ScanKind::File { executable: a }, FlatKind::File { executable: b }) => {
-            a == b && disk.ids.get(&entry.path) == Some(&flat.id)
-        }
-        (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
-        _ => false,
-    };
+    // Entries are passed with their index into `disk.entries` (where their ids are).
+    let same =
+        |(index, entry): (usize, &ScanEntry), flat: &FlatEntry| match (&entry.kind, &flat.kind) {
+            (ScanKind::Dir, FlatKind::Dir) => true,
+            (ScanKind::File { executable: a }, FlatKind::File { executable: b }) => {
+                a == b && disk.id(index) == Some(flat.id)
+            }
+            (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
+            _ => false,
+        };
     // Computed on first need only: most checkouts find nothing to ask about.
     let live_files = std::cell::OnceCell::new();
-    let recoverable = |entry: &ScanEntry| -> Result<bool> {
-        if force || old.get(entry.path.as_str()).is_some_and(|o| same(entry, o)) {
+    let recoverable = |(index, entry): (usize, &ScanEntry)| -> Result<bool> {
+        if force
+            || old
+                .get(entry.path.as_str())
+                .is_some_and(|o| same((index, entry), o))
+        {
             return Ok(true);
         }
-        match (&entry.kind, disk.ids.get(&entry.path)) {
+        match (&entry.kind, disk.id(index)) {
             (ScanKind::File { .. }, Some(_)) if entry.stat.size == 0 => Ok(true),
             (ScanKind::File { .. }, Some(id)) => {
-                if store.catalog().locate_file(id)?.is_none() {
+                if store.catalog().locate_file(&id)?.is_none() {
                     return Ok(false);
                 }
                 if live_files.get().is_none() {
                     let _ = live_files.set(super::gc::live_file_ids(store)?);
                 }
-                Ok(live_files.get().is_some_and(|live| live.contains(id)))
+                Ok(live_files.get().is_some_and(|live| live.contains(&id)))
             }
             _ => Ok(false),
         }
     };
     let mut plan = Plan::default();
     let mut conflicts = Vec::new();
-    for entry in &disk.entries {
+    for (index, entry) in disk.entries.iter().enumerate() {
         let path = entry.path.as_str();
         let is_dir = entry.kind == ScanKind::Dir;
         match target.get_key_value(path) {
-            Some((key, t)) if same(entry, t) => {
+            Some((key, t)) if same((index, entry), t) => {
                 plan.keep.insert(key);
             }
             Some((_, t)) if is_dir => {
@@ -681,7 +687,8 @@ fn plan<'a>(
                 for inner in disk
                     .entries
                     .iter()
-                    .filter(|e| e.path.starts_with(&prefix) && e.kind != ScanKind::Dir)
+                    .enumerate()
+                    .filter(|(_, e)| e.path.starts_with(&prefix) && e.kind != ScanKind::Dir)
                 {
                     dirty = dirty || !recoverable(inner)?;
                 }
@@ -691,7 +698,7 @@ fn plan<'a>(
                 plan.delete_trees.push(path.to_string());
             }
             Some((_, t)) => {
-                if !recoverable(entry)? {
+                if !recoverable((index, entry))? {
                     conflicts.push(path.to_string());
                 }
                 // A file or symlink is replaced by renaming over it; only a directory needs room.
@@ -706,7 +713,7 @@ fn plan<'a>(
             }
             None => {
                 if old.contains_key(path) {
-                    if !recoverable(entry)? {
+                    if !recoverable((index, entry))? {
                         conflicts.push(path.to_string());
                     }
                     plan.delete_files.push(path.to_string());

@@ -20,8 +20,9 @@ pub(crate) struct DiskState {
     pub cache: HashMap<String, StatEntry>,
     /// The entries, depth-first, siblings sorted.
     pub entries: Vec<ScanEntry>,
-    /// Content ids of the files and symlinks, by path (directories absent).
-    pub ids: HashMap<String, ObjectId>,
+    /// Content ids of the files and symlinks, by index into `entries` (`None` for
+    /// directories, unsupported entries and files not hashed): no second copy of the paths.
+    pub ids: Vec<Option<ObjectId>>,
     /// Stat cache entries for the files that were hashed. Only those whose content is known
     /// to be in the store may be written to the cache: commit trusts the cache and does not
     /// store what it vouches for.
@@ -64,23 +65,23 @@ impl DiskState {
                 walk::scan_everything(dir)
             }
         })?;
-        let mut ids = HashMap::with_capacity(entries.len());
+        let mut ids = vec![None; entries.len()];
         let mut to_hash = Vec::new();
-        for entry in &entries {
+        for (index, entry) in entries.iter().enumerate() {
             match &entry.kind {
                 ScanKind::Dir | ScanKind::Unsupported { .. } => {}
                 ScanKind::Symlink { target } => {
-                    ids.insert(entry.path.clone(), ObjectId::of(target.as_bytes()));
+                    ids[index] = Some(ObjectId::of(target.as_bytes()));
                 }
                 ScanKind::File { .. } => {
                     match cache
                         .get(&entry.path)
                         .and_then(|c| workspace::cached_id(c, &entry.stat))
                     {
-                        Some(id) => {
-                            ids.insert(entry.path.clone(), id);
+                        Some(id) => ids[index] = Some(id),
+                        None if wanted.is_none_or(|w| w(&entry.path)) => {
+                            to_hash.push((index, entry));
                         }
-                        None if wanted.is_none_or(|w| w(&entry.path)) => to_hash.push(entry),
                         None => {}
                     }
                 }
@@ -88,11 +89,11 @@ impl DiskState {
         }
         progress.start(
             "hashing",
-            to_hash.iter().map(|e| e.stat.size).sum(),
+            to_hash.iter().map(|(_, e)| e.stat.size).sum(),
             Unit::Bytes,
         );
         progress.count_files(to_hash.len() as u64);
-        let hashed = crate::parallel::map(&to_hash, jobs, |entry| {
+        let hashed = crate::parallel::map(&to_hash, jobs, |(_, entry)| {
             let id = workspace::hash_file(&dir.join(&entry.path))?;
             progress.advance(entry.stat.size);
             progress.file_done();
@@ -100,8 +101,8 @@ impl DiskState {
         })?;
         progress.finish();
         let mut fresh = Vec::with_capacity(hashed.len());
-        for (entry, id) in to_hash.iter().zip(hashed) {
-            ids.insert(entry.path.clone(), id);
+        for ((index, entry), id) in to_hash.iter().zip(hashed) {
+            ids[*index] = Some(id);
             fresh.push((
                 entry.path.clone(),
                 workspace::entry(&entry.stat, id, started_ns),
@@ -117,8 +118,23 @@ impl DiskState {
         })
     }
 
-    /// The disk entry at `path` as a [`FlatEntry`] (`None` for a file that was not hashed).
-    pub fn flat(&self, entry: &ScanEntry) -> Option<FlatEntry> {
+    /// The content id of `entries[index]` (`None` for a directory, an unsupported entry or
+    /// a file that was not hashed).
+    pub fn id(&self, index: usize) -> Option<ObjectId> {
+        self.ids.get(index).copied().flatten()
+    }
+
+    /// Every entry as a [`FlatEntry`], in order, but files that were not hashed and
+    /// unsupported entries.
+    pub fn listing(&self) -> Vec<FlatEntry> {
+        (0..self.entries.len())
+            .filter_map(|index| self.flat(index))
+            .collect()
+    }
+
+    /// `entries[index]` as a [`FlatEntry`] (`None` for a file that was not hashed).
+    pub fn flat(&self, index: usize) -> Option<FlatEntry> {
+        let entry = self.entries.get(index)?;
         let (kind, size, id) = match &entry.kind {
             ScanKind::Unsupported { .. } => return None,
             ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
@@ -127,14 +143,14 @@ impl DiskState {
                     executable: *executable,
                 },
                 entry.stat.size,
-                *self.ids.get(&entry.path)?,
+                self.id(index)?,
             ),
             ScanKind::Symlink { target } => (
                 FlatKind::Symlink {
                     target: target.clone(),
                 },
                 target.len() as u64,
-                *self.ids.get(&entry.path)?,
+                self.id(index)?,
             ),
         };
         Some(FlatEntry {
@@ -234,7 +250,7 @@ pub fn status(
         jobs,
         progress,
     )?;
-    let current: Vec<FlatEntry> = disk.entries.iter().filter_map(|e| disk.flat(e)).collect();
+    let current = disk.listing();
     let changes = tree::diff_flat(&old, &current);
     // Refresh the cache only for files that still hold their version's content: that content
     // is in the store. A modified or new file's content is not, and commit must read it.
