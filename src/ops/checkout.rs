@@ -372,7 +372,6 @@ pub fn checkout(
     let plan = plan(store, &dir, &disk, &target_map, &old_map, options.force)?;
 
     // Where every chunk of every file to write lives (catalog lookups on this thread).
-    let counter = AtomicU64::new(0);
     let reader = &mut store.reader();
     let mut jobs = Vec::new();
     let mut dirs_to_create = Vec::new();
@@ -404,6 +403,12 @@ pub fn checkout(
             made_dirs.made.push(full);
         }
     }
+    let mut staging = Stager {
+        dir: &dir,
+        removed: &removed,
+        last: None,
+        next_number: 0,
+    };
     for entry in &target {
         if plan.keep.contains(entry.path.as_str()) {
             continue;
@@ -419,7 +424,7 @@ pub fn checkout(
         jobs.push(WriteJob {
             entry,
             chunks,
-            staging: staging(&dir, &entry.path, &removed, &counter),
+            staging: staging.next(&entry.path),
         });
     }
     tracing::debug!(jobs = jobs.len(), elapsed = ?clock.elapsed(), "located the data");
@@ -751,14 +756,36 @@ impl Drop for MadeDirs {
     }
 }
 
-/// Where to stage `path`: beside it when its directory exists now and stays, else at the top
-/// of `dir`.
-fn staging(dir: &Path, path: &str, removed: &[&str], counter: &AtomicU64) -> Staging {
-    Staging {
-        beside: path
-            .rsplit_once('/')
-            .is_some_and(|(parent, _)| stays(dir, parent, removed)),
-        number: counter.fetch_add(1, Ordering::Relaxed),
+/// Chooses where each file is staged, numbering the temporary names.
+struct Stager<'a> {
+    dir: &'a Path,
+    removed: &'a [&'a str],
+    /// The last parent directory asked about, and whether it stays: files come in path
+    /// order, so siblings ask once (not one `lstat` per file).
+    last: Option<(String, bool)>,
+    next_number: u64,
+}
+
+impl Stager<'_> {
+    /// Where to stage `path`: beside it when its directory exists now and stays, else at
+    /// the top of the checkout's directory.
+    fn next(&mut self, path: &str) -> Staging {
+        let beside = match path.rsplit_once('/') {
+            None => false,
+            Some((parent, _)) => match &self.last {
+                Some((last, stays_too)) if last == parent => *stays_too,
+                _ => {
+                    let answer = stays(self.dir, parent, self.removed);
+                    self.last = Some((parent.to_string(), answer));
+                    answer
+                }
+            },
+        };
+        self.next_number += 1;
+        Staging {
+            beside,
+            number: self.next_number,
+        }
     }
 }
 
