@@ -20,6 +20,7 @@ mod properties;
 mod read;
 mod real_data;
 mod remote;
+mod scale_input;
 mod settings;
 mod terminal;
 mod trust;
