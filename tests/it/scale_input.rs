@@ -6,7 +6,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::common::TestEnv;
+use crate::common::{SmallDisk, TestEnv, assert_same_tree};
+
+/// The longest path (in bytes, without the terminating NUL) Linux opens: PATH_MAX - 1.
+const LONGEST_PATH: usize = 4095;
+
+/// The longest name Linux allows (NAME_MAX).
+const LONGEST_NAME: usize = 255;
 
 /// The entries of a directory, by name (to show that nothing was left behind).
 fn names(dir: &Path) -> Vec<String> {
@@ -40,6 +46,105 @@ fn assert_nothing_recorded(env: &TestEnv, store: &[&str]) {
         "no temp file is left"
     );
     let verify = env.json(&with(store, &["verify"]));
+    assert_eq!(verify["problems"], serde_json::json!([]), "{verify}");
+}
+
+/// A chain of directories named `d`, `levels` deep, under `root` (the deepest holds the file
+/// `f`), removed on drop. Neither building nor removing it ever names a long path (a chain
+/// deeper than about 2,000 levels has no path the system opens): each step makes a new
+/// directory and moves the chain into it, or moves the chain's child out and removes the
+/// emptied top.
+struct Chain {
+    root: PathBuf,
+}
+
+impl Chain {
+    fn make(root: &Path, levels: usize) -> Chain {
+        fs::create_dir_all(root).unwrap();
+        let chain = Chain {
+            root: root.to_path_buf(),
+        };
+        let (top, spare) = chain.names();
+        fs::create_dir(&top).unwrap();
+        fs::write(top.join("f"), "at the bottom\n").unwrap();
+        for _ in 1..levels {
+            fs::create_dir(&spare).unwrap();
+            fs::rename(&top, spare.join("d")).unwrap();
+            fs::rename(&spare, &top).unwrap();
+        }
+        chain
+    }
+
+    /// Takes over removing the chain under `root` (a checkout's copy of one).
+    fn adopt(root: &Path) -> Chain {
+        Chain {
+            root: root.to_path_buf(),
+        }
+    }
+
+    fn names(&self) -> (PathBuf, PathBuf) {
+        (self.root.join("d"), self.root.join("chain-spare"))
+    }
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        let (top, spare) = self.names();
+        let _ = fs::remove_dir_all(&spare);
+        while top.is_dir() {
+            let below = top.join("d");
+            if fs::rename(&below, &spare).is_err() {
+                let _ = fs::remove_dir_all(&top);
+                break;
+            }
+            let _ = fs::remove_dir_all(&top);
+            let _ = fs::rename(&spare, &top);
+        }
+    }
+}
+
+/// The absolute, canonical path of `relative` in `env` (what the kernel measures).
+fn absolute(env: &TestEnv, relative: &str) -> PathBuf {
+    fs::canonicalize(env.root()).unwrap().join(relative)
+}
+
+#[test]
+fn a_chain_far_deeper_than_a_path_can_reach_is_refused_cleanly() {
+    let env = TestEnv::new();
+    // 100,000 levels on a tmpfs: made in about 2 s, and gone at once with the unmount. Without
+    // root, 5,000 levels on the test's own disk (where 100,000 took over a minute to make and
+    // delete): past MAX_TREE_DEPTH and past any path all the same.
+    let disk = SmallDisk::mount(&env.path("deep"), "64m");
+    let levels = if disk.is_some() { 100_000 } else { 5_000 };
+    let chain = Chain::make(&env.path("deep"), levels);
+    if disk.is_some() {
+        std::mem::forget(chain); // the unmount removes it
+    }
+    let error = env.json_error(&["commit", "deep", "--dataset", "deep"], 3);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("levels deep") && message.contains("4096"),
+        "the message names the limit: {}",
+        &message[message.len().saturating_sub(300)..]
+    );
+    assert_nothing_recorded(&env, &[]);
+}
+
+#[test]
+fn the_deepest_chain_a_path_holds_round_trips() {
+    let env = TestEnv::new();
+    // data/d/d/…/d/f: as many levels as fit in the longest path, for the source and the
+    // copy alike (both names are four bytes).
+    let levels = (LONGEST_PATH - absolute(&env, "data").as_os_str().len() - "/f".len()) / 2;
+    assert!(levels > 1900, "{levels} levels");
+    let _source = Chain::make(&env.path("data"), levels);
+    let _copy = Chain::adopt(&env.path("copy"));
+    env.ok(&["commit", "data", "--dataset", "deep"]);
+    env.ok(&["status", "data", "--exit-code"]);
+    env.ok(&["checkout", "deep", "copy"]);
+    assert_same_tree(&env.path("data"), &env.path("copy"));
+    env.ok(&["audit", "copy", "--full"]);
+    let verify = env.json(&["verify"]);
     assert_eq!(verify["problems"], serde_json::json!([]), "{verify}");
 }
 
@@ -112,4 +217,66 @@ fn a_version_4096_levels_deep_is_accepted_and_one_level_more_refused() {
     assert_eq!(built.trees.len(), 4096);
     let show = env.json(&["show", "deep"]);
     assert_eq!(show["tree"], built.root.to_hex(), "{show}");
+}
+
+/// `top` with: a file whose name is 255 bytes of ASCII, one of 255 bytes of 2-byte UTF-8
+/// characters, one of 3-byte characters, and a file at the end of a path of 255-byte
+/// directory names whose absolute path is exactly the longest the system opens.
+fn make_names_at_the_limits(env: &TestEnv, top: &str) -> String {
+    let root = absolute(env, top);
+    fs::create_dir_all(&root).unwrap();
+    fs::write(root.join("n".repeat(LONGEST_NAME)), "ascii\n").unwrap();
+    let two_byte = format!("{}x", "é".repeat(127));
+    let three_byte = "日".repeat(85);
+    assert_eq!((two_byte.len(), three_byte.len()), (255, 255));
+    fs::write(root.join(&two_byte), "two-byte\n").unwrap();
+    fs::write(root.join(&three_byte), "three-byte\n").unwrap();
+    let component = "a".repeat(LONGEST_NAME);
+    let mut room = LONGEST_PATH - root.as_os_str().len();
+    let mut relative = Vec::new();
+    while room > 1 + LONGEST_NAME {
+        relative.push(component.clone());
+        room -= 1 + LONGEST_NAME;
+    }
+    relative.push("f".repeat(room - 1));
+    let relative = relative.join("/");
+    let file = root.join(&relative);
+    assert_eq!(file.as_os_str().len(), LONGEST_PATH);
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, "at the longest path\n").unwrap();
+    relative
+}
+
+#[test]
+fn names_and_paths_at_the_system_limits_round_trip() {
+    let env = TestEnv::new();
+    let relative = make_names_at_the_limits(&env, "data");
+    env.ok(&["commit", "data", "--dataset", "long"]);
+    env.ok(&["status", "data", "--exit-code"]);
+    // A copy whose own path is as long as the source's: every path still fits.
+    env.ok(&["checkout", "long", "copy"]);
+    assert_same_tree(&env.path("data"), &env.path("copy"));
+    env.ok(&["audit", "copy", "--full"]);
+    assert_eq!(
+        env.ok(&["cat", &format!("long:{relative}")]),
+        "at the longest path\n"
+    );
+    let verify = env.json(&["verify"]);
+    assert_eq!(verify["problems"], serde_json::json!([]), "{verify}");
+}
+
+#[test]
+fn a_file_past_the_longest_path_is_refused_cleanly() {
+    let env = TestEnv::new();
+    make_names_at_the_limits(&env, "data");
+    // Rename the source to a longer name: its deepest file is now past the limit.
+    fs::rename(env.path("data"), env.path("data-longer")).unwrap();
+    let error = env.json_error(&["commit", "data-longer", "--dataset", "long"], 3);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("longer than the operating system"),
+        "{}",
+        &message[message.len().saturating_sub(300)..]
+    );
+    assert_nothing_recorded(&env, &[]);
 }
