@@ -326,3 +326,58 @@ fn a_checkout_past_the_longest_path_fails_and_leaves_nothing() {
     );
     assert_eq!(env.json(&["workspace", "ls"]).as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn a_disk_filled_by_the_catalog_is_a_clear_error_and_records_nothing() {
+    let env = TestEnv::bare();
+    let Some(_disk) = SmallDisk::mount(&env.path("small"), "16m") else {
+        eprintln!("skipping: mounting a tmpfs needs root");
+        return;
+    };
+    let store = env.path("small").to_str().unwrap().to_string();
+    let at = ["--store", store.as_str()];
+    env.ok(&with(&at, &["init"]));
+    // 30,000 tiny files: a pack of a few hundred KiB, but tens of thousands of catalog
+    // rows (objects, files, the stat cache), about 7 MiB of catalog. With 4 MiB free the
+    // disk fills while the rows are inserted; with 6 MiB, when the commit writes them out
+    // (after the ref log has its line).
+    fs::create_dir(env.path("data")).unwrap();
+    for i in 0..30_000 {
+        fs::write(env.path(&format!("data/f{i:05}")), format!("{i}\n")).unwrap();
+    }
+    let ballast = env.path("small/ballast");
+    let reflog = env.path("small/.dsv/reflog");
+    let reflog_before = fs::read_to_string(&reflog).unwrap();
+    for free_mib in [4, 6] {
+        fs::write(&ballast, vec![1u8; (16 - free_mib) * 1024 * 1024]).unwrap();
+        let error = env.json_error(&with(&at, &["commit", "data", "--dataset", "d"]), 6);
+        assert_eq!(error["kind"], "io");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("catalog") && message.contains("disk is full"),
+            "{free_mib} MiB free: the message says the catalog's disk is full: {error}"
+        );
+        assert!(
+            error["hints"][0]
+                .as_str()
+                .unwrap()
+                .contains("free some disk space"),
+            "{error}"
+        );
+        assert_nothing_recorded(&env, &at);
+        assert_eq!(
+            fs::read_to_string(&reflog).unwrap(),
+            reflog_before,
+            "{free_mib} MiB free: the ref log names no version that was never recorded"
+        );
+    }
+
+    // Once there is room, the same commit succeeds and the store is whole.
+    fs::remove_file(&ballast).unwrap();
+    let commit = env.json(&with(&at, &["commit", "data", "--dataset", "d"]));
+    assert_eq!(commit["files"], 30_000);
+    env.ok(&with(&at, &["status", "data", "--exit-code"]));
+    let verify = env.json(&with(&at, &["verify"]));
+    assert_eq!(verify["problems"], serde_json::json!([]), "{verify}");
+    assert!(!env.path("small/.dsv/reflog.unapplied").exists());
+}
