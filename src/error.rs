@@ -245,7 +245,7 @@ pub enum Error {
         detail: String,
     },
     /// An error from the SQLite catalog.
-    #[error("catalog error")]
+    #[error("{}", catalog_message(.0))]
     Catalog(#[from] rusqlite::Error),
     /// The catalog's schema could not be brought up to date.
     #[error("catalog migration failed")]
@@ -709,6 +709,18 @@ pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
     }
 }
 
+/// What [`Error::Catalog`] says: a full disk by name (SQLite's own words, "database or disk
+/// is full", follow as the cause), anything else as a catalog error.
+fn catalog_message(e: &rusqlite::Error) -> &'static str {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
+            "cannot write the catalog: the disk is full"
+        }
+        _ if is_full_disk_sqlite(e) => "cannot write the catalog (is the disk full?)",
+        _ => "catalog error",
+    }
+}
+
 fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {
     // SQLITE_IOERR_WRITE, _FSYNC and _SHMSIZE: how a full disk shows in a WAL database when
     // SQLite itself does not call it SQLITE_FULL (https://sqlite.org/rescode.html).
@@ -785,6 +797,14 @@ mod kind_tests {
         assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).is_disk_full());
         assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_FSYNC).is_disk_full());
         assert!(!sqlite(rusqlite::ffi::SQLITE_IOERR_READ).is_disk_full());
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_FULL).to_string(),
+            "cannot write the catalog: the disk is full"
+        );
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_CORRUPT).to_string(),
+            "catalog error"
+        );
         assert_eq!(
             sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).kind(),
             ErrorKind::Io

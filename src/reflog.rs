@@ -402,6 +402,17 @@ pub fn append(path: &Path, applied: u64, bytes: &[u8]) -> Result<u64> {
     Ok(applied + bytes.len() as u64)
 }
 
+/// Cuts the ref log at `path` back to `applied` bytes and syncs: undoes an [`append`] whose
+/// transaction did not commit.
+///
+/// # Errors
+/// [`Error::Io`].
+pub fn cut(path: &Path, applied: u64) -> Result<()> {
+    let file = OpenOptions::new().write(true).open(path).at(path)?;
+    file.set_len(applied).at(path)?;
+    file.sync_data().at(path)
+}
+
 /// Replaces the ref log at `path` with `bytes`, atomically (temp file, sync, rename, sync
 /// of the directory); returns the new length.
 ///

@@ -53,16 +53,91 @@ pub struct BuiltTrees {
 /// Builds the Merkle trees of `entries`, which must be in depth-first order with siblings
 /// sorted by name bytes (as [`crate::walk::scan`] and [`flatten`] give them). Directory
 /// entries' `size` and `id` are ignored and computed.
+///
+/// The build is iterative (one frame per open directory on a heap stack, not the call
+/// stack), so a listing [`MAX_TREE_DEPTH`] levels deep builds on any thread's stack.
 pub fn build(entries: &[FlatEntry]) -> BuiltTrees {
+    /// A directory whose entries are still being read.
+    struct Open<'a> {
+        /// Its path (`None`: the root); its entries' paths are this and `/` and a name.
+        path: Option<&'a str>,
+        /// Its name in its parent.
+        name: &'a str,
+        /// Its entries so far.
+        tree: Tree,
+    }
     let mut trees = Vec::new();
     let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![Open {
+        path: None,
+        name: "",
+        tree: Tree::default(),
+    }];
     let mut position = 0;
-    let root = build_dir(entries, &mut position, "", &mut trees, &mut seen);
+    loop {
+        let top = stack.last().expect("the root stays until the end");
+        let next = entries.get(position).and_then(|entry| {
+            let name = match top.path {
+                None => Some(entry.path.as_str()),
+                Some(dir) => entry
+                    .path
+                    .strip_prefix(dir)
+                    .and_then(|rest| rest.strip_prefix('/')),
+            };
+            name.map(|name| (entry, name))
+        });
+        let Some((entry, name)) = next else {
+            // The open directory is complete: encode it into its parent's entry.
+            if stack.len() == 1 {
+                break;
+            }
+            let done = stack.pop().expect("more than the root");
+            let (bytes, files) = done.tree.totals();
+            let encoded = done.tree.encode();
+            let id = ObjectId::of(&encoded);
+            if seen.insert(id) {
+                trees.push((id, encoded));
+            }
+            let parent = stack.last_mut().expect("the root stays until the end");
+            parent.tree.entries.push(TreeEntry {
+                name: done.name.to_string(),
+                kind: EntryKind::Dir { files },
+                size: bytes,
+                id,
+            });
+            continue;
+        };
+        position += 1;
+        let kind = match &entry.kind {
+            FlatKind::File { executable } => EntryKind::File {
+                executable: *executable,
+            },
+            FlatKind::Symlink { target } => EntryKind::Symlink {
+                target: target.clone(),
+            },
+            FlatKind::Dir => {
+                stack.push(Open {
+                    path: Some(&entry.path),
+                    name,
+                    tree: Tree::default(),
+                });
+                continue;
+            }
+        };
+        let parent = stack.last_mut().expect("the root stays until the end");
+        parent.tree.entries.push(TreeEntry {
+            name: name.to_string(),
+            kind,
+            size: entry.size,
+            id: entry.id,
+        });
+    }
     debug_assert_eq!(
         position,
         entries.len(),
         "entries are not in depth-first sorted order"
     );
+    let root = stack.pop().expect("the root").tree;
     let (bytes, files) = root.totals();
     let encoded = root.encode();
     let root_id = ObjectId::of(&encoded);
@@ -75,55 +150,6 @@ pub fn build(entries: &[FlatEntry]) -> BuiltTrees {
         files,
         bytes,
     }
-}
-
-fn build_dir(
-    entries: &[FlatEntry],
-    position: &mut usize,
-    prefix: &str,
-    trees: &mut Vec<(ObjectId, Vec<u8>)>,
-    seen: &mut std::collections::HashSet<ObjectId>,
-) -> Tree {
-    let mut tree = Tree::default();
-    while let Some(entry) = entries.get(*position) {
-        let Some(name) = entry.path.strip_prefix(prefix) else {
-            break;
-        };
-        *position += 1;
-        let (kind, size, id) = match &entry.kind {
-            FlatKind::File { executable } => (
-                EntryKind::File {
-                    executable: *executable,
-                },
-                entry.size,
-                entry.id,
-            ),
-            FlatKind::Symlink { target } => (
-                EntryKind::Symlink {
-                    target: target.clone(),
-                },
-                entry.size,
-                entry.id,
-            ),
-            FlatKind::Dir => {
-                let sub = build_dir(entries, position, &format!("{}/", entry.path), trees, seen);
-                let (bytes, files) = sub.totals();
-                let encoded = sub.encode();
-                let id = ObjectId::of(&encoded);
-                if seen.insert(id) {
-                    trees.push((id, encoded));
-                }
-                (EntryKind::Dir { files }, bytes, id)
-            }
-        };
-        tree.entries.push(TreeEntry {
-            name: name.to_string(),
-            kind,
-            size,
-            id,
-        });
-    }
-    tree
 }
 
 /// The deepest a path of a version may nest: at most 4096 components (so a tree at depth

@@ -197,7 +197,8 @@ pub const IGNORE_FILE: &str = ".dsvignore";
 ///
 /// # Errors
 /// [`Error::NotADirectory`] when `root` is not a directory; [`Error::Unsupported`] for a name
-/// that is not UTF-8; [`Error::Io`] when a directory cannot be read.
+/// that is not UTF-8, or a path longer than the system opens (nested too deep);
+/// [`Error::Io`] when a directory cannot be read.
 pub fn scan(root: &Path) -> Result<Scan> {
     scan_excluding(root, &[])
 }
@@ -209,7 +210,7 @@ pub fn scan(root: &Path) -> Result<Scan> {
 /// # Errors
 /// As [`scan`]; [`Error::InvalidPattern`] for a pattern that does not parse.
 pub fn scan_excluding(root: &Path, exclude: &[String]) -> Result<Scan> {
-    scan_with(root, exclude, true)
+    scan_with(root, exclude, true).map_err(|e| too_long(root, e))
 }
 
 /// As [`scan`], but obeying no `.dsvignore` file: what checkout looks at before it writes,
@@ -219,7 +220,34 @@ pub fn scan_excluding(root: &Path, exclude: &[String]) -> Result<Scan> {
 /// # Errors
 /// As [`scan`].
 pub fn scan_everything(root: &Path) -> Result<Scan> {
-    scan_with(root, &[], false)
+    scan_with(root, &[], false).map_err(|e| too_long(root, e))
+}
+
+/// Turns the system's refusal of a path as too long (`ENAMETOOLONG`: over PATH_MAX, 4096
+/// bytes on Linux), met listing or statting an entry, into [`Error::Unsupported`]: such an
+/// entry is nested deeper than any path reaches (about 2,000 levels of one-byte names, long
+/// before [`MAX_TREE_DEPTH`]), and dsv cannot read it. Other errors pass unchanged.
+///
+/// [`MAX_TREE_DEPTH`]: crate::tree::MAX_TREE_DEPTH
+fn too_long(root: &Path, error: Error) -> Error {
+    match error {
+        Error::Io { path, source } if source.kind() == std::io::ErrorKind::InvalidFilename => {
+            let depth = path
+                .strip_prefix(root)
+                .map_or(0, |relative| relative.components().count());
+            Error::Unsupported {
+                reason: format!(
+                    "it is {depth} levels deep in a path of {} bytes, longer than the \
+                     operating system can open (PATH_MAX, 4096 bytes); dsv versions at most {} \
+                     levels, in paths the system can open",
+                    path.as_os_str().len(),
+                    crate::tree::MAX_TREE_DEPTH
+                ),
+                path,
+            }
+        }
+        other => other,
+    }
 }
 
 fn scan_with(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Scan> {

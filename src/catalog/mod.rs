@@ -320,12 +320,16 @@ impl CatalogWriter<'_> {
     /// Makes every write of this transaction durable and visible at once. Changes to names
     /// go to the ref log first (appended and synced; see [`crate::reflog`]), then the
     /// transaction commits and records the log's new length, so the log is never behind.
+    /// When the transaction then fails to commit (a full disk), the lines appended for it are
+    /// cut off again: the log names nothing the catalog did not record.
     ///
     /// # Errors
     /// [`Error::Catalog`] (a full disk, for one) or [`Error::Io`] writing the ref log;
     /// nothing is then recorded in the catalog.
     pub fn commit(self) -> Result<()> {
         let entries = self.refs.take();
+        // The log's length before this transaction's lines were appended to it.
+        let mut appended_to = None;
         if !entries.is_empty() {
             let applied: Option<i64> =
                 self.tx
@@ -340,30 +344,51 @@ impl CatalogWriter<'_> {
                     None
                 } else {
                     match reflog::append(&self.ref_log, applied, &bytes) {
-                        Ok(length) => Some(length),
+                        Ok(length) => {
+                            appended_to = Some(applied);
+                            Some(length)
+                        }
                         // Shorter than recorded (damaged): rewritten whole below.
                         Err(Error::Corrupt { .. }) => None,
                         Err(e) => return Err(e),
                     }
                 };
-                match length {
-                    Some(length) => {
-                        self.tx.execute(
+                let recorded = match length {
+                    Some(length) => self
+                        .tx
+                        .execute(
                             "UPDATE ref_log SET length = ?1 WHERE id = 1",
                             [length as i64],
-                        )?;
-                    }
-                    None => write_snapshot(&self.tx, &self.ref_log, &self.ref_log)?,
+                        )
+                        .map(drop)
+                        .map_err(Error::from),
+                    None => write_snapshot(&self.tx, &self.ref_log, &self.ref_log),
+                };
+                if let Err(e) = recorded {
+                    cut_back(&self.ref_log, appended_to);
+                    return Err(e);
                 }
             }
         }
-        self.tx.commit()?;
+        if let Err(e) = self.tx.commit() {
+            cut_back(&self.ref_log, appended_to);
+            return Err(e.into());
+        }
         Ok(())
     }
 
     /// Queues a change to names for the ref log.
     fn log(&self, entry: RefLogEntry) {
         self.refs.borrow_mut().push(entry);
+    }
+}
+
+/// Undoes [`reflog::append`] of a transaction that did not commit, when it appended
+/// (`applied`: the length before). Best effort: lines left past the catalog's recorded length
+/// are harmless (the next append moves them aside).
+fn cut_back(ref_log: &Path, applied: Option<u64>) {
+    if let Some(applied) = applied {
+        let _ = reflog::cut(ref_log, applied);
     }
 }
 

@@ -96,6 +96,9 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         _ if error.is_disk_full() => {
             "free some disk space and run the command again; nothing was recorded".into()
         }
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidFilename => {
+            "the path is longer than the operating system allows (4096 bytes in all, 255 a name): use a directory with a shorter path".into()
+        }
         Error::NoStore { .. } => {
             "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
         }

@@ -3,7 +3,7 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use crate::common::{TestEnv, pseudo_random};
+use crate::common::{SmallDisk, TestEnv, pseudo_random};
 
 /// Every file under `.dsv/` with its bytes, to prove a failed command wrote nothing.
 fn store_bytes(env: &TestEnv) -> Vec<(String, Vec<u8>)> {
@@ -310,36 +310,6 @@ fn a_tree_naming_a_path_that_escapes_is_refused_at_checkout() {
         fs::symlink_metadata(env.path("out/evil")).is_err(),
         "the link was not created"
     );
-}
-
-/// A tmpfs of a few MiB mounted for the test, unmounted on drop.
-struct SmallDisk(std::path::PathBuf);
-
-impl SmallDisk {
-    /// Mounts a tmpfs of `size` at `path`; `None` when not root (the suite runs as root in CI).
-    fn mount(path: &std::path::Path, size: &str) -> Option<SmallDisk> {
-        let uid = std::process::Command::new("id").arg("-u").output().unwrap();
-        let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
-        fs::create_dir_all(path).unwrap();
-        let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(path)
-            .status();
-        match status {
-            Ok(s) if s.success() => Some(SmallDisk(path.to_path_buf())),
-            _ if root => panic!("running as root, yet mounting a tmpfs failed"),
-            _ => None,
-        }
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod read;
 mod real_data;
 mod remote;
 mod scale;
+mod scale_input;
 mod settings;
 mod terminal;
 mod trust;

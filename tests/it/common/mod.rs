@@ -358,3 +358,33 @@ pub fn plant_one_entry(env: &TestEnv, dataset: &str, entry: dsv::object::TreeEnt
     ];
     plant(env, &objects, &version);
 }
+
+/// A tmpfs of a few MiB mounted for the test, unmounted on drop.
+pub struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `size` at `path`; `None` when not root (the suite runs as root in CI).
+    pub fn mount(path: &Path, size: &str) -> Option<SmallDisk> {
+        let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+        let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+        fs::create_dir_all(path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status();
+        match status {
+            Ok(s) if s.success() => Some(SmallDisk(path.to_path_buf())),
+            _ if root => panic!("running as root, yet mounting a tmpfs failed"),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
