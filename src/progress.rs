@@ -26,8 +26,10 @@ pub trait Progress: Send + Sync {
     /// A stretch of work without a total begins (`text` says what, e.g. "scanning data");
     /// it lasts until the next `phase`, `start` or `finish`.
     fn phase(&self, _text: &str) {}
-    /// The phase just started (counted in bytes) also counts files: `total` of them, each
-    /// reported done with [`Progress::file_done`].
+    /// The phase about to start (or just started), counted in bytes, also counts files:
+    /// `total` of them, each reported done with [`Progress::file_done`]. Called before
+    /// [`Progress::start`], the count is in the bar's first draw; it lasts until the next
+    /// `phase` or `finish`.
     fn count_files(&self, _total: u64) {}
     /// One more file of the phase is done.
     fn file_done(&self) {}

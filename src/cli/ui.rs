@@ -155,8 +155,9 @@ impl Progress for Bar {
             self.phase(phase);
             return;
         }
+        // The file count was set before (see `Progress::count_files`), so the bar's first
+        // draw shows it: a phase shorter than one redraw (50 ms) showed bytes only.
         self.files.0.store(0, Ordering::Relaxed);
-        self.files.1.store(0, Ordering::Relaxed);
         let bar =
             ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(20));
         bar.set_style(self.style(unit));
@@ -172,6 +173,7 @@ impl Progress for Bar {
     }
 
     fn finish(&self) {
+        self.files.1.store(0, Ordering::Relaxed);
         self.replace(None);
     }
 
@@ -179,6 +181,7 @@ impl Progress for Bar {
         if !self.enabled {
             return;
         }
+        self.files.1.store(0, Ordering::Relaxed);
         let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(20));
         spinner.set_style(
             ProgressStyle::with_template("{spinner} {msg}")

@@ -325,8 +325,20 @@ pub fn checkout(
             path: dir.to_path_buf(),
         });
     }
+    let made_checkout_dir = !dir.exists();
     fs::create_dir_all(dir).at(dir)?;
     let (dir, key) = workspace::canonical_dir(dir)?;
+    // A path the system cannot open is refused before anything is written (found while
+    // writing, it would leave staged files and made directories behind).
+    if let Some(entry) = target.iter().find(|e| too_long(&dir, &e.path)) {
+        if made_checkout_dir {
+            let _ = fs::remove_dir(&dir);
+        }
+        return Err(Error::Io {
+            path: dir.join(&entry.path),
+            source: std::io::Error::from_raw_os_error(nix::errno::Errno::ENAMETOOLONG as i32),
+        });
+    }
     let _lock = store.lock_workspace(&key)?;
 
     let workspace = store.catalog().workspace(&key)?;
@@ -448,8 +460,8 @@ pub fn checkout(
         }
     }
     let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
-    progress.start("writing", total_bytes, Unit::Bytes);
     progress.count_files(jobs.len() as u64);
+    progress.start("writing", total_bytes, Unit::Bytes);
     let staged = stage(&store.packs_dir(), &dir, &jobs, options.jobs, progress);
     progress.phase("finishing");
     tracing::debug!(elapsed = ?clock.elapsed(), "staged");
@@ -772,6 +784,13 @@ impl Stager<'_> {
     fn next(&mut self, path: &str) -> Staging {
         let beside = match path.rsplit_once('/') {
             None => false,
+            // A temporary name may be longer than the file's own: staged at the top when
+            // beside the destination its path would be too long.
+            Some((parent, _))
+                if self.dir.as_os_str().len() + parent.len() + 2 + TEMP_NAME_MAX >= PATH_MAX =>
+            {
+                false
+            }
             Some((parent, _)) => match &self.last {
                 Some((last, stays_too)) if last == parent => *stays_too,
                 _ => {
@@ -787,6 +806,19 @@ impl Stager<'_> {
             number: self.next_number,
         }
     }
+}
+
+/// The longest path the system opens, in bytes (PATH_MAX, 4096 on Linux, counts the
+/// terminating NUL).
+const PATH_MAX: usize = 4096;
+
+/// The longest temporary name checkout stages under: `.dsv-tmp-<pid>-<n>` with a 10-digit
+/// pid and a 20-digit number.
+const TEMP_NAME_MAX: usize = TEMP_PREFIX.len() + 10 + 1 + 20;
+
+/// Whether `relative`, joined to `dir`, is longer than the system opens.
+fn too_long(dir: &Path, relative: &str) -> bool {
+    dir.as_os_str().len() + 1 + relative.len() >= PATH_MAX
 }
 
 /// Whether `parent` (relative to `dir`) is a real directory now (not a symlink) that this

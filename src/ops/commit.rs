@@ -202,8 +202,8 @@ pub fn commit(
     store.remove_stale_temp_packs()?;
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let total_bytes: u64 = to_read.iter().map(|f| f.stat.size).sum();
-    progress.start("reading", total_bytes, Unit::Bytes);
     progress.count_files(to_read.len() as u64);
+    progress.start("reading", total_bytes, Unit::Bytes);
     let (ids, ingest) = if to_read.is_empty() {
         (Vec::new(), IngestStats::default())
     } else {

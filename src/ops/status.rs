@@ -87,12 +87,12 @@ impl DiskState {
                 }
             }
         }
+        progress.count_files(to_hash.len() as u64);
         progress.start(
             "hashing",
             to_hash.iter().map(|(_, e)| e.stat.size).sum(),
             Unit::Bytes,
         );
-        progress.count_files(to_hash.len() as u64);
         let hashed = crate::parallel::map(&to_hash, jobs, |(_, entry)| {
             let id = workspace::hash_file(&dir.join(&entry.path))?;
             progress.advance(entry.stat.size);

@@ -328,8 +328,6 @@ fn a_checkout_past_the_longest_path_is_a_clear_error() {
 }
 
 #[test]
-#[ignore = "checkout (src/ops/checkout.rs) leaves its staged temp file and the directories it \
-            made when a path is over PATH_MAX; run with --ignored once it checks paths first"]
 fn a_checkout_past_the_longest_path_fails_and_leaves_nothing() {
     let env = TestEnv::new();
     make_names_at_the_limits(&env, "data");
