@@ -157,8 +157,8 @@ pub struct ScanEntry {
 pub struct Scan {
     /// Every entry, depth-first, siblings sorted by name bytes (the order trees are encoded in).
     pub entries: Vec<ScanEntry>,
-    /// dsv's temporary files (`.dsv-tmp-<pid>-<n>`), left by an interrupted checkout or being
-    /// written by a running one.
+    /// dsv's temporary files and directories (`.dsv-tmp-<pid>-<n>`), left by an interrupted
+    /// checkout or being written by a running one (not walked into).
     pub leftovers: Vec<PathBuf>,
     /// Relative paths of `.dsv` store directories, which are never walked into.
     pub stores: Vec<String>,
@@ -320,9 +320,10 @@ fn scan_with(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Scan
                     lock(&scan).stores.push(relative);
                     return Ok(ignore::WalkState::Skip);
                 }
-                if is_temp_name(name) && !is_dir {
+                if is_temp_name(name) {
+                    // A staged file, or a directory a checkout stages whole: never walked.
                     lock(&scan).leftovers.push(entry.into_path());
-                    return Ok(ignore::WalkState::Continue);
+                    return Ok(ignore::WalkState::Skip);
                 }
                 let reserved = is_reserved_name(name);
                 lock(&found).push((relative, reserved));

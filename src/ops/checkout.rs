@@ -4,11 +4,16 @@
 //!    previous version and stat cache, hashing only what the cache cannot vouch for) → refuse,
 //!    listing them, if changes that exist nowhere else would be overwritten or deleted
 //!    (unless `force`).
-//! 2. Stage: write every file and symlink to write into a temporary name (beside its
-//!    destination when that directory already exists), in parallel, each checked against its
-//!    file id. Nothing the user sees has changed yet: if stored data is corrupt, or the
-//!    operation is interrupted, the temporaries are removed and the directory is as it was.
-//! 3. Apply: delete what the target lacks, create directories, rename the staged files into
+//! 2. Stage: write every file and symlink to write into a temporary name, in parallel, each
+//!    checked against its file id: beside its destination when that directory exists and
+//!    stays; inside a temporary directory under its own name when its directory is new (the
+//!    topmost new directory of each new subtree is made under a temporary name beside its
+//!    destination, and the subtree is written inside it). Nothing the user sees has changed
+//!    yet: if stored data is corrupt, or the operation is interrupted, the temporaries are
+//!    removed and the directory is as it was. A killed checkout leaves only temporary names,
+//!    which the next checkout removes.
+//! 3. Apply: delete what the target lacks, rename each staged subtree into place (one rename
+//!    for all its files), create the remaining directories, rename the other staged files into
 //!    place (stat each right after), remove directories left empty.
 //! 4. Record: wait out the racy-timestamp margin once, re-stat what was written, and record
 //!    the workspace's version and stat cache in one transaction. A file changed by someone
@@ -230,26 +235,30 @@ struct WriteJob<'a> {
 /// Where a file is staged, kept small (a path is made when needed: at a million files the
 /// jobs are most of a checkout's memory).
 #[derive(Clone, Copy)]
-struct Staging {
-    /// Beside its destination (else at the top of the checkout's directory).
-    beside: bool,
-    /// The temporary name's number, unique in this process.
-    number: u64,
+enum Staging {
+    /// Under temporary name number N beside its destination, renamed into place.
+    Beside(u64),
+    /// Under temporary name number N at the top of the checkout's directory (its directory
+    /// is made while applying), renamed into place.
+    Top(u64),
+    /// Under its own name inside staged subtree N, which is renamed into place whole.
+    Inside(usize),
 }
 
 impl WriteJob<'_> {
-    /// The temporary name the content is staged at, in checkout directory `dir`: beside the
-    /// destination or at the top of `dir` (renamed across directories later; same
-    /// filesystem).
-    fn temp(&self, dir: &Path) -> PathBuf {
-        let name = format!(
-            "{TEMP_PREFIX}{}-{}",
-            std::process::id(),
-            self.staging.number
-        );
-        match self.entry.path.rsplit_once('/') {
-            Some((parent, _)) if self.staging.beside => dir.join(parent).join(name),
-            _ => dir.join(name),
+    /// The path the content is staged at.
+    fn temp(&self, layout: &Layout<'_>) -> PathBuf {
+        let path = &self.entry.path;
+        match self.staging {
+            Staging::Beside(number) => match path.rsplit_once('/') {
+                Some((parent, _)) => layout.dir.join(parent).join(temp_name(number)),
+                None => layout.dir.join(temp_name(number)),
+            },
+            Staging::Top(number) => layout.dir.join(temp_name(number)),
+            Staging::Inside(root) => {
+                let (top, temp) = &layout.roots[root];
+                temp.join(&path[top.len() + 1..])
+            }
         }
     }
 }
@@ -393,33 +402,64 @@ pub fn checkout(
         .chain(&plan.delete_files)
         .map(String::as_str)
         .collect();
-    // Directories the target adds where nothing is now are made before staging, so each file
-    // is staged beside its destination and renamed within its own directory. (Staged at the
-    // top of `dir` instead, a checkout into an empty directory put every file of the version
-    // in one directory first: 4x slower than `cp -r` at 100,000 files.) Made only where the
-    // path is free and its parent is a real directory that stays; undone if staging fails.
-    let mut made_dirs = MadeDirs::default();
-    for entry in &target {
+    // A directory the target adds where nothing is now is staged whole: the topmost of each
+    // such subtree is made under a temporary name beside its destination, everything below
+    // it is written inside under its final name, and one rename applies the subtree. Files
+    // in directories that exist (and stay) are staged beside their destination and renamed
+    // one by one. (Staged at the top of `dir`, as before, a checkout into an empty directory
+    // put every file of the version in one directory first: 4x slower than `cp -r` at
+    // 100,000 files; renamed one by one, 1.7x.) What was made is removed if staging fails.
+    let mut made = MadeDirs::default();
+    let mut next_number = 0u64;
+    for (index, entry) in target.iter().enumerate() {
         if entry.kind != FlatKind::Dir || plan.keep.contains(entry.path.as_str()) {
             continue;
         }
-        let parent_stays = match entry.path.rsplit_once('/') {
-            None => true,
-            Some((parent, _)) => stays(&dir, parent, &removed),
-        };
-        let full = dir.join(&entry.path);
-        if parent_stays
-            && matches!(fs::symlink_metadata(&full), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-        {
-            fs::create_dir(&full).at(&full)?;
-            made_dirs.made.push(full);
+        if let Some(root) = made.root_of(&entry.path) {
+            let inside = made.inside(root, &entry.path);
+            fs::create_dir(&inside).at(&inside)?;
+            continue;
         }
+        let parent = entry.path.rsplit_once('/').map(|(parent, _)| parent);
+        if !parent.is_none_or(|parent| stays(&dir, parent, &removed)) {
+            continue;
+        }
+        let full = dir.join(&entry.path);
+        if !matches!(fs::symlink_metadata(&full), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        {
+            continue;
+        }
+        // The temporary name may be longer than the directory's own: every path below it
+        // must still be one the system opens.
+        let longest_below = target[index + 1..]
+            .iter()
+            .take_while(|e| {
+                e.path
+                    .strip_prefix(entry.path.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .map(|e| e.path.len())
+            .max()
+            .unwrap_or(entry.path.len());
+        let name_len = entry.path.len() - parent.map_or(0, |p| p.len() + 1);
+        if dir.as_os_str().len() + 1 + longest_below - name_len + TEMP_NAME_MAX >= PATH_MAX {
+            fs::create_dir(&full).at(&full)?;
+            made.in_place.push(full);
+            continue;
+        }
+        next_number += 1;
+        let temp = match parent {
+            Some(parent) => dir.join(parent).join(temp_name(next_number)),
+            None => dir.join(temp_name(next_number)),
+        };
+        fs::create_dir(&temp).at(&temp)?;
+        made.roots.push((entry.path.clone(), temp));
     }
     let mut staging = Stager {
         dir: &dir,
         removed: &removed,
         last: None,
-        next_number: 0,
+        next_number,
     };
     for entry in &target {
         if plan.keep.contains(entry.path.as_str()) {
@@ -433,10 +473,14 @@ pub fn checkout(
             FlatKind::Symlink { .. } => Vec::new(),
             FlatKind::File { .. } => reader.file_chunks(&entry.id, entry.size)?,
         };
+        let staging = match made.root_of(&entry.path) {
+            Some(root) => Staging::Inside(root),
+            None => staging.next(&entry.path),
+        };
         jobs.push(WriteJob {
             entry,
             chunks,
-            staging: staging.next(&entry.path),
+            staging,
         });
     }
     tracing::debug!(jobs = jobs.len(), elapsed = ?clock.elapsed(), "located the data");
@@ -456,22 +500,33 @@ pub fn checkout(
             .and_then(|n| n.to_str())
             .and_then(crate::walk::temp_owner);
         if owner.is_none_or(|pid| !crate::walk::process_alive(pid)) {
-            fs::remove_file(leftover).at(leftover)?;
+            // A directory is a subtree a killed checkout was staging whole.
+            if fs::symlink_metadata(leftover).is_ok_and(|m| m.is_dir()) {
+                fs::remove_dir_all(leftover).at(leftover)?;
+            } else {
+                fs::remove_file(leftover).at(leftover)?;
+            }
         }
     }
     let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
     progress.count_files(jobs.len() as u64);
     progress.start("writing", total_bytes, Unit::Bytes);
-    let staged = stage(&store.packs_dir(), &dir, &jobs, options.jobs, progress);
+    let layout = Layout {
+        dir: &dir,
+        roots: &made.roots,
+    };
+    let staged = stage(&store.packs_dir(), &layout, &jobs, options.jobs, progress);
     progress.phase("finishing");
     tracing::debug!(elapsed = ?clock.elapsed(), "staged");
     if let Err(error) = staged {
         for job in &jobs {
-            let _ = fs::remove_file(job.temp(&dir));
+            if !matches!(job.staging, Staging::Inside(_)) {
+                let _ = fs::remove_file(job.temp(&layout));
+            }
         }
         return Err(error);
     }
-    made_dirs.kept = true;
+    made.kept = true;
 
     // Apply.
     let mut deleted = 0u64;
@@ -485,6 +540,10 @@ pub fn checkout(
         fs::remove_dir_all(&full).at(&full)?;
         deleted += 1;
     }
+    for (path, temp) in &made.roots {
+        let full = dir.join(path);
+        fs::rename(temp, &full).at(&full)?;
+    }
     for entry in &dirs_to_create {
         let full = dir.join(&entry.path);
         if !full.is_dir() {
@@ -497,7 +556,9 @@ pub fn checkout(
     let renamed = crate::interrupt::run_under(None, || {
         crate::parallel::map(&jobs, options.jobs, |job| {
             let destination = dir.join(&job.entry.path);
-            fs::rename(job.temp(&dir), &destination).at(&destination)?;
+            if !matches!(job.staging, Staging::Inside(_)) {
+                fs::rename(job.temp(&layout), &destination).at(&destination)?;
+            }
             Ok(match job.entry.kind {
                 FlatKind::File { .. } => Some(Stat::of(
                     &fs::symlink_metadata(&destination).at(&destination)?,
@@ -754,18 +815,58 @@ fn plan<'a>(
 /// first) when it stops before applying, unless kept.
 #[derive(Default)]
 struct MadeDirs {
-    made: Vec<PathBuf>,
+    /// New subtrees staged whole: (the path of the subtree's top, relative to the checkout's
+    /// directory, in path order; the temporary directory it is staged in).
+    roots: Vec<(String, PathBuf)>,
+    /// Directories made in place (where a temporary name would make a path too long).
+    in_place: Vec<PathBuf>,
     kept: bool,
+}
+
+impl MadeDirs {
+    /// The index of the staged subtree holding `path` (below its top), if one does.
+    fn root_of(&self, path: &str) -> Option<usize> {
+        // The roots are in path order and disjoint: only the last one not after `path` can
+        // hold it.
+        let after = self
+            .roots
+            .partition_point(|(top, _)| crate::walk::path_order(top, path).is_le());
+        let index = after.checked_sub(1)?;
+        path.strip_prefix(self.roots[index].0.as_str())
+            .is_some_and(|rest| rest.starts_with('/'))
+            .then_some(index)
+    }
+
+    /// Where `path`, below the top of staged subtree `root`, is written while staged.
+    fn inside(&self, root: usize, path: &str) -> PathBuf {
+        let (top, temp) = &self.roots[root];
+        temp.join(&path[top.len() + 1..])
+    }
 }
 
 impl Drop for MadeDirs {
     fn drop(&mut self) {
         if !self.kept {
-            for made in self.made.iter().rev() {
+            // Staged subtrees hold only what this checkout wrote there.
+            for (_, temp) in &self.roots {
+                let _ = fs::remove_dir_all(temp);
+            }
+            for made in self.in_place.iter().rev() {
                 let _ = fs::remove_dir(made);
             }
         }
     }
+}
+
+/// Where a checkout stages: its directory and the subtrees it stages whole.
+struct Layout<'a> {
+    dir: &'a Path,
+    roots: &'a [(String, PathBuf)],
+}
+
+/// The temporary name numbered `number` of this process: `.dsv-tmp-<pid>-<number>`.
+fn temp_name(number: u64) -> String {
+    format!("{TEMP_PREFIX}{}-{number}", std::process::id())
 }
 
 /// Chooses where each file is staged, numbering the temporary names.
@@ -801,9 +902,10 @@ impl Stager<'_> {
             },
         };
         self.next_number += 1;
-        Staging {
-            beside,
-            number: self.next_number,
+        if beside {
+            Staging::Beside(self.next_number)
+        } else {
+            Staging::Top(self.next_number)
         }
     }
 }
@@ -877,7 +979,7 @@ struct LargeFile<'a> {
 /// Writes every job to its temp name, checked against its id; large files in segments.
 fn stage(
     packs_dir: &Path,
-    dir: &Path,
+    dir: &Layout<'_>,
     jobs: &[WriteJob<'_>],
     threads: usize,
     progress: &dyn Progress,
@@ -952,7 +1054,7 @@ fn stage(
 
 fn run_task(
     task: &Task<'_>,
-    dir: &Path,
+    dir: &Layout<'_>,
     large: &[LargeFile<'_>],
     packs: &mut PackReader,
     progress: &dyn Progress,
@@ -1029,7 +1131,7 @@ fn with_pack_reader<R>(
 }
 
 /// Writes one small file or symlink to its temp name, checking the file against its id.
-fn write_temp(job: &WriteJob<'_>, dir: &Path, packs: &mut PackReader) -> Result<()> {
+fn write_temp(job: &WriteJob<'_>, dir: &Layout<'_>, packs: &mut PackReader) -> Result<()> {
     let temp = &job.temp(dir);
     match &job.entry.kind {
         FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, temp).at(temp)?,

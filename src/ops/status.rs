@@ -27,7 +27,7 @@ pub(crate) struct DiskState {
     /// to be in the store may be written to the cache: commit trusts the cache and does not
     /// store what it vouches for.
     pub hashed: Vec<(String, StatEntry)>,
-    /// dsv's temporary files (`.dsv-tmp-<pid>-<n>`).
+    /// dsv's temporary files and directories (`.dsv-tmp-<pid>-<n>`).
     pub leftovers: Vec<PathBuf>,
     /// Relative paths of nested `.dsv` stores (never walked into).
     pub stores: Vec<String>,
