@@ -365,11 +365,10 @@ pub fn checkout(
                 Some(v) if store.catalog().removed_at(&v)?.is_none() => Some(v),
                 _ => None,
             };
-            let old = match live_old.and_then(|v| store.catalog().version(&v).transpose()) {
+            match live_old.and_then(|v| store.catalog().version(&v).transpose()) {
                 Some(record) => tree::flatten_version(&mut store.reader(), &record?.version)?,
                 None => Vec::new(),
-            };
-            old
+            }
         }
         None => Vec::new(),
     };

@@ -84,3 +84,32 @@ fn a_failed_checkout_into_a_new_directory_removes_the_directories_it_made() {
         "only what was there before is left"
     );
 }
+
+/// The fields docs/cli.md lists for a JSON report (the first column of the table under the
+/// `### NAME` heading).
+fn documented_fields(name: &str) -> Vec<String> {
+    let doc = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
+    let section = doc
+        .split(&format!("\n### {name}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("docs/cli.md has no ### {name}"));
+    let section = section.split("\n### ").next().unwrap();
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`').map(|(field, _)| field.to_string()))
+        .collect()
+}
+
+#[test]
+fn the_documented_diff_report_is_the_one_printed() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let diff = env.json(&["diff", "ds"]);
+    let mut printed: Vec<String> = diff.as_object().unwrap().keys().cloned().collect();
+    let mut documented = documented_fields("DiffReport");
+    printed.sort();
+    documented.sort();
+    assert_eq!(printed, documented);
+}
