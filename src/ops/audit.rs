@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::status::DiskState;
 use crate::catalog::unix_now;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
@@ -110,17 +109,15 @@ pub fn audit(
         Some(ws) if !full && ws.version == Some(version) => Some(ws.id),
         _ => None,
     };
-    let disk = DiskState::read(
+    let (disk, changes) = super::status::compare_with_disk(
         &dir,
         store.catalog().path(),
         cache_of,
-        None,
-        true,
+        &expected,
         jobs,
         progress,
     )?;
-    let current = disk.listing();
-    let mismatches: Vec<Mismatch> = tree::diff_flat(&expected, &current)
+    let mismatches: Vec<Mismatch> = changes
         .into_iter()
         .map(|change| Mismatch {
             path: change.path,

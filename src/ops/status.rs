@@ -188,6 +188,26 @@ pub(crate) fn beside_stat_cache<T: Send>(
     })
 }
 
+/// Reads `dir` as [`DiskState::read`] does for status and audit (obeying `.dsvignore`,
+/// hashing every file the stat cache of workspace `cache_of` cannot vouch for), and compares
+/// it with `expected`, a version's listing in path order: (the disk's state, the changes
+/// from `expected` to the disk, sorted by path).
+///
+/// # Errors
+/// As [`DiskState::read`].
+pub(crate) fn compare_with_disk(
+    dir: &Path,
+    catalog: &Path,
+    cache_of: Option<i64>,
+    expected: &[FlatEntry],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<(DiskState, Vec<Change>)> {
+    let disk = DiskState::read(dir, catalog, cache_of, None, true, jobs, progress)?;
+    let changes = tree::diff_flat(expected, &disk.listing());
+    Ok((disk, changes))
+}
+
 /// How a workspace differs from its version.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StatusReport {
@@ -241,17 +261,14 @@ pub fn status(
         }
         None => Vec::new(),
     };
-    let disk = DiskState::read(
+    let (disk, changes) = compare_with_disk(
         &dir,
         store.catalog().path(),
         Some(workspace.id),
-        None,
-        true,
+        &old,
         jobs,
         progress,
     )?;
-    let current = disk.listing();
-    let changes = tree::diff_flat(&old, &current);
     // Refresh the cache only for files that still hold their version's content: that content
     // is in the store. A modified or new file's content is not, and commit must read it.
     // `old` is in path order (as flatten gives it): searched, not copied into a map.
