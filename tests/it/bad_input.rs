@@ -315,12 +315,10 @@ fn a_tree_naming_a_path_that_escapes_is_refused_at_checkout() {
 #[test]
 fn a_full_disk_is_a_clear_error_and_records_nothing() {
     let env = TestEnv::bare();
-    let Some(_disk) = SmallDisk::mount(&env.path("small"), "3m") else {
+    let Some((_disk, store)) = SmallDisk::with_store(&env, "3m") else {
         eprintln!("skipping: mounting a tmpfs needs root");
         return;
     };
-    let store = env.path("small").to_str().unwrap().to_string();
-    env.ok(&["--store", &store, "init"]);
     env.write("data/big.bin", pseudo_random(8_000_000, 77));
     let error = env.json_error(&["--store", &store, "commit", "data", "--dataset", "d"], 6);
     assert_eq!(error["kind"], "io");

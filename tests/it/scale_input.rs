@@ -351,13 +351,11 @@ fn a_checkout_past_the_longest_path_fails_and_leaves_nothing() {
 #[test]
 fn a_disk_filled_by_the_catalog_is_a_clear_error_and_records_nothing() {
     let env = TestEnv::bare();
-    let Some(_disk) = SmallDisk::mount(&env.path("small"), "16m") else {
+    let Some((_disk, store)) = SmallDisk::with_store(&env, "16m") else {
         eprintln!("skipping: mounting a tmpfs needs root");
         return;
     };
-    let store = env.path("small").to_str().unwrap().to_string();
     let at = ["--store", store.as_str()];
-    env.ok(&with(&at, &["init"]));
     // 30,000 tiny files: a pack of a few hundred KiB, but tens of thousands of catalog
     // rows (objects, files, the stat cache), about 7 MiB of catalog. With 4 MiB free the
     // disk fills while the rows are inserted; with 6 MiB, when the commit writes them out

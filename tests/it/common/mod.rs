@@ -380,6 +380,17 @@ impl SmallDisk {
     }
 }
 
+impl SmallDisk {
+    /// A store on a tmpfs of `size` mounted at `env`'s `small/`: the mount and the store
+    /// path (for `--store`); `None` when not root.
+    pub fn with_store(env: &TestEnv, size: &str) -> Option<(SmallDisk, String)> {
+        let disk = SmallDisk::mount(&env.path("small"), size)?;
+        let store = env.path("small").to_str().unwrap().to_string();
+        env.ok(&["--store", &store, "init"]);
+        Some((disk, store))
+    }
+}
+
 impl Drop for SmallDisk {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount")
