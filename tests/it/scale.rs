@@ -113,3 +113,29 @@ fn the_documented_diff_report_is_the_one_printed() {
     documented.sort();
     assert_eq!(printed, documented);
 }
+
+#[test]
+fn a_killed_checkouts_staged_subtree_is_never_committed_and_the_next_checkout_removes_it() {
+    let env = TestEnv::new();
+    many_files(&env, "data", 2, 2);
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.ok(&["checkout", "ds", "out"]);
+    // What a checkout killed while staging a new subtree leaves: a directory under a
+    // temporary name of a process that is gone (pid 999999999 never runs), and one of a
+    // process that still runs (this test's), which may be staging right now.
+    let dead = ".dsv-tmp-999999999-1";
+    let live = format!(".dsv-tmp-{}-1", std::process::id());
+    for leftover in [dead, live.as_str()] {
+        env.write(&format!("out/{leftover}/d09/f00"), "half-written\n");
+    }
+    // Neither is part of the workspace: status is clean and a commit records nothing new.
+    env.ok(&["status", "out", "--exit-code"]);
+    let report = env.json(&["commit", "out", "-d", "ds"]);
+    assert_eq!(report["created"], false, "{report}");
+    // The next checkout removes the dead process's subtree whole and keeps the live one's.
+    env.write("data/d00/f00", "changed\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.ok(&["checkout", "ds", "out"]);
+    assert!(!env.path(&format!("out/{dead}")).exists());
+    assert!(env.path(&format!("out/{live}/d09/f00")).exists());
+}
