@@ -366,59 +366,114 @@ fn flatten_claimed(
     root: &ObjectId,
     claim: Option<(u64, u64)>,
 ) -> Result<Vec<FlatEntry>> {
-    let mut out = Vec::new();
-    let mut budget = Budget::new(root, 1);
-    let tree = load(reader, root, "", 0, claim)?;
-    // One frame per open directory: its remaining entries, its path prefix and its id.
-    let mut stack = vec![(tree.entries.into_iter(), String::new(), *root)];
-    while let Some(top) = stack.last_mut() {
-        let Some(entry) = top.0.next() else {
-            stack.pop();
-            continue;
-        };
-        let path = format!("{}{}", top.1, entry.name);
-        let parent = top.2;
-        match entry.kind {
-            EntryKind::Dir { files } => {
-                budget.dir(&path)?;
-                out.push(FlatEntry {
-                    path: path.clone(),
-                    kind: FlatKind::Dir,
-                    size: entry.size,
-                    id: entry.id,
-                });
-                let depth = stack.len();
-                let child = load(reader, &entry.id, &path, depth, Some((entry.size, files)))?;
-                stack.push((child.entries.into_iter(), format!("{path}/"), entry.id));
-            }
-            EntryKind::File { executable } => {
-                budget.file(&path)?;
-                out.push(FlatEntry {
-                    path,
-                    kind: FlatKind::File { executable },
-                    size: entry.size,
-                    id: entry.id,
-                });
-            }
-            EntryKind::Symlink { target } => {
-                budget.file(&path)?;
-                crate::walk::check_symlink_target(&path, &target).map_err(|reason| {
-                    Error::UnsafePath {
-                        path: path.clone(),
-                        tree: parent.to_hex(),
-                        reason,
-                    }
-                })?;
-                out.push(FlatEntry {
-                    path,
-                    kind: FlatKind::Symlink { target },
-                    size: entry.size,
-                    id: entry.id,
-                })
-            }
-        }
+    Walk::start(reader, root, claim)?.collect()
+}
+
+/// [`flatten_version`] one path at a time: the paths of `version`'s tree in depth-first
+/// order, siblings sorted, with the same checks, holding only the trees on the current path
+/// (memory grows with depth times the widest directory, not with the version's files).
+///
+/// # Errors
+/// Reading the root tree fails, or the iterator gives an error, as [`flatten_version`]; it
+/// ends after an error.
+pub fn walk_version<'r, 'a>(
+    reader: &'r mut ObjectReader<'a>,
+    version: &crate::object::Version,
+) -> Result<Walk<'r, 'a>> {
+    Walk::start(reader, &version.tree, Some((version.bytes, version.files)))
+}
+
+/// An iterator over the paths of a tree (see [`walk_version`]).
+pub struct Walk<'r, 'a> {
+    reader: &'r mut ObjectReader<'a>,
+    budget: Budget,
+    /// One frame per open directory: its remaining entries, its path prefix and its id.
+    stack: Vec<(std::vec::IntoIter<TreeEntry>, String, ObjectId)>,
+}
+
+impl<'r, 'a> Walk<'r, 'a> {
+    fn start(
+        reader: &'r mut ObjectReader<'a>,
+        root: &ObjectId,
+        claim: Option<(u64, u64)>,
+    ) -> Result<Walk<'r, 'a>> {
+        let tree = load(reader, root, "", 0, claim)?;
+        Ok(Walk {
+            reader,
+            budget: Budget::new(root, 1),
+            stack: vec![(tree.entries.into_iter(), String::new(), *root)],
+        })
     }
-    Ok(out)
+
+    fn step(&mut self) -> Result<Option<FlatEntry>> {
+        while let Some(top) = self.stack.last_mut() {
+            let Some(entry) = top.0.next() else {
+                self.stack.pop();
+                continue;
+            };
+            let path = format!("{}{}", top.1, entry.name);
+            let parent = top.2;
+            return Ok(Some(match entry.kind {
+                EntryKind::Dir { files } => {
+                    self.budget.dir(&path)?;
+                    let depth = self.stack.len();
+                    let child = load(
+                        self.reader,
+                        &entry.id,
+                        &path,
+                        depth,
+                        Some((entry.size, files)),
+                    )?;
+                    self.stack
+                        .push((child.entries.into_iter(), format!("{path}/"), entry.id));
+                    FlatEntry {
+                        path,
+                        kind: FlatKind::Dir,
+                        size: entry.size,
+                        id: entry.id,
+                    }
+                }
+                EntryKind::File { executable } => {
+                    self.budget.file(&path)?;
+                    FlatEntry {
+                        path,
+                        kind: FlatKind::File { executable },
+                        size: entry.size,
+                        id: entry.id,
+                    }
+                }
+                EntryKind::Symlink { target } => {
+                    self.budget.file(&path)?;
+                    crate::walk::check_symlink_target(&path, &target).map_err(|reason| {
+                        Error::UnsafePath {
+                            path: path.clone(),
+                            tree: parent.to_hex(),
+                            reason,
+                        }
+                    })?;
+                    FlatEntry {
+                        path,
+                        kind: FlatKind::Symlink { target },
+                        size: entry.size,
+                        id: entry.id,
+                    }
+                }
+            }));
+        }
+        Ok(None)
+    }
+}
+
+impl Iterator for Walk<'_, '_> {
+    type Item = Result<FlatEntry>;
+
+    fn next(&mut self) -> Option<Result<FlatEntry>> {
+        let step = self.step();
+        if step.is_err() {
+            self.stack.clear();
+        }
+        step.transpose()
+    }
 }
 
 /// What [`check_version`] learned of each tree: its bytes, files and height (the most
@@ -657,7 +712,7 @@ pub enum ChangeKind {
 }
 
 /// One changed file or symlink (directories are not listed; their contents are).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Change {
     /// The path.
     pub path: String,
@@ -882,4 +937,243 @@ pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
     }
     changes.sort_by(|a, b| a.path.cmp(&b.path));
     changes
+}
+
+/// [`diff_flat`] fed one path at a time: two listings in [`crate::walk::path_order`] merged
+/// by the caller, who hands over the entries each side has at every path. It holds only the
+/// open directories of each side and what changed, never a listing: a status of a million
+/// files costs what changed.
+///
+/// A new side's file whose id is not known yet (a file still to be hashed) is given with a
+/// `pending` number; [`StreamingDiff::finish`] asks for its id then.
+#[derive(Default)]
+pub struct StreamingDiff {
+    changes: Vec<Change>,
+    /// Per side (0 old, 1 new): the directories open at the current path.
+    open: [Vec<OpenDir>; 2],
+    /// Pairs whose change is decided later: a directory on one side only (a change only when
+    /// it holds no file on that side, known once it closes), or a pending file.
+    deferred: Vec<Deferred>,
+}
+
+struct OpenDir {
+    path: String,
+    holds_file: bool,
+    /// The deferred pair this directory decides.
+    deferred: Option<usize>,
+}
+
+struct Deferred {
+    old: Option<FlatEntry>,
+    new: Option<FlatEntry>,
+    /// The new side's file id comes from `finish`'s resolver.
+    pending: Option<usize>,
+    /// Per side: its directory held a file (so it is no leaf), once it closed.
+    holds_file: [bool; 2],
+}
+
+impl StreamingDiff {
+    /// An empty diff.
+    pub fn new() -> StreamingDiff {
+        StreamingDiff::default()
+    }
+
+    /// The entries the old and new listing have at one path (at least one `Some`), in path
+    /// order after every path given before. `pending` marks `new` as a file whose id is not
+    /// known yet (see [`StreamingDiff::finish`]).
+    pub fn pair(&mut self, old: Option<FlatEntry>, new: Option<FlatEntry>, pending: Option<usize>) {
+        let is_dir = |e: &Option<FlatEntry>| e.as_ref().is_some_and(|e| e.kind == FlatKind::Dir);
+        for (side, entry) in [(0, &old), (1, &new)] {
+            if let Some(entry) = entry {
+                self.close_until(side, &entry.path);
+            }
+        }
+        let (old_dir, new_dir) = (is_dir(&old), is_dir(&new));
+        let mut deferred = None;
+        if old_dir && new_dir {
+            // A directory on both sides is never a change itself.
+        } else if old_dir || new_dir || pending.is_some() {
+            self.deferred.push(Deferred {
+                old: old.clone(),
+                new: new.clone(),
+                pending,
+                holds_file: [false; 2],
+            });
+            deferred = Some(self.deferred.len() - 1);
+        } else if let Some(change) = leaf_change(old.as_ref(), new.as_ref()) {
+            self.changes.push(Change {
+                path: old
+                    .as_ref()
+                    .or(new.as_ref())
+                    .map(|e| e.path.clone())
+                    .unwrap_or_default(),
+                change,
+                old: old.clone(),
+                new: new.clone(),
+            });
+        }
+        for (side, entry) in [(0, old), (1, new)] {
+            let Some(entry) = entry else { continue };
+            if entry.kind == FlatKind::Dir {
+                self.open[side].push(OpenDir {
+                    path: entry.path,
+                    holds_file: false,
+                    deferred,
+                });
+            } else if let Some(parent) = self.open[side].last_mut() {
+                parent.holds_file = true;
+            }
+        }
+    }
+
+    /// Closes the directories of `side` that `path` is not inside ("": all of them).
+    fn close_until(&mut self, side: usize, path: &str) {
+        while let Some(top) = self.open[side].last() {
+            let inside = path.len() > top.path.len()
+                && path.starts_with(top.path.as_str())
+                && path.as_bytes()[top.path.len()] == b'/';
+            if inside {
+                break;
+            }
+            let closed = self.open[side].pop().expect("the loop saw a top");
+            if closed.holds_file
+                && let Some(parent) = self.open[side].last_mut()
+            {
+                parent.holds_file = true;
+            }
+            if let Some(index) = closed.deferred {
+                self.deferred[index].holds_file[side] = closed.holds_file;
+            }
+        }
+    }
+
+    /// The changes, sorted by path; `resolve(n)` gives the id of the file given with
+    /// `pending` number `n`.
+    pub fn finish(mut self, resolve: impl Fn(usize) -> ObjectId) -> Vec<Change> {
+        self.close_until(0, "");
+        self.close_until(1, "");
+        for deferred in self.deferred {
+            let leaf = |entry: Option<FlatEntry>, holds_file: bool| {
+                entry.filter(|e| !(e.kind == FlatKind::Dir && holds_file))
+            };
+            let old = leaf(deferred.old, deferred.holds_file[0]);
+            let mut new = leaf(deferred.new, deferred.holds_file[1]);
+            if let (Some(n), Some(entry)) = (deferred.pending, new.as_mut()) {
+                entry.id = resolve(n);
+            }
+            if let Some(change) = leaf_change(old.as_ref(), new.as_ref()) {
+                self.changes.push(Change {
+                    path: old
+                        .as_ref()
+                        .or(new.as_ref())
+                        .map(|e| e.path.clone())
+                        .unwrap_or_default(),
+                    change,
+                    old,
+                    new,
+                });
+            }
+        }
+        self.changes.sort_by(|a, b| a.path.cmp(&b.path));
+        self.changes
+    }
+}
+
+/// Merges two listings in [`crate::walk::path_order`] with a [`StreamingDiff`] (what status
+/// does with a version's walk and a directory's): the same changes as [`diff_flat`].
+pub fn diff_in_order(
+    old: impl IntoIterator<Item = FlatEntry>,
+    new: impl IntoIterator<Item = FlatEntry>,
+) -> Vec<Change> {
+    let mut diff = StreamingDiff::new();
+    let mut old = old.into_iter().peekable();
+    for entry in new {
+        while let Some(before) = old
+            .next_if(|o| crate::walk::path_order(&o.path, &entry.path) == std::cmp::Ordering::Less)
+        {
+            diff.pair(Some(before), None, None);
+        }
+        let same = old.next_if(|o| o.path == entry.path);
+        diff.pair(same, Some(entry), None);
+    }
+    for rest in old {
+        diff.pair(Some(rest), None, None);
+    }
+    diff.finish(|_| unreachable!("nothing pending"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str, kind: char, id: u8) -> FlatEntry {
+        FlatEntry {
+            path: path.to_string(),
+            kind: match kind {
+                'd' => FlatKind::Dir,
+                'x' => FlatKind::File { executable: true },
+                'l' => FlatKind::Symlink { target: "t".into() },
+                _ => FlatKind::File { executable: false },
+            },
+            size: 1,
+            id: ObjectId([id; 32]),
+        }
+    }
+
+    /// Every listing of up to a few paths over a small alphabet of names, with every kind:
+    /// the streaming diff agrees with the whole-listing one on all pairs.
+    #[test]
+    fn the_streaming_diff_agrees_with_diff_flat() {
+        // Paths chosen so that path order and byte order differ ("a/b" before "a.c").
+        let paths = ["a", "a/b", "a/b/c", "a.c", "b", "b/a"];
+        let mut seed = 7u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let listing = |next: &mut dyn FnMut() -> u64| {
+            let mut out: Vec<FlatEntry> = Vec::new();
+            for path in paths {
+                // A path is listed only under a listed directory.
+                let parent_ok = match path.rsplit_once('/') {
+                    None => true,
+                    Some((parent, _)) => out
+                        .iter()
+                        .any(|e| e.path == parent && e.kind == FlatKind::Dir),
+                };
+                let roll = next() % 6;
+                if parent_ok && roll > 0 {
+                    let kind = ['d', 'd', 'f', 'x', 'l'][(roll - 1) as usize];
+                    out.push(entry(path, kind, (next() % 2) as u8));
+                }
+            }
+            out
+        };
+        for _ in 0..4000 {
+            let old = listing(&mut next);
+            let new = listing(&mut next);
+            let mut old_sorted = old.clone();
+            old_sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
+            let mut new_sorted = new.clone();
+            new_sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
+            assert_eq!(
+                diff_in_order(old_sorted, new_sorted),
+                diff_flat(&old, &new),
+                "old {old:?}\nnew {new:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pending_file_gets_its_id_at_the_end() {
+        let mut diff = StreamingDiff::new();
+        diff.pair(Some(entry("a", 'f', 1)), Some(entry("a", 'f', 0)), Some(0));
+        diff.pair(Some(entry("b", 'f', 1)), Some(entry("b", 'f', 0)), Some(1));
+        let changes = diff.finish(|n| ObjectId([n as u8 + 1; 32]));
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].path, "b");
+        assert_eq!(changes[0].new.as_ref().unwrap().id, ObjectId([2; 32]));
+    }
 }

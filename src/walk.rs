@@ -251,118 +251,269 @@ fn too_long(root: &Path, error: Error) -> Error {
 }
 
 fn scan_with(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Scan> {
-    if !root.is_dir() {
-        return Err(Error::NotADirectory {
-            path: root.to_path_buf(),
-        });
+    let mut walker = Walker::start(root, exclude, ignore_files)?;
+    let mut entries = Vec::new();
+    while let Some(batch) = walker.next_batch()? {
+        entries.extend(batch);
     }
-    let mut overrides = ignore::overrides::OverrideBuilder::new(root);
-    for pattern in exclude {
-        overrides
-            .add(&format!("!{pattern}"))
-            .map_err(|e| Error::InvalidPattern {
-                pattern: pattern.clone(),
-                reason: e.to_string(),
-            })?;
-    }
-    let overrides = overrides.build().map_err(|e| Error::InvalidPattern {
-        pattern: exclude.join(" "),
-        reason: e.to_string(),
-    })?;
-    // Pass 1 lists names (readdir gives each entry's type) on every core, in any order;
-    // sorting then restores depth-first order with sorted siblings. Pass 2 lstats every entry
-    // on every core: a stat walk of tens of thousands of files is bound by system calls.
-    let jobs = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
-    // Relative paths only (the absolute one is made again to stat it): at a million files
-    // the listing is most of the walk's memory.
-    let found: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
-    let scan = Mutex::new(Scan::default());
-    let first_error: Mutex<Option<Error>> = Mutex::new(None);
-    let mut builder = ignore::WalkBuilder::new(root);
-    builder.standard_filters(false);
-    if ignore_files {
-        builder.add_custom_ignore_filename(IGNORE_FILE);
-    }
-    builder
-        .overrides(overrides)
-        .follow_links(false)
-        .threads(jobs);
-    builder.build_parallel().run(|| {
-        Box::new(|result| {
-            let outcome = result.map_err(|e| walk_error(root, e)).and_then(|entry| {
-                if entry.depth() == 0 {
-                    return Ok(ignore::WalkState::Continue);
-                }
-                if entry.depth() > crate::tree::MAX_TREE_DEPTH {
-                    return Err(Error::Unsupported {
-                        path: entry.into_path(),
-                        reason: format!(
-                            "it is nested more than {} levels deep",
-                            crate::tree::MAX_TREE_DEPTH
-                        ),
-                    });
-                }
-                let name = entry.file_name().as_encoded_bytes();
-                let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-                let path = entry.path();
-                let relative = path
-                    .strip_prefix(root)
-                    .expect("the walk yields paths under its root")
-                    .to_str()
-                    .ok_or_else(|| Error::Unsupported {
-                        path: path.to_path_buf(),
-                        reason: "the name is not valid UTF-8".into(),
-                    })?
-                    .to_string();
-                if name == STORE_DIR.as_bytes() && is_dir {
-                    lock(&scan).stores.push(relative);
-                    return Ok(ignore::WalkState::Skip);
-                }
-                if is_temp_name(name) {
-                    // A staged file, or a directory a checkout stages whole: never walked.
-                    lock(&scan).leftovers.push(entry.into_path());
-                    return Ok(ignore::WalkState::Skip);
-                }
-                let reserved = is_reserved_name(name);
-                lock(&found).push((relative, reserved));
-                // A reserved name is listed (as unsupported), never walked into.
-                Ok(if reserved && is_dir {
-                    ignore::WalkState::Skip
-                } else {
-                    ignore::WalkState::Continue
-                })
+    let (leftovers, stores) = walker.finish();
+    Ok(Scan {
+        entries,
+        leftovers,
+        stores,
+    })
+}
+
+/// Entries a [`Walker`] stats at once (on every core): large enough to keep the cores busy,
+/// small enough that a walk of millions of files holds a few of them.
+const WALK_BATCH: usize = 2048;
+
+/// What the walking thread sends a [`Walker`].
+enum Walked {
+    /// Entries to list, in path order: relative path, and whether the name is reserved.
+    Names(Vec<(String, bool)>),
+    /// A temporary name of dsv's (not walked into).
+    Leftover(PathBuf),
+    /// A nested `.dsv` store (not walked into).
+    Store(String),
+    /// The walk failed; nothing follows.
+    Failed(Error),
+}
+
+/// A walk of a directory that yields its entries in [`path_order`], a batch at a time, as
+/// [`scan`] lists them, holding only what one directory level and a few batches need: the
+/// memory of a walk of a million files is that of its widest directory, not of the million.
+///
+/// One thread lists names (readdir, siblings sorted by name bytes, `.dsvignore` and
+/// `--exclude` obeyed) up to a few batches ahead; [`Walker::next_batch`] lstats a batch on
+/// every core. Dropping the walker stops the listing thread at its next batch.
+pub struct Walker {
+    root: PathBuf,
+    receiver: std::sync::mpsc::Receiver<Walked>,
+    jobs: usize,
+    leftovers: Vec<PathBuf>,
+    stores: Vec<String>,
+    done: bool,
+}
+
+impl Walker {
+    /// Starts walking `root`, leaving out what `exclude` matches (as [`scan_excluding`]) and,
+    /// when `ignore_files`, what `.dsvignore` files exclude.
+    ///
+    /// # Errors
+    /// [`Error::NotADirectory`]; [`Error::InvalidPattern`] for a pattern that does not parse.
+    pub fn start(root: &Path, exclude: &[String], ignore_files: bool) -> Result<Walker> {
+        if !root.is_dir() {
+            return Err(Error::NotADirectory {
+                path: root.to_path_buf(),
             });
-            outcome.unwrap_or_else(|error| {
-                lock(&first_error).get_or_insert(error);
-                ignore::WalkState::Quit
-            })
+        }
+        let mut overrides = ignore::overrides::OverrideBuilder::new(root);
+        for pattern in exclude {
+            overrides
+                .add(&format!("!{pattern}"))
+                .map_err(|e| Error::InvalidPattern {
+                    pattern: pattern.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+        let overrides = overrides.build().map_err(|e| Error::InvalidPattern {
+            pattern: exclude.join(" "),
+            reason: e.to_string(),
+        })?;
+        let mut builder = ignore::WalkBuilder::new(root);
+        builder.standard_filters(false);
+        if ignore_files {
+            builder.add_custom_ignore_filename(IGNORE_FILE);
+        }
+        // Siblings sorted by name bytes, each directory's entries right after it: path order.
+        builder
+            .overrides(overrides)
+            .follow_links(false)
+            .sort_by_file_name(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+        // Stores, temporary names and reserved directories are not walked into. The filter
+        // says so and notes them; the walking thread passes the notes on in order.
+        let notes: std::sync::Arc<Mutex<Vec<(PathBuf, Note)>>> = Default::default();
+        let noted = notes.clone();
+        builder.filter_entry(move |entry| {
+            if entry.depth() == 0 {
+                return true;
+            }
+            let name = entry.file_name().as_encoded_bytes();
+            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+            let note = if name == STORE_DIR.as_bytes() && is_dir {
+                Note::Store
+            } else if is_temp_name(name) {
+                Note::Leftover
+            } else if is_dir && is_reserved_name(name) {
+                Note::ReservedDir
+            } else {
+                return true;
+            };
+            lock(&noted).push((entry.path().to_path_buf(), note));
+            false
+        });
+        let walk = builder.build();
+        let (sender, receiver) = std::sync::mpsc::sync_channel(4);
+        let owned_root = root.to_path_buf();
+        std::thread::Builder::new()
+            .name("dsv-walk".into())
+            .spawn(move || list_names(&owned_root, walk, &notes, &sender))
+            .map_err(|source| Error::Io {
+                path: root.to_path_buf(),
+                source,
+            })?;
+        Ok(Walker {
+            root: root.to_path_buf(),
+            receiver,
+            jobs: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            leftovers: Vec::new(),
+            stores: Vec::new(),
+            done: false,
         })
-    });
-    if let Some(error) = first_error
-        .into_inner()
-        .expect("no panics while holding the lock")
-    {
-        return Err(error);
     }
-    let mut found = found
-        .into_inner()
-        .expect("no panics while holding the lock");
-    found.sort_unstable_by(|(a, _), (b, _)| path_order(a, b));
-    let mut scan = scan.into_inner().expect("no panics while holding the lock");
-    let stats = crate::parallel::map(&found, jobs, |(relative, reserved)| {
-        stat_entry(&root.join(relative), relative, *reserved)
-    })?;
-    // Each path moves into its entry: never two copies of the listing.
-    scan.entries = stats
-        .into_iter()
-        .zip(found)
-        .map(|((kind, stat), (path, _))| ScanEntry { path, kind, stat })
-        .collect();
-    scan.leftovers.sort();
-    scan.stores.sort();
-    Ok(scan)
+
+    /// The next entries in path order, lstatted and classified; `None` once the walk is over.
+    ///
+    /// # Errors
+    /// As [`scan`]: [`Error::Unsupported`] for a name that is not UTF-8, a path longer than
+    /// the system opens or nesting past [`crate::tree::MAX_TREE_DEPTH`]; [`Error::Io`] when a
+    /// directory or entry cannot be read. The walk is over after an error.
+    pub fn next_batch(&mut self) -> Result<Option<Vec<ScanEntry>>> {
+        while !self.done {
+            let Ok(message) = self.receiver.recv() else {
+                self.done = true;
+                break;
+            };
+            match message {
+                Walked::Names(names) => {
+                    let root = &self.root;
+                    let stats = crate::parallel::map(&names, self.jobs, |(relative, reserved)| {
+                        stat_entry(&root.join(relative), relative, *reserved)
+                    })
+                    .map_err(|e| too_long(root, e));
+                    let stats = match stats {
+                        Ok(stats) => stats,
+                        Err(e) => {
+                            self.done = true;
+                            return Err(e);
+                        }
+                    };
+                    // Each path moves into its entry: never two copies of the listing.
+                    return Ok(Some(
+                        stats
+                            .into_iter()
+                            .zip(names)
+                            .map(|((kind, stat), (path, _))| ScanEntry { path, kind, stat })
+                            .collect(),
+                    ));
+                }
+                Walked::Leftover(path) => self.leftovers.push(path),
+                Walked::Store(relative) => self.stores.push(relative),
+                Walked::Failed(error) => {
+                    self.done = true;
+                    return Err(too_long(&self.root, error));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// dsv's temporary files and directories met (`.dsv-tmp-<pid>-<n>`, not walked into) and
+    /// the relative paths of nested `.dsv` stores, each sorted: complete once
+    /// [`Walker::next_batch`] has given `None`.
+    pub fn finish(mut self) -> (Vec<PathBuf>, Vec<String>) {
+        self.leftovers.sort();
+        self.stores.sort();
+        (self.leftovers, self.stores)
+    }
+}
+
+/// What the walk's filter noted about an entry it does not walk into.
+#[derive(Clone, Copy)]
+enum Note {
+    Store,
+    Leftover,
+    ReservedDir,
+}
+
+/// The walking thread: lists `walk` under `root`, sending names a batch at a time; stops when
+/// the [`Walker`] is gone.
+fn list_names(
+    root: &Path,
+    walk: ignore::Walk,
+    notes: &Mutex<Vec<(PathBuf, Note)>>,
+    sender: &std::sync::mpsc::SyncSender<Walked>,
+) {
+    let relative_of = |path: &Path| -> Result<String> {
+        path.strip_prefix(root)
+            .expect("the walk yields paths under its root")
+            .to_str()
+            .map(str::to_string)
+            .ok_or_else(|| Error::Unsupported {
+                path: path.to_path_buf(),
+                reason: "the name is not valid UTF-8".into(),
+            })
+    };
+    let mut walk = walk;
+    let mut batch = Vec::with_capacity(WALK_BATCH);
+    let mut listing = || -> Result<()> {
+        loop {
+            let next = walk.next();
+            // What the filter left out while finding `next` comes before it in path order.
+            for (path, note) in std::mem::take(&mut *lock(notes)) {
+                let message = match note {
+                    Note::Store => Walked::Store(relative_of(&path)?),
+                    Note::Leftover => Walked::Leftover(path),
+                    Note::ReservedDir => {
+                        // Listed (commit refuses it, status leaves it alone), not walked into.
+                        batch.push((relative_of(&path)?, true));
+                        continue;
+                    }
+                };
+                if sender.send(message).is_err() {
+                    return Ok(());
+                }
+            }
+            let Some(result) = next else {
+                break;
+            };
+            let entry = result.map_err(|e| walk_error(root, e))?;
+            if entry.depth() == 0 {
+                continue;
+            }
+            if entry.depth() > crate::tree::MAX_TREE_DEPTH {
+                return Err(Error::Unsupported {
+                    path: entry.into_path(),
+                    reason: format!(
+                        "it is nested more than {} levels deep",
+                        crate::tree::MAX_TREE_DEPTH
+                    ),
+                });
+            }
+            let reserved = is_reserved_name(entry.file_name().as_encoded_bytes());
+            batch.push((relative_of(entry.path())?, reserved));
+            if batch.len() >= WALK_BATCH
+                && sender
+                    .send(Walked::Names(std::mem::replace(
+                        &mut batch,
+                        Vec::with_capacity(WALK_BATCH),
+                    )))
+                    .is_err()
+            {
+                return Ok(());
+            }
+        }
+        if !batch.is_empty() {
+            let _ = sender.send(Walked::Names(std::mem::take(&mut batch)));
+        }
+        Ok(())
+    };
+    if let Err(error) = listing() {
+        let _ = sender.send(Walked::Failed(error));
+    }
 }
 
 /// The order of paths in a version and a scan: depth first, siblings sorted by name bytes

@@ -41,10 +41,21 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0007_ref_log.sql"),
     include_str!("../../migrations/0008_unproven_file_maps.sql"),
     include_str!("../../migrations/0009_workspace_identity.sql"),
+    include_str!("../../migrations/0010_stat_cache_in_path_order.sql"),
 ];
 
-static MIGRATIONS: LazyLock<Migrations<'static>> =
-    LazyLock::new(|| Migrations::new(MIGRATION_SQL.iter().map(|sql| M::up(sql)).collect()));
+static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
+    Migrations::new(
+        MIGRATION_SQL
+            .iter()
+            .enumerate()
+            .map(|(index, sql)| match index {
+                9 => M::up_with_hook(sql, workspaces::rekey_stat_cache),
+                _ => M::up(sql),
+            })
+            .collect(),
+    )
+});
 
 /// Number of migrations this build knows (the newest schema version).
 pub fn schema_version() -> usize {

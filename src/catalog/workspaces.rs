@@ -1,7 +1,5 @@
 //! Workspaces (directories a store committed or checked out) and their stat caches.
 
-use std::collections::HashMap;
-
 use rusqlite::{OptionalExtension, params};
 
 use super::{Catalog, CatalogWriter, unix_now};
@@ -136,37 +134,103 @@ impl Catalog {
             .filter(|w| w.exists))
     }
 
-    /// The stat cache of workspace `workspace`, keyed by relative path.
+    /// Reads the stat cache of workspace `workspace` in path order ([`crate::walk::path_order`],
+    /// the order of a walk and of a version's trees), calling `each` with every entry's
+    /// relative path until it returns false. One cursor, nothing held: a million entries cost
+    /// no memory here.
     ///
-    /// Only entries that vouch for content the store still holds are returned (an empty file,
+    /// Only entries that vouch for content the store still holds are given (an empty file,
     /// or a file whose only chunk or file map the catalog locates): an entry naming an id that
-    /// gc freed must not let a commit record a file the store cannot give back.
+    /// gc freed must not let a commit record a file the store cannot give back. A row whose
+    /// key is not a path (written by no dsv) is skipped: a cache entry fewer costs a hash.
     ///
     /// # Errors
-    /// [`crate::Error::Catalog`].
-    pub fn stat_cache(&self, workspace: i64) -> Result<HashMap<String, StatEntry>> {
+    /// [`crate::Error::Catalog`]; any error `each` returns.
+    pub fn stat_cache_in_order(
+        &self,
+        workspace: i64,
+        mut each: impl FnMut(String, StatEntry) -> Result<bool>,
+    ) -> Result<()> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT s.path, s.size, s.mtime_ns, s.ctime_ns, s.inode, s.mode, s.file_id, s.checked_ns FROM stat_cache s
+            "SELECT s.key, s.size, s.mtime_ns, s.ctime_ns, s.inode, s.mode, s.file_id, s.checked_ns FROM stat_cache s
              WHERE s.workspace = ?1
-               AND (s.size = 0 OR EXISTS (SELECT 1 FROM objects o WHERE o.id = s.file_id AND o.kind IN (1, 4)))",
+               AND (s.size = 0 OR EXISTS (SELECT 1 FROM objects o WHERE o.id = s.file_id AND o.kind IN (1, 4)))
+             ORDER BY s.key",
         )?;
-        let rows = stmt.query_map([workspace], |row| {
+        let mut rows = stmt.query([workspace])?;
+        while let Some(row) = rows.next()? {
+            let Some(path) = path_of_key(&row.get::<_, Vec<u8>>(0)?) else {
+                continue;
+            };
             let file_id: Vec<u8> = row.get(6)?;
-            Ok((
-                row.get::<_, String>(0)?,
-                StatEntry {
-                    size: row.get::<_, i64>(1)? as u64,
-                    mtime_ns: row.get(2)?,
-                    ctime_ns: row.get(3)?,
-                    inode: row.get::<_, i64>(4)? as u64,
-                    mode: row.get(5)?,
-                    file_id: ObjectId::from_slice(&file_id).unwrap_or(ObjectId([0; 32])),
-                    checked_ns: row.get(7)?,
-                },
-            ))
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+            let entry = StatEntry {
+                size: row.get::<_, i64>(1)? as u64,
+                mtime_ns: row.get(2)?,
+                ctime_ns: row.get(3)?,
+                inode: row.get::<_, i64>(4)? as u64,
+                mode: row.get(5)?,
+                file_id: ObjectId::from_slice(&file_id).unwrap_or(ObjectId([0; 32])),
+                checked_ns: row.get(7)?,
+            };
+            if !each(path, entry)? {
+                break;
+            }
+        }
+        Ok(())
     }
+}
+
+/// The stat cache's key of a relative path: its bytes with every `/` written as 0, so that
+/// byte order of keys is [`crate::walk::path_order`] of paths (schema 10).
+pub(crate) fn stat_key(path: &str) -> Vec<u8> {
+    path.bytes()
+        .map(|b| if b == b'/' { 0 } else { b })
+        .collect()
+}
+
+/// The relative path of a stat cache key ([`stat_key`] undone); `None` when the key holds a
+/// `/` or is not UTF-8 (no dsv writes such a key).
+fn path_of_key(key: &[u8]) -> Option<String> {
+    if key.contains(&b'/') {
+        return None;
+    }
+    String::from_utf8(key.iter().map(|&b| if b == 0 { b'/' } else { b }).collect()).ok()
+}
+
+/// Migration 10's hook: moves every stat cache row into `stat_cache_keyed` under its
+/// [`stat_key`], then puts that table in the old one's place.
+pub(super) fn rekey_stat_cache(tx: &rusqlite::Transaction<'_>) -> rusqlite_migration::HookResult {
+    {
+        let mut read = tx.prepare(
+            "SELECT workspace, path, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns FROM stat_cache",
+        )?;
+        let mut write = tx.prepare(
+            "INSERT OR REPLACE INTO stat_cache_keyed (workspace, key, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        let mut rows = read.query([])?;
+        while let Some(row) = rows.next()? {
+            let Ok(path) = row.get_ref(1)?.as_str() else {
+                continue;
+            };
+            write.execute(params![
+                row.get::<_, i64>(0)?,
+                stat_key(path),
+                row.get::<_, i64>(2)?,
+                row.get::<_, i64>(3)?,
+                row.get::<_, i64>(4)?,
+                row.get::<_, i64>(5)?,
+                row.get::<_, i64>(6)?,
+                row.get::<_, Vec<u8>>(7)?,
+                row.get::<_, i64>(8)?,
+            ])?;
+        }
+    }
+    tx.execute_batch(
+        "DROP TABLE stat_cache;
+         ALTER TABLE stat_cache_keyed RENAME TO stat_cache;",
+    )?;
+    Ok(())
 }
 
 impl CatalogWriter<'_> {
@@ -255,17 +319,17 @@ impl CatalogWriter<'_> {
         changes: impl IntoIterator<Item = (&'p str, Option<&'p StatEntry>)>,
     ) -> Result<()> {
         let mut upsert = self.tx.prepare_cached(
-            "INSERT OR REPLACE INTO stat_cache (workspace, path, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns)
+            "INSERT OR REPLACE INTO stat_cache (workspace, key, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
         let mut delete = self
             .tx
-            .prepare_cached("DELETE FROM stat_cache WHERE workspace = ?1 AND path = ?2")?;
+            .prepare_cached("DELETE FROM stat_cache WHERE workspace = ?1 AND key = ?2")?;
         for (path, entry) in changes {
             match entry {
                 Some(e) => upsert.execute(params![
                     workspace,
-                    path,
+                    stat_key(path),
                     e.size as i64,
                     e.mtime_ns,
                     e.ctime_ns,
@@ -274,7 +338,7 @@ impl CatalogWriter<'_> {
                     &e.file_id.0[..],
                     e.checked_ns
                 ])?,
-                None => delete.execute(params![workspace, path])?,
+                None => delete.execute(params![workspace, stat_key(path)])?,
             };
         }
         Ok(())

@@ -103,21 +103,22 @@ pub fn audit(
         },
     };
     let record = store.catalog().version_record(&version)?;
-    let expected = tree::flatten_version(&mut store.reader(), &record.version)?;
     // The stat cache may vouch only for the version this directory was recorded with.
     let cache_of = match &recorded {
         Some(ws) if !full && ws.version == Some(version) => Some(ws.id),
         _ => None,
     };
-    let (disk, changes) = super::status::compare_with_disk(
+    let mut reader = store.reader();
+    let compared = super::status::compare_with_disk(
         &dir,
         store.catalog().path(),
         cache_of,
-        &expected,
+        tree::walk_version(&mut reader, &record.version)?,
         jobs,
         progress,
     )?;
-    let mismatches: Vec<Mismatch> = changes
+    let mut mismatches: Vec<Mismatch> = compared
+        .changes
         .into_iter()
         .map(|change| Mismatch {
             path: change.path,
@@ -129,18 +130,15 @@ pub fn audit(
         })
         .collect();
     // Entries dsv cannot version (sockets, devices, escaping symlinks) are differences too.
-    let mut mismatches = mismatches;
-    for entry in &disk.entries {
-        if matches!(entry.kind, crate::walk::ScanKind::Unsupported { .. }) {
-            mismatches.push(Mismatch {
-                path: entry.path.clone(),
-                change: ChangeKind::Added,
-                expected: None,
-                actual: None,
-                expected_size: None,
-                actual_size: Some(entry.stat.size),
-            });
-        }
+    for entry in compared.unsupported {
+        mismatches.push(Mismatch {
+            path: entry.path,
+            change: ChangeKind::Added,
+            expected: None,
+            actual: None,
+            expected_size: None,
+            actual_size: Some(entry.stat.size),
+        });
     }
     mismatches.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(AuditReport {
@@ -152,7 +150,7 @@ pub fn audit(
         files: record.version.files,
         bytes: record.version.bytes,
         full,
-        files_hashed: disk.hashed.len() as u64,
+        files_hashed: compared.hashed.len() as u64,
         identical: mismatches.is_empty(),
         mismatches,
         audited_at: unix_now(),

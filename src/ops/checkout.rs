@@ -381,8 +381,7 @@ pub fn checkout(
         &dir,
         store.catalog().path(),
         workspace.as_ref().map(|w| w.id),
-        Some(&wanted),
-        false,
+        &wanted,
         options.jobs,
         progress,
     )?;
@@ -603,7 +602,7 @@ pub fn checkout(
             cache_changes.push((path, Some(*entry)));
         }
     }
-    for path in disk.cache.keys() {
+    for path in &disk.cached_paths {
         let is_target_file = target_map
             .get(path.as_str())
             .is_some_and(|e| matches!(e.kind, FlatKind::File { .. }));

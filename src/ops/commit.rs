@@ -24,7 +24,7 @@ use crate::progress::{Progress, Unit};
 use crate::revision::check_name;
 use crate::store::Store;
 use crate::tree::{self, FlatEntry, FlatKind};
-use crate::walk::{self, ScanKind};
+use crate::walk::ScanKind;
 use crate::workspace;
 
 /// What to commit and how.
@@ -138,52 +138,64 @@ pub fn commit(
     let clock = std::time::Instant::now();
     progress.phase("scanning");
     let workspace = store.catalog().workspace(&workspace_key)?;
-    let (cache, scan) = super::status::beside_stat_cache(
+    // The walk and the stat cache advance in step (both in path order): no map of either.
+    let mut stream = super::status::DiskStream::start(
+        &dir,
         store.catalog().path(),
         workspace.as_ref().map(|w| w.id),
-        || walk::scan_excluding(&dir, &options.exclude),
+        &options.exclude,
+        true,
     )?;
-    scan.refuse_unsupported(&dir)?;
-    let scanned = scan.entries;
-    tracing::debug!(entries = scanned.len(), cached = cache.len(), elapsed = ?clock.elapsed(), "walked and loaded the stat cache");
-
     // Which files must be read: those the stat cache cannot vouch for.
-    let mut flat = Vec::with_capacity(scanned.len());
+    let mut flat = Vec::new();
     let mut to_read = Vec::new();
     let mut to_read_index = Vec::new();
-    for entry in scanned {
-        let (kind, size, id) = match entry.kind {
-            ScanKind::Unsupported { .. } => unreachable!("refused above"),
-            ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
-            ScanKind::Symlink { target } => {
-                let (size, id) = (target.len() as u64, ObjectId::of(target.as_bytes()));
-                (FlatKind::Symlink { target }, size, id)
+    // Stat cache entries at paths that are no longer files.
+    let mut removed: Vec<String> = Vec::new();
+    while let Some(batch) = stream.next_batch()? {
+        for item in batch {
+            let entry = item.entry;
+            if item.in_cache && !matches!(entry.kind, ScanKind::File { .. }) {
+                removed.push(entry.path.clone());
             }
-            ScanKind::File { executable } => {
-                let cached = cache
-                    .get(&entry.path)
-                    .and_then(|c| workspace::cached_id(c, &entry.stat));
-                if cached.is_none() {
-                    to_read_index.push(flat.len());
-                    to_read.push(IngestFile {
+            let (kind, size, id) = match entry.kind {
+                ScanKind::Unsupported { reason } => {
+                    return Err(Error::Unsupported {
                         path: dir.join(&entry.path),
-                        stat: entry.stat,
+                        reason,
                     });
                 }
-                (
-                    FlatKind::File { executable },
-                    entry.stat.size,
-                    cached.unwrap_or(ObjectId([0; 32])),
-                )
-            }
-        };
-        flat.push(FlatEntry {
-            path: entry.path,
-            kind,
-            size,
-            id,
-        });
+                ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
+                ScanKind::Symlink { target } => {
+                    let (size, id) = (target.len() as u64, ObjectId::of(target.as_bytes()));
+                    (FlatKind::Symlink { target }, size, id)
+                }
+                ScanKind::File { executable } => {
+                    if item.id.is_none() {
+                        to_read_index.push(flat.len());
+                        to_read.push(IngestFile {
+                            path: dir.join(&entry.path),
+                            stat: entry.stat,
+                        });
+                    }
+                    (
+                        FlatKind::File { executable },
+                        entry.stat.size,
+                        item.id.unwrap_or(ObjectId([0; 32])),
+                    )
+                }
+            };
+            flat.push(FlatEntry {
+                path: entry.path,
+                kind,
+                size,
+                id,
+            });
+        }
     }
+    let (_, _, uncached) = stream.finish();
+    removed.extend(uncached);
+    tracing::debug!(entries = flat.len(), elapsed = ?clock.elapsed(), "walked beside the stat cache");
 
     // Checked before anything is written.
     if let Some(link) = tree::symlink_through_symlink(&flat) {
@@ -236,17 +248,6 @@ pub fn commit(
     let built = tree::build(&flat);
     tracing::debug!(trees = built.trees.len(), elapsed = ?clock.elapsed(), "built trees");
 
-    // Stat cache changes: refreshed entries, and paths that are no longer files.
-    let file_paths: std::collections::HashSet<&str> = flat
-        .iter()
-        .filter(|e| matches!(e.kind, FlatKind::File { .. }))
-        .map(|e| e.path.as_str())
-        .collect();
-    let removed: Vec<&str> = cache
-        .keys()
-        .map(String::as_str)
-        .filter(|p| !file_paths.contains(p))
-        .collect();
     // Git's HEAD: the parent is the version this workspace holds when it holds one of this
     // dataset (the workspace lock, held until the end, keeps it so).
     // A removed version is no parent: its line was let go (the head's is taken then).
@@ -276,7 +277,7 @@ pub fn commit(
             new_cache
                 .iter()
                 .map(|(index, e)| (flat[*index].path.as_str(), Some(e)))
-                .chain(removed.iter().map(|p| (*p, None))),
+                .chain(removed.iter().map(|p| (p.as_str(), None))),
         )
     })?;
     tracing::debug!(packs = recorded.packs.len(), elapsed = ?clock.elapsed(), "recorded");

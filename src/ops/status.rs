@@ -1,7 +1,6 @@
 //! `status`: how a workspace differs from the version it holds, reading only the files the
 //! stat cache cannot vouch for.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::catalog::StatEntry;
@@ -13,11 +12,176 @@ use crate::tree::{self, Change, FlatEntry, FlatKind};
 use crate::walk::{self, ScanEntry, ScanKind};
 use crate::workspace;
 
-/// A directory as it is on disk now, with every file's content id (from the stat cache or
-/// by hashing).
+/// One entry of a directory as a [`DiskStream`] gives it.
+pub(crate) struct DiskItem {
+    /// The entry as the walk found it.
+    pub entry: ScanEntry,
+    /// Its content id when known without reading it: a symlink's (the hash of its target),
+    /// or a file's that the stat cache vouches for.
+    pub id: Option<ObjectId>,
+    /// True when the stat cache has an entry at this path (vouching or not).
+    pub in_cache: bool,
+}
+
+/// Stat cache entries the reading thread sends at once.
+const CACHE_BATCH: usize = 4096;
+
+/// A directory's entries in path order with what the stat cache says of each: the walk
+/// ([`walk::Walker`]) and the cache (one cursor on a connection of its own, on a thread of
+/// its own) advance in step, as both are in [`walk::path_order`]. Holds a few batches of
+/// each, whatever the directory's size.
+pub(crate) struct DiskStream {
+    walker: walk::Walker,
+    cache: Option<CacheRows>,
+    /// Paths of stat cache entries that no entry of the walk had (deleted or left-out files).
+    pub uncached_rows: Vec<String>,
+}
+
+impl DiskStream {
+    /// Starts walking `dir` (obeying `.dsvignore` when `obey_ignore_files`, leaving out
+    /// `exclude`) beside the stat cache of workspace `cache_of` in `catalog` (none: no cache).
+    ///
+    /// # Errors
+    /// As [`walk::Walker::start`].
+    pub fn start(
+        dir: &Path,
+        catalog: &Path,
+        cache_of: Option<i64>,
+        exclude: &[String],
+        obey_ignore_files: bool,
+    ) -> Result<DiskStream> {
+        let walker = walk::Walker::start(dir, exclude, obey_ignore_files)?;
+        Ok(DiskStream {
+            walker,
+            cache: cache_of.map(|workspace| CacheRows::start(catalog, workspace)),
+            uncached_rows: Vec::new(),
+        })
+    }
+
+    /// The next entries in path order; `None` at the end (then `uncached_rows` is whole).
+    ///
+    /// # Errors
+    /// As [`walk::Walker::next_batch`]; [`Error::Catalog`] reading the cache.
+    pub fn next_batch(&mut self) -> Result<Option<Vec<DiskItem>>> {
+        let Some(batch) = self.walker.next_batch()? else {
+            if let Some(cache) = &mut self.cache {
+                while let Some((path, _)) = cache.next()? {
+                    self.uncached_rows.push(path);
+                }
+            }
+            return Ok(None);
+        };
+        let mut items = Vec::with_capacity(batch.len());
+        for entry in batch {
+            let mut cached = None;
+            if let Some(cache) = &mut self.cache {
+                while let Some(order) = cache.peek_order(&entry.path)? {
+                    match order {
+                        std::cmp::Ordering::Less => {
+                            let (path, _) = cache.next()?.expect("peeked");
+                            self.uncached_rows.push(path);
+                        }
+                        std::cmp::Ordering::Equal => {
+                            cached = cache.next()?.map(|(_, row)| row);
+                            break;
+                        }
+                        std::cmp::Ordering::Greater => break,
+                    }
+                }
+            }
+            let id = match &entry.kind {
+                ScanKind::Symlink { target } => Some(ObjectId::of(target.as_bytes())),
+                ScanKind::File { .. } => cached
+                    .as_ref()
+                    .and_then(|c| workspace::cached_id(c, &entry.stat)),
+                ScanKind::Dir | ScanKind::Unsupported { .. } => None,
+            };
+            items.push(DiskItem {
+                entry,
+                id,
+                in_cache: cached.is_some(),
+            });
+        }
+        Ok(Some(items))
+    }
+
+    /// dsv's temporary files and directories and the nested stores met (see
+    /// [`walk::Walker::finish`]).
+    pub fn finish(self) -> (Vec<PathBuf>, Vec<String>, Vec<String>) {
+        let (leftovers, stores) = self.walker.finish();
+        (leftovers, stores, self.uncached_rows)
+    }
+}
+
+/// A workspace's stat cache read in path order by a thread of its own.
+struct CacheRows {
+    receiver: std::sync::mpsc::Receiver<Result<Vec<(String, StatEntry)>>>,
+    batch: std::collections::VecDeque<(String, StatEntry)>,
+    done: bool,
+}
+
+impl CacheRows {
+    fn start(catalog: &Path, workspace: i64) -> CacheRows {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(2);
+        let catalog = catalog.to_path_buf();
+        // A thread that cannot start leaves an empty cache: files are hashed instead.
+        let _ = std::thread::Builder::new()
+            .name("dsv-stat-cache".into())
+            .spawn(move || {
+                let mut batch = Vec::with_capacity(CACHE_BATCH);
+                let read = crate::catalog::Catalog::open_reader(&catalog).and_then(|catalog| {
+                    catalog.stat_cache_in_order(workspace, |path, entry| {
+                        batch.push((path, entry));
+                        if batch.len() < CACHE_BATCH {
+                            return Ok(true);
+                        }
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(CACHE_BATCH));
+                        Ok(sender.send(Ok(full)).is_ok())
+                    })
+                });
+                let _ = sender.send(read.map(|()| batch));
+            });
+        CacheRows {
+            receiver,
+            batch: Default::default(),
+            done: false,
+        }
+    }
+
+    /// Fills the batch when it is empty; false at the end of the cache.
+    fn fill(&mut self) -> Result<bool> {
+        while self.batch.is_empty() && !self.done {
+            match self.receiver.recv() {
+                Ok(rows) => self.batch.extend(rows?),
+                Err(_) => self.done = true,
+            }
+        }
+        Ok(!self.batch.is_empty())
+    }
+
+    /// How the next entry's path orders against `path`; `None` at the end.
+    fn peek_order(&mut self, path: &str) -> Result<Option<std::cmp::Ordering>> {
+        Ok(if self.fill()? {
+            self.batch
+                .front()
+                .map(|(next, _)| walk::path_order(next, path))
+        } else {
+            None
+        })
+    }
+
+    fn next(&mut self) -> Result<Option<(String, StatEntry)>> {
+        self.fill()?;
+        Ok(self.batch.pop_front())
+    }
+}
+
+/// A directory as it is on disk now, with every wanted file's content id (from the stat
+/// cache or by hashing), held whole: what checkout plans with.
 pub(crate) struct DiskState {
-    /// The stat cache the entries were checked against (see [`beside_stat_cache`]).
-    pub cache: HashMap<String, StatEntry>,
+    /// Paths of every stat cache entry the workspace had (for checkout to drop those the
+    /// version it writes has no file at).
+    pub cached_paths: Vec<String>,
     /// The entries, depth-first, siblings sorted.
     pub entries: Vec<ScanEntry>,
     /// Content ids of the files and symlinks, by index into `entries` (`None` for
@@ -34,72 +198,45 @@ pub(crate) struct DiskState {
 }
 
 impl DiskState {
-    /// Scans `dir` and finds each file's content id. Only files in `wanted` are hashed when
-    /// `wanted` is given (others get no id); the stat cache of workspace `cache_of` (none:
-    /// empty), loaded from `catalog` while the scan runs, vouches for unchanged files.
-    /// `.dsvignore` files are obeyed when `obey_ignore_files` (status, audit); checkout sees
-    /// everything, so an ignored file in the way of one a version writes is protected as any
-    /// untracked file is.
+    /// Scans `dir` (every entry: checkout sees what `.dsvignore` hides, so an ignored file
+    /// in the way of one a version writes is protected as any untracked file is) and finds
+    /// each file's content id. Only files in `wanted` are hashed (others get no id); the stat
+    /// cache of workspace `cache_of` (none: empty) vouches for unchanged files.
     pub fn read(
         dir: &Path,
         catalog: &Path,
         cache_of: Option<i64>,
-        wanted: Option<&dyn Fn(&str) -> bool>,
-        obey_ignore_files: bool,
+        wanted: &dyn Fn(&str) -> bool,
         jobs: usize,
         progress: &dyn Progress,
     ) -> Result<DiskState> {
         let started_ns = workspace::now_ns();
         progress.phase("scanning");
-        let (
-            cache,
-            walk::Scan {
-                entries,
-                leftovers,
-                stores,
-            },
-        ) = beside_stat_cache(catalog, cache_of, || {
-            if obey_ignore_files {
-                walk::scan(dir)
-            } else {
-                walk::scan_everything(dir)
-            }
-        })?;
-        let mut ids = vec![None; entries.len()];
-        let mut to_hash = Vec::new();
-        for (index, entry) in entries.iter().enumerate() {
-            match &entry.kind {
-                ScanKind::Dir | ScanKind::Unsupported { .. } => {}
-                ScanKind::Symlink { target } => {
-                    ids[index] = Some(ObjectId::of(target.as_bytes()));
+        let mut stream = DiskStream::start(dir, catalog, cache_of, &[], false)?;
+        let mut entries = Vec::new();
+        let mut ids = Vec::new();
+        let mut cached_paths = Vec::new();
+        while let Some(batch) = stream.next_batch()? {
+            for item in batch {
+                if item.in_cache {
+                    cached_paths.push(item.entry.path.clone());
                 }
-                ScanKind::File { .. } => {
-                    match cache
-                        .get(&entry.path)
-                        .and_then(|c| workspace::cached_id(c, &entry.stat))
-                    {
-                        Some(id) => ids[index] = Some(id),
-                        None if wanted.is_none_or(|w| w(&entry.path)) => {
-                            to_hash.push((index, entry));
-                        }
-                        None => {}
-                    }
-                }
+                ids.push(item.id);
+                entries.push(item.entry);
             }
         }
-        progress.count_files(to_hash.len() as u64);
-        progress.start(
-            "hashing",
-            to_hash.iter().map(|(_, e)| e.stat.size).sum(),
-            Unit::Bytes,
-        );
-        let hashed = crate::parallel::map(&to_hash, jobs, |(_, entry)| {
-            let id = workspace::hash_file(&dir.join(&entry.path))?;
-            progress.advance(entry.stat.size);
-            progress.file_done();
-            Ok(id)
-        })?;
-        progress.finish();
+        let (leftovers, stores, uncached) = stream.finish();
+        cached_paths.extend(uncached);
+        let to_hash: Vec<(usize, &ScanEntry)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(index, entry)| {
+                matches!(entry.kind, ScanKind::File { .. })
+                    && ids[*index].is_none()
+                    && wanted(&entry.path)
+            })
+            .collect();
+        let hashed = hash_files(dir, &to_hash, jobs, progress)?;
         let mut fresh = Vec::with_capacity(hashed.len());
         for ((index, entry), id) in to_hash.iter().zip(hashed) {
             ids[*index] = Some(id);
@@ -109,7 +246,7 @@ impl DiskState {
             ));
         }
         Ok(DiskState {
-            cache,
+            cached_paths,
             entries,
             ids,
             hashed: fresh,
@@ -123,89 +260,158 @@ impl DiskState {
     pub fn id(&self, index: usize) -> Option<ObjectId> {
         self.ids.get(index).copied().flatten()
     }
-
-    /// Every entry as a [`FlatEntry`], in order, but files that were not hashed and
-    /// unsupported entries.
-    pub fn listing(&self) -> Vec<FlatEntry> {
-        (0..self.entries.len())
-            .filter_map(|index| self.flat(index))
-            .collect()
-    }
-
-    /// `entries[index]` as a [`FlatEntry`] (`None` for a file that was not hashed).
-    pub fn flat(&self, index: usize) -> Option<FlatEntry> {
-        let entry = self.entries.get(index)?;
-        let (kind, size, id) = match &entry.kind {
-            ScanKind::Unsupported { .. } => return None,
-            ScanKind::Dir => (FlatKind::Dir, 0, ObjectId([0; 32])),
-            ScanKind::File { executable } => (
-                FlatKind::File {
-                    executable: *executable,
-                },
-                entry.stat.size,
-                self.id(index)?,
-            ),
-            ScanKind::Symlink { target } => (
-                FlatKind::Symlink {
-                    target: target.clone(),
-                },
-                target.len() as u64,
-                self.id(index)?,
-            ),
-        };
-        Some(FlatEntry {
-            path: entry.path.clone(),
-            kind,
-            size,
-            id,
-        })
-    }
 }
 
-/// Runs `work` on this thread while another loads the stat cache of workspace `workspace`
-/// (none: an empty cache) through a connection of its own to `catalog`; returns both. The
-/// two take about as long (at 100,000 files on 2 cores, 0.3 s to walk the directory and
-/// 0.4 s to load its cache) and neither needs the other.
-///
-/// # Errors
-/// The error of `work`, else that of the load ([`Error::Catalog`]).
-pub(crate) fn beside_stat_cache<T: Send>(
-    catalog: &Path,
-    workspace: Option<i64>,
-    work: impl FnOnce() -> Result<T>,
-) -> Result<(HashMap<String, StatEntry>, T)> {
-    let Some(workspace) = workspace else {
-        return Ok((HashMap::new(), work()?));
+/// Hashes the files `(_, entry)` of `files` (paths relative to `dir`) on `jobs` threads,
+/// reporting bytes and files; their ids, in order.
+fn hash_files<T: Sync>(
+    dir: &Path,
+    files: &[(T, &ScanEntry)],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Vec<ObjectId>> {
+    progress.count_files(files.len() as u64);
+    progress.start(
+        "hashing",
+        files.iter().map(|(_, e)| e.stat.size).sum(),
+        Unit::Bytes,
+    );
+    let hashed = crate::parallel::map(files, jobs, |(_, entry)| {
+        let id = workspace::hash_file(&dir.join(&entry.path))?;
+        progress.advance(entry.stat.size);
+        progress.file_done();
+        Ok(id)
+    })?;
+    progress.finish();
+    Ok(hashed)
+}
+
+/// A scan entry as a listing entry (`None` for an unsupported one); a file without `id`
+/// gets a zero id.
+fn flat_entry(entry: &ScanEntry, id: Option<ObjectId>) -> Option<FlatEntry> {
+    let (kind, size) = match &entry.kind {
+        ScanKind::Unsupported { .. } => return None,
+        ScanKind::Dir => (FlatKind::Dir, 0),
+        ScanKind::File { executable } => (
+            FlatKind::File {
+                executable: *executable,
+            },
+            entry.stat.size,
+        ),
+        ScanKind::Symlink { target } => (
+            FlatKind::Symlink {
+                target: target.clone(),
+            },
+            target.len() as u64,
+        ),
     };
-    std::thread::scope(|scope| {
-        let loading =
-            scope.spawn(|| crate::catalog::Catalog::open_reader(catalog)?.stat_cache(workspace));
-        let done = work();
-        let cache = loading
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        Ok((cache?, done?))
+    Some(FlatEntry {
+        path: entry.path.clone(),
+        kind,
+        size,
+        id: id.unwrap_or(ObjectId([0; 32])),
     })
 }
 
-/// Reads `dir` as [`DiskState::read`] does for status and audit (obeying `.dsvignore`,
-/// hashing every file the stat cache of workspace `cache_of` cannot vouch for), and compares
-/// it with `expected`, a version's listing in path order: (the disk's state, the changes
-/// from `expected` to the disk, sorted by path).
+/// What [`compare_with_disk`] found.
+pub(crate) struct Compared {
+    /// The changes from the expected listing to the disk, sorted by path.
+    pub changes: Vec<Change>,
+    /// Files that had to be hashed: path, fresh stat cache entry, and whether the content
+    /// is the expected listing's at that path (so the store holds it).
+    pub hashed: Vec<(String, StatEntry, bool)>,
+    /// Entries dsv cannot version (sockets, devices, escaping symlinks, reserved names).
+    pub unsupported: Vec<ScanEntry>,
+}
+
+/// Reads `dir` as status and audit do (obeying `.dsvignore`, hashing every file the stat
+/// cache of workspace `cache_of` cannot vouch for) and compares it with `expected`, a
+/// version's paths in path order ([`tree::walk_version`]), one batch at a time: memory goes
+/// with what changed and with the widest directory, not with the number of files.
 ///
 /// # Errors
-/// As [`DiskState::read`].
+/// As [`walk::Walker`]; errors of `expected`; read errors hashing a file.
 pub(crate) fn compare_with_disk(
     dir: &Path,
     catalog: &Path,
     cache_of: Option<i64>,
-    expected: &[FlatEntry],
+    expected: impl Iterator<Item = Result<FlatEntry>>,
     jobs: usize,
     progress: &dyn Progress,
-) -> Result<(DiskState, Vec<Change>)> {
-    let disk = DiskState::read(dir, catalog, cache_of, None, true, jobs, progress)?;
-    let changes = tree::diff_flat(expected, &disk.listing());
-    Ok((disk, changes))
+) -> Result<Compared> {
+    let started_ns = workspace::now_ns();
+    progress.phase("scanning");
+    let mut expected = expected.peekable();
+    // The next expected entry if it sorts before `path` (any, for `None`), or is at `path`
+    // when `same`.
+    let mut take_expected = |path: Option<&str>, same: bool| -> Result<Option<FlatEntry>> {
+        match expected.peek() {
+            Some(Ok(next)) => {
+                let order = path.map_or(std::cmp::Ordering::Less, |p| {
+                    walk::path_order(&next.path, p)
+                });
+                if order
+                    != if same {
+                        std::cmp::Ordering::Equal
+                    } else {
+                        std::cmp::Ordering::Less
+                    }
+                {
+                    return Ok(None);
+                }
+            }
+            Some(Err(_)) => return Err(expected.next().expect("peeked").expect_err("an error")),
+            None => return Ok(None),
+        }
+        expected.next().transpose()
+    };
+    let mut diff = tree::StreamingDiff::new();
+    // Files to hash: the entry, and the expected id at its path.
+    let mut pending: Vec<(ScanEntry, Option<ObjectId>)> = Vec::new();
+    let mut unsupported = Vec::new();
+    let mut stream = DiskStream::start(dir, catalog, cache_of, &[], true)?;
+    while let Some(batch) = stream.next_batch()? {
+        for item in batch {
+            let Some(new) = flat_entry(&item.entry, item.id) else {
+                unsupported.push(item.entry);
+                continue;
+            };
+            while let Some(before) = take_expected(Some(&new.path), false)? {
+                diff.pair(Some(before), None, None);
+            }
+            let old = take_expected(Some(&new.path), true)?;
+            let waiting = matches!(item.entry.kind, ScanKind::File { .. }) && item.id.is_none();
+            let number = waiting.then_some(pending.len());
+            if waiting {
+                pending.push((item.entry, old.as_ref().map(|o| o.id)));
+            }
+            diff.pair(old, Some(new), number);
+        }
+    }
+    while let Some(rest) = take_expected(None, false)? {
+        diff.pair(Some(rest), None, None);
+    }
+    drop(stream);
+    let files: Vec<(Option<ObjectId>, &ScanEntry)> =
+        pending.iter().map(|(entry, old)| (*old, entry)).collect();
+    let ids = hash_files(dir, &files, jobs, progress)?;
+    let changes = diff.finish(|number| ids[number]);
+    let hashed = pending
+        .into_iter()
+        .zip(&ids)
+        .map(|((entry, old), id)| {
+            (
+                entry.path,
+                workspace::entry(&entry.stat, *id, started_ns),
+                old == Some(*id),
+            )
+        })
+        .collect();
+    Ok(Compared {
+        changes,
+        hashed,
+        unsupported,
+    })
 }
 
 /// How a workspace differs from its version.
@@ -248,53 +454,50 @@ pub fn status(
         .catalog()
         .workspace(&key)?
         .ok_or_else(|| Error::NotAWorkspace { path: dir.clone() })?;
-    let old = match &workspace.version {
+    let record = match &workspace.version {
         Some(version) if store.catalog().removed_at(version)?.is_some() => {
             return Err(Error::WorkspaceVersionRemoved {
                 dir: dir.clone(),
                 version: version.to_hex(),
             });
         }
-        Some(version) => {
-            let record = store.catalog().version_record(version)?;
-            tree::flatten_version(&mut store.reader(), &record.version)?
-        }
-        None => Vec::new(),
+        Some(version) => Some(store.catalog().version_record(version)?),
+        None => None,
     };
-    let (disk, changes) = compare_with_disk(
-        &dir,
-        store.catalog().path(),
-        Some(workspace.id),
-        &old,
-        jobs,
-        progress,
-    )?;
+    let catalog_path = store.catalog().path().to_path_buf();
+    let compared = {
+        let mut reader = store.reader();
+        let expected: Box<dyn Iterator<Item = Result<FlatEntry>>> = match &record {
+            Some(record) => Box::new(tree::walk_version(&mut reader, &record.version)?),
+            None => Box::new(std::iter::empty()),
+        };
+        compare_with_disk(
+            &dir,
+            &catalog_path,
+            Some(workspace.id),
+            expected,
+            jobs,
+            progress,
+        )?
+    };
     // Refresh the cache only for files that still hold their version's content: that content
     // is in the store. A modified or new file's content is not, and commit must read it.
-    // `old` is in path order (as flatten gives it): searched, not copied into a map.
-    let old_id = |path: &str| {
-        old.binary_search_by(|e| walk::path_order(&e.path, path))
-            .ok()
-            .map(|i| old[i].id)
-    };
-    let refreshed: Vec<&(String, StatEntry)> = disk
+    let refreshed: Vec<(&str, &StatEntry)> = compared
         .hashed
         .iter()
-        .filter(|(path, entry)| old_id(path) == Some(entry.file_id))
+        .filter(|(_, _, held)| *held)
+        .map(|(path, entry, _)| (path.as_str(), entry))
         .collect();
     if !refreshed.is_empty() {
         let writer = store.catalog_mut().writer()?;
-        writer.update_stat_cache(
-            workspace.id,
-            refreshed.iter().map(|(p, e)| (p.as_str(), Some(e))),
-        )?;
+        writer.update_stat_cache(workspace.id, refreshed.iter().map(|(p, e)| (*p, Some(*e))))?;
         writer.commit()?;
     }
     Ok(StatusReport {
         dir,
         dataset: workspace.dataset,
         version: workspace.version,
-        changes,
-        files_hashed: disk.hashed.len() as u64,
+        changes: compared.changes,
+        files_hashed: compared.hashed.len() as u64,
     })
 }
