@@ -496,6 +496,43 @@ mod tests {
         assert_eq!(applied as usize, schema_version());
     }
 
+    /// A schema 9 catalog's stat cache survives the move to schema 10, re-keyed so that it
+    /// reads back in path order ("a/b" before "a.c", unlike byte order).
+    #[test]
+    fn the_stat_cache_is_rekeyed_in_path_order_by_migration_10() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            Migrations::new(MIGRATION_SQL[..9].iter().map(|sql| M::up(sql)).collect())
+                .to_latest(&mut conn)
+                .unwrap();
+            conn.execute_batch(
+                "INSERT INTO workspaces (id, path, updated_at) VALUES (1, '/w', 0);
+                 INSERT INTO stat_cache VALUES (1, 'a.c', 0, 1, 2, 3, 4, x'00', 5);
+                 INSERT INTO stat_cache VALUES (1, 'a/b', 0, 6, 7, 8, 9, x'00', 10);
+                 INSERT INTO stat_cache VALUES (1, 'a', 0, 1, 1, 1, 1, x'00', 1);",
+            )
+            .unwrap();
+        }
+        let catalog = Catalog::open(&path, false).unwrap();
+        let mut rows = Vec::new();
+        catalog
+            .stat_cache_in_order(1, |path, entry| {
+                rows.push((path, entry.mtime_ns, entry.checked_ns));
+                Ok(true)
+            })
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                ("a".to_string(), 1, 1),
+                ("a/b".to_string(), 6, 10),
+                ("a.c".to_string(), 1, 5)
+            ]
+        );
+    }
+
     #[test]
     fn a_catalog_from_a_newer_dsv_is_refused() {
         let dir = tempfile::tempdir().unwrap();
