@@ -57,98 +57,138 @@ pub struct BuiltTrees {
 /// The build is iterative (one frame per open directory on a heap stack, not the call
 /// stack), so a listing [`MAX_TREE_DEPTH`] levels deep builds on any thread's stack.
 pub fn build(entries: &[FlatEntry]) -> BuiltTrees {
-    /// A directory whose entries are still being read.
-    struct Open<'a> {
-        /// Its path (`None`: the root); its entries' paths are this and `/` and a name.
-        path: Option<&'a str>,
-        /// Its name in its parent.
-        name: &'a str,
-        /// Its entries so far.
-        tree: Tree,
-    }
     let mut trees = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    let mut stack = vec![Open {
-        path: None,
-        name: "",
-        tree: Tree::default(),
-    }];
-    let mut position = 0;
-    loop {
-        let top = stack.last().expect("the root stays until the end");
-        let next = entries.get(position).and_then(|entry| {
-            let name = match top.path {
-                None => Some(entry.path.as_str()),
-                Some(dir) => entry
-                    .path
-                    .strip_prefix(dir)
-                    .and_then(|rest| rest.strip_prefix('/')),
-            };
-            name.map(|name| (entry, name))
-        });
-        let Some((entry, name)) = next else {
-            // The open directory is complete: encode it into its parent's entry.
-            if stack.len() == 1 {
+    let mut keep = |id: ObjectId, encoded: Vec<u8>| -> Result<()> {
+        if seen.insert(id) {
+            trees.push((id, encoded));
+        }
+        Ok(())
+    };
+    let mut builder = TreeBuilder::new();
+    for entry in entries {
+        builder
+            .push(entry.clone(), &mut keep)
+            .expect("keeping a tree does not fail");
+    }
+    let (root, files, bytes) = builder
+        .finish(&mut keep)
+        .expect("keeping a tree does not fail");
+    BuiltTrees {
+        root,
+        trees,
+        files,
+        bytes,
+    }
+}
+
+/// [`build`] one entry at a time: each directory's tree is encoded as soon as the listing
+/// leaves it and handed to the caller (children before parents), so a listing read from a
+/// file builds with memory for the open directories only (depth times the widest one).
+///
+/// Entries must come in depth-first order with siblings sorted by name bytes (as
+/// [`crate::walk::Walker`] and [`walk_version`] give them); a directory's `size` and `id` are
+/// ignored and computed.
+pub struct TreeBuilder {
+    /// The open directories, the root first: path (empty for the root), name, entries so far.
+    open: Vec<(String, String, Tree)>,
+}
+
+impl Default for TreeBuilder {
+    fn default() -> Self {
+        TreeBuilder::new()
+    }
+}
+
+impl TreeBuilder {
+    /// A builder with only the (empty) root open.
+    pub fn new() -> TreeBuilder {
+        TreeBuilder {
+            open: vec![(String::new(), String::new(), Tree::default())],
+        }
+    }
+
+    /// Adds the next entry of the listing; `emit(id, encoded)` receives every tree the entry
+    /// closes.
+    ///
+    /// # Errors
+    /// Any error of `emit`.
+    pub fn push(
+        &mut self,
+        entry: FlatEntry,
+        emit: &mut dyn FnMut(ObjectId, Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        // Close every open directory the entry is not inside.
+        loop {
+            let (dir, _, _) = self.open.last().expect("the root stays until the end");
+            let inside = dir.is_empty()
+                || (entry.path.len() > dir.len()
+                    && entry.path.starts_with(dir.as_str())
+                    && entry.path.as_bytes()[dir.len()] == b'/');
+            if inside {
                 break;
             }
-            let done = stack.pop().expect("more than the root");
-            let (bytes, files) = done.tree.totals();
-            let encoded = done.tree.encode();
-            let id = ObjectId::of(&encoded);
-            if seen.insert(id) {
-                trees.push((id, encoded));
-            }
-            let parent = stack.last_mut().expect("the root stays until the end");
-            parent.tree.entries.push(TreeEntry {
-                name: done.name.to_string(),
-                kind: EntryKind::Dir { files },
-                size: bytes,
-                id,
-            });
-            continue;
+            self.close(emit)?;
+        }
+        let (dir, _, _) = self.open.last().expect("the root stays until the end");
+        let name = if dir.is_empty() {
+            entry.path.clone()
+        } else {
+            entry.path[dir.len() + 1..].to_string()
         };
-        position += 1;
-        let kind = match &entry.kind {
-            FlatKind::File { executable } => EntryKind::File {
-                executable: *executable,
-            },
-            FlatKind::Symlink { target } => EntryKind::Symlink {
-                target: target.clone(),
-            },
+        let kind = match entry.kind {
+            FlatKind::File { executable } => EntryKind::File { executable },
+            FlatKind::Symlink { target } => EntryKind::Symlink { target },
             FlatKind::Dir => {
-                stack.push(Open {
-                    path: Some(&entry.path),
-                    name,
-                    tree: Tree::default(),
-                });
-                continue;
+                self.open.push((entry.path, name, Tree::default()));
+                return Ok(());
             }
         };
-        let parent = stack.last_mut().expect("the root stays until the end");
-        parent.tree.entries.push(TreeEntry {
-            name: name.to_string(),
+        let (_, _, tree) = self.open.last_mut().expect("the root stays until the end");
+        tree.entries.push(TreeEntry {
+            name,
             kind,
             size: entry.size,
             id: entry.id,
         });
+        Ok(())
     }
-    debug_assert_eq!(
-        position,
-        entries.len(),
-        "entries are not in depth-first sorted order"
-    );
-    let root = stack.pop().expect("the root").tree;
-    let (bytes, files) = root.totals();
-    let encoded = root.encode();
-    let root_id = ObjectId::of(&encoded);
-    if seen.insert(root_id) {
-        trees.push((root_id, encoded));
+
+    /// Encodes the innermost open directory, emits it and enters it in its parent.
+    fn close(&mut self, emit: &mut dyn FnMut(ObjectId, Vec<u8>) -> Result<()>) -> Result<()> {
+        let (_, name, tree) = self.open.pop().expect("more than the root");
+        let (bytes, files) = tree.totals();
+        let encoded = tree.encode();
+        let id = ObjectId::of(&encoded);
+        emit(id, encoded)?;
+        let (_, _, parent) = self.open.last_mut().expect("the root stays until the end");
+        parent.entries.push(TreeEntry {
+            name,
+            kind: EntryKind::Dir { files },
+            size: bytes,
+            id,
+        });
+        Ok(())
     }
-    BuiltTrees {
-        root: root_id,
-        trees,
-        files,
-        bytes,
+
+    /// Closes every directory and the root: (the root tree's id, files and symlinks in the
+    /// whole tree, their total bytes). The root is emitted too.
+    ///
+    /// # Errors
+    /// Any error of `emit`.
+    pub fn finish(
+        mut self,
+        emit: &mut dyn FnMut(ObjectId, Vec<u8>) -> Result<()>,
+    ) -> Result<(ObjectId, u64, u64)> {
+        while self.open.len() > 1 {
+            self.close(emit)?;
+        }
+        let (_, _, root) = self.open.pop().expect("the root");
+        let (bytes, files) = root.totals();
+        let encoded = root.encode();
+        let id = ObjectId::of(&encoded);
+        emit(id, encoded)?;
+        Ok((id, files, bytes))
     }
 }
 
@@ -600,16 +640,23 @@ pub fn check_listing(entries: &[FlatEntry]) -> std::result::Result<(), (String, 
             _ => files += 1,
         }
     }
+    check_counts(files, dirs).map_err(|reason| (String::new(), reason))
+}
+
+/// Refuses a version of more than [`MAX_VERSION_FILES`] files and symlinks or
+/// [`MAX_VERSION_DIRS`] directories (what [`check_listing`] checks of a listing's counts).
+///
+/// # Errors
+/// The reason.
+pub fn check_counts(files: u64, dirs: u64) -> std::result::Result<(), String> {
     if files > MAX_VERSION_FILES {
-        return Err((
-            String::new(),
-            format!("{files} files, more than the limit of {MAX_VERSION_FILES} in one version"),
+        return Err(format!(
+            "{files} files, more than the limit of {MAX_VERSION_FILES} in one version"
         ));
     }
     if dirs > MAX_VERSION_DIRS {
-        return Err((
-            String::new(),
-            format!("{dirs} directories, more than the limit of {MAX_VERSION_DIRS} in one version"),
+        return Err(format!(
+            "{dirs} directories, more than the limit of {MAX_VERSION_DIRS} in one version"
         ));
     }
     Ok(())

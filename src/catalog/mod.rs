@@ -496,6 +496,27 @@ mod tests {
         assert_eq!(applied as usize, schema_version());
     }
 
+    /// docs/format.md states the schema version this build migrates to and lists every
+    /// migration file.
+    #[test]
+    fn the_format_doc_names_every_migration() {
+        let doc = include_str!("../../docs/format.md");
+        let stated = format!("The current schema version is **{}**.", schema_version());
+        assert!(doc.contains(&stated), "docs/format.md should say: {stated}");
+        let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations")).unwrap();
+        let mut count = 0;
+        for file in files {
+            let name = file.unwrap().file_name().into_string().unwrap();
+            let row = format!(
+                "| `{name}` (schema {}) |",
+                name[..4].parse::<usize>().unwrap()
+            );
+            assert!(doc.contains(&row), "docs/format.md lacks the row {row}");
+            count += 1;
+        }
+        assert_eq!(count, schema_version());
+    }
+
     /// A schema 9 catalog's stat cache survives the move to schema 10, re-keyed so that it
     /// reads back in path order ("a/b" before "a.c", unlike byte order).
     #[test]

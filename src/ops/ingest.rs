@@ -69,7 +69,8 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
-    fn add(&mut self, other: &IngestStats) {
+    /// Adds `other`'s totals to these.
+    pub(crate) fn add(&mut self, other: &IngestStats) {
         self.files_read += other.files_read;
         self.bytes_read += other.bytes_read;
         self.new_chunks += other.new_chunks;

@@ -318,7 +318,7 @@ pub(crate) struct Compared {
     /// The changes from the expected listing to the disk, sorted by path.
     pub changes: Vec<Change>,
     /// Files that had to be hashed: path, fresh stat cache entry, and whether the content
-    /// is the expected listing's at that path (so the store holds it).
+    /// is that of the expected listing's file at that path (so the store holds it).
     pub hashed: Vec<(String, StatEntry, bool)>,
     /// Entries dsv cannot version (sockets, devices, escaping symlinks, reserved names).
     pub unsupported: Vec<ScanEntry>,
@@ -383,7 +383,12 @@ pub(crate) fn compare_with_disk(
             let waiting = matches!(item.entry.kind, ScanKind::File { .. }) && item.id.is_none();
             let number = waiting.then_some(pending.len());
             if waiting {
-                pending.push((item.entry, old.as_ref().map(|o| o.id)));
+                // Only a file's id is content the store holds as a file.
+                let expected_file = old
+                    .as_ref()
+                    .filter(|o| matches!(o.kind, FlatKind::File { .. }))
+                    .map(|o| o.id);
+                pending.push((item.entry, expected_file));
             }
             diff.pair(old, Some(new), number);
         }
