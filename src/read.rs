@@ -112,18 +112,12 @@ impl ReadEngine {
         let entries = crate::tree::flatten_version(&mut reader, &version)?;
         drop(reader);
         drop(store);
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.path.clone(), i))
-            .collect();
         Ok(VersionHandle {
             engine: self.inner.clone(),
             revision: revision.to_string(),
             id,
             version,
             entries,
-            index,
             lease,
         })
     }
@@ -148,8 +142,9 @@ pub struct VersionHandle {
     revision: String,
     id: ObjectId,
     version: Version,
+    /// In path order ([`crate::walk::path_order`]), as the version's trees list them: a
+    /// path is found by binary search, and a directory's entries follow it.
     entries: Vec<FlatEntry>,
-    index: HashMap<String, usize>,
     /// Keeps gc from deleting or moving what the version holds while it is read.
     lease: Arc<Lease>,
 }
@@ -179,9 +174,15 @@ impl VersionHandle {
 
     /// The entry at `path` (`/`-separated, relative), or `None`.
     pub fn stat(&self, path: &str) -> Option<&FlatEntry> {
-        self.index
-            .get(path.trim_matches('/'))
-            .map(|i| &self.entries[*i])
+        self.position(path.trim_matches('/'))
+            .map(|i| &self.entries[i])
+    }
+
+    /// Where `path` is in `entries`.
+    fn position(&self, path: &str) -> Option<usize> {
+        self.entries
+            .binary_search_by(|e| crate::walk::path_order(&e.path, path))
+            .ok()
     }
 
     /// The entries directly inside directory `path` (`""` for the root).
@@ -190,23 +191,35 @@ impl VersionHandle {
     /// [`Error::PathNotFound`] when `path` is not a directory of the version.
     pub fn list(&self, path: &str) -> Result<Vec<&FlatEntry>> {
         let path = path.trim_matches('/');
-        if !path.is_empty() && self.stat(path).is_none_or(|e| e.kind != FlatKind::Dir) {
-            return Err(self.not_found(path));
-        }
+        // A directory's entries follow it; each child directory's own entries are skipped
+        // by binary search, so a listing costs its children, not its subtree.
+        let start = if path.is_empty() {
+            0
+        } else {
+            match self.position(path) {
+                Some(i) if self.entries[i].kind == FlatKind::Dir => i + 1,
+                _ => return Err(self.not_found(path)),
+            }
+        };
         let prefix = if path.is_empty() {
             String::new()
         } else {
             format!("{path}/")
         };
-        Ok(self
-            .entries
-            .iter()
-            .filter(|e| {
-                e.path
-                    .strip_prefix(&prefix)
-                    .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
-            })
-            .collect())
+        let mut children = Vec::new();
+        let mut next = start;
+        while let Some(entry) = self.entries.get(next) {
+            if !entry.path.starts_with(prefix.as_str()) {
+                break;
+            }
+            children.push(entry);
+            next += 1;
+            if entry.kind == FlatKind::Dir {
+                let inner = format!("{}/", entry.path);
+                next += self.entries[next..].partition_point(|e| e.path.starts_with(&inner));
+            }
+        }
+        Ok(children)
     }
 
     /// Opens file `path` for reading. When its chunks are not all here, they are fetched

@@ -64,7 +64,8 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         packs.iter().map(|(_, size)| size).sum(),
         Unit::Bytes,
     );
-    let mut indexed = HashSet::new();
+    // Every object id the packs index, sorted (32 bytes an object, searched by bisection).
+    let mut indexed: Vec<ObjectId> = Vec::new();
     // Packs are independent: check them on every core (each read is sequential).
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     let packs_dir = store.packs_dir();
@@ -87,6 +88,8 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         report.packs += 1;
         report.pack_bytes += size;
     }
+    indexed.sort_unstable();
+    indexed.dedup();
     progress.phase("checking versions and trees");
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
@@ -160,6 +163,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
     let remotes: Vec<i64> = store.catalog().remotes()?.iter().map(|r| r.id).collect();
     let mut seen_files = HashSet::new();
     let reader = &mut store.checking_reader();
+    let tree_reader = &mut store.checking_reader();
     for dataset in store.catalog().datasets()? {
         let mut next = dataset.head;
         while let Some(id) = next {
@@ -190,7 +194,9 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
             if store.catalog().removed_at(&id)?.is_some() {
                 continue;
             }
-            let entries = match tree::flatten_version(reader, &record.version) {
+            // The version's paths one at a time (its trees read by a reader of their own),
+            // not a listing of them all.
+            let entries = match tree::walk_version(tree_reader, &record.version) {
                 Ok(entries) => entries,
                 Err(e) => {
                     report.problems.push(format!("version {id}: {e}"));
@@ -198,6 +204,13 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                 }
             };
             for entry in entries {
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(e) => {
+                        report.problems.push(format!("version {id}: {e}"));
+                        break;
+                    }
+                };
                 if !matches!(entry.kind, FlatKind::File { .. })
                     || entry.size == 0
                     || !seen_files.insert(entry.id)
@@ -207,7 +220,10 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                 match reader.file_chunks(&entry.id, entry.size) {
                     Ok(chunks) => {
                         let mut whole = true;
-                        for (chunk, _) in chunks.iter().filter(|(c, _)| !indexed.contains(c)) {
+                        for (chunk, _) in chunks
+                            .iter()
+                            .filter(|(c, _)| indexed.binary_search(c).is_err())
+                        {
                             whole = false;
                             report.problems.push(format!(
                                 "{}: chunk {chunk} is in no verified pack",

@@ -558,3 +558,32 @@ fn ctrl_c_during_an_export_stops_it_with_exit_130() {
     );
     assert!(String::from_utf8_lossy(&output.stderr).contains("interrupted"));
 }
+
+/// `stat` finds paths and `list` gives exactly a directory's children where path order and
+/// byte order differ (`a/x` sorts before `a.txt`) and directories nest.
+#[test]
+fn stat_and_list_follow_path_order() {
+    let env = TestEnv::new();
+    for path in ["d/a/x", "d/a.txt", "d/a/b/c", "d/a/b/d", "d/b", "d/a-z/y"] {
+        env.write(path, path);
+    }
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let engine = engine(&env, 1 << 20);
+    let version = engine.version("ds").unwrap();
+    let names = |dir: &str| -> Vec<String> {
+        version
+            .list(dir)
+            .unwrap()
+            .iter()
+            .map(|e| e.path.clone())
+            .collect()
+    };
+    assert_eq!(names(""), ["a", "a-z", "a.txt", "b"]);
+    assert_eq!(names("a"), ["a/b", "a/x"]);
+    assert_eq!(names("a/b/"), ["a/b/c", "a/b/d"]);
+    for path in ["a.txt", "a/b/c", "a-z/y", "b", "a/b"] {
+        assert_eq!(version.stat(path).unwrap().path, path);
+    }
+    assert!(version.stat("a/y").is_none());
+    assert!(version.list("a.txt").is_err());
+}
