@@ -1047,17 +1047,8 @@ impl StreamingDiff {
                 holds_file: [false; 2],
             });
             deferred = Some(self.deferred.len() - 1);
-        } else if let Some(change) = leaf_change(old.as_ref(), new.as_ref()) {
-            self.changes.push(Change {
-                path: old
-                    .as_ref()
-                    .or(new.as_ref())
-                    .map(|e| e.path.clone())
-                    .unwrap_or_default(),
-                change,
-                old: old.clone(),
-                new: new.clone(),
-            });
+        } else if let Some(change) = change_between(old.clone(), new.clone()) {
+            self.changes.push(change);
         }
         for (side, entry) in [(0, old), (1, new)] {
             let Some(entry) = entry else { continue };
@@ -1108,22 +1099,22 @@ impl StreamingDiff {
             if let (Some(n), Some(entry)) = (deferred.pending, new.as_mut()) {
                 entry.id = resolve(n);
             }
-            if let Some(change) = leaf_change(old.as_ref(), new.as_ref()) {
-                self.changes.push(Change {
-                    path: old
-                        .as_ref()
-                        .or(new.as_ref())
-                        .map(|e| e.path.clone())
-                        .unwrap_or_default(),
-                    change,
-                    old,
-                    new,
-                });
-            }
+            self.changes.extend(change_between(old, new));
         }
         self.changes.sort_by(|a, b| a.path.cmp(&b.path));
         self.changes
     }
+}
+
+/// The change from leaf `old` to leaf `new` at one path ([`leaf_change`]), if any.
+fn change_between(old: Option<FlatEntry>, new: Option<FlatEntry>) -> Option<Change> {
+    let change = leaf_change(old.as_ref(), new.as_ref())?;
+    Some(Change {
+        path: old.as_ref().or(new.as_ref())?.path.clone(),
+        change,
+        old,
+        new,
+    })
 }
 
 /// Merges two listings in [`crate::walk::path_order`] with a [`StreamingDiff`] (what status

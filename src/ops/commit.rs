@@ -250,21 +250,13 @@ pub fn commit(
             Ok(())
         };
         let mut records = listing.read()?;
-        while let Some(record) = records.next_record()? {
-            if let Record::File {
-                path,
-                id: None,
+        while let Some((path, stat)) = records.next_file_to_read()? {
+            batch.push(IngestFile {
+                path: dir.join(path),
                 stat,
-                ..
-            } = record
-            {
-                batch.push(IngestFile {
-                    path: dir.join(path),
-                    stat,
-                });
-                if batch.len() >= INGEST_BATCH {
-                    read_batch(&mut batch)?;
-                }
+            });
+            if batch.len() >= INGEST_BATCH {
+                read_batch(&mut batch)?;
             }
         }
         read_batch(&mut batch)?;
@@ -335,19 +327,11 @@ pub fn commit(
         };
         let mut read = ids.iter();
         let mut records = listing.read()?;
-        while let Some(record) = records.next_record()? {
-            if let Record::File {
-                path,
-                id: None,
-                stat,
-                ..
-            } = record
-            {
-                let id = read.next().ok_or_else(|| records.changed())?;
-                fresh.push((path, workspace::entry(&stat, *id, started_ns)));
-                if fresh.len() >= INGEST_BATCH {
-                    write(&mut fresh)?;
-                }
+        while let Some((path, stat)) = records.next_file_to_read()? {
+            let id = read.next().ok_or_else(|| records.changed())?;
+            fresh.push((path, workspace::entry(&stat, *id, started_ns)));
+            if fresh.len() >= INGEST_BATCH {
+                write(&mut fresh)?;
             }
         }
         write(&mut fresh)
@@ -568,6 +552,22 @@ impl ListingReader<'_> {
     /// The listing did not read back as written.
     fn changed(&self) -> Error {
         self.listing.changed()
+    }
+
+    /// The next file the stat cache did not vouch for (it is read): path and lstat.
+    fn next_file_to_read(&mut self) -> Result<Option<(String, crate::walk::Stat)>> {
+        while let Some(record) = self.next_record()? {
+            if let Record::File {
+                path,
+                id: None,
+                stat,
+                ..
+            } = record
+            {
+                return Ok(Some((path, stat)));
+            }
+        }
+        Ok(None)
     }
 
     fn next_record(&mut self) -> Result<Option<Record>> {
