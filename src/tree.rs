@@ -919,71 +919,18 @@ fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<Chang
 /// id; a directory only where it holds no file on that side. Returns the changes sorted by
 /// path.
 ///
-/// The listings are merged in [`crate::walk::path_order`] (the order [`flatten`] and a scan
-/// give), holding no map of either: a listing in another order is sorted first (by
-/// reference).
+/// A [`StreamingDiff`] over the listings in [`crate::walk::path_order`] (the order
+/// [`flatten`] and a scan give); a listing in another order is sorted first (by reference).
 pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
-    use crate::walk::path_order;
-    use std::cmp::Ordering;
     fn in_order(entries: &[FlatEntry]) -> Vec<&FlatEntry> {
         let mut sorted: Vec<&FlatEntry> = entries.iter().collect();
-        if !sorted.is_sorted_by(|a, b| path_order(&a.path, &b.path) != Ordering::Greater) {
-            sorted.sort_by(|a, b| path_order(&a.path, &b.path));
-        }
+        sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
         sorted
     }
-    fn non_empty_dirs(entries: &[FlatEntry]) -> std::collections::HashSet<&str> {
-        let mut dirs = std::collections::HashSet::new();
-        for entry in entries.iter().filter(|e| e.kind != FlatKind::Dir) {
-            let mut path = entry.path.as_str();
-            while let Some((parent, _)) = path.rsplit_once('/') {
-                if !dirs.insert(parent) {
-                    break;
-                }
-                path = parent;
-            }
-        }
-        dirs
-    }
-    let (old_full, new_full) = (non_empty_dirs(old), non_empty_dirs(new));
-    let (old, new) = (in_order(old), in_order(new));
-    let leaf = |full: &std::collections::HashSet<&str>, entry: Option<&&FlatEntry>| {
-        entry
-            .filter(|e| !(e.kind == FlatKind::Dir && full.contains(e.path.as_str())))
-            .map(|e| (*e).clone())
-    };
-    let (mut i, mut j) = (0, 0);
-    let mut changes = Vec::new();
-    while i < old.len() || j < new.len() {
-        let order = match (old.get(i), new.get(j)) {
-            (Some(a), Some(b)) => path_order(&a.path, &b.path),
-            (Some(_), None) => Ordering::Less,
-            _ => Ordering::Greater,
-        };
-        let (a, b) = match order {
-            Ordering::Less => (old.get(i), None),
-            Ordering::Greater => (None, new.get(j)),
-            Ordering::Equal => (old.get(i), new.get(j)),
-        };
-        i += usize::from(a.is_some());
-        j += usize::from(b.is_some());
-        let is_dir = |e: Option<&&FlatEntry>| e.is_some_and(|e| e.kind == FlatKind::Dir);
-        if is_dir(a) && is_dir(b) {
-            continue;
-        }
-        let (old_leaf, new_leaf) = (leaf(&old_full, a), leaf(&new_full, b));
-        if let Some(change) = leaf_change(old_leaf.as_ref(), new_leaf.as_ref()) {
-            let path = a.or(b).map(|e| e.path.clone()).unwrap_or_default();
-            changes.push(Change {
-                path,
-                change,
-                old: old_leaf,
-                new: new_leaf,
-            });
-        }
-    }
-    changes.sort_by(|a, b| a.path.cmp(&b.path));
-    changes
+    diff_in_order(
+        in_order(old).into_iter().cloned(),
+        in_order(new).into_iter().cloned(),
+    )
 }
 
 /// [`diff_flat`] fed one path at a time: two listings in [`crate::walk::path_order`] merged
@@ -1158,8 +1105,75 @@ mod tests {
         }
     }
 
+    /// The whole-listing diff `diff_flat` was before it streamed (maps of the directories that
+    /// hold a file, then one merge): the reference the streaming diff is checked against.
+    fn whole_listing_diff(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
+        use crate::walk::path_order;
+        use std::cmp::Ordering;
+        fn in_order(entries: &[FlatEntry]) -> Vec<&FlatEntry> {
+            let mut sorted: Vec<&FlatEntry> = entries.iter().collect();
+            if !sorted.is_sorted_by(|a, b| path_order(&a.path, &b.path) != Ordering::Greater) {
+                sorted.sort_by(|a, b| path_order(&a.path, &b.path));
+            }
+            sorted
+        }
+        fn non_empty_dirs(entries: &[FlatEntry]) -> std::collections::HashSet<&str> {
+            let mut dirs = std::collections::HashSet::new();
+            for entry in entries.iter().filter(|e| e.kind != FlatKind::Dir) {
+                let mut path = entry.path.as_str();
+                while let Some((parent, _)) = path.rsplit_once('/') {
+                    if !dirs.insert(parent) {
+                        break;
+                    }
+                    path = parent;
+                }
+            }
+            dirs
+        }
+        let (old_full, new_full) = (non_empty_dirs(old), non_empty_dirs(new));
+        let (old, new) = (in_order(old), in_order(new));
+        let leaf = |full: &std::collections::HashSet<&str>, entry: Option<&&FlatEntry>| {
+            entry
+                .filter(|e| !(e.kind == FlatKind::Dir && full.contains(e.path.as_str())))
+                .map(|e| (*e).clone())
+        };
+        let (mut i, mut j) = (0, 0);
+        let mut changes = Vec::new();
+        while i < old.len() || j < new.len() {
+            let order = match (old.get(i), new.get(j)) {
+                (Some(a), Some(b)) => path_order(&a.path, &b.path),
+                (Some(_), None) => Ordering::Less,
+                _ => Ordering::Greater,
+            };
+            let (a, b) = match order {
+                Ordering::Less => (old.get(i), None),
+                Ordering::Greater => (None, new.get(j)),
+                Ordering::Equal => (old.get(i), new.get(j)),
+            };
+            i += usize::from(a.is_some());
+            j += usize::from(b.is_some());
+            let is_dir = |e: Option<&&FlatEntry>| e.is_some_and(|e| e.kind == FlatKind::Dir);
+            if is_dir(a) && is_dir(b) {
+                continue;
+            }
+            let (old_leaf, new_leaf) = (leaf(&old_full, a), leaf(&new_full, b));
+            if let Some(change) = leaf_change(old_leaf.as_ref(), new_leaf.as_ref()) {
+                let path = a.or(b).map(|e| e.path.clone()).unwrap_or_default();
+                changes.push(Change {
+                    path,
+                    change,
+                    old: old_leaf,
+                    new: new_leaf,
+                });
+            }
+        }
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        changes
+    }
+
     /// Every listing of up to a few paths over a small alphabet of names, with every kind:
-    /// the streaming diff agrees with the whole-listing one on all pairs.
+    /// the streaming diff (and `diff_flat`, which uses it) agrees with the whole-listing one
+    /// on all pairs.
     #[test]
     fn the_streaming_diff_agrees_with_diff_flat() {
         // Paths chosen so that path order and byte order differ ("a/b" before "a.c").
@@ -1196,11 +1210,13 @@ mod tests {
             old_sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
             let mut new_sorted = new.clone();
             new_sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
+            let reference = whole_listing_diff(&old, &new);
             assert_eq!(
                 diff_in_order(old_sorted, new_sorted),
-                diff_flat(&old, &new),
+                reference,
                 "old {old:?}\nnew {new:?}"
             );
+            assert_eq!(diff_flat(&old, &new), reference, "old {old:?}\nnew {new:?}");
         }
     }
 

@@ -249,8 +249,15 @@ pub fn commit(
             batch.clear();
             Ok(())
         };
-        let mut records = listing.read()?;
-        while let Some((path, stat)) = records.next_file_to_read()? {
+        // Nothing to read (the stat cache vouched for every file): the listing is not read.
+        let mut records = match files_to_read {
+            0 => None,
+            _ => Some(listing.read()?),
+        };
+        while let Some((path, stat)) = match records.as_mut() {
+            Some(records) => records.next_file_to_read()?,
+            None => None,
+        } {
             batch.push(IngestFile {
                 path: dir.join(path),
                 stat,
@@ -269,7 +276,10 @@ pub fn commit(
         let mut read = ids.iter();
         let mut records = listing.read()?;
         while let Some(record) = records.next_record()? {
-            builder.push(record.into_flat(&mut read), &mut emit)?;
+            let entry = record
+                .into_flat(&mut read)
+                .ok_or_else(|| records.changed())?;
+            builder.push(entry, &mut emit)?;
         }
         let (root, files, bytes) = builder.finish(&mut emit)?;
         trees.flush(&sink)?;
@@ -325,6 +335,9 @@ pub fn commit(
             fresh.clear();
             Ok::<_, Error>(())
         };
+        if ids.is_empty() {
+            return Ok(());
+        }
         let mut read = ids.iter();
         let mut records = listing.read()?;
         while let Some((path, stat)) = records.next_file_to_read()? {
@@ -419,9 +432,10 @@ enum Record {
 }
 
 impl Record {
-    /// The entry for the tree builder; a file that was read takes the next of `read`.
-    fn into_flat(self, read: &mut std::slice::Iter<'_, ObjectId>) -> FlatEntry {
-        match self {
+    /// The entry for the tree builder; a file that was read takes the next of `read` (`None`
+    /// when none is left: the listing changed).
+    fn into_flat(self, read: &mut std::slice::Iter<'_, ObjectId>) -> Option<FlatEntry> {
+        Some(match self {
             Record::Dir { path } => FlatEntry {
                 path,
                 kind: FlatKind::Dir,
@@ -437,9 +451,10 @@ impl Record {
                 path,
                 kind: FlatKind::File { executable },
                 size: stat.size,
-                id: id
-                    .or_else(|| read.next().copied())
-                    .unwrap_or(ObjectId([0; 32])),
+                id: match id {
+                    Some(id) => id,
+                    None => *read.next()?,
+                },
             },
             Record::Symlink { path, target } => FlatEntry {
                 path,
@@ -447,7 +462,7 @@ impl Record {
                 id: ObjectId::of(target.as_bytes()),
                 kind: FlatKind::Symlink { target },
             },
-        }
+        })
     }
 }
 
@@ -599,11 +614,20 @@ fn read_number(file: &mut impl std::io::Read, length: usize) -> std::io::Result<
     Ok(u64::from_le_bytes(wide))
 }
 
+/// A path or symlink target: at most [`MAX_TEXT`] bytes (the walk refuses longer ones), so a
+/// damaged length never sizes an allocation.
 fn read_text(file: &mut impl std::io::Read) -> std::io::Result<String> {
     let length = read_number(file, 4)? as usize;
+    if length > MAX_TEXT {
+        return Err(std::io::ErrorKind::InvalidData.into());
+    }
     String::from_utf8(read_exact(file, length)?)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
+
+/// The longest text a [`Listing`] record holds: a symlink target (at most 65,535 bytes,
+/// `walk::check_symlink_target`) or a relative path (at most PATH_MAX, 4,096).
+const MAX_TEXT: usize = u16::MAX as usize;
 
 /// One record of a [`Listing`] (its format is there).
 fn read_record(file: &mut impl std::io::Read) -> std::io::Result<Record> {

@@ -34,7 +34,7 @@ pub(crate) struct DiskStream {
     walker: walk::Walker,
     cache: Option<CacheRows>,
     /// Paths of stat cache entries that no entry of the walk had (deleted or left-out files).
-    pub uncached_rows: Vec<String>,
+    uncached_rows: Vec<String>,
 }
 
 impl DiskStream {
@@ -58,7 +58,7 @@ impl DiskStream {
         })
     }
 
-    /// The next entries in path order; `None` at the end (then `uncached_rows` is whole).
+    /// The next entries in path order; `None` at the end.
     ///
     /// # Errors
     /// As [`walk::Walker::next_batch`]; [`Error::Catalog`] reading the cache.
@@ -106,7 +106,8 @@ impl DiskStream {
     }
 
     /// dsv's temporary files and directories and the nested stores met (see
-    /// [`walk::Walker::finish`]).
+    /// [`walk::Walker::finish`]), and the paths of stat cache entries no entry of the walk
+    /// had (deleted or left-out files): whole once [`DiskStream::next_batch`] gave `None`.
     pub fn finish(self) -> (Vec<PathBuf>, Vec<String>, Vec<String>) {
         let (leftovers, stores) = self.walker.finish();
         (leftovers, stores, self.uncached_rows)
