@@ -180,9 +180,7 @@ impl VersionHandle {
 
     /// Where `path` is in `entries`.
     fn position(&self, path: &str) -> Option<usize> {
-        self.entries
-            .binary_search_by(|e| crate::walk::path_order(&e.path, path))
-            .ok()
+        crate::tree::position(&self.entries, path)
     }
 
     /// The entries directly inside directory `path` (`""` for the root).

@@ -263,6 +263,18 @@ impl Store {
             ..self.reader()
         }
     }
+
+    /// A reader of this store's packs through `catalog`, a second connection to its catalog
+    /// ([`Catalog::open_reader`]): for reading trees while this store's own connection
+    /// writes (its snapshot is the one that connection last committed). It records nothing,
+    /// as [`Store::checking_reader`].
+    pub(crate) fn reader_through<'c>(&self, catalog: &'c Catalog) -> ObjectReader<'c> {
+        ObjectReader {
+            catalog,
+            packs: PackReader::new(&self.packs_dir(), 8),
+            record_proofs: false,
+        }
+    }
 }
 
 /// Why `root` (a `.dsv` directory without a catalog) must have had one: it holds packs or

@@ -423,6 +423,57 @@ pub fn walk_version<'r, 'a>(
     Walk::start(reader, &version.tree, Some((version.bytes, version.files)))
 }
 
+/// Where the entry at `path` is in `entries`, a listing in [`crate::walk::path_order`] (as
+/// [`flatten_version`] gives it): a binary search, O(log n).
+pub fn position(entries: &[FlatEntry], path: &str) -> Option<usize> {
+    entries
+        .binary_search_by(|e| crate::walk::path_order(&e.path, path))
+        .ok()
+}
+
+/// A listing in [`crate::walk::path_order`] (a [`walk_version`]) read forward on demand:
+/// what a merge with another listing in that order asks of it, one path at a time, holding
+/// one entry.
+pub struct Cursor<I> {
+    walk: I,
+    next: Option<FlatEntry>,
+    ended: bool,
+}
+
+impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
+    /// A cursor before the first entry of `walk`.
+    pub fn new(walk: I) -> Cursor<I> {
+        Cursor {
+            walk,
+            next: None,
+            ended: false,
+        }
+    }
+
+    /// The entry at `path`, if the listing has one, passing every entry before it. Paths
+    /// must be asked in path order: an entry passed is not seen again.
+    ///
+    /// # Errors
+    /// The walk's.
+    pub fn seek(&mut self, path: &str) -> Result<Option<&FlatEntry>> {
+        loop {
+            if self.next.is_none() && !self.ended {
+                self.next = self.walk.next().transpose()?;
+                self.ended = self.next.is_none();
+            }
+            let order = match &self.next {
+                None => return Ok(None),
+                Some(entry) => crate::walk::path_order(&entry.path, path),
+            };
+            match order {
+                std::cmp::Ordering::Less => self.next = None,
+                std::cmp::Ordering::Equal => return Ok(self.next.as_ref()),
+                std::cmp::Ordering::Greater => return Ok(None),
+            }
+        }
+    }
+}
+
 /// An iterator over the paths of a tree (see [`walk_version`]).
 pub struct Walk<'r, 'a> {
     reader: &'r mut ObjectReader<'a>,

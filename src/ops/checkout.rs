@@ -21,7 +21,7 @@
 //!
 //! Untracked files (never committed, not in the target) are left alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -29,13 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::DiskState;
-use crate::catalog::{ObjectLocation, StatEntry};
+use crate::catalog::ObjectLocation;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::pack::PackReader;
 use crate::progress::{Progress, Unit};
 use crate::revision::Revision;
-use crate::store::Store;
+use crate::store::{ObjectReader, Store};
 use crate::tree::{self, FlatEntry, FlatKind};
 use crate::walk::{ScanEntry, ScanKind, Stat, TEMP_PREFIX};
 use crate::workspace;
@@ -225,15 +225,14 @@ pub struct CheckoutReport {
 }
 
 /// One file or symlink to write, with where its chunks are.
-struct WriteJob<'a> {
-    entry: &'a FlatEntry,
+struct WriteJob {
+    entry: FlatEntry,
     chunks: Vec<(ObjectId, ObjectLocation)>,
-    /// Where the content is staged before it is renamed into place (see [`WriteJob::temp`]).
+    /// Where the content is staged before it is renamed into place (see [`staged_at`]).
     staging: Staging,
 }
 
-/// Where a file is staged, kept small (a path is made when needed: at a million files the
-/// jobs are most of a checkout's memory).
+/// Where a file is staged, kept small (a path is made when needed).
 #[derive(Clone, Copy)]
 enum Staging {
     /// Under temporary name number N beside its destination, renamed into place.
@@ -245,38 +244,86 @@ enum Staging {
     Inside(usize),
 }
 
-impl WriteJob<'_> {
+impl WriteJob {
     /// The path the content is staged at.
     fn temp(&self, layout: &Layout<'_>) -> PathBuf {
-        let path = &self.entry.path;
-        match self.staging {
-            Staging::Beside(number) => match path.rsplit_once('/') {
-                Some((parent, _)) => layout.dir.join(parent).join(temp_name(number)),
-                None => layout.dir.join(temp_name(number)),
-            },
-            Staging::Top(number) => layout.dir.join(temp_name(number)),
-            Staging::Inside(root) => {
-                let (top, temp) = &layout.roots[root];
-                temp.join(&path[top.len() + 1..])
-            }
+        staged_at(&self.entry.path, self.staging, layout)
+    }
+}
+
+/// The path the file at `path` (relative to the checkout's directory) is staged at.
+fn staged_at(path: &str, staging: Staging, layout: &Layout<'_>) -> PathBuf {
+    match staging {
+        Staging::Beside(number) => match path.rsplit_once('/') {
+            Some((parent, _)) => layout.dir.join(parent).join(temp_name(number)),
+            None => layout.dir.join(temp_name(number)),
+        },
+        Staging::Top(number) => layout.dir.join(temp_name(number)),
+        Staging::Inside(root) => {
+            let (top, temp) = &layout.roots[root];
+            temp.join(&path[top.len() + 1..])
         }
     }
 }
 
-/// What to change in the directory.
+/// The entries a checkout writes, walked in path order ([`crate::walk::path_order`]) once
+/// per step: the version's trees, read again each time, so nothing of the version is held
+/// (memory grows with its depth times its widest directory, not with its files); for a
+/// partial checkout, the selected entries, held (a selection is chosen from the whole
+/// listing).
+enum Target<'v> {
+    Trees(&'v crate::object::Version),
+    Selected(Vec<FlatEntry>),
+}
+
+/// A walk of a [`Target`].
+type EntryWalk<'r> = Box<dyn Iterator<Item = Result<FlatEntry>> + 'r>;
+
+impl Target<'_> {
+    fn walk<'r, 'a: 'r>(&'r self, trees: &'r mut ObjectReader<'a>) -> Result<EntryWalk<'r>> {
+        Ok(match self {
+            Target::Trees(version) => Box::new(tree::walk_version(trees, version)?),
+            Target::Selected(entries) => Box::new(entries.iter().cloned().map(Ok)),
+        })
+    }
+}
+
+/// What to change in the directory besides writing files: what to remove, and what is
+/// already right.
 #[derive(Default)]
-struct Plan<'a> {
+struct Plan {
     /// Files and symlinks to remove (not in the target, or where the target has a directory).
     delete_files: Vec<String>,
     /// Directories to remove with their contents (the target has a file there).
     delete_trees: Vec<String>,
     /// Directories of the old version to remove if they end up empty.
     prune_dirs: Vec<String>,
-    /// Paths already as the target wants them.
-    keep: HashSet<&'a str>,
+    /// By index into the disk's entries: true where the entry is already as the target
+    /// wants it (left untouched).
+    keep: Vec<bool>,
 }
 
+impl Plan {
+    /// Whether the target's entry at `path` is already on disk as it wants it.
+    fn kept(&self, disk: &DiskState, path: &str) -> bool {
+        disk.index_of(path).is_some_and(|index| self.keep[index])
+    }
+}
+
+/// Files a checkout stages in one round, and their bytes at most: staged in pack order
+/// within a round (neighbouring files share frames), their chunk lists dropped after it.
+const STAGE_BATCH_FILES: usize = 32_768;
+const STAGE_BATCH_BYTES: u64 = 1 << 30;
+
+/// Files a checkout renames into place (and re-checks when recording) in one round.
+const APPLY_BATCH_FILES: usize = 16_384;
+
 /// Checks out `revision` into `dir` (created if missing).
+///
+/// The version's trees are walked once per step (check, compare, make directories, stage,
+/// apply, record) rather than held: a checkout's memory grows with what the directory
+/// holds already (its entries and the version checked out there before), not with the
+/// version's files.
 ///
 /// # Errors
 /// [`Error::Conflict`] when uncommitted changes are in the way; revision errors;
@@ -303,32 +350,56 @@ pub fn checkout(
         });
     }
     let record = store.catalog().version_record(&version_id)?;
-    let mut target = tree::flatten_version(&mut store.reader(), &record.version)?;
+    // Trees are read through a second connection, so the walk that records the checkout can
+    // read them while the store's own connection writes.
+    let tree_catalog = crate::catalog::Catalog::open_reader(store.catalog().path())?;
+    let trees = &mut store.reader_through(&tree_catalog);
     let partial = !options.selection.is_everything();
-    if partial {
-        target = select_with_parents(&target, &options.selection, &revision.to_string())?;
-    }
+    let target = if partial {
+        let entries = tree::flatten_version(trees, &record.version)?;
+        Target::Selected(select_with_parents(
+            &entries,
+            &options.selection,
+            &revision.to_string(),
+        )?)
+    } else {
+        Target::Trees(&record.version)
+    };
     let unsafe_path = |path: &str, reason| Error::UnsafePath {
         path: path.to_string(),
         tree: record.version.tree.to_hex(),
         reason,
     };
-    if let Some(entry) = target.iter().find(|e| {
-        e.path
+    // Refused before anything is written: names dsv does not write, symlinks through
+    // symlinks, and (once the directory is known) paths too long to open.
+    let mut symlinks = Vec::new();
+    let mut longest = String::new();
+    for entry in target.walk(trees)? {
+        let entry = entry?;
+        if entry
+            .path
             .split('/')
             .any(|c| crate::walk::is_reserved_name(c.as_bytes()))
-    }) {
-        return Err(unsafe_path(
-            &entry.path,
-            "dsv does not write into .dsv directories or its temporary names",
-        ));
+        {
+            return Err(unsafe_path(
+                &entry.path,
+                "dsv does not write into .dsv directories or its temporary names",
+            ));
+        }
+        if entry.path.len() > longest.len() {
+            longest.clone_from(&entry.path);
+        }
+        if matches!(entry.kind, FlatKind::Symlink { .. }) {
+            symlinks.push(entry);
+        }
     }
-    if let Some(link) = tree::symlink_through_symlink(&target) {
+    if let Some(link) = tree::symlink_through_symlink(&symlinks) {
         return Err(unsafe_path(
             &link.path,
             "the symlink's target passes through another symlink",
         ));
     }
+    drop(symlinks);
     if dir.exists() && !dir.is_dir() {
         return Err(Error::NotADirectory {
             path: dir.to_path_buf(),
@@ -339,12 +410,12 @@ pub fn checkout(
     let (dir, key) = workspace::canonical_dir(dir)?;
     // A path the system cannot open is refused before anything is written (found while
     // writing, it would leave staged files and made directories behind).
-    if let Some(entry) = target.iter().find(|e| too_long(&dir, &e.path)) {
+    if !longest.is_empty() && too_long(&dir, &longest) {
         if made_checkout_dir {
             let _ = fs::remove_dir(&dir);
         }
         return Err(Error::Io {
-            path: dir.join(&entry.path),
+            path: dir.join(&longest),
             source: std::io::Error::from_raw_os_error(nix::errno::Errno::ENAMETOOLONG as i32),
         });
     }
@@ -357,6 +428,8 @@ pub fn checkout(
             dataset: w.dataset.clone().unwrap_or_else(|| "a version".into()),
         });
     }
+    // The version checked out here before, in path order (held: it is what the directory's
+    // files are compared with).
     let old = match &workspace {
         Some(w) => {
             // A removed version's content is not kept by gc: the files it had here are not
@@ -366,34 +439,31 @@ pub fn checkout(
                 _ => None,
             };
             match live_old.and_then(|v| store.catalog().version(&v).transpose()) {
-                Some(record) => tree::flatten_version(&mut store.reader(), &record?.version)?,
+                Some(record) => tree::flatten_version(trees, &record?.version)?,
                 None => Vec::new(),
             }
         }
         None => Vec::new(),
     };
-    let target_map: HashMap<&str, &FlatEntry> =
-        target.iter().map(|e| (e.path.as_str(), e)).collect();
-    let old_map: HashMap<&str, &FlatEntry> = old.iter().map(|e| (e.path.as_str(), e)).collect();
-    // Hash only files whose content matters: those the target or the old version names.
-    let wanted = |path: &str| target_map.contains_key(path) || old_map.contains_key(path);
-    let disk = DiskState::read(
-        &dir,
-        store.catalog().path(),
-        workspace.as_ref().map(|w| w.id),
-        &wanted,
-        options.jobs,
-        progress,
-    )?;
+    // Hash only files whose content matters: those the target or the old version names
+    // (asked in path order, so the target is walked in step).
+    let mut disk = {
+        let mut in_target = tree::Cursor::new(target.walk(trees)?);
+        DiskState::read(
+            &dir,
+            store.catalog().path(),
+            workspace.as_ref().map(|w| w.id),
+            &mut |path| Ok(tree::position(&old, path).is_some() || in_target.seek(path)?.is_some()),
+            options.jobs,
+            progress,
+        )?
+    };
     progress.phase("locating the data");
     tracing::debug!(entries = disk.entries.len(), elapsed = ?clock.elapsed(), "read the version and the directory");
 
-    let plan = plan(store, &dir, &disk, &target_map, &old_map, options.force)?;
+    let plan = plan(store, &dir, &disk, target.walk(trees)?, &old, options.force)?;
+    drop(old);
 
-    // Where every chunk of every file to write lives (catalog lookups on this thread).
-    let reader = &mut store.reader();
-    let mut jobs = Vec::new();
-    let mut dirs_to_create = Vec::new();
     let removed: Vec<&str> = plan
         .delete_trees
         .iter()
@@ -409,86 +479,48 @@ pub fn checkout(
     // 100,000 files; renamed one by one, 1.7x.) What was made is removed if staging fails.
     let mut made = MadeDirs::default();
     let mut next_number = 0u64;
-    for (index, entry) in target.iter().enumerate() {
-        if entry.kind != FlatKind::Dir || plan.keep.contains(entry.path.as_str()) {
+    let mut dirs_to_create = Vec::new();
+    let (mut files_to_write, mut bytes_to_write) = (0u64, 0u64);
+    for entry in target.walk(trees)? {
+        let entry = entry?;
+        if plan.kept(&disk, &entry.path) {
             continue;
         }
-        if let Some(root) = made.root_of(&entry.path) {
-            let inside = made.inside(root, &entry.path);
+        if entry.kind != FlatKind::Dir {
+            files_to_write += 1;
+            bytes_to_write += entry.size;
+            continue;
+        }
+        if let Some(root) = root_of(&made.roots, &entry.path) {
+            let inside = staged_at(&entry.path, Staging::Inside(root), &made.layout(&dir));
             fs::create_dir(&inside).at(&inside)?;
+            dirs_to_create.push(entry.path);
             continue;
         }
         let parent = entry.path.rsplit_once('/').map(|(parent, _)| parent);
-        if !parent.is_none_or(|parent| stays(&dir, parent, &removed)) {
-            continue;
-        }
         let full = dir.join(&entry.path);
-        if !matches!(fs::symlink_metadata(&full), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-        {
-            continue;
-        }
-        // The temporary name may be longer than the directory's own: every path below it
-        // must still be one the system opens.
-        let longest_below = target[index + 1..]
-            .iter()
-            .take_while(|e| {
-                e.path
-                    .strip_prefix(entry.path.as_str())
-                    .is_some_and(|rest| rest.starts_with('/'))
-            })
-            .map(|e| e.path.len())
-            .max()
-            .unwrap_or(entry.path.len());
-        let name_len = entry.path.len() - parent.map_or(0, |p| p.len() + 1);
-        if dir.as_os_str().len() + 1 + longest_below - name_len + TEMP_NAME_MAX >= PATH_MAX {
-            fs::create_dir(&full).at(&full)?;
-            made.in_place.push(full);
-            continue;
-        }
-        next_number += 1;
-        let temp = match parent {
-            Some(parent) => dir.join(parent).join(temp_name(next_number)),
-            None => dir.join(temp_name(next_number)),
-        };
-        fs::create_dir(&temp).at(&temp)?;
-        made.roots.push((entry.path.clone(), temp));
-    }
-    let mut staging = Stager {
-        dir: &dir,
-        removed: &removed,
-        last: None,
-        next_number,
-    };
-    for entry in &target {
-        if plan.keep.contains(entry.path.as_str()) {
-            continue;
-        }
-        let chunks = match entry.kind {
-            FlatKind::Dir => {
-                dirs_to_create.push(entry);
-                continue;
+        let absent = parent.is_none_or(|parent| stays(&dir, parent, &removed))
+            && matches!(fs::symlink_metadata(&full), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        if absent {
+            // The temporary name may be longer than the directory's own: every path below
+            // it must still be one the system opens (the version's longest path bounds
+            // those below this directory).
+            let name_len = entry.path.len() - parent.map_or(0, |p| p.len() + 1);
+            if dir.as_os_str().len() + 1 + longest.len() - name_len + TEMP_NAME_MAX >= PATH_MAX {
+                fs::create_dir(&full).at(&full)?;
+                made.in_place.push(full);
+            } else {
+                next_number += 1;
+                let temp = match parent {
+                    Some(parent) => dir.join(parent).join(temp_name(next_number)),
+                    None => dir.join(temp_name(next_number)),
+                };
+                fs::create_dir(&temp).at(&temp)?;
+                made.roots.push((entry.path.clone(), temp));
             }
-            FlatKind::Symlink { .. } => Vec::new(),
-            FlatKind::File { .. } => reader.file_chunks(&entry.id, entry.size)?,
-        };
-        let staging = match made.root_of(&entry.path) {
-            Some(root) => Staging::Inside(root),
-            None => staging.next(&entry.path),
-        };
-        jobs.push(WriteJob {
-            entry,
-            chunks,
-            staging,
-        });
+        }
+        dirs_to_create.push(entry.path);
     }
-    tracing::debug!(jobs = jobs.len(), elapsed = ?clock.elapsed(), "located the data");
-    // Neighbouring files share frames: write them in pack order so each frame is
-    // decompressed about once per writer.
-    jobs.sort_by_key(|job| {
-        job.chunks
-            .first()
-            .map(|(_, l)| (l.frame.pack, l.frame.offset))
-    });
 
     // Stage.
     for leftover in &disk.leftovers {
@@ -506,20 +538,45 @@ pub fn checkout(
             }
         }
     }
-    let total_bytes: u64 = jobs.iter().map(|j| j.entry.size).sum();
-    progress.count_files(jobs.len() as u64);
-    progress.start("writing", total_bytes, Unit::Bytes);
-    let layout = Layout {
-        dir: &dir,
-        roots: &made.roots,
+    // Made before anything is renamed into place, so a store whose temporary directory
+    // cannot be written stops the checkout while the directory is as it was.
+    let mut stats = StatSpill::create(&store.temp_dir())?;
+    progress.count_files(files_to_write);
+    progress.start("writing", bytes_to_write, Unit::Bytes);
+    let first_number = next_number;
+    // For each file staged under a numbered temporary name, in order: beside its
+    // destination (else at the top of the directory). With the walk, that is where every
+    // file was staged.
+    let mut beside = Vec::new();
+    let staged = {
+        let mut stager = Stager {
+            dir: &dir,
+            removed: &removed,
+            last: None,
+            next_number,
+        };
+        stage_target(
+            store,
+            target.walk(trees)?,
+            (&plan, &disk),
+            &made.layout(&dir),
+            &mut stager,
+            &mut beside,
+            options.jobs,
+            progress,
+        )
     };
-    let staged = stage(&store.packs_dir(), &layout, &jobs, options.jobs, progress);
     progress.phase("finishing");
     tracing::debug!(elapsed = ?clock.elapsed(), "staged");
     if let Err(error) = staged {
-        for job in &jobs {
-            if !matches!(job.staging, Staging::Inside(_)) {
-                let _ = fs::remove_file(job.temp(&layout));
+        // What was staged under numbered names (a staged subtree goes with its directory).
+        if let Ok(walk) = target.walk(trees) {
+            let layout = made.layout(&dir);
+            let mut replay = Replay::new(walk, (&plan, &disk), &made.roots, &beside, first_number);
+            while let Ok(Some((entry, staging))) = replay.next() {
+                if !matches!(staging, Staging::Inside(_)) {
+                    let _ = fs::remove_file(staged_at(&entry.path, staging, &layout));
+                }
             }
         }
         return Err(error);
@@ -542,8 +599,8 @@ pub fn checkout(
         let full = dir.join(path);
         fs::rename(temp, &full).at(&full)?;
     }
-    for entry in &dirs_to_create {
-        let full = dir.join(&entry.path);
+    for path in &dirs_to_create {
+        let full = dir.join(path);
         if !full.is_dir() {
             fs::create_dir(&full).at(&full)?;
         }
@@ -551,25 +608,38 @@ pub fn checkout(
     // Renames into distinct paths, on every writer (at 100,000 small files, one thread spent
     // longer renaming than the writers spent staging). Not stopped by Ctrl-C: once applying
     // has begun it runs to the end, so the directory is never left half old, half new.
-    let renamed = crate::interrupt::run_under(None, || {
-        crate::parallel::map(&jobs, options.jobs, |job| {
-            let destination = dir.join(&job.entry.path);
-            if !matches!(job.staging, Staging::Inside(_)) {
-                fs::rename(job.temp(&layout), &destination).at(&destination)?;
+    let layout = made.layout(&dir);
+    crate::interrupt::run_under(None, || -> Result<()> {
+        let mut replay = Replay::new(
+            target.walk(trees)?,
+            (&plan, &disk),
+            &made.roots,
+            &beside,
+            first_number,
+        );
+        loop {
+            let batch = replay.take(APPLY_BATCH_FILES)?;
+            if batch.is_empty() {
+                return Ok(());
             }
-            Ok(match job.entry.kind {
-                FlatKind::File { .. } => Some(Stat::of(
-                    &fs::symlink_metadata(&destination).at(&destination)?,
-                )),
-                _ => None,
-            })
-        })
+            let renamed = crate::parallel::map(&batch, options.jobs, |(entry, staging)| {
+                let destination = dir.join(&entry.path);
+                if !matches!(staging, Staging::Inside(_)) {
+                    fs::rename(staged_at(&entry.path, *staging, &layout), &destination)
+                        .at(&destination)?;
+                }
+                Ok(match entry.kind {
+                    FlatKind::File { .. } => Some(Stat::of(
+                        &fs::symlink_metadata(&destination).at(&destination)?,
+                    )),
+                    _ => None,
+                })
+            })?;
+            for stat in renamed {
+                stats.push(stat);
+            }
+        }
     })?;
-    let written_stats: Vec<(&WriteJob<'_>, Stat)> = jobs
-        .iter()
-        .zip(renamed)
-        .filter_map(|(job, stat)| Some((job, stat?)))
-        .collect();
     for path in plan.prune_dirs.iter().rev() {
         // Only if empty: untracked files keep their directory.
         if fs::remove_dir(dir.join(path)).is_ok() {
@@ -578,60 +648,97 @@ pub fn checkout(
     }
 
     tracing::debug!(elapsed = ?clock.elapsed(), "applied");
-    // Record: wait out the racy margin once, then cache only files no one touched since.
-    if !written_stats.is_empty() {
-        std::thread::sleep(std::time::Duration::from_nanos(
-            workspace::RACY_MARGIN_NS as u64,
-        ));
-    }
-    let checked_ns = workspace::now_ns();
-    let still = crate::interrupt::run_under(None, || {
-        crate::parallel::map(&written_stats, options.jobs, |(job, stat)| {
-            let full = dir.join(&job.entry.path);
-            Ok(fs::symlink_metadata(&full).is_ok_and(|m| Stat::of(&m) == *stat))
-        })
-    })?;
-    let mut cache_changes: Vec<(&str, Option<StatEntry>)> = Vec::new();
-    for ((job, stat), unchanged) in written_stats.iter().zip(still) {
-        let entry = unchanged.then(|| workspace::entry(stat, job.entry.id, checked_ns));
-        cache_changes.push((&job.entry.path, entry));
-    }
-    for (path, entry) in &disk.hashed {
-        // A kept file holds the target's content, which is in the store.
-        if plan.keep.contains(path.as_str()) {
-            cache_changes.push((path, Some(*entry)));
-        }
-    }
-    for path in &disk.cached_paths {
-        let is_target_file = target_map
-            .get(path.as_str())
-            .is_some_and(|e| matches!(e.kind, FlatKind::File { .. }));
-        if !is_target_file {
-            cache_changes.push((path, None));
-        }
-    }
     if !partial {
+        // Record: wait out the racy margin once, then cache only files no one touched since.
+        if stats.files > 0 {
+            std::thread::sleep(std::time::Duration::from_nanos(
+                workspace::RACY_MARGIN_NS as u64,
+            ));
+        }
+        let checked_ns = workspace::now_ns();
+        let mut spilled = stats.read_back()?;
+        let mut cached = std::mem::take(&mut disk.cached_paths);
+        cached.sort_by(|a, b| crate::walk::path_order(a, b));
         let writer = store.catalog_mut().writer()?;
         let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
+        let mut replay = Replay::new(
+            target.walk(trees)?,
+            (&plan, &disk),
+            &made.roots,
+            &beside,
+            first_number,
+        );
+        loop {
+            let batch = replay.take(APPLY_BATCH_FILES)?;
+            if batch.is_empty() {
+                break;
+            }
+            let mut written = Vec::with_capacity(batch.len());
+            for (entry, _) in &batch {
+                // Without the spilled stat (the spill failed), the file gets no entry.
+                let stat = match &mut spilled {
+                    Some(spilled) => spilled.next()?,
+                    None => None,
+                };
+                if matches!(entry.kind, FlatKind::File { .. }) {
+                    written.push((entry, stat));
+                }
+            }
+            let changes = crate::interrupt::run_under(None, || {
+                crate::parallel::map(&written, options.jobs, |(entry, stat)| {
+                    let full = dir.join(&entry.path);
+                    Ok(stat
+                        .filter(|stat| {
+                            fs::symlink_metadata(&full).is_ok_and(|m| Stat::of(&m) == *stat)
+                        })
+                        .map(|stat| workspace::entry(&stat, entry.id, checked_ns)))
+                })
+            })?;
+            writer.update_stat_cache(
+                workspace_id,
+                written
+                    .iter()
+                    .zip(&changes)
+                    .map(|((entry, _), cached)| (entry.path.as_str(), cached.as_ref())),
+            )?;
+        }
+        drop(replay);
+        // A kept file holds the target's content, which is in the store.
         writer.update_stat_cache(
             workspace_id,
-            cache_changes.iter().map(|(p, e)| (*p, e.as_ref())),
+            disk.hashed
+                .iter()
+                .filter(|(path, _)| plan.kept(&disk, path))
+                .map(|(path, entry)| (path.as_str(), Some(entry))),
         )?;
+        // Entries for paths where the target has no file go.
+        let mut in_target = tree::Cursor::new(target.walk(trees)?);
+        let mut dropped = Vec::new();
+        for path in &cached {
+            if !in_target
+                .seek(path)?
+                .is_some_and(|e| matches!(e.kind, FlatKind::File { .. }))
+            {
+                dropped.push(path.as_str());
+            }
+        }
+        writer.update_stat_cache(workspace_id, dropped.into_iter().map(|p| (p, None)))?;
         writer.commit()?;
     }
 
     tracing::debug!(elapsed = ?clock.elapsed(), "recorded");
     // A partial checkout counts its selection (regular files only: it writes no symlinks).
-    let (files, bytes) = if partial {
-        let selected = target
-            .iter()
-            .filter(|e| matches!(e.kind, FlatKind::File { .. }));
-        (
-            selected.clone().count() as u64,
-            selected.map(|e| e.size).sum(),
-        )
-    } else {
-        (record.version.files, record.version.bytes)
+    let (files, bytes) = match &target {
+        Target::Selected(entries) => {
+            let selected = entries
+                .iter()
+                .filter(|e| matches!(e.kind, FlatKind::File { .. }));
+            (
+                selected.clone().count() as u64,
+                selected.map(|e| e.size).sum(),
+            )
+        }
+        Target::Trees(version) => (version.files, version.bytes),
     };
     Ok(CheckoutReport {
         dataset: record.version.dataset.clone(),
@@ -640,15 +747,248 @@ pub fn checkout(
         files,
         bytes,
         partial,
-        written: jobs.len() as u64,
-        bytes_written: total_bytes,
+        written: files_to_write,
+        bytes_written: bytes_to_write,
         deleted,
-        unchanged: plan
-            .keep
+        unchanged: disk
+            .entries
             .iter()
-            .filter(|p| target_map.get(**p).is_some_and(|e| e.kind != FlatKind::Dir))
+            .zip(&plan.keep)
+            .filter(|(entry, kept)| **kept && entry.kind != ScanKind::Dir)
             .count() as u64,
     })
+}
+
+/// Stages every file and symlink of `target` that is not kept: locates its chunks, picks
+/// where it is staged (recording, for each numbered temporary name, whether it is beside
+/// its destination in `beside`), and writes rounds of [`STAGE_BATCH_FILES`] in pack order.
+#[allow(clippy::too_many_arguments)]
+fn stage_target(
+    store: &Store,
+    target: EntryWalk<'_>,
+    (plan, disk): (&Plan, &DiskState),
+    layout: &Layout<'_>,
+    stager: &mut Stager<'_>,
+    beside: &mut Vec<bool>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let reader = &mut store.reader();
+    let packs_dir = store.packs_dir();
+    let mut batch: Vec<WriteJob> = Vec::new();
+    let mut batch_bytes = 0u64;
+    let mut target = target;
+    loop {
+        let next = target.next().transpose()?;
+        let ended = next.is_none();
+        if let Some(entry) = next {
+            if entry.kind == FlatKind::Dir || plan.kept(disk, &entry.path) {
+                continue;
+            }
+            let chunks = match entry.kind {
+                FlatKind::File { .. } => reader.file_chunks(&entry.id, entry.size)?,
+                _ => Vec::new(),
+            };
+            let staging = match root_of(layout.roots, &entry.path) {
+                Some(root) => Staging::Inside(root),
+                None => {
+                    let staging = stager.next(&entry.path);
+                    beside.push(matches!(staging, Staging::Beside(_)));
+                    staging
+                }
+            };
+            batch_bytes += entry.size;
+            batch.push(WriteJob {
+                entry,
+                chunks,
+                staging,
+            });
+            if batch.len() < STAGE_BATCH_FILES && batch_bytes < STAGE_BATCH_BYTES {
+                continue;
+            }
+        }
+        if !batch.is_empty() {
+            // Neighbouring files share frames: write them in pack order so each frame is
+            // decompressed about once per writer.
+            batch.sort_by_key(|job| {
+                job.chunks
+                    .first()
+                    .map(|(_, l)| (l.frame.pack, l.frame.offset))
+            });
+            stage(&packs_dir, layout, &batch, jobs, progress)?;
+            batch.clear();
+            batch_bytes = 0;
+        }
+        if ended {
+            return Ok(());
+        }
+    }
+}
+
+/// The files and symlinks a checkout staged, walked again in the order they were staged,
+/// each with where it was staged: what applying, recording and cleaning up after a failed
+/// staging go through. Ends where the numbered names staged so far end.
+struct Replay<'w, 'p> {
+    walk: EntryWalk<'w>,
+    plan: &'p Plan,
+    disk: &'p DiskState,
+    roots: &'p [(String, PathBuf)],
+    beside: &'p [bool],
+    /// Numbered temporary names replayed so far.
+    numbered: usize,
+    first_number: u64,
+}
+
+impl<'w, 'p> Replay<'w, 'p> {
+    fn new(
+        walk: EntryWalk<'w>,
+        (plan, disk): (&'p Plan, &'p DiskState),
+        roots: &'p [(String, PathBuf)],
+        beside: &'p [bool],
+        first_number: u64,
+    ) -> Self {
+        Replay {
+            walk,
+            plan,
+            disk,
+            roots,
+            beside,
+            numbered: 0,
+            first_number,
+        }
+    }
+
+    /// The next file or symlink staged, and where.
+    fn next(&mut self) -> Result<Option<(FlatEntry, Staging)>> {
+        while let Some(entry) = self.walk.next().transpose()? {
+            if entry.kind == FlatKind::Dir || self.plan.kept(self.disk, &entry.path) {
+                continue;
+            }
+            let staging = match root_of(self.roots, &entry.path) {
+                Some(root) => Staging::Inside(root),
+                None => {
+                    let Some(&beside) = self.beside.get(self.numbered) else {
+                        return Ok(None);
+                    };
+                    // Numbered as [`Stager::next`] numbers them: one after another.
+                    self.numbered += 1;
+                    let number = self.first_number + self.numbered as u64;
+                    if beside {
+                        Staging::Beside(number)
+                    } else {
+                        Staging::Top(number)
+                    }
+                }
+            };
+            return Ok(Some((entry, staging)));
+        }
+        Ok(None)
+    }
+
+    /// The next `count` (fewer at the end).
+    fn take(&mut self, count: usize) -> Result<Vec<(FlatEntry, Staging)>> {
+        let mut batch = Vec::with_capacity(count.min(1024));
+        while batch.len() < count {
+            match self.next()? {
+                Some(item) => batch.push(item),
+                None => break,
+            }
+        }
+        Ok(batch)
+    }
+}
+
+/// The lstat of each file and symlink a checkout renames into place, in order, spilled to
+/// an unnamed temporary file (removed by the system whatever happens) until the checkout
+/// is recorded: 37 bytes each, a tag (0 a symlink, 1 a file) then, for a file, size (u64),
+/// mtime and ctime (i64, ns), inode (u64) and mode (u32), little-endian (zeros for a
+/// symlink). A write that fails (a full disk) is not an error: applying must run to its
+/// end, and the files it wrote are then left out of the stat cache (hashed next time).
+struct StatSpill {
+    file: Option<std::io::BufWriter<File>>,
+    path: PathBuf,
+    /// Files pushed.
+    files: u64,
+}
+
+/// The bytes of one [`StatSpill`] record.
+const STAT_RECORD: usize = 37;
+
+impl StatSpill {
+    fn create(temp_dir: &Path) -> Result<StatSpill> {
+        let file = tempfile::tempfile_in(temp_dir).at(temp_dir)?;
+        Ok(StatSpill {
+            file: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
+            path: temp_dir.to_path_buf(),
+            files: 0,
+        })
+    }
+
+    fn push(&mut self, stat: Option<Stat>) {
+        let mut record = [0u8; STAT_RECORD];
+        if let Some(stat) = stat {
+            self.files += 1;
+            record[0] = 1;
+            record[1..9].copy_from_slice(&stat.size.to_le_bytes());
+            record[9..17].copy_from_slice(&stat.mtime_ns.to_le_bytes());
+            record[17..25].copy_from_slice(&stat.ctime_ns.to_le_bytes());
+            record[25..33].copy_from_slice(&stat.inode.to_le_bytes());
+            record[33..37].copy_from_slice(&stat.mode.to_le_bytes());
+        }
+        if let Some(file) = &mut self.file
+            && let Err(error) = file.write_all(&record)
+        {
+            tracing::debug!(%error, "the stat spill failed: written files are not cached");
+            self.file = None;
+        }
+    }
+
+    /// A reader of what was pushed, from the first record; `None` when a write failed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read from its start.
+    fn read_back(self) -> Result<Option<SpilledStats>> {
+        let Some(writer) = self.file else {
+            return Ok(None);
+        };
+        let Ok(mut file) = writer.into_inner() else {
+            return Ok(None);
+        };
+        std::io::Seek::rewind(&mut file).at(&self.path)?;
+        Ok(Some(SpilledStats {
+            file: std::io::BufReader::with_capacity(1 << 20, file),
+            path: self.path,
+        }))
+    }
+}
+
+/// [`StatSpill`]'s records, read back in order.
+struct SpilledStats {
+    file: std::io::BufReader<File>,
+    path: PathBuf,
+}
+
+impl SpilledStats {
+    /// The next record: `None` for a symlink.
+    ///
+    /// # Errors
+    /// [`Error::Io`], also when the spill ends early.
+    fn next(&mut self) -> Result<Option<Stat>> {
+        let mut record = [0u8; STAT_RECORD];
+        std::io::Read::read_exact(&mut self.file, &mut record).at(&self.path)?;
+        if record[0] == 0 {
+            return Ok(None);
+        }
+        let u64_at =
+            |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or_default());
+        Ok(Some(Stat {
+            size: u64_at(1),
+            mtime_ns: u64_at(9) as i64,
+            ctime_ns: u64_at(17) as i64,
+            inode: u64_at(25),
+            mode: u32::from_le_bytes(record[33..37].try_into().unwrap_or_default()),
+        }))
+    }
 }
 
 /// The files `selection` picks of `entries`, with the directories on their paths, in the
@@ -690,14 +1030,17 @@ fn select_with_parents(
 /// (live) version had there, or content that a live version holds (so an interrupted or
 /// half-applied checkout can be re-run, or switched back, without false conflicts). Content
 /// only a removed version holds does not count: the next gc deletes it.
-fn plan<'a>(
+fn plan(
     store: &Store,
     dir: &Path,
     disk: &DiskState,
-    target: &HashMap<&'a str, &'a FlatEntry>,
-    old: &HashMap<&str, &FlatEntry>,
+    target: EntryWalk<'_>,
+    old: &[FlatEntry],
     force: bool,
-) -> Result<Plan<'a>> {
+) -> Result<Plan> {
+    // Both in path order: the target is walked in step with the disk's entries.
+    let mut target = tree::Cursor::new(target);
+    let old = |path: &str| tree::position(old, path).map(|index| &old[index]);
     // Entries are passed with their index into `disk.entries` (where their ids are).
     let same =
         |(index, entry): (usize, &ScanEntry), flat: &FlatEntry| match (&entry.kind, &flat.kind) {
@@ -711,11 +1054,7 @@ fn plan<'a>(
     // Computed on first need only: most checkouts find nothing to ask about.
     let live_files = std::cell::OnceCell::new();
     let recoverable = |(index, entry): (usize, &ScanEntry)| -> Result<bool> {
-        if force
-            || old
-                .get(entry.path.as_str())
-                .is_some_and(|o| same((index, entry), o))
-        {
+        if force || old(entry.path.as_str()).is_some_and(|o| same((index, entry), o)) {
             return Ok(true);
         }
         match (&entry.kind, disk.id(index)) {
@@ -732,16 +1071,19 @@ fn plan<'a>(
             _ => Ok(false),
         }
     };
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        keep: vec![false; disk.entries.len()],
+        ..Plan::default()
+    };
     let mut conflicts = Vec::new();
     for (index, entry) in disk.entries.iter().enumerate() {
         let path = entry.path.as_str();
         let is_dir = entry.kind == ScanKind::Dir;
-        match target.get_key_value(path) {
-            Some((key, t)) if same((index, entry), t) => {
-                plan.keep.insert(key);
+        match target.seek(path)? {
+            Some(t) if same((index, entry), t) => {
+                plan.keep[index] = true;
             }
-            Some((_, t)) if is_dir => {
+            Some(t) if is_dir => {
                 debug_assert!(t.kind != FlatKind::Dir);
                 // A directory where the target has a file: all it holds must be recoverable,
                 // and it must hold nothing the walk does not see (a nested store, a running
@@ -773,7 +1115,7 @@ fn plan<'a>(
                 }
                 plan.delete_trees.push(path.to_string());
             }
-            Some((_, t)) => {
+            Some(t) => {
                 if !recoverable((index, entry))? {
                     conflicts.push(path.to_string());
                 }
@@ -783,12 +1125,12 @@ fn plan<'a>(
                 }
             }
             None if is_dir => {
-                if old.contains_key(path) {
+                if old(path).is_some() {
                     plan.prune_dirs.push(path.to_string());
                 }
             }
             None => {
-                if old.contains_key(path) {
+                if old(path).is_some() {
                     if !recoverable((index, entry))? {
                         conflicts.push(path.to_string());
                     }
@@ -822,24 +1164,25 @@ struct MadeDirs {
 }
 
 impl MadeDirs {
-    /// The index of the staged subtree holding `path` (below its top), if one does.
-    fn root_of(&self, path: &str) -> Option<usize> {
-        // The roots are in path order and disjoint: only the last one not after `path` can
-        // hold it.
-        let after = self
-            .roots
-            .partition_point(|(top, _)| crate::walk::path_order(top, path).is_le());
-        let index = after.checked_sub(1)?;
-        path.strip_prefix(self.roots[index].0.as_str())
-            .is_some_and(|rest| rest.starts_with('/'))
-            .then_some(index)
+    /// Where files are staged in `dir`, the checkout's directory.
+    fn layout<'a>(&'a self, dir: &'a Path) -> Layout<'a> {
+        Layout {
+            dir,
+            roots: &self.roots,
+        }
     }
+}
 
-    /// Where `path`, below the top of staged subtree `root`, is written while staged.
-    fn inside(&self, root: usize, path: &str) -> PathBuf {
-        let (top, temp) = &self.roots[root];
-        temp.join(&path[top.len() + 1..])
-    }
+/// The index of the staged subtree of `roots` ([`MadeDirs::roots`]) holding `path` (below
+/// its top), if one does.
+fn root_of(roots: &[(String, PathBuf)], path: &str) -> Option<usize> {
+    // The roots are in path order and disjoint: only the last one not after `path` can
+    // hold it.
+    let after = roots.partition_point(|(top, _)| crate::walk::path_order(top, path).is_le());
+    let index = after.checked_sub(1)?;
+    path.strip_prefix(roots[index].0.as_str())
+        .is_some_and(|rest| rest.starts_with('/'))
+        .then_some(index)
 }
 
 impl Drop for MadeDirs {
@@ -941,7 +1284,7 @@ const BATCH_BYTES: u64 = 2 * 1024 * 1024;
 /// One unit of parallel staging work.
 enum Task<'a> {
     /// Small files, written one after the other (neighbours share frames).
-    Files(Vec<&'a WriteJob<'a>>),
+    Files(Vec<&'a WriteJob>),
     /// A run of chunks of one large file, written at its offset into the file's temp name.
     Segment {
         /// Index into the large files.
@@ -969,7 +1312,7 @@ impl Task<'_> {
 
 /// A large file being staged in segments.
 struct LargeFile<'a> {
-    job: &'a WriteJob<'a>,
+    job: &'a WriteJob,
     /// Segments still to write; the thread that writes the last one verifies the file.
     remaining: AtomicU64,
 }
@@ -978,7 +1321,7 @@ struct LargeFile<'a> {
 fn stage(
     packs_dir: &Path,
     dir: &Layout<'_>,
-    jobs: &[WriteJob<'_>],
+    jobs: &[WriteJob],
     threads: usize,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -992,7 +1335,7 @@ fn stage(
         .unwrap_or(2);
     let total: u64 = jobs.iter().map(|j| j.entry.size).sum();
     let threshold = SEGMENT_BYTES.max(total / (2 * cores as u64));
-    let (large_jobs, small_jobs): (Vec<&WriteJob<'_>>, Vec<&WriteJob<'_>>) = jobs
+    let (large_jobs, small_jobs): (Vec<&WriteJob>, Vec<&WriteJob>) = jobs
         .iter()
         .partition(|j| j.entry.size > threshold && j.chunks.len() > 1);
     let mut tasks = Vec::new();
@@ -1021,7 +1364,7 @@ fn stage(
     }
     // Large segments first, so they spread over the threads; then batches of small files
     // (in pack order, so each batch reads few frames).
-    let mut batch: Vec<&WriteJob<'_>> = Vec::new();
+    let mut batch: Vec<&WriteJob> = Vec::new();
     let mut batch_bytes = 0;
     for job in small_jobs {
         batch_bytes += job.entry.size;
@@ -1129,7 +1472,7 @@ fn with_pack_reader<R>(
 }
 
 /// Writes one small file or symlink to its temp name, checking the file against its id.
-fn write_temp(job: &WriteJob<'_>, dir: &Layout<'_>, packs: &mut PackReader) -> Result<()> {
+fn write_temp(job: &WriteJob, dir: &Layout<'_>, packs: &mut PackReader) -> Result<()> {
     let temp = &job.temp(dir);
     match &job.entry.kind {
         FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, temp).at(temp)?,

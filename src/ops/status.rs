@@ -183,7 +183,7 @@ pub(crate) struct DiskState {
     /// Paths of every stat cache entry the workspace had (for checkout to drop those the
     /// version it writes has no file at).
     pub cached_paths: Vec<String>,
-    /// The entries, depth-first, siblings sorted.
+    /// The entries, in path order ([`walk::path_order`]: depth-first, siblings sorted by name).
     pub entries: Vec<ScanEntry>,
     /// Content ids of the files and symlinks, by index into `entries` (`None` for
     /// directories, unsupported entries and files not hashed): no second copy of the paths.
@@ -201,13 +201,15 @@ pub(crate) struct DiskState {
 impl DiskState {
     /// Scans `dir` (every entry: checkout sees what `.dsvignore` hides, so an ignored file
     /// in the way of one a version writes is protected as any untracked file is) and finds
-    /// each file's content id. Only files in `wanted` are hashed (others get no id); the stat
-    /// cache of workspace `cache_of` (none: empty) vouches for unchanged files.
+    /// each file's content id. Only files `wanted` answers true for are hashed (others get no
+    /// id); it is asked of the files the stat cache of workspace `cache_of` (none: empty)
+    /// does not vouch for, in path order ([`walk::path_order`]), so it may answer by
+    /// advancing a walk of a version in step.
     pub fn read(
         dir: &Path,
         catalog: &Path,
         cache_of: Option<i64>,
-        wanted: &dyn Fn(&str) -> bool,
+        wanted: &mut dyn FnMut(&str) -> Result<bool>,
         jobs: usize,
         progress: &dyn Progress,
     ) -> Result<DiskState> {
@@ -228,15 +230,15 @@ impl DiskState {
         }
         let (leftovers, stores, uncached) = stream.finish();
         cached_paths.extend(uncached);
-        let to_hash: Vec<(usize, &ScanEntry)> = entries
-            .iter()
-            .enumerate()
-            .filter(|(index, entry)| {
-                matches!(entry.kind, ScanKind::File { .. })
-                    && ids[*index].is_none()
-                    && wanted(&entry.path)
-            })
-            .collect();
+        let mut to_hash: Vec<(usize, &ScanEntry)> = Vec::new();
+        for (index, entry) in entries.iter().enumerate() {
+            if matches!(entry.kind, ScanKind::File { .. })
+                && ids[index].is_none()
+                && wanted(&entry.path)?
+            {
+                to_hash.push((index, entry));
+            }
+        }
         let hashed = hash_files(dir, &to_hash, jobs, progress)?;
         let mut fresh = Vec::with_capacity(hashed.len());
         for ((index, entry), id) in to_hash.iter().zip(hashed) {
@@ -260,6 +262,13 @@ impl DiskState {
     /// a file that was not hashed).
     pub fn id(&self, index: usize) -> Option<ObjectId> {
         self.ids.get(index).copied().flatten()
+    }
+
+    /// The index into `entries` of the entry at `path` (`entries` are in path order).
+    pub fn index_of(&self, path: &str) -> Option<usize> {
+        self.entries
+            .binary_search_by(|e| walk::path_order(&e.path, path))
+            .ok()
     }
 }
 
