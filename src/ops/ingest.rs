@@ -7,7 +7,6 @@
 //! queue to `jobs` compressor threads, so the CPU-bound stages run in parallel and only the
 //! pack append is serialized.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -94,62 +93,17 @@ pub struct PackSink {
     /// Writes nothing: computes the packs it would write ([`PackSink::measuring`]).
     measure: bool,
     state: Mutex<(Option<PackWriter>, Vec<SealedPack>)>,
-    /// Objects pushed to this sink, so no object is written twice in one run.
-    written: Mutex<Claims>,
+    /// Objects pushed to this sink (id and kind byte), so no object is written twice in one
+    /// run.
+    written: Mutex<crate::id::KeySet<33>>,
 }
 
-/// The objects a [`PackSink`] has claimed, exactly (a claim refused wrongly would leave an
-/// object unwritten): the 32-byte id and the kind byte of each, 33 bytes, in a sorted array
-/// searched by bisection, and the latest [`RECENT_CLAIMS`] in a hash set merged into it when
-/// full. A hash set of every claim took about 86 bytes per object (at a million, its
-/// table rounds up to 2^21 buckets); this takes 33 and a little.
-#[derive(Default)]
-struct Claims {
-    /// Claimed before the last merge, sorted.
-    settled: Vec<[u8; 33]>,
-    /// Claimed since.
-    recent: HashSet<[u8; 33]>,
-}
-
-/// Claims a [`Claims`] holds in its hash set before merging them into its array.
-const RECENT_CLAIMS: usize = 65_536;
-
-impl Claims {
-    /// True if `(id, kind)` was not claimed before (and is now).
-    fn insert(&mut self, id: &ObjectId, kind: ObjectKind) -> bool {
-        let mut key = [0u8; 33];
-        key[..32].copy_from_slice(&id.0);
-        key[32] = kind as u8;
-        if self.settled.binary_search(&key).is_ok() || !self.recent.insert(key) {
-            return false;
-        }
-        if self.recent.len() >= RECENT_CLAIMS {
-            self.merge();
-        }
-        true
-    }
-
-    /// Moves the recent claims into the sorted array: a merge from the back, in place, O(n).
-    fn merge(&mut self) {
-        let mut fresh: Vec<[u8; 33]> = self.recent.drain().collect();
-        fresh.sort_unstable();
-        let settled = self.settled.len();
-        self.settled.reserve_exact(fresh.len());
-        self.settled.resize(settled + fresh.len(), [0; 33]);
-        let (mut left, mut right) = (settled, fresh.len());
-        for slot in (0..self.settled.len()).rev() {
-            if right == 0 {
-                break;
-            }
-            if left > 0 && self.settled[left - 1] > fresh[right - 1] {
-                self.settled[slot] = self.settled[left - 1];
-                left -= 1;
-            } else {
-                self.settled[slot] = fresh[right - 1];
-                right -= 1;
-            }
-        }
-    }
+/// The key [`PackSink::claim`] keeps: the 32-byte id, then the kind byte.
+fn claim_key(id: &ObjectId, kind: ObjectKind) -> [u8; 33] {
+    let mut key = [0u8; 33];
+    key[..32].copy_from_slice(&id.0);
+    key[32] = kind as u8;
+    key
 }
 
 impl PackSink {
@@ -160,7 +114,7 @@ impl PackSink {
             temp_dir: temp_dir.to_path_buf(),
             measure: false,
             state: Mutex::new((None, Vec::new())),
-            written: Mutex::new(Claims::default()),
+            written: Mutex::new(crate::id::KeySet::default()),
         }
     }
 
@@ -179,7 +133,7 @@ impl PackSink {
         self.written
             .lock()
             .expect("no panics while holding the lock")
-            .insert(id, kind)
+            .insert(claim_key(id, kind))
     }
 
     /// Appends a frame to the open pack, sealing the pack when full.
@@ -576,43 +530,3 @@ fn compress_worker(
 
 /// The frame queue's receiver lives until every writer has finished, so a send cannot fail.
 const QUEUE_OPEN: &str = "the frame queue outlives the writers";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn claims_are_exact_across_merges() {
-        // Ids claimed again after several merges, under both kinds, against a hash set.
-        let mut claims = Claims::default();
-        let mut reference = HashSet::new();
-        let id = |n: u64| ObjectId::from(blake3::hash(&n.to_le_bytes()));
-        let total = 3 * RECENT_CLAIMS as u64 + 1_000;
-        for step in 0..2 * total {
-            // Every id twice: once early, once after later merges, and a tree of some.
-            let n = if step < total {
-                step
-            } else {
-                (step * 7_919) % total
-            };
-            let kind = if n % 5 == 0 {
-                ObjectKind::Tree
-            } else {
-                ObjectKind::Chunk
-            };
-            assert_eq!(
-                claims.insert(&id(n), kind),
-                reference.insert((id(n), kind)),
-                "claim of {n}"
-            );
-            if n % 13 == 0 {
-                assert_eq!(
-                    claims.insert(&id(n), ObjectKind::FileMap),
-                    reference.insert((id(n), ObjectKind::FileMap))
-                );
-            }
-        }
-        assert!(claims.settled.is_sorted());
-        assert_eq!(claims.settled.len() + claims.recent.len(), reference.len());
-    }
-}

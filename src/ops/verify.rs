@@ -77,6 +77,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         progress.advance(*size);
         Ok(result)
     })?;
+    indexed.reserve_exact(checked.iter().flatten().map(Vec::len).sum());
     for ((id, size), result) in packs.iter().zip(checked) {
         match result {
             Ok(objects) => {
@@ -161,7 +162,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
     // Every version's trees and files must be locatable, in packs that hold them (or, for
     // the data of a clone not yet needed here, on a remote that holds it).
     let remotes: Vec<i64> = store.catalog().remotes()?.iter().map(|r| r.id).collect();
-    let mut seen_files = HashSet::new();
+    let mut seen_files = crate::id::KeySet::<32>::default();
     let reader = &mut store.checking_reader();
     let tree_reader = &mut store.checking_reader();
     for dataset in store.catalog().datasets()? {
@@ -213,7 +214,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                 };
                 if !matches!(entry.kind, FlatKind::File { .. })
                     || entry.size == 0
-                    || !seen_files.insert(entry.id)
+                    || !seen_files.insert(entry.id.0)
                 {
                     continue;
                 }
