@@ -424,6 +424,43 @@ fn a_checkout_that_meets_corrupt_data_leaves_the_directory_as_it_was() {
 }
 
 #[test]
+fn a_checkout_that_meets_corrupt_data_after_a_staged_round_removes_every_temporary_name() {
+    // Checkout stages in rounds of 32,768 files: the first round here is 33,000 edited files
+    // staged beside their destinations; the corrupt file comes after it in path order.
+    let env = TestEnv::new();
+    let count = 33_000;
+    for n in 0..count {
+        env.write(&format!("data/sub/f{n:05}"), format!("v1 {n}\n"));
+    }
+    env.ok(&["commit", "data", "--dataset", "d", "--tag", "v1"]);
+    let packs_before: Vec<_> = fs::read_dir(env.path(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    for n in 0..count {
+        env.write(&format!("data/sub/f{n:05}"), format!("v2 {n}\n"));
+    }
+    env.write("data/zz/big.bin", pseudo_random(3_000_000, 9));
+    env.ok(&["commit", "data", "--dataset", "d", "--tag", "v2"]);
+    env.ok(&["checkout", "d@v1", "work"]);
+    let before = crate::common::snapshot_tree(&env.path("work"));
+    // The middle of v2's pack is in big.bin's frames (3 MB against 33,000 short files).
+    let corrupted = edit_packs(&env, |path, bytes| {
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x55;
+        !packs_before.iter().any(|p| p == path)
+    });
+    assert_eq!(corrupted, 1);
+    env.fails(&["checkout", "d@v2", "work"], 5);
+    assert_eq!(
+        crate::common::snapshot_tree(&env.path("work")),
+        before,
+        "nothing changed and no temporary name is left"
+    );
+    env.ok(&["status", "work", "--exit-code"]);
+}
+
+#[test]
 fn a_hostile_file_map_length_is_caught_before_any_byte_is_served() {
     let env = TestEnv::new();
     env.write("data/big.bin", pseudo_random(1_500_000, 12)); // incompressible: frames stored raw
