@@ -437,6 +437,8 @@ pub fn position(entries: &[FlatEntry], path: &str) -> Option<usize> {
 pub struct Cursor<I> {
     walk: I,
     next: Option<FlatEntry>,
+    /// Entries taken from the walk.
+    taken: usize,
     ended: bool,
 }
 
@@ -446,20 +448,23 @@ impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
         Cursor {
             walk,
             next: None,
+            taken: 0,
             ended: false,
         }
     }
 
-    /// The entry at `path`, if the listing has one, passing every entry before it. Paths
-    /// must be asked in path order: an entry passed is not seen again.
+    /// The entry at `path` and its position in the listing (from 0), if the listing has
+    /// one, passing every entry before it. Paths must be asked in path order: an entry
+    /// passed is not seen again.
     ///
     /// # Errors
     /// The walk's.
-    pub fn seek(&mut self, path: &str) -> Result<Option<&FlatEntry>> {
+    pub fn seek(&mut self, path: &str) -> Result<Option<(usize, &FlatEntry)>> {
         loop {
             if self.next.is_none() && !self.ended {
                 self.next = self.walk.next().transpose()?;
                 self.ended = self.next.is_none();
+                self.taken += usize::from(!self.ended);
             }
             let order = match &self.next {
                 None => return Ok(None),
@@ -467,7 +472,9 @@ impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
             };
             match order {
                 std::cmp::Ordering::Less => self.next = None,
-                std::cmp::Ordering::Equal => return Ok(self.next.as_ref()),
+                std::cmp::Ordering::Equal => {
+                    return Ok(self.next.as_ref().map(|entry| (self.taken - 1, entry)));
+                }
                 std::cmp::Ordering::Greater => return Ok(None),
             }
         }

@@ -28,8 +28,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::status::DiskState;
-use crate::catalog::ObjectLocation;
+use super::status::{DiskStream, hash_files};
+use crate::catalog::{ObjectLocation, StatEntry};
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::pack::PackReader;
@@ -288,8 +288,7 @@ impl Target<'_> {
     }
 }
 
-/// What to change in the directory besides writing files: what to remove, and what is
-/// already right.
+/// What to change in the directory besides writing files, and what the directory held.
 #[derive(Default)]
 struct Plan {
     /// Files and symlinks to remove (not in the target, or where the target has a directory).
@@ -298,15 +297,25 @@ struct Plan {
     delete_trees: Vec<String>,
     /// Directories of the old version to remove if they end up empty.
     prune_dirs: Vec<String>,
-    /// By index into the disk's entries: true where the entry is already as the target
-    /// wants it (left untouched).
+    /// By position in the target's walk: true where the entry is already on disk as the
+    /// target wants it (left untouched). One byte a target entry, up to the last kept.
     keep: Vec<bool>,
+    /// Files and symlinks kept.
+    unchanged: u64,
+    /// Stat cache entries for the kept files that were hashed (they hold the target's
+    /// content, which the store holds).
+    hashed: Vec<(String, StatEntry)>,
+    /// Paths whose stat cache entry goes: the target has no file there.
+    uncache: Vec<String>,
+    /// dsv's temporary files and directories found (`.dsv-tmp-<pid>-<n>`).
+    leftovers: Vec<PathBuf>,
 }
 
 impl Plan {
-    /// Whether the target's entry at `path` is already on disk as it wants it.
-    fn kept(&self, disk: &DiskState, path: &str) -> bool {
-        disk.index_of(path).is_some_and(|index| self.keep[index])
+    /// Whether the target's entry at position `index` of its walk is already on disk as it
+    /// wants it.
+    fn kept(&self, index: usize) -> bool {
+        self.keep.get(index).copied().unwrap_or(false)
     }
 }
 
@@ -428,8 +437,7 @@ pub fn checkout(
             dataset: w.dataset.clone().unwrap_or_else(|| "a version".into()),
         });
     }
-    // The version checked out here before, in path order (held: it is what the directory's
-    // files are compared with).
+    // The version checked out here before, walked beside the target by a reader of its own.
     let old = match &workspace {
         Some(w) => {
             // A removed version's content is not kept by gc: the files it had here are not
@@ -439,30 +447,31 @@ pub fn checkout(
                 _ => None,
             };
             match live_old.and_then(|v| store.catalog().version(&v).transpose()) {
-                Some(record) => tree::flatten_version(trees, &record?.version)?,
-                None => Vec::new(),
+                Some(record) => Some(record?.version),
+                None => None,
             }
         }
-        None => Vec::new(),
+        None => None,
     };
-    // Hash only files whose content matters: those the target or the old version names
-    // (asked in path order, so the target is walked in step).
-    let mut disk = {
-        let mut in_target = tree::Cursor::new(target.walk(trees)?);
-        DiskState::read(
+    let plan = {
+        let old_trees = &mut store.reader_through(&tree_catalog);
+        let old_walk: EntryWalk<'_> = match &old {
+            Some(version) => Box::new(tree::walk_version(old_trees, version)?),
+            None => Box::new(std::iter::empty()),
+        };
+        plan(
+            store,
             &dir,
-            store.catalog().path(),
             workspace.as_ref().map(|w| w.id),
-            &mut |path| Ok(tree::position(&old, path).is_some() || in_target.seek(path)?.is_some()),
+            target.walk(trees)?,
+            old_walk,
+            options.force,
             options.jobs,
             progress,
         )?
     };
     progress.phase("locating the data");
-    tracing::debug!(entries = disk.entries.len(), elapsed = ?clock.elapsed(), "read the version and the directory");
-
-    let plan = plan(store, &dir, &disk, target.walk(trees)?, &old, options.force)?;
-    drop(old);
+    tracing::debug!(elapsed = ?clock.elapsed(), "planned");
 
     let removed: Vec<&str> = plan
         .delete_trees
@@ -481,9 +490,9 @@ pub fn checkout(
     let mut next_number = 0u64;
     let mut dirs_to_create = Vec::new();
     let (mut files_to_write, mut bytes_to_write) = (0u64, 0u64);
-    for entry in target.walk(trees)? {
+    for (index, entry) in target.walk(trees)?.enumerate() {
         let entry = entry?;
-        if plan.kept(&disk, &entry.path) {
+        if plan.kept(index) {
             continue;
         }
         if entry.kind != FlatKind::Dir {
@@ -523,7 +532,7 @@ pub fn checkout(
     }
 
     // Stage.
-    for leftover in &disk.leftovers {
+    for leftover in &plan.leftovers {
         // Only those of a process that is gone: a live one may be checking out a nested directory.
         let owner = leftover
             .file_name()
@@ -558,7 +567,7 @@ pub fn checkout(
         stage_target(
             store,
             target.walk(trees)?,
-            (&plan, &disk),
+            &plan,
             &made.layout(&dir),
             &mut stager,
             &mut beside,
@@ -572,7 +581,7 @@ pub fn checkout(
         // What was staged under numbered names (a staged subtree goes with its directory).
         if let Ok(walk) = target.walk(trees) {
             let layout = made.layout(&dir);
-            let mut replay = Replay::new(walk, (&plan, &disk), &made.roots, &beside, first_number);
+            let mut replay = Replay::new(walk, &plan, &made.roots, &beside, first_number);
             while let Ok(Some((entry, staging))) = replay.next() {
                 if !matches!(staging, Staging::Inside(_)) {
                     let _ = fs::remove_file(staged_at(&entry.path, staging, &layout));
@@ -612,7 +621,7 @@ pub fn checkout(
     crate::interrupt::run_under(None, || -> Result<()> {
         let mut replay = Replay::new(
             target.walk(trees)?,
-            (&plan, &disk),
+            &plan,
             &made.roots,
             &beside,
             first_number,
@@ -657,13 +666,17 @@ pub fn checkout(
         }
         let checked_ns = workspace::now_ns();
         let mut spilled = stats.read_back()?;
-        let mut cached = std::mem::take(&mut disk.cached_paths);
-        cached.sort_by(|a, b| crate::walk::path_order(a, b));
         let writer = store.catalog_mut().writer()?;
         let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
+        // Entries for paths where the target has no file go (first: a path the cache had
+        // but the disk did not may be written now, and gets its entry below).
+        writer.update_stat_cache(
+            workspace_id,
+            plan.uncache.iter().map(|p| (p.as_str(), None)),
+        )?;
         let mut replay = Replay::new(
             target.walk(trees)?,
-            (&plan, &disk),
+            &plan,
             &made.roots,
             &beside,
             first_number,
@@ -703,26 +716,12 @@ pub fn checkout(
             )?;
         }
         drop(replay);
-        // A kept file holds the target's content, which is in the store.
         writer.update_stat_cache(
             workspace_id,
-            disk.hashed
+            plan.hashed
                 .iter()
-                .filter(|(path, _)| plan.kept(&disk, path))
                 .map(|(path, entry)| (path.as_str(), Some(entry))),
         )?;
-        // Entries for paths where the target has no file go.
-        let mut in_target = tree::Cursor::new(target.walk(trees)?);
-        let mut dropped = Vec::new();
-        for path in &cached {
-            if !in_target
-                .seek(path)?
-                .is_some_and(|e| matches!(e.kind, FlatKind::File { .. }))
-            {
-                dropped.push(path.as_str());
-            }
-        }
-        writer.update_stat_cache(workspace_id, dropped.into_iter().map(|p| (p, None)))?;
         writer.commit()?;
     }
 
@@ -750,12 +749,7 @@ pub fn checkout(
         written: files_to_write,
         bytes_written: bytes_to_write,
         deleted,
-        unchanged: disk
-            .entries
-            .iter()
-            .zip(&plan.keep)
-            .filter(|(entry, kept)| **kept && entry.kind != ScanKind::Dir)
-            .count() as u64,
+        unchanged: plan.unchanged,
     })
 }
 
@@ -766,7 +760,7 @@ pub fn checkout(
 fn stage_target(
     store: &Store,
     target: EntryWalk<'_>,
-    (plan, disk): (&Plan, &DiskState),
+    plan: &Plan,
     layout: &Layout<'_>,
     stager: &mut Stager<'_>,
     beside: &mut Vec<bool>,
@@ -777,12 +771,15 @@ fn stage_target(
     let packs_dir = store.packs_dir();
     let mut batch: Vec<WriteJob> = Vec::new();
     let mut batch_bytes = 0u64;
-    let mut target = target;
+    let mut target = target.enumerate();
     loop {
-        let next = target.next().transpose()?;
+        let (index, next) = match target.next() {
+            Some((index, entry)) => (index, Some(entry?)),
+            None => (0, None),
+        };
         let ended = next.is_none();
         if let Some(entry) = next {
-            if entry.kind == FlatKind::Dir || plan.kept(disk, &entry.path) {
+            if entry.kind == FlatKind::Dir || plan.kept(index) {
                 continue;
             }
             let chunks = match entry.kind {
@@ -831,7 +828,8 @@ fn stage_target(
 struct Replay<'w, 'p> {
     walk: EntryWalk<'w>,
     plan: &'p Plan,
-    disk: &'p DiskState,
+    /// The position in the target's walk of the next entry.
+    position: usize,
     roots: &'p [(String, PathBuf)],
     beside: &'p [bool],
     /// Numbered temporary names replayed so far.
@@ -842,7 +840,7 @@ struct Replay<'w, 'p> {
 impl<'w, 'p> Replay<'w, 'p> {
     fn new(
         walk: EntryWalk<'w>,
-        (plan, disk): (&'p Plan, &'p DiskState),
+        plan: &'p Plan,
         roots: &'p [(String, PathBuf)],
         beside: &'p [bool],
         first_number: u64,
@@ -850,7 +848,7 @@ impl<'w, 'p> Replay<'w, 'p> {
         Replay {
             walk,
             plan,
-            disk,
+            position: 0,
             roots,
             beside,
             numbered: 0,
@@ -861,7 +859,9 @@ impl<'w, 'p> Replay<'w, 'p> {
     /// The next file or symlink staged, and where.
     fn next(&mut self) -> Result<Option<(FlatEntry, Staging)>> {
         while let Some(entry) = self.walk.next().transpose()? {
-            if entry.kind == FlatKind::Dir || self.plan.kept(self.disk, &entry.path) {
+            let index = self.position;
+            self.position += 1;
+            if entry.kind == FlatKind::Dir || self.plan.kept(index) {
                 continue;
             }
             let staging = match root_of(self.roots, &entry.path) {
@@ -1024,122 +1024,198 @@ fn select_with_parents(
 }
 
 /// Decides what to delete and keep, refusing (unless `force`) to lose anything that exists
-/// nowhere else.
+/// nowhere else, in one pass over the directory `dir` beside the stat cache of workspace
+/// `cache_of` ([`DiskStream`], every entry: checkout sees what `.dsvignore` hides, so an
+/// ignored file in the way of one a version writes is protected as any untracked file is),
+/// merged with walks of `target` and of `old` (the version checked out here before), all
+/// in path order. Each batch of the walk hashes, on `jobs` threads, the files whose content
+/// matters (the target or the old version names them) that the cache does not vouch for.
 ///
 /// A disk file may be overwritten or deleted when it is "recoverable": it holds what the old
 /// (live) version had there, or content that a live version holds (so an interrupted or
 /// half-applied checkout can be re-run, or switched back, without false conflicts). Content
 /// only a removed version holds does not count: the next gc deletes it.
+#[allow(clippy::too_many_arguments)]
 fn plan(
     store: &Store,
     dir: &Path,
-    disk: &DiskState,
+    cache_of: Option<i64>,
     target: EntryWalk<'_>,
-    old: &[FlatEntry],
+    old: EntryWalk<'_>,
     force: bool,
+    jobs: usize,
+    progress: &dyn Progress,
 ) -> Result<Plan> {
-    // Both in path order: the target is walked in step with the disk's entries.
+    let started_ns = workspace::now_ns();
+    progress.phase("scanning");
+    let mut stream = DiskStream::start(dir, store.catalog().path(), cache_of, &[], false)?;
     let mut target = tree::Cursor::new(target);
-    let old = |path: &str| tree::position(old, path).map(|index| &old[index]);
-    // Entries are passed with their index into `disk.entries` (where their ids are).
+    let mut old = tree::Cursor::new(old);
     let same =
-        |(index, entry): (usize, &ScanEntry), flat: &FlatEntry| match (&entry.kind, &flat.kind) {
+        |entry: &ScanEntry, id: Option<ObjectId>, flat: &FlatEntry| match (&entry.kind, &flat.kind)
+        {
             (ScanKind::Dir, FlatKind::Dir) => true,
             (ScanKind::File { executable: a }, FlatKind::File { executable: b }) => {
-                a == b && disk.id(index) == Some(flat.id)
+                a == b && id == Some(flat.id)
             }
             (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
             _ => false,
         };
     // Computed on first need only: most checkouts find nothing to ask about.
     let live_files = std::cell::OnceCell::new();
-    let recoverable = |(index, entry): (usize, &ScanEntry)| -> Result<bool> {
-        if force || old(entry.path.as_str()).is_some_and(|o| same((index, entry), o)) {
-            return Ok(true);
-        }
-        match (&entry.kind, disk.id(index)) {
-            (ScanKind::File { .. }, Some(_)) if entry.stat.size == 0 => Ok(true),
-            (ScanKind::File { .. }, Some(id)) => {
-                if store.catalog().locate_file(&id)?.is_none() {
-                    return Ok(false);
-                }
-                if live_files.get().is_none() {
-                    let _ = live_files.set(super::gc::live_file_ids(store)?);
-                }
-                Ok(live_files.get().is_some_and(|live| live.contains(&id)))
+    let recoverable =
+        |entry: &ScanEntry, id: Option<ObjectId>, old: Option<&FlatEntry>| -> Result<bool> {
+            if force || old.is_some_and(|o| same(entry, id, o)) {
+                return Ok(true);
             }
-            _ => Ok(false),
-        }
-    };
-    let mut plan = Plan {
-        keep: vec![false; disk.entries.len()],
-        ..Plan::default()
-    };
-    let mut conflicts = Vec::new();
-    for (index, entry) in disk.entries.iter().enumerate() {
-        let path = entry.path.as_str();
-        let is_dir = entry.kind == ScanKind::Dir;
-        match target.seek(path)? {
-            Some(t) if same((index, entry), t) => {
-                plan.keep[index] = true;
-            }
-            Some(t) if is_dir => {
-                debug_assert!(t.kind != FlatKind::Dir);
-                // A directory where the target has a file: all it holds must be recoverable,
-                // and it must hold nothing the walk does not see (a nested store, a running
-                // checkout's temporary files) — that is never deleted, not even with force.
-                let prefix = format!("{path}/");
-                let live = |leftover: &PathBuf| {
-                    let owner = leftover
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .and_then(crate::walk::temp_owner);
-                    owner.is_some_and(crate::walk::process_alive)
-                };
-                let hidden = disk.stores.iter().any(|s| s.starts_with(&prefix))
-                    || disk
-                        .leftovers
-                        .iter()
-                        .any(|l| l.starts_with(dir.join(path)) && live(l));
-                let mut dirty = hidden;
-                for inner in disk
-                    .entries
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.path.starts_with(&prefix) && e.kind != ScanKind::Dir)
-                {
-                    dirty = dirty || !recoverable(inner)?;
-                }
-                if dirty && (hidden || !force) {
-                    conflicts.push(path.to_string());
-                }
-                plan.delete_trees.push(path.to_string());
-            }
-            Some(t) => {
-                if !recoverable((index, entry))? {
-                    conflicts.push(path.to_string());
-                }
-                // A file or symlink is replaced by renaming over it; only a directory needs room.
-                if t.kind == FlatKind::Dir {
-                    plan.delete_files.push(path.to_string());
-                }
-            }
-            None if is_dir => {
-                if old(path).is_some() {
-                    plan.prune_dirs.push(path.to_string());
-                }
-            }
-            None => {
-                if old(path).is_some() {
-                    if !recoverable((index, entry))? {
-                        conflicts.push(path.to_string());
+            match (&entry.kind, id) {
+                (ScanKind::File { .. }, Some(_)) if entry.stat.size == 0 => Ok(true),
+                (ScanKind::File { .. }, Some(id)) => {
+                    if store.catalog().locate_file(&id)?.is_none() {
+                        return Ok(false);
                     }
-                    plan.delete_files.push(path.to_string());
+                    if live_files.get().is_none() {
+                        let _ = live_files.set(super::gc::live_file_ids(store)?);
+                    }
+                    Ok(live_files.get().is_some_and(|live| live.contains(&id)))
                 }
+                _ => Ok(false),
+            }
+        };
+    let mut plan = Plan::default();
+    let mut conflicts = Vec::new();
+    // A directory where the target has a file, while the entries below it pass: its path,
+    // and whether one of them is not recoverable.
+    let mut replacing: Option<(String, bool)> = None;
+    let mut replaced: Vec<(String, bool)> = Vec::new();
+    while let Some(batch) = stream.next_batch()? {
+        // What the target (with its position in the walk) and the old version have at each
+        // path of the batch.
+        let mut named = Vec::with_capacity(batch.len());
+        for item in &batch {
+            let path = item.entry.path.as_str();
+            let in_target = target.seek(path)?.map(|(index, e)| (index, e.clone()));
+            let in_old = old.seek(path)?.map(|(_, e)| e.clone());
+            named.push((in_target, in_old));
+        }
+        let mut ids: Vec<Option<ObjectId>> = batch.iter().map(|item| item.id).collect();
+        let to_hash: Vec<(usize, &ScanEntry)> = batch
+            .iter()
+            .enumerate()
+            .filter(|(i, item)| {
+                matches!(item.entry.kind, ScanKind::File { .. })
+                    && item.id.is_none()
+                    && (named[*i].0.is_some() || named[*i].1.is_some())
+            })
+            .map(|(i, item)| (i, &item.entry))
+            .collect();
+        let mut fresh: Vec<Option<StatEntry>> = vec![None; batch.len()];
+        if !to_hash.is_empty() {
+            let hashed = hash_files(dir, &to_hash, jobs, progress)?;
+            for ((i, entry), id) in to_hash.iter().zip(hashed) {
+                ids[*i] = Some(id);
+                fresh[*i] = Some(workspace::entry(&entry.stat, id, started_ns));
+            }
+        }
+        for (i, (item, (in_target, in_old))) in batch.iter().zip(&named).enumerate() {
+            let (entry, id) = (&item.entry, ids[i]);
+            let path = entry.path.as_str();
+            let is_dir = entry.kind == ScanKind::Dir;
+            if let Some((top, _)) = &replacing
+                && !path
+                    .strip_prefix(top.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+            {
+                replaced.extend(replacing.take());
+            }
+            if let Some((_, dirty)) = &mut replacing
+                && !is_dir
+                && !*dirty
+            {
+                *dirty = !recoverable(entry, id, in_old.as_ref())?;
+            }
+            match in_target {
+                Some((index, t)) if same(entry, id, t) => {
+                    if plan.keep.len() <= *index {
+                        plan.keep.resize(index + 1, false);
+                    }
+                    plan.keep[*index] = true;
+                    if !is_dir {
+                        plan.unchanged += 1;
+                    }
+                    // A kept file holds the target's content, which is in the store.
+                    if let Some(cached) = fresh[i] {
+                        plan.hashed.push((entry.path.clone(), cached));
+                    }
+                }
+                Some((_, t)) if is_dir => {
+                    debug_assert!(t.kind != FlatKind::Dir);
+                    // A directory where the target has a file: all it holds must be
+                    // recoverable (decided as its entries pass), and it must hold nothing
+                    // the walk does not see (decided at the end).
+                    plan.delete_trees.push(entry.path.clone());
+                    replacing = Some((entry.path.clone(), false));
+                }
+                Some((_, t)) => {
+                    if !recoverable(entry, id, in_old.as_ref())? {
+                        conflicts.push(entry.path.clone());
+                    }
+                    // A file or symlink is replaced by renaming over it; only a directory
+                    // needs room.
+                    if t.kind == FlatKind::Dir {
+                        plan.delete_files.push(entry.path.clone());
+                    }
+                }
+                None if is_dir => {
+                    if in_old.is_some() {
+                        plan.prune_dirs.push(entry.path.clone());
+                    }
+                }
+                None => {
+                    if in_old.is_some() {
+                        if !recoverable(entry, id, in_old.as_ref())? {
+                            conflicts.push(entry.path.clone());
+                        }
+                        plan.delete_files.push(entry.path.clone());
+                    }
+                }
+            }
+            // The cache keeps entries only where the target has a file.
+            if item.in_cache
+                && !in_target
+                    .as_ref()
+                    .is_some_and(|(_, t)| matches!(t.kind, FlatKind::File { .. }))
+            {
+                plan.uncache.push(entry.path.clone());
             }
         }
     }
+    replaced.extend(replacing.take());
+    let (leftovers, stores, uncached_rows) = stream.finish();
+    plan.uncache.extend(uncached_rows);
+    // A directory the target replaces must hold nothing the walk does not see (a nested
+    // store, a running checkout's temporary files): that is never deleted, not even with
+    // force.
+    let live = |leftover: &PathBuf| {
+        let owner = leftover
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(crate::walk::temp_owner);
+        owner.is_some_and(crate::walk::process_alive)
+    };
+    for (path, dirty) in replaced {
+        let prefix = format!("{path}/");
+        let hidden = stores.iter().any(|s| s.starts_with(&prefix))
+            || leftovers
+                .iter()
+                .any(|l| l.starts_with(dir.join(&path)) && live(l));
+        if hidden || (dirty && !force) {
+            conflicts.push(path);
+        }
+    }
+    plan.leftovers = leftovers;
     if !conflicts.is_empty() {
+        conflicts.sort_by(|a, b| crate::walk::path_order(a, b));
         let total = conflicts.len();
         conflicts.truncate(10);
         return Err(Error::Conflict {
