@@ -577,11 +577,17 @@ pub fn checkout(
     };
     progress.phase("finishing");
     tracing::debug!(elapsed = ?clock.elapsed(), "staged");
+    let names = Staged {
+        plan: &plan,
+        roots: &made.roots,
+        beside: &beside,
+        first_number,
+    };
     if let Err(error) = staged {
         // What was staged under numbered names (a staged subtree goes with its directory).
         if let Ok(walk) = target.walk(trees) {
             let layout = made.layout(&dir);
-            let mut replay = Replay::new(walk, &plan, &made.roots, &beside, first_number);
+            let mut replay = names.replay(walk);
             while let Ok(Some((entry, staging))) = replay.next() {
                 if !matches!(staging, Staging::Inside(_)) {
                     let _ = fs::remove_file(staged_at(&entry.path, staging, &layout));
@@ -619,13 +625,7 @@ pub fn checkout(
     // has begun it runs to the end, so the directory is never left half old, half new.
     let layout = made.layout(&dir);
     crate::interrupt::run_under(None, || -> Result<()> {
-        let mut replay = Replay::new(
-            target.walk(trees)?,
-            &plan,
-            &made.roots,
-            &beside,
-            first_number,
-        );
+        let mut replay = names.replay(target.walk(trees)?);
         loop {
             let batch = replay.take(APPLY_BATCH_FILES)?;
             if batch.is_empty() {
@@ -674,13 +674,7 @@ pub fn checkout(
             workspace_id,
             plan.uncache.iter().map(|p| (p.as_str(), None)),
         )?;
-        let mut replay = Replay::new(
-            target.walk(trees)?,
-            &plan,
-            &made.roots,
-            &beside,
-            first_number,
-        );
+        let mut replay = names.replay(target.walk(trees)?);
         loop {
             let batch = replay.take(APPLY_BATCH_FILES)?;
             if batch.is_empty() {
@@ -827,52 +821,56 @@ fn stage_target(
 /// staging go through. Ends where the numbered names staged so far end.
 struct Replay<'w, 'p> {
     walk: EntryWalk<'w>,
-    plan: &'p Plan,
+    staged: Staged<'p>,
     /// The position in the target's walk of the next entry.
     position: usize,
-    roots: &'p [(String, PathBuf)],
-    beside: &'p [bool],
     /// Numbered temporary names replayed so far.
     numbered: usize,
+}
+
+/// What says where each file of a checkout was staged, with a walk of the target.
+#[derive(Clone, Copy)]
+struct Staged<'p> {
+    plan: &'p Plan,
+    /// The staged subtrees ([`MadeDirs::roots`]).
+    roots: &'p [(String, PathBuf)],
+    /// For each file staged under a numbered name, in order: beside its destination (else
+    /// at the top of the directory).
+    beside: &'p [bool],
+    /// The number before the first file's.
     first_number: u64,
 }
 
-impl<'w, 'p> Replay<'w, 'p> {
-    fn new(
-        walk: EntryWalk<'w>,
-        plan: &'p Plan,
-        roots: &'p [(String, PathBuf)],
-        beside: &'p [bool],
-        first_number: u64,
-    ) -> Self {
+impl<'p> Staged<'p> {
+    /// The staged files of `walk`, a walk of the target.
+    fn replay<'w>(self, walk: EntryWalk<'w>) -> Replay<'w, 'p> {
         Replay {
             walk,
-            plan,
+            staged: self,
             position: 0,
-            roots,
-            beside,
             numbered: 0,
-            first_number,
         }
     }
+}
 
+impl Replay<'_, '_> {
     /// The next file or symlink staged, and where.
     fn next(&mut self) -> Result<Option<(FlatEntry, Staging)>> {
         while let Some(entry) = self.walk.next().transpose()? {
             let index = self.position;
             self.position += 1;
-            if entry.kind == FlatKind::Dir || self.plan.kept(index) {
+            if entry.kind == FlatKind::Dir || self.staged.plan.kept(index) {
                 continue;
             }
-            let staging = match root_of(self.roots, &entry.path) {
+            let staging = match root_of(self.staged.roots, &entry.path) {
                 Some(root) => Staging::Inside(root),
                 None => {
-                    let Some(&beside) = self.beside.get(self.numbered) else {
+                    let Some(&beside) = self.staged.beside.get(self.numbered) else {
                         return Ok(None);
                     };
                     // Numbered as [`Stager::next`] numbers them: one after another.
                     self.numbered += 1;
-                    let number = self.first_number + self.numbered as u64;
+                    let number = self.staged.first_number + self.numbered as u64;
                     if beside {
                         Staging::Beside(number)
                     } else {
