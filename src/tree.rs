@@ -945,15 +945,7 @@ pub fn diff(
             } else {
                 (leaf(a), leaf(b))
             };
-            let change = leaf_change(old_leaf.as_ref(), new_leaf.as_ref());
-            if let Some(change) = change {
-                changes.push(Change {
-                    path,
-                    change,
-                    old: old_leaf,
-                    new: new_leaf,
-                });
-            }
+            changes.extend(change_between(old_leaf, new_leaf));
         }
     }
     changes.sort_by(|a, b| a.path.cmp(&b.path));
@@ -1215,15 +1207,7 @@ mod tests {
                 continue;
             }
             let (old_leaf, new_leaf) = (leaf(&old_full, a), leaf(&new_full, b));
-            if let Some(change) = leaf_change(old_leaf.as_ref(), new_leaf.as_ref()) {
-                let path = a.or(b).map(|e| e.path.clone()).unwrap_or_default();
-                changes.push(Change {
-                    path,
-                    change,
-                    old: old_leaf,
-                    new: new_leaf,
-                });
-            }
+            changes.extend(change_between(old_leaf, new_leaf));
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
         changes
