@@ -100,57 +100,6 @@ pub fn is_hex_prefix(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// An exact set of fixed-size keys (object ids, with a kind byte or not) in about N bytes
-/// each: a sorted array searched by bisection, and the latest [`RECENT_KEYS`] in a hash set
-/// that is merged into it when full. A hash set of every key took about 2.6 times as much
-/// (at a million keys its table rounds up to 2^21 buckets); a filter that may answer
-/// wrongly cannot be used where a wrong "seen" skips writing or checking an object.
-#[derive(Default)]
-pub(crate) struct KeySet<const N: usize> {
-    /// Keys inserted before the last merge, sorted.
-    settled: Vec<[u8; N]>,
-    /// Keys inserted since.
-    recent: std::collections::HashSet<[u8; N]>,
-}
-
-/// Keys a [`KeySet`] holds in its hash set before merging them into its array.
-pub(crate) const RECENT_KEYS: usize = 65_536;
-
-impl<const N: usize> KeySet<N> {
-    /// True if `key` was not in the set (and is now), as `HashSet::insert`.
-    pub fn insert(&mut self, key: [u8; N]) -> bool {
-        if self.settled.binary_search(&key).is_ok() || !self.recent.insert(key) {
-            return false;
-        }
-        if self.recent.len() >= RECENT_KEYS {
-            self.merge();
-        }
-        true
-    }
-
-    /// Moves the recent keys into the sorted array: a merge from the back, in place, O(n).
-    fn merge(&mut self) {
-        let mut fresh: Vec<[u8; N]> = self.recent.drain().collect();
-        fresh.sort_unstable();
-        let settled = self.settled.len();
-        self.settled.reserve_exact(fresh.len());
-        self.settled.resize(settled + fresh.len(), [0; N]);
-        let (mut left, mut right) = (settled, fresh.len());
-        for slot in (0..self.settled.len()).rev() {
-            if right == 0 {
-                break;
-            }
-            if left > 0 && self.settled[left - 1] > fresh[right - 1] {
-                self.settled[slot] = self.settled[left - 1];
-                left -= 1;
-            } else {
-                self.settled[slot] = fresh[right - 1];
-                right -= 1;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,30 +114,5 @@ mod tests {
         );
         assert_eq!(id.to_hex().parse::<ObjectId>().unwrap(), id);
         assert!("zz".parse::<ObjectId>().is_err());
-    }
-
-    #[test]
-    fn a_key_set_is_exact_across_merges() {
-        // Every key twice, the second time after several merges, against a hash set.
-        let mut set = KeySet::<33>::default();
-        let mut reference = std::collections::HashSet::new();
-        let key = |n: u64| {
-            let mut key = [0u8; 33];
-            key[..32].copy_from_slice(blake3::hash(&n.to_le_bytes()).as_bytes());
-            key[32] = (n % 3) as u8;
-            key
-        };
-        let total = 3 * RECENT_KEYS as u64 + 1_000;
-        for step in 0..2 * total {
-            // 7,919 is prime and does not divide `total`: a permutation of 0..total.
-            let n = if step < total {
-                step
-            } else {
-                (step * 7_919) % total
-            };
-            assert_eq!(set.insert(key(n)), reference.insert(key(n)), "key {n}");
-        }
-        assert!(set.settled.is_sorted());
-        assert_eq!(set.settled.len() + set.recent.len(), reference.len());
     }
 }

@@ -57,6 +57,7 @@ pub mod config;
 pub mod error;
 pub mod id;
 pub mod interrupt;
+pub(crate) mod key_set;
 pub mod lease;
 pub mod mount;
 pub mod object;

@@ -394,10 +394,11 @@ pub fn gc(
         .collect();
     {
         let _lock = store.lock()?;
+        let packs_dir = store.packs_dir();
         let writer = store.catalog_mut().writer()?;
         writer.drop_packs(&dropped)?;
         for pack in &sealed {
-            writer.add_pack(pack)?;
+            writer.add_pack(&pack.read_index(&packs_dir)?)?;
         }
         // A stat-cache entry vouches for content only while the store holds it.
         writer.drop_unheld_stat_entries()?;
@@ -442,7 +443,7 @@ impl Outcome {
     fn of(
         report: &GcReport,
         named: &std::collections::HashMap<ObjectId, u64>,
-        sealed: &[crate::pack::writer::SealedPack],
+        sealed: &[crate::pack::PackFile],
     ) -> Outcome {
         let new: HashSet<ObjectId> = sealed.iter().map(|p| p.id).collect();
         let orphan_id = |o: &OrphanFile| {

@@ -19,7 +19,7 @@ use crate::chunk::{ChunkParams, Chunker};
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::object::{FileMap, ObjectKind};
-use crate::pack::{EncodedFrame, FrameBuilder, PackWriter, SealedPack};
+use crate::pack::{EncodedFrame, FrameBuilder, PackFile, PackWriter};
 use crate::progress::Progress;
 use crate::walk::Stat;
 
@@ -92,10 +92,10 @@ pub struct PackSink {
     temp_dir: PathBuf,
     /// Writes nothing: computes the packs it would write ([`PackSink::measuring`]).
     measure: bool,
-    state: Mutex<(Option<PackWriter>, Vec<SealedPack>)>,
+    state: Mutex<(Option<PackWriter>, Vec<PackFile>)>,
     /// Objects pushed to this sink (id and kind byte), so no object is written twice in one
     /// run.
-    written: Mutex<crate::id::KeySet<33>>,
+    written: Mutex<crate::key_set::KeySet<33>>,
 }
 
 /// The key [`PackSink::claim`] keeps: the 32-byte id, then the kind byte.
@@ -114,7 +114,7 @@ impl PackSink {
             temp_dir: temp_dir.to_path_buf(),
             measure: false,
             state: Mutex::new((None, Vec::new())),
-            written: Mutex::new(crate::id::KeySet::default()),
+            written: Mutex::new(crate::key_set::KeySet::spilling_to(temp_dir)),
         }
     }
 
@@ -124,16 +124,27 @@ impl PackSink {
     pub fn measuring() -> Self {
         PackSink {
             measure: true,
+            written: Mutex::new(crate::key_set::KeySet::default()),
             ..PackSink::new(Path::new(""), Path::new(""))
         }
     }
 
     /// Claims object `id` of `kind` for writing: true the first time it is asked in this run.
-    pub fn claim(&self, id: &ObjectId, kind: ObjectKind) -> bool {
+    /// Past half a million claims the older ones move to an unnamed file in the temporary
+    /// directory ([`crate::key_set`]), so a commit of millions of new objects holds ~20 MB of
+    /// claims, not ~33 bytes each.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the claims on disk cannot be read.
+    pub fn claim(&self, id: &ObjectId, kind: ObjectKind) -> Result<bool> {
         self.written
             .lock()
             .expect("no panics while holding the lock")
             .insert(claim_key(id, kind))
+            .map_err(|source| Error::Io {
+                path: self.temp_dir.clone(),
+                source,
+            })
     }
 
     /// Appends a frame to the open pack, sealing the pack when full.
@@ -145,7 +156,7 @@ impl PackSink {
         // A pack's index stays within what readers accept (format::MAX_PACK_*).
         if let Some(writer) = state.0.take_if(|w| !w.fits(&frame)) {
             let sealed = writer.finish()?;
-            state.1.push(sealed);
+            state.1.push(PackFile::from(&sealed));
         }
         if state.0.is_none() {
             state.0 = Some(if self.measure {
@@ -158,7 +169,7 @@ impl PackSink {
         writer.add_frame(frame)?;
         if writer.size() >= PACK_TARGET {
             let sealed = state.0.take().expect("present").finish()?;
-            state.1.push(sealed);
+            state.1.push(PackFile::from(&sealed));
         }
         Ok(())
     }
@@ -190,11 +201,12 @@ impl PackSink {
     }
 
     /// Seals the open pack (if any) and returns every pack written, durable on disk (for a
-    /// measuring sink, every pack it would have written).
+    /// measuring sink, every pack it would have written). The packs' indexes are not held:
+    /// [`PackFile::read_index`] reads each back.
     ///
     /// # Errors
     /// [`Error::Io`].
-    pub fn finish(self) -> Result<Vec<SealedPack>> {
+    pub fn finish(self) -> Result<Vec<PackFile>> {
         let (open, mut sealed) = self
             .state
             .into_inner()
@@ -202,7 +214,7 @@ impl PackSink {
         if let Some(writer) = open
             && !writer.is_empty()
         {
-            sealed.push(writer.finish()?);
+            sealed.push(PackFile::from(&writer.finish()?));
         }
         Ok(sealed)
     }
@@ -445,7 +457,7 @@ impl StreamWriter<'_> {
             }
             chunks.push((id, chunk.len() as u32));
             if !self.catalog.has_object(&id, ObjectKind::Chunk)?
-                && sink.claim(&id, ObjectKind::Chunk)
+                && sink.claim(&id, ObjectKind::Chunk)?
             {
                 self.frame.push(id, ObjectKind::Chunk, chunk);
                 self.stats.new_chunks += 1;
@@ -465,7 +477,7 @@ impl StreamWriter<'_> {
         };
         if chunks.len() > 1
             && !self.catalog.has_object(&file_id, ObjectKind::FileMap)?
-            && sink.claim(&file_id, ObjectKind::FileMap)
+            && sink.claim(&file_id, ObjectKind::FileMap)?
         {
             self.maps
                 .push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());

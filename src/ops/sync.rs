@@ -24,7 +24,7 @@ use crate::catalog::{RemoteRecord, RemoteRef, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
-use crate::pack::{EncodedFrame, FrameRecord, SealedPack};
+use crate::pack::{EncodedFrame, FrameRecord, PackFile};
 use crate::progress::{Progress, Unit};
 use crate::remote::{self, RefName, RefState, Remote};
 use crate::revision::{MIN_PREFIX, Revision, check_name};
@@ -579,7 +579,7 @@ fn download(
         Ok(())
     });
     progress.phase("recording");
-    let sealed: Vec<SealedPack> = match result {
+    let sealed: Vec<PackFile> = match result {
         Ok(()) => sink.finish()?,
         Err(e) => {
             sink.abandon(store);
@@ -588,21 +588,25 @@ fn download(
     };
     transfer.packs = sealed.len() as u64;
     let _lock = store.lock()?;
+    let packs_dir = store.packs_dir();
     // File maps are keyed by their file's id, not by their own bytes: until one has been
-    // reassembled to its file id, it is unproven (see `ObjectReader::file_chunks`).
+    // reassembled to its file id, it is unproven (see `ObjectReader::file_chunks`). Each
+    // pack's index is read back when needed, one at a time.
     let mut new_maps = Vec::new();
-    for object in sealed.iter().flat_map(|p| &p.objects) {
-        if object.kind == ObjectKind::FileMap
-            && !store
-                .catalog()
-                .has_object(&object.id, ObjectKind::FileMap)?
-        {
-            new_maps.push(object.id);
+    for pack in &sealed {
+        for object in pack.read_index(&packs_dir)?.objects {
+            if object.kind == ObjectKind::FileMap
+                && !store
+                    .catalog()
+                    .has_object(&object.id, ObjectKind::FileMap)?
+            {
+                new_maps.push(object.id);
+            }
         }
     }
     let writer = store.catalog_mut().writer()?;
     for pack in &sealed {
-        writer.add_pack(pack)?;
+        writer.add_pack(&pack.read_index(&packs_dir)?)?;
     }
     for id in &new_maps {
         writer.add_unproven_file_map(id, &record.name)?;
@@ -1204,20 +1208,18 @@ pub fn push(
     let uploaded = remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes));
     progress.phase("moving the remote's refs");
     uploaded?;
-    let mut indexes = Vec::new();
-    for (id, path) in &uploads {
-        let file = std::fs::File::open(path).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
-        transfer.objects += objects.len() as u64;
-        indexes.push((*id, sizes.get(id).copied().unwrap_or(0), frames, objects));
-    }
     {
+        // One uploaded pack's index in memory at a time.
         let writer = store.catalog_mut().writer()?;
-        for (id, size, frames, objects) in &indexes {
-            writer.add_remote_pack(record.id, id, *size, frames, objects)?;
+        for (id, path) in &uploads {
+            let file = std::fs::File::open(path).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
+            transfer.objects += objects.len() as u64;
+            let size = sizes.get(id).copied().unwrap_or(0);
+            writer.add_remote_pack(record.id, id, size, &frames, &objects)?;
         }
         writer.commit()?;
     }

@@ -64,33 +64,39 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
         packs.iter().map(|(_, size)| size).sum(),
         Unit::Bytes,
     );
-    // Every object id the packs index, sorted (32 bytes an object, searched by bisection).
-    let mut indexed: Vec<ObjectId> = Vec::new();
-    // Packs are independent: check them on every core (each read is sequential).
+    // Every object id the packs index: past half a million, on disk (crate::key_set).
+    let mut indexed = crate::key_set::KeySet::<32>::spilling_to(&store.temp_dir());
+    let spill_error = |source| Error::Io {
+        path: store.temp_dir(),
+        source,
+    };
+    // Packs are independent: check them on every core (each read is sequential), a group of
+    // `jobs` at a time, so only that many packs' object lists are held at once.
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     let packs_dir = store.packs_dir();
-    let checked = crate::parallel::map(&packs, jobs, |(id, size)| {
-        let path = crate::pack::writer::pack_path(&packs_dir, id);
-        let result = crate::pack::reader::verify_pack(&path, id)
-            .map(|(_, objects)| objects.iter().map(|o| o.id).collect::<Vec<_>>())
-            .map_err(|e| e.to_string());
-        progress.advance(*size);
-        Ok(result)
-    })?;
-    indexed.reserve_exact(checked.iter().flatten().map(Vec::len).sum());
-    for ((id, size), result) in packs.iter().zip(checked) {
-        match result {
-            Ok(objects) => {
-                report.objects += objects.len() as u64;
-                indexed.extend(objects);
+    for group in packs.chunks(jobs) {
+        let checked = crate::parallel::map(group, jobs, |(id, size)| {
+            let path = crate::pack::writer::pack_path(&packs_dir, id);
+            let result = crate::pack::reader::verify_pack(&path, id)
+                .map(|(_, objects)| objects.iter().map(|o| o.id).collect::<Vec<_>>())
+                .map_err(|e| e.to_string());
+            progress.advance(*size);
+            Ok(result)
+        })?;
+        for ((id, size), result) in group.iter().zip(checked) {
+            match result {
+                Ok(objects) => {
+                    report.objects += objects.len() as u64;
+                    for object in objects {
+                        indexed.insert(object.0).map_err(spill_error)?;
+                    }
+                }
+                Err(e) => report.problems.push(format!("pack {id}: {e}")),
             }
-            Err(e) => report.problems.push(format!("pack {id}: {e}")),
+            report.packs += 1;
+            report.pack_bytes += size;
         }
-        report.packs += 1;
-        report.pack_bytes += size;
     }
-    indexed.sort_unstable();
-    indexed.dedup();
     progress.phase("checking versions and trees");
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
@@ -162,7 +168,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
     // Every version's trees and files must be locatable, in packs that hold them (or, for
     // the data of a clone not yet needed here, on a remote that holds it).
     let remotes: Vec<i64> = store.catalog().remotes()?.iter().map(|r| r.id).collect();
-    let mut seen_files = crate::id::KeySet::<32>::default();
+    let mut seen_files = crate::key_set::KeySet::<32>::spilling_to(&store.temp_dir());
     let reader = &mut store.checking_reader();
     let tree_reader = &mut store.checking_reader();
     for dataset in store.catalog().datasets()? {
@@ -214,17 +220,17 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                 };
                 if !matches!(entry.kind, FlatKind::File { .. })
                     || entry.size == 0
-                    || !seen_files.insert(entry.id.0)
+                    || !seen_files.insert(entry.id.0).map_err(spill_error)?
                 {
                     continue;
                 }
                 match reader.file_chunks(&entry.id, entry.size) {
                     Ok(chunks) => {
                         let mut whole = true;
-                        for (chunk, _) in chunks
-                            .iter()
-                            .filter(|(c, _)| indexed.binary_search(c).is_err())
-                        {
+                        for (chunk, _) in &chunks {
+                            if indexed.contains(&chunk.0).map_err(spill_error)? {
+                                continue;
+                            }
                             whole = false;
                             report.problems.push(format!(
                                 "{}: chunk {chunk} is in no verified pack",

@@ -16,4 +16,4 @@ pub mod writer;
 
 pub use format::{Compression, FrameRecord, ObjectRecord};
 pub use reader::{FrameLocation, PackReader};
-pub use writer::{EncodedFrame, FrameBuilder, PackWriter, SealedPack};
+pub use writer::{EncodedFrame, FrameBuilder, PackFile, PackWriter, SealedPack};
