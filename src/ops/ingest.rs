@@ -30,6 +30,11 @@ const FRAME_CAPACITY: usize = FRAME_TARGET + ChunkParams::DEFAULT.max;
 /// A pack is sealed once it holds this many bytes (tens of MiB: few objects on a remote,
 /// cheap to rewrite when repacking).
 pub const PACK_TARGET: u64 = 32 * 1024 * 1024;
+/// A pack is also sealed once it indexes this many objects: the open pack's index is held
+/// in memory until it is sealed (about 48 bytes an object, so ~6 MiB here). Without this
+/// bound, a pack of tiny files reached millions of objects before [`PACK_TARGET`] bytes
+/// (a commit of 300,000 files of 8 bytes held a 25 MB index in one open pack).
+pub const PACK_TARGET_OBJECTS: usize = 1 << 17;
 
 /// Tuning of the ingest pipeline.
 #[derive(Debug, Clone, Copy)]
@@ -86,7 +91,8 @@ pub struct IngestFile {
     pub stat: Stat,
 }
 
-/// Appends frames to packs, sealing each pack when it reaches [`PACK_TARGET`].
+/// Appends frames to packs, sealing each pack when it reaches [`PACK_TARGET`] bytes or
+/// [`PACK_TARGET_OBJECTS`] objects.
 pub struct PackSink {
     packs_dir: PathBuf,
     temp_dir: PathBuf,
@@ -167,7 +173,7 @@ impl PackSink {
         }
         let writer = state.0.as_mut().expect("just created");
         writer.add_frame(frame)?;
-        if writer.size() >= PACK_TARGET {
+        if writer.size() >= PACK_TARGET || writer.object_count() >= PACK_TARGET_OBJECTS {
             let sealed = state.0.take().expect("present").finish()?;
             state.1.push(PackFile::from(&sealed));
         }

@@ -344,6 +344,11 @@ impl PackWriter {
                 && self.objects.len() + frame.objects.len() <= format::MAX_PACK_OBJECTS as usize)
     }
 
+    /// Objects indexed so far.
+    pub fn object_count(&self) -> usize {
+        self.objects.len()
+    }
+
     /// Bytes written so far.
     pub fn size(&self) -> u64 {
         self.offset
