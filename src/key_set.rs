@@ -277,7 +277,10 @@ mod tests {
             );
         }
         for n in total..total + 10_000 {
-            assert!(!set.contains(&key(n)).unwrap(), "key {n} was never inserted");
+            assert!(
+                !set.contains(&key(n)).unwrap(),
+                "key {n} was never inserted"
+            );
         }
         assert!(set.settled.is_sorted());
         assert_eq!(set.len(), reference.len());

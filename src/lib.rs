@@ -21,7 +21,7 @@
 //! // Open the version (any revision: "mnist", "mnist@v1", "mnist@<id prefix>", "mnist~1").
 //! let engine = ReadEngine::new(store, ReadOptions::default());
 //! let version = engine.version("mnist@v1")?;
-//! assert_eq!(version.files().count(), 1);
+//! assert_eq!(version.files()?.count(), 1);
 //! let file = version.open("train/0.csv")?;
 //! let mut header = [0u8; 11];
 //! let n = file.read_at(0, &mut header)?; // any offset; O(log chunks) to find it

@@ -350,7 +350,7 @@ impl MountFs {
         }];
         let mut dir_inodes: HashMap<String, u64> = HashMap::from([(String::new(), 1)]);
         let (mut files, mut dirs, mut bytes) = (0u64, 1u64, 0u64);
-        for entry in version.entries() {
+        for entry in version.entries()? {
             let (parent_path, name) = entry.path.rsplit_once('/').unwrap_or(("", &entry.path));
             let kind = match &entry.kind {
                 FlatKind::Dir if everything || on_paths.contains(&entry.path) => {

@@ -89,8 +89,13 @@ impl ReadEngine {
     }
 
     /// Opens version `revision` (`DATASET`, `DATASET@TAG`, `DATASET@<id prefix>`, `~N`):
-    /// lists its paths once. Its data need not be here: a file's chunks are fetched from the
-    /// store's remotes when it is opened.
+    /// reads its version object only. Its paths are listed once, on the first call that
+    /// needs them all ([`VersionHandle::entries`], [`VersionHandle::files`],
+    /// [`VersionHandle::list`], [`VersionHandle::select`]); until then [`VersionHandle::stat`]
+    /// and [`VersionHandle::open`] read only the trees on their path, so opening a version of
+    /// millions of files and reading one costs memory for that path, not for the listing.
+    /// Its data need not be here: a file's chunks are fetched from the store's remotes when
+    /// it is opened.
     ///
     /// # Errors
     /// Revision errors ([`Error::InvalidRevision`], [`Error::DatasetNotFound`], ...);
@@ -107,17 +112,14 @@ impl ReadEngine {
                 version: id.to_hex(),
             });
         }
-        let mut reader = store.reader();
-        let version = reader.version(&id)?;
-        let entries = crate::tree::flatten_version(&mut reader, &version)?;
-        drop(reader);
+        let version = store.reader().version(&id)?;
         drop(store);
         Ok(VersionHandle {
             engine: self.inner.clone(),
             revision: revision.to_string(),
             id,
             version,
-            entries,
+            entries: std::sync::OnceLock::new(),
             lease,
         })
     }
@@ -143,8 +145,9 @@ pub struct VersionHandle {
     id: ObjectId,
     version: Version,
     /// In path order ([`crate::walk::path_order`]), as the version's trees list them: a
-    /// path is found by binary search, and a directory's entries follow it.
-    entries: Vec<FlatEntry>,
+    /// path is found by binary search, and a directory's entries follow it. Listed on the
+    /// first call that needs every path.
+    entries: std::sync::OnceLock<Vec<FlatEntry>>,
     /// Keeps gc from deleting or moving what the version holds while it is read.
     lease: Arc<Lease>,
 }
@@ -160,27 +163,56 @@ impl VersionHandle {
         &self.version
     }
 
-    /// Every entry (directories, files, symlinks) in depth-first order, siblings sorted.
-    pub fn entries(&self) -> &[FlatEntry] {
-        &self.entries
+    /// Every entry (directories, files, symlinks) in depth-first order, siblings sorted:
+    /// listed on the first call (about 120 bytes a path), kept for the handle's life.
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`] or [`Error::Corrupt`] for its trees.
+    pub fn entries(&self) -> Result<&[FlatEntry]> {
+        if let Some(entries) = self.entries.get() {
+            return Ok(entries);
+        }
+        let listed = {
+            let store = self.engine.lock_store();
+            crate::tree::flatten_version(&mut store.reader(), &self.version)?
+        };
+        // Two threads may list at once; both listings are the same.
+        Ok(self.entries.get_or_init(|| listed))
     }
 
-    /// The regular files, in path order.
-    pub fn files(&self) -> impl Iterator<Item = &FlatEntry> {
-        self.entries
+    /// Whether the version's paths have been listed (by a call that needs them all): until
+    /// then the handle holds no listing.
+    pub fn is_listed(&self) -> bool {
+        self.entries.get().is_some()
+    }
+
+    /// The regular files, in path order (lists the version, as [`VersionHandle::entries`]).
+    ///
+    /// # Errors
+    /// As [`VersionHandle::entries`].
+    pub fn files(&self) -> Result<impl Iterator<Item = &FlatEntry>> {
+        Ok(self
+            .entries()?
             .iter()
-            .filter(|e| matches!(e.kind, FlatKind::File { .. }))
+            .filter(|e| matches!(e.kind, FlatKind::File { .. })))
     }
 
-    /// The entry at `path` (`/`-separated, relative), or `None`.
-    pub fn stat(&self, path: &str) -> Option<&FlatEntry> {
-        self.position(path.trim_matches('/'))
-            .map(|i| &self.entries[i])
-    }
-
-    /// Where `path` is in `entries`.
-    fn position(&self, path: &str) -> Option<usize> {
-        crate::tree::position(&self.entries, path)
+    /// The entry at `path` (`/`-separated, relative), or `None`. Once the version is listed,
+    /// a binary search of the listing; before, a read of the trees on `path` only
+    /// ([`crate::tree::lookup`]).
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`] or [`Error::Corrupt`] for a tree on the path.
+    pub fn stat(&self, path: &str) -> Result<Option<FlatEntry>> {
+        let path = path.trim_matches('/');
+        if let Some(entries) = self.entries.get() {
+            return Ok(crate::tree::position(entries, path).map(|i| entries[i].clone()));
+        }
+        if path.is_empty() {
+            return Ok(None);
+        }
+        let store = self.engine.lock_store();
+        crate::tree::lookup(&mut store.reader(), &self.version.tree, path)
     }
 
     /// The entries directly inside directory `path` (`""` for the root).
@@ -189,13 +221,14 @@ impl VersionHandle {
     /// [`Error::PathNotFound`] when `path` is not a directory of the version.
     pub fn list(&self, path: &str) -> Result<Vec<&FlatEntry>> {
         let path = path.trim_matches('/');
+        let entries = self.entries()?;
         // A directory's entries follow it; each child directory's own entries are skipped
         // by binary search, so a listing costs its children, not its subtree.
         let start = if path.is_empty() {
             0
         } else {
-            match self.position(path) {
-                Some(i) if self.entries[i].kind == FlatKind::Dir => i + 1,
+            match crate::tree::position(entries, path) {
+                Some(i) if entries[i].kind == FlatKind::Dir => i + 1,
                 _ => return Err(self.not_found(path)),
             }
         };
@@ -206,7 +239,7 @@ impl VersionHandle {
         };
         let mut children = Vec::new();
         let mut next = start;
-        while let Some(entry) = self.entries.get(next) {
+        while let Some(entry) = entries.get(next) {
             if !entry.path.starts_with(prefix.as_str()) {
                 break;
             }
@@ -214,7 +247,7 @@ impl VersionHandle {
             next += 1;
             if entry.kind == FlatKind::Dir {
                 let inner = format!("{}/", entry.path);
-                next += self.entries[next..].partition_point(|e| e.path.starts_with(&inner));
+                next += entries[next..].partition_point(|e| e.path.starts_with(&inner));
             }
         }
         Ok(children)
@@ -230,7 +263,7 @@ impl VersionHandle {
     /// [`Error::Corrupt`] (a file map that does not reassemble its file, naming the remote it
     /// came from); remote errors.
     pub fn open(&self, path: &str) -> Result<FileHandle> {
-        let entry = self.stat(path).ok_or_else(|| self.not_found(path))?;
+        let entry = self.stat(path)?.ok_or_else(|| self.not_found(path))?;
         if !matches!(entry.kind, FlatKind::File { .. }) {
             return Err(Error::NotAFile {
                 revision: self.revision.clone(),
@@ -241,7 +274,6 @@ impl VersionHandle {
                 },
             });
         }
-        let entry = entry.clone();
         let chunks = {
             let mut store = self.engine.lock_store();
             match store.reader().file_chunks(&entry.id, entry.size) {
@@ -305,7 +337,7 @@ impl VersionHandle {
     /// [`Error::InvalidPattern`] for a glob that does not parse; [`Error::PathsNotFound`]
     /// naming every manifest path that is not a file of the version.
     pub fn select(&self, selection: &Selection) -> Result<Vec<&FlatEntry>> {
-        selection.apply(&self.entries, &self.revision)
+        selection.apply(self.entries()?, &self.revision)
     }
 }
 
@@ -524,7 +556,7 @@ pub fn export_tar(
         files: 0,
         bytes: 0,
     };
-    for entry in version.entries() {
+    for entry in version.entries()? {
         crate::interrupt::check()?;
         let mut header = tar::Header::new_gnu();
         header.set_mtime(time);

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::object::{EntryKind, MAX_VERSION_DIRS, MAX_VERSION_FILES, Tree, TreeEntry, check_name};
+use crate::object::{EntryKind, MAX_VERSION_DIRS, MAX_VERSION_FILES, Tree, TreeEntry};
 use crate::store::ObjectReader;
 
 /// What a [`FlatEntry`] is.
@@ -753,46 +753,70 @@ pub fn symlink_through_symlink(entries: &[FlatEntry]) -> Option<&FlatEntry> {
     })
 }
 
-/// Finds the entry at `path` (`/`-separated; empty for the root) in tree `root`.
+/// Finds the entry at `path` (`/`-separated; empty for the root) in tree `root`, reading only
+/// the trees on that path (one per component, each searched by bisection: entries are
+/// sorted by name bytes) and checking each as [`walk_version`] does (its totals against
+/// its parent's entry, depth, a symlink's target).
 ///
-/// Returns `None` when no such path exists; the root itself is a directory entry with an empty path.
+/// Returns `None` when no such path exists; the root itself is a directory entry with an
+/// empty path.
 ///
 /// # Errors
-/// Reading a tree fails.
+/// [`Error::Corrupt`] or [`Error::UnsafePath`] for a tree on the path that breaks a rule;
+/// [`Error::MissingObject`], [`Error::Io`] reading one.
 pub fn lookup(
     reader: &mut ObjectReader<'_>,
     root: &ObjectId,
     path: &str,
 ) -> Result<Option<FlatEntry>> {
     let path = path.trim_matches('/');
+    let mut tree = load(reader, root, "", 0, None)?;
     let mut current = FlatEntry {
         path: String::new(),
         kind: FlatKind::Dir,
-        size: 0,
+        size: tree.totals().0,
         id: *root,
     };
     if path.is_empty() {
-        let (bytes, _) = reader.tree(root)?.totals();
-        current.size = bytes;
         return Ok(Some(current));
     }
-    for component in path.split('/') {
-        if check_name(component).is_err() || current.kind != FlatKind::Dir {
+    // The claim of the directory entry last found: its tree must hold those totals.
+    let mut claim = None;
+    for (depth, component) in path.split('/').enumerate() {
+        if current.kind != FlatKind::Dir {
             return Ok(None);
         }
-        let tree = reader.tree(&current.id)?;
-        let Some(entry) = tree.entries.into_iter().find(|e| e.name == component) else {
+        if depth > 0 {
+            tree = load(reader, &current.id, &current.path, depth, claim)?;
+        }
+        let Ok(index) = tree
+            .entries
+            .binary_search_by(|e| e.name.as_bytes().cmp(component.as_bytes()))
+        else {
             return Ok(None);
         };
-        let kind = match entry.kind {
-            EntryKind::Dir { .. } => FlatKind::Dir,
-            EntryKind::File { executable } => FlatKind::File { executable },
-            EntryKind::Symlink { target } => FlatKind::Symlink { target },
-        };
+        let entry = tree.entries[index].clone();
         let joined = if current.path.is_empty() {
             component.to_string()
         } else {
             format!("{}/{component}", current.path)
+        };
+        let kind = match entry.kind {
+            EntryKind::Dir { files } => {
+                claim = Some((entry.size, files));
+                FlatKind::Dir
+            }
+            EntryKind::File { executable } => FlatKind::File { executable },
+            EntryKind::Symlink { target } => {
+                crate::walk::check_symlink_target(&joined, &target).map_err(|reason| {
+                    Error::UnsafePath {
+                        path: joined.clone(),
+                        tree: current.id.to_hex(),
+                        reason,
+                    }
+                })?;
+                FlatKind::Symlink { target }
+            }
         };
         current = FlatEntry {
             path: joined,

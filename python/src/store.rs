@@ -157,13 +157,16 @@ impl PyStore {
                 }
                 None => revision.to_string(),
             };
-            Ok(store.engine()?.version(&exact)?)
+            let handle = store.engine()?.version(&exact)?;
+            handle.entries()?;
+            Ok(handle)
         })?;
-        Ok(PyVersion::new(
+        PyVersion::new(
+            py,
             slf.clone().unbind(),
             revision.to_string(),
             handle,
-        ))
+        )
     }
 
     /// Commits directory `dir` as a new version of `dataset` (created if new), as

@@ -34,12 +34,19 @@ pub struct PyVersion {
 }
 
 impl PyVersion {
-    /// A version of `store`, opened as `revision`.
-    pub fn new(store: Py<PyStore>, revision: String, handle: VersionHandle) -> PyVersion {
+    /// A version of `store`, opened as `revision`. Its paths are listed (`len`, `files` and
+    /// indexing need them): call [`VersionHandle::entries`] first, without the GIL.
+    pub fn new(
+        py: Python<'_>,
+        store: Py<PyStore>,
+        revision: String,
+        handle: VersionHandle,
+    ) -> PyResult<PyVersion> {
         let (files, size_bytes) = handle
             .files()
+            .raise(py)?
             .fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.size));
-        PyVersion {
+        Ok(PyVersion {
             store,
             revision,
             id: handle.id(),
@@ -47,7 +54,7 @@ impl PyVersion {
             files,
             size_bytes,
             handle: Mutex::new(ForkLocal::new(Arc::new(handle))),
-        }
+        })
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, ForkLocal<Arc<VersionHandle>>> {
@@ -229,6 +236,7 @@ impl PyVersion {
         let handle = self.handle(py)?;
         Ok(handle
             .stat(path)
+            .raise(py)?
             .is_some_and(|e| matches!(e.kind, FlatKind::File { .. })))
     }
 
@@ -270,8 +278,8 @@ impl PyVersion {
     /// `dsv.PathNotFound` when the version has no such path.
     fn stat<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let handle = self.handle(py)?;
-        match handle.stat(path) {
-            Some(entry) => entry_dict(py, entry),
+        match handle.stat(path).raise(py)? {
+            Some(entry) => entry_dict(py, &entry),
             None => Err(self.not_found(path).into_py_err(py)),
         }
     }
@@ -324,7 +332,7 @@ impl PyVersion {
             return Err(PyValueError::new_err("start must not exceed end"));
         }
         let handle = self.handle(py)?;
-        let size = match handle.stat(path) {
+        let size = match handle.stat(path).raise(py)? {
             Some(entry) if matches!(entry.kind, FlatKind::File { .. }) => entry.size,
             // Not a file: opening says which error.
             _ => {
@@ -364,7 +372,7 @@ impl PyVersion {
             let handle = self.handle_detached()?;
             let mut files = Vec::with_capacity(paths.len());
             for path in &paths {
-                let entry = handle.stat(path).ok_or_else(|| self.not_found(path))?;
+                let entry = handle.stat(path)?.ok_or_else(|| self.not_found(path))?;
                 if matches!(entry.kind, FlatKind::File { .. }) {
                     files.push((entry.id, entry.size));
                 }
@@ -423,9 +431,13 @@ pub fn reopen_version(
     let store = Py::new(py, PyStore::new(py, Some(root))?)?;
     let exact = format!("{dataset}@{id}");
     let handle = py
-        .detach(|| -> Res<_> { Ok(store.get().engine()?.version(&exact)?) })
+        .detach(|| -> Res<_> {
+            let handle = store.get().engine()?.version(&exact)?;
+            handle.entries()?;
+            Ok(handle)
+        })
         .raise(py)?;
-    Ok(PyVersion::new(store, revision, handle))
+    PyVersion::new(py, store, revision, handle)
 }
 
 /// One open file of a version: the native half of `dsv.File`.

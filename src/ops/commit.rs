@@ -394,7 +394,8 @@ impl TreeWriter {
 
     /// Adds tree `id` unless the store or this sink already has it.
     fn add(&mut self, store: &Store, sink: &PackSink, id: ObjectId, bytes: &[u8]) -> Result<()> {
-        if !store.catalog().has_object(&id, ObjectKind::Tree)? && sink.claim(&id, ObjectKind::Tree)?
+        if !store.catalog().has_object(&id, ObjectKind::Tree)?
+            && sink.claim(&id, ObjectKind::Tree)?
         {
             if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
                 sink.add(self.metadata.encode_with(&mut self.compressor))?;

@@ -20,8 +20,8 @@ fn read_at_returns_the_bytes_at_any_offset_from_many_threads() {
     // A small cache: frames are evicted and read again while threads race.
     let engine = engine(&env, 2 * 1024 * 1024);
     let version = engine.version("ds").unwrap();
-    assert_eq!(version.files().count(), 3);
-    assert!(version.stat("sub").is_some());
+    assert_eq!(version.files().unwrap().count(), 3);
+    assert!(version.stat("sub").unwrap().is_some());
     let listed: Vec<&str> = version
         .list("")
         .unwrap()
@@ -581,9 +581,40 @@ fn stat_and_list_follow_path_order() {
     assert_eq!(names(""), ["a", "a-z", "a.txt", "b"]);
     assert_eq!(names("a"), ["a/b", "a/x"]);
     assert_eq!(names("a/b/"), ["a/b/c", "a/b/d"]);
+    assert!(version.is_listed());
     for path in ["a.txt", "a/b/c", "a-z/y", "b", "a/b"] {
-        assert_eq!(version.stat(path).unwrap().path, path);
+        assert_eq!(version.stat(path).unwrap().unwrap().path, path);
     }
-    assert!(version.stat("a/y").is_none());
+    assert!(version.stat("a/y").unwrap().is_none());
     assert!(version.list("a.txt").is_err());
+    // Before a version is listed, stat and open read only the trees on their path; they
+    // answer as the listing does, and the version stays unlisted.
+    let fresh = engine.version("ds").unwrap();
+    for path in [
+        "a.txt", "a/b/c", "a-z/y", "b", "a/b", "a/b/", "/a/x", "a/y", "a.txt/x", "", "a//b",
+        "a/b/c/d", "zzz",
+    ] {
+        assert_eq!(
+            fresh.stat(path).unwrap(),
+            version.stat(path).unwrap(),
+            "{path:?}"
+        );
+    }
+    let mut bytes = vec![0u8; 64];
+    let read = fresh.open("a/b/c").unwrap().read_at(0, &mut bytes).unwrap();
+    let listed = version
+        .open("a/b/c")
+        .unwrap()
+        .read_at(0, &mut bytes)
+        .unwrap();
+    assert_eq!(read, listed);
+    assert!(matches!(
+        fresh.open("a/b"),
+        Err(dsv::Error::NotAFile { .. })
+    ));
+    assert!(matches!(
+        fresh.open("a/nope"),
+        Err(dsv::Error::PathNotFound { .. })
+    ));
+    assert!(!fresh.is_listed());
 }
