@@ -1,9 +1,13 @@
 //! An exact set of fixed-size keys (object ids, with a kind byte or not) whose memory is
 //! bounded: recent keys in a hash set, older ones in a sorted array, and past
-//! [`SETTLED_KEYS`] the array moves into one sorted run on disk (an unnamed temporary file,
-//! so nothing is left behind by a crash), looked up through an index of its blocks' first
-//! keys and a Bloom filter (B. H. Bloom, "Space/time trade-offs in hash coding with allowable
-//! errors", CACM 13(7), 1970) that spares a disk read for most keys the run lacks.
+//! [`SETTLED_KEYS`] the array moves into a sorted run on disk (an unnamed temporary file,
+//! so nothing is left behind by a crash). Each run is looked up through an index of its
+//! blocks' first keys and a Bloom filter (B. H. Bloom, "Space/time trade-offs in hash coding
+//! with allowable errors", CACM 13(7), 1970) that spares a disk read for most keys the run
+//! lacks. Runs are merged as in a log-structured merge tree (P. O'Neil et al., "The
+//! log-structured merge-tree", Acta Informatica 33, 1996): a new run absorbs the newest runs
+//! no more than twice its size, so run sizes at least double from newest to oldest, there
+//! are O(log(n / SETTLED_KEYS)) of them, and each key is rewritten O(log) times.
 //!
 //! Exact: the filter only decides whether to read a block; a block's keys decide the answer.
 //! A set that may answer wrongly cannot be used where a wrong "seen" skips writing or
@@ -11,9 +15,8 @@
 //!
 //! Memory: about N bytes a key up to [`SETTLED_KEYS`] + [`RECENT_KEYS`] keys; past that,
 //! per spilled key N / [`BLOCK_KEYS`] bytes of block index and [`FILTER_BITS_PER_KEY`] bits
-//! of filter (about 1.8 bytes a key for N = 33). Disk: N bytes a spilled key. Each spill
-//! rewrites the run merged with the array (sequential I/O): n keys cost about
-//! n² / (2 x [`SETTLED_KEYS`]) key writes in all.
+//! of filter (about 1.8 bytes a key for N = 33). Disk: N bytes a spilled key, written
+//! sequentially about log2(n / [`SETTLED_KEYS`]) times in all.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -42,8 +45,8 @@ pub(crate) struct KeySet<const N: usize> {
     recent: HashSet<[u8; N]>,
     /// Keys inserted before it (and after the last spill), sorted.
     settled: Vec<[u8; N]>,
-    /// The oldest keys, sorted, on disk.
-    spilled: Option<Run<N>>,
+    /// The oldest keys, sorted, on disk: oldest (largest) run first.
+    spilled: Vec<Run<N>>,
     /// Where runs go; `None` for a set held in memory (or one whose spill failed).
     spill_dir: Option<PathBuf>,
     recent_limit: usize,
@@ -79,7 +82,7 @@ impl<const N: usize> KeySet<N> {
         KeySet {
             recent: HashSet::new(),
             settled: Vec::new(),
-            spilled: None,
+            spilled: Vec::new(),
             spill_dir,
             recent_limit,
             settled_limit,
@@ -89,7 +92,7 @@ impl<const N: usize> KeySet<N> {
     /// Number of keys in the set.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.recent.len() + self.settled.len() + self.spilled.as_ref().map_or(0, |r| r.keys)
+        self.recent.len() + self.settled.len() + self.spilled.iter().map(|r| r.keys).sum::<usize>()
     }
 
     /// True if `key` is in the set.
@@ -100,10 +103,12 @@ impl<const N: usize> KeySet<N> {
         if self.recent.contains(key) || self.settled.binary_search(key).is_ok() {
             return Ok(true);
         }
-        match &self.spilled {
-            Some(run) => run.contains(key),
-            None => Ok(false),
+        for run in &self.spilled {
+            if run.contains(key)? {
+                return Ok(true);
+            }
         }
+        Ok(false)
     }
 
     /// True if `key` was not in the set (and is now), as `HashSet::insert`.
@@ -146,15 +151,23 @@ impl<const N: usize> KeySet<N> {
         }
     }
 
-    /// Merges the sorted array into a new run on disk. On failure nothing moves, and the set
-    /// stops spilling.
+    /// Merges the sorted array, and the newest runs no more than twice the size of what is
+    /// merged so far, into a new run on disk. On failure nothing moves, and the set stops
+    /// spilling.
     fn spill(&mut self) {
         let Some(dir) = &self.spill_dir else {
             return;
         };
-        match Run::merged(dir, self.spilled.as_ref(), &self.settled) {
+        let mut keys = self.settled.len();
+        let mut first = self.spilled.len();
+        while first > 0 && self.spilled[first - 1].keys <= 2 * keys {
+            first -= 1;
+            keys += self.spilled[first].keys;
+        }
+        match Run::merged(dir, &self.spilled[first..], &self.settled) {
             Ok(run) => {
-                self.spilled = Some(run);
+                self.spilled.truncate(first);
+                self.spilled.push(run);
                 self.settled = Vec::new();
             }
             Err(error) => {
@@ -166,40 +179,46 @@ impl<const N: usize> KeySet<N> {
 }
 
 impl<const N: usize> Run<N> {
-    /// A run holding the keys of `old` and of `settled` (sorted, none in `old`).
-    fn merged(dir: &Path, old: Option<&Run<N>>, settled: &[[u8; N]]) -> std::io::Result<Run<N>> {
-        let keys = old.map_or(0, |r| r.keys) + settled.len();
+    /// A run holding the keys of `runs` and of `settled` (each sorted, no key in two).
+    fn merged(dir: &Path, runs: &[Run<N>], settled: &[[u8; N]]) -> std::io::Result<Run<N>> {
+        let keys = runs.iter().map(|r| r.keys).sum::<usize>() + settled.len();
         let file = tempfile::tempfile_in(dir)?;
         let mut firsts = Vec::with_capacity(keys.div_ceil(BLOCK_KEYS));
         let mut filter = vec![0u64; (keys * FILTER_BITS_PER_KEY).div_ceil(64).max(1)];
         let filter_bits = filter.len() * 64;
         let mut out = BufWriter::with_capacity(1 << 16, &file);
-        let mut written = 0usize;
-        let mut emit = |key: &[u8; N]| -> std::io::Result<()> {
+        // A k-way merge: the head of each source (the array last), the least one written
+        // next. There are few sources (O(log n)), so a scan finds the least.
+        let mut inputs = Vec::with_capacity(runs.len());
+        for run in runs {
+            let mut input = BufReader::with_capacity(1 << 16, &run.file);
+            input.seek(SeekFrom::Start(0))?;
+            inputs.push((input, run.keys));
+        }
+        let mut heads: Vec<Option<[u8; N]>> = Vec::with_capacity(runs.len() + 1);
+        for (input, left) in &mut inputs {
+            heads.push(next_key(input, left)?);
+        }
+        let mut fresh = settled.iter();
+        heads.push(fresh.next().copied());
+        for written in 0..keys {
+            let (source, key) = heads
+                .iter()
+                .enumerate()
+                .filter_map(|(source, head)| head.map(|key| (source, key)))
+                .min_by(|a, b| a.1.cmp(&b.1))
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+            heads[source] = match inputs.get_mut(source) {
+                Some((input, left)) => next_key(input, left)?,
+                None => fresh.next().copied(),
+            };
             if written.is_multiple_of(BLOCK_KEYS) {
-                firsts.push(*key);
+                firsts.push(key);
             }
-            written += 1;
-            for bit in Run::<N>::bits(key, filter_bits) {
+            for bit in Run::<N>::bits(&key, filter_bits) {
                 filter[bit / 64] |= 1 << (bit % 64);
             }
-            out.write_all(key)
-        };
-        let mut fresh = settled.iter().peekable();
-        if let Some(old) = old {
-            let mut input = BufReader::with_capacity(1 << 16, &old.file);
-            input.seek(SeekFrom::Start(0))?;
-            let mut key = [0u8; N];
-            for _ in 0..old.keys {
-                input.read_exact(&mut key)?;
-                while let Some(next) = fresh.next_if(|next| **next < key) {
-                    emit(next)?;
-                }
-                emit(&key)?;
-            }
-        }
-        for next in fresh {
-            emit(next)?;
+            out.write_all(&key)?;
         }
         out.flush()?;
         drop(out);
@@ -248,6 +267,20 @@ impl<const N: usize> Run<N> {
     }
 }
 
+/// The next key of a run being read, `left` keys before its end.
+fn next_key<const N: usize>(
+    input: &mut BufReader<&File>,
+    left: &mut usize,
+) -> std::io::Result<Option<[u8; N]>> {
+    if *left == 0 {
+        return Ok(None);
+    }
+    let mut key = [0u8; N];
+    input.read_exact(&mut key)?;
+    *left -= 1;
+    Ok(Some(key))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,7 +323,7 @@ mod tests {
     fn a_key_set_is_exact_across_merges() {
         let mut set = KeySet::<33>::default();
         check_against_a_hash_set(&mut set, 3 * RECENT_KEYS as u64 + 1_000);
-        assert!(set.spilled.is_none());
+        assert!(set.spilled.is_empty());
     }
 
     #[test]
@@ -298,8 +331,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut set = KeySet::<33>::with_limits(Some(dir.path().to_path_buf()), 1_000, 5_000);
         check_against_a_hash_set(&mut set, 40_123);
-        let run = set.spilled.as_ref().expect("spilled");
-        assert!(run.keys >= 35_000, "{} keys on disk", run.keys);
+        let on_disk: Vec<usize> = set.spilled.iter().map(|r| r.keys).collect();
+        assert!(
+            on_disk.iter().sum::<usize>() >= 35_000,
+            "{on_disk:?} keys on disk"
+        );
+        // Runs more than double from newest to oldest: few of them.
+        assert!(on_disk.windows(2).all(|w| w[0] > 2 * w[1]), "{on_disk:?}");
+        assert!(on_disk.len() <= 4, "{on_disk:?}");
         assert!(set.settled.len() + set.recent.len() < 6_000);
         // The run is an unnamed file: nothing is left in the directory.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -310,7 +349,7 @@ mod tests {
         let missing = tempfile::tempdir().unwrap().path().join("gone");
         let mut set = KeySet::<33>::with_limits(Some(missing), 1_000, 5_000);
         check_against_a_hash_set(&mut set, 12_345);
-        assert!(set.spilled.is_none());
+        assert!(set.spilled.is_empty());
         assert!(set.spill_dir.is_none());
     }
 }
