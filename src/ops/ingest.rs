@@ -548,3 +548,49 @@ fn compress_worker(
 
 /// The frame queue's receiver lives until every writer has finished, so a send cannot fail.
 const QUEUE_OPEN: &str = "the frame queue outlives the writers";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame of `count` distinct tiny chunks, numbered from `first`.
+    fn frame(first: u64, count: u64) -> EncodedFrame {
+        let mut builder = FrameBuilder::default();
+        for n in first..first + count {
+            let bytes = n.to_le_bytes();
+            builder.push(ObjectId::of(&bytes), ObjectKind::Chunk, &bytes);
+        }
+        builder.encode(1)
+    }
+
+    #[test]
+    fn a_pack_of_tiny_objects_is_sealed_at_its_object_target_and_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (packs, temp) = (dir.path().join("packs"), dir.path().join("tmp"));
+        std::fs::create_dir_all(&packs).unwrap();
+        std::fs::create_dir_all(&temp).unwrap();
+        let sink = PackSink::new(&packs, &temp);
+        let half = PACK_TARGET_OBJECTS as u64 / 2 + 1;
+        // Two frames pass the object target (far below PACK_TARGET bytes): sealed then.
+        sink.add(frame(0, half)).unwrap();
+        sink.add(frame(half, half)).unwrap();
+        sink.add(frame(2 * half, 10)).unwrap();
+        let sealed = sink.finish().unwrap();
+        assert_eq!(sealed.len(), 2, "{sealed:?}");
+        assert!(sealed[0].size < PACK_TARGET);
+        // The index is read back from each file, whole.
+        let first = sealed[0].read_index(&packs).unwrap();
+        assert_eq!(first.objects.len() as u64, 2 * half);
+        assert_eq!(first.objects[0].id, ObjectId::of(&0u64.to_le_bytes()));
+        assert_eq!(sealed[1].read_index(&packs).unwrap().objects.len(), 10);
+        // A file whose length is not the one sealed is refused.
+        let wrong = crate::pack::PackFile {
+            size: sealed[1].size + 1,
+            ..sealed[1]
+        };
+        assert!(matches!(
+            wrong.read_index(&packs),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+}
