@@ -1,10 +1,18 @@
 //! Workspaces and the stat cache: deciding, without reading a file, whether it still holds
-//! the content last hashed.
+//! its workspace's version's content at its path.
 //!
-//! A cached entry is trusted when the file's size, mtime, ctime, inode and mode are all
-//! unchanged *and* the entry is not "racy": a file modified within one timestamp tick of the
-//! moment its stat was taken could be modified again with the same mtime, so such entries are
-//! re-hashed (the racy-git rule, <https://git-scm.com/docs/racy-git>). Checkout waits out the
+//! A cached entry names no file id (schema 11): it vouches that the file at its path holds
+//! the content of the file the workspace's version has there, and readers take the id from
+//! that version's tree, walked in step with the directory. Every writer keeps that true:
+//! commit writes entries for the files it read (their content is the new version's), checkout
+//! for the files it wrote or kept (the target's), status for files that still hold their
+//! version's content; entries at paths whose content the new version does not have are
+//! deleted in the same transaction that moves the workspace's version.
+//!
+//! An entry is trusted when the file's size, mtime, ctime, inode and mode are all unchanged.
+//! A stat taken within one timestamp tick of the file's last modification is "racy": the file
+//! could be modified again with the same mtime, so such a stat is never written (the racy-git
+//! rule, <https://git-scm.com/docs/racy-git>); [`entry`] decides. Checkout waits out the
 //! margin once, then re-stats what it wrote and caches only files whose stat did not change,
 //! so a fresh checkout is trusted (on filesystems with whole-second timestamps the 2 s margin
 //! still applies, and its files are hashed once more by the next status or commit).
@@ -33,28 +41,28 @@ pub fn racy_margin(mtime_ns: i64) -> i64 {
     }
 }
 
-/// The cached file id when `entry` can be trusted for a file whose stat is now `stat`.
-pub fn cached_id(entry: &StatEntry, stat: &Stat) -> Option<ObjectId> {
-    let unchanged = entry.size == stat.size
+/// True when `entry` vouches for a file whose stat is now `stat`: every field unchanged.
+pub fn vouches(entry: &StatEntry, stat: &Stat) -> bool {
+    entry.size == stat.size
         && entry.mtime_ns == stat.mtime_ns
         && entry.ctime_ns == stat.ctime_ns
         && entry.inode == stat.inode
-        && entry.mode == stat.mode;
-    let settled = entry.mtime_ns.saturating_add(racy_margin(entry.mtime_ns)) <= entry.checked_ns;
-    (unchanged && settled).then_some(entry.file_id)
+        && entry.mode == stat.mode
 }
 
-/// A stat cache entry for `stat`, content `file_id`, stat taken no earlier than `checked_ns`.
-pub fn entry(stat: &Stat, file_id: ObjectId, checked_ns: i64) -> StatEntry {
-    StatEntry {
+/// The stat cache entry for a file whose lstat `stat` was taken no earlier than `checked_ns`
+/// (nanoseconds since the epoch), or `None` when that stat is racy (taken within
+/// [`racy_margin`] of the file's mtime) and must not be cached: the caller deletes the path's
+/// entry instead.
+pub fn entry(stat: &Stat, checked_ns: i64) -> Option<StatEntry> {
+    let settled = stat.mtime_ns.saturating_add(racy_margin(stat.mtime_ns)) <= checked_ns;
+    settled.then_some(StatEntry {
         size: stat.size,
         mtime_ns: stat.mtime_ns,
         ctime_ns: stat.ctime_ns,
         inode: stat.inode,
         mode: stat.mode,
-        file_id,
-        checked_ns,
-    }
+    })
 }
 
 /// Nanoseconds since the Unix epoch.
@@ -133,17 +141,15 @@ mod tests {
     }
 
     #[test]
-    fn trusted_only_when_unchanged_and_settled() {
-        let id = ObjectId::of(b"x");
+    fn only_settled_stats_are_cached_and_trusted_only_when_unchanged() {
         let s = stat(1_000_000_123);
-        assert_eq!(
-            cached_id(&entry(&s, id, 1_000_000_123 + RACY_MARGIN_NS), &s),
-            Some(id)
-        );
+        assert!(entry(&s, 1_000_000_123 + RACY_MARGIN_NS).is_some());
         // Racy: the stat was taken too soon after the last modification.
-        assert_eq!(cached_id(&entry(&s, id, 1_000_000_124), &s), None);
+        assert_eq!(entry(&s, 1_000_000_124), None);
+        assert_eq!(entry(&s, 1_000_000_123 + RACY_MARGIN_NS - 1), None);
         // Any changed field distrusts the entry.
-        let settled = entry(&s, id, i64::MAX / 2);
+        let settled = entry(&s, i64::MAX / 2).unwrap();
+        assert!(vouches(&settled, &s));
         for changed in [
             Stat { size: 11, ..s },
             Stat {
@@ -160,20 +166,11 @@ mod tests {
                 ..s
             },
         ] {
-            assert_eq!(cached_id(&settled, &changed), None);
+            assert!(!vouches(&settled, &changed));
         }
         // Whole-second timestamps get the coarse margin.
         let coarse = stat(5_000_000_000);
-        assert_eq!(
-            cached_id(&entry(&coarse, id, 5_000_000_000 + RACY_MARGIN_NS), &coarse),
-            None
-        );
-        assert_eq!(
-            cached_id(
-                &entry(&coarse, id, 5_000_000_000 + COARSE_RACY_MARGIN_NS),
-                &coarse
-            ),
-            Some(id)
-        );
+        assert_eq!(entry(&coarse, 5_000_000_000 + RACY_MARGIN_NS), None);
+        assert!(entry(&coarse, 5_000_000_000 + COARSE_RACY_MARGIN_NS).is_some());
     }
 }

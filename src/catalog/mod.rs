@@ -42,6 +42,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0008_unproven_file_maps.sql"),
     include_str!("../../migrations/0009_workspace_identity.sql"),
     include_str!("../../migrations/0010_stat_cache_in_path_order.sql"),
+    include_str!("../../migrations/0011_stat_cache_vouches_for_the_version.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
@@ -523,35 +524,94 @@ mod tests {
     fn the_stat_cache_is_rekeyed_in_path_order_by_migration_10() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.db");
-        {
-            let mut conn = Connection::open(&path).unwrap();
-            Migrations::new(MIGRATION_SQL[..9].iter().map(|sql| M::up(sql)).collect())
-                .to_latest(&mut conn)
-                .unwrap();
-            conn.execute_batch(
-                "INSERT INTO workspaces (id, path, updated_at) VALUES (1, '/w', 0);
-                 INSERT INTO stat_cache VALUES (1, 'a.c', 0, 1, 2, 3, 4, x'00', 5);
-                 INSERT INTO stat_cache VALUES (1, 'a/b', 0, 6, 7, 8, 9, x'00', 10);
-                 INSERT INTO stat_cache VALUES (1, 'a', 0, 1, 1, 1, 1, x'00', 1);",
+        let mut conn = Connection::open(&path).unwrap();
+        Migrations::new(MIGRATION_SQL[..9].iter().map(|sql| M::up(sql)).collect())
+            .to_latest(&mut conn)
+            .unwrap();
+        conn.execute_batch(
+            "INSERT INTO workspaces (id, path, updated_at) VALUES (1, '/w', 0);
+             INSERT INTO stat_cache VALUES (1, 'a.c', 0, 1, 2, 3, 4, x'00', 5);
+             INSERT INTO stat_cache VALUES (1, 'a/b', 0, 6, 7, 8, 9, x'00', 10);
+             INSERT INTO stat_cache VALUES (1, 'a', 0, 1, 1, 1, 1, x'00', 1);",
+        )
+        .unwrap();
+        Migrations::new(
+            MIGRATION_SQL[..10]
+                .iter()
+                .enumerate()
+                .map(|(index, sql)| match index {
+                    9 => M::up_with_hook(sql, workspaces::rekey_stat_cache),
+                    _ => M::up(sql),
+                })
+                .collect(),
+        )
+        .to_latest(&mut conn)
+        .unwrap();
+        let mut stmt = conn
+            .prepare(
+                "SELECT key, mtime_ns, checked_ns FROM stat_cache WHERE workspace = 1 ORDER BY key",
             )
             .unwrap();
-        }
-        let catalog = Catalog::open(&path, false).unwrap();
-        let mut rows = Vec::new();
-        catalog
-            .stat_cache_in_order(1, |path, entry| {
-                rows.push((path, entry.mtime_ns, entry.checked_ns));
-                Ok(true)
-            })
+        let rows: Vec<(Vec<u8>, i64, i64)> = stmt
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
             .unwrap();
         assert_eq!(
             rows,
             [
-                ("a".to_string(), 1, 1),
-                ("a/b".to_string(), 6, 10),
-                ("a.c".to_string(), 1, 5)
+                (b"a".to_vec(), 1, 1),
+                (b"a\0b".to_vec(), 6, 10),
+                (b"a.c".to_vec(), 1, 5)
             ]
         );
+    }
+
+    /// Schema 11: a stat cache entry names no file id (it vouches for the workspace's
+    /// version at its path), and the rows of schema 10, which cannot be checked against
+    /// their versions in a migration, are dropped; the workspace records stay.
+    #[test]
+    fn migration_11_drops_the_stat_cache_rows_and_their_file_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            Migrations::new(MIGRATION_SQL[..10].iter().map(|sql| M::up(sql)).collect())
+                .to_latest(&mut conn)
+                .unwrap();
+            conn.execute_batch(
+                "INSERT INTO workspaces (id, path, updated_at) VALUES (1, '/w', 0);
+                 INSERT INTO stat_cache VALUES (1, x'61', 0, 1, 2, 3, 4, x'00', 5);",
+            )
+            .unwrap();
+        }
+        let catalog = Catalog::open(&path, false).unwrap();
+        let columns: Vec<String> = catalog
+            .conn
+            .prepare("SELECT name FROM pragma_table_info('stat_cache')")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            columns,
+            [
+                "workspace",
+                "key",
+                "size",
+                "mtime_ns",
+                "ctime_ns",
+                "inode",
+                "mode"
+            ]
+        );
+        let rows: i64 = catalog
+            .conn
+            .query_row("SELECT count(*) FROM stat_cache", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 0);
+        assert_eq!(catalog.workspaces().unwrap().len(), 1);
     }
 
     #[test]

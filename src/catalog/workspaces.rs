@@ -72,7 +72,14 @@ fn read_workspace(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workspace> {
     })
 }
 
-/// What a file looked like (lstat) when its content was last hashed.
+/// What a file looked like (lstat) when it was last found to hold its workspace's version's
+/// content at its path.
+///
+/// An entry names no file id: it vouches that the file, while its lstat is these five
+/// fields, holds the content of the file the workspace's version has at the same path
+/// (schema 11). Readers take the id from that version's tree. Only settled stats are
+/// written (see [`crate::workspace::entry`]), so every entry may be trusted when the stat
+/// matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatEntry {
     /// Length in bytes.
@@ -85,10 +92,6 @@ pub struct StatEntry {
     pub inode: u64,
     /// `st_mode` (type and permission bits).
     pub mode: u32,
-    /// The file id its content hashed to.
-    pub file_id: ObjectId,
-    /// A time (ns since the epoch) no later than when the stat was taken.
-    pub checked_ns: i64,
 }
 
 impl Catalog {
@@ -139,10 +142,13 @@ impl Catalog {
     /// relative path until it returns false. One cursor, nothing held: a million entries cost
     /// no memory here.
     ///
-    /// Only entries that vouch for content the store still holds are given (an empty file,
-    /// or a file whose only chunk or file map the catalog locates): an entry naming an id that
-    /// gc freed must not let a commit record a file the store cannot give back. A row whose
-    /// key is not a path (written by no dsv) is skipped: a cache entry fewer costs a hash.
+    /// An entry vouches for the content of the workspace's version at its path, so entries
+    /// are given only while the store keeps that version whole: when the workspace record
+    /// names no version, or one that was removed or evicted (gc may have freed its data), no
+    /// entry is given. A workspace's version is kept whole while its directory exists (gc and
+    /// `cache prune` keep it), and [`CatalogWriter::drop_unheld_stat_entries`] drops the
+    /// entries of the others after gc. A row whose key is not a path (written by no dsv) is
+    /// skipped: a cache entry fewer costs a hash.
     ///
     /// # Errors
     /// [`crate::Error::Catalog`]; any error `each` returns.
@@ -151,26 +157,30 @@ impl Catalog {
         workspace: i64,
         mut each: impl FnMut(String, StatEntry) -> Result<bool>,
     ) -> Result<()> {
+        let version_kept: bool = self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM workspaces w JOIN versions v ON v.id = w.version
+                 WHERE w.id = ?1 AND v.removed_at IS NULL AND v.evicted_at IS NULL)",
+            [workspace],
+            |row| row.get(0),
+        )?;
+        if !version_kept {
+            return Ok(());
+        }
         let mut stmt = self.conn.prepare_cached(
-            "SELECT s.key, s.size, s.mtime_ns, s.ctime_ns, s.inode, s.mode, s.file_id, s.checked_ns FROM stat_cache s
-             WHERE s.workspace = ?1
-               AND (s.size = 0 OR EXISTS (SELECT 1 FROM objects o WHERE o.id = s.file_id AND o.kind IN (1, 4)))
-             ORDER BY s.key",
+            "SELECT key, size, mtime_ns, ctime_ns, inode, mode FROM stat_cache
+             WHERE workspace = ?1 ORDER BY key",
         )?;
         let mut rows = stmt.query([workspace])?;
         while let Some(row) = rows.next()? {
             let Some(path) = path_of_key(&row.get::<_, Vec<u8>>(0)?) else {
                 continue;
             };
-            let file_id: Vec<u8> = row.get(6)?;
             let entry = StatEntry {
                 size: row.get::<_, i64>(1)? as u64,
                 mtime_ns: row.get(2)?,
                 ctime_ns: row.get(3)?,
                 inode: row.get::<_, i64>(4)? as u64,
                 mode: row.get(5)?,
-                file_id: ObjectId::from_slice(&file_id).unwrap_or(ObjectId([0; 32])),
-                checked_ns: row.get(7)?,
             };
             if !each(path, entry)? {
                 break;
@@ -296,20 +306,25 @@ impl CatalogWriter<'_> {
             > 0)
     }
 
-    /// Deletes every stat-cache entry (of every workspace) that names content the store no
-    /// longer holds (after gc or cache eviction freed it); returns how many went.
+    /// Deletes the stat cache of every workspace whose version the store may no longer hold
+    /// whole (removed, evicted, or no version recorded): its entries vouch for that
+    /// version's content. Run after gc or cache eviction freed data; returns how many
+    /// entries went.
     ///
     /// # Errors
     /// [`crate::Error::Catalog`].
     pub fn drop_unheld_stat_entries(&self) -> Result<u64> {
         Ok(self.tx.execute(
-            "DELETE FROM stat_cache WHERE size > 0
-               AND NOT EXISTS (SELECT 1 FROM objects o WHERE o.id = stat_cache.file_id AND o.kind IN (1, 4))",
+            "DELETE FROM stat_cache WHERE workspace NOT IN (
+                 SELECT w.id FROM workspaces w JOIN versions v ON v.id = w.version
+                 WHERE v.removed_at IS NULL AND v.evicted_at IS NULL)",
             [],
         )? as u64)
     }
 
-    /// Applies changes to a workspace's stat cache: `Some` upserts a path's entry, `None` deletes it.
+    /// Applies changes to a workspace's stat cache: `Some` upserts a path's entry, `None`
+    /// deletes it. An entry written must hold for the version the workspace record names
+    /// once this transaction commits ([`StatEntry`]).
     ///
     /// # Errors
     /// [`crate::Error::Catalog`].
@@ -319,8 +334,8 @@ impl CatalogWriter<'_> {
         changes: impl IntoIterator<Item = (&'p str, Option<&'p StatEntry>)>,
     ) -> Result<()> {
         let mut upsert = self.tx.prepare_cached(
-            "INSERT OR REPLACE INTO stat_cache (workspace, key, size, mtime_ns, ctime_ns, inode, mode, file_id, checked_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT OR REPLACE INTO stat_cache (workspace, key, size, mtime_ns, ctime_ns, inode, mode)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         let mut delete = self
             .tx
@@ -335,8 +350,6 @@ impl CatalogWriter<'_> {
                     e.ctime_ns,
                     e.inode as i64,
                     e.mode,
-                    &e.file_id.0[..],
-                    e.checked_ns
                 ])?,
                 None => delete.execute(params![workspace, stat_key(path)])?,
             };

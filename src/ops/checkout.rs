@@ -303,8 +303,8 @@ struct Plan {
     /// Files and symlinks kept.
     unchanged: u64,
     /// Stat cache entries for the kept files that were hashed (they hold the target's
-    /// content, which the store holds).
-    hashed: Vec<(String, StatEntry)>,
+    /// content, which the store holds); `None`: the stat was racy, the path's entry goes.
+    hashed: Vec<(String, Option<StatEntry>)>,
     /// Paths whose stat cache entry goes: the target has no file there.
     uncache: Vec<String>,
     /// dsv's temporary files and directories found (`.dsv-tmp-<pid>-<n>`).
@@ -698,7 +698,7 @@ pub fn checkout(
                         .filter(|stat| {
                             fs::symlink_metadata(&full).is_ok_and(|m| Stat::of(&m) == *stat)
                         })
-                        .map(|stat| workspace::entry(&stat, entry.id, checked_ns)))
+                        .and_then(|stat| workspace::entry(&stat, checked_ns)))
                 })
             })?;
             writer.update_stat_cache(
@@ -714,7 +714,7 @@ pub fn checkout(
             workspace_id,
             plan.hashed
                 .iter()
-                .map(|(path, entry)| (path.as_str(), Some(entry))),
+                .map(|(path, entry)| (path.as_str(), entry.as_ref())),
         )?;
         writer.commit()?;
     }
@@ -1096,23 +1096,29 @@ fn plan(
             let in_old = old.seek(path)?.map(|(_, e)| e.clone());
             named.push((in_target, in_old));
         }
-        let mut ids: Vec<Option<ObjectId>> = batch.iter().map(|item| item.id).collect();
+        // The cache vouches for the old version's content (the version the workspace holds).
+        let mut ids: Vec<Option<ObjectId>> = batch
+            .iter()
+            .zip(&named)
+            .map(|(item, (_, in_old))| item.id(in_old.as_ref()))
+            .collect();
         let to_hash: Vec<(usize, &ScanEntry)> = batch
             .iter()
             .enumerate()
             .filter(|(i, item)| {
                 matches!(item.entry.kind, ScanKind::File { .. })
-                    && item.id.is_none()
+                    && ids[*i].is_none()
                     && (named[*i].0.is_some() || named[*i].1.is_some())
             })
             .map(|(i, item)| (i, &item.entry))
             .collect();
-        let mut fresh: Vec<Option<StatEntry>> = vec![None; batch.len()];
+        // The files hashed now, with their fresh entries (`None` inside: a racy stat).
+        let mut fresh: Vec<Option<Option<StatEntry>>> = vec![None; batch.len()];
         if !to_hash.is_empty() {
             let hashed = hash_files(dir, &to_hash, jobs, progress)?;
             for ((i, entry), id) in to_hash.iter().zip(hashed) {
                 ids[*i] = Some(id);
-                fresh[*i] = Some(workspace::entry(&entry.stat, id, started_ns));
+                fresh[*i] = Some(workspace::entry(&entry.stat, started_ns));
             }
         }
         for (i, (item, (in_target, in_old))) in batch.iter().zip(&named).enumerate() {

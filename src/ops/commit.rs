@@ -8,9 +8,10 @@
 //! behind (reported by `verify`, the latter removed by the next commit), never a
 //! half-recorded version.
 //!
-//! The stat cache is trusted without looking at the store: every id in it is content the
-//! store holds (commit records what it stored, checkout what it wrote, status only files that
-//! still hold their version's content).
+//! The stat cache is trusted without looking at the store: an entry vouches that its file
+//! holds the content of the workspace's version at its path ([`crate::workspace`]), a version
+//! the store keeps whole while the directory exists, so the id is taken from that version's
+//! tree, walked in step with the directory.
 
 use std::path::Path;
 
@@ -148,6 +149,17 @@ pub fn commit(
         &options.exclude,
         true,
     )?;
+    // The version the stat cache vouches for (the one the workspace holds), walked beside
+    // the directory from the first file the cache vouches for: the ids come from its trees.
+    let vouched_version = match workspace.as_ref().and_then(|w| w.version) {
+        Some(version) if store.catalog().removed_at(&version)?.is_none() => store
+            .catalog()
+            .version(&version)?
+            .map(|record| record.version),
+        _ => None,
+    };
+    let mut held_reader = store.reader();
+    let mut held: Option<tree::Cursor<tree::Walk<'_, '_>>> = None;
     let temp_dir = store.temp_dir();
     let mut listing = Listing::create(&temp_dir)?;
     // Symlinks, for the check that none passes through another.
@@ -158,6 +170,19 @@ pub fn commit(
     let mut removed: Vec<String> = Vec::new();
     while let Some(batch) = stream.next_batch()? {
         for item in batch {
+            let id = match (&item.entry.kind, &vouched_version) {
+                (ScanKind::File { .. }, Some(version)) if item.vouched => {
+                    if held.is_none() {
+                        held = Some(tree::Cursor::new(tree::walk_version(
+                            &mut held_reader,
+                            version,
+                        )?));
+                    }
+                    let cursor = held.as_mut().expect("started above");
+                    item.id(cursor.seek(&item.entry.path)?.map(|(_, e)| e))
+                }
+                _ => None,
+            };
             let entry = item.entry;
             if item.in_cache && !matches!(entry.kind, ScanKind::File { .. }) {
                 removed.push(entry.path.clone());
@@ -190,14 +215,14 @@ pub fn commit(
                 }
                 ScanKind::File { executable } => {
                     regular_files += 1;
-                    if item.id.is_none() {
+                    if id.is_none() {
                         files_to_read += 1;
                         bytes_to_read += entry.stat.size;
                     }
                     Record::File {
                         path: entry.path,
                         executable,
-                        id: item.id,
+                        id,
                         stat: entry.stat,
                     }
                 }
@@ -205,6 +230,8 @@ pub fn commit(
             listing.write(&record)?;
         }
     }
+    drop(held);
+    drop(held_reader);
     let (_, _, uncached) = stream.finish();
     removed.extend(uncached);
     tracing::debug!(entries = regular_files + other_files + dirs, elapsed = ?clock.elapsed(), "walked beside the stat cache");
@@ -325,12 +352,13 @@ pub fn commit(
     let recorded = record_version(store, sink, &built, &draft, |writer, version_id| {
         let workspace_id = writer.set_workspace(&workspace_key, &options.dataset, version_id)?;
         writer.update_stat_cache(workspace_id, removed.iter().map(|p| (p.as_str(), None)))?;
-        // The files read get fresh entries: their content is in the store now.
-        let mut fresh: Vec<(String, StatEntry)> = Vec::new();
-        let write = |fresh: &mut Vec<(String, StatEntry)>| {
+        // The files read get fresh entries: their content is the new version's, which the
+        // workspace now holds (a racy stat gets none, and its old entry goes).
+        let mut fresh: Vec<(String, Option<StatEntry>)> = Vec::new();
+        let write = |fresh: &mut Vec<(String, Option<StatEntry>)>| {
             writer.update_stat_cache(
                 workspace_id,
-                fresh.iter().map(|(p, e)| (p.as_str(), Some(e))),
+                fresh.iter().map(|(p, e)| (p.as_str(), e.as_ref())),
             )?;
             fresh.clear();
             Ok::<_, Error>(())
@@ -341,8 +369,8 @@ pub fn commit(
         let mut read = ids.read()?;
         let mut records = listing.read()?;
         while let Some((path, stat)) = records.next_file_to_read()? {
-            let id = read.next()?.ok_or_else(|| records.changed())?;
-            fresh.push((path, workspace::entry(&stat, id, started_ns)));
+            read.next()?.ok_or_else(|| records.changed())?;
+            fresh.push((path, workspace::entry(&stat, started_ns)));
             if fresh.len() >= INGEST_BATCH {
                 write(&mut fresh)?;
             }

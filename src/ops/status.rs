@@ -16,11 +16,29 @@ use crate::workspace;
 pub(crate) struct DiskItem {
     /// The entry as the walk found it.
     pub entry: ScanEntry,
-    /// Its content id when known without reading it: a symlink's (the hash of its target),
-    /// or a file's that the stat cache vouches for.
-    pub id: Option<ObjectId>,
+    /// True when the stat cache has an entry at this path whose stat the file still has:
+    /// the file holds the content of the workspace's version at this path (see
+    /// [`DiskItem::id`]).
+    pub vouched: bool,
     /// True when the stat cache has an entry at this path (vouching or not).
     pub in_cache: bool,
+}
+
+impl DiskItem {
+    /// The entry's content id when known without reading it: a symlink's (the hash of its
+    /// target), or a regular file's that the stat cache vouches for, which is the id of
+    /// `held`, the entry the workspace's version (the version the cache vouches for) has at
+    /// this path, when that is a file of the same size. `None`: the file must be hashed.
+    pub fn id(&self, held: Option<&FlatEntry>) -> Option<ObjectId> {
+        match &self.entry.kind {
+            ScanKind::Symlink { target } => Some(ObjectId::of(target.as_bytes())),
+            ScanKind::File { .. } if self.vouched => held
+                .filter(|h| matches!(h.kind, FlatKind::File { .. }))
+                .filter(|h| h.size == self.entry.stat.size)
+                .map(|h| h.id),
+            _ => None,
+        }
+    }
 }
 
 /// Stat cache entries the reading thread sends at once.
@@ -89,16 +107,13 @@ impl DiskStream {
                     }
                 }
             }
-            let id = match &entry.kind {
-                ScanKind::Symlink { target } => Some(ObjectId::of(target.as_bytes())),
-                ScanKind::File { .. } => cached
+            let vouched = matches!(entry.kind, ScanKind::File { .. })
+                && cached
                     .as_ref()
-                    .and_then(|c| workspace::cached_id(c, &entry.stat)),
-                ScanKind::Dir | ScanKind::Unsupported { .. } => None,
-            };
+                    .is_some_and(|c| workspace::vouches(c, &entry.stat));
             items.push(DiskItem {
                 entry,
-                id,
+                vouched,
                 in_cache: cached.is_some(),
             });
         }
@@ -232,9 +247,10 @@ fn flat_entry(entry: &ScanEntry, id: Option<ObjectId>) -> Option<FlatEntry> {
 pub(crate) struct Compared {
     /// The changes from the expected listing to the disk, sorted by path.
     pub changes: Vec<Change>,
-    /// Files that had to be hashed: path, fresh stat cache entry, and whether the content
-    /// is that of the expected listing's file at that path (so the store holds it).
-    pub hashed: Vec<(String, StatEntry, bool)>,
+    /// Files that had to be hashed: path, fresh stat cache entry (`None` when the stat was
+    /// racy), and whether the content is that of the expected listing's file at that path
+    /// (so the store holds it).
+    pub hashed: Vec<(String, Option<StatEntry>, bool)>,
     /// Entries dsv cannot version (sockets, devices, escaping symlinks, reserved names).
     pub unsupported: Vec<ScanEntry>,
 }
@@ -243,6 +259,8 @@ pub(crate) struct Compared {
 /// cache of workspace `cache_of` cannot vouch for) and compares it with `expected`, a
 /// version's paths in path order ([`tree::walk_version`]), one batch at a time: memory goes
 /// with what changed and with the widest directory, not with the number of files.
+/// `cache_of` must be `None` unless `expected` is that workspace's version: the cache
+/// vouches for that version's content.
 ///
 /// # Errors
 /// As [`walk::Walker`]; errors of `expected`; read errors hashing a file.
@@ -287,15 +305,20 @@ pub(crate) fn compare_with_disk(
     let mut stream = DiskStream::start(dir, catalog, cache_of, &[], true)?;
     while let Some(batch) = stream.next_batch()? {
         for item in batch {
-            let Some(new) = flat_entry(&item.entry, item.id) else {
+            while let Some(before) = take_expected(Some(&item.entry.path), false)? {
+                diff.pair(Some(before), None, None);
+            }
+            let old = take_expected(Some(&item.entry.path), true)?;
+            let id = item.id(old.as_ref());
+            let Some(new) = flat_entry(&item.entry, id) else {
+                // What the version had here is gone from the versionable entries.
+                if old.is_some() {
+                    diff.pair(old, None, None);
+                }
                 unsupported.push(item.entry);
                 continue;
             };
-            while let Some(before) = take_expected(Some(&new.path), false)? {
-                diff.pair(Some(before), None, None);
-            }
-            let old = take_expected(Some(&new.path), true)?;
-            let waiting = matches!(item.entry.kind, ScanKind::File { .. }) && item.id.is_none();
+            let waiting = matches!(item.entry.kind, ScanKind::File { .. }) && id.is_none();
             let number = waiting.then_some(pending.len());
             if waiting {
                 // Only a file's id is content the store holds as a file.
@@ -322,7 +345,7 @@ pub(crate) fn compare_with_disk(
         .map(|((entry, old), id)| {
             (
                 entry.path,
-                workspace::entry(&entry.stat, *id, started_ns),
+                workspace::entry(&entry.stat, started_ns),
                 old == Some(*id),
             )
         })
@@ -402,15 +425,16 @@ pub fn status(
     };
     // Refresh the cache only for files that still hold their version's content: that content
     // is in the store. A modified or new file's content is not, and commit must read it.
-    let refreshed: Vec<(&str, &StatEntry)> = compared
+    // A racy stat is not cached (`None` deletes the path's stale entry).
+    let refreshed: Vec<(&str, Option<&StatEntry>)> = compared
         .hashed
         .iter()
         .filter(|(_, _, held)| *held)
-        .map(|(path, entry, _)| (path.as_str(), entry))
+        .map(|(path, entry, _)| (path.as_str(), entry.as_ref()))
         .collect();
     if !refreshed.is_empty() {
         let writer = store.catalog_mut().writer()?;
-        writer.update_stat_cache(workspace.id, refreshed.iter().map(|(p, e)| (*p, Some(*e))))?;
+        writer.update_stat_cache(workspace.id, refreshed)?;
         writer.commit()?;
     }
     Ok(StatusReport {

@@ -40,6 +40,108 @@ fn a_stat_cache_never_vouches_for_data_gc_freed() {
     );
 }
 
+/// A stat-cache entry vouches for the workspace's version at its path (schema 11), so it
+/// vouches for nothing once that version's data may be gone: here `cache prune` evicts the
+/// version (its directory had been moved away, so no workspace held it) and frees its chunks.
+#[test]
+fn a_stat_cache_never_vouches_for_a_version_cache_prune_evicted() {
+    let env = TestEnv::new();
+    env.write("d/a.bin", pseudo_random(300_000, 41));
+    env.write("d/small.txt", "evicted\n");
+    settle(); // so the stat cache trusts what the commit hashes
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let v1 = version_ids(&env, "ds")[0].clone();
+    env.write("other/b.bin", pseudo_random(10_000, 42));
+    env.ok(&["commit", "other", "-d", "ds"]);
+    push_to_file_remote(&env, "remote", "ds");
+    std::fs::rename(env.path("d"), env.path("away")).unwrap();
+    env.ok(&["cache", "prune"]);
+    let listed = env.json(&["cache", "ls"]);
+    let evicted = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["version"] == v1.as_str())
+        .unwrap();
+    assert_eq!(evicted["evicted"], true, "{listed}");
+    std::fs::rename(env.path("away"), env.path("d")).unwrap();
+    let report = env.json(&["commit", "d", "-d", "ds"]);
+    // Both files had to be read again: the store no longer held them.
+    assert_eq!(report["files_unchanged"], 0, "{report}");
+    assert!(problems(&env).is_empty());
+    env.ok(&["verify", "--full"]);
+    env.ok(&["checkout", &format!("ds@{}", &v1[..12]), "back"]);
+    assert_eq!(
+        std::fs::read(env.path("back/a.bin")).unwrap(),
+        pseudo_random(300_000, 41)
+    );
+}
+
+/// A vouched file's id comes from the version the workspace holds, at the same path: after
+/// a checkout switches the directory back to an older version in place (files of the same
+/// size rewritten), a commit reads nothing and records exactly that older version, and
+/// status finds nothing to hash.
+#[test]
+fn after_an_in_place_checkout_the_stat_cache_vouches_for_the_version_checked_out() {
+    let env = TestEnv::new();
+    for i in 0..20u64 {
+        env.write(
+            &format!("d/sub{}/f{i}.bin", i % 3),
+            pseudo_random(1_000, 100 + i),
+        );
+    }
+    settle();
+    env.ok(&["commit", "d", "-d", "ds", "-t", "v1"]);
+    // Same sizes, other bytes: only the ids tell them apart.
+    env.write("d/sub0/f3.bin", pseudo_random(1_000, 900));
+    env.write("d/sub1/f7.bin", pseudo_random(1_000, 901));
+    settle();
+    env.ok(&["commit", "d", "-d", "ds", "-t", "v2"]);
+    env.ok(&["checkout", "ds@v1", "d"]);
+    for (path, seed) in [("d/sub0/f3.bin", 103), ("d/sub1/f7.bin", 107)] {
+        assert_eq!(
+            std::fs::read(env.path(path)).unwrap(),
+            pseudo_random(1_000, seed),
+            "{path}"
+        );
+    }
+    let status = env.json(&["status", "d"]);
+    assert_eq!(status["changes"], serde_json::json!([]), "{status}");
+    assert_eq!(status["files_hashed"], 0, "{status}");
+    let report = env.json(&["commit", "d", "-d", "ds"]);
+    assert_eq!(report["files_unchanged"], 20, "{report}");
+    assert_eq!(report["created"], false, "the directory is v1: {report}");
+    let v1 = env.json(&["show", "ds@v1"]);
+    assert_eq!(report["version"], v1["id"], "{report} {v1}");
+}
+
+/// An entry vouches for the workspace's version at its path: a commit that leaves a file
+/// out (`--exclude`) records a version without it, so the file's entry goes; status then
+/// reports it added (hashing it), and the next commit reads it again.
+#[test]
+fn a_file_left_out_of_a_commit_loses_its_stat_cache_entry() {
+    let env = TestEnv::new();
+    env.write("d/keep.txt", "keep\n");
+    env.write("d/out.bin", pseudo_random(50_000, 43));
+    settle();
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let second = env.json(&["commit", "d", "-d", "ds", "--exclude", "out.bin"]);
+    assert_eq!(second["files"], 1, "{second}");
+    assert_eq!(second["files_unchanged"], 1, "{second}");
+    let status = env.json(&["status", "d"]);
+    assert_eq!(status["files_hashed"], 1, "{status}");
+    let changes = status["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{status}");
+    assert_eq!(changes[0]["path"], "out.bin");
+    assert_eq!(changes[0]["change"], "added");
+    let third = env.json(&["commit", "d", "-d", "ds"]);
+    assert_eq!(third["files"], 2, "{third}");
+    assert_eq!(third["files_unchanged"], 1, "{third}");
+    let status = env.json(&["status", "d"]);
+    assert_eq!(status["files_hashed"], 0, "{status}");
+    assert_eq!(status["changes"], serde_json::json!([]), "{status}");
+}
+
 /// Finding 3: content that only a removed version holds is not "recoverable", so checkout
 /// does not overwrite an untracked file holding it (gc would delete the only copy).
 #[test]
