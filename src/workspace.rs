@@ -51,11 +51,14 @@ pub fn vouches(entry: &StatEntry, stat: &Stat) -> bool {
 }
 
 /// The stat cache entry for a file whose lstat `stat` was taken no earlier than `checked_ns`
-/// (nanoseconds since the epoch), or `None` when that stat is racy (taken within
-/// [`racy_margin`] of the file's mtime) and must not be cached: the caller deletes the path's
-/// entry instead.
+/// (nanoseconds since the epoch), or `None` when that stat is racy and must not be cached
+/// (the caller deletes the path's entry instead): taken within [`racy_margin`] of the file's
+/// last change, the later of its mtime and its ctime. The ctime counts because a tool can set
+/// the mtime back (`touch -d`, `cp -p`, `rsync -t`): a file written and given an old mtime
+/// twice within one timestamp tick would otherwise show one stat for two contents.
 pub fn entry(stat: &Stat, checked_ns: i64) -> Option<StatEntry> {
-    let settled = stat.mtime_ns.saturating_add(racy_margin(stat.mtime_ns)) <= checked_ns;
+    let changed = stat.mtime_ns.max(stat.ctime_ns);
+    let settled = changed.saturating_add(racy_margin(changed)) <= checked_ns;
     settled.then_some(StatEntry {
         size: stat.size,
         mtime_ns: stat.mtime_ns,
@@ -78,6 +81,17 @@ pub fn now_ns() -> i64 {
 /// # Errors
 /// [`crate::Error::Io`].
 pub fn hash_file(path: &Path) -> Result<ObjectId> {
+    Ok(hash_file_and_stat(path)?.0)
+}
+
+/// The file id of the file at `path`, and the stat (`fstat`) of the file it read, taken after
+/// the last byte was read. A stat cache entry may be written for a stat taken before (by a
+/// walk) only when this stat equals it: the file at that path may have been replaced (a
+/// directory renamed away and back keeps its files' ctimes) or written while it was read.
+///
+/// # Errors
+/// [`crate::Error::Io`].
+pub fn hash_file_and_stat(path: &Path) -> Result<(ObjectId, Stat)> {
     let mut file = File::open(path).at(path)?;
     let mut hasher = blake3::Hasher::new();
     let mut buffer = vec![0; 256 * 1024];
@@ -88,7 +102,8 @@ pub fn hash_file(path: &Path) -> Result<ObjectId> {
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hasher.finalize().into())
+    let read = Stat::of(&file.metadata().at(path)?);
+    Ok((hasher.finalize().into(), read))
 }
 
 /// The canonical absolute path of `dir` as the catalog keys workspaces.
@@ -168,6 +183,13 @@ mod tests {
         ] {
             assert!(!vouches(&settled, &changed));
         }
+        // A recent ctime makes the stat racy whatever the mtime says (`touch -d`).
+        let backdated = Stat {
+            ctime_ns: 1_000_000_123 + 5 * RACY_MARGIN_NS,
+            ..s
+        };
+        assert_eq!(entry(&backdated, 1_000_000_123 + 2 * RACY_MARGIN_NS), None);
+        assert!(entry(&backdated, 1_000_000_123 + 6 * RACY_MARGIN_NS).is_some());
         // Whole-second timestamps get the coarse margin.
         let coarse = stat(5_000_000_000);
         assert_eq!(entry(&coarse, 5_000_000_000 + RACY_MARGIN_NS), None);

@@ -1112,13 +1112,18 @@ fn plan(
             })
             .map(|(i, item)| (i, &item.entry))
             .collect();
-        // The files hashed now, with their fresh entries (`None` inside: a racy stat).
+        // The files hashed now, with their fresh entries (`None` inside: a racy stat, or the
+        // file read no longer had the walk's stat).
         let mut fresh: Vec<Option<Option<StatEntry>>> = vec![None; batch.len()];
         if !to_hash.is_empty() {
             let hashed = hash_files(dir, &to_hash, jobs, progress)?;
-            for ((i, entry), id) in to_hash.iter().zip(hashed) {
+            for ((i, entry), (id, unchanged)) in to_hash.iter().zip(hashed) {
                 ids[*i] = Some(id);
-                fresh[*i] = Some(workspace::entry(&entry.stat, started_ns));
+                fresh[*i] = Some(
+                    unchanged
+                        .then(|| workspace::entry(&entry.stat, started_ns))
+                        .flatten(),
+                );
             }
         }
         for (i, (item, (in_target, in_old))) in batch.iter().zip(&named).enumerate() {

@@ -264,14 +264,17 @@ pub fn ingest_files(
     ))
 }
 
-/// Ingests one file of [`ingest_files`]; fails if it changed while it was read.
+/// Ingests one file of [`ingest_files`]; fails if it changed while it was read: the file read
+/// must still have the walk's whole stat (`job.stat`) after its last byte, since commit caches
+/// that stat for the content read. A file replaced at its path (another inode, or a ctime
+/// moved by a write whose mtime was set back) fails as a write does.
 fn read_file(writer: &mut StreamWriter<'_>, job: &IngestFile) -> Result<ObjectId> {
     let file = File::open(&job.path).at(&job.path)?;
     let (file_id, size) = writer
         .ingest(&file, Some(job.stat.size))
         .map_err(|e| e.at(&job.path))?;
     let after = Stat::of(&file.metadata().at(&job.path)?);
-    if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size {
+    if size != job.stat.size || after != job.stat {
         return Err(Error::Unsupported {
             path: job.path.clone(),
             reason: "the file changed while it was being read; run the command again".into(),

@@ -193,13 +193,15 @@ impl CacheRows {
 }
 
 /// Hashes the files `(_, entry)` of `files` (paths relative to `dir`) on `jobs` threads,
-/// reporting bytes and files; their ids, in order.
+/// reporting bytes and files; their ids, in order, each with whether the file read still had
+/// the walk's stat (`entry.stat`) once read ([`workspace::hash_file_and_stat`]): only then
+/// may a stat cache entry vouch for it.
 pub(crate) fn hash_files<T: Sync>(
     dir: &Path,
     files: &[(T, &ScanEntry)],
     jobs: usize,
     progress: &dyn Progress,
-) -> Result<Vec<ObjectId>> {
+) -> Result<Vec<(ObjectId, bool)>> {
     progress.count_files(files.len() as u64);
     progress.start(
         "hashing",
@@ -207,10 +209,10 @@ pub(crate) fn hash_files<T: Sync>(
         Unit::Bytes,
     );
     let hashed = crate::parallel::map(files, jobs, |(_, entry)| {
-        let id = workspace::hash_file(&dir.join(&entry.path))?;
+        let (id, read) = workspace::hash_file_and_stat(&dir.join(&entry.path))?;
         progress.advance(entry.stat.size);
         progress.file_done();
-        Ok(id)
+        Ok((id, read == entry.stat))
     })?;
     progress.finish();
     Ok(hashed)
@@ -247,9 +249,9 @@ fn flat_entry(entry: &ScanEntry, id: Option<ObjectId>) -> Option<FlatEntry> {
 pub(crate) struct Compared {
     /// The changes from the expected listing to the disk, sorted by path.
     pub changes: Vec<Change>,
-    /// Files that had to be hashed: path, fresh stat cache entry (`None` when the stat was
-    /// racy), and whether the content is that of the expected listing's file at that path
-    /// (so the store holds it).
+    /// Files that had to be hashed: path, fresh stat cache entry (`None` when the walk's
+    /// stat was racy, or the file read no longer had it), and whether the content is that of
+    /// the expected listing's file at that path (so the store holds it).
     pub hashed: Vec<(String, Option<StatEntry>, bool)>,
     /// Entries dsv cannot version (sockets, devices, escaping symlinks, reserved names).
     pub unsupported: Vec<ScanEntry>,
@@ -338,14 +340,16 @@ pub(crate) fn compare_with_disk(
     let files: Vec<(Option<ObjectId>, &ScanEntry)> =
         pending.iter().map(|(entry, old)| (*old, entry)).collect();
     let ids = hash_files(dir, &files, jobs, progress)?;
-    let changes = diff.finish(|number| ids[number]);
+    let changes = diff.finish(|number| ids[number].0);
     let hashed = pending
         .into_iter()
         .zip(&ids)
-        .map(|((entry, old), id)| {
+        .map(|((entry, old), (id, unchanged))| {
             (
                 entry.path,
-                workspace::entry(&entry.stat, started_ns),
+                unchanged
+                    .then(|| workspace::entry(&entry.stat, started_ns))
+                    .flatten(),
                 old == Some(*id),
             )
         })
@@ -444,4 +448,66 @@ pub fn status(
         changes: compared.changes,
         files_hashed: compared.hashed.len() as u64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+
+    /// A file replaced between the walk's lstat and its hashing (here: when the version's
+    /// walk ends, which is after the directory's walk and before hashing) gets no stat cache
+    /// entry, although its new content is the version's: the walk's stat is the old file's,
+    /// and an entry for it would vouch for that file once it is back (a directory renamed
+    /// away and back keeps its files' ctimes).
+    #[test]
+    fn a_file_replaced_while_status_runs_gets_no_stat_cache_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"YYYY").unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        // Past the racy margin of its ctime (set now): its walk's stat may be cached.
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let expected = FlatEntry {
+            path: "f".into(),
+            kind: FlatKind::File { executable: false },
+            size: 4,
+            id: ObjectId::of(b"XXXX"),
+        };
+        let compare = |swap: bool| {
+            let swapped = std::iter::from_fn(|| {
+                if swap {
+                    std::fs::rename(&file, dir.path().join("f.old")).unwrap();
+                    std::fs::write(&file, b"XXXX").unwrap();
+                }
+                None
+            });
+            compare_with_disk(
+                dir.path(),
+                Path::new("unused"),
+                None,
+                std::iter::once(Ok(expected.clone())).chain(swapped),
+                1,
+                &NoProgress,
+            )
+            .unwrap()
+        };
+        // Unswapped: the file is modified (hashed, not the version's content), and a stat
+        // cache entry could be made for it (only status decides not to store it).
+        let plain = compare(false);
+        assert_eq!(plain.changes.len(), 1);
+        assert!(plain.hashed[0].1.is_some() && !plain.hashed[0].2);
+        // Swapped while status ran: the content read is the version's, but no entry.
+        let swapped = compare(true);
+        assert_eq!(swapped.changes, []);
+        assert_eq!(swapped.hashed.len(), 1);
+        assert!(swapped.hashed[0].2, "the content read is the version's");
+        assert_eq!(swapped.hashed[0].1, None, "no entry for a stat not read");
+    }
 }

@@ -142,6 +142,71 @@ fn a_file_left_out_of_a_commit_loses_its_stat_cache_entry() {
     assert_eq!(status["changes"], serde_json::json!([]), "{status}");
 }
 
+/// A progress that runs its action once, when commit starts reading the files it listed:
+/// after every lstat of the walk, before any file is read.
+struct AtReading(std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl dsv::progress::Progress for AtReading {
+    fn start(&self, phase: &str, _total: u64, _unit: dsv::progress::Unit) {
+        if phase == "reading"
+            && let Some(action) = self.0.lock().unwrap().take()
+        {
+            action();
+        }
+    }
+    fn advance(&self, _amount: u64) {}
+    fn finish(&self) {}
+}
+
+/// A file replaced between commit's walk and its read, by one of the same size and mtime
+/// (`touch -d`, `cp -p`), is not committed under the walk's stat: the stat cache would then
+/// vouch for the first file, once back, with the content of the second. The commit fails
+/// as for a file written while read, and the next one reads the file that is there.
+#[test]
+fn a_file_swapped_in_with_the_same_mtime_while_commit_runs_is_not_cached() {
+    use dsv::ops::commit::{CommitOptions, commit};
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path();
+    let mut store = dsv::Store::init(root).unwrap();
+    let dir = root.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    let write_dated = move |path: &std::path::Path, bytes: &[u8]| {
+        std::fs::write(path, bytes).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    };
+    write_dated(&dir.join("f"), b"YYYY");
+    settle();
+    let swap_dir = dir.clone();
+    let swap = AtReading(std::sync::Mutex::new(Some(Box::new(move || {
+        std::fs::rename(swap_dir.join("f"), swap_dir.join("f.old")).unwrap();
+        write_dated(&swap_dir.join("f"), b"XXXX");
+    }))));
+    let options = CommitOptions::new("ds");
+    let error = commit(&mut store, &dir, &options, &swap).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("changed while it was being read"),
+        "{error}"
+    );
+    // The first file back: the next commit reads it (no entry vouches for it).
+    std::fs::remove_file(dir.join("f")).unwrap();
+    std::fs::rename(dir.join("f.old"), dir.join("f")).unwrap();
+    let report = commit(&mut store, &dir, &options, &dsv::progress::NoProgress).unwrap();
+    assert_eq!(report.files_unchanged, 0);
+    let version = store.catalog().version(&report.version).unwrap().unwrap();
+    let mut reader = store.reader();
+    let listing = dsv::tree::flatten_version(&mut reader, &version.version).unwrap();
+    let f = listing.iter().find(|e| e.path == "f").unwrap();
+    assert_eq!(f.id, dsv::ObjectId::of(b"YYYY"));
+}
+
 /// Finding 3: content that only a removed version holds is not "recoverable", so checkout
 /// does not overwrite an untracked file holding it (gc would delete the only copy).
 #[test]
