@@ -12,6 +12,7 @@
 //! syntax) and, for one commit, `--exclude` patterns ([`scan_excluding`]). Nothing else is
 //! skipped: hidden files, `.gitignore`d files and empty directories are versioned.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -327,10 +328,17 @@ impl Walker {
             builder.add_custom_ignore_filename(IGNORE_FILE);
         }
         // Siblings sorted by name bytes, each directory's entries right after it: path order.
+        // Siblings' paths share their parent's prefix, so comparing whole paths as bytes
+        // orders them by name; `sort_by_file_name` parses both paths' components on every
+        // comparison (a fifth of status's own time at a million files).
         builder
             .overrides(overrides)
             .follow_links(false)
-            .sort_by_file_name(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+            .sort_by_file_path(|a, b| {
+                a.as_os_str()
+                    .as_encoded_bytes()
+                    .cmp(b.as_os_str().as_encoded_bytes())
+            });
         // Stores, temporary names and reserved directories are not walked into. The filter
         // says so and notes them; the walking thread passes the notes on in order.
         let notes: std::sync::Arc<Mutex<Vec<(PathBuf, Note)>>> = Default::default();
@@ -339,7 +347,7 @@ impl Walker {
             if entry.depth() == 0 {
                 return true;
             }
-            let name = entry.file_name().as_encoded_bytes();
+            let name = last_name(entry.path());
             let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
             let note = if name == STORE_DIR.as_bytes() && is_dir {
                 Note::Store
@@ -390,10 +398,28 @@ impl Walker {
             match message {
                 Walked::Names(names) => {
                     let root = &self.root;
-                    let stats = crate::parallel::map(&names, self.jobs, |(relative, reserved)| {
-                        stat_entry(&root.join(relative), relative, *reserved)
-                    })
-                    .map_err(|e| too_long(root, e));
+                    let parents = Parents::open(root, &names);
+                    // A path the system would not open whole is lstatted whole, so that it
+                    // fails here as before (`too_long`), not later where it is opened.
+                    let root_length = root.as_os_str().len();
+                    let jobs: Vec<(&(String, bool), Option<&OwnedFd>)> = names
+                        .iter()
+                        .zip(&parents.of_name)
+                        .map(|(name, &parent)| {
+                            let openable = root_length + 1 + name.0.len() < PATH_MAX;
+                            (name, parents.fds[parent].as_ref().filter(|_| openable))
+                        })
+                        .collect();
+                    let stats =
+                        crate::parallel::map(&jobs, self.jobs, |((relative, reserved), parent)| {
+                            match parent {
+                                Some(parent) => stat_entry_at(parent, root, relative, *reserved),
+                                None => stat_entry(&root.join(relative), relative, *reserved),
+                            }
+                        })
+                        .map_err(|e| too_long(root, e));
+                    drop(jobs);
+                    drop(parents);
                     let stats = match stats {
                         Ok(stats) => stats,
                         Err(e) => {
@@ -447,10 +473,15 @@ fn list_names(
     notes: &Mutex<Vec<(PathBuf, Note)>>,
     sender: &std::sync::mpsc::SyncSender<Walked>,
 ) {
+    // The walk yields `root`, then paths that are `root` + '/' + a relative path: sliced as
+    // bytes (`Path::strip_prefix` parses every component).
+    let root_bytes = root.as_os_str().as_encoded_bytes();
     let relative_of = |path: &Path| -> Result<String> {
-        path.strip_prefix(root)
-            .expect("the walk yields paths under its root")
-            .to_str()
+        let bytes = path.as_os_str().as_encoded_bytes();
+        bytes
+            .strip_prefix(root_bytes)
+            .map(|rest| rest.strip_prefix(b"/").unwrap_or(rest))
+            .and_then(|rest| std::str::from_utf8(rest).ok())
             .map(str::to_string)
             .ok_or_else(|| Error::Unsupported {
                 path: path.to_path_buf(),
@@ -493,8 +524,9 @@ fn list_names(
                     ),
                 });
             }
-            let reserved = is_reserved_name(entry.file_name().as_encoded_bytes());
-            batch.push((relative_of(entry.path())?, reserved));
+            let relative = relative_of(entry.path())?;
+            let reserved = is_reserved_name(last_name(Path::new(&relative)));
+            batch.push((relative, reserved));
             if batch.len() >= WALK_BATCH
                 && sender
                     .send(Walked::Names(std::mem::replace(
@@ -514,6 +546,13 @@ fn list_names(
     if let Err(error) = listing() {
         let _ = sender.send(Walked::Failed(error));
     }
+}
+
+/// The last name of `path` as bytes (all of it when it has no `/`), without parsing its
+/// components as `Path::file_name` does.
+fn last_name(path: &Path) -> &[u8] {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes)
 }
 
 /// The order of paths in a version and a scan: depth first, siblings sorted by name bytes
@@ -558,25 +597,110 @@ fn walk_error(root: &Path, error: ignore::Error) -> Error {
     }
 }
 
+/// The longest path the system opens, in bytes, counting the terminating NUL (Linux).
+const PATH_MAX: usize = 4096;
+
+/// The parent directories of a batch of names, each opened once (`O_PATH`), so that the
+/// entries are lstatted relative to their directory (`fstatat`): the kernel then resolves one
+/// name per entry instead of every component of its path (a quarter less system time per
+/// stat at a million files four levels deep, measured with a C loop on this machine).
+struct Parents {
+    /// One per run of names with the same parent; `None` where it could not be opened (the
+    /// entries are then lstatted by their whole path, which reports the error as before).
+    fds: Vec<Option<OwnedFd>>,
+    /// For each name of the batch, the index of its parent in `fds`.
+    of_name: Vec<usize>,
+}
+
+impl Parents {
+    /// The parents of `names` (paths relative to `root`, in path order, so that siblings
+    /// are adjacent), opened as directories without following a symlink.
+    fn open(root: &Path, names: &[(String, bool)]) -> Parents {
+        let mut parents = Parents {
+            fds: Vec::new(),
+            of_name: Vec::with_capacity(names.len()),
+        };
+        let mut last: Option<&str> = None;
+        for (relative, _) in names {
+            let parent = relative.rsplit_once('/').map_or("", |(parent, _)| parent);
+            if last != Some(parent) {
+                let flags = nix::fcntl::OFlag::O_PATH
+                    | nix::fcntl::OFlag::O_DIRECTORY
+                    | nix::fcntl::OFlag::O_NOFOLLOW
+                    | nix::fcntl::OFlag::O_CLOEXEC;
+                parents.fds.push(
+                    nix::fcntl::open(&root.join(parent), flags, nix::sys::stat::Mode::empty()).ok(),
+                );
+                last = Some(parent);
+            }
+            parents.of_name.push(parents.fds.len() - 1);
+        }
+        parents
+    }
+}
+
+/// Stats and classifies one entry found by the walk, `relative` to `root`, through its
+/// parent directory `parent` (`fstatat` and `readlinkat` of its last name).
+fn stat_entry_at(
+    parent: &OwnedFd,
+    root: &Path,
+    relative: &str,
+    reserved: bool,
+) -> Result<(ScanKind, Stat)> {
+    let name = relative.rsplit('/').next().unwrap_or(relative);
+    let at = |errno: nix::errno::Errno| Error::Io {
+        path: root.join(relative),
+        source: std::io::Error::from(errno),
+    };
+    let stat = nix::sys::stat::fstatat(parent, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_err(at)?;
+    let found = Stat {
+        size: stat.st_size as u64,
+        mtime_ns: stat.st_mtime * 1_000_000_000 + stat.st_mtime_nsec,
+        ctime_ns: stat.st_ctime * 1_000_000_000 + stat.st_ctime_nsec,
+        inode: stat.st_ino,
+        mode: stat.st_mode,
+    };
+    let kind = classify(found.mode, relative, reserved, || {
+        nix::fcntl::readlinkat(parent, name)
+            .map(PathBuf::from)
+            .map_err(at)
+    })?;
+    Ok((kind, found))
+}
+
 /// Stats and classifies one entry found by the walk (at `path`, `relative` to the root).
 fn stat_entry(path: &Path, relative: &str, reserved: bool) -> Result<(ScanKind, Stat)> {
     let metadata = std::fs::symlink_metadata(path).at(path)?;
-    let file_type = metadata.file_type();
+    let kind = classify(metadata.mode(), relative, reserved, || {
+        std::fs::read_link(path).at(path)
+    })?;
+    Ok((kind, Stat::of(&metadata)))
+}
+
+/// What an entry of `st_mode` `mode` at `relative` is; `read_link` gives a symlink's target.
+fn classify(
+    mode: u32,
+    relative: &str,
+    reserved: bool,
+    read_link: impl FnOnce() -> Result<PathBuf>,
+) -> Result<ScanKind> {
     let unsupported = |reason: &str| ScanKind::Unsupported {
         reason: reason.to_string(),
     };
+    let file_type = mode & nix::libc::S_IFMT;
     let kind = if reserved {
         unsupported(&format!(
             "dsv reserves the names {STORE_DIR} and {TEMP_PREFIX}*; rename it"
         ))
-    } else if file_type.is_file() {
+    } else if file_type == nix::libc::S_IFREG {
         ScanKind::File {
-            executable: metadata.mode() & 0o100 != 0,
+            executable: mode & 0o100 != 0,
         }
-    } else if file_type.is_dir() {
+    } else if file_type == nix::libc::S_IFDIR {
         ScanKind::Dir
-    } else if file_type.is_symlink() {
-        let target = std::fs::read_link(path).at(path)?;
+    } else if file_type == nix::libc::S_IFLNK {
+        let target = read_link()?;
         match target.to_str() {
             None => unsupported("the symlink target is not valid UTF-8"),
             Some(target) => match check_symlink_target(relative, target) {
@@ -591,7 +715,7 @@ fn stat_entry(path: &Path, relative: &str, reserved: bool) -> Result<(ScanKind, 
             "only regular files, directories and symlinks can be versioned (this is a socket, FIFO or device)",
         )
     };
-    Ok((kind, Stat::of(&metadata)))
+    Ok(kind)
 }
 
 /// True for the names of checkout's temporary files: `.dsv-tmp-<pid>-<n>`.
@@ -659,6 +783,58 @@ pub fn check_symlink_target(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The walk lstats through each entry's parent directory (`fstatat`): every kind of
+    /// entry, and a missing one, comes out as a whole-path lstat gives it.
+    #[test]
+    fn an_entry_stats_the_same_through_its_parent_as_by_its_whole_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a"), b"data").unwrap();
+        std::fs::set_permissions(root.join("a"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/b"), b"more data").unwrap();
+        std::os::unix::fs::symlink("b", root.join("sub/link")).unwrap();
+        std::os::unix::fs::symlink("../../outside", root.join("sub/escaping")).unwrap();
+        nix::unistd::mkfifo(&root.join("sub/pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let names: Vec<(String, bool)> = [
+            ("a", false),
+            (".dsv", true),
+            ("gone", false),
+            ("sub", false),
+            ("sub/b", false),
+            ("sub/escaping", false),
+            ("sub/link", false),
+            ("sub/pipe", false),
+        ]
+        .iter()
+        .map(|(name, reserved)| (name.to_string(), *reserved))
+        .collect();
+        let parents = Parents::open(root, &names);
+        assert_eq!(parents.fds.len(), 2, "one open per parent");
+        for ((relative, reserved), &parent) in names.iter().zip(&parents.of_name) {
+            let through_parent = stat_entry_at(
+                parents.fds[parent].as_ref().unwrap(),
+                root,
+                relative,
+                *reserved,
+            );
+            let whole = stat_entry(&root.join(relative), relative, *reserved);
+            match (through_parent, whole) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{relative}"),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{relative}"),
+                (a, b) => panic!("{relative}: {a:?} against {b:?}"),
+            }
+        }
+        let kind = |relative: &str| stat_entry(&root.join(relative), relative, false).unwrap().0;
+        assert_eq!(kind("a"), ScanKind::File { executable: true });
+        assert_eq!(kind("sub/link"), ScanKind::Symlink { target: "b".into() });
+        assert!(matches!(kind("sub/pipe"), ScanKind::Unsupported { .. }));
+        // A parent that is not a directory is not opened: its entries fall back.
+        let files = Parents::open(root, &[("a/x".to_string(), false)]);
+        assert!(files.fds[0].is_none());
+    }
 
     #[test]
     fn symlink_targets_must_stay_inside() {
