@@ -614,6 +614,72 @@ mod tests {
         assert_eq!(catalog.workspaces().unwrap().len(), 1);
     }
 
+    /// An entry vouches for its workspace's version: only a workspace whose version is live
+    /// (recorded, not removed, not evicted) has its entries read, and gc's
+    /// `drop_unheld_stat_entries` deletes the entries of every other workspace.
+    #[test]
+    fn only_the_entries_of_a_workspace_holding_a_live_version_are_read_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut catalog = Catalog::open(&dir.path().join("catalog.db"), true).unwrap();
+        catalog
+            .conn
+            .execute_batch(
+                "INSERT INTO datasets (id, name, created_at) VALUES (1, 'ds', 0);
+                 INSERT INTO versions (id, dataset, tree, author, created_at, file_count, byte_count, source, message, removed_at, evicted_at)
+                     VALUES (x'01', 1, x'00', 'a', 0, 1, 1, 's', '', NULL, NULL),
+                            (x'02', 1, x'00', 'a', 0, 1, 1, 's', '', 5, NULL),
+                            (x'03', 1, x'00', 'a', 0, 1, 1, 's', '', NULL, 5);
+                 INSERT INTO workspaces (id, path, dataset, version, updated_at) VALUES
+                     (1, '/live', 1, x'01', 0), (2, '/removed', 1, x'02', 0),
+                     (3, '/evicted', 1, x'03', 0), (4, '/none', NULL, NULL, 0);",
+            )
+            .unwrap();
+        let entry = StatEntry {
+            size: 1,
+            mtime_ns: 2,
+            ctime_ns: 3,
+            inode: 4,
+            mode: 0o100644,
+        };
+        let writer = catalog.writer().unwrap();
+        for workspace in 1..=4 {
+            writer
+                .update_stat_cache(workspace, [("d/f", Some(&entry)), ("g", Some(&entry))])
+                .unwrap();
+        }
+        writer.commit().unwrap();
+        let read = |catalog: &Catalog, workspace: i64| {
+            let mut paths = Vec::new();
+            catalog
+                .stat_cache_in_order(workspace, |path, found| {
+                    assert_eq!(found, entry);
+                    paths.push(path);
+                    Ok(true)
+                })
+                .unwrap();
+            paths
+        };
+        assert_eq!(read(&catalog, 1), ["d/f", "g"]);
+        for workspace in 2..=4 {
+            assert!(
+                read(&catalog, workspace).is_empty(),
+                "workspace {workspace}"
+            );
+        }
+        let writer = catalog.writer().unwrap();
+        assert_eq!(writer.drop_unheld_stat_entries().unwrap(), 6);
+        writer.commit().unwrap();
+        let rows: Vec<i64> = catalog
+            .conn
+            .prepare("SELECT workspace FROM stat_cache ORDER BY workspace")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(rows, [1, 1]);
+    }
+
     #[test]
     fn a_catalog_from_a_newer_dsv_is_refused() {
         let dir = tempfile::tempdir().unwrap();

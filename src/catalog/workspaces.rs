@@ -315,9 +315,9 @@ impl CatalogWriter<'_> {
     /// [`crate::Error::Catalog`].
     pub fn drop_unheld_stat_entries(&self) -> Result<u64> {
         Ok(self.tx.execute(
-            "DELETE FROM stat_cache WHERE workspace NOT IN (
-                 SELECT w.id FROM workspaces w JOIN versions v ON v.id = w.version
-                 WHERE v.removed_at IS NULL AND v.evicted_at IS NULL)",
+            "DELETE FROM stat_cache WHERE workspace IN (
+                 SELECT w.id FROM workspaces w LEFT JOIN versions v ON v.id = w.version
+                 WHERE v.id IS NULL OR v.removed_at IS NOT NULL OR v.evicted_at IS NOT NULL)",
             [],
         )? as u64)
     }
