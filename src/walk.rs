@@ -407,7 +407,7 @@ impl Walker {
                         .zip(&parents.of_name)
                         .map(|(name, &parent)| {
                             let openable = root_length + 1 + name.0.len() < PATH_MAX;
-                            (name, parents.fds[parent].as_ref().filter(|_| openable))
+                            (name, parent.filter(|_| openable).map(|i| &parents.fds[i]))
                         })
                         .collect();
                     let stats =
@@ -604,39 +604,67 @@ const PATH_MAX: usize = 4096;
 /// entries are lstatted relative to their directory (`fstatat`): the kernel then resolves one
 /// name per entry instead of every component of its path (a quarter less system time per
 /// stat at a million files four levels deep, measured with a C loop on this machine).
+///
+/// Only a parent holding at least [`MIN_NAMES_PER_PARENT`] names of the batch is opened (for
+/// fewer, an open costs about what it saves), and at most [`MAX_OPEN_PARENTS`] per batch, so
+/// that a walk never holds more than that many descriptors beside the listing thread's: a
+/// batch of 2,048 names in 1,024 one-file directories opens none.
 struct Parents {
-    /// One per run of names with the same parent; `None` where it could not be opened (the
-    /// entries are then lstatted by their whole path, which reports the error as before).
-    fds: Vec<Option<OwnedFd>>,
-    /// For each name of the batch, the index of its parent in `fds`.
-    of_name: Vec<usize>,
+    /// The parents opened.
+    fds: Vec<OwnedFd>,
+    /// For each name of the batch, the index of its opened parent in `fds`; `None`: lstatted
+    /// by its whole path (a parent with few names, past the cap, or not openable, which the
+    /// whole-path lstat then reports as before).
+    of_name: Vec<Option<usize>>,
 }
 
+/// The most parent directories one batch opens ([`Parents`]).
+const MAX_OPEN_PARENTS: usize = 32;
+/// The fewest names of a batch a parent directory must hold to be opened ([`Parents`]).
+const MIN_NAMES_PER_PARENT: usize = 8;
+
 impl Parents {
-    /// The parents of `names` (paths relative to `root`, in path order, so that siblings
-    /// are adjacent), opened as directories without following a symlink.
+    /// The parents of `names` (paths relative to `root`), opened as directories without
+    /// following a symlink, by the rules of [`Parents`].
     fn open(root: &Path, names: &[(String, bool)]) -> Parents {
+        let mut counts: std::collections::HashMap<&str, usize> = Default::default();
+        for (relative, _) in names {
+            *counts.entry(parent_of(relative)).or_default() += 1;
+        }
+        let mut slots: std::collections::HashMap<&str, Option<usize>> = Default::default();
         let mut parents = Parents {
             fds: Vec::new(),
             of_name: Vec::with_capacity(names.len()),
         };
-        let mut last: Option<&str> = None;
         for (relative, _) in names {
-            let parent = relative.rsplit_once('/').map_or("", |(parent, _)| parent);
-            if last != Some(parent) {
-                let flags = nix::fcntl::OFlag::O_PATH
-                    | nix::fcntl::OFlag::O_DIRECTORY
-                    | nix::fcntl::OFlag::O_NOFOLLOW
-                    | nix::fcntl::OFlag::O_CLOEXEC;
-                parents.fds.push(
-                    nix::fcntl::open(&root.join(parent), flags, nix::sys::stat::Mode::empty()).ok(),
-                );
-                last = Some(parent);
-            }
-            parents.of_name.push(parents.fds.len() - 1);
+            let parent = parent_of(relative);
+            let slot = *slots.entry(parent).or_insert_with(|| {
+                if counts[parent] < MIN_NAMES_PER_PARENT || parents.fds.len() >= MAX_OPEN_PARENTS {
+                    return None;
+                }
+                parents.fds.push(open_parent(root, parent)?);
+                Some(parents.fds.len() - 1)
+            });
+            parents.of_name.push(slot);
         }
         parents
     }
+}
+
+/// The parent of `relative` (a `/`-separated path), "" for a name at the root.
+fn parent_of(relative: &str) -> &str {
+    relative.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
+/// The directory `parent` (relative to `root`; "" for the root) opened with `O_PATH`,
+/// `O_DIRECTORY` and `O_NOFOLLOW`; `None` when it cannot be (gone, not a directory, a
+/// symlink, too long a path, no descriptor left).
+fn open_parent(root: &Path, parent: &str) -> Option<OwnedFd> {
+    let flags = nix::fcntl::OFlag::O_PATH
+        | nix::fcntl::OFlag::O_DIRECTORY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    nix::fcntl::open(&root.join(parent), flags, nix::sys::stat::Mode::empty()).ok()
 }
 
 /// Stats and classifies one entry found by the walk, `relative` to `root`, through its
@@ -798,7 +826,7 @@ mod tests {
         std::os::unix::fs::symlink("b", root.join("sub/link")).unwrap();
         std::os::unix::fs::symlink("../../outside", root.join("sub/escaping")).unwrap();
         nix::unistd::mkfifo(&root.join("sub/pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let names: Vec<(String, bool)> = [
+        for (relative, reserved) in [
             ("a", false),
             (".dsv", true),
             ("gone", false),
@@ -807,20 +835,10 @@ mod tests {
             ("sub/escaping", false),
             ("sub/link", false),
             ("sub/pipe", false),
-        ]
-        .iter()
-        .map(|(name, reserved)| (name.to_string(), *reserved))
-        .collect();
-        let parents = Parents::open(root, &names);
-        assert_eq!(parents.fds.len(), 2, "one open per parent");
-        for ((relative, reserved), &parent) in names.iter().zip(&parents.of_name) {
-            let through_parent = stat_entry_at(
-                parents.fds[parent].as_ref().unwrap(),
-                root,
-                relative,
-                *reserved,
-            );
-            let whole = stat_entry(&root.join(relative), relative, *reserved);
+        ] {
+            let fd = open_parent(root, parent_of(relative)).unwrap();
+            let through_parent = stat_entry_at(&fd, root, relative, reserved);
+            let whole = stat_entry(&root.join(relative), relative, reserved);
             match (through_parent, whole) {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{relative}"),
                 (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{relative}"),
@@ -831,9 +849,63 @@ mod tests {
         assert_eq!(kind("a"), ScanKind::File { executable: true });
         assert_eq!(kind("sub/link"), ScanKind::Symlink { target: "b".into() });
         assert!(matches!(kind("sub/pipe"), ScanKind::Unsupported { .. }));
-        // A parent that is not a directory is not opened: its entries fall back.
-        let files = Parents::open(root, &[("a/x".to_string(), false)]);
-        assert!(files.fds[0].is_none());
+        // Neither a file nor a symlink to a directory is opened as a parent.
+        assert!(open_parent(root, "a").is_none());
+        std::os::unix::fs::symlink("sub", root.join("to-sub")).unwrap();
+        assert!(open_parent(root, "to-sub").is_none());
+    }
+
+    /// A batch opens each parent once, only parents with several of its names, and at most
+    /// MAX_OPEN_PARENTS of them; every entry of a walk over such a tree (wide directories
+    /// past the cap, one-file directories) stats as a whole-path lstat gives it.
+    #[test]
+    fn a_walk_opens_few_parents_and_stats_every_entry_as_a_whole_path_lstat() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut names = Vec::new();
+        for d in 0..40 {
+            names.push((format!("wide{d:02}"), false));
+            std::fs::create_dir(root.join(format!("wide{d:02}"))).unwrap();
+            for f in 0..10 {
+                let relative = format!("wide{d:02}/f{f}");
+                std::fs::write(root.join(&relative), relative.as_bytes()).unwrap();
+                names.push((relative, false));
+            }
+        }
+        for d in 0..100 {
+            std::fs::create_dir(root.join(format!("x{d:03}"))).unwrap();
+            std::fs::write(root.join(format!("x{d:03}/only")), b"1").unwrap();
+        }
+        // Alternating parents (the root, then each one-file directory): nothing but the root.
+        let alternating: Vec<(String, bool)> = (0..100)
+            .flat_map(|d| [format!("x{d:03}"), format!("x{d:03}/only")])
+            .map(|name| (name, false))
+            .collect();
+        let parents = Parents::open(root, &alternating);
+        assert_eq!(parents.fds.len(), 1, "the root only");
+        assert!(
+            parents
+                .of_name
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .all(Option::is_none)
+        );
+        // Wide directories: the root and 31 of them (the cap), each once.
+        let parents = Parents::open(root, &names);
+        assert_eq!(parents.fds.len(), MAX_OPEN_PARENTS);
+        assert_eq!(parents.of_name[1], parents.of_name[10]);
+        assert!(parents.of_name.last().unwrap().is_none(), "past the cap");
+        let mut walker = Walker::start(root, &[], false).unwrap();
+        let mut seen = 0;
+        while let Some(batch) = walker.next_batch().unwrap() {
+            for entry in batch {
+                let (kind, stat) = stat_entry(&root.join(&entry.path), &entry.path, false).unwrap();
+                assert_eq!((entry.kind, entry.stat), (kind, stat), "{}", entry.path);
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 40 * 11 + 100 * 2);
     }
 
     #[test]

@@ -53,12 +53,15 @@ pub fn vouches(entry: &StatEntry, stat: &Stat) -> bool {
 /// The stat cache entry for a file whose lstat `stat` was taken no earlier than `checked_ns`
 /// (nanoseconds since the epoch), or `None` when that stat is racy and must not be cached
 /// (the caller deletes the path's entry instead): taken within [`racy_margin`] of the file's
-/// last change, the later of its mtime and its ctime. The ctime counts because a tool can set
+/// last change, the later of its mtime and its ctime (the coarse margin when either time is
+/// a whole second). The ctime counts because a tool can set
 /// the mtime back (`touch -d`, `cp -p`, `rsync -t`): a file written and given an old mtime
 /// twice within one timestamp tick would otherwise show one stat for two contents.
 pub fn entry(stat: &Stat, checked_ns: i64) -> Option<StatEntry> {
     let changed = stat.mtime_ns.max(stat.ctime_ns);
-    let settled = changed.saturating_add(racy_margin(changed)) <= checked_ns;
+    // Coarse when either time is: the margin of the coarser of the two.
+    let margin = racy_margin(stat.mtime_ns).max(racy_margin(stat.ctime_ns));
+    let settled = changed.saturating_add(margin) <= checked_ns;
     settled.then_some(StatEntry {
         size: stat.size,
         mtime_ns: stat.mtime_ns,
@@ -190,6 +193,14 @@ mod tests {
         };
         assert_eq!(entry(&backdated, 1_000_000_123 + 2 * RACY_MARGIN_NS), None);
         assert!(entry(&backdated, 1_000_000_123 + 6 * RACY_MARGIN_NS).is_some());
+        // A whole-second mtime gets the coarse margin even beside a finer ctime.
+        let coarse_mtime = Stat {
+            mtime_ns: 5_000_000_000,
+            ctime_ns: 5_000_000_001,
+            ..s
+        };
+        assert_eq!(entry(&coarse_mtime, 5_000_000_001 + RACY_MARGIN_NS), None);
+        assert!(entry(&coarse_mtime, 5_000_000_001 + COARSE_RACY_MARGIN_NS).is_some());
         // Whole-second timestamps get the coarse margin.
         let coarse = stat(5_000_000_000);
         assert_eq!(entry(&coarse, 5_000_000_000 + RACY_MARGIN_NS), None);

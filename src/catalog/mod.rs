@@ -45,9 +45,14 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0011_stat_cache_vouches_for_the_version.sql"),
 ];
 
-static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
+static MIGRATIONS: LazyLock<Migrations<'static>> =
+    LazyLock::new(|| migrations(MIGRATION_SQL.len()));
+
+/// The first `count` migrations of [`MIGRATION_SQL`], each with its hook (schema 10 re-keys
+/// the stat cache's rows).
+fn migrations(count: usize) -> Migrations<'static> {
     Migrations::new(
-        MIGRATION_SQL
+        MIGRATION_SQL[..count]
             .iter()
             .enumerate()
             .map(|(index, sql)| match index {
@@ -56,7 +61,7 @@ static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
             })
             .collect(),
     )
-});
+}
 
 /// Number of migrations this build knows (the newest schema version).
 pub fn schema_version() -> usize {
@@ -525,9 +530,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.db");
         let mut conn = Connection::open(&path).unwrap();
-        Migrations::new(MIGRATION_SQL[..9].iter().map(|sql| M::up(sql)).collect())
-            .to_latest(&mut conn)
-            .unwrap();
+        migrations(9).to_latest(&mut conn).unwrap();
         conn.execute_batch(
             "INSERT INTO workspaces (id, path, updated_at) VALUES (1, '/w', 0);
              INSERT INTO stat_cache VALUES (1, 'a.c', 0, 1, 2, 3, 4, x'00', 5);
@@ -535,18 +538,7 @@ mod tests {
              INSERT INTO stat_cache VALUES (1, 'a', 0, 1, 1, 1, 1, x'00', 1);",
         )
         .unwrap();
-        Migrations::new(
-            MIGRATION_SQL[..10]
-                .iter()
-                .enumerate()
-                .map(|(index, sql)| match index {
-                    9 => M::up_with_hook(sql, workspaces::rekey_stat_cache),
-                    _ => M::up(sql),
-                })
-                .collect(),
-        )
-        .to_latest(&mut conn)
-        .unwrap();
+        migrations(10).to_latest(&mut conn).unwrap();
         let mut stmt = conn
             .prepare(
                 "SELECT key, mtime_ns, checked_ns FROM stat_cache WHERE workspace = 1 ORDER BY key",
@@ -576,9 +568,7 @@ mod tests {
         let path = dir.path().join("catalog.db");
         {
             let mut conn = Connection::open(&path).unwrap();
-            Migrations::new(MIGRATION_SQL[..10].iter().map(|sql| M::up(sql)).collect())
-                .to_latest(&mut conn)
-                .unwrap();
+            migrations(10).to_latest(&mut conn).unwrap();
             conn.execute_batch(
                 "INSERT INTO workspaces (id, path, updated_at) VALUES (1, '/w', 0);
                  INSERT INTO stat_cache VALUES (1, x'61', 0, 1, 2, 3, 4, x'00', 5);",

@@ -304,7 +304,7 @@ pub fn commit(
         let mut records = listing.read()?;
         while let Some(record) = records.next_record()? {
             let entry = record
-                .into_flat(|| read.next())?
+                .into_flat(|| Ok(read.next()?.map(|(id, _)| id)))?
                 .ok_or_else(|| records.changed())?;
             builder.push(entry, &mut emit)?;
         }
@@ -369,8 +369,12 @@ pub fn commit(
         let mut read = ids.read()?;
         let mut records = listing.read()?;
         while let Some((path, stat)) = records.next_file_to_read()? {
-            read.next()?.ok_or_else(|| records.changed())?;
-            fresh.push((path, workspace::entry(&stat, started_ns)));
+            let (_, unchanged) = read.next()?.ok_or_else(|| records.changed())?;
+            // The walk's stat is cached only for the file that was read.
+            let entry = unchanged
+                .then(|| workspace::entry(&stat, started_ns))
+                .flatten();
+            fresh.push((path, entry));
             if fresh.len() >= INGEST_BATCH {
                 write(&mut fresh)?;
             }
@@ -504,9 +508,10 @@ impl Record {
     }
 }
 
-/// The ids of the files a commit read, in listing order, in an unnamed temporary file (32
-/// bytes each; a crash leaves nothing): read back in order for the trees, then for the stat
-/// cache. Held in memory they took 32 MB at a million files.
+/// The ids of the files a commit read, in listing order, each with whether the file read
+/// still had the walk's stat ([`super::ingest::ingest_files`]), in an unnamed temporary file
+/// (33 bytes each; a crash leaves nothing): read back in order for the trees, then for the
+/// stat cache. Held in memory they took 32 MB at a million files.
 struct ReadIds {
     path: std::path::PathBuf,
     file: std::io::BufWriter<std::fs::File>,
@@ -523,10 +528,13 @@ impl ReadIds {
         })
     }
 
-    fn push_all(&mut self, ids: &[ObjectId]) -> Result<()> {
+    fn push_all(&mut self, ids: &[(ObjectId, bool)]) -> Result<()> {
         use std::io::Write;
-        for id in ids {
+        for (id, unchanged) in ids {
             self.file.write_all(&id.0).at(&self.path)?;
+            self.file
+                .write_all(&[u8::from(*unchanged)])
+                .at(&self.path)?;
         }
         self.count += ids.len() as u64;
         Ok(())
@@ -554,16 +562,19 @@ struct ReadIdsReader {
 }
 
 impl ReadIdsReader {
-    /// The next id; `None` past the last one written.
-    fn next(&mut self) -> Result<Option<ObjectId>> {
+    /// The next id, and whether the file read still had the walk's stat; `None` past the
+    /// last one written.
+    fn next(&mut self) -> Result<Option<(ObjectId, bool)>> {
         use std::io::Read;
         if self.left == 0 {
             return Ok(None);
         }
-        let mut id = [0u8; 32];
-        self.file.read_exact(&mut id).at(&self.path)?;
+        let mut record = [0u8; 33];
+        self.file.read_exact(&mut record).at(&self.path)?;
         self.left -= 1;
-        Ok(Some(ObjectId(id)))
+        let mut id = [0u8; 32];
+        id.copy_from_slice(&record[..32]);
+        Ok(Some((ObjectId(id), record[32] == 1)))
     }
 }
 

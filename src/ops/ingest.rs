@@ -242,16 +242,16 @@ pub fn ingest_files(
     files: &[IngestFile],
     options: IngestOptions,
     progress: &dyn Progress,
-) -> Result<(Vec<ObjectId>, IngestStats)> {
-    let ids = Mutex::new(vec![ObjectId([0; 32]); files.len()]);
+) -> Result<(Vec<(ObjectId, bool)>, IngestStats)> {
+    let ids = Mutex::new(vec![(ObjectId([0; 32]), false); files.len()]);
     let ((), stats) = with_ingester(catalog_path, sink, options, Some(progress), |ingester| {
         crate::parallel::for_each_with(
             files,
             options.jobs,
             || ingester.writer(),
             |writer, index, job| {
-                let file_id = read_file(writer, job)?;
-                ids.lock().expect("no panics while holding the lock")[index] = file_id;
+                let read = read_file(writer, job)?;
+                ids.lock().expect("no panics while holding the lock")[index] = read;
                 progress.file_done();
                 Ok(())
             },
@@ -264,23 +264,26 @@ pub fn ingest_files(
     ))
 }
 
-/// Ingests one file of [`ingest_files`]; fails if it changed while it was read: the file read
-/// must still have the walk's whole stat (`job.stat`) after its last byte, since commit caches
-/// that stat for the content read. A file replaced at its path (another inode, or a ctime
-/// moved by a write whose mtime was set back) fails as a write does.
-fn read_file(writer: &mut StreamWriter<'_>, job: &IngestFile) -> Result<ObjectId> {
+/// Ingests one file of [`ingest_files`]: its file id, and whether the file read still had the
+/// walk's whole stat (`job.stat`) after its last byte. Fails if it changed while it was read
+/// (its size or mtime moved). A stat that moved otherwise (another inode: the file was
+/// replaced at its path, say by a directory renamed away; or only the ctime: a hard link,
+/// `touch -a`, a write whose mtime was set back) leaves the content read as committed, but
+/// commit must not cache the walk's stat for it: the stat cache would vouch for a file that
+/// was not read.
+fn read_file(writer: &mut StreamWriter<'_>, job: &IngestFile) -> Result<(ObjectId, bool)> {
     let file = File::open(&job.path).at(&job.path)?;
     let (file_id, size) = writer
         .ingest(&file, Some(job.stat.size))
         .map_err(|e| e.at(&job.path))?;
     let after = Stat::of(&file.metadata().at(&job.path)?);
-    if size != job.stat.size || after != job.stat {
+    if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size {
         return Err(Error::Unsupported {
             path: job.path.clone(),
             reason: "the file changed while it was being read; run the command again".into(),
         });
     }
-    Ok(file_id)
+    Ok((file_id, after == job.stat))
 }
 
 /// Runs `body` with an [`Ingester`] whose compressor threads (`options.jobs` of them) append

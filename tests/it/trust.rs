@@ -13,31 +13,42 @@ fn problems(env: &TestEnv) -> Vec<serde_json::Value> {
     problems
 }
 
-/// Finding 1: a stat-cache entry must not vouch for a file id that gc freed.
-#[test]
-fn a_stat_cache_never_vouches_for_data_gc_freed() {
+/// Commits `d` and then another directory to `ds`, moves `d` away while `let_go` lets the
+/// data of `d`'s version go (given its id), moves it back, and checks that the next commit of
+/// `d` reads every file again (no stat-cache entry vouches for data the store let go), that
+/// the store verifies and that the version committed gives the files back.
+fn a_commit_reads_again_what_was_let_go(seed: u64, let_go: impl FnOnce(&TestEnv, &str)) {
     let env = TestEnv::new();
-    env.write("d/a.bin", pseudo_random(300_000, 1));
+    env.write("d/a.bin", pseudo_random(300_000, seed));
     env.write("d/small.txt", "hello\n");
     settle(); // so the stat cache trusts what the commit hashes
     env.ok(&["commit", "d", "-d", "ds"]);
-    env.write("other/b.bin", pseudo_random(10_000, 2));
+    let v1 = version_ids(&env, "ds")[0].clone();
+    env.write("other/b.bin", pseudo_random(10_000, seed + 1));
     env.ok(&["commit", "other", "-d", "ds"]);
     std::fs::rename(env.path("d"), env.path("away")).unwrap();
-    let v1 = version_ids(&env, "ds")[1].clone();
-    env.ok(&["rm", &format!("ds@{}", &v1[..12])]);
-    env.ok(&["gc"]);
+    let_go(&env, &v1);
     std::fs::rename(env.path("away"), env.path("d")).unwrap();
     let report = env.json(&["commit", "d", "-d", "ds"]);
     // Both files had to be read again: the store no longer held them.
     assert_eq!(report["files_unchanged"], 0, "{report}");
     assert!(problems(&env).is_empty());
     env.ok(&["verify", "--full"]);
-    env.ok(&["checkout", "ds", "back"]);
+    let version = report["version"].as_str().unwrap();
+    env.ok(&["checkout", &format!("ds@{}", &version[..12]), "back"]);
     assert_eq!(
         std::fs::read(env.path("back/a.bin")).unwrap(),
-        pseudo_random(300_000, 1)
+        pseudo_random(300_000, seed)
     );
+}
+
+/// Finding 1: a stat-cache entry must not vouch for a file id that gc freed.
+#[test]
+fn a_stat_cache_never_vouches_for_data_gc_freed() {
+    a_commit_reads_again_what_was_let_go(1, |env, v1| {
+        env.ok(&["rm", &format!("ds@{}", &v1[..12])]);
+        env.ok(&["gc"]);
+    });
 }
 
 /// A stat-cache entry vouches for the workspace's version at its path (schema 11), so it
@@ -45,36 +56,18 @@ fn a_stat_cache_never_vouches_for_data_gc_freed() {
 /// version (its directory had been moved away, so no workspace held it) and frees its chunks.
 #[test]
 fn a_stat_cache_never_vouches_for_a_version_cache_prune_evicted() {
-    let env = TestEnv::new();
-    env.write("d/a.bin", pseudo_random(300_000, 41));
-    env.write("d/small.txt", "evicted\n");
-    settle(); // so the stat cache trusts what the commit hashes
-    env.ok(&["commit", "d", "-d", "ds"]);
-    let v1 = version_ids(&env, "ds")[0].clone();
-    env.write("other/b.bin", pseudo_random(10_000, 42));
-    env.ok(&["commit", "other", "-d", "ds"]);
-    push_to_file_remote(&env, "remote", "ds");
-    std::fs::rename(env.path("d"), env.path("away")).unwrap();
-    env.ok(&["cache", "prune"]);
-    let listed = env.json(&["cache", "ls"]);
-    let evicted = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["version"] == v1.as_str())
-        .unwrap();
-    assert_eq!(evicted["evicted"], true, "{listed}");
-    std::fs::rename(env.path("away"), env.path("d")).unwrap();
-    let report = env.json(&["commit", "d", "-d", "ds"]);
-    // Both files had to be read again: the store no longer held them.
-    assert_eq!(report["files_unchanged"], 0, "{report}");
-    assert!(problems(&env).is_empty());
-    env.ok(&["verify", "--full"]);
-    env.ok(&["checkout", &format!("ds@{}", &v1[..12]), "back"]);
-    assert_eq!(
-        std::fs::read(env.path("back/a.bin")).unwrap(),
-        pseudo_random(300_000, 41)
-    );
+    a_commit_reads_again_what_was_let_go(41, |env, v1| {
+        push_to_file_remote(env, "remote", "ds");
+        env.ok(&["cache", "prune"]);
+        let listed = env.json(&["cache", "ls"]);
+        let evicted = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["version"] == v1)
+            .unwrap();
+        assert_eq!(evicted["evicted"], true, "{listed}");
+    });
 }
 
 /// A vouched file's id comes from the version the workspace holds, at the same path: after
@@ -158,19 +151,21 @@ impl dsv::progress::Progress for AtReading {
     fn finish(&self) {}
 }
 
-/// A file replaced between commit's walk and its read, by one of the same size and mtime
-/// (`touch -d`, `cp -p`), is not committed under the walk's stat: the stat cache would then
-/// vouch for the first file, once back, with the content of the second. The commit fails
-/// as for a file written while read, and the next one reads the file that is there.
+/// A file replaced between commit's walk and its read by one of the same size and mtime:
+/// here its directory is renamed away while commit runs and back afterwards, which keeps the
+/// file's ctime, so the walk's stat would match it again. The commit records what it read,
+/// but caches no stat for it, so the next commit reads the file that is back. A stat that
+/// moves in its ctime alone while the file is read (a hard link made meanwhile) does not
+/// fail the commit, and leaves that file uncached too.
 #[test]
-fn a_file_swapped_in_with_the_same_mtime_while_commit_runs_is_not_cached() {
+fn a_file_replaced_while_commit_runs_is_not_cached_under_the_walks_stat() {
     use dsv::ops::commit::{CommitOptions, commit};
     let temp = tempfile::tempdir().unwrap();
-    let root = temp.path();
-    let mut store = dsv::Store::init(root).unwrap();
-    let dir = root.join("d");
-    std::fs::create_dir(&dir).unwrap();
-    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    let root = temp.path().to_path_buf();
+    let mut store = dsv::Store::init(&root).unwrap();
+    let dir = root.join("w");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_000_000, 123_456_789);
     let write_dated = move |path: &std::path::Path, bytes: &[u8]| {
         std::fs::write(path, bytes).unwrap();
         std::fs::File::options()
@@ -180,31 +175,42 @@ fn a_file_swapped_in_with_the_same_mtime_while_commit_runs_is_not_cached() {
             .set_modified(old)
             .unwrap();
     };
-    write_dated(&dir.join("f"), b"YYYY");
+    write_dated(&dir.join("sub/f"), b"YYYY");
+    std::fs::write(dir.join("keep"), b"keep").unwrap();
     settle();
-    let swap_dir = dir.clone();
-    let swap = AtReading(std::sync::Mutex::new(Some(Box::new(move || {
-        std::fs::rename(swap_dir.join("f"), swap_dir.join("f.old")).unwrap();
-        write_dated(&swap_dir.join("f"), b"XXXX");
-    }))));
     let options = CommitOptions::new("ds");
-    let error = commit(&mut store, &dir, &options, &swap).unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .contains("changed while it was being read"),
-        "{error}"
-    );
-    // The first file back: the next commit reads it (no entry vouches for it).
-    std::fs::remove_file(dir.join("f")).unwrap();
-    std::fs::rename(dir.join("f.old"), dir.join("f")).unwrap();
-    let report = commit(&mut store, &dir, &options, &dsv::progress::NoProgress).unwrap();
-    assert_eq!(report.files_unchanged, 0);
-    let version = store.catalog().version(&report.version).unwrap().unwrap();
-    let mut reader = store.reader();
-    let listing = dsv::tree::flatten_version(&mut reader, &version.version).unwrap();
-    let f = listing.iter().find(|e| e.path == "f").unwrap();
-    assert_eq!(f.id, dsv::ObjectId::of(b"YYYY"));
+    let id_of = |store: &dsv::Store, version: &dsv::ObjectId| {
+        let record = store.catalog().version(version).unwrap().unwrap();
+        let listing = dsv::tree::flatten_version(&mut store.reader(), &record.version).unwrap();
+        listing.iter().find(|e| e.path == "sub/f").unwrap().id
+    };
+
+    let swapped = dir.clone();
+    let swap = AtReading(std::sync::Mutex::new(Some(Box::new(move || {
+        std::fs::rename(swapped.join("sub"), swapped.join("sub.away")).unwrap();
+        std::fs::create_dir(swapped.join("sub")).unwrap();
+        write_dated(&swapped.join("sub/f"), b"XXXX");
+    }))));
+    let first = commit(&mut store, &dir, &options, &swap).unwrap();
+    assert_eq!(id_of(&store, &first.version), dsv::ObjectId::of(b"XXXX"));
+    std::fs::remove_dir_all(dir.join("sub")).unwrap();
+    std::fs::rename(dir.join("sub.away"), dir.join("sub")).unwrap();
+    let second = commit(&mut store, &dir, &options, &dsv::progress::NoProgress).unwrap();
+    assert_eq!(second.files_unchanged, 1, "only `keep` is vouched for");
+    assert_eq!(id_of(&store, &second.version), dsv::ObjectId::of(b"YYYY"));
+
+    // A new content (same size and mtime, a new ctime), read while a hard link is made.
+    write_dated(&dir.join("sub/f"), b"ZZZZ");
+    settle();
+    let linked = (dir.join("sub/f"), root.join("link"));
+    let link = AtReading(std::sync::Mutex::new(Some(Box::new(move || {
+        std::fs::hard_link(&linked.0, &linked.1).unwrap();
+    }))));
+    let third = commit(&mut store, &dir, &options, &link).unwrap();
+    assert_eq!(id_of(&store, &third.version), dsv::ObjectId::of(b"ZZZZ"));
+    let fourth = commit(&mut store, &dir, &options, &dsv::progress::NoProgress).unwrap();
+    assert_eq!(fourth.files_unchanged, 1, "sub/f is read again: {fourth:?}");
+    assert!(!fourth.created);
 }
 
 /// Finding 3: content that only a removed version holds is not "recoverable", so checkout
