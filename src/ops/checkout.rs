@@ -303,7 +303,8 @@ struct Plan {
     /// Files and symlinks kept.
     unchanged: u64,
     /// Stat cache entries for the kept files that were hashed (they hold the target's
-    /// content, which the store holds); `None`: the stat was racy, the path's entry goes.
+    /// content, which the store holds); `None`: the stat was racy, or the file read no longer
+    /// had it, and the path's entry goes.
     hashed: Vec<(String, Option<StatEntry>)>,
     /// Paths whose stat cache entry goes: the target has no file there.
     uncache: Vec<String>,
