@@ -132,12 +132,24 @@ pub struct Stat {
 impl Stat {
     /// The fields of `metadata` (from `symlink_metadata`).
     pub fn of(metadata: &std::fs::Metadata) -> Stat {
+        Stat::from_raw(
+            metadata.len(),
+            (metadata.mtime(), metadata.mtime_nsec()),
+            (metadata.ctime(), metadata.ctime_nsec()),
+            metadata.ino(),
+            metadata.mode(),
+        )
+    }
+
+    /// The fields of a `struct stat`: times as (seconds, nanoseconds) since the epoch.
+    fn from_raw(size: u64, mtime: (i64, i64), ctime: (i64, i64), inode: u64, mode: u32) -> Stat {
+        let nanoseconds = |(seconds, nanos): (i64, i64)| seconds * 1_000_000_000 + nanos;
         Stat {
-            size: metadata.len(),
-            mtime_ns: metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(),
-            ctime_ns: metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(),
-            inode: metadata.ino(),
-            mode: metadata.mode(),
+            size,
+            mtime_ns: nanoseconds(mtime),
+            ctime_ns: nanoseconds(ctime),
+            inode,
+            mode,
         }
     }
 }
@@ -399,16 +411,10 @@ impl Walker {
                 Walked::Names(names) => {
                     let root = &self.root;
                     let parents = Parents::open(root, &names);
-                    // A path the system would not open whole is lstatted whole, so that it
-                    // fails here as before (`too_long`), not later where it is opened.
-                    let root_length = root.as_os_str().len();
                     let jobs: Vec<(&(String, bool), Option<&OwnedFd>)> = names
                         .iter()
                         .zip(&parents.of_name)
-                        .map(|(name, &parent)| {
-                            let openable = root_length + 1 + name.0.len() < PATH_MAX;
-                            (name, parent.filter(|_| openable).map(|i| &parents.fds[i]))
-                        })
+                        .map(|(name, parent)| (name, parent.map(|i| &parents.fds[i])))
                         .collect();
                     let stats =
                         crate::parallel::map(&jobs, self.jobs, |((relative, reserved), parent)| {
@@ -525,7 +531,7 @@ fn list_names(
                 });
             }
             let relative = relative_of(entry.path())?;
-            let reserved = is_reserved_name(last_name(Path::new(&relative)));
+            let reserved = is_reserved_name(name_of(&relative).as_bytes());
             batch.push((relative, reserved));
             if batch.len() >= WALK_BATCH
                 && sender
@@ -614,7 +620,8 @@ struct Parents {
     fds: Vec<OwnedFd>,
     /// For each name of the batch, the index of its opened parent in `fds`; `None`: lstatted
     /// by its whole path (a parent with few names, past the cap, or not openable, which the
-    /// whole-path lstat then reports as before).
+    /// whole-path lstat then reports as before; and a path as long as PATH_MAX, so that it
+    /// fails here as before, not later where it is opened).
     of_name: Vec<Option<usize>>,
 }
 
@@ -631,6 +638,7 @@ impl Parents {
         for (relative, _) in names {
             *counts.entry(parent_of(relative)).or_default() += 1;
         }
+        let root_length = root.as_os_str().len();
         let mut slots: std::collections::HashMap<&str, Option<usize>> = Default::default();
         let mut parents = Parents {
             fds: Vec::new(),
@@ -645,7 +653,8 @@ impl Parents {
                 parents.fds.push(open_parent(root, parent)?);
                 Some(parents.fds.len() - 1)
             });
-            parents.of_name.push(slot);
+            let openable = root_length + 1 + relative.len() < PATH_MAX;
+            parents.of_name.push(slot.filter(|_| openable));
         }
         parents
     }
@@ -654,6 +663,11 @@ impl Parents {
 /// The parent of `relative` (a `/`-separated path), "" for a name at the root.
 fn parent_of(relative: &str) -> &str {
     relative.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
+/// The last name of `relative` (a `/`-separated path).
+fn name_of(relative: &str) -> &str {
+    relative.rsplit_once('/').map_or(relative, |(_, name)| name)
 }
 
 /// The directory `parent` (relative to `root`; "" for the root) opened with `O_PATH`,
@@ -675,20 +689,20 @@ fn stat_entry_at(
     relative: &str,
     reserved: bool,
 ) -> Result<(ScanKind, Stat)> {
-    let name = relative.rsplit('/').next().unwrap_or(relative);
+    let name = name_of(relative);
     let at = |errno: nix::errno::Errno| Error::Io {
         path: root.join(relative),
         source: std::io::Error::from(errno),
     };
     let stat = nix::sys::stat::fstatat(parent, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
         .map_err(at)?;
-    let found = Stat {
-        size: stat.st_size as u64,
-        mtime_ns: stat.st_mtime * 1_000_000_000 + stat.st_mtime_nsec,
-        ctime_ns: stat.st_ctime * 1_000_000_000 + stat.st_ctime_nsec,
-        inode: stat.st_ino,
-        mode: stat.st_mode,
-    };
+    let found = Stat::from_raw(
+        stat.st_size as u64,
+        (stat.st_mtime, stat.st_mtime_nsec),
+        (stat.st_ctime, stat.st_ctime_nsec),
+        stat.st_ino,
+        stat.st_mode,
+    );
     let kind = classify(found.mode, relative, reserved, || {
         nix::fcntl::readlinkat(parent, name)
             .map(PathBuf::from)

@@ -41,15 +41,6 @@ pub fn racy_margin(mtime_ns: i64) -> i64 {
     }
 }
 
-/// True when `entry` vouches for a file whose stat is now `stat`: every field unchanged.
-pub fn vouches(entry: &StatEntry, stat: &Stat) -> bool {
-    entry.size == stat.size
-        && entry.mtime_ns == stat.mtime_ns
-        && entry.ctime_ns == stat.ctime_ns
-        && entry.inode == stat.inode
-        && entry.mode == stat.mode
-}
-
 /// The stat cache entry for a file whose lstat `stat` was taken no earlier than `checked_ns`
 /// (nanoseconds since the epoch), or `None` when that stat is racy and must not be cached
 /// (the caller deletes the path's entry instead): taken within [`racy_margin`] of the file's
@@ -62,13 +53,7 @@ pub fn entry(stat: &Stat, checked_ns: i64) -> Option<StatEntry> {
     // Coarse when either time is: the margin of the coarser of the two.
     let margin = racy_margin(stat.mtime_ns).max(racy_margin(stat.ctime_ns));
     let settled = changed.saturating_add(margin) <= checked_ns;
-    settled.then_some(StatEntry {
-        size: stat.size,
-        mtime_ns: stat.mtime_ns,
-        ctime_ns: stat.ctime_ns,
-        inode: stat.inode,
-        mode: stat.mode,
-    })
+    settled.then_some(*stat)
 }
 
 /// Nanoseconds since the Unix epoch.
@@ -167,7 +152,7 @@ mod tests {
         assert_eq!(entry(&s, 1_000_000_123 + RACY_MARGIN_NS - 1), None);
         // Any changed field distrusts the entry.
         let settled = entry(&s, i64::MAX / 2).unwrap();
-        assert!(vouches(&settled, &s));
+        assert_eq!(settled, s);
         for changed in [
             Stat { size: 11, ..s },
             Stat {
@@ -184,7 +169,7 @@ mod tests {
                 ..s
             },
         ] {
-            assert!(!vouches(&settled, &changed));
+            assert_ne!(settled, changed);
         }
         // A recent ctime makes the stat racy whatever the mtime says (`touch -d`).
         let backdated = Stat {

@@ -523,6 +523,16 @@ mod tests {
         assert_eq!(count, schema_version());
     }
 
+    /// The first column of every row `sql` gives.
+    fn column<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> Vec<T> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
     /// A schema 9 catalog's stat cache survives the move to schema 10, re-keyed so that it
     /// reads back in path order ("a/b" before "a.c", unlike byte order).
     #[test]
@@ -576,14 +586,10 @@ mod tests {
             .unwrap();
         }
         let catalog = Catalog::open(&path, false).unwrap();
-        let columns: Vec<String> = catalog
-            .conn
-            .prepare("SELECT name FROM pragma_table_info('stat_cache')")
-            .unwrap()
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let columns: Vec<String> = column(
+            &catalog.conn,
+            "SELECT name FROM pragma_table_info('stat_cache')",
+        );
         assert_eq!(
             columns,
             [
@@ -659,14 +665,10 @@ mod tests {
         let writer = catalog.writer().unwrap();
         assert_eq!(writer.drop_unheld_stat_entries().unwrap(), 6);
         writer.commit().unwrap();
-        let rows: Vec<i64> = catalog
-            .conn
-            .prepare("SELECT workspace FROM stat_cache ORDER BY workspace")
-            .unwrap()
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let rows: Vec<i64> = column(
+            &catalog.conn,
+            "SELECT workspace FROM stat_cache ORDER BY workspace",
+        );
         assert_eq!(rows, [1, 1]);
     }
 

@@ -72,27 +72,15 @@ fn read_workspace(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workspace> {
     })
 }
 
-/// What a file looked like (lstat) when it was last found to hold its workspace's version's
-/// content at its path.
+/// What a file looked like (lstat: size, mtime, ctime, inode, mode) when it was last found to
+/// hold its workspace's version's content at its path.
 ///
-/// An entry names no file id: it vouches that the file, while its lstat is these five
-/// fields, holds the content of the file the workspace's version has at the same path
-/// (schema 11). Readers take the id from that version's tree. Only settled stats are
-/// written (see [`crate::workspace::entry`]), so every entry may be trusted when the stat
-/// matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatEntry {
-    /// Length in bytes.
-    pub size: u64,
-    /// Modification time, nanoseconds since the Unix epoch.
-    pub mtime_ns: i64,
-    /// Status-change time, nanoseconds since the Unix epoch.
-    pub ctime_ns: i64,
-    /// Inode number.
-    pub inode: u64,
-    /// `st_mode` (type and permission bits).
-    pub mode: u32,
-}
+/// An entry names no file id: it vouches that the file, while its lstat is this one, holds
+/// the content of the file the workspace's version has at the same path (schema 11). Readers
+/// take the id from that version's tree. Only settled stats are written (see
+/// [`crate::workspace::entry`]), so an entry is trusted exactly when the file's lstat equals
+/// it.
+pub type StatEntry = crate::walk::Stat;
 
 impl Catalog {
     /// Every workspace record, by path, whether or not its directory still exists.
@@ -158,8 +146,7 @@ impl Catalog {
         mut each: impl FnMut(String, StatEntry) -> Result<bool>,
     ) -> Result<()> {
         let version_kept: bool = self.conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM workspaces w JOIN versions v ON v.id = w.version
-                 WHERE w.id = ?1 AND v.removed_at IS NULL AND v.evicted_at IS NULL)",
+            &format!("SELECT EXISTS ({WORKSPACES_HOLDING_A_LIVE_VERSION} AND w.id = ?1)"),
             [workspace],
             |row| row.get(0),
         )?;
@@ -189,6 +176,12 @@ impl Catalog {
         Ok(())
     }
 }
+
+/// The ids of the workspaces whose recorded version is live (neither removed nor evicted):
+/// the store keeps it whole, so their stat cache entries may vouch for its content.
+const WORKSPACES_HOLDING_A_LIVE_VERSION: &str = "SELECT w.id FROM workspaces w
+     JOIN versions v ON v.id = w.version
+     WHERE v.removed_at IS NULL AND v.evicted_at IS NULL";
 
 /// The stat cache's key of a relative path: its bytes with every `/` written as 0, so that
 /// byte order of keys is [`crate::walk::path_order`] of paths (schema 10).
@@ -315,9 +308,10 @@ impl CatalogWriter<'_> {
     /// [`crate::Error::Catalog`].
     pub fn drop_unheld_stat_entries(&self) -> Result<u64> {
         Ok(self.tx.execute(
-            "DELETE FROM stat_cache WHERE workspace IN (
-                 SELECT w.id FROM workspaces w LEFT JOIN versions v ON v.id = w.version
-                 WHERE v.id IS NULL OR v.removed_at IS NOT NULL OR v.evicted_at IS NOT NULL)",
+            &format!(
+                "DELETE FROM stat_cache WHERE workspace IN (
+                     SELECT id FROM workspaces EXCEPT {WORKSPACES_HOLDING_A_LIVE_VERSION})"
+            ),
             [],
         )? as u64)
     }

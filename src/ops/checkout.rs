@@ -1117,14 +1117,10 @@ fn plan(
         // file read no longer had the walk's stat).
         let mut fresh: Vec<Option<Option<StatEntry>>> = vec![None; batch.len()];
         if !to_hash.is_empty() {
-            let hashed = hash_files(dir, &to_hash, jobs, progress)?;
-            for ((i, entry), (id, unchanged)) in to_hash.iter().zip(hashed) {
+            let hashed = hash_files(dir, &to_hash, started_ns, jobs, progress)?;
+            for ((i, _), (id, cached)) in to_hash.iter().zip(hashed) {
                 ids[*i] = Some(id);
-                fresh[*i] = Some(
-                    unchanged
-                        .then(|| workspace::entry(&entry.stat, started_ns))
-                        .flatten(),
-                );
+                fresh[*i] = Some(cached);
             }
         }
         for (i, (item, (in_target, in_old))) in batch.iter().zip(&named).enumerate() {

@@ -108,9 +108,7 @@ impl DiskStream {
                 }
             }
             let vouched = matches!(entry.kind, ScanKind::File { .. })
-                && cached
-                    .as_ref()
-                    .is_some_and(|c| workspace::vouches(c, &entry.stat));
+                && cached.as_ref().is_some_and(|c| *c == entry.stat);
             items.push(DiskItem {
                 entry,
                 vouched,
@@ -193,15 +191,17 @@ impl CacheRows {
 }
 
 /// Hashes the files `(_, entry)` of `files` (paths relative to `dir`) on `jobs` threads,
-/// reporting bytes and files; their ids, in order, each with whether the file read still had
-/// the walk's stat (`entry.stat`) once read ([`workspace::hash_file_and_stat`]): only then
-/// may a stat cache entry vouch for it.
+/// reporting bytes and files; their ids, in order, each with the stat cache entry the walk's
+/// stat (`entry.stat`, taken no earlier than `checked_ns`) makes: `None` when that stat is racy
+/// ([`workspace::entry`]) or the file read no longer had it once read
+/// ([`workspace::hash_file_and_stat`]), so that an entry vouches only for a file read.
 pub(crate) fn hash_files<T: Sync>(
     dir: &Path,
     files: &[(T, &ScanEntry)],
+    checked_ns: i64,
     jobs: usize,
     progress: &dyn Progress,
-) -> Result<Vec<(ObjectId, bool)>> {
+) -> Result<Vec<(ObjectId, Option<StatEntry>)>> {
     progress.count_files(files.len() as u64);
     progress.start(
         "hashing",
@@ -212,7 +212,10 @@ pub(crate) fn hash_files<T: Sync>(
         let (id, read) = workspace::hash_file_and_stat(&dir.join(&entry.path))?;
         progress.advance(entry.stat.size);
         progress.file_done();
-        Ok((id, read == entry.stat))
+        let cached = (read == entry.stat)
+            .then(|| workspace::entry(&entry.stat, checked_ns))
+            .flatten();
+        Ok((id, cached))
     })?;
     progress.finish();
     Ok(hashed)
@@ -339,20 +342,12 @@ pub(crate) fn compare_with_disk(
     drop(stream);
     let files: Vec<(Option<ObjectId>, &ScanEntry)> =
         pending.iter().map(|(entry, old)| (*old, entry)).collect();
-    let ids = hash_files(dir, &files, jobs, progress)?;
+    let ids = hash_files(dir, &files, started_ns, jobs, progress)?;
     let changes = diff.finish(|number| ids[number].0);
     let hashed = pending
         .into_iter()
-        .zip(&ids)
-        .map(|((entry, old), (id, unchanged))| {
-            (
-                entry.path,
-                unchanged
-                    .then(|| workspace::entry(&entry.stat, started_ns))
-                    .flatten(),
-                old == Some(*id),
-            )
-        })
+        .zip(ids)
+        .map(|((entry, old), (id, cached))| (entry.path, cached, old == Some(id)))
         .collect();
     Ok(Compared {
         changes,
