@@ -141,9 +141,13 @@ impl Stat {
         )
     }
 
-    /// The fields of a `struct stat`: times as (seconds, nanoseconds) since the epoch.
+    /// The fields of a `struct stat`: times as (seconds, nanoseconds) since the epoch. A time
+    /// past what i64 nanoseconds hold (after 2262, or before 1677: `touch -d` sets such
+    /// times) saturates, so that it stays comparable with itself instead of overflowing.
     fn from_raw(size: u64, mtime: (i64, i64), ctime: (i64, i64), inode: u64, mode: u32) -> Stat {
-        let nanoseconds = |(seconds, nanos): (i64, i64)| seconds * 1_000_000_000 + nanos;
+        let nanoseconds = |(seconds, nanos): (i64, i64)| {
+            seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
+        };
         Stat {
             size,
             mtime_ns: nanoseconds(mtime),
@@ -920,6 +924,31 @@ mod tests {
             }
         }
         assert_eq!(seen, 40 * 11 + 100 * 2);
+    }
+
+    /// A file dated past what i64 nanoseconds hold (ext4 keeps times up to 2446) is walked:
+    /// its times saturate instead of overflowing.
+    #[test]
+    fn a_file_dated_past_2262_is_walked_with_saturated_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("far");
+        std::fs::write(&file, b"x").unwrap();
+        let far =
+            std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(15_032_385_535);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(far)
+            .unwrap();
+        let (kind, stat) = stat_entry(&file, "far", false).unwrap();
+        assert_eq!(kind, ScanKind::File { executable: false });
+        assert_eq!(stat.mtime_ns, i64::MAX);
+        let parent = open_parent(dir.path(), "").unwrap();
+        assert_eq!(
+            stat_entry_at(&parent, dir.path(), "far", false).unwrap().1,
+            stat
+        );
     }
 
     #[test]
