@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+pub mod beneath;
 pub mod catalog;
 pub mod chunk;
 pub mod config;

@@ -440,6 +440,8 @@ pub struct Cursor<I> {
     /// Entries taken from the walk.
     taken: usize,
     ended: bool,
+    /// Whether `next` was found by a seek (so it is not handed over as passed).
+    found: bool,
 }
 
 impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
@@ -450,6 +452,7 @@ impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
             next: None,
             taken: 0,
             ended: false,
+            found: false,
         }
     }
 
@@ -460,6 +463,19 @@ impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
     /// # Errors
     /// The walk's.
     pub fn seek(&mut self, path: &str) -> Result<Option<(usize, &FlatEntry)>> {
+        self.seek_passing(path, |_, _| Ok(()))
+    }
+
+    /// As [`Cursor::seek`], handing each entry passed (those before `path`, which a merge
+    /// with another listing finds only here) to `passed` with its position, in order.
+    ///
+    /// # Errors
+    /// The walk's, and `passed`'s.
+    pub fn seek_passing(
+        &mut self,
+        path: &str,
+        mut passed: impl FnMut(usize, FlatEntry) -> Result<()>,
+    ) -> Result<Option<(usize, &FlatEntry)>> {
         loop {
             if self.next.is_none() && !self.ended {
                 self.next = self.walk.next().transpose()?;
@@ -471,11 +487,38 @@ impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
                 Some(entry) => crate::walk::path_order(&entry.path, path),
             };
             match order {
-                std::cmp::Ordering::Less => self.next = None,
+                std::cmp::Ordering::Less => {
+                    if let Some(entry) = self.next.take()
+                        && !std::mem::take(&mut self.found)
+                    {
+                        passed(self.taken - 1, entry)?;
+                    }
+                }
                 std::cmp::Ordering::Equal => {
+                    self.found = true;
                     return Ok(self.next.as_ref().map(|entry| (self.taken - 1, entry)));
                 }
                 std::cmp::Ordering::Greater => return Ok(None),
+            }
+        }
+    }
+
+    /// Hands every entry not yet passed or found to `passed` with its position, in order:
+    /// the end of a merge.
+    ///
+    /// # Errors
+    /// The walk's, and `passed`'s.
+    pub fn drain(&mut self, mut passed: impl FnMut(usize, FlatEntry) -> Result<()>) -> Result<()> {
+        loop {
+            if self.next.is_none() && !self.ended {
+                self.next = self.walk.next().transpose()?;
+                self.ended = self.next.is_none();
+                self.taken += usize::from(!self.ended);
+            }
+            match self.next.take() {
+                Some(_) if std::mem::take(&mut self.found) => {}
+                Some(entry) => passed(self.taken - 1, entry)?,
+                None => return Ok(()),
             }
         }
     }

@@ -141,6 +141,17 @@ impl Stat {
         )
     }
 
+    /// The fields of a `struct stat` from `fstatat(2)` or `fstat(2)`.
+    pub fn of_file_stat(stat: &nix::sys::stat::FileStat) -> Stat {
+        Stat::from_raw(
+            stat.st_size as u64,
+            (stat.st_mtime, stat.st_mtime_nsec),
+            (stat.st_ctime, stat.st_ctime_nsec),
+            stat.st_ino,
+            stat.st_mode,
+        )
+    }
+
     /// The fields of a `struct stat`: times as (seconds, nanoseconds) since the epoch. A time
     /// past what i64 nanoseconds hold (after 2262, or before 1677: `touch -d` sets such
     /// times) saturates, so that it stays comparable with itself instead of overflowing.
@@ -700,13 +711,7 @@ fn stat_entry_at(
     };
     let stat = nix::sys::stat::fstatat(parent, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
         .map_err(at)?;
-    let found = Stat::from_raw(
-        stat.st_size as u64,
-        (stat.st_mtime, stat.st_mtime_nsec),
-        (stat.st_ctime, stat.st_ctime_nsec),
-        stat.st_ino,
-        stat.st_mode,
-    );
+    let found = Stat::of_file_stat(&stat);
     let kind = classify(found.mode, relative, reserved, || {
         nix::fcntl::readlinkat(parent, name)
             .map(PathBuf::from)

@@ -80,7 +80,15 @@ pub fn hash_file(path: &Path) -> Result<ObjectId> {
 /// # Errors
 /// [`crate::Error::Io`].
 pub fn hash_file_and_stat(path: &Path) -> Result<(ObjectId, Stat)> {
-    let mut file = File::open(path).at(path)?;
+    hash_open_file(File::open(path).at(path)?, path)
+}
+
+/// The file id of the open `file` (read from its current offset to its end), and its stat
+/// (`fstat`) taken after the last byte was read; `path` names it in errors.
+///
+/// # Errors
+/// [`crate::Error::Io`].
+pub fn hash_open_file(mut file: File, path: &Path) -> Result<(ObjectId, Stat)> {
     let mut hasher = blake3::Hasher::new();
     let mut buffer = vec![0; 256 * 1024];
     loop {

@@ -188,6 +188,12 @@ pub fn checkout(r: &CheckoutReport) -> String {
         r.deleted,
         r.unchanged
     );
+    if r.carried > 0 {
+        out.push_str(&format!(
+            "\n  kept {} uncommitted change(s) that this version does not touch (`dsv status` lists them)",
+            r.carried
+        ));
+    }
     if r.partial {
         out.push_str("\n  a partial checkout: not recorded as a workspace (status and commit see plain files)");
     }

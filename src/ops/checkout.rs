@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::{DiskStream, hash_files};
+use crate::beneath::BeneathDir;
 use crate::catalog::{ObjectLocation, StatEntry};
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
@@ -222,6 +223,10 @@ pub struct CheckoutReport {
     pub deleted: u64,
     /// Files already right, left untouched.
     pub unchanged: u64,
+    /// Uncommitted changes carried over (as `git checkout` does): paths the user changed,
+    /// added or deleted where the version checked out before and this one agree, left as
+    /// the user had them. `dsv status` lists them.
+    pub carried: u64,
 }
 
 /// One file or symlink to write, with where its chunks are.
@@ -251,14 +256,15 @@ impl WriteJob {
     }
 }
 
-/// The path the file at `path` (relative to the checkout's directory) is staged at.
+/// The path the file at `path` (relative to the checkout's directory) is staged at, relative
+/// to the checkout's directory.
 fn staged_at(path: &str, staging: Staging, layout: &Layout<'_>) -> PathBuf {
     match staging {
         Staging::Beside(number) => match path.rsplit_once('/') {
-            Some((parent, _)) => layout.dir.join(parent).join(temp_name(number)),
-            None => layout.dir.join(temp_name(number)),
+            Some((parent, _)) => Path::new(parent).join(temp_name(number)),
+            None => PathBuf::from(temp_name(number)),
         },
-        Staging::Top(number) => layout.dir.join(temp_name(number)),
+        Staging::Top(number) => PathBuf::from(temp_name(number)),
         Staging::Inside(root) => {
             let (top, temp) = &layout.roots[root];
             temp.join(&path[top.len() + 1..])
@@ -302,6 +308,9 @@ struct Plan {
     keep: Vec<bool>,
     /// Files and symlinks kept.
     unchanged: u64,
+    /// Uncommitted changes carried over: paths where the disk differs from the old version
+    /// and the target has what the old version had, left as they are.
+    carried: u64,
     /// Stat cache entries for the kept files that were hashed (they hold the target's
     /// content, which the store holds); `None`: the stat was racy, or the file read no longer
     /// had it, and the path's entry goes.
@@ -430,6 +439,9 @@ pub fn checkout(
         });
     }
     let _lock = store.lock_workspace(&key)?;
+    // Every change below goes through this handle: nothing follows a symlink or leaves the
+    // directory, whatever another process puts in its place meanwhile (crate::beneath).
+    let root = BeneathDir::open(&dir)?;
 
     let workspace = store.catalog().workspace(&key)?;
     if partial && let Some(w) = &workspace {
@@ -487,7 +499,7 @@ pub fn checkout(
     // one by one. (Staged at the top of `dir`, as before, a checkout into an empty directory
     // put every file of the version in one directory first: 4x slower than `cp -r` at
     // 100,000 files; renamed one by one, 1.7x.) What was made is removed if staging fails.
-    let mut made = MadeDirs::default();
+    let mut made = MadeDirs::new(&root);
     let mut next_number = 0u64;
     let mut dirs_to_create = Vec::new();
     let (mut files_to_write, mut bytes_to_write) = (0u64, 0u64);
@@ -501,31 +513,30 @@ pub fn checkout(
             bytes_to_write += entry.size;
             continue;
         }
-        if let Some(root) = root_of(&made.roots, &entry.path) {
-            let inside = staged_at(&entry.path, Staging::Inside(root), &made.layout(&dir));
-            fs::create_dir(&inside).at(&inside)?;
+        if let Some(subtree) = root_of(&made.roots, &entry.path) {
+            let inside = staged_at(&entry.path, Staging::Inside(subtree), &made.layout());
+            root.create_dir(&inside)?;
             dirs_to_create.push(entry.path);
             continue;
         }
         let parent = entry.path.rsplit_once('/').map(|(parent, _)| parent);
-        let full = dir.join(&entry.path);
-        let absent = parent.is_none_or(|parent| stays(&dir, parent, &removed))
-            && matches!(fs::symlink_metadata(&full), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let absent = parent.is_none_or(|parent| stays(&root, parent, &removed))
+            && matches!(root.lstat(&entry.path), Ok(None));
         if absent {
             // The temporary name may be longer than the directory's own: every path below
             // it must still be one the system opens (the version's longest path bounds
             // those below this directory).
             let name_len = entry.path.len() - parent.map_or(0, |p| p.len() + 1);
             if dir.as_os_str().len() + 1 + longest.len() - name_len + TEMP_NAME_MAX >= PATH_MAX {
-                fs::create_dir(&full).at(&full)?;
-                made.in_place.push(full);
+                root.create_dir(&entry.path)?;
+                made.in_place.push(PathBuf::from(&entry.path));
             } else {
                 next_number += 1;
                 let temp = match parent {
-                    Some(parent) => dir.join(parent).join(temp_name(next_number)),
-                    None => dir.join(temp_name(next_number)),
+                    Some(parent) => Path::new(parent).join(temp_name(next_number)),
+                    None => PathBuf::from(temp_name(next_number)),
                 };
-                fs::create_dir(&temp).at(&temp)?;
+                root.create_dir(&temp)?;
                 made.roots.push((entry.path.clone(), temp));
             }
         }
@@ -540,11 +551,12 @@ pub fn checkout(
             .and_then(|n| n.to_str())
             .and_then(crate::walk::temp_owner);
         if owner.is_none_or(|pid| !crate::walk::process_alive(pid)) {
+            let relative = leftover.strip_prefix(&dir).unwrap_or(leftover);
             // A directory is a subtree a killed checkout was staging whole.
-            if fs::symlink_metadata(leftover).is_ok_and(|m| m.is_dir()) {
-                fs::remove_dir_all(leftover).at(leftover)?;
+            if root.is_dir(relative) {
+                root.remove_dir_all(relative)?;
             } else {
-                fs::remove_file(leftover).at(leftover)?;
+                root.remove_file(relative)?;
             }
         }
     }
@@ -561,6 +573,7 @@ pub fn checkout(
     let staged = {
         let mut stager = Stager {
             dir: &dir,
+            root: &root,
             removed: &removed,
             last: None,
             next_number,
@@ -569,7 +582,7 @@ pub fn checkout(
             store,
             target.walk(trees)?,
             &plan,
-            &made.layout(&dir),
+            &made.layout(),
             &mut stager,
             &mut beside,
             options.jobs,
@@ -587,11 +600,11 @@ pub fn checkout(
     if let Err(error) = staged {
         // What was staged under numbered names (a staged subtree goes with its directory).
         if let Ok(walk) = target.walk(trees) {
-            let layout = made.layout(&dir);
+            let layout = made.layout();
             let mut replay = names.replay(walk);
             while let Ok(Some((entry, staging))) = replay.next() {
                 if !matches!(staging, Staging::Inside(_)) {
-                    let _ = fs::remove_file(staged_at(&entry.path, staging, &layout));
+                    let _ = root.remove_file(staged_at(&entry.path, staging, &layout));
                 }
             }
         }
@@ -602,29 +615,25 @@ pub fn checkout(
     // Apply.
     let mut deleted = 0u64;
     for path in &plan.delete_files {
-        let full = dir.join(path);
-        fs::remove_file(&full).at(&full)?;
+        root.remove_file(path)?;
         deleted += 1;
     }
     for path in &plan.delete_trees {
-        let full = dir.join(path);
-        fs::remove_dir_all(&full).at(&full)?;
+        root.remove_dir_all(path)?;
         deleted += 1;
     }
     for (path, temp) in &made.roots {
-        let full = dir.join(path);
-        fs::rename(temp, &full).at(&full)?;
+        root.rename(temp, path)?;
     }
     for path in &dirs_to_create {
-        let full = dir.join(path);
-        if !full.is_dir() {
-            fs::create_dir(&full).at(&full)?;
+        if !root.is_dir(path) {
+            root.create_dir(path)?;
         }
     }
     // Renames into distinct paths, on every writer (at 100,000 small files, one thread spent
     // longer renaming than the writers spent staging). Not stopped by Ctrl-C: once applying
     // has begun it runs to the end, so the directory is never left half old, half new.
-    let layout = made.layout(&dir);
+    let layout = made.layout();
     crate::interrupt::run_under(None, || -> Result<()> {
         let mut replay = names.replay(target.walk(trees)?);
         loop {
@@ -633,15 +642,11 @@ pub fn checkout(
                 return Ok(());
             }
             let renamed = crate::parallel::map(&batch, options.jobs, |(entry, staging)| {
-                let destination = dir.join(&entry.path);
                 if !matches!(staging, Staging::Inside(_)) {
-                    fs::rename(staged_at(&entry.path, *staging, &layout), &destination)
-                        .at(&destination)?;
+                    root.rename(staged_at(&entry.path, *staging, &layout), &entry.path)?;
                 }
                 Ok(match entry.kind {
-                    FlatKind::File { .. } => Some(Stat::of(
-                        &fs::symlink_metadata(&destination).at(&destination)?,
-                    )),
+                    FlatKind::File { .. } => root.lstat(&entry.path)?,
                     _ => None,
                 })
             })?;
@@ -652,7 +657,7 @@ pub fn checkout(
     })?;
     for path in plan.prune_dirs.iter().rev() {
         // Only if empty: untracked files keep their directory.
-        if fs::remove_dir(dir.join(path)).is_ok() {
+        if root.remove_dir(path).is_ok() {
             deleted += 1;
         }
     }
@@ -694,11 +699,8 @@ pub fn checkout(
             }
             let changes = crate::interrupt::run_under(None, || {
                 crate::parallel::map(&written, options.jobs, |(entry, stat)| {
-                    let full = dir.join(&entry.path);
                     Ok(stat
-                        .filter(|stat| {
-                            fs::symlink_metadata(&full).is_ok_and(|m| Stat::of(&m) == *stat)
-                        })
+                        .filter(|stat| root.lstat(&entry.path).is_ok_and(|now| now == Some(*stat)))
                         .and_then(|stat| workspace::entry(&stat, checked_ns)))
                 })
             })?;
@@ -745,6 +747,7 @@ pub fn checkout(
         bytes_written: bytes_to_write,
         deleted,
         unchanged: plan.unchanged,
+        carried: plan.carried,
     })
 }
 
@@ -1030,10 +1033,15 @@ fn select_with_parents(
 /// in path order. Each batch of the walk hashes, on `jobs` threads, the files whose content
 /// matters (the target or the old version names them) that the cache does not vouch for.
 ///
-/// A disk file may be overwritten or deleted when it is "recoverable": it holds what the old
-/// (live) version had there, or content that a live version holds (so an interrupted or
-/// half-applied checkout can be re-run, or switched back, without false conflicts). Content
-/// only a removed version holds does not count: the next gc deletes it.
+/// A disk entry may be overwritten or deleted when it is "recoverable": it is what the old
+/// (live) version had there, so no change of the user's is lost. Anything else is the user's
+/// work, whatever bytes it holds (a file replaced by another file's content, moved or copied
+/// is a change as much as an edit): where the target has at that path what the old version
+/// had, the change is carried over (left as it is); where the target has something else, it
+/// is a conflict unless `force`. The same holds for an entry of the old version the user
+/// deleted: the deletion is carried over where the target has the same entry, and a
+/// conflict where the target has another file or symlink there. This is git's rule for a
+/// checkout that switches branches over uncommitted changes.
 #[allow(clippy::too_many_arguments)]
 fn plan(
     store: &Store,
@@ -1060,41 +1068,48 @@ fn plan(
             (ScanKind::Symlink { target: a }, FlatKind::Symlink { target: b }) => a == b,
             _ => false,
         };
-    // Computed on first need only: most checkouts find nothing to ask about.
-    let live_files = std::cell::OnceCell::new();
-    let recoverable =
-        |entry: &ScanEntry, id: Option<ObjectId>, old: Option<&FlatEntry>| -> Result<bool> {
-            if force || old.is_some_and(|o| same(entry, id, o)) {
-                return Ok(true);
-            }
-            match (&entry.kind, id) {
-                (ScanKind::File { .. }, Some(_)) if entry.stat.size == 0 => Ok(true),
-                (ScanKind::File { .. }, Some(id)) => {
-                    if store.catalog().locate_file(&id)?.is_none() {
-                        return Ok(false);
-                    }
-                    if live_files.get().is_none() {
-                        let _ = live_files.set(super::gc::live_file_ids(store)?);
-                    }
-                    Ok(live_files.get().is_some_and(|live| live.contains(&id)))
-                }
-                _ => Ok(false),
-            }
-        };
+    let recoverable = |entry: &ScanEntry, id: Option<ObjectId>, old: Option<&FlatEntry>| {
+        force || old.is_some_and(|o| same(entry, id, o))
+    };
+    // Whether the target keeps what the old version had at a path: a change the user made
+    // there is carried over.
+    let carries = |in_target: &FlatEntry, in_old: Option<&FlatEntry>| {
+        !force && in_old.is_some_and(|o| same_entry(o, in_target))
+    };
     let mut plan = Plan::default();
     let mut conflicts = Vec::new();
     // A directory where the target has a file, while the entries below it pass: its path,
     // and whether one of them is not recoverable.
     let mut replacing: Option<(String, bool)> = None;
     let mut replaced: Vec<(String, bool)> = Vec::new();
+    let mut absent = Absent {
+        force,
+        held: Vec::new(),
+    };
     while let Some(batch) = stream.next_batch()? {
         // What the target (with its position in the walk) and the old version have at each
-        // path of the batch.
+        // path of the batch; the target's entries the disk lacks are decided as they pass.
         let mut named = Vec::with_capacity(batch.len());
         for item in &batch {
             let path = item.entry.path.as_str();
-            let in_target = target.seek(path)?.map(|(index, e)| (index, e.clone()));
+            let in_target = target
+                .seek_passing(path, |index, entry| {
+                    let in_old = old.seek(&entry.path)?.map(|(_, e)| e.clone());
+                    absent.pass(&mut plan, &mut conflicts, index, &entry, in_old.as_ref());
+                    Ok(())
+                })?
+                .map(|(index, e)| (index, e.clone()));
             let in_old = old.seek(path)?.map(|(_, e)| e.clone());
+            absent.leave(path);
+            // A file or symlink where the target keeps the old version's directory: the
+            // user's, carried over, so nothing the target adds below it can be written.
+            if let Some((_, t)) = &in_target
+                && t.kind == FlatKind::Dir
+                && item.entry.kind != ScanKind::Dir
+                && carries(t, in_old.as_ref())
+            {
+                absent.held.push((path.to_string(), None));
+            }
             named.push((in_target, in_old));
         }
         // The cache vouches for the old version's content (the version the workspace holds).
@@ -1138,7 +1153,7 @@ fn plan(
                 && !is_dir
                 && !*dirty
             {
-                *dirty = !recoverable(entry, id, in_old.as_ref())?;
+                *dirty = !recoverable(entry, id, in_old.as_ref());
             }
             match in_target {
                 Some((index, t)) if same(entry, id, t) => {
@@ -1154,6 +1169,14 @@ fn plan(
                         plan.hashed.push((entry.path.clone(), cached));
                     }
                 }
+                Some((index, t)) if carries(t, in_old.as_ref()) => {
+                    // The user's change, where the target keeps what the old version had.
+                    if plan.keep.len() <= *index {
+                        plan.keep.resize(index + 1, false);
+                    }
+                    plan.keep[*index] = true;
+                    plan.carried += 1;
+                }
                 Some((_, t)) if is_dir => {
                     debug_assert!(t.kind != FlatKind::Dir);
                     // A directory where the target has a file: all it holds must be
@@ -1163,7 +1186,7 @@ fn plan(
                     replacing = Some((entry.path.clone(), false));
                 }
                 Some((_, t)) => {
-                    if !recoverable(entry, id, in_old.as_ref())? {
+                    if !recoverable(entry, id, in_old.as_ref()) {
                         conflicts.push(entry.path.clone());
                     }
                     // A file or symlink is replaced by renaming over it; only a directory
@@ -1179,23 +1202,28 @@ fn plan(
                 }
                 None => {
                     if in_old.is_some() {
-                        if !recoverable(entry, id, in_old.as_ref())? {
+                        if !recoverable(entry, id, in_old.as_ref()) {
                             conflicts.push(entry.path.clone());
                         }
                         plan.delete_files.push(entry.path.clone());
                     }
                 }
             }
-            // The cache keeps entries only where the target has a file.
+            // The cache keeps entries only where the disk holds the target's file.
             if item.in_cache
-                && !in_target
-                    .as_ref()
-                    .is_some_and(|(_, t)| matches!(t.kind, FlatKind::File { .. }))
+                && !in_target.as_ref().is_some_and(|(index, t)| {
+                    matches!(t.kind, FlatKind::File { .. }) && !carried(&plan, *index, entry, id, t)
+                })
             {
                 plan.uncache.push(entry.path.clone());
             }
         }
     }
+    target.drain(|index, entry| {
+        let in_old = old.seek(&entry.path)?.map(|(_, e)| e.clone());
+        absent.pass(&mut plan, &mut conflicts, index, &entry, in_old.as_ref());
+        Ok(())
+    })?;
     replaced.extend(replacing.take());
     let (leftovers, stores, uncached_rows) = stream.finish();
     plan.uncache.extend(uncached_rows);
@@ -1222,6 +1250,7 @@ fn plan(
     plan.leftovers = leftovers;
     if !conflicts.is_empty() {
         conflicts.sort_by(|a, b| crate::walk::path_order(a, b));
+        conflicts.dedup();
         let total = conflicts.len();
         conflicts.truncate(10);
         return Err(Error::Conflict {
@@ -1233,23 +1262,117 @@ fn plan(
     Ok(plan)
 }
 
+/// Whether two entries of versions are the same: kind, executable bit and file id, or link
+/// target.
+fn same_entry(a: &FlatEntry, b: &FlatEntry) -> bool {
+    a.kind == b.kind && (!matches!(a.kind, FlatKind::File { .. }) || a.id == b.id)
+}
+
+/// Whether the target's entry at `index`, kept, is a change of the user's carried over (the
+/// disk entry differs from it).
+fn carried(
+    plan: &Plan,
+    index: usize,
+    entry: &ScanEntry,
+    id: Option<ObjectId>,
+    t: &FlatEntry,
+) -> bool {
+    plan.kept(index)
+        && !matches!((&entry.kind, &t.kind), (ScanKind::File { executable: a }, FlatKind::File { executable: b }) if a == b && id == Some(t.id))
+}
+
+/// The target's entries the disk lacks, decided in path order as the plan passes them.
+struct Absent {
+    force: bool,
+    /// The open ancestors (in path order) of what passes that the user removed and the
+    /// plan keeps removed: a directory of the target the disk lacks (with its position, kept
+    /// unless something below it is written), or a file or symlink the user put where the
+    /// target keeps the old version's directory (`None`: nothing can be written below it).
+    held: Vec<(String, Option<usize>)>,
+}
+
+impl Absent {
+    /// Closes the held ancestors that `path` is not below.
+    fn leave(&mut self, path: &str) {
+        while self.held.last().is_some_and(|(top, _)| {
+            !path
+                .strip_prefix(top.as_str())
+                .is_some_and(|rest| rest.starts_with('/'))
+        }) {
+            self.held.pop();
+        }
+    }
+
+    /// Decides the target's entry at position `index`, which the disk lacks: the user's
+    /// deletion is carried over where the target has what the old version had there
+    /// (`in_old`), a conflict where the target has another file or symlink there, and
+    /// otherwise the entry is written (its held ancestors with it).
+    fn pass(
+        &mut self,
+        plan: &mut Plan,
+        conflicts: &mut Vec<String>,
+        index: usize,
+        entry: &FlatEntry,
+        in_old: Option<&FlatEntry>,
+    ) {
+        self.leave(&entry.path);
+        if let Some(old) = in_old
+            && !self.force
+        {
+            if same_entry(old, entry) {
+                if plan.keep.len() <= index {
+                    plan.keep.resize(index + 1, false);
+                }
+                plan.keep[index] = true;
+                if entry.kind == FlatKind::Dir {
+                    self.held.push((entry.path.clone(), Some(index)));
+                } else {
+                    plan.carried += 1;
+                }
+                return;
+            }
+            if old.kind != FlatKind::Dir && entry.kind != FlatKind::Dir {
+                conflicts.push(entry.path.clone());
+            }
+        }
+        // Written: every held ancestor must exist.
+        for (path, kept) in &self.held {
+            match kept {
+                Some(position) => plan.keep[*position] = false,
+                None => conflicts.push(path.clone()),
+            }
+        }
+    }
+}
+
 /// Directories a checkout made before staging: removed again (each only if empty, deepest
 /// first) when it stops before applying, unless kept.
-#[derive(Default)]
-struct MadeDirs {
-    /// New subtrees staged whole: (the path of the subtree's top, relative to the checkout's
-    /// directory, in path order; the temporary directory it is staged in).
+struct MadeDirs<'r> {
+    /// The checkout's directory.
+    root: &'r BeneathDir,
+    /// New subtrees staged whole: (the path of the subtree's top, in path order; the
+    /// temporary directory it is staged in), both relative to the checkout's directory.
     roots: Vec<(String, PathBuf)>,
-    /// Directories made in place (where a temporary name would make a path too long).
+    /// Directories made in place (where a temporary name would make a path too long),
+    /// relative to the checkout's directory.
     in_place: Vec<PathBuf>,
     kept: bool,
 }
 
-impl MadeDirs {
-    /// Where files are staged in `dir`, the checkout's directory.
-    fn layout<'a>(&'a self, dir: &'a Path) -> Layout<'a> {
+impl<'r> MadeDirs<'r> {
+    fn new(root: &'r BeneathDir) -> MadeDirs<'r> {
+        MadeDirs {
+            root,
+            roots: Vec::new(),
+            in_place: Vec::new(),
+            kept: false,
+        }
+    }
+
+    /// Where files are staged in the checkout's directory.
+    fn layout(&self) -> Layout<'_> {
         Layout {
-            dir,
+            root: self.root,
             roots: &self.roots,
         }
     }
@@ -1267,15 +1390,15 @@ fn root_of(roots: &[(String, PathBuf)], path: &str) -> Option<usize> {
         .then_some(index)
 }
 
-impl Drop for MadeDirs {
+impl Drop for MadeDirs<'_> {
     fn drop(&mut self) {
         if !self.kept {
             // Staged subtrees hold only what this checkout wrote there.
             for (_, temp) in &self.roots {
-                let _ = fs::remove_dir_all(temp);
+                let _ = self.root.remove_dir_all(temp);
             }
             for made in self.in_place.iter().rev() {
-                let _ = fs::remove_dir(made);
+                let _ = self.root.remove_dir(made);
             }
         }
     }
@@ -1283,7 +1406,7 @@ impl Drop for MadeDirs {
 
 /// Where a checkout stages: its directory and the subtrees it stages whole.
 struct Layout<'a> {
-    dir: &'a Path,
+    root: &'a BeneathDir,
     roots: &'a [(String, PathBuf)],
 }
 
@@ -1295,6 +1418,7 @@ fn temp_name(number: u64) -> String {
 /// Chooses where each file is staged, numbering the temporary names.
 struct Stager<'a> {
     dir: &'a Path,
+    root: &'a BeneathDir,
     removed: &'a [&'a str],
     /// The last parent directory asked about, and whether it stays: files come in path
     /// order, so siblings ask once (not one `lstat` per file).
@@ -1318,7 +1442,7 @@ impl Stager<'_> {
             Some((parent, _)) => match &self.last {
                 Some((last, stays_too)) if last == parent => *stays_too,
                 _ => {
-                    let answer = stays(self.dir, parent, self.removed);
+                    let answer = stays(self.root, parent, self.removed);
                     self.last = Some((parent.to_string(), answer));
                     answer
                 }
@@ -1346,14 +1470,15 @@ fn too_long(dir: &Path, relative: &str) -> bool {
     dir.as_os_str().len() + 1 + relative.len() >= PATH_MAX
 }
 
-/// Whether `parent` (relative to `dir`) is a real directory now (not a symlink) that this
-/// checkout keeps: not one of the `removed` paths nor below one.
-fn stays(dir: &Path, parent: &str, removed: &[&str]) -> bool {
+/// Whether `parent` (relative to the checkout's directory `root`) is a real directory now
+/// (not a symlink, nor below one) that this checkout keeps: not one of the `removed` paths
+/// nor below one.
+fn stays(root: &BeneathDir, parent: &str, removed: &[&str]) -> bool {
     !removed.iter().any(|r| {
         parent
             .strip_prefix(r)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-    }) && fs::symlink_metadata(dir.join(parent)).is_ok_and(|m| m.is_dir())
+    }) && root.is_dir(parent)
 }
 
 /// Files of more than this many bytes (and of a large share of the checkout, see [`stage`])
@@ -1424,9 +1549,10 @@ fn stage(
     let mut large = Vec::new();
     for job in large_jobs {
         let temp = job.temp(dir);
-        File::create(&temp)
-            .and_then(|f| f.set_len(job.entry.size))
-            .at(&temp)?;
+        dir.root
+            .create_file(&temp)?
+            .set_len(job.entry.size)
+            .at(&dir.root.path().join(&temp))?;
         let (mut start, mut offset, mut run, mut segments) = (0, 0u64, 0u64, 0);
         for (i, (_, location)) in job.chunks.iter().enumerate() {
             run += u64::from(location.length);
@@ -1498,7 +1624,8 @@ fn run_task(
         } => {
             let job = large[*index].job;
             let temp = job.temp(dir);
-            let handle = fs::OpenOptions::new().write(true).open(&temp).at(&temp)?;
+            let handle = dir.root.open_file(&temp, true)?;
+            let temp = dir.root.path().join(&temp);
             let mut position = *offset;
             for (chunk_id, location) in &job.chunks[chunks.clone()] {
                 crate::interrupt::check()?;
@@ -1514,7 +1641,8 @@ fn run_task(
             if large[*index].remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 progress.file_done();
                 // Every segment is in: check the whole file against its id.
-                if workspace::hash_file(&temp)? != job.entry.id {
+                let written = dir.root.open_file(job.temp(dir), false)?;
+                if workspace::hash_open_file(written, &temp)?.0 != job.entry.id {
                     return Err(Error::corrupt(
                         &temp,
                         format!(
@@ -1555,11 +1683,12 @@ fn with_pack_reader<R>(
 
 /// Writes one small file or symlink to its temp name, checking the file against its id.
 fn write_temp(job: &WriteJob, dir: &Layout<'_>, packs: &mut PackReader) -> Result<()> {
-    let temp = &job.temp(dir);
+    let relative = &job.temp(dir);
+    let temp = &dir.root.path().join(relative);
     match &job.entry.kind {
-        FlatKind::Symlink { target } => std::os::unix::fs::symlink(target, temp).at(temp)?,
+        FlatKind::Symlink { target } => dir.root.symlink(target, relative)?,
         FlatKind::File { executable } => {
-            let mut file = File::create(temp).at(temp)?;
+            let mut file = dir.root.create_file(relative)?;
             let mut hasher = blake3::Hasher::new();
             let several = job.chunks.len() > 1;
             for (chunk_id, location) in &job.chunks {

@@ -6,6 +6,7 @@ mod common;
 
 mod audit;
 mod bad_input;
+mod checkout_safety;
 mod cleanup;
 mod cli_docs;
 mod cli_output;

@@ -1,0 +1,192 @@
+//! Issue 23, findings 1 and 2: checkout carries uncommitted work over or refuses, whatever
+//! bytes it holds, and never writes outside its directory, not even when a directory is
+//! swapped for a symlink while it runs.
+
+use std::fs;
+use std::time::Duration;
+
+use crate::common::{TestEnv, pseudo_random, snapshot_tree};
+
+/// `d@v1` and `d@v2`: `same.txt`, `same/a..c` and `moved.bin` are equal in both; `changes.txt`
+/// differs; v2 adds `same/new.txt` only when `add_below_same`.
+fn two_versions(env: &TestEnv, add_below_same: bool) {
+    env.write("data/same.txt", "same in both\n");
+    env.write("data/changes.txt", "v1\n");
+    env.write("data/moved.bin", pseudo_random(50_000, 3));
+    for name in ["a", "b", "c"] {
+        env.write(&format!("data/same/{name}"), format!("{name}\n"));
+    }
+    env.ok(&["commit", "data", "-d", "d", "-t", "v1"]);
+    env.write("data/changes.txt", "v2\n");
+    if add_below_same {
+        env.write("data/same/new.txt", "new in v2\n");
+    }
+    env.ok(&["commit", "data", "-d", "d", "-t", "v2"]);
+}
+
+#[test]
+fn an_uncommitted_deletion_is_carried_over_where_the_target_keeps_the_file() {
+    let env = TestEnv::new();
+    two_versions(&env, false);
+    env.ok(&["checkout", "d@v1", "work"]);
+    fs::remove_file(env.path("work/same.txt")).unwrap();
+    fs::remove_dir_all(env.path("work/same")).unwrap();
+    let report = env.json(&["checkout", "d@v2", "work"]);
+    assert_eq!(report["carried"], 4, "{report}");
+    assert!(
+        !env.path("work/same.txt").exists(),
+        "the deletion was reverted"
+    );
+    assert!(
+        !env.path("work/same").exists(),
+        "the deleted directory came back"
+    );
+    assert_eq!(
+        fs::read_to_string(env.path("work/changes.txt")).unwrap(),
+        "v2\n"
+    );
+    // status lists the deletions against the version now checked out.
+    let status = env.json(&["status", "work"]);
+    let changed: Vec<&str> = status["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert!(changed.contains(&"same.txt"), "{status}");
+    assert!(changed.contains(&"same/a"), "{status}");
+}
+
+#[test]
+fn a_file_the_target_adds_in_a_deleted_directory_is_written_and_the_deletions_stay() {
+    let env = TestEnv::new();
+    two_versions(&env, true);
+    env.ok(&["checkout", "d@v1", "work"]);
+    fs::remove_dir_all(env.path("work/same")).unwrap();
+    env.ok(&["checkout", "d@v2", "work"]);
+    let left: Vec<String> = fs::read_dir(env.path("work/same"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, vec!["new.txt".to_string()]);
+}
+
+#[test]
+fn an_uncommitted_deletion_the_target_would_undo_is_refused_with_exit_4() {
+    let env = TestEnv::new();
+    two_versions(&env, false);
+    env.ok(&["checkout", "d@v1", "work"]);
+    fs::remove_file(env.path("work/changes.txt")).unwrap();
+    let error = env.json_error(&["checkout", "d@v2", "work"], 4);
+    assert!(error.to_string().contains("changes.txt"), "{error}");
+    assert!(!env.path("work/changes.txt").exists());
+    // --force discards the deletion.
+    env.ok(&["checkout", "d@v2", "work", "--force"]);
+    assert_eq!(
+        fs::read_to_string(env.path("work/changes.txt")).unwrap(),
+        "v2\n"
+    );
+}
+
+#[test]
+fn a_file_replaced_by_content_the_store_holds_is_a_change() {
+    let env = TestEnv::new();
+    two_versions(&env, false);
+    env.ok(&["checkout", "d@v1", "work"]);
+    // A curator relabels: changes.txt now holds same.txt's bytes (which every version holds).
+    fs::copy(env.path("work/same.txt"), env.path("work/changes.txt")).unwrap();
+    let error = env.json_error(&["checkout", "d@v2", "work"], 4);
+    assert!(error.to_string().contains("changes.txt"), "{error}");
+    assert_eq!(
+        fs::read_to_string(env.path("work/changes.txt")).unwrap(),
+        "same in both\n"
+    );
+    // Where the target keeps the file as it was, the replacement is carried over.
+    env.ok(&["checkout", "d@v1", "work", "--force"]);
+    fs::copy(env.path("work/changes.txt"), env.path("work/same.txt")).unwrap();
+    let report = env.json(&["checkout", "d@v2", "work"]);
+    assert_eq!(report["carried"], 1, "{report}");
+    assert_eq!(
+        fs::read_to_string(env.path("work/same.txt")).unwrap(),
+        "v1\n"
+    );
+    // And the stat cache does not vouch for it: status sees the change.
+    let status = env.json(&["status", "work"]);
+    assert!(status.to_string().contains("same.txt"), "{status}");
+}
+
+#[test]
+fn a_move_is_carried_over_or_refused_like_a_deletion() {
+    let env = TestEnv::new();
+    two_versions(&env, false);
+    env.ok(&["checkout", "d@v1", "work"]);
+    fs::rename(env.path("work/moved.bin"), env.path("work/renamed.bin")).unwrap();
+    env.ok(&["checkout", "d@v2", "work"]);
+    assert!(!env.path("work/moved.bin").exists());
+    assert!(env.path("work/renamed.bin").exists());
+    // Moved onto a path the target changes: the user's file is not overwritten.
+    env.ok(&["checkout", "d@v1", "work", "--force"]);
+    fs::rename(env.path("work/moved.bin"), env.path("work/changes.txt")).unwrap();
+    env.json_error(&["checkout", "d@v2", "work"], 4);
+    assert_eq!(
+        fs::read(env.path("work/changes.txt")).unwrap(),
+        pseudo_random(50_000, 3)
+    );
+}
+
+#[test]
+fn an_untracked_file_in_the_way_is_refused_even_when_a_version_holds_its_bytes() {
+    let env = TestEnv::new();
+    two_versions(&env, false);
+    // A plain directory (no workspace): changes.txt holds v1's bytes, v2 has others there.
+    env.write("plain/changes.txt", "v1\n");
+    env.json_error(&["checkout", "d@v2", "plain"], 4);
+    assert_eq!(
+        fs::read_to_string(env.path("plain/changes.txt")).unwrap(),
+        "v1\n"
+    );
+}
+
+/// A version of `dirs` directories of `files` small files each, committed as `d@v1`, and a
+/// second version where every file differs, `d@v2`.
+fn wide_versions(env: &TestEnv, dirs: usize, files: usize) {
+    for version in ["v1", "v2"] {
+        for d in 0..dirs {
+            for f in 0..files {
+                env.write(
+                    &format!("data/d{d}/f{f}"),
+                    format!("{version} {d} {f}\n").repeat(20),
+                );
+            }
+        }
+        env.ok(&["commit", "data", "-d", "d", "-t", version]);
+    }
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_during_checkout_never_leads_outside() {
+    let env = TestEnv::new();
+    wide_versions(&env, 6, 800);
+    let outside = env.path("outside");
+    for round in 0..8u64 {
+        // The victim: what a write through the symlink would overwrite or add to.
+        let _ = fs::remove_dir_all(&outside);
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("f0"), "precious\n").unwrap();
+        let before = snapshot_tree(&outside);
+        let work = format!("work{round}");
+        env.ok(&["checkout", "d@v1", &work]);
+        let mut child = env.spawn(&["checkout", "d@v2", &work, "--jobs", "1"]);
+        std::thread::sleep(Duration::from_millis(10 + 25 * round));
+        let d3 = env.path(&format!("{work}/d3"));
+        let aside = env.path(&format!("aside{round}"));
+        let swapped =
+            fs::rename(&d3, &aside).is_ok() && std::os::unix::fs::symlink(&outside, &d3).is_ok();
+        let status = child.wait().unwrap();
+        assert_eq!(
+            snapshot_tree(&outside),
+            before,
+            "round {round}: checkout wrote outside its directory (exit {status}, swapped {swapped})"
+        );
+    }
+}
