@@ -190,3 +190,32 @@ fn a_directory_swapped_for_a_symlink_during_checkout_never_leads_outside() {
         );
     }
 }
+
+#[test]
+fn export_to_a_path_that_is_a_symlink_replaces_the_link_and_never_writes_through_it() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "d"]);
+    env.write("victim.db", "precious\n");
+    std::os::unix::fs::symlink(env.path("victim.db"), env.path("out.tar")).unwrap();
+    env.ok(&["export", "d", "-o", "out.tar"]);
+    assert_eq!(
+        fs::read_to_string(env.path("victim.db")).unwrap(),
+        "precious\n"
+    );
+    let meta = fs::symlink_metadata(env.path("out.tar")).unwrap();
+    assert!(meta.is_file(), "the archive replaced the link");
+    // A failed export leaves no archive and no temporary file behind.
+    assert!(
+        !env.run(&["export", "d@nosuchtag", "-o", "bad.tar"])
+            .status
+            .success()
+    );
+    assert!(!env.path("bad.tar").exists());
+    let leftovers: Vec<_> = fs::read_dir(env.root())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".export-"))
+        .collect();
+    assert!(leftovers.is_empty());
+}

@@ -1,5 +1,6 @@
 //! `dsv export`: a version as a deterministic tar stream.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -49,17 +50,32 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
     } else {
         // Never over a store's own files (a pack, the catalog): dsv alone writes there.
         dsv::walk::check_workspace_dir(output)?;
-        let file = std::fs::File::create(output)
-            .with_context(|| format!("cannot create {}", output.display()))?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        dsv::read::export_tar(
+        // Written to a new file beside OUTPUT and renamed over it once whole: a symlink at
+        // OUTPUT is replaced, never followed (it could lead into a store), and a failed
+        // export leaves no half-written archive.
+        let parent = match output.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => std::path::Path::new("."),
+        };
+        let temp = tempfile::Builder::new()
+            .prefix(".export-")
+            .tempfile_in(parent)
+            .with_context(|| format!("cannot create a file in {}", parent.display()))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, temp.as_file());
+        let report = dsv::read::export_tar(
             &engine,
             &args.revision,
             &selection,
             &mut out,
             output,
             &progress,
-        )?
+        )?;
+        out.flush()
+            .with_context(|| format!("cannot write {}", output.display()))?;
+        drop(out);
+        temp.persist(output)
+            .with_context(|| format!("cannot create {}", output.display()))?;
+        report
     };
     // Stdout carries the stream: the report goes to stderr.
     if output.as_os_str() != "-" {
