@@ -78,6 +78,15 @@ impl BeneathDir {
         })
     }
 
+    /// What the directory's file system has free (`fstatvfs(2)`).
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn file_system(&self) -> Result<nix::sys::statvfs::Statvfs> {
+        nix::sys::statvfs::fstatvfs(&self.handle)
+            .map_err(|errno| io_error(self.path.clone(), errno))
+    }
+
     /// The path the directory was opened at.
     pub fn path(&self) -> &Path {
         &self.path

@@ -202,6 +202,27 @@ pub enum Error {
         /// How many paths in all.
         total: usize,
     },
+    /// A checkout needs more room than the file system of its directory has: checked before
+    /// anything is written.
+    #[error(
+        "the checkout into {} needs {} ({needed_bytes} bytes) and {needed_inodes} inodes, and its file system has {} ({free_bytes} bytes) and {free_inodes} inodes free",
+        dir.display(),
+        gibibytes(*needed_bytes),
+        gibibytes(*free_bytes)
+    )]
+    NoSpace {
+        /// The checkout directory.
+        dir: PathBuf,
+        /// Bytes the files to write take, each rounded up to whole 4 KiB blocks.
+        needed_bytes: u64,
+        /// Files, symlinks and directories to make.
+        needed_inodes: u64,
+        /// Bytes free to an unprivileged user (`statvfs`: `f_bavail` × `f_frsize`).
+        free_bytes: u64,
+        /// Inodes free to an unprivileged user (`f_favail`; a file system that reports no
+        /// inode count at all is not checked on inodes).
+        free_inodes: u64,
+    },
     /// A partial checkout (`--shard`, `--include`, `--files-from`) into a directory that
     /// holds a checkout or commit of its own.
     #[error(
@@ -625,7 +646,9 @@ impl Error {
             | Error::MissingObject { .. }
             | Error::UnsafePath { .. }
             | Error::CatalogLost { .. } => ErrorKind::Corrupt,
-            Error::Io { .. } | Error::FuseUnavailable { .. } => ErrorKind::Io,
+            Error::Io { .. } | Error::FuseUnavailable { .. } | Error::NoSpace { .. } => {
+                ErrorKind::Io
+            }
             Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
             Error::Catalog(e) if is_corrupt_sqlite(e) => ErrorKind::Corrupt,
             Error::Migration(_) => ErrorKind::Corrupt,
@@ -810,4 +833,9 @@ mod kind_tests {
             ErrorKind::Io
         );
     }
+}
+
+/// `bytes` in GiB with one decimal, for messages.
+fn gibibytes(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
 }

@@ -23,7 +23,7 @@
 
 use std::collections::HashSet;
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -294,6 +294,63 @@ impl Target<'_> {
     }
 }
 
+/// Room on disk that entries take: inodes, and bytes with each file rounded up to whole
+/// 4 KiB blocks (the block of ext4, XFS and tmpfs by default) and a block a directory.
+#[derive(Default, Clone, Copy)]
+struct Room {
+    inodes: u64,
+    bytes: u64,
+}
+
+/// The bytes `kind` of `size` bytes takes on disk, by [`Room`]'s rule.
+fn entry_blocks(kind: &FlatKind, size: u64) -> u64 {
+    const BLOCK: u64 = 4096;
+    match kind {
+        FlatKind::File { .. } => size.div_ceil(BLOCK).saturating_mul(BLOCK),
+        FlatKind::Dir => BLOCK,
+        FlatKind::Symlink { .. } => 0,
+    }
+}
+
+impl Room {
+    fn add(&mut self, entry: &FlatEntry) {
+        self.inodes += 1;
+        self.bytes = self
+            .bytes
+            .saturating_add(entry_blocks(&entry.kind, entry.size));
+    }
+
+    fn remove(&mut self, bytes: u64) {
+        self.inodes = self.inodes.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
+    /// Checks that the file system of `root` has room for what `self` (the whole target)
+    /// takes beyond what `plan` keeps.
+    ///
+    /// # Errors
+    /// [`Error::NoSpace`]; [`Error::Io`] when the file system cannot be asked.
+    fn check(&self, root: &BeneathDir, plan: &Plan) -> Result<()> {
+        let needed_bytes = self.bytes.saturating_sub(plan.kept_room.bytes);
+        let needed_inodes = self.inodes.saturating_sub(plan.kept_room.inodes);
+        let stat = root.file_system()?;
+        let free_bytes = u64::from(stat.blocks_available()).saturating_mul(stat.fragment_size());
+        let free_inodes = u64::from(stat.files_available());
+        // A file system that counts no inodes at all (btrfs) has no inode limit to check.
+        let inodes_counted = stat.files() > 0;
+        if needed_bytes > free_bytes || (inodes_counted && needed_inodes > free_inodes) {
+            return Err(Error::NoSpace {
+                dir: root.path().to_path_buf(),
+                needed_bytes,
+                needed_inodes,
+                free_bytes,
+                free_inodes,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// What to change in the directory besides writing files, and what the directory held.
 #[derive(Default)]
 struct Plan {
@@ -308,6 +365,8 @@ struct Plan {
     keep: Vec<bool>,
     /// Files and symlinks kept.
     unchanged: u64,
+    /// What the kept entries take on disk: not written again.
+    kept_room: Room,
     /// Uncommitted changes carried over: paths where the disk differs from the old version
     /// and the target has what the old version had, left as they are.
     carried: u64,
@@ -322,6 +381,16 @@ struct Plan {
 }
 
 impl Plan {
+    /// Keeps the target's entry `entry`, at position `index` of its walk, as the disk has it.
+    fn keep_entry(&mut self, index: usize, entry: &FlatEntry) {
+        if self.keep.len() <= index {
+            self.keep.resize(index + 1, false);
+        }
+        if !std::mem::replace(&mut self.keep[index], true) {
+            self.kept_room.add(entry);
+        }
+    }
+
     /// Whether the target's entry at position `index` of its walk is already on disk as it
     /// wants it.
     fn kept(&self, index: usize) -> bool {
@@ -393,8 +462,12 @@ pub fn checkout(
     // symlinks, and (once the directory is known) paths too long to open.
     let mut symlinks = Vec::new();
     let mut longest = String::new();
+    // What the whole target takes on disk (see `Room`).
+    let mut room = Room::default();
     for entry in target.walk(trees)? {
         let entry = entry?;
+        crate::interrupt::check()?;
+        room.add(&entry);
         if entry
             .path
             .split('/')
@@ -485,6 +558,8 @@ pub fn checkout(
     };
     progress.phase("locating the data");
     tracing::debug!(elapsed = ?clock.elapsed(), "planned");
+    // Refused before anything is made: a version (honest or hostile) larger than the disk.
+    room.check(&root, &plan)?;
 
     let removed: Vec<&str> = plan
         .delete_trees
@@ -505,6 +580,7 @@ pub fn checkout(
     let (mut files_to_write, mut bytes_to_write) = (0u64, 0u64);
     for (index, entry) in target.walk(trees)?.enumerate() {
         let entry = entry?;
+        crate::interrupt::check()?;
         if plan.kept(index) {
             continue;
         }
@@ -545,6 +621,7 @@ pub fn checkout(
 
     // Stage.
     for leftover in &plan.leftovers {
+        crate::interrupt::check()?;
         // Only those of a process that is gone: a live one may be checking out a nested directory.
         let owner = leftover
             .file_name()
@@ -1087,6 +1164,7 @@ fn plan(
         held: Vec::new(),
     };
     while let Some(batch) = stream.next_batch()? {
+        crate::interrupt::check()?;
         // What the target (with its position in the walk) and the old version have at each
         // path of the batch; the target's entries the disk lacks are decided as they pass.
         let mut named = Vec::with_capacity(batch.len());
@@ -1157,10 +1235,7 @@ fn plan(
             }
             match in_target {
                 Some((index, t)) if same(entry, id, t) => {
-                    if plan.keep.len() <= *index {
-                        plan.keep.resize(index + 1, false);
-                    }
-                    plan.keep[*index] = true;
+                    plan.keep_entry(*index, t);
                     if !is_dir {
                         plan.unchanged += 1;
                     }
@@ -1171,10 +1246,7 @@ fn plan(
                 }
                 Some((index, t)) if carries(t, in_old.as_ref()) => {
                     // The user's change, where the target keeps what the old version had.
-                    if plan.keep.len() <= *index {
-                        plan.keep.resize(index + 1, false);
-                    }
-                    plan.keep[*index] = true;
+                    plan.keep_entry(*index, t);
                     plan.carried += 1;
                 }
                 Some((_, t)) if is_dir => {
@@ -1320,10 +1392,7 @@ impl Absent {
             && !self.force
         {
             if same_entry(old, entry) {
-                if plan.keep.len() <= index {
-                    plan.keep.resize(index + 1, false);
-                }
-                plan.keep[index] = true;
+                plan.keep_entry(index, entry);
                 if entry.kind == FlatKind::Dir {
                     self.held.push((entry.path.clone(), Some(index)));
                 } else {
@@ -1338,7 +1407,11 @@ impl Absent {
         // Written: every held ancestor must exist.
         for (path, kept) in &self.held {
             match kept {
-                Some(position) => plan.keep[*position] = false,
+                Some(position) => {
+                    if std::mem::take(&mut plan.keep[*position]) {
+                        plan.kept_room.remove(entry_blocks(&FlatKind::Dir, 0));
+                    }
+                }
                 None => conflicts.push(path.clone()),
             }
         }
@@ -1632,6 +1705,10 @@ fn run_task(
                 let (frame, offset, length) = (&location.frame, location.offset, location.length);
                 packs
                     .with_object(frame, offset, length, chunk_id, true, |bytes| {
+                        // The file was made at full length: a run of zeros stays a hole.
+                        if is_zeros(bytes) {
+                            return Ok(());
+                        }
                         std::os::unix::fs::FileExt::write_all_at(&handle, bytes, position)
                     })?
                     .at(&temp)?;
@@ -1660,6 +1737,12 @@ fn run_task(
         }
     }
     Ok(())
+}
+
+/// Whether `bytes` are all zeros (at least a page of them): written as a hole instead, so
+/// sparse content stays sparse on disk.
+fn is_zeros(bytes: &[u8]) -> bool {
+    bytes.len() >= 4096 && bytes.iter().all(|b| *b == 0)
 }
 
 /// Decompressed frames each writer keeps (about 1 MiB each): enough for neighbouring files.
@@ -1691,6 +1774,7 @@ fn write_temp(job: &WriteJob, dir: &Layout<'_>, packs: &mut PackReader) -> Resul
             let mut file = dir.root.create_file(relative)?;
             let mut hasher = blake3::Hasher::new();
             let several = job.chunks.len() > 1;
+            let mut holes = false;
             for (chunk_id, location) in &job.chunks {
                 let (frame, offset, length) = (&location.frame, location.offset, location.length);
                 packs
@@ -1698,9 +1782,20 @@ fn write_temp(job: &WriteJob, dir: &Layout<'_>, packs: &mut PackReader) -> Resul
                         if several {
                             hasher.update(bytes);
                         }
+                        // A run of zeros (sparse content) is skipped, left a hole.
+                        if is_zeros(bytes) {
+                            holes = true;
+                            return file
+                                .seek(std::io::SeekFrom::Current(bytes.len() as i64))
+                                .map(drop);
+                        }
                         file.write_all(bytes)
                     })?
                     .at(temp)?;
+            }
+            if holes {
+                // A hole at the end is made by the length.
+                file.set_len(job.entry.size).at(temp)?;
             }
             let id = match job.chunks.as_slice() {
                 [(only, _)] => *only,

@@ -219,3 +219,66 @@ fn export_to_a_path_that_is_a_symlink_replaces_the_link_and_never_writes_through
         .collect();
     assert!(leftovers.is_empty());
 }
+
+/// Finding 3: checkout checks the bytes and inodes it will write against what the disk has,
+/// before it writes anything.
+#[test]
+fn a_checkout_larger_than_its_disk_is_refused_before_anything_is_written() {
+    let env = TestEnv::new();
+    env.write("big/blob.bin", pseudo_random(6 << 20, 11));
+    env.ok(&["commit", "big", "-d", "big"]);
+    for i in 0..300 {
+        env.write(&format!("many/f{i}"), format!("{i}\n"));
+    }
+    env.ok(&["commit", "many", "-d", "many"]);
+    let Some(_disk) = crate::common::SmallDisk::mount(&env.path("small"), "2M") else {
+        return;
+    };
+    let error = env.json_error(&["checkout", "big", "small/out"], 6);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("needs") && message.contains("free"),
+        "{error}"
+    );
+    assert_eq!(fs::read_dir(env.path("small/out")).unwrap().count(), 0);
+    drop(_disk);
+
+    // Inodes: a tmpfs with room for bytes, but not for 300 files.
+    let tiny = env.path("few");
+    fs::create_dir_all(&tiny).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64M,nr_inodes=100", "tmpfs"])
+        .arg(&tiny)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let error = env.json_error(&["checkout", "many", "few/out"], 6);
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(&tiny)
+        .status();
+    assert!(
+        error["message"].as_str().unwrap().contains("inodes"),
+        "{error}"
+    );
+}
+
+#[test]
+fn sparse_content_is_checked_out_sparse() {
+    use std::os::unix::fs::MetadataExt;
+    let env = TestEnv::new();
+    let mut content = vec![0u8; 24 << 20];
+    content.extend_from_slice(&pseudo_random(100_000, 5));
+    content.extend(vec![0u8; 8 << 20]);
+    env.write("data/sparse.img", &content);
+    env.ok(&["commit", "data", "-d", "d"]);
+    env.ok(&["checkout", "d", "out"]);
+    let written = env.path("out/sparse.img");
+    assert_eq!(fs::read(&written).unwrap(), content);
+    let allocated = fs::metadata(&written).unwrap().blocks() * 512;
+    assert!(
+        allocated < (content.len() as u64) / 4,
+        "{allocated} bytes allocated for {} of mostly zeros",
+        content.len()
+    );
+}
