@@ -784,6 +784,11 @@ impl<T> IoResultExt<T> for io::Result<T> {
     }
 }
 
+/// `bytes` in GiB with one decimal, for messages.
+fn gibibytes(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
 #[cfg(test)]
 mod kind_tests {
     use super::*;
@@ -833,9 +838,4 @@ mod kind_tests {
             ErrorKind::Io
         );
     }
-}
-
-/// `bytes` in GiB with one decimal, for messages.
-fn gibibytes(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
 }

@@ -334,8 +334,8 @@ impl Room {
         let needed_bytes = self.bytes.saturating_sub(plan.kept_room.bytes);
         let needed_inodes = self.inodes.saturating_sub(plan.kept_room.inodes);
         let stat = root.file_system()?;
-        let free_bytes = u64::from(stat.blocks_available()).saturating_mul(stat.fragment_size());
-        let free_inodes = u64::from(stat.files_available());
+        let free_bytes = stat.blocks_available().saturating_mul(stat.fragment_size());
+        let free_inodes = stat.files_available();
         // A file system that counts no inodes at all (btrfs) has no inode limit to check.
         let inodes_counted = stat.files() > 0;
         if needed_bytes > free_bytes || (inodes_counted && needed_inodes > free_inodes) {
