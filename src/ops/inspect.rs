@@ -213,7 +213,7 @@ pub fn show(store: &Store, revision: &Revision) -> Result<VersionInfo> {
     let id = revision.resolve(store.catalog())?;
     let version = info(store, &id)?;
     let stored = store.reader().version(&id)?;
-    if stored != version.record.version {
+    if !version.record.agrees_with(&stored) {
         return Err(Error::corrupt(
             store.catalog().path(),
             format!("version {} differs from its stored object", id.short()),
