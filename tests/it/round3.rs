@@ -67,3 +67,56 @@ fn a_renamed_dataset_keeps_its_versions_in_verify_show_a_clone_a_repair_and_the_
     env.ok(&["verify"]);
     env.ok(&["show", "y@v1"]);
 }
+
+/// Runs `dsv ARGS` with stdout a pipe whose reader is gone (as after `head -1`); returns the
+/// exit code and stderr.
+fn run_into_closed_pipe(env: &TestEnv, args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        .env_clear()
+        .env("HOME", env.root())
+        .env("TMPDIR", env.root())
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .current_dir(env.root())
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_answer_keeps_its_exit_status_when_stdout_is_closed() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.write("data/b.txt", "b");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    // A directory that differs from its version: audit answers 1, in a pipe or not.
+    env.write("data/a.txt", "changed");
+    env.fails(&["audit", "data"], 1);
+    for json in [false, true] {
+        let mut args = vec!["audit", "data"];
+        if json {
+            args.insert(0, "--json");
+        }
+        let (code, stderr) = run_into_closed_pipe(&env, &args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        let (code, stderr) = run_into_closed_pipe(&env, &["status", "data", "--exit-code"]);
+        assert_eq!(code, Some(1), "status: {stderr}");
+    }
+    // A damaged store: verify answers 5, in a pipe or not.
+    crate::common::damage_first_pack(&env.path(".dsv/packs"));
+    env.fails(&["verify"], 5);
+    for args in [&["verify"][..], &["--json", "verify"][..]] {
+        let (code, stderr) = run_into_closed_pipe(&env, args);
+        assert_eq!(code, Some(5), "{args:?}: {stderr}");
+    }
+    // Plain output into a closed pipe is no failure.
+    let (code, stderr) = run_into_closed_pipe(&env, &["ls"]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
