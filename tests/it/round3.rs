@@ -120,3 +120,52 @@ fn an_answer_keeps_its_exit_status_when_stdout_is_closed() {
     let (code, stderr) = run_into_closed_pipe(&env, &["ls"]);
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+#[test]
+fn an_ignore_file_that_cannot_be_read_whole_is_refused_naming_its_line() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.write("data/secrets.env", "KEY=1");
+    env.write("data/sub/secrets.env", "KEY=2");
+    env.write("data/.dsvignore", "secrets.env\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let bad: [(&str, &[u8], &str); 3] = [
+        ("data/.dsvignore", b"# caf\xe9\nsecrets.env\n", "line 1"),
+        (
+            "data/.dsvignore",
+            b"*.tmp\n[z-a].txt\nsecrets.env\n",
+            "line 2",
+        ),
+        (
+            "data/sub/.dsvignore",
+            b"*.tmp\n\n\xff\nsecrets.env\n",
+            "line 3",
+        ),
+    ];
+    for (file, text, line) in bad {
+        let _ = std::fs::remove_file(env.path("data/.dsvignore"));
+        let _ = std::fs::remove_file(env.path("data/sub/.dsvignore"));
+        if file == "data/sub/.dsvignore" {
+            env.write("data/.dsvignore", "secrets.env\n");
+        }
+        env.write(file, text);
+        for args in [
+            &["commit", "data", "-d", "ds"][..],
+            &["status", "data"][..],
+            &["import", "data", "-d", "imported"][..],
+        ] {
+            let error = env.json_error(args, 3);
+            let message = error["message"].as_str().unwrap();
+            assert!(message.contains(".dsvignore"), "{args:?}: {error}");
+            assert!(message.contains(line), "{args:?}: {error}");
+        }
+        assert_eq!(env.json(&["ls"]).as_array().unwrap().len(), 1);
+        assert_eq!(crate::common::version_ids(&env, "ds").len(), 1);
+    }
+    // Mended, the rules hold.
+    env.write("data/sub/.dsvignore", "secrets.env\n");
+    env.write("data/b.txt", "b");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let files = env.ok(&["ls", "ds"]);
+    assert!(!files.contains("secrets.env"), "{files}");
+}
