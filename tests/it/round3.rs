@@ -169,3 +169,26 @@ fn an_ignore_file_that_cannot_be_read_whole_is_refused_naming_its_line() {
     let files = env.ok(&["ls", "ds"]);
     assert!(!files.contains("secrets.env"), "{files}");
 }
+
+#[test]
+fn audit_of_a_workspace_whose_version_was_removed_answers_as_status_does() {
+    let env = TestEnv::new();
+    env.write("w/x.txt", "x\n");
+    env.ok(&["commit", "w", "-d", "ds"]);
+    env.write("w2/y.txt", "y\n");
+    env.ok(&["commit", "w2", "-d", "ds"]);
+    let first = crate::common::version_ids(&env, "ds")[1].clone();
+    std::fs::rename(env.path("w"), env.path("w-away")).unwrap();
+    env.ok(&["rm", &format!("ds@{}", &first[..12])]);
+    env.ok(&["gc"]);
+    std::fs::rename(env.path("w-away"), env.path("w")).unwrap();
+    let status = env.json_error(&["status", "w"], 3);
+    assert!(status.to_string().contains("removed"), "{status}");
+    for args in [&["audit", "w"][..], &["audit", "w", "--full"][..]] {
+        let error = env.json_error(args, 3);
+        let text = error.to_string();
+        assert!(text.contains("removed"), "{args:?}: {error}");
+        assert!(!text.contains("another copy"), "{args:?}: {error}");
+        assert_eq!(error["kind"], "user", "{args:?}: {error}");
+    }
+}
