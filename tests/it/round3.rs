@@ -192,3 +192,56 @@ fn audit_of_a_workspace_whose_version_was_removed_answers_as_status_does() {
         assert_eq!(error["kind"], "user", "{args:?}: {error}");
     }
 }
+
+/// Runs `dsv ARGS` and waits at most `secs` seconds; `None` when it did not end by then
+/// (it is killed).
+fn run_within(env: &TestEnv, args: &[&str], secs: u64) -> Option<std::process::Output> {
+    let mut child = env.spawn(args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_fifo_or_a_symlink_among_the_stores_leases_or_packs_never_hangs_gc_or_repair() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    std::fs::create_dir_all(env.path(".dsv/leases")).unwrap();
+    let fifo = |relative: &str| {
+        let made = std::process::Command::new("mkfifo")
+            .arg(env.path(relative))
+            .status()
+            .unwrap();
+        assert!(made.success());
+    };
+    fifo(".dsv/leases/lease-fifo.json");
+    fifo(&format!(".dsv/packs/{}.pack", "ab".repeat(32)));
+    std::os::unix::fs::symlink(
+        env.path("data/a.txt"),
+        env.path(".dsv/leases/lease-link.json"),
+    )
+    .unwrap();
+    for args in [&["gc"][..], &["gc", "--dry-run"][..], &["verify"][..]] {
+        let out = run_within(&env, args, 20).unwrap_or_else(|| panic!("dsv {args:?} hangs"));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = run_within(&env, &["--json", "repair"], 20).expect("dsv repair hangs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.ok(&["ls", "ds"]);
+}
