@@ -438,13 +438,19 @@ impl CatalogWriter<'_> {
     /// Names version `id` of dataset `name` as `tag`; replaces an existing tag only if `force`.
     ///
     /// # Errors
-    /// [`Error::TagExists`] when the tag exists and `force` is false.
+    /// [`Error::TagExists`] when the tag exists and `force` is false;
+    /// [`Error::DatasetNotFound`] when there is no dataset `name`.
     pub fn set_tag(&self, name: &str, tag: &str, id: &ObjectId, force: bool) -> Result<()> {
-        let dataset: i64 =
-            self.tx
-                .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
-                    row.get(0)
-                })?;
+        let dataset: i64 = self
+            .tx
+            .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
+                row.get(0)
+            })
+            .optional()?
+            .ok_or_else(|| Error::DatasetNotFound {
+                name: name.to_string(),
+                closest: None,
+            })?;
         let existing: Option<Vec<u8>> = self
             .tx
             .query_row(

@@ -245,3 +245,35 @@ fn a_fifo_or_a_symlink_among_the_stores_leases_or_packs_never_hangs_gc_or_repair
     );
     env.ok(&["ls", "ds"]);
 }
+
+#[test]
+fn tag_racing_rename_gets_a_clean_answer() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "x"]);
+    let (mut from, mut to) = ("x", "y");
+    for round in 0..40 {
+        let tag = format!("t{round}");
+        let tagging: Vec<_> = (0..3)
+            .map(|i| env.spawn(&["tag", from, &format!("{tag}-{i}")]))
+            .collect();
+        let renaming = env.spawn(&["rename", from, to]);
+        for child in tagging {
+            let out = child.wait_with_output().unwrap();
+            let code = out.status.code();
+            assert!(
+                matches!(code, Some(0) | Some(3)),
+                "round {round}: tag exited {code:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let out = renaming.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::mem::swap(&mut from, &mut to);
+    }
+    env.ok(&["verify"]);
+}
