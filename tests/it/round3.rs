@@ -277,3 +277,23 @@ fn tag_racing_rename_gets_a_clean_answer() {
     }
     env.ok(&["verify"]);
 }
+
+#[test]
+fn a_default_aws_profile_with_only_credential_process_is_refused_not_replaced_by_instance_metadata()
+{
+    let env = TestEnv::new();
+    env.write(
+        ".aws/config",
+        "[default]\nregion = us-east-1\ncredential_process = /bin/false\n",
+    );
+    let out = env
+        .dsv()
+        .args(["--json", "clone", "s3://some-bucket/prefix", "c"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("credential_process"), "{stderr}");
+    assert!(stderr.contains("\"default\""), "{stderr}");
+}
