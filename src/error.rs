@@ -369,6 +369,18 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A `.dsvignore` file that cannot be read whole: a line that is not UTF-8 or a rule
+    /// that does not parse. Nothing goes on with part of its rules (what it meant to leave
+    /// out could be committed).
+    #[error("cannot obey ignore file {}, line {line}: {reason}", path.display())]
+    InvalidIgnoreFile {
+        /// The ignore file.
+        path: PathBuf,
+        /// The line (from 1) that cannot be used; 0 when the file cannot be read at all.
+        line: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A `--shard I/N` that does not parse or is out of range.
     #[error("invalid shard {spec:?}: {reason}")]
     InvalidShard {

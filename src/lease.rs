@@ -125,9 +125,18 @@ pub fn leased_versions(root: &Path) -> Result<Vec<ObjectId>> {
     let mut versions = Vec::new();
     for entry in entries {
         let path = entry.at(&dir)?.path();
-        let mut file = match File::open(&path) {
+        // Only a regular file is a lease (`Lease::take` writes nothing else): a FIFO, device,
+        // directory or symlink here protects nothing, and opening it must not hang gc, which
+        // holds the data lock exclusive meanwhile. It is left alone.
+        let mut file = match crate::store::open_listed_file(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::InvalidInput
+                    || e.raw_os_error() == Some(nix::libc::ELOOP) =>
+            {
+                continue;
+            }
             Err(e) => return Err(e).at(&path),
         };
         match file.try_lock_shared() {

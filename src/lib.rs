@@ -57,6 +57,7 @@ pub mod chunk;
 pub mod config;
 pub mod error;
 pub mod id;
+pub mod ignore_file;
 pub mod interrupt;
 pub(crate) mod key_set;
 pub mod lease;

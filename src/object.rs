@@ -369,7 +369,8 @@ impl FileMap {
 /// An immutable snapshot of a dataset.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Version {
-    /// The dataset's name.
+    /// The name of the dataset it was committed to. A rename does not change it (the object
+    /// is immutable): which dataset holds a version now is the catalog's answer, and a ref's.
     pub dataset: String,
     /// The root tree.
     pub tree: ObjectId,

@@ -113,11 +113,14 @@ impl ReadEngine {
             });
         }
         let version = store.reader().version(&id)?;
+        // The dataset that holds it, which a rename changes; its object keeps the old name.
+        let dataset = store.catalog().version_record(&id)?.version.dataset;
         drop(store);
         Ok(VersionHandle {
             engine: self.inner.clone(),
             revision: revision.to_string(),
             id,
+            dataset,
             version,
             entries: std::sync::OnceLock::new(),
             lease,
@@ -143,6 +146,7 @@ pub struct VersionHandle {
     engine: Arc<Engine>,
     revision: String,
     id: ObjectId,
+    dataset: String,
     version: Version,
     /// In path order ([`crate::walk::path_order`]), as the version's trees list them: a
     /// path is found by binary search, and a directory's entries follow it. Listed on the
@@ -158,7 +162,13 @@ impl VersionHandle {
         self.id
     }
 
-    /// The version object (dataset, tree, parent, counts, message).
+    /// The dataset that holds the version (the catalog's answer: after a rename, the new
+    /// name, while the version object keeps the name it was committed to).
+    pub fn dataset(&self) -> &str {
+        &self.dataset
+    }
+
+    /// The version object (tree, parent, counts, message, the dataset it was committed to).
     pub fn version(&self) -> &Version {
         &self.version
     }

@@ -619,3 +619,25 @@ impl ObjectReader<'_> {
         Ok(())
     }
 }
+
+/// Opens for reading a file that a listing of one of the store's directories found (a lease,
+/// a pack): never follows a symlink and never waits on a FIFO or a device, so a stray
+/// non-regular file there cannot hang a command that holds the store's locks.
+///
+/// # Errors
+/// The open's error (`ELOOP` for a symlink); [`std::io::ErrorKind::InvalidInput`] when the
+/// file is not a regular file.
+pub(crate) fn open_listed_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}

@@ -27,6 +27,8 @@ pub struct PyVersion {
     store: Py<PyStore>,
     revision: String,
     id: ObjectId,
+    /// The dataset that holds it (a rename changes it; `meta.dataset` keeps the old name).
+    dataset: String,
     meta: dsv::object::Version,
     files: usize,
     size_bytes: u64,
@@ -50,6 +52,7 @@ impl PyVersion {
             store,
             revision,
             id: handle.id(),
+            dataset: handle.dataset().to_string(),
             meta: handle.version().clone(),
             files,
             size_bytes,
@@ -81,7 +84,7 @@ impl PyVersion {
 
     fn reopen(&self) -> Res<Arc<VersionHandle>> {
         let engine = self.store.get().engine()?;
-        let exact = format!("{}@{}", self.meta.dataset, self.id.to_hex());
+        let exact = format!("{}@{}", self.dataset, self.id.to_hex());
         let handle = Arc::new(engine.version(&exact)?);
         let mut slot = self.slot();
         match slot.get() {
@@ -181,7 +184,7 @@ impl PyVersion {
     /// The dataset it belongs to.
     #[getter]
     fn dataset(&self) -> &str {
-        &self.meta.dataset
+        &self.dataset
     }
 
     /// The revision it was opened as (`mnist@v3`).
@@ -396,7 +399,7 @@ impl PyVersion {
             reopen.unbind(),
             (
                 self.store.get().root().to_path_buf(),
-                self.meta.dataset.clone(),
+                self.dataset.clone(),
                 self.id.to_hex(),
                 self.revision.clone(),
             ),

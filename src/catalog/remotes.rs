@@ -454,10 +454,60 @@ impl CatalogWriter<'_> {
             "UPDATE datasets SET head = ?1 WHERE name = ?2",
             params![&id.0[..], name],
         )?;
+        self.adopt_history(name, id)?;
         self.log(RefLogEntry::Head {
             dataset: name.to_string(),
             version: Some(*id),
         });
+        Ok(())
+    }
+
+    /// A head's history belongs to its dataset: the versions reached from `id` by parents
+    /// that the catalog files under another dataset move to `name`. A version object names the
+    /// dataset it was committed to, which a rename does not change, so a version recorded from
+    /// its object alone (fetched from a remote, or rebuilt by repair) is filed under that old
+    /// name until the ref naming it says where it belongs. A dataset left with nothing (no
+    /// head, version, tag or workspace) is dropped.
+    fn adopt_history(&self, name: &str, id: &ObjectId) -> Result<()> {
+        let dataset: i64 =
+            self.tx
+                .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
+                    row.get(0)
+                })?;
+        // The walk stops at the first version already filed here: its history was adopted
+        // when it became a head.
+        let moved: Vec<(Vec<u8>, i64)> = {
+            let mut stmt = self.tx.prepare_cached(
+                "WITH RECURSIVE chain(id, parent, dataset) AS (
+                     SELECT id, parent, dataset FROM versions WHERE id = ?1
+                     UNION ALL
+                     SELECT v.id, v.parent, v.dataset FROM versions v JOIN chain c ON v.id = c.parent
+                     WHERE c.dataset != ?2
+                 )
+                 SELECT id, dataset FROM chain WHERE dataset != ?2",
+            )?;
+            let rows = stmt.query_map(params![&id.0[..], dataset], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let mut left = std::collections::BTreeSet::new();
+        for (version, old) in &moved {
+            self.tx.execute(
+                "UPDATE versions SET dataset = ?2 WHERE id = ?1",
+                params![version, dataset],
+            )?;
+            left.insert(*old);
+        }
+        for old in left {
+            self.tx.execute(
+                "DELETE FROM datasets WHERE id = ?1 AND head IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM versions WHERE dataset = ?1)
+                   AND NOT EXISTS (SELECT 1 FROM tags WHERE dataset = ?1)
+                   AND NOT EXISTS (SELECT 1 FROM workspaces WHERE dataset = ?1)",
+                [old],
+            )?;
+        }
         Ok(())
     }
 }

@@ -13,9 +13,45 @@ use crate::reflog::RefLogEntry;
 pub struct VersionRecord {
     /// The version id.
     pub id: ObjectId,
-    /// Its fields.
+    /// Its fields, with `dataset` the dataset that holds it now: after a rename that differs
+    /// from the name its object recorded when it was committed (see [`VersionRecord::agrees_with`]).
     #[serde(flatten)]
     pub version: Version,
+}
+
+impl VersionRecord {
+    /// True when `stored`, the version's object, agrees with this record in every field the
+    /// object fixes, its dataset aside: the object names the dataset it was committed to and
+    /// is immutable, while which dataset holds the version is the catalog's (and a ref's)
+    /// answer, which a rename changes.
+    pub fn agrees_with(&self, stored: &Version) -> bool {
+        let Version {
+            dataset: _,
+            tree,
+            parent,
+            author,
+            time,
+            files,
+            bytes,
+            source,
+            provenance,
+            message,
+        } = stored;
+        let v = &self.version;
+        (
+            tree, parent, author, time, files, bytes, source, provenance, message,
+        ) == (
+            &v.tree,
+            &v.parent,
+            &v.author,
+            &v.time,
+            &v.files,
+            &v.bytes,
+            &v.source,
+            &v.provenance,
+            &v.message,
+        )
+    }
 }
 
 /// One dataset with its head.
@@ -402,13 +438,19 @@ impl CatalogWriter<'_> {
     /// Names version `id` of dataset `name` as `tag`; replaces an existing tag only if `force`.
     ///
     /// # Errors
-    /// [`Error::TagExists`] when the tag exists and `force` is false.
+    /// [`Error::TagExists`] when the tag exists and `force` is false;
+    /// [`Error::DatasetNotFound`] when there is no dataset `name`.
     pub fn set_tag(&self, name: &str, tag: &str, id: &ObjectId, force: bool) -> Result<()> {
-        let dataset: i64 =
-            self.tx
-                .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
-                    row.get(0)
-                })?;
+        let dataset: i64 = self
+            .tx
+            .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
+                row.get(0)
+            })
+            .optional()?
+            .ok_or_else(|| Error::DatasetNotFound {
+                name: name.to_string(),
+                closest: None,
+            })?;
         let existing: Option<Vec<u8>> = self
             .tx
             .query_row(

@@ -172,6 +172,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "the lock names no remote: push the version from the store that made the lock, or use that store".into()
         }
         Error::VersionHeld { holders, .. } => held_hint(holders),
+        Error::InvalidIgnoreFile { .. } => "fix that line (UTF-8 text, one gitignore-style rule a line) and run the command again; dsv obeys an ignore file whole, never part of it, so nothing was recorded".into(),
         Error::WorkspaceVersionRemoved { .. } => {
             "check out another version into it (`dsv checkout REV DIR`), commit it as a new version, or `dsv workspace forget DIR`".into()
         }

@@ -2,7 +2,7 @@
 //! stderr; progress bars only on a terminal, never with `--json` or `--quiet`.
 
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,10 +36,10 @@ impl Ui {
 
     /// Prints `value` as pretty JSON on stdout.
     pub fn json<T: serde::Serialize + ?Sized>(&self, value: &T) -> anyhow::Result<()> {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, value)?;
-        writeln!(out)?;
-        Ok(())
+        to_stdout(|out| {
+            serde_json::to_writer_pretty(&mut *out, value).map_err(std::io::Error::from)?;
+            writeln!(out)
+        })
     }
 
     /// Prints `value` as JSON with `--json`, else `text(value)` as human output.
@@ -58,7 +58,7 @@ impl Ui {
     /// Prints a line of human output on stdout unless quiet.
     pub fn line(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
         if !self.quiet {
-            writeln!(std::io::stdout().lock(), "{}", text.as_ref())?;
+            to_stdout(|out| writeln!(out, "{}", text.as_ref()))?;
         }
         Ok(())
     }
@@ -79,6 +79,29 @@ impl Ui {
             bar: Mutex::new(None),
             files: Arc::new((AtomicU64::new(0), AtomicU64::new(0))),
         }
+    }
+}
+
+/// Set once stdout is found closed (the reader of a pipe went away, as `head` does).
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes a command's output on stdout. A closed stdout ends the output quietly, and only the
+/// output: the command goes on to its answer, so its exit status (5 for a store `dsv verify`
+/// finds damaged, 1 for a directory `dsv audit` finds different) is the same in a pipe as
+/// without one.
+fn to_stdout(
+    write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    match write(&mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        result => Ok(result?),
     }
 }
 

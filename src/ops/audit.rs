@@ -79,6 +79,7 @@ pub struct AuditReport {
 ///
 /// # Errors
 /// [`Error::NotADirectory`], [`Error::NotAWorkspace`] (no target and no record),
+/// [`Error::WorkspaceVersionRemoved`] (no target, and the recorded version was removed),
 /// [`Error::MissingObject`] when the version's trees are not here, read errors.
 pub fn audit(
     store: &Store,
@@ -96,6 +97,13 @@ pub fn audit(
         Some((dataset, version, why)) => (dataset.to_string(), version, why),
         None => match &recorded {
             Some(ws) => match (&ws.dataset, ws.version) {
+                // As status: the claim is of a version the user removed, nothing to restore.
+                (Some(_), Some(version)) if store.catalog().removed_at(&version)?.is_some() => {
+                    return Err(Error::WorkspaceVersionRemoved {
+                        dir: dir.clone(),
+                        version: version.to_hex(),
+                    });
+                }
                 (Some(dataset), Some(version)) => (dataset.clone(), version, "workspace"),
                 _ => return Err(Error::NotAWorkspace { path: dir.clone() }),
             },

@@ -609,16 +609,20 @@ pub fn pin(
     reason: &str,
     until: Option<i64>,
 ) -> Result<Pin> {
+    // Resolved, written and read back under the store lock (as tag, rename and rm are).
+    let _lock = store.lock()?;
     let id = revision.resolve(store.catalog())?;
     let writer = store.catalog_mut().writer()?;
     writer.pin(&id, reason, until)?;
     writer.commit()?;
-    Ok(store
+    store
         .catalog()
         .pins()?
         .into_iter()
         .find(|p| p.version == id)
-        .expect("just pinned"))
+        .ok_or_else(|| Error::Internal {
+            detail: format!("version {} was pinned, yet no pin names it", id.short()),
+        })
 }
 
 /// Removes the pin of `revision`.
@@ -626,6 +630,7 @@ pub fn pin(
 /// # Errors
 /// [`Error::RevisionNotFound`] when it is not pinned; revision errors.
 pub fn unpin(store: &mut Store, revision: &Revision) -> Result<ObjectId> {
+    let _lock = store.lock()?;
     let id = revision.resolve(store.catalog())?;
     let writer = store.catalog_mut().writer()?;
     let had = writer.unpin(&id)?;

@@ -213,7 +213,7 @@ pub fn show(store: &Store, revision: &Revision) -> Result<VersionInfo> {
     let id = revision.resolve(store.catalog())?;
     let version = info(store, &id)?;
     let stored = store.reader().version(&id)?;
-    if stored != version.record.version {
+    if !version.record.agrees_with(&stored) {
         return Err(Error::corrupt(
             store.catalog().path(),
             format!("version {} differs from its stored object", id.short()),
@@ -348,6 +348,9 @@ pub fn diff(store: &Store, old: Option<&Revision>, new: &Revision) -> Result<Dif
 /// [`Error::InvalidName`], revision errors, [`Error::TagExists`].
 pub fn tag(store: &mut Store, revision: &Revision, tag: &str, force: bool) -> Result<ObjectId> {
     check_name("tag", tag)?;
+    // Resolved and written under the store lock, as rename and reset are: a rename between
+    // the two would leave the tag naming a dataset that is gone.
+    let _lock = store.lock()?;
     let id = revision.resolve(store.catalog())?;
     let writer = store.catalog_mut().writer()?;
     writer.set_tag(&revision.dataset, tag, &id, force)?;

@@ -385,7 +385,7 @@ impl<'a> PackAccounting<'a> {
     /// # Errors
     /// [`Error::Io`] reading the ref log; [`Error::Catalog`].
     pub fn forgotten_versions(&self, path: &Path) -> Result<Option<ForgottenVersions>> {
-        let Ok(file) = fs::File::open(path) else {
+        let Ok(file) = crate::store::open_listed_file(path) else {
             return Ok(None);
         };
         let Ok((_, objects)) = crate::pack::reader::read_index(&file, path) else {

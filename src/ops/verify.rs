@@ -185,7 +185,7 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
             next = record.version.parent;
             report.versions += 1;
             match reader.version(&id) {
-                Ok(stored) if stored == record.version => {}
+                Ok(stored) if record.agrees_with(&stored) => {}
                 Ok(_) => report
                     .problems
                     .push(format!("version {id} differs from its stored object")),

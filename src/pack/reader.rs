@@ -255,7 +255,8 @@ pub fn verify_pack(
     path: &Path,
     id: &ObjectId,
 ) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
-    let mut file = File::open(path).at(path)?;
+    // Verify and repair check the files a listing of the packs directory found.
+    let mut file = crate::store::open_listed_file(path).at(path)?;
     let mut hasher = blake3::Hasher::new();
     hasher.update_reader(&mut file).at(path)?;
     if ObjectId::from(hasher.finalize()) != *id {

@@ -426,7 +426,10 @@ pub fn source() -> Option<AwsProfileSource> {
 
 /// Applies `profile` to an S3 builder made from the environment, below it: a value the
 /// environment already set is kept (the AWS CLI's precedence). The credentials are taken
-/// whole or not at all: not when the environment has an access key id or a secret.
+/// whole from one source: the environment's when it has an access key id and a secret (with
+/// its session token, if any), else the profile's key, secret and token together, never a
+/// mix (an `AWS_SESSION_TOKEN` alone in the environment is not sent with the profile's keys,
+/// as the AWS CLI ignores it too).
 pub(crate) fn apply_below_environment(
     mut builder: object_store::aws::AmazonS3Builder,
     profile: &AwsProfile,
@@ -437,7 +440,7 @@ pub(crate) fn apply_below_environment(
         builder.get_config_value(key) == untouched.get_config_value(key)
     };
     let env_has_credentials =
-        !is_default(&builder, &Key::AccessKeyId) || !is_default(&builder, &Key::SecretAccessKey);
+        !is_default(&builder, &Key::AccessKeyId) && !is_default(&builder, &Key::SecretAccessKey);
     for (key, value) in &profile.options {
         let Ok(parsed) = key.parse::<Key>() else {
             continue;
@@ -454,6 +457,22 @@ pub(crate) fn apply_below_environment(
         if !keep_environment {
             builder = builder.with_config(parsed, value);
         }
+    }
+    // The profile's set as one provider, which wins over the builder's separate key, secret
+    // and token (a token the environment set alone cannot be unset there).
+    if !env_has_credentials
+        && let (Some(key_id), Some(secret_key)) = (
+            profile.options.get("aws_access_key_id"),
+            profile.options.get("aws_secret_access_key"),
+        )
+    {
+        builder = builder.with_credentials(std::sync::Arc::new(
+            object_store::StaticCredentialProvider::new(object_store::aws::AwsCredential {
+                key_id: key_id.clone(),
+                secret_key: secret_key.clone(),
+                token: profile.options.get("aws_session_token").cloned(),
+            }),
+        ));
     }
     builder
 }
@@ -712,6 +731,22 @@ dynamodb =
         assert_eq!(source.load().unwrap().options["aws_region"], "r");
     }
 
+    /// The credential a store built from `builder` signs with.
+    fn credential_of(builder: AmazonS3Builder) -> std::sync::Arc<object_store::aws::AwsCredential> {
+        let store = builder
+            .with_bucket_name("b")
+            .with_region("us-east-1")
+            .build()
+            .unwrap();
+        let provider = store.credentials().clone();
+        let mut future = std::pin::pin!(provider.get_credential());
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(credential) => credential.unwrap(),
+            std::task::Poll::Pending => panic!("a static credential is ready at once"),
+        }
+    }
+
     #[test]
     fn the_environment_wins_over_the_profile() {
         let profile = AwsProfile {
@@ -766,6 +801,31 @@ dynamodb =
             built.get_config_value(&Key::Region).as_deref(),
             Some("profile-region")
         );
+        // A session token alone in the environment is not sent with the profile's keys.
+        let keys_only = AwsProfile {
+            options: profile
+                .options
+                .iter()
+                .filter(|(k, _)| *k != "aws_session_token")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            ..profile.clone()
+        };
+        let from_env = AmazonS3Builder::new().with_config(Key::Token, "env-token");
+        let credential = credential_of(apply_below_environment(from_env, &keys_only));
+        assert_eq!(credential.key_id, "PROFILEKEY");
+        assert_eq!(credential.token, None);
+        let from_env = AmazonS3Builder::new().with_config(Key::Token, "env-token");
+        let credential = credential_of(apply_below_environment(from_env, &profile));
+        assert_eq!(credential.token.as_deref(), Some("profile-token"));
+        // A complete set in the environment is used whole, its token with it.
+        let from_env = AmazonS3Builder::new()
+            .with_config(Key::AccessKeyId, "ENVKEY")
+            .with_config(Key::SecretAccessKey, "env-secret")
+            .with_config(Key::Token, "env-token");
+        let credential = credential_of(apply_below_environment(from_env, &profile));
+        assert_eq!(credential.key_id, "ENVKEY");
+        assert_eq!(credential.token.as_deref(), Some("env-token"));
         // AWS_ENDPOINT_URL_S3 in the environment keeps the profile's endpoint out.
         let from_env = AmazonS3Builder::new().with_config(Key::S3Endpoint, "http://env-s3:2");
         let built = apply_below_environment(from_env, &profile);

@@ -221,8 +221,10 @@ pub fn cloud_backend(
             if let Some(source) = aws_profile::source() {
                 let profile = source.load()?;
                 builder = aws_profile::apply_below_environment(builder, &profile);
-                // Only a profile the user named: the implicit default falls back to what
-                // object_store finds itself (instance metadata, web identity).
+                // A profile (named, or the implicit default) that gets its credentials in a
+                // way dsv cannot use is refused, unless the environment gives credentials:
+                // falling back to what object_store finds itself (instance metadata) would
+                // sign as another identity than the one the profile names.
                 let env_credentials = [
                     object_store::aws::AmazonS3ConfigKey::AccessKeyId,
                     object_store::aws::AmazonS3ConfigKey::RoleArn,
@@ -230,7 +232,6 @@ pub fn cloud_backend(
                 .iter()
                 .any(|key| builder.get_config_value(key).is_some());
                 if let Some(how) = profile.unsupported
-                    && source.profile.is_some()
                     && !env_credentials
                 {
                     return Err(Error::AwsProfileUnsupported {

@@ -21,6 +21,7 @@ mod properties;
 mod read;
 mod real_data;
 mod remote;
+mod round3;
 mod scale;
 mod scale_input;
 mod settings;

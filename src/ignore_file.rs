@@ -1,0 +1,127 @@
+//! `.dsvignore` files read whole or not at all.
+//!
+//! The walk ([`crate::walk`]) obeys them through the `ignore` crate, which uses the rules it
+//! can parse and only reports the others: a line that is not UTF-8 ends its reading of the
+//! file there, and a rule that does not parse is dropped. Either way a file the ignore file
+//! meant to leave out (`secrets.env`) would be committed. [`check`] reads an ignore file as
+//! the walk does and refuses it, naming the file and the line, when any line cannot be used;
+//! every command that obeys ignore files runs it on each one the walk lists, before it
+//! records or reports anything.
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// The largest ignore file read: rules are lines a person writes, not data.
+pub const MAX_IGNORE_FILE_LEN: u64 = 1 << 20;
+
+/// When `relative` (a `/`-separated path a walk of `root` listed) names an ignore file,
+/// [`check`]s it.
+///
+/// # Errors
+/// As [`check`].
+pub fn check_listed(root: &Path, relative: &str) -> Result<()> {
+    let (dir, name) = relative.rsplit_once('/').unwrap_or(("", relative));
+    if name != crate::walk::IGNORE_FILE {
+        return Ok(());
+    }
+    check(&root.join(dir), &root.join(relative))
+}
+
+/// Checks that every line of the ignore file `path` (in directory `dir`, which its rules are
+/// relative to) is UTF-8 and a rule that parses.
+///
+/// # Errors
+/// [`Error::InvalidIgnoreFile`] naming the first line that cannot be used (line 0: the file
+/// is not a regular file, is larger than [`MAX_IGNORE_FILE_LEN`], or cannot be read).
+pub fn check(dir: &Path, path: &Path) -> Result<()> {
+    let refuse = |line: u64, reason: String| Error::InvalidIgnoreFile {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    // Never follows a symlink or waits on a FIFO: only a regular file is read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| refuse(0, format!("it cannot be opened ({e})")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(0, format!("it cannot be read ({e})")))?;
+    if !meta.is_file() {
+        return Err(refuse(0, "it is not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_IGNORE_FILE_LEN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refuse(0, format!("it cannot be read ({e})")))?;
+    if bytes.len() as u64 > MAX_IGNORE_FILE_LEN {
+        return Err(refuse(
+            0,
+            format!("it is larger than the limit of {MAX_IGNORE_FILE_LEN} bytes"),
+        ));
+    }
+    let mut builder = ignore::gitignore::GitignoreBuilder::new(dir);
+    // As `BufRead::lines`, which the walk reads it with: split at `\n`, a `\r` before it dropped.
+    let mut lines = bytes.split(|&b| b == b'\n').peekable();
+    let mut number = 0;
+    while let Some(raw) = lines.next() {
+        if raw.is_empty() && lines.peek().is_none() {
+            break;
+        }
+        number += 1;
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let line = std::str::from_utf8(raw).map_err(|e| {
+            refuse(
+                number,
+                format!(
+                    "byte {} is not UTF-8 (write the file in UTF-8)",
+                    e.valid_up_to() + 1
+                ),
+            )
+        })?;
+        let line = if number == 1 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            line
+        };
+        builder
+            .add_line(None, line)
+            .map_err(|e| refuse(number, format!("the rule {line:?} does not parse ({e})")))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_text(text: &[u8]) -> Result<()> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".dsvignore");
+        std::fs::write(&path, text).unwrap();
+        check(dir.path(), &path)
+    }
+
+    fn refused_line(text: &[u8]) -> u64 {
+        match check_text(text) {
+            Err(Error::InvalidIgnoreFile { line, .. }) => line,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_ignore_file_is_used_whole_or_refused_at_its_first_bad_line() {
+        check_text(b"").unwrap();
+        check_text(b"\xef\xbb\xbf*.tmp\r\n# note\n\n!keep.tmp\ncache/").unwrap();
+        assert_eq!(refused_line(b"*.tmp\ncaf\xe9\nsecrets.env\n"), 2);
+        assert_eq!(refused_line(b"*.tmp\n\nfoo[z-a]\nsecrets.env\n"), 3);
+        assert_eq!(
+            refused_line(&vec![b'a'; MAX_IGNORE_FILE_LEN as usize + 1]),
+            0
+        );
+    }
+}

@@ -1,0 +1,299 @@
+//! Findings of the third trust review (issue 23) that are not about checkout: a rename read as
+//! corruption, answers lost in a pipe, ignore files half read, and outside input trusted.
+
+use crate::common::{TestEnv, push_to_file_remote};
+
+/// The datasets a store lists, with their version counts.
+fn datasets(env: &TestEnv, store: &str) -> Vec<(String, u64)> {
+    env.json(&["--store", store, "ls"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap().to_string(),
+                d["versions"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_renamed_dataset_keeps_its_versions_in_verify_show_a_clone_a_repair_and_the_reader() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "x", "-m", "one"]);
+    env.write("data/b.txt", "b");
+    env.ok(&["commit", "data", "-d", "x", "-m", "two"]);
+    env.ok(&["tag", "x", "v1"]);
+    env.ok(&["rename", "x", "y"]);
+    env.ok(&["verify"]);
+    assert_eq!(env.json(&["show", "y"])["dataset"], "y");
+    env.ok(&["show", "y@v1"]);
+    env.ok(&["show", "y@latest~1"]);
+    assert_eq!(datasets(&env, ".dsv"), [("y".to_string(), 2)]);
+    let engine =
+        dsv::read::ReadEngine::open(&env.path(".dsv"), dsv::read::ReadOptions::default()).unwrap();
+    assert_eq!(engine.version("y@v1").unwrap().dataset(), "y");
+    drop(engine);
+
+    // A clone sees y with every version, and checks it out as y.
+    let (_, url) = push_to_file_remote(&env, "remote", "y");
+    env.ok(&["clone", &url, "c"]);
+    assert_eq!(datasets(&env, "c"), [("y".to_string(), 2)]);
+    env.ok(&["--store", "c", "verify"]);
+    let out = env
+        .dsv()
+        .args(["--store", "c", "checkout", "y", "out"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("Checked out y@"), "{said}");
+    assert_eq!(
+        env.json(&["--store", "c", "log", "y"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // A repair rebuilds y with every version from the packs and the ref log.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(env.path(&format!(".dsv/catalog.db{suffix}")));
+    }
+    env.ok(&["repair"]);
+    assert_eq!(datasets(&env, ".dsv"), [("y".to_string(), 2)]);
+    env.ok(&["verify"]);
+    env.ok(&["show", "y@v1"]);
+}
+
+/// Runs `dsv ARGS` with stdout a pipe whose reader is gone (as after `head -1`); returns the
+/// exit code and stderr.
+fn run_into_closed_pipe(env: &TestEnv, args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        .env_clear()
+        .env("HOME", env.root())
+        .env("TMPDIR", env.root())
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .current_dir(env.root())
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_answer_keeps_its_exit_status_when_stdout_is_closed() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.write("data/b.txt", "b");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    // A directory that differs from its version: audit answers 1, in a pipe or not.
+    env.write("data/a.txt", "changed");
+    env.fails(&["audit", "data"], 1);
+    for json in [false, true] {
+        let mut args = vec!["audit", "data"];
+        if json {
+            args.insert(0, "--json");
+        }
+        let (code, stderr) = run_into_closed_pipe(&env, &args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        let (code, stderr) = run_into_closed_pipe(&env, &["status", "data", "--exit-code"]);
+        assert_eq!(code, Some(1), "status: {stderr}");
+    }
+    // A damaged store: verify answers 5, in a pipe or not.
+    crate::common::damage_first_pack(&env.path(".dsv/packs"));
+    env.fails(&["verify"], 5);
+    for args in [&["verify"][..], &["--json", "verify"][..]] {
+        let (code, stderr) = run_into_closed_pipe(&env, args);
+        assert_eq!(code, Some(5), "{args:?}: {stderr}");
+    }
+    // Plain output into a closed pipe is no failure.
+    let (code, stderr) = run_into_closed_pipe(&env, &["ls"]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn an_ignore_file_that_cannot_be_read_whole_is_refused_naming_its_line() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.write("data/secrets.env", "KEY=1");
+    env.write("data/sub/secrets.env", "KEY=2");
+    env.write("data/.dsvignore", "secrets.env\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let bad: [(&str, &[u8], &str); 3] = [
+        ("data/.dsvignore", b"# caf\xe9\nsecrets.env\n", "line 1"),
+        (
+            "data/.dsvignore",
+            b"*.tmp\n[z-a].txt\nsecrets.env\n",
+            "line 2",
+        ),
+        (
+            "data/sub/.dsvignore",
+            b"*.tmp\n\n\xff\nsecrets.env\n",
+            "line 3",
+        ),
+    ];
+    for (file, text, line) in bad {
+        let _ = std::fs::remove_file(env.path("data/.dsvignore"));
+        let _ = std::fs::remove_file(env.path("data/sub/.dsvignore"));
+        if file == "data/sub/.dsvignore" {
+            env.write("data/.dsvignore", "secrets.env\n");
+        }
+        env.write(file, text);
+        for args in [
+            &["commit", "data", "-d", "ds"][..],
+            &["status", "data"][..],
+            &["import", "data", "-d", "imported"][..],
+        ] {
+            let error = env.json_error(args, 3);
+            let message = error["message"].as_str().unwrap();
+            assert!(message.contains(".dsvignore"), "{args:?}: {error}");
+            assert!(message.contains(line), "{args:?}: {error}");
+        }
+        assert_eq!(env.json(&["ls"]).as_array().unwrap().len(), 1);
+        assert_eq!(crate::common::version_ids(&env, "ds").len(), 1);
+    }
+    // Mended, the rules hold.
+    env.write("data/sub/.dsvignore", "secrets.env\n");
+    env.write("data/b.txt", "b");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let files = env.ok(&["ls", "ds"]);
+    assert!(!files.contains("secrets.env"), "{files}");
+}
+
+#[test]
+fn audit_of_a_workspace_whose_version_was_removed_answers_as_status_does() {
+    let env = TestEnv::new();
+    env.write("w/x.txt", "x\n");
+    env.ok(&["commit", "w", "-d", "ds"]);
+    env.write("w2/y.txt", "y\n");
+    env.ok(&["commit", "w2", "-d", "ds"]);
+    let first = crate::common::version_ids(&env, "ds")[1].clone();
+    std::fs::rename(env.path("w"), env.path("w-away")).unwrap();
+    env.ok(&["rm", &format!("ds@{}", &first[..12])]);
+    env.ok(&["gc"]);
+    std::fs::rename(env.path("w-away"), env.path("w")).unwrap();
+    let status = env.json_error(&["status", "w"], 3);
+    assert!(status.to_string().contains("removed"), "{status}");
+    for args in [&["audit", "w"][..], &["audit", "w", "--full"][..]] {
+        let error = env.json_error(args, 3);
+        let text = error.to_string();
+        assert!(text.contains("removed"), "{args:?}: {error}");
+        assert!(!text.contains("another copy"), "{args:?}: {error}");
+        assert_eq!(error["kind"], "user", "{args:?}: {error}");
+    }
+}
+
+/// Runs `dsv ARGS` and waits at most `secs` seconds; `None` when it did not end by then
+/// (it is killed).
+fn run_within(env: &TestEnv, args: &[&str], secs: u64) -> Option<std::process::Output> {
+    let mut child = env.spawn(args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_fifo_or_a_symlink_among_the_stores_leases_or_packs_never_hangs_gc_or_repair() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    std::fs::create_dir_all(env.path(".dsv/leases")).unwrap();
+    let fifo = |relative: &str| {
+        let made = std::process::Command::new("mkfifo")
+            .arg(env.path(relative))
+            .status()
+            .unwrap();
+        assert!(made.success());
+    };
+    fifo(".dsv/leases/lease-fifo.json");
+    fifo(&format!(".dsv/packs/{}.pack", "ab".repeat(32)));
+    std::os::unix::fs::symlink(
+        env.path("data/a.txt"),
+        env.path(".dsv/leases/lease-link.json"),
+    )
+    .unwrap();
+    for args in [&["gc"][..], &["gc", "--dry-run"][..], &["verify"][..]] {
+        let out = run_within(&env, args, 20).unwrap_or_else(|| panic!("dsv {args:?} hangs"));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = run_within(&env, &["--json", "repair"], 20).expect("dsv repair hangs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.ok(&["ls", "ds"]);
+}
+
+#[test]
+fn tag_racing_rename_gets_a_clean_answer() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "x"]);
+    let (mut from, mut to) = ("x", "y");
+    for round in 0..40 {
+        let tag = format!("t{round}");
+        let tagging: Vec<_> = (0..3)
+            .map(|i| env.spawn(&["tag", from, &format!("{tag}-{i}")]))
+            .collect();
+        let renaming = env.spawn(&["rename", from, to]);
+        for child in tagging {
+            let out = child.wait_with_output().unwrap();
+            let code = out.status.code();
+            assert!(
+                matches!(code, Some(0) | Some(3)),
+                "round {round}: tag exited {code:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let out = renaming.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::mem::swap(&mut from, &mut to);
+    }
+    env.ok(&["verify"]);
+}
+
+#[test]
+fn a_default_aws_profile_with_only_credential_process_is_refused_not_replaced_by_instance_metadata()
+{
+    let env = TestEnv::new();
+    env.write(
+        ".aws/config",
+        "[default]\nregion = us-east-1\ncredential_process = /bin/false\n",
+    );
+    let out = env
+        .dsv()
+        .args(["--json", "clone", "s3://some-bucket/prefix", "c"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("credential_process"), "{stderr}");
+    assert!(stderr.contains("\"default\""), "{stderr}");
+}
