@@ -409,6 +409,18 @@ fn flatten_claimed(
     Walk::start(reader, root, claim)?.collect()
 }
 
+/// [`flatten`] one path at a time: the paths below tree `root` in depth-first order,
+/// siblings sorted, with the same checks, holding only the trees on the current path.
+///
+/// # Errors
+/// Reading the root fails.
+pub fn walk_tree<'r, 'a>(
+    reader: &'r mut ObjectReader<'a>,
+    root: &ObjectId,
+) -> Result<Walk<'r, 'a>> {
+    Walk::start(reader, root, None)
+}
+
 /// [`flatten_version`] one path at a time: the paths of `version`'s tree in depth-first
 /// order, siblings sorted, with the same checks, holding only the trees on the current path
 /// (memory grows with depth times the widest directory, not with the version's files).
@@ -899,7 +911,8 @@ pub struct Change {
 /// What [`diff`] found.
 #[derive(Debug, Clone, Default)]
 pub struct TreeDiff {
-    /// The changed files and symlinks (and directories that hold no file), sorted by path.
+    /// The changed files and symlinks (and directories that hold no file), in
+    /// [`crate::walk::path_order`].
     pub changes: Vec<Change>,
     /// How many tree objects the diff read (both sides, the two roots included): a diff of
     /// versions that differ in a few files reads only the trees on those files' paths.
@@ -908,32 +921,67 @@ pub struct TreeDiff {
 
 /// Compares two trees (`None` = empty), descending only into subtrees whose ids differ.
 ///
-/// Returns the changed files and symlinks sorted by path, and how many trees were read. The
-/// walk is iterative and bounded
-/// as [`flatten`] is (each side at most [`MAX_TREE_DEPTH`] levels, its directory entries'
-/// claims checked, at most [`MAX_VERSION_FILES`] files and [`MAX_VERSION_DIRS`] directories).
+/// Returns the changed files and symlinks in [`crate::walk::path_order`], and how many trees
+/// were read. [`diff_each`] collected.
 ///
 /// # Errors
-/// Reading a tree fails; [`Error::Corrupt`] naming a tree that breaks a limit.
+/// As [`diff_each`].
 pub fn diff(
     reader: &mut ObjectReader<'_>,
     old: Option<&ObjectId>,
     new: Option<&ObjectId>,
 ) -> Result<TreeDiff> {
-    type Side = Option<(ObjectId, Option<(u64, u64)>)>;
     let mut changes = Vec::new();
+    let trees_read = diff_each(reader, old, new, |change| {
+        changes.push(change);
+        Ok(())
+    })?;
+    Ok(TreeDiff {
+        changes,
+        trees_read,
+    })
+}
+
+/// Compares two trees (`None` = empty), descending only into subtrees whose ids differ, and
+/// hands each change to `visit` as it is found, in [`crate::walk::path_order`] (depth first,
+/// siblings sorted by name bytes: the order `ls` lists). Holds only the trees on the current
+/// path of each side, never the changes: a diff of two versions of millions of files costs
+/// their depth, not their size. Returns how many trees were read.
+///
+/// The walk is iterative and bounded as [`flatten`] is (each side at most
+/// [`MAX_TREE_DEPTH`] levels, its directory entries' claims checked, at most
+/// [`MAX_VERSION_FILES`] files and [`MAX_VERSION_DIRS`] directories).
+///
+/// # Errors
+/// Reading a tree fails; [`Error::Corrupt`] naming a tree that breaks a limit; the first
+/// error of `visit`.
+pub fn diff_each(
+    reader: &mut ObjectReader<'_>,
+    old: Option<&ObjectId>,
+    new: Option<&ObjectId>,
+    mut visit: impl FnMut(Change) -> Result<()>,
+) -> Result<u64> {
+    type Side = Option<(ObjectId, Option<(u64, u64)>)>;
+    /// One directory open on both sides: its trees, the next entry of each, its path.
+    struct Frame {
+        old: Tree,
+        new: Tree,
+        i: usize,
+        j: usize,
+        prefix: String,
+        depth: usize,
+    }
     let mut trees_read = 0u64;
     let root = new.or(old).copied().unwrap_or(ObjectId([0; 32]));
     let mut budget = Budget::new(&root, 2);
-    let mut stack: Vec<(Side, Side, String, usize)> = vec![(
-        old.map(|id| (*id, None)),
-        new.map(|id| (*id, None)),
-        String::new(),
-        0,
-    )];
-    while let Some((old, new, prefix, depth)) = stack.pop() {
+    let mut open = |reader: &mut ObjectReader<'_>,
+                    old: Side,
+                    new: Side,
+                    prefix: String,
+                    depth: usize|
+     -> Result<Option<Frame>> {
         if old.map(|(id, _)| id) == new.map(|(id, _)| id) {
-            continue;
+            return Ok(None);
         }
         let mut side = |side: Side| -> Result<Tree> {
             trees_read += u64::from(side.is_some());
@@ -941,85 +989,108 @@ pub fn diff(
                 .transpose()
                 .map(Option::unwrap_or_default)
         };
-        let old_tree = side(old)?;
-        let new_tree = side(new)?;
-        let (mut i, mut j) = (0, 0);
-        while i < old_tree.entries.len() || j < new_tree.entries.len() {
-            let a = old_tree.entries.get(i);
-            let b = new_tree.entries.get(j);
-            let order = match (a, b) {
-                (Some(a), Some(b)) => a.name.as_bytes().cmp(b.name.as_bytes()),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                _ => std::cmp::Ordering::Greater,
-            };
-            let (a, b) = match order {
-                std::cmp::Ordering::Less => {
-                    i += 1;
-                    (a, None)
-                }
-                std::cmp::Ordering::Greater => {
-                    j += 1;
-                    (None, b)
-                }
-                std::cmp::Ordering::Equal => {
-                    i += 1;
-                    j += 1;
-                    (a, b)
-                }
-            };
-            let name = a
-                .or(b)
-                .map(|e| e.name.as_str())
-                .expect("one side is present");
-            let path = format!("{prefix}{name}");
-            for e in [a, b].into_iter().flatten() {
-                match e.kind {
-                    EntryKind::Dir { .. } => budget.dir(&path)?,
-                    _ => budget.file(&path)?,
-                }
+        let old = side(old)?;
+        let new = side(new)?;
+        Ok(Some(Frame {
+            old,
+            new,
+            i: 0,
+            j: 0,
+            prefix,
+            depth,
+        }))
+    };
+    let mut stack: Vec<Frame> = Vec::new();
+    if let Some(frame) = open(
+        reader,
+        old.map(|id| (*id, None)),
+        new.map(|id| (*id, None)),
+        String::new(),
+        0,
+    )? {
+        stack.push(frame);
+    }
+    while let Some(frame) = stack.last_mut() {
+        if frame.i >= frame.old.entries.len() && frame.j >= frame.new.entries.len() {
+            stack.pop();
+            continue;
+        }
+        let a = frame.old.entries.get(frame.i);
+        let b = frame.new.entries.get(frame.j);
+        let order = match (a, b) {
+            (Some(a), Some(b)) => a.name.as_bytes().cmp(b.name.as_bytes()),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        let (a, b) = match order {
+            std::cmp::Ordering::Less => {
+                frame.i += 1;
+                (a, None)
             }
-            let dir = |e: Option<&TreeEntry>| -> Side {
-                e.and_then(|e| match e.kind {
-                    EntryKind::Dir { files } => Some((e.id, Some((e.size, files)))),
-                    _ => None,
-                })
-            };
-            // Files and symlinks are compared; a directory only when it holds no file at all
-            // (otherwise its contents speak for it).
-            let leaf = |e: Option<&TreeEntry>| {
-                e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0))
-                    .map(|e| FlatEntry {
-                        path: path.clone(),
-                        kind: match &e.kind {
-                            EntryKind::File { executable } => FlatKind::File {
-                                executable: *executable,
-                            },
-                            EntryKind::Symlink { target } => FlatKind::Symlink {
-                                target: target.clone(),
-                            },
-                            EntryKind::Dir { .. } => FlatKind::Dir,
+            std::cmp::Ordering::Greater => {
+                frame.j += 1;
+                (None, b)
+            }
+            std::cmp::Ordering::Equal => {
+                frame.i += 1;
+                frame.j += 1;
+                (a, b)
+            }
+        };
+        let name = a
+            .or(b)
+            .map(|e| e.name.as_str())
+            .expect("one side is present");
+        let path = format!("{}{name}", frame.prefix);
+        for e in [a, b].into_iter().flatten() {
+            match e.kind {
+                EntryKind::Dir { .. } => budget.dir(&path)?,
+                _ => budget.file(&path)?,
+            }
+        }
+        let dir = |e: Option<&TreeEntry>| -> Side {
+            e.and_then(|e| match e.kind {
+                EntryKind::Dir { files } => Some((e.id, Some((e.size, files)))),
+                _ => None,
+            })
+        };
+        // Files and symlinks are compared; a directory only when it holds no file at all
+        // (otherwise its contents speak for it).
+        let leaf = |e: Option<&TreeEntry>| {
+            e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0))
+                .map(|e| FlatEntry {
+                    path: path.clone(),
+                    kind: match &e.kind {
+                        EntryKind::File { executable } => FlatKind::File {
+                            executable: *executable,
                         },
-                        size: e.size,
-                        id: e.id,
-                    })
-            };
-            let (old_dir, new_dir) = (dir(a), dir(b));
-            if old_dir.is_some() || new_dir.is_some() {
-                stack.push((old_dir, new_dir, format!("{path}/"), depth + 1));
-            }
-            let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() {
-                (None, None)
-            } else {
-                (leaf(a), leaf(b))
-            };
-            changes.extend(change_between(old_leaf, new_leaf));
+                        EntryKind::Symlink { target } => FlatKind::Symlink {
+                            target: target.clone(),
+                        },
+                        EntryKind::Dir { .. } => FlatKind::Dir,
+                    },
+                    size: e.size,
+                    id: e.id,
+                })
+        };
+        let (old_dir, new_dir) = (dir(a), dir(b));
+        let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() {
+            (None, None)
+        } else {
+            (leaf(a), leaf(b))
+        };
+        let depth = frame.depth + 1;
+        // The entry's own change comes before what is below it (path order).
+        if let Some(change) = change_between(old_leaf, new_leaf) {
+            visit(change)?;
+        }
+        if (old_dir.is_some() || new_dir.is_some())
+            && let Some(below) = open(reader, old_dir, new_dir, format!("{path}/"), depth)?
+        {
+            stack.push(below);
         }
     }
-    changes.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(TreeDiff {
-        changes,
-        trees_read,
-    })
+    Ok(trees_read)
 }
 
 fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<ChangeKind> {

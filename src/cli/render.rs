@@ -223,44 +223,52 @@ pub fn changes(changes: &[Change], none: &str) -> String {
     out
 }
 
-/// Files (not directories) among `changes`: (added, modified, deleted, bytes before, bytes
-/// after).
-fn totals(changes: &[Change]) -> (usize, usize, usize, u64, u64) {
-    let mut totals = (0, 0, 0, 0, 0);
-    for change in changes {
+/// Files (not directories) among the changes added: how many added, modified, deleted, and
+/// their bytes before and after. Kept as a diff streams, for its summary line.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DiffTotals {
+    added: usize,
+    modified: usize,
+    deleted: usize,
+    before: u64,
+    after: u64,
+}
+
+impl DiffTotals {
+    /// Counts `change` (a directory's change is not counted).
+    pub fn add(&mut self, change: &Change) {
         let is_dir = |e: &Option<FlatEntry>| e.as_ref().is_some_and(|e| e.kind == FlatKind::Dir);
         if is_dir(&change.old) || is_dir(&change.new) {
-            continue;
+            return;
         }
         match change.change {
-            ChangeKind::Added => totals.0 += 1,
-            ChangeKind::Modified => totals.1 += 1,
-            ChangeKind::Deleted => totals.2 += 1,
+            ChangeKind::Added => self.added += 1,
+            ChangeKind::Modified => self.modified += 1,
+            ChangeKind::Deleted => self.deleted += 1,
         }
-        totals.3 += change.old.as_ref().map_or(0, |e| e.size);
-        totals.4 += change.new.as_ref().map_or(0, |e| e.size);
+        self.before += change.old.as_ref().map_or(0, |e| e.size);
+        self.after += change.new.as_ref().map_or(0, |e| e.size);
     }
-    totals
+
+    /// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB".
+    pub fn summary(&self) -> String {
+        let files = self.added + self.modified + self.deleted;
+        format!(
+            "{} changed: {} added, {} modified, {} deleted; {} → {}",
+            count(files, "file"),
+            self.added,
+            self.modified,
+            self.deleted,
+            size(self.before),
+            size(self.after)
+        )
+    }
 }
 
-/// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB".
-pub fn diff_summary(changes: &[Change]) -> String {
-    let (added, modified, deleted, before, after) = totals(changes);
-    let files = added + modified + deleted;
-    format!(
-        "{} changed: {added} added, {modified} modified, {deleted} deleted; {} → {}",
-        count(files, "file"),
-        size(before),
-        size(after)
-    )
-}
-
-/// `diff --stat`: each changed file with its sizes, then the summary.
-pub fn diff_stat(changes: &[Change]) -> String {
+/// `diff --stat`'s lines for `changes` (a block of a streamed diff): each changed file with
+/// its sizes, aligned within the block; the summary line follows the last block.
+pub fn diff_stat_lines(changes: &[Change]) -> String {
     use unicode_width::UnicodeWidthStr;
-    if changes.is_empty() {
-        return "no differences".into();
-    }
     let rows: Vec<(String, String)> = changes
         .iter()
         .map(|c| {
@@ -281,7 +289,6 @@ pub fn diff_stat(changes: &[Change]) -> String {
         let pad = width - path.width();
         out.push_str(&format!(" {path}{} | {sizes}\n", " ".repeat(pad)));
     }
-    out.push_str(&diff_summary(changes));
     out
 }
 

@@ -63,6 +63,14 @@ impl Ui {
         Ok(())
     }
 
+    /// Prints `text` as it is (no newline added) as human output on stdout unless quiet.
+    pub fn print(&self, text: &str) -> anyhow::Result<()> {
+        if !self.quiet {
+            print_raw(text)?;
+        }
+        Ok(())
+    }
+
     /// Prints a note for the user on stderr (human output only, unless quiet): something they
     /// should know that is not the command's result.
     pub fn note(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
@@ -89,6 +97,72 @@ static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 /// output: the command goes on to its answer, so its exit status (5 for a store `dsv verify`
 /// finds damaged, 1 for a directory `dsv audit` finds different) is the same in a pipe as
 /// without one.
+/// Whether stdout was found closed (a reader such as `head` went away): a listing that
+/// streams may stop walking.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
+/// A JSON array written to stdout an element at a time, exactly as `serde_json`'s pretty
+/// printer writes the whole array at `indent` levels (two spaces each) inside a document:
+/// a listing of millions of entries is never held to be printed.
+pub struct JsonArray {
+    indent: String,
+    written: u64,
+    /// What is not yet on stdout: written a block at a time, not a call per element.
+    buffer: String,
+}
+
+/// Bytes a streamed listing gathers before writing them to stdout.
+const STREAM_BLOCK: usize = 1 << 16;
+
+impl JsonArray {
+    /// Starts the array (`[`); `indent` is the level its own brackets sit at.
+    pub fn start(indent: usize) -> JsonArray {
+        JsonArray {
+            indent: "  ".repeat(indent),
+            written: 0,
+            buffer: String::from("["),
+        }
+    }
+
+    /// Adds one element.
+    pub fn push<T: serde::Serialize>(&mut self, item: &T) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(item)?;
+        self.buffer
+            .push_str(if self.written == 0 { "\n" } else { ",\n" });
+        self.written += 1;
+        for (i, line) in text.lines().enumerate() {
+            if i > 0 {
+                self.buffer.push('\n');
+            }
+            self.buffer.push_str(&self.indent);
+            self.buffer.push_str("  ");
+            self.buffer.push_str(line);
+        }
+        if self.buffer.len() >= STREAM_BLOCK {
+            print_raw(&std::mem::take(&mut self.buffer))?;
+        }
+        Ok(())
+    }
+
+    /// Ends the array (`]`, on a line of its own when it holds anything) and writes what is
+    /// left.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        if self.written > 0 {
+            self.buffer.push('\n');
+            self.buffer.push_str(&self.indent);
+        }
+        self.buffer.push(']');
+        print_raw(&self.buffer)
+    }
+}
+
+/// Writes raw `text` to stdout (no newline added), as [`Ui::line`] does its lines.
+pub fn print_raw(text: &str) -> anyhow::Result<()> {
+    to_stdout(|out| out.write_all(text.as_bytes()))
+}
+
 fn to_stdout(
     write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {

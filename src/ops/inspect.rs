@@ -274,11 +274,34 @@ pub fn datasets(store: &Store) -> Result<Vec<DatasetSummary>> {
     Ok(all)
 }
 
-/// The entries of `revision` under `path` ("" = everything), depth-first.
+/// The entries of `revision` under `path` ("" = everything), depth-first: [`ls_each`]
+/// collected.
 ///
 /// # Errors
-/// Revision errors; [`Error::PathNotFound`].
+/// As [`ls_each`].
 pub fn ls(store: &Store, revision: &Revision, path: &str) -> Result<Vec<FlatEntry>> {
+    let mut entries = Vec::new();
+    ls_each(store, revision, path, |entry| {
+        entries.push(entry);
+        Ok(())
+    })?;
+    Ok(entries)
+}
+
+/// Hands each entry of `revision` under `path` ("" = everything) to `visit`, depth-first
+/// (siblings sorted by name bytes), as the trees are read: only the trees on the current
+/// path are held, so a listing of millions of entries costs the version's depth, not its
+/// size. A file's `path` is its whole path in the version.
+///
+/// # Errors
+/// Revision errors; [`Error::PathNotFound`]; [`Error::Corrupt`] for a tree past the limits
+/// ([`tree::walk_tree`]); the first error of `visit`.
+pub fn ls_each(
+    store: &Store,
+    revision: &Revision,
+    path: &str,
+    mut visit: impl FnMut(FlatEntry) -> Result<()>,
+) -> Result<()> {
     let id = revision.resolve(store.catalog())?;
     let root = info(store, &id)?.record.version.tree;
     let reader = &mut store.reader();
@@ -287,18 +310,21 @@ pub fn ls(store: &Store, revision: &Revision, path: &str) -> Result<Vec<FlatEntr
         path: path.to_string(),
     })?;
     if entry.kind != FlatKind::Dir {
-        return Ok(vec![entry]);
+        return visit(entry);
     }
     let prefix = if entry.path.is_empty() {
         String::new()
     } else {
         format!("{}/", entry.path)
     };
-    let mut entries = tree::flatten(reader, &entry.id)?;
-    for e in &mut entries {
-        e.path = format!("{prefix}{}", e.path);
+    for found in tree::walk_tree(reader, &entry.id)? {
+        let mut found = found?;
+        if !prefix.is_empty() {
+            found.path.insert_str(0, &prefix);
+        }
+        visit(found)?;
     }
-    Ok(entries)
+    Ok(())
 }
 
 /// What changed from `old` to `new` (`old` = `None`: from `new`'s parent).
@@ -315,31 +341,72 @@ pub struct DiffReport {
     pub trees_read: u64,
 }
 
-/// Diffs two revisions, or one against its parent.
+/// Diffs two revisions, or one against its parent: [`DiffSides::each`] collected.
 ///
 /// # Errors
-/// Revision errors.
+/// Revision errors; as [`tree::diff_each`].
 pub fn diff(store: &Store, old: Option<&Revision>, new: &Revision) -> Result<DiffReport> {
-    let new_id = new.resolve(store.catalog())?;
-    let new_info = info(store, &new_id)?;
-    let old_id = match old {
-        Some(revision) => Some(revision.resolve(store.catalog())?),
-        None => new_info.record.version.parent,
-    };
-    let old_tree = old_id
-        .map(|id| info(store, &id).map(|i| i.record.version.tree))
-        .transpose()?;
-    let found = tree::diff(
-        &mut store.reader(),
-        old_tree.as_ref(),
-        Some(&new_info.record.version.tree),
-    )?;
+    let sides = DiffSides::resolve(store, old, new)?;
+    let mut changes = Vec::new();
+    let trees_read = sides.each(store, |change| {
+        changes.push(change);
+        Ok(())
+    })?;
     Ok(DiffReport {
-        old: old_id,
-        new: new_id,
-        changes: found.changes,
-        trees_read: found.trees_read,
+        old: sides.old,
+        new: sides.new,
+        changes,
+        trees_read,
     })
+}
+
+/// The two versions a diff compares, resolved, before any change is found.
+#[derive(Debug, Clone)]
+pub struct DiffSides {
+    /// The older version (`None` when the newer is a dataset's first).
+    pub old: Option<ObjectId>,
+    /// The newer version.
+    pub new: ObjectId,
+    old_tree: Option<ObjectId>,
+    new_tree: ObjectId,
+}
+
+impl DiffSides {
+    /// Resolves `old` (`None`: `new`'s parent) and `new`.
+    ///
+    /// # Errors
+    /// Revision errors.
+    pub fn resolve(store: &Store, old: Option<&Revision>, new: &Revision) -> Result<DiffSides> {
+        let new_id = new.resolve(store.catalog())?;
+        let new_info = info(store, &new_id)?;
+        let old_id = match old {
+            Some(revision) => Some(revision.resolve(store.catalog())?),
+            None => new_info.record.version.parent,
+        };
+        let old_tree = old_id
+            .map(|id| info(store, &id).map(|i| i.record.version.tree))
+            .transpose()?;
+        Ok(DiffSides {
+            old: old_id,
+            new: new_id,
+            old_tree,
+            new_tree: new_info.record.version.tree,
+        })
+    }
+
+    /// Hands each change to `visit` in [`crate::walk::path_order`] as it is found, holding
+    /// only the trees on the current path ([`tree::diff_each`]); returns the trees read.
+    ///
+    /// # Errors
+    /// As [`tree::diff_each`].
+    pub fn each(&self, store: &Store, visit: impl FnMut(Change) -> Result<()>) -> Result<u64> {
+        tree::diff_each(
+            &mut store.reader(),
+            self.old_tree.as_ref(),
+            Some(&self.new_tree),
+            visit,
+        )
+    }
 }
 
 /// Names `revision` as `tag` in its dataset (replacing an existing tag only with `force`).

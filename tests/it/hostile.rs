@@ -180,6 +180,21 @@ fn bounded_any(env: &TestEnv, args: &[&str], codes: &[i32]) -> String {
         .stderr(std::process::Stdio::piped());
     let started = Instant::now();
     let mut child = command.spawn().unwrap();
+    // Read as it comes: a listing streams, and a full pipe would stall it.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let readers = (
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut bytes).unwrap();
+            bytes
+        }),
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut stderr_pipe, &mut bytes).unwrap();
+            bytes
+        }),
+    );
     // A run that outlives the limit is killed (generously later, so the assertion below
     // reports the time it took rather than hanging the suite).
     let status = loop {
@@ -193,11 +208,11 @@ fn bounded_any(env: &TestEnv, args: &[&str], codes: &[i32]) -> String {
         std::thread::sleep(Duration::from_millis(20));
     };
     let elapsed = started.elapsed();
-    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (readers.0.join().unwrap(), readers.1.join().unwrap());
     let stderr = format!(
         "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
     );
     assert!(
         status.code().is_some_and(|code| codes.contains(&code)),
@@ -461,4 +476,83 @@ fn a_message_just_over_the_limit_is_refused_by_fetch_and_by_commit_alike() {
     .unwrap();
     drop(store);
     assert_verified(&env);
+}
+
+/// [`doubling_dag`] with every claim true: 2^levels files in a few KB of trees, which every
+/// check passes (a remote may honestly hold that much).
+fn honest_doubling_dag(levels: usize) -> (Vec<Object>, Version) {
+    let mut objects = Vec::new();
+    let mut below = leaf();
+    let mut files = 1u64;
+    for _ in 0..levels {
+        objects.push(tree_object(&below));
+        let id = below.id();
+        below = Tree {
+            entries: vec![
+                dir_entry("a", id, files, files),
+                dir_entry("b", id, files, files),
+            ],
+        };
+        files *= 2;
+    }
+    objects.push(tree_object(&below));
+    let (bytes, files) = below.totals();
+    let version = version(below.id(), files, bytes, "an honest DAG".into());
+    objects.push(version_object(&version));
+    (objects, version)
+}
+
+/// Peak RSS in KiB of `dsv ARGS` in `env`, its stdout thrown away (`/usr/bin/time -f %M`).
+fn peak_rss_kib(env: &TestEnv, args: &[&str]) -> u64 {
+    let out = std::process::Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(assert_cmd::cargo::cargo_bin("dsv"))
+        .args(args)
+        .current_dir(env.root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("/usr/bin/time (apt: time)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "dsv {args:?}: {stderr}");
+    stderr.lines().last().unwrap().trim().parse().unwrap()
+}
+
+/// Issue 23, finding 3: listings of an honest version of 131,072 files (a few KB of
+/// shared trees) stream in bounded memory instead of holding every entry (a 28 KB remote
+/// claiming 2^25 files made `ls` take 23 GB).
+#[test]
+fn listings_of_a_version_of_131072_files_stream_in_bounded_memory() {
+    let env = TestEnv::new();
+    let (objects, version) = honest_doubling_dag(17);
+    plant(&env, &objects, &version);
+    let baseline = peak_rss_kib(&env, &["ls"]);
+    for args in [
+        &["ls", "ds"][..],
+        &["ls", "ds", "--json"],
+        &["diff", "ds"],
+        &["diff", "ds", "--json"],
+        &["diff", "ds", "--stat"],
+    ] {
+        // Held whole, the entries alone take ~20 MB.
+        let peak = peak_rss_kib(&env, args);
+        eprintln!("dsv {args:?}: {peak} KiB peak, {baseline} KiB for `ls`");
+        assert!(
+            peak < baseline + 8 * 1024,
+            "dsv {args:?} peaked at {peak} KiB ({baseline} KiB for `ls` of the datasets)"
+        );
+    }
+    // What streams is the whole listing, in path order.
+    let listed = env.json(&["ls", "ds:a/a/a/a/a/a/a/a/a/a/a/a/a"]);
+    let paths: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    // Four levels of directories below it, and a file in each of the last.
+    assert_eq!(paths.len(), 2 + 4 + 8 + 16 + 16);
+    assert_eq!(paths[0], "a/a/a/a/a/a/a/a/a/a/a/a/a/a");
+    assert_eq!(paths[1], "a/a/a/a/a/a/a/a/a/a/a/a/a/a/a");
+    assert_eq!(paths[4], "a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/f");
 }

@@ -5,7 +5,11 @@ use dsv::Revision;
 use dsv::ops::inspect;
 
 use super::open_store;
-use crate::cli::{Cli, error, render, ui::Ui};
+use crate::cli::{
+    Cli, error, render,
+    ui::{self, Ui},
+};
+use dsv::tree::Change;
 
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
@@ -27,26 +31,86 @@ pub(crate) struct DiffArgs {
 /// Lists of changes longer than this end with a summary line.
 const SUMMARY_AFTER: usize = 20;
 
+/// Entries (or changes) a streamed listing renders together: a listing up to this long is
+/// one table, aligned as a whole; a longer one is aligned block by block, and never held.
+const BLOCK: usize = 1024;
+
 pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
     let (older, newer) = match &args.new {
         Some(new) => (Some(Revision::parse(&args.old)?), Revision::parse(new)?),
         None => (None, Revision::parse(&args.old)?),
     };
-    let report = inspect::diff(&store, older.as_ref(), &newer)?;
+    let sides = inspect::DiffSides::resolve(&store, older.as_ref(), &newer)?;
+    // The changes stream: JSON element by element, text a block at a time.
+    let mut found = 0usize;
+    let mut totals = render::DiffTotals::default();
+    let mut block: Vec<Change> = Vec::new();
+    let mut array = None;
     if ui.json {
-        ui.json(&report)?;
-    } else if args.stat {
-        ui.line(render::diff_stat(&report.changes))?;
-    } else {
-        let mut text = render::changes(&report.changes, "no differences");
-        if report.changes.len() > SUMMARY_AFTER {
-            text.push('\n');
-            text.push_str(&render::diff_summary(&report.changes));
-        }
-        ui.line(text)?;
+        ui::print_raw(&format!(
+            "{{\n  \"old\": {},\n  \"new\": {},\n  \"changes\": ",
+            serde_json::to_string(&sides.old)?,
+            serde_json::to_string(&sides.new)?
+        ))?;
+        array = Some(ui::JsonArray::start(1));
     }
-    if args.exit_code && !report.changes.is_empty() {
+    let mut failure = None;
+    let trees_read = sides.each(&store, |change| {
+        found += 1;
+        totals.add(&change);
+        let shown = match &mut array {
+            Some(array) => array.push(&change),
+            None => {
+                block.push(change);
+                if block.len() < BLOCK {
+                    return Ok(());
+                }
+                let text = if args.stat {
+                    render::diff_stat_lines(&block)
+                } else {
+                    format!("{}\n", render::changes(&block, ""))
+                };
+                block.clear();
+                ui.print(&text)
+            }
+        };
+        match shown {
+            Ok(()) if ui::stdout_closed() => Err(dsv::Error::Interrupted),
+            Ok(()) => Ok(()),
+            Err(error) => {
+                failure = Some(error);
+                Err(dsv::Error::Interrupted)
+            }
+        }
+    });
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    let trees_read = match trees_read {
+        Err(dsv::Error::Interrupted) if ui::stdout_closed() => 0,
+        other => other?,
+    };
+    if let Some(array) = array {
+        array.finish()?;
+        ui::print_raw(&format!(",\n  \"trees_read\": {trees_read}\n}}\n"))?;
+    } else {
+        let mut text = if args.stat {
+            render::diff_stat_lines(&block)
+        } else if block.is_empty() {
+            String::new()
+        } else {
+            format!("{}\n", render::changes(&block, ""))
+        };
+        if found == 0 {
+            text = "no differences\n".into();
+        } else if args.stat || found > SUMMARY_AFTER {
+            text.push_str(&totals.summary());
+            text.push('\n');
+        }
+        ui.print(&text)?;
+    }
+    if args.exit_code && found > 0 {
         return Ok(error::DIFFERENCES);
     }
     Ok(error::SUCCESS)
@@ -97,8 +161,51 @@ pub(crate) fn ls(cli: &Cli, ui: &Ui, args: &LsArgs) -> anyhow::Result<u8> {
         }
         Some(target) => {
             let (revision, path) = target.split_once(':').unwrap_or((target, ""));
-            let entries = inspect::ls(&store, &Revision::parse(revision)?, path)?;
-            ui.report(entries.as_slice(), render::entries)?;
+            // Streamed: JSON element by element, text a table of BLOCK entries at a time.
+            let mut array = ui.json.then(|| ui::JsonArray::start(0));
+            let mut block = Vec::new();
+            let mut blocks_printed = 0u64;
+            let mut failure = None;
+            let listed = inspect::ls_each(&store, &Revision::parse(revision)?, path, |entry| {
+                let shown = match &mut array {
+                    Some(array) => array.push(&entry),
+                    None => {
+                        block.push(entry);
+                        if block.len() < BLOCK {
+                            return Ok(());
+                        }
+                        let text = format!("{}\n", render::entries(&block));
+                        block.clear();
+                        blocks_printed += 1;
+                        ui.print(&text)
+                    }
+                };
+                match shown {
+                    Ok(()) if ui::stdout_closed() => Err(dsv::Error::Interrupted),
+                    Ok(()) => Ok(()),
+                    Err(error) => {
+                        failure = Some(error);
+                        Err(dsv::Error::Interrupted)
+                    }
+                }
+            });
+            if let Some(error) = failure {
+                return Err(error);
+            }
+            match listed {
+                Err(dsv::Error::Interrupted) if ui::stdout_closed() => {}
+                other => other?,
+            }
+            match array {
+                Some(array) => {
+                    array.finish()?;
+                    ui::print_raw("\n")?;
+                }
+                None if !block.is_empty() || blocks_printed == 0 => {
+                    ui.line(render::entries(&block))?;
+                }
+                None => {}
+            }
         }
     }
     Ok(error::SUCCESS)
