@@ -35,6 +35,10 @@ pub struct Limits {
     pub max_ratio: u64,
     /// Total expanded bytes, if bounded.
     pub max_size: Option<u64>,
+    /// Total expanded bytes the import may store, if bounded: its byte bound
+    /// ([`crate::source::ReadBounds::max_bytes`]) applies to what an archive expands to as
+    /// well as to what is downloaded, since that is what the store keeps.
+    pub max_stored: Option<u64>,
 }
 
 impl Default for Limits {
@@ -42,6 +46,7 @@ impl Default for Limits {
         Limits {
             max_ratio: DEFAULT_MAX_RATIO,
             max_size: None,
+            max_stored: None,
         }
     }
 }
@@ -478,6 +483,11 @@ impl std::error::Error for ExpansionLimit {}
 /// the source failing ([`Error::Io`]), the limits ([`Error::BadArchive`]), or a truncated or
 /// corrupt archive ([`Error::BadArchive`]).
 pub fn input_error(url: &str, e: io::Error) -> Error {
+    // A bound or a cancellation, met reading the source.
+    let e = match crate::source::carried_error(e) {
+        Ok(carried) => return carried,
+        Err(e) => e,
+    };
     if let Some(inner) = e.get_ref() {
         if let Some(SourceFailure(_)) = inner.downcast_ref::<SourceFailure>() {
             let Ok(SourceFailure(source)) = e
@@ -488,9 +498,12 @@ pub fn input_error(url: &str, e: io::Error) -> Error {
             else {
                 unreachable!("checked")
             };
-            return Error::Io {
-                path: url.into(),
-                source,
+            return match crate::source::carried_error(source) {
+                Ok(carried) => carried,
+                Err(source) => Error::Io {
+                    path: url.into(),
+                    source,
+                },
             };
         }
         if let Some(limit) = inner.downcast_ref::<ExpansionLimit>() {
@@ -511,6 +524,14 @@ fn check_expansion(
     consumed: u64,
     limits: Limits,
 ) -> std::result::Result<(), String> {
+    if let Some(max) = limits.max_stored
+        && produced > max
+        && limits.max_size.is_none_or(|size| size > max)
+    {
+        return Err(format!(
+            "the archive expands to more than {max} bytes, the import's bound (--max-bytes; by default the store's disk's free space less a margin); refused, nothing was imported"
+        ));
+    }
     if let Some(max) = limits.max_size
         && produced > max
     {
@@ -689,6 +710,7 @@ mod tests {
         let limits = Limits {
             max_ratio: 100,
             max_size: Some(1 << 40),
+            max_stored: None,
         };
         assert!(check_expansion(RATIO_FLOOR, 1, limits).is_ok());
         assert!(check_expansion(RATIO_FLOOR + 1, 1, limits).is_err());

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -103,6 +104,65 @@ pub struct Listing {
     pub single: bool,
 }
 
+/// How far reading a source may go: every byte read is checked against them.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ReadBounds {
+    /// The most bytes read from the source, every object together. An object that declares
+    /// more (Content-Length, a listed size) is refused before it is read; one whose body
+    /// goes past what it declared, or past this bound, is refused while it is read.
+    pub max_bytes: u64,
+    /// The store's free space, when `max_bytes` was derived from it (for messages).
+    pub disk_free: Option<u64>,
+}
+
+impl Default for ReadBounds {
+    fn default() -> Self {
+        ReadBounds {
+            max_bytes: u64::MAX,
+            disk_free: None,
+        }
+    }
+}
+
+impl ReadBounds {
+    /// Bounds of `max_bytes` (else unbounded).
+    pub fn new(max_bytes: Option<u64>) -> Self {
+        ReadBounds {
+            max_bytes: max_bytes.unwrap_or(u64::MAX),
+            disk_free: None,
+        }
+    }
+
+    /// The byte bound a store on the disk of `dir` can take: the free space (for an
+    /// unprivileged user) less 5% of it and 16 MiB, kept for the catalog, trees and
+    /// temporary files. Returns the free space and the bound.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file system cannot be asked.
+    pub fn disk_bound(dir: &FsPath) -> Result<(u64, u64)> {
+        let stat = nix::sys::statvfs::statvfs(dir).map_err(|errno| Error::Io {
+            path: dir.to_path_buf(),
+            source: io::Error::from(errno),
+        })?;
+        #[allow(clippy::useless_conversion)] // the field types differ between platforms
+        let free =
+            u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
+        let bound = free.saturating_sub(free / 20).saturating_sub(16 << 20);
+        Ok((free, bound))
+    }
+
+    /// Why `max_bytes` is what it is, for messages.
+    fn reason(&self) -> String {
+        match self.disk_free {
+            Some(free) => format!(
+                "the store's disk has {free} bytes free, less a margin; free space or pass --max-bytes SIZE"
+            ),
+            None => "--max-bytes; pass a larger one to import it".into(),
+        }
+    }
+}
+
 enum Kind {
     Cloud {
         store: Arc<dyn ObjectStore>,
@@ -130,6 +190,9 @@ pub struct Source {
     redacted: bool,
     kind: Kind,
     runtime: crate::runtime::Runtime,
+    bounds: ReadBounds,
+    /// Bytes read from the source so far, every object together.
+    read_total: Arc<AtomicU64>,
 }
 
 /// True when `spec` is an object storage URL (`s3://`, `s3a://`, `gs://`, `az://`,
@@ -244,7 +307,47 @@ impl Source {
             redacted,
             kind,
             runtime,
+            bounds: ReadBounds::default(),
+            read_total: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Sets how far reading may go (default: no byte bound).
+    pub fn set_bounds(&mut self, bounds: ReadBounds) {
+        self.bounds = bounds;
+    }
+
+    /// The bounds reads are held to.
+    pub fn bounds(&self) -> ReadBounds {
+        self.bounds
+    }
+
+    /// True for a local file or directory (read from this machine's disks, not a network).
+    pub fn is_local(&self) -> bool {
+        matches!(self.kind, Kind::Local { .. })
+    }
+
+    /// Refuses, before anything is read, `objects` whose declared sizes (Content-Length, the
+    /// listed size) add up to more than [`ReadBounds::max_bytes`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidImport`].
+    pub fn check_declared(&self, objects: &[&SourceObject]) -> Result<()> {
+        let declared = objects
+            .iter()
+            .filter(|o| o.size_known)
+            .fold(0u64, |sum, o| sum.saturating_add(o.size));
+        if declared > self.bounds.max_bytes {
+            return Err(Error::InvalidImport {
+                source_url: self.spec.clone(),
+                reason: format!(
+                    "it declares {declared} bytes to read, more than the import's bound of {} bytes ({}); nothing was read",
+                    self.bounds.max_bytes,
+                    self.bounds.reason()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The source as recorded in provenance: the URL as given (an HTTP(S) URL without its
@@ -352,7 +455,7 @@ impl Source {
     /// [`Error::SourceChanged`] when it changed; [`Error::SourceNotFound`]; [`Error::Remote`],
     /// [`Error::Http`], [`Error::Io`].
     pub fn read(&self, object: &SourceObject) -> Result<Box<dyn Read + Send>> {
-        match (&self.kind, &object.location) {
+        let inner: Box<dyn Read + Send> = match (&self.kind, &object.location) {
             (Kind::Cloud { store, .. }, Location::Cloud(path)) => {
                 let options = GetOptions {
                     if_match: object.etag.clone(),
@@ -367,7 +470,7 @@ impl Source {
                     .into_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Ok(Box::new(BlockingStream::new(&self.runtime, stream)))
+                Box::new(BlockingStream::new(&self.runtime, stream))
             }
             (Kind::Http { client, url }, Location::Http) => {
                 let mut request = client.get(url);
@@ -384,11 +487,19 @@ impl Source {
                     .bytes_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Ok(Box::new(BlockingStream::new(&self.runtime, stream)))
+                Box::new(BlockingStream::new(&self.runtime, stream))
             }
-            (_, Location::Local(path)) => Ok(Box::new(std::fs::File::open(path).at(path)?)),
+            (_, Location::Local(path)) => Box::new(std::fs::File::open(path).at(path)?),
             _ => unreachable!("objects come from their own source's listing"),
-        }
+        };
+        Ok(Box::new(Bounded {
+            inner,
+            url: object.url.clone(),
+            declared: object.size_known.then_some(object.size),
+            read: 0,
+            total: self.read_total.clone(),
+            bounds: self.bounds,
+        }))
     }
 }
 
@@ -644,6 +755,13 @@ async fn http_head(client: &reqwest::Client, request_url: &str, url: &str) -> Re
 fn local_list(path: &FsPath) -> Result<Listing> {
     let url = |p: &FsPath| format!("file://{}", p.display());
     let metadata = std::fs::metadata(path).at(path)?;
+    // A device or a FIFO has no size to hold its reads to (`/dev/urandom` never ends).
+    if !metadata.is_dir() && !metadata.is_file() {
+        return Err(Error::InvalidImport {
+            source_url: url(path),
+            reason: "it is not a regular file or a directory (a device, FIFO or socket has no fixed content)".into(),
+        });
+    }
     if !metadata.is_dir() {
         let stat = crate::walk::Stat::of(&metadata);
         return Ok(Listing {
@@ -697,6 +815,25 @@ fn local_list(path: &FsPath) -> Result<Listing> {
     })
 }
 
+/// Unwraps the [`Error`] a source's reader returned inside an [`io::Error`] (a bound,
+/// [`Error::Interrupted`]); any other read error stays as it is.
+///
+/// # Errors
+/// The `io::Error` itself when it carries no [`Error`].
+pub fn carried_error(e: io::Error) -> std::result::Result<Error, io::Error> {
+    if e.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+        let inner = e.into_inner().expect("checked");
+        return Ok(*inner.downcast::<Error>().expect("checked"));
+    }
+    Err(e)
+}
+
+/// `e` as an [`io::Error`] of kind `Other` (never `Interrupted`, which `io::copy` and
+/// `read_exact` retry), for [`carried_error`] to unwrap.
+fn carry(e: Error) -> io::Error {
+    io::Error::other(e)
+}
+
 /// A stream of byte blocks read as [`Read`], driving the async stream on `runtime` from a
 /// plain thread.
 struct BlockingStream {
@@ -730,6 +867,62 @@ impl Read for BlockingStream {
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current[..n]);
         self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+/// A source object's bytes, held to what it declared and to the import's byte bound, and
+/// stopped by cancellation between reads.
+struct Bounded {
+    inner: Box<dyn Read + Send>,
+    url: String,
+    /// What the listing said the object holds.
+    declared: Option<u64>,
+    /// Bytes read of this object.
+    read: u64,
+    /// Bytes read of the source, every object together.
+    total: Arc<AtomicU64>,
+    bounds: ReadBounds,
+}
+
+impl Bounded {
+    fn refuse(&self, reason: String) -> io::Error {
+        carry(Error::InvalidImport {
+            source_url: self.url.clone(),
+            reason,
+        })
+    }
+}
+
+impl Read for Bounded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        crate::interrupt::check().map_err(carry)?;
+        // One byte past a bound is enough to know it was passed.
+        let total = self.total.load(Ordering::Relaxed);
+        let mut room = self.bounds.max_bytes.saturating_sub(total);
+        if let Some(declared) = self.declared {
+            room = room.min(declared.saturating_sub(self.read));
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(room.saturating_add(1)).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.read += n as u64;
+        let total = self.total.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if let Some(declared) = self.declared
+            && self.read > declared
+        {
+            return Err(self.refuse(format!(
+                "it sent more than the {declared} bytes it declared (Content-Length or listed size); refused, nothing was imported (a misbehaving server, or a file that grew while it was read)"
+            )));
+        }
+        if total > self.bounds.max_bytes {
+            return Err(self.refuse(format!(
+                "it sent more than {} bytes, the import's bound ({}); refused, nothing was imported",
+                self.bounds.max_bytes,
+                self.bounds.reason()
+            )));
+        }
         Ok(n)
     }
 }

@@ -65,6 +65,13 @@ struct SourceArgs {
     /// Refuse an archive that expands to more than SIZE in all (e.g. 500GB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_expanded_size: Option<u64>,
+    /// Read at most SIZE from the source, every object together, and let an archive expand
+    /// to at most SIZE (e.g. 50GB, 512MiB). An object that declares more (Content-Length, a
+    /// listed size) is refused before anything is read; a body longer than it declared, or
+    /// than SIZE, is refused while it is read. Default for object storage and HTTP(S): the
+    /// free space of the store's disk less 5% and 16 MiB; local files are held to their sizes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_bytes: Option<u64>,
     /// zstd compression level (1-19; default: the store's core.compression_level, else 3).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
     compression_level: Option<i32>,
@@ -81,7 +88,9 @@ impl SourceArgs {
         settings.limits = dsv::archive::Limits {
             max_ratio: self.max_expansion_ratio,
             max_size: self.max_expanded_size,
+            max_stored: None,
         };
+        settings.max_bytes = self.max_bytes;
         settings.ingest.jobs = jobs_or(&self.jobs, &config, settings.ingest.jobs);
         settings.ingest.compression_level = compression_level_or(
             self.compression_level,
