@@ -483,7 +483,7 @@ impl std::error::Error for ExpansionLimit {}
 /// the source failing ([`Error::Io`]), the limits ([`Error::BadArchive`]), or a truncated or
 /// corrupt archive ([`Error::BadArchive`]).
 pub fn input_error(url: &str, e: io::Error) -> Error {
-    // A bound or a cancellation, met reading the source.
+    // A bound, a stall, a deadline or a cancellation, met reading the source.
     let e = match crate::source::carried_error(e) {
         Ok(carried) => return carried,
         Err(e) => e,
@@ -600,41 +600,45 @@ fn read_ahead<'scope, R: Read + Send + 'scope>(
     mut source: R,
 ) -> impl Read + 'scope {
     let (sender, receiver) = mpsc::sync_channel::<io::Result<Vec<u8>>>(4);
+    // The caller's cancellation reaches a read that waits on the network here.
+    let token = crate::interrupt::current();
     scope.spawn(move || {
-        loop {
-            let mut block = vec![0u8; READ_AHEAD_BLOCK];
-            let mut filled = 0;
-            let outcome = loop {
-                match source.read(&mut block[filled..]) {
-                    Ok(0) => break Ok(()),
-                    Ok(n) => {
-                        filled += n;
-                        if filled == block.len() {
-                            break Ok(());
+        crate::interrupt::run_under(token, || {
+            loop {
+                let mut block = vec![0u8; READ_AHEAD_BLOCK];
+                let mut filled = 0;
+                let outcome = loop {
+                    match source.read(&mut block[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == block.len() {
+                                break Ok(());
+                            }
                         }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
-                }
-            };
-            let end = filled == 0;
-            block.truncate(filled);
-            let sent = match outcome {
-                Ok(()) if end => break,
-                Ok(()) => sender.send(Ok(block)),
-                Err(e) => {
-                    if filled > 0 {
-                        let _ = sender.send(Ok(block));
+                };
+                let end = filled == 0;
+                block.truncate(filled);
+                let sent = match outcome {
+                    Ok(()) if end => break,
+                    Ok(()) => sender.send(Ok(block)),
+                    Err(e) => {
+                        if filled > 0 {
+                            let _ = sender.send(Ok(block));
+                        }
+                        let _ = sender.send(Err(e));
+                        break;
                     }
-                    let _ = sender.send(Err(e));
+                };
+                // The reader was dropped (the import failed or finished early): stop.
+                if sent.is_err() {
                     break;
                 }
-            };
-            // The reader was dropped (the import failed or finished early): stop.
-            if sent.is_err() {
-                break;
             }
-        }
+        })
     });
     ReadAhead {
         receiver,

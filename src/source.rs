@@ -9,10 +9,12 @@
 //! §13.1.1), so the bytes stored are the bytes the provenance names, or the import fails.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io::{self, Read};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -104,7 +106,15 @@ pub struct Listing {
     pub single: bool,
 }
 
-/// How far reading a source may go: every byte read is checked against them.
+/// A read is stalled when less than this arrives in [`ReadBounds::stall_timeout`]: a server
+/// that sends a byte every few seconds holds no import.
+pub const STALL_BYTES: u64 = 1024;
+/// Default of [`ReadBounds::stall_timeout`].
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How far and how long reading a source may go. Every request and every byte read is
+/// checked against them, and against the current operation's cancellation
+/// ([`crate::interrupt`]), also while a read waits on the network.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct ReadBounds {
@@ -114,6 +124,10 @@ pub struct ReadBounds {
     pub max_bytes: u64,
     /// The store's free space, when `max_bytes` was derived from it (for messages).
     pub disk_free: Option<u64>,
+    /// A request or a body fails once less than [`STALL_BYTES`] arrived in this long.
+    pub stall_timeout: Duration,
+    /// Every request fails once the source has been open this long (`--timeout`).
+    pub timeout: Option<Duration>,
 }
 
 impl Default for ReadBounds {
@@ -121,16 +135,20 @@ impl Default for ReadBounds {
         ReadBounds {
             max_bytes: u64::MAX,
             disk_free: None,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            timeout: None,
         }
     }
 }
 
 impl ReadBounds {
-    /// Bounds of `max_bytes` (else unbounded).
-    pub fn new(max_bytes: Option<u64>) -> Self {
+    /// Bounds of `max_bytes` (else unbounded), `stall_timeout` and `timeout`.
+    pub fn new(max_bytes: Option<u64>, stall_timeout: Duration, timeout: Option<Duration>) -> Self {
         ReadBounds {
             max_bytes: max_bytes.unwrap_or(u64::MAX),
             disk_free: None,
+            stall_timeout,
+            timeout,
         }
     }
 
@@ -191,6 +209,8 @@ pub struct Source {
     kind: Kind,
     runtime: crate::runtime::Runtime,
     bounds: ReadBounds,
+    /// When the source was opened (`ReadBounds::timeout` counts from here).
+    opened: Instant,
     /// Bytes read from the source so far, every object together.
     read_total: Arc<AtomicU64>,
 }
@@ -308,11 +328,13 @@ impl Source {
             kind,
             runtime,
             bounds: ReadBounds::default(),
+            opened: Instant::now(),
             read_total: Arc::new(AtomicU64::new(0)),
         })
     }
 
-    /// Sets how far reading may go (default: no byte bound).
+    /// Sets how far and how long reading may go (default: no byte bound, a stall timeout of
+    /// [`DEFAULT_STALL_TIMEOUT`], no deadline).
     pub fn set_bounds(&mut self, bounds: ReadBounds) {
         self.bounds = bounds;
     }
@@ -348,6 +370,21 @@ impl Source {
             });
         }
         Ok(())
+    }
+
+    /// What waits on this source's requests: its stall timeout, its deadline and the
+    /// calling thread's cancellation.
+    fn watch(&self, url: &str) -> Watch {
+        Watch {
+            url: url.to_string(),
+            stall_timeout: self.bounds.stall_timeout,
+            deadline: self
+                .bounds
+                .timeout
+                .map(|timeout| (self.opened + timeout, timeout)),
+            token: crate::interrupt::current(),
+            window: Window::new(),
+        }
     }
 
     /// The source as recorded in provenance: the URL as given (an HTTP(S) URL without its
@@ -395,14 +432,10 @@ impl Source {
                 bucket_url,
                 key,
                 is_prefix,
-            } => self.runtime.block_on(cloud_list(
-                &self.spec,
-                store.as_ref(),
-                bucket_url,
-                key,
-                *is_prefix,
-                pin,
-            ))?,
+            } => self.watch(&self.spec).wait(
+                &self.runtime,
+                cloud_list(&self.spec, store.as_ref(), bucket_url, key, *is_prefix, pin),
+            )??,
             Kind::Http { client, url } => {
                 if pin.version_id.is_some() {
                     return Err(Error::InvalidImport {
@@ -412,7 +445,9 @@ impl Source {
                                 .into(),
                     });
                 }
-                let object = self.runtime.block_on(http_head(client, url, &self.spec))?;
+                let object = self
+                    .watch(&self.spec)
+                    .wait(&self.runtime, http_head(client, url, &self.spec))??;
                 Listing {
                     objects: vec![object],
                     single: true,
@@ -462,15 +497,15 @@ impl Source {
                     version: object.version_id.clone(),
                     ..Default::default()
                 };
-                let result = self
-                    .runtime
-                    .block_on(store.get_opts(path, options))
+                let mut watch = self.watch(&object.url);
+                let result = watch
+                    .wait(&self.runtime, store.get_opts(path, options))?
                     .map_err(|e| cloud_error(&object.url, object, "GET", e))?;
                 let stream = result
                     .into_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Box::new(BlockingStream::new(&self.runtime, stream))
+                Box::new(BlockingStream::new(&self.runtime, stream, watch))
             }
             (Kind::Http { client, url }, Location::Http) => {
                 let mut request = client.get(url);
@@ -478,16 +513,16 @@ impl Source {
                 if let Some(etag) = object.etag.as_ref().filter(|e| !e.starts_with("W/")) {
                     request = request.header(reqwest::header::IF_MATCH, etag);
                 }
-                let response = self
-                    .runtime
-                    .block_on(async { request.send().await })
+                let mut watch = self.watch(&object.url);
+                let response = watch
+                    .wait(&self.runtime, async { request.send().await })?
                     .and_then(reqwest::Response::error_for_status)
                     .map_err(|e| http_error(&object.url, "GET", e))?;
                 let stream = response
                     .bytes_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Box::new(BlockingStream::new(&self.runtime, stream))
+                Box::new(BlockingStream::new(&self.runtime, stream, watch))
             }
             (_, Location::Local(path)) => Box::new(std::fs::File::open(path).at(path)?),
             _ => unreachable!("objects come from their own source's listing"),
@@ -815,8 +850,8 @@ fn local_list(path: &FsPath) -> Result<Listing> {
     })
 }
 
-/// Unwraps the [`Error`] a source's reader returned inside an [`io::Error`] (a bound,
-/// [`Error::Interrupted`]); any other read error stays as it is.
+/// Unwraps the [`Error`] a source's reader returned inside an [`io::Error`] (a bound, a
+/// stall, a deadline, [`Error::Interrupted`]); any other read error stays as it is.
 ///
 /// # Errors
 /// The `io::Error` itself when it carries no [`Error`].
@@ -834,23 +869,144 @@ fn carry(e: Error) -> io::Error {
     io::Error::other(e)
 }
 
+/// Bytes that arrived since `start`, for the stall check.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Instant,
+    bytes: u64,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            start: Instant::now(),
+            bytes: 0,
+        }
+    }
+}
+
+/// How often a wait on the network looks at the cancellation.
+const WAIT_TICK: Duration = Duration::from_millis(100);
+
+/// Waits on a source's requests and body: a stall (less than [`STALL_BYTES`] in
+/// `stall_timeout`), the deadline and cancellation end the wait.
+struct Watch {
+    url: String,
+    stall_timeout: Duration,
+    /// The instant, and the `--timeout` it comes from.
+    deadline: Option<(Instant, Duration)>,
+    token: Option<crate::interrupt::CancelToken>,
+    window: Window,
+}
+
+impl Watch {
+    /// Counts `bytes` that arrived; fails when the window closed with too few.
+    fn arrived(&mut self, bytes: u64) -> Result<()> {
+        self.window.bytes = self.window.bytes.saturating_add(bytes);
+        self.check(Instant::now())
+    }
+
+    /// Fails when the operation was cancelled, the deadline passed or the window closed
+    /// with fewer than [`STALL_BYTES`]; opens a new window when it closed with enough.
+    fn check(&mut self, now: Instant) -> Result<()> {
+        if self
+            .token
+            .as_ref()
+            .is_some_and(crate::interrupt::CancelToken::is_cancelled)
+        {
+            return Err(Error::Interrupted);
+        }
+        if let Some((deadline, timeout)) = self.deadline
+            && now >= deadline
+        {
+            return Err(Error::Io {
+                path: self.url.clone().into(),
+                source: io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the import did not finish within its {} (--timeout); nothing was imported: run it again with a longer --timeout",
+                        humanize(timeout)
+                    ),
+                ),
+            });
+        }
+        if now.duration_since(self.window.start) >= self.stall_timeout {
+            if self.window.bytes < STALL_BYTES {
+                return Err(Error::Io {
+                    path: self.url.clone().into(),
+                    source: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the source stalled: {} bytes arrived in {} (less than {STALL_BYTES}, --stall-timeout); nothing was imported: check the server or the network, or raise --stall-timeout",
+                            self.window.bytes,
+                            humanize(self.stall_timeout)
+                        ),
+                    ),
+                });
+            }
+            self.window = Window {
+                start: now,
+                bytes: 0,
+            };
+        }
+        Ok(())
+    }
+
+    /// Runs `future` on `runtime` until it completes, or until [`Watch::check`] fails
+    /// (looked at each [`WAIT_TICK`] and when the stall window or the deadline closes).
+    fn wait<F>(&mut self, runtime: &crate::runtime::Runtime, future: F) -> Result<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        self.check(Instant::now())?;
+        runtime.block_on(async {
+            let mut future = std::pin::pin!(future);
+            loop {
+                let mut until =
+                    (Instant::now() + WAIT_TICK).min(self.window.start + self.stall_timeout);
+                if let Some((deadline, _)) = self.deadline {
+                    until = until.min(deadline);
+                }
+                match tokio::time::timeout_at(until.into(), future.as_mut()).await {
+                    Ok(output) => return Ok(output),
+                    Err(_) => self.check(Instant::now())?,
+                }
+            }
+        })
+    }
+}
+
+/// A duration as a user wrote it (`60s`, `2m 30s`).
+fn humanize(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    match (seconds / 60, seconds % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m {s}s"),
+    }
+}
+
 /// A stream of byte blocks read as [`Read`], driving the async stream on `runtime` from a
-/// plain thread.
+/// plain thread; each wait for a block is watched ([`Watch`]).
 struct BlockingStream {
     runtime: crate::runtime::Runtime,
     stream: BoxStream<'static, io::Result<Bytes>>,
     current: Bytes,
+    watch: Watch,
 }
 
 impl BlockingStream {
     fn new(
         runtime: &crate::runtime::Runtime,
         stream: BoxStream<'static, io::Result<Bytes>>,
+        watch: Watch,
     ) -> Self {
         BlockingStream {
             runtime: runtime.clone(),
             stream,
             current: Bytes::new(),
+            watch,
         }
     }
 }
@@ -858,8 +1014,15 @@ impl BlockingStream {
 impl Read for BlockingStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.current.is_empty() {
-            match self.runtime.block_on(self.stream.next()) {
-                Some(Ok(block)) => self.current = block,
+            let next = self
+                .watch
+                .wait(&self.runtime, self.stream.next())
+                .map_err(carry)?;
+            match next {
+                Some(Ok(block)) => {
+                    self.watch.arrived(block.len() as u64).map_err(carry)?;
+                    self.current = block;
+                }
                 Some(Err(e)) => return Err(e),
                 None => return Ok(0),
             }

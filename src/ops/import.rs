@@ -58,6 +58,11 @@ pub struct SourceSettings {
     /// disk can hold ([`ReadBounds::disk_bound`]); a local source is held to its files'
     /// listed sizes only.
     pub max_bytes: Option<u64>,
+    /// A request or a body fails once less than [`crate::source::STALL_BYTES`] arrived in
+    /// this long.
+    pub stall_timeout: std::time::Duration,
+    /// The import fails once its source has been open this long (`None`: no deadline).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Default for SourceSettings {
@@ -69,6 +74,8 @@ impl Default for SourceSettings {
             requests: crate::remote::DEFAULT_JOBS,
             author: None,
             max_bytes: None,
+            stall_timeout: crate::source::DEFAULT_STALL_TIMEOUT,
+            timeout: None,
         }
     }
 }
@@ -276,7 +283,7 @@ pub fn update(
 /// The bounds `source` is read under: `settings.max_bytes`, else for a source read over the
 /// network what the store's disk can hold.
 fn read_bounds(store: &Store, source: &Source, settings: &SourceSettings) -> Result<ReadBounds> {
-    let mut bounds = ReadBounds::new(settings.max_bytes);
+    let mut bounds = ReadBounds::new(settings.max_bytes, settings.stall_timeout, settings.timeout);
     if settings.max_bytes.is_none() && !source.is_local() {
         let (free, bound) = ReadBounds::disk_bound(&store.packs_dir())?;
         bounds.max_bytes = bound;
@@ -800,7 +807,7 @@ fn read_object(
     let (id, size) = writer
         .ingest(counted, Some(object.size).filter(|_| object.size_known))
         .map_err(|e| match e {
-            // A bound or a cancellation met while reading.
+            // A bound, a stall, a deadline or a cancellation met while reading.
             IngestError::Read(e) => {
                 crate::source::carried_error(e).unwrap_or_else(|source| Error::Io {
                     path: object.url.clone().into(),

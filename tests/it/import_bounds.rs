@@ -1,6 +1,7 @@
-//! `dsv import` of outside input that would fill the disk: a declared length past the
-//! bound, a body longer than it declared (or endless), and what a refused import leaves
-//! behind (nothing). The servers are small `TcpListener` threads on loopback,
+//! `dsv import` of outside input that would fill the disk or hold the import forever: a
+//! declared length past the bound, a body longer than it declared (or endless), a server
+//! that trickles bytes, a SIGTERM while a read waits, and what a refused or interrupted
+//! import leaves behind (nothing). The servers are small `TcpListener` threads on loopback,
 //! each misbehaving in one way.
 
 use std::io::{BufRead, BufReader, Write};
@@ -19,6 +20,8 @@ enum Mode {
     Huge,
     /// HEAD declares 100,000 bytes; the GET declares nothing and never ends.
     Lying,
+    /// HEAD and GET declare 10 MB; the body comes `bytes` at a time every 100 ms.
+    Trickle { bytes: usize },
 }
 
 /// Starts a server in `mode` on 127.0.0.1 and returns its base URL (`http://127.0.0.1:PORT`).
@@ -52,6 +55,7 @@ fn answer(stream: TcpStream, mode: Mode) -> std::io::Result<()> {
         (Mode::Endless, _) | (Mode::Lying, false) => None,
         (Mode::Huge, _) => Some(1u64 << 50),
         (Mode::Lying, true) => Some(100_000),
+        (Mode::Trickle { .. }, _) => Some(10_000_000),
     };
     let mut out = stream;
     let mut headers = String::from("HTTP/1.1 200 OK\r\nConnection: close\r\n");
@@ -63,16 +67,25 @@ fn answer(stream: TcpStream, mode: Mode) -> std::io::Result<()> {
     if head {
         return Ok(());
     }
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut block = vec![0u8; 64 * 1024];
-    loop {
-        for word in block.chunks_mut(8) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            word.copy_from_slice(&state.to_le_bytes());
+    match mode {
+        Mode::Trickle { bytes } => loop {
+            out.write_all(&vec![b'x'; bytes])?;
+            out.flush()?;
+            std::thread::sleep(Duration::from_millis(100));
+        },
+        _ => {
+            let mut state = 0x9E37_79B9_7F4A_7C15u64;
+            let mut block = vec![0u8; 64 * 1024];
+            loop {
+                for word in block.chunks_mut(8) {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    word.copy_from_slice(&state.to_le_bytes());
+                }
+                out.write_all(&block)?;
+            }
         }
-        out.write_all(&block)?;
     }
 }
 
@@ -85,13 +98,30 @@ struct Outcome {
     elapsed: Duration,
 }
 
-/// Runs `dsv ARGS` in `env`; kills it at `limit`.
-fn run_bounded(env: &TestEnv, args: &[&str], limit: Duration) -> Outcome {
+/// Runs `dsv ARGS` in `env`; after `term_after` (if given) sends it SIGTERM; kills it at
+/// `limit`.
+fn run_bounded(
+    env: &TestEnv,
+    args: &[&str],
+    term_after: Option<Duration>,
+    limit: Duration,
+) -> Outcome {
     let start = Instant::now();
     let mut child = env.spawn(args);
+    let mut termed = false;
     let code = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status.code();
+        }
+        if let Some(after) = term_after
+            && !termed
+            && start.elapsed() >= after
+        {
+            std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            termed = true;
         }
         if start.elapsed() >= limit {
             child.kill().unwrap();
@@ -141,7 +171,7 @@ fn a_declared_length_past_the_bound_is_refused_before_anything_is_read() {
     let env = TestEnv::new();
     let url = format!("{}/huge.bin", serve(Mode::Huge));
     // 1 PiB: more than the store's disk holds, so the default bound refuses it.
-    let outcome = run_bounded(&env, &["import", &url], Duration::from_secs(20));
+    let outcome = run_bounded(&env, &["import", &url], None, Duration::from_secs(20));
     assert_eq!(outcome.code, Some(3), "{}", outcome.stderr);
     assert!(
         outcome.elapsed < Duration::from_secs(5),
@@ -158,6 +188,7 @@ fn a_declared_length_past_the_bound_is_refused_before_anything_is_read() {
     let outcome = run_bounded(
         &env,
         &["--json", "import", &url, "--max-bytes", "10MB"],
+        None,
         Duration::from_secs(20),
     );
     assert_eq!(outcome.code, Some(3), "{}", outcome.stderr);
@@ -179,6 +210,7 @@ fn an_endless_body_is_refused_at_the_bound_and_its_packs_are_deleted() {
     let outcome = run_bounded(
         &env,
         &["import", &url, "--max-bytes", "80MB", "--jobs", "2"],
+        None,
         Duration::from_secs(60),
     );
     eprintln!("endless body refused after {:?}", outcome.elapsed);
@@ -203,6 +235,7 @@ fn an_endless_body_never_fills_a_small_disk() {
     let outcome = run_bounded(
         &env,
         &["--store", &store, "import", &url, "--jobs", "2"],
+        None,
         Duration::from_secs(60),
     );
     assert_eq!(outcome.code, Some(3), "{}", outcome.stderr);
@@ -218,10 +251,77 @@ fn an_endless_body_never_fills_a_small_disk() {
 fn a_body_longer_than_its_declared_length_is_refused() {
     let env = TestEnv::new();
     let url = format!("{}/lying.bin", serve(Mode::Lying));
-    let outcome = run_bounded(&env, &["import", &url], Duration::from_secs(20));
+    let outcome = run_bounded(&env, &["import", &url], None, Duration::from_secs(20));
     assert_eq!(outcome.code, Some(3), "{}", outcome.stderr);
     assert!(outcome.stderr.contains("100000"), "{}", outcome.stderr);
     assert_nothing_left(&env, &env.path(".dsv"), &outcome);
+}
+
+#[test]
+fn a_trickling_server_fails_at_the_stall_timeout_or_the_deadline() {
+    let env = TestEnv::new();
+    // One byte each 100 ms: under 1 KiB in any 2 s.
+    let url = format!("{}/slow.bin", serve(Mode::Trickle { bytes: 1 }));
+    let outcome = run_bounded(
+        &env,
+        &["import", &url, "--stall-timeout", "2s"],
+        None,
+        Duration::from_secs(20),
+    );
+    eprintln!("trickle refused after {:?}", outcome.elapsed);
+    assert_eq!(outcome.code, Some(6), "{}", outcome.stderr);
+    assert!(
+        outcome.elapsed < Duration::from_secs(6),
+        "{:?}",
+        outcome.elapsed
+    );
+    assert!(
+        outcome.stderr.contains("--stall-timeout"),
+        "{}",
+        outcome.stderr
+    );
+    assert_nothing_left(&env, &env.path(".dsv"), &outcome);
+    // 4 KiB each 100 ms is no stall, but the whole import has 2 s.
+    let url = format!("{}/slow.bin", serve(Mode::Trickle { bytes: 4096 }));
+    let outcome = run_bounded(
+        &env,
+        &["import", &url, "--stall-timeout", "2s", "--timeout", "2s"],
+        None,
+        Duration::from_secs(20),
+    );
+    assert_eq!(outcome.code, Some(6), "{}", outcome.stderr);
+    assert!(
+        outcome.elapsed < Duration::from_secs(6),
+        "{:?}",
+        outcome.elapsed
+    );
+    assert!(outcome.stderr.contains("--timeout"), "{}", outcome.stderr);
+    assert_nothing_left(&env, &env.path(".dsv"), &outcome);
+}
+
+#[test]
+fn one_sigterm_stops_an_import_waiting_on_a_stalled_server() {
+    let env = TestEnv::new();
+    let base = serve(Mode::Trickle { bytes: 1 });
+    // A plain file (read on a worker thread) and a tar (read ahead on a thread of its own).
+    for name in ["slow.bin", "slow.tar"] {
+        let url = format!("{base}/{name}");
+        let outcome = run_bounded(
+            &env,
+            &["import", &url],
+            Some(Duration::from_secs(1)),
+            Duration::from_secs(15),
+        );
+        eprintln!("{name}: stopped {:?} after start", outcome.elapsed);
+        assert_eq!(outcome.code, Some(130), "{name}: {}", outcome.stderr);
+        assert!(
+            outcome.elapsed < Duration::from_secs(4),
+            "{name}: {:?}",
+            outcome.elapsed
+        );
+        assert!(outcome.stderr.contains("interrupted"), "{}", outcome.stderr);
+        assert_nothing_left(&env, &env.path(".dsv"), &outcome);
+    }
 }
 
 /// Uploads `objects` (key, bytes) to moto's `dsv-test` bucket and points `env` at it.
@@ -270,6 +370,7 @@ fn the_bound_holds_for_object_storage_local_files_and_archives() {
     let refused = run_bounded(
         &env,
         &["import", &url, "--max-bytes", "100KB"],
+        None,
         Duration::from_secs(20),
     );
     assert_eq!(refused.code, Some(3), "{}", refused.stderr);
@@ -284,7 +385,12 @@ fn the_bound_holds_for_object_storage_local_files_and_archives() {
     let single = format!("s3://dsv-test/{prefix}/f0.bin");
     env.ok(&["import", &single, "-d", "one"]);
     // A local device has no size to hold its reads to.
-    let device = run_bounded(&env, &["import", "/dev/urandom"], Duration::from_secs(20));
+    let device = run_bounded(
+        &env,
+        &["import", "/dev/urandom"],
+        None,
+        Duration::from_secs(20),
+    );
     assert_eq!(device.code, Some(3), "{}", device.stderr);
     assert!(
         device.stderr.contains("not a regular file"),
@@ -305,6 +411,7 @@ fn the_bound_holds_for_object_storage_local_files_and_archives() {
     let bomb = run_bounded(
         &env,
         &["import", "zeros.tar.gz", "--max-bytes", "100KB"],
+        None,
         Duration::from_secs(20),
     );
     assert_eq!(bomb.code, Some(3), "{}", bomb.stderr);
