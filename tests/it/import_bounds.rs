@@ -1,6 +1,6 @@
 //! `dsv import` of outside input that would fill the disk or hold the import forever: a
 //! declared length past the bound, a body longer than it declared (or endless), a server
-//! that trickles bytes, a SIGTERM while a read waits, and what a refused or interrupted
+//! that trickles bytes, a SIGTERM while a read waits, and what an interrupted or refused
 //! import leaves behind (nothing). The servers are small `TcpListener` threads on loopback,
 //! each misbehaving in one way.
 
@@ -22,6 +22,8 @@ enum Mode {
     Lying,
     /// HEAD and GET declare 10 MB; the body comes `bytes` at a time every 100 ms.
     Trickle { bytes: usize },
+    /// No Content-Length; 80 MB at once (packs are sealed), then a byte every 100 ms.
+    BurstThenStall,
 }
 
 /// Starts a server in `mode` on 127.0.0.1 and returns its base URL (`http://127.0.0.1:PORT`).
@@ -52,7 +54,7 @@ fn answer(stream: TcpStream, mode: Mode) -> std::io::Result<()> {
     }
     let head = request.starts_with("HEAD");
     let length = match (mode, head) {
-        (Mode::Endless, _) | (Mode::Lying, false) => None,
+        (Mode::Endless | Mode::BurstThenStall, _) | (Mode::Lying, false) => None,
         (Mode::Huge, _) => Some(1u64 << 50),
         (Mode::Lying, true) => Some(100_000),
         (Mode::Trickle { .. }, _) => Some(10_000_000),
@@ -76,7 +78,15 @@ fn answer(stream: TcpStream, mode: Mode) -> std::io::Result<()> {
         _ => {
             let mut state = 0x9E37_79B9_7F4A_7C15u64;
             let mut block = vec![0u8; 64 * 1024];
+            let mut sent = 0;
             loop {
+                if matches!(mode, Mode::BurstThenStall) && sent >= 80_000_000 {
+                    out.write_all(b"x")?;
+                    out.flush()?;
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                sent += block.len();
                 for word in block.chunks_mut(8) {
                     state ^= state << 13;
                     state ^= state >> 7;
@@ -322,6 +332,56 @@ fn one_sigterm_stops_an_import_waiting_on_a_stalled_server() {
         assert!(outcome.stderr.contains("interrupted"), "{}", outcome.stderr);
         assert_nothing_left(&env, &env.path(".dsv"), &outcome);
     }
+}
+
+#[test]
+fn an_interrupted_import_deletes_the_packs_it_sealed() {
+    // Interrupted while bytes flow, and while the server stalls after packs were sealed.
+    for mode in [Mode::Endless, Mode::BurstThenStall] {
+        interrupt_after_a_sealed_pack(mode);
+    }
+}
+
+fn interrupt_after_a_sealed_pack(mode: Mode) {
+    let env = TestEnv::new();
+    let url = format!("{}/endless.bin", serve(mode));
+    let packs = env.path(".dsv/packs");
+    let mut child = env.spawn(&["import", &url, "--jobs", "2"]);
+    let start = Instant::now();
+    // Wait for a sealed pack (and for the burst to end), then SIGTERM once.
+    while count(&packs) < 2 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no pack sealed");
+        assert!(child.try_wait().unwrap().is_none(), "the import ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if matches!(mode, Mode::BurstThenStall) {
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let term = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if term.elapsed() > Duration::from_secs(15) {
+            child.kill().unwrap();
+            panic!("one SIGTERM did not stop the import");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = child.wait_with_output().unwrap();
+    let outcome = Outcome {
+        code,
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        elapsed: term.elapsed(),
+    };
+    eprintln!("stopped {:?} after SIGTERM", outcome.elapsed);
+    assert_eq!(outcome.code, Some(130), "{}", outcome.stderr);
+    assert_nothing_left(&env, &env.path(".dsv"), &outcome);
 }
 
 /// Uploads `objects` (key, bytes) to moto's `dsv-test` bucket and points `env` at it.
