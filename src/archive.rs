@@ -35,6 +35,10 @@ pub struct Limits {
     pub max_ratio: u64,
     /// Total expanded bytes, if bounded.
     pub max_size: Option<u64>,
+    /// Total expanded bytes the import may store, if bounded: its byte bound
+    /// ([`crate::source::ReadBounds::max_bytes`]) applies to what an archive expands to as
+    /// well as to what is downloaded, since that is what the store keeps.
+    pub max_stored: Option<u64>,
 }
 
 impl Default for Limits {
@@ -42,6 +46,7 @@ impl Default for Limits {
         Limits {
             max_ratio: DEFAULT_MAX_RATIO,
             max_size: None,
+            max_stored: None,
         }
     }
 }
@@ -478,6 +483,11 @@ impl std::error::Error for ExpansionLimit {}
 /// the source failing ([`Error::Io`]), the limits ([`Error::BadArchive`]), or a truncated or
 /// corrupt archive ([`Error::BadArchive`]).
 pub fn input_error(url: &str, e: io::Error) -> Error {
+    // A bound, a stall, a deadline or a cancellation, met reading the source.
+    let e = match crate::source::carried_error(e) {
+        Ok(carried) => return carried,
+        Err(e) => e,
+    };
     if let Some(inner) = e.get_ref() {
         if let Some(SourceFailure(_)) = inner.downcast_ref::<SourceFailure>() {
             let Ok(SourceFailure(source)) = e
@@ -488,9 +498,12 @@ pub fn input_error(url: &str, e: io::Error) -> Error {
             else {
                 unreachable!("checked")
             };
-            return Error::Io {
-                path: url.into(),
-                source,
+            return match crate::source::carried_error(source) {
+                Ok(carried) => carried,
+                Err(source) => Error::Io {
+                    path: url.into(),
+                    source,
+                },
             };
         }
         if let Some(limit) = inner.downcast_ref::<ExpansionLimit>() {
@@ -511,6 +524,14 @@ fn check_expansion(
     consumed: u64,
     limits: Limits,
 ) -> std::result::Result<(), String> {
+    if let Some(max) = limits.max_stored
+        && produced > max
+        && limits.max_size.is_none_or(|size| size > max)
+    {
+        return Err(format!(
+            "the archive expands to more than {max} bytes, the import's bound (--max-bytes; by default the store's disk's free space less a margin); refused, nothing was imported"
+        ));
+    }
     if let Some(max) = limits.max_size
         && produced > max
     {
@@ -579,41 +600,45 @@ fn read_ahead<'scope, R: Read + Send + 'scope>(
     mut source: R,
 ) -> impl Read + 'scope {
     let (sender, receiver) = mpsc::sync_channel::<io::Result<Vec<u8>>>(4);
+    // The caller's cancellation reaches a read that waits on the network here.
+    let token = crate::interrupt::current();
     scope.spawn(move || {
-        loop {
-            let mut block = vec![0u8; READ_AHEAD_BLOCK];
-            let mut filled = 0;
-            let outcome = loop {
-                match source.read(&mut block[filled..]) {
-                    Ok(0) => break Ok(()),
-                    Ok(n) => {
-                        filled += n;
-                        if filled == block.len() {
-                            break Ok(());
+        crate::interrupt::run_under(token, || {
+            loop {
+                let mut block = vec![0u8; READ_AHEAD_BLOCK];
+                let mut filled = 0;
+                let outcome = loop {
+                    match source.read(&mut block[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == block.len() {
+                                break Ok(());
+                            }
                         }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
-                }
-            };
-            let end = filled == 0;
-            block.truncate(filled);
-            let sent = match outcome {
-                Ok(()) if end => break,
-                Ok(()) => sender.send(Ok(block)),
-                Err(e) => {
-                    if filled > 0 {
-                        let _ = sender.send(Ok(block));
+                };
+                let end = filled == 0;
+                block.truncate(filled);
+                let sent = match outcome {
+                    Ok(()) if end => break,
+                    Ok(()) => sender.send(Ok(block)),
+                    Err(e) => {
+                        if filled > 0 {
+                            let _ = sender.send(Ok(block));
+                        }
+                        let _ = sender.send(Err(e));
+                        break;
                     }
-                    let _ = sender.send(Err(e));
+                };
+                // The reader was dropped (the import failed or finished early): stop.
+                if sent.is_err() {
                     break;
                 }
-            };
-            // The reader was dropped (the import failed or finished early): stop.
-            if sent.is_err() {
-                break;
             }
-        }
+        })
     });
     ReadAhead {
         receiver,
@@ -689,6 +714,7 @@ mod tests {
         let limits = Limits {
             max_ratio: 100,
             max_size: Some(1 << 40),
+            max_stored: None,
         };
         assert!(check_expansion(RATIO_FLOOR, 1, limits).is_ok());
         assert!(check_expansion(RATIO_FLOOR + 1, 1, limits).is_err());

@@ -9,9 +9,12 @@
 //! §13.1.1), so the bytes stored are the bytes the provenance names, or the import fails.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io::{self, Read};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -103,6 +106,81 @@ pub struct Listing {
     pub single: bool,
 }
 
+/// A read is stalled when less than this arrives in [`ReadBounds::stall_timeout`]: a server
+/// that sends a byte every few seconds holds no import.
+pub const STALL_BYTES: u64 = 1024;
+/// Default of [`ReadBounds::stall_timeout`].
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How far and how long reading a source may go. Every request and every byte read is
+/// checked against them, and against the current operation's cancellation
+/// ([`crate::interrupt`]), also while a read waits on the network.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ReadBounds {
+    /// The most bytes read from the source, every object together. An object that declares
+    /// more (Content-Length, a listed size) is refused before it is read; one whose body
+    /// goes past what it declared, or past this bound, is refused while it is read.
+    pub max_bytes: u64,
+    /// The store's free space, when `max_bytes` was derived from it (for messages).
+    pub disk_free: Option<u64>,
+    /// A request or a body fails once less than [`STALL_BYTES`] arrived in this long.
+    pub stall_timeout: Duration,
+    /// Every request fails once the source has been open this long (`--timeout`).
+    pub timeout: Option<Duration>,
+}
+
+impl Default for ReadBounds {
+    fn default() -> Self {
+        ReadBounds {
+            max_bytes: u64::MAX,
+            disk_free: None,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            timeout: None,
+        }
+    }
+}
+
+impl ReadBounds {
+    /// Bounds of `max_bytes` (else unbounded), `stall_timeout` and `timeout`.
+    pub fn new(max_bytes: Option<u64>, stall_timeout: Duration, timeout: Option<Duration>) -> Self {
+        ReadBounds {
+            max_bytes: max_bytes.unwrap_or(u64::MAX),
+            disk_free: None,
+            stall_timeout,
+            timeout,
+        }
+    }
+
+    /// The byte bound a store on the disk of `dir` can take: the free space (for an
+    /// unprivileged user) less 5% of it and 16 MiB, kept for the catalog, trees and
+    /// temporary files. Returns the free space and the bound.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file system cannot be asked.
+    pub fn disk_bound(dir: &FsPath) -> Result<(u64, u64)> {
+        let stat = nix::sys::statvfs::statvfs(dir).map_err(|errno| Error::Io {
+            path: dir.to_path_buf(),
+            source: io::Error::from(errno),
+        })?;
+        #[allow(clippy::useless_conversion)] // the field types differ between platforms
+        let free =
+            u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
+        let bound = free.saturating_sub(free / 20).saturating_sub(16 << 20);
+        Ok((free, bound))
+    }
+
+    /// Why `max_bytes` is what it is, for messages.
+    fn reason(&self) -> String {
+        match self.disk_free {
+            Some(free) => format!(
+                "the store's disk has {free} bytes free, less a margin; free space or pass --max-bytes SIZE"
+            ),
+            None => "--max-bytes; pass a larger one to import it".into(),
+        }
+    }
+}
+
 enum Kind {
     Cloud {
         store: Arc<dyn ObjectStore>,
@@ -130,6 +208,11 @@ pub struct Source {
     redacted: bool,
     kind: Kind,
     runtime: crate::runtime::Runtime,
+    bounds: ReadBounds,
+    /// When the source was opened (`ReadBounds::timeout` counts from here).
+    opened: Instant,
+    /// Bytes read from the source so far, every object together.
+    read_total: Arc<AtomicU64>,
 }
 
 /// True when `spec` is an object storage URL (`s3://`, `s3a://`, `gs://`, `az://`,
@@ -244,7 +327,64 @@ impl Source {
             redacted,
             kind,
             runtime,
+            bounds: ReadBounds::default(),
+            opened: Instant::now(),
+            read_total: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Sets how far and how long reading may go (default: no byte bound, a stall timeout of
+    /// [`DEFAULT_STALL_TIMEOUT`], no deadline).
+    pub fn set_bounds(&mut self, bounds: ReadBounds) {
+        self.bounds = bounds;
+    }
+
+    /// The bounds reads are held to.
+    pub fn bounds(&self) -> ReadBounds {
+        self.bounds
+    }
+
+    /// True for a local file or directory (read from this machine's disks, not a network).
+    pub fn is_local(&self) -> bool {
+        matches!(self.kind, Kind::Local { .. })
+    }
+
+    /// Refuses, before anything is read, `objects` whose declared sizes (Content-Length, the
+    /// listed size) add up to more than [`ReadBounds::max_bytes`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidImport`].
+    pub fn check_declared(&self, objects: &[&SourceObject]) -> Result<()> {
+        let declared = objects
+            .iter()
+            .filter(|o| o.size_known)
+            .fold(0u64, |sum, o| sum.saturating_add(o.size));
+        if declared > self.bounds.max_bytes {
+            return Err(Error::InvalidImport {
+                source_url: self.spec.clone(),
+                reason: format!(
+                    "it declares {declared} bytes to read, more than the import's bound of {} bytes ({}); nothing was read",
+                    self.bounds.max_bytes,
+                    self.bounds.reason()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// What waits on this source's requests: its stall timeout, its deadline and the
+    /// calling thread's cancellation.
+    fn watch(&self, url: &str) -> Watch {
+        Watch {
+            url: url.to_string(),
+            stall_timeout: self.bounds.stall_timeout,
+            deadline: self
+                .bounds
+                .timeout
+                .map(|timeout| (self.opened + timeout, timeout)),
+            token: crate::interrupt::current(),
+            window: Window::new(),
+        }
     }
 
     /// The source as recorded in provenance: the URL as given (an HTTP(S) URL without its
@@ -292,14 +432,10 @@ impl Source {
                 bucket_url,
                 key,
                 is_prefix,
-            } => self.runtime.block_on(cloud_list(
-                &self.spec,
-                store.as_ref(),
-                bucket_url,
-                key,
-                *is_prefix,
-                pin,
-            ))?,
+            } => self.watch(&self.spec).wait(
+                &self.runtime,
+                cloud_list(&self.spec, store.as_ref(), bucket_url, key, *is_prefix, pin),
+            )??,
             Kind::Http { client, url } => {
                 if pin.version_id.is_some() {
                     return Err(Error::InvalidImport {
@@ -309,7 +445,9 @@ impl Source {
                                 .into(),
                     });
                 }
-                let object = self.runtime.block_on(http_head(client, url, &self.spec))?;
+                let object = self
+                    .watch(&self.spec)
+                    .wait(&self.runtime, http_head(client, url, &self.spec))??;
                 Listing {
                     objects: vec![object],
                     single: true,
@@ -352,22 +490,22 @@ impl Source {
     /// [`Error::SourceChanged`] when it changed; [`Error::SourceNotFound`]; [`Error::Remote`],
     /// [`Error::Http`], [`Error::Io`].
     pub fn read(&self, object: &SourceObject) -> Result<Box<dyn Read + Send>> {
-        match (&self.kind, &object.location) {
+        let inner: Box<dyn Read + Send> = match (&self.kind, &object.location) {
             (Kind::Cloud { store, .. }, Location::Cloud(path)) => {
                 let options = GetOptions {
                     if_match: object.etag.clone(),
                     version: object.version_id.clone(),
                     ..Default::default()
                 };
-                let result = self
-                    .runtime
-                    .block_on(store.get_opts(path, options))
+                let mut watch = self.watch(&object.url);
+                let result = watch
+                    .wait(&self.runtime, store.get_opts(path, options))?
                     .map_err(|e| cloud_error(&object.url, object, "GET", e))?;
                 let stream = result
                     .into_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Ok(Box::new(BlockingStream::new(&self.runtime, stream)))
+                Box::new(BlockingStream::new(&self.runtime, stream, watch))
             }
             (Kind::Http { client, url }, Location::Http) => {
                 let mut request = client.get(url);
@@ -375,20 +513,28 @@ impl Source {
                 if let Some(etag) = object.etag.as_ref().filter(|e| !e.starts_with("W/")) {
                     request = request.header(reqwest::header::IF_MATCH, etag);
                 }
-                let response = self
-                    .runtime
-                    .block_on(async { request.send().await })
+                let mut watch = self.watch(&object.url);
+                let response = watch
+                    .wait(&self.runtime, async { request.send().await })?
                     .and_then(reqwest::Response::error_for_status)
                     .map_err(|e| http_error(&object.url, "GET", e))?;
                 let stream = response
                     .bytes_stream()
                     .map_err(|e| io::Error::other(Box::new(e)))
                     .boxed();
-                Ok(Box::new(BlockingStream::new(&self.runtime, stream)))
+                Box::new(BlockingStream::new(&self.runtime, stream, watch))
             }
-            (_, Location::Local(path)) => Ok(Box::new(std::fs::File::open(path).at(path)?)),
+            (_, Location::Local(path)) => Box::new(std::fs::File::open(path).at(path)?),
             _ => unreachable!("objects come from their own source's listing"),
-        }
+        };
+        Ok(Box::new(Bounded {
+            inner,
+            url: object.url.clone(),
+            declared: object.size_known.then_some(object.size),
+            read: 0,
+            total: self.read_total.clone(),
+            bounds: self.bounds,
+        }))
     }
 }
 
@@ -644,6 +790,13 @@ async fn http_head(client: &reqwest::Client, request_url: &str, url: &str) -> Re
 fn local_list(path: &FsPath) -> Result<Listing> {
     let url = |p: &FsPath| format!("file://{}", p.display());
     let metadata = std::fs::metadata(path).at(path)?;
+    // A device or a FIFO has no size to hold its reads to (`/dev/urandom` never ends).
+    if !metadata.is_dir() && !metadata.is_file() {
+        return Err(Error::InvalidImport {
+            source_url: url(path),
+            reason: "it is not a regular file or a directory (a device, FIFO or socket has no fixed content)".into(),
+        });
+    }
     if !metadata.is_dir() {
         let stat = crate::walk::Stat::of(&metadata);
         return Ok(Listing {
@@ -698,23 +851,163 @@ fn local_list(path: &FsPath) -> Result<Listing> {
     })
 }
 
+/// Unwraps the [`Error`] a source's reader returned inside an [`io::Error`] (a bound, a
+/// stall, a deadline, [`Error::Interrupted`]); any other read error stays as it is.
+///
+/// # Errors
+/// The `io::Error` itself when it carries no [`Error`].
+pub fn carried_error(e: io::Error) -> std::result::Result<Error, io::Error> {
+    if e.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+        let inner = e.into_inner().expect("checked");
+        return Ok(*inner.downcast::<Error>().expect("checked"));
+    }
+    Err(e)
+}
+
+/// `e` as an [`io::Error`] of kind `Other` (never `Interrupted`, which `io::copy` and
+/// `read_exact` retry), for [`carried_error`] to unwrap.
+fn carry(e: Error) -> io::Error {
+    io::Error::other(e)
+}
+
+/// Bytes that arrived since `start`, for the stall check.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Instant,
+    bytes: u64,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            start: Instant::now(),
+            bytes: 0,
+        }
+    }
+}
+
+/// How often a wait on the network looks at the cancellation.
+const WAIT_TICK: Duration = Duration::from_millis(100);
+
+/// Waits on a source's requests and body: a stall (less than [`STALL_BYTES`] in
+/// `stall_timeout`), the deadline and cancellation end the wait.
+struct Watch {
+    url: String,
+    stall_timeout: Duration,
+    /// The instant, and the `--timeout` it comes from.
+    deadline: Option<(Instant, Duration)>,
+    token: Option<crate::interrupt::CancelToken>,
+    window: Window,
+}
+
+impl Watch {
+    /// Counts `bytes` that arrived; fails when the window closed with too few.
+    fn arrived(&mut self, bytes: u64) -> Result<()> {
+        self.window.bytes = self.window.bytes.saturating_add(bytes);
+        self.check(Instant::now())
+    }
+
+    /// Fails when the operation was cancelled, the deadline passed or the window closed
+    /// with fewer than [`STALL_BYTES`]; opens a new window when it closed with enough.
+    fn check(&mut self, now: Instant) -> Result<()> {
+        if self
+            .token
+            .as_ref()
+            .is_some_and(crate::interrupt::CancelToken::is_cancelled)
+        {
+            return Err(Error::Interrupted);
+        }
+        if let Some((deadline, timeout)) = self.deadline
+            && now >= deadline
+        {
+            return Err(Error::Io {
+                path: self.url.clone().into(),
+                source: io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the import did not finish within its {} (--timeout); nothing was imported: run it again with a longer --timeout",
+                        humanize(timeout)
+                    ),
+                ),
+            });
+        }
+        if now.duration_since(self.window.start) >= self.stall_timeout {
+            if self.window.bytes < STALL_BYTES {
+                return Err(Error::Io {
+                    path: self.url.clone().into(),
+                    source: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the source stalled: {} bytes arrived in {} (less than {STALL_BYTES}, --stall-timeout); nothing was imported: check the server or the network, or raise --stall-timeout",
+                            self.window.bytes,
+                            humanize(self.stall_timeout)
+                        ),
+                    ),
+                });
+            }
+            self.window = Window {
+                start: now,
+                bytes: 0,
+            };
+        }
+        Ok(())
+    }
+
+    /// Runs `future` on `runtime` until it completes, or until [`Watch::check`] fails
+    /// (looked at each [`WAIT_TICK`] and when the stall window or the deadline closes).
+    fn wait<F>(&mut self, runtime: &crate::runtime::Runtime, future: F) -> Result<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        self.check(Instant::now())?;
+        runtime.block_on(async {
+            let mut future = std::pin::pin!(future);
+            loop {
+                let mut until =
+                    (Instant::now() + WAIT_TICK).min(self.window.start + self.stall_timeout);
+                if let Some((deadline, _)) = self.deadline {
+                    until = until.min(deadline);
+                }
+                match tokio::time::timeout_at(until.into(), future.as_mut()).await {
+                    Ok(output) => return Ok(output),
+                    Err(_) => self.check(Instant::now())?,
+                }
+            }
+        })
+    }
+}
+
+/// A duration as a user wrote it (`60s`, `2m 30s`).
+fn humanize(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    match (seconds / 60, seconds % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m {s}s"),
+    }
+}
+
 /// A stream of byte blocks read as [`Read`], driving the async stream on `runtime` from a
-/// plain thread.
+/// plain thread; each wait for a block is watched ([`Watch`]).
 struct BlockingStream {
     runtime: crate::runtime::Runtime,
     stream: BoxStream<'static, io::Result<Bytes>>,
     current: Bytes,
+    watch: Watch,
 }
 
 impl BlockingStream {
     fn new(
         runtime: &crate::runtime::Runtime,
         stream: BoxStream<'static, io::Result<Bytes>>,
+        watch: Watch,
     ) -> Self {
         BlockingStream {
             runtime: runtime.clone(),
             stream,
             current: Bytes::new(),
+            watch,
         }
     }
 }
@@ -722,8 +1015,15 @@ impl BlockingStream {
 impl Read for BlockingStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.current.is_empty() {
-            match self.runtime.block_on(self.stream.next()) {
-                Some(Ok(block)) => self.current = block,
+            let next = self
+                .watch
+                .wait(&self.runtime, self.stream.next())
+                .map_err(carry)?;
+            match next {
+                Some(Ok(block)) => {
+                    self.watch.arrived(block.len() as u64).map_err(carry)?;
+                    self.current = block;
+                }
                 Some(Err(e)) => return Err(e),
                 None => return Ok(0),
             }
@@ -731,6 +1031,62 @@ impl Read for BlockingStream {
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current[..n]);
         self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+/// A source object's bytes, held to what it declared and to the import's byte bound, and
+/// stopped by cancellation between reads.
+struct Bounded {
+    inner: Box<dyn Read + Send>,
+    url: String,
+    /// What the listing said the object holds.
+    declared: Option<u64>,
+    /// Bytes read of this object.
+    read: u64,
+    /// Bytes read of the source, every object together.
+    total: Arc<AtomicU64>,
+    bounds: ReadBounds,
+}
+
+impl Bounded {
+    fn refuse(&self, reason: String) -> io::Error {
+        carry(Error::InvalidImport {
+            source_url: self.url.clone(),
+            reason,
+        })
+    }
+}
+
+impl Read for Bounded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        crate::interrupt::check().map_err(carry)?;
+        // One byte past a bound is enough to know it was passed.
+        let total = self.total.load(Ordering::Relaxed);
+        let mut room = self.bounds.max_bytes.saturating_sub(total);
+        if let Some(declared) = self.declared {
+            room = room.min(declared.saturating_sub(self.read));
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(room.saturating_add(1)).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.read += n as u64;
+        let total = self.total.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if let Some(declared) = self.declared
+            && self.read > declared
+        {
+            return Err(self.refuse(format!(
+                "it sent more than the {declared} bytes it declared (Content-Length or listed size); refused, nothing was imported (a misbehaving server, or a file that grew while it was read)"
+            )));
+        }
+        if total > self.bounds.max_bytes {
+            return Err(self.refuse(format!(
+                "it sent more than {} bytes, the import's bound ({}); refused, nothing was imported",
+                self.bounds.max_bytes,
+                self.bounds.reason()
+            )));
+        }
         Ok(n)
     }
 }

@@ -113,6 +113,7 @@ enum Command {
     ///   dsv import s3://datasets/imagenet/val/ -d imagenet-val # every object under the prefix
     ///   dsv import https://example.com/mnist.tar.gz --etag '"5d41402abc4b2a76"'
     ///   dsv import ./mnist.zip --no-extract                    # the archive itself, one file
+    ///   dsv import https://example.com/big.tar --max-bytes 200GB --stall-timeout 5m --timeout 6h
     #[command(verbatim_doc_comment)]
     Import(ImportArgs),
     /// Re-check the source an imported dataset came from: download only the objects that

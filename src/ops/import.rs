@@ -22,7 +22,7 @@ use crate::id::ObjectId;
 use crate::object::{FileProvenance, Provenance};
 use crate::progress::{Progress, Unit};
 use crate::revision::check_name;
-use crate::source::{Listing, Pin, Source, SourceObject};
+use crate::source::{Listing, Pin, ReadBounds, Source, SourceObject};
 use crate::store::Store;
 use crate::tree::{self, FlatEntry, FlatKind};
 
@@ -53,6 +53,16 @@ pub struct SourceSettings {
     /// Who makes the version (`None`: "unknown"; the CLI passes `DSV_AUTHOR` or
     /// `$USER@hostname`).
     pub author: Option<String>,
+    /// The most bytes read from the source, every object together; also the most an
+    /// archive may expand to. `None`: for a source read over the network, what the store's
+    /// disk can hold ([`ReadBounds::disk_bound`]); a local source is held to its files'
+    /// listed sizes only.
+    pub max_bytes: Option<u64>,
+    /// A request or a body fails once less than [`crate::source::STALL_BYTES`] arrived in
+    /// this long.
+    pub stall_timeout: std::time::Duration,
+    /// The import fails once its source has been open this long (`None`: no deadline).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Default for SourceSettings {
@@ -63,6 +73,9 @@ impl Default for SourceSettings {
             ingest: IngestOptions::default(),
             requests: crate::remote::DEFAULT_JOBS,
             author: None,
+            max_bytes: None,
+            stall_timeout: crate::source::DEFAULT_STALL_TIMEOUT,
+            timeout: None,
         }
     }
 }
@@ -160,7 +173,8 @@ pub fn import(
     options: &ImportOptions,
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
-    let source = Source::open(&options.source, &options.settings.options)?;
+    let mut source = Source::open(&options.source, &options.settings.options)?;
+    source.set_bounds(read_bounds(store, &source, &options.settings)?);
     if let Some(tag) = &options.tag {
         check_name("tag", tag)?;
     }
@@ -230,7 +244,8 @@ pub fn update(
     let previous = Previous::load(store, dataset)?.ok_or_else(|| Error::NotImported {
         dataset: dataset.to_string(),
     })?;
-    let source = Source::open(&previous.provenance.source, &settings.options)?;
+    let mut source = Source::open(&previous.provenance.source, &settings.options)?;
+    source.set_bounds(read_bounds(store, &source, settings)?);
     let listing = source.list(&Pin::default())?;
     let extract = if previous.provenance.extract {
         Extract::Auto
@@ -263,6 +278,18 @@ pub fn update(
         settings,
         progress,
     )
+}
+
+/// The bounds `source` is read under: `settings.max_bytes`, else for a source read over the
+/// network what the store's disk can hold.
+fn read_bounds(store: &Store, source: &Source, settings: &SourceSettings) -> Result<ReadBounds> {
+    let mut bounds = ReadBounds::new(settings.max_bytes, settings.stall_timeout, settings.timeout);
+    if settings.max_bytes.is_none() && !source.is_local() {
+        let (free, bound) = ReadBounds::disk_bound(&store.packs_dir())?;
+        bounds.max_bytes = bound;
+        bounds.disk_free = Some(free);
+    }
+    Ok(bounds)
 }
 
 /// The default dataset name: the source's last path element without its archive extension.
@@ -519,6 +546,13 @@ fn run(
             packs_written: 0,
         });
     }
+    // An object that declares more than the bound is refused before anything is read.
+    source.check_declared(&to_read)?;
+    let bounds = source.bounds();
+    let limits = Limits {
+        max_stored: (bounds.max_bytes != u64::MAX).then_some(bounds.max_bytes),
+        ..settings.limits
+    };
     let mut collected = Collected::default();
     if let Some(previous) = previous.as_ref().filter(|_| !reused.is_empty()) {
         let entries = previous.entries(store)?;
@@ -579,7 +613,7 @@ fn run(
                     input,
                     &object.url,
                     &store.temp_dir(),
-                    settings.limits,
+                    limits,
                     progress,
                     &mut |member| add_member(&mut writer, &mut local, object, member),
                 )?;
@@ -772,7 +806,16 @@ fn read_object(
     };
     let (id, size) = writer
         .ingest(counted, Some(object.size).filter(|_| object.size_known))
-        .map_err(|e| e.at(std::path::Path::new(&object.url)))?;
+        .map_err(|e| match e {
+            // A bound, a stall, a deadline or a cancellation met while reading.
+            IngestError::Read(e) => {
+                crate::source::carried_error(e).unwrap_or_else(|source| Error::Io {
+                    path: object.url.clone().into(),
+                    source,
+                })
+            }
+            IngestError::Store(e) => e,
+        })?;
     if object.size_known && size != object.size {
         return Err(Error::Io {
             path: object.url.clone().into(),

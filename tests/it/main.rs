@@ -15,6 +15,7 @@ mod crash;
 mod hardening;
 mod hostile;
 mod import;
+mod import_bounds;
 mod local_store;
 mod mount;
 mod properties;

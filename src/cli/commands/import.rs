@@ -65,11 +65,35 @@ struct SourceArgs {
     /// Refuse an archive that expands to more than SIZE in all (e.g. 500GB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_expanded_size: Option<u64>,
+    /// Read at most SIZE from the source, every object together, and let an archive expand
+    /// to at most SIZE (e.g. 50GB, 512MiB). An object that declares more (Content-Length, a
+    /// listed size) is refused before anything is read; a body longer than it declared, or
+    /// than SIZE, is refused while it is read. Default for object storage and HTTP(S): the
+    /// free space of the store's disk less 5% and 16 MiB; local files are held to their sizes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_bytes: Option<u64>,
+    /// Fail a request or a download that receives less than 1 KiB in DURATION (e.g. 30s,
+    /// 5m): a stalled or trickling server.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = positive_duration)]
+    stall_timeout: std::time::Duration,
+    /// Fail the import if reading its source takes longer than DURATION in all (e.g. 2h,
+    /// 30m; default: no limit).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    timeout: Option<std::time::Duration>,
     /// zstd compression level (1-19; default: the store's core.compression_level, else 3).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
     compression_level: Option<i32>,
     #[command(flatten)]
     jobs: JobsArg,
+}
+
+/// A duration such as 30s or 5m, more than zero.
+fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("must be more than zero".into()),
+        Err(e) => Err(format!("{text:?} is not a duration such as 30s or 5m: {e}")),
+    }
 }
 
 impl SourceArgs {
@@ -81,7 +105,11 @@ impl SourceArgs {
         settings.limits = dsv::archive::Limits {
             max_ratio: self.max_expansion_ratio,
             max_size: self.max_expanded_size,
+            max_stored: None,
         };
+        settings.max_bytes = self.max_bytes;
+        settings.stall_timeout = self.stall_timeout;
+        settings.timeout = self.timeout;
         settings.ingest.jobs = jobs_or(&self.jobs, &config, settings.ingest.jobs);
         settings.ingest.compression_level = compression_level_or(
             self.compression_level,
