@@ -429,6 +429,23 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// A remote's version holds more files than this machine can serve
+    /// ([`crate::object::servable_files`]): refused when it is fetched.
+    #[error(
+        "version {version} on the remote holds {files} files; this machine ({} of memory) serves versions of at most {limit} files (a listing takes about {} bytes an entry)",
+        gibibytes(*memory),
+        crate::object::LISTED_BYTES_PER_ENTRY
+    )]
+    VersionTooLarge {
+        /// The version id.
+        version: String,
+        /// Files it claims.
+        files: u64,
+        /// The most this machine serves.
+        limit: u64,
+        /// This machine's memory in bytes.
+        memory: u64,
+    },
     /// The version was removed (`dsv rm`); its data may be gone.
     #[error("version {version} was removed; its data is no longer kept")]
     VersionRemoved {

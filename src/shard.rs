@@ -68,6 +68,8 @@ impl std::fmt::Display for ShardSpec {
 /// only that many are returned (at least one): shards past the end are empty.
 pub fn assign(files: &[(&str, u64)], count: u32) -> Vec<Vec<usize>> {
     let count = (count.max(1) as usize).min(files.len().max(1));
+    // Largest first (longest-processing-time greedy), each to the least loaded shard (the
+    // lowest index among equals), found in a min-heap: O(files × log shards).
     let mut order: Vec<usize> = (0..files.len()).collect();
     order.sort_by(|a, b| {
         files[*b]
@@ -75,15 +77,13 @@ pub fn assign(files: &[(&str, u64)], count: u32) -> Vec<Vec<usize>> {
             .cmp(&files[*a].1)
             .then(files[*a].0.cmp(files[*b].0))
     });
-    let mut loads = vec![0u64; count];
+    let mut loads: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..count)
+        .map(|shard| std::cmp::Reverse((0, shard)))
+        .collect();
     let mut shards = vec![Vec::new(); count];
     for i in order {
-        let (target, _) = loads
-            .iter()
-            .enumerate()
-            .min_by_key(|(shard, load)| (**load, *shard))
-            .expect("at least one shard");
-        loads[target] += files[i].1;
+        let std::cmp::Reverse((load, target)) = loads.pop().expect("at least one shard");
+        loads.push(std::cmp::Reverse((load + files[i].1, target)));
         shards[target].push(i);
     }
     for shard in &mut shards {

@@ -136,6 +136,9 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::NotAFile { revision, path, kind: "a directory" } => format!("`dsv ls {revision}:{path}` lists the directory"),
         Error::DatasetExists { name } => format!("choose a name `dsv ls` does not list, or remove {name}'s versions with `dsv rm {name}` first"),
         Error::TagExists { .. } => "choose another tag, or move this one with `dsv tag REV TAG --force`".into(),
+        Error::VersionTooLarge { .. } => {
+            "fetch it on a machine with more memory, or split the dataset into smaller versions there".into()
+        }
         Error::NoSpace { .. } => {
             "free space (or inodes) there, or check out into a directory on a larger file system; a partial checkout (--include, --shard) writes less".into()
         }

@@ -146,6 +146,19 @@ impl JsonArray {
         Ok(())
     }
 
+    /// Adds one element written by the caller: `text` starts it (at the element's
+    /// indentation, which this writes), and what the caller writes after this call to
+    /// stdout continues it. Writes everything buffered first.
+    pub fn push_raw(&mut self, text: &str) -> anyhow::Result<()> {
+        self.buffer
+            .push_str(if self.written == 0 { "\n" } else { ",\n" });
+        self.written += 1;
+        self.buffer.push_str(&self.indent);
+        self.buffer.push_str("  ");
+        self.buffer.push_str(text);
+        print_raw(&std::mem::take(&mut self.buffer))
+    }
+
     /// Ends the array (`]`, on a line of its own when it holds anything) and writes what is
     /// left.
     pub fn finish(mut self) -> anyhow::Result<()> {

@@ -192,19 +192,47 @@ fn a_directory_swapped_for_a_symlink_during_checkout_never_leads_outside() {
 }
 
 #[test]
-fn export_to_a_path_that_is_a_symlink_replaces_the_link_and_never_writes_through_it() {
+fn export_writes_whole_files_only_and_never_replaces_a_device_a_fifo_or_a_symlink() {
     let env = TestEnv::new();
     env.write("data/a.txt", "a\n");
     env.ok(&["commit", "data", "-d", "d"]);
-    env.write("victim.db", "precious\n");
-    std::os::unix::fs::symlink(env.path("victim.db"), env.path("out.tar")).unwrap();
+    // A symlink is followed, as a shell's `>` does: the link stays, its target gets the tar.
+    env.write("elsewhere.tar", "old\n");
+    std::os::unix::fs::symlink(env.path("elsewhere.tar"), env.path("out.tar")).unwrap();
     env.ok(&["export", "d", "-o", "out.tar"]);
-    assert_eq!(
-        fs::read_to_string(env.path("victim.db")).unwrap(),
-        "precious\n"
+    assert!(
+        fs::symlink_metadata(env.path("out.tar"))
+            .unwrap()
+            .is_symlink()
     );
-    let meta = fs::symlink_metadata(env.path("out.tar")).unwrap();
-    assert!(meta.is_file(), "the archive replaced the link");
+    assert!(fs::read(env.path("elsewhere.tar")).unwrap().len() > 512);
+    // A symlink into a store is refused, and the store's file is untouched.
+    let catalog = env.path(".dsv/catalog.db");
+    let before = fs::read(&catalog).unwrap();
+    std::os::unix::fs::symlink(&catalog, env.path("sneaky.tar")).unwrap();
+    assert!(
+        !env.run(&["export", "d", "-o", "sneaky.tar"])
+            .status
+            .success()
+    );
+    assert_eq!(fs::read(&catalog).unwrap(), before);
+    // A FIFO (as /dev/null, a device) is written to, never replaced by a file.
+    let fifo = env.path("pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let reading = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || fs::read(fifo).unwrap().len())
+    };
+    env.ok(&["export", "d", "-o", "pipe"]);
+    assert!(reading.join().unwrap() > 512);
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
     // A failed export leaves no archive and no temporary file behind.
     assert!(
         !env.run(&["export", "d@nosuchtag", "-o", "bad.tar"])

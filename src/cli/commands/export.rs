@@ -48,34 +48,68 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
             &progress,
         )?
     } else {
-        // Never over a store's own files (a pack, the catalog): dsv alone writes there.
+        // Never over a store's own files (a pack, the catalog): dsv alone writes there. A
+        // symlink is followed (as a shell's `>` does) and its target checked the same way.
         dsv::walk::check_workspace_dir(output)?;
-        // Written to a new file beside OUTPUT and renamed over it once whole: a symlink at
-        // OUTPUT is replaced, never followed (it could lead into a store), and a failed
-        // export leaves no half-written archive.
-        let parent = match output.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => std::path::Path::new("."),
+        let is_symlink = std::fs::symlink_metadata(output).is_ok_and(|m| m.is_symlink());
+        let target = if is_symlink {
+            let resolved = std::fs::canonicalize(output).with_context(|| {
+                format!("{} is a symlink to nothing that exists", output.display())
+            })?;
+            dsv::walk::check_workspace_dir(&resolved)?;
+            resolved
+        } else {
+            output.clone()
         };
-        let temp = tempfile::Builder::new()
-            .prefix(".export-")
-            .tempfile_in(parent)
-            .with_context(|| format!("cannot create a file in {}", parent.display()))?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, temp.as_file());
-        let report = dsv::read::export_tar(
-            &engine,
-            &args.revision,
-            &selection,
-            &mut out,
-            output,
-            &progress,
-        )?;
-        out.flush()
-            .with_context(|| format!("cannot write {}", output.display()))?;
-        drop(out);
-        temp.persist(output)
-            .with_context(|| format!("cannot create {}", output.display()))?;
-        report
+        match std::fs::metadata(&target) {
+            // A device or a FIFO (`-o /dev/null`, a pipe): written as it is, never replaced.
+            Ok(metadata) if !metadata.is_file() => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&target)
+                    .with_context(|| format!("cannot write {}", output.display()))?;
+                let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+                let report = dsv::read::export_tar(
+                    &engine,
+                    &args.revision,
+                    &selection,
+                    &mut out,
+                    output,
+                    &progress,
+                )?;
+                out.flush()
+                    .with_context(|| format!("cannot write {}", output.display()))?;
+                report
+            }
+            // A file: written to a new file beside it and renamed over it once whole, so a
+            // failed export leaves no half-written archive (and the rename replaces whatever
+            // name is there then, never following it).
+            _ => {
+                let parent = match target.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => parent,
+                    _ => std::path::Path::new("."),
+                };
+                let temp = tempfile::Builder::new()
+                    .prefix(".export-")
+                    .tempfile_in(parent)
+                    .with_context(|| format!("cannot create a file in {}", parent.display()))?;
+                let mut out = std::io::BufWriter::with_capacity(1 << 20, temp.as_file());
+                let report = dsv::read::export_tar(
+                    &engine,
+                    &args.revision,
+                    &selection,
+                    &mut out,
+                    output,
+                    &progress,
+                )?;
+                out.flush()
+                    .with_context(|| format!("cannot write {}", output.display()))?;
+                drop(out);
+                temp.persist(&target)
+                    .with_context(|| format!("cannot create {}", output.display()))?;
+                report
+            }
+        }
     };
     // Stdout carries the stream: the report goes to stderr.
     if output.as_os_str() != "-" {

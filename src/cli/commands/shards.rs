@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{open_store, read_list};
-use crate::cli::{Cli, error, render, ui::Ui};
+use crate::cli::{
+    Cli, error, render,
+    ui::{self, Ui},
+};
 
 #[derive(Debug, Args)]
 pub(crate) struct ShardsArgs {
@@ -27,7 +30,59 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ShardsArgs) -> anyhow::Result<u8> {
     selection.include = args.include.clone();
     selection.files_from = args.files_from.as_deref().map(read_list).transpose()?;
     let engine = dsv::read::ReadEngine::new(open_store(cli)?, Default::default());
-    let plans = dsv::read::shards(&engine, &args.revision, args.count, &selection)?;
-    ui.report(plans.as_slice(), render::shards)?;
+    if !ui.json {
+        // The table names each shard's first and last path only.
+        let mut plans = Vec::new();
+        dsv::read::shards_each(
+            &engine,
+            &args.revision,
+            args.count,
+            &selection,
+            |plan, paths| {
+                let first = paths.next().map(str::to_string);
+                let last = paths.last().map(str::to_string).or_else(|| first.clone());
+                plans.push(dsv::read::ShardPlan {
+                    paths: first.into_iter().chain(last).collect(),
+                    ..plan
+                });
+                Ok(())
+            },
+        )?;
+        ui.line(render::shards(&plans))?;
+        return Ok(error::SUCCESS);
+    }
+    // JSON streams: each shard's paths are written as they are read, never copied.
+    let mut shards = ui::JsonArray::start(0);
+    let mut failure = None;
+    dsv::read::shards_each(
+        &engine,
+        &args.revision,
+        args.count,
+        &selection,
+        |plan, paths| {
+            let write = || -> anyhow::Result<()> {
+                shards.push_raw(&format!(
+                "{{\n    \"index\": {},\n    \"files\": {},\n    \"bytes\": {},\n    \"paths\": ",
+                plan.index, plan.files, plan.bytes
+            ))?;
+                let mut listed = ui::JsonArray::start(2);
+                for path in paths {
+                    listed.push(&path)?;
+                }
+                listed.finish()?;
+                ui::print_raw("\n  }")
+            };
+            write().map_err(|error| {
+                failure = Some(error);
+                dsv::Error::Interrupted
+            })
+        },
+    )
+    .map_err(|error| match failure.take() {
+        Some(failure) => failure,
+        None => error.into(),
+    })?;
+    shards.finish()?;
+    ui::print_raw("\n")?;
     Ok(error::SUCCESS)
 }
