@@ -297,3 +297,76 @@ fn a_default_aws_profile_with_only_credential_process_is_refused_not_replaced_by
     assert!(stderr.contains("credential_process"), "{stderr}");
     assert!(stderr.contains("\"default\""), "{stderr}");
 }
+
+#[test]
+fn repair_replays_no_ref_log_line_its_command_would_refuse() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let version = crate::common::version_ids(&env, "ds")[0].clone();
+    let good_remote = format!("file://{}", env.path("remote").display());
+    let forged = [
+        format!(r#"{{"time":1,"op":"head","dataset":"../evil","version":"{version}"}}"#),
+        format!(r#"{{"time":1,"op":"tag","dataset":"ds","tag":"latest","version":"{version}"}}"#),
+        format!(r#"{{"time":1,"op":"tag","dataset":"ds","tag":"bad tag","version":"{version}"}}"#),
+        r#"{"time":1,"op":"remote","name":"plain","url":"http://example.com/x","options":{}}"#.into(),
+        r#"{"time":1,"op":"remote","name":"keyed","url":"s3://bucket/p","options":{"aws_secret_access_key":"FORGEDSECRET"}}"#.into(),
+        r#"{"time":1,"op":"remote","name":"userinfo","url":"s3://me:FORGEDPASSWORD@bucket/p","options":{}}"#.into(),
+        r#"{"time":1,"op":"remote","name":"bad/name","url":"s3://bucket/p","options":{}}"#.into(),
+        format!(r#"{{"time":1,"op":"remote","name":"fine","url":"{good_remote}","options":{{}}}}"#),
+        format!(r#"{{"time":1,"op":"tag","dataset":"ds","tag":"v1","version":"{version}"}}"#),
+    ];
+    let log_path = env.path(".dsv/reflog");
+    let mut log = std::fs::read_to_string(&log_path).unwrap();
+    let first_forged = log.lines().count() + 1;
+    for line in &forged {
+        log.push_str(line);
+        log.push('\n');
+    }
+    std::fs::write(&log_path, log).unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(env.path(&format!(".dsv/catalog.db{suffix}")));
+    }
+    let report = env.json(&["repair"]);
+    let refused = report["ref_log_refused_lines"].as_array().unwrap();
+    let lines: Vec<u64> = refused
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (first_forged..first_forged + 7).map(|n| n as u64).collect();
+    assert_eq!(lines, expected, "{report}");
+    for r in refused {
+        assert!(!r["reason"].as_str().unwrap().is_empty(), "{report}");
+    }
+    assert!(!report.to_string().contains("FORGED"), "{report}");
+
+    // Only the valid names came back; no secret is anywhere in the store's records.
+    assert_eq!(datasets(&env, ".dsv"), [("ds".to_string(), 1)]);
+    let remotes: Vec<String> = env
+        .json(&["remote", "ls"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(remotes, ["fine"]);
+    let tags = env.ok(&["tag", "--list", "ds"]);
+    assert!(tags.contains("v1") && !tags.contains("bad"), "{tags}");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("FORGED") && !log.contains("evil"), "{log}");
+    env.ok(&["verify"]);
+
+    // The text report names the line and why; a repair of the repaired log refuses nothing.
+    let text = env.ok(&["repair"]);
+    assert!(!text.contains("refused"), "{text}");
+    let mut log = std::fs::read_to_string(&log_path).unwrap();
+    let line = log.lines().count() + 1;
+    log.push_str(&forged[3]);
+    log.push('\n');
+    std::fs::write(&log_path, log).unwrap();
+    std::fs::remove_file(env.path(".dsv/catalog.db")).unwrap();
+    let text = env.ok(&["repair"]);
+    assert!(text.contains(&format!("line {line}")), "{text}");
+    assert!(text.contains("http"), "{text}");
+    assert_eq!(env.json(&["remote", "ls"]).as_array().unwrap().len(), 1);
+}
