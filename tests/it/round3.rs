@@ -370,3 +370,116 @@ fn repair_replays_no_ref_log_line_its_command_would_refuse() {
     assert!(text.contains("http"), "{text}");
     assert_eq!(env.json(&["remote", "ls"]).as_array().unwrap().len(), 1);
 }
+
+/// Every file below `dir` that holds one of `secrets`.
+fn files_holding(dir: &std::path::Path, secrets: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).into_iter().flatten() {
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let bytes = std::fs::read(entry.path()).unwrap();
+        for secret in secrets {
+            if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
+                found.push(format!("{} holds {secret}", entry.path().display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn url_credentials_and_signatures_are_redacted_in_messages_and_never_recorded() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let secrets = [
+        "PWSECRET",
+        "SIGSECRET",
+        "CREDSECRET",
+        "TOKSECRET",
+        "AZSIGSECRET",
+    ];
+    let signed = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=CREDSECRET\
+                  &X-Amz-Security-Token=TOKSECRET&X-Amz-Signature=SIGSECRET";
+    let refused: Vec<Vec<String>> = vec![
+        // A password in a remote URL: refused, and the refusal does not echo it.
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            "s3://me:PWSECRET@bucket/p".into(),
+        ],
+        // A presigned query string or an Azure SAS on a remote URL: refused as credentials.
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            format!("s3://bucket/p{signed}"),
+        ],
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            "az://container/p?sv=2024-01-01&se=2030&sr=c&sp=rl&sig=AZSIGSECRET".into(),
+        ],
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            "s3://bucket/p".into(),
+            "--option".into(),
+            format!("aws_endpoint=https://host/{signed}"),
+        ],
+        vec!["clone".into(), format!("gs://bucket/p{signed}"), "c".into()],
+    ];
+    for args in &refused {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        for json in [false, true] {
+            let mut full = if json { vec!["--json"] } else { vec![] };
+            full.extend_from_slice(&args);
+            let out = env.run(&full);
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(3), "{args:?}: {said}");
+            for secret in secrets {
+                assert!(!said.contains(secret), "{args:?} echoes {secret}: {said}");
+            }
+            // A refused option is named by its key; a refused URL is shown redacted.
+            if !args.contains(&"--option") {
+                assert!(said.contains("REDACTED"), "{args:?}: {said}");
+            }
+        }
+    }
+    // An import that fails says which URL, without its password or signature, in the
+    // message and in the causes.
+    let url = format!("http://me:PWSECRET@127.0.0.1:1/labels.csv{signed}");
+    for json in [false, true] {
+        let mut full = if json { vec!["--json"] } else { vec![] };
+        full.extend_from_slice(&["import", &url, "-d", "labels"]);
+        let out = env
+            .dsv()
+            .args(&full)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{said}");
+        for secret in secrets {
+            assert!(!said.contains(secret), "import echoes {secret}: {said}");
+        }
+        assert!(said.contains("127.0.0.1:1/labels.csv"), "{said}");
+    }
+    assert_eq!(
+        files_holding(&env.path(".dsv"), &secrets),
+        Vec::<String>::new()
+    );
+    assert!(env.json(&["remote", "ls"]).as_array().unwrap().is_empty());
+}
