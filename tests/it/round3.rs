@@ -483,3 +483,43 @@ fn url_credentials_and_signatures_are_redacted_in_messages_and_never_recorded() 
     );
     assert!(env.json(&["remote", "ls"]).as_array().unwrap().is_empty());
 }
+
+#[test]
+fn a_dsvignore_that_is_a_fifo_or_a_symlink_is_refused_never_opened() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.write("data/sub/b.txt", "b");
+    env.write("outside-rules", "b.txt\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.write("data/c.txt", "c");
+    for place in ["data/sub/.dsvignore", "data/.dsvignore"] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(env.path(place))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for args in [
+            &["--json", "commit", "data", "-d", "ds"][..],
+            &["--json", "status", "data"][..],
+            &["--json", "import", "data", "-d", "imported"][..],
+        ] {
+            let out = run_within(&env, args, 10)
+                .unwrap_or_else(|| panic!("dsv {args:?} hangs on a FIFO at {place}"));
+            assert_eq!(out.status.code(), Some(3), "{args:?}: {out:?}");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(said.contains(place), "{args:?}: {said}");
+            assert!(said.contains("not a regular file"), "{args:?}: {said}");
+        }
+        std::fs::remove_file(env.path(place)).unwrap();
+        // A symlink is not followed to rules elsewhere: refused the same way.
+        std::os::unix::fs::symlink(env.path("outside-rules"), env.path(place)).unwrap();
+        let error = env.json_error(&["commit", "data", "-d", "ds"], 3);
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(place), "{error}");
+        assert!(message.contains("not a regular file"), "{error}");
+        std::fs::remove_file(env.path(place)).unwrap();
+    }
+    assert_eq!(datasets(&env, ".dsv"), [("ds".to_string(), 1)]);
+    env.ok(&["commit", "data", "-d", "ds"]);
+    assert_eq!(datasets(&env, ".dsv"), [("ds".to_string(), 2)]);
+}
