@@ -289,7 +289,8 @@ pub enum Error {
     /// `clone URL` without a directory, and the URL's last path element names no new
     /// directory (`.`, `..`, nothing, `.dsv`, a `file:///` URL's scheme).
     #[error(
-        "cannot name a directory after {url:?} (its last path element is {name:?}); give one: dsv clone URL DIR"
+        "cannot name a directory after {:?} (its last path element is {name:?}); give one: dsv clone URL DIR",
+        crate::redact::text(url)
     )]
     CloneDirUnnamed {
         /// The URL as given.
@@ -304,7 +305,11 @@ pub enum Error {
         name: String,
     },
     /// A remote URL dsv cannot use, or a setting it refuses (credentials, unknown keys).
-    #[error("invalid remote {what} {value:?}: {reason}")]
+    #[error(
+        "invalid remote {what} {:?}: {}",
+        crate::redact::text(value),
+        crate::redact::text(reason)
+    )]
     InvalidRemote {
         /// "URL" or "option".
         what: &'static str,
@@ -314,7 +319,11 @@ pub enum Error {
         reason: String,
     },
     /// A request to a remote failed (after the backend's retries).
-    #[error("remote {remote:?}: {action} failed")]
+    #[error(
+        "remote {:?}: {} failed",
+        crate::redact::text(remote),
+        crate::redact::text(action)
+    )]
     Remote {
         /// The remote's name or URL.
         remote: String,
@@ -471,7 +480,7 @@ pub enum Error {
         remotes: Vec<String>,
     },
     /// An import source (object, prefix, URL or path) that does not exist.
-    #[error("{url}: {detail}")]
+    #[error("{}: {}", crate::redact::text(url), crate::redact::text(detail))]
     SourceNotFound {
         /// The source's URL or path.
         url: String,
@@ -479,7 +488,10 @@ pub enum Error {
         detail: String,
     },
     /// `--etag` given and the object's ETag differs.
-    #[error("{url} has ETag {actual}, not the {expected} the import is pinned to")]
+    #[error(
+        "{} has ETag {actual}, not the {expected} the import is pinned to",
+        crate::redact::text(url)
+    )]
     EtagMismatch {
         /// The object's URL.
         url: String,
@@ -489,14 +501,18 @@ pub enum Error {
         actual: String,
     },
     /// A source object changed between its listing and its read (`If-Match` failed).
-    #[error("{url} changed while it was being imported")]
+    #[error("{} changed while it was being imported", crate::redact::text(url))]
     SourceChanged {
         /// The object's URL.
         url: String,
     },
     /// An import asked for something its source cannot do (a pin on a prefix, extraction of
     /// a file that is no archive, a dataset name the source's name cannot give).
-    #[error("cannot import {source_url}: {reason}")]
+    #[error(
+        "cannot import {}: {}",
+        crate::redact::text(source_url),
+        crate::redact::text(reason)
+    )]
     InvalidImport {
         /// The source as given.
         source_url: String,
@@ -504,7 +520,7 @@ pub enum Error {
         reason: String,
     },
     /// An archive member that dsv refuses (a path escaping the dataset, a link pointing out).
-    #[error("{url}: refused entry {member:?}: {reason}")]
+    #[error("{}: refused entry {member:?}: {reason}", crate::redact::text(url))]
     UnsafeArchive {
         /// The archive's URL.
         url: String,
@@ -515,7 +531,7 @@ pub enum Error {
     },
     /// An archive that cannot be read to its end (truncated, corrupt, not the format its
     /// name says), or that expands beyond the configured limits (a zip bomb).
-    #[error("{url}: {detail}")]
+    #[error("{}: {}", crate::redact::text(url), crate::redact::text(detail))]
     BadArchive {
         /// The archive's URL.
         url: String,
@@ -523,7 +539,7 @@ pub enum Error {
         detail: String,
     },
     /// An HTTP(S) request of an import failed.
-    #[error("{url}: {action} failed")]
+    #[error("{}: {} failed", crate::redact::text(url), crate::redact::text(action))]
     Http {
         /// The URL.
         url: String,

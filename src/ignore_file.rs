@@ -17,6 +17,42 @@ use crate::error::{Error, Result};
 /// The largest ignore file read: rules are lines a person writes, not data.
 pub const MAX_IGNORE_FILE_LEN: u64 = 1 << 20;
 
+/// Checks, without opening it, that the ignore file of directory `dir`, if there is one, is a
+/// regular file (lstat: a symlink is not followed). The walk runs this on each directory
+/// before the `ignore` crate opens the directory's ignore file, which would follow a symlink
+/// and wait forever on a FIFO.
+///
+/// # Errors
+/// [`Error::InvalidIgnoreFile`] (line 0) naming the file and what it is.
+pub fn check_type(dir: &Path) -> Result<()> {
+    let path = dir.join(crate::walk::IGNORE_FILE);
+    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        // Missing (or the directory cannot be read: the walk reports that itself).
+        return Ok(());
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if std::os::unix::fs::FileTypeExt::is_fifo(&kind) {
+        "a FIFO"
+    } else if std::os::unix::fs::FileTypeExt::is_socket(&kind) {
+        "a socket"
+    } else {
+        "a device"
+    };
+    Err(Error::InvalidIgnoreFile {
+        path,
+        line: 0,
+        reason: format!(
+            "it is not a regular file but {what}, which dsv never opens; make it a regular file or remove it"
+        ),
+    })
+}
+
 /// When `relative` (a `/`-separated path a walk of `root` listed) names an ignore file,
 /// [`check`]s it.
 ///
@@ -52,7 +88,11 @@ pub fn check(dir: &Path, path: &Path) -> Result<()> {
         .metadata()
         .map_err(|e| refuse(0, format!("it cannot be read ({e})")))?;
     if !meta.is_file() {
-        return Err(refuse(0, "it is not a regular file".into()));
+        return Err(refuse(
+            0,
+            "it is not a regular file, which dsv never reads; make it a regular file or remove it"
+                .into(),
+        ));
     }
     let mut bytes = Vec::new();
     file.take(MAX_IGNORE_FILE_LEN + 1)

@@ -68,6 +68,7 @@ pub mod pack;
 pub mod parallel;
 pub mod progress;
 pub mod read;
+pub mod redact;
 pub mod reflog;
 pub mod remote;
 pub mod revision;

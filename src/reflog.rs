@@ -93,6 +93,48 @@ pub struct RefLogLine {
 }
 
 impl RefLogEntry {
+    /// Checks the entry as the command that writes it checks its input: dataset and tag
+    /// names by [`crate::revision::check_name`] (as `commit`, `tag` and `rename` do), a
+    /// remote's name, URL and options as `dsv remote add` does ([`crate::remote::check_url`],
+    /// [`crate::remote::check_options`]: no `http://`, no user or password in the URL, no
+    /// credential among the options). A replay ([`read`]) keeps only entries that pass, so a
+    /// line forged into the log cannot give the store a name or a remote no command would.
+    ///
+    /// # Errors
+    /// Why the entry is refused, in words that name no secret.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        use crate::revision::check_name;
+        let name_error = |e: Error| e.to_string();
+        match self {
+            RefLogEntry::Head { dataset, .. } => check_name("dataset", dataset).map_err(name_error),
+            RefLogEntry::Tag { dataset, tag, .. } => check_name("dataset", dataset)
+                .and_then(|()| check_name("tag", tag))
+                .map_err(name_error),
+            RefLogEntry::Remote { name, url, options } => {
+                check_name("remote", name).map_err(name_error)?;
+                let Some(url) = url else { return Ok(()) };
+                crate::remote::check_url(url)
+                    .and_then(|()| crate::remote::check_options(options))
+                    .map_err(|e| match e {
+                        // The reason alone: the value may hold the very secret refused.
+                        Error::InvalidRemote {
+                            what: "option",
+                            value,
+                            reason,
+                        } => format!("remote {name:?}: option {value:?}: {reason}"),
+                        Error::InvalidRemote { reason, .. } => {
+                            let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+                            format!("remote {name:?}: its URL ({scheme}://…): {reason}")
+                        }
+                        other => format!("remote {name:?}: {other}"),
+                    })
+            }
+            RefLogEntry::Pin { .. } | RefLogEntry::Unpin { .. } | RefLogEntry::Removed { .. } => {
+                Ok(())
+            }
+        }
+    }
+
     /// The version this entry names, if any.
     pub fn version(&self) -> Option<ObjectId> {
         match self {
@@ -169,6 +211,28 @@ impl RefState {
             RefLogEntry::Removed { version } => {
                 self.removed.insert(*version);
                 self.tags.retain(|_, v| v != version);
+            }
+        }
+    }
+
+    /// Drops what `entry` (one of [`RefState::entries`]) states: its head, tag, remote, pin
+    /// or removal.
+    pub fn forget(&mut self, entry: &RefLogEntry) {
+        match entry {
+            RefLogEntry::Head { dataset, .. } => {
+                self.heads.remove(dataset);
+            }
+            RefLogEntry::Tag { dataset, tag, .. } => {
+                self.tags.remove(&(dataset.clone(), tag.clone()));
+            }
+            RefLogEntry::Remote { name, .. } => {
+                self.remotes.remove(name);
+            }
+            RefLogEntry::Pin { version, .. } | RefLogEntry::Unpin { version } => {
+                self.pins.remove(version);
+            }
+            RefLogEntry::Removed { version } => {
+                self.removed.remove(version);
             }
         }
     }
@@ -257,13 +321,28 @@ impl RefState {
     }
 }
 
+/// A ref log line that parsed but that its command would have refused
+/// ([`RefLogEntry::check`]): never replayed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RefusedLine {
+    /// Its 1-based number.
+    pub line: usize,
+    /// Why it is refused.
+    pub reason: String,
+    /// The entry, for [`ReadLog::named_versions`] only (a cleanup keeps what any line names).
+    #[serde(skip)]
+    pub entry: RefLogEntry,
+}
+
 /// What reading a ref log found.
 #[derive(Debug, Default)]
 pub struct ReadLog {
-    /// The entries, in order.
+    /// The entries that pass [`RefLogEntry::check`], in order.
     pub entries: Vec<RefLogEntry>,
     /// Lines that did not parse (a line torn by a crash, or damage), by 1-based number.
     pub bad_lines: Vec<usize>,
+    /// Lines that parsed but name what no command would accept (a forged or damaged line).
+    pub refused: Vec<RefusedLine>,
 }
 
 impl ReadLog {
@@ -276,10 +355,12 @@ impl ReadLog {
         state
     }
 
-    /// Every version any entry names.
+    /// Every version any entry names, a refused line's too (a cleanup that keeps too much
+    /// loses nothing).
     pub fn named_versions(&self) -> BTreeSet<ObjectId> {
         self.entries
             .iter()
+            .chain(self.refused.iter().map(|r| &r.entry))
             .filter_map(RefLogEntry::version)
             .collect()
     }
@@ -287,7 +368,8 @@ impl ReadLog {
 
 /// Reads the first `limit` bytes of the ref log at `path` (all of it with `None`). A missing
 /// file reads as empty. Lines longer than [`MAX_LINE`] or that do not parse are skipped and
-/// counted in [`ReadLog::bad_lines`].
+/// counted in [`ReadLog::bad_lines`]; lines that parse but fail [`RefLogEntry::check`] are
+/// skipped and listed in [`ReadLog::refused`].
 ///
 /// # Errors
 /// [`Error::Io`].
@@ -331,7 +413,14 @@ pub fn read(path: &Path, limit: Option<u64>) -> Result<ReadLog> {
             continue;
         }
         match serde_json::from_slice::<RefLogLine>(&line) {
-            Ok(parsed) => out.entries.push(parsed.entry),
+            Ok(parsed) => match parsed.entry.check() {
+                Ok(()) => out.entries.push(parsed.entry),
+                Err(reason) => out.refused.push(RefusedLine {
+                    line: number,
+                    reason,
+                    entry: parsed.entry,
+                }),
+            },
             Err(_) => out.bad_lines.push(number),
         }
     }

@@ -352,6 +352,12 @@ impl Walker {
         let mut builder = ignore::WalkBuilder::new(root);
         builder.standard_filters(false);
         if ignore_files {
+            // The `ignore` crate opens a directory's `.dsvignore` as it enters it, following
+            // a symlink and waiting forever on a FIFO. Each one is lstatted first (the root's
+            // here, every other directory's in the filter below, which runs before the crate
+            // enters the directory): one that is not a regular file is refused, its
+            // directory never entered.
+            crate::ignore_file::check_type(root)?;
             builder.add_custom_ignore_filename(IGNORE_FILE);
         }
         // Siblings sorted by name bytes, each directory's entries right after it: path order.
@@ -382,6 +388,11 @@ impl Walker {
                 Note::Leftover
             } else if is_dir && is_reserved_name(name) {
                 Note::ReservedDir
+            } else if is_dir
+                && ignore_files
+                && let Err(error) = crate::ignore_file::check_type(entry.path())
+            {
+                Note::Refused(error)
             } else {
                 return true;
             };
@@ -479,11 +490,12 @@ impl Walker {
 }
 
 /// What the walk's filter noted about an entry it does not walk into.
-#[derive(Clone, Copy)]
 enum Note {
     Store,
     Leftover,
     ReservedDir,
+    /// A directory whose `.dsvignore` is not a regular file: the walk fails with this.
+    Refused(Error),
 }
 
 /// The walking thread: lists `walk` under `root`, sending names a batch at a time; stops when
@@ -519,6 +531,7 @@ fn list_names(
                 let message = match note {
                     Note::Store => Walked::Store(relative_of(&path)?),
                     Note::Leftover => Walked::Leftover(path),
+                    Note::Refused(error) => return Err(error),
                     Note::ReservedDir => {
                         // Listed (commit refuses it, status leaves it alone), not walked into.
                         batch.push((relative_of(&path)?, true));

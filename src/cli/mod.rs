@@ -510,17 +510,24 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+/// Prints the error, its causes and hints, each with every URL's password and signature
+/// redacted (`dsv::redact::text`: a cause from the HTTP client or object_store names the URL
+/// as it was given).
 fn report_error(ui: &Ui, e: &anyhow::Error) {
-    let causes = error::causes(e);
-    let hints = error::hints(e);
+    let redact = |texts: Vec<String>| -> Vec<String> {
+        texts.iter().map(|t| dsv::redact::text(t)).collect()
+    };
+    let message = dsv::redact::text(&e.to_string());
+    let causes = redact(error::causes(e));
+    let hints = redact(error::hints(e));
     if ui.json {
         let value = serde_json::json!({
-            "error": { "kind": error::kind_name(e), "message": e.to_string(), "causes": causes, "hints": hints }
+            "error": { "kind": error::kind_name(e), "message": message, "causes": causes, "hints": hints }
         });
         let _ = ui.json(&value);
     }
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "error: {e}");
+    let _ = writeln!(err, "error: {message}");
     for cause in causes {
         let _ = writeln!(err, "  caused by: {cause}");
     }

@@ -505,6 +505,17 @@ pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
             count(r.ref_log_bad_lines.len(), "ref log line")
         );
     }
+    for refused in &r.ref_log_refused_lines {
+        let place = match refused.line {
+            Some(line) => format!("{} line {line}", refused.file),
+            None => format!("a row of the old {}", refused.file),
+        };
+        let _ = write!(
+            out,
+            "\nwarning: {place} refused, not restored: {}",
+            refused.reason
+        );
+    }
     if r.remotes > 0 {
         out.push_str("\nRun `dsv fetch` to learn the remotes' contents again");
     }

@@ -60,8 +60,24 @@ pub struct RepairReport {
     pub set_aside_restored: u64,
     /// Ref log lines that did not parse (a line torn by a crash), by number.
     pub ref_log_bad_lines: Vec<usize>,
+    /// Ref log lines (of `reflog`, `reflog.unapplied`, or rows of the old catalog when the
+    /// names came from it) naming what their command would refuse: a dataset or tag name
+    /// `commit` or `tag` would not take, a remote `remote add` would not add (`http://`, a
+    /// password in the URL, a credential among its options). Never restored.
+    pub ref_log_refused_lines: Vec<RefusedName>,
     /// Versions the ref log names that no pack holds (their names could not be restored).
     pub missing_versions: Vec<String>,
+}
+
+/// A name repair did not restore because its command would refuse it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RefusedName {
+    /// Where it was: `"reflog"`, `"reflog.unapplied"` or `"catalog"`.
+    pub file: &'static str,
+    /// Its 1-based line number in that file (null for the catalog).
+    pub line: Option<usize>,
+    /// Why it was refused.
+    pub reason: String,
 }
 
 /// Rebuilds the catalog of the store whose `.dsv` directory is `root` from its packs and
@@ -96,6 +112,19 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
     let log_path = root.join(reflog::FILE_NAME);
     let log = reflog::read(&log_path, None)?;
     report.ref_log_bad_lines = log.bad_lines.clone();
+    // Every line is checked as its command checks its input: a forged line is reported and
+    // skipped, never restored (the rest of the names still are; the log is kept aside whole).
+    let refused = |file: &'static str, log: &reflog::ReadLog| {
+        log.refused
+            .iter()
+            .map(|r| RefusedName {
+                file,
+                line: Some(r.line),
+                reason: r.reason.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    report.ref_log_refused_lines = refused(reflog::FILE_NAME, &log);
     let mut state = log.state();
     report.names_from = "ref log";
     if catalog_path.exists()
@@ -105,13 +134,25 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
         let applied = old.ref_log_applied().ok().flatten().unwrap_or(0);
         let on_disk = fs::metadata(&log_path).map_or(0, |m| m.len());
         // The log holds every line the catalog committed, intact: it is the record (a
-        // catalog that disagrees with it lost rows). Cut short or damaged: the catalog is.
+        // catalog that disagrees with it lost rows). Cut short, damaged, or holding a line no
+        // command would have written: the catalog is.
         let covered = on_disk >= applied
             && reflog::read(&log_path, Some(applied))
-                .is_ok_and(|prefix| prefix.bad_lines.is_empty());
+                .is_ok_and(|prefix| prefix.bad_lines.is_empty() && prefix.refused.is_empty());
         if !covered {
             state = old_state;
             report.names_from = "catalog";
+            // The catalog's rows pass the same checks (a catalog can be edited too).
+            for entry in state.entries() {
+                if let Err(reason) = entry.check() {
+                    report.ref_log_refused_lines.push(RefusedName {
+                        file: "catalog",
+                        line: None,
+                        reason,
+                    });
+                    state.forget(&entry);
+                }
+            }
         }
     }
     let stamp = unique_stamp(root);
@@ -224,6 +265,9 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
         false
     };
     let set_aside = reflog::read(&reflog::unapplied_path(&log_path), None)?;
+    report
+        .ref_log_refused_lines
+        .extend(refused("reflog.unapplied", &set_aside));
     for entry in &set_aside.entries {
         match entry {
             RefLogEntry::Head {

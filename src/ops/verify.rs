@@ -148,6 +148,12 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                 ));
             } else {
                 let log = crate::reflog::read(&path, Some(applied))?;
+                for refused in &log.refused {
+                    report.problems.push(format!(
+                        "ref log line {} names what no command would write ({}): run `dsv repair`, which rewrites the log from the catalog",
+                        refused.line, refused.reason
+                    ));
+                }
                 for difference in store.catalog().ref_state()?.differences(&log.state()) {
                     report.problems.push(format!("ref log: {difference}"));
                 }

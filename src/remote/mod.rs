@@ -105,6 +105,11 @@ pub fn check_url(url: &str) -> Result<()> {
             "the URL holds a user name or password; credentials are never stored in the store, set them in the environment",
         ));
     }
+    if let Some(what) = crate::redact::credentials_in(url) {
+        return Err(invalid(&format!(
+            "{what}; credentials are never stored in the store, set them in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile"
+        )));
+    }
     match scheme {
         "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss" => {
             if rest.split('/').next().unwrap_or("").is_empty() {
@@ -140,6 +145,8 @@ pub fn check_options(options: &BTreeMap<String, String>) -> Result<()> {
             "credentials are never stored in the store; set them in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile"
         } else if has_userinfo(value) {
             "the value is a URL with a user name or password; credentials are never stored in the store, set them in the environment"
+        } else if crate::redact::credentials_in(value).is_some() {
+            "the value is a URL whose query holds a signature, credential or token; credentials are never stored in the store, set them in the environment"
         } else {
             continue;
         };
@@ -214,6 +221,17 @@ pub fn cloud_backend(
         value: url.to_string(),
         reason: e.to_string(),
     };
+    // Credentials come from the environment, never from the URL (nor are they recorded
+    // with it: an import records its source's URL).
+    if let Some(what) = crate::redact::credentials_in(url) {
+        return Err(Error::InvalidRemote {
+            what: "URL",
+            value: url.to_string(),
+            reason: format!(
+                "{what}; set credentials in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile"
+            ),
+        });
+    }
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let store: Arc<dyn ObjectStore> = match scheme {
         "s3" | "s3a" => {

@@ -297,3 +297,229 @@ fn a_default_aws_profile_with_only_credential_process_is_refused_not_replaced_by
     assert!(stderr.contains("credential_process"), "{stderr}");
     assert!(stderr.contains("\"default\""), "{stderr}");
 }
+
+#[test]
+fn repair_replays_no_ref_log_line_its_command_would_refuse() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let version = crate::common::version_ids(&env, "ds")[0].clone();
+    let good_remote = format!("file://{}", env.path("remote").display());
+    let forged = [
+        format!(r#"{{"time":1,"op":"head","dataset":"../evil","version":"{version}"}}"#),
+        format!(r#"{{"time":1,"op":"tag","dataset":"ds","tag":"latest","version":"{version}"}}"#),
+        format!(r#"{{"time":1,"op":"tag","dataset":"ds","tag":"bad tag","version":"{version}"}}"#),
+        r#"{"time":1,"op":"remote","name":"plain","url":"http://example.com/x","options":{}}"#.into(),
+        r#"{"time":1,"op":"remote","name":"keyed","url":"s3://bucket/p","options":{"aws_secret_access_key":"FORGEDSECRET"}}"#.into(),
+        r#"{"time":1,"op":"remote","name":"userinfo","url":"s3://me:FORGEDPASSWORD@bucket/p","options":{}}"#.into(),
+        r#"{"time":1,"op":"remote","name":"bad/name","url":"s3://bucket/p","options":{}}"#.into(),
+        format!(r#"{{"time":1,"op":"remote","name":"fine","url":"{good_remote}","options":{{}}}}"#),
+        format!(r#"{{"time":1,"op":"tag","dataset":"ds","tag":"v1","version":"{version}"}}"#),
+    ];
+    let log_path = env.path(".dsv/reflog");
+    let mut log = std::fs::read_to_string(&log_path).unwrap();
+    let first_forged = log.lines().count() + 1;
+    for line in &forged {
+        log.push_str(line);
+        log.push('\n');
+    }
+    std::fs::write(&log_path, log).unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(env.path(&format!(".dsv/catalog.db{suffix}")));
+    }
+    let report = env.json(&["repair"]);
+    let refused = report["ref_log_refused_lines"].as_array().unwrap();
+    let lines: Vec<u64> = refused
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (first_forged..first_forged + 7).map(|n| n as u64).collect();
+    assert_eq!(lines, expected, "{report}");
+    for r in refused {
+        assert!(!r["reason"].as_str().unwrap().is_empty(), "{report}");
+    }
+    assert!(!report.to_string().contains("FORGED"), "{report}");
+
+    // Only the valid names came back; no secret is anywhere in the store's records.
+    assert_eq!(datasets(&env, ".dsv"), [("ds".to_string(), 1)]);
+    let remotes: Vec<String> = env
+        .json(&["remote", "ls"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(remotes, ["fine"]);
+    let tags = env.ok(&["tag", "--list", "ds"]);
+    assert!(tags.contains("v1") && !tags.contains("bad"), "{tags}");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("FORGED") && !log.contains("evil"), "{log}");
+    env.ok(&["verify"]);
+
+    // The text report names the line and why; a repair of the repaired log refuses nothing.
+    let text = env.ok(&["repair"]);
+    assert!(!text.contains("refused"), "{text}");
+    let mut log = std::fs::read_to_string(&log_path).unwrap();
+    let line = log.lines().count() + 1;
+    log.push_str(&forged[3]);
+    log.push('\n');
+    std::fs::write(&log_path, log).unwrap();
+    std::fs::remove_file(env.path(".dsv/catalog.db")).unwrap();
+    let text = env.ok(&["repair"]);
+    assert!(text.contains(&format!("line {line}")), "{text}");
+    assert!(text.contains("http"), "{text}");
+    assert_eq!(env.json(&["remote", "ls"]).as_array().unwrap().len(), 1);
+}
+
+/// Every file below `dir` that holds one of `secrets`.
+fn files_holding(dir: &std::path::Path, secrets: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).into_iter().flatten() {
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let bytes = std::fs::read(entry.path()).unwrap();
+        for secret in secrets {
+            if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
+                found.push(format!("{} holds {secret}", entry.path().display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn url_credentials_and_signatures_are_redacted_in_messages_and_never_recorded() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let secrets = [
+        "PWSECRET",
+        "SIGSECRET",
+        "CREDSECRET",
+        "TOKSECRET",
+        "AZSIGSECRET",
+    ];
+    let signed = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=CREDSECRET\
+                  &X-Amz-Security-Token=TOKSECRET&X-Amz-Signature=SIGSECRET";
+    let refused: Vec<Vec<String>> = vec![
+        // A password in a remote URL: refused, and the refusal does not echo it.
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            "s3://me:PWSECRET@bucket/p".into(),
+        ],
+        // A presigned query string or an Azure SAS on a remote URL: refused as credentials.
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            format!("s3://bucket/p{signed}"),
+        ],
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            "az://container/p?sv=2024-01-01&se=2030&sr=c&sp=rl&sig=AZSIGSECRET".into(),
+        ],
+        vec![
+            "remote".into(),
+            "add".into(),
+            "o".into(),
+            "s3://bucket/p".into(),
+            "--option".into(),
+            format!("aws_endpoint=https://host/{signed}"),
+        ],
+        vec!["clone".into(), format!("gs://bucket/p{signed}"), "c".into()],
+    ];
+    for args in &refused {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        for json in [false, true] {
+            let mut full = if json { vec!["--json"] } else { vec![] };
+            full.extend_from_slice(&args);
+            let out = env.run(&full);
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(3), "{args:?}: {said}");
+            for secret in secrets {
+                assert!(!said.contains(secret), "{args:?} echoes {secret}: {said}");
+            }
+            // A refused option is named by its key; a refused URL is shown redacted.
+            if !args.contains(&"--option") {
+                assert!(said.contains("REDACTED"), "{args:?}: {said}");
+            }
+        }
+    }
+    // An import that fails says which URL, without its password or signature, in the
+    // message and in the causes.
+    let url = format!("http://me:PWSECRET@127.0.0.1:1/labels.csv{signed}");
+    for json in [false, true] {
+        let mut full = if json { vec!["--json"] } else { vec![] };
+        full.extend_from_slice(&["import", &url, "-d", "labels"]);
+        let out = env
+            .dsv()
+            .args(&full)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{said}");
+        for secret in secrets {
+            assert!(!said.contains(secret), "import echoes {secret}: {said}");
+        }
+        assert!(said.contains("127.0.0.1:1/labels.csv"), "{said}");
+    }
+    assert_eq!(
+        files_holding(&env.path(".dsv"), &secrets),
+        Vec::<String>::new()
+    );
+    assert!(env.json(&["remote", "ls"]).as_array().unwrap().is_empty());
+}
+
+#[test]
+fn a_dsvignore_that_is_a_fifo_or_a_symlink_is_refused_never_opened() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.write("data/sub/b.txt", "b");
+    env.write("outside-rules", "b.txt\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.write("data/c.txt", "c");
+    for place in ["data/sub/.dsvignore", "data/.dsvignore"] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(env.path(place))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for args in [
+            &["--json", "commit", "data", "-d", "ds"][..],
+            &["--json", "status", "data"][..],
+            &["--json", "import", "data", "-d", "imported"][..],
+        ] {
+            let out = run_within(&env, args, 10)
+                .unwrap_or_else(|| panic!("dsv {args:?} hangs on a FIFO at {place}"));
+            assert_eq!(out.status.code(), Some(3), "{args:?}: {out:?}");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(said.contains(place), "{args:?}: {said}");
+            assert!(said.contains("not a regular file"), "{args:?}: {said}");
+        }
+        std::fs::remove_file(env.path(place)).unwrap();
+        // A symlink is not followed to rules elsewhere: refused the same way.
+        std::os::unix::fs::symlink(env.path("outside-rules"), env.path(place)).unwrap();
+        let error = env.json_error(&["commit", "data", "-d", "ds"], 3);
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(place), "{error}");
+        assert!(message.contains("not a regular file"), "{error}");
+        std::fs::remove_file(env.path(place)).unwrap();
+    }
+    assert_eq!(datasets(&env, ".dsv"), [("ds".to_string(), 1)]);
+    env.ok(&["commit", "data", "-d", "ds"]);
+    assert_eq!(datasets(&env, ".dsv"), [("ds".to_string(), 2)]);
+}

@@ -1,0 +1,291 @@
+//! Redaction of credentials in URLs: one rule for every place a URL is shown.
+//!
+//! A URL's password (`user:password@`; a lone user name, which is often a token, too) and
+//! the query parameters that carry a signature, a credential or a token (a presigned S3 or
+//! GCS URL, an Azure SAS) are replaced by [`REDACTED`]; the scheme, host, path and other
+//! parameters are kept, so the URL still says what it names. [`url`] redacts one URL,
+//! [`text`] every URL inside a message. Error messages ([`crate::Error`]'s display, and the
+//! CLI's rendering of every error, its causes and hints) go through [`text`]; remote URLs
+//! holding what [`credentials_in`] finds are refused, never recorded
+//! ([`crate::remote::check_url`]).
+
+/// What a secret is replaced by.
+pub const REDACTED: &str = "REDACTED";
+
+/// Query parameters (compared without case) that carry a signature, a credential, a token,
+/// or are part of an Azure shared access signature.
+const SECRET_PARAMETERS: &[&str] = &[
+    // AWS Signature V4 (presigned S3 URLs).
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+    // AWS Signature V2, CloudFront.
+    "signature",
+    "awsaccesskeyid",
+    "key-pair-id",
+    "policy",
+    // Google Cloud Storage V4 signing.
+    "x-goog-signature",
+    "x-goog-credential",
+    "x-goog-security-token",
+    "googleaccessid",
+    // Azure shared access signature.
+    "sig",
+    "se",
+    "sp",
+    "sv",
+    "sr",
+    "st",
+    "spr",
+    "skoid",
+    "sktid",
+    "skt",
+    "ske",
+    "sks",
+    "skv",
+    "saoid",
+    "suoid",
+    // Generic.
+    "key",
+    "apikey",
+    "code",
+    "auth",
+    "authorization",
+];
+
+/// True when a query parameter named `name` (percent-decoded) carries a secret: one of the
+/// known names, or any name holding `token`, `secret`, `password`, `passwd`, `signature`,
+/// `credential` or `api_key`/`api-key`.
+pub fn is_secret_parameter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_PARAMETERS.contains(&name.as_str())
+        || [
+            "token",
+            "secret",
+            "password",
+            "passwd",
+            "signature",
+            "credential",
+            "api_key",
+            "api-key",
+        ]
+        .iter()
+        .any(|part| name.contains(part))
+}
+
+/// What in `url` is a credential, in words (`None` when nothing is): a user name or
+/// password, or a query parameter that carries a signature, credential or token.
+pub fn credentials_in(url: &str) -> Option<String> {
+    let parts = Parts::split(url)?;
+    if parts.userinfo.is_some() {
+        return Some("the URL holds a user name or password".into());
+    }
+    let secret: Vec<String> = parts
+        .query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .map(|pair| percent_decode(pair.split('=').next().unwrap_or("")))
+        .filter(|name| is_secret_parameter(name))
+        .collect();
+    if secret.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "the URL's query holds a signature, credential or token ({}): a presigned URL or a shared access signature",
+            secret.join(", ")
+        ))
+    }
+}
+
+/// `url` with its password (or lone user name) and every secret-bearing query parameter's
+/// value replaced by [`REDACTED`]. Text that is not a `SCHEME://` URL is returned as it is.
+pub fn url(url: &str) -> String {
+    let Some(parts) = Parts::split(url) else {
+        return url.to_string();
+    };
+    let mut out = String::with_capacity(url.len());
+    out.push_str(parts.scheme);
+    out.push_str("://");
+    if let Some(userinfo) = parts.userinfo {
+        match userinfo.split_once(':') {
+            Some((user, _)) => {
+                out.push_str(user);
+                out.push(':');
+                out.push_str(REDACTED);
+            }
+            None => out.push_str(REDACTED),
+        }
+        out.push('@');
+    }
+    out.push_str(parts.host);
+    out.push_str(parts.path);
+    if let Some(query) = parts.query {
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| {
+                let name = pair.split('=').next().unwrap_or("");
+                if is_secret_parameter(&percent_decode(name)) {
+                    format!("{name}={REDACTED}")
+                } else {
+                    pair.to_string()
+                }
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
+    }
+    if let Some(fragment) = parts.fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
+}
+
+/// `text` with every `SCHEME://…` URL in it passed through [`url`]. A URL ends at white
+/// space, a quote, `<`, `>`, `` ` ``, a backslash or the end; a `)`, `.`, `,`, `;` or `:`
+/// ending it is taken as the sentence's, not the URL's.
+pub fn text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let start = rest[..at]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        if start == at {
+            // No scheme before it: not a URL.
+            out.push_str(&rest[..at + 3]);
+            rest = &rest[at + 3..];
+            continue;
+        }
+        let end = rest[at + 3..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`' | '\\'))
+            .map_or(rest.len(), |i| at + 3 + i);
+        let mut candidate = &rest[start..end];
+        while candidate.len() > at - start + 3 && candidate.ends_with([')', '.', ',', ';', ':']) {
+            candidate = &candidate[..candidate.len() - 1];
+        }
+        out.push_str(&rest[..start]);
+        out.push_str(&url(candidate));
+        rest = &rest[start + candidate.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A URL's parts: `scheme://[userinfo@]host path[?query][#fragment]`.
+struct Parts<'a> {
+    scheme: &'a str,
+    userinfo: Option<&'a str>,
+    host: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+impl<'a> Parts<'a> {
+    fn split(url: &'a str) -> Option<Parts<'a>> {
+        let (scheme, rest) = url.split_once("://")?;
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let (userinfo, host) = match authority.rsplit_once('@') {
+            Some((userinfo, host)) => (Some(userinfo), host),
+            None => (None, authority),
+        };
+        let (before_fragment, fragment) = match tail.split_once('#') {
+            Some((before, fragment)) => (before, Some(fragment)),
+            None => (tail, None),
+        };
+        let (path, query) = match before_fragment.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (before_fragment, None),
+        };
+        Some(Parts {
+            scheme,
+            userinfo,
+            host,
+            path,
+            query,
+            fragment,
+        })
+    }
+}
+
+/// `text` with `%XX` escapes decoded (bytes that do not make UTF-8 are replaced).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_and_signatures_are_replaced_and_the_rest_kept() {
+        assert_eq!(
+            url("https://me:pw@host:8/a/b?X-Amz-Signature=s&v=2&X%2DAmz%2DCredential=c#f"),
+            "https://me:REDACTED@host:8/a/b?X-Amz-Signature=REDACTED&v=2&X%2DAmz%2DCredential=REDACTED#f"
+        );
+        assert_eq!(
+            url("https://ghp_TOKEN@github.com/x"),
+            "https://REDACTED@github.com/x"
+        );
+        assert_eq!(
+            url("az://c/p?sv=1&se=2&sr=c&sp=r&sig=S&comp=list"),
+            "az://c/p?sv=REDACTED&se=REDACTED&sr=REDACTED&sp=REDACTED&sig=REDACTED&comp=list"
+        );
+        assert_eq!(
+            url("https://h/f?access_token=t&x-goog-signature=g&page=1"),
+            "https://h/f?access_token=REDACTED&x-goog-signature=REDACTED&page=1"
+        );
+        assert_eq!(url("s3://bucket/prefix"), "s3://bucket/prefix");
+        assert_eq!(url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn every_url_in_a_message_is_redacted() {
+        assert_eq!(
+            text(r#"invalid remote URL "s3://u:p@b/x": bad; see (https://h/?sig=1)."#),
+            r#"invalid remote URL "s3://u:REDACTED@b/x": bad; see (https://h/?sig=REDACTED)."#
+        );
+        assert_eq!(
+            text("error sending request for url (http://u:p@127.0.0.1:1/f?X-Amz-Signature=abc)"),
+            "error sending request for url (http://u:REDACTED@127.0.0.1:1/f?X-Amz-Signature=REDACTED)"
+        );
+        assert_eq!(text("a :// b and x://"), "a :// b and x://");
+        assert_eq!(text("no url here"), "no url here");
+        assert_eq!(
+            text("é://x é:// «s3://u:p@b»"),
+            "é://x é:// «s3://u:REDACTED@b»"
+        );
+    }
+
+    #[test]
+    fn credentials_are_found_by_what_they_are() {
+        assert!(credentials_in("s3://b/p").is_none());
+        assert!(credentials_in("s3://b/p?versionId=3").is_none());
+        assert!(credentials_in("s3://u@b/p").is_some());
+        assert!(credentials_in("s3://b/p?X-Amz-Signature=x").is_some());
+        assert!(credentials_in("az://c/p?sv=1&sig=x").is_some());
+        assert!(credentials_in("not a url").is_none());
+    }
+}
