@@ -556,4 +556,3 @@ fn listings_of_a_version_of_131072_files_stream_in_bounded_memory() {
     assert_eq!(paths[1], "a/a/a/a/a/a/a/a/a/a/a/a/a/a/a");
     assert_eq!(paths[4], "a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/f");
 }
-
