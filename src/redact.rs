@@ -213,7 +213,7 @@ impl<'a> Parts<'a> {
 }
 
 /// `text` with `%XX` escapes decoded (bytes that do not make UTF-8 are replaced).
-fn percent_decode(text: &str) -> String {
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -1091,23 +1091,12 @@ impl Read for Bounded {
     }
 }
 
-/// Query parameters that carry a credential or a signature: presigned S3 (SigV4 and SigV2),
-/// GCS signed URLs and Azure SAS. Compared without regard to case.
-const SECRET_QUERY_PARAMETERS: &[&str] = &[
-    "x-amz-signature",
-    "x-amz-security-token",
-    "x-amz-credential",
-    "signature",
-    "x-goog-signature",
-    "x-goog-credential",
-    "sig",
-];
-
 /// An HTTP(S) URL fit to record (in a version's source, message and provenance, all of which
 /// a push copies to a remote): without `user:password@` and without the query parameters
-/// that carry credentials or signatures (`X-Amz-Signature`, `X-Amz-Security-Token`,
-/// `X-Amz-Credential`, `Signature`, `X-Goog-Signature`, `X-Goog-Credential`, Azure SAS
-/// `sig`); the other parameters are kept. Returns the URL and whether anything was removed.
+/// that carry credentials, signatures or tokens (those [`crate::redact::is_secret_parameter`]
+/// names: presigned S3, GCS signed URLs, Azure SAS); the other parameters are kept, so a
+/// public file's URL still works for `dsv update`. Returns the URL and whether anything was
+/// removed.
 pub fn redact_url(url: &str) -> (String, bool) {
     let Some((scheme, rest)) = url.split_once("://") else {
         return (url.to_string(), false);
@@ -1131,10 +1120,8 @@ pub fn redact_url(url: &str) -> (String, bool) {
         let kept: Vec<&str> = query
             .split('&')
             .filter(|pair| {
-                let name = percent_decode(pair.split('=').next().unwrap_or(""));
-                let secret = SECRET_QUERY_PARAMETERS
-                    .iter()
-                    .any(|secret| name.eq_ignore_ascii_case(secret));
+                let name = crate::redact::percent_decode(pair.split('=').next().unwrap_or(""));
+                let secret = crate::redact::is_secret_parameter(&name);
                 redacted |= secret;
                 !secret
             })
@@ -1151,30 +1138,6 @@ pub fn redact_url(url: &str) -> (String, bool) {
     (out, redacted)
 }
 
-/// `text` with `%XX` escapes decoded (bytes that do not make UTF-8 are replaced).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| text.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1188,11 +1151,16 @@ mod tests {
             ("https://h:8/a/f.zip?a=1#frag".to_string(), true)
         );
         assert_eq!(
-            redact_url("https://acct.blob.core.windows.net/c/f?sv=2024&sig=abc&se=x"),
+            redact_url("https://acct.blob.core.windows.net/c/f?sv=2024&sig=abc&se=x&comp=list"),
             (
-                "https://acct.blob.core.windows.net/c/f?sv=2024&se=x".to_string(),
+                "https://acct.blob.core.windows.net/c/f?comp=list".to_string(),
                 true
             )
+        );
+        // Tokens under any name (one list: crate::redact::is_secret_parameter).
+        assert_eq!(
+            redact_url("https://h/f?access_token=t&page=2&api_key=k"),
+            ("https://h/f?page=2".to_string(), true)
         );
         assert_eq!(
             redact_url("https://h/f?X-Goog-Signature=s"),

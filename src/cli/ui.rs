@@ -171,6 +171,83 @@ impl JsonArray {
     }
 }
 
+/// Entries (or changes) a streamed listing renders together as text: a listing up to this
+/// long is one table, aligned as a whole; a longer one is aligned block by block.
+pub const LISTING_BLOCK: usize = 1024;
+
+/// A listing printed as the library finds it, never held whole: with `--json` the elements
+/// of a JSON array ([`JsonArray`]), else text that `render` makes of [`LISTING_BLOCK`] items
+/// at a time. The library's walk is stopped (by the error [`Listing::push`] returns) when
+/// stdout is closed or cannot be written.
+pub struct Listing<'u, T, R> {
+    ui: &'u Ui,
+    array: Option<JsonArray>,
+    block: Vec<T>,
+    blocks_printed: u64,
+    render: R,
+    failure: Option<anyhow::Error>,
+}
+
+impl<'u, T: serde::Serialize, R: Fn(&[T]) -> String> Listing<'u, T, R> {
+    /// A listing; its JSON array's brackets sit at `json_indent` levels.
+    pub fn new(ui: &'u Ui, json_indent: usize, render: R) -> Self {
+        Listing {
+            ui,
+            array: ui.json.then(|| JsonArray::start(json_indent)),
+            block: Vec::new(),
+            blocks_printed: 0,
+            render,
+            failure: None,
+        }
+    }
+
+    /// Adds `item`; an error (for the walk to stop on) once stdout is closed or failed.
+    pub fn push(&mut self, item: T) -> dsv::Result<()> {
+        let shown = match &mut self.array {
+            Some(array) => array.push(&item),
+            None => {
+                self.block.push(item);
+                if self.block.len() < LISTING_BLOCK {
+                    return Ok(());
+                }
+                let text = (self.render)(&self.block);
+                self.block.clear();
+                self.blocks_printed += 1;
+                self.ui.print(&text)
+            }
+        };
+        match shown {
+            Ok(()) if stdout_closed() => Err(dsv::Error::Interrupted),
+            Ok(()) => Ok(()),
+            Err(error) => {
+                self.failure = Some(error);
+                Err(dsv::Error::Interrupted)
+            }
+        }
+    }
+
+    /// The walk's result `walked`, with the stop this listing asked for undone: `None` when
+    /// stdout was closed (the output ends quietly), this listing's own write error when one
+    /// stopped it.
+    pub fn settle<V>(&mut self, walked: dsv::Result<V>) -> anyhow::Result<Option<V>> {
+        if let Some(error) = self.failure.take() {
+            return Err(error);
+        }
+        match walked {
+            Err(dsv::Error::Interrupted) if stdout_closed() => Ok(None),
+            other => Ok(Some(other?)),
+        }
+    }
+
+    /// Ends the JSON array; gives the text items not printed yet and whether any block was.
+    pub fn finish(self) -> anyhow::Result<(Vec<T>, bool)> {
+        if let Some(array) = self.array {
+            array.finish()?;
+        }
+        Ok((self.block, self.blocks_printed > 0))
+    }
+}
+
 /// Writes raw `text` to stdout (no newline added), as [`Ui::line`] does its lines.
 pub fn print_raw(text: &str) -> anyhow::Result<()> {
     to_stdout(|out| out.write_all(text.as_bytes()))

@@ -61,26 +61,29 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
         } else {
             output.clone()
         };
+        // The archive into `file`, buffered, flushed.
+        let write_into = |file: &std::fs::File| -> anyhow::Result<dsv::read::ExportReport> {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            let report = dsv::read::export_tar(
+                &engine,
+                &args.revision,
+                &selection,
+                &mut out,
+                output,
+                &progress,
+            )?;
+            out.flush()
+                .with_context(|| format!("cannot write {}", output.display()))?;
+            Ok(report)
+        };
         match std::fs::metadata(&target) {
             // A device or a FIFO (`-o /dev/null`, a pipe): written as it is, never replaced.
-            Ok(metadata) if !metadata.is_file() => {
-                let file = std::fs::OpenOptions::new()
+            Ok(metadata) if !metadata.is_file() => write_into(
+                &std::fs::OpenOptions::new()
                     .write(true)
                     .open(&target)
-                    .with_context(|| format!("cannot write {}", output.display()))?;
-                let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-                let report = dsv::read::export_tar(
-                    &engine,
-                    &args.revision,
-                    &selection,
-                    &mut out,
-                    output,
-                    &progress,
-                )?;
-                out.flush()
-                    .with_context(|| format!("cannot write {}", output.display()))?;
-                report
-            }
+                    .with_context(|| format!("cannot write {}", output.display()))?,
+            )?,
             // A file: written to a new file beside it and renamed over it once whole, so a
             // failed export leaves no half-written archive (and the rename replaces whatever
             // name is there then, never following it).
@@ -93,18 +96,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
                     .prefix(".export-")
                     .tempfile_in(parent)
                     .with_context(|| format!("cannot create a file in {}", parent.display()))?;
-                let mut out = std::io::BufWriter::with_capacity(1 << 20, temp.as_file());
-                let report = dsv::read::export_tar(
-                    &engine,
-                    &args.revision,
-                    &selection,
-                    &mut out,
-                    output,
-                    &progress,
-                )?;
-                out.flush()
-                    .with_context(|| format!("cannot write {}", output.display()))?;
-                drop(out);
+                let report = write_into(temp.as_file())?;
                 temp.persist(&target)
                     .with_context(|| format!("cannot create {}", output.display()))?;
                 report

@@ -9,7 +9,7 @@ use crate::cli::{
     Cli, error, render,
     ui::{self, Ui},
 };
-use dsv::tree::Change;
+use dsv::tree::{Change, FlatEntry};
 
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
@@ -31,10 +31,6 @@ pub(crate) struct DiffArgs {
 /// Lists of changes longer than this end with a summary line.
 const SUMMARY_AFTER: usize = 20;
 
-/// Entries (or changes) a streamed listing renders together: a listing up to this long is
-/// one table, aligned as a whole; a longer one is aligned block by block, and never held.
-const BLOCK: usize = 1024;
-
 pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
     let (older, newer) = match &args.new {
@@ -43,65 +39,36 @@ pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
     };
     let sides = inspect::DiffSides::resolve(&store, older.as_ref(), &newer)?;
     // The changes stream: JSON element by element, text a block at a time.
-    let mut found = 0usize;
-    let mut totals = render::DiffTotals::default();
-    let mut block: Vec<Change> = Vec::new();
-    let mut array = None;
     if ui.json {
         ui::print_raw(&format!(
             "{{\n  \"old\": {},\n  \"new\": {},\n  \"changes\": ",
             serde_json::to_string(&sides.old)?,
             serde_json::to_string(&sides.new)?
         ))?;
-        array = Some(ui::JsonArray::start(1));
     }
-    let mut failure = None;
-    let trees_read = sides.each(&store, |change| {
-        found += 1;
-        totals.add(&change);
-        let shown = match &mut array {
-            Some(array) => array.push(&change),
-            None => {
-                block.push(change);
-                if block.len() < BLOCK {
-                    return Ok(());
-                }
-                let text = if args.stat {
-                    render::diff_stat_lines(&block)
-                } else {
-                    format!("{}\n", render::changes(&block, ""))
-                };
-                block.clear();
-                ui.print(&text)
-            }
-        };
-        match shown {
-            Ok(()) if ui::stdout_closed() => Err(dsv::Error::Interrupted),
-            Ok(()) => Ok(()),
-            Err(error) => {
-                failure = Some(error);
-                Err(dsv::Error::Interrupted)
-            }
-        }
-    });
-    if let Some(error) = failure {
-        return Err(error);
-    }
-    let trees_read = match trees_read {
-        Err(dsv::Error::Interrupted) if ui::stdout_closed() => 0,
-        other => other?,
-    };
-    if let Some(array) = array {
-        array.finish()?;
-        ui::print_raw(&format!(",\n  \"trees_read\": {trees_read}\n}}\n"))?;
-    } else {
-        let mut text = if args.stat {
-            render::diff_stat_lines(&block)
+    let lines = |block: &[Change]| {
+        if args.stat {
+            render::diff_stat_lines(block)
         } else if block.is_empty() {
             String::new()
         } else {
-            format!("{}\n", render::changes(&block, ""))
-        };
+            format!("{}\n", render::changes(block, ""))
+        }
+    };
+    let mut found = 0usize;
+    let mut totals = render::DiffTotals::default();
+    let mut listing = ui::Listing::new(ui, 1, lines);
+    let walked = sides.each(&store, |change| {
+        found += 1;
+        totals.add(&change);
+        listing.push(change)
+    });
+    let trees_read = listing.settle(walked)?.unwrap_or(0);
+    let (rest, _) = listing.finish()?;
+    if ui.json {
+        ui::print_raw(&format!(",\n  \"trees_read\": {trees_read}\n}}\n"))?;
+    } else {
+        let mut text = lines(&rest);
         if found == 0 {
             text = "no differences\n".into();
         } else if args.stat || found > SUMMARY_AFTER {
@@ -161,50 +128,19 @@ pub(crate) fn ls(cli: &Cli, ui: &Ui, args: &LsArgs) -> anyhow::Result<u8> {
         }
         Some(target) => {
             let (revision, path) = target.split_once(':').unwrap_or((target, ""));
-            // Streamed: JSON element by element, text a table of BLOCK entries at a time.
-            let mut array = ui.json.then(|| ui::JsonArray::start(0));
-            let mut block = Vec::new();
-            let mut blocks_printed = 0u64;
-            let mut failure = None;
-            let listed = inspect::ls_each(&store, &Revision::parse(revision)?, path, |entry| {
-                let shown = match &mut array {
-                    Some(array) => array.push(&entry),
-                    None => {
-                        block.push(entry);
-                        if block.len() < BLOCK {
-                            return Ok(());
-                        }
-                        let text = format!("{}\n", render::entries(&block));
-                        block.clear();
-                        blocks_printed += 1;
-                        ui.print(&text)
-                    }
-                };
-                match shown {
-                    Ok(()) if ui::stdout_closed() => Err(dsv::Error::Interrupted),
-                    Ok(()) => Ok(()),
-                    Err(error) => {
-                        failure = Some(error);
-                        Err(dsv::Error::Interrupted)
-                    }
-                }
+            // Streamed: JSON element by element, text a table of a block of entries at a
+            // time.
+            let table = |block: &[FlatEntry]| format!("{}\n", render::entries(block));
+            let mut listing = ui::Listing::new(ui, 0, table);
+            let walked = inspect::ls_each(&store, &Revision::parse(revision)?, path, |entry| {
+                listing.push(entry)
             });
-            if let Some(error) = failure {
-                return Err(error);
-            }
-            match listed {
-                Err(dsv::Error::Interrupted) if ui::stdout_closed() => {}
-                other => other?,
-            }
-            match array {
-                Some(array) => {
-                    array.finish()?;
-                    ui::print_raw("\n")?;
-                }
-                None if !block.is_empty() || blocks_printed == 0 => {
-                    ui.line(render::entries(&block))?;
-                }
-                None => {}
+            listing.settle(walked)?;
+            let (rest, printed) = listing.finish()?;
+            if ui.json {
+                ui::print_raw("\n")?;
+            } else if !rest.is_empty() || !printed {
+                ui.line(render::entries(&rest))?;
             }
         }
     }
