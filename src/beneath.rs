@@ -202,36 +202,50 @@ impl BeneathDir {
         })
     }
 
-    /// Creates (or truncates) the regular file `relative` for writing (mode 0666 less the
-    /// umask); a symlink at that name is not followed (`ELOOP`).
+    /// Creates the regular file `relative`, new, for reading and writing (mode 0666 less the
+    /// umask). Nothing that is already at that name is ever opened (`O_EXCL`): not a hard
+    /// link to a file elsewhere, a FIFO or a symlink. A name that is taken (a leftover of a
+    /// process whose pid this one reuses, or something planted) is unlinked, and the file
+    /// created once more, exclusively again.
     ///
     /// # Errors
-    /// [`Error::Io`].
+    /// [`Error::Io`]; `EEXIST` when the name is taken again at once.
     pub fn create_file(&self, relative: impl AsRef<Path>) -> Result<File> {
-        let fd = self.at(relative.as_ref(), |parent, name| {
+        let create = |parent: &Parent<'_>, name: &OsStr| {
             nix::fcntl::openat(
                 parent,
                 name,
                 OFlag::O_CREAT
-                    | OFlag::O_TRUNC
-                    | OFlag::O_WRONLY
+                    | OFlag::O_EXCL
+                    | OFlag::O_RDWR
                     | OFlag::O_NOFOLLOW
                     | OFlag::O_CLOEXEC,
                 Mode::from_bits_truncate(0o666),
             )
+        };
+        let fd = self.at(relative.as_ref(), |parent, name| {
+            match create(parent, name) {
+                Err(Errno::EEXIST) => {
+                    nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)?;
+                    create(parent, name)
+                }
+                other => other,
+            }
         })?;
         Ok(File::from(fd))
     }
 
-    /// Opens the existing file `relative`, for writing when `write`, else for reading.
+    /// Opens the existing file `relative`, for writing when `write`, else for reading. The
+    /// open never waits (`O_NONBLOCK`: a FIFO put there opens at once, and
+    /// [`crate::workspace::hash_open_file`] refuses it).
     ///
     /// # Errors
     /// [`Error::Io`]; `ELOOP` for a symlink.
     pub fn open_file(&self, relative: impl AsRef<Path>, write: bool) -> Result<File> {
         let mode = if write {
-            OFlag::O_WRONLY
+            OFlag::O_WRONLY | OFlag::O_NONBLOCK
         } else {
-            OFlag::O_RDONLY
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK
         };
         let fd = self.at(relative.as_ref(), |parent, name| {
             nix::fcntl::openat(
@@ -244,13 +258,21 @@ impl BeneathDir {
         Ok(File::from(fd))
     }
 
-    /// Makes the symlink `relative` pointing at `target`.
+    /// Makes the symlink `relative` pointing at `target`; a file or symlink already at that
+    /// name is unlinked first (never followed), as [`BeneathDir::create_file`] does.
     ///
     /// # Errors
-    /// [`Error::Io`], `EEXIST` when something is there already.
+    /// [`Error::Io`].
     pub fn symlink(&self, target: &str, relative: impl AsRef<Path>) -> Result<()> {
         self.at(relative.as_ref(), |parent, name| {
-            nix::unistd::symlinkat(target, parent, name)
+            match nix::unistd::symlinkat(target, parent, name) {
+                // A taken name (see create_file) is unlinked, never followed.
+                Err(Errno::EEXIST) => {
+                    nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)?;
+                    nix::unistd::symlinkat(target, parent, name)
+                }
+                other => other,
+            }
         })
     }
 
@@ -403,9 +425,17 @@ mod tests {
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
 
         // The last name is not followed either.
-        assert!(dir.create_file("link").is_err());
         assert!(dir.open_file("link", false).is_err());
         assert!(!dir.is_dir("link"));
+        // A new file at a symlink's name replaces the link, never writes through it.
+        std::os::unix::fs::symlink(outside.path().join("f"), root.path().join("f-link")).unwrap();
+        dir.create_file("f-link").unwrap();
+        assert!(
+            std::fs::symlink_metadata(root.path().join("f-link"))
+                .unwrap()
+                .is_file()
+        );
+        assert_eq!(std::fs::read(outside.path().join("f")).unwrap(), b"outside");
         // Removing the symlink removes the link, not its target.
         dir.remove_file("link").unwrap();
         assert!(outside.path().join("f").exists());
@@ -424,6 +454,42 @@ mod tests {
         dir.remove_dir_all("d").unwrap();
         assert!(!root.path().join("d").exists());
         assert_eq!(std::fs::read(outside.path().join("f")).unwrap(), b"outside");
+    }
+
+    #[test]
+    fn a_new_file_never_opens_what_is_already_at_its_name() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dir = BeneathDir::open(root.path()).unwrap();
+        use std::io::Write;
+        // A hard link to a file elsewhere: unlinked, and a new file made in its place.
+        std::fs::hard_link(&victim, root.path().join("t1")).unwrap();
+        dir.create_file("t1").unwrap().write_all(b"staged").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(root.path().join("t1")).unwrap(), b"staged");
+        // A FIFO: never opened (an open for writing would wait for a reader forever).
+        nix::unistd::mkfifo(&root.path().join("t2"), Mode::from_bits_truncate(0o600)).unwrap();
+        dir.create_file("t2").unwrap().write_all(b"staged").unwrap();
+        assert!(
+            std::fs::symlink_metadata(root.path().join("t2"))
+                .unwrap()
+                .is_file()
+        );
+        // A symlink at a symlink's temporary name: replaced, not followed.
+        std::os::unix::fs::symlink(&victim, root.path().join("t3")).unwrap();
+        dir.symlink("elsewhere", "t3").unwrap();
+        assert_eq!(
+            std::fs::read_link(root.path().join("t3")).unwrap(),
+            Path::new("elsewhere")
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        // Reading a FIFO put in a file's place returns at once, refused.
+        nix::unistd::mkfifo(&root.path().join("f"), Mode::from_bits_truncate(0o600)).unwrap();
+        let file = dir.open_file("f", false).unwrap();
+        assert!(crate::workspace::hash_open_file(&file, &root.path().join("f")).is_err());
+        assert!(crate::workspace::hash_file_and_stat(&root.path().join("f")).is_err());
     }
 
     #[test]

@@ -18,7 +18,6 @@
 //! still applies, and its files are hashed once more by the next status or commit).
 
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use crate::catalog::StatEntry;
@@ -76,27 +75,48 @@ pub fn hash_file(path: &Path) -> Result<ObjectId> {
 /// the last byte was read. A stat cache entry may be written for a stat taken before (by a
 /// walk) only when this stat equals it: the file at that path may have been replaced (a
 /// directory renamed away and back keeps its files' ctimes) or written while it was read.
+/// The last name is not followed and never waited on (`O_NOFOLLOW | O_NONBLOCK`): a symlink
+/// or a FIFO put there since the walk is an error, not a read outside or a hang.
 ///
 /// # Errors
-/// [`crate::Error::Io`].
+/// [`crate::Error::Io`], also when `path` is not a regular file.
 pub fn hash_file_and_stat(path: &Path) -> Result<(ObjectId, Stat)> {
-    hash_open_file(File::open(path).at(path)?, path)
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path)
+        .at(path)?;
+    hash_open_file(&file, path)
 }
 
-/// The file id of the open `file` (read from its current offset to its end), and its stat
-/// (`fstat`) taken after the last byte was read; `path` names it in errors.
+/// The file id of the open `file` (all of it, read from offset 0 with `pread`, so a handle
+/// shared with writers at their own offsets can be hashed), and its stat (`fstat`) taken
+/// after the last byte was read; `path` names it in errors.
 ///
 /// # Errors
-/// [`crate::Error::Io`].
-pub fn hash_open_file(mut file: File, path: &Path) -> Result<(ObjectId, Stat)> {
+/// [`crate::Error::Io`], also when `file` is not a regular file (a FIFO or a device put in a
+/// file's place is never read).
+pub fn hash_open_file(file: &File, path: &Path) -> Result<(ObjectId, Stat)> {
+    use std::os::unix::fs::FileExt;
+    if !file.metadata().at(path)?.is_file() {
+        return Err(crate::Error::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(
+                "not a regular file (it was replaced while dsv read the directory)",
+            ),
+        });
+    }
     let mut hasher = blake3::Hasher::new();
     let mut buffer = vec![0; 256 * 1024];
+    let mut offset = 0u64;
     loop {
-        let n = file.read(&mut buffer).at(path)?;
+        let n = file.read_at(&mut buffer, offset).at(path)?;
         if n == 0 {
             break;
         }
         hasher.update(&buffer[..n]);
+        offset += n as u64;
     }
     let read = Stat::of(&file.metadata().at(path)?);
     Ok((hasher.finalize().into(), read))

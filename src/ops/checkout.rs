@@ -235,6 +235,11 @@ struct WriteJob {
     chunks: Vec<(ObjectId, ObjectLocation)>,
     /// Where the content is staged before it is renamed into place (see [`staged_at`]).
     staging: Staging,
+    /// Its position in the target's walk.
+    position: usize,
+    /// The inode of the file staged (through its own handle), once written and verified; 0
+    /// for a symlink.
+    inode: AtomicU64,
 }
 
 /// Where a file is staged, kept small (a path is made when needed).
@@ -640,6 +645,7 @@ pub fn checkout(
     // Made before anything is renamed into place, so a store whose temporary directory
     // cannot be written stops the checkout while the directory is as it was.
     let mut stats = StatSpill::create(&store.temp_dir())?;
+    let mut staged_inodes = InodeSpill::create(&store.temp_dir())?;
     progress.count_files(files_to_write);
     progress.start("writing", bytes_to_write, Unit::Bytes);
     let first_number = next_number;
@@ -662,6 +668,7 @@ pub fn checkout(
             &made.layout(),
             &mut stager,
             &mut beside,
+            &mut staged_inodes,
             options.jobs,
             progress,
         )
@@ -711,6 +718,10 @@ pub fn checkout(
     // longer renaming than the writers spent staging). Not stopped by Ctrl-C: once applying
     // has begun it runs to the end, so the directory is never left half old, half new.
     let layout = made.layout();
+    // Files that are not the ones this checkout staged once in place: another process
+    // swapped something in at their temporary name. They get no stat cache entry.
+    let mut replaced: Vec<String> = Vec::new();
+    let mut staged_inodes = staged_inodes.read_back()?;
     crate::interrupt::run_under(None, || -> Result<()> {
         let mut replay = names.replay(target.walk(trees)?);
         loop {
@@ -718,16 +729,33 @@ pub fn checkout(
             if batch.is_empty() {
                 return Ok(());
             }
-            let renamed = crate::parallel::map(&batch, options.jobs, |(entry, staging)| {
-                if !matches!(staging, Staging::Inside(_)) {
-                    root.rename(staged_at(&entry.path, *staging, &layout), &entry.path)?;
+            let mut expected = Vec::with_capacity(batch.len());
+            for _ in &batch {
+                expected.push(match &mut staged_inodes {
+                    Some(spilled) => spilled.next()?,
+                    None => None,
+                });
+            }
+            let jobs: Vec<_> = batch.iter().zip(expected).collect();
+            let renamed =
+                crate::parallel::map(&jobs, options.jobs, |((entry, staging), inode)| {
+                    if !matches!(staging, Staging::Inside(_)) {
+                        root.rename(staged_at(&entry.path, *staging, &layout), &entry.path)?;
+                    }
+                    Ok(match entry.kind {
+                        FlatKind::File { .. } => {
+                            let stat = root.lstat(&entry.path)?;
+                            // Ours only when it is the inode staged (unknown: not cached).
+                            let ours = stat.is_some_and(|s| Some(s.inode) == *inode);
+                            (stat.filter(|_| ours), !ours && inode.is_some())
+                        }
+                        _ => (None, false),
+                    })
+                })?;
+            for ((stat, swapped), ((entry, _), _)) in renamed.into_iter().zip(&jobs) {
+                if swapped {
+                    replaced.push(entry.path.clone());
                 }
-                Ok(match entry.kind {
-                    FlatKind::File { .. } => root.lstat(&entry.path)?,
-                    _ => None,
-                })
-            })?;
-            for stat in renamed {
                 stats.push(stat);
             }
         }
@@ -800,6 +828,15 @@ pub fn checkout(
     }
 
     tracing::debug!(elapsed = ?clock.elapsed(), "recorded");
+    if let Some(first) = replaced.first() {
+        return Err(Error::Io {
+            path: dir.join(first),
+            source: std::io::Error::other(format!(
+                "{} file(s) were replaced by another process while checkout wrote them: they do not hold what the version has (`dsv status` lists them); the rest of the checkout is done",
+                replaced.len()
+            )),
+        });
+    }
     // A partial checkout counts its selection (regular files only: it writes no symlinks).
     let (files, bytes) = match &target {
         Target::Selected(entries) => {
@@ -839,6 +876,7 @@ fn stage_target(
     layout: &Layout<'_>,
     stager: &mut Stager<'_>,
     beside: &mut Vec<bool>,
+    inodes: &mut InodeSpill,
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -874,6 +912,8 @@ fn stage_target(
                 entry,
                 chunks,
                 staging,
+                position: index,
+                inode: AtomicU64::new(0),
             });
             if batch.len() < STAGE_BATCH_FILES && batch_bytes < STAGE_BATCH_BYTES {
                 continue;
@@ -888,6 +928,11 @@ fn stage_target(
                     .map(|(_, l)| (l.frame.pack, l.frame.offset))
             });
             stage(&packs_dir, layout, &batch, jobs, progress)?;
+            // The inodes staged, in the walk's order (the order applying replays).
+            batch.sort_by_key(|job| job.position);
+            for job in &batch {
+                inodes.push(job.inode.load(Ordering::Acquire));
+            }
             batch.clear();
             batch_bytes = 0;
         }
@@ -988,6 +1033,68 @@ struct StatSpill {
     path: PathBuf,
     /// Files pushed.
     files: u64,
+}
+
+/// The inode of each file a checkout staged (0 for a symlink), in the order applying replays
+/// them: 8 bytes each (little-endian) in an unnamed temporary file. A write that fails (a
+/// full disk) leaves no inode to check against: those files then get no stat cache entry.
+struct InodeSpill {
+    file: Option<std::io::BufWriter<File>>,
+    path: PathBuf,
+}
+
+impl InodeSpill {
+    fn create(temp_dir: &Path) -> Result<InodeSpill> {
+        let file = tempfile::tempfile_in(temp_dir).at(temp_dir)?;
+        Ok(InodeSpill {
+            file: Some(std::io::BufWriter::with_capacity(1 << 16, file)),
+            path: temp_dir.to_path_buf(),
+        })
+    }
+
+    fn push(&mut self, inode: u64) {
+        if let Some(file) = &mut self.file
+            && file.write_all(&inode.to_le_bytes()).is_err()
+        {
+            self.file = None;
+        }
+    }
+
+    /// A reader from the first inode; `None` when a write failed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read from its start.
+    fn read_back(self) -> Result<Option<SpilledInodes>> {
+        let Some(writer) = self.file else {
+            return Ok(None);
+        };
+        let Ok(mut file) = writer.into_inner() else {
+            return Ok(None);
+        };
+        std::io::Seek::rewind(&mut file).at(&self.path)?;
+        Ok(Some(SpilledInodes {
+            file: std::io::BufReader::with_capacity(1 << 16, file),
+            path: self.path,
+        }))
+    }
+}
+
+/// [`InodeSpill`]'s inodes, read back in order.
+struct SpilledInodes {
+    file: std::io::BufReader<File>,
+    path: PathBuf,
+}
+
+impl SpilledInodes {
+    /// The next inode: `None` for a symlink.
+    ///
+    /// # Errors
+    /// [`Error::Io`], also when the spill ends early.
+    fn next(&mut self) -> Result<Option<u64>> {
+        let mut inode = [0u8; 8];
+        std::io::Read::read_exact(&mut self.file, &mut inode).at(&self.path)?;
+        Ok(Some(u64::from_le_bytes(inode)).filter(|inode| *inode != 0))
+    }
 }
 
 /// The bytes of one [`StatSpill`] record.
@@ -1255,7 +1362,11 @@ fn plan(
                     // recoverable (decided as its entries pass), and it must hold nothing
                     // the walk does not see (decided at the end).
                     plan.delete_trees.push(entry.path.clone());
-                    replacing = Some((entry.path.clone(), false));
+                    // A directory where the old version had a file or symlink is the user's
+                    // change, even an empty one (a deleted file hidden by a directory).
+                    let replaced_by_user =
+                        !force && in_old.as_ref().is_some_and(|o| o.kind != FlatKind::Dir);
+                    replacing = Some((entry.path.clone(), replaced_by_user));
                 }
                 Some((_, t)) => {
                     if !recoverable(entry, id, in_old.as_ref()) {
@@ -1593,6 +1704,9 @@ impl Task<'_> {
 /// A large file being staged in segments.
 struct LargeFile<'a> {
     job: &'a WriteJob,
+    /// Its temporary file, created once and written (and read back) only through this handle:
+    /// never opened again by name, so nothing put at that name meanwhile is written.
+    file: File,
     /// Segments still to write; the thread that writes the last one verifies the file.
     remaining: AtomicU64,
 }
@@ -1622,9 +1736,8 @@ fn stage(
     let mut large = Vec::new();
     for job in large_jobs {
         let temp = job.temp(dir);
-        dir.root
-            .create_file(&temp)?
-            .set_len(job.entry.size)
+        let file = dir.root.create_file(&temp)?;
+        file.set_len(job.entry.size)
             .at(&dir.root.path().join(&temp))?;
         let (mut start, mut offset, mut run, mut segments) = (0, 0u64, 0u64, 0);
         for (i, (_, location)) in job.chunks.iter().enumerate() {
@@ -1640,6 +1753,7 @@ fn stage(
         }
         large.push(LargeFile {
             job,
+            file,
             remaining: AtomicU64::new(segments),
         });
     }
@@ -1696,9 +1810,8 @@ fn run_task(
             offset,
         } => {
             let job = large[*index].job;
-            let temp = job.temp(dir);
-            let handle = dir.root.open_file(&temp, true)?;
-            let temp = dir.root.path().join(&temp);
+            let handle = &large[*index].file;
+            let temp = dir.root.path().join(job.temp(dir));
             let mut position = *offset;
             for (chunk_id, location) in &job.chunks[chunks.clone()] {
                 crate::interrupt::check()?;
@@ -1709,7 +1822,7 @@ fn run_task(
                         if is_zeros(bytes) {
                             return Ok(());
                         }
-                        std::os::unix::fs::FileExt::write_all_at(&handle, bytes, position)
+                        std::os::unix::fs::FileExt::write_all_at(handle, bytes, position)
                     })?
                     .at(&temp)?;
                 position += u64::from(length);
@@ -1718,8 +1831,7 @@ fn run_task(
             if large[*index].remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 progress.file_done();
                 // Every segment is in: check the whole file against its id.
-                let written = dir.root.open_file(job.temp(dir), false)?;
-                if workspace::hash_open_file(written, &temp)?.0 != job.entry.id {
+                if workspace::hash_open_file(handle, &temp)?.0 != job.entry.id {
                     return Err(Error::corrupt(
                         &temp,
                         format!(
@@ -1733,6 +1845,10 @@ fn run_task(
                         .set_permissions(fs::Permissions::from_mode(0o755))
                         .at(&temp)?;
                 }
+                job.inode.store(
+                    std::os::unix::fs::MetadataExt::ino(&handle.metadata().at(&temp)?),
+                    Ordering::Release,
+                );
             }
         }
     }
@@ -1812,6 +1928,10 @@ fn write_temp(job: &WriteJob, dir: &Layout<'_>, packs: &mut PackReader) -> Resul
                 file.set_permissions(fs::Permissions::from_mode(0o755))
                     .at(temp)?;
             }
+            job.inode.store(
+                std::os::unix::fs::MetadataExt::ino(&file.metadata().at(temp)?),
+                Ordering::Release,
+            );
         }
         FlatKind::Dir => unreachable!("directories are created, not staged"),
     }

@@ -215,8 +215,12 @@ pub(crate) fn hash_files<T: Sync>(
         files.iter().map(|(_, e)| e.stat.size).sum(),
         Unit::Bytes,
     );
+    // Opened beneath `dir` (crate::beneath): a directory swapped for a symlink since the walk
+    // is an error, never a read outside it.
+    let root = crate::beneath::BeneathDir::open(dir)?;
     let hashed = crate::parallel::map(files, jobs, |(_, entry)| {
-        let (id, read) = workspace::hash_file_and_stat(&dir.join(&entry.path))?;
+        let file = root.open_file(&entry.path, false)?;
+        let (id, read) = workspace::hash_open_file(&file, &dir.join(&entry.path))?;
         progress.advance(entry.stat.size);
         progress.file_done();
         let cached = (read == entry.stat)

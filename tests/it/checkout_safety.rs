@@ -310,3 +310,99 @@ fn sparse_content_is_checked_out_sparse() {
         content.len()
     );
 }
+
+/// The hostile review of this round: a hard link (or a FIFO) planted at the temporary name a
+/// checkout stages under, before it is created or while its segments are written, never
+/// makes the checkout write into the linked file, hang, or finish with the wrong content.
+#[test]
+fn a_hard_link_planted_at_a_staging_name_never_receives_the_checkout() {
+    use std::os::unix::fs::MetadataExt;
+    let env = TestEnv::new();
+    // One large file (staged in segments) and many small ones.
+    env.write("data/big.bin", pseudo_random(48 << 20, 1));
+    for i in 0..2000 {
+        env.write(&format!("data/small/f{i:04}"), format!("one {i}\n"));
+    }
+    env.ok(&["commit", "data", "-d", "d", "-t", "v1"]);
+    env.write("data/big.bin", pseudo_random(48 << 20, 2));
+    for i in 0..2000 {
+        env.write(&format!("data/small/f{i:04}"), format!("two {i}\n"));
+    }
+    env.ok(&["commit", "data", "-d", "d", "-t", "v2"]);
+    let victim = env.path("victim");
+    for round in 0..3 {
+        fs::write(&victim, "precious\n").unwrap();
+        let work = format!("work{round}");
+        env.ok(&["checkout", "d@v1", &work]);
+        let mut child = env.spawn(&["checkout", "d@v2", &work, "--jobs", "1"]);
+        let pid = child.id();
+        // Plant links at the names the small files will be staged under, and swap one over
+        // each temporary name that appears (the large file's, while its segments are written).
+        for n in 1..=2100u64 {
+            let _ = fs::hard_link(
+                &victim,
+                env.path(&format!("{work}/small/.dsv-tmp-{pid}-{n}")),
+            );
+        }
+        let started = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
+            for entry in fs::read_dir(env.path(&work)).unwrap().flatten() {
+                let name = entry.file_name().into_string().unwrap();
+                if name.starts_with(".dsv-tmp-") && entry.metadata().is_ok_and(|m| m.nlink() == 1) {
+                    let planted = env.path(&format!("{work}/planted"));
+                    if fs::hard_link(&victim, &planted).is_ok() {
+                        let _ = fs::rename(&planted, entry.path());
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(
+            fs::read_to_string(&victim).unwrap(),
+            "precious\n",
+            "round {round}: the checkout wrote into a file outside (exit {status})"
+        );
+        if status.success() {
+            // A checkout that says it succeeded holds exactly the version.
+            let audit = env.run(&["audit", &work]);
+            assert!(audit.status.success(), "round {round}: {audit:?}");
+        }
+        // Whatever was swapped in is never vouched for: status sees it.
+        if fs::read(env.path(&format!("{work}/big.bin"))).is_ok_and(|b| b == b"precious\n") {
+            let report = env.json(&["status", &work]);
+            assert!(
+                report.to_string().contains("big.bin"),
+                "round {round}: {report}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_file_replaced_by_an_empty_directory_is_a_change() {
+    let env = TestEnv::new();
+    two_versions(&env, false);
+    env.ok(&["checkout", "d@v1", "work"]);
+    fs::remove_file(env.path("work/changes.txt")).unwrap();
+    fs::create_dir_all(env.path("work/changes.txt/sub/deeper")).unwrap();
+    let error = env.json_error(&["checkout", "d@v2", "work"], 4);
+    assert!(error.to_string().contains("changes.txt"), "{error}");
+    assert!(env.path("work/changes.txt/sub/deeper").is_dir());
+}
+
+#[test]
+fn export_keeps_the_mode_a_new_file_gets() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "d"]);
+    env.ok(&["export", "d", "-o", "out.tar"]);
+    let mode = fs::metadata(env.path("out.tar"))
+        .unwrap()
+        .permissions()
+        .mode();
+    // 0666 less the umask (022 here): readable by group and others, as `>` makes it.
+    assert_eq!(mode & 0o077, 0o044 & mode & 0o077);
+    assert_ne!(mode & 0o044, 0, "mode {mode:o}");
+}

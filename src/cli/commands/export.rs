@@ -92,8 +92,13 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
                     Some(parent) if !parent.as_os_str().is_empty() => parent,
                     _ => std::path::Path::new("."),
                 };
+                // The mode a new file gets (0666 less the umask), or the one FILE had.
+                let mode = std::fs::metadata(&target).map_or(0o666, |m| {
+                    std::os::unix::fs::PermissionsExt::mode(&m.permissions())
+                });
                 let temp = tempfile::Builder::new()
                     .prefix(".export-")
+                    .permissions(std::os::unix::fs::PermissionsExt::from_mode(mode & 0o7777))
                     .tempfile_in(parent)
                     .with_context(|| format!("cannot create a file in {}", parent.display()))?;
                 let report = write_into(temp.as_file())?;
