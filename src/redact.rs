@@ -83,7 +83,7 @@ pub fn credentials_in(url: &str) -> Option<String> {
     let secret: Vec<String> = parts
         .query
         .into_iter()
-        .flat_map(|q| q.split('&'))
+        .flat_map(|q| query_pairs(q).map(|(pair, _)| pair))
         .map(|pair| percent_decode(pair.split('=').next().unwrap_or("")))
         .filter(|name| is_secret_parameter(name))
         .collect();
@@ -119,26 +119,35 @@ pub fn url(url: &str) -> String {
     }
     out.push_str(parts.host);
     out.push_str(parts.path);
-    if let Some(query) = parts.query {
-        out.push('?');
-        let pairs: Vec<String> = query
-            .split('&')
-            .map(|pair| {
-                let name = pair.split('=').next().unwrap_or("");
-                if is_secret_parameter(&percent_decode(name)) {
-                    format!("{name}={REDACTED}")
-                } else {
-                    pair.to_string()
-                }
-            })
-            .collect();
-        out.push_str(&pairs.join("&"));
-    }
-    if let Some(fragment) = parts.fragment {
-        out.push('#');
-        out.push_str(fragment);
+    // The query, and the fragment too (`#access_token=…` carries tokens in OAuth's
+    // implicit flow, and a fragment is echoed in messages though never sent).
+    for (mark, part) in [('?', parts.query), ('#', parts.fragment)] {
+        let Some(part) = part else { continue };
+        out.push(mark);
+        for (pair, separator) in query_pairs(part) {
+            let name = pair.split('=').next().unwrap_or("");
+            if pair.contains('=') && is_secret_parameter(&percent_decode(name)) {
+                out.push_str(name);
+                out.push('=');
+                out.push_str(REDACTED);
+            } else {
+                out.push_str(pair);
+            }
+            out.push_str(separator);
+        }
     }
     out
+}
+
+/// The `name=value` pairs of a query, each with the separator that follows it (`&`, or `;`
+/// as HTML 4 allowed and some servers accept; `""` after the last).
+pub(crate) fn query_pairs(query: &str) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .split_inclusive(['&', ';'])
+        .map(|piece| match piece.strip_suffix(['&', ';']) {
+            Some(pair) => (pair, &piece[pair.len()..]),
+            None => (piece, ""),
+        })
 }
 
 /// `text` with every `SCHEME://…` URL in it passed through [`url`]. A URL ends at white
@@ -238,6 +247,20 @@ pub(crate) fn percent_decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn semicolons_and_fragments_are_redacted_too() {
+        assert_eq!(
+            url("http://h/x.txt?a=1;X-Amz-Signature=S"),
+            "http://h/x.txt?a=1;X-Amz-Signature=REDACTED"
+        );
+        assert_eq!(
+            url("https://h/cb#access_token=T&state=s"),
+            "https://h/cb#access_token=REDACTED&state=s"
+        );
+        assert_eq!(url("https://h/doc#section-2"), "https://h/doc#section-2");
+        assert!(credentials_in("s3://b/p?x=1;sig=abc").is_some());
+    }
 
     #[test]
     fn passwords_and_signatures_are_replaced_and_the_rest_kept() {

@@ -1117,8 +1117,8 @@ pub fn redact_url(url: &str) -> (String, bool) {
     };
     let mut out = format!("{scheme}://{host}{path}");
     if let Some(query) = query {
-        let kept: Vec<&str> = query
-            .split('&')
+        let kept: Vec<&str> = crate::redact::query_pairs(query)
+            .map(|(pair, _)| pair)
             .filter(|pair| {
                 let name = crate::redact::percent_decode(pair.split('=').next().unwrap_or(""));
                 let secret = crate::redact::is_secret_parameter(&name);
@@ -1161,6 +1161,11 @@ mod tests {
         assert_eq!(
             redact_url("https://h/f?access_token=t&page=2&api_key=k"),
             ("https://h/f?page=2".to_string(), true)
+        );
+        // `;` separates parameters too.
+        assert_eq!(
+            redact_url("https://h/x.txt?a=1;X-Amz-Signature=S"),
+            ("https://h/x.txt?a=1".to_string(), true)
         );
         assert_eq!(
             redact_url("https://h/f?X-Goog-Signature=s"),
