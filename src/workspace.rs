@@ -81,13 +81,37 @@ pub fn hash_file(path: &Path) -> Result<ObjectId> {
 /// # Errors
 /// [`crate::Error::Io`], also when `path` is not a regular file.
 pub fn hash_file_and_stat(path: &Path) -> Result<(ObjectId, Stat)> {
+    hash_open_file(&open_regular(path)?, path)
+}
+
+/// Opens the regular file at `path` for reading, as a walk found it: its last name is not
+/// followed and the open never waits (`O_NOFOLLOW | O_NONBLOCK`), and anything but a regular
+/// file is refused, so a symlink or a FIFO put there since the walk is an error, not a read
+/// elsewhere or a hang.
+///
+/// # Errors
+/// [`crate::Error::Io`], also when it is not a regular file.
+pub fn open_regular(path: &Path) -> Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
         .open(path)
         .at(path)?;
-    hash_open_file(&file, path)
+    if !file.metadata().at(path)?.is_file() {
+        return Err(not_regular(path));
+    }
+    Ok(file)
+}
+
+/// The error for a path that is no longer a regular file.
+fn not_regular(path: &Path) -> crate::Error {
+    crate::Error::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(
+            "not a regular file (it was replaced while dsv read the directory)",
+        ),
+    }
 }
 
 /// The file id of the open `file` (all of it, read from offset 0 with `pread`, so a handle
@@ -100,12 +124,7 @@ pub fn hash_file_and_stat(path: &Path) -> Result<(ObjectId, Stat)> {
 pub fn hash_open_file(file: &File, path: &Path) -> Result<(ObjectId, Stat)> {
     use std::os::unix::fs::FileExt;
     if !file.metadata().at(path)?.is_file() {
-        return Err(crate::Error::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(
-                "not a regular file (it was replaced while dsv read the directory)",
-            ),
-        });
+        return Err(not_regular(path));
     }
     let mut hasher = blake3::Hasher::new();
     let mut buffer = vec![0; 256 * 1024];

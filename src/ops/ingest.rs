@@ -7,7 +7,6 @@
 //! queue to `jobs` compressor threads, so the CPU-bound stages run in parallel and only the
 //! pack append is serialized.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -272,7 +271,8 @@ pub fn ingest_files(
 /// commit must not cache the walk's stat for it: the stat cache would vouch for a file that
 /// was not read.
 fn read_file(writer: &mut StreamWriter<'_>, job: &IngestFile) -> Result<(ObjectId, bool)> {
-    let file = File::open(&job.path).at(&job.path)?;
+    // Not followed, never waited on: a symlink or FIFO swapped in since the walk is an error.
+    let file = crate::workspace::open_regular(&job.path)?;
     let (file_id, size) = writer
         .ingest(&file, Some(job.stat.size))
         .map_err(|e| e.at(&job.path))?;
