@@ -211,28 +211,8 @@ impl BeneathDir {
     /// # Errors
     /// [`Error::Io`]; `EEXIST` when the name is taken again at once.
     pub fn create_file(&self, relative: impl AsRef<Path>) -> Result<File> {
-        let create = |parent: &Parent<'_>, name: &OsStr| {
-            nix::fcntl::openat(
-                parent,
-                name,
-                OFlag::O_CREAT
-                    | OFlag::O_EXCL
-                    | OFlag::O_RDWR
-                    | OFlag::O_NOFOLLOW
-                    | OFlag::O_CLOEXEC,
-                Mode::from_bits_truncate(0o666),
-            )
-        };
-        let fd = self.at(relative.as_ref(), |parent, name| {
-            match create(parent, name) {
-                Err(Errno::EEXIST) => {
-                    nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)?;
-                    create(parent, name)
-                }
-                other => other,
-            }
-        })?;
-        Ok(File::from(fd))
+        self.at(relative.as_ref(), |parent, name| create_new(parent, name))
+            .map(File::from)
     }
 
     /// Opens the existing file `relative`, for writing when `write`, else for reading. The
@@ -265,15 +245,48 @@ impl BeneathDir {
     /// [`Error::Io`].
     pub fn symlink(&self, target: &str, relative: impl AsRef<Path>) -> Result<()> {
         self.at(relative.as_ref(), |parent, name| {
-            match nix::unistd::symlinkat(target, parent, name) {
-                // A taken name (see create_file) is unlinked, never followed.
-                Err(Errno::EEXIST) => {
-                    nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)?;
-                    nix::unistd::symlinkat(target, parent, name)
-                }
-                other => other,
-            }
+            symlink_new(target, parent, name)
         })
+    }
+
+    /// [`BeneathDir::rename`], then the lstat of `to`, resolving a parent directory once when
+    /// `from` and `to` share it (a file staged beside its destination): what applying a
+    /// checkout does for every file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming `to`.
+    pub fn rename_then_lstat(
+        &self,
+        from: impl AsRef<Path>,
+        to: impl AsRef<Path>,
+    ) -> Result<Option<Stat>> {
+        let (from, to) = (from.as_ref(), to.as_ref());
+        let (to_parent, to_name) = self.parent(to).map_err(|e| self.error(to, e))?;
+        let renamed = match from.file_name() {
+            Some(from_name) if from.parent() == to.parent() => {
+                nix::fcntl::renameat(&to_parent, from_name, &to_parent, to_name)
+            }
+            _ => {
+                let (from_parent, from_name) =
+                    self.parent(from).map_err(|e| self.error(from, e))?;
+                nix::fcntl::renameat(&from_parent, from_name, &to_parent, to_name)
+            }
+        };
+        renamed.map_err(|errno| self.error(to, errno))?;
+        match nix::sys::stat::fstatat(&to_parent, to_name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(Stat::of_file_stat(&stat))),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(errno) => Err(self.error(to, errno)),
+        }
+    }
+
+    /// A run of operations on neighbouring paths (siblings in path order) that resolves each
+    /// parent directory once, not once per name: see [`Nearby`].
+    pub fn nearby(&self) -> Nearby<'_> {
+        Nearby {
+            dir: self,
+            last: None,
+        }
     }
 
     /// Renames `from` to `to` (both relative to the root), replacing a file or an empty
@@ -345,6 +358,96 @@ impl BeneathDir {
     }
 }
 
+/// Operations of a [`BeneathDir`] that keep the last parent directory they opened: a batch
+/// of siblings resolves it once. Only for a short run of work that removes and renames no
+/// directory (a kept handle would outlive a directory removed meanwhile): staging a batch of
+/// files.
+pub struct Nearby<'d> {
+    dir: &'d BeneathDir,
+    /// The last parent opened below the root: its relative path and its handle.
+    last: Option<(std::ffi::OsString, OwnedFd)>,
+}
+
+impl Nearby<'_> {
+    /// Runs `f` on the parent directory of `relative` (the one kept, when it is the same)
+    /// and its last name.
+    fn at<T>(
+        &mut self,
+        relative: &Path,
+        f: impl FnOnce(BorrowedFd<'_>, &OsStr) -> nix::Result<T>,
+    ) -> Result<T> {
+        let name = relative
+            .file_name()
+            .ok_or_else(|| self.dir.error(relative, Errno::EINVAL))?;
+        let parent = relative.parent().unwrap_or(Path::new(""));
+        if parent.as_os_str().is_empty() {
+            return f(self.dir.handle.as_fd(), name).map_err(|e| self.dir.error(relative, e));
+        }
+        let kept = matches!(&self.last, Some((path, _)) if path == parent.as_os_str());
+        if !kept {
+            let opened = self
+                .dir
+                .open_below(parent, OFlag::O_PATH | OFlag::O_DIRECTORY)
+                .map_err(|e| self.dir.error(relative, e))?;
+            self.last = Some((parent.as_os_str().to_os_string(), opened));
+        }
+        match &self.last {
+            Some((_, fd)) => f(fd.as_fd(), name).map_err(|e| self.dir.error(relative, e)),
+            None => Err(self.dir.error(relative, Errno::EBADF)),
+        }
+    }
+
+    /// [`BeneathDir::create_file`].
+    ///
+    /// # Errors
+    /// As [`BeneathDir::create_file`].
+    pub fn create_file(&mut self, relative: impl AsRef<Path>) -> Result<File> {
+        self.at(relative.as_ref(), |parent, name| create_new(&parent, name))
+            .map(File::from)
+    }
+
+    /// [`BeneathDir::symlink`].
+    ///
+    /// # Errors
+    /// As [`BeneathDir::symlink`].
+    pub fn symlink(&mut self, target: &str, relative: impl AsRef<Path>) -> Result<()> {
+        self.at(relative.as_ref(), |parent, name| {
+            symlink_new(target, &parent, name)
+        })
+    }
+}
+
+/// Creates the regular file `name` in `parent`, new (see [`BeneathDir::create_file`]).
+fn create_new(parent: &impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+    let create = || {
+        nix::fcntl::openat(
+            parent,
+            name,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o666),
+        )
+    };
+    match create() {
+        Err(Errno::EEXIST) => {
+            nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)?;
+            create()
+        }
+        other => other,
+    }
+}
+
+/// Makes the symlink `name` in `parent` (see [`BeneathDir::symlink`]): a taken name is
+/// unlinked, never followed.
+fn symlink_new(target: &str, parent: &impl AsFd, name: &OsStr) -> nix::Result<()> {
+    match nix::unistd::symlinkat(target, parent, name) {
+        Err(Errno::EEXIST) => {
+            nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)?;
+            nix::unistd::symlinkat(target, parent, name)
+        }
+        other => other,
+    }
+}
+
 /// The file-type bits of `st_mode` (as `stat(2)` gives them).
 mod libc_mode {
     pub const S_IFMT: u32 = 0o170_000;
@@ -400,6 +503,7 @@ fn io_error(path: PathBuf, errno: Errno) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn no_operation_follows_a_symlink_or_leaves_the_directory() {
@@ -490,6 +594,38 @@ mod tests {
         let file = dir.open_file("f", false).unwrap();
         assert!(crate::workspace::hash_open_file(&file, &root.path().join("f")).is_err());
         assert!(crate::workspace::hash_file_and_stat(&root.path().join("f")).is_err());
+    }
+
+    #[test]
+    fn nearby_operations_and_rename_then_lstat_keep_the_same_rules() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("d/e")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("link")).unwrap();
+        let dir = BeneathDir::open(root.path()).unwrap();
+        let mut nearby = dir.nearby();
+        nearby.create_file("d/e/a").unwrap();
+        nearby.create_file("d/e/b").unwrap();
+        nearby.symlink("a", "d/e/c").unwrap();
+        nearby.create_file("top").unwrap();
+        assert!(nearby.create_file("link/x").is_err());
+        assert!(nearby.symlink("a", "link/y").is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        // Beside (one parent) and across parents, with the destination's lstat.
+        let stat = dir
+            .rename_then_lstat("d/e/a", "d/e/renamed")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            stat.inode,
+            std::fs::symlink_metadata(root.path().join("d/e/renamed"))
+                .unwrap()
+                .ino()
+        );
+        assert!(dir.rename_then_lstat("top", "d/top").unwrap().is_some());
+        assert!(dir.rename_then_lstat("d/e/b", "link/b").is_err());
+        assert!(dir.rename_then_lstat("link/none", "d/x").is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
 
     #[test]

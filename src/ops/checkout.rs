@@ -739,12 +739,18 @@ pub fn checkout(
             let jobs: Vec<_> = batch.iter().zip(expected).collect();
             let renamed =
                 crate::parallel::map(&jobs, options.jobs, |((entry, staging), inode)| {
-                    if !matches!(staging, Staging::Inside(_)) {
-                        root.rename(staged_at(&entry.path, *staging, &layout), &entry.path)?;
-                    }
+                    let renamed = if matches!(staging, Staging::Inside(_)) {
+                        None
+                    } else {
+                        let from = staged_at(&entry.path, *staging, &layout);
+                        Some(root.rename_then_lstat(from, &entry.path)?)
+                    };
                     Ok(match entry.kind {
                         FlatKind::File { .. } => {
-                            let stat = root.lstat(&entry.path)?;
+                            let stat = match renamed {
+                                Some(stat) => stat,
+                                None => root.lstat(&entry.path)?,
+                            };
                             // Ours only when it is the inode staged (unknown: not cached).
                             let ours = stat.is_some_and(|s| Some(s.inode) == *inode);
                             (stat.filter(|_| ours), !ours && inode.is_some())
@@ -1797,9 +1803,11 @@ fn run_task(
 ) -> Result<()> {
     match task {
         Task::Files(batch) => {
+            // Neighbours: each parent directory is resolved once for the batch.
+            let mut nearby = dir.root.nearby();
             for job in batch {
                 crate::interrupt::check()?;
-                write_temp(job, dir, packs)?;
+                write_temp(job, dir, &mut nearby, packs)?;
                 progress.advance(job.entry.size);
                 progress.file_done();
             }
@@ -1881,13 +1889,18 @@ fn with_pack_reader<R>(
 }
 
 /// Writes one small file or symlink to its temp name, checking the file against its id.
-fn write_temp(job: &WriteJob, dir: &Layout<'_>, packs: &mut PackReader) -> Result<()> {
+fn write_temp(
+    job: &WriteJob,
+    dir: &Layout<'_>,
+    nearby: &mut crate::beneath::Nearby<'_>,
+    packs: &mut PackReader,
+) -> Result<()> {
     let relative = &job.temp(dir);
     let temp = &dir.root.path().join(relative);
     match &job.entry.kind {
-        FlatKind::Symlink { target } => dir.root.symlink(target, relative)?,
+        FlatKind::Symlink { target } => nearby.symlink(target, relative)?,
         FlatKind::File { executable } => {
-            let mut file = dir.root.create_file(relative)?;
+            let mut file = nearby.create_file(relative)?;
             let mut hasher = blake3::Hasher::new();
             let several = job.chunks.len() > 1;
             let mut holes = false;
