@@ -5,8 +5,8 @@
 //! file there, and a rule that does not parse is dropped. Either way a file the ignore file
 //! meant to leave out (`secrets.env`) would be committed. [`check`] reads an ignore file as
 //! the walk does and refuses it, naming the file and the line, when any line cannot be used;
-//! every command that obeys ignore files runs it on each one the walk lists, before it
-//! records or reports anything.
+//! the walk runs it ([`check_type`]) on every directory's ignore file before the crate reads
+//! it, listed or not (a file that ignores itself is never listed).
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -17,13 +17,14 @@ use crate::error::{Error, Result};
 /// The largest ignore file read: rules are lines a person writes, not data.
 pub const MAX_IGNORE_FILE_LEN: u64 = 1 << 20;
 
-/// Checks, without opening it, that the ignore file of directory `dir`, if there is one, is a
-/// regular file (lstat: a symlink is not followed). The walk runs this on each directory
-/// before the `ignore` crate opens the directory's ignore file, which would follow a symlink
-/// and wait forever on a FIFO.
+/// Checks the ignore file of directory `dir`, if there is one: that it is a regular file
+/// (lstat first: a symlink is not followed, a FIFO not opened), then [`check`]s its lines.
+/// The walk runs this on each directory before the `ignore` crate opens the directory's
+/// ignore file, which would follow a symlink, wait forever on a FIFO, and obey a file up to
+/// its first bad line even when the file leaves itself out of the walk.
 ///
 /// # Errors
-/// [`Error::InvalidIgnoreFile`] (line 0) naming the file and what it is.
+/// [`Error::InvalidIgnoreFile`] naming the file and what it is, or its first bad line.
 pub fn check_type(dir: &Path) -> Result<()> {
     let path = dir.join(crate::walk::IGNORE_FILE);
     let Ok(meta) = std::fs::symlink_metadata(&path) else {
@@ -32,7 +33,9 @@ pub fn check_type(dir: &Path) -> Result<()> {
     };
     let kind = meta.file_type();
     let what = if kind.is_file() {
-        return Ok(());
+        // Its whole content too: an ignore file that leaves itself out (`.dsvignore`, `.*`)
+        // is never listed, yet the crate obeys it, up to its first bad line.
+        return check(dir, &path);
     } else if kind.is_symlink() {
         "a symbolic link"
     } else if kind.is_dir() {

@@ -129,8 +129,15 @@ fn an_ignore_file_that_cannot_be_read_whole_is_refused_naming_its_line() {
     env.write("data/sub/secrets.env", "KEY=2");
     env.write("data/.dsvignore", "secrets.env\n");
     env.ok(&["commit", "data", "-d", "ds"]);
-    let bad: [(&str, &[u8], &str); 3] = [
+    let bad: [(&str, &[u8], &str); 5] = [
         ("data/.dsvignore", b"# caf\xe9\nsecrets.env\n", "line 1"),
+        // An ignore file that leaves itself out is never listed, yet obeyed: checked too.
+        (
+            "data/.dsvignore",
+            b".dsvignore\ncaf\xe9\nsecrets.env\n",
+            "line 2",
+        ),
+        ("data/.dsvignore", b".*\n[z-a].txt\nsecrets.env\n", "line 2"),
         (
             "data/.dsvignore",
             b"*.tmp\n[z-a].txt\nsecrets.env\n",
