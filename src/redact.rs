@@ -73,6 +73,13 @@ pub fn is_secret_parameter(name: &str) -> bool {
         .any(|part| name.contains(part))
 }
 
+/// True when `text` is (or holds, after any `://`) a URL with a user name or password, read
+/// as [`url`] reads one: a password holding `/` or `#` counts too.
+pub fn has_userinfo(text: &str) -> bool {
+    text.match_indices("://")
+        .any(|(at, _)| Parts::split(&text[at..]).is_some_and(|parts| parts.userinfo.is_some()))
+}
+
 /// What in `url` is a credential, in words (`None` when nothing is): a user name or
 /// password, or a query parameter that carries a signature, credential or token.
 pub fn credentials_in(url: &str) -> Option<String> {
@@ -196,12 +203,24 @@ struct Parts<'a> {
 impl<'a> Parts<'a> {
     fn split(url: &'a str) -> Option<Parts<'a>> {
         let (scheme, rest) = url.split_once("://")?;
-        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(authority_end);
-        let (userinfo, host) = match authority.rsplit_once('@') {
-            Some((userinfo, host)) => (Some(userinfo), host),
-            None => (None, authority),
+        // A password holding `/`, `?` or `#` (not percent-encoded, as a hand-typed URL has
+        // it) would end the authority early and hide the `@`: a `user:…@` before the first
+        // `@` counts as user information wherever the `@` is.
+        let (userinfo, rest) = match rest.split_once('@') {
+            Some((userinfo, after))
+                if !userinfo.contains(char::is_whitespace)
+                    && !userinfo.contains(['/', '?', '#'])
+                    || !userinfo.contains(char::is_whitespace)
+                        && userinfo.split_once(':').is_some_and(|(user, _)| {
+                            !user.is_empty() && !user.contains(['/', '?', '#'])
+                        }) =>
+            {
+                (Some(userinfo), after)
+            }
+            _ => (None, rest),
         };
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (host, tail) = rest.split_at(authority_end);
         let (before_fragment, fragment) = match tail.split_once('#') {
             Some((before, fragment)) => (before, Some(fragment)),
             None => (tail, None),
@@ -247,6 +266,28 @@ pub(crate) fn percent_decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_holding_a_slash_or_a_hash_is_redacted_whole() {
+        assert_eq!(
+            url("https://user:pa#ss@127.0.0.1:1/f.bin"),
+            "https://user:REDACTED@127.0.0.1:1/f.bin"
+        );
+        assert_eq!(
+            url("s3://AKIA:se/cret@bucket/p"),
+            "s3://AKIA:REDACTED@bucket/p"
+        );
+        assert!(credentials_in("s3://AKIA:se/cret@bucket/p").is_some());
+        // An `@` in a path is no user information.
+        assert_eq!(url("https://h/user@x/f"), "https://h/user@x/f");
+        assert!(credentials_in("https://h/user@x/f").is_none());
+        assert!(has_userinfo("s3://AKIA:se/cret@bucket/p"));
+        assert!(has_userinfo("http://proxy.local:3128 and http://u:p@h"));
+        assert!(!has_userinfo(
+            "http://proxy.local:3128 (ask admin@example.com)"
+        ));
+        assert!(!has_userinfo("https://h/user@x/f"));
+    }
 
     #[test]
     fn semicolons_and_fragments_are_redacted_too() {

@@ -196,10 +196,7 @@ fn is_secret_key(key: &str) -> bool {
 /// True when `text` is (or holds) a URL with a user name or password:
 /// `scheme://user:password@host/…`.
 pub fn has_userinfo(text: &str) -> bool {
-    text.split("://").skip(1).any(|rest| {
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        authority.contains('@')
-    })
+    crate::redact::has_userinfo(text)
 }
 
 /// Builds the `object_store` backend of a cloud URL (`s3://`, `s3a://`, `gs://`, `az://`,
@@ -243,12 +240,11 @@ pub fn cloud_backend(
                 // way dsv cannot use is refused, unless the environment gives credentials:
                 // falling back to what object_store finds itself (instance metadata) would
                 // sign as another identity than the one the profile names.
-                let env_credentials = [
-                    object_store::aws::AmazonS3ConfigKey::AccessKeyId,
-                    object_store::aws::AmazonS3ConfigKey::RoleArn,
-                ]
-                .iter()
-                .any(|key| builder.get_config_value(key).is_some());
+                // Whole credentials only: a key id without its secret signs nothing.
+                let set = |key| builder.get_config_value(&key).is_some();
+                let env_credentials = (set(object_store::aws::AmazonS3ConfigKey::AccessKeyId)
+                    && set(object_store::aws::AmazonS3ConfigKey::SecretAccessKey))
+                    || set(object_store::aws::AmazonS3ConfigKey::RoleArn);
                 if let Some(how) = profile.unsupported
                     && !env_credentials
                 {
