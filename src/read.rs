@@ -113,8 +113,9 @@ impl ReadEngine {
             });
         }
         let version = store.reader().version(&id)?;
-        // The dataset that holds it, which a rename changes; its object keeps the old name.
-        let dataset = store.catalog().version_record(&id)?.version.dataset;
+        // The dataset named (which a rename changes; the object keeps the old name, and two
+        // datasets may share the version).
+        let dataset = revision.dataset.clone();
         drop(store);
         Ok(VersionHandle {
             engine: self.inner.clone(),

@@ -493,6 +493,28 @@ impl CatalogWriter<'_> {
         };
         let mut left = std::collections::BTreeSet::new();
         for (version, old) in &moved {
+            // A version its own dataset's line still reaches stays filed there (a remote
+            // keeps the old name's ref after a rename): both datasets list it
+            // (crate::catalog::versions::MEMBERS), whichever it is filed under.
+            let old_name: Option<String> = self
+                .tx
+                .query_row("SELECT name FROM datasets WHERE id = ?1", [old], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            if let Some(old_name) = old_name {
+                let reached: bool = self.tx.query_row(
+                    &format!(
+                        "{} SELECT EXISTS (SELECT 1 FROM reach WHERE id = ?2)",
+                        crate::catalog::versions::MEMBERS
+                    ),
+                    params![old_name, version],
+                    |row| row.get(0),
+                )?;
+                if reached {
+                    continue;
+                }
+            }
             self.tx.execute(
                 "UPDATE versions SET dataset = ?2 WHERE id = ?1",
                 params![version, dataset],

@@ -192,15 +192,15 @@ impl Catalog {
         })
     }
 
-    /// Versions of dataset `name` whose hex id starts with `prefix`.
+    /// Versions of dataset `name` ([`MEMBERS`]) whose hex id starts with `prefix`.
     ///
     /// # Errors
     /// [`Error::Catalog`].
     pub fn versions_with_prefix(&self, name: &str, prefix: &str) -> Result<Vec<ObjectId>> {
         // Ids are BLOBs: compare on their hex form. Datasets rarely hold more than thousands of versions.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT v.id FROM versions v JOIN datasets d ON d.id = v.dataset WHERE d.name = ?1 AND lower(hex(v.id)) LIKE ?2 || '%'",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "{MEMBERS} SELECT v.id FROM versions v JOIN members m ON m.id = v.id WHERE lower(hex(v.id)) LIKE ?2 || '%'"
+        ))?;
         let ids = stmt.query_map(params![name, prefix], |row| id_column(row, 0))?;
         Ok(ids.collect::<rusqlite::Result<_>>()?)
     }
@@ -230,14 +230,15 @@ impl Catalog {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Every version of dataset `name`, newest first (by creation time, then id).
+    /// Every version of dataset `name` ([`MEMBERS`]), newest first (by creation time, then
+    /// id).
     ///
     /// # Errors
     /// [`Error::Catalog`].
     pub fn versions_of(&self, name: &str) -> Result<Vec<ObjectId>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT v.id FROM versions v JOIN datasets d ON d.id = v.dataset WHERE d.name = ?1 ORDER BY v.created_at DESC, v.id",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "{MEMBERS} SELECT v.id FROM versions v JOIN members m ON m.id = v.id ORDER BY v.created_at DESC, v.id"
+        ))?;
         let rows = stmt.query_map([name], |row| id_column(row, 0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -276,8 +277,7 @@ impl Catalog {
     /// [`Error::Catalog`].
     pub fn datasets(&self) -> Result<Vec<DatasetSummary>> {
         let mut stmt = self.conn.prepare(
-            "SELECT d.name, d.head, (SELECT count(*) FROM versions x WHERE x.dataset = d.id),
-                    v.file_count, v.byte_count, v.created_at
+            "SELECT d.name, d.head, v.file_count, v.byte_count, v.created_at
              FROM datasets d LEFT JOIN versions v ON v.id = d.head ORDER BY d.name",
         )?;
         let rows = stmt.query_map([], |row| {
@@ -285,15 +285,39 @@ impl Catalog {
             Ok(DatasetSummary {
                 name: row.get(0)?,
                 head: head.as_deref().and_then(ObjectId::from_slice),
-                versions: row.get::<_, i64>(2)? as u64,
-                files: row.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64,
-                bytes: row.get::<_, Option<i64>>(4)?.unwrap_or(0) as u64,
-                updated: row.get(5)?,
+                versions: 0,
+                files: row.get::<_, Option<i64>>(2)?.unwrap_or(0) as u64,
+                bytes: row.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64,
+                updated: row.get(4)?,
             })
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let mut summaries: Vec<DatasetSummary> = rows.collect::<rusqlite::Result<_>>()?;
+        // Counted as `log` lists them ([`MEMBERS`]): a few datasets, a query each.
+        let mut count = self.conn.prepare_cached(&format!(
+            "{MEMBERS} SELECT count(*) FROM versions v JOIN members m ON m.id = v.id"
+        ))?;
+        for summary in &mut summaries {
+            summary.versions = count.query_row([&summary.name], |row| row.get::<_, i64>(0))? as u64;
+        }
+        Ok(summaries)
     }
 }
+
+/// The versions of dataset `?1`, as `dsv log` lists them: those its head and tags reach by
+/// parents, and those filed under it. Two datasets can share versions: a remote keeps the
+/// old name's ref after a rename, or a dataset branches from another's version, and each
+/// lists the versions its own line reaches, whichever one a version is filed under. A SQL
+/// prefix defining `members(id)` for the statement after it.
+pub(crate) const MEMBERS: &str = "WITH RECURSIVE
+    reach(id) AS (
+        SELECT head FROM datasets WHERE name = ?1 AND head IS NOT NULL
+        UNION SELECT t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1
+        UNION SELECT v.parent FROM versions v JOIN reach r ON v.id = r.id WHERE v.parent IS NOT NULL
+    ),
+    members(id) AS (
+        SELECT id FROM reach
+        UNION SELECT v.id FROM versions v JOIN datasets d ON d.id = v.dataset WHERE d.name = ?1
+    )";
 
 impl CatalogWriter<'_> {
     /// Records `version` (id `id`), creating its dataset if new, and moves the dataset's head to it.

@@ -784,7 +784,8 @@ pub fn checkout(
         let checked_ns = workspace::now_ns();
         let mut spilled = stats.read_back()?;
         let writer = store.catalog_mut().writer()?;
-        let workspace_id = writer.set_workspace(&key, &record.version.dataset, &version_id)?;
+        // The dataset named, which may share the version with another (after a rename).
+        let workspace_id = writer.set_workspace(&key, &revision.dataset, &version_id)?;
         // Entries for paths where the target has no file go (first: a path the cache had
         // but the disk did not may be written now, and gets its entry below).
         writer.update_stat_cache(
@@ -857,7 +858,7 @@ pub fn checkout(
         Target::Trees(version) => (version.files, version.bytes),
     };
     Ok(CheckoutReport {
-        dataset: record.version.dataset.clone(),
+        dataset: revision.dataset.clone(),
         version: version_id,
         dir,
         files,

@@ -530,3 +530,42 @@ fn a_dsvignore_that_is_a_fifo_or_a_symlink_is_refused_never_opened() {
     env.ok(&["commit", "data", "-d", "ds"]);
     assert_eq!(datasets(&env, ".dsv"), [("ds".to_string(), 2)]);
 }
+
+/// The review of finding 4: a remote that keeps the old name's ref after a rename (push x,
+/// rename x y, push y) is cloned with both datasets listing every version, and checking out
+/// either names it.
+#[test]
+fn a_clone_of_a_remote_holding_both_names_lists_every_version_under_each() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "x", "-m", "one"]);
+    env.write("data/b.txt", "b");
+    env.ok(&["commit", "data", "-d", "x", "-m", "two"]);
+    let first = crate::common::version_ids(&env, "x")
+        .last()
+        .unwrap()
+        .clone();
+    let (_, url) = push_to_file_remote(&env, "remote", "x");
+    env.ok(&["rename", "x", "y"]);
+    env.ok(&["push", "y"]);
+    env.ok(&["clone", &url, "c"]);
+    assert_eq!(
+        datasets(&env, "c"),
+        [("x".to_string(), 2), ("y".to_string(), 2)]
+    );
+    for name in ["x", "y"] {
+        env.ok(&["--store", "c", "show", &format!("{name}@{}", &first[..12])]);
+        let dir = format!("out-{name}");
+        let said = env.ok(&["--store", "c", "checkout", name, &dir]);
+        assert!(said.contains(&format!("Checked out {name}@")), "{said}");
+        let status = env.json(&["--store", "c", "status", &dir]);
+        assert_eq!(status["dataset"], name, "{status}");
+    }
+    env.ok(&["--store", "c", "verify"]);
+    // Pulling the old name back does not take the versions from the new one.
+    env.ok(&["pull", "x"]);
+    assert_eq!(
+        datasets(&env, ".dsv"),
+        [("x".to_string(), 2), ("y".to_string(), 2)]
+    );
+}
