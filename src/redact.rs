@@ -190,6 +190,40 @@ pub fn text(text: &str) -> String {
     out
 }
 
+/// A URL fit to record (in a version's source, message and provenance, all of which a push
+/// copies to a remote): without its user information and without the query parameters that
+/// carry credentials, signatures or tokens ([`is_secret_parameter`]: presigned S3, GCS signed
+/// URLs, Azure SAS); the other parameters are kept, so a public file's URL still works for
+/// `dsv update`. Read as [`url`] reads a URL. Returns the URL and whether anything was
+/// removed; text that is not a `SCHEME://` URL is returned as it is.
+pub fn for_record(url: &str) -> (String, bool) {
+    let Some(parts) = Parts::split(url) else {
+        return (url.to_string(), false);
+    };
+    let mut redacted = parts.userinfo.is_some();
+    let mut out = format!("{}://{}{}", parts.scheme, parts.host, parts.path);
+    if let Some(query) = parts.query {
+        let kept: Vec<&str> = query_pairs(query)
+            .map(|(pair, _)| pair)
+            .filter(|pair| {
+                let secret =
+                    is_secret_parameter(&percent_decode(pair.split('=').next().unwrap_or("")));
+                redacted |= secret;
+                !secret
+            })
+            .collect();
+        if !kept.is_empty() {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
+    }
+    if let Some(fragment) = parts.fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    (out, redacted)
+}
+
 /// A URL's parts: `scheme://[userinfo@]host path[?query][#fragment]`.
 struct Parts<'a> {
     scheme: &'a str,
@@ -266,6 +300,41 @@ pub(crate) fn percent_decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_urls_lose_credentials_and_signatures_only() {
+        assert_eq!(
+            for_record(
+                "https://u:p@h:8/a/f.zip?X-Amz-Signature=s&a=1&x-amz-security-token=t&X%2DAmz%2DCredential=c#frag"
+            ),
+            ("https://h:8/a/f.zip?a=1#frag".to_string(), true)
+        );
+        assert_eq!(
+            for_record("https://acct.blob.core.windows.net/c/f?sv=2024&sig=abc&se=x&comp=list"),
+            (
+                "https://acct.blob.core.windows.net/c/f?comp=list".to_string(),
+                true
+            )
+        );
+        // Tokens under any name (one list: crate::redact::is_secret_parameter).
+        assert_eq!(
+            for_record("https://h/f?access_token=t&page=2&api_key=k"),
+            ("https://h/f?page=2".to_string(), true)
+        );
+        // `;` separates parameters too.
+        assert_eq!(
+            for_record("https://h/x.txt?a=1;X-Amz-Signature=S"),
+            ("https://h/x.txt?a=1".to_string(), true)
+        );
+        assert_eq!(
+            for_record("https://h/f?X-Goog-Signature=s"),
+            ("https://h/f".to_string(), true)
+        );
+        assert_eq!(
+            for_record("https://h/user@x/f?signed=1"),
+            ("https://h/user@x/f?signed=1".to_string(), false)
+        );
+    }
 
     #[test]
     fn a_password_holding_a_slash_or_a_hash_is_redacted_whole() {

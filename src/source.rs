@@ -309,7 +309,7 @@ impl Source {
                             source,
                         })?;
                     let recorded;
-                    (recorded, redacted) = redact_url(spec);
+                    (recorded, redacted) = crate::redact::for_record(spec);
                     let url = spec.to_string();
                     (Kind::Http { client, url }, recorded)
                 }
@@ -388,7 +388,7 @@ impl Source {
     }
 
     /// The source as recorded in provenance: the URL as given (an HTTP(S) URL without its
-    /// credentials: see [`redact_url`]), or a local path made absolute.
+    /// credentials: see [`crate::redact::for_record`]), or a local path made absolute.
     pub fn spec(&self) -> &str {
         &self.spec
     }
@@ -1091,91 +1091,9 @@ impl Read for Bounded {
     }
 }
 
-/// An HTTP(S) URL fit to record (in a version's source, message and provenance, all of which
-/// a push copies to a remote): without `user:password@` and without the query parameters
-/// that carry credentials, signatures or tokens (those [`crate::redact::is_secret_parameter`]
-/// names: presigned S3, GCS signed URLs, Azure SAS); the other parameters are kept, so a
-/// public file's URL still works for `dsv update`. Returns the URL and whether anything was
-/// removed.
-pub fn redact_url(url: &str) -> (String, bool) {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return (url.to_string(), false);
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    let mut redacted = host.len() != authority.len();
-    let (before_fragment, fragment) = match tail.split_once('#') {
-        Some((before, fragment)) => (before, Some(fragment)),
-        None => (tail, None),
-    };
-    let (path, query) = match before_fragment.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (before_fragment, None),
-    };
-    let mut out = format!("{scheme}://{host}{path}");
-    if let Some(query) = query {
-        let kept: Vec<&str> = crate::redact::query_pairs(query)
-            .map(|(pair, _)| pair)
-            .filter(|pair| {
-                let name = crate::redact::percent_decode(pair.split('=').next().unwrap_or(""));
-                let secret = crate::redact::is_secret_parameter(&name);
-                redacted |= secret;
-                !secret
-            })
-            .collect();
-        if !kept.is_empty() {
-            out.push('?');
-            out.push_str(&kept.join("&"));
-        }
-    }
-    if let Some(fragment) = fragment {
-        out.push('#');
-        out.push_str(fragment);
-    }
-    (out, redacted)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recorded_urls_lose_credentials_and_signatures_only() {
-        assert_eq!(
-            redact_url(
-                "https://u:p@h:8/a/f.zip?X-Amz-Signature=s&a=1&x-amz-security-token=t&X%2DAmz%2DCredential=c#frag"
-            ),
-            ("https://h:8/a/f.zip?a=1#frag".to_string(), true)
-        );
-        assert_eq!(
-            redact_url("https://acct.blob.core.windows.net/c/f?sv=2024&sig=abc&se=x&comp=list"),
-            (
-                "https://acct.blob.core.windows.net/c/f?comp=list".to_string(),
-                true
-            )
-        );
-        // Tokens under any name (one list: crate::redact::is_secret_parameter).
-        assert_eq!(
-            redact_url("https://h/f?access_token=t&page=2&api_key=k"),
-            ("https://h/f?page=2".to_string(), true)
-        );
-        // `;` separates parameters too.
-        assert_eq!(
-            redact_url("https://h/x.txt?a=1;X-Amz-Signature=S"),
-            ("https://h/x.txt?a=1".to_string(), true)
-        );
-        assert_eq!(
-            redact_url("https://h/f?X-Goog-Signature=s"),
-            ("https://h/f".to_string(), true)
-        );
-        assert_eq!(
-            redact_url("https://h/user@x/f?signed=1"),
-            ("https://h/user@x/f?signed=1".to_string(), false)
-        );
-    }
 
     #[test]
     fn etags_match_with_or_without_quotes() {
