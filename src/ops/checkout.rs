@@ -644,8 +644,10 @@ pub fn checkout(
     }
     // Made before anything is renamed into place, so a store whose temporary directory
     // cannot be written stops the checkout while the directory is as it was.
-    let mut stats = StatSpill::create(&store.temp_dir())?;
-    let mut staged_inodes = InodeSpill::create(&store.temp_dir())?;
+    let mut stats = RecordSpill::<STAT_RECORD>::create(&store.temp_dir())?;
+    let mut staged_inodes = RecordSpill::<INODE_RECORD>::create(&store.temp_dir())?;
+    // Files renamed into place (the stat spill holds symlinks too).
+    let mut files_applied = 0u64;
     progress.count_files(files_to_write);
     progress.start("writing", bytes_to_write, Unit::Bytes);
     let first_number = next_number;
@@ -732,7 +734,7 @@ pub fn checkout(
             let mut expected = Vec::with_capacity(batch.len());
             for _ in &batch {
                 expected.push(match &mut staged_inodes {
-                    Some(spilled) => spilled.next()?,
+                    Some(spilled) => inode_of(spilled.next()?),
                     None => None,
                 });
             }
@@ -762,7 +764,8 @@ pub fn checkout(
                 if swapped {
                     replaced.push(entry.path.clone());
                 }
-                stats.push(stat);
+                files_applied += u64::from(stat.is_some());
+                stats.push(&stat_record(stat));
             }
         }
     })?;
@@ -776,7 +779,7 @@ pub fn checkout(
     tracing::debug!(elapsed = ?clock.elapsed(), "applied");
     if !partial {
         // Record: wait out the racy margin once, then cache only files no one touched since.
-        if stats.files > 0 {
+        if files_applied > 0 {
             std::thread::sleep(std::time::Duration::from_nanos(
                 workspace::RACY_MARGIN_NS as u64,
             ));
@@ -802,7 +805,7 @@ pub fn checkout(
             for (entry, _) in &batch {
                 // Without the spilled stat (the spill failed), the file gets no entry.
                 let stat = match &mut spilled {
-                    Some(spilled) => spilled.next()?,
+                    Some(spilled) => stat_of(spilled.next()?),
                     None => None,
                 };
                 if matches!(entry.kind, FlatKind::File { .. }) {
@@ -883,7 +886,7 @@ fn stage_target(
     layout: &Layout<'_>,
     stager: &mut Stager<'_>,
     beside: &mut Vec<bool>,
-    inodes: &mut InodeSpill,
+    inodes: &mut RecordSpill<INODE_RECORD>,
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -938,7 +941,7 @@ fn stage_target(
             // The inodes staged, in the walk's order (the order applying replays).
             batch.sort_by_key(|job| job.position);
             for job in &batch {
-                inodes.push(job.inode.load(Ordering::Acquire));
+                inodes.push(&inode_record(job.inode.load(Ordering::Acquire)));
             }
             batch.clear();
             batch_bytes = 0;
@@ -1029,109 +1032,40 @@ impl Replay<'_, '_> {
     }
 }
 
-/// The lstat of each file and symlink a checkout renames into place, in order, spilled to
-/// an unnamed temporary file (removed by the system whatever happens) until the checkout
-/// is recorded: 37 bytes each, a tag (0 a symlink, 1 a file) then, for a file, size (u64),
-/// mtime and ctime (i64, ns), inode (u64) and mode (u32), little-endian (zeros for a
-/// symlink). A write that fails (a full disk) is not an error: applying must run to its
-/// end, and the files it wrote are then left out of the stat cache (hashed next time).
-struct StatSpill {
-    file: Option<std::io::BufWriter<File>>,
-    path: PathBuf,
-    /// Files pushed.
-    files: u64,
-}
-
-/// The inode of each file a checkout staged (0 for a symlink), in the order applying replays
-/// them: 8 bytes each (little-endian) in an unnamed temporary file. A write that fails (a
-/// full disk) leaves no inode to check against: those files then get no stat cache entry.
-struct InodeSpill {
+/// Fixed-size records of a checkout, `N` bytes each, spilled in order to an unnamed temporary
+/// file (removed by the system whatever happens) and read back in the same order, so that
+/// nothing is held per file. A write that fails (a full disk) is not an error: applying must
+/// run to its end; [`RecordSpill::read_back`] then gives `None`, and the files concerned get
+/// no stat cache entry (hashed next time). Two spills:
+/// - the staged inodes ([`INODE_RECORD`] bytes: the inode of each file staged, 0 for a
+///   symlink, u64 little-endian), in the order applying replays them;
+/// - the lstat of each file and symlink renamed into place ([`STAT_RECORD`] bytes: a tag, 0
+///   a symlink, 1 a file, then for a file size (u64), mtime and ctime (i64, ns), inode (u64)
+///   and mode (u32), little-endian; zeros for a symlink), read when recording.
+struct RecordSpill<const N: usize> {
     file: Option<std::io::BufWriter<File>>,
     path: PathBuf,
 }
 
-impl InodeSpill {
-    fn create(temp_dir: &Path) -> Result<InodeSpill> {
-        let file = tempfile::tempfile_in(temp_dir).at(temp_dir)?;
-        Ok(InodeSpill {
-            file: Some(std::io::BufWriter::with_capacity(1 << 16, file)),
-            path: temp_dir.to_path_buf(),
-        })
-    }
-
-    fn push(&mut self, inode: u64) {
-        if let Some(file) = &mut self.file
-            && file.write_all(&inode.to_le_bytes()).is_err()
-        {
-            self.file = None;
-        }
-    }
-
-    /// A reader from the first inode; `None` when a write failed.
-    ///
-    /// # Errors
-    /// [`Error::Io`] when the file cannot be read from its start.
-    fn read_back(self) -> Result<Option<SpilledInodes>> {
-        let Some(writer) = self.file else {
-            return Ok(None);
-        };
-        let Ok(mut file) = writer.into_inner() else {
-            return Ok(None);
-        };
-        std::io::Seek::rewind(&mut file).at(&self.path)?;
-        Ok(Some(SpilledInodes {
-            file: std::io::BufReader::with_capacity(1 << 16, file),
-            path: self.path,
-        }))
-    }
-}
-
-/// [`InodeSpill`]'s inodes, read back in order.
-struct SpilledInodes {
-    file: std::io::BufReader<File>,
-    path: PathBuf,
-}
-
-impl SpilledInodes {
-    /// The next inode: `None` for a symlink.
-    ///
-    /// # Errors
-    /// [`Error::Io`], also when the spill ends early.
-    fn next(&mut self) -> Result<Option<u64>> {
-        let mut inode = [0u8; 8];
-        std::io::Read::read_exact(&mut self.file, &mut inode).at(&self.path)?;
-        Ok(Some(u64::from_le_bytes(inode)).filter(|inode| *inode != 0))
-    }
-}
-
-/// The bytes of one [`StatSpill`] record.
+/// The bytes of one staged inode in a [`RecordSpill`].
+const INODE_RECORD: usize = 8;
+/// The bytes of one lstat in a [`RecordSpill`].
 const STAT_RECORD: usize = 37;
 
-impl StatSpill {
-    fn create(temp_dir: &Path) -> Result<StatSpill> {
+impl<const N: usize> RecordSpill<N> {
+    fn create(temp_dir: &Path) -> Result<RecordSpill<N>> {
         let file = tempfile::tempfile_in(temp_dir).at(temp_dir)?;
-        Ok(StatSpill {
+        Ok(RecordSpill {
             file: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
             path: temp_dir.to_path_buf(),
-            files: 0,
         })
     }
 
-    fn push(&mut self, stat: Option<Stat>) {
-        let mut record = [0u8; STAT_RECORD];
-        if let Some(stat) = stat {
-            self.files += 1;
-            record[0] = 1;
-            record[1..9].copy_from_slice(&stat.size.to_le_bytes());
-            record[9..17].copy_from_slice(&stat.mtime_ns.to_le_bytes());
-            record[17..25].copy_from_slice(&stat.ctime_ns.to_le_bytes());
-            record[25..33].copy_from_slice(&stat.inode.to_le_bytes());
-            record[33..37].copy_from_slice(&stat.mode.to_le_bytes());
-        }
+    fn push(&mut self, record: &[u8; N]) {
         if let Some(file) = &mut self.file
-            && let Err(error) = file.write_all(&record)
+            && let Err(error) = file.write_all(record)
         {
-            tracing::debug!(%error, "the stat spill failed: written files are not cached");
+            tracing::debug!(%error, "a checkout spill failed: written files are not cached");
             self.file = None;
         }
     }
@@ -1140,7 +1074,7 @@ impl StatSpill {
     ///
     /// # Errors
     /// [`Error::Io`] when the file cannot be read from its start.
-    fn read_back(self) -> Result<Option<SpilledStats>> {
+    fn read_back(self) -> Result<Option<SpilledRecords<N>>> {
         let Some(writer) = self.file else {
             return Ok(None);
         };
@@ -1148,40 +1082,68 @@ impl StatSpill {
             return Ok(None);
         };
         std::io::Seek::rewind(&mut file).at(&self.path)?;
-        Ok(Some(SpilledStats {
+        Ok(Some(SpilledRecords {
             file: std::io::BufReader::with_capacity(1 << 20, file),
             path: self.path,
         }))
     }
 }
 
-/// [`StatSpill`]'s records, read back in order.
-struct SpilledStats {
+/// A [`RecordSpill`]'s records, read back in order.
+struct SpilledRecords<const N: usize> {
     file: std::io::BufReader<File>,
     path: PathBuf,
 }
 
-impl SpilledStats {
-    /// The next record: `None` for a symlink.
+impl<const N: usize> SpilledRecords<N> {
+    /// The next record.
     ///
     /// # Errors
     /// [`Error::Io`], also when the spill ends early.
-    fn next(&mut self) -> Result<Option<Stat>> {
-        let mut record = [0u8; STAT_RECORD];
+    fn next(&mut self) -> Result<[u8; N]> {
+        let mut record = [0u8; N];
         std::io::Read::read_exact(&mut self.file, &mut record).at(&self.path)?;
-        if record[0] == 0 {
-            return Ok(None);
-        }
-        let u64_at =
-            |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or_default());
-        Ok(Some(Stat {
-            size: u64_at(1),
-            mtime_ns: u64_at(9) as i64,
-            ctime_ns: u64_at(17) as i64,
-            inode: u64_at(25),
-            mode: u32::from_le_bytes(record[33..37].try_into().unwrap_or_default()),
-        }))
+        Ok(record)
     }
+}
+
+/// A staged inode as a [`RecordSpill`] record (0: none, a symlink).
+fn inode_record(inode: u64) -> [u8; INODE_RECORD] {
+    inode.to_le_bytes()
+}
+
+/// The staged inode of an [`inode_record`]: `None` for a symlink.
+fn inode_of(record: [u8; INODE_RECORD]) -> Option<u64> {
+    Some(u64::from_le_bytes(record)).filter(|inode| *inode != 0)
+}
+
+/// An lstat as a [`RecordSpill`] record (`None`: a symlink).
+fn stat_record(stat: Option<Stat>) -> [u8; STAT_RECORD] {
+    let mut record = [0u8; STAT_RECORD];
+    if let Some(stat) = stat {
+        record[0] = 1;
+        record[1..9].copy_from_slice(&stat.size.to_le_bytes());
+        record[9..17].copy_from_slice(&stat.mtime_ns.to_le_bytes());
+        record[17..25].copy_from_slice(&stat.ctime_ns.to_le_bytes());
+        record[25..33].copy_from_slice(&stat.inode.to_le_bytes());
+        record[33..37].copy_from_slice(&stat.mode.to_le_bytes());
+    }
+    record
+}
+
+/// The lstat of a [`stat_record`]: `None` for a symlink.
+fn stat_of(record: [u8; STAT_RECORD]) -> Option<Stat> {
+    if record[0] == 0 {
+        return None;
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().unwrap_or_default());
+    Some(Stat {
+        size: u64_at(1),
+        mtime_ns: u64_at(9) as i64,
+        ctime_ns: u64_at(17) as i64,
+        inode: u64_at(25),
+        mode: u32::from_le_bytes(record[33..37].try_into().unwrap_or_default()),
+    })
 }
 
 /// The files `selection` picks of `entries`, with the directories on their paths, in the
