@@ -56,19 +56,6 @@ pub fn check_type(dir: &Path) -> Result<()> {
     })
 }
 
-/// When `relative` (a `/`-separated path a walk of `root` listed) names an ignore file,
-/// [`check`]s it.
-///
-/// # Errors
-/// As [`check`].
-pub fn check_listed(root: &Path, relative: &str) -> Result<()> {
-    let (dir, name) = relative.rsplit_once('/').unwrap_or(("", relative));
-    if name != crate::walk::IGNORE_FILE {
-        return Ok(());
-    }
-    check(&root.join(dir), &root.join(relative))
-}
-
 /// Checks that every line of the ignore file `path` (in directory `dir`, which its rules are
 /// relative to) is UTF-8 and a rule that parses.
 ///

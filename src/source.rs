@@ -824,7 +824,6 @@ fn local_list(path: &FsPath) -> Result<Listing> {
     scan.refuse_unsupported(path)?;
     let mut objects = Vec::new();
     for entry in scan.entries {
-        crate::ignore_file::check_listed(path, &entry.path)?;
         let full = path.join(&entry.path);
         let (executable, symlink) = match entry.kind {
             crate::walk::ScanKind::File { executable } => (executable, None),

@@ -50,9 +50,6 @@ const CACHE_BATCH: usize = 4096;
 /// each, whatever the directory's size.
 pub(crate) struct DiskStream {
     walker: walk::Walker,
-    /// The walked directory when `.dsvignore` files are obeyed: each one the walk lists is
-    /// checked whole ([`crate::ignore_file::check`]).
-    ignore_files_in: Option<PathBuf>,
     cache: Option<CacheRows>,
     /// Paths of stat cache entries that no entry of the walk had (deleted or left-out files).
     uncached_rows: Vec<String>,
@@ -74,7 +71,6 @@ impl DiskStream {
         let walker = walk::Walker::start(dir, exclude, obey_ignore_files)?;
         Ok(DiskStream {
             walker,
-            ignore_files_in: obey_ignore_files.then(|| dir.to_path_buf()),
             cache: cache_of.map(|workspace| CacheRows::start(catalog, workspace)),
             uncached_rows: Vec::new(),
         })
@@ -95,9 +91,6 @@ impl DiskStream {
         };
         let mut items = Vec::with_capacity(batch.len());
         for entry in batch {
-            if let Some(root) = &self.ignore_files_in {
-                crate::ignore_file::check_listed(root, &entry.path)?;
-            }
             let mut cached = None;
             if let Some(cache) = &mut self.cache {
                 while let Some(order) = cache.peek_order(&entry.path)? {
