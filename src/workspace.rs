@@ -63,27 +63,6 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// The file id of the file at `path` (BLAKE3 of its bytes, as `b3sum` prints it).
-///
-/// # Errors
-/// [`crate::Error::Io`].
-pub fn hash_file(path: &Path) -> Result<ObjectId> {
-    Ok(hash_file_and_stat(path)?.0)
-}
-
-/// The file id of the file at `path`, and the stat (`fstat`) of the file it read, taken after
-/// the last byte was read. A stat cache entry may be written for a stat taken before (by a
-/// walk) only when this stat equals it: the file at that path may have been replaced (a
-/// directory renamed away and back keeps its files' ctimes) or written while it was read.
-/// The last name is not followed and never waited on (`O_NOFOLLOW | O_NONBLOCK`): a symlink
-/// or a FIFO put there since the walk is an error, not a read outside or a hang.
-///
-/// # Errors
-/// [`crate::Error::Io`], also when `path` is not a regular file.
-pub fn hash_file_and_stat(path: &Path) -> Result<(ObjectId, Stat)> {
-    hash_open_file(&open_regular(path)?, path)
-}
-
 /// Opens the regular file at `path` for reading, as a walk found it: its last name is not
 /// followed and the open never waits (`O_NOFOLLOW | O_NONBLOCK`), and anything but a regular
 /// file is refused, so a symlink or a FIFO put there since the walk is an error, not a read
@@ -116,7 +95,10 @@ fn not_regular(path: &Path) -> crate::Error {
 
 /// The file id of the open `file` (all of it, read from offset 0 with `pread`, so a handle
 /// shared with writers at their own offsets can be hashed), and its stat (`fstat`) taken
-/// after the last byte was read; `path` names it in errors.
+/// after the last byte was read; `path` names it in errors. A stat cache entry may be written
+/// for a stat taken before (by a walk) only when this stat equals it: the file at that path
+/// may have been replaced (a directory renamed away and back keeps its files' ctimes) or
+/// written while it was read.
 ///
 /// # Errors
 /// [`crate::Error::Io`], also when `file` is not a regular file (a FIFO or a device put in a

@@ -194,7 +194,7 @@ impl CacheRows {
 /// reporting bytes and files; their ids, in order, each with the stat cache entry the walk's
 /// stat (`entry.stat`, taken no earlier than `checked_ns`) makes: `None` when that stat is racy
 /// ([`workspace::entry`]) or the file read no longer had it once read
-/// ([`workspace::hash_file_and_stat`]), so that an entry vouches only for a file read.
+/// ([`workspace::hash_open_file`]), so that an entry vouches only for a file read.
 pub(crate) fn hash_files<T: Sync>(
     dir: &Path,
     files: &[(T, &ScanEntry)],
