@@ -454,19 +454,40 @@ mod libc_mode {
     pub const S_IFDIR: u32 = 0o040_000;
 }
 
-/// Removes everything in the open directory `dir`, depth first, following no symlink.
+/// Removes everything in the open directory `dir`, depth first, following no symlink. The
+/// open directories are a stack, not a recursion: a chain of directories planted deeper than
+/// the thread's stack ends in an error (out of file descriptors at worst), never a crash.
 fn empty_dir(dir: OwnedFd) -> nix::Result<()> {
-    let mut listing = nix::dir::Dir::from_fd(dir)?;
-    let mut names = Vec::new();
-    for entry in listing.iter() {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(entry.file_name().to_owned());
+    /// An open directory, the names in it still to remove, and its name in its parent.
+    type Frame = (
+        nix::dir::Dir,
+        Vec<std::ffi::CString>,
+        Option<std::ffi::CString>,
+    );
+    fn open(dir: OwnedFd, name: Option<std::ffi::CString>) -> nix::Result<Frame> {
+        let mut listing = nix::dir::Dir::from_fd(dir)?;
+        let mut names = Vec::new();
+        for entry in listing.iter() {
+            let entry = entry?;
+            let bytes = entry.file_name().to_bytes();
+            if bytes != b"." && bytes != b".." {
+                names.push(entry.file_name().to_owned());
+            }
         }
+        Ok((listing, names, name))
     }
-    let fd = listing.as_fd();
-    for name in names {
+    let mut stack = vec![open(dir, None)?];
+    while let Some((listing, names, _)) = stack.last_mut() {
+        let fd = listing.as_fd();
+        let Some(name) = names.pop() else {
+            // Emptied: remove it from its parent (the first directory stays, for the caller).
+            if let Some((_, _, Some(name))) = stack.pop()
+                && let Some((parent, _, _)) = stack.last()
+            {
+                nix::unistd::unlinkat(parent.as_fd(), name.as_c_str(), UnlinkatFlags::RemoveDir)?;
+            }
+            continue;
+        };
         let stat = nix::sys::stat::fstatat(fd, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
         if stat.st_mode & libc_mode::S_IFMT == libc_mode::S_IFDIR {
             let below = nix::fcntl::openat(
@@ -475,8 +496,7 @@ fn empty_dir(dir: OwnedFd) -> nix::Result<()> {
                 OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                 Mode::empty(),
             )?;
-            empty_dir(below)?;
-            nix::unistd::unlinkat(fd, name.as_c_str(), UnlinkatFlags::RemoveDir)?;
+            stack.push(open(below, Some(name))?);
         } else {
             nix::unistd::unlinkat(fd, name.as_c_str(), UnlinkatFlags::NoRemoveDir)?;
         }
@@ -626,6 +646,41 @@ mod tests {
         assert!(dir.rename_then_lstat("d/e/b", "link/b").is_err());
         assert!(dir.rename_then_lstat("link/none", "d/x").is_err());
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_chain_of_directories_deeper_than_the_stack_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("deep")).unwrap();
+        // 3,000 levels, made relative to each other (the whole path is past PATH_MAX).
+        let mut fd = nix::fcntl::open(
+            &root.path().join("deep"),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        for _ in 0..3000 {
+            nix::sys::stat::mkdirat(&fd, "d", Mode::from_bits_truncate(0o755)).unwrap();
+            fd = nix::fcntl::openat(
+                &fd,
+                "d",
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                Mode::empty(),
+            )
+            .unwrap();
+        }
+        drop(fd);
+        let dir = BeneathDir::open(root.path()).unwrap();
+        // On a stack far too small for a recursion 3,000 deep.
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(128 * 1024)
+                .spawn_scoped(scope, || dir.remove_dir_all("deep").unwrap())
+                .unwrap()
+                .join()
+                .unwrap();
+        });
+        assert!(!root.path().join("deep").exists());
     }
 
     #[test]
