@@ -744,3 +744,23 @@ fn config_in_text() {
     --- stderr
     ");
 }
+
+#[test]
+fn a_checkout_that_carries_a_change_over_says_so() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "one\n");
+    env.write("data/b.txt", "keep\n");
+    env.ok(&["commit", "data", "-d", "demo", "-t", "v1"]);
+    env.write("data/a.txt", "two\n");
+    env.ok(&["commit", "data", "-d", "demo", "-t", "v2"]);
+    env.ok(&["checkout", "demo@v1", "work"]);
+    env.write("work/b.txt", "mine\n");
+    assert_snapshot!(human(&env, &["checkout", "demo@v2", "work"]), @"
+    exit: 0
+    --- stdout
+    Checked out demo@[SHORT] into [ROOT]/work: 2 files, 9 B
+      wrote 1 (4 B), deleted 0, 0 already up to date
+      kept 1 uncommitted change(s) that this version does not touch (`dsv status` lists them)
+    --- stderr
+    ");
+}

@@ -30,59 +30,49 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ShardsArgs) -> anyhow::Result<u8> {
     selection.include = args.include.clone();
     selection.files_from = args.files_from.as_deref().map(read_list).transpose()?;
     let engine = dsv::read::ReadEngine::new(open_store(cli)?, Default::default());
-    if !ui.json {
-        // The table names each shard's first and last path only.
-        let mut plans = Vec::new();
-        dsv::read::shards_each(
-            &engine,
-            &args.revision,
-            args.count,
-            &selection,
-            |plan, paths| {
-                let first = paths.next().map(str::to_string);
-                let last = paths.last().map(str::to_string).or_else(|| first.clone());
-                plans.push(dsv::read::ShardPlan {
-                    paths: first.into_iter().chain(last).collect(),
-                    ..plan
-                });
-                Ok(())
-            },
-        )?;
-        ui.line(render::shards(&plans))?;
-        return Ok(error::SUCCESS);
-    }
-    // JSON streams: each shard's paths are written as they are read, never copied.
-    let mut shards = ui::JsonArray::start(0);
+    // The table names each shard's first and last path only; JSON streams every path as it
+    // is read, never copied.
+    let mut table = Vec::new();
+    let mut shards = ui.json.then(|| ui::JsonArray::start(0));
     let mut failure = None;
-    dsv::read::shards_each(
-        &engine,
-        &args.revision,
-        args.count,
-        &selection,
-        |plan, paths| {
-            let write = || -> anyhow::Result<()> {
-                shards.push_raw(&format!(
+    let mut each = |plan: dsv::read::ShardPlan, paths: &mut dyn Iterator<Item = &str>| {
+        let Some(shards) = &mut shards else {
+            let first = paths.next().map(str::to_string);
+            let last = paths.last().map(str::to_string).or_else(|| first.clone());
+            table.push(dsv::read::ShardPlan {
+                paths: first.into_iter().chain(last).collect(),
+                ..plan
+            });
+            return Ok(());
+        };
+        let write = || -> anyhow::Result<()> {
+            shards.push_raw(&format!(
                 "{{\n    \"index\": {},\n    \"files\": {},\n    \"bytes\": {},\n    \"paths\": ",
                 plan.index, plan.files, plan.bytes
             ))?;
-                let mut listed = ui::JsonArray::start(2);
-                for path in paths {
-                    listed.push(&path)?;
-                }
-                listed.finish()?;
-                ui::print_raw("\n  }")
-            };
-            write().map_err(|error| {
-                failure = Some(error);
-                dsv::Error::Interrupted
-            })
-        },
-    )
-    .map_err(|error| match failure.take() {
-        Some(failure) => failure,
-        None => error.into(),
-    })?;
-    shards.finish()?;
-    ui::print_raw("\n")?;
+            let mut listed = ui::JsonArray::start(2);
+            for path in paths {
+                listed.push(&path)?;
+            }
+            listed.finish()?;
+            ui::print_raw("\n  }")
+        };
+        write().map_err(|error| {
+            failure = Some(error);
+            dsv::Error::Interrupted
+        })
+    };
+    let listed = dsv::read::shards_each(&engine, &args.revision, args.count, &selection, &mut each);
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    listed?;
+    match shards {
+        Some(shards) => {
+            shards.finish()?;
+            ui::print_raw("\n")?;
+        }
+        None => ui.line(render::shards(&table))?,
+    }
     Ok(error::SUCCESS)
 }
