@@ -202,24 +202,23 @@ pub fn for_record(url: &str) -> (String, bool) {
     };
     let mut redacted = parts.userinfo.is_some();
     let mut out = format!("{}://{}{}", parts.scheme, parts.host, parts.path);
-    if let Some(query) = parts.query {
-        let kept: Vec<&str> = query_pairs(query)
+    // The query's secret parameters go, and the fragment's (`#access_token=…`): a recorded
+    // URL travels with every push.
+    for (mark, part) in [('?', parts.query), ('#', parts.fragment)] {
+        let Some(part) = part else { continue };
+        let kept: Vec<&str> = query_pairs(part)
             .map(|(pair, _)| pair)
             .filter(|pair| {
-                let secret =
-                    is_secret_parameter(&percent_decode(pair.split('=').next().unwrap_or("")));
+                let secret = pair.contains('=')
+                    && is_secret_parameter(&percent_decode(pair.split('=').next().unwrap_or("")));
                 redacted |= secret;
                 !secret
             })
             .collect();
         if !kept.is_empty() {
-            out.push('?');
+            out.push(mark);
             out.push_str(&kept.join("&"));
         }
-    }
-    if let Some(fragment) = parts.fragment {
-        out.push('#');
-        out.push_str(fragment);
     }
     (out, redacted)
 }
@@ -325,6 +324,14 @@ mod tests {
         assert_eq!(
             for_record("https://h/x.txt?a=1;X-Amz-Signature=S"),
             ("https://h/x.txt?a=1".to_string(), true)
+        );
+        assert_eq!(
+            for_record("https://h/cb#access_token=T&state=s"),
+            ("https://h/cb#state=s".to_string(), true)
+        );
+        assert_eq!(
+            for_record("https://h/doc#section-2"),
+            ("https://h/doc#section-2".to_string(), false)
         );
         assert_eq!(
             for_record("https://h/f?X-Goog-Signature=s"),
