@@ -128,6 +128,42 @@ impl ReadEngine {
         })
     }
 
+    /// Opens again, in this engine, the version `listing` was taken from
+    /// ([`VersionHandle::listing`]), without resolving a revision or reading a tree: a new
+    /// lease, a check that the version is still here and not removed, and the listing reused.
+    /// This is how a process forked from the one that opened a version (a PyTorch
+    /// `DataLoader` worker) gets a handle of its own at the cost of one catalog query, where
+    /// [`ReadEngine::version`] would list every path again (or, unlisted, read the trees on
+    /// every path it opens).
+    ///
+    /// # Errors
+    /// [`Error::VersionRemoved`] when the version was removed since; [`Error::MissingObject`]
+    /// when its version object is no longer in this store; catalog and lease errors.
+    pub fn reopen(&self, listing: &VersionListing) -> Result<VersionHandle> {
+        let store = self.inner.lock_store();
+        let id = listing.inner.id;
+        let lease = Arc::new(Lease::take(&store, &[id])?);
+        if store.catalog().removed_at(&id)?.is_some() {
+            return Err(Error::VersionRemoved {
+                version: id.to_hex(),
+            });
+        }
+        // Still here (a gc may have collected it since the listing was taken).
+        let version = store.reader().version(&id)?;
+        drop(store);
+        let entries = std::sync::OnceLock::new();
+        let _ = entries.set(listing.inner.entries.clone());
+        Ok(VersionHandle {
+            engine: self.inner.clone(),
+            revision: listing.inner.revision.clone(),
+            id,
+            dataset: listing.inner.dataset.clone(),
+            version,
+            entries,
+            lease,
+        })
+    }
+
     /// Bytes of decompressed frames held in the shared cache now.
     pub fn cached_bytes(&self) -> u64 {
         self.inner.cache.used()
@@ -151,8 +187,8 @@ pub struct VersionHandle {
     version: Version,
     /// In path order ([`crate::walk::path_order`]), as the version's trees list them: a
     /// path is found by binary search, and a directory's entries follow it. Listed on the
-    /// first call that needs every path.
-    entries: std::sync::OnceLock<Vec<FlatEntry>>,
+    /// first call that needs every path (or taken from a [`VersionListing`]).
+    entries: std::sync::OnceLock<Arc<[FlatEntry]>>,
     /// Keeps gc from deleting or moving what the version holds while it is read.
     lease: Arc<Lease>,
 }
@@ -183,12 +219,30 @@ impl VersionHandle {
         if let Some(entries) = self.entries.get() {
             return Ok(entries);
         }
-        let listed = {
+        let listed: Arc<[FlatEntry]> = {
             let store = self.engine.lock_store();
-            crate::tree::flatten_version(&mut store.reader(), &self.version)?
+            crate::tree::flatten_version(&mut store.reader(), &self.version)?.into()
         };
         // Two threads may list at once; both listings are the same.
         Ok(self.entries.get_or_init(|| listed))
+    }
+
+    /// The version's identity and path listing as plain data ([`VersionListing`]), listing
+    /// it first when needed (as [`VersionHandle::entries`]). Shares the listing: no copy.
+    ///
+    /// # Errors
+    /// As [`VersionHandle::entries`].
+    pub fn listing(&self) -> Result<VersionListing> {
+        self.entries()?;
+        let entries = self.entries.get().cloned().unwrap_or_else(|| Arc::from([]));
+        Ok(VersionListing {
+            inner: Arc::new(ListingData {
+                revision: self.revision.clone(),
+                id: self.id,
+                dataset: self.dataset.clone(),
+                entries,
+            }),
+        })
     }
 
     /// Whether the version's paths have been listed (by a call that needs them all): until
@@ -317,6 +371,40 @@ impl VersionHandle {
             revision: self.revision.clone(),
             path: path.to_string(),
         }
+    }
+}
+
+/// A version's identity (id, the dataset and revision it was opened as) and its path listing,
+/// as plain data: no file descriptor, database connection, lock or lease. Made only by
+/// [`VersionHandle::listing`], so it always describes the version it names; cheap to clone
+/// (shared). A process keeps it across `fork()` (where the handle's connection and lease
+/// must not be used) and opens the version again with [`ReadEngine::reopen`].
+#[derive(Clone)]
+pub struct VersionListing {
+    inner: Arc<ListingData>,
+}
+
+struct ListingData {
+    revision: String,
+    id: ObjectId,
+    dataset: String,
+    entries: Arc<[FlatEntry]>,
+}
+
+impl VersionListing {
+    /// The version's id.
+    pub fn id(&self) -> ObjectId {
+        self.inner.id
+    }
+
+    /// The number of entries listed (directories, files and symlinks).
+    pub fn len(&self) -> usize {
+        self.inner.entries.len()
+    }
+
+    /// True when the version has no entry at all.
+    pub fn is_empty(&self) -> bool {
+        self.inner.entries.is_empty()
     }
 }
 

@@ -18,6 +18,8 @@ fetched on first read and kept in the store, once for every rank and worker on t
 from __future__ import annotations
 
 import math
+import multiprocessing
+import multiprocessing.context
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -142,6 +144,29 @@ def _check_rank(rank: int, world_size: int) -> None:
         )
 
 
+class _SharedPosition:
+    """Where iteration starts, in memory shared with ``DataLoader`` workers: the epoch, the
+    epoch of a loaded resume position and that position, the rank and the world size. The main
+    process writes it (``set_epoch``, ``load_state_dict``, the end of an epoch); a worker reads
+    it each time its iteration starts, so persistent workers (``persistent_workers=True``)
+    follow the main process's epoch. Fork workers share the pages; spawn and forkserver
+    workers receive the memory's descriptor when they start (multiprocessing's inheritance).
+    A dataset pickled any other way (``pickle.dumps``, ``copy.deepcopy``) gets a memory of its
+    own, filled from its fields."""
+
+    FIELDS = 5
+
+    def __init__(self) -> None:
+        self.values = multiprocessing.RawArray("q", self.FIELDS)
+
+    def write(self, epoch: int, resume_epoch: int, resume: int, rank: int, world: int) -> None:
+        self.values[:] = [epoch, resume_epoch, resume, rank, world]
+
+    def read(self) -> Tuple[int, int, int, int, int]:
+        epoch, resume_epoch, resume, rank, world = self.values[:]
+        return epoch, resume_epoch, resume, rank, world
+
+
 class IterableVersionDataset(torch.utils.data.IterableDataset):
     """A version's files (those ``include`` selects) as an ``IterableDataset`` for
     distributed training.
@@ -163,6 +188,9 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
     it), the share is whole batches, worker ``w`` taking batches ``w, w + n, ...``: the order
     the loader hands batches over (it asks the workers in turn) is then exactly the rank's
     order, which is what makes ``state_dict()`` exact with workers.
+
+    Persistent workers (``persistent_workers=True``) follow ``set_epoch`` and
+    ``load_state_dict``: the epoch and resume position live in memory shared with the workers.
 
     Resuming: ``state_dict()`` records the epoch and how many of this rank's samples the
     training loop has consumed in it; ``load_state_dict(state)`` makes the next pass over that
@@ -206,7 +234,20 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         self._resume = 0
         # This rank's samples of the current epoch consumed, as far as this process knows.
         self._consumed = 0
+        self._shared = _SharedPosition()
         self._resolve()
+        self._publish()
+
+    def _publish(self) -> None:
+        """Writes where iteration starts to the memory the workers read (main process)."""
+        rank, world = self._rank_world
+        self._shared.write(self.epoch, self._resume_epoch, self._resume, rank, world)
+
+    def _adopt(self) -> None:
+        """In a worker: takes the main process's epoch, resume position, rank and world size."""
+        epoch, resume_epoch, resume, rank, world = self._shared.read()
+        self.epoch, self._resume_epoch, self._resume = epoch, resume_epoch, resume
+        self._rank_world = (rank, world)
 
     # -- rank, world size and order -------------------------------------------------------
 
@@ -214,9 +255,10 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         """Rank and world size, read from torch.distributed in the main process."""
         if self._explicit is None and torch.utils.data.get_worker_info() is None:
             found = _distributed()
-            if found is not None:
+            if found is not None and found != self._rank_world:
                 _check_rank(*found)
                 self._rank_world = found
+                self._publish()
         return self._rank_world
 
     @property
@@ -268,6 +310,7 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         if epoch != self.epoch:
             self._consumed = 0
         self.epoch = int(epoch)
+        self._publish()
 
     def state_dict(self, samples_seen: Optional[int] = None) -> Dict[str, Any]:
         """Progress to save in a checkpoint: the epoch and how many of this rank's samples of
@@ -312,6 +355,7 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         self._resume_epoch = self.epoch
         self._resume = seen
         self._consumed = seen
+        self._publish()
 
     # -- iteration ------------------------------------------------------------------------
 
@@ -332,6 +376,8 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         in_main = torch.utils.data.get_worker_info() is None
+        if not in_main:
+            self._adopt()
         self._resolve()
         start = self._start()
         remaining = self.rank_order()[start:]
@@ -356,33 +402,37 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         if self._resume_epoch == self.epoch:
             self._resume_epoch = -1
             self._resume = 0
+            self._publish()
 
     def __getstate__(self) -> Dict[str, Any]:
         # Pickled in the main process when spawn workers start: the rank is read here, where
         # torch.distributed is initialized (a worker has no process group).
         self._resolve()
-        return dict(self.__dict__)
+        state = dict(self.__dict__)
+        if multiprocessing.context.get_spawning_popen() is None:
+            # Not a worker being started: shared memory travels only to a child process.
+            state["_shared"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._shared is None:
+            self._shared = _SharedPosition()
+            self._publish()
 
 
 class DataLoader(torch.utils.data.DataLoader):
     """``torch.utils.data.DataLoader`` that keeps an :class:`IterableVersionDataset`'s
     progress exact: it gives the dataset its ``batch_size`` (so workers take whole batches in
     turn) and counts the samples the loop has consumed, so ``dataset.state_dict()`` needs no
-    argument. Any other dataset works as with the plain class.
-
-    Workers are started anew at each epoch (``persistent_workers`` must stay off: running
-    workers would not see ``set_epoch``).
+    argument. Any other dataset works as with the plain class. ``persistent_workers=True``
+    works (workers read the epoch from memory shared with the main process).
     """
 
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
-        if isinstance(dataset, IterableVersionDataset):
-            if self.persistent_workers:
-                raise ValueError(
-                    "persistent_workers=True would keep workers on the epoch they started with; leave it off"
-                )
-            if self.batch_size is not None:
-                dataset.batch_size = self.batch_size
+        if isinstance(dataset, IterableVersionDataset) and self.batch_size is not None:
+            dataset.batch_size = self.batch_size
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.dataset

@@ -161,12 +161,7 @@ impl PyStore {
             handle.entries()?;
             Ok(handle)
         })?;
-        PyVersion::new(
-            py,
-            slf.clone().unbind(),
-            revision.to_string(),
-            handle,
-        )
+        PyVersion::new(py, slf.clone().unbind(), revision.to_string(), handle)
     }
 
     /// Commits directory `dir` as a new version of `dataset` (created if new), as

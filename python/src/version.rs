@@ -7,7 +7,7 @@ use dsv::Error;
 use dsv::ObjectId;
 use dsv::ops::sync;
 use dsv::progress::NoProgress;
-use dsv::read::{FileHandle, Selection, VersionHandle};
+use dsv::read::{FileHandle, Selection, VersionHandle, VersionListing};
 use dsv::shard::ShardSpec;
 use dsv::tree::{FlatEntry, FlatKind};
 use pyo3::exceptions::PyValueError;
@@ -32,6 +32,9 @@ pub struct PyVersion {
     meta: dsv::object::Version,
     files: usize,
     size_bytes: u64,
+    /// The version's listing: plain data, used in every process. A forked child opens the
+    /// version again from it ([`dsv::read::ReadEngine::reopen`]) without reading a tree.
+    listing: VersionListing,
     handle: Mutex<ForkLocal<Arc<VersionHandle>>>,
 }
 
@@ -48,6 +51,7 @@ impl PyVersion {
             .files()
             .raise(py)?
             .fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.size));
+        let listing = handle.listing().raise(py)?;
         Ok(PyVersion {
             store,
             revision,
@@ -56,6 +60,7 @@ impl PyVersion {
             meta: handle.version().clone(),
             files,
             size_bytes,
+            listing,
             handle: Mutex::new(ForkLocal::new(Arc::new(handle))),
         })
     }
@@ -82,10 +87,11 @@ impl PyVersion {
         self.reopen()
     }
 
+    /// This process's handle, made from the listing the version was opened with: a new
+    /// lease and one catalog query, no tree read (a forked worker reads as fast as its parent).
     fn reopen(&self) -> Res<Arc<VersionHandle>> {
         let engine = self.store.get().engine()?;
-        let exact = format!("{}@{}", self.dataset, self.id.to_hex());
-        let handle = Arc::new(engine.version(&exact)?);
+        let handle = Arc::new(engine.reopen(&self.listing)?);
         let mut slot = self.slot();
         match slot.get() {
             Some(made) => Ok(made.clone()),

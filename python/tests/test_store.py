@@ -174,6 +174,33 @@ def test_a_forked_child_reads_with_its_own_engine(local_store):
     assert f.read() == expected[5:]
 
 
+def test_a_forked_child_reads_without_reading_the_trees_again(local_store, tmp_path):
+    """A forked child opens the version from the listing its parent made (no tree read): with
+    every tree gone from the catalog after the fork, the child still reads every file. Before,
+    the child looked each path up through the trees, once per read (~300 reads/s in a
+    directory of 10,000 files)."""
+    import shutil
+    import sqlite3
+
+    # A copy of the store: the child damages its catalog.
+    shutil.copytree(local_store["store"], tmp_path / ".dsv")
+    v = dsv.Store(tmp_path).version("mnist@v1")
+    files = local_store["files_v1"]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            with sqlite3.connect(tmp_path / ".dsv" / "catalog.db") as db:
+                gone = db.execute("DELETE FROM objects WHERE kind = 2").rowcount
+            ok = gone > 0 and all(v.read(p) == files[p] for p in v.files())
+            ok = ok and v.stat("train/0/00007.bin")["size"] == len(files["train/0/00007.bin"])
+            code = 0 if ok else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_bad_input_raises_clear_errors_and_writes_nothing(local_store):
     store = dsv.Store(local_store["base"])
     before = store_snapshot(local_store["store"])

@@ -257,3 +257,41 @@ def test_distributed_resume_after_a_rank_is_killed_mid_epoch(remote_dataset, s3_
     _check_epochs(records, files, world, order_of, gathered=False)
     # The crashed run and the resumed one downloaded each chunk once between them.
     assert s3_proxy.down <= remote_dataset["packed_bytes"] * 1.1 + 512 * 1024
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_persistent_workers_follow_set_epoch_and_resume(version, context):
+    ds = IterableVersionDataset(version, shuffle=True, seed=5, transform=decode)
+    loader = DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True, multiprocessing_context=context)
+    for epoch in (0, 1, 2):
+        ds.set_epoch(epoch)
+        # The same workers every epoch, each pass in that epoch's order.
+        assert paths_of(loader) == [ds.paths[i] for i in ds.rank_order(epoch)], epoch
+    # A resume position loaded between epochs reaches the running workers too.
+    ds.set_epoch(4)
+    expected = [ds.paths[i] for i in ds.rank_order(4)]
+    state = {**ds.state_dict(samples_seen=16)}
+    ds.load_state_dict(state)
+    assert paths_of(loader) == expected[16:]
+    # The plain DataLoader keeps its workers too.
+    plain = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True,
+                                        multiprocessing_context=context)
+    ds.batch_size = 8
+    seen = []
+    for epoch in (5, 6):
+        ds.set_epoch(epoch)
+        got = paths_of(plain)
+        assert sorted(got) == version.files()
+        seen.append(got)
+    assert seen[0] != seen[1]
+
+
+def test_a_pickled_dataset_outside_a_worker_start_gets_memory_of_its_own(version):
+    import pickle
+
+    ds = IterableVersionDataset(version, shuffle=True, seed=5)
+    ds.set_epoch(3)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy.epoch == 3 and [p for p, _ in copy] == [ds.paths[i] for i in ds.rank_order(3)]
+    copy.set_epoch(4)
+    assert ds.epoch == 3
