@@ -45,15 +45,25 @@
 //! `#[non_exhaustive]` structs built from `Default` or `new` (so a new field breaks no
 //! caller). It works from any thread and inside a caller's tokio runtime ([`runtime`]);
 //! operations stop at a consistent point when their [`interrupt::CancelToken`] is
-//! cancelled. The `dsv` binary (feature `cli`, on by default) draws and formats.
+//! cancelled. The `dsv` binary (feature `cli`, on by default) draws and formats: its code is
+//! [`cli`], a front end kept apart from the library (nothing else here uses it), compiled in
+//! so that the Python package can ship the same command ([`cli::run`]) in its one build.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+// The command line front end names the library `dsv::...`, as any front end does.
+extern crate self as dsv;
 
 pub mod archive;
 pub mod beneath;
 pub mod catalog;
 pub mod chunk;
+#[cfg(feature = "cli")]
+// The front end builds options as every caller outside the crate must (`#[non_exhaustive]`
+// structs: `Default`, then fields), which inside the crate this lint would rewrite.
+#[allow(clippy::field_reassign_with_default)]
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod id;

@@ -1,8 +1,6 @@
-//! The `dsv` command line. Parsing, printing and exit codes live in [`cli`]; the work is
+//! The `dsv` command line: [`dsv::cli`] parses, prints and picks the exit code; the work is
 //! done by the `dsv` library.
 
-mod cli;
-
 fn main() -> std::process::ExitCode {
-    cli::main()
+    std::process::ExitCode::from(dsv::cli::run(std::env::args_os()))
 }

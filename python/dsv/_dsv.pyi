@@ -159,6 +159,13 @@ def reopen_version(root: StrPath, dataset: str, id: str, revision: str) -> Versi
     """Opens version ``id`` of ``dataset`` in the store at ``root`` (how a pickled
     ``Version`` comes back in another process)."""
 
+def run_cli(argv: List[str]) -> int:
+    """Runs the ``dsv`` command line ``argv`` (program name first) in this process; its exit status."""
+    ...
+
+__build__: str
+"""What ``dsv --version`` says after the name: version, commit and build date."""
+
 def permutation(n: int, key: str) -> List[int]:
     """The order of ``n`` items for ``key``: a Fisher–Yates shuffle driven by BLAKE3's
     extendable output of ``key``, the same on every machine."""

@@ -10,6 +10,8 @@
 //! - Every call that touches the disk or the network releases the GIL (`Python::detach`).
 //! - Fork safety: see [`fork`]. Pickling (for `spawn` workers) carries the store's path and
 //!   the version's id, never open state.
+//! - [`run_cli`] is the `dsv` command itself ([`dsv::cli::run`], the code the `dsv` binary
+//!   runs): the package's `dsv` script calls it, so one build gives both.
 
 #![forbid(unsafe_code)]
 
@@ -53,6 +55,15 @@ fn shuffle(n: usize, key: &[u8]) -> Vec<usize> {
     order
 }
 
+/// Runs the `dsv` command line `argv` (the program name first) in this process, without the
+/// GIL, and returns its exit status: the package's `dsv` script (`dsv._cli.main`). It prints
+/// to the process's stdout and stderr and installs the CLI's Ctrl-C/SIGTERM handler (which
+/// replaces Python's): call it only from a process that runs one command.
+#[pyfunction]
+fn run_cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    py.detach(|| dsv::cli::run(argv))
+}
+
 /// Tells the library where the AWS profile is, as the AWS CLI (and the CLI's
 /// `use_aws_profile_from_environment`) finds it: `AWS_PROFILE` (else `AWS_DEFAULT_PROFILE`),
 /// `AWS_CONFIG_FILE`, `AWS_SHARED_CREDENTIALS_FILE`, `HOME`. Called at import and again
@@ -72,6 +83,8 @@ fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::clone, m)?)?;
     m.add_function(wrap_pyfunction!(version::reopen_version, m)?)?;
     m.add_function(wrap_pyfunction!(permutation, m)?)?;
+    m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("__build__", dsv::cli::VERSION)?;
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! The command-line interface: clap definitions (their doc comments are the `--help` text),
-//! dispatch to one module per command ([`commands`]), and human rendering of the library's
-//! reports.
+//! dispatch to one module per command, and human rendering of the library's reports. A front
+//! end of the library (feature `cli`): the `dsv` binary and the Python package's `dsv`
+//! command both call [`run`]. It prints, reads the environment and installs a Ctrl-C handler,
+//! which the rest of the library never does.
 
 /// The revision syntax (`src/revision.rs`) for the help of every revision argument, so that
 /// each spells it the same way: `help = concat!("The revision: ", revision_syntax!())`.
@@ -18,7 +20,6 @@ mod ui;
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -46,12 +47,24 @@ use commands::verify::VerifyArgs;
 use commands::workspace::WorkspaceCommand;
 use ui::Ui;
 
+/// What `dsv --version` says after the name: the package version, then the commit and the
+/// UTC date of the build (`0.1.0 (3f2a9c1d0b7e 2026-11-26)`; `unknown` for a commit when the
+/// source was not a git checkout). Set by `build.rs`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("DSV_COMMIT"),
+    " ",
+    env!("DSV_BUILD_DATE"),
+    ")"
+);
+
 /// The `--help` heading of the options every command takes.
 const GLOBAL: &str = "Global options";
 
 /// dsv — content-addressed dataset versioning: `git commit` / `git checkout` for datasets.
 #[derive(Debug, Parser)]
-#[command(name = "dsv", version, about, long_about = None, propagate_version = true)]
+#[command(name = "dsv", version = VERSION, about, long_about = None, propagate_version = true)]
 struct Cli {
     /// The store to use (a `.dsv` directory or the directory holding one); default: the
     /// nearest `.dsv` in the current directory or its parents.
@@ -447,37 +460,46 @@ struct JobsArg {
 }
 
 /// Runs the CLI and returns the process exit code.
-pub fn main() -> ExitCode {
+/// Runs the command line `args` (the program name first, as `std::env::args_os` gives it)
+/// and returns the exit status (the table in docs/cli.md). Prints to stdout and stderr, reads
+/// the environment (`DSV_STORE`, `DSV_LOG`, AWS settings), and on its first call in a process
+/// installs a Ctrl-C/SIGTERM handler that cancels the running operation (a second signal
+/// exits the process): meant for a process that runs one command, as the `dsv` binary and the
+/// Python package's `dsv` script do.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     // `dsv __reference` prints docs/cli.md's generated blocks (for tests/it/cli_docs.rs). It
     // is no clap subcommand, not even a hidden one, which completions would still offer.
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|arg| arg == "__reference")
-    {
+    if args.get(1).is_some_and(|arg| arg == "__reference") {
         return match commands::docs::reference() {
-            Ok(code) => ExitCode::from(code),
+            Ok(code) => code,
             Err(e) => {
                 eprintln!("error: {e}");
-                ExitCode::from(error::exit_code(&e))
+                error::exit_code(&e)
             }
         };
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
+            return if e.use_stderr() {
                 error::USAGE
             } else {
                 error::SUCCESS
-            });
+            };
         }
     };
-    tracing_subscriber::fmt()
+    // Already set when called a second time in one process: the first one stays.
+    let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("DSV_LOG"))
         .with_writer(std::io::stderr)
         .with_ansi(ui::color_on_stderr())
-        .init();
+        .try_init();
     // The first Ctrl-C asks the running operation to stop at a consistent point; a second
     // one exits at once (the store stays consistent either way: see docs/architecture.md).
     let token = dsv::interrupt::CancelToken::new();
@@ -490,12 +512,12 @@ pub fn main() -> ExitCode {
     });
     let ui = Ui::new(cli.json, cli.quiet, cli.no_progress);
     commands::use_aws_profile_from_environment();
-    match token.run(|| run(&cli, &ui)) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+    match token.run(|| dispatch(&cli, &ui)) {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => error::SUCCESS,
         Err(e) => {
             report_error(&ui, &e);
-            ExitCode::from(error::exit_code(&e))
+            error::exit_code(&e)
         }
     }
 }
@@ -571,7 +593,7 @@ fn parse_size(text: &str) -> Result<u64, String> {
     Ok((number * factor) as u64)
 }
 
-fn run(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
+fn dispatch(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
     use commands::*;
     match &cli.command {
         Command::Init(args) => init::run(cli, ui, args),

@@ -618,3 +618,41 @@ fn stat_and_list_follow_path_order() {
     ));
     assert!(!fresh.is_listed());
 }
+
+#[test]
+fn reopen_uses_the_listing_reads_no_tree_and_refuses_a_removed_version() {
+    let env = TestEnv::new();
+    env.write("d/a/one.txt", "one\n");
+    env.write("d/a/two.txt", "two\n");
+    env.write("d/b.bin", pseudo_random(100_000, 7));
+    env.ok(&["commit", "d", "-d", "ds", "--tag", "v1"]);
+    env.write("d/a/three.txt", "three\n");
+    env.ok(&["commit", "d", "-d", "ds", "--tag", "v2"]);
+    let first = engine(&env, 1 << 20);
+    let listing_v1 = first.version("ds@v1").unwrap().listing().unwrap();
+    let listing = first.version("ds@v2").unwrap().listing().unwrap();
+    assert_eq!((listing_v1.len(), listing.len()), (4, 5));
+    // A version removed since its listing was taken is refused, as `version` refuses it.
+    env.ok(&["rm", "ds@v1", "--force"]);
+    let fresh = engine(&env, 1 << 20);
+    assert!(matches!(
+        fresh.reopen(&listing_v1),
+        Err(dsv::Error::VersionRemoved { .. })
+    ));
+    // Every tree gone from the catalog: a fresh open of the version cannot read its paths,
+    // a reopen from the listing still can (what a forked DataLoader worker does).
+    let catalog = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    let trees = catalog
+        .execute("DELETE FROM objects WHERE kind = 2", [])
+        .unwrap();
+    assert!(trees >= 2);
+    assert!(fresh.version("ds@v2").unwrap().stat("a/one.txt").is_err());
+    let again = fresh.reopen(&listing).unwrap();
+    assert!(again.is_listed());
+    assert_eq!(again.id(), listing.id());
+    let file = again.open("a/three.txt").unwrap();
+    let mut buf = [0u8; 6];
+    assert_eq!(file.read_at(0, &mut buf).unwrap(), 6);
+    assert_eq!(&buf, b"three\n");
+    assert_eq!(again.files().unwrap().count(), 4);
+}
