@@ -17,16 +17,17 @@ Reads release the GIL. Store and Version objects survive ``fork()`` (each proces
 own engine when it first reads) and pickle (as the store's path and the version's id), so a
 PyTorch ``DataLoader`` with worker processes works with either start method.
 
-``dsv.torch`` has PyTorch datasets over a version and ``dsv.fsspec`` an fsspec file system
+Installing the package also installs the ``dsv`` command (the Rust command line, from the
+same build; ``python -m dsv`` runs it too). ``dsv.torch`` has PyTorch datasets over a version and ``dsv.fsspec`` an fsspec file system
 (protocol ``dsv``). Errors are :class:`dsv.Error` subclasses (``dsv.errors``).
 """
 
 from __future__ import annotations
 
 from . import errors
-from ._dsv import Store, Version, __version__, clone
+from ._dsv import Store, Version, __build__, __version__, clone
 from ._file import File
 from .errors import *  # noqa: F401,F403  (the exception classes, also as dsv.NAME)
 from .errors import __all__ as _errors_all
 
-__all__ = ["Store", "Version", "File", "clone", "errors", "__version__", *_errors_all]
+__all__ = ["Store", "Version", "File", "clone", "errors", "__version__", "__build__", *_errors_all]
