@@ -183,7 +183,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
         }
         Error::FuseUnavailable { .. } => "install FUSE 3 (`apt-get install fuse3`, `dnf install fuse3`) and make sure /dev/fuse exists (in a container: `--device /dev/fuse --cap-add SYS_ADMIN`), or read the version without a mount: `dsv export REV | tar -x -C DIR` or `dsv checkout REV DIR`".into(),
-        Error::BadMountpoint { .. } => "mount on an existing directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too".into(),
+        Error::BadMountpoint { .. } => "mount on an existing, empty directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too".into(),
         Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
         Error::SourceChanged { .. } => "nothing was imported; run the command again to import the object as it is now".into(),
         Error::Http { .. } => "check the URL and the network; nothing was imported, and a re-run starts again".into(),
