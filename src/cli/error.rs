@@ -150,8 +150,18 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)".into()
         }
         Error::NotAWorkspace { .. } => {
-            "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one".into()
+            "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one; `dsv workspace ls` lists this store's workspaces (--store PATH or DSV_STORE picks another store)".into()
         }
+        Error::InsideWorkspace { dir, workspace, dataset } => format!(
+            "commit the whole workspace from its root (`dsv commit {}`, or `dsv commit` anywhere inside it), or this directory as another dataset (`dsv commit {} -d NEW-NAME`); --force commits it to {dataset} anyway",
+            workspace.display(),
+            dir.display()
+        ),
+        Error::NestedStore { store, .. } => format!(
+            "use the store at {} (run dsv there, or pass --store {}), or create the new store outside its tree; --force creates a nested store anyway (dsv commands run inside it will use the new store)",
+            store.display(),
+            store.display()
+        ),
         Error::DatasetRequired { dir } => format!(
             "name the dataset: `dsv commit {} -d NAME` (a new name creates the dataset)",
             dir.display()
