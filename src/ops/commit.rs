@@ -1026,7 +1026,8 @@ fn one_line(value: &str) -> String {
 }
 
 /// The author of a version made without one: the library reads no environment, so it does
-/// not guess (the CLI passes `DSV_AUTHOR` or `$USER@hostname`).
+/// not guess (the CLI passes `DSV_AUTHOR`, `$USER@hostname`, git's identity or the uid's
+/// account name).
 pub const UNKNOWN_AUTHOR: &str = "unknown";
 
 #[cfg(test)]

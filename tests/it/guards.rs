@@ -180,3 +180,80 @@ fn mount_on_a_directory_that_is_not_empty_is_refused() {
     env.write("mnt/keep.txt", "mine");
     assert_eq!(snapshot_tree(&env.path("mnt")), before);
 }
+
+/// The author of `dsv commit` with `USER`, `LOGNAME` and `DSV_AUTHOR` unset (as under cron or
+/// `env -i`), HOME a temp dir, and `extra` set.
+fn author_without_user(env: &TestEnv, dataset: &str, extra: &[(&str, &str)]) -> String {
+    let mut cmd = env.dsv();
+    cmd.env_remove("DSV_AUTHOR")
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        // Only the HOME's .gitconfig counts, not this machine's /etc/gitconfig.
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(["commit", "data", "-d", dataset]);
+    for (key, value) in extra {
+        cmd.env(key, value);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    env.json(&["show", dataset])["author"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn the_author_falls_back_to_git_then_to_the_account_of_the_uid() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    let host = fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let at_host = |user: &str| {
+        if host.is_empty() {
+            user.to_string()
+        } else {
+            format!("{user}@{host}")
+        }
+    };
+    // No git identity (HOME is the temp dir, without a .gitconfig): the uid's account name.
+    let account = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .map_or_else(|| "unknown".to_string(), |u| u.name);
+    assert_eq!(author_without_user(&env, "a", &[]), at_host(&account));
+    // git's identity when it is set, before the account name.
+    let git = std::process::Command::new("git").arg("--version").output();
+    if git.is_ok_and(|o| o.status.success()) {
+        env.write(
+            ".gitconfig",
+            "[user]\n\tname = Ada Lovelace\n\temail = ada@example.com\n",
+        );
+        assert_eq!(
+            author_without_user(&env, "b", &[]),
+            "Ada Lovelace <ada@example.com>"
+        );
+        env.write(".gitconfig", "[user]\n\temail = ada@example.com\n");
+        assert_eq!(author_without_user(&env, "c", &[]), "ada@example.com");
+        // Git's identity does not replace what was set before: $USER, then DSV_AUTHOR.
+        assert_eq!(
+            author_without_user(&env, "d", &[("USER", "bob")]),
+            at_host("bob")
+        );
+        assert_eq!(
+            author_without_user(&env, "e", &[("LOGNAME", "carol")]),
+            at_host("carol")
+        );
+        assert_eq!(
+            author_without_user(&env, "f", &[("DSV_AUTHOR", "dsv-author")]),
+            "dsv-author"
+        );
+        fs::remove_file(env.path(".gitconfig")).unwrap();
+    } else {
+        eprintln!("note: git is not installed; its identity is not tested");
+    }
+    // Without git on PATH at all.
+    assert_eq!(
+        author_without_user(&env, "g", &[("PATH", "/nonexistent")]),
+        at_host(&account)
+    );
+}
