@@ -159,10 +159,39 @@ pub enum Error {
         path: PathBuf,
     },
     /// `status` on a directory the store has never committed or checked out.
-    #[error("{} is not a workspace of this store (it was never committed or checked out)", path.display())]
+    #[error("{} is not a workspace of the store at {} (it was never committed or checked out with that store)", path.display(), store.display())]
     NotAWorkspace {
         /// The directory.
         path: PathBuf,
+        /// The store's `.dsv` directory.
+        store: PathBuf,
+    },
+    /// `commit` of a directory inside another workspace that holds the same dataset: the new
+    /// version would hold only the subdirectory, replacing the whole layout of the dataset,
+    /// and the subdirectory would become a second, nested workspace (`--force` allows it).
+    #[error(
+        "{} is inside {}, a workspace of {dataset}: committing it to {dataset} would make a version holding only this subdirectory (replacing the dataset's whole layout) and a workspace nested in the other",
+        dir.display(),
+        workspace.display()
+    )]
+    InsideWorkspace {
+        /// The directory to commit.
+        dir: PathBuf,
+        /// The enclosing workspace's directory.
+        workspace: PathBuf,
+        /// The dataset both would hold.
+        dataset: String,
+    },
+    /// `init` inside the tree of another store (where commands find that store) or inside a
+    /// workspace of one: the new store would be nested in it (`--force` allows it).
+    #[error("{}", nested_store_message(dir, store, workspace.as_deref()))]
+    NestedStore {
+        /// Where the new store was to be created.
+        dir: PathBuf,
+        /// The enclosing store's `.dsv` directory.
+        store: PathBuf,
+        /// The workspace of that store holding `dir`, when that is what encloses it.
+        workspace: Option<PathBuf>,
     },
     /// `commit` without `--dataset` of a directory that holds no dataset's version.
     #[error("which dataset should {} be committed to? It is not a workspace holding one", dir.display())]
@@ -735,6 +764,24 @@ impl Error {
             Error::Catalog(e) => is_full_disk_sqlite(e),
             _ => false,
         }
+    }
+}
+
+/// The message of [`Error::NestedStore`].
+fn nested_store_message(dir: &Path, store: &Path, workspace: Option<&Path>) -> String {
+    match workspace {
+        Some(workspace) => format!(
+            "will not create a store in {}: it is inside {}, a workspace of the store at {}",
+            dir.display(),
+            workspace.display(),
+            store.display()
+        ),
+        None => format!(
+            "will not create a store in {}: it is inside {}, the tree of the store at {} (dsv commands run there use that store)",
+            dir.display(),
+            store.parent().unwrap_or(store).display(),
+            store.display()
+        ),
     }
 }
 

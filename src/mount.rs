@@ -185,8 +185,8 @@ fn lazy_unmount(mountpoint: &Path) -> bool {
         || run("umount", &["-l"])
 }
 
-/// The mount point's canonical path, once it is known to be an existing directory that is
-/// not already a FUSE mount.
+/// The mount point's canonical path, once it is known to be an existing, empty directory
+/// that is not already a FUSE mount.
 fn check_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
     let bad = |reason: &str| Error::BadMountpoint {
         mountpoint: mountpoint.to_path_buf(),
@@ -221,6 +221,20 @@ fn check_mountpoint(mountpoint: &Path) -> Result<PathBuf> {
         return Err(bad(&format!(
             "it is busy: a FUSE file system ({fstype}) is already mounted there; `fusermount3 -u` unmounts it"
         )));
+    }
+    // A mount hides what is under it: only an empty directory is mounted on.
+    let mut entries = std::fs::read_dir(&canonical).map_err(|source| Error::Io {
+        path: mountpoint.to_path_buf(),
+        source,
+    })?;
+    if let Some(entry) = entries.next() {
+        entry.map_err(|source| Error::Io {
+            path: mountpoint.to_path_buf(),
+            source,
+        })?;
+        return Err(bad(
+            "it is not empty (a mount would hide its files): mount on an empty directory",
+        ));
     }
     Ok(canonical)
 }

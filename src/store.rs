@@ -126,6 +126,49 @@ impl Store {
         Err(Error::NoStore { start })
     }
 
+    /// Refuses a new store in `dir` that another store would enclose: `dir` is inside the
+    /// tree of a store (a parent directory holds a `.dsv`, so commands run in `dir` find that
+    /// store now), or inside a workspace of that store or of `other` (the store `--store`
+    /// names, whose workspaces may lie anywhere). A store in `dir` itself is left to
+    /// [`Store::init`] ([`Error::StoreExists`]). A store that cannot be opened is judged by
+    /// its tree alone.
+    ///
+    /// # Errors
+    /// [`Error::NestedStore`]; [`Error::Io`] when `dir` cannot be made absolute.
+    pub fn check_not_nested(dir: &Path, other: Option<&Path>) -> Result<()> {
+        let absolute = std::path::absolute(dir).at(dir)?;
+        // `dir` may not exist yet: its nearest existing ancestor stands for it.
+        let Some(existing) = absolute
+            .ancestors()
+            .find_map(|a| fs::canonicalize(a).ok().filter(|c| c.is_dir()))
+        else {
+            return Ok(());
+        };
+        let target = match fs::canonicalize(&absolute) {
+            Ok(canonical) => canonical,
+            Err(_) => absolute.clone(),
+        };
+        let tree_store = Store::find_root(&existing)
+            .ok()
+            .filter(|root| root.parent() != Some(target.as_path()));
+        let other = other.and_then(|o| Store::find_root(o).ok());
+        for root in tree_store.iter().chain(other.iter()) {
+            let workspace = Store::open(root).ok().and_then(|store| {
+                crate::ops::workspace::enclosing(&store, &existing)
+                    .ok()
+                    .flatten()
+            });
+            if workspace.is_some() || Some(root) == tree_store.as_ref() {
+                return Err(Error::NestedStore {
+                    dir: target,
+                    store: root.clone(),
+                    workspace: workspace.map(|w| PathBuf::from(w.path)),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// A store over a catalog opened by other means (`dsv repair`'s new catalog).
     pub(crate) fn from_parts(root: PathBuf, catalog: Catalog) -> Store {
         Store {

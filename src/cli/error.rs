@@ -150,8 +150,18 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)".into()
         }
         Error::NotAWorkspace { .. } => {
-            "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one".into()
+            "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one; `dsv workspace ls` lists this store's workspaces (--store PATH or DSV_STORE picks another store)".into()
         }
+        Error::InsideWorkspace { dir, workspace, dataset } => format!(
+            "commit the whole workspace from its root (`dsv commit {}`, or `dsv commit` anywhere inside it), or this directory as another dataset (`dsv commit {} -d NEW-NAME`); --force commits it to {dataset} anyway",
+            workspace.display(),
+            dir.display()
+        ),
+        Error::NestedStore { store, .. } => format!(
+            "use the store at {} (run dsv there, or pass --store {}), or create the new store outside its tree; --force creates a nested store anyway (dsv commands run inside it will use the new store)",
+            store.display(),
+            store.display()
+        ),
         Error::DatasetRequired { dir } => format!(
             "name the dataset: `dsv commit {} -d NAME` (a new name creates the dataset)",
             dir.display()
@@ -183,7 +193,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
         }
         Error::FuseUnavailable { .. } => "install FUSE 3 (`apt-get install fuse3`, `dnf install fuse3`) and make sure /dev/fuse exists (in a container: `--device /dev/fuse --cap-add SYS_ADMIN`), or read the version without a mount: `dsv export REV | tar -x -C DIR` or `dsv checkout REV DIR`".into(),
-        Error::BadMountpoint { .. } => "mount on an existing directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too".into(),
+        Error::BadMountpoint { .. } => "mount on an existing, empty directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too".into(),
         Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
         Error::SourceChanged { .. } => "nothing was imported; run the command again to import the object as it is now".into(),
         Error::Http { .. } => "check the URL and the network; nothing was imported, and a re-run starts again".into(),

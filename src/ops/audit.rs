@@ -105,9 +105,19 @@ pub fn audit(
                     });
                 }
                 (Some(dataset), Some(version)) => (dataset.clone(), version, "workspace"),
-                _ => return Err(Error::NotAWorkspace { path: dir.clone() }),
+                _ => {
+                    return Err(Error::NotAWorkspace {
+                        path: dir.clone(),
+                        store: store.root().to_path_buf(),
+                    });
+                }
             },
-            None => return Err(Error::NotAWorkspace { path: dir.clone() }),
+            None => {
+                return Err(Error::NotAWorkspace {
+                    path: dir.clone(),
+                    store: store.root().to_path_buf(),
+                });
+            }
         },
     };
     let record = store.catalog().version_record(&version)?;

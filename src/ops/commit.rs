@@ -13,7 +13,7 @@
 //! the store keeps whole while the directory exists, so the id is taken from that version's
 //! tree, walked in step with the directory.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::ingest::{FRAME_TARGET, IngestFile, IngestOptions, IngestStats, PackSink, ingest_files};
 use crate::catalog::StatEntry;
@@ -38,13 +38,17 @@ pub struct CommitOptions {
     pub message: String,
     /// A tag to give the new version.
     pub tag: Option<String>,
-    /// Who commits; `None` uses `DSV_AUTHOR`, else `$USER@host`.
+    /// Who commits; `None` records [`UNKNOWN_AUTHOR`] (the library reads no environment:
+    /// the CLI passes `DSV_AUTHOR`, `$USER@host`, git's identity or the uid's account name).
     pub author: Option<String>,
     /// Make a version even when the tree equals the head's.
     pub allow_empty: bool,
     /// Paths to leave out of this commit (gitignore-style globs relative to the directory;
     /// `.dsvignore` files are always obeyed).
     pub exclude: Vec<String>,
+    /// Commit a directory inside another workspace of the same dataset
+    /// ([`Error::InsideWorkspace`] otherwise): the CLI's `--force`.
+    pub allow_nested: bool,
     /// Pipeline tuning.
     pub ingest: IngestOptions,
 }
@@ -59,6 +63,7 @@ impl CommitOptions {
             author: None,
             allow_empty: false,
             exclude: Vec::new(),
+            allow_nested: false,
             ingest: IngestOptions::default(),
         }
     }
@@ -117,6 +122,9 @@ pub fn commit(
         check_name("tag", tag)?;
     }
     let (dir, workspace_key) = workspace::canonical_dir(dir)?;
+    if !options.allow_nested {
+        check_not_nested(store, &dir, &options.dataset)?;
+    }
     if let Some(tag) = &options.tag {
         check_tag_free(store, &options.dataset, tag)?;
     }
@@ -986,6 +994,31 @@ pub fn check_tag_free(store: &Store, dataset: &str, tag: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses to commit `dir` (canonical) to `dataset` when a directory above it is a workspace
+/// holding `dataset`: the version would hold only `dir`'s part of that workspace, so the
+/// dataset's layout would be replaced by a subdirectory's, and `dir` would become a second
+/// workspace nested in the first.
+///
+/// # Errors
+/// [`Error::InsideWorkspace`]; [`Error::Catalog`].
+fn check_not_nested(store: &Store, dir: &Path, dataset: &str) -> Result<()> {
+    for ancestor in dir.ancestors().skip(1) {
+        let Some(key) = ancestor.to_str() else {
+            continue;
+        };
+        if let Some(record) = store.catalog().workspace(key)?
+            && record.dataset.as_deref() == Some(dataset)
+        {
+            return Err(Error::InsideWorkspace {
+                dir: dir.to_path_buf(),
+                workspace: PathBuf::from(record.path),
+                dataset: dataset.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// `value` with line breaks replaced by spaces (version fields other than the message are
 /// single lines).
 fn one_line(value: &str) -> String {
@@ -993,7 +1026,8 @@ fn one_line(value: &str) -> String {
 }
 
 /// The author of a version made without one: the library reads no environment, so it does
-/// not guess (the CLI passes `DSV_AUTHOR` or `$USER@hostname`).
+/// not guess (the CLI passes `DSV_AUTHOR`, `$USER@hostname`, git's identity or the uid's
+/// account name).
 pub const UNKNOWN_AUTHOR: &str = "unknown";
 
 #[cfg(test)]

@@ -50,8 +50,8 @@ pub struct SourceSettings {
     pub ingest: IngestOptions,
     /// Objects of a prefix or directory read at once (each a request in flight).
     pub requests: usize,
-    /// Who makes the version (`None`: "unknown"; the CLI passes `DSV_AUTHOR` or
-    /// `$USER@hostname`).
+    /// Who makes the version (`None`: "unknown"; the CLI passes `DSV_AUTHOR`,
+    /// `$USER@hostname`, git's identity or the uid's account name).
     pub author: Option<String>,
     /// The most bytes read from the source, every object together; also the most an
     /// archive may expand to. `None`: for a source read over the network, what the store's

@@ -391,6 +391,7 @@ pub fn status(
     let key = super::workspace::enclosing(store, dir)?
         .ok_or_else(|| Error::NotAWorkspace {
             path: dir.to_path_buf(),
+            store: store.root().to_path_buf(),
         })?
         .path;
     let dir = PathBuf::from(&key);
@@ -399,7 +400,10 @@ pub fn status(
     let workspace = store
         .catalog()
         .workspace(&key)?
-        .ok_or_else(|| Error::NotAWorkspace { path: dir.clone() })?;
+        .ok_or_else(|| Error::NotAWorkspace {
+            path: dir.clone(),
+            store: store.root().to_path_buf(),
+        })?;
     let record = match &workspace.version {
         Some(version) if store.catalog().removed_at(version)?.is_some() => {
             return Err(Error::WorkspaceVersionRemoved {

@@ -30,6 +30,7 @@ pub fn forget(store: &mut Store, dir: &Path) -> Result<Workspace> {
         .find(|w| Path::new(&w.path) == key)
         .ok_or_else(|| Error::NotAWorkspace {
             path: dir.to_path_buf(),
+            store: store.root().to_path_buf(),
         })?;
     let _lock = store.lock_workspace(&record.path)?;
     let writer = store.catalog_mut().writer()?;
@@ -105,6 +106,7 @@ pub fn commit_target(
         None => {
             let record = enclosing(store, current_dir)?.ok_or_else(|| Error::NotAWorkspace {
                 path: current_dir.to_path_buf(),
+                store: store.root().to_path_buf(),
             })?;
             (PathBuf::from(&record.path), Some(record))
         }

@@ -487,7 +487,7 @@ fn a_nested_store_is_never_deleted_by_checkout() {
     env.write("ws/proj", "a file\n");
     env.ok(&["commit", "ws", "--dataset", "d"]);
     fs::create_dir_all(env.path("w2")).unwrap();
-    env.ok(&["init", env.path("w2/proj").to_str().unwrap()]);
+    env.ok(&["init", "--force", env.path("w2/proj").to_str().unwrap()]);
     let error = env.json_error(&["checkout", "d", "w2", "--force"], 4);
     assert!(
         error["message"].as_str().unwrap().contains("proj"),

@@ -174,6 +174,73 @@ fn cli_reference_in_docs_matches_the_code() {
     );
 }
 
+/// The README's `## Status` section: its shipped part (before the `Planned:` paragraph) and
+/// its planned part.
+fn readme_status() -> (String, String) {
+    let readme = fs::read_to_string(repo().join("README.md")).unwrap();
+    let start = readme
+        .find("\n## Status\n")
+        .expect("README.md has a `## Status` section");
+    let section = &readme[start + 1..];
+    let section = &section[..section[1..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 1)];
+    let (shipped, planned) = section
+        .split_once("\nPlanned:")
+        .expect("README.md's status section has a paragraph starting `Planned:`");
+    (shipped.to_string(), planned.to_string())
+}
+
+/// The words of `text` (letters, digits, `-` and `_`).
+fn words(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
+/// The README's status section cannot drift from the commands: every top-level command
+/// `dsv --help` lists is named as shipped (in backticks, as `` `mount` `` or `` `cache`
+/// (`ls`/`prune`) ``), and the planned paragraph names none of them, nor does the shipped part
+/// call anything planned.
+#[test]
+fn readme_status_lists_every_command_as_shipped_and_none_as_planned() {
+    let (shipped, planned) = readme_status();
+    let spans: BTreeSet<String> = shipped
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|span| span.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let top_level: Vec<String> = commands()
+        .into_iter()
+        .filter_map(|c| c.strip_prefix("dsv ").map(str::to_string))
+        .filter(|c| !c.contains(' '))
+        .collect();
+    assert!(top_level.len() > 30, "{top_level:?}");
+    let missing: Vec<&String> = top_level.iter().filter(|c| !spans.contains(*c)).collect();
+    assert!(
+        missing.is_empty(),
+        "README.md's status section does not name these commands as shipped (in backticks, \
+         before the `Planned:` paragraph): {missing:?}"
+    );
+    let planned_words = words(&planned);
+    let called_planned: Vec<&String> = top_level
+        .iter()
+        .filter(|c| planned_words.contains(*c))
+        .collect();
+    assert!(
+        called_planned.is_empty(),
+        "README.md's `Planned:` paragraph names commands that ship: {called_planned:?}; \
+         move them to the shipped part"
+    );
+    assert!(
+        !words(&shipped).contains("planned"),
+        "README.md's status section calls something planned outside its `Planned:` paragraph"
+    );
+}
+
 #[test]
 fn cli_reference_splice_finds_stale_missing_and_unknown_blocks() {
     let blocks: BTreeMap<String, String> = [

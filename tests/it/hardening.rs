@@ -326,7 +326,7 @@ fn a_reserved_name_in_an_archive_is_refused_at_import() {
     assert!(datasets(&env, ".dsv").is_empty());
     // The commit walk skips a nested store as before.
     env.write("data/a.txt", "a");
-    env.ok(&["init", "data/nested"]);
+    env.ok(&["init", "--force", "data/nested"]);
     let report = env.json(&["commit", "data", "-d", "ds"]);
     assert_eq!(report["files"], 1, "{report}");
 }

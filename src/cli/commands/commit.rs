@@ -26,6 +26,11 @@ pub(crate) struct CommitArgs {
     /// Record a new version even when nothing changed.
     #[arg(long)]
     allow_empty: bool,
+    /// Commit a directory inside another workspace of the same dataset (refused otherwise:
+    /// the version would hold only that subdirectory, and it would become a nested
+    /// workspace).
+    #[arg(long)]
+    force: bool,
     /// Leave out paths matching GLOB (repeatable; gitignore syntax, relative to the
     /// directory: '*.tmp', 'cache/'). For a lasting rule, write it in a `.dsvignore` file
     /// (obeyed by commit and status, like git's .gitignore).
@@ -53,6 +58,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CommitArgs) -> anyhow::Result<u8> {
     options.tag = args.tag.clone();
     options.author = Some(default_author());
     options.allow_empty = args.allow_empty;
+    options.allow_nested = args.force;
     options.exclude = args.exclude.clone();
     options.ingest.jobs = jobs_or(&args.jobs, &settings, options.ingest.jobs);
     options.ingest.compression_level = compression_level_or(

@@ -11,6 +11,10 @@ use crate::cli::{Cli, error, ui::Ui};
 pub(crate) struct InitArgs {
     /// Where to create it.
     dir: Option<PathBuf>,
+    /// Create it even inside another store's tree or one of its workspaces (refused
+    /// otherwise: commands run there would stop finding the other store).
+    #[arg(long)]
+    force: bool,
 }
 
 pub(crate) fn run(cli: &Cli, ui: &Ui, args: &InitArgs) -> anyhow::Result<u8> {
@@ -26,6 +30,11 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &InitArgs) -> anyhow::Result<u8> {
             .unwrap_or(dir),
         _ => dir,
     };
+    if !args.force {
+        // The store `--store` names, when DIR is given apart from it: its workspaces count.
+        let other = args.dir.as_ref().and(cli.store.as_deref());
+        Store::check_not_nested(&dir, other)?;
+    }
     let store = Store::init(&dir)?;
     let root = std::fs::canonicalize(store.root())?;
     if ui.json {

@@ -93,22 +93,67 @@ pub(super) fn read_list(path: &Path) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// `DSV_AUTHOR`, else `$USER@hostname`, else "unknown".
+/// Who commits (the library reads no environment: the CLI decides), the first of:
+/// - `DSV_AUTHOR`, as it is;
+/// - `$USER` (else `$LOGNAME`) at the host name, as before git's identity was consulted, so
+///   that a user's versions keep the author they always had;
+/// - git's identity, `user.name <user.email>` (either alone when only one is set), read by
+///   running `git config`, so that git's every config file counts (`~/.gitconfig`,
+///   `$XDG_CONFIG_HOME/git/config`, `/etc/gitconfig`, `GIT_CONFIG_GLOBAL`, includes);
+/// - the account name of this process's uid (the password database) at the host name;
+/// - "unknown" at the host name.
 fn default_author() -> String {
-    if let Ok(author) = std::env::var("DSV_AUTHOR")
-        && !author.is_empty()
-    {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    if let Some(author) = var("DSV_AUTHOR") {
         return author;
     }
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    if host.is_empty() {
-        user
-    } else {
-        format!("{user}@{host}")
+    let at_host = |user: String| {
+        if host.is_empty() {
+            user
+        } else {
+            format!("{user}@{host}")
+        }
+    };
+    if let Some(user) = var("USER").or_else(|| var("LOGNAME")) {
+        return at_host(user);
+    }
+    if let Some(identity) = git_identity() {
+        return identity;
+    }
+    if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::getuid())
+        && !user.name.is_empty()
+    {
+        return at_host(user.name);
+    }
+    at_host("unknown".into())
+}
+
+/// git's `user.name` and `user.email` as `NAME <EMAIL>` (or the one that is set), from
+/// `git config` run in the current directory (as `git commit` there would read them); `None`
+/// when git is not installed or neither is set.
+///
+/// Running git rather than parsing `~/.gitconfig` here: git alone knows every file it reads
+/// and their precedence (system, `$XDG_CONFIG_HOME/git/config`, global, `GIT_CONFIG_GLOBAL`,
+/// the repository's own, `[include]` and `[includeIf]`) and its syntax (quoting, escapes,
+/// continuation lines, case-insensitive section names); a parser of one file would disagree
+/// with git on some of them.
+fn git_identity() -> Option<String> {
+    let get = |key: &str| {
+        let out = std::process::Command::new("git")
+            .args(["config", "--get", key])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let value = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !value.is_empty()).then_some(value)
+    };
+    match (get("user.name"), get("user.email")) {
+        (Some(name), Some(email)) => Some(format!("{name} <{email}>")),
+        (Some(one), None) | (None, Some(one)) => Some(one),
+        (None, None) => None,
     }
 }

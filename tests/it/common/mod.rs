@@ -386,7 +386,8 @@ impl SmallDisk {
     pub fn with_store(env: &TestEnv, size: &str) -> Option<(SmallDisk, String)> {
         let disk = SmallDisk::mount(&env.path("small"), size)?;
         let store = env.path("small").to_str().unwrap().to_string();
-        env.ok(&["--store", &store, "init"]);
+        // Beside (inside the tree of) `env`'s own store, when it has one: on purpose.
+        env.ok(&["--store", &store, "init", "--force"]);
         Some((disk, store))
     }
 }
