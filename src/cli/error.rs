@@ -196,7 +196,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "the remote already has newer versions of {dataset} on this line; `dsv push {dataset}@VERSION --remote {remote} --force` rewinds its head (they stay in its history)"
         ),
         Error::RemoteDiverged { dataset, remote } => format!(
-            "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"
+            "`dsv pull {dataset} --rebase --remote {remote}` replays your versions onto theirs (when you changed other paths), then `dsv push` succeeds"
         ),
         Error::AwsProfileNotFound { profile, .. } => format!(
             "add a [profile {profile}] section to the config file or a [{profile}] section to the credentials file (`aws configure --profile {profile}`), or unset AWS_PROFILE"
