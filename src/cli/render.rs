@@ -344,7 +344,7 @@ pub fn status(r: &StatusReport) -> String {
         (Some(d), Some(v)) => format!("{d}@{}", v.short()),
         _ => "no version".into(),
     };
-    if r.changes.is_empty() {
+    let mut out = if r.changes.is_empty() {
         format!("Clean: {} matches {at}", r.dir.display())
     } else {
         format!(
@@ -352,7 +352,46 @@ pub fn status(r: &StatusReport) -> String {
             r.dir.display(),
             changes(&r.changes, "")
         )
+    };
+    let dataset = r.dataset.as_deref().unwrap_or("NAME");
+    let versions = |n: u64| format!("{n} version{}", if n == 1 { "" } else { "s" });
+    for head in &r.heads {
+        let local = head.name == dataset;
+        let line = match (head.ahead, head.behind) {
+            (0, behind) if local => format!(
+                "behind {} by {} (`dsv checkout {dataset} {}` brings it here)",
+                head.name,
+                versions(behind),
+                r.dir.display()
+            ),
+            (0, behind) => format!(
+                "behind {} by {} (`dsv pull {dataset}` brings them here)",
+                head.name,
+                versions(behind)
+            ),
+            (ahead, 0) if local => format!("ahead of {} by {}", head.name, versions(ahead)),
+            (ahead, 0) => format!(
+                "ahead of {} by {} (`dsv push` sends them)",
+                head.name,
+                versions(ahead)
+            ),
+            (ahead, behind) if local => format!(
+                "diverged from {}: {} here, {} there",
+                head.name,
+                versions(ahead),
+                versions(behind)
+            ),
+            (ahead, behind) => format!(
+                "diverged from {}: {} here, {} there (`dsv pull {dataset} --rebase` replays yours onto theirs)",
+                head.name,
+                versions(ahead),
+                versions(behind)
+            ),
+        };
+        out.push('\n');
+        out.push_str(&line);
     }
+    out
 }
 
 pub fn log(versions: &[VersionInfo]) -> String {
