@@ -351,9 +351,11 @@ enum Command {
     ///   dsv pull mnist --rebase --dry-run
     #[command(verbatim_doc_comment)]
     Pull(PullArgs),
-    /// Replay the dataset's local versions since the common ancestor onto ONTO (a remote's
-    /// head, or any version), making one new version per local one (same message and
-    /// author, new time) and moving the head to the last; ONTO's line is kept whole.
+    /// Replay a dataset's local versions onto ONTO (a remote's head, or any version).
+    ///
+    /// The versions since the common ancestor are replayed one by one, each making a new
+    /// version (same message and author, new time) whose parent chain starts at ONTO; the
+    /// head moves to the last. ONTO's line is kept whole.
     ///
     /// Works when the two lines changed different paths. A path changed on both sides (to
     /// different content, or deleted on one and changed on the other, or a file on one
