@@ -723,7 +723,7 @@ fn workspace_follow(w: &WorkspaceFollow, dataset: &str) -> String {
         "moved" => format!("workspace {dir} now holds {dataset}@{}", w.version.short()),
         "would-move" => format!("workspace {dir} would be checked out at the new head"),
         _ => format!(
-            "workspace {dir} was left at {dataset}@{}: it has {} uncommitted change(s) (`dsv status` lists them; commit them, then `dsv checkout {dataset} {dir}`)",
+            "workspace {dir} was left at {dataset}@{}: it has {} uncommitted change(s) (`dsv status` lists them; `dsv checkout {dataset} {dir}` moves it, keeping them where the new head did not change those paths)",
             w.version.short(),
             w.changes
         ),

@@ -978,7 +978,12 @@ pub fn pull_with(
 ) -> Result<PullReport> {
     let dataset = target.revision.dataset.clone();
     let old_head = store.catalog().head_or_none(&dataset)?;
-    let onto_name = format!("{}/{}", target.remote, target.revision);
+    let revision = &target.revision;
+    let onto_name = if revision.base == "latest" && revision.ancestors == 0 {
+        format!("{}/{}", target.remote, revision.dataset)
+    } else {
+        format!("{}/{revision}", target.remote)
+    };
     let mut rebase_options = super::rebase::RebaseOptions::new(onto_name);
     rebase_options.dry_run = options.dry_run;
     rebase_options.workspace = options.workspace.clone();

@@ -345,16 +345,30 @@ fn a_workspace_with_uncommitted_changes_is_left_where_it_is() {
     alice.write("ws/a.txt", "edited, not committed\n");
     settle();
     let out = human_in(&alice, "ws", &["pull", "--rebase"]);
-    assert!(out.starts_with("exit: 0"), "{out}");
-    assert!(
-        out.contains("workspace [ROOT]/ws was left at m@[SHORT]: it has 1 uncommitted change(s)"),
-        "{out}"
-    );
+    // The first line (what was downloaded) aside.
+    let (fetched, rest) = out.split_once("origin/m@").unwrap();
+    let rest = rest.split_once('\n').unwrap().1;
+    assert_snapshot!(format!("{fetched}{rest}"), @"
+    exit: 0
+    --- stdout
+    replayed 1 local version(s) of m onto origin/m ([SHORT])
+      [SHORT] -> [SHORT]  alice's
+    m is now at [SHORT]
+    workspace [ROOT]/ws was left at m@[SHORT]: it has 1 uncommitted change(s) (`dsv status` lists them; `dsv checkout m [ROOT]/ws` moves it, keeping them where the new head did not change those paths)
+    --- stderr
+    ");
     // The head moved; the workspace still holds the old head, with the edit.
     assert_ne!(version_ids(&alice, "m")[0], old_head);
     let status = json_in(&alice, "ws", &["status"], 0);
     assert_eq!(status["version"], old_head.as_str(), "{status}");
     assert!(!alice.path("ws/b.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(alice.path("ws/a.txt")).unwrap(),
+        "edited, not committed\n"
+    );
+    // What the output advises: the checkout moves it and keeps the edit.
+    alice.ok(&["checkout", "m", "ws"]);
+    assert!(alice.path("ws/b.txt").exists());
     assert_eq!(
         std::fs::read_to_string(alice.path("ws/a.txt")).unwrap(),
         "edited, not committed\n"
