@@ -425,3 +425,30 @@ fn pull_without_a_dataset_outside_a_workspace_is_a_usage_error() {
     assert!(err.contains("name the dataset"), "{err}");
     assert!(Path::new(&alice.path("ws")).is_dir());
 }
+
+#[test]
+fn rebase_onto_an_unrelated_line_or_an_unknown_version_is_refused() {
+    let env = TestEnv::new();
+    env.write("a/x", "x\n");
+    env.ok(&["commit", "a", "-d", "m"]);
+    env.write("b/y", "y\n");
+    env.ok(&["commit", "b", "-d", "other"]);
+    let before = reflog(&env);
+    let err = env.json_error(&["rebase", "other", "-d", "m"], 3);
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("have no version in common"),
+        "{err}"
+    );
+    assert!(
+        err["hints"][0].as_str().unwrap().contains("--dataset"),
+        "{err}"
+    );
+    env.fails(&["rebase", "m@nosuchtag"], 3);
+    // Onto its own head: nothing to do.
+    let same = env.json(&["rebase", "m"]);
+    assert_eq!(same["status"], "up-to-date", "{same}");
+    assert_eq!(reflog(&env), before);
+}
