@@ -450,8 +450,14 @@ pub fn rebase(
     }
     drop(whole);
     // Then each local version, as git picks commits.
-    store.remove_stale_temp_packs()?;
-    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    if !options.dry_run {
+        store.remove_stale_temp_packs()?;
+    }
+    let sink = if options.dry_run {
+        PackSink::measuring()
+    } else {
+        PackSink::new(&store.packs_dir(), &store.temp_dir())
+    };
     let planned = (|| {
         let mut trees =
             TreeWriter::new(crate::ops::ingest::IngestOptions::default().compression_level)?;
@@ -568,6 +574,8 @@ fn finish(
     }
     let lock = store.lock()?;
     if store.catalog().head_or_none(&report.dataset)? != report.old_head {
+        // Abandoning takes the store lock itself.
+        drop(lock);
         if let Some(sink) = sink {
             sink.abandon(store);
         }
