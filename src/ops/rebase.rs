@@ -875,6 +875,62 @@ mod tests {
         );
     }
 
+    /// The head checked under the store lock is not the one planned from: nothing is
+    /// recorded, the packs written for the rebase are deleted (without waiting on the lock
+    /// the check holds), and the head stays.
+    #[test]
+    fn a_head_moved_meanwhile_records_nothing_and_deletes_the_rebases_packs() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("f"), "f").unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        let head = crate::ops::commit::commit(
+            &mut store,
+            &data,
+            &crate::ops::commit::CommitOptions::new("d"),
+            &crate::progress::NoProgress,
+        )
+        .unwrap()
+        .version;
+        let packs = |store: &Store| std::fs::read_dir(store.packs_dir()).unwrap().count();
+        let before = packs(&store);
+        let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+        let mut trees = TreeWriter::new(3).unwrap();
+        let built = tree::build(&[file("new", "content of a rebase")]);
+        for (id, bytes) in &built.trees {
+            trees.add(&store, &sink, *id, bytes).unwrap();
+        }
+        trees.flush(&sink).unwrap();
+        let report = RebaseReport {
+            dataset: "d".into(),
+            onto: "elsewhere".into(),
+            onto_version: head,
+            base: None,
+            old_head: Some(ObjectId([9; 32])),
+            head: None,
+            status: RebaseStatus::Rebased,
+            dry_run: false,
+            replayed: Vec::new(),
+            conflicts: Vec::new(),
+            conflict_in: None,
+            workspace: None,
+        };
+        let options = RebaseOptions::new("elsewhere");
+        let result = finish(
+            &mut store,
+            report,
+            head,
+            Vec::new(),
+            Some(sink),
+            &options,
+            &crate::progress::NoProgress,
+        );
+        assert!(matches!(result, Err(Error::HeadMoved { .. })), "{result:?}");
+        assert_eq!(store.catalog().head_or_none("d").unwrap(), Some(head));
+        assert_eq!(packs(&store), before);
+    }
+
     #[test]
     fn the_common_ancestor_is_found_and_unrelated_lines_have_none() {
         let dir = tempfile::tempdir().unwrap();
