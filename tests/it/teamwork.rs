@@ -452,3 +452,22 @@ fn rebase_onto_an_unrelated_line_or_an_unknown_version_is_refused() {
     assert_eq!(same["status"], "up-to-date", "{same}");
     assert_eq!(reflog(&env), before);
 }
+
+#[test]
+fn a_directory_made_a_file_on_one_side_while_the_other_adds_into_it_is_a_conflict() {
+    let (alice, bob, _) = team(&[("a/x", "x\n"), ("keep", "k\n")]);
+    std::fs::remove_dir_all(bob.path("store/ws/a")).unwrap();
+    bob.write("store/ws/a", "now a file\n");
+    commit_and_push(&bob, "store/ws", "a is a file");
+    alice.write("ws/a/new", "new\n");
+    settle();
+    json_in(&alice, "ws", &["commit", "-m", "add into a"], 0);
+    let head = version_ids(&alice, "m")[0].clone();
+    let refused = json_in(&alice, "ws", &["pull", "--rebase"], 4);
+    let conflicts = refused["rebase"]["conflicts"].as_array().unwrap();
+    assert_eq!(conflicts.len(), 1, "{refused}");
+    assert_eq!(conflicts[0]["path"], "a");
+    assert_eq!(conflicts[0]["reason"], "file-and-directory");
+    assert_eq!(version_ids(&alice, "m")[0], head);
+    assert!(alice.path("ws/a/new").exists());
+}
