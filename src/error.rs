@@ -381,6 +381,22 @@ pub enum Error {
         /// The dataset.
         dataset: String,
     },
+    /// `rebase`: the dataset's head and the version to rebase onto share no version, so
+    /// there is no common ancestor to compare their changes with.
+    #[error("{dataset:?} and {onto} have no version in common: there is nothing to rebase onto")]
+    NoCommonVersion {
+        /// The dataset rebased.
+        dataset: String,
+        /// The version (as named) it was to be rebased onto.
+        onto: String,
+    },
+    /// `rebase`: the dataset's head moved (another commit, pull or reset) while the rebase
+    /// was being prepared; nothing was recorded.
+    #[error("the head of {dataset:?} moved while the rebase was prepared; nothing was recorded")]
+    HeadMoved {
+        /// The dataset.
+        dataset: String,
+    },
     /// `rm` refused: the version must be kept.
     #[error("cannot remove version {version}: {}", Holder::describe(holders))]
     VersionHeld {
@@ -730,7 +746,9 @@ impl Error {
             // a query that should not have been made: a bug, not damaged data.
             Error::Catalog(_) | Error::Internal { .. } => ErrorKind::Internal,
             Error::Interrupted => ErrorKind::Interrupted,
-            Error::RemoteDiverged { .. } | Error::PushBehind { .. } => ErrorKind::Conflict,
+            Error::RemoteDiverged { .. } | Error::PushBehind { .. } | Error::HeadMoved { .. } => {
+                ErrorKind::Conflict
+            }
             Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
                 ErrorKind::User
             }

@@ -205,8 +205,14 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
         Error::PushBehind { dataset, remote, .. } => format!(
             "the remote already has newer versions of {dataset} on this line; `dsv push {dataset}@VERSION --remote {remote} --force` rewinds its head (they stay in its history)"
         ),
+        Error::HeadMoved { dataset } => format!(
+            "another command moved it meanwhile; `dsv log {dataset}` shows where it is, and running the rebase again starts from there"
+        ),
+        Error::NoCommonVersion { dataset, .. } => format!(
+            "rebase onto a version of the same line (`dsv log {dataset}` lists them), or name the dataset to rebase with --dataset"
+        ),
         Error::RemoteDiverged { dataset, remote } => format!(
-            "`dsv pull {dataset} --remote {remote}` brings their versions here; `dsv push --force` replaces the remote's head"
+            "`dsv pull {dataset} --rebase --remote {remote}` replays your versions onto theirs (when you changed other paths), then `dsv push` succeeds"
         ),
         Error::AwsProfileNotFound { profile, .. } => format!(
             "add a [profile {profile}] section to the config file or a [{profile}] section to the credentials file (`aws configure --profile {profile}`), or unset AWS_PROFILE"

@@ -41,7 +41,7 @@ use commands::remote::RemoteCommand;
 use commands::reset::{RenameArgs, ResetArgs};
 use commands::shards::ShardsArgs;
 use commands::status::StatusArgs;
-use commands::sync::{CloneArgs, FetchArgs, PullArgs, PushArgs};
+use commands::sync::{CloneArgs, FetchArgs, PullArgs, PushArgs, RebaseArgs};
 use commands::tag::TagArgs;
 use commands::verify::VerifyArgs;
 use commands::workspace::WorkspaceCommand;
@@ -351,15 +351,37 @@ enum Command {
     /// Download a dataset's version (default: the remote's head) and what it needs; move the
     /// local head to it when that is a fast-forward.
     ///
-    /// When both sides have new versions, the local head is kept: check out the remote's
-    /// head (`dsv checkout NAME@VERSION DIR`), bring your changes into DIR and `dsv commit`
-    /// there; the new version descends from the remote's, so `dsv push` then succeeds.
+    /// When both sides have new versions, the local head is kept; with --rebase the local
+    /// versions are replayed onto the remote's (as `dsv rebase REMOTE/NAME`) when the two
+    /// sides changed different paths, so `dsv push` then succeeds. A workspace holding the
+    /// current directory and the old head is checked out at the new head when it has no
+    /// uncommitted changes (left alone, and said so, when it has).
     ///
     /// Examples:
     ///   dsv pull mnist
     ///   dsv pull mnist@v3 --include 'train/**'
+    ///   cd mnist && dsv pull --rebase && dsv push   # the workspace's dataset
+    ///   dsv pull mnist --rebase --dry-run
     #[command(verbatim_doc_comment)]
     Pull(PullArgs),
+    /// Replay a dataset's local versions onto ONTO (a remote's head, or any version).
+    ///
+    /// The versions since the common ancestor are replayed one by one, each making a new
+    /// version (same message and author, new time) whose parent chain starts at ONTO; the
+    /// head moves to the last. ONTO's line is kept whole.
+    ///
+    /// Works when the two lines changed different paths. A path changed on both sides (to
+    /// different content, or deleted on one and changed on the other, or a file on one
+    /// side where the other has entries below it) is a conflict: all are listed, the exit
+    /// code is 4, and nothing is changed. A workspace holding the current directory and the
+    /// old head follows the head when it has no uncommitted changes.
+    ///
+    /// Examples:
+    ///   dsv rebase origin/mnist           # as `dsv pull mnist --rebase`
+    ///   dsv rebase mnist@v3 --dry-run
+    ///   dsv rebase mnist -d mnist-exp     # mnist-exp's versions onto mnist's head
+    #[command(verbatim_doc_comment)]
+    Rebase(RebaseArgs),
     /// Refresh a remote's refs and metadata (versions, trees; no file data).
     ///
     /// Examples:
@@ -627,6 +649,7 @@ fn dispatch(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Remote(command) => remote::run(cli, ui, command),
         Command::Push(args) => sync::push(cli, ui, args),
         Command::Pull(args) => sync::pull(cli, ui, args),
+        Command::Rebase(args) => sync::rebase(cli, ui, args),
         Command::Fetch(args) => sync::fetch(cli, ui, args),
         Command::Clone(args) => sync::clone(ui, args),
         Command::Completions(args) => docs::completions(args),

@@ -14,6 +14,7 @@ use dsv::ops::commit::CommitReport;
 use dsv::ops::gc::{GcReport, RemoveReport};
 use dsv::ops::import::ImportReport;
 use dsv::ops::inspect::{ShownProvenance, VersionInfo};
+use dsv::ops::rebase::{ConflictReason, RebaseReport, RebaseStatus, WorkspaceFollow};
 use dsv::ops::status::StatusReport;
 use dsv::ops::sync::{
     CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, RemoteListing, Transfer,
@@ -343,7 +344,7 @@ pub fn status(r: &StatusReport) -> String {
         (Some(d), Some(v)) => format!("{d}@{}", v.short()),
         _ => "no version".into(),
     };
-    if r.changes.is_empty() {
+    let mut out = if r.changes.is_empty() {
         format!("Clean: {} matches {at}", r.dir.display())
     } else {
         format!(
@@ -351,7 +352,46 @@ pub fn status(r: &StatusReport) -> String {
             r.dir.display(),
             changes(&r.changes, "")
         )
+    };
+    let dataset = r.dataset.as_deref().unwrap_or("NAME");
+    let versions = |n: u64| format!("{n} version{}", if n == 1 { "" } else { "s" });
+    for head in &r.heads {
+        let local = head.name == dataset;
+        let line = match (head.ahead, head.behind) {
+            (0, behind) if local => format!(
+                "behind {} by {} (`dsv checkout {dataset} {}` brings it here)",
+                head.name,
+                versions(behind),
+                r.dir.display()
+            ),
+            (0, behind) => format!(
+                "behind {} by {} (`dsv pull {dataset}` brings them here)",
+                head.name,
+                versions(behind)
+            ),
+            (ahead, 0) if local => format!("ahead of {} by {}", head.name, versions(ahead)),
+            (ahead, 0) => format!(
+                "ahead of {} by {} (`dsv push` sends them)",
+                head.name,
+                versions(ahead)
+            ),
+            (ahead, behind) if local => format!(
+                "diverged from {}: {} here, {} there",
+                head.name,
+                versions(ahead),
+                versions(behind)
+            ),
+            (ahead, behind) => format!(
+                "diverged from {}: {} here, {} there (`dsv pull {dataset} --rebase` replays yours onto theirs)",
+                head.name,
+                versions(ahead),
+                versions(behind)
+            ),
+        };
+        out.push('\n');
+        out.push_str(&line);
     }
+    out
 }
 
 pub fn log(versions: &[VersionInfo]) -> String {
@@ -656,16 +696,142 @@ pub fn fetched(r: &PullReport) -> String {
 }
 
 pub fn pull(r: &PullReport) -> String {
+    if let Some(rebase) = &r.rebase {
+        return format!("{}\n{}", fetched(r), self::rebase(rebase));
+    }
     let head = match r.head {
         Some(HeadUpdate::Moved) => format!("{} is now at {}", r.dataset, r.version.short()),
         Some(HeadUpdate::UpToDate) => format!("{} is already at {}", r.dataset, r.version.short()),
         _ => format!(
-            "{d}'s local head was kept: it has versions {v} lacks. To combine them: `dsv checkout {d}@{v} DIR`, bring your changes into DIR, then `dsv commit` in DIR (the new version descends from {v}) and `dsv push`; or take theirs with `dsv reset {d} {v}`",
+            "{d}'s local head was kept: it has versions {v} lacks. To combine them: `dsv pull {d} --rebase` replays your versions onto {v} when they changed other paths; or `dsv checkout {d}@{v} DIR`, bring your changes into DIR, then `dsv commit` in DIR (the new version descends from {v}) and `dsv push`; or take theirs with `dsv reset {d} {v}`",
             d = r.dataset,
             v = r.version.short()
         ),
     };
-    format!("{}\n{head}", fetched(r))
+    let mut out = format!("{}\n{head}", fetched(r));
+    if let Some(workspace) = &r.workspace {
+        out.push('\n');
+        out.push_str(&workspace_follow(workspace, &r.dataset));
+    }
+    out
+}
+
+/// What happened to the workspace of the current directory when the head moved.
+fn workspace_follow(w: &WorkspaceFollow, dataset: &str) -> String {
+    let dir = w.dir.display();
+    match w.status {
+        "moved" => format!("workspace {dir} now holds {dataset}@{}", w.version.short()),
+        "would-move" => format!("workspace {dir} would be checked out at the new head"),
+        _ => format!(
+            "workspace {dir} was left at {dataset}@{}: it has {} uncommitted change(s) (`dsv status` lists them; `dsv checkout {dataset} {dir}` moves it, keeping them where the new head did not change those paths)",
+            w.version.short(),
+            w.changes
+        ),
+    }
+}
+
+fn conflict_side(change: Option<ChangeKind>) -> &'static str {
+    match change {
+        None => "unchanged",
+        Some(ChangeKind::Added) => "added",
+        Some(ChangeKind::Modified) => "modified",
+        Some(ChangeKind::Deleted) => "deleted",
+    }
+}
+
+pub fn rebase(r: &RebaseReport) -> String {
+    let would = if r.dry_run {
+        " (dry run: nothing changed)"
+    } else {
+        ""
+    };
+    let mut out = String::new();
+    match r.status {
+        RebaseStatus::UpToDate => {
+            let _ = write!(
+                out,
+                "{} already holds {} ({}): nothing to rebase",
+                r.dataset,
+                r.onto,
+                r.onto_version.short()
+            );
+        }
+        RebaseStatus::FastForward => {
+            let verb = if r.dry_run { "would move" } else { "moved" };
+            let _ = write!(
+                out,
+                "{} {verb} forward to {} ({}): no local versions to replay{would}",
+                r.dataset,
+                r.onto,
+                r.onto_version.short()
+            );
+        }
+        RebaseStatus::Rebased => {
+            let verb = if r.dry_run {
+                "would replay"
+            } else {
+                "replayed"
+            };
+            let kept = r.replayed.iter().filter(|p| p.kept).count();
+            let _ = writeln!(
+                out,
+                "{verb} {kept} local version(s) of {} onto {} ({}){would}",
+                r.dataset,
+                r.onto,
+                r.onto_version.short()
+            );
+            for step in &r.replayed {
+                let to = match (&step.version, step.kept) {
+                    (Some(id), _) => id.short(),
+                    (None, true) => "(new)".into(),
+                    (None, false) => "(dropped: already there)".into(),
+                };
+                let message = step.message.lines().next().unwrap_or("");
+                let _ = writeln!(out, "  {} -> {to}  {message}", step.from.short());
+            }
+            match &r.head {
+                Some(head) if !r.dry_run => {
+                    let _ = write!(out, "{} is now at {}", r.dataset, head.short());
+                }
+                _ => {
+                    let _ = write!(out, "then `dsv push` sends them");
+                }
+            }
+        }
+        RebaseStatus::Conflict => {
+            let within = r
+                .conflict_in
+                .map(|id| format!(" (replaying {})", id.short()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{} and {} ({}) changed the same paths{within}; nothing was changed:",
+                r.dataset,
+                r.onto,
+                r.onto_version.short()
+            );
+            let mut table = Table::headless(&[Align::Left, Align::Left]);
+            for c in &r.conflicts {
+                let detail = match c.reason {
+                    ConflictReason::BothChanged => format!(
+                        "{} here, {} there",
+                        conflict_side(c.ours),
+                        conflict_side(c.theirs)
+                    ),
+                    ConflictReason::FileAndDirectory => {
+                        "a file on one side, entries below it on the other".into()
+                    }
+                };
+                table.row(vec![format!("  {}", c.path), detail]);
+            }
+            out.push_str(table.render().trim_end());
+        }
+    }
+    if let Some(workspace) = &r.workspace {
+        out.push('\n');
+        out.push_str(&workspace_follow(workspace, &r.dataset));
+    }
+    out
 }
 
 pub fn fetch(r: &FetchReport) -> String {

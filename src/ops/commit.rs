@@ -413,14 +413,14 @@ const INGEST_BATCH: usize = 65_536;
 
 /// Trees (and other metadata objects) on their way into a commit's packs: packed into
 /// frames of about [`FRAME_TARGET`] bytes with one zstd context (setting one up costs
-/// megabytes).
-struct TreeWriter {
+/// megabytes). Rebase writes its trees and versions through it too.
+pub(crate) struct TreeWriter {
     metadata: FrameBuilder,
     compressor: zstd::bulk::Compressor<'static>,
 }
 
 impl TreeWriter {
-    fn new(compression_level: i32) -> Result<TreeWriter> {
+    pub(crate) fn new(compression_level: i32) -> Result<TreeWriter> {
         Ok(TreeWriter {
             metadata: FrameBuilder::default(),
             compressor: zstd::bulk::Compressor::new(compression_level).map_err(|source| {
@@ -433,7 +433,13 @@ impl TreeWriter {
     }
 
     /// Adds tree `id` unless the store or this sink already has it.
-    fn add(&mut self, store: &Store, sink: &PackSink, id: ObjectId, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn add(
+        &mut self,
+        store: &Store,
+        sink: &PackSink,
+        id: ObjectId,
+        bytes: &[u8],
+    ) -> Result<()> {
         if !store.catalog().has_object(&id, ObjectKind::Tree)?
             && sink.claim(&id, ObjectKind::Tree)?
         {
@@ -445,8 +451,24 @@ impl TreeWriter {
         Ok(())
     }
 
+    /// Adds version object `id` (encoded as `bytes`) unless this sink already has it.
+    pub(crate) fn add_version(
+        &mut self,
+        sink: &PackSink,
+        id: ObjectId,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if sink.claim(&id, ObjectKind::Version)? {
+            if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
+                sink.add(self.metadata.encode_with(&mut self.compressor))?;
+            }
+            self.metadata.push(id, ObjectKind::Version, bytes);
+        }
+        Ok(())
+    }
+
     /// Writes what is left as a last frame.
-    fn flush(&mut self, sink: &PackSink) -> Result<()> {
+    pub(crate) fn flush(&mut self, sink: &PackSink) -> Result<()> {
         if !self.metadata.is_empty() {
             sink.add(self.metadata.encode_with(&mut self.compressor))?;
         }

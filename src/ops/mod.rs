@@ -10,6 +10,7 @@ pub mod gc;
 pub mod import;
 pub mod ingest;
 pub mod inspect;
+pub mod rebase;
 pub mod repair;
 pub mod status;
 pub mod sync;

@@ -373,6 +373,56 @@ pub struct StatusReport {
     pub changes: Vec<Change>,
     /// Files that had to be read because the stat cache could not vouch for them.
     pub files_hashed: u64,
+    /// The dataset's local head and each remote's head of it (as last fetched, pulled or
+    /// pushed) that is not the workspace's version, with how far apart they are: git's
+    /// "behind origin/main by 2 commits".
+    pub heads: Vec<HeadComparison>,
+}
+
+/// How a head of the workspace's dataset stands against the workspace's version.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HeadComparison {
+    /// `NAME` for the local head, `REMOTE/NAME` for a remote's.
+    pub name: String,
+    /// The version it names.
+    pub version: ObjectId,
+    /// Versions it has that the workspace's version lacks (the workspace is behind it by
+    /// this many).
+    pub behind: u64,
+    /// Versions the workspace's version has that it lacks.
+    pub ahead: u64,
+}
+
+/// The heads of `dataset` (local, then each remote's in name order) that are not `version`,
+/// compared with it; heads whose line shares no version with it are left out.
+fn compare_heads(store: &Store, dataset: &str, version: &ObjectId) -> Result<Vec<HeadComparison>> {
+    let catalog = store.catalog();
+    let mut heads = Vec::new();
+    if let Some(head) = catalog.head_or_none(dataset)? {
+        heads.push((dataset.to_string(), head));
+    }
+    for remote in catalog.remotes()? {
+        if let Some(reference) = catalog.remote_ref(remote.id, dataset, None)?
+            && catalog.version(&reference.version)?.is_some()
+        {
+            heads.push((format!("{}/{dataset}", remote.name), reference.version));
+        }
+    }
+    let mut out = Vec::new();
+    for (name, head) in heads {
+        if head == *version {
+            continue;
+        }
+        if let Some((ahead, behind)) = super::rebase::ahead_behind(catalog, version, &head)? {
+            out.push(HeadComparison {
+                name,
+                version: head,
+                behind,
+                ahead,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Compares the workspace holding `dir` (its root or any directory inside it) with the version
@@ -444,12 +494,17 @@ pub fn status(
         writer.update_stat_cache(workspace.id, refreshed)?;
         writer.commit()?;
     }
+    let heads = match (&workspace.dataset, &workspace.version) {
+        (Some(dataset), Some(version)) => compare_heads(store, dataset, version)?,
+        _ => Vec::new(),
+    };
     Ok(StatusReport {
         dir,
         dataset: workspace.dataset,
         version: workspace.version,
         changes: compared.changes,
         files_hashed: compared.hashed.len() as u64,
+        heads,
     })
 }
 

@@ -127,10 +127,49 @@ pub struct PullReport {
     pub version: ObjectId,
     /// Whether the ref was checked by a HEAD and found unchanged.
     pub ref_cache: RefCache,
-    /// What happened to the local head (`pull` only; `None` for a checkout).
+    /// What happened to the local head (`pull` only; `None` for a checkout and a dry run).
     pub head: Option<HeadUpdate>,
     /// Metadata and chunks downloaded.
     pub transfer: Transfer,
+    /// `pull --rebase` when the local head had diverged (or a dry run): the local versions
+    /// replayed onto the pulled one, or the conflicts that stopped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebase: Option<super::rebase::RebaseReport>,
+    /// The workspace of the caller's directory when it held the old head: checked out at
+    /// the new head, or left alone because it has uncommitted changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<super::rebase::WorkspaceFollow>,
+}
+
+/// How to pull ([`pull_with`]).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct PullOptions {
+    /// Only the files whose path matches one of these globs.
+    pub include: Vec<String>,
+    /// Requests in flight.
+    pub requests: usize,
+    /// When the local head has versions the pulled one lacks, replay them onto it
+    /// ([`super::rebase::rebase`]) instead of keeping the local head.
+    pub rebase: bool,
+    /// With `rebase`: fetch, then only plan (no head moves, nothing recorded).
+    pub dry_run: bool,
+    /// A directory whose workspace follows the head when it held the old one and is clean
+    /// (the CLI passes the current directory).
+    pub workspace: Option<std::path::PathBuf>,
+    /// Parallel workers of the workspace's status and checkout.
+    pub jobs: usize,
+}
+
+impl PullOptions {
+    /// Plain pull options: everything, `requests` in flight, no rebase, no workspace.
+    pub fn new(requests: usize) -> PullOptions {
+        PullOptions {
+            requests,
+            jobs: super::checkout::CheckoutOptions::default().jobs,
+            ..PullOptions::default()
+        }
+    }
 }
 
 /// The outcome of `dsv clone`.
@@ -918,7 +957,77 @@ pub fn prepare_remote_revision(
         ref_cache,
         head: None,
         transfer,
+        rebase: None,
+        workspace: None,
     })
+}
+
+/// `dsv pull` with its options: [`pull`], then, with `options.rebase` and a local head that
+/// has diverged, [`super::rebase::rebase`] onto the pulled version; when the head moved, the
+/// workspace of `options.workspace` follows it if it held the old head and is clean
+/// ([`super::rebase::follow_head`]). A dry run fetches and plans, and moves nothing.
+///
+/// # Errors
+/// As [`pull`] and [`super::rebase::rebase`]. Conflicts are no error: the report's
+/// `rebase` lists them, and nothing was changed.
+pub fn pull_with(
+    store: &mut Store,
+    target: &RemoteRevision,
+    options: &PullOptions,
+    progress: &dyn Progress,
+) -> Result<PullReport> {
+    let dataset = target.revision.dataset.clone();
+    let old_head = store.catalog().head_or_none(&dataset)?;
+    let revision = &target.revision;
+    let onto_name = if revision.base == "latest" && revision.ancestors == 0 {
+        format!("{}/{}", target.remote, revision.dataset)
+    } else {
+        format!("{}/{revision}", target.remote)
+    };
+    let mut rebase_options = super::rebase::RebaseOptions::new(onto_name);
+    rebase_options.dry_run = options.dry_run;
+    rebase_options.workspace = options.workspace.clone();
+    rebase_options.jobs = options.jobs;
+    rebase_options.requests = options.requests;
+    if options.rebase && options.dry_run {
+        let mut report = prepare_remote_revision(store, target, None, options.requests, progress)?;
+        report.rebase = Some(super::rebase::rebase(
+            store,
+            &report.dataset,
+            &report.version,
+            &rebase_options,
+            progress,
+        )?);
+        return Ok(report);
+    }
+    let mut report = pull(store, target, &options.include, options.requests, progress)?;
+    match report.head {
+        Some(HeadUpdate::Diverged) if options.rebase => {
+            report.rebase = Some(super::rebase::rebase(
+                store,
+                &report.dataset,
+                &report.version,
+                &rebase_options,
+                progress,
+            )?);
+        }
+        Some(HeadUpdate::Moved) => {
+            if let (Some(dir), Some(old)) = (&options.workspace, old_head) {
+                report.workspace = super::rebase::follow_head(
+                    store,
+                    dir,
+                    &dataset,
+                    &old,
+                    &report.version,
+                    options.jobs,
+                    options.requests,
+                    progress,
+                )?;
+            }
+        }
+        _ => {}
+    }
+    Ok(report)
 }
 
 /// `dsv pull`: [`prepare_remote_revision`], then moves the local head of the dataset to the

@@ -115,6 +115,7 @@ fn a_session_in_text() {
     exit: 0
     --- stdout
     Clean: [ROOT]/work matches demo@[SHORT]
+    behind demo by 1 version (`dsv checkout demo [ROOT]/work` brings it here)
     --- stderr
     ");
     assert_snapshot!(human(&env, &["show", "demo@v1"]), @"
@@ -248,6 +249,7 @@ fn help_lists_every_command() {
                    remote's heads (fast-forward only) and create its tags.
       pull         Download a dataset's version (default: the remote's head) and what it needs; move the
                    local head to it when that is a fast-forward.
+      rebase       Replay a dataset's local versions onto ONTO (a remote's head, or any version).
       fetch        Refresh a remote's refs and metadata (versions, trees; no file data).
       clone        Create a store from a remote: its datasets, heads and tags; data is fetched when
                    first needed (by checkout or pull).

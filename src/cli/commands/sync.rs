@@ -1,5 +1,5 @@
 //! Moving versions between this store and its remotes: `dsv push`, `dsv pull`, `dsv fetch`,
-//! `dsv clone`.
+//! `dsv clone`, and `dsv rebase` (local versions replayed onto a remote's or another version).
 
 use std::path::PathBuf;
 
@@ -45,13 +45,24 @@ pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
 
 #[derive(Debug, Args)]
 pub(crate) struct PullArgs {
-    #[arg(help = concat!("The version, as the remote names it: ", revision_syntax!()))]
-    revision: String,
+    #[arg(help = concat!(
+        "The version, as the remote names it (default: the dataset of the workspace holding \
+         the current directory): ",
+        revision_syntax!()
+    ))]
+    revision: Option<String>,
     #[command(flatten)]
     remote: RemoteArg,
     /// Only the files whose path matches GLOB (repeatable), e.g. 'train/**'.
-    #[arg(long, value_name = "GLOB")]
+    #[arg(long, value_name = "GLOB", conflicts_with = "rebase")]
     include: Vec<String>,
+    /// When both sides have new versions, replay the local ones onto the remote's (they
+    /// must have changed other paths; conflicts are listed, exit 4, and nothing changes).
+    #[arg(long)]
+    rebase: bool,
+    /// With --rebase: fetch, then print what would be replayed; change nothing.
+    #[arg(long, requires = "rebase")]
+    dry_run: bool,
     #[command(flatten)]
     jobs: JobsArg,
 }
@@ -59,13 +70,96 @@ pub(crate) struct PullArgs {
 pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
     let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
+    let current = std::env::current_dir()?;
+    let revision = match &args.revision {
+        Some(revision) => Revision::parse(revision)?,
+        None => {
+            let dataset = dsv::ops::workspace::enclosing(&store, &current)?
+                .and_then(|w| w.dataset)
+                .ok_or_else(|| {
+                    error::Usage(
+                        "name the dataset to pull (`dsv pull NAME`): the current directory is in no workspace"
+                            .into(),
+                    )
+                })?;
+            Revision::parse(&dataset)?
+        }
+    };
     let target = sync::RemoteRevision {
         remote: name,
-        revision: Revision::parse(&args.revision)?,
+        revision,
     };
-    let report = sync::pull(&mut store, &target, &args.include, requests, &ui.reporter())?;
+    let mut options = sync::PullOptions::new(requests);
+    options.include.clone_from(&args.include);
+    options.rebase = args.rebase;
+    options.dry_run = args.dry_run;
+    options.workspace = Some(current);
+    options.jobs = jobs_or(&args.jobs, &store.config()?, options.jobs);
+    let report = sync::pull_with(&mut store, &target, &options, &ui.reporter())?;
     ui.report(&report, render::pull)?;
-    Ok(error::SUCCESS)
+    Ok(match &report.rebase {
+        Some(rebase) => refused_by_conflicts(rebase),
+        None => error::SUCCESS,
+    })
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RebaseArgs {
+    #[arg(help = concat!(
+        "The version to replay the local versions onto: a remote's (REMOTE/NAME[@REV], fetched \
+         first) or this store's: ",
+        revision_syntax!()
+    ))]
+    onto: String,
+    /// The dataset whose head is rebased (default: ONTO's).
+    #[arg(short, long, value_name = "NAME")]
+    dataset: Option<String>,
+    /// Print what would be replayed (and any conflicts); change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn rebase(cli: &Cli, ui: &Ui, args: &RebaseArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let requests = jobs_or(&args.jobs, &store.config()?, dsv::remote::DEFAULT_JOBS);
+    let (onto, onto_dataset) = match sync::RemoteRevision::parse(&args.onto)? {
+        Some(target) => {
+            let prepared =
+                sync::prepare_remote_revision(&mut store, &target, None, requests, &ui.reporter())?;
+            (prepared.version, prepared.dataset)
+        }
+        None => {
+            let revision = Revision::parse(&args.onto)?;
+            (revision.resolve(store.catalog())?, revision.dataset)
+        }
+    };
+    let dataset = args.dataset.clone().unwrap_or(onto_dataset);
+    let mut options = dsv::ops::rebase::RebaseOptions::new(args.onto.clone());
+    options.dry_run = args.dry_run;
+    options.workspace = Some(std::env::current_dir()?);
+    options.jobs = jobs_or(&args.jobs, &store.config()?, options.jobs);
+    options.requests = requests;
+    let report = dsv::ops::rebase::rebase(&mut store, &dataset, &onto, &options, &ui.reporter())?;
+    ui.report(&report, render::rebase)?;
+    Ok(refused_by_conflicts(&report))
+}
+
+/// Exit 4 (after the report) when a rebase stopped at conflicts, with the error on stderr.
+fn refused_by_conflicts(report: &dsv::ops::rebase::RebaseReport) -> u8 {
+    if report.status != dsv::ops::rebase::RebaseStatus::Conflict {
+        return error::SUCCESS;
+    }
+    eprintln!(
+        "error: cannot rebase {} onto {}: {} path(s) changed on both sides\n\nhint: nothing was changed; check out {} into a new directory (`dsv checkout {} DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`",
+        report.dataset,
+        report.onto,
+        report.conflicts.len(),
+        report.onto,
+        report.onto,
+    );
+    error::CONFLICT
 }
 
 #[derive(Debug, Args)]

@@ -1,0 +1,975 @@
+//! `rebase`: replay a dataset's local versions onto another version (a remote's head, as
+//! `dsv pull --rebase` does, or any version: `dsv rebase mnist@v3`), when the two lines
+//! changed different paths.
+//!
+//! 1. Find the common ancestor: the newest version of the head's line that ONTO's line
+//!    also holds, walking parent links with a set of the versions seen (a cycle in a damaged
+//!    catalog ends the walk, never loops). The local versions are those after it, oldest
+//!    first.
+//! 2. Plan, at the path level (a three-way merge of flat listings, [`merge_listings`]):
+//!    the ancestor's listing is the base, the head's is ours, ONTO's is theirs. A path
+//!    changed on both sides to different entries is a conflict (a deletion against a
+//!    change, too); the same change on both sides is not. A file or symlink on one side
+//!    at a path under which the other side has entries is a conflict. Any conflict: the
+//!    report lists them, nothing is written. Then each local version is replayed in turn
+//!    (base: its parent; ours: it; theirs: the version replayed before it, ONTO first), as
+//!    `git rebase` picks commits; a local version whose changes ONTO already has is
+//!    dropped.
+//! 3. Record: the new trees and versions go into new packs; under the store lock the head
+//!    is checked to be the one planned from (else [`Error::HeadMoved`], nothing recorded),
+//!    then one catalog transaction records the versions and moves the head (the ref log
+//!    records the move).
+//! 4. The workspace of the caller's directory, if it held the old head, follows: checked
+//!    out at the new head when clean ([`follow_head`]), left alone (and said so) when not.
+//!
+//! A new version keeps the replayed one's message, author, source and provenance, and gets
+//! a new time: it is a snapshot that never existed before (its tree holds ONTO's changes
+//! too) and it comes after its parent, ONTO, in the dataset's line; keeping the old time
+//! would make it older than its own parent, and age-based cleanup would treat it so. The
+//! replayed versions stay in the store (off the head's line, as `dsv log` shows them), with
+//! their tags.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::commit::TreeWriter;
+use super::ingest::PackSink;
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::Version;
+use crate::progress::Progress;
+use crate::store::Store;
+use crate::tree::{self, ChangeKind, FlatEntry, FlatKind};
+
+/// How to rebase.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RebaseOptions {
+    /// How ONTO is named in reports (`origin/mnist`, `mnist@v3`).
+    pub onto_name: String,
+    /// Plan only: report what would be replayed (and any conflicts), record nothing.
+    pub dry_run: bool,
+    /// A directory whose workspace follows the head when it holds the old head and is clean
+    /// (the CLI passes the current directory).
+    pub workspace: Option<PathBuf>,
+    /// Parallel workers of the workspace's status and checkout.
+    pub jobs: usize,
+    /// Requests in flight when the workspace's checkout fetches data.
+    pub requests: usize,
+}
+
+impl RebaseOptions {
+    /// Options naming ONTO `onto_name`: no dry run, no workspace, default parallelism.
+    pub fn new(onto_name: impl Into<String>) -> RebaseOptions {
+        RebaseOptions {
+            onto_name: onto_name.into(),
+            dry_run: false,
+            workspace: None,
+            jobs: super::checkout::CheckoutOptions::default().jobs,
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
+/// What a rebase did (or, for a dry run or a conflict, would do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebaseStatus {
+    /// ONTO is the head or one of its ancestors: nothing to do.
+    UpToDate,
+    /// The head is an ancestor of ONTO (or the dataset had none): it moves to ONTO.
+    FastForward,
+    /// Local versions were replayed onto ONTO.
+    Rebased,
+    /// Both lines changed the same paths differently: nothing was changed.
+    Conflict,
+}
+
+/// One local version and what replaying it made.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replayed {
+    /// The local version replayed.
+    pub from: ObjectId,
+    /// The new version (`None` when dropped, or in a dry run).
+    pub version: Option<ObjectId>,
+    /// Its message (kept).
+    pub message: String,
+    /// False when ONTO already had all its changes, so no version was made for it.
+    pub kept: bool,
+}
+
+/// A path both lines changed in ways that do not go together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    /// The path.
+    pub path: String,
+    /// Why.
+    pub reason: ConflictReason,
+    /// What the local line did at the path since the common ancestor (`None`: nothing).
+    pub ours: Option<ChangeKind>,
+    /// What ONTO's line did at the path since the common ancestor (`None`: nothing).
+    pub theirs: Option<ChangeKind>,
+}
+
+/// Why a path is a conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConflictReason {
+    /// Both lines changed the path, to different entries (or one deleted it).
+    BothChanged,
+    /// One line has a file or symlink at the path, the other entries below it.
+    FileAndDirectory,
+}
+
+/// What happened to the workspace of the caller's directory when the head moved.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkspaceFollow {
+    /// The workspace's directory.
+    pub dir: PathBuf,
+    /// `moved`: checked out at the new head; `dirty`: it has uncommitted changes, so it
+    /// was left alone (still at the old head); `would-move`: a dry run's plan.
+    pub status: &'static str,
+    /// The version it holds now.
+    pub version: ObjectId,
+    /// Its uncommitted changes (`dirty` only).
+    pub changes: u64,
+}
+
+/// The outcome of [`rebase`].
+#[derive(Debug, Clone, Serialize)]
+pub struct RebaseReport {
+    /// The dataset.
+    pub dataset: String,
+    /// ONTO as named.
+    pub onto: String,
+    /// ONTO's version.
+    pub onto_version: ObjectId,
+    /// The common ancestor of the head and ONTO.
+    pub base: Option<ObjectId>,
+    /// The head before.
+    pub old_head: Option<ObjectId>,
+    /// The head after (for a dry run, the head it would have when known: a fast-forward's;
+    /// `None` for a conflict and a dry run's new versions).
+    pub head: Option<ObjectId>,
+    /// What was done.
+    pub status: RebaseStatus,
+    /// True for a dry run: nothing was recorded.
+    pub dry_run: bool,
+    /// The local versions replayed, oldest first.
+    pub replayed: Vec<Replayed>,
+    /// The conflicts (status `conflict`), in path order.
+    pub conflicts: Vec<Conflict>,
+    /// The local version whose replay conflicted, when the conflict is that version's
+    /// alone (the lines as a whole merge, but a version on the way does not: it changed a
+    /// path that a later one changed back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict_in: Option<ObjectId>,
+    /// The workspace of the caller's directory, when it held the old head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceFollow>,
+}
+
+/// The result of a three-way merge of listings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// The merged listing in [`crate::walk::path_order`], directories included (those that
+    /// only hold merged entries are made), ready for [`tree::TreeBuilder`]; meaningless when
+    /// there are conflicts.
+    pub entries: Vec<FlatEntry>,
+    /// The conflicts, in path order.
+    pub conflicts: Vec<Conflict>,
+}
+
+/// Whether two entries at one path are the same: both absent, or the same kind (mode and
+/// symlink target included) and, for a file or symlink, the same content. Directories are
+/// the same whatever they hold (their contents are compared path by path).
+fn same(a: Option<&FlatEntry>, b: Option<&FlatEntry>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.kind == b.kind && (a.kind == FlatKind::Dir || a.id == b.id),
+        _ => false,
+    }
+}
+
+/// What a side did at a path since the base.
+fn change(base: Option<&FlatEntry>, side: Option<&FlatEntry>) -> Option<ChangeKind> {
+    match (base, side) {
+        _ if same(base, side) => None,
+        (None, _) => Some(ChangeKind::Added),
+        (_, None) => Some(ChangeKind::Deleted),
+        _ => Some(ChangeKind::Modified),
+    }
+}
+
+/// True when `path` lies below directory path `dir`.
+fn is_below(path: &str, dir: &str) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
+}
+
+/// The three-way merge of listings `base`, `ours` and `theirs` (each in
+/// [`crate::walk::path_order`], as [`tree::flatten`] gives them), path by path: where both
+/// sides agree, or only one changed the path, that side's entry is taken; where both changed
+/// it differently, it is a [`ConflictReason::BothChanged`] conflict. A file or symlink taken
+/// at a path under which entries are taken too is a [`ConflictReason::FileAndDirectory`]
+/// conflict; a directory that only its new entries need (one side deleted it, the other
+/// added into it) is made again.
+pub fn merge_listings<'a>(
+    base: &'a [FlatEntry],
+    ours: &'a [FlatEntry],
+    theirs: &'a [FlatEntry],
+) -> Merged {
+    use std::cmp::Ordering;
+    let mut picked: Vec<(FlatEntry, Option<ChangeKind>, Option<ChangeKind>)> = Vec::new();
+    let mut conflicts = Vec::new();
+    let (mut i, mut j, mut k) = (0, 0, 0);
+    loop {
+        let heads = [base.get(i), ours.get(j), theirs.get(k)];
+        let Some(path) = heads
+            .iter()
+            .flatten()
+            .map(|e| e.path.as_str())
+            .min_by(|a, b| crate::walk::path_order(a, b))
+        else {
+            break;
+        };
+        let path = path.to_string();
+        let at = |e: Option<&'a FlatEntry>| -> Option<&'a FlatEntry> {
+            e.filter(|e| crate::walk::path_order(&e.path, &path) == Ordering::Equal)
+        };
+        let (b, o, t) = (at(heads[0]), at(heads[1]), at(heads[2]));
+        i += usize::from(b.is_some());
+        j += usize::from(o.is_some());
+        k += usize::from(t.is_some());
+        let (ours_change, theirs_change) = (change(b, o), change(b, t));
+        let taken = if same(o, t) || theirs_change.is_none() {
+            o
+        } else if ours_change.is_none() {
+            t
+        } else {
+            conflicts.push(Conflict {
+                path,
+                reason: ConflictReason::BothChanged,
+                ours: ours_change,
+                theirs: theirs_change,
+            });
+            continue;
+        };
+        if let Some(entry) = taken {
+            picked.push((entry.clone(), ours_change, theirs_change));
+        }
+    }
+    // Directories on every taken entry's path, and no entry below a file or symlink.
+    let mut entries = Vec::with_capacity(picked.len());
+    let mut open: Vec<String> = Vec::new();
+    let mut blocker: Option<(String, Option<ChangeKind>, Option<ChangeKind>, bool)> = None;
+    for (entry, ours_change, theirs_change) in picked {
+        if let Some((file, o, t, reported)) = &mut blocker {
+            if is_below(&entry.path, file) {
+                if !*reported {
+                    *reported = true;
+                    conflicts.push(Conflict {
+                        path: file.clone(),
+                        reason: ConflictReason::FileAndDirectory,
+                        ours: *o,
+                        theirs: *t,
+                    });
+                }
+                continue;
+            }
+            blocker = None;
+        }
+        while open.last().is_some_and(|dir| !is_below(&entry.path, dir)) {
+            open.pop();
+        }
+        let start = open.last().map_or(0, |dir| dir.len() + 1);
+        for (at, _) in entry.path[start..].match_indices('/') {
+            let dir = entry.path[..start + at].to_string();
+            entries.push(FlatEntry {
+                path: dir.clone(),
+                kind: FlatKind::Dir,
+                size: 0,
+                id: ObjectId([0; 32]),
+            });
+            open.push(dir);
+        }
+        if entry.kind == FlatKind::Dir {
+            open.push(entry.path.clone());
+        } else {
+            blocker = Some((entry.path.clone(), ours_change, theirs_change, false));
+        }
+        entries.push(entry);
+    }
+    conflicts.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
+    Merged { entries, conflicts }
+}
+
+/// The versions after the common ancestor of `head` and `onto` on `head`'s line, oldest
+/// first, and that ancestor (`None`: they share no version). Each line is walked once by
+/// its parent links, stopping at a version seen before (a damaged catalog's cycle) or one
+/// the catalog lacks.
+///
+/// # Errors
+/// [`Error::Catalog`].
+pub fn common_ancestor(
+    catalog: &Catalog,
+    head: &ObjectId,
+    onto: &ObjectId,
+) -> Result<(Option<ObjectId>, Vec<ObjectId>)> {
+    let line = |start: &ObjectId| -> Result<Vec<ObjectId>> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut next = Some(*start);
+        while let Some(id) = next {
+            if !seen.insert(id) {
+                break;
+            }
+            out.push(id);
+            next = catalog.version(&id)?.and_then(|r| r.version.parent);
+        }
+        Ok(out)
+    };
+    let theirs: HashSet<ObjectId> = line(onto)?.into_iter().collect();
+    let mut local = Vec::new();
+    for id in line(head)? {
+        if theirs.contains(&id) {
+            local.reverse();
+            return Ok((Some(id), local));
+        }
+        local.push(id);
+    }
+    local.reverse();
+    Ok((None, local))
+}
+
+/// How many versions `from`'s line has after the common ancestor with `other`, and how many
+/// `other`'s has (git's ahead/behind): `None` when they share no version.
+///
+/// # Errors
+/// [`Error::Catalog`].
+pub fn ahead_behind(
+    catalog: &Catalog,
+    from: &ObjectId,
+    other: &ObjectId,
+) -> Result<Option<(u64, u64)>> {
+    let (base, ours) = common_ancestor(catalog, from, other)?;
+    if base.is_none() {
+        return Ok(None);
+    }
+    let (_, theirs) = common_ancestor(catalog, other, from)?;
+    Ok(Some((ours.len() as u64, theirs.len() as u64)))
+}
+
+/// Rebases dataset `dataset`'s head onto version `onto` (see the module's docs).
+///
+/// # Errors
+/// [`Error::DatasetNotFound`] (no such dataset, and nothing to fast-forward: the dataset is
+/// made when ONTO is given); [`Error::RevisionNotFound`] when ONTO is not in the catalog;
+/// [`Error::NoCommonVersion`]; [`Error::HeadMoved`]; reading trees ([`Error::MissingObject`],
+/// [`Error::Corrupt`]); writing packs ([`Error::Io`]); errors of the workspace's status and
+/// checkout (after the head moved: the versions are recorded, and `dsv checkout` finishes).
+pub fn rebase(
+    store: &mut Store,
+    dataset: &str,
+    onto: &ObjectId,
+    options: &RebaseOptions,
+    progress: &dyn Progress,
+) -> Result<RebaseReport> {
+    crate::revision::check_name("dataset", dataset)?;
+    let _data_lock = store.lock_data_shared()?;
+    if store.catalog().version(onto)?.is_none() {
+        return Err(Error::RevisionNotFound {
+            revision: options.onto_name.clone(),
+        });
+    }
+    if store.catalog().removed_at(onto)?.is_some() {
+        return Err(Error::VersionRemoved {
+            version: onto.to_hex(),
+        });
+    }
+    let old_head = store.catalog().head_or_none(dataset)?;
+    let mut report = RebaseReport {
+        dataset: dataset.to_string(),
+        onto: options.onto_name.clone(),
+        onto_version: *onto,
+        base: None,
+        old_head,
+        head: old_head,
+        status: RebaseStatus::UpToDate,
+        dry_run: options.dry_run,
+        replayed: Vec::new(),
+        conflicts: Vec::new(),
+        conflict_in: None,
+        workspace: None,
+    };
+    let Some(head) = old_head else {
+        report.status = RebaseStatus::FastForward;
+        return finish(store, report, *onto, Vec::new(), None, options, progress);
+    };
+    let (base, local) = common_ancestor(store.catalog(), &head, onto)?;
+    let Some(base) = base else {
+        return Err(Error::NoCommonVersion {
+            dataset: dataset.to_string(),
+            onto: options.onto_name.clone(),
+        });
+    };
+    report.base = Some(base);
+    if base == *onto {
+        // ONTO is on the head's line already.
+        return Ok(report);
+    }
+    if local.is_empty() {
+        report.status = RebaseStatus::FastForward;
+        return finish(store, report, *onto, Vec::new(), None, options, progress);
+    }
+    progress.phase("merging");
+    let catalog_version = |store: &Store, id: &ObjectId| -> Result<Version> {
+        Ok(store.catalog().version_record(id)?.version)
+    };
+    let onto_version = catalog_version(store, onto)?;
+    let (base_entries, head_entries, onto_entries) = {
+        let mut reader = store.reader();
+        let base_version = catalog_version(store, &base)?;
+        let head_version = catalog_version(store, &head)?;
+        (
+            tree::flatten(&mut reader, &base_version.tree)?,
+            tree::flatten(&mut reader, &head_version.tree)?,
+            tree::flatten(&mut reader, &onto_version.tree)?,
+        )
+    };
+    // The lines as a whole first: every conflict at once.
+    let whole = merge_listings(&base_entries, &head_entries, &onto_entries);
+    drop(head_entries);
+    if !whole.conflicts.is_empty() {
+        report.status = RebaseStatus::Conflict;
+        report.head = None;
+        report.conflicts = whole.conflicts;
+        return Ok(report);
+    }
+    drop(whole);
+    // Then each local version, as git picks commits.
+    if !options.dry_run {
+        store.remove_stale_temp_packs()?;
+    }
+    let sink = if options.dry_run {
+        PackSink::measuring()
+    } else {
+        PackSink::new(&store.packs_dir(), &store.temp_dir())
+    };
+    let planned = (|| {
+        let mut trees =
+            TreeWriter::new(crate::ops::ingest::IngestOptions::default().compression_level)?;
+        let mut previous_entries = base_entries;
+        let mut current_entries = onto_entries;
+        let mut current_tree = onto_version.tree;
+        let mut parent = *onto;
+        let mut made = Vec::new();
+        let mut replayed = Vec::new();
+        let time = crate::catalog::unix_now();
+        for id in &local {
+            crate::interrupt::check()?;
+            let version = catalog_version(store, id)?;
+            let ours = tree::flatten(&mut store.reader(), &version.tree)?;
+            let merged = merge_listings(&previous_entries, &ours, &current_entries);
+            if !merged.conflicts.is_empty() {
+                return Ok(Err((*id, merged.conflicts)));
+            }
+            let mut builder = tree::TreeBuilder::new();
+            let mut emit = |tree_id: ObjectId, bytes: Vec<u8>| {
+                if options.dry_run {
+                    Ok(())
+                } else {
+                    trees.add(store, &sink, tree_id, &bytes)
+                }
+            };
+            for entry in merged.entries.iter().cloned() {
+                builder.push(entry, &mut emit)?;
+            }
+            let (root, files, bytes) = builder.finish(&mut emit)?;
+            let kept = root != current_tree;
+            let mut new_id = None;
+            if kept {
+                let new = Version {
+                    dataset: dataset.to_string(),
+                    tree: root,
+                    parent: Some(parent),
+                    author: version.author.clone(),
+                    time,
+                    files,
+                    bytes,
+                    source: version.source.clone(),
+                    provenance: version.provenance,
+                    message: version.message.clone(),
+                };
+                let new_version_id = new.id();
+                if !options.dry_run {
+                    trees.add_version(&sink, new_version_id, &new.encode())?;
+                }
+                made.push((new_version_id, new));
+                new_id = Some(new_version_id);
+                parent = new_version_id;
+                current_tree = root;
+            }
+            replayed.push(Replayed {
+                from: *id,
+                version: new_id.filter(|_| !options.dry_run),
+                message: version.message,
+                kept,
+            });
+            previous_entries = ours;
+            current_entries = merged.entries;
+        }
+        if !options.dry_run {
+            trees.flush(&sink)?;
+        }
+        Ok(Ok((replayed, made, parent)))
+    })();
+    let (replayed, made, new_head) = match planned {
+        Ok(Ok(planned)) => planned,
+        Ok(Err((id, conflicts))) => {
+            sink.abandon(store);
+            report.status = RebaseStatus::Conflict;
+            report.head = None;
+            report.conflicts = conflicts;
+            report.conflict_in = Some(id);
+            return Ok(report);
+        }
+        Err(e) => {
+            sink.abandon(store);
+            return Err(e);
+        }
+    };
+    report.status = RebaseStatus::Rebased;
+    report.replayed = replayed;
+    if options.dry_run {
+        sink.abandon(store);
+        report.head = made.is_empty().then_some(*onto);
+        if let Some(dir) = &options.workspace {
+            report.workspace = would_follow(store, dir, dataset, &head)?;
+        }
+        return Ok(report);
+    }
+    finish(store, report, new_head, made, Some(sink), options, progress)
+}
+
+/// Records `made` (written to `sink`) and moves the head to `new_head` under the store lock,
+/// after checking the head is still `report.old_head`; then the workspace follows.
+fn finish(
+    store: &mut Store,
+    mut report: RebaseReport,
+    new_head: ObjectId,
+    made: Vec<(ObjectId, Version)>,
+    sink: Option<PackSink>,
+    options: &RebaseOptions,
+    progress: &dyn Progress,
+) -> Result<RebaseReport> {
+    report.head = Some(new_head);
+    if options.dry_run {
+        if let (Some(dir), Some(old)) = (&options.workspace, report.old_head) {
+            report.workspace = would_follow(store, dir, &report.dataset, &old)?;
+        }
+        return Ok(report);
+    }
+    let lock = store.lock()?;
+    if store.catalog().head_or_none(&report.dataset)? != report.old_head {
+        // Abandoning takes the store lock itself.
+        drop(lock);
+        if let Some(sink) = sink {
+            sink.abandon(store);
+        }
+        return Err(Error::HeadMoved {
+            dataset: report.dataset.clone(),
+        });
+    }
+    let packs = match sink {
+        Some(sink) => sink.finish()?,
+        None => Vec::new(),
+    };
+    let recorded = (|| {
+        let packs_dir = store.packs_dir();
+        let writer = store.catalog_mut().writer()?;
+        for pack in &packs {
+            writer.add_pack(&pack.read_index(&packs_dir)?)?;
+        }
+        for (id, version) in &made {
+            writer.record_version(id, version)?;
+        }
+        writer.set_head(&report.dataset, &new_head)?;
+        writer.commit()
+    })();
+    if let Err(e) = recorded {
+        for pack in &packs {
+            if matches!(store.catalog().has_pack(&pack.id), Ok(false)) {
+                let _ = std::fs::remove_file(crate::pack::writer::pack_path(
+                    &store.packs_dir(),
+                    &pack.id,
+                ));
+            }
+        }
+        return Err(e);
+    }
+    drop(lock);
+    if let (Some(dir), Some(old)) = (&options.workspace, report.old_head) {
+        report.workspace = follow_head(
+            store,
+            dir,
+            &report.dataset,
+            &old,
+            &new_head,
+            options.jobs,
+            options.requests,
+            progress,
+        )?;
+    }
+    Ok(report)
+}
+
+/// The workspace enclosing `dir` when it holds version `old` of `dataset`.
+fn holding(
+    store: &Store,
+    dir: &Path,
+    dataset: &str,
+    old: &ObjectId,
+) -> Result<Option<crate::catalog::Workspace>> {
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    Ok(super::workspace::enclosing(store, dir)?
+        .filter(|w| w.dataset.as_deref() == Some(dataset) && w.version == Some(*old)))
+}
+
+/// A dry run's answer for the workspace of `dir`: it would move if it holds the old head.
+fn would_follow(
+    store: &Store,
+    dir: &Path,
+    dataset: &str,
+    old: &ObjectId,
+) -> Result<Option<WorkspaceFollow>> {
+    Ok(holding(store, dir, dataset, old)?.map(|w| WorkspaceFollow {
+        dir: PathBuf::from(w.path),
+        status: "would-move",
+        version: *old,
+        changes: 0,
+    }))
+}
+
+/// After dataset `dataset`'s head moved from `old` to `new`: the workspace enclosing `dir`,
+/// when it holds `old`, is checked out at `new` if it has no uncommitted changes (fetching
+/// from the store's remotes what the checkout lacks), and left alone otherwise. `None` when
+/// no workspace encloses `dir` or it holds another version.
+///
+/// # Errors
+/// As [`super::status::status`] and [`super::checkout::checkout_from_anywhere`], but for
+/// uncommitted changes found by the checkout ([`Error::Conflict`]): reported as `dirty`.
+#[allow(clippy::too_many_arguments)]
+pub fn follow_head(
+    store: &mut Store,
+    dir: &Path,
+    dataset: &str,
+    old: &ObjectId,
+    new: &ObjectId,
+    jobs: usize,
+    requests: usize,
+    progress: &dyn Progress,
+) -> Result<Option<WorkspaceFollow>> {
+    let Some(workspace) = holding(store, dir, dataset, old)? else {
+        return Ok(None);
+    };
+    let workspace_dir = PathBuf::from(&workspace.path);
+    let dirty = |changes: u64| WorkspaceFollow {
+        dir: workspace_dir.clone(),
+        status: "dirty",
+        version: *old,
+        changes,
+    };
+    let status = super::status::status(store, &workspace_dir, jobs, progress)?;
+    if !status.changes.is_empty() {
+        return Ok(Some(dirty(status.changes.len() as u64)));
+    }
+    let options = super::checkout::CheckoutOptions {
+        jobs,
+        ..Default::default()
+    };
+    let revision = format!("{dataset}@{}", new.to_hex());
+    match super::checkout::checkout_from_anywhere(
+        store,
+        &revision,
+        &workspace_dir,
+        &options,
+        requests,
+        progress,
+    ) {
+        Ok(_) => Ok(Some(WorkspaceFollow {
+            dir: workspace_dir,
+            status: "moved",
+            version: *new,
+            changes: 0,
+        })),
+        Err(Error::Conflict { total, .. }) => Ok(Some(dirty(total as u64))),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, content: &str) -> FlatEntry {
+        FlatEntry {
+            path: path.into(),
+            kind: FlatKind::File { executable: false },
+            size: content.len() as u64,
+            id: ObjectId::of(content.as_bytes()),
+        }
+    }
+
+    fn dir(path: &str) -> FlatEntry {
+        FlatEntry {
+            path: path.into(),
+            kind: FlatKind::Dir,
+            size: 0,
+            id: ObjectId([0; 32]),
+        }
+    }
+
+    fn paths(merged: &Merged) -> Vec<String> {
+        merged
+            .entries
+            .iter()
+            .map(|e| match e.kind {
+                FlatKind::Dir => format!("{}/", e.path),
+                _ => e.path.clone(),
+            })
+            .collect()
+    }
+
+    fn conflicts(merged: &Merged) -> Vec<(&str, ConflictReason)> {
+        merged
+            .conflicts
+            .iter()
+            .map(|c| (c.path.as_str(), c.reason))
+            .collect()
+    }
+
+    #[test]
+    fn a_move_on_one_side_and_a_deletion_on_the_other_both_land() {
+        let base = [dir("a"), file("a/x", "x"), file("a/y", "y"), file("z", "z")];
+        // Ours moved a/x to b/x; theirs deleted z.
+        let ours = [
+            dir("a"),
+            file("a/y", "y"),
+            dir("b"),
+            file("b/x", "x"),
+            file("z", "z"),
+        ];
+        let theirs = [dir("a"), file("a/x", "x"), file("a/y", "y")];
+        let merged = merge_listings(&base, &ours, &theirs);
+        assert_eq!(merged.conflicts, []);
+        assert_eq!(paths(&merged), ["a/", "a/y", "b/", "b/x"]);
+        // Symmetric.
+        let merged = merge_listings(&base, &theirs, &ours);
+        assert_eq!(merged.conflicts, []);
+        assert_eq!(paths(&merged), ["a/", "a/y", "b/", "b/x"]);
+    }
+
+    #[test]
+    fn different_changes_to_one_path_conflict_and_the_same_change_does_not() {
+        let base = [file("f", "0"), file("g", "0")];
+        let ours = [file("f", "1"), file("g", "2")];
+        let theirs = [file("f", "1"), file("g", "3")];
+        let merged = merge_listings(&base, &ours, &theirs);
+        assert_eq!(conflicts(&merged), [("g", ConflictReason::BothChanged)]);
+        assert_eq!(merged.conflicts[0].ours, Some(ChangeKind::Modified));
+        // Both added the same file: no conflict; different files: one.
+        let merged = merge_listings(&[], &[file("n", "a")], &[file("n", "a")]);
+        assert_eq!(
+            (paths(&merged), merged.conflicts),
+            (vec!["n".into()], vec![])
+        );
+        let merged = merge_listings(&[], &[file("n", "a")], &[file("n", "b")]);
+        assert_eq!(conflicts(&merged), [("n", ConflictReason::BothChanged)]);
+        // Both deleted: gone, no conflict.
+        let merged = merge_listings(&[file("d", "0")], &[], &[]);
+        assert_eq!((paths(&merged), merged.conflicts), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_deletion_against_a_change_conflicts_either_way() {
+        let base = [file("f", "0")];
+        let merged = merge_listings(&base, &[], &[file("f", "1")]);
+        assert_eq!(merged.conflicts[0].ours, Some(ChangeKind::Deleted));
+        assert_eq!(merged.conflicts[0].theirs, Some(ChangeKind::Modified));
+        let merged = merge_listings(&base, &[file("f", "1")], &[]);
+        assert_eq!(conflicts(&merged), [("f", ConflictReason::BothChanged)]);
+        // A mode change is a change.
+        let mut executable = file("f", "0");
+        executable.kind = FlatKind::File { executable: true };
+        let merged = merge_listings(&base, &[executable], &[file("f", "1")]);
+        assert_eq!(conflicts(&merged), [("f", ConflictReason::BothChanged)]);
+    }
+
+    #[test]
+    fn a_file_where_the_other_side_adds_below_is_a_conflict() {
+        let base = [dir("a"), file("a/x", "x")];
+        // Theirs turned the directory a into a file; ours added a/b.
+        let ours = [dir("a"), file("a/b", "b"), file("a/x", "x")];
+        let theirs = [file("a", "file")];
+        let merged = merge_listings(&base, &ours, &theirs);
+        assert_eq!(
+            conflicts(&merged),
+            [("a", ConflictReason::FileAndDirectory)]
+        );
+        assert_eq!(merged.conflicts[0].theirs, Some(ChangeKind::Modified));
+        let merged = merge_listings(&base, &theirs, &ours);
+        assert_eq!(
+            conflicts(&merged),
+            [("a", ConflictReason::FileAndDirectory)]
+        );
+        // A file turned into a directory on one side, the file changed on the other.
+        let merged = merge_listings(
+            &[file("a", "0")],
+            &[dir("a"), file("a/b", "b")],
+            &[file("a", "1")],
+        );
+        assert_eq!(conflicts(&merged), [("a", ConflictReason::BothChanged)]);
+    }
+
+    #[test]
+    fn a_directory_one_side_deleted_is_made_again_for_what_the_other_added() {
+        let base = [dir("a"), file("a/x", "x"), file("b", "b")];
+        let ours: [FlatEntry; 1] = [file("b", "b")];
+        let theirs = [
+            dir("a"),
+            file("a/new", "n"),
+            file("a/x", "x"),
+            file("b", "b"),
+        ];
+        let merged = merge_listings(&base, &ours, &theirs);
+        assert_eq!(merged.conflicts, []);
+        assert_eq!(paths(&merged), ["a/", "a/new", "b"]);
+        // Nested, and in path order around names that sort between ("a.txt" after "a/…").
+        let merged = merge_listings(
+            &[file("a.txt", "t")],
+            &[dir("a"), dir("a/b"), file("a/b/c", "c"), file("a.txt", "t")],
+            &[file("a.txt", "u")],
+        );
+        assert_eq!(merged.conflicts, []);
+        assert_eq!(paths(&merged), ["a/", "a/b/", "a/b/c", "a.txt"]);
+        // Empty directories are entries like files.
+        let merged = merge_listings(&[], &[dir("e")], &[]);
+        assert_eq!(paths(&merged), ["e/"]);
+    }
+
+    #[test]
+    fn the_merged_listing_builds_the_tree_a_commit_of_it_would() {
+        let base = [dir("a"), file("a/x", "x"), file("z", "z")];
+        let ours = [dir("a"), file("a/x", "x2"), file("z", "z")];
+        let theirs = [dir("a"), file("a/x", "x"), dir("d"), file("d/e", "e")];
+        let merged = merge_listings(&base, &ours, &theirs);
+        let expected = [dir("a"), file("a/x", "x2"), dir("d"), file("d/e", "e")];
+        assert_eq!(
+            tree::build(&merged.entries).root,
+            tree::build(&expected).root
+        );
+    }
+
+    /// The head checked under the store lock is not the one planned from: nothing is
+    /// recorded, the packs written for the rebase are deleted (without waiting on the lock
+    /// the check holds), and the head stays.
+    #[test]
+    fn a_head_moved_meanwhile_records_nothing_and_deletes_the_rebases_packs() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("f"), "f").unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        let head = crate::ops::commit::commit(
+            &mut store,
+            &data,
+            &crate::ops::commit::CommitOptions::new("d"),
+            &crate::progress::NoProgress,
+        )
+        .unwrap()
+        .version;
+        let packs = |store: &Store| std::fs::read_dir(store.packs_dir()).unwrap().count();
+        let before = packs(&store);
+        let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+        let mut trees = TreeWriter::new(3).unwrap();
+        let built = tree::build(&[file("new", "content of a rebase")]);
+        for (id, bytes) in &built.trees {
+            trees.add(&store, &sink, *id, bytes).unwrap();
+        }
+        trees.flush(&sink).unwrap();
+        let report = RebaseReport {
+            dataset: "d".into(),
+            onto: "elsewhere".into(),
+            onto_version: head,
+            base: None,
+            old_head: Some(ObjectId([9; 32])),
+            head: None,
+            status: RebaseStatus::Rebased,
+            dry_run: false,
+            replayed: Vec::new(),
+            conflicts: Vec::new(),
+            conflict_in: None,
+            workspace: None,
+        };
+        let options = RebaseOptions::new("elsewhere");
+        let result = finish(
+            &mut store,
+            report,
+            head,
+            Vec::new(),
+            Some(sink),
+            &options,
+            &crate::progress::NoProgress,
+        );
+        assert!(matches!(result, Err(Error::HeadMoved { .. })), "{result:?}");
+        assert_eq!(store.catalog().head_or_none("d").unwrap(), Some(head));
+        assert_eq!(packs(&store), before);
+    }
+
+    #[test]
+    fn the_common_ancestor_is_found_and_unrelated_lines_have_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        let version = |parent: Option<ObjectId>, message: &str| Version {
+            dataset: "d".into(),
+            tree: ObjectId([1; 32]),
+            parent,
+            author: "a".into(),
+            time: 0,
+            files: 0,
+            bytes: 0,
+            source: "s".into(),
+            provenance: None,
+            message: message.into(),
+        };
+        let root = version(None, "root");
+        let root_id = root.id();
+        let ours1 = version(Some(root_id), "ours1");
+        let ours2 = version(Some(ours1.id()), "ours2");
+        let theirs = version(Some(root_id), "theirs");
+        let writer = store.catalog_mut().writer().unwrap();
+        for v in [&root, &ours1, &ours2, &theirs] {
+            writer.record_version(&v.id(), v).unwrap();
+        }
+        writer.commit().unwrap();
+        let (base, local) = common_ancestor(store.catalog(), &ours2.id(), &theirs.id()).unwrap();
+        assert_eq!(base, Some(root_id));
+        assert_eq!(local, [ours1.id(), ours2.id()]);
+        assert_eq!(
+            ahead_behind(store.catalog(), &ours2.id(), &theirs.id()).unwrap(),
+            Some((2, 1))
+        );
+        // Unrelated lines share nothing.
+        let other = version(None, "other");
+        let writer = store.catalog_mut().writer().unwrap();
+        writer.record_version(&other.id(), &other).unwrap();
+        writer.commit().unwrap();
+        let (base, _) = common_ancestor(store.catalog(), &ours2.id(), &other.id()).unwrap();
+        assert_eq!(base, None);
+    }
+}
