@@ -256,15 +256,28 @@ impl Catalog {
     }
 
     /// True when `ancestor` is `descendant` or one of its parents, walking the version table
-    /// (a version not in it ends the walk).
+    /// (a version not in it ends the walk). A version id covers its parent's, so parents
+    /// never form a cycle; a damaged catalog's rows might, and the walk stops there.
     ///
     /// # Errors
-    /// [`Error::Catalog`].
+    /// [`Error::Catalog`]; [`Error::Corrupt`] (naming the catalog) when the parents recorded
+    /// for `descendant` lead back to a version already walked.
     pub fn is_ancestor(&self, ancestor: &ObjectId, descendant: &ObjectId) -> Result<bool> {
+        let mut seen = std::collections::HashSet::new();
         let mut next = Some(*descendant);
         while let Some(id) = next {
             if id == *ancestor {
                 return Ok(true);
+            }
+            if !seen.insert(id) {
+                return Err(Error::corrupt(
+                    &self.path,
+                    format!(
+                        "the parents recorded for version {} form a cycle through {}",
+                        descendant.short(),
+                        id.short()
+                    ),
+                ));
             }
             next = self.version(&id)?.and_then(|r| r.version.parent);
         }

@@ -569,3 +569,41 @@ fn a_clone_of_a_remote_holding_both_names_lists_every_version_under_each() {
         [("x".to_string(), 2), ("y".to_string(), 2)]
     );
 }
+
+#[test]
+fn a_parent_cycle_in_a_damaged_catalog_ends_the_ancestry_walk_with_an_error() {
+    let env = TestEnv::new();
+    env.write("d/a.txt", "one\n");
+    let first = env.json(&["commit", "d", "-d", "ds"])["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.write("d/a.txt", "two\n");
+    let second = env.json(&["commit", "d", "-d", "ds"])["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The first version's row made to name the second as its parent: a cycle.
+    let catalog = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    let id = |hex: &str| hex.parse::<dsv::ObjectId>().unwrap();
+    catalog
+        .execute(
+            "UPDATE versions SET parent = ?1 WHERE id = ?2",
+            rusqlite::params![id(&second).0.to_vec(), id(&first).0.to_vec()],
+        )
+        .unwrap();
+    drop(catalog);
+    let store = dsv::Store::open(&env.path(".dsv")).unwrap();
+    let elsewhere = id(&"ab".repeat(32));
+    let walked = store.catalog().is_ancestor(&elsewhere, &id(&second));
+    assert!(
+        matches!(walked, Err(dsv::Error::Corrupt { .. })),
+        "{walked:?}"
+    );
+    assert!(
+        store
+            .catalog()
+            .is_ancestor(&id(&first), &id(&second))
+            .unwrap()
+    );
+}
