@@ -341,17 +341,9 @@ impl PyVersion {
             return Err(PyValueError::new_err("start must not exceed end"));
         }
         let handle = self.handle(py)?;
-        let size = match handle.stat(path).raise(py)? {
-            Some(entry) if matches!(entry.kind, FlatKind::File { .. }) => entry.size,
-            // Not a file: opening says which error.
-            _ => {
-                return Err(py
-                    .detach(|| handle.open(path).map(|_| ()))
-                    .err()
-                    .map_or_else(|| self.not_found(path), Failure::Dsv)
-                    .into_py_err(py));
-            }
-        };
+        // One lookup: opening says which error a path that is not a file gets.
+        let file = py.detach(|| handle.open(path)).raise(py)?;
+        let size = file.size();
         let start = start as u64;
         if start >= size && size > 0 {
             return Err(Failure::Dsv(Error::RangeNotSatisfiable {
@@ -364,11 +356,7 @@ impl PyVersion {
         let end = end.map_or(size, |e| (e as u64).min(size));
         let start = start.min(size);
         PyBytes::new_with(py, (end - start) as usize, |buf| {
-            py.detach(|| -> Res<()> {
-                let file = handle.open(path)?;
-                read_exact_at(&file, start, buf)
-            })
-            .raise(py)
+            py.detach(|| read_exact_at(&file, start, buf)).raise(py)
         })
     }
 
