@@ -1189,7 +1189,7 @@ mod tests {
 
     #[test]
     fn the_path_index_finds_what_the_binary_search_finds() {
-        let mut paths = vec!["a", "a/b", "a/b/c.txt", "a.txt", "b", "b/x", "c d/é.png"];
+        let mut paths = ["a", "a/b", "a/b/c.txt", "a.txt", "b", "b/x", "c d/é.png"];
         paths.sort_by(|a, b| crate::walk::path_order(a, b));
         let listed = Listed::new(paths.iter().map(|p| entry(p)).collect());
         for (i, path) in paths.iter().enumerate() {
