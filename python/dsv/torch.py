@@ -92,6 +92,8 @@ class _Prefetcher:
             size = min(size * 2, _LARGEST_WINDOW)
         self.done = [threading.Event() for _ in self.ends]
         self.window = 0
+        # Reads below this number need no wait (their windows are fetched).
+        self.ready = 0
         self.stopped = False
         if self.ends:
             self.thread = threading.Thread(target=self._run, args=(version, paths), daemon=True, name="dsv-prefetch")
@@ -117,10 +119,16 @@ class _Prefetcher:
 
     def wait(self, index: int) -> None:
         """Waits until the window holding read number ``index`` is fetched."""
+        if index < self.ready:
+            # Known fetched: no lock taken (this runs once per sample).
+            return
         while self.window < len(self.ends) and index >= self.ends[self.window]:
             self.window += 1
         if self.window < len(self.ends):
             self.done[self.window].wait()
+            self.ready = self.ends[self.window]
+        else:
+            self.ready = self.ends[-1] if self.ends else 0
 
     def stop(self) -> None:
         self.stopped = True
