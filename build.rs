@@ -37,7 +37,11 @@ fn main() {
     // Built again when HEAD moves: HEAD itself, the branch file it names, and packed refs
     // (only files that exist: a missing one would make cargo run this script every build).
     let branch = git(&["symbolic-ref", "-q", "HEAD"]);
-    for name in ["HEAD", "packed-refs"].into_iter().chain(branch.as_deref()) {
+    // `logs/HEAD` grows with every commit and checkout, whichever way the refs are stored.
+    for name in ["HEAD", "logs/HEAD", "packed-refs"]
+        .into_iter()
+        .chain(branch.as_deref())
+    {
         if let Some(path) = git(&["rev-parse", "--git-path", name])
             && std::path::Path::new(&path).exists()
         {

@@ -45,6 +45,8 @@ class Store:
         message: str,
         tag: Optional[str] = None,
         allow_empty: bool = False,
+        author: Optional[str] = None,
+        force: bool = False,
     ) -> Dict[str, Any]:
         """Commits directory ``dir`` as a new version of ``dataset`` (created if new), as
         ``dsv commit DIR --dataset NAME -m MESSAGE [--tag TAG]``; returns the report ``dsv

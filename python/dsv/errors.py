@@ -36,6 +36,7 @@ __all__ = [
     "NotAFile",
     "NotADirectory",
     "NotAWorkspace",
+    "InsideWorkspace",
     "Unsupported",
     "TagExists",
     "Conflict",
@@ -129,6 +130,11 @@ class NotADirectory(Error, NotADirectoryError):
 
 class NotAWorkspace(Error):
     """A directory that no checkout or commit made a workspace."""
+
+
+class InsideWorkspace(Error):
+    """A commit of a directory inside another workspace of the same dataset (``force=True``
+    commits it anyway)."""
 
 
 class Unsupported(Error):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import multiprocessing.context
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -160,12 +161,18 @@ class _SharedPosition:
     follow the main process's epoch. Fork workers share the pages; spawn and forkserver
     workers receive the memory's descriptor when they start (multiprocessing's inheritance).
     A dataset pickled any other way (``pickle.dumps``, ``copy.deepcopy``) gets a memory of its
-    own, filled from its fields."""
+    own, filled from its fields.
+
+    The memory belongs to the process that made it (``owner``): only that process writes it.
+    A training process that received the dataset from another one (a rank started by
+    ``torch.multiprocessing.spawn`` or forked by a launcher) makes memory of its own before
+    its first write, so ranks never write one another's position."""
 
     FIELDS = 5
 
     def __init__(self) -> None:
         self.values = multiprocessing.RawArray("q", self.FIELDS)
+        self.owner = os.getpid()
 
     def write(self, epoch: int, resume_epoch: int, resume: int, rank: int, world: int) -> None:
         self.values[:] = [epoch, resume_epoch, resume, rank, world]
@@ -248,6 +255,9 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
 
     def _publish(self) -> None:
         """Writes where iteration starts to the memory the workers read (main process)."""
+        if self._shared.owner != os.getpid():
+            # Another training process's memory (this one is a rank it started): ours instead.
+            self._shared = _SharedPosition()
         rank, world = self._rank_world
         self._shared.write(self.epoch, self._resume_epoch, self._resume, rank, world)
 
@@ -416,11 +426,16 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         # Pickled in the main process when spawn workers start: the rank is read here, where
         # torch.distributed is initialized (a worker has no process group).
         self._resolve()
-        state = dict(self.__dict__)
         if multiprocessing.context.get_spawning_popen() is None:
-            # Not a worker being started: shared memory travels only to a child process.
+            # Not a child being started: shared memory travels only to a child process.
+            state = dict(self.__dict__)
             state["_shared"] = None
-        return state
+            return state
+        if torch.utils.data.get_worker_info() is None:
+            # A child of a training process: its workers read this process's position (a
+            # rank started by another process gets memory of its own first).
+            self._publish()
+        return dict(self.__dict__)
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -34,6 +34,7 @@ pub fn class_name(error: &Error) -> &'static str {
         Error::TagExists { .. } => "TagExists",
         Error::NotADirectory { .. } => "NotADirectory",
         Error::NotAWorkspace { .. } => "NotAWorkspace",
+        Error::InsideWorkspace { .. } => "InsideWorkspace",
         Error::Unsupported { .. } => "Unsupported",
         Error::UnsafePath { .. } => "UnsafePath",
         Error::Conflict { .. } => "Conflict",

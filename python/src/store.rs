@@ -165,9 +165,13 @@ impl PyStore {
     }
 
     /// Commits directory `dir` as a new version of `dataset` (created if new), as
-    /// `dsv commit DIR --dataset NAME -m MESSAGE [--tag TAG]`; returns the report `dsv
-    /// commit --json` prints (`version`, `created`, `files`, `bytes`, ...).
-    #[pyo3(signature = (dir, *, dataset, message, tag = None, allow_empty = false))]
+    /// `dsv commit DIR --dataset NAME -m MESSAGE [--tag TAG] [--force]`; returns the report
+    /// `dsv commit --json` prints (`version`, `created`, `files`, `bytes`, ...). `author`
+    /// defaults to the CLI's (`DSV_AUTHOR`, `$USER@host`, git's identity, the uid's name);
+    /// `force=True` commits a directory inside another workspace of the same dataset, which
+    /// is otherwise refused (`dsv.InsideWorkspace`).
+    #[pyo3(signature = (dir, *, dataset, message, tag = None, allow_empty = false, author = None, force = false))]
+    #[allow(clippy::too_many_arguments)]
     fn commit(
         &self,
         py: Python<'_>,
@@ -176,6 +180,8 @@ impl PyStore {
         message: String,
         tag: Option<String>,
         allow_empty: bool,
+        author: Option<String>,
+        force: bool,
     ) -> PyResult<Py<PyAny>> {
         let report = cancellable(py, || -> Res<_> {
             let mut store = self.writable()?;
@@ -183,6 +189,8 @@ impl PyStore {
             options.message = message;
             options.tag = tag;
             options.allow_empty = allow_empty;
+            options.author = Some(author.unwrap_or_else(dsv::cli::default_author));
+            options.allow_nested = force;
             Ok(commit::commit(&mut store, &dir, &options, &NoProgress)?)
         })?;
         to_python(py, &report)

@@ -365,3 +365,24 @@ def test_ctrl_c_stops_a_commit_at_a_consistent_point(tmp_path):
     else:  # pragma: no cover - a machine fast enough to commit 160 MB in 0.1 s
         timer.join()
         pytest.skip("the commit finished before the interrupt")
+
+
+def test_commit_inside_a_workspace_of_the_same_dataset_needs_force_and_records_an_author(tmp_path):
+    import subprocess
+
+    from conftest import DSV_BIN
+
+    (tmp_path / "ws" / "sub").mkdir(parents=True)
+    (tmp_path / "ws" / "sub" / "a.txt").write_text("a\n")
+    subprocess.run([str(DSV_BIN), "init", str(tmp_path)], check=True, capture_output=True)
+    store = dsv.Store(tmp_path)
+    first = store.commit(tmp_path / "ws", dataset="d", message="whole")
+    with pytest.raises(dsv.InsideWorkspace) as e:
+        store.commit(tmp_path / "ws" / "sub", dataset="d", message="part")
+    assert "workspace" in str(e.value)
+    assert store.version("d").id == first["version"]
+    forced = store.commit(tmp_path / "ws" / "sub", dataset="d", message="part", force=True)
+    assert forced["version"] != first["version"]
+    assert store.version("d").author not in ("", "unknown")
+    named = store.commit(tmp_path / "ws", dataset="d", message="by name", author="Ada <ada@example.org>")
+    assert store.version("d").author == "Ada <ada@example.org>" and named["created"]

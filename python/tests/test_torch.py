@@ -295,3 +295,29 @@ def test_a_pickled_dataset_outside_a_worker_start_gets_memory_of_its_own(version
     assert copy.epoch == 3 and [p for p, _ in copy] == [ds.paths[i] for i in ds.rank_order(3)]
     copy.set_epoch(4)
     assert ds.epoch == 3
+
+
+def _rank_process(ds, rank, out):
+    """A training process started with the dataset (as torch.multiprocessing.spawn does)."""
+    ds.set_epoch(100 + rank)
+    workers_see = paths_of(DataLoader(ds, batch_size=4, num_workers=2))
+    out.put((rank, ds._shared.read()[0], workers_see == [ds.paths[i] for i in ds.rank_order(100 + rank)]))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_processes_started_with_the_dataset_never_write_each_others_position(version, context):
+    import multiprocessing
+
+    ds = IterableVersionDataset(version, shuffle=True, seed=9, transform=decode)
+    ds.set_epoch(7)
+    ctx = multiprocessing.get_context(context)
+    out = ctx.Queue()
+    ranks = [ctx.Process(target=_rank_process, args=(ds, r, out)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    got = sorted(out.get(timeout=120) for _ in ranks)
+    for p in ranks:
+        p.join(timeout=60)
+    # Each rank's workers read that rank's epoch; the starting process's position is its own.
+    assert got == [(0, 100, True), (1, 101, True)]
+    assert ds._shared.read()[0] == 7 and ds.epoch == 7

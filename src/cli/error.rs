@@ -209,7 +209,7 @@ pub fn hints(error: &anyhow::Error) -> Vec<String> {
             "another command moved it meanwhile; `dsv log {dataset}` shows where it is, and running the rebase again starts from there"
         ),
         Error::NoCommonVersion { dataset, .. } => format!(
-            "rebase onto a version of the same line (`dsv log {dataset}` lists them), or name the dataset to rebase with --dataset"
+            "rebase onto a version of the same line (`dsv log {dataset}` lists them); with `dsv rebase`, --dataset names the dataset to rebase"
         ),
         Error::RemoteDiverged { dataset, remote } => format!(
             "`dsv pull {dataset} --rebase --remote {remote}` replays your versions onto theirs (when you changed other paths), then `dsv push` succeeds"

@@ -481,7 +481,11 @@ struct JobsArg {
     jobs: Option<usize>,
 }
 
-/// Runs the CLI and returns the process exit code.
+/// Who commits when no author is given, as the CLI decides it from the environment (the
+/// first of `DSV_AUTHOR`, `$USER@host`, git's `user.name <user.email>`, the uid's account
+/// name at the host, `unknown@host`); the Python package's `Store.commit` uses it too.
+pub use commands::default_author;
+
 /// Runs the command line `args` (the program name first, as `std::env::args_os` gives it)
 /// and returns the exit status (the table in docs/cli.md). Prints to stdout and stderr, reads
 /// the environment (`DSV_STORE`, `DSV_LOG`, AWS settings), and on its first call in a process

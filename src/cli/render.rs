@@ -723,7 +723,7 @@ fn workspace_follow(w: &WorkspaceFollow, dataset: &str) -> String {
         "moved" => format!("workspace {dir} now holds {dataset}@{}", w.version.short()),
         "would-move" => format!("workspace {dir} would be checked out at the new head"),
         _ => format!(
-            "workspace {dir} was left at {dataset}@{}: it has {} uncommitted change(s) (`dsv status` lists them; `dsv checkout {dataset} {dir}` moves it, keeping them where the new head did not change those paths)",
+            "workspace {dir} was left at {dataset}@{}: it has {} uncommitted change(s) (`dsv status` lists them; `dsv checkout {dataset} {dir}` moves it, keeping them where the new head did not change those paths; a commit there before that would replace the rebased head)",
             w.version.short(),
             w.changes
         ),
@@ -791,10 +791,15 @@ pub fn rebase(r: &RebaseReport) -> String {
             }
             match &r.head {
                 Some(head) if !r.dry_run => {
-                    let _ = write!(out, "{} is now at {}", r.dataset, head.short());
+                    let _ = write!(
+                        out,
+                        "{} is now at {}; `dsv push` sends the new versions",
+                        r.dataset,
+                        head.short()
+                    );
                 }
                 _ => {
-                    let _ = write!(out, "then `dsv push` sends them");
+                    let _ = write!(out, "run it again without --dry-run to make them");
                 }
             }
         }

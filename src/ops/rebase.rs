@@ -22,8 +22,11 @@
 //! 4. The workspace of the caller's directory, if it held the old head, follows: checked
 //!    out at the new head when clean ([`follow_head`]), left alone (and said so) when not.
 //!
-//! A new version keeps the replayed one's message, author, source and provenance, and gets
-//! a new time: it is a snapshot that never existed before (its tree holds ONTO's changes
+//! A new version keeps the replayed one's message, author and source, and gets a new time.
+//! It keeps the replayed version's import provenance only when its tree is the replayed
+//! version's own: a tree that also holds ONTO's changes is no longer what the import's source
+//! gave, and provenance claiming so would let `dsv update` treat the edits as the source's.
+//! The new time: it is a snapshot that never existed before (its tree holds ONTO's changes
 //! too) and it comes after its parent, ONTO, in the dataset's line; keeping the old time
 //! would make it older than its own parent, and age-based cleanup would treat it so. The
 //! replayed versions stay in the store (off the head's line, as `dsv log` shows them), with
@@ -416,6 +419,14 @@ pub fn rebase(
         });
     };
     report.base = Some(base);
+    // A removed version's trees may be freed: say so, rather than report a missing object.
+    for id in std::iter::once(&base).chain(local.iter()) {
+        if store.catalog().removed_at(id)?.is_some() {
+            return Err(Error::VersionRemoved {
+                version: id.to_hex(),
+            });
+        }
+    }
     if base == *onto {
         // ONTO is on the head's line already.
         return Ok(report);
@@ -500,7 +511,8 @@ pub fn rebase(
                     files,
                     bytes,
                     source: version.source.clone(),
-                    provenance: version.provenance,
+                    // Only a tree the import made is vouched for by its provenance.
+                    provenance: version.provenance.filter(|_| root == version.tree),
                     message: version.message.clone(),
                 };
                 let new_version_id = new.id();

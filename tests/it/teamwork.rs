@@ -353,8 +353,8 @@ fn a_workspace_with_uncommitted_changes_is_left_where_it_is() {
     --- stdout
     replayed 1 local version(s) of m onto origin/m ([SHORT])
       [SHORT] -> [SHORT]  alice's
-    m is now at [SHORT]
-    workspace [ROOT]/ws was left at m@[SHORT]: it has 1 uncommitted change(s) (`dsv status` lists them; `dsv checkout m [ROOT]/ws` moves it, keeping them where the new head did not change those paths)
+    m is now at [SHORT]; `dsv push` sends the new versions
+    workspace [ROOT]/ws was left at m@[SHORT]: it has 1 uncommitted change(s) (`dsv status` lists them; `dsv checkout m [ROOT]/ws` moves it, keeping them where the new head did not change those paths; a commit there before that would replace the rebased head)
     --- stderr
     ");
     // The head moved; the workspace still holds the old head, with the edit.
@@ -447,6 +447,17 @@ fn rebase_onto_an_unrelated_line_or_an_unknown_version_is_refused() {
         "{err}"
     );
     env.fails(&["rebase", "m@nosuchtag"], 3);
+    // A mistyped --dataset names no dataset: refused, never made.
+    let typo = env.json_error(&["rebase", "m", "-d", "mm"], 3);
+    assert!(
+        typo["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown dataset \"mm\""),
+        "{typo}"
+    );
+    assert!(env.json(&["ls"]).to_string().contains("\"other\""));
+    assert!(!env.json(&["ls"]).to_string().contains("\"mm\""));
     // Onto its own head: nothing to do.
     let same = env.json(&["rebase", "m"]);
     assert_eq!(same["status"], "up-to-date", "{same}");

@@ -102,7 +102,7 @@ pub(super) fn read_list(path: &Path) -> anyhow::Result<Vec<String>> {
 ///   `$XDG_CONFIG_HOME/git/config`, `/etc/gitconfig`, `GIT_CONFIG_GLOBAL`, includes);
 /// - the account name of this process's uid (the password database) at the host name;
 /// - "unknown" at the host name.
-fn default_author() -> String {
+pub fn default_author() -> String {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     if let Some(author) = var("DSV_AUTHOR") {
         return author;

@@ -135,7 +135,16 @@ pub(crate) fn rebase(cli: &Cli, ui: &Ui, args: &RebaseArgs) -> anyhow::Result<u8
             (revision.resolve(store.catalog())?, revision.dataset)
         }
     };
-    let dataset = args.dataset.clone().unwrap_or(onto_dataset);
+    let dataset = args.dataset.clone().unwrap_or(onto_dataset.clone());
+    // `--dataset` names a dataset to rebase, never a new one (a typo would otherwise make a
+    // dataset holding ONTO's line).
+    if dataset != onto_dataset && store.catalog().head_or_none(&dataset)?.is_none() {
+        return Err(dsv::Error::DatasetNotFound {
+            closest: store.catalog().closest_dataset(&dataset)?,
+            name: dataset,
+        }
+        .into());
+    }
     let mut options = dsv::ops::rebase::RebaseOptions::new(args.onto.clone());
     options.dry_run = args.dry_run;
     options.workspace = Some(std::env::current_dir()?);
