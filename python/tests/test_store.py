@@ -384,5 +384,6 @@ def test_commit_inside_a_workspace_of_the_same_dataset_needs_force_and_records_a
     forced = store.commit(tmp_path / "ws" / "sub", dataset="d", message="part", force=True)
     assert forced["version"] != first["version"]
     assert store.version("d").author not in ("", "unknown")
+    (tmp_path / "ws" / "b.txt").write_text("b\n")
     named = store.commit(tmp_path / "ws", dataset="d", message="by name", author="Ada <ada@example.org>")
     assert store.version("d").author == "Ada <ada@example.org>" and named["created"]

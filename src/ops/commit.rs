@@ -990,7 +990,9 @@ pub fn record_version(
         },
         created: !unchanged,
         new_dataset: head.is_none(),
-        replaced_head: head.filter(|h| Some(*h) != parent),
+        // Nothing recorded moves the head: an unchanged workspace of an older version
+        // replaces nothing.
+        replaced_head: head.filter(|h| !unchanged && Some(*h) != parent),
         packs,
     })
 }

@@ -89,8 +89,15 @@ fn a_commit_descends_from_the_workspace_version_and_the_left_line_stays_in_the_l
     // Nothing changed against the workspace's own version: nothing recorded.
     let again = json_in(&env, "old", &["commit"]);
     assert_eq!(again["created"], false);
-    // The human note names the left head and how to return to it.
-    env.write("old/d", "4");
+    // An unchanged workspace of a version off the head's line moves nothing: no head
+    // replaced (the head is still v3).
+    let unchanged = json_in(&env, "ws", &["commit"]);
+    assert_eq!(unchanged["created"], false);
+    assert_eq!(unchanged["replaced_head"], Value::Null, "{unchanged}");
+    assert_eq!(env.json(&["log", "m"])[0]["id"], v3["version"]);
+    // A change committed there does: the human note names the left head and how to return
+    // to it.
+    env.write("ws/d", "4");
     settle();
     let out = env
         .dsv()
