@@ -924,6 +924,14 @@ mod tests {
             check_mountpoint(&file),
             Err(Error::BadMountpoint { .. })
         ));
-        assert!(check_mountpoint(dir.path()).is_ok());
+        // A directory holding something is refused (a mount would hide it); an empty one
+        // is a mount point.
+        assert!(matches!(
+            check_mountpoint(dir.path()),
+            Err(Error::BadMountpoint { .. })
+        ));
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert!(check_mountpoint(&empty).is_ok());
     }
 }
