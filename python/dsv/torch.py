@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import os
 import multiprocessing.context
+import os
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
