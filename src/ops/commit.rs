@@ -969,16 +969,8 @@ pub fn record_version(
         writer.commit()
     })();
     if let Err(e) = recorded {
-        // Nothing was recorded: delete this commit's packs now (under the store lock, only
-        // those the catalog does not name: another writer may have recorded an identical one).
-        for pack in &packs {
-            if matches!(store.catalog().has_pack(&pack.id), Ok(false)) {
-                let _ = std::fs::remove_file(crate::pack::writer::pack_path(
-                    &store.packs_dir(),
-                    &pack.id,
-                ));
-            }
-        }
+        // Nothing was recorded: delete this commit's packs now (under the store lock).
+        super::ingest::remove_unrecorded_packs(store, &packs);
         return Err(e);
     }
     Ok(Recorded {

@@ -197,12 +197,7 @@ impl PackSink {
         let Ok(_lock) = store.lock() else {
             return;
         };
-        for pack in sealed {
-            if matches!(store.catalog().has_pack(&pack.id), Ok(false)) {
-                let _ =
-                    std::fs::remove_file(crate::pack::writer::pack_path(&self.packs_dir, &pack.id));
-            }
-        }
+        remove_unrecorded_packs(store, &sealed);
     }
 
     /// Seals the open pack (if any) and returns every pack written, durable on disk (for a
@@ -222,6 +217,19 @@ impl PackSink {
             sealed.push(PackFile::from(&writer.finish()?));
         }
         Ok(sealed)
+    }
+}
+
+/// Deletes those of `packs` (written by an operation that then failed to record them) that
+/// the catalog does not name: another writer may have recorded an identical pack meanwhile.
+/// A pack whose state cannot be read is left (an unnamed pack is harmless; `gc` removes it).
+/// The caller holds the store lock.
+pub(crate) fn remove_unrecorded_packs(store: &crate::store::Store, packs: &[PackFile]) {
+    let packs_dir = store.packs_dir();
+    for pack in packs {
+        if matches!(store.catalog().has_pack(&pack.id), Ok(false)) {
+            let _ = std::fs::remove_file(crate::pack::writer::pack_path(&packs_dir, &pack.id));
+        }
     }
 }
 

@@ -612,14 +612,7 @@ fn finish(
         writer.commit()
     })();
     if let Err(e) = recorded {
-        for pack in &packs {
-            if matches!(store.catalog().has_pack(&pack.id), Ok(false)) {
-                let _ = std::fs::remove_file(crate::pack::writer::pack_path(
-                    &store.packs_dir(),
-                    &pack.id,
-                ));
-            }
-        }
+        super::ingest::remove_unrecorded_packs(store, &packs);
         return Err(e);
     }
     drop(lock);

@@ -989,8 +989,15 @@ pub fn pull_with(
     rebase_options.workspace = options.workspace.clone();
     rebase_options.jobs = options.jobs;
     rebase_options.requests = options.requests;
-    if options.rebase && options.dry_run {
-        let mut report = prepare_remote_revision(store, target, None, options.requests, progress)?;
+    // A dry run moves no head: it fetches ONTO and plans the rebase. A real pull moves the
+    // head when it can, and rebases when the lines diverged.
+    let dry_rebase = options.rebase && options.dry_run;
+    let mut report = if dry_rebase {
+        prepare_remote_revision(store, target, None, options.requests, progress)?
+    } else {
+        pull(store, target, &options.include, options.requests, progress)?
+    };
+    if dry_rebase || (options.rebase && matches!(report.head, Some(HeadUpdate::Diverged))) {
         report.rebase = Some(super::rebase::rebase(
             store,
             &report.dataset,
@@ -998,34 +1005,19 @@ pub fn pull_with(
             &rebase_options,
             progress,
         )?);
-        return Ok(report);
-    }
-    let mut report = pull(store, target, &options.include, options.requests, progress)?;
-    match report.head {
-        Some(HeadUpdate::Diverged) if options.rebase => {
-            report.rebase = Some(super::rebase::rebase(
-                store,
-                &report.dataset,
-                &report.version,
-                &rebase_options,
-                progress,
-            )?);
-        }
-        Some(HeadUpdate::Moved) => {
-            if let (Some(dir), Some(old)) = (&options.workspace, old_head) {
-                report.workspace = super::rebase::follow_head(
-                    store,
-                    dir,
-                    &dataset,
-                    &old,
-                    &report.version,
-                    options.jobs,
-                    options.requests,
-                    progress,
-                )?;
-            }
-        }
-        _ => {}
+    } else if matches!(report.head, Some(HeadUpdate::Moved))
+        && let (Some(dir), Some(old)) = (&options.workspace, old_head)
+    {
+        report.workspace = super::rebase::follow_head(
+            store,
+            dir,
+            &dataset,
+            &old,
+            &report.version,
+            options.jobs,
+            options.requests,
+            progress,
+        )?;
     }
     Ok(report)
 }
