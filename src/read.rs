@@ -7,7 +7,8 @@
 //!   ├── the store (catalog lookups and remote fetches, behind a mutex: short, rare)
 //!   └── FrameCache: decompressed frames, LRU by bytes, shared by every handle; a frame that
 //!       several threads want at once is read and decompressed once (single flight)
-//! VersionHandle (Send + Sync): the version's paths, listed once at open (a sorted table)
+//! VersionHandle (Send + Sync): the version's paths, listed once (a sorted table with an index
+//!   by path hash); its VersionListing (plain data) opens it again in a forked process
 //! FileHandle (Send + Sync): the file's chunks and a prefix table of their starts, built once
 //!   at open; `read_at` finds the chunk of an offset by binary search (O(log chunks)), as
 //!   rustic_core's `OpenFile::read_at` does, and reads through the frame cache.
