@@ -2,7 +2,7 @@
 //! directories used as workspaces or clone targets, `--jobs` without a bound, and
 //! credentials kept in options, sources and provenance.
 
-use crate::common::TestEnv;
+use crate::common::{TestEnv, files_holding};
 
 /// The dataset names a store lists.
 fn datasets(env: &TestEnv, store: &str) -> Vec<String> {
@@ -94,24 +94,6 @@ fn the_library_clamps_any_job_count() {
     )
     .unwrap();
     assert_eq!(std::fs::read(env.path("out/7.txt")).unwrap(), b"file 7");
-}
-
-/// Every file under `dir` whose bytes contain one of `secrets`, with the secret.
-fn files_holding(dir: &std::path::Path, secrets: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in walkdir::WalkDir::new(dir) {
-        let entry = entry.unwrap();
-        if !entry.file_type().is_file() {
-            continue;
-        }
-        let bytes = std::fs::read(entry.path()).unwrap();
-        for secret in secrets {
-            if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
-                found.push(format!("{} holds {secret}", entry.path().display()));
-            }
-        }
-    }
-    found
 }
 
 #[test]

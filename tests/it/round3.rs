@@ -1,7 +1,7 @@
 //! Findings of the third trust review (issue 23) that are not about checkout: a rename read as
 //! corruption, answers lost in a pipe, ignore files half read, and outside input trusted.
 
-use crate::common::{TestEnv, push_to_file_remote};
+use crate::common::{TestEnv, files_holding, push_to_file_remote};
 
 /// The datasets a store lists, with their version counts.
 fn datasets(env: &TestEnv, store: &str) -> Vec<(String, u64)> {
@@ -376,23 +376,6 @@ fn repair_replays_no_ref_log_line_its_command_would_refuse() {
     assert!(text.contains(&format!("line {line}")), "{text}");
     assert!(text.contains("http"), "{text}");
     assert_eq!(env.json(&["remote", "ls"]).as_array().unwrap().len(), 1);
-}
-
-/// Every file below `dir` that holds one of `secrets`.
-fn files_holding(dir: &std::path::Path, secrets: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in walkdir::WalkDir::new(dir).into_iter().flatten() {
-        if !entry.file_type().is_file() {
-            continue;
-        }
-        let bytes = std::fs::read(entry.path()).unwrap();
-        for secret in secrets {
-            if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
-                found.push(format!("{} holds {secret}", entry.path().display()));
-            }
-        }
-    }
-    found
 }
 
 #[test]

@@ -226,6 +226,25 @@ pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Every file below `dir` that holds one of `secrets`, as `PATH holds SECRET` lines: what the
+/// tests that credentials are never written down assert is empty.
+pub fn files_holding(dir: &Path, secrets: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.unwrap();
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let bytes = fs::read(entry.path()).unwrap();
+        for secret in secrets {
+            if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
+                found.push(format!("{} holds {secret}", entry.path().display()));
+            }
+        }
+    }
+    found
+}
+
 /// What a tree holds, for comparison: path → (kind, content or link target, executable).
 pub fn snapshot_tree(dir: &Path) -> BTreeMap<String, (char, Vec<u8>, bool)> {
     let mut out = BTreeMap::new();
