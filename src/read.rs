@@ -403,34 +403,46 @@ struct ListingData {
 struct Listed {
     entries: Vec<FlatEntry>,
     /// Position by [`path_hash`]; [`Listed::SHARED`] where several paths share a hash (the
-    /// binary search decides those).
-    by_hash: HashMap<u64, u32>,
+    /// binary search decides those). Built by the first lookup: a reader that only walks
+    /// the listing (export, shards, a mount's directories) never pays for it.
+    by_hash: std::sync::OnceLock<HashMap<u64, u32>>,
 }
 
 impl Listed {
     const SHARED: u32 = u32::MAX;
 
     fn new(entries: Vec<FlatEntry>) -> Listed {
-        let mut by_hash = HashMap::new();
-        if entries.len() < Self::SHARED as usize {
-            by_hash.reserve(entries.len());
-            for (i, entry) in entries.iter().enumerate() {
-                by_hash
-                    .entry(path_hash(&entry.path))
-                    .and_modify(|at| *at = Self::SHARED)
-                    .or_insert(i as u32);
-            }
+        Listed {
+            entries,
+            by_hash: std::sync::OnceLock::new(),
         }
-        Listed { entries, by_hash }
+    }
+
+    /// The index by path hash (empty when the entries are more than a `u32` counts).
+    fn index(&self) -> &HashMap<u64, u32> {
+        self.by_hash.get_or_init(|| {
+            let mut by_hash = HashMap::new();
+            if self.entries.len() < Self::SHARED as usize {
+                by_hash.reserve(self.entries.len());
+                for (i, entry) in self.entries.iter().enumerate() {
+                    by_hash
+                        .entry(path_hash(&entry.path))
+                        .and_modify(|at| *at = Self::SHARED)
+                        .or_insert(i as u32);
+                }
+            }
+            by_hash
+        })
     }
 
     /// The position of `path` in the listing.
     fn position(&self, path: &str) -> Option<usize> {
-        if self.by_hash.is_empty() {
+        let by_hash = self.index();
+        if by_hash.is_empty() {
             // Not indexed (no entries, or more than a u32 counts).
             return crate::tree::position(&self.entries, path);
         }
-        match self.by_hash.get(&path_hash(path)) {
+        match by_hash.get(&path_hash(path)) {
             // Every listed path's hash is a key: none here, no such path.
             None => None,
             Some(&Self::SHARED) => crate::tree::position(&self.entries, path),
@@ -1202,7 +1214,8 @@ mod tests {
         // A hash two paths share is decided by the binary search.
         let mut shared = Listed::new(paths.iter().map(|p| entry(p)).collect());
         let b = path_hash("b");
-        shared.by_hash.insert(b, Listed::SHARED);
+        shared.index();
+        shared.by_hash.get_mut().unwrap().insert(b, Listed::SHARED);
         assert_eq!(shared.position("b"), paths.iter().position(|p| *p == "b"));
         assert_eq!(Listed::new(Vec::new()).position("a"), None);
     }
