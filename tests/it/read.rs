@@ -656,3 +656,36 @@ fn reopen_uses_the_listing_reads_no_tree_and_refuses_a_removed_version() {
     assert_eq!(&buf, b"three\n");
     assert_eq!(again.files().unwrap().count(), 4);
 }
+
+#[test]
+fn a_reopened_version_holds_its_own_lease_against_gc() {
+    let env = TestEnv::new();
+    let old = pseudo_random(2_000_000, 61);
+    env.write("d/a.bin", &old);
+    env.ok(&["commit", "d", "-d", "ds", "--tag", "v1"]);
+    env.write("d/a.bin", pseudo_random(2_000_000, 63));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    // The handle the listing came from is gone (as a parent's is to a forked child): only the
+    // reopened one holds the version.
+    let listing = engine(&env, 1 << 20)
+        .version("ds@v1")
+        .unwrap()
+        .listing()
+        .unwrap();
+    let again = engine(&env, 1 << 20).reopen(&listing).unwrap();
+    env.ok(&["rm", "--force", "ds@v1"]);
+    let report = json_within_a_minute(&env, &["gc"]);
+    assert_eq!(
+        report["leased_versions"],
+        serde_json::json!([listing.id().to_hex()]),
+        "{report}"
+    );
+    assert_eq!(report["bytes_freed"], 0, "{report}");
+    let file = again.open("a.bin").unwrap();
+    let mut read = vec![0u8; old.len()];
+    assert_eq!(file.read_at(0, &mut read).unwrap(), old.len());
+    assert!(
+        read == old,
+        "the reopened version reads back whole after gc"
+    );
+}
