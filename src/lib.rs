@@ -74,6 +74,7 @@ pub mod lease;
 pub mod mount;
 pub mod object;
 pub mod ops;
+pub mod outboard;
 pub mod pack;
 pub mod parallel;
 pub mod progress;

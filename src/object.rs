@@ -22,6 +22,10 @@ pub enum ObjectKind {
     /// Where an imported version's files came from ([`Provenance`]); id = BLAKE3 of its
     /// encoding.
     Provenance = 5,
+    /// The BLAKE3 chaining values of a file's 64 KiB blocks
+    /// ([`crate::outboard::Outboard`]); keyed by the file id, and proven against it when
+    /// decoded (its values merge to the id).
+    Outboard = 6,
 }
 
 impl ObjectKind {
@@ -33,6 +37,7 @@ impl ObjectKind {
             3 => ObjectKind::Version,
             4 => ObjectKind::FileMap,
             5 => ObjectKind::Provenance,
+            6 => ObjectKind::Outboard,
             _ => return None,
         })
     }
@@ -45,7 +50,39 @@ impl ObjectKind {
             ObjectKind::Version => "version",
             ObjectKind::FileMap => "file map",
             ObjectKind::Provenance => "provenance",
+            ObjectKind::Outboard => "outboard",
         }
+    }
+
+    /// Whether an object of this kind is named by the BLAKE3 hash of its bytes (all but
+    /// file maps and outboards, which are keyed by their file's id).
+    pub fn is_hashed(self) -> bool {
+        !matches!(self, ObjectKind::FileMap | ObjectKind::Outboard)
+    }
+
+    /// Checks that `data` may be stored under key `id` as an object of this kind: the bytes
+    /// hash to the id (chunks, trees, versions, provenance), or, for objects keyed by a file
+    /// id, they decode and (an outboard) prove themselves against it. A file map cannot be
+    /// proven without its file's bytes; its readers prove it ([`crate::store::ObjectReader`]).
+    /// The one rule every writer and reader of packs applies.
+    ///
+    /// # Errors
+    /// A description of the mismatch or of the malformed encoding.
+    pub fn check(self, id: &ObjectId, data: &[u8]) -> Result<(), String> {
+        if self.is_hashed() && ObjectId::of(data) != *id {
+            return Err(format!("{} {id} does not match its hash", self.name()));
+        }
+        let decoded = match self {
+            ObjectKind::Chunk => Ok(()),
+            ObjectKind::Tree => Tree::decode(data).map(drop).map_err(|e| e.to_string()),
+            ObjectKind::Version => Version::decode(data).map(drop).map_err(|e| e.to_string()),
+            ObjectKind::FileMap => FileMap::decode(data).map(drop).map_err(|e| e.to_string()),
+            ObjectKind::Provenance => Provenance::decode(data)
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            ObjectKind::Outboard => crate::outboard::Outboard::decode(data, id).map(drop),
+        };
+        decoded.map_err(|e| format!("{} {id}: {e}", self.name()))
     }
 }
 

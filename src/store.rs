@@ -423,7 +423,7 @@ impl ObjectReader<'_> {
     /// error names: the object may have come from a remote, and the catalog is not at fault).
     fn bytes_and_pack(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<(Vec<u8>, PathBuf)> {
         let location = self.locate(id, kind)?;
-        let verify = kind != ObjectKind::FileMap;
+        let verify = kind.is_hashed();
         let bytes = self.packs.object(
             &location.frame,
             location.offset,

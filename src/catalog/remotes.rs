@@ -268,6 +268,27 @@ impl Catalog {
         Ok(out)
     }
 
+    /// Whether this store holds an outboard that remote `remote` lacks (one written by `gc`
+    /// or `push` after the remote received its file): `push` then walks heads the remote
+    /// already has, to send them.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn outboards_missing_on(&self, remote: i64) -> Result<bool> {
+        let missing = self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM objects o WHERE o.kind = ?2 AND NOT EXISTS
+                   (SELECT 1 FROM remote_objects r
+                     WHERE r.remote = ?1 AND r.id = o.id AND r.kind = o.kind))",
+            )?
+            .query_row(
+                rusqlite::params![remote, ObjectKind::Outboard as u8],
+                |row| row.get::<_, bool>(0),
+            )?;
+        Ok(missing)
+    }
+
     /// Every object `remote` holds that this store lacks, of the given kinds.
     ///
     /// # Errors

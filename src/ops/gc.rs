@@ -93,6 +93,9 @@ pub struct GcReport {
     /// Versions leased by running readers (a mount, a training job): kept whole, even if
     /// removed or evicted, and their packs not repacked.
     pub leased_versions: Vec<ObjectId>,
+    /// Outboards written for live files of several blocks that had none (data committed
+    /// before outboards existed; see `docs/format.md`). 0 in a dry run.
+    pub outboards_written: u64,
 }
 
 /// The ids of every non-empty file that a live (not removed) version holds: the content
@@ -124,6 +127,7 @@ pub fn live_file_ids(store: &Store) -> Result<HashSet<ObjectId>> {
 fn live_set(
     store: &Store,
     leased: &HashSet<(ObjectId, ObjectKind)>,
+    lacking_outboards: &mut Vec<ObjectId>,
 ) -> Result<HashSet<(ObjectId, ObjectKind)>> {
     let mut live = leased.clone();
     let mut reader = store.reader();
@@ -145,6 +149,11 @@ fn live_set(
                 Reached::File { id, chunks, .. } => {
                     if chunks.len() > 1 {
                         live.insert((id, ObjectKind::FileMap));
+                        if live.insert((id, ObjectKind::Outboard))
+                            && !store.catalog().has_object(&id, ObjectKind::Outboard)?
+                        {
+                            lacking_outboards.push(id);
+                        }
                     }
                     if !evicted {
                         live.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
@@ -179,6 +188,7 @@ fn leased_set(store: &Store, versions: &[ObjectId]) -> Result<HashSet<(ObjectId,
                 Reached::File { id, chunks, .. } => {
                     if chunks.len() > 1 {
                         leased.insert((id, ObjectKind::FileMap));
+                        leased.insert((id, ObjectKind::Outboard));
                     }
                     leased.extend(chunks.into_iter().map(|c| (c, ObjectKind::Chunk)));
                 }
@@ -205,7 +215,16 @@ pub fn gc(
     progress.phase("finding live data");
     let leased_versions = crate::lease::leased_versions(store.root())?;
     let leased = leased_set(store, &leased_versions)?;
-    let live = live_set(store, &leased)?;
+    let mut lacking_outboards = Vec::new();
+    let live = live_set(store, &leased, &mut lacking_outboards)?;
+    // Data committed before outboards existed gets them here (the upgrade path; see
+    // docs/format.md), so that the next push sends them to remotes.
+    let outboards_written = if dry_run {
+        0
+    } else {
+        progress.phase("writing outboards");
+        super::ingest::write_missing_outboards(store, &lacking_outboards)?
+    };
     let by_pack = store.catalog().objects_by_pack()?;
     let sizes: std::collections::HashMap<ObjectId, u64> =
         store.catalog().packs()?.into_iter().collect();
@@ -228,6 +247,7 @@ pub fn gc(
         dry_run,
         packs_written: 0,
         leased_versions,
+        outboards_written,
     };
     report.removed_versions = (all_versions.len() as u64).saturating_sub(report.live_versions);
     let is_live = |(id, kind, _): &(ObjectId, ObjectKind, u32)| {

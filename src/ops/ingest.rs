@@ -457,7 +457,7 @@ impl StreamWriter<'_> {
         let sender = &self.ingester.sender;
         let sink = self.ingester.sink;
         let mut chunker = Chunker::new(source, params);
-        let mut hasher = blake3::Hasher::new();
+        let mut hasher = crate::outboard::BlockHasher::new();
         let hash_whole = expected_size.is_none_or(|size| size > params.min as u64);
         let mut chunks = Vec::new();
         let mut size = 0u64;
@@ -491,16 +491,27 @@ impl StreamWriter<'_> {
                 }
             }
         }
-        let file_id = match chunks.as_slice() {
-            [(only, _)] => *only,
-            _ => ObjectId::from(hasher.finalize()),
+        let (file_id, outboard) = match chunks.as_slice() {
+            [(only, _)] => (*only, None),
+            _ => hasher.finalize(),
         };
-        if chunks.len() > 1
-            && !self.catalog.has_object(&file_id, ObjectKind::FileMap)?
-            && sink.claim(&file_id, ObjectKind::FileMap)?
-        {
-            self.maps
-                .push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
+        if chunks.len() > 1 {
+            // The file map lists the chunks; the outboard (files of more than one 64 KiB
+            // block) lets a reader prove any byte range alone. Both go in the frames of
+            // metadata, beside each other.
+            if !self.catalog.has_object(&file_id, ObjectKind::FileMap)?
+                && sink.claim(&file_id, ObjectKind::FileMap)?
+            {
+                self.maps
+                    .push(file_id, ObjectKind::FileMap, &FileMap { chunks }.encode());
+            }
+            if let Some(outboard) = outboard
+                && !self.catalog.has_object(&file_id, ObjectKind::Outboard)?
+                && sink.claim(&file_id, ObjectKind::Outboard)?
+            {
+                self.maps
+                    .push(file_id, ObjectKind::Outboard, &outboard.encode());
+            }
             if self.maps.len() >= FRAME_TARGET {
                 sender
                     .send(std::mem::take(&mut self.maps))
@@ -558,6 +569,96 @@ fn compress_worker(
         }
     }
     outcome.map(|()| stored)
+}
+
+/// Writes the outboard ([`crate::outboard`]) of each of `files` that this store lacks: files
+/// of several chunks and more than one block whose chunks are all here. The upgrade path for
+/// data committed before outboards existed (`gc` and `push` call it). Each file is read
+/// whole and its id checked; a file whose bytes do not hash to its id gets no outboard (its
+/// file map is wrong, which `verify` reports). Returns how many were written.
+///
+/// # Errors
+/// [`Error::Io`] and catalog errors; [`Error::Interrupted`].
+pub fn write_missing_outboards(store: &mut crate::store::Store, files: &[ObjectId]) -> Result<u64> {
+    let mut frames = Vec::new();
+    let mut frame = FrameBuilder::default();
+    let mut written = 0u64;
+    {
+        let catalog = store.catalog();
+        let mut reader = store.checking_reader();
+        for id in files {
+            crate::interrupt::check()?;
+            if catalog.has_object(id, ObjectKind::Outboard)?
+                || !catalog.has_object(id, ObjectKind::FileMap)?
+            {
+                continue;
+            }
+            let Ok(map) = FileMap::decode(&reader.bytes(id, ObjectKind::FileMap)?) else {
+                continue;
+            };
+            let size = map.size();
+            if !crate::outboard::has_outboard(size)
+                || map.chunks.iter().try_fold(false, |missing, (chunk, _)| {
+                    Ok::<_, Error>(missing || !catalog.has_object(chunk, ObjectKind::Chunk)?)
+                })?
+            {
+                continue;
+            }
+            let mut hasher = HashingWriter(crate::outboard::BlockHasher::new());
+            match reader.write_file(id, size, None, &mut hasher, Path::new("<outboard>")) {
+                Ok(()) => {}
+                Err(Error::Corrupt { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+            let (hashed, outboard) = hasher.0.finalize();
+            if let (true, Some(outboard)) = (hashed == *id, outboard) {
+                frame.push(*id, ObjectKind::Outboard, &outboard.encode());
+                written += 1;
+                if frame.len() >= FRAME_TARGET {
+                    frames.push(std::mem::take(&mut frame).encode(3));
+                }
+            }
+        }
+    }
+    if !frame.is_empty() {
+        frames.push(frame.encode(3));
+    }
+    if frames.is_empty() {
+        return Ok(0);
+    }
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    for encoded in frames {
+        sink.add(encoded)?;
+    }
+    let packs = sink.finish()?;
+    let _lock = store.lock()?;
+    let recorded = (|| {
+        let packs_dir = store.packs_dir();
+        let writer = store.catalog_mut().writer()?;
+        for pack in &packs {
+            writer.add_pack(&pack.read_index(&packs_dir)?)?;
+        }
+        writer.commit()
+    })();
+    if let Err(e) = recorded {
+        remove_unrecorded_packs(store, &packs);
+        return Err(e);
+    }
+    Ok(written)
+}
+
+/// A [`std::io::Write`] that hashes what passes and keeps nothing.
+struct HashingWriter(crate::outboard::BlockHasher);
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The frame queue's receiver lives until every writer has finished, so a send cannot fail.

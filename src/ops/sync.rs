@@ -378,6 +378,7 @@ fn fetch_with(
             ObjectKind::Provenance,
             ObjectKind::Tree,
             ObjectKind::FileMap,
+            ObjectKind::Outboard,
         ],
     )?;
     let mut transfer = download(store, record, remote, &wanted, jobs, progress)?;
@@ -1188,6 +1189,7 @@ fn objects_to_send(
     store: &Store,
     record: &RemoteRecord,
     version: &ObjectId,
+    lacking_outboards: &mut Vec<ObjectId>,
 ) -> Result<HashSet<ObjectId>> {
     let catalog = store.catalog();
     let mut reader = store.reader();
@@ -1228,6 +1230,13 @@ fn objects_to_send(
                 Reached::File { id, chunks, .. } => {
                     if chunks.len() > 1 {
                         need(&id, ObjectKind::FileMap)?;
+                        // An outboard travels where there is one (a store made before
+                        // outboards has none until `dsv repair` writes them).
+                        if catalog.has_object(&id, ObjectKind::Outboard)? {
+                            need(&id, ObjectKind::Outboard)?;
+                        } else {
+                            lacking_outboards.push(id);
+                        }
                     }
                     chunks
                         .iter()
@@ -1303,9 +1312,28 @@ pub fn push(
         plans.push((ref_name, *version, current));
     }
     let mut packs = HashSet::new();
+    let mut lacking_outboards = Vec::new();
+    // Outboards written here since the last push (`gc` writes those that data committed
+    // before them lacks) travel even when the remote's head is already this version.
+    let outboards_pending = store.catalog().outboards_missing_on(record.id)?;
     for (_, version, current) in &plans {
-        if current.as_ref().is_none_or(|(head, _)| head != version) {
-            packs.extend(objects_to_send(store, &record, version)?);
+        if outboards_pending || current.as_ref().is_none_or(|(head, _)| head != version) {
+            packs.extend(objects_to_send(
+                store,
+                &record,
+                version,
+                &mut lacking_outboards,
+            )?);
+        }
+    }
+    // Files pushed without an outboard get one first, where their chunks are here.
+    if !lacking_outboards.is_empty()
+        && super::ingest::write_missing_outboards(store, &lacking_outboards)? > 0
+    {
+        for id in &lacking_outboards {
+            if let Some(location) = store.catalog().locate(id, ObjectKind::Outboard)? {
+                packs.insert(location.frame.pack);
+            }
         }
     }
     let sizes: HashMap<ObjectId, u64> = store.catalog().packs()?.into_iter().collect();

@@ -276,18 +276,11 @@ pub fn verify_pack(
         let raw = reader.load(&location)?;
         // Writers append objects in frame order.
         while let Some(object) = objects_by_frame.next_if(|o| o.frame as usize == index) {
-            if object.kind == crate::object::ObjectKind::FileMap {
-                continue;
-            }
             let data = &raw[object.offset as usize..(object.offset + object.length) as usize];
-            if ObjectId::of(data) != object.id {
-                let detail = format!(
-                    "{} {} does not match its hash",
-                    object.kind.name(),
-                    object.id
-                );
-                return Err(Error::corrupt(path, detail));
-            }
+            object
+                .kind
+                .check(&object.id, data)
+                .map_err(|detail| Error::corrupt(path, detail))?;
         }
     }
     if objects_by_frame.next().is_some() {

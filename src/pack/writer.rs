@@ -138,18 +138,8 @@ impl EncodedFrame {
             let data = raw
                 .get(offset as usize..offset as usize + length as usize)
                 .ok_or("an object lies outside its frame")?;
-            if kind != ObjectKind::FileMap && ObjectId::of(data) != id {
-                return Err(format!("{} {id} does not match its hash", kind.name()));
-            }
             // Metadata must also decode, within the format's limits: nothing malformed is kept.
-            let decoded = match kind {
-                ObjectKind::Chunk => Ok(()),
-                ObjectKind::Tree => crate::object::Tree::decode(data).map(drop),
-                ObjectKind::Version => crate::object::Version::decode(data).map(drop),
-                ObjectKind::FileMap => crate::object::FileMap::decode(data).map(drop),
-                ObjectKind::Provenance => crate::object::Provenance::decode(data).map(drop),
-            };
-            decoded.map_err(|e| format!("{} {id}: {e}", kind.name()))?;
+            kind.check(&id, data)?;
         }
         Ok(EncodedFrame {
             stored,
