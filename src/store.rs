@@ -336,7 +336,12 @@ fn lost_catalog_evidence(root: &Path) -> Option<String> {
 
 /// Refuses a file map listing more chunks than a file of `size` bytes can have: every chunk
 /// but the last is at least the minimum chunk size (16 KiB), so at most `ceil(size / 16 KiB)`.
-fn check_chunk_count(map: &FileMap, id: &ObjectId, size: u64, pack: &Path) -> Result<()> {
+pub(crate) fn check_chunk_count(
+    map: &FileMap,
+    id: &ObjectId,
+    size: u64,
+    pack: &Path,
+) -> Result<()> {
     let min = crate::chunk::ChunkParams::DEFAULT.min as u64;
     if map.chunks.len() as u64 > size.div_ceil(min) {
         let detail = format!(
@@ -398,6 +403,18 @@ pub struct ObjectReader<'a> {
     catalog: &'a Catalog,
     packs: PackReader,
     record_proofs: bool,
+}
+
+impl<'c> ObjectReader<'c> {
+    /// A reader of the packs in `packs_dir` through `catalog` (a read-only connection of
+    /// the read engine's): it records nothing, as [`Store::checking_reader`].
+    pub(crate) fn over(catalog: &'c Catalog, packs_dir: &Path) -> ObjectReader<'c> {
+        ObjectReader {
+            catalog,
+            packs: PackReader::new(packs_dir, 8),
+            record_proofs: false,
+        }
+    }
 }
 
 impl ObjectReader<'_> {

@@ -470,10 +470,13 @@ fn refresh_indexes(
     }
     let present: HashSet<ObjectId> = listed.iter().map(|(id, _)| *id).collect();
     let writer = store.catalog_mut().writer()?;
+    // Packs gone first: an object that moved to a new pack (a remote repacked) keeps one row,
+    // the new pack's. Added first, the new rows would be ignored as duplicates and then
+    // deleted with the old pack's frames.
+    writer.retain_remote_packs(record.id, &present)?;
     for (id, size, frames, objects) in &indexes {
         writer.add_remote_pack(record.id, id, **size, frames, objects)?;
     }
-    writer.retain_remote_packs(record.id, &present)?;
     writer.commit()?;
     Ok(new.len() as u64)
 }
@@ -524,40 +527,43 @@ fn record_fetched_versions(store: &mut Store) -> Result<()> {
 type PreparedSpan = Vec<(FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>)>;
 
 /// One ranged GET: a span of a remote pack and the frames inside it.
-struct Span {
+pub(crate) struct Span {
     pack: ObjectId,
     range: Range<u64>,
     frames: Vec<(FrameRecord, i64)>,
 }
 
-/// Downloads the frames holding `wanted` objects from `remote` into new local packs and
-/// records those packs. Objects the remote does not hold are left out (the caller checks).
-fn download(
-    store: &mut Store,
-    record: &RemoteRecord,
-    remote: &Remote,
+/// The remote frames (by pack and offset, with their catalog rows) holding those of
+/// `wanted` that this store lacks and remote `remote` holds.
+///
+/// # Errors
+/// [`Error::Catalog`].
+pub(crate) fn frames_to_fetch(
+    catalog: &crate::catalog::Catalog,
+    remote: i64,
     wanted: &[(ObjectId, ObjectKind)],
-    jobs: usize,
-    progress: &dyn Progress,
-) -> Result<Transfer> {
-    // One download at a time per store: processes pulling the same data (one per GPU) wait
-    // for each other, and each downloads only what is still missing once it has the lock.
-    let _download_lock = store.lock_downloads()?;
-    let mut frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)> = BTreeMap::new();
+) -> Result<BTreeMap<(ObjectId, u64), (FrameRecord, i64)>> {
+    let mut frames = BTreeMap::new();
     for (id, kind) in wanted {
-        if store.catalog().has_object(id, *kind)? {
+        if catalog.has_object(id, *kind)? {
             continue;
         }
-        if let Some(location) = store.catalog().remote_locate(record.id, id, *kind)? {
+        if let Some(location) = catalog.remote_locate(remote, id, *kind)? {
             frames.insert(
                 (location.pack, location.frame.offset),
                 (location.frame, location.frame_row),
             );
         }
     }
-    if frames.is_empty() {
-        return Ok(Transfer::default());
-    }
+    Ok(frames)
+}
+
+/// Frames grouped into ranged GETs: neighbours in one pack within [`COALESCE_GAP`] merged,
+/// each GET at most `max_span` bytes (a single larger frame alone).
+pub(crate) fn spans(
+    frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
+    max_span: u64,
+) -> Vec<Span> {
     let mut spans: Vec<Span> = Vec::new();
     for ((pack, offset), (frame, row)) in frames {
         let end = offset + u64::from(frame.stored_length);
@@ -565,7 +571,7 @@ fn download(
             Some(span)
                 if span.pack == pack
                     && offset <= span.range.end + COALESCE_GAP
-                    && end - span.range.start <= MAX_SPAN =>
+                    && end - span.range.start <= max_span =>
             {
                 span.range.end = span.range.end.max(end);
                 span.frames.push((frame, row));
@@ -577,19 +583,37 @@ fn download(
             }),
         }
     }
+    spans
+}
+
+/// Downloads `spans` of `remote`'s packs, `jobs` GETs at a time, checks every frame (it
+/// decompresses to its length, every object matches its key: [`ObjectKind::check`]) and
+/// appends the frames to `sink`. Nothing is recorded: see [`record_fetched`].
+///
+/// # Errors
+/// [`Error::Remote`]; [`Error::Corrupt`] naming the remote's pack for a frame that fails its
+/// check or a short response; [`Error::Catalog`]; [`Error::Interrupted`].
+pub(crate) fn fetch_spans(
+    catalog: &crate::catalog::Catalog,
+    remote: &Remote,
+    spans: &[Span],
+    jobs: usize,
+    sink: &PackSink,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
     let total: u64 = spans.iter().map(|s| s.range.end - s.range.start).sum();
     // Everything a check needs, read from the catalog up front: checks run on other threads.
     let mut prepared: HashMap<(ObjectId, u64), PreparedSpan> = HashMap::new();
-    for span in &spans {
+    for span in spans {
         let mut frames = Vec::with_capacity(span.frames.len());
         for (frame, row) in &span.frames {
-            frames.push((*frame, store.catalog().remote_frame_objects(*row)?));
+            frames.push((*frame, catalog.remote_frame_objects(*row)?));
         }
         prepared.insert((span.pack, span.range.start), frames);
     }
     let prepared = std::sync::Arc::new(prepared);
     let ranges = spans.iter().map(|s| (s.pack, s.range.clone())).collect();
-    let remote_name = record.name.clone();
+    let remote_name = remote.name().to_string();
     let check = std::sync::Arc::new(
         move |pack: ObjectId,
               range: Range<u64>,
@@ -620,10 +644,9 @@ fn download(
             Ok((encoded, objects, bytes.len() as u64))
         },
     );
-    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let mut transfer = Transfer::default();
     progress.start("download", total, Unit::Bytes);
-    let result = remote.get_ranges(ranges, jobs, check, |(frames, objects, bytes)| {
+    remote.get_ranges(ranges, jobs, check, |(frames, objects, bytes)| {
         for frame in frames {
             sink.add(frame)?;
         }
@@ -631,23 +654,26 @@ fn download(
         transfer.bytes += bytes;
         progress.advance(bytes);
         Ok(())
-    });
-    progress.phase("recording");
-    let sealed: Vec<PackFile> = match result {
-        Ok(()) => sink.finish()?,
-        Err(e) => {
-            sink.abandon(store);
-            return Err(e);
-        }
-    };
-    transfer.packs = sealed.len() as u64;
+    })?;
+    Ok(transfer)
+}
+
+/// Records packs downloaded from remote `remote_name` in the catalog, under the store lock.
+/// File maps among them are recorded as unproven: keyed by their file's id, not by their
+/// own bytes, a map is trusted only once its file's bytes are checked against it (see
+/// `ObjectReader::file_chunks`). Each pack's index is read back when needed, one at a time.
+///
+/// # Errors
+/// [`Error::Io`], [`Error::Catalog`].
+pub(crate) fn record_fetched(
+    store: &mut Store,
+    sealed: &[PackFile],
+    remote_name: &str,
+) -> Result<()> {
     let _lock = store.lock()?;
     let packs_dir = store.packs_dir();
-    // File maps are keyed by their file's id, not by their own bytes: until one has been
-    // reassembled to its file id, it is unproven (see `ObjectReader::file_chunks`). Each
-    // pack's index is read back when needed, one at a time.
     let mut new_maps = Vec::new();
-    for pack in &sealed {
+    for pack in sealed {
         for object in pack.read_index(&packs_dir)?.objects {
             if object.kind == ObjectKind::FileMap
                 && !store
@@ -659,13 +685,46 @@ fn download(
         }
     }
     let writer = store.catalog_mut().writer()?;
-    for pack in &sealed {
+    for pack in sealed {
         writer.add_pack(&pack.read_index(&packs_dir)?)?;
     }
     for id in &new_maps {
-        writer.add_unproven_file_map(id, &record.name)?;
+        writer.add_unproven_file_map(id, remote_name)?;
     }
-    writer.commit()?;
+    writer.commit()
+}
+
+/// Downloads the frames holding `wanted` objects from `remote` into new local packs and
+/// records those packs. Objects the remote does not hold are left out (the caller checks).
+fn download(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    wanted: &[(ObjectId, ObjectKind)],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    // One download at a time per store: processes pulling the same data (one per GPU) wait
+    // for each other, and each downloads only what is still missing once it has the lock.
+    let _download_lock = store.lock_downloads()?;
+    let frames = frames_to_fetch(store.catalog(), record.id, wanted)?;
+    if frames.is_empty() {
+        return Ok(Transfer::default());
+    }
+    let spans = spans(frames, MAX_SPAN);
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    let fetched = fetch_spans(store.catalog(), remote, &spans, jobs, &sink, progress);
+    progress.phase("recording");
+    let mut transfer = match fetched {
+        Ok(transfer) => transfer,
+        Err(e) => {
+            sink.abandon(store);
+            return Err(e);
+        }
+    };
+    let sealed = sink.finish()?;
+    transfer.packs = sealed.len() as u64;
+    record_fetched(store, &sealed, &record.name)?;
     Ok(transfer)
 }
 

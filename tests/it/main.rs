@@ -27,6 +27,7 @@ mod round3;
 mod scale;
 mod scale_input;
 mod settings;
+mod streaming;
 mod teamwork;
 mod terminal;
 mod trust;

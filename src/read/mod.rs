@@ -22,7 +22,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+mod fetch;
+mod file;
+
+pub use fetch::{FETCH_SPAN, STRIPES};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;
@@ -32,7 +37,7 @@ use crate::lease::Lease;
 use crate::object::Version;
 use crate::pack::{FrameLocation, PackReader};
 use crate::revision::Revision;
-use crate::store::Store;
+use crate::store::{ObjectReader, Store};
 use crate::tree::{FlatEntry, FlatKind};
 
 /// Settings of a [`ReadEngine`].
@@ -61,10 +66,18 @@ pub struct ReadEngine {
 }
 
 struct Engine {
+    /// The store, locked only to write (recording fetched packs and proofs), to take a
+    /// lease, and for whole-file fetches of data pushed before outboards.
     store: Mutex<Store>,
+    /// Read-only catalog connections: lookups take no store-wide lock.
+    catalogs: fetch::CatalogPool,
+    fetcher: fetch::Fetcher,
+    block_sets: file::BlockSets,
     packs_dir: PathBuf,
     cache: FrameCache,
     options: ReadOptions,
+    /// Background fetches running now (the prefetcher starts no more past a bound).
+    prefetching: AtomicUsize,
 }
 
 impl ReadEngine {
@@ -81,10 +94,14 @@ impl ReadEngine {
         let packs_dir = store.packs_dir();
         ReadEngine {
             inner: Arc::new(Engine {
+                catalogs: fetch::CatalogPool::new(store.catalog().path().to_path_buf()),
+                fetcher: fetch::Fetcher::new(&store, options.fetch_jobs),
+                block_sets: file::BlockSets::default(),
                 store: Mutex::new(store),
                 packs_dir,
                 cache: FrameCache::new(options.cache_bytes),
                 options,
+                prefetching: AtomicUsize::new(0),
             }),
         }
     }
@@ -225,10 +242,12 @@ impl VersionHandle {
         if let Some(listed) = self.entries.get() {
             return Ok(listed);
         }
-        let entries = {
-            let store = self.engine.lock_store();
-            crate::tree::flatten_version(&mut store.reader(), &self.version)?
-        };
+        let entries = self.engine.catalogs.with(|catalog| {
+            crate::tree::flatten_version(
+                &mut ObjectReader::over(catalog, &self.engine.packs_dir),
+                &self.version,
+            )
+        })?;
         // Two threads may list at once; both listings are the same.
         Ok(self.entries.get_or_init(|| Arc::new(Listed::new(entries))))
     }
@@ -281,8 +300,13 @@ impl VersionHandle {
         if path.is_empty() {
             return Ok(None);
         }
-        let store = self.engine.lock_store();
-        crate::tree::lookup(&mut store.reader(), &self.version.tree, path)
+        self.engine.catalogs.with(|catalog| {
+            crate::tree::lookup(
+                &mut ObjectReader::over(catalog, &self.engine.packs_dir),
+                &self.version.tree,
+                path,
+            )
+        })
     }
 
     /// The entries directly inside directory `path` (`""` for the root).
@@ -345,30 +369,15 @@ impl VersionHandle {
                 },
             });
         }
-        let chunks = {
-            let mut store = self.engine.lock_store();
-            match store.reader().file_chunks(&entry.id, entry.size) {
-                Err(Error::MissingObject { .. }) => {
-                    fetch_file(&mut store, &entry, &self.engine.options)?;
-                    store.reader().file_chunks(&entry.id, entry.size)?
-                }
-                other => other?,
-            }
-        };
-        let mut starts = Vec::with_capacity(chunks.len());
-        let mut offset = 0u64;
-        for (_, location) in &chunks {
-            starts.push(offset);
-            offset += u64::from(location.length);
-        }
+        let state = file::FileState::open(&self.engine, entry)?;
         Ok(FileHandle {
             engine: self.engine.clone(),
             _lease: self.lease.clone(),
-            entry,
-            chunks,
-            starts,
+            file: Arc::new(state),
             sequential_from: AtomicU64::new(0),
             read_ahead_until: AtomicU64::new(0),
+            fetch_until: AtomicU64::new(0),
+            fetch_window: AtomicU64::new(FIRST_FETCH_WINDOW),
         })
     }
 
@@ -837,87 +846,135 @@ impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
     }
 }
 
-/// Downloads the chunks of one file from the store's remotes, without walking the
-/// version's trees (`sync::fetch_files`).
-fn fetch_file(store: &mut Store, entry: &FlatEntry, options: &ReadOptions) -> Result<()> {
-    crate::ops::sync::fetch_files(
-        store,
-        &[(entry.id, entry.size)],
-        options.fetch_jobs,
-        &crate::progress::NoProgress,
-    )?;
-    Ok(())
-}
-
 /// One file, open for reading at any offset. `Send + Sync`.
+///
+/// A file whose data is only on a remote serves its first byte after one ranged GET: reads
+/// fetch the frames they need (and nothing else), and sequential reads start a prefetch that
+/// ramps up as mountpoint-s3's does (a window of [`FIRST_FETCH_WINDOW`], doubling each
+/// sequential step up to [`MAX_FETCH_WINDOW`], fetched as many ranged GETs at once). What is
+/// fetched is stored in the local store, so the next reader reads it locally.
 pub struct FileHandle {
     engine: Arc<Engine>,
     /// The version's lease, held as long as the file is open.
     _lease: Arc<Lease>,
-    entry: FlatEntry,
-    chunks: Vec<(ObjectId, ObjectLocation)>,
-    /// Byte offset in the file where each chunk starts (a prefix table).
-    starts: Vec<u64>,
+    file: Arc<file::FileState>,
     /// Where the last read ended: a read that starts there is sequential.
     sequential_from: AtomicU64,
     /// How far read-ahead has been asked for (bytes of the file).
     read_ahead_until: AtomicU64,
+    /// How far the remote prefetch has been asked for (bytes of the file).
+    fetch_until: AtomicU64,
+    /// The remote prefetch's next window, in bytes.
+    fetch_window: AtomicU64,
 }
 
 /// How far past a sequential read the engine reads ahead, in bytes of the file: a few
 /// ~1 MiB frames, decompressed in the background while the reader consumes the current one.
 pub const READ_AHEAD_BYTES: u64 = 8 * 1024 * 1024;
 
+/// The remote prefetch's first window, in bytes (then doubled each sequential step).
+pub const FIRST_FETCH_WINDOW: u64 = 1024 * 1024;
+
+/// The remote prefetch's largest window, in bytes.
+pub const MAX_FETCH_WINDOW: u64 = 128 * 1024 * 1024;
+
+/// Background fetches one engine runs at once, at most (each one ranged GET of up to
+/// [`FETCH_SPAN`] bytes).
+pub const MAX_PREFETCHES: usize = 16;
+
 impl FileHandle {
     /// The file's size in bytes.
     pub fn size(&self) -> u64 {
-        self.entry.size
+        self.file.entry.size
     }
 
     /// The file's entry (path, size, id, executable bit).
     pub fn entry(&self) -> &FlatEntry {
-        &self.entry
+        &self.file.entry
     }
 
     /// Reads up to `buf.len()` bytes at byte `offset` into `buf`; returns how many were read
-    /// (0 at or past the end). Fills `buf` unless the file ends first.
+    /// (0 at or past the end). Fills `buf` unless the file ends first. Chunks not here are
+    /// fetched first; with a file map from a remote, every 64 KiB block the read touches is
+    /// checked against the file's outboard before any byte is served.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] when stored bytes fail their check; [`Error::Io`].
+    /// [`Error::Corrupt`] when stored bytes fail their check (naming the remote, for a
+    /// block that does not hash to its value); remote errors; [`Error::Io`].
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        if offset >= self.entry.size || buf.is_empty() {
+        let size = self.file.entry.size;
+        if offset >= size || buf.is_empty() {
             return Ok(0);
         }
-        // The chunk holding `offset`: the last whose start is <= offset.
-        let mut index = self.starts.partition_point(|start| *start <= offset) - 1;
-        let mut done = 0;
-        let mut position = offset;
-        while done < buf.len() && index < self.chunks.len() {
-            let (chunk_id, location) = &self.chunks[index];
-            let frame = self
-                .engine
-                .cache
-                .get(&self.engine.packs_dir, &location.frame)?;
-            let chunk = frame.chunk(chunk_id, location, &self.engine.packs_dir)?;
-            let from = (position - self.starts[index]) as usize;
-            let n = (chunk.len() - from).min(buf.len() - done);
-            buf[done..done + n].copy_from_slice(&chunk[from..from + n]);
-            done += n;
-            position += n as u64;
-            index += 1;
-        }
+        let end = (offset + buf.len() as u64).min(size);
+        let range = offset..end;
+        self.file.prove(&self.engine, &range)?;
+        self.file
+            .make_local(&self.engine, self.file.chunk_range(&range))?;
+        let want = (end - offset) as usize;
+        let done = self.file.copy(&self.engine, offset, &mut buf[..want])?;
+        let position = offset + done as u64;
         let sequential = self.sequential_from.swap(position, Ordering::Relaxed) == offset;
         if sequential {
+            self.prefetch(position);
             self.read_ahead(position);
         }
         Ok(done)
     }
 
+    /// After a sequential read that ended at `position`, on a file not all here: fetches the
+    /// next window of the file in the background, in ranged GETs of up to [`FETCH_SPAN`]
+    /// bytes each, and doubles the window for the next step.
+    fn prefetch(&self, position: u64) {
+        if self.file.is_local() {
+            return;
+        }
+        let size = self.file.entry.size;
+        let window = self.fetch_window.load(Ordering::Relaxed);
+        let until = (position + window).min(size);
+        let asked = self.fetch_until.load(Ordering::Relaxed);
+        // Ask again once the reader is past half of what was asked.
+        if asked > position && asked >= until.saturating_sub(window / 2) {
+            return;
+        }
+        let from = asked.max(position);
+        if from >= until {
+            return;
+        }
+        self.fetch_until.store(until, Ordering::Relaxed);
+        self.fetch_window
+            .store((window * 2).min(MAX_FETCH_WINDOW), Ordering::Relaxed);
+        let Ok(runtime) = crate::runtime::shared() else {
+            return;
+        };
+        let mut start = from;
+        while start < until {
+            let end = (start + FETCH_SPAN).min(until);
+            if self.engine.prefetching.fetch_add(1, Ordering::AcqRel) >= MAX_PREFETCHES {
+                self.engine.prefetching.fetch_sub(1, Ordering::AcqRel);
+                // Not asked after all: the next sequential read asks again from here.
+                self.fetch_until.store(start, Ordering::Relaxed);
+                return;
+            }
+            let engine = self.engine.clone();
+            let file = self.file.clone();
+            let chunks = file.chunk_range(&(start..end));
+            runtime.spawn_blocking(move || {
+                // A failure is the foreground read's to report, when it gets there.
+                let _ = file.make_local(&engine, chunks);
+                engine.prefetching.fetch_sub(1, Ordering::AcqRel);
+            });
+            start = end;
+        }
+    }
+
     /// After a sequential read that ended at `position`: loads the frames of the next
-    /// [`READ_AHEAD_BYTES`] of the file into the shared cache in the background (each frame
-    /// once: the cache is single-flight, and a window already asked for is not asked again).
+    /// [`READ_AHEAD_BYTES`] of the file that are here into the shared cache in the
+    /// background (each frame once: the cache is single-flight, and a window already asked
+    /// for is not asked again).
     fn read_ahead(&self, position: u64) {
-        let until = (position + READ_AHEAD_BYTES).min(self.entry.size);
+        let size = self.file.entry.size;
+        let until = (position + READ_AHEAD_BYTES).min(size);
         let asked = self.read_ahead_until.load(Ordering::Relaxed);
         // Ask again only once the reader has used half of the window asked for before.
         if asked >= until.saturating_sub(READ_AHEAD_BYTES / 2) && asked > position {
@@ -928,27 +985,24 @@ impl FileHandle {
             return;
         }
         self.read_ahead_until.store(until, Ordering::Relaxed);
-        let first = self.starts.partition_point(|start| *start <= from) - 1;
-        let last = self.starts.partition_point(|start| *start < until);
-        let mut frames: Vec<FrameLocation> = Vec::new();
-        for (_, location) in &self.chunks[first..last] {
-            if frames.last() != Some(&location.frame)
-                && !self.engine.cache.contains(&location.frame)
-            {
-                frames.push(location.frame);
-            }
-        }
-        if frames.is_empty() {
-            return;
-        }
         let Ok(runtime) = crate::runtime::shared() else {
             return;
         };
         let engine = self.engine.clone();
+        let file = self.file.clone();
         runtime.spawn_blocking(move || {
-            for frame in frames {
-                // A failure is the foreground read's to report, when it gets there.
-                if engine.cache.get(&engine.packs_dir, &frame).is_err() {
+            // Frames not here yet are read ahead by a later step, once fetched. A failure
+            // is the foreground read's to report, when it gets there.
+            if file
+                .locate_here(&engine, file.chunk_range(&(from..until)))
+                .is_err()
+            {
+                return;
+            }
+            for frame in file.local_frames(&(from..until)) {
+                if !engine.cache.contains(&frame)
+                    && engine.cache.get(&engine.packs_dir, &frame).is_err()
+                {
                     break;
                 }
             }
@@ -1061,6 +1115,18 @@ struct CachedFrame {
 }
 
 impl CachedFrame {
+    /// The bytes of the object at `location`, unchecked (objects keyed by a file id: file
+    /// maps, checked by their readers, and outboards, proven when decoded).
+    fn raw(&self, location: &ObjectLocation, packs_dir: &Path) -> Result<&[u8]> {
+        let range = location.offset as usize..location.offset as usize + location.length as usize;
+        self.bytes.get(range).ok_or_else(|| {
+            Error::corrupt(
+                crate::pack::writer::pack_path(packs_dir, &location.frame.pack),
+                "an object lies outside its frame",
+            )
+        })
+    }
+
     /// Chunk `id` at `location`, checked against its id the first time it is served.
     fn chunk(&self, id: &ObjectId, location: &ObjectLocation, packs_dir: &Path) -> Result<&[u8]> {
         let range = location.offset as usize..location.offset as usize + location.length as usize;

@@ -1,0 +1,224 @@
+//! What the read engine needs from the store without a store-wide lock: read-only catalog
+//! connections for every thread ([`CatalogPool`]), and chunks fetched from remotes on demand
+//! ([`Fetcher`]), frame by frame.
+//!
+//! A fetch holds no lock across a network round trip that a read of another file waits on.
+//! Each remote frame maps to one of [`STRIPES`] lock files (`.dsv/locks/fetch-NNN.lock`); a
+//! fetch takes the locks of its frames in ascending order (so two fetches never wait on each
+//! other in a cycle), checks again which frames are still missing (another thread or process
+//! may have stored them meanwhile), downloads those, stores them in a new local pack and
+//! records it, then lets go. Every frame is therefore downloaded once per machine however
+//! many threads and processes want it, while fetches of other frames run beside it. Only
+//! the short catalog transaction that records a pack takes the store lock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::catalog::Catalog;
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::ops::ingest::PackSink;
+use crate::ops::sync;
+use crate::pack::FrameRecord;
+use crate::remote::Remote;
+use crate::store::{Store, StoreLock};
+
+/// Read-only connections to the store's catalog, one per thread that reads at a time:
+/// taken for one query or a few, then put back. No lock is held while a connection is used.
+pub(super) struct CatalogPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Catalog>>,
+}
+
+/// Connections kept idle for reuse; more may be open while many threads read at once.
+const IDLE_CONNECTIONS: usize = 16;
+
+impl CatalogPool {
+    pub(super) fn new(path: PathBuf) -> CatalogPool {
+        CatalogPool {
+            path,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `work` with a connection of this thread's own.
+    pub(super) fn with<T>(&self, work: impl FnOnce(&Catalog) -> Result<T>) -> Result<T> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let catalog = match idle {
+            Some(catalog) => catalog,
+            None => Catalog::open_reader(&self.path)?,
+        };
+        let result = work(&catalog);
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < IDLE_CONNECTIONS {
+            idle.push(catalog);
+        }
+        result
+    }
+}
+
+/// Lock files that remote frames are spread over (by a hash of pack and offset).
+pub const STRIPES: u64 = 4096;
+
+/// The longest ranged GET a read makes, in bytes: a few frames. Small enough that a reader
+/// waiting on a frame another fetch holds waits for little more than that frame.
+pub const FETCH_SPAN: u64 = 4 * 1024 * 1024;
+
+/// Fetches chunks from the store's remotes for the read engine.
+pub(super) struct Fetcher {
+    /// The store's `.dsv` directory.
+    root: PathBuf,
+    packs_dir: PathBuf,
+    temp_dir: PathBuf,
+    /// Remotes opened so far, by name (an opened remote keeps its HTTP connections).
+    remotes: Mutex<HashMap<String, Arc<Remote>>>,
+    jobs: usize,
+}
+
+/// Why [`Fetcher::fetch`] could not fetch everything asked.
+pub(super) enum FetchError {
+    /// No remote's pack indexes (as this store last read them) list these chunks: the
+    /// caller falls back to a fetch that reads the remotes' indexes again.
+    NotIndexed,
+    /// Anything else.
+    Failed(Error),
+}
+
+impl From<Error> for FetchError {
+    fn from(e: Error) -> Self {
+        FetchError::Failed(e)
+    }
+}
+
+impl Fetcher {
+    pub(super) fn new(store: &Store, jobs: usize) -> Fetcher {
+        Fetcher {
+            root: store.root().to_path_buf(),
+            packs_dir: store.packs_dir(),
+            temp_dir: store.temp_dir(),
+            remotes: Mutex::new(HashMap::new()),
+            jobs,
+        }
+    }
+
+    /// Makes `chunks` local: downloads the frames holding those this store lacks from the
+    /// first remote (in name order) whose index lists them, stores and records them.
+    /// `store` is locked only to record.
+    ///
+    /// # Errors
+    /// [`FetchError::NotIndexed`] when some chunk is on no remote's index; else remote,
+    /// corruption (naming the remote's pack), I/O and catalog errors. A failed fetch stores
+    /// nothing.
+    pub(super) fn fetch(
+        &self,
+        catalogs: &CatalogPool,
+        store: &Mutex<Store>,
+        chunks: &[ObjectId],
+    ) -> std::result::Result<(), FetchError> {
+        let mut remaining: Vec<(ObjectId, ObjectKind)> =
+            chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
+        let records = catalogs.with(|catalog| catalog.remotes())?;
+        for record in records {
+            if remaining.is_empty() {
+                break;
+            }
+            let frames =
+                catalogs.with(|catalog| sync::frames_to_fetch(catalog, record.id, &remaining))?;
+            if !frames.is_empty() {
+                let remote = self.remote(&record)?;
+                // The data lock, shared: no gc runs between storing and recording.
+                let _data = StoreLock::take_with(&self.root.join("data.lock"), true)?;
+                let _stripes = self.lock_stripes(frames.keys())?;
+                // Again under the locks: another thread or process may have fetched some.
+                let frames = catalogs
+                    .with(|catalog| sync::frames_to_fetch(catalog, record.id, &remaining))?;
+                if !frames.is_empty() {
+                    self.download(catalogs, store, &remote, frames)?;
+                }
+            }
+            remaining = catalogs.with(|catalog| {
+                let mut still = Vec::new();
+                for (id, kind) in remaining {
+                    if !catalog.has_object(&id, kind)? {
+                        still.push((id, kind));
+                    }
+                }
+                Ok(still)
+            })?;
+        }
+        if remaining.is_empty() {
+            Ok(())
+        } else {
+            Err(FetchError::NotIndexed)
+        }
+    }
+
+    /// Downloads `frames` of `remote` (whose stripe locks the caller holds) into a new pack
+    /// and records it.
+    fn download(
+        &self,
+        catalogs: &CatalogPool,
+        store: &Mutex<Store>,
+        remote: &Remote,
+        frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
+    ) -> Result<()> {
+        let spans = sync::spans(frames, FETCH_SPAN);
+        let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
+        let fetched = catalogs.with(|catalog| {
+            sync::fetch_spans(
+                catalog,
+                remote,
+                &spans,
+                self.jobs,
+                &sink,
+                &crate::progress::NoProgress,
+            )
+        });
+        let lock = || store.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = fetched {
+            sink.abandon(&lock());
+            return Err(e);
+        }
+        let sealed = sink.finish()?;
+        sync::record_fetched(&mut lock(), &sealed, remote.name())
+    }
+
+    /// The opened remote of `record` (opened once, then shared).
+    fn remote(&self, record: &crate::catalog::RemoteRecord) -> Result<Arc<Remote>> {
+        let mut remotes = self.remotes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(remote) = remotes.get(&record.name) {
+            return Ok(remote.clone());
+        }
+        let remote = Arc::new(Remote::open(record)?);
+        remotes.insert(record.name.clone(), remote.clone());
+        Ok(remote)
+    }
+
+    /// Takes the stripe locks of `frames`, in ascending order.
+    fn lock_stripes<'a>(
+        &self,
+        frames: impl Iterator<Item = &'a (ObjectId, u64)>,
+    ) -> Result<Vec<StoreLock>> {
+        let stripes: BTreeSet<u64> = frames.map(|(pack, offset)| stripe(pack, *offset)).collect();
+        let dir = self.root.join("locks");
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        stripes
+            .into_iter()
+            .map(|n| StoreLock::take_with(&stripe_path(&dir, n), false))
+            .collect()
+    }
+}
+
+/// The stripe of a remote frame.
+fn stripe(pack: &ObjectId, offset: u64) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&pack.0[..8]);
+    // The pack id is a hash already; frames of one pack spread by their offset.
+    (u64::from_le_bytes(bytes) ^ offset.wrapping_mul(0x9E37_79B9_7F4A_7C15)) % STRIPES
+}
+
+fn stripe_path(dir: &Path, stripe: u64) -> PathBuf {
+    dir.join(format!("fetch-{stripe:03x}.lock"))
+}

@@ -1,0 +1,483 @@
+//! One open file's layout (its chunks, where each is stored) and how its bytes are proven.
+//!
+//! Chunks are located lazily: opening a file of 10,000 chunks reads its file map, not
+//! 10,000 catalog rows, and a chunk that is only on a remote is fetched when a read (or the
+//! prefetcher) first needs it ([`FileState::make_local`]).
+//!
+//! Proof: every chunk is checked against its id when first served from a frame. That proves
+//! the file only if the file map lists the right chunks, which a map written here (or proven
+//! before) does. A map fetched from a remote is proven block by block instead: each 64 KiB
+//! block is checked against the file's outboard ([`crate::outboard`]) before any byte of it
+//! is served, so a remote-only file serves its first byte after fetching one frame. When
+//! every block has passed, the map is recorded as proven. A remote map without an outboard
+//! (data pushed before outboards) is proven whole at open, as before.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::Engine;
+use super::fetch::FetchError;
+use crate::catalog::ObjectLocation;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::{FileMap, ObjectKind};
+use crate::outboard::{BLOCK_LEN, Outboard};
+use crate::tree::FlatEntry;
+
+/// How a file's bytes are proven before they are served.
+pub(super) enum Proof {
+    /// Checking each chunk against its id suffices: the chunk list was written here or has
+    /// been proven.
+    Trusted,
+    /// A chunk list from a remote, not yet proven: each block is checked against the
+    /// outboard before it is served.
+    Blocks {
+        outboard: Outboard,
+        verified: Arc<BlockSet>,
+        /// The remote the file map came from (what an error names).
+        remote: String,
+    },
+}
+
+/// Which blocks of a file have passed their check (shared by every handle of the file in
+/// one engine).
+pub(super) struct BlockSet {
+    bits: Vec<AtomicU64>,
+    count: AtomicUsize,
+    blocks: usize,
+}
+
+impl BlockSet {
+    pub(super) fn new(blocks: usize) -> BlockSet {
+        BlockSet {
+            bits: (0..blocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            count: AtomicUsize::new(0),
+            blocks,
+        }
+    }
+
+    fn contains(&self, block: usize) -> bool {
+        self.bits[block / 64].load(Ordering::Acquire) & (1 << (block % 64)) != 0
+    }
+
+    /// Marks `block` checked; true when that made every block checked.
+    fn insert(&self, block: usize) -> bool {
+        let bit = 1 << (block % 64);
+        let before = self.bits[block / 64].fetch_or(bit, Ordering::AcqRel);
+        before & bit == 0 && self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.blocks
+    }
+}
+
+/// An open file's chunks, their places, and its proof. Shared with background fetches.
+pub(super) struct FileState {
+    pub(super) entry: FlatEntry,
+    /// Each chunk's id and length in bytes, in file order.
+    chunks: Vec<(ObjectId, u32)>,
+    /// Byte offset in the file where each chunk starts (a prefix table).
+    starts: Vec<u64>,
+    /// Where each chunk is stored here, once located.
+    locations: Vec<OnceLock<ObjectLocation>>,
+    located: AtomicUsize,
+    /// Every chunk is located here: nothing left to fetch.
+    all_local: AtomicBool,
+    pub(super) proof: Proof,
+}
+
+impl FileState {
+    /// The layout of file `entry`: its one chunk, or the chunks its file map lists. A
+    /// file with neither here is fetched from a remote: its chunk (a file of one chunk), or
+    /// the whole file the way checkout fetches it (a file whose map this store never got).
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`] when neither this store nor a remote holds it;
+    /// [`Error::Corrupt`] for a malformed file map or outboard, or a map that does not
+    /// reassemble its file; remote errors.
+    pub(super) fn open(engine: &Engine, entry: FlatEntry) -> Result<FileState> {
+        if entry.size == 0 {
+            return Ok(FileState::new(entry, Vec::new(), Proof::Trusted));
+        }
+        let found = engine
+            .catalogs
+            .with(|catalog| catalog.locate_file(&entry.id))?;
+        match found {
+            Some(location) if location.kind == ObjectKind::Chunk => {
+                let state = FileState::new(
+                    entry.clone(),
+                    vec![(entry.id, location.length)],
+                    Proof::Trusted,
+                );
+                state.set_location(0, location, engine)?;
+                Ok(state)
+            }
+            Some(location) => FileState::mapped(engine, entry, &location),
+            None => {
+                // A file of one chunk (no map anywhere), fetched alone; else the whole file.
+                match engine
+                    .fetcher
+                    .fetch(&engine.catalogs, &engine.store, &[entry.id])
+                {
+                    Ok(()) => FileState::open_fetched(engine, entry),
+                    Err(FetchError::NotIndexed) => FileState::whole(engine, entry),
+                    Err(FetchError::Failed(e)) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// After fetching a file's one chunk: its layout, now local.
+    fn open_fetched(engine: &Engine, entry: FlatEntry) -> Result<FileState> {
+        let found = engine
+            .catalogs
+            .with(|catalog| catalog.locate_file(&entry.id))?;
+        match found {
+            Some(location) if location.kind == ObjectKind::Chunk => {
+                let state = FileState::new(
+                    entry.clone(),
+                    vec![(entry.id, location.length)],
+                    Proof::Trusted,
+                );
+                state.set_location(0, location, engine)?;
+                Ok(state)
+            }
+            _ => FileState::whole(engine, entry),
+        }
+    }
+
+    /// A file with a file map here.
+    fn mapped(engine: &Engine, entry: FlatEntry, location: &ObjectLocation) -> Result<FileState> {
+        let pack = crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
+        let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
+        let map = FileMap::decode(frame.raw(location, &engine.packs_dir)?)
+            .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", entry.id.short())))?;
+        crate::store::check_chunk_count(&map, &entry.id, entry.size, &pack)?;
+        if map.size() != entry.size {
+            let detail = format!(
+                "file {} has {} bytes in its file map but {} in its tree",
+                entry.id.short(),
+                map.size(),
+                entry.size
+            );
+            return Err(Error::corrupt(&pack, detail));
+        }
+        let unproven = engine
+            .catalogs
+            .with(|catalog| catalog.unproven_file_map(&entry.id))?;
+        let Some(remote) = unproven else {
+            return Ok(FileState::new(entry, map.chunks, Proof::Trusted));
+        };
+        let outboard = engine
+            .catalogs
+            .with(|catalog| catalog.locate(&entry.id, ObjectKind::Outboard))?;
+        let Some(outboard) = outboard else {
+            // Pushed before outboards: proven whole, as checkout proves it.
+            return FileState::whole(engine, entry);
+        };
+        let pack = crate::pack::writer::pack_path(&engine.packs_dir, &outboard.frame.pack);
+        let frame = engine.cache.get(&engine.packs_dir, &outboard.frame)?;
+        let outboard = Outboard::decode(frame.raw(&outboard, &engine.packs_dir)?, &entry.id)
+            .map_err(|e| Error::corrupt(&pack, format!("outboard {}: {e}", entry.id.short())))?;
+        if outboard.size() != entry.size {
+            return Err(Error::corrupt(
+                &pack,
+                format!(
+                    "outboard {} is of a file of {} bytes, not {}",
+                    entry.id.short(),
+                    outboard.size(),
+                    entry.size
+                ),
+            ));
+        }
+        let verified = engine.block_sets.get(&entry.id, outboard.blocks());
+        Ok(FileState::new(
+            entry,
+            map.chunks,
+            Proof::Blocks {
+                outboard,
+                verified,
+                remote,
+            },
+        ))
+    }
+
+    /// The whole file made local and proven the way checkout does it (under the store lock,
+    /// fetching with a fresh read of the remotes' indexes when needed).
+    fn whole(engine: &Engine, entry: FlatEntry) -> Result<FileState> {
+        let chunks = {
+            let mut store = engine.lock_store();
+            match store.reader().file_chunks(&entry.id, entry.size) {
+                Err(Error::MissingObject { .. }) => {
+                    crate::ops::sync::fetch_files(
+                        &mut store,
+                        &[(entry.id, entry.size)],
+                        engine.options.fetch_jobs,
+                        &crate::progress::NoProgress,
+                    )?;
+                    store.reader().file_chunks(&entry.id, entry.size)?
+                }
+                other => other?,
+            }
+        };
+        let listed = chunks
+            .iter()
+            .map(|(id, location)| (*id, location.length))
+            .collect();
+        let state = FileState::new(entry, listed, Proof::Trusted);
+        for (index, (_, location)) in chunks.into_iter().enumerate() {
+            state.set_location(index, location, engine)?;
+        }
+        Ok(state)
+    }
+
+    fn new(entry: FlatEntry, chunks: Vec<(ObjectId, u32)>, proof: Proof) -> FileState {
+        let mut starts = Vec::with_capacity(chunks.len());
+        let mut offset = 0u64;
+        for (_, length) in &chunks {
+            starts.push(offset);
+            offset += u64::from(*length);
+        }
+        FileState {
+            entry,
+            locations: (0..chunks.len()).map(|_| OnceLock::new()).collect(),
+            located: AtomicUsize::new(0),
+            all_local: AtomicBool::new(chunks.is_empty()),
+            chunks,
+            starts,
+            proof,
+        }
+    }
+
+    /// Records where chunk `index` is, after checking its length against the file map's.
+    fn set_location(&self, index: usize, location: ObjectLocation, engine: &Engine) -> Result<()> {
+        let (id, length) = &self.chunks[index];
+        if location.length != *length {
+            let pack = crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
+            return Err(Error::corrupt(
+                pack,
+                format!(
+                    "file map {} lists chunk {} as {length} bytes, but it holds {}",
+                    self.entry.id.short(),
+                    id.short(),
+                    location.length
+                ),
+            ));
+        }
+        if self.locations[index].set(location).is_ok()
+            && self.located.fetch_add(1, Ordering::AcqRel) + 1 == self.chunks.len()
+        {
+            self.all_local.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Whether every chunk is here.
+    pub(super) fn is_local(&self) -> bool {
+        self.all_local.load(Ordering::Acquire)
+    }
+
+    /// The chunks holding bytes `range` (non-empty, inside the file).
+    pub(super) fn chunk_range(&self, range: &Range<u64>) -> Range<usize> {
+        let first = self.starts.partition_point(|start| *start <= range.start) - 1;
+        let last = self.starts.partition_point(|start| *start < range.end);
+        first..last
+    }
+
+    /// Locates chunks `chunks` here, fetching from the remotes those this store lacks.
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`] when no remote holds one; fetch errors.
+    pub(super) fn make_local(&self, engine: &Engine, chunks: Range<usize>) -> Result<()> {
+        if self.is_local() {
+            return Ok(());
+        }
+        let pending: Vec<usize> = chunks
+            .filter(|i| self.locations[*i].get().is_none())
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let missing = self.locate(engine, &pending)?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
+        match engine.fetcher.fetch(&engine.catalogs, &engine.store, &ids) {
+            Ok(()) => {}
+            Err(FetchError::Failed(e)) => return Err(e),
+            Err(FetchError::NotIndexed) => {
+                // Pushed since this store last read the remotes' indexes: the fetch that
+                // reads them again.
+                let mut store = engine.lock_store();
+                crate::ops::sync::fetch_files(
+                    &mut store,
+                    &[(self.entry.id, self.entry.size)],
+                    engine.options.fetch_jobs,
+                    &crate::progress::NoProgress,
+                )?;
+            }
+        }
+        let still = self.locate(engine, &missing)?;
+        if let Some(index) = still.first() {
+            return Err(Error::MissingObject {
+                id: self.chunks[*index].0.to_hex(),
+                what: "chunk",
+            });
+        }
+        Ok(())
+    }
+
+    /// Locates those of chunks `chunks` that are stored here, fetching nothing (for
+    /// read-ahead).
+    ///
+    /// # Errors
+    /// Catalog errors; [`Error::Corrupt`] for a length that disagrees with the file map.
+    pub(super) fn locate_here(&self, engine: &Engine, chunks: Range<usize>) -> Result<()> {
+        if self.is_local() {
+            return Ok(());
+        }
+        let pending: Vec<usize> = chunks
+            .filter(|i| self.locations[*i].get().is_none())
+            .collect();
+        if !pending.is_empty() {
+            self.locate(engine, &pending)?;
+        }
+        Ok(())
+    }
+
+    /// Locates chunks `indexes` in the catalog; returns those not stored here.
+    fn locate(&self, engine: &Engine, indexes: &[usize]) -> Result<Vec<usize>> {
+        let found = engine.catalogs.with(|catalog| {
+            indexes
+                .iter()
+                .map(|i| Ok((*i, catalog.locate(&self.chunks[*i].0, ObjectKind::Chunk)?)))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let mut missing = Vec::new();
+        for (index, location) in found {
+            match location {
+                Some(location) => self.set_location(index, location, engine)?,
+                None => missing.push(index),
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Checks every block overlapping bytes `range` that has not passed yet (no-op unless
+    /// the file map is unproven).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming the remote when a block does not hash to its value (the
+    /// file map lied: it is forgotten, so the next open fetches it again); fetch errors.
+    pub(super) fn prove(&self, engine: &Engine, range: &Range<u64>) -> Result<()> {
+        let Proof::Blocks {
+            outboard,
+            verified,
+            remote,
+        } = &self.proof
+        else {
+            return Ok(());
+        };
+        let first = (range.start / BLOCK_LEN) as usize;
+        let last = ((range.end - 1) / BLOCK_LEN) as usize;
+        let pending: Vec<usize> = (first..=last).filter(|b| !verified.contains(*b)).collect();
+        let (Some(&low), Some(&high)) = (pending.first(), pending.last()) else {
+            return Ok(());
+        };
+        let span = outboard.block_range(low).start..outboard.block_range(high).end;
+        self.make_local(engine, self.chunk_range(&span))?;
+        let mut block = vec![0u8; BLOCK_LEN as usize];
+        for index in pending {
+            let bytes = outboard.block_range(index);
+            let length = (bytes.end - bytes.start) as usize;
+            self.copy(engine, bytes.start, &mut block[..length])?;
+            if let Err(detail) = outboard.check_block(index, &block[..length]) {
+                // Forgotten, so that the next open fetches the map again (and what passed
+                // under this map counts for nothing under the next).
+                engine.block_sets.remove(&self.entry.id);
+                let store = engine.lock_store();
+                let _ = store.catalog().reject_file_map(&self.entry.id);
+                return Err(Error::corrupt(
+                    format!("remote {remote}"),
+                    format!(
+                        "the file map of {} fetched from it lists chunks whose {detail}; nothing of it was served, and the map is forgotten so the next read fetches it again",
+                        self.entry.path
+                    ),
+                ));
+            }
+            if verified.insert(index) {
+                // Every block passed: the map is proven, for every later reader.
+                let store = engine.lock_store();
+                let _ = store.catalog().prove_file_map(&self.entry.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the file's bytes from `offset` into `buf` (chunks already local); returns how
+    /// many (fewer only at the end of the file).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when stored bytes fail their check; [`Error::Io`].
+    pub(super) fn copy(&self, engine: &Engine, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut index = self.starts.partition_point(|start| *start <= offset) - 1;
+        let mut done = 0;
+        let mut position = offset;
+        while done < buf.len() && index < self.chunks.len() {
+            let (chunk_id, _) = &self.chunks[index];
+            let location = self.locations[index]
+                .get()
+                .ok_or_else(|| Error::MissingObject {
+                    id: chunk_id.to_hex(),
+                    what: "chunk",
+                })?;
+            let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
+            let chunk = frame.chunk(chunk_id, location, &engine.packs_dir)?;
+            let from = (position - self.starts[index]) as usize;
+            let n = (chunk.len() - from).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&chunk[from..from + n]);
+            done += n;
+            position += n as u64;
+            index += 1;
+        }
+        Ok(done)
+    }
+
+    /// The local frames of bytes `range` whose chunks are located (for read-ahead into the
+    /// frame cache), each once, in file order.
+    pub(super) fn local_frames(&self, range: &Range<u64>) -> Vec<crate::pack::FrameLocation> {
+        let mut frames: Vec<crate::pack::FrameLocation> = Vec::new();
+        for index in self.chunk_range(range) {
+            if let Some(location) = self.locations[index].get()
+                && frames.last() != Some(&location.frame)
+            {
+                frames.push(location.frame);
+            }
+        }
+        frames
+    }
+}
+
+/// The engine's record of which blocks of each unproven file have passed, so that handles
+/// opened again (a mount opens a file per `open(2)`) do not check them again.
+#[derive(Default)]
+pub(super) struct BlockSets {
+    sets: Mutex<std::collections::HashMap<ObjectId, Arc<BlockSet>>>,
+}
+
+impl BlockSets {
+    pub(super) fn get(&self, id: &ObjectId, blocks: usize) -> Arc<BlockSet> {
+        let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
+        sets.entry(*id)
+            .or_insert_with(|| Arc::new(BlockSet::new(blocks)))
+            .clone()
+    }
+
+    pub(super) fn remove(&self, id: &ObjectId) {
+        self.sets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+}
