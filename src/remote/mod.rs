@@ -21,9 +21,10 @@
 //! Credentials come from the environment as `object_store` reads it (`AWS_*`, `AZURE_*`,
 //! `GOOGLE_*`) and, for S3, from the AWS profile files as the AWS CLI reads them (see
 //! [`aws_profile`]; only where a front end set [`aws_profile::set_source`]), never from the
-//! catalog. Transient failures are retried by `object_store`'s
-//! retry policy (exponential backoff); a re-run of an interrupted transfer sends only what is
-//! still missing, because every object it sent is content-addressed.
+//! catalog. Transient failures (a 5xx, a reset, a stall past the request timeout) are retried
+//! by `object_store` with exponential backoff, under the policy of [`retry_config`]; a re-run
+//! of an interrupted transfer sends only what is still missing, because every object it sent
+//! is content-addressed.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -199,14 +200,87 @@ pub fn has_userinfo(text: &str) -> bool {
     crate::redact::has_userinfo(text)
 }
 
+/// The remote options dsv reads itself rather than give to `object_store`, which has no
+/// configuration key for its retry policy: `max_retries` (a count, 0 for none) and
+/// `retry_timeout` (a duration such as `30s`, `500ms` or `2m`: no retry starts after it,
+/// counted from a request's first try). See [`retry_config`].
+pub const RETRY_OPTIONS: [&str; 2] = ["max_retries", "retry_timeout"];
+
+/// How many times a failed request is retried unless the remote's `max_retries` option says
+/// otherwise: `object_store`'s default.
+pub const DEFAULT_MAX_RETRIES: usize = 10;
+
+/// How long after a request's first try a retry may still start, unless the remote's
+/// `retry_timeout` option says otherwise: `object_store`'s default, 3 minutes.
+pub const DEFAULT_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// The retry policy of a cloud remote. `object_store` retries a request that failed with a
+/// connection error or reset, a 5xx, 429 or 408 status, or (for reads) a timeout, waiting
+/// with exponential backoff and jitter (100 ms doubling up to 15 s); a GET whose body stops
+/// part-way (a reset, a close before the declared length, a stall past the request
+/// `timeout`) is resumed with a ranged GET of the rest, under the same count. Everything a
+/// backoff waits for is bounded by [`DEFAULT_MAX_RETRIES`] and [`DEFAULT_RETRY_TIMEOUT`],
+/// or the `max_retries` and `retry_timeout` options. How long one try may take is
+/// `object_store`'s `timeout` option (30 s by default, from the connection to the body's
+/// last byte) and `connect_timeout` (5 s); `read_timeout` (none by default) bounds a stall
+/// between two reads.
+///
+/// # Errors
+/// [`Error::InvalidRemote`] naming the option whose value does not parse.
+pub fn retry_config(options: &BTreeMap<String, String>) -> Result<object_store::RetryConfig> {
+    let invalid = |key: &str, reason: &str| Error::InvalidRemote {
+        what: "option",
+        value: key.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut retry = object_store::RetryConfig {
+        max_retries: DEFAULT_MAX_RETRIES,
+        retry_timeout: DEFAULT_RETRY_TIMEOUT,
+        ..Default::default()
+    };
+    if let Some(value) = options.get("max_retries") {
+        retry.max_retries = value
+            .trim()
+            .parse()
+            .map_err(|_| invalid("max_retries", "expected a count of retries, 0 or more"))?;
+    }
+    if let Some(value) = options.get("retry_timeout") {
+        retry.retry_timeout = parse_duration(value).ok_or_else(|| {
+            invalid(
+                "retry_timeout",
+                "expected a duration with its unit: 500ms, 30s, 2m, 1h",
+            )
+        })?;
+    }
+    Ok(retry)
+}
+
+/// A duration as `500ms`, `30s`, `1.5s`, `2m` or `1h` (one number, one unit).
+fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" | "sec" | "secs" => number,
+        "m" | "min" | "mins" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    std::time::Duration::try_from_secs_f64(seconds).ok()
+}
+
 /// Builds the `object_store` backend of a cloud URL (`s3://`, `s3a://`, `gs://`, `az://`,
 /// `abfs://`, `abfss://`) with settings from the environment (`AWS_*`, `AZURE_*`,
 /// `GOOGLE_*`), for S3 the AWS profile below them ([`aws_profile`]), and `options`
-/// (object_store configuration keys) above all; returns it with the URL's path below the
-/// bucket ("" for none). The backend addresses the whole bucket.
+/// (object_store configuration keys, and dsv's [`RETRY_OPTIONS`]) above all; returns it
+/// with the URL's path below the bucket ("" for none). The backend addresses the whole
+/// bucket, and retries as [`retry_config`] says.
 ///
 /// # Errors
-/// [`Error::InvalidRemote`] for a URL or option the backend rejects; the errors of
+/// [`Error::InvalidRemote`] for a URL or option the backend rejects (or a retry option
+/// whose value does not parse); the errors of
 /// [`aws_profile::AwsProfileSource::load`]; [`Error::AwsProfileUnsupported`] when the
 /// profile's credentials are of a kind dsv cannot use and the environment gives none.
 pub fn cloud_backend(
@@ -230,6 +304,13 @@ pub fn cloud_backend(
         });
     }
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let retry = retry_config(options)?;
+    // The rest are object_store's keys, given to the builder as they are.
+    let options: BTreeMap<String, String> = options
+        .iter()
+        .filter(|(key, _)| !RETRY_OPTIONS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
     let store: Arc<dyn ObjectStore> = match scheme {
         "s3" | "s3a" => {
             let mut builder = object_store::aws::AmazonS3Builder::from_env();
@@ -256,23 +337,27 @@ pub fn cloud_backend(
             }
             builder = builder
                 .with_url(url)
-                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
-            for (key, value) in options {
+                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+                .with_retry(retry);
+            for (key, value) in &options {
                 builder = builder.with_config(key.parse().map_err(invalid)?, value);
             }
             Arc::new(builder.build().map_err(invalid)?)
         }
         "az" | "abfs" | "abfss" => {
-            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url);
-            for (key, value) in options {
+            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry);
+            for (key, value) in &options {
                 builder = builder.with_config(key.parse().map_err(invalid)?, value);
             }
             Arc::new(builder.build().map_err(invalid)?)
         }
         "gs" => {
-            let mut builder =
-                object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url);
-            for (key, value) in options {
+            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry);
+            for (key, value) in &options {
                 builder = builder.with_config(key.parse().map_err(invalid)?, value);
             }
             Arc::new(builder.build().map_err(invalid)?)
@@ -871,6 +956,60 @@ mod tests {
         assert!(!refused("aws_endpoint", "http://host/path@x"));
         assert!(check_url("s3://user:password@bucket/x").is_err());
         assert!(check_url("file://user@/tmp/x").is_err());
+    }
+
+    #[test]
+    fn retry_options_are_read_by_dsv_and_checked() {
+        let options = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let default = retry_config(&BTreeMap::new()).unwrap();
+        assert_eq!(default.max_retries, DEFAULT_MAX_RETRIES);
+        assert_eq!(default.retry_timeout, DEFAULT_RETRY_TIMEOUT);
+        let set =
+            retry_config(&options(&[("max_retries", "2"), ("retry_timeout", "1.5s")])).unwrap();
+        assert_eq!(set.max_retries, 2);
+        assert_eq!(set.retry_timeout, std::time::Duration::from_millis(1500));
+        for (text, millis) in [
+            ("500ms", 500),
+            ("30s", 30_000),
+            ("2m", 120_000),
+            ("1h", 3_600_000),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Some(std::time::Duration::from_millis(millis))
+            );
+        }
+        for bad in ["", "30", "s", "-1s", "1d", "1.2.3s", "inf s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        for (key, value) in [
+            ("max_retries", "many"),
+            ("max_retries", "-1"),
+            ("retry_timeout", "30"),
+        ] {
+            let error = retry_config(&options(&[(key, value)])).unwrap_err();
+            assert!(
+                matches!(&error, Error::InvalidRemote { what: "option", value, .. } if value == key),
+                "{error}"
+            );
+            // A remote is refused when it is added, as for any option the backend rejects.
+            assert!(cloud_backend("s3://bucket/prefix", &options(&[(key, value)])).is_err());
+        }
+        // Given to object_store, these keys would be unknown ones.
+        cloud_backend(
+            "s3://bucket/prefix",
+            &options(&[
+                ("max_retries", "0"),
+                ("retry_timeout", "10s"),
+                ("timeout", "5s"),
+            ]),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod cli_docs;
 mod cli_output;
 mod concurrency;
 mod crash;
+mod faults;
 mod guards;
 mod hardening;
 mod hostile;
