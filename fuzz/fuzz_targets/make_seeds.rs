@@ -133,6 +133,9 @@ fn generate(root: &Path) -> dsv::Result<()> {
                     ObjectKind::Version => seeds.add("fuzz_version", bytes),
                     ObjectKind::FileMap => seeds.add("fuzz_file_map", bytes),
                     ObjectKind::Provenance => seeds.add("fuzz_provenance", bytes),
+                    ObjectKind::Outboard => {
+                        seeds.add("fuzz_outboard", &[o.id.0.as_slice(), bytes].concat())
+                    }
                     ObjectKind::Chunk => {}
                 }
             }
