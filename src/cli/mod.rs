@@ -218,12 +218,15 @@ enum Command {
     /// the foreground, until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
     ///
     /// Mounting reads no data, whatever the version's size; a file's data is read when it
-    /// is read (fetched from a remote on first open and kept in the store). Needs FUSE 3
-    /// (`/dev/fuse` and `fusermount3`); without it, `dsv export` streams the same files.
+    /// is read (fetched from a remote on its first read and kept in the store). A version
+    /// never changes, so the kernel's page cache keeps what was read across opens: a second
+    /// epoch reads from memory. Needs FUSE 3 (`/dev/fuse` and `fusermount3`); without it,
+    /// `dsv export` streams the same files.
     ///
     /// Examples:
     ///   dsv mount mnist@v3 /mnt/mnist
     ///   dsv mount mnist@v3 /mnt/shard --shard 1/8 --include 'train/**'
+    ///   dsv mount mnist@v3 /mnt/mnist --cache-size 2GiB
     #[command(verbatim_doc_comment)]
     Mount(MountArgs),
     /// Print which files each of N shards holds (`--shard I/N` on export): deterministic,

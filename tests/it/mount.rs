@@ -437,3 +437,102 @@ fn a_corrupt_frame_on_the_remote_is_eio_and_nothing_of_it_is_stored() {
         "the good file's data was stored"
     );
 }
+
+#[test]
+fn mount_refuses_a_cache_size_that_is_not_a_size_or_out_of_bounds() {
+    // clap checks --cache-size before the store or FUSE is touched: no FUSE needed here.
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    std::fs::create_dir(env.path("mnt")).unwrap();
+    let cases = [
+        ("lots", "not a size"),
+        ("12XB", "unknown size unit"),
+        ("1MiB", "less than the smallest cache, 16MiB"),
+        ("1000TB", "more than this machine's memory"),
+    ];
+    for (size, expected) in cases {
+        let error = env.fails(&["mount", "ds", "mnt", "--cache-size", size], 2);
+        assert!(error.contains("--cache-size"), "{size}: {error}");
+        assert!(error.contains(expected), "{size}: {error}");
+    }
+    assert!(!is_mounted(&env.path("mnt")));
+}
+
+/// The read requests the mount's trace log (`DSV_LOG=dsv::mount=trace`) shows for `path`:
+/// (offset, size).
+fn read_requests(log: &str, path: &str) -> Vec<(u64, u64)> {
+    let field = |line: &str, name: &str| -> Option<u64> {
+        let start = line.find(&format!(" {name}="))? + name.len() + 2;
+        let digits: String = line[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    log.lines()
+        .filter(|l| l.contains("mount: read") && l.contains(&format!("path={path} ")))
+        .map(|l| (field(l, "offset").unwrap(), field(l, "size").unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_file_read_again_through_the_mount_comes_from_the_page_cache() {
+    if !fuse_available() {
+        return;
+    }
+    let env = TestEnv::new();
+    let big = committed(&env);
+    env.set_var("DSV_LOG", "dsv::mount=trace");
+    let mut mount = Mounted::start(&env, "ds", "mnt", &["--cache-size", "64MiB"]);
+    let path = mount.point.join("big.bin");
+    // Read whole twice, each through its own open: the same bytes.
+    assert!(std::fs::read(&path).unwrap() == big, "first read");
+    assert!(std::fs::read(&path).unwrap() == big, "second read");
+    // Two opens at once, read in turns at their own offsets: the same bytes again.
+    let (one, two) = (
+        std::fs::File::open(&path).unwrap(),
+        std::fs::File::open(&path).unwrap(),
+    );
+    let half = big.len() / 2;
+    let mut buffer = vec![0u8; 300_000];
+    for step in 0..4 {
+        let offset = step * 300_000;
+        let n = one.read_at(&mut buffer, offset as u64).unwrap();
+        assert_eq!(&buffer[..n], &big[offset..offset + n]);
+        let n = two.read_at(&mut buffer, (half + offset) as u64).unwrap();
+        assert_eq!(&buffer[..n], &big[half + offset..half + offset + n]);
+    }
+    drop((one, two));
+    let point = mount.point.clone();
+    // Where dsv may set the mount's read-ahead window (root), the kernel asks in requests
+    // larger than its default 128 KiB.
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(&point).unwrap().dev();
+    let window = std::fs::read_to_string(format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        device >> 8 & 0xfff,
+        device & 0xff | (device >> 12 & !0xff)
+    ));
+    assert!(fusermount_u(&point));
+    assert_eq!(mount.wait(), Some(0));
+    let log = std::io::read_to_string(mount.child.stderr.take().unwrap()).unwrap();
+    let requests = read_requests(&log, "big.bin");
+    // The kernel kept the file's pages across opens (FOPEN_KEEP_CACHE): every byte was
+    // asked of dsv once, by the first read; the second read and the two later opens were
+    // served by the page cache alone.
+    let mut asked: Vec<(u64, u64)> = requests.clone();
+    asked.sort();
+    let mut covered = 0u64;
+    for (offset, size) in &asked {
+        assert_eq!(*offset, covered, "asked twice or out of order: {asked:?}");
+        covered += size.min(&(big.len() as u64 - offset));
+    }
+    assert_eq!(covered, big.len() as u64, "{asked:?}");
+    if window.is_ok_and(|w| w.trim() == "1024") {
+        assert!(
+            requests.iter().any(|(_, size)| *size > 128 * 1024),
+            "{requests:?}"
+        );
+    }
+}
