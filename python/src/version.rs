@@ -5,8 +5,6 @@ use std::sync::{Arc, Mutex};
 
 use dsv::Error;
 use dsv::ObjectId;
-use dsv::ops::sync;
-use dsv::progress::NoProgress;
 use dsv::read::{FileHandle, Selection, VersionHandle, VersionListing};
 use dsv::shard::ShardSpec;
 use dsv::tree::{FlatEntry, FlatKind};
@@ -367,20 +365,8 @@ impl PyVersion {
     fn prefetch(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<u64> {
         py.detach(|| -> Res<u64> {
             let handle = self.handle_detached()?;
-            let mut files = Vec::with_capacity(paths.len());
-            for path in &paths {
-                let entry = handle.stat(path)?.ok_or_else(|| self.not_found(path))?;
-                if matches!(entry.kind, FlatKind::File { .. }) {
-                    files.push((entry.id, entry.size));
-                }
-            }
-            let mut store = self.store.get().writable()?;
-            if files.is_empty() || store.catalog().remotes()?.is_empty() {
-                return Ok(0);
-            }
-            let transfer =
-                sync::fetch_files(&mut store, &files, dsv::remote::DEFAULT_JOBS, &NoProgress)?;
-            Ok(transfer.bytes)
+            let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+            Ok(handle.prefetch(&paths)?)
         })
         .raise(py)
     }

@@ -105,7 +105,7 @@ impl Fetcher {
 
     /// Makes `chunks` local: downloads the frames holding those this store lacks from the
     /// first remote (in name order) whose index lists them, stores and records them.
-    /// `store` is locked only to record.
+    /// `store` is locked only to record. Returns the bytes downloaded.
     ///
     /// # Errors
     /// [`FetchError::NotIndexed`] when some chunk is on no remote's index; else remote,
@@ -116,7 +116,8 @@ impl Fetcher {
         catalogs: &CatalogPool,
         store: &Mutex<Store>,
         chunks: &[ObjectId],
-    ) -> std::result::Result<(), FetchError> {
+    ) -> std::result::Result<u64, FetchError> {
+        let mut downloaded = 0u64;
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
             chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
         let records = catalogs.with(|catalog| catalog.remotes())?;
@@ -135,7 +136,7 @@ impl Fetcher {
                 let frames = catalogs
                     .with(|catalog| sync::frames_to_fetch(catalog, record.id, &remaining))?;
                 if !frames.is_empty() {
-                    self.download(catalogs, store, &remote, frames)?;
+                    downloaded += self.download(catalogs, store, &remote, frames)?;
                 }
             }
             remaining = catalogs.with(|catalog| {
@@ -149,21 +150,21 @@ impl Fetcher {
             })?;
         }
         if remaining.is_empty() {
-            Ok(())
+            Ok(downloaded)
         } else {
             Err(FetchError::NotIndexed)
         }
     }
 
     /// Downloads `frames` of `remote` (whose stripe locks the caller holds) into a new pack
-    /// and records it.
+    /// and records it; returns the bytes downloaded.
     fn download(
         &self,
         catalogs: &CatalogPool,
         store: &Mutex<Store>,
         remote: &Remote,
         frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
         let fetched = catalogs.with(|catalog| {
@@ -177,12 +178,16 @@ impl Fetcher {
             )
         });
         let lock = || store.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = fetched {
-            sink.abandon(&lock());
-            return Err(e);
-        }
+        let transfer = match fetched {
+            Ok(transfer) => transfer,
+            Err(e) => {
+                sink.abandon(&lock());
+                return Err(e);
+            }
+        };
         let sealed = sink.finish()?;
-        sync::record_fetched(&mut lock(), &sealed, remote.name())
+        sync::record_fetched(&mut lock(), &sealed, remote.name())?;
+        Ok(transfer.bytes)
     }
 
     /// The opened remote of `record` (opened once, then shared).

@@ -119,7 +119,7 @@ impl FileState {
                     .fetcher
                     .fetch(&engine.catalogs, &engine.store, &[entry.id])
                 {
-                    Ok(()) => FileState::open_fetched(engine, entry),
+                    Ok(_) => FileState::open_fetched(engine, entry),
                     Err(FetchError::NotIndexed) => FileState::whole(engine, entry),
                     Err(FetchError::Failed(e)) => Err(e),
                 }
@@ -304,7 +304,7 @@ impl FileState {
         }
         let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
         match engine.fetcher.fetch(&engine.catalogs, &engine.store, &ids) {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(FetchError::Failed(e)) => return Err(e),
             Err(FetchError::NotIndexed) => {
                 // Pushed since this store last read the remotes' indexes: the fetch that

@@ -1,24 +1,31 @@
 //! The read engine: random access to any byte of any file of a version, from many threads at
-//! once, without a checkout. The CLI's `cat`, the tar export and the FUSE mount
-//! ([`crate::mount`]) are front ends of it (as the Python package is meant to be).
+//! once, without a checkout. The CLI's `cat`, the tar export, the FUSE mount
+//! ([`crate::mount`]) and the Python package are front ends of it.
 //!
 //! ```text
 //! ReadEngine (Send + Sync, one per process)
-//!   ├── the store (catalog lookups and remote fetches, behind a mutex: short, rare)
+//!   ├── CatalogPool: read-only catalog connections, one per thread reading at a time, so
+//!   │   lookups take no store-wide lock (the store itself is locked only to write: recording
+//!   │   fetched packs and proofs, taking a lease)
+//!   ├── Fetcher: chunks fetched from remotes frame by frame; stripe locks by remote frame,
+//!   │   so each frame is downloaded once per machine and fetches of other frames run beside it
 //!   └── FrameCache: decompressed frames, LRU by bytes, shared by every handle; a frame that
 //!       several threads want at once is read and decompressed once (single flight)
 //! VersionHandle (Send + Sync): the version's paths, listed once (a sorted table with an index
 //!   by path hash); its VersionListing (plain data) opens it again in a forked process
-//! FileHandle (Send + Sync): the file's chunks and a prefix table of their starts, built once
-//!   at open; `read_at` finds the chunk of an offset by binary search (O(log chunks)), as
-//!   rustic_core's `OpenFile::read_at` does, and reads through the frame cache.
+//! FileHandle (Send + Sync): the file's chunk list and a prefix table of their starts (from
+//!   its file map); chunks located in the catalog lazily, fetched when first needed; `read_at`
+//!   finds the chunk of an offset by binary search (O(log chunks)), as rustic_core's
+//!   `OpenFile::read_at` does, and reads through the frame cache.
 //! ```
 //!
-//! Every chunk is checked against its id the first time it is served from a cached frame, and
-//! a file map fetched from a remote is proven (its chunks reassembled to the file id) before
-//! it is used, as [`crate::store::ObjectReader::file_chunks`] does. Data that is only on a
-//! remote (a clone) is fetched when a file is opened, stored in the local store, and so
-//! downloaded once for every later reader and process.
+//! Every chunk is checked against its id the first time it is served from a cached frame. A
+//! file map fetched from a remote is not trusted: each 64 KiB block a read touches is checked
+//! against the file's outboard ([`crate::outboard`]) before any byte of it is served, so a
+//! remote-only file serves its first byte after one ranged GET and a random read fetches only
+//! the frames that cover it (a map without an outboard, from data pushed before outboards, is
+//! proven whole at open, as checkout proves it). What is fetched is stored in the local store
+//! and read locally by every later reader and process.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -379,6 +386,89 @@ impl VersionHandle {
             fetch_until: AtomicU64::new(0),
             fetch_window: AtomicU64::new(FIRST_FETCH_WINDOW),
         })
+    }
+
+    /// Fetches the data of files `paths` that this store lacks from its remotes, in one
+    /// round of ranged GETs, and keeps it (as reads would, file by file): for a reader that
+    /// knows what it reads next (`dsv.torch` calls it ahead of its reads). Directories and
+    /// symlinks are skipped. Returns the bytes downloaded: 0, contacting nothing, when
+    /// everything is here. Holds no store-wide lock across a request, as reads do not.
+    ///
+    /// # Errors
+    /// [`Error::PathNotFound`]; [`Error::MissingObject`] when no remote holds a needed
+    /// chunk; remote and corruption errors (naming the remote).
+    pub fn prefetch(&self, paths: &[&str]) -> Result<u64> {
+        let files = self.stat_all(paths)?;
+        let mut chunks = Vec::new();
+        for entry in &files {
+            let engine = &self.engine;
+            let found = engine
+                .catalogs
+                .with(|catalog| catalog.locate_file(&entry.id))?;
+            match found {
+                Some(location) if location.kind == crate::object::ObjectKind::Chunk => {}
+                Some(location) => {
+                    let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
+                    let pack =
+                        crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
+                    let map =
+                        crate::object::FileMap::decode(frame.raw(&location, &engine.packs_dir)?)
+                            .map_err(|e| {
+                                Error::corrupt(&pack, format!("file map {}: {e}", entry.id.short()))
+                            })?;
+                    crate::store::check_chunk_count(&map, &entry.id, entry.size, &pack)?;
+                    engine.catalogs.with(|catalog| {
+                        for (chunk, _) in &map.chunks {
+                            if !catalog.has_object(chunk, crate::object::ObjectKind::Chunk)? {
+                                chunks.push(*chunk);
+                            }
+                        }
+                        Ok(())
+                    })?;
+                }
+                // A file of one chunk, or one whose map this store never got.
+                None => chunks.push(entry.id),
+            }
+        }
+        if chunks.is_empty() {
+            return Ok(0);
+        }
+        match self
+            .engine
+            .fetcher
+            .fetch(&self.engine.catalogs, &self.engine.store, &chunks)
+        {
+            Ok(bytes) => Ok(bytes),
+            Err(fetch::FetchError::Failed(e)) => Err(e),
+            Err(fetch::FetchError::NotIndexed) => {
+                // Pushed since this store read the remotes' indexes, or files whose map is
+                // not here: the fetch that reads the indexes again and walks maps.
+                let mut store = self.engine.lock_store();
+                let files: Vec<(ObjectId, u64)> = files.iter().map(|e| (e.id, e.size)).collect();
+                let transfer = crate::ops::sync::fetch_files(
+                    &mut store,
+                    &files,
+                    self.engine.options.fetch_jobs,
+                    &crate::progress::NoProgress,
+                )?;
+                Ok(transfer.bytes)
+            }
+        }
+    }
+
+    /// The non-empty regular files among `paths`.
+    ///
+    /// # Errors
+    /// [`Error::PathNotFound`] when one does not exist; tree errors.
+    fn stat_all(&self, paths: &[&str]) -> Result<Vec<FlatEntry>> {
+        let mut files = Vec::new();
+        for path in paths {
+            let entry = self.stat(path)?.ok_or_else(|| self.not_found(path))?;
+            if matches!(entry.kind, FlatKind::File { .. }) && entry.size > 0 {
+                files.push(entry);
+            }
+        }
+        Ok(files)
     }
 
     fn not_found(&self, path: &str) -> Error {
@@ -878,9 +968,12 @@ pub const FIRST_FETCH_WINDOW: u64 = 1024 * 1024;
 /// The remote prefetch's largest window, in bytes.
 pub const MAX_FETCH_WINDOW: u64 = 128 * 1024 * 1024;
 
-/// Background fetches one engine runs at once, at most (each one ranged GET of up to
-/// [`FETCH_SPAN`] bytes).
-pub const MAX_PREFETCHES: usize = 16;
+/// Bytes of the file one background fetch covers, at most: its ranged GETs (of up to
+/// [`FETCH_SPAN`] bytes each) run at once and land in one pack.
+pub const PREFETCH_PIECE: u64 = 16 * 1024 * 1024;
+
+/// Background fetches one engine runs at once, at most.
+pub const MAX_PREFETCHES: usize = 8;
 
 impl FileHandle {
     /// The file's size in bytes.
@@ -923,8 +1016,9 @@ impl FileHandle {
     }
 
     /// After a sequential read that ended at `position`, on a file not all here: fetches the
-    /// next window of the file in the background, in ranged GETs of up to [`FETCH_SPAN`]
-    /// bytes each, and doubles the window for the next step.
+    /// next window of the file in the background, in pieces of up to [`PREFETCH_PIECE`]
+    /// bytes (each ranged GETs of up to [`FETCH_SPAN`] bytes, at once), and doubles the
+    /// window for the next step.
     fn prefetch(&self, position: u64) {
         if self.file.is_local() {
             return;
@@ -949,7 +1043,7 @@ impl FileHandle {
         };
         let mut start = from;
         while start < until {
-            let end = (start + FETCH_SPAN).min(until);
+            let end = (start + PREFETCH_PIECE).min(until);
             if self.engine.prefetching.fetch_add(1, Ordering::AcqRel) >= MAX_PREFETCHES {
                 self.engine.prefetching.fetch_sub(1, Ordering::AcqRel);
                 // Not asked after all: the next sequential read asks again from here.
