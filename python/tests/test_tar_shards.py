@@ -251,7 +251,7 @@ def test_every_sample_once_over_ranks_and_workers(version, expected, context):
 
 def test_order_is_a_function_of_seed_and_epoch(version, expected):
     def epoch_keys(seed, epoch, workers=0, **extra):
-        ds = TarShardDataset(version, "shards/*.tar", shuffle=True, seed=seed, **extra)
+        ds = TarShardDataset(version, extra.pop("shards", "shards/*.tar"), shuffle=True, seed=seed, **extra)
         ds.set_epoch(epoch)
         if workers:
             return keys_of(DataLoader(ds, batch_size=100, num_workers=workers))
@@ -262,6 +262,9 @@ def test_order_is_a_function_of_seed_and_epoch(version, expected):
     assert epoch_keys(7, 0) == first
     assert epoch_keys(7, 1) != first and sorted(epoch_keys(7, 1)) == sorted(first)
     assert epoch_keys(8, 0) != first
+    # One shard (its order cannot change): the buffer's draws change with the epoch too.
+    one = [epoch_keys(7, e, shards=[shard_path(0)]) for e in (0, 1)]
+    assert one[0] != one[1] and sorted(one[0]) == sorted(one[1])
     # With workers too: the same twice, another the next epoch.
     with_workers = epoch_keys(7, 2, workers=2)
     assert epoch_keys(7, 2, workers=2) == with_workers and epoch_keys(7, 3, workers=2) != with_workers
