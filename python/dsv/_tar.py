@@ -1,8 +1,8 @@
 """Tar shards read in place: the members of a tar file of a version, parsed from ranged reads
 of it (never extracted, never read whole), grouped into WebDataset samples.
 
-The headers are parsed with ``tarfile.TarInfo.frombuf`` (checksums, ustar prefixes, octal and
-base-256 numbers, as ``tarfile`` parses them); the extended headers around them (GNU long
+The headers are parsed as ``tarfile.TarInfo.frombuf`` parses them (checksums, ustar prefixes,
+octal and base-256 numbers: the common case here, the rest by ``frombuf`` itself); the extended headers around them (GNU long
 names, pax records, pax global headers) are applied here, as ``tarfile`` applies them. Every
 size is checked against the shard's size before anything is read for it, and an extended
 header is read only up to ``EXTENDED_LIMIT`` bytes, so a malformed shard never makes a reader
@@ -28,6 +28,39 @@ EXTENDED_LIMIT = 1 << 20
 # Member types that carry data which is a file's content.
 REGULAR_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 ENCODING, ERRORS = "utf-8", "surrogateescape"
+
+
+_GNU_TYPES = frozenset(tarfile.GNU_TYPES)
+
+
+def _header(buf: bytes) -> Tuple[str, int, bytes]:
+    """``(name, size, type)`` of a 512-byte header, as ``tarfile.TarInfo.frombuf`` gives them.
+    The common case (octal numbers, the unsigned checksum) is parsed here, about five times
+    faster; anything else goes to ``frombuf``, which raises ``tarfile.HeaderError`` for a
+    header that does not parse."""
+    try:
+        if buf[124] & 0x80 or buf[148] & 0x80:
+            raise ValueError("base-256")
+        chksum = int(buf[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+        if chksum != 256 + sum(buf) - sum(buf[148:156]):
+            raise ValueError("signed checksum, or a bad one")
+        size = int(buf[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        info = tarfile.TarInfo.frombuf(buf, ENCODING, ERRORS)
+        return info.name, info.size, info.type
+    name = buf[0:100].split(b"\0", 1)[0].decode(ENCODING, ERRORS)
+    kind = buf[156:157]
+    if kind == tarfile.AREGTYPE and name.endswith("/"):
+        kind = tarfile.DIRTYPE
+    if kind == tarfile.GNUTYPE_SPARSE:
+        # frombuf reads the sparse map that follows; refused later either way.
+        return name, size, kind
+    if kind == tarfile.DIRTYPE:
+        name = name.rstrip("/")
+    prefix = buf[345:500].split(b"\0", 1)[0]
+    if prefix and kind not in _GNU_TYPES:
+        name = prefix.decode(ENCODING, ERRORS) + "/" + name
+    return name, size, kind
 
 
 def _padded(size: int) -> int:
@@ -118,11 +151,9 @@ class TarShard:
             if buf == ZERO_BLOCK:
                 return
             try:
-                info = tarfile.TarInfo.frombuf(buf, ENCODING, ERRORS)
+                header_name, size, kind = _header(buf)
             except tarfile.HeaderError as e:
                 raise self.error(offset, f"a header that does not parse ({e})") from None
-            size = info.size
-            kind = info.type
             if kind in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK):
                 self._check_size(offset, size, "GNU long name")
                 payload = self._extended(offset, size, "GNU long name")
@@ -136,10 +167,10 @@ class TarShard:
                 else:
                     pax = records
             elif kind == tarfile.GNUTYPE_SPARSE:
-                raise self.error(offset, f"a sparse member ({info.name!r}), which dsv does not read")
+                raise self.error(offset, f"a sparse member ({header_name!r}), which dsv does not read")
             else:
                 records = {**global_pax, **(pax or {})}
-                name = records.get("path", long_name if long_name is not None else info.name)
+                name = records.get("path", long_name if long_name is not None else header_name)
                 if any(k.startswith("GNU.sparse.") for k in records):
                     raise self.error(offset, f"a sparse member ({name!r}), which dsv does not read")
                 if "size" in records:
