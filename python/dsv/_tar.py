@@ -2,8 +2,9 @@
 of it (never extracted, never read whole), grouped into WebDataset samples.
 
 The headers are parsed as ``tarfile.TarInfo.frombuf`` parses them (checksums, ustar prefixes,
-octal and base-256 numbers: the common case here, the rest by ``frombuf`` itself); the extended headers around them (GNU long
-names, pax records, pax global headers) are applied here, as ``tarfile`` applies them. Every
+octal and base-256 numbers: the common case here, the rest by ``frombuf`` itself); the
+extended headers around them (GNU long names, pax records, pax global headers) are applied
+here, as ``tarfile`` applies them. Every
 size is checked against the shard's size before anything is read for it, and an extended
 header is read only up to ``EXTENDED_LIMIT`` bytes, so a malformed shard never makes a reader
 allocate more than the shard holds: it raises :class:`dsv.InvalidTar`, naming the shard and

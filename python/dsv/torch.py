@@ -14,8 +14,9 @@
   so its ``state_dict()`` is exact with worker processes too.
 
 A sample of the first two is ``transform(path, data)`` (``data``: the file's bytes), or
-``(path, data)`` without a transform; a ``TarShardDataset`` sample is a dict (see there). Reads go through the store's read engine: files only on a remote are
-fetched on first read and kept in the store, once for every rank and worker on the machine.
+``(path, data)`` without a transform; a ``TarShardDataset`` sample is a dict (see there).
+Reads go through the store's read engine: files only on a remote are fetched on first read
+and kept in the store, once for every rank and worker on the machine.
 """
 
 from __future__ import annotations
@@ -467,7 +468,9 @@ class _SharedTarPosition(_SharedPosition):
 
     FIELDS = 5 + _MAX_WORKERS
 
-    def write(self, epoch: int, resume_epoch: int, rank: int, world: int, resume: Sequence[int]) -> None:  # type: ignore[override]
+    def write(  # type: ignore[override]
+        self, epoch: int, resume_epoch: int, rank: int, world: int, resume: Sequence[int]
+    ) -> None:
         self.values[:5] = [epoch, resume_epoch, rank, world, len(resume)]
         self.values[5 : 5 + len(resume)] = list(resume)
 
