@@ -57,6 +57,7 @@ __all__ = [
     "InvalidShard",
     "RangeNotSatisfiable",
     "Interrupted",
+    "InvalidTar",
 ]
 
 
@@ -216,3 +217,20 @@ class RangeNotSatisfiable(Error, ValueError):
 
 class Interrupted(Error):
     """The operation was interrupted; the store is consistent and a re-run finishes it."""
+
+
+class InvalidTar(Error, ValueError):
+    """A file read as a tar shard (``dsv.torch.TarShardDataset``) that is not a valid tar:
+    a bad header, a size past the end of the file, a malformed pax record, a repeated member
+    of one sample. Raised by the Python package itself (the library has no such variant);
+    ``shard`` is the file's path in the version and ``offset`` the byte where its tar breaks."""
+
+    shard: str
+    """The shard's path in the version."""
+    offset: int
+    """The byte of the shard where the error was found (a header's start, mostly)."""
+
+    def __init__(self, message: str = "", shard: str = "", offset: int = 0) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.offset = offset

@@ -6,31 +6,39 @@
   ranks (``torch.distributed``) and ``DataLoader`` workers itself, shuffles deterministically
   per epoch, can give every rank the same number of samples, and records its progress in a
   state dict to resume mid-epoch without repeats or skips.
+- :class:`TarShardDataset`: an ``IterableDataset`` over the members of tar files of the
+  version (WebDataset layout: the files of one sample share a key), read in place through
+  ranged reads: shards split between ranks and workers, a seeded shuffle buffer, resumable.
 - :class:`DataLoader`: ``torch.utils.data.DataLoader`` that tells an
-  ``IterableVersionDataset`` what the training loop has consumed, so its ``state_dict()``
-  is exact with worker processes too.
+  ``IterableVersionDataset`` or a ``TarShardDataset`` what the training loop has consumed,
+  so its ``state_dict()`` is exact with worker processes too.
 
-A sample is ``transform(path, data)`` (``data``: the file's bytes), or ``(path, data)``
-without a transform. Reads go through the store's read engine: files only on a remote are
-fetched on first read and kept in the store, once for every rank and worker on the machine.
+A sample of the first two is ``transform(path, data)`` (``data``: the file's bytes), or
+``(path, data)`` without a transform; a ``TarShardDataset`` sample is a dict (see there).
+Reads go through the store's read engine: files only on a remote are fetched on first read
+and kept in the store, once for every rank and worker on the machine.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import multiprocessing
 import multiprocessing.context
 import os
+import random
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+import warnings
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.data
 
 from . import _dsv
-from .errors import InvalidShard
+from ._tar import Pending, TarShard, samples
+from .errors import InvalidShard, NotAFile
 
-__all__ = ["VersionDataset", "IterableVersionDataset", "DataLoader"]
+__all__ = ["VersionDataset", "IterableVersionDataset", "TarShardDataset", "DataLoader"]
 
 Include = Union[str, Sequence[str], None]
 Transform = Callable[[str, bytes], Any]
@@ -444,21 +452,395 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
             self._publish()
 
 
+# -- tar shards -------------------------------------------------------------------------------
+
+# The most DataLoader workers (per rank) whose positions a TarShardDataset's state records.
+_MAX_WORKERS = 256
+# Samples a shuffle buffer holds before it hands the first one out (it then grows to its size).
+_BUFFER_INITIAL = 100
+TarTransform = Callable[[Dict[str, Any]], Any]
+
+
+class _SharedTarPosition(_SharedPosition):
+    """:class:`_SharedPosition` of a :class:`TarShardDataset`: the epoch, the epoch of a
+    loaded resume position, the rank, the world size, and the resume position itself: the
+    number of worker streams it was saved with and the samples of each stream consumed."""
+
+    FIELDS = 5 + _MAX_WORKERS
+
+    def write(  # type: ignore[override]
+        self, epoch: int, resume_epoch: int, rank: int, world: int, resume: Sequence[int]
+    ) -> None:
+        self.values[:5] = [epoch, resume_epoch, rank, world, len(resume)]
+        self.values[5 : 5 + len(resume)] = list(resume)
+
+    def read(self) -> Tuple[int, int, int, int, List[int]]:  # type: ignore[override]
+        values = self.values[:]
+        epoch, resume_epoch, rank, world, workers = values[:5]
+        return epoch, resume_epoch, rank, world, values[5 : 5 + workers]
+
+
+def _pick(buffer: List[Any], rng: random.Random) -> Any:
+    # rng.random() is the one draw Python promises to keep the same across its versions.
+    k = int(rng.random() * len(buffer))
+    buffer[k], buffer[-1] = buffer[-1], buffer[k]
+    return buffer.pop()
+
+
+def _shuffled(items: Iterator[Any], size: int, rng: random.Random) -> Iterator[Any]:
+    """WebDataset's shuffle buffer: items go into a buffer and come out at random; it hands
+    the first one out once it holds ``min(size, 100)`` and then grows (two in, one out) to
+    ``size``."""
+    buffer: List[Any] = []
+    initial = min(size, _BUFFER_INITIAL)
+    for item in items:
+        buffer.append(item)
+        if len(buffer) < size:
+            extra = next(items, None)
+            if extra is not None:
+                buffer.append(extra)
+        if len(buffer) >= initial:
+            yield _pick(buffer, rng)
+    while buffer:
+        yield _pick(buffer, rng)
+
+
+class TarShardDataset(torch.utils.data.IterableDataset):
+    """The samples of tar shards of a version (WebDataset layout) as an ``IterableDataset``,
+    read in place: each shard is streamed through ranged reads of the version (a 1 MiB window
+    at a time, never the whole shard in memory, nothing extracted), its headers parsed as
+    ``tarfile`` parses them (ustar, GNU long names, pax), every size checked against the
+    shard's size. A malformed shard raises :class:`dsv.InvalidTar` naming it.
+
+    ``shards``: a glob over the version's paths (``"shards/*.tar"``, path order) or a list of
+    paths (in that order).
+
+    Samples: consecutive members sharing a key (the member's path up to the first ``.`` of its
+    last component) make one dict ``{"__key__": key, "__shard__": shard path, ext: bytes,
+    ...}``, the extension (after that ``.``, lower-cased) naming each member's bytes:
+    ``000123.png`` and ``000123.cls`` give ``{"__key__": "000123", "png": ..., "cls": ...}``.
+    Members without such an extension, and non-file members, are skipped, as WebDataset does.
+    A sample is ``transform(sample)``, or the dict without a transform.
+
+    Order and split: each epoch the shards are put in an order (with ``shuffle=True`` a
+    permutation that depends only on (version id, ``seed``, epoch)); rank ``r`` of ``W``
+    takes every ``W``-th shard of it from ``r``, and DataLoader worker ``w`` of ``n`` every
+    ``n``-th of the rank's shards from ``w``. Each worker reads its shards in turn, so every
+    sample is read exactly once per epoch across all ranks and workers. With fewer shards
+    than ranks x workers some workers (or ranks) get no shard and read nothing (a warning
+    says so): use at least that many shards, ideally a multiple, of similar sizes.
+    ``rank``/``world_size`` come from ``torch.distributed`` as for
+    :class:`IterableVersionDataset`.
+
+    Shuffle: with ``shuffle=True`` each worker also passes its samples through a buffer of
+    ``buffer_size`` samples (WebDataset's ``shuffle``) driven by a generator seeded with
+    (version id, seed, epoch, world size, rank, worker, workers): the order is the same for
+    the same (seed, epoch) and loader settings, and differs between epochs.
+
+    Resuming: ``state_dict()`` records the epoch and, per worker, how many samples of its
+    stream the training loop has consumed; ``load_state_dict(state)`` makes each worker of the
+    next pass over that epoch replay its stream up to that point (reading headers, not the
+    data of samples it skips) and go on from there, so no sample is repeated or skipped. The
+    counts are exact through :class:`dsv.torch.DataLoader` (it counts the batches of each
+    worker the loop took) or with ``num_workers=0``; resume with the same number of workers.
+    """
+
+    def __init__(
+        self,
+        version: _dsv.Version,
+        shards: Union[str, Sequence[str]],
+        shuffle: bool = False,
+        seed: int = 0,
+        buffer_size: int = 1000,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        transform: Optional[TarTransform] = None,
+    ) -> None:
+        super().__init__()
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if rank is not None and world_size is not None:
+            _check_rank(rank, world_size)
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be at least 1, not {buffer_size}")
+        if isinstance(shards, str):
+            paths = version.files(shards)
+            if not paths:
+                raise ValueError(f"no file of {version.revision} matches {shards!r}")
+        else:
+            paths = [str(p) for p in shards]
+            if len(set(paths)) != len(paths):
+                raise ValueError("a shard is listed twice")
+            for path in paths:
+                kind = version.stat(path)["type"]
+                if kind != "file":
+                    raise NotAFile(f"{path} is a {kind}, not a tar file")
+        self.version = version
+        self.shards: List[str] = paths
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.buffer_size = int(buffer_size)
+        self.transform = transform
+        self.epoch = 0
+        self._explicit = (rank, world_size) if rank is not None else None
+        self._rank_world = self._explicit or (0, 1)
+        # Per worker stream, its samples of epoch `_resume_epoch` consumed before a load_state_dict.
+        self._resume_epoch = -1
+        self._resume: List[int] = []
+        # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
+        self._consumed: List[int] = [0]
+        self._shared = _SharedTarPosition()
+        self._resolve()
+        self._publish()
+
+    def _publish(self) -> None:
+        """Writes where iteration starts to the memory the workers read (main process)."""
+        if self._shared.owner != os.getpid():
+            self._shared = _SharedTarPosition()
+        rank, world = self._rank_world
+        self._shared.write(self.epoch, self._resume_epoch, rank, world, self._resume)
+
+    def _adopt(self) -> None:
+        """In a worker: takes the main process's epoch, resume position, rank and world size."""
+        self.epoch, self._resume_epoch, rank, world, self._resume = self._shared.read()
+        self._rank_world = (rank, world)
+
+    _resolve = IterableVersionDataset._resolve
+    rank = IterableVersionDataset.rank
+    world_size = IterableVersionDataset.world_size
+
+    # -- order ----------------------------------------------------------------------------
+
+    def shard_order(self, epoch: Optional[int] = None) -> List[str]:
+        """The shards in the order of epoch ``epoch`` (default: the current one), before the
+        split between ranks."""
+        epoch = self.epoch if epoch is None else epoch
+        if not self.shuffle:
+            return list(self.shards)
+        key = f"{self.version.id}\0{self.seed}\0{epoch}\0shards"
+        return [self.shards[i] for i in _dsv.permutation(len(self.shards), key)]
+
+    def rank_shards(self, epoch: Optional[int] = None) -> List[str]:
+        """The shards this rank reads in epoch ``epoch``, in order."""
+        rank, world = self._resolve()
+        return self.shard_order(epoch)[rank::world]
+
+    def worker_shards(self, worker: int, num_workers: int, epoch: Optional[int] = None) -> List[str]:
+        """The shards DataLoader worker ``worker`` of ``num_workers`` reads (0 of 1 without
+        workers)."""
+        return self.rank_shards(epoch)[worker::max(1, num_workers)]
+
+    # -- epochs and progress --------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch (the shard order and the shuffle). Call it before each epoch, in
+        the main process. A resume position loaded for another epoch is dropped."""
+        self._resolve()
+        if epoch != self.epoch:
+            self._consumed = [0] * len(self._consumed)
+        self.epoch = int(epoch)
+        self._publish()
+
+    def _order_key(self, world: int) -> Dict[str, Any]:
+        """What the order depends on: a state dict resumes only where all of it matches."""
+        listing = hashlib.blake2b("\0".join(self.shards).encode(), digest_size=16).hexdigest()
+        return {
+            "version": self.version.id,
+            "shards": len(self.shards),
+            "shard_list": listing,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "buffer_size": self.buffer_size,
+            "world_size": world,
+        }
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Progress to save in a checkpoint: the epoch, and per worker stream (one without
+        workers) the samples of it the training loop has consumed (``consumed``;
+        ``samples_seen`` is their sum). Exact when the dataset is iterated in this process or
+        through :class:`dsv.torch.DataLoader`; a plain ``DataLoader`` with workers does not
+        tell the dataset what it consumed, so its state restarts the epoch (no sample is
+        skipped; those already seen come again)."""
+        rank, world = self._resolve()
+        consumed = [int(c) for c in self._consumed]
+        return {
+            **self._order_key(world),
+            "rank": rank,
+            "epoch": self.epoch,
+            "workers": len(consumed),
+            "consumed": consumed,
+            "samples_seen": sum(consumed),
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state`` (from ``state_dict()``): the epoch it names, and its next
+        pass over that epoch starts, in each worker, after the samples already consumed.
+        Raises ``ValueError`` when ``state`` is of another version, shard list, seed,
+        shuffle, buffer size, world size or rank (its order would differ)."""
+        rank, world = self._resolve()
+        expected = {**self._order_key(world), "rank": rank}
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"the state is of another order: its {key} is {state.get(key)!r}, this dataset's is {value!r}"
+                )
+        consumed = [int(c) for c in state["consumed"]]
+        if len(consumed) != int(state["workers"]) or not 1 <= len(consumed) <= _MAX_WORKERS or min(consumed) < 0:
+            raise ValueError(f"the state's consumed counts {consumed!r} are malformed")
+        self.epoch = int(state["epoch"])
+        self._resume_epoch = self.epoch
+        self._resume = consumed
+        self._consumed = list(consumed)
+        self._publish()
+
+    def _start(self, workers: int) -> List[int]:
+        """Per worker stream, the samples to skip in this pass (a loaded resume position)."""
+        resume = self._resume if self._resume_epoch == self.epoch else []
+        if any(resume) and len(resume) != workers:
+            raise ValueError(
+                f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
+                f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (the worker split of "
+                "the shards depends on it)"
+            )
+        return list(resume) if any(resume) else [0] * workers
+
+    def _finish_epoch(self) -> None:
+        """The epoch was read to its end: a later pass over it starts from the beginning."""
+        if self._resume_epoch == self.epoch:
+            self._resume_epoch = -1
+            self._resume = []
+            self._publish()
+
+    # -- iteration ------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        in_main = info is None
+        if not in_main:
+            self._adopt()
+        rank, world = self._resolve()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        skip = self._start(workers)[worker]
+        rank_shards = self.rank_shards()
+        mine = rank_shards[worker::workers]
+        if worker == 0 and len(rank_shards) < workers:
+            warnings.warn(
+                f"dsv.torch.TarShardDataset: rank {rank} has {len(rank_shards)} shard(s) for {workers} worker(s): "
+                f"{workers - len(rank_shards)} worker(s) read nothing (give at least ranks x workers shards)",
+                stacklevel=2,
+            )
+        if in_main:
+            self._consumed = [skip]
+        key = f"{self.version.id}\0{self.seed}\0{self.epoch}\0{world}\0{rank}\0{worker}\0{workers}"
+        stream = self._stream(mine, random.Random(key), skip)
+        for count, sample in enumerate(stream, start=skip + 1):
+            if in_main:
+                self._consumed = [count]
+            yield sample
+        if in_main:
+            self._finish_epoch()
+
+    def _stream(self, shards: List[str], rng: random.Random, skip: int) -> Iterator[Any]:
+        """The samples of ``shards`` in this worker's order, the first ``skip`` left out: they
+        are replayed (headers read, data not) so the shuffle buffer reaches the same state."""
+        version = self.version
+        replaying = [skip > 0]
+        pending = self._pending(shards, lambda: not replaying[0])
+        if self.shuffle:
+            pending = _shuffled(pending, self.buffer_size, rng)
+        transform = self.transform
+        for produced, item in enumerate(pending):
+            if produced < skip:
+                continue
+            replaying[0] = False
+            sample = item.complete(version)
+            yield sample if transform is None else transform(sample)
+
+    def _pending(self, shards: List[str], with_data: Callable[[], bool]) -> Iterator[Pending]:
+        """The samples of ``shards``, one shard after another; while one is read the next is
+        fetched into the store (when its data is only on a remote) on a background thread."""
+        for index, path in enumerate(shards):
+            with TarShard(self.version, path) as shard:
+                if index + 1 < len(shards):
+                    _prefetch_later(self.version, shards[index + 1])
+                yield from samples(shard, with_data)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        self._resolve()
+        if multiprocessing.context.get_spawning_popen() is None:
+            state = dict(self.__dict__)
+            state["_shared"] = None
+            return state
+        if torch.utils.data.get_worker_info() is None:
+            self._publish()
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._shared is None:
+            self._shared = _SharedTarPosition()
+            self._publish()
+
+
+def _prefetch_later(version: Any, path: str) -> None:
+    """Fetches ``path``'s data into the store on a background thread (nothing when it is
+    here); a failure is left to the reads, which fetch what they need and raise what they meet."""
+
+    def run() -> None:
+        try:
+            version.prefetch([path])
+        except Exception:
+            pass
+
+    threading.Thread(target=run, daemon=True, name="dsv-prefetch-shard").start()
+
+
+class _CountedBatch(NamedTuple):
+    """A batch with the worker that made it and its number of samples (a namedtuple, so
+    ``pin_memory`` pins the batch inside and keeps the type)."""
+
+    worker: int
+    samples: int
+    batch: Any
+
+
+class _CountingCollate:
+    """Wraps a ``DataLoader``'s ``collate_fn`` (in the workers) to tag each batch with its
+    worker and size, which :class:`DataLoader` counts and strips off."""
+
+    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
+        self.collate = collate
+        self.batched = batched
+
+    def __call__(self, data: Any) -> _CountedBatch:
+        info = torch.utils.data.get_worker_info()
+        return _CountedBatch(0 if info is None else info.id, len(data) if self.batched else 1, self.collate(data))
+
+
 class DataLoader(torch.utils.data.DataLoader):
-    """``torch.utils.data.DataLoader`` that keeps an :class:`IterableVersionDataset`'s
-    progress exact: it gives the dataset its ``batch_size`` (so workers take whole batches in
-    turn) and counts the samples the loop has consumed, so ``dataset.state_dict()`` needs no
-    argument. Any other dataset works as with the plain class. ``persistent_workers=True``
-    works (workers read the epoch from memory shared with the main process).
+    """``torch.utils.data.DataLoader`` that keeps the progress of an
+    :class:`IterableVersionDataset` or a :class:`TarShardDataset` exact. For the first it
+    gives the dataset its ``batch_size`` (so workers take whole batches in turn) and counts
+    the samples the loop has consumed; for the second it counts, per worker, the samples of
+    the batches the loop has taken (its ``collate_fn`` runs inside a wrapper that tags each
+    batch with its worker; the loop gets the batch as ``collate_fn`` made it). Either way
+    ``dataset.state_dict()`` needs no argument. Any other dataset works as with the plain
+    class. ``persistent_workers=True`` works (workers read the epoch from memory shared with
+    the main process).
     """
 
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         if isinstance(dataset, IterableVersionDataset) and self.batch_size is not None:
             dataset.batch_size = self.batch_size
+        if isinstance(dataset, TarShardDataset):
+            self.collate_fn = _CountingCollate(self.collate_fn, self.batch_size is not None)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.dataset
+        if isinstance(dataset, TarShardDataset):
+            yield from self._iter_tar(dataset)
+            return
         if not isinstance(dataset, IterableVersionDataset):
             yield from super().__iter__()
             return
@@ -469,4 +851,13 @@ class DataLoader(torch.utils.data.DataLoader):
             consumed = min(consumed + per_batch, total)
             dataset._consumed = consumed
             yield batch
+        dataset._finish_epoch()
+
+    def _iter_tar(self, dataset: TarShardDataset) -> Iterator[Any]:
+        consumed = dataset._start(max(1, self.num_workers))
+        dataset._consumed = list(consumed)
+        for item in super().__iter__():
+            consumed[item.worker] += item.samples
+            dataset._consumed = list(consumed)
+            yield item.batch
         dataset._finish_epoch()
