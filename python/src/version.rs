@@ -142,6 +142,10 @@ fn entry_dict<'py>(py: Python<'py>, entry: &FlatEntry) -> PyResult<Bound<'py, Py
     Ok(dict)
 }
 
+/// Reads of at most this many bytes are read into a buffer, then copied into the `bytes`
+/// object, under one release of the GIL (a copy costs less than a second hand-off).
+const SMALL_READ: u64 = 256 * 1024;
+
 /// Reads `buf.len()` bytes of `file` at `offset`.
 fn read_exact_at(file: &FileHandle, offset: u64, buf: &mut [u8]) -> Res<()> {
     let mut done = 0;
@@ -339,23 +343,44 @@ impl PyVersion {
             return Err(PyValueError::new_err("start must not exceed end"));
         }
         let handle = self.handle(py)?;
-        // One lookup: opening says which error a path that is not a file gets.
-        let file = py.detach(|| handle.open(path)).raise(py)?;
-        let size = file.size();
-        let start = start as u64;
-        if start >= size && size > 0 {
-            return Err(Failure::Dsv(Error::RangeNotSatisfiable {
-                path: path.to_string(),
-                start,
-                size,
-            })
-            .into_py_err(py));
+        // One release of the GIL for the whole read of a small file (the common sample):
+        // each release and re-acquire is a hand-off between loader threads. Larger reads go
+        // straight into the new `bytes` object instead of through a copy.
+        enum Read {
+            Small(Vec<u8>),
+            Large(FileHandle, u64, u64),
         }
-        let end = end.map_or(size, |e| (e as u64).min(size));
-        let start = start.min(size);
-        PyBytes::new_with(py, (end - start) as usize, |buf| {
-            py.detach(|| read_exact_at(&file, start, buf)).raise(py)
-        })
+        let read = py
+            .detach(|| -> Res<Read> {
+                // One lookup: opening says which error a path that is not a file gets.
+                let file = handle.open(path)?;
+                let size = file.size();
+                let start = start as u64;
+                if start >= size && size > 0 {
+                    return Err(Failure::Dsv(Error::RangeNotSatisfiable {
+                        path: path.to_string(),
+                        start,
+                        size,
+                    }));
+                }
+                let end = end.map_or(size, |e| (e as u64).min(size));
+                let start = start.min(size);
+                if end - start > SMALL_READ {
+                    return Ok(Read::Large(file, start, end));
+                }
+                let mut buf = vec![0u8; (end - start) as usize];
+                read_exact_at(&file, start, &mut buf)?;
+                Ok(Read::Small(buf))
+            })
+            .raise(py)?;
+        match read {
+            Read::Small(bytes) => Ok(PyBytes::new(py, &bytes)),
+            Read::Large(file, start, end) => {
+                PyBytes::new_with(py, (end - start) as usize, |buf| {
+                    py.detach(|| read_exact_at(&file, start, buf)).raise(py)
+                })
+            }
+        }
     }
 
     /// Fetches the data of files `paths` that this store does not hold from its remotes, in
