@@ -30,4 +30,16 @@ from ._file import File
 from .errors import *  # noqa: F401,F403  (the exception classes, also as dsv.NAME)
 from .errors import __all__ as _errors_all
 
+import os as _os
+
+from . import _dsv
+
+# A fork (a DataLoader worker) waits until no fetch of this process holds a lock file, so
+# the child never inherits one.
+_os.register_at_fork(
+    before=_dsv._before_fork,
+    after_in_parent=_dsv._after_fork,
+    after_in_child=_dsv._after_fork,
+)
+
 __all__ = ["Store", "Version", "File", "clone", "errors", "__version__", "__build__", *_errors_all]

@@ -64,6 +64,20 @@ fn run_cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
     py.detach(|| dsv::cli::run(argv))
 }
 
+/// Called by `os.register_at_fork(before=...)` (see `dsv/__init__.py`): waits until no fetch
+/// of this process holds a lock file, and holds new ones back until the fork is done, so a
+/// child never inherits a held lock.
+#[pyfunction]
+fn _before_fork(py: Python<'_>) {
+    py.detach(dsv::read::before_fork)
+}
+
+/// Called after a fork, in the parent and in the child: fetches may start again.
+#[pyfunction]
+fn _after_fork() {
+    dsv::read::after_fork()
+}
+
 /// Tells the library where the AWS profile is, as the AWS CLI (and the CLI's
 /// `use_aws_profile_from_environment`) finds it: `AWS_PROFILE` (else `AWS_DEFAULT_PROFILE`),
 /// `AWS_CONFIG_FILE`, `AWS_SHARED_CREDENTIALS_FILE`, `HOME`. Called at import and again
@@ -84,6 +98,8 @@ fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version::reopen_version, m)?)?;
     m.add_function(wrap_pyfunction!(permutation, m)?)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(_before_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("__build__", dsv::cli::VERSION)?;
     Ok(())

@@ -9,7 +9,7 @@ use crate::object::ObjectKind;
 use crate::pack::{Compression, FrameLocation, FrameRecord, SealedPack};
 
 /// Where one object is stored.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ObjectLocation {
     /// What the object is.
     pub kind: ObjectKind,
@@ -98,6 +98,95 @@ impl Catalog {
         self.locate_any(id, ObjectKind::Chunk, ObjectKind::FileMap)
     }
 
+    /// As [`Catalog::locate_file`], with, for a file map, the remote it came from when it is
+    /// unproven: one statement, so the two answers are of one moment (a map rejected by
+    /// another reader between two queries would otherwise read as trusted).
+    ///
+    /// # Errors
+    /// As [`Catalog::locate`].
+    pub fn locate_file_and_proof(
+        &self,
+        id: &ObjectId,
+    ) -> Result<Option<(ObjectLocation, Option<String>)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length, o.kind, u.remote
+             FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+             LEFT JOIN unproven_file_maps u ON u.id = o.id AND o.kind = ?3
+             WHERE o.id = ?1 AND o.kind IN (?2, ?3) ORDER BY o.kind LIMIT 1",
+        )?;
+        let row = stmt
+            .query_row(
+                rusqlite::params![
+                    &id.0[..],
+                    ObjectKind::Chunk as u8,
+                    ObjectKind::FileMap as u8
+                ],
+                |row| {
+                    Ok((
+                        RawLocation::read(row)?,
+                        row.get::<_, u8>(7)?,
+                        row.get::<_, Option<String>>(8)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((raw, kind, remote)) = row else {
+            return Ok(None);
+        };
+        Ok(Some((self.location(id, raw, kind)?, remote)))
+    }
+
+    /// Forgets file `id`'s map if it is still the one at `location` (a reader found it lists
+    /// the wrong chunks) and unproven; returns whether it did. A map proven or replaced
+    /// meanwhile stays.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn reject_file_map_at(&self, id: &ObjectId, location: &ObjectLocation) -> Result<bool> {
+        self.if_map_at(id, location, |tx| {
+            tx.execute(
+                "DELETE FROM objects WHERE id = ?1 AND kind = ?2",
+                rusqlite::params![&id.0[..], ObjectKind::FileMap as u8],
+            )?;
+            tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
+            Ok(())
+        })
+    }
+
+    /// Records file `id`'s map as proven if it is still the one at `location` (every block
+    /// of it passed); returns whether it did.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn prove_file_map_at(&self, id: &ObjectId, location: &ObjectLocation) -> Result<bool> {
+        self.if_map_at(id, location, |tx| {
+            tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
+            Ok(())
+        })
+    }
+
+    /// Runs `change` in one write transaction if file `id`'s map is at `location` and
+    /// unproven.
+    fn if_map_at(
+        &self,
+        id: &ObjectId,
+        location: &ObjectLocation,
+        change: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<()>,
+    ) -> Result<bool> {
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )?;
+        let here = self.locate(id, ObjectKind::FileMap)?;
+        let unproven = self.unproven_file_map(id)?.is_some();
+        if here.as_ref() != Some(location) || !unproven {
+            return Ok(false);
+        }
+        change(&tx)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
     fn locate_any(
         &self,
         id: &ObjectId,
@@ -114,10 +203,15 @@ impl Catalog {
         let Some((raw, kind)) = row else {
             return Ok(None);
         };
+        Ok(Some(self.location(id, raw, kind)?))
+    }
+
+    /// An object's location from the columns of a location query.
+    fn location(&self, id: &ObjectId, raw: RawLocation, kind: u8) -> Result<ObjectLocation> {
         let bad =
             |what: &str| Error::corrupt(&self.path, format!("object {} has {what}", id.short()));
         let (pack, frame) = raw.frame(&bad)?;
-        Ok(Some(ObjectLocation {
+        Ok(ObjectLocation {
             kind: ObjectKind::from_u8(kind).ok_or_else(|| bad("an unknown kind"))?,
             frame: FrameLocation {
                 pack,
@@ -128,7 +222,7 @@ impl Catalog {
             },
             offset: raw.object_offset,
             length: raw.length,
-        }))
+        })
     }
 
     /// True when the catalog names pack `id`.
@@ -336,6 +430,23 @@ impl Catalog {
 }
 
 impl CatalogWriter<'_> {
+    /// The pack that holds file `id`'s map now (in this transaction), if any.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn file_map_pack(&self, id: &ObjectId) -> Result<Option<ObjectId>> {
+        let pack: Option<Vec<u8>> = self
+            .tx
+            .query_row(
+                "SELECT p.pack_id FROM objects o JOIN frames f ON f.id = o.frame
+                 JOIN packs p ON p.id = f.pack WHERE o.id = ?1 AND o.kind = ?2",
+                rusqlite::params![&id.0[..], ObjectKind::FileMap as u8],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(pack.and_then(|bytes| ObjectId::from_slice(&bytes)))
+    }
+
     /// Lists file `id`'s map, just fetched from `remote`, as unproven.
     ///
     /// # Errors

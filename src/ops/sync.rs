@@ -481,6 +481,19 @@ fn refresh_indexes(
     Ok(new.len() as u64)
 }
 
+/// Reads again the pack indexes of every remote of `store` (new packs added, packs gone
+/// dropped): for a reader whose data was pushed since this store last looked.
+///
+/// # Errors
+/// Remote errors; [`Error::Corrupt`] for a malformed index; [`Error::Catalog`].
+pub(crate) fn refresh_all_indexes(store: &mut Store, jobs: usize) -> Result<()> {
+    for record in store.catalog().remotes()? {
+        let remote = Remote::open(&record)?;
+        refresh_indexes(store, &record, &remote, jobs)?;
+    }
+    Ok(())
+}
+
 /// Records in the version table every version object the store holds but has not recorded.
 fn record_fetched_versions(store: &mut Store) -> Result<()> {
     let ids = store.catalog().unrecorded_versions()?;
@@ -672,24 +685,25 @@ pub(crate) fn record_fetched(
 ) -> Result<()> {
     let _lock = store.lock()?;
     let packs_dir = store.packs_dir();
-    let mut new_maps = Vec::new();
-    for pack in sealed {
-        for object in pack.read_index(&packs_dir)?.objects {
-            if object.kind == ObjectKind::FileMap
-                && !store
-                    .catalog()
-                    .has_object(&object.id, ObjectKind::FileMap)?
-            {
-                new_maps.push(object.id);
-            }
-        }
-    }
     let writer = store.catalog_mut().writer()?;
+    let mut maps = Vec::new();
     for pack in sealed {
-        writer.add_pack(&pack.read_index(&packs_dir)?)?;
+        let index = pack.read_index(&packs_dir)?;
+        writer.add_pack(&index)?;
+        maps.extend(
+            index
+                .objects
+                .iter()
+                .filter(|o| o.kind == ObjectKind::FileMap)
+                .map(|o| (o.id, pack.id)),
+        );
     }
-    for id in &new_maps {
-        writer.add_unproven_file_map(id, remote_name)?;
+    // Decided inside the transaction: a map is unproven when the row now names this
+    // download's pack (no map was here, or another reader forgot a wrong one meanwhile).
+    for (id, pack) in maps {
+        if writer.file_map_pack(&id)? == Some(pack) {
+            writer.add_unproven_file_map(&id, remote_name)?;
+        }
     }
     writer.commit()
 }

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::Catalog;
 use crate::error::{Error, IoResultExt, Result};
@@ -57,6 +57,66 @@ impl CatalogPool {
         }
         result
     }
+}
+
+/// The fetches of this process holding lock files now, and whether a `fork()` is waiting
+/// for them ([`before_fork`]).
+struct ForkGate {
+    fetches: usize,
+    forking: bool,
+}
+
+static FORK_GATE: Mutex<ForkGate> = Mutex::new(ForkGate {
+    fetches: 0,
+    forking: false,
+});
+static FORK_GATE_CHANGED: Condvar = Condvar::new();
+
+/// A fetch of this process under way (while it may hold lock files).
+struct InFetch;
+
+impl InFetch {
+    fn enter() -> InFetch {
+        let mut gate = FORK_GATE.lock().unwrap_or_else(|e| e.into_inner());
+        while gate.forking {
+            gate = FORK_GATE_CHANGED
+                .wait(gate)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        gate.fetches += 1;
+        InFetch
+    }
+}
+
+impl Drop for InFetch {
+    fn drop(&mut self) {
+        let mut gate = FORK_GATE.lock().unwrap_or_else(|e| e.into_inner());
+        gate.fetches -= 1;
+        FORK_GATE_CHANGED.notify_all();
+    }
+}
+
+/// Call just before `fork()` in a process that reads through a [`super::ReadEngine`]: waits
+/// until no fetch of this process holds a lock file, and keeps new fetches from starting
+/// until [`after_fork`]. A child forked while a fetch held a `flock` would inherit the lock
+/// and hold it for its whole life: its own fetch of that frame would wait forever, and so
+/// would every other process's. The Python package calls both around every fork
+/// (`os.register_at_fork`).
+pub fn before_fork() {
+    let mut gate = FORK_GATE.lock().unwrap_or_else(|e| e.into_inner());
+    gate.forking = true;
+    while gate.fetches > 0 {
+        gate = FORK_GATE_CHANGED
+            .wait(gate)
+            .unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// Call after `fork()`, in the parent and in the child: lets fetches start again.
+pub fn after_fork() {
+    let mut gate = FORK_GATE.lock().unwrap_or_else(|e| e.into_inner());
+    gate.forking = false;
+    FORK_GATE_CHANGED.notify_all();
 }
 
 /// Lock files that remote frames are spread over (by a hash of pack and offset).
@@ -117,6 +177,7 @@ impl Fetcher {
         store: &Mutex<Store>,
         chunks: &[ObjectId],
     ) -> std::result::Result<u64, FetchError> {
+        let _in_fetch = InFetch::enter();
         let mut downloaded = 0u64;
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
             chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();

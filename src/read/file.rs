@@ -37,6 +37,9 @@ pub(super) enum Proof {
         verified: Arc<BlockSet>,
         /// The remote the file map came from (what an error names).
         remote: String,
+        /// Where the map is: proof and rejection apply to this map only (another may
+        /// replace it meanwhile).
+        map: ObjectLocation,
     },
 }
 
@@ -101,9 +104,9 @@ impl FileState {
         }
         let found = engine
             .catalogs
-            .with(|catalog| catalog.locate_file(&entry.id))?;
+            .with(|catalog| catalog.locate_file_and_proof(&entry.id))?;
         match found {
-            Some(location) if location.kind == ObjectKind::Chunk => {
+            Some((location, _)) if location.kind == ObjectKind::Chunk => {
                 let state = FileState::new(
                     entry.clone(),
                     vec![(entry.id, location.length)],
@@ -112,7 +115,7 @@ impl FileState {
                 state.set_location(0, location, engine)?;
                 Ok(state)
             }
-            Some(location) => FileState::mapped(engine, entry, &location),
+            Some((location, unproven)) => FileState::mapped(engine, entry, location, unproven),
             None => {
                 // A file of one chunk (no map anywhere), fetched alone; else the whole file.
                 match engine
@@ -120,7 +123,7 @@ impl FileState {
                     .fetch(&engine.catalogs, &engine.store, &[entry.id])
                 {
                     Ok(_) => FileState::open_fetched(engine, entry),
-                    Err(FetchError::NotIndexed) => FileState::whole(engine, entry),
+                    Err(FetchError::NotIndexed) => FileState::whole(engine, entry, None),
                     Err(FetchError::Failed(e)) => Err(e),
                 }
             }
@@ -142,55 +145,64 @@ impl FileState {
                 state.set_location(0, location, engine)?;
                 Ok(state)
             }
-            _ => FileState::whole(engine, entry),
+            _ => FileState::whole(engine, entry, None),
         }
     }
 
-    /// A file with a file map here.
-    fn mapped(engine: &Engine, entry: FlatEntry, location: &ObjectLocation) -> Result<FileState> {
+    /// A file with a file map here, at `location`; `unproven` names the remote it came from
+    /// when it is not proven yet.
+    fn mapped(
+        engine: &Engine,
+        entry: FlatEntry,
+        location: ObjectLocation,
+        unproven: Option<String>,
+    ) -> Result<FileState> {
         let pack = crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
+        // A map from a remote that is malformed or disagrees with the tree lied: it is
+        // forgotten (so the next read fetches it again) and the error names the remote.
+        let lied = |detail: String| match &unproven {
+            Some(remote) => reject(engine, &entry, &location, remote, &detail),
+            None => Error::corrupt(&pack, detail),
+        };
         let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
-        let map = FileMap::decode(frame.raw(location, &engine.packs_dir)?)
-            .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", entry.id.short())))?;
-        crate::store::check_chunk_count(&map, &entry.id, entry.size, &pack)?;
+        let map = FileMap::decode(frame.raw(&location, &engine.packs_dir)?)
+            .map_err(|e| lied(format!("file map {}: {e}", entry.id.short())))?;
+        if let Err(e) = crate::store::check_chunk_count(&map, &entry.id, entry.size, &pack) {
+            return Err(lied(e.to_string()));
+        }
         if map.size() != entry.size {
-            let detail = format!(
+            return Err(lied(format!(
                 "file {} has {} bytes in its file map but {} in its tree",
                 entry.id.short(),
                 map.size(),
                 entry.size
-            );
-            return Err(Error::corrupt(&pack, detail));
+            )));
         }
-        let unproven = engine
-            .catalogs
-            .with(|catalog| catalog.unproven_file_map(&entry.id))?;
         let Some(remote) = unproven else {
             return Ok(FileState::new(entry, map.chunks, Proof::Trusted));
         };
-        let outboard = engine
+        let found = engine
             .catalogs
             .with(|catalog| catalog.locate(&entry.id, ObjectKind::Outboard))?;
-        let Some(outboard) = outboard else {
-            // Pushed before outboards: proven whole, as checkout proves it.
-            return FileState::whole(engine, entry);
+        let outboard = match found {
+            Some(at) => {
+                let frame = engine.cache.get(&engine.packs_dir, &at.frame)?;
+                // Proven against the file id as it decodes. Its size field is not covered
+                // by the hash (sizes with the same blocks merge alike): one that disagrees
+                // with the tree is not used.
+                Outboard::decode(frame.raw(&at, &engine.packs_dir)?, &entry.id)
+                    .ok()
+                    .filter(|outboard| outboard.size() == entry.size)
+            }
+            None => None,
         };
-        let pack = crate::pack::writer::pack_path(&engine.packs_dir, &outboard.frame.pack);
-        let frame = engine.cache.get(&engine.packs_dir, &outboard.frame)?;
-        let outboard = Outboard::decode(frame.raw(&outboard, &engine.packs_dir)?, &entry.id)
-            .map_err(|e| Error::corrupt(&pack, format!("outboard {}: {e}", entry.id.short())))?;
-        if outboard.size() != entry.size {
-            return Err(Error::corrupt(
-                &pack,
-                format!(
-                    "outboard {} is of a file of {} bytes, not {}",
-                    entry.id.short(),
-                    outboard.size(),
-                    entry.size
-                ),
-            ));
-        }
-        let verified = engine.block_sets.get(&entry.id, outboard.blocks());
+        let Some(outboard) = outboard else {
+            // Pushed before outboards (or an unusable one): proven whole, as checkout does.
+            return FileState::whole(engine, entry, Some(&map));
+        };
+        let verified = engine
+            .block_sets
+            .get(&entry.id, &location, outboard.blocks());
         Ok(FileState::new(
             entry,
             map.chunks,
@@ -198,13 +210,23 @@ impl FileState {
                 outboard,
                 verified,
                 remote,
+                map: location,
             },
         ))
     }
 
-    /// The whole file made local and proven the way checkout does it (under the store lock,
-    /// fetching with a fresh read of the remotes' indexes when needed).
-    fn whole(engine: &Engine, entry: FlatEntry) -> Result<FileState> {
+    /// The whole file made local and proven the way checkout does it. With its map here,
+    /// the chunks are fetched first without any store-wide lock; the store is locked only to
+    /// prove them (local reads), or, when no remote's index as last read lists them, for the
+    /// fetch that reads the indexes again.
+    fn whole(engine: &Engine, entry: FlatEntry, map: Option<&FileMap>) -> Result<FileState> {
+        if let Some(map) = map {
+            let ids: Vec<ObjectId> = map.chunks.iter().map(|(id, _)| *id).collect();
+            match engine.fetcher.fetch(&engine.catalogs, &engine.store, &ids) {
+                Ok(_) | Err(FetchError::NotIndexed) => {}
+                Err(FetchError::Failed(e)) => return Err(e),
+            }
+        }
         let chunks = {
             let mut store = engine.lock_store();
             match store.reader().file_chunks(&entry.id, entry.size) {
@@ -253,16 +275,17 @@ impl FileState {
     fn set_location(&self, index: usize, location: ObjectLocation, engine: &Engine) -> Result<()> {
         let (id, length) = &self.chunks[index];
         if location.length != *length {
+            let detail = format!(
+                "file map {} lists chunk {} as {length} bytes, but it holds {}",
+                self.entry.id.short(),
+                id.short(),
+                location.length
+            );
+            if let Proof::Blocks { remote, map, .. } = &self.proof {
+                return Err(reject(engine, &self.entry, map, remote, &detail));
+            }
             let pack = crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
-            return Err(Error::corrupt(
-                pack,
-                format!(
-                    "file map {} lists chunk {} as {length} bytes, but it holds {}",
-                    self.entry.id.short(),
-                    id.short(),
-                    location.length
-                ),
-            ));
+            return Err(Error::corrupt(pack, detail));
         }
         if self.locations[index].set(location).is_ok()
             && self.located.fetch_add(1, Ordering::AcqRel) + 1 == self.chunks.len()
@@ -307,15 +330,16 @@ impl FileState {
             Ok(_) => {}
             Err(FetchError::Failed(e)) => return Err(e),
             Err(FetchError::NotIndexed) => {
-                // Pushed since this store last read the remotes' indexes: the fetch that
-                // reads them again.
-                let mut store = engine.lock_store();
-                crate::ops::sync::fetch_files(
-                    &mut store,
-                    &[(self.entry.id, self.entry.size)],
+                // Pushed since this store last read the remotes' indexes: read them again
+                // (the store locked for that only), then fetch.
+                crate::ops::sync::refresh_all_indexes(
+                    &mut engine.lock_store(),
                     engine.options.fetch_jobs,
-                    &crate::progress::NoProgress,
                 )?;
+                match engine.fetcher.fetch(&engine.catalogs, &engine.store, &ids) {
+                    Ok(_) | Err(FetchError::NotIndexed) => {}
+                    Err(FetchError::Failed(e)) => return Err(e),
+                }
             }
         }
         let still = self.locate(engine, &missing)?;
@@ -375,6 +399,7 @@ impl FileState {
             outboard,
             verified,
             remote,
+            map,
         } = &self.proof
         else {
             return Ok(());
@@ -393,23 +418,18 @@ impl FileState {
             let length = (bytes.end - bytes.start) as usize;
             self.copy(engine, bytes.start, &mut block[..length])?;
             if let Err(detail) = outboard.check_block(index, &block[..length]) {
-                // Forgotten, so that the next open fetches the map again (and what passed
-                // under this map counts for nothing under the next).
-                engine.block_sets.remove(&self.entry.id);
-                let store = engine.lock_store();
-                let _ = store.catalog().reject_file_map(&self.entry.id);
-                return Err(Error::corrupt(
-                    format!("remote {remote}"),
-                    format!(
-                        "the file map of {} fetched from it lists chunks whose {detail}; nothing of it was served, and the map is forgotten so the next read fetches it again",
-                        self.entry.path
-                    ),
-                ));
+                let detail = format!(
+                    "the file map of {} fetched from it lists chunks whose {detail}; nothing of it was served",
+                    self.entry.path
+                );
+                return Err(reject(engine, &self.entry, map, remote, &detail));
             }
             if verified.insert(index) {
-                // Every block passed: the map is proven, for every later reader.
+                // Every block passed: this map is proven, for every later reader.
                 let store = engine.lock_store();
-                let _ = store.catalog().prove_file_map(&self.entry.id);
+                if let Ok(_lock) = store.lock() {
+                    let _ = store.catalog().prove_file_map_at(&self.entry.id, map);
+                }
             }
         }
         Ok(())
@@ -459,25 +479,57 @@ impl FileState {
     }
 }
 
-/// The engine's record of which blocks of each unproven file have passed, so that handles
-/// opened again (a mount opens a file per `open(2)`) do not check them again.
+/// Forgets file `entry`'s map at `map` (fetched from `remote`, found to lie: `detail`) if
+/// it is still that map and unproven, under the store lock, and makes the error that names
+/// the remote. The next read fetches the map again.
+fn reject(
+    engine: &Engine,
+    entry: &FlatEntry,
+    map: &ObjectLocation,
+    remote: &str,
+    detail: &str,
+) -> Error {
+    engine.block_sets.remove(&entry.id, map);
+    {
+        let store = engine.lock_store();
+        if let Ok(_lock) = store.lock() {
+            let _ = store.catalog().reject_file_map_at(&entry.id, map);
+        }
+    }
+    Error::corrupt(
+        format!("remote {remote}"),
+        format!(
+            "{detail} (file {}); the map is forgotten, so the next read fetches it again",
+            entry.id.short()
+        ),
+    )
+}
+
+/// The engine's record of which blocks of each unproven file map have passed, so that
+/// handles opened again (a mount opens a file per `open(2)`) do not check them again. Keyed
+/// by the file and where its map is stored: a block passed under one map says nothing of
+/// another map of the same file.
 #[derive(Default)]
 pub(super) struct BlockSets {
-    sets: Mutex<std::collections::HashMap<ObjectId, Arc<BlockSet>>>,
+    sets: Mutex<std::collections::HashMap<(ObjectId, ObjectLocation), Arc<BlockSet>>>,
 }
 
 impl BlockSets {
-    pub(super) fn get(&self, id: &ObjectId, blocks: usize) -> Arc<BlockSet> {
+    pub(super) fn get(&self, id: &ObjectId, map: &ObjectLocation, blocks: usize) -> Arc<BlockSet> {
         let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
-        sets.entry(*id)
-            .or_insert_with(|| Arc::new(BlockSet::new(blocks)))
-            .clone()
+        let set = sets
+            .entry((*id, *map))
+            .or_insert_with(|| Arc::new(BlockSet::new(blocks)));
+        if set.blocks != blocks {
+            *set = Arc::new(BlockSet::new(blocks));
+        }
+        set.clone()
     }
 
-    pub(super) fn remove(&self, id: &ObjectId) {
+    pub(super) fn remove(&self, id: &ObjectId, map: &ObjectLocation) {
         self.sets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+            .remove(&(*id, *map));
     }
 }

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 mod fetch;
 mod file;
 
-pub use fetch::{FETCH_SPAN, STRIPES};
+pub use fetch::{FETCH_SPAN, STRIPES, after_fork, before_fork};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;
@@ -383,6 +383,7 @@ impl VersionHandle {
             file: Arc::new(state),
             sequential_from: AtomicU64::new(0),
             read_ahead_until: AtomicU64::new(0),
+            fetch_from: AtomicU64::new(0),
             fetch_until: AtomicU64::new(0),
             fetch_window: AtomicU64::new(FIRST_FETCH_WINDOW),
         })
@@ -961,7 +962,9 @@ pub struct FileHandle {
     sequential_from: AtomicU64,
     /// How far read-ahead has been asked for (bytes of the file).
     read_ahead_until: AtomicU64,
-    /// How far the remote prefetch has been asked for (bytes of the file).
+    /// The last window the remote prefetch asked for, `[fetch_from, fetch_until)` (bytes of
+    /// the file).
+    fetch_from: AtomicU64,
     fetch_until: AtomicU64,
     /// The remote prefetch's next window, in bytes.
     fetch_window: AtomicU64,
@@ -1020,30 +1023,44 @@ impl FileHandle {
         if sequential {
             self.prefetch(position);
             self.read_ahead(position);
+        } else if offset + READ_AHEAD_BYTES < self.fetch_from.load(Ordering::Relaxed)
+            || offset > self.fetch_until.load(Ordering::Relaxed) + READ_AHEAD_BYTES
+        {
+            // A seek away from what was fetched ahead (not a request of a sequential reader
+            // served out of order, as the kernel's parallel read-ahead through a mount does):
+            // the prefetch starts small again.
+            self.fetch_from.store(0, Ordering::Relaxed);
+            self.fetch_until.store(0, Ordering::Relaxed);
+            self.fetch_window
+                .store(FIRST_FETCH_WINDOW, Ordering::Relaxed);
         }
         Ok(done)
     }
 
-    /// After a sequential read that ended at `position`, on a file not all here: fetches the
-    /// next window of the file in the background, in pieces of up to [`PREFETCH_PIECE`]
-    /// bytes (each ranged GETs of up to [`FETCH_SPAN`] bytes, at once), and doubles the
-    /// window for the next step.
+    /// After a sequential read that ended at `position`, on a file not all here: once the
+    /// reader is past the middle of the last window asked for (or has none), fetches the next
+    /// window in the background, in pieces of up to [`PREFETCH_PIECE`] bytes (each ranged GETs
+    /// of up to [`FETCH_SPAN`] bytes, at once), and doubles the window for the next time. A
+    /// short sequential run (a 1 MiB read in 128 KiB requests) so fetches one small window.
     fn prefetch(&self, position: u64) {
         if self.file.is_local() {
             return;
         }
         let size = self.file.entry.size;
-        let window = self.fetch_window.load(Ordering::Relaxed);
-        let until = (position + window).min(size);
-        let asked = self.fetch_until.load(Ordering::Relaxed);
-        // Ask again once the reader is past half of what was asked.
-        if asked > position && asked >= until.saturating_sub(window / 2) {
+        let (from, until) = (
+            self.fetch_from.load(Ordering::Relaxed),
+            self.fetch_until.load(Ordering::Relaxed),
+        );
+        if until > position && position < from + (until - from) / 2 {
             return;
         }
-        let from = asked.max(position);
+        let window = self.fetch_window.load(Ordering::Relaxed);
+        let from = until.max(position);
+        let until = (from + window).min(size);
         if from >= until {
             return;
         }
+        self.fetch_from.store(from, Ordering::Relaxed);
         self.fetch_until.store(until, Ordering::Relaxed);
         self.fetch_window
             .store((window * 2).min(MAX_FETCH_WINDOW), Ordering::Relaxed);
@@ -1053,19 +1070,18 @@ impl FileHandle {
         let mut start = from;
         while start < until {
             let end = (start + PREFETCH_PIECE).min(until);
-            if self.engine.prefetching.fetch_add(1, Ordering::AcqRel) >= MAX_PREFETCHES {
-                self.engine.prefetching.fetch_sub(1, Ordering::AcqRel);
+            let Some(slot) = PrefetchSlot::take(&self.engine) else {
                 // Not asked after all: the next sequential read asks again from here.
                 self.fetch_until.store(start, Ordering::Relaxed);
                 return;
-            }
+            };
             let engine = self.engine.clone();
             let file = self.file.clone();
             let chunks = file.chunk_range(&(start..end));
             runtime.spawn_blocking(move || {
+                let _slot = slot;
                 // A failure is the foreground read's to report, when it gets there.
                 let _ = file.make_local(&engine, chunks);
-                engine.prefetching.fetch_sub(1, Ordering::AcqRel);
             });
             start = end;
         }
@@ -1118,6 +1134,26 @@ impl FileHandle {
             file: self,
             position: start,
         }
+    }
+}
+
+/// One of the engine's [`MAX_PREFETCHES`] background fetches, given back when dropped (also
+/// when the fetch panics).
+struct PrefetchSlot(Arc<Engine>);
+
+impl PrefetchSlot {
+    fn take(engine: &Arc<Engine>) -> Option<PrefetchSlot> {
+        if engine.prefetching.fetch_add(1, Ordering::AcqRel) >= MAX_PREFETCHES {
+            engine.prefetching.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(PrefetchSlot(engine.clone()))
+    }
+}
+
+impl Drop for PrefetchSlot {
+    fn drop(&mut self) {
+        self.0.prefetching.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -252,3 +252,74 @@ fn many_threads_reading_a_remote_only_file_at_random_get_the_right_bytes() {
         position += n as u64;
     }
 }
+
+/// A file map from a remote whose lengths disagree with the tree (a lie found before any
+/// block is read) fails the read naming that remote, and is forgotten: the next fetch gets
+/// the right one from another remote and the read succeeds.
+#[test]
+fn a_lying_map_from_a_remote_is_named_forgotten_and_fetched_again() {
+    let honest = TestEnv::new();
+    let content = pseudo_random(3_000_000, 77);
+    honest.write("d/big.bin", &content);
+    honest.write("d/small.txt", "small\n");
+    honest.ok(&["commit", "d", "-d", "ds"]);
+    let (origin, _) = push_to_file_remote(&honest, "origin-remote", "ds");
+    let file_id: dsv::ObjectId = honest.json(&["ls", "ds"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The attacker's remote: a pack holding the file's map with its last length changed.
+    let store = dsv::Store::open(&honest.path(".dsv")).unwrap();
+    let map = store.reader().bytes(&file_id, ObjectKind::FileMap).unwrap();
+    let mut decoded = dsv::object::FileMap::decode(&map).unwrap();
+    let last = decoded.chunks.len() - 1;
+    decoded.chunks[last].1 -= 1;
+    let mut frame = dsv::pack::FrameBuilder::default();
+    frame.push(file_id, ObjectKind::FileMap, &decoded.encode());
+    let evil = honest.path("evil-remote");
+    std::fs::create_dir_all(evil.join("packs")).unwrap();
+    std::fs::create_dir_all(honest.path("forged")).unwrap();
+    let mut writer =
+        dsv::pack::PackWriter::create(&honest.path("forged"), &honest.path(".dsv/tmp")).unwrap();
+    writer.add_frame(frame.encode(3)).unwrap();
+    let sealed = writer.finish().unwrap();
+    let forged = honest.path(&format!("forged/{}.pack", sealed.id));
+    std::fs::copy(&forged, evil.join(format!("packs/{}.pack", sealed.id))).unwrap();
+    std::fs::write(
+        evil.join(format!("packs/{}.idx", sealed.id)),
+        dsv::pack::reader::read_tail(&forged).unwrap(),
+    )
+    .unwrap();
+    let victim = TestEnv::new();
+    victim.ok(&[
+        "remote",
+        "add",
+        "evil",
+        &format!("file://{}", evil.display()),
+    ]);
+    victim.ok(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("file://{}", origin.display()),
+    ]);
+    victim.ok(&["fetch", "--remote", "evil"]);
+    // The dataset's head here, with only the small file's data: big.bin stays remote-only.
+    victim.ok(&["pull", "ds", "--remote", "origin", "--include", "small.txt"]);
+    let error = victim.json_error(&["cat", "ds:big.bin", "--range", "0..100"], 5);
+    assert!(error.to_string().contains("remote evil"), "{error}");
+    // Forgotten: fetching again brings the right map, and the read succeeds.
+    victim.ok(&["fetch", "--remote", "origin"]);
+    let out = victim
+        .dsv()
+        .args(["cat", "ds:big.bin", "--range", "0..100"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout == content[..100]);
+}
