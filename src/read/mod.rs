@@ -950,8 +950,8 @@ impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
 ///
 /// A file whose data is only on a remote serves its first byte after one ranged GET: reads
 /// fetch the frames they need (and nothing else), and sequential reads start a prefetch that
-/// ramps up as mountpoint-s3's does (a window of [`FIRST_FETCH_WINDOW`], doubling each
-/// sequential step up to [`MAX_FETCH_WINDOW`], fetched as many ranged GETs at once). What is
+/// ramps up as mountpoint-s3's does (a window of [`FIRST_FETCH_WINDOW`], growing fourfold
+/// each window up to [`MAX_FETCH_WINDOW`], fetched as many ranged GETs at once). What is
 /// fetched is stored in the local store, so the next reader reads it locally.
 pub struct FileHandle {
     engine: Arc<Engine>,
@@ -1038,10 +1038,14 @@ impl FileHandle {
     }
 
     /// After a sequential read that ended at `position`, on a file not all here: once the
-    /// reader is past the middle of the last window asked for (or has none), fetches the next
-    /// window in the background, in pieces of up to [`PREFETCH_PIECE`] bytes (each ranged GETs
-    /// of up to [`FETCH_SPAN`] bytes, at once), and doubles the window for the next time. A
-    /// short sequential run (a 1 MiB read in 128 KiB requests) so fetches one small window.
+    /// reader is inside the last window asked for (or has none), fetches the next window in
+    /// the background, so that one whole window is in flight ahead of the reader. A window
+    /// is fetched in pieces of up to [`PREFETCH_PIECE`] bytes (each ranged GETs of up to
+    /// [`FETCH_SPAN`] bytes, at once) and grows fourfold for the next time, up to
+    /// [`MAX_FETCH_WINDOW`], from [`FIRST_FETCH_WINDOW`] after a seek. Fourfold rather than
+    /// twofold: a 200 MB remote-only `cat` took 0.82-0.91 s against 0.94-1.01 s; the price is
+    /// that a short sequential run (a 1 MiB read as eight 128 KiB requests, a mount's reads
+    /// without root) fetches about 5 MiB ahead.
     fn prefetch(&self, position: u64) {
         if self.file.is_local() {
             return;
@@ -1051,7 +1055,7 @@ impl FileHandle {
             self.fetch_from.load(Ordering::Relaxed),
             self.fetch_until.load(Ordering::Relaxed),
         );
-        if until > position && position < from + (until - from) / 2 {
+        if until > position && position < from {
             return;
         }
         let window = self.fetch_window.load(Ordering::Relaxed);
@@ -1063,7 +1067,7 @@ impl FileHandle {
         self.fetch_from.store(from, Ordering::Relaxed);
         self.fetch_until.store(until, Ordering::Relaxed);
         self.fetch_window
-            .store((window * 2).min(MAX_FETCH_WINDOW), Ordering::Relaxed);
+            .store((window * 4).min(MAX_FETCH_WINDOW), Ordering::Relaxed);
         let Ok(runtime) = crate::runtime::shared() else {
             return;
         };
