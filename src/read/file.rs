@@ -107,13 +107,7 @@ impl FileState {
             .with(|catalog| catalog.locate_file_and_proof(&entry.id))?;
         match found {
             Some((location, _)) if location.kind == ObjectKind::Chunk => {
-                let state = FileState::new(
-                    entry.clone(),
-                    vec![(entry.id, location.length)],
-                    Proof::Trusted,
-                );
-                state.set_location(0, location, engine)?;
-                Ok(state)
+                FileState::one_chunk(engine, entry, location)
             }
             Some((location, unproven)) => FileState::mapped(engine, entry, location, unproven),
             None => {
@@ -130,6 +124,18 @@ impl FileState {
         }
     }
 
+    /// A file of one chunk (its id is the chunk's), stored at `location`: nothing to prove
+    /// beyond the chunk's own hash.
+    fn one_chunk(engine: &Engine, entry: FlatEntry, location: ObjectLocation) -> Result<FileState> {
+        let state = FileState::new(
+            entry.clone(),
+            vec![(entry.id, location.length)],
+            Proof::Trusted,
+        );
+        state.set_location(0, location, engine)?;
+        Ok(state)
+    }
+
     /// After fetching a file's one chunk: its layout, now local.
     fn open_fetched(engine: &Engine, entry: FlatEntry) -> Result<FileState> {
         let found = engine
@@ -137,13 +143,7 @@ impl FileState {
             .with(|catalog| catalog.locate_file(&entry.id))?;
         match found {
             Some(location) if location.kind == ObjectKind::Chunk => {
-                let state = FileState::new(
-                    entry.clone(),
-                    vec![(entry.id, location.length)],
-                    Proof::Trusted,
-                );
-                state.set_location(0, location, engine)?;
-                Ok(state)
+                FileState::one_chunk(engine, entry, location)
             }
             _ => FileState::whole(engine, entry, None),
         }

@@ -89,30 +89,21 @@ fn an_outboard_changed_on_the_remote_is_refused_on_arrival_naming_the_remote() {
         .bytes(&file_id, ObjectKind::Outboard)
         .unwrap();
     outboard[20] ^= 1;
-    let mut frame = dsv::pack::FrameBuilder::default();
-    frame.push(
-        dsv::ObjectId::of(b"another file"),
-        ObjectKind::Outboard,
-        &outboard,
+    let forged = crate::common::forge_pack(
+        &env,
+        &remote,
+        &[(
+            dsv::ObjectId::of(b"another file"),
+            ObjectKind::Outboard,
+            outboard,
+        )],
     );
-    std::fs::create_dir_all(env.path("forged")).unwrap();
-    let mut writer =
-        dsv::pack::PackWriter::create(&env.path("forged"), &env.path(".dsv/tmp")).unwrap();
-    writer.add_frame(frame.encode(3)).unwrap();
-    let sealed = writer.finish().unwrap();
-    let forged = env.path(&format!("forged/{}.pack", sealed.id));
-    std::fs::copy(&forged, remote.join(format!("packs/{}.pack", sealed.id))).unwrap();
-    std::fs::write(
-        remote.join(format!("packs/{}.idx", sealed.id)),
-        dsv::pack::reader::read_tail(&forged).unwrap(),
-    )
-    .unwrap();
     // Cloning fetches outboards with the metadata: the changed one fails its check there
     // (its values no longer merge to the file id), and the clone names the remote's pack.
     let clone = TestEnv::bare();
     let error = clone.json_error(&["clone", &url, "c"], 5);
     let text = error.to_string();
-    assert!(text.contains(&format!("{}.pack", sealed.id)), "{error}");
+    assert!(text.contains(&format!("{forged}.pack")), "{error}");
     assert!(text.contains("outboard"), "{error}");
 }
 
@@ -275,22 +266,12 @@ fn a_lying_map_from_a_remote_is_named_forgotten_and_fetched_again() {
     let mut decoded = dsv::object::FileMap::decode(&map).unwrap();
     let last = decoded.chunks.len() - 1;
     decoded.chunks[last].1 -= 1;
-    let mut frame = dsv::pack::FrameBuilder::default();
-    frame.push(file_id, ObjectKind::FileMap, &decoded.encode());
     let evil = honest.path("evil-remote");
-    std::fs::create_dir_all(evil.join("packs")).unwrap();
-    std::fs::create_dir_all(honest.path("forged")).unwrap();
-    let mut writer =
-        dsv::pack::PackWriter::create(&honest.path("forged"), &honest.path(".dsv/tmp")).unwrap();
-    writer.add_frame(frame.encode(3)).unwrap();
-    let sealed = writer.finish().unwrap();
-    let forged = honest.path(&format!("forged/{}.pack", sealed.id));
-    std::fs::copy(&forged, evil.join(format!("packs/{}.pack", sealed.id))).unwrap();
-    std::fs::write(
-        evil.join(format!("packs/{}.idx", sealed.id)),
-        dsv::pack::reader::read_tail(&forged).unwrap(),
-    )
-    .unwrap();
+    crate::common::forge_pack(
+        &honest,
+        &evil,
+        &[(file_id, ObjectKind::FileMap, decoded.encode())],
+    );
     let victim = TestEnv::new();
     victim.ok(&[
         "remote",

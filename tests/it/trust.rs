@@ -474,21 +474,7 @@ fn a_hostile_file_map_from_another_remote_is_rejected_and_the_right_one_fetched(
         .unwrap();
     let store = dsv::Store::open(&attacker.path(".dsv")).unwrap();
     let map = store.reader().bytes(&bait_id, ObjectKind::FileMap).unwrap();
-    let mut frame = dsv::pack::FrameBuilder::default();
-    frame.push(file_id, ObjectKind::FileMap, &map);
-    std::fs::create_dir_all(attacker.path("forged")).unwrap();
-    let mut writer =
-        dsv::pack::PackWriter::create(&attacker.path("forged"), &attacker.path(".dsv/tmp"))
-            .unwrap();
-    writer.add_frame(frame.encode(3)).unwrap();
-    let sealed = writer.finish().unwrap();
-    let forged = attacker.path(&format!("forged/{}.pack", sealed.id));
-    std::fs::copy(&forged, r2.join(format!("packs/{}.pack", sealed.id))).unwrap();
-    std::fs::write(
-        r2.join(format!("packs/{}.idx", sealed.id)),
-        dsv::pack::reader::read_tail(&forged).unwrap(),
-    )
-    .unwrap();
+    crate::common::forge_pack(&attacker, &r2, &[(file_id, ObjectKind::FileMap, map)]);
 
     // The victim knows both remotes and fetches the attacker's first.
     let victim = TestEnv::new();

@@ -213,6 +213,34 @@ pub fn damage_first_pack(packs: &Path) -> PathBuf {
     pack
 }
 
+/// Writes a pack holding `objects` (id, kind, bytes; one frame) into the file remote
+/// `remote` (its `packs/` with the `.idx` beside), as an attacker or an old binary would;
+/// returns the pack's id. `env` lends a temp directory.
+pub fn forge_pack(
+    env: &TestEnv,
+    remote: &Path,
+    objects: &[(dsv::ObjectId, dsv::object::ObjectKind, Vec<u8>)],
+) -> dsv::ObjectId {
+    let mut frame = dsv::pack::FrameBuilder::default();
+    for (id, kind, bytes) in objects {
+        frame.push(*id, *kind, bytes);
+    }
+    let dir = env.path("forged");
+    fs::create_dir_all(&dir).unwrap();
+    fs::create_dir_all(remote.join("packs")).unwrap();
+    let mut writer = dsv::pack::PackWriter::create(&dir, &env.path(".dsv/tmp")).unwrap();
+    writer.add_frame(frame.encode(3)).unwrap();
+    let sealed = writer.finish().unwrap();
+    let forged = dir.join(format!("{}.pack", sealed.id));
+    fs::copy(&forged, remote.join(format!("packs/{}.pack", sealed.id))).unwrap();
+    fs::write(
+        remote.join(format!("packs/{}.idx", sealed.id)),
+        dsv::pack::reader::read_tail(&forged).unwrap(),
+    )
+    .unwrap();
+    sealed.id
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed | 1;
