@@ -546,26 +546,32 @@ pub(crate) struct Span {
     frames: Vec<(FrameRecord, i64)>,
 }
 
-/// The remote frames (by pack and offset, with their catalog rows) holding those of
-/// `wanted` that this store lacks and remote `remote` holds.
+/// The remote frames (by pack and offset: the frame, its catalog row, and the wanted objects
+/// in it) holding those of `wanted` that this store lacks and remote `remote` holds.
+pub(crate) type FramesOf =
+    BTreeMap<(ObjectId, u64), (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>)>;
+
+/// The remote frames holding those of `wanted` that this store lacks and remote `remote`
+/// holds, with the wanted objects in each.
 ///
 /// # Errors
 /// [`Error::Catalog`].
-pub(crate) fn frames_to_fetch(
+pub(crate) fn frames_of(
     catalog: &crate::catalog::Catalog,
     remote: i64,
     wanted: &[(ObjectId, ObjectKind)],
-) -> Result<BTreeMap<(ObjectId, u64), (FrameRecord, i64)>> {
-    let mut frames = BTreeMap::new();
+) -> Result<FramesOf> {
+    let mut frames: FramesOf = BTreeMap::new();
     for (id, kind) in wanted {
         if catalog.has_object(id, *kind)? {
             continue;
         }
         if let Some(location) = catalog.remote_locate(remote, id, *kind)? {
-            frames.insert(
-                (location.pack, location.frame.offset),
-                (location.frame, location.frame_row),
-            );
+            frames
+                .entry((location.pack, location.frame.offset))
+                .or_insert_with(|| (location.frame, location.frame_row, Vec::new()))
+                .2
+                .push((*id, *kind));
         }
     }
     Ok(frames)
@@ -721,7 +727,10 @@ fn download(
     // One download at a time per store: processes pulling the same data (one per GPU) wait
     // for each other, and each downloads only what is still missing once it has the lock.
     let _download_lock = store.lock_downloads()?;
-    let frames = frames_to_fetch(store.catalog(), record.id, wanted)?;
+    let frames: BTreeMap<_, _> = frames_of(store.catalog(), record.id, wanted)?
+        .into_iter()
+        .map(|(key, (frame, row, _))| (key, (frame, row)))
+        .collect();
     if frames.is_empty() {
         return Ok(Transfer::default());
     }

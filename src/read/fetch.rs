@@ -126,6 +126,9 @@ pub const STRIPES: u64 = 4096;
 /// waiting on a frame another fetch holds waits for little more than that frame.
 pub const FETCH_SPAN: u64 = 4 * 1024 * 1024;
 
+/// Frames one fetch locks and downloads at a time, at most (each holds a lock file open).
+pub const FETCH_BATCH_FRAMES: usize = 64;
+
 /// Fetches chunks from the store's remotes for the read engine.
 pub(super) struct Fetcher {
     /// The store's `.dsv` directory.
@@ -186,18 +189,32 @@ impl Fetcher {
             if remaining.is_empty() {
                 break;
             }
-            let frames =
-                catalogs.with(|catalog| sync::frames_to_fetch(catalog, record.id, &remaining))?;
-            if !frames.is_empty() {
+            let by_frame =
+                catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
+            if !by_frame.is_empty() {
                 let remote = self.remote(&record)?;
-                // The data lock, shared: no gc runs between storing and recording.
-                let _data = StoreLock::take_with(&self.root.join("data.lock"), true)?;
-                let _stripes = self.lock_stripes(frames.keys())?;
-                // Again under the locks: another thread or process may have fetched some.
-                let frames = catalogs
-                    .with(|catalog| sync::frames_to_fetch(catalog, record.id, &remaining))?;
-                if !frames.is_empty() {
-                    downloaded += self.download(catalogs, store, &remote, frames)?;
+                let by_frame: Vec<_> = by_frame.into_iter().collect();
+                // A bounded number of lock files held at once (each an open descriptor).
+                for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
+                    // The data lock, shared: no gc runs between storing and recording.
+                    let _data = StoreLock::take_with(&self.root.join("data.lock"), true)?;
+                    let _stripes = self.lock_stripes(batch.iter().map(|(key, _)| key))?;
+                    // Again under the locks: another thread or process may have fetched some.
+                    let still = catalogs.with(|catalog| {
+                        let mut still = BTreeMap::new();
+                        for (key, (frame, row, objects)) in batch {
+                            for (id, kind) in objects {
+                                if !catalog.has_object(id, *kind)? {
+                                    still.insert(*key, (*frame, *row));
+                                    break;
+                                }
+                            }
+                        }
+                        Ok(still)
+                    })?;
+                    if !still.is_empty() {
+                        downloaded += self.download(catalogs, store, &remote, still)?;
+                    }
                 }
             }
             remaining = catalogs.with(|catalog| {

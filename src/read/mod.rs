@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 mod fetch;
 mod file;
 
-pub use fetch::{FETCH_SPAN, STRIPES, after_fork, before_fork};
+pub use fetch::{FETCH_BATCH_FRAMES, FETCH_SPAN, STRIPES, after_fork, before_fork};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;

@@ -304,3 +304,32 @@ fn a_lying_map_from_a_remote_is_named_forgotten_and_fetched_again() {
     );
     assert!(out.stdout == content[..100]);
 }
+
+/// A prefetch of more frames than one fetch locks at once (`FETCH_BATCH_FRAMES`) fetches
+/// them in batches: everything arrives, once, and reads then fetch nothing.
+#[test]
+fn a_prefetch_of_more_frames_than_one_batch_fetches_everything_once() {
+    let frames = dsv::read::FETCH_BATCH_FRAMES + 16;
+    let (_env, clone, big) = remote_only(frames * 1024 * 1024, 21);
+    let engine =
+        dsv::read::ReadEngine::open(&clone.path("c/.dsv"), dsv::read::ReadOptions::default())
+            .unwrap();
+    let version = engine.version("ds").unwrap();
+    let downloaded = version.prefetch(&["big.bin"]).unwrap();
+    assert!(downloaded >= big.len() as u64, "downloaded {downloaded}");
+    let stored = stored_bytes(&clone.path("c"));
+    let file = version.open("big.bin").unwrap();
+    let mut buf = vec![0u8; 4 * 1024 * 1024];
+    let mut position = 0;
+    while position < big.len() {
+        let n = file.read_at(position as u64, &mut buf).unwrap();
+        assert!(buf[..n] == big[position..position + n]);
+        position += n;
+    }
+    assert_eq!(
+        stored_bytes(&clone.path("c")),
+        stored,
+        "the reads fetched nothing more"
+    );
+    assert_eq!(version.prefetch(&["big.bin"]).unwrap(), 0);
+}
