@@ -96,10 +96,10 @@ impl EncodedFrame {
 
     /// A frame received from elsewhere (a remote's pack), kept byte for byte, after checking
     /// it: its stored length is within [`super::format::max_stored_len`], it decompresses to
-    /// exactly `raw_length` bytes (at most [`MAX_FRAME_RAW`]), every object lies inside it,
-    /// every chunk, tree, version and provenance object hashes to its id (a file map is keyed
-    /// by its file's id, checked when the file is read), and every tree, version, file map
-    /// and provenance object decodes.
+    /// exactly `raw_length` bytes (at most [`MAX_FRAME_RAW`]), and every object lies inside
+    /// it and passes [`ObjectKind::check`]: chunks, trees, versions and provenance hash to
+    /// their ids, an outboard's values merge to its file id, and every object but a chunk
+    /// decodes (a file map, keyed by its file's id, is proven when the file is read).
     ///
     /// `objects` are (id, kind, offset, length) in the frame's raw bytes.
     ///
