@@ -165,7 +165,7 @@ impl PackReader {
 
     /// Calls `f` with one object's bytes, checked: `BLAKE3(bytes) == id` unless `id` is a file
     /// id keying a file map or an outboard (`verify_hash = false`: a map is proven when its
-    /// file is read, an outboard when it is decoded; see [`ObjectKind::is_hashed`]).
+    /// file is read, an outboard when it is decoded; see [`crate::object::ObjectKind::is_hashed`]).
     ///
     /// # Errors
     /// As [`PackReader::load`]; [`Error::Corrupt`] when the object lies outside its frame or
