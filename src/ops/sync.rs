@@ -536,6 +536,10 @@ fn record_fetched_versions(store: &mut Store) -> Result<()> {
     writer.commit()
 }
 
+/// One span's frames as checked (each with its raw bytes when asked for, else empty), its
+/// object count and its bytes.
+type CheckedSpan = (Vec<(EncodedFrame, Vec<u8>)>, u64, u64);
+
 /// The frames of one span with their objects (id, kind, offset, length), for checking.
 type PreparedSpan = Vec<(FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>)>;
 
@@ -607,7 +611,8 @@ pub(crate) fn spans(
 
 /// Downloads `spans` of `remote`'s packs, `jobs` GETs at a time, checks every frame (it
 /// decompresses to its length, every object matches its key: [`ObjectKind::check`]) and
-/// appends the frames to `sink`. Nothing is recorded: see [`record_fetched`].
+/// appends the frames to `sink` (and, with `raws`, their raw bytes, in the same order).
+/// Nothing is recorded: see [`record_fetched`].
 ///
 /// # Errors
 /// [`Error::Remote`]; [`Error::Corrupt`] naming the remote's pack for a frame that fails its
@@ -618,6 +623,7 @@ pub(crate) fn fetch_spans(
     spans: &[Span],
     jobs: usize,
     sink: &PackSink,
+    mut raws: Option<&mut Vec<Vec<u8>>>,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
     let total: u64 = spans.iter().map(|s| s.range.end - s.range.start).sum();
@@ -633,11 +639,9 @@ pub(crate) fn fetch_spans(
     let prepared = std::sync::Arc::new(prepared);
     let ranges = spans.iter().map(|s| (s.pack, s.range.clone())).collect();
     let remote_name = remote.name().to_string();
+    let keep_raw = raws.is_some();
     let check = std::sync::Arc::new(
-        move |pack: ObjectId,
-              range: Range<u64>,
-              bytes: bytes::Bytes|
-              -> Result<(Vec<EncodedFrame>, u64, u64)> {
+        move |pack: ObjectId, range: Range<u64>, bytes: bytes::Bytes| -> Result<CheckedSpan> {
             let frames = &prepared[&(pack, range.start)];
             let mut encoded = Vec::with_capacity(frames.len());
             let mut objects = 0;
@@ -645,20 +649,28 @@ pub(crate) fn fetch_spans(
                 let start = (frame.offset - range.start) as usize;
                 let stored = bytes[start..start + frame.stored_length as usize].to_vec();
                 objects += members.len() as u64;
-                encoded.push(
+                let checked = if keep_raw {
+                    EncodedFrame::verified_with_raw(
+                        stored,
+                        frame.raw_length,
+                        frame.compression,
+                        members.clone(),
+                    )
+                } else {
                     EncodedFrame::verified(
                         stored,
                         frame.raw_length,
                         frame.compression,
                         members.clone(),
                     )
-                    .map_err(|detail| {
-                        Error::corrupt(
-                            format!("{remote_name}:{}", remote::pack_key(&pack)),
-                            format!("frame at offset {}: {detail}", frame.offset),
-                        )
-                    })?,
-                );
+                    .map(|frame| (frame, Vec::new()))
+                };
+                encoded.push(checked.map_err(|detail| {
+                    Error::corrupt(
+                        format!("{remote_name}:{}", remote::pack_key(&pack)),
+                        format!("frame at offset {}: {detail}", frame.offset),
+                    )
+                })?);
             }
             Ok((encoded, objects, bytes.len() as u64))
         },
@@ -666,8 +678,11 @@ pub(crate) fn fetch_spans(
     let mut transfer = Transfer::default();
     progress.start("download", total, Unit::Bytes);
     remote.get_ranges(ranges, jobs, check, |(frames, objects, bytes)| {
-        for frame in frames {
+        for (frame, raw) in frames {
             sink.add(frame)?;
+            if let Some(raws) = raws.as_deref_mut() {
+                raws.push(raw);
+            }
         }
         transfer.objects += objects;
         transfer.bytes += bytes;
@@ -736,7 +751,7 @@ fn download(
     }
     let spans = spans(frames, MAX_SPAN);
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
-    let fetched = fetch_spans(store.catalog(), remote, &spans, jobs, &sink, progress);
+    let fetched = fetch_spans(store.catalog(), remote, &spans, jobs, &sink, None, progress);
     progress.phase("recording");
     let mut transfer = match fetched {
         Ok(transfer) => transfer,

@@ -113,6 +113,31 @@ impl EncodedFrame {
         compression: Compression,
         objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
     ) -> std::result::Result<EncodedFrame, String> {
+        Self::check(stored, raw_length, compression, objects, false).map(|(frame, _)| frame)
+    }
+
+    /// As [`EncodedFrame::verified`], also giving the frame's raw (decompressed) bytes, for
+    /// a reader that serves them at once.
+    ///
+    /// # Errors
+    /// As [`EncodedFrame::verified`].
+    pub fn verified_with_raw(
+        stored: Vec<u8>,
+        raw_length: u32,
+        compression: Compression,
+        objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+    ) -> std::result::Result<(EncodedFrame, Vec<u8>), String> {
+        Self::check(stored, raw_length, compression, objects, true)
+            .map(|(frame, raw)| (frame, raw.unwrap_or_default()))
+    }
+
+    fn check(
+        stored: Vec<u8>,
+        raw_length: u32,
+        compression: Compression,
+        objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+        keep_raw: bool,
+    ) -> std::result::Result<(EncodedFrame, Option<Vec<u8>>), String> {
         if raw_length > super::format::MAX_FRAME_RAW {
             return Err("frame larger than the format allows".into());
         }
@@ -122,15 +147,14 @@ impl EncodedFrame {
                 stored.len()
             ));
         }
-        let decompressed;
-        let raw: &[u8] = match compression {
-            Compression::None => &stored,
-            Compression::Zstd => {
-                decompressed = zstd::bulk::decompress(&stored, raw_length as usize)
-                    .map_err(|e| format!("frame does not decompress: {e}"))?;
-                &decompressed
-            }
+        let decompressed = match compression {
+            Compression::None => None,
+            Compression::Zstd => Some(
+                zstd::bulk::decompress(&stored, raw_length as usize)
+                    .map_err(|e| format!("frame does not decompress: {e}"))?,
+            ),
         };
+        let raw: &[u8] = decompressed.as_deref().unwrap_or(&stored);
         if raw.len() != raw_length as usize {
             return Err("frame does not have its recorded length".into());
         }
@@ -141,12 +165,16 @@ impl EncodedFrame {
             // Metadata must also decode, within the format's limits: nothing malformed is kept.
             kind.check(&id, data)?;
         }
-        Ok(EncodedFrame {
-            stored,
-            raw_length,
-            compression,
-            objects,
-        })
+        let raw = keep_raw.then(|| decompressed.unwrap_or_else(|| stored.clone()));
+        Ok((
+            EncodedFrame {
+                stored,
+                raw_length,
+                compression,
+                objects,
+            },
+            raw,
+        ))
     }
 }
 

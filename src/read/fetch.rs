@@ -176,10 +176,10 @@ impl Fetcher {
     /// nothing.
     pub(super) fn fetch(
         &self,
-        catalogs: &CatalogPool,
-        store: &Mutex<Store>,
+        engine: &super::Engine,
         chunks: &[ObjectId],
     ) -> std::result::Result<u64, FetchError> {
+        let catalogs = &engine.catalogs;
         let _in_fetch = InFetch::enter();
         let mut downloaded = 0u64;
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
@@ -213,7 +213,7 @@ impl Fetcher {
                         Ok(still)
                     })?;
                     if !still.is_empty() {
-                        downloaded += self.download(catalogs, store, &remote, still)?;
+                        downloaded += self.download(engine, &remote, still)?;
                     }
                 }
             }
@@ -238,24 +238,25 @@ impl Fetcher {
     /// and records it; returns the bytes downloaded.
     fn download(
         &self,
-        catalogs: &CatalogPool,
-        store: &Mutex<Store>,
+        engine: &super::Engine,
         remote: &Remote,
         frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
     ) -> Result<u64> {
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
-        let fetched = catalogs.with(|catalog| {
+        let mut raws = Vec::new();
+        let fetched = engine.catalogs.with(|catalog| {
             sync::fetch_spans(
                 catalog,
                 remote,
                 &spans,
                 self.jobs,
                 &sink,
+                Some(&mut raws),
                 &crate::progress::NoProgress,
             )
         });
-        let lock = || store.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || engine.store.lock().unwrap_or_else(|e| e.into_inner());
         let transfer = match fetched {
             Ok(transfer) => transfer,
             Err(e) => {
@@ -265,6 +266,32 @@ impl Fetcher {
         };
         let sealed = sink.finish()?;
         sync::record_fetched(&mut lock(), &sealed, remote.name())?;
+        // The frames just checked go into the frame cache as they are, every object in them
+        // checked: the read that waits for them neither reads them back nor hashes them again.
+        // The packs hold them in the order they were added.
+        let mut raws = raws.into_iter();
+        for pack in &sealed {
+            let index = pack.read_index(&self.packs_dir)?;
+            for (number, frame) in index.frames.iter().enumerate() {
+                let Some(raw) = raws.next() else {
+                    return Ok(transfer.bytes);
+                };
+                let checked = index
+                    .objects
+                    .iter()
+                    .filter(|o| o.frame as usize == number)
+                    .map(|o| o.offset)
+                    .collect();
+                let location = crate::pack::FrameLocation {
+                    pack: pack.id,
+                    offset: frame.offset,
+                    stored_length: frame.stored_length,
+                    raw_length: frame.raw_length,
+                    compression: frame.compression,
+                };
+                engine.cache.insert(location, raw, checked);
+            }
+        }
         Ok(transfer.bytes)
     }
 

@@ -112,10 +112,7 @@ impl FileState {
             Some((location, unproven)) => FileState::mapped(engine, entry, location, unproven),
             None => {
                 // A file of one chunk (no map anywhere), fetched alone; else the whole file.
-                match engine
-                    .fetcher
-                    .fetch(&engine.catalogs, &engine.store, &[entry.id])
-                {
+                match engine.fetcher.fetch(engine, &[entry.id]) {
                     Ok(_) => FileState::open_fetched(engine, entry),
                     Err(FetchError::NotIndexed) => FileState::whole(engine, entry, None),
                     Err(FetchError::Failed(e)) => Err(e),
@@ -222,7 +219,7 @@ impl FileState {
     fn whole(engine: &Engine, entry: FlatEntry, map: Option<&FileMap>) -> Result<FileState> {
         if let Some(map) = map {
             let ids: Vec<ObjectId> = map.chunks.iter().map(|(id, _)| *id).collect();
-            match engine.fetcher.fetch(&engine.catalogs, &engine.store, &ids) {
+            match engine.fetcher.fetch(engine, &ids) {
                 Ok(_) | Err(FetchError::NotIndexed) => {}
                 Err(FetchError::Failed(e)) => return Err(e),
             }
@@ -326,7 +323,7 @@ impl FileState {
             return Ok(());
         }
         let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
-        match engine.fetcher.fetch(&engine.catalogs, &engine.store, &ids) {
+        match engine.fetcher.fetch(engine, &ids) {
             Ok(_) => {}
             Err(FetchError::Failed(e)) => return Err(e),
             Err(FetchError::NotIndexed) => {
@@ -336,7 +333,7 @@ impl FileState {
                     &mut engine.lock_store(),
                     engine.options.fetch_jobs,
                 )?;
-                match engine.fetcher.fetch(&engine.catalogs, &engine.store, &ids) {
+                match engine.fetcher.fetch(engine, &ids) {
                     Ok(_) | Err(FetchError::NotIndexed) => {}
                     Err(FetchError::Failed(e)) => return Err(e),
                 }

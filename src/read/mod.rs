@@ -443,11 +443,7 @@ impl VersionHandle {
         if chunks.is_empty() {
             return Ok(0);
         }
-        match self
-            .engine
-            .fetcher
-            .fetch(&self.engine.catalogs, &self.engine.store, &chunks)
-        {
+        match self.engine.fetcher.fetch(&self.engine, &chunks) {
             Ok(bytes) => Ok(bytes),
             Err(fetch::FetchError::Failed(e)) => Err(e),
             Err(fetch::FetchError::NotIndexed) => {
@@ -1334,6 +1330,42 @@ impl FrameCache {
         state.ready.contains_key(location) || state.loading.contains(location)
     }
 
+    /// Puts a frame whose objects at `checked` (offsets) have been checked already into the
+    /// cache, unless it is there or being loaded.
+    fn insert(&self, location: FrameLocation, bytes: Vec<u8>, checked: HashSet<u32>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.ready.contains_key(&location) || state.loading.contains(&location) {
+            return;
+        }
+        state.tick += 1;
+        let tick = state.tick;
+        state.used += bytes.len() as u64;
+        let frame = Arc::new(CachedFrame {
+            bytes,
+            verified: Mutex::new(checked),
+        });
+        state.ready.insert(location, (frame, tick));
+        self.evict(&mut state, &location);
+    }
+
+    /// Evicts the least recently used frames past the budget (never `keep`, just read).
+    fn evict(&self, state: &mut CacheState, keep: &FrameLocation) {
+        while state.used > self.capacity && state.ready.len() > 1 {
+            let Some(oldest) = state
+                .ready
+                .iter()
+                .filter(|(l, _)| *l != keep)
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(l, _)| *l)
+            else {
+                break;
+            };
+            if let Some((gone, _)) = state.ready.remove(&oldest) {
+                state.used -= gone.bytes.len() as u64;
+            }
+        }
+    }
+
     fn get(&self, packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -1371,21 +1403,7 @@ impl FrameCache {
             let tick = state.tick;
             state.used += frame.bytes.len() as u64;
             state.ready.insert(*location, (frame.clone(), tick));
-            // Evict the least recently used frames past the budget (never the one just read).
-            while state.used > self.capacity && state.ready.len() > 1 {
-                let Some(oldest) = state
-                    .ready
-                    .iter()
-                    .filter(|(l, _)| *l != location)
-                    .min_by_key(|(_, (_, used))| *used)
-                    .map(|(l, _)| *l)
-                else {
-                    break;
-                };
-                if let Some((gone, _)) = state.ready.remove(&oldest) {
-                    state.used -= gone.bytes.len() as u64;
-                }
-            }
+            self.evict(&mut state, location);
             frame
         });
         drop(state);
