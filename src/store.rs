@@ -334,24 +334,27 @@ fn lost_catalog_evidence(root: &Path) -> Option<String> {
     packs.then(|| "it has packs but no catalog".into())
 }
 
-/// Refuses a file map listing more chunks than a file of `size` bytes can have: every chunk
-/// but the last is at least the minimum chunk size (16 KiB), so at most `ceil(size / 16 KiB)`.
-pub(crate) fn check_chunk_count(
-    map: &FileMap,
+/// Decodes the file map of file `id` of `size` bytes, refusing one that lists more chunks
+/// than such a file can have (every chunk but the last is at least the minimum chunk size,
+/// 16 KiB, so at most `ceil(size / 16 KiB)`). Every reader of file maps calls it.
+///
+/// # Errors
+/// What is wrong, for the caller to name where the map came from.
+pub(crate) fn decode_file_map(
+    bytes: &[u8],
     id: &ObjectId,
     size: u64,
-    pack: &Path,
-) -> Result<()> {
+) -> std::result::Result<FileMap, String> {
+    let map = FileMap::decode(bytes).map_err(|e| format!("file map {}: {e}", id.short()))?;
     let min = crate::chunk::ChunkParams::DEFAULT.min as u64;
     if map.chunks.len() as u64 > size.div_ceil(min) {
-        let detail = format!(
+        return Err(format!(
             "file map {} lists {} chunks, more than a file of {size} bytes can have",
             id.short(),
             map.chunks.len()
-        );
-        return Err(Error::corrupt(pack, detail));
+        ));
     }
-    Ok(())
+    Ok(map)
 }
 
 /// An exclusive lock on a lock file (flock); released on drop, or by the kernel when the
@@ -496,10 +499,8 @@ impl ObjectReader<'_> {
         let bytes =
             self.packs
                 .object(&location.frame, location.offset, location.length, id, false)?;
-        let pack = self.packs.pack_path(&location.frame.pack);
-        let map = FileMap::decode(&bytes)
-            .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?;
-        check_chunk_count(&map, id, size, &pack)?;
+        let map = decode_file_map(&bytes, id, size)
+            .map_err(|detail| Error::corrupt(self.packs.pack_path(&location.frame.pack), detail))?;
         Ok(map.chunks.into_iter().map(|(chunk, _)| chunk).collect())
     }
 
@@ -519,13 +520,15 @@ impl ObjectReader<'_> {
         if size == 0 {
             return Ok(Vec::new());
         }
-        let location = self
-            .catalog
-            .locate_file(id)?
-            .ok_or_else(|| Error::MissingObject {
-                id: id.to_hex(),
-                what: "file",
-            })?;
+        // Where it is and, for a map from a remote, that it is unproven: one query, so a map
+        // another reader forgets meanwhile is never taken for a proven one.
+        let (location, unproven) =
+            self.catalog
+                .locate_file_and_proof(id)?
+                .ok_or_else(|| Error::MissingObject {
+                    id: id.to_hex(),
+                    what: "file",
+                })?;
         let pack = self.packs.pack_path(&location.frame.pack);
         let listed = if location.kind == ObjectKind::Chunk {
             vec![(*id, location.length)]
@@ -533,10 +536,9 @@ impl ObjectReader<'_> {
             let bytes =
                 self.packs
                     .object(&location.frame, location.offset, location.length, id, false)?;
-            let map = FileMap::decode(&bytes)
-                .map_err(|e| Error::corrupt(&pack, format!("file map {}: {e}", id.short())))?;
-            check_chunk_count(&map, id, size, &pack)?;
-            map.chunks
+            decode_file_map(&bytes, id, size)
+                .map_err(|detail| Error::corrupt(&pack, detail))?
+                .chunks
         };
         let mut chunks = Vec::with_capacity(listed.len());
         let mut total = 0u64;
@@ -567,21 +569,21 @@ impl ObjectReader<'_> {
             );
             return Err(Error::corrupt(&pack, detail));
         }
-        if location.kind == ObjectKind::FileMap
-            && let Some(remote) = self.catalog.unproven_file_map(id)?
-        {
-            self.prove_file_map(id, &chunks, &remote)?;
+        if let Some(remote) = unproven {
+            self.prove_file_map(id, &location, &chunks, &remote)?;
         }
         Ok(chunks)
     }
 
-    /// Proves an unproven file map (fetched from `remote`): its chunks, reassembled, must
-    /// hash to the file id. A map that passes is recorded as proven; one that fails is
-    /// forgotten (so the right one can be fetched again) and reported as corrupt data from
-    /// that remote. A reader made by [`Store::checking_reader`] records neither.
+    /// Proves the unproven file map at `map` (fetched from `remote`): its chunks,
+    /// reassembled, must hash to the file id. A map that passes is recorded as proven; one
+    /// that fails is forgotten (so the right one can be fetched again) and reported as corrupt
+    /// data from that remote; either only while it is still the unproven map at `map`. A
+    /// reader made by [`Store::checking_reader`] records neither.
     fn prove_file_map(
         &mut self,
         id: &ObjectId,
+        map: &ObjectLocation,
         chunks: &[(ObjectId, ObjectLocation)],
         remote: &str,
     ) -> Result<()> {
@@ -600,12 +602,12 @@ impl ObjectReader<'_> {
         }
         if ObjectId::from(hasher.finalize()) == *id {
             if self.record_proofs {
-                self.catalog.prove_file_map(id)?;
+                self.catalog.prove_file_map_at(id, map)?;
             }
             return Ok(());
         }
         if self.record_proofs {
-            self.catalog.reject_file_map(id)?;
+            self.catalog.reject_file_map_at(id, map)?;
         }
         Err(Error::corrupt(
             format!("remote {remote}"),

@@ -398,35 +398,6 @@ impl Catalog {
         }
         Ok(out)
     }
-
-    /// Records that file `id`'s map reassembled to its id (one statement of its own).
-    ///
-    /// # Errors
-    /// [`Error::Catalog`].
-    pub fn prove_file_map(&self, id: &ObjectId) -> Result<()> {
-        self.conn
-            .execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
-        Ok(())
-    }
-
-    /// Forgets file `id`'s unproven map, which failed its proof, so that the right one can be
-    /// fetched again (one transaction of its own; the bytes stay in their pack until gc).
-    ///
-    /// # Errors
-    /// [`Error::Catalog`].
-    pub fn reject_file_map(&self, id: &ObjectId) -> Result<()> {
-        let tx = rusqlite::Transaction::new_unchecked(
-            &self.conn,
-            rusqlite::TransactionBehavior::Immediate,
-        )?;
-        tx.execute(
-            "DELETE FROM objects WHERE id = ?1 AND kind = ?2",
-            rusqlite::params![&id.0[..], ObjectKind::FileMap as u8],
-        )?;
-        tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
-        tx.commit()?;
-        Ok(())
-    }
 }
 
 impl CatalogWriter<'_> {

@@ -162,11 +162,12 @@ impl FileState {
             None => Error::corrupt(&pack, detail),
         };
         let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
-        let map = FileMap::decode(frame.raw(&location, &engine.packs_dir)?)
-            .map_err(|e| lied(format!("file map {}: {e}", entry.id.short())))?;
-        if let Err(e) = crate::store::check_chunk_count(&map, &entry.id, entry.size, &pack) {
-            return Err(lied(e.to_string()));
-        }
+        let map = crate::store::decode_file_map(
+            frame.raw(&location, &engine.packs_dir)?,
+            &entry.id,
+            entry.size,
+        )
+        .map_err(lied)?;
         if map.size() != entry.size {
             return Err(lied(format!(
                 "file {} has {} bytes in its file map but {} in its tree",

@@ -421,12 +421,12 @@ impl VersionHandle {
                     let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
                     let pack =
                         crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
-                    let map =
-                        crate::object::FileMap::decode(frame.raw(&location, &engine.packs_dir)?)
-                            .map_err(|e| {
-                                Error::corrupt(&pack, format!("file map {}: {e}", entry.id.short()))
-                            })?;
-                    crate::store::check_chunk_count(&map, &entry.id, entry.size, &pack)?;
+                    let map = crate::store::decode_file_map(
+                        frame.raw(&location, &engine.packs_dir)?,
+                        &entry.id,
+                        entry.size,
+                    )
+                    .map_err(|detail| Error::corrupt(&pack, detail))?;
                     engine.catalogs.with(|catalog| {
                         for (chunk, _) in &map.chunks {
                             if !catalog.has_object(chunk, crate::object::ObjectKind::Chunk)? {
