@@ -695,7 +695,8 @@ pub(crate) fn fetch_spans(
 /// Records packs downloaded from remote `remote_name` in the catalog, under the store lock.
 /// File maps among them are recorded as unproven: keyed by their file's id, not by their
 /// own bytes, a map is trusted only once its file's bytes are checked against it (see
-/// `ObjectReader::file_chunks`). Each pack's index is read back when needed, one at a time.
+/// `ObjectReader::file_chunks`). Each pack's index is read back once, one at a time, and
+/// handed to `visit` as well.
 ///
 /// # Errors
 /// [`Error::Io`], [`Error::Catalog`].
@@ -703,6 +704,7 @@ pub(crate) fn record_fetched(
     store: &mut Store,
     sealed: &[PackFile],
     remote_name: &str,
+    visit: &mut dyn FnMut(&crate::pack::SealedPack),
 ) -> Result<()> {
     let _lock = store.lock()?;
     let packs_dir = store.packs_dir();
@@ -718,6 +720,7 @@ pub(crate) fn record_fetched(
                 .filter(|o| o.kind == ObjectKind::FileMap)
                 .map(|o| (o.id, pack.id)),
         );
+        visit(&index);
     }
     // Decided inside the transaction: a map is unproven when the row now names this
     // download's pack (no map was here, or another reader forgot a wrong one meanwhile).
@@ -762,7 +765,7 @@ fn download(
     };
     let sealed = sink.finish()?;
     transfer.packs = sealed.len() as u64;
-    record_fetched(store, &sealed, &record.name)?;
+    record_fetched(store, &sealed, &record.name, &mut |_| {})?;
     Ok(transfer)
 }
 

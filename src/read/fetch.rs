@@ -265,16 +265,15 @@ impl Fetcher {
             }
         };
         let sealed = sink.finish()?;
-        sync::record_fetched(&mut lock(), &sealed, remote.name())?;
         // The frames just checked go into the frame cache as they are, every object in them
         // checked: the read that waits for them neither reads them back nor hashes them again.
-        // The packs hold them in the order they were added.
+        // The packs hold them in the order they were added. (Put in before the catalog
+        // commits: no reader finds those places until it has.)
         let mut raws = raws.into_iter();
-        for pack in &sealed {
-            let index = pack.read_index(&self.packs_dir)?;
+        sync::record_fetched(&mut lock(), &sealed, remote.name(), &mut |index| {
             for (number, frame) in index.frames.iter().enumerate() {
                 let Some(raw) = raws.next() else {
-                    return Ok(transfer.bytes);
+                    return;
                 };
                 let checked = index
                     .objects
@@ -283,7 +282,7 @@ impl Fetcher {
                     .map(|o| o.offset)
                     .collect();
                 let location = crate::pack::FrameLocation {
-                    pack: pack.id,
+                    pack: index.id,
                     offset: frame.offset,
                     stored_length: frame.stored_length,
                     raw_length: frame.raw_length,
@@ -291,7 +290,7 @@ impl Fetcher {
                 };
                 engine.cache.insert(location, raw, checked);
             }
-        }
+        })?;
         Ok(transfer.bytes)
     }
 
