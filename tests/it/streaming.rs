@@ -13,6 +13,15 @@ fn stored_bytes(store: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// The id of the first file `dsv ls ds` lists.
+fn first_file_id(env: &TestEnv) -> dsv::ObjectId {
+    env.json(&["ls", "ds"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 fn cat(env: &TestEnv, store: &str, args: &[&str]) -> std::process::Output {
     let mut full = vec!["--store", store, "cat"];
     full.extend_from_slice(args);
@@ -76,11 +85,7 @@ fn an_outboard_changed_on_the_remote_is_refused_on_arrival_naming_the_remote() {
     env.write("d/big.bin", &big);
     env.ok(&["commit", "d", "-d", "ds"]);
     let (remote, url) = push_to_file_remote(&env, "remote", "ds");
-    let file_id: dsv::ObjectId = env.json(&["ls", "ds"])[0]["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let file_id = first_file_id(&env);
     // A pack on the remote holding, under another file's id, the file's outboard with its
     // first value changed (the remote lists it; a clone fetches every outboard it lists).
     let store = dsv::Store::open(&env.path(".dsv")).unwrap();
@@ -255,11 +260,7 @@ fn a_lying_map_from_a_remote_is_named_forgotten_and_fetched_again() {
     honest.write("d/small.txt", "small\n");
     honest.ok(&["commit", "d", "-d", "ds"]);
     let (origin, _) = push_to_file_remote(&honest, "origin-remote", "ds");
-    let file_id: dsv::ObjectId = honest.json(&["ls", "ds"])[0]["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let file_id = first_file_id(&honest);
     // The attacker's remote: a pack holding the file's map with its last length changed.
     let store = dsv::Store::open(&honest.path(".dsv")).unwrap();
     let map = store.reader().bytes(&file_id, ObjectKind::FileMap).unwrap();
