@@ -175,7 +175,10 @@ class TarShard:
                 if any(k.startswith("GNU.sparse.") for k in records):
                     raise self.error(offset, f"a sparse member ({name!r}), which dsv does not read")
                 if "size" in records:
-                    if not records["size"].isdigit():
+                    # ASCII digits only (str.isdigit takes others int() refuses), and no
+                    # more than a u64 has: bounded before int() reads it.
+                    value = records["size"]
+                    if not (value.isascii() and value.isdigit() and len(value) <= 20):
                         raise self.error(offset, f"a pax size {records['size']!r} that is not a number")
                     size = int(records["size"])
                 long_name, pax = None, None

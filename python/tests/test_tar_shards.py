@@ -233,12 +233,14 @@ def test_every_sample_once_over_ranks_and_workers(version, expected, context):
         assert collections.Counter(keys) == collections.Counter(list(expected)), (world, workers)
     # Fewer shards than ranks x workers: the workers without a shard read nothing, and say so.
     few = [shard_path(n) for n in (2, 4, 7, 8)]
-    keys = []
+    keys, shares = [], []
     for rank in range(3):
         ds = TarShardDataset(version, few, shuffle=True, seed=1, rank=rank, world_size=3)
-        if rank == 2:
-            assert ds.rank_shards() == [ds.shard_order()[2]]
+        shares.append(ds.rank_shards())
         keys += [s["__key__"] for s in ds]
+    # 4 shards over 3 ranks: 2, 1 and 1, each shard to exactly one rank.
+    assert sorted(map(len, shares)) == [1, 1, 2], shares
+    assert sorted(sum(shares, [])) == sorted(few), shares
     assert sorted(keys) == sorted(k for k, v in expected.items() if v[0] in few)
     keys = collect(lambda r: TarShardDataset(version, few, shuffle=True, seed=1, rank=r, world_size=3), 3, 2, "fork")
     assert sorted(keys) == sorted(k for k, v in expected.items() if v[0] in few)
@@ -367,7 +369,15 @@ def broken_tars(good: bytes) -> Dict[str, Tuple[bytes, str]]:
         info = tarfile.TarInfo("n" * 300 + ".png")
         info.size = 3
         tf.addfile(info, io.BytesIO(b"abc"))
+    pax_size = io.BytesIO()
+    with tarfile.open(fileobj=pax_size, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        info = tarfile.TarInfo("x.png")
+        info.size, info.pax_headers = 3, {"size": "33"}
+        tf.addfile(info, io.BytesIO(b"abc"))
+    # "²": str.isdigit takes it, int() raises a bare ValueError (same length in UTF-8 as "33").
+    non_ascii_size = pax_size.getvalue().replace(b"size=33\n", "size=\u00b2\n".encode())
     return {
+        "non-ascii-pax-size.tar": (non_ascii_size, "not a number"),
         # The 4th sample's PNG cut short: the 3 samples before it are whole.
         "truncated.tar": (good[: members[6].offset_data + 10], "past the end of the file"),
         "cut-header.tar": (good[: members[2].offset + 200], "ends inside a header"),
