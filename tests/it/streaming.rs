@@ -334,3 +334,36 @@ fn a_prefetch_of_more_frames_than_one_batch_fetches_everything_once() {
     );
     assert_eq!(version.prefetch(&["big.bin"]).unwrap(), 0);
 }
+
+/// Promise 1 on the read engine: a reader killed (SIGKILL) at any moment of its fetches
+/// leaves the store consistent (`verify` finds no problem: no pack recorded that is not
+/// whole), and the next read finishes the job with the right bytes.
+#[test]
+fn a_read_killed_while_it_fetches_leaves_the_store_consistent() {
+    let (_env, clone, big) = remote_only(24_000_000, 29);
+    let store = clone.path("c");
+    let store = store.to_str().unwrap();
+    let mut killed = 0;
+    for delay in [5u64, 20, 60, 150, 400] {
+        if crate::common::kill_after(
+            &clone,
+            &["--store", store, "cat", "ds:big.bin"],
+            std::time::Duration::from_millis(delay),
+        ) {
+            killed += 1;
+        }
+        let report = clone.json(&["--store", store, "verify"]);
+        assert!(
+            report["problems"].as_array().unwrap().is_empty(),
+            "{report}"
+        );
+    }
+    assert!(killed > 0, "no read was still running when killed");
+    let out = cat(&clone, store, &["ds:big.bin"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout == big);
+}
