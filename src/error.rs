@@ -1,951 +1,264 @@
-//! The library's error type.
-//!
-//! Policy (after jj's and rustic's): one public, `#[non_exhaustive]` [`Error`] whose variants
-//! carry structured fields; messages never repeat their `source` (the CLI prints the chain as
-//! "caused by:" lines); every I/O error names its path ([`IoResultExt::at`]). [`Error::kind`]
-//! groups the variants so the CLI can map each group to one exit code.
+//! Turning library errors into messages, hints and exit codes (table in `docs/cli.md`).
 
-use std::io;
-use std::path::{Path, PathBuf};
+use dsv::{Error, ErrorKind};
 
-/// The result type of every fallible function in this crate.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// Exit code: success.
+pub const SUCCESS: u8 = 0;
+/// Exit code: `status`/`diff --exit-code` found differences.
+pub const DIFFERENCES: u8 = 1;
+/// Exit code: bad command-line usage (clap's own).
+pub const USAGE: u8 = 2;
+/// Exit code: the user named something that does not exist or gave invalid input.
+pub const USER: u8 = 3;
+/// Exit code: uncommitted changes are in the way.
+pub const CONFLICT: u8 = 4;
+/// Exit code: stored data failed a check.
+pub const CORRUPT: u8 = 5;
+/// Exit code: the operating system refused (disk full, permissions).
+pub const IO: u8 = 6;
+/// Exit code: a bug in dsv (sysexits' EX_SOFTWARE).
+pub const INTERNAL: u8 = 70;
+/// Exit code: interrupted by Ctrl-C.
+pub const INTERRUPTED: u8 = 130;
 
-/// What kind of failure an [`Error`] is; the CLI maps each kind to an exit code
-/// (see `docs/cli.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The user named something that does not exist, or gave invalid input.
-    User,
-    /// The operation would lose uncommitted work; `--force` overrides.
-    Conflict,
-    /// Stored data failed a hash or format check.
-    Corrupt,
-    /// The operating system refused (disk full, permissions, missing files).
-    Io,
-    /// The user interrupted the operation (Ctrl-C).
-    Interrupted,
-    /// A bug in dsv (an SQLite logic error, a broken invariant): not bad input, not damaged
-    /// data.
-    Internal,
+/// A command line clap accepts but whose arguments do not go together (exit 2, as clap's own).
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
-/// Every error this crate returns.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// No `.dsv/` directory in `start` or any parent, and no `--store`/`DSV_STORE`.
-    #[error("no dsv store found in {} or any parent directory", start.display())]
-    NoStore {
-        /// Where the search began.
-        start: PathBuf,
-    },
-    /// `init` found a store already at `path`.
-    #[error("a dsv store already exists at {}", path.display())]
-    StoreExists {
-        /// The existing `.dsv` directory.
-        path: PathBuf,
-    },
-    /// The catalog is missing or empty while the store holds data (packs or a ref log): it
-    /// was lost, and `dsv repair` rebuilds it.
-    #[error("the catalog of the store at {} is lost: {reason}", path.display())]
-    CatalogLost {
-        /// The catalog file (or the store directory).
-        path: PathBuf,
-        /// What was found.
-        reason: String,
-    },
-    /// `dsv repair` found other dsv processes using the store.
-    #[error("other dsv processes have the store at {} open", path.display())]
-    StoreBusy {
-        /// The `.dsv` directory.
-        path: PathBuf,
-    },
-    /// The catalog's schema is newer than this build understands.
-    #[error(
-        "the store at {} was made by a newer dsv (catalog schema {found}, this dsv knows up to {supported})",
-        path.display()
-    )]
-    StoreTooNew {
-        /// The catalog file.
-        path: PathBuf,
-        /// Schema version found in the catalog.
-        found: usize,
-        /// Newest schema version this build knows.
-        supported: usize,
-    },
-    /// A dataset or tag name that breaks the naming rules.
-    #[error("invalid {what} name {name:?}: {reason}")]
-    InvalidName {
-        /// "dataset" or "tag".
-        what: &'static str,
-        /// The name as given.
-        name: String,
-        /// Which rule it breaks.
-        reason: &'static str,
-    },
-    /// A revision string that does not parse.
-    #[error("invalid revision {revision:?}: {reason}")]
-    InvalidRevision {
-        /// The revision as given.
-        revision: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// No dataset of that name.
-    #[error("unknown dataset {name:?}{}", closest.as_ref().map(|c| format!(" (did you mean {c}?)")).unwrap_or_default())]
-    DatasetNotFound {
-        /// The name as given.
-        name: String,
-        /// The dataset whose name is closest to it, when one is close (a typo).
-        closest: Option<String>,
-    },
-    /// The dataset exists but nothing matches the revision.
-    #[error("unknown revision {revision:?}")]
-    RevisionNotFound {
-        /// The revision as given.
-        revision: String,
-    },
-    /// An id prefix that matches more than one version.
-    #[error("revision {revision:?} is ambiguous: it matches {}", candidates.join(", "))]
-    AmbiguousRevision {
-        /// The revision as given.
-        revision: String,
-        /// Short ids of the matching versions.
-        candidates: Vec<String>,
-    },
-    /// A path that does not exist inside a version.
-    #[error("{revision} has no path {path:?}")]
-    PathNotFound {
-        /// The revision searched.
-        revision: String,
-        /// The path as given.
-        path: String,
-    },
-    /// `tag` was asked to create a tag that exists.
-    #[error("tag {tag:?} already exists in dataset {dataset:?}")]
-    TagExists {
-        /// The dataset.
-        dataset: String,
-        /// The tag.
-        tag: String,
-    },
-    /// A mount point that cannot be used: missing, not a directory, already mounted.
-    #[error("cannot mount on {}: {reason}", mountpoint.display())]
-    BadMountpoint {
-        /// The mount point as given.
-        mountpoint: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// FUSE cannot be used here: no `/dev/fuse`, no `fusermount3`, or not permitted.
-    #[error("cannot mount {}: FUSE is not available: {reason}", mountpoint.display())]
-    FuseUnavailable {
-        /// The mount point as given.
-        mountpoint: PathBuf,
-        /// What is missing or refused.
-        reason: String,
-    },
-    /// A path that must be a directory is not one.
-    #[error("{} is not a directory", path.display())]
-    NotADirectory {
-        /// The path as given.
-        path: PathBuf,
-    },
-    /// A path given on the command line that does not exist.
-    #[error("{} does not exist", path.display())]
-    NoSuchPath {
-        /// The path as given.
-        path: PathBuf,
-    },
-    /// `status` on a directory the store has never committed or checked out.
-    #[error("{} is not a workspace of the store at {} (it was never committed or checked out with that store)", path.display(), store.display())]
-    NotAWorkspace {
-        /// The directory.
-        path: PathBuf,
-        /// The store's `.dsv` directory.
-        store: PathBuf,
-    },
-    /// `commit` of a directory inside another workspace that holds the same dataset: the new
-    /// version would hold only the subdirectory, replacing the whole layout of the dataset,
-    /// and the subdirectory would become a second, nested workspace (`--force` allows it).
-    #[error(
-        "{} is inside {}, a workspace of {dataset}: committing it to {dataset} would make a version holding only this subdirectory (replacing the dataset's whole layout) and a workspace nested in the other",
-        dir.display(),
-        workspace.display()
-    )]
-    InsideWorkspace {
-        /// The directory to commit.
-        dir: PathBuf,
-        /// The enclosing workspace's directory.
-        workspace: PathBuf,
-        /// The dataset both would hold.
-        dataset: String,
-    },
-    /// `init` inside the tree of another store (where commands find that store) or inside a
-    /// workspace of one: the new store would be nested in it (`--force` allows it).
-    #[error("{}", nested_store_message(dir, store, workspace.as_deref()))]
-    NestedStore {
-        /// Where the new store was to be created.
-        dir: PathBuf,
-        /// The enclosing store's `.dsv` directory.
-        store: PathBuf,
-        /// The workspace of that store holding `dir`, when that is what encloses it.
-        workspace: Option<PathBuf>,
-    },
-    /// `commit` without `--dataset` of a directory that holds no dataset's version.
-    #[error("which dataset should {} be committed to? It is not a workspace holding one", dir.display())]
-    DatasetRequired {
-        /// The directory.
-        dir: PathBuf,
-    },
-    /// A file dsv cannot version (a non-UTF-8 name, a socket, a device, a symlink escaping the tree).
-    #[error("cannot version {}: {reason}", path.display())]
-    Unsupported {
-        /// The offending path.
-        path: PathBuf,
-        /// Why it is refused.
-        reason: String,
-    },
-    /// A path inside a tree that would escape the checkout directory.
-    #[error("unsafe path {path:?} in tree {tree}: {reason}")]
-    UnsafePath {
-        /// The path as recorded.
-        path: String,
-        /// The tree that holds it.
-        tree: String,
-        /// Why it is refused.
-        reason: &'static str,
-    },
-    /// Checkout would overwrite or delete changes that were never committed.
-    #[error(
-        "checkout would overwrite {total} uncommitted change(s) in {}: {}",
-        dir.display(),
-        paths.join(", ")
-    )]
-    Conflict {
-        /// The checkout directory.
-        dir: PathBuf,
-        /// Up to ten of the paths concerned.
-        paths: Vec<String>,
-        /// How many paths in all.
-        total: usize,
-    },
-    /// A checkout needs more room than the file system of its directory has: checked before
-    /// anything is written.
-    #[error(
-        "the checkout into {} needs {} ({needed_bytes} bytes) and {needed_inodes} inodes, and its file system has {} ({free_bytes} bytes) and {free_inodes} inodes free",
-        dir.display(),
-        gibibytes(*needed_bytes),
-        gibibytes(*free_bytes)
-    )]
-    NoSpace {
-        /// The checkout directory.
-        dir: PathBuf,
-        /// Bytes the files to write take, each rounded up to whole 4 KiB blocks.
-        needed_bytes: u64,
-        /// Files, symlinks and directories to make.
-        needed_inodes: u64,
-        /// Bytes free to an unprivileged user (`statvfs`: `f_bavail` × `f_frsize`).
-        free_bytes: u64,
-        /// Inodes free to an unprivileged user (`f_favail`; a file system that reports no
-        /// inode count at all is not checked on inodes).
-        free_inodes: u64,
-    },
-    /// A partial checkout (`--shard`, `--include`, `--files-from`) into a directory that
-    /// holds a checkout or commit of its own.
-    #[error(
-        "{} is a workspace (it holds {dataset}); a partial checkout goes into a directory of its own",
-        dir.display()
-    )]
-    PartialCheckoutIntoWorkspace {
-        /// The directory.
-        dir: PathBuf,
-        /// The dataset the directory holds.
-        dataset: String,
-    },
-    /// Stored data failed a hash or format check.
-    #[error("corrupt data in {}: {detail}", path.display())]
-    Corrupt {
-        /// The pack, catalog or file concerned.
-        path: PathBuf,
-        /// What check failed.
-        detail: String,
-    },
-    /// The catalog names an object that it cannot locate.
-    #[error("object {id} ({what}) is missing from the store")]
-    MissingObject {
-        /// The object's id.
-        id: String,
-        /// "chunk", "tree", "file map" or "version".
-        what: &'static str,
-    },
-    /// An I/O error on a named path.
-    #[error("I/O error on {}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The operating system's error.
-        source: io::Error,
-    },
-    /// A broken invariant: a bug in dsv.
-    #[error("internal error: {detail}")]
-    Internal {
-        /// What was found.
-        detail: String,
-    },
-    /// An error from the SQLite catalog.
-    #[error("{}", catalog_message(.0))]
-    Catalog(#[from] rusqlite::Error),
-    /// The catalog's schema could not be brought up to date.
-    #[error("catalog migration failed")]
-    Migration(#[from] rusqlite_migration::Error),
-    /// No remote of that name.
-    #[error("unknown remote {name:?}")]
-    RemoteNotFound {
-        /// The name as given.
-        name: String,
-    },
-    /// No remote was named and the store has none to default to.
-    #[error("this store has no remote; add one with `dsv remote add origin URL`")]
-    NoRemote,
-    /// No remote was named and the store has several, none of them called `origin`.
-    #[error("this store has several remotes and none is called origin; pass --remote NAME")]
-    AmbiguousRemote {
-        /// The remotes' names.
-        names: Vec<String>,
-    },
-    /// `clone URL` without a directory, and the URL's last path element names no new
-    /// directory (`.`, `..`, nothing, `.dsv`, a `file:///` URL's scheme).
-    #[error(
-        "cannot name a directory after {:?} (its last path element is {name:?}); give one: dsv clone URL DIR",
-        crate::redact::text(url)
-    )]
-    CloneDirUnnamed {
-        /// The URL as given.
-        url: String,
-        /// Its last path element.
-        name: String,
-    },
-    /// `remote add` with a name already in use.
-    #[error("a remote named {name:?} already exists")]
-    RemoteExists {
-        /// The name.
-        name: String,
-    },
-    /// A remote URL dsv cannot use, or a setting it refuses (credentials, unknown keys).
-    #[error(
-        "invalid remote {what} {:?}: {}",
-        crate::redact::text(value),
-        crate::redact::text(reason)
-    )]
-    InvalidRemote {
-        /// "URL" or "option".
-        what: &'static str,
-        /// The URL or option key as given.
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A request to a remote failed (after the backend's retries).
-    #[error(
-        "remote {:?}: {} failed",
-        crate::redact::text(remote),
-        crate::redact::text(action)
-    )]
-    Remote {
-        /// The remote's name or URL.
-        remote: String,
-        /// What dsv was doing ("list packs/", "upload packs/….pack").
-        action: String,
-        /// The backend's error.
-        source: object_store::Error,
-    },
-    /// `push NAME@REV` of a version older than the remote's head on the same line.
-    #[error(
-        "{dataset}@{version} is behind the head of {dataset:?} on remote {remote:?}: pushing it would move that head back"
-    )]
-    PushBehind {
-        /// The remote.
-        remote: String,
-        /// The dataset.
-        dataset: String,
-        /// The pushed version (short id).
-        version: String,
-    },
-    /// A push that would drop versions from the remote, or lost a race with another writer.
-    #[error("remote {remote:?} has versions of {dataset:?} you do not have: pull first")]
-    RemoteDiverged {
-        /// The remote.
-        remote: String,
-        /// The dataset.
-        dataset: String,
-    },
-    /// `rebase`: the dataset's head and the version to rebase onto share no version, so
-    /// there is no common ancestor to compare their changes with.
-    #[error("{dataset:?} and {onto} have no version in common: there is nothing to rebase onto")]
-    NoCommonVersion {
-        /// The dataset rebased.
-        dataset: String,
-        /// The version (as named) it was to be rebased onto.
-        onto: String,
-    },
-    /// `rebase`: the dataset's head moved (another commit, pull or reset) while the rebase
-    /// was being prepared; nothing was recorded.
-    #[error("the head of {dataset:?} moved while the rebase was prepared; nothing was recorded")]
-    HeadMoved {
-        /// The dataset.
-        dataset: String,
-    },
-    /// `rm` refused: the version must be kept.
-    #[error("cannot remove version {version}: {}", Holder::describe(holders))]
-    VersionHeld {
-        /// Short id of the version.
-        version: String,
-        /// What holds it, each holder once.
-        holders: Vec<Holder>,
-    },
-    /// A path of a version that is a directory or symlink where a regular file is needed.
-    #[error("{path:?} in {revision} is {kind}, not a regular file")]
-    NotAFile {
-        /// The revision.
-        revision: String,
-        /// The path.
-        path: String,
-        /// "a directory" or "a symlink".
-        kind: &'static str,
-    },
-    /// A glob pattern that does not parse.
-    #[error("invalid pattern {pattern:?}: {reason}")]
-    InvalidPattern {
-        /// The pattern as given.
-        pattern: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A `.dsvignore` file that cannot be read whole: a line that is not UTF-8 or a rule
-    /// that does not parse. Nothing goes on with part of its rules (what it meant to leave
-    /// out could be committed).
-    #[error("cannot obey ignore file {}, line {line}: {reason}", path.display())]
-    InvalidIgnoreFile {
-        /// The ignore file.
-        path: PathBuf,
-        /// The line (from 1) that cannot be used; 0 when the file cannot be read at all.
-        line: u64,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A `--shard I/N` that does not parse or is out of range.
-    #[error("invalid shard {spec:?}: {reason}")]
-    InvalidShard {
-        /// The spec as given.
-        spec: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// `--include` patterns that match no file of the version (a typo, most often).
-    #[error("no file of {revision} matches {}", patterns.iter().map(|p| format!("--include {p:?}")).collect::<Vec<_>>().join(", "))]
-    NothingMatches {
-        /// The revision.
-        revision: String,
-        /// The patterns that match nothing.
-        patterns: Vec<String>,
-    },
-    /// Paths a manifest (`--files-from`) lists that the version does not have.
-    #[error("{} paths of the list are not files of {revision}: {}", paths.len(), paths.iter().take(5).cloned().collect::<Vec<_>>().join(", "))]
-    PathsNotFound {
-        /// The revision.
-        revision: String,
-        /// The paths (all of them).
-        paths: Vec<String>,
-    },
-    /// A byte range that starts at or past the end of a file (HTTP's 416).
-    #[error("range starts at byte {start}, but {path:?} has {size} bytes")]
-    RangeNotSatisfiable {
-        /// The file.
-        path: String,
-        /// The range's first byte.
-        start: u64,
-        /// The file's size in bytes.
-        size: u64,
-    },
-    /// A workspace holds a version that was removed since (`dsv rm`): nothing to compare with.
-    #[error("{} holds version {}, which was removed", dir.display(), &version[..12.min(version.len())])]
-    WorkspaceVersionRemoved {
-        /// The workspace directory.
-        dir: PathBuf,
-        /// The removed version's id.
-        version: String,
-    },
-    /// `rename` onto a name that already has versions.
-    #[error("dataset {name:?} already exists")]
-    DatasetExists {
-        /// The name.
-        name: String,
-    },
-    /// A remote's version holds more files than this machine can serve
-    /// ([`crate::object::servable_files`]): refused when it is fetched.
-    #[error(
-        "version {version} on the remote holds {files} files; this machine ({} of memory) serves versions of at most {limit} files (a listing takes about {} bytes an entry)",
-        gibibytes(*memory),
-        crate::object::LISTED_BYTES_PER_ENTRY
-    )]
-    VersionTooLarge {
-        /// The version id.
-        version: String,
-        /// Files it claims.
-        files: u64,
-        /// The most this machine serves.
-        limit: u64,
-        /// This machine's memory in bytes.
-        memory: u64,
-    },
-    /// The version was removed (`dsv rm`); its data may be gone.
-    #[error("version {version} was removed; its data is no longer kept")]
-    VersionRemoved {
-        /// The version id.
-        version: String,
-    },
-    /// A lock file that cannot be used.
-    #[error("invalid lock file {}: {reason}", path.display())]
-    InvalidLock {
-        /// The lock file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A lock file pins a version this store does not have and no configured remote supplies.
-    #[error("the lock pins version {version} of {dataset:?}, which this store does not have")]
-    LockedVersionUnknown {
-        /// The dataset.
-        dataset: String,
-        /// The pinned version id.
-        version: String,
-        /// The remote URLs the lock names.
-        remotes: Vec<String>,
-    },
-    /// An import source (object, prefix, URL or path) that does not exist.
-    #[error("{}: {}", crate::redact::text(url), crate::redact::text(detail))]
-    SourceNotFound {
-        /// The source's URL or path.
-        url: String,
-        /// What is missing ("no such object", "no version … of it").
-        detail: String,
-    },
-    /// `--etag` given and the object's ETag differs.
-    #[error(
-        "{} has ETag {actual}, not the {expected} the import is pinned to",
-        crate::redact::text(url)
-    )]
-    EtagMismatch {
-        /// The object's URL.
-        url: String,
-        /// The ETag asked for.
-        expected: String,
-        /// The ETag the server reports.
-        actual: String,
-    },
-    /// A source object changed between its listing and its read (`If-Match` failed).
-    #[error("{} changed while it was being imported", crate::redact::text(url))]
-    SourceChanged {
-        /// The object's URL.
-        url: String,
-    },
-    /// An import asked for something its source cannot do (a pin on a prefix, extraction of
-    /// a file that is no archive, a dataset name the source's name cannot give).
-    #[error(
-        "cannot import {}: {}",
-        crate::redact::text(source_url),
-        crate::redact::text(reason)
-    )]
-    InvalidImport {
-        /// The source as given.
-        source_url: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// An archive member that dsv refuses (a path escaping the dataset, a link pointing out).
-    #[error("{}: refused entry {member:?}: {reason}", crate::redact::text(url))]
-    UnsafeArchive {
-        /// The archive's URL.
-        url: String,
-        /// The member's name as recorded in the archive.
-        member: String,
-        /// Why it is refused.
-        reason: String,
-    },
-    /// An archive that cannot be read to its end (truncated, corrupt, not the format its
-    /// name says), or that expands beyond the configured limits (a zip bomb).
-    #[error("{}: {}", crate::redact::text(url), crate::redact::text(detail))]
-    BadArchive {
-        /// The archive's URL.
-        url: String,
-        /// What is wrong.
-        detail: String,
-    },
-    /// An HTTP(S) request of an import failed.
-    #[error("{}: {} failed", crate::redact::text(url), crate::redact::text(action))]
-    Http {
-        /// The URL.
-        url: String,
-        /// What dsv was doing.
-        action: String,
-        /// The client's error.
-        source: reqwest::Error,
-    },
-    /// `dsv update` on a dataset whose head was not made by `dsv import`.
-    #[error("the head of {dataset:?} was not imported, so it has no source to re-check")]
-    NotImported {
-        /// The dataset.
-        dataset: String,
-    },
-    /// The operation was interrupted (Ctrl-C); what was done is consistent, a re-run finishes it.
-    #[error("interrupted")]
-    Interrupted,
-    /// The AWS profile the user named (`AWS_PROFILE`) is in neither AWS file.
-    #[error("AWS profile {profile:?} is not in {}", if files.is_empty() { "any file (no HOME, AWS_CONFIG_FILE or AWS_SHARED_CREDENTIALS_FILE)".to_string() } else { files.join(" or ") })]
-    AwsProfileNotFound {
-        /// The profile's name.
-        profile: String,
-        /// The files read (the config file, then the credentials file), each marked
-        /// "(not found)" when it does not exist.
-        files: Vec<String>,
-    },
-    /// An AWS config or credentials file that is too large, not text, or does not parse.
-    #[error("cannot read the AWS profile file {}{}: {reason}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
-    AwsProfileFile {
-        /// The file.
-        path: PathBuf,
-        /// The line (from 1) where parsing failed, when it did.
-        line: Option<usize>,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The AWS profile gets its credentials in a way dsv does not support (a process, SSO,
-    /// an assumed role), and the environment gives none.
-    #[error("AWS profile {profile:?} gets its credentials by {how}, which dsv does not support")]
-    AwsProfileUnsupported {
-        /// The profile's name.
-        profile: String,
-        /// The setting that says how (`credential_process`, `sso_session`, `role_arn` …).
-        how: String,
-    },
-    /// The store's settings file (`.dsv/config.toml`) is too large or does not parse, or
-    /// holds an unknown key or a bad value.
-    #[error("invalid store settings in {}{}: {reason}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
-    InvalidConfig {
-        /// The file.
-        path: PathBuf,
-        /// The line (from 1) of the problem, when known.
-        line: Option<usize>,
-        /// What is wrong.
-        reason: String,
-    },
-    /// `dsv config` with a key that is not a setting.
-    #[error("unknown setting {key:?}; the settings are {}", known.join(", "))]
-    UnknownSetting {
-        /// The key as given.
-        key: String,
-        /// Every known key.
-        known: Vec<&'static str>,
-    },
-    /// `dsv config set` with a value the setting does not take.
-    #[error("invalid value {value:?} for {key}: {reason}")]
-    InvalidSetting {
-        /// The setting.
-        key: &'static str,
-        /// The value as given.
-        value: String,
-        /// What it takes.
-        reason: String,
-    },
-}
+impl std::error::Error for Usage {}
 
-/// What keeps a version from `dsv rm` ([`Error::VersionHeld`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Holder {
-    /// It is the head of `dataset` (only the whole dataset can be removed).
-    Head {
-        /// The dataset.
-        dataset: String,
-    },
-    /// Tags name it (`--force` drops them).
-    Tags {
-        /// The dataset.
-        dataset: String,
-        /// The tags.
-        tags: Vec<String>,
-    },
-    /// A pin (`dsv unpin`).
-    Pin {
-        /// The pin's reason.
-        reason: String,
-    },
-    /// A workspace holds it (`dsv workspace forget`).
-    Workspace {
-        /// The directory.
-        path: String,
-    },
-}
-
-impl Holder {
-    /// The words of [`Error::VersionHeld`] for `holders`: each reason, the workspaces
-    /// together, joined by `; `.
-    pub fn describe(holders: &[Holder]) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        for holder in holders {
-            match holder {
-                Holder::Head { dataset } => parts.push(format!(
-                    "it is the head of {dataset}; remove the whole dataset with `dsv rm {dataset}`"
-                )),
-                Holder::Tags { tags, .. } => parts.push(format!(
-                    "it is tagged {} (--force drops the tags)",
-                    tags.join(", ")
-                )),
-                Holder::Pin { reason } => parts.push(format!("it is pinned ({reason})")),
-                Holder::Workspace { .. } => {}
-            }
+/// The exit code of an error.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    if error.is::<Usage>() {
+        return USAGE;
+    }
+    match error.downcast_ref::<Error>().map(Error::kind) {
+        Some(ErrorKind::User) => USER,
+        Some(ErrorKind::Conflict) => CONFLICT,
+        Some(ErrorKind::Corrupt) => CORRUPT,
+        Some(ErrorKind::Io) => IO,
+        Some(ErrorKind::Interrupted) => INTERRUPTED,
+        Some(ErrorKind::Internal) => INTERNAL,
+        // An I/O error anywhere in the chain (also inside a JSON writer's error: a full
+        // disk while printing `--json`) is the operating system's refusal.
+        None if error.chain().any(|e| {
+            e.is::<std::io::Error>()
+                || e.downcast_ref::<serde_json::Error>()
+                    .is_some_and(|e| e.io_error_kind().is_some())
+        }) =>
+        {
+            IO
         }
-        let workspaces: Vec<&str> = holders
-            .iter()
-            .filter_map(|h| match h {
-                Holder::Workspace { path } => Some(path.as_str()),
-                _ => None,
-            })
-            .collect();
-        if !workspaces.is_empty() {
-            parts.push(format!(
-                "the workspace{} {} hold{} it",
-                if workspaces.len() > 1 { "s" } else { "" },
-                workspaces.join(", "),
-                if workspaces.len() > 1 { "" } else { "s" },
-            ));
-        }
-        parts.join("; ")
+        None => USER,
     }
 }
 
-impl Error {
-    /// The group this error belongs to (decides the CLI's exit code).
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            Error::Conflict { .. } | Error::PartialCheckoutIntoWorkspace { .. } => {
-                ErrorKind::Conflict
-            }
-            Error::Corrupt { .. }
-            | Error::MissingObject { .. }
-            | Error::UnsafePath { .. }
-            | Error::CatalogLost { .. } => ErrorKind::Corrupt,
-            Error::Io { .. } | Error::FuseUnavailable { .. } | Error::NoSpace { .. } => {
-                ErrorKind::Io
-            }
-            Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
-            Error::Catalog(e) if is_corrupt_sqlite(e) => ErrorKind::Corrupt,
-            Error::Migration(_) => ErrorKind::Corrupt,
-            // Anything else SQLite says (a constraint, a misuse, a row that is not there) is
-            // a query that should not have been made: a bug, not damaged data.
-            Error::Catalog(_) | Error::Internal { .. } => ErrorKind::Internal,
-            Error::Interrupted => ErrorKind::Interrupted,
-            Error::RemoteDiverged { .. } | Error::PushBehind { .. } | Error::HeadMoved { .. } => {
-                ErrorKind::Conflict
-            }
-            Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
-                ErrorKind::User
-            }
-            Error::Http { .. } => ErrorKind::Io,
-            Error::Remote { source, .. } if remote_refusal(source).is_some() => ErrorKind::User,
-            Error::Remote { source, .. } => match source {
-                object_store::Error::NotFound { .. }
-                | object_store::Error::PermissionDenied { .. }
-                | object_store::Error::Unauthenticated { .. }
-                | object_store::Error::InvalidPath { .. } => ErrorKind::User,
-                _ => ErrorKind::Io,
-            },
-            _ => ErrorKind::User,
-        }
-    }
-
-    /// Creates an [`Error::Corrupt`].
-    pub fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
-        Error::Corrupt {
-            path: path.into(),
-            detail: detail.into(),
-        }
-    }
-
-    /// True when the underlying cause is a full disk (ENOSPC or SQLite's SQLITE_FULL).
-    pub fn is_disk_full(&self) -> bool {
-        match self {
-            Error::Io { source, .. } => {
-                source.raw_os_error() == Some(28) || source.kind() == io::ErrorKind::StorageFull
-            }
-            Error::Catalog(e) => is_full_disk_sqlite(e),
-            _ => false,
-        }
+/// A short name of the error's kind for `--json` output.
+pub fn kind_name(error: &anyhow::Error) -> &'static str {
+    match exit_code(error) {
+        CONFLICT => "conflict",
+        CORRUPT => "corrupt",
+        IO => "io",
+        INTERRUPTED => "interrupted",
+        INTERNAL => "internal",
+        USAGE => "usage",
+        _ => "user",
     }
 }
 
-/// The message of [`Error::NestedStore`].
-fn nested_store_message(dir: &Path, store: &Path, workspace: Option<&Path>) -> String {
-    match workspace {
-        Some(workspace) => format!(
-            "will not create a store in {}: it is inside {}, a workspace of the store at {}",
-            dir.display(),
-            workspace.display(),
-            store.display()
-        ),
-        None => format!(
-            "will not create a store in {}: it is inside {}, the tree of the store at {} (dsv commands run there use that store)",
-            dir.display(),
-            store.parent().unwrap_or(store).display(),
-            store.display()
-        ),
-    }
-}
-
-/// Why a remote refused a request, when the reason is the user's to fix: `"missing
-/// bucket"` (the bucket or container does not exist) or `"credentials"` (authentication or
-/// permission refused). object_store reports both as generic HTTP errors carrying the
-/// service's code, so the codes are looked for in the error's text.
-pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
-    if matches!(
-        error,
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
-    ) {
-        return Some("credentials");
-    }
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
+/// The error's causes, outermost first, without the error itself. A cause whose text the
+/// previous one already contains is left out (HTTP client errors repeat their sources).
+pub fn causes(error: &anyhow::Error) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(&cause.to_string());
+        let text = cause.to_string();
+        if out.last().is_none_or(|last| !last.contains(&text)) {
+            out.push(text);
+        }
         source = cause.source();
     }
-    let has = |codes: &[&str]| codes.iter().any(|code| text.contains(code));
-    if has(&[
-        "NoSuchBucket",
-        "ContainerNotFound",
-        "The specified bucket does not exist",
-    ]) {
-        Some("missing bucket")
-    } else if has(&[
-        "403 Forbidden",
-        "401 Unauthorized",
-        "AuthorizationFailure",
-        "AuthenticationFailed",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "AccessDenied",
-    ]) {
-        Some("credentials")
-    } else {
-        None
-    }
+    out
 }
 
-/// What [`Error::Catalog`] says: a full disk by name (SQLite's own words, "database or disk
-/// is full", follow as the cause), anything else as a catalog error.
-fn catalog_message(e: &rusqlite::Error) -> &'static str {
-    match e {
-        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
-            "cannot write the catalog: the disk is full"
+/// What the user can do about the error.
+pub fn hints(error: &anyhow::Error) -> Vec<String> {
+    let Some(error) = error.downcast_ref::<Error>() else {
+        return Vec::new();
+    };
+    let hint = match error {
+        _ if error.is_disk_full() => {
+            "free some disk space and run the command again; nothing was recorded".into()
         }
-        _ if is_full_disk_sqlite(e) => "cannot write the catalog (is the disk full?)",
-        _ => "catalog error",
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidFilename => {
+            "the path is longer than the operating system allows (4096 bytes in all, 255 a name): use a directory with a shorter path".into()
+        }
+        Error::NoStore { .. } => {
+            "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
+        }
+        Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
+        Error::StoreBusy { .. } => "stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed".into(),
+        Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
+        Error::DatasetNotFound { closest: Some(closest), .. } => format!("did you mean {closest}? `dsv ls` lists the datasets"),
+        Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)".into(),
+        Error::RevisionNotFound { revision } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
+            let dataset = revision.split('@').next().unwrap_or(revision);
+            format!("the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags")
+        }
+        Error::RevisionNotFound { revision } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
+            let (remote, dataset) = revision
+                .split('@')
+                .next()
+                .and_then(|name| name.split_once('/'))
+                .unwrap_or(("origin", revision));
+            format!(
+                "`dsv fetch --remote {remote}` lists the datasets and tags {remote} has; then `dsv pull NAME --remote {remote}` (or `dsv checkout {remote}/NAME DIR`). A dataset of this store: `dsv log {dataset}`"
+            )
+        }
+        Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
+            let dataset = revision.split('@').next().unwrap_or(revision);
+            format!("`dsv log {dataset}` lists its versions and tags")
+        }
+        Error::NothingMatches { revision, .. } => format!(
+            "`dsv ls {revision}` lists its files; a pattern matches whole paths ('train/**', '*.png' only at the top level: '**/*.png' anywhere); quote it so the shell does not expand it"
+        ),
+        Error::NoSuchPath { .. } => "check the path (it is relative to the current directory)".into(),
+        Error::NotADirectory { path } if path.is_file() => format!(
+            "a directory is needed here; to version a single file, `dsv import {} -d NAME` makes a version holding it",
+            path.display()
+        ),
+        Error::NotAFile { revision, path, kind: "a directory" } => format!("`dsv ls {revision}:{path}` lists the directory"),
+        Error::DatasetExists { name } => format!("choose a name `dsv ls` does not list, or remove {name}'s versions with `dsv rm {name}` first"),
+        Error::TagExists { .. } => "choose another tag, or move this one with `dsv tag REV TAG --force`".into(),
+        Error::VersionTooLarge { .. } => {
+            "fetch it on a machine with more memory, or split the dataset into smaller versions there".into()
+        }
+        Error::NoSpace { .. } => {
+            "free space (or inodes) there, or check out into a directory on a larger file system; a partial checkout (--include, --shard) writes less".into()
+        }
+        Error::Conflict { .. } => {
+            "commit those changes first, or pass --force to overwrite them (they will be lost)"
+                .into()
+        }
+        Error::PartialCheckoutIntoWorkspace { .. } => {
+            "check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)".into()
+        }
+        Error::NotAWorkspace { .. } => {
+            "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one; `dsv workspace ls` lists this store's workspaces (--store PATH or DSV_STORE picks another store)".into()
+        }
+        Error::InsideWorkspace { dir, workspace, dataset } => format!(
+            "commit the whole workspace from its root (`dsv commit {}`, or `dsv commit` anywhere inside it), or this directory as another dataset (`dsv commit {} -d NEW-NAME`); --force commits it to {dataset} anyway",
+            workspace.display(),
+            dir.display()
+        ),
+        Error::NestedStore { store, .. } => format!(
+            "use the store at {} (run dsv there, or pass --store {}), or create the new store outside its tree; --force creates a nested store anyway (dsv commands run inside it will use the new store)",
+            store.display(),
+            store.display()
+        ),
+        Error::DatasetRequired { dir } => format!(
+            "name the dataset: `dsv commit {} -d NAME` (a new name creates the dataset)",
+            dir.display()
+        ),
+        _ if error.kind() == ErrorKind::Internal => {
+            "this is a bug in dsv, not a problem with your data: please report it with the command you ran; `dsv verify` checks the store".into()
+        }
+        Error::Corrupt { path, .. } if path.starts_with("remote ") || path.to_string_lossy().contains(":packs/") || path.to_string_lossy().contains(":refs/") => {
+            "the remote's copy is damaged or wrong, and nothing of it was kept here: fetch from another remote, or push again from a store that holds the data".into()
+        }
+        Error::Corrupt { .. } | Error::MissingObject { .. } => {
+            "run `dsv verify` to check the whole store; the data must be restored from another copy"
+                .into()
+        }
+        Error::Interrupted => "the store is consistent; run the command again to finish".into(),
+        Error::LockedVersionUnknown { remotes, .. } if !remotes.is_empty() => format!(
+            "add a remote the lock names and run again: `dsv remote add origin {}`",
+            remotes[0]
+        ),
+        Error::LockedVersionUnknown { .. } => {
+            "the lock names no remote: push the version from the store that made the lock, or use that store".into()
+        }
+        Error::VersionHeld { holders, .. } => held_hint(holders),
+        Error::InvalidIgnoreFile { .. } => "fix that line (UTF-8 text, one gitignore-style rule a line) and run the command again; dsv obeys an ignore file whole, never part of it, so nothing was recorded".into(),
+        Error::WorkspaceVersionRemoved { .. } => {
+            "check out another version into it (`dsv checkout REV DIR`), commit it as a new version, or `dsv workspace forget DIR`".into()
+        }
+        Error::VersionRemoved { .. } => {
+            "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
+        }
+        Error::FuseUnavailable { .. } => "install FUSE 3 (`apt-get install fuse3`, `dnf install fuse3`) and make sure /dev/fuse exists (in a container: `--device /dev/fuse --cap-add SYS_ADMIN`), or read the version without a mount: `dsv export REV | tar -x -C DIR` or `dsv checkout REV DIR`".into(),
+        Error::BadMountpoint { .. } => "mount on an existing, empty directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too".into(),
+        Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
+        Error::SourceChanged { .. } => "nothing was imported; run the command again to import the object as it is now".into(),
+        Error::Http { .. } => "check the URL and the network; nothing was imported, and a re-run starts again".into(),
+        Error::EtagMismatch { .. } => "the object is not the one the import was pinned to, and nothing was imported: drop --etag to take the current object, or pin an older one of a versioned bucket with --version-id".into(),
+        Error::SourceNotFound { .. } => "check the URL and, for object storage, the endpoint and credentials (AWS_ENDPOINT_URL, AWS_*, AZURE_*, GOOGLE_* environment variables); nothing was imported".into(),
+        Error::UnsafeArchive { .. } => "nothing was imported: dsv never stores a path that leaves the dataset; fix the archive at its source".into(),
+        Error::BadArchive { .. } => "nothing was imported; check the archive (`tar tvf`, `unzip -t`), or raise --max-expansion-ratio / --max-expanded-size if it is genuine".into(),
+        Error::NotImported { dataset } => format!("`dsv import SOURCE --dataset {dataset}` records a source to update from; a committed dataset changes with `dsv commit`"),
+        Error::PushBehind { dataset, remote, .. } => format!(
+            "the remote already has newer versions of {dataset} on this line; `dsv push {dataset}@VERSION --remote {remote} --force` rewinds its head (they stay in its history)"
+        ),
+        Error::HeadMoved { dataset } => format!(
+            "another command moved it meanwhile; `dsv log {dataset}` shows where it is, and running the rebase again starts from there"
+        ),
+        Error::NoCommonVersion { dataset, .. } => format!(
+            "rebase onto a version of the same line (`dsv log {dataset}` lists them); with `dsv rebase`, --dataset names the dataset to rebase"
+        ),
+        Error::RemoteDiverged { dataset, remote } => format!(
+            "`dsv pull {dataset} --rebase --remote {remote}` replays your versions onto theirs (when you changed other paths), then `dsv push` succeeds"
+        ),
+        Error::AwsProfileNotFound { profile, .. } => format!(
+            "add a [profile {profile}] section to the config file or a [{profile}] section to the credentials file (`aws configure --profile {profile}`), or unset AWS_PROFILE"
+        ),
+        Error::AwsProfileFile { .. } => "fix the file (the format is the AWS CLI's: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-files.html), or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE elsewhere".into(),
+        Error::AwsProfileUnsupported { profile, .. } => format!(
+            "export the profile's credentials into the environment: eval \"$(aws configure export-credentials --profile {profile} --format env)\""
+        ),
+        Error::InvalidConfig { .. } => "fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then".into(),
+        Error::UnknownSetting { .. } | Error::InvalidSetting { .. } => "`dsv config --help` lists the settings and the values they take".into(),
+        Error::Remote { source, .. } => match dsv::error::remote_refusal(source) {
+            Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add`".into(),
+            Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the AWS profile (AWS_PROFILE, ~/.aws/credentials), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
+            None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing".into(),
+        },
+
+        _ => return Vec::new(),
+    };
+    vec![hint]
+}
+
+/// The hint under a refused `rm`: what lets go of each holder it names.
+fn held_hint(holders: &[dsv::error::Holder]) -> String {
+    use dsv::error::Holder;
+    let mut hints: Vec<String> = Vec::new();
+    let mut add = |hint: String| {
+        if !hints.contains(&hint) {
+            hints.push(hint);
+        }
+    };
+    for holder in holders {
+        match holder {
+            Holder::Head { dataset } => add(format!(
+                "`dsv rm {dataset}` removes the whole dataset; `dsv reset {dataset} REV` first moves its head to another version"
+            )),
+            Holder::Tags { dataset, tags } => add(format!(
+                "run it again with --force to drop the tags too, or delete them first with `dsv tag -d {dataset}@{}`",
+                tags.first().map(String::as_str).unwrap_or("TAG")
+            )),
+            Holder::Pin { .. } => {
+                add("`dsv unpin REV` lifts the pin (`dsv pins` lists them)".into())
+            }
+            Holder::Workspace { .. } => add(
+                "`dsv workspace forget DIR` lets a directory go (its files are left as they are; `dsv workspace ls` lists them)".into(),
+            ),
+        }
     }
-}
-
-fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {
-    // SQLITE_IOERR_WRITE, _FSYNC and _SHMSIZE: how a full disk shows in a WAL database when
-    // SQLite itself does not call it SQLITE_FULL (https://sqlite.org/rescode.html).
-    const FULL_DISK_IO_ERRORS: [std::ffi::c_int; 3] = [778, 1034, 4874];
-    matches!(e, rusqlite::Error::SqliteFailure(f, _)
-        if f.code == rusqlite::ErrorCode::DiskFull
-            || FULL_DISK_IO_ERRORS.contains(&f.extended_code))
-}
-
-/// SQLite failures that mean the database file is damaged.
-fn is_corrupt_sqlite(e: &rusqlite::Error) -> bool {
-    use rusqlite::ErrorCode::*;
-    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, DatabaseCorrupt | NotADatabase))
-}
-
-/// SQLite failures caused by the environment (disk, permissions, other processes), not by
-/// the catalog's content.
-fn is_environment_sqlite(e: &rusqlite::Error) -> bool {
-    use rusqlite::ErrorCode::*;
-    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(
-        f.code,
-        DiskFull | CannotOpen | ReadOnly | PermissionDenied | DatabaseBusy | DatabaseLocked | SystemIoFailure
-    ))
-}
-
-/// Attaches a path to an [`io::Error`], as jj's `IoResultExt::context` does.
-pub trait IoResultExt<T> {
-    /// Converts the error into [`Error::Io`] naming `path`.
-    fn at(self, path: &Path) -> Result<T>;
-}
-
-impl<T> IoResultExt<T> for io::Result<T> {
-    fn at(self, path: &Path) -> Result<T> {
-        self.map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })
-    }
-}
-
-/// `bytes` in GiB with one decimal, for messages.
-fn gibibytes(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
-}
-
-#[cfg(test)]
-mod kind_tests {
-    use super::*;
-
-    fn sqlite(code: std::ffi::c_int) -> Error {
-        Error::Catalog(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(code),
-            None,
-        ))
-    }
-
-    #[test]
-    fn sqlite_errors_are_classed_by_cause() {
-        // A bug (a constraint, a row that is not there), never "restore your data".
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY).kind(),
-            ErrorKind::Internal
-        );
-        assert_eq!(
-            Error::Catalog(rusqlite::Error::QueryReturnedNoRows).kind(),
-            ErrorKind::Internal
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_CORRUPT).kind(),
-            ErrorKind::Corrupt
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_NOTADB).kind(),
-            ErrorKind::Corrupt
-        );
-        assert_eq!(sqlite(rusqlite::ffi::SQLITE_BUSY).kind(), ErrorKind::Io);
-        // A full disk, however SQLite words it, gets the disk-full treatment.
-        assert!(sqlite(rusqlite::ffi::SQLITE_FULL).is_disk_full());
-        assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).is_disk_full());
-        assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_FSYNC).is_disk_full());
-        assert!(!sqlite(rusqlite::ffi::SQLITE_IOERR_READ).is_disk_full());
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_FULL).to_string(),
-            "cannot write the catalog: the disk is full"
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_CORRUPT).to_string(),
-            "catalog error"
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).kind(),
-            ErrorKind::Io
-        );
-    }
+    hints.join("; ")
 }

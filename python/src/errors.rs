@@ -13,7 +13,7 @@ use pyo3::types::PyModule;
 /// The CLI's own error module (exit codes, causes, hints), compiled into the binding so a
 /// Python caller reads the very hints the CLI prints, never a copy that drifts.
 #[allow(dead_code)]
-#[path = "../../src/cli/error.rs"]
+#[path = "../../src/error.rs"]
 mod cli_error;
 
 /// The Python class (in `dsv.errors`) an error is raised as.

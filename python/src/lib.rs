@@ -10,7 +10,7 @@
 //! - Every call that touches the disk or the network releases the GIL (`Python::detach`).
 //! - Fork safety: see [`fork`]. Pickling (for `spawn` workers) carries the store's path and
 //!   the version's id, never open state.
-//! - [`run_cli`] is the `dsv` command itself ([`dsv::cli::run`], the code the `dsv` binary
+//! - [`run_cli`] is the `dsv` command itself ([`dsv_cli::run`], the code the `dsv` binary
 //!   runs): the package's `dsv` script calls it, so one build gives both.
 
 #![forbid(unsafe_code)]
@@ -61,7 +61,7 @@ fn shuffle(n: usize, key: &[u8]) -> Vec<usize> {
 /// replaces Python's): call it only from a process that runs one command.
 #[pyfunction]
 fn run_cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
-    py.detach(|| dsv::cli::run(argv))
+    py.detach(|| dsv_cli::run(argv))
 }
 
 /// Called by `os.register_at_fork(before=...)` (see `dsv/__init__.py`): waits until no fetch
@@ -101,6 +101,6 @@ fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("__build__", dsv::cli::VERSION)?;
+    m.add("__build__", dsv_cli::VERSION)?;
     Ok(())
 }

@@ -189,7 +189,7 @@ impl PyStore {
             options.message = message;
             options.tag = tag;
             options.allow_empty = allow_empty;
-            options.author = Some(author.unwrap_or_else(dsv::cli::default_author));
+            options.author = Some(author.unwrap_or_else(dsv_cli::default_author));
             options.allow_nested = force;
             Ok(commit::commit(&mut store, &dir, &options, &NoProgress)?)
         })?;

@@ -375,11 +375,9 @@ impl PyVersion {
             .raise(py)?;
         match read {
             Read::Small(bytes) => Ok(PyBytes::new(py, &bytes)),
-            Read::Large(file, start, end) => {
-                PyBytes::new_with(py, (end - start) as usize, |buf| {
-                    py.detach(|| read_exact_at(&file, start, buf)).raise(py)
-                })
-            }
+            Read::Large(file, start, end) => PyBytes::new_with(py, (end - start) as usize, |buf| {
+                py.detach(|| read_exact_at(&file, start, buf)).raise(py)
+            }),
         }
     }
 

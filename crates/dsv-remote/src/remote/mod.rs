@@ -1,0 +1,937 @@
+//! Remotes: object storage (S3, Azure Blob, GCS, a local directory) holding a store's packs and
+//! refs, reached through the `object_store` crate.
+//!
+//! Layout under the remote's URL (see `docs/format.md`, "Remote layout"):
+//!
+//! ```text
+//! packs/<pack id>.pack            a pack, byte for byte as in a local store
+//! packs/<pack id>.idx             its tail (index + trailer); written after the pack, so its
+//!                                 presence means the pack is complete
+//! refs/heads/<dataset>            "<version id>\n": the dataset's head
+//! refs/tags/<dataset>/<tag>       "<version id>\n": a tag
+//! ```
+//!
+//! Packs and indexes are content-addressed and written with create-only puts (an existing key
+//! is success). Refs move by compare-and-swap: a conditional put (`If-Match` on the ETag the
+//! writer read, or `If-None-Match: *` for a new ref), so of two writers racing, one loses and
+//! is told so. A local directory has no conditional put in `object_store`; there dsv holds an
+//! exclusive lock on `refs.lock` (in the remote's directory) around a check of the ETag and
+//! an atomic rename.
+//!
+//! Credentials come from the environment as `object_store` reads it (`AWS_*`, `AZURE_*`,
+//! `GOOGLE_*`) and, for S3, from the AWS profile files as the AWS CLI reads them (see
+//! [`aws_profile`]; only where a front end set [`aws_profile::set_source`]), never from the
+//! catalog. Transient failures (a 5xx, a reset, a stall past the request timeout) are retried
+//! by `object_store` with exponential backoff, under the policy of [`retry_config`]; a re-run
+//! of an interrupted transfer sends only what is still missing, because every object it sent
+//! is content-addressed.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{
+    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
+};
+
+pub mod aws_profile;
+
+use crate::catalog::RemoteRecord;
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+
+/// Packs of this size or more are uploaded in parts (multipart upload), several parts in
+/// flight at once, in bytes. A full pack (the ingest target is 32 MiB) goes in parts.
+pub const MULTIPART_THRESHOLD: u64 = 32 * 1024 * 1024;
+/// Size of one part of a multipart upload, in bytes (S3's minimum is 5 MiB).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// Parts of one multipart upload in flight at once.
+pub const PARTS_IN_FLIGHT: usize = 4;
+/// Default number of requests in flight.
+pub const DEFAULT_JOBS: usize = 8;
+/// The longest ref object dsv reads, in bytes (64 KiB; a ref holds 65). A longer one is
+/// refused as corrupt without being downloaded.
+pub const MAX_REF_LEN: u64 = 64 * 1024;
+
+/// A remote URL as given, with a local path (`/srv/dsv-remote`, `./remote`, `../x`: no
+/// `SCHEME://`) turned into the `file://` URL of its absolute path, as git accepts a path
+/// for a remote. Anything else is returned as it is, for [`check_url`] to judge.
+pub fn url_from_path(url: &str) -> String {
+    let looks_like_path = !url.contains("://")
+        && (url.starts_with('/')
+            || url.starts_with("./")
+            || url.starts_with("../")
+            || url == "."
+            || url == "..");
+    if !looks_like_path {
+        return url.to_string();
+    }
+    let absolute = std::path::absolute(url).unwrap_or_else(|_| std::path::PathBuf::from(url));
+    // Lexically without `.` and `..`, so the URL names the directory plainly.
+    let mut clean = std::path::PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                clean.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => clean.push(other),
+        }
+    }
+    format!("file://{}", clean.display())
+}
+
+pub use crate::remote_url::{check_options, check_url};
+
+/// True when `text` is (or holds) a URL with a user name or password:
+/// `scheme://user:password@host/…`.
+pub fn has_userinfo(text: &str) -> bool {
+    crate::redact::has_userinfo(text)
+}
+
+/// The remote options dsv reads itself rather than give to `object_store`, which has no
+/// configuration key for its retry policy: `max_retries` (a count, 0 for none) and
+/// `retry_timeout` (a duration such as `30s`, `500ms` or `2m`: no retry starts after it,
+/// counted from a request's first try). See [`retry_config`].
+pub const RETRY_OPTIONS: [&str; 2] = ["max_retries", "retry_timeout"];
+
+/// How many times a failed request is retried unless the remote's `max_retries` option says
+/// otherwise: `object_store`'s default.
+pub const DEFAULT_MAX_RETRIES: usize = 10;
+
+/// How long after a request's first try a retry may still start, unless the remote's
+/// `retry_timeout` option says otherwise: `object_store`'s default, 3 minutes.
+pub const DEFAULT_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// The retry policy of a cloud remote. `object_store` retries a request that failed with a
+/// connection error or reset, a 5xx, 429 or 408 status, or (for reads) a timeout, waiting
+/// with exponential backoff and jitter (100 ms doubling up to 15 s); a GET whose body stops
+/// part-way (a reset, a close before the declared length, a stall past the request
+/// `timeout`) is resumed with a ranged GET of the rest, under the same count. Everything a
+/// backoff waits for is bounded by [`DEFAULT_MAX_RETRIES`] and [`DEFAULT_RETRY_TIMEOUT`],
+/// or the `max_retries` and `retry_timeout` options. How long one try may take is
+/// `object_store`'s `timeout` option (30 s by default, from the connection to the body's
+/// last byte) and `connect_timeout` (5 s); `read_timeout` (none by default) bounds a stall
+/// between two reads.
+///
+/// # Errors
+/// [`Error::InvalidRemote`] naming the option whose value does not parse.
+pub fn retry_config(options: &BTreeMap<String, String>) -> Result<object_store::RetryConfig> {
+    let invalid = |key: &str, reason: &str| Error::InvalidRemote {
+        what: "option",
+        value: key.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut retry = object_store::RetryConfig {
+        max_retries: DEFAULT_MAX_RETRIES,
+        retry_timeout: DEFAULT_RETRY_TIMEOUT,
+        ..Default::default()
+    };
+    if let Some(value) = options.get("max_retries") {
+        retry.max_retries = value
+            .trim()
+            .parse()
+            .map_err(|_| invalid("max_retries", "expected a count of retries, 0 or more"))?;
+    }
+    if let Some(value) = options.get("retry_timeout") {
+        retry.retry_timeout = parse_duration(value).ok_or_else(|| {
+            invalid(
+                "retry_timeout",
+                "expected a duration with its unit: 500ms, 30s, 2m, 1h",
+            )
+        })?;
+    }
+    Ok(retry)
+}
+
+/// A duration as `500ms`, `30s`, `1.5s`, `2m` or `1h` (one number, one unit).
+fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" | "sec" | "secs" => number,
+        "m" | "min" | "mins" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    std::time::Duration::try_from_secs_f64(seconds).ok()
+}
+
+/// Builds the `object_store` backend of a cloud URL (`s3://`, `s3a://`, `gs://`, `az://`,
+/// `abfs://`, `abfss://`) with settings from the environment (`AWS_*`, `AZURE_*`,
+/// `GOOGLE_*`), for S3 the AWS profile below them ([`aws_profile`]), and `options`
+/// (object_store configuration keys, and dsv's [`RETRY_OPTIONS`]) above all; returns it
+/// with the URL's path below the bucket ("" for none). The backend addresses the whole
+/// bucket, and retries as [`retry_config`] says.
+///
+/// # Errors
+/// [`Error::InvalidRemote`] for a URL or option the backend rejects (or a retry option
+/// whose value does not parse); the errors of
+/// [`aws_profile::AwsProfileSource::load`]; [`Error::AwsProfileUnsupported`] when the
+/// profile's credentials are of a kind dsv cannot use and the environment gives none.
+pub fn cloud_backend(
+    url: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let invalid = |e: object_store::Error| Error::InvalidRemote {
+        what: "URL",
+        value: url.to_string(),
+        reason: e.to_string(),
+    };
+    // Credentials come from the environment, never from the URL (nor are they recorded
+    // with it: an import records its source's URL).
+    if let Some(what) = crate::redact::credentials_in(url) {
+        return Err(Error::InvalidRemote {
+            what: "URL",
+            value: url.to_string(),
+            reason: format!(
+                "{what}; set credentials in the environment (AWS_*, AZURE_*, GOOGLE_*) or a profile"
+            ),
+        });
+    }
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let retry = retry_config(options)?;
+    // The rest are object_store's keys, given to the builder as they are.
+    let options: BTreeMap<String, String> = options
+        .iter()
+        .filter(|(key, _)| !RETRY_OPTIONS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let store: Arc<dyn ObjectStore> = match scheme {
+        "s3" | "s3a" => {
+            let mut builder = object_store::aws::AmazonS3Builder::from_env();
+            if let Some(source) = aws_profile::source() {
+                let profile = source.load()?;
+                builder = aws_profile::apply_below_environment(builder, &profile);
+                // A profile (named, or the implicit default) that gets its credentials in a
+                // way dsv cannot use is refused, unless the environment gives credentials:
+                // falling back to what object_store finds itself (instance metadata) would
+                // sign as another identity than the one the profile names.
+                // Whole credentials only: a key id without its secret signs nothing.
+                let set = |key| builder.get_config_value(&key).is_some();
+                let env_credentials = (set(object_store::aws::AmazonS3ConfigKey::AccessKeyId)
+                    && set(object_store::aws::AmazonS3ConfigKey::SecretAccessKey))
+                    || set(object_store::aws::AmazonS3ConfigKey::RoleArn);
+                if let Some(how) = profile.unsupported
+                    && !env_credentials
+                {
+                    return Err(Error::AwsProfileUnsupported {
+                        profile: profile.name,
+                        how,
+                    });
+                }
+            }
+            builder = builder
+                .with_url(url)
+                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+                .with_retry(retry);
+            for (key, value) in &options {
+                builder = builder.with_config(key.parse().map_err(invalid)?, value);
+            }
+            Arc::new(builder.build().map_err(invalid)?)
+        }
+        "az" | "abfs" | "abfss" => {
+            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry);
+            for (key, value) in &options {
+                builder = builder.with_config(key.parse().map_err(invalid)?, value);
+            }
+            Arc::new(builder.build().map_err(invalid)?)
+        }
+        "gs" => {
+            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry);
+            for (key, value) in &options {
+                builder = builder.with_config(key.parse().map_err(invalid)?, value);
+            }
+            Arc::new(builder.build().map_err(invalid)?)
+        }
+        _ => {
+            return Err(Error::InvalidRemote {
+                what: "URL",
+                value: url.to_string(),
+                reason: "not an object storage URL (s3://, gs://, az://)".into(),
+            });
+        }
+    };
+    Ok((store, path_part(rest)))
+}
+
+/// A remote ref's identity as the backend reports it: enough to ask "has it changed?" with
+/// one HEAD request and to move it with a conditional put.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RefState {
+    /// The ETag (RFC 9110 entity tag).
+    pub etag: Option<String>,
+    /// The object version id, when the backend has versions.
+    pub version: Option<String>,
+    /// Last-Modified, Unix seconds.
+    pub last_modified: i64,
+}
+
+/// One ref found on a remote: which dataset, head or tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefName {
+    /// The dataset.
+    pub dataset: String,
+    /// The tag; `None` for the head.
+    pub tag: Option<String>,
+}
+
+impl RefName {
+    /// The ref's key under the remote's prefix.
+    pub fn key(&self) -> Path {
+        match &self.tag {
+            None => Path::from(format!("refs/heads/{}", self.dataset)),
+            Some(tag) => Path::from(format!("refs/tags/{}/{tag}", self.dataset)),
+        }
+    }
+}
+
+/// An open remote: the backend, a runtime to drive it, and request counters.
+pub struct Remote {
+    name: String,
+    store: Arc<dyn ObjectStore>,
+    /// For file:// remotes: the directory (refs are swapped under a lock file there).
+    local_root: Option<PathBuf>,
+    runtime: crate::runtime::Runtime,
+    requests: AtomicU64,
+}
+
+/// Pack key.
+pub fn pack_key(id: &ObjectId) -> Path {
+    Path::from(format!("packs/{id}.pack"))
+}
+
+/// Pack tail (index) key.
+pub fn index_key(id: &ObjectId) -> Path {
+    Path::from(format!("packs/{id}.idx"))
+}
+
+impl Remote {
+    /// Opens `record`'s backend. Nothing is requested yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRemote`] for a URL or option the backend rejects; [`Error::Io`] when
+    /// the local directory of a file:// remote cannot be created.
+    pub fn open(record: &RemoteRecord) -> Result<Remote> {
+        check_url(&record.url)?;
+        let invalid = |e: object_store::Error| Error::InvalidRemote {
+            what: "URL",
+            value: record.url.clone(),
+            reason: e.to_string(),
+        };
+        let (scheme, rest) = record.url.split_once("://").expect("checked");
+        let mut local_root = None;
+        let (store, prefix): (Arc<dyn ObjectStore>, String) = if scheme == "file" {
+            let root = PathBuf::from(rest);
+            std::fs::create_dir_all(&root).at(&root)?;
+            let local =
+                object_store::local::LocalFileSystem::new_with_prefix(&root).map_err(invalid)?;
+            local_root = Some(root);
+            (Arc::new(local), String::new())
+        } else {
+            cloud_backend(&record.url, &record.options)?
+        };
+        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+            store
+        } else {
+            Arc::new(object_store::prefix::PrefixStore::new(
+                store,
+                Path::from(prefix.as_str()),
+            ))
+        };
+        let runtime = crate::runtime::shared()?;
+        Ok(Remote {
+            name: record.name.clone(),
+            store,
+            local_root,
+            runtime,
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    /// The remote's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests made so far (each LIST page, GET, HEAD, PUT and multipart part counts one).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: u64) {
+        self.requests.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn fail(&self, action: impl Into<String>) -> impl FnOnce(object_store::Error) -> Error {
+        let remote = self.name.clone();
+        let action = action.into();
+        move |source| Error::Remote {
+            remote,
+            action,
+            source,
+        }
+    }
+
+    /// Lists the complete packs (those whose `.idx` exists): id and pack size in bytes.
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn list_packs(&self) -> Result<Vec<(ObjectId, u64)>> {
+        let listed: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(self.store.list(Some(&Path::from("packs"))).try_collect())
+            .map_err(self.fail("list packs/"))?;
+        self.count(1 + listed.len() as u64 / 1000);
+        let mut sizes = BTreeMap::new();
+        let mut indexed = std::collections::HashSet::new();
+        for meta in listed {
+            let Some(name) = meta.location.filename() else {
+                continue;
+            };
+            if let Some(hex) = name.strip_suffix(".pack")
+                && let Ok(id) = hex.parse::<ObjectId>()
+            {
+                sizes.insert(id, meta.size);
+            } else if let Some(hex) = name.strip_suffix(".idx")
+                && let Ok(id) = hex.parse::<ObjectId>()
+            {
+                indexed.insert(id);
+            }
+        }
+        Ok(sizes
+            .into_iter()
+            .filter(|(id, _)| indexed.contains(id))
+            .collect())
+    }
+
+    /// Downloads a whole object of at most `limit` bytes.
+    ///
+    /// # Errors
+    /// [`Error::Remote`] (`NotFound` when absent); [`Error::Corrupt`] when the object is
+    /// larger than `limit` (nothing past the limit is read).
+    pub fn get(&self, key: &Path, limit: u64) -> Result<Bytes> {
+        self.count(1);
+        self.runtime
+            .block_on(self.get_bounded(key, limit))
+            .map(|(bytes, _)| bytes)
+    }
+
+    /// Downloads whole objects, each at most its limit in bytes, `jobs` requests at a time;
+    /// results in the order of `keys`.
+    ///
+    /// # Errors
+    /// As [`Remote::get`].
+    pub fn get_many(&self, keys: Vec<(Path, u64)>, jobs: usize) -> Result<Vec<Bytes>> {
+        self.count(keys.len() as u64);
+        self.runtime.block_on(
+            futures::stream::iter(keys.into_iter().map(|(key, limit)| async move {
+                self.get_bounded(&key, limit).await.map(|(bytes, _)| bytes)
+            }))
+            .buffered(crate::parallel::clamp_jobs(jobs))
+            .try_collect(),
+        )
+    }
+
+    /// GETs `key`, refusing it as corrupt when the backend reports more than `limit` bytes
+    /// or sends more (the body is streamed and dropped past the limit), so a hostile remote
+    /// cannot make dsv allocate more than `limit`.
+    async fn get_bounded(
+        &self,
+        key: &Path,
+        limit: u64,
+    ) -> Result<(Bytes, object_store::ObjectMeta)> {
+        let too_large = |size: u64| {
+            Error::corrupt(
+                format!("{}:{key}", self.name),
+                format!(
+                    "the object is {size} bytes or more, larger than the {limit} bytes it may be"
+                ),
+            )
+        };
+        let got = self
+            .store
+            .get(key)
+            .await
+            .map_err(self.fail(format!("download {key}")))?;
+        let meta = got.meta.clone();
+        if meta.size > limit {
+            return Err(too_large(meta.size));
+        }
+        let mut body = Vec::with_capacity(meta.size as usize);
+        let mut stream = got.into_stream();
+        while let Some(piece) = stream.next().await {
+            let piece = piece.map_err(self.fail(format!("download {key}")))?;
+            if (body.len() + piece.len()) as u64 > limit {
+                return Err(too_large((body.len() + piece.len()) as u64));
+            }
+            body.extend_from_slice(&piece);
+        }
+        Ok((Bytes::from(body), meta))
+    }
+
+    /// Downloads byte ranges of packs, `jobs` requests at a time. Each response goes through
+    /// `check` on tokio's blocking pool (so checks run on every core while other requests
+    /// are in flight), and each checked result to `each` on the calling thread, as results
+    /// arrive. An error from either stops the rest.
+    ///
+    /// # Errors
+    /// [`Error::Remote`], [`Error::Corrupt`] for a short response, or the first error of
+    /// `check` or `each`.
+    pub fn get_ranges<T: Send + 'static>(
+        &self,
+        ranges: Vec<(ObjectId, Range<u64>)>,
+        jobs: usize,
+        check: Arc<dyn Fn(ObjectId, Range<u64>, Bytes) -> Result<T> + Send + Sync>,
+        mut each: impl FnMut(T) -> Result<()> + Send,
+    ) -> Result<()> {
+        self.count(ranges.len() as u64);
+        self.runtime.block_on(async {
+            let mut stream = futures::stream::iter(ranges.into_iter().map(|(pack, range)| {
+                let store = Arc::clone(&self.store);
+                let check = Arc::clone(&check);
+                async move {
+                    let key = pack_key(&pack);
+                    let bytes = store
+                        .get_range(&key, range.clone())
+                        .await
+                        .map_err(self.fail(format!("download {key} bytes {range:?}")))?;
+                    if bytes.len() as u64 != range.end - range.start {
+                        return Err(Error::corrupt(
+                            format!("{}:{key}", self.name),
+                            "the remote returned fewer bytes than asked",
+                        ));
+                    }
+                    tokio::task::spawn_blocking(move || check(pack, range, bytes))
+                        .await
+                        .expect("a download check does not panic")
+                }
+            }))
+            .buffer_unordered(crate::parallel::clamp_jobs(jobs));
+            while let Some(result) = stream.next().await {
+                crate::interrupt::check()?;
+                each(result?)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Uploads local packs (with their `.idx`), `jobs` at a time; calls `done(bytes)` after
+    /// each. A pack already on the remote is success.
+    ///
+    /// # Errors
+    /// [`Error::Remote`]; [`Error::Io`] reading a local pack.
+    pub fn put_packs(
+        &self,
+        packs: Vec<(ObjectId, PathBuf)>,
+        jobs: usize,
+        done: &(dyn Fn(u64) + Sync),
+    ) -> Result<()> {
+        self.runtime.block_on(async {
+            let mut stream =
+                futures::stream::iter(packs.into_iter().map(|(id, path)| async move {
+                    let size = self.put_pack(&id, &path).await?;
+                    crate::interrupt::check()?;
+                    Ok::<_, Error>(size)
+                }))
+                .buffer_unordered(crate::parallel::clamp_jobs(jobs));
+            while let Some(size) = stream.next().await {
+                done(size?);
+            }
+            Ok(())
+        })
+    }
+
+    async fn put_pack(&self, id: &ObjectId, path: &FsPath) -> Result<u64> {
+        let tail = crate::pack::reader::read_tail(path)?;
+        let size = std::fs::metadata(path).at(path)?.len();
+        let key = pack_key(id);
+        if size >= MULTIPART_THRESHOLD {
+            // Multipart uploads cannot be create-only; the content is addressed by its hash,
+            // so overwriting an identical copy is harmless.
+            let upload = self
+                .store
+                .put_multipart(&key)
+                .await
+                .map_err(self.fail(format!("start upload of {key}")))?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+            let mut file = std::fs::File::open(path).at(path)?;
+            let mut buffer = vec![0u8; PART_SIZE];
+            loop {
+                let n = std::io::Read::read(&mut file, &mut buffer).at(path)?;
+                if n == 0 {
+                    break;
+                }
+                writer
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(self.fail(format!("upload {key}")))?;
+                writer.write(&buffer[..n]);
+                self.count(1);
+            }
+            writer
+                .finish()
+                .await
+                .map_err(self.fail(format!("finish upload of {key}")))?;
+            self.count(2);
+        } else {
+            let bytes = std::fs::read(path).at(path)?;
+            self.put_create(&key, Bytes::from(bytes)).await?;
+        }
+        self.put_create(&index_key(id), Bytes::from(tail)).await?;
+        Ok(size)
+    }
+
+    /// A create-only put: an existing object is success (keys are content-addressed).
+    async fn put_create(&self, key: &Path, bytes: Bytes) -> Result<()> {
+        self.count(1);
+        let options = PutOptions::from(PutMode::Create);
+        match self
+            .store
+            .put_opts(key, PutPayload::from_bytes(bytes), options)
+            .await
+        {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(self.fail(format!("upload {key}"))(e)),
+        }
+    }
+
+    /// Lists every ref on the remote with its state.
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn list_refs(&self) -> Result<Vec<(RefName, RefState)>> {
+        let listed: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(self.store.list(Some(&Path::from("refs"))).try_collect())
+            .map_err(self.fail("list refs/"))?;
+        self.count(1 + listed.len() as u64 / 1000);
+        let mut refs = Vec::new();
+        for meta in listed {
+            if let Some(name) = parse_ref_key(meta.location.as_ref()) {
+                refs.push((name, state_of(&meta)));
+            }
+        }
+        Ok(refs)
+    }
+
+    /// Reads a ref: the version it names and its state, or `None` when absent.
+    ///
+    /// # Errors
+    /// [`Error::Remote`]; [`Error::Corrupt`] when the ref does not hold a version id or is
+    /// longer than [`MAX_REF_LEN`] bytes (it is not downloaded then).
+    pub fn get_ref(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
+        let key = name.key();
+        self.count(1);
+        let (bytes, state) = match self.runtime.block_on(self.get_bounded(&key, MAX_REF_LEN)) {
+            Ok((bytes, meta)) => (bytes, state_of(&meta)),
+            Err(Error::Remote {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let id = decode_ref(&bytes).ok_or_else(|| {
+            Error::corrupt(
+                format!("{}:{key}", self.name),
+                "a ref must hold one version id",
+            )
+        })?;
+        Ok(Some((id, state)))
+    }
+
+    /// Asks for a ref's state (one HEAD request), `None` when absent.
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn head_ref(&self, name: &RefName) -> Result<Option<RefState>> {
+        let key = name.key();
+        self.count(1);
+        match self.runtime.block_on(self.store.head(&key)) {
+            Ok(meta) => Ok(Some(state_of(&meta))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.fail(format!("check {key}"))(e)),
+        }
+    }
+
+    /// Moves ref `name` to `id` if it is still as `expected` (`None`: it must not exist).
+    /// Returns the new state.
+    ///
+    /// # Errors
+    /// [`Error::RemoteDiverged`] when another writer changed it first; [`Error::Remote`].
+    pub fn update_ref(
+        &self,
+        name: &RefName,
+        id: &ObjectId,
+        expected: Option<&RefState>,
+    ) -> Result<RefState> {
+        let key = name.key();
+        let payload = PutPayload::from(format!("{id}\n"));
+        let lost = || Error::RemoteDiverged {
+            remote: self.name.clone(),
+            dataset: name.dataset.clone(),
+        };
+        self.count(1);
+        if let Some(root) = &self.local_root {
+            // No conditional put on a local directory: compare and rename under a lock.
+            let lock_path = root.join("refs.lock");
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .at(&lock_path)?;
+            lock.lock().at(&lock_path)?;
+            let current = self.head_ref(name)?;
+            if current.as_ref().map(|s| &s.etag) != expected.map(|s| &s.etag) {
+                return Err(lost());
+            }
+            self.runtime
+                .block_on(self.store.put(&key, payload))
+                .map_err(self.fail(format!("write {key}")))?;
+            return self.head_ref(name)?.ok_or_else(lost);
+        }
+        let mode = match expected {
+            None => PutMode::Create,
+            Some(state) => PutMode::Update(UpdateVersion {
+                e_tag: state.etag.clone(),
+                version: state.version.clone(),
+            }),
+        };
+        match self
+            .runtime
+            .block_on(self.store.put_opts(&key, payload, PutOptions::from(mode)))
+        {
+            Ok(_) => self.head_ref(name)?.ok_or_else(lost),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Err(lost()),
+            Err(e) => Err(self.fail(format!("write {key}"))(e)),
+        }
+    }
+
+    /// Overwrites ref `name` unconditionally (`push --force`).
+    ///
+    /// # Errors
+    /// [`Error::Remote`].
+    pub fn force_ref(&self, name: &RefName, id: &ObjectId) -> Result<RefState> {
+        let key = name.key();
+        self.count(2);
+        self.runtime
+            .block_on(self.store.put(&key, PutPayload::from(format!("{id}\n"))))
+            .map_err(self.fail(format!("write {key}")))?;
+        self.head_ref(name)?.ok_or_else(|| Error::RemoteDiverged {
+            remote: self.name.clone(),
+            dataset: name.dataset.clone(),
+        })
+    }
+}
+
+/// Reads a ref's bytes (`"<version id>\n"`, as [`Remote::update_ref`] writes them): the
+/// version id, or `None` when they do not hold exactly one id (surrounding whitespace is
+/// ignored). Public so the decoding of bytes from a remote can be fuzzed.
+pub fn decode_ref(bytes: &[u8]) -> Option<ObjectId> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.trim().parse::<ObjectId>().ok())
+}
+
+/// Parses a listed key (`refs/heads/<dataset>` or `refs/tags/<dataset>/<tag>`, the inverse of
+/// [`RefName::key`]); `None` for any other key, or a dataset or tag name dsv would refuse,
+/// which [`Remote::list_refs`] skips. Public so it can be fuzzed.
+pub fn parse_ref_key(key: &str) -> Option<RefName> {
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        ["refs", "heads", dataset] => RefName {
+            dataset: dataset.to_string(),
+            tag: None,
+        },
+        ["refs", "tags", dataset, tag] => RefName {
+            dataset: dataset.to_string(),
+            tag: Some(tag.to_string()),
+        },
+        _ => return None,
+    };
+    if crate::revision::check_name("dataset", &name.dataset).is_err()
+        || name
+            .tag
+            .as_deref()
+            .is_some_and(|t| crate::revision::check_name("tag", t).is_err())
+    {
+        return None;
+    }
+    Some(name)
+}
+
+fn state_of(meta: &object_store::ObjectMeta) -> RefState {
+    RefState {
+        etag: meta.e_tag.clone(),
+        version: meta.version.clone(),
+        last_modified: meta.last_modified.timestamp(),
+    }
+}
+
+/// The path part of `bucket/prefix/…`: `prefix/…` without surrounding slashes.
+fn path_part(rest: &str) -> String {
+    rest.split_once('/')
+        .map(|(_, path)| path.trim_matches('/').to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_refused_under_every_alias_object_store_accepts() {
+        let refused = |key: &str, value: &str| {
+            check_options(&BTreeMap::from([(key.to_string(), value.to_string())])).is_err()
+        };
+        for key in [
+            "aws_secret_access_key",
+            "secret_access_key",
+            "AWS_SECRET_ACCESS_KEY",
+            "aws_access_key_id",
+            "aws_session_token",
+            "aws_token",
+            "token",
+            "aws_sse_customer_key_base64",
+            "sse_customer_key_base64",
+            "master_key",
+            "azure_storage_master_key",
+            "azure_storage_account_key",
+            "account_key",
+            "access_key",
+            "azure_storage_sas_key",
+            "sas_token",
+            "azure_client_secret",
+            "client_secret",
+            "bearer_token",
+            "azure_storage_token",
+            "azure_fabric_session_token",
+            "azure_storage_encryption_key",
+            "google_service_account_key",
+            "service_account_key",
+            "google_bearer_token",
+        ] {
+            assert!(refused(key, "x"), "{key} accepted");
+        }
+        for key in [
+            "aws_region",
+            "region",
+            "aws_endpoint",
+            "azure_storage_account_name",
+            "azure_client_id",
+            "google_service_account",
+            "aws_allow_http",
+            "allow_http",
+            "proxy_url",
+            "aws_sse_kms_key_id",
+        ] {
+            assert!(!refused(key, "http://host:1234"), "{key} refused");
+        }
+        for key in ["aws_endpoint", "proxy_url", "aws_proxy_url", "endpoint"] {
+            assert!(refused(key, "http://user:password@host:1234"), "{key}");
+            assert!(refused(key, "https://user@host/"), "{key}");
+        }
+        assert!(!refused("aws_endpoint", "http://host/path@x"));
+        assert!(check_url("s3://user:password@bucket/x").is_err());
+        assert!(check_url("file://user@/tmp/x").is_err());
+    }
+
+    #[test]
+    fn retry_options_are_read_by_dsv_and_checked() {
+        let options = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let default = retry_config(&BTreeMap::new()).unwrap();
+        assert_eq!(default.max_retries, DEFAULT_MAX_RETRIES);
+        assert_eq!(default.retry_timeout, DEFAULT_RETRY_TIMEOUT);
+        let set =
+            retry_config(&options(&[("max_retries", "2"), ("retry_timeout", "1.5s")])).unwrap();
+        assert_eq!(set.max_retries, 2);
+        assert_eq!(set.retry_timeout, std::time::Duration::from_millis(1500));
+        for (text, millis) in [
+            ("500ms", 500),
+            ("30s", 30_000),
+            ("2m", 120_000),
+            ("1h", 3_600_000),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Some(std::time::Duration::from_millis(millis))
+            );
+        }
+        for bad in ["", "30", "s", "-1s", "1d", "1.2.3s", "inf s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        for (key, value) in [
+            ("max_retries", "many"),
+            ("max_retries", "-1"),
+            ("retry_timeout", "30"),
+        ] {
+            let error = retry_config(&options(&[(key, value)])).unwrap_err();
+            assert!(
+                matches!(&error, Error::InvalidRemote { what: "option", value, .. } if value == key),
+                "{error}"
+            );
+            // A remote is refused when it is added, as for any option the backend rejects.
+            assert!(cloud_backend("s3://bucket/prefix", &options(&[(key, value)])).is_err());
+        }
+        // Given to object_store, these keys would be unknown ones.
+        cloud_backend(
+            "s3://bucket/prefix",
+            &options(&[
+                ("max_retries", "0"),
+                ("retry_timeout", "10s"),
+                ("timeout", "5s"),
+            ]),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn urls_and_options_are_checked() {
+        for good in [
+            "s3://bucket",
+            "s3://bucket/a/b",
+            "az://c/p",
+            "gs://b",
+            "file:///tmp/x",
+        ] {
+            check_url(good).unwrap();
+        }
+        for bad in [
+            "bucket",
+            "s3://",
+            "http://x/y",
+            "file://relative",
+            "ftp://h/p",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad} accepted");
+        }
+        let mut options = BTreeMap::new();
+        options.insert("aws_region".to_string(), "eu-west-1".to_string());
+        check_options(&options).unwrap();
+        options.insert("aws_secret_access_key".to_string(), "x".to_string());
+        assert!(check_options(&options).is_err());
+        assert_eq!(path_part("bucket/a/b/"), "a/b");
+        assert_eq!(path_part("bucket"), "");
+    }
+}

@@ -1,0 +1,452 @@
+//! `repair`: rebuild a lost or damaged catalog from what the store holds on disk — the packs
+//! (every chunk, file map, tree, version and provenance, indexed by each pack's own footer)
+//! and the ref log (every head, tag, remote, pin and removal; see [`crate::reflog`]).
+//!
+//! The old catalog, when there is one, is kept aside as `catalog.db.before-repair-<time>`,
+//! and the old ref log as `reflog.before-repair-<time>`; nothing is deleted. What is not
+//! rebuilt: workspace records and their stat caches (the next `status` or `commit` hashes
+//! the files again) and what the store knew of its remotes' contents (`dsv fetch` reads it
+//! again).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{Catalog, unix_now};
+use crate::error::{Error, IoResultExt, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::writer::SealedPack;
+use crate::progress::{Progress, Unit};
+use crate::reflog::{self, RefLogEntry};
+use crate::store::{STORE_DIR, Store, StoreLock};
+
+/// What `repair` rebuilt.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RepairReport {
+    /// The `.dsv` directory repaired.
+    pub store: PathBuf,
+    /// Where the old catalog was moved, when there was one.
+    pub old_catalog: Option<PathBuf>,
+    /// Where the old ref log was copied.
+    pub old_ref_log: Option<PathBuf>,
+    /// Packs indexed.
+    pub packs: u64,
+    /// Pack files that failed their check (bytes not matching their name, a bad index):
+    /// left in place, not indexed.
+    pub damaged_packs: Vec<String>,
+    /// Objects indexed.
+    pub objects: u64,
+    /// Versions found in the packs.
+    pub versions: u64,
+    /// Datasets with a head after the repair.
+    pub heads: u64,
+    /// Tags restored.
+    pub tags: u64,
+    /// Remotes restored.
+    pub remotes: u64,
+    /// Pins restored.
+    pub pins: u64,
+    /// Removals restored.
+    pub removed: u64,
+    /// Where the names came from: `"ref log"`, or `"catalog"` when the old catalog could
+    /// still be read and the ref log did not hold every line it applied (missing, cut short,
+    /// or a damaged line).
+    pub names_from: &'static str,
+    /// Ref log entries read.
+    pub ref_log_entries: u64,
+    /// Heads moved forward and tags added from lines an earlier change set aside
+    /// (`reflog.unapplied`).
+    pub set_aside_restored: u64,
+    /// Ref log lines that did not parse (a line torn by a crash), by number.
+    pub ref_log_bad_lines: Vec<usize>,
+    /// Ref log lines (of `reflog`, `reflog.unapplied`, or rows of the old catalog when the
+    /// names came from it) naming what their command would refuse: a dataset or tag name
+    /// `commit` or `tag` would not take, a remote `remote add` would not add (`http://`, a
+    /// password in the URL, a credential among its options). Never restored.
+    pub ref_log_refused_lines: Vec<RefusedName>,
+    /// Versions the ref log names that no pack holds (their names could not be restored).
+    pub missing_versions: Vec<String>,
+}
+
+/// A name repair did not restore because its command would refuse it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RefusedName {
+    /// Where it was: `"reflog"`, `"reflog.unapplied"` or `"catalog"`.
+    pub file: &'static str,
+    /// Its 1-based line number in that file (null for the catalog).
+    pub line: Option<usize>,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// Rebuilds the catalog of the store whose `.dsv` directory is `root` from its packs and
+/// its ref log, then writes the ref log afresh from the result. Takes the store's locks, so
+/// no other dsv process works on the store meanwhile.
+///
+/// # Errors
+/// [`Error::NotADirectory`] when `root` is not a store directory; [`Error::Io`];
+/// [`Error::Catalog`]. Damaged packs and ref log lines are reported, not errors.
+pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
+    if !root.join("packs").is_dir() {
+        return Err(Error::NotADirectory {
+            path: root.join("packs"),
+        });
+    }
+    // No other process may have the store open: the catalog file is replaced.
+    let _open = StoreLock::try_take_exclusive(&root.join("open.lock"))?.ok_or_else(|| {
+        Error::StoreBusy {
+            path: root.to_path_buf(),
+        }
+    })?;
+    let _store_lock = StoreLock::take_with(&root.join("lock"), false)?;
+    let _data_lock = StoreLock::take_with(&root.join("data.lock"), false)?;
+    let mut report = RepairReport {
+        store: root.to_path_buf(),
+        ..RepairReport::default()
+    };
+    let catalog_path = root.join("catalog.db");
+    // 1. The names, read before anything moves: from the ref log when it holds, intact, every
+    // line the old catalog (if it can still be read) applied (then its later lines, from a
+    // catalog restored from an older copy, count too); else from that catalog.
+    let log_path = root.join(reflog::FILE_NAME);
+    let log = reflog::read(&log_path, None)?;
+    report.ref_log_bad_lines = log.bad_lines.clone();
+    // Every line is checked as its command checks its input: a forged line is reported and
+    // skipped, never restored (the rest of the names still are; the log is kept aside whole).
+    let refused = |file: &'static str, log: &reflog::ReadLog| {
+        log.refused
+            .iter()
+            .map(|r| RefusedName {
+                file,
+                line: Some(r.line),
+                reason: r.reason.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    report.ref_log_refused_lines = refused(reflog::FILE_NAME, &log);
+    let mut state = log.state();
+    report.names_from = "ref log";
+    if catalog_path.exists()
+        && let Ok(old) = Catalog::open_without_ref_log(&catalog_path)
+        && let Ok(old_state) = old.ref_state()
+    {
+        let applied = old.ref_log_applied().ok().flatten().unwrap_or(0);
+        let on_disk = fs::metadata(&log_path).map_or(0, |m| m.len());
+        // The log holds every line the catalog committed, intact: it is the record (a
+        // catalog that disagrees with it lost rows). Cut short, damaged, or holding a line no
+        // command would have written: the catalog is.
+        let covered = on_disk >= applied
+            && reflog::read(&log_path, Some(applied))
+                .is_ok_and(|prefix| prefix.bad_lines.is_empty() && prefix.refused.is_empty());
+        if !covered {
+            state = old_state;
+            report.names_from = "catalog";
+            // The catalog's rows pass the same checks (a catalog can be edited too).
+            for entry in state.entries() {
+                if let Err(reason) = entry.check() {
+                    report.ref_log_refused_lines.push(RefusedName {
+                        file: "catalog",
+                        line: None,
+                        reason,
+                    });
+                    state.forget(&entry);
+                }
+            }
+        }
+    }
+    let stamp = unique_stamp(root);
+    if log_path.exists() {
+        let copy = root.join(format!("{}.before-repair-{stamp}", reflog::FILE_NAME));
+        fs::copy(&log_path, &copy).at(&copy)?;
+        report.old_ref_log = Some(copy);
+    }
+    // 2. The old catalog (and its WAL) aside, under a name no earlier repair used.
+    if catalog_path.exists() {
+        let aside = root.join(format!("catalog.db.before-repair-{stamp}"));
+        fs::rename(&catalog_path, &aside).at(&aside)?;
+        for suffix in ["-wal", "-shm"] {
+            let from = root.join(format!("catalog.db{suffix}"));
+            if from.exists() {
+                let to = root.join(format!("catalog.db.before-repair-{stamp}{suffix}"));
+                fs::rename(&from, &to).at(&to)?;
+            }
+        }
+        report.old_catalog = Some(aside);
+    }
+    let catalog = Catalog::create_for_repair(&catalog_path)?;
+    let mut store = Store::from_parts(root.to_path_buf(), catalog);
+
+    // 3. Every pack, checked whole against its name, indexed by its own footer.
+    let mut names: Vec<(ObjectId, PathBuf, u64)> = Vec::new();
+    let packs_dir = store.packs_dir();
+    for entry in fs::read_dir(&packs_dir).at(&packs_dir)? {
+        let entry = entry.at(&packs_dir)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name
+            .strip_suffix(".pack")
+            .and_then(|hex| hex.parse::<ObjectId>().ok())
+        else {
+            continue;
+        };
+        let size = entry.metadata().at(&entry.path())?.len();
+        names.push((id, entry.path(), size));
+    }
+    names.sort();
+    progress.start(
+        "indexing packs",
+        names.iter().map(|p| p.2).sum(),
+        Unit::Bytes,
+    );
+    let mut sealed = Vec::new();
+    for (id, path, size) in names {
+        crate::interrupt::check()?;
+        match crate::pack::reader::verify_pack(&path, &id) {
+            Ok((frames, objects)) => sealed.push(SealedPack {
+                id,
+                size,
+                frames,
+                objects,
+            }),
+            Err(e) => report
+                .damaged_packs
+                .push(format!("{}: {e}", path.display())),
+        }
+        progress.advance(size);
+    }
+    progress.phase("rebuilding the catalog");
+    {
+        let writer = store.catalog_mut().writer()?;
+        for pack in &sealed {
+            writer.add_pack(pack)?;
+            report.objects += pack.objects.len() as u64;
+        }
+        writer.commit()?;
+    }
+    report.packs = sealed.len() as u64;
+
+    // 4. Every version object, recorded (no head moves: the ref log says where heads are).
+    let version_ids: BTreeSet<ObjectId> = sealed
+        .iter()
+        .flat_map(|p| &p.objects)
+        .filter(|o| o.kind == ObjectKind::Version)
+        .map(|o| o.id)
+        .collect();
+    let mut versions = Vec::new();
+    {
+        let mut reader = store.reader();
+        for id in &version_ids {
+            versions.push((*id, reader.version(id)?));
+        }
+    }
+    report.versions = versions.len() as u64;
+
+    // 5. Restore the names over what the packs hold.
+    report.ref_log_entries = log.entries.len() as u64;
+    let known = |id: &ObjectId| version_ids.contains(id);
+    // Lines an earlier change set aside (`reflog.unapplied`: a catalog restored from an older
+    // copy, then changed) only move names forward: a head to a descendant of the head it has,
+    // a tag that is not there.
+    let parents: std::collections::HashMap<ObjectId, Option<ObjectId>> =
+        versions.iter().map(|(id, v)| (*id, v.parent)).collect();
+    let descends = |from: &ObjectId, to: &ObjectId| {
+        let mut next = Some(*to);
+        let mut steps = 0usize;
+        while let Some(id) = next {
+            if id == *from {
+                return true;
+            }
+            steps += 1;
+            if steps > parents.len() {
+                return false;
+            }
+            next = parents.get(&id).copied().flatten();
+        }
+        false
+    };
+    let set_aside = reflog::read(&reflog::unapplied_path(&log_path), None)?;
+    report
+        .ref_log_refused_lines
+        .extend(refused("reflog.unapplied", &set_aside));
+    for entry in &set_aside.entries {
+        match entry {
+            RefLogEntry::Head {
+                dataset,
+                version: Some(v),
+            } if known(v)
+                && state
+                    .heads
+                    .get(dataset)
+                    .is_none_or(|head| head != v && descends(head, v)) =>
+            {
+                state.heads.insert(dataset.clone(), *v);
+                report.set_aside_restored += 1;
+            }
+            RefLogEntry::Tag {
+                dataset,
+                tag,
+                version: Some(v),
+            } if known(v) && !state.tags.contains_key(&(dataset.clone(), tag.clone())) => {
+                state.tags.insert((dataset.clone(), tag.clone()), *v);
+                report.set_aside_restored += 1;
+            }
+            _ => {}
+        }
+    }
+    let mut missing = BTreeSet::new();
+    for entry in &log.entries {
+        if let Some(v) = entry.version()
+            && !known(&v)
+            && !matches!(entry, RefLogEntry::Unpin { .. })
+        {
+            missing.insert(v);
+        }
+    }
+    {
+        let writer = store.catalog_mut().writer()?;
+        for (id, version) in &versions {
+            writer.record_version(id, version)?;
+        }
+        for (name, (url, options)) in &state.remotes {
+            writer.add_remote(name, url, options)?;
+            report.remotes += 1;
+        }
+        for (dataset, head) in &state.heads {
+            if known(head) {
+                writer.set_head(dataset, head)?;
+                report.heads += 1;
+            }
+        }
+        for ((dataset, tag), version) in &state.tags {
+            if known(version) {
+                writer.set_tag(dataset, tag, version, true)?;
+                report.tags += 1;
+            }
+        }
+        for (version, (reason, until)) in &state.pins {
+            if known(version) {
+                writer.pin(version, reason, *until)?;
+                report.pins += 1;
+            }
+        }
+        let removed: Vec<ObjectId> = state.removed.iter().copied().filter(known).collect();
+        report.removed = removed.len() as u64;
+        writer.mark_removed(&removed)?;
+        writer.commit()?;
+    }
+    report.missing_versions = missing.iter().map(ObjectId::to_hex).collect();
+    // 6. The ref log afresh, as the catalog now states it.
+    store.catalog_mut().adopt_ref_log()?;
+    Ok(report)
+}
+
+/// `<unix seconds>-<n>`, with the first `n` no earlier repair's backups in `root` use.
+fn unique_stamp(root: &Path) -> String {
+    let now = unix_now();
+    (0u32..)
+        .map(|n| format!("{now}-{n}"))
+        .find(|stamp| {
+            !root
+                .join(format!("catalog.db.before-repair-{stamp}"))
+                .exists()
+                && !root
+                    .join(format!("{}.before-repair-{stamp}", reflog::FILE_NAME))
+                    .exists()
+        })
+        .unwrap_or_else(|| format!("{now}-{}", std::process::id()))
+}
+
+/// The `.dsv` directory for `dir`: `dir` itself when it is one, else `dir/.dsv`.
+pub fn store_dir(dir: &Path) -> PathBuf {
+    if dir.file_name().is_some_and(|n| n == STORE_DIR) {
+        dir.to_path_buf()
+    } else {
+        dir.join(STORE_DIR)
+    }
+}
+
+/// The versions an unnamed pack file holds that the catalog lacks but the ref log names.
+#[derive(Debug, Default)]
+pub struct ForgottenVersions {
+    /// Named by the part of the ref log the catalog applied: the catalog lost them.
+    pub applied: Vec<ObjectId>,
+    /// Named only past it, or in `reflog.unapplied`: a commit killed before its catalog
+    /// transaction, or a catalog restored from an older copy. Either way, kept.
+    pub unapplied: Vec<ObjectId>,
+}
+
+impl ForgottenVersions {
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.applied.is_empty() && self.unapplied.is_empty()
+    }
+}
+
+/// The versions the ref log names, read once for every unnamed pack a gc or verify looks at.
+struct NamedVersions {
+    /// Named by the part of the ref log the catalog applied.
+    applied: BTreeSet<ObjectId>,
+    /// Named anywhere in it, or in `reflog.unapplied`.
+    all: BTreeSet<ObjectId>,
+}
+
+/// Accounts for unnamed pack files: reads the ref log at most once, on the first pack that
+/// holds a version (most unnamed packs, left by killed transfers, hold none).
+pub struct PackAccounting<'a> {
+    store: &'a Store,
+    names: std::cell::OnceCell<NamedVersions>,
+}
+
+impl<'a> PackAccounting<'a> {
+    /// Accounting against `store`'s catalog and ref log.
+    pub fn new(store: &'a Store) -> Self {
+        PackAccounting {
+            store,
+            names: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn names(&self) -> Result<&NamedVersions> {
+        if let Some(names) = self.names.get() {
+            return Ok(names);
+        }
+        let log_path = self.store.catalog().ref_log_path();
+        let applied = self.store.catalog().ref_log_applied()?;
+        let mut all = reflog::read(&log_path, None)?.named_versions();
+        all.extend(reflog::read(&reflog::unapplied_path(&log_path), None)?.named_versions());
+        let names = NamedVersions {
+            applied: reflog::read(&log_path, applied)?.named_versions(),
+            all,
+        };
+        Ok(self.names.get_or_init(|| names))
+    }
+
+    /// What the unnamed pack file at `path` holds that no cleanup may delete: its versions
+    /// that the catalog lacks and the ref log (all of it, and `reflog.unapplied`) names.
+    /// `Ok(None)` when the file is not a readable pack (its contents cannot be accounted for
+    /// either).
+    ///
+    /// # Errors
+    /// [`Error::Io`] reading the ref log; [`Error::Catalog`].
+    pub fn forgotten_versions(&self, path: &Path) -> Result<Option<ForgottenVersions>> {
+        let Ok(file) = crate::pack::open_listed_file(path) else {
+            return Ok(None);
+        };
+        let Ok((_, objects)) = crate::pack::reader::read_index(&file, path) else {
+            return Ok(None);
+        };
+        let mut out = ForgottenVersions::default();
+        for object in objects.iter().filter(|o| o.kind == ObjectKind::Version) {
+            if self.store.catalog().version(&object.id)?.is_some() {
+                continue;
+            }
+            let names = self.names()?;
+            if names.applied.contains(&object.id) {
+                out.applied.push(object.id);
+            } else if names.all.contains(&object.id) {
+                out.unapplied.push(object.id);
+            }
+        }
+        Ok(Some(out))
+    }
+}

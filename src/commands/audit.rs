@@ -1,0 +1,86 @@
+//! Reproducibility: `dsv audit` and `dsv lock`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use dsv::Revision;
+use dsv::ops::{audit, ingest::IngestOptions};
+
+use super::{jobs_or, open_store};
+use crate::{Cli, JobsArg, error, render, ui::Ui};
+
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// The directory (with --lock: the directory holding DIR/NAME for each dataset).
+    dir: PathBuf,
+    #[arg(
+        long,
+        value_name = "REV",
+        conflicts_with = "lock",
+        help = concat!("Compare with this revision instead: ", revision_syntax!())
+    )]
+    against: Option<String>,
+    /// Compare DIR/NAME with each version this lock file pins.
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
+    /// Re-hash every file instead of trusting the stat cache.
+    #[arg(long)]
+    full: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn audit(cli: &Cli, ui: &Ui, args: &AuditArgs) -> anyhow::Result<u8> {
+    let progress = ui.reporter();
+    let mut store = open_store(cli)?;
+    let jobs = jobs_or(&args.jobs, &store.config()?, IngestOptions::default().jobs);
+    let dir = &args.dir;
+    let full = args.full;
+    let identical = match &args.lock {
+        Some(lock_path) => {
+            let report = audit::audit_lock(&mut store, lock_path, dir, full, jobs, &progress)?;
+            if ui.json {
+                ui.json(&report)?;
+            } else {
+                for report in &report.datasets {
+                    ui.line(render::audit(report))?;
+                }
+            }
+            report.identical
+        }
+        None => {
+            let against = args.against.as_deref().map(Revision::parse).transpose()?;
+            let report =
+                audit::audit_against(&store, dir, against.as_ref(), full, jobs, &progress)?;
+            ui.report(&report, render::audit)?;
+            report.identical
+        }
+    };
+    if !identical {
+        return Ok(error::DIFFERENCES);
+    }
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LockArgs {
+    #[arg(
+        required = true,
+        value_name = "REVISION",
+        help = concat!("One revision per dataset: ", revision_syntax!())
+    )]
+    revisions: Vec<String>,
+}
+
+pub(crate) fn lock(cli: &Cli, ui: &Ui, args: &LockArgs) -> anyhow::Result<u8> {
+    let store = open_store(cli)?;
+    let revisions = args
+        .revisions
+        .iter()
+        .map(|r| Revision::parse(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let lock = audit::lock(&store, &revisions)?;
+    // The lock file is JSON whatever the output mode: it is meant to be redirected.
+    ui.json(&lock)?;
+    Ok(error::SUCCESS)
+}

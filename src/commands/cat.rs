@@ -1,0 +1,55 @@
+//! `dsv cat REV:PATH [--range START..END]`.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::open_store;
+use crate::{Cli, error};
+
+#[derive(Debug, Args)]
+pub(crate) struct CatArgs {
+    #[arg(
+        value_name = "REV:PATH",
+        help = concat!("REV:PATH, e.g. mnist@v1:train/0.png. REV is ", revision_syntax!())
+    )]
+    target: String,
+    /// Only bytes START..END (END exclusive; either may be omitted).
+    #[arg(long, value_name = "START..END")]
+    range: Option<String>,
+}
+
+pub(crate) fn run(cli: &Cli, args: &CatArgs) -> anyhow::Result<u8> {
+    let store = open_store(cli)?;
+    let (revision, path) = args
+        .target
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("expected REV:PATH, for example mnist@v1:train/0.png"))?;
+    let range = args.range.as_deref().map(parse_range).transpose()?;
+    let engine = dsv::read::ReadEngine::new(store, Default::default());
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    dsv::read::cat(&engine, revision, path, range, &mut out)?;
+    out.flush()?;
+    Ok(error::SUCCESS)
+}
+
+/// Parses `START..END`, `START..` or `..END` (bytes, END exclusive).
+fn parse_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
+    let (start, end) = text
+        .split_once("..")
+        .ok_or_else(|| anyhow::anyhow!("--range must look like START..END"))?;
+    let start: u64 = if start.is_empty() {
+        0
+    } else {
+        start.parse().context("--range START is not a number")?
+    };
+    let end: u64 = if end.is_empty() {
+        u64::MAX
+    } else {
+        end.parse().context("--range END is not a number")?
+    };
+    anyhow::ensure!(start <= end, "--range START must not exceed END");
+    Ok(start..end)
+}

@@ -1,0 +1,42 @@
+//! Freeing space: `dsv rm` (a version's or a dataset's data) and `dsv gc`.
+
+use clap::Args;
+use dsv::ops::gc;
+
+use super::open_store;
+use crate::{Cli, error, render, ui::Ui};
+
+#[derive(Debug, Args)]
+pub(crate) struct GcArgs {
+    /// Print what would be deleted and the bytes freed; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Keep pack files the catalog does not name until they are this old.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    grace: std::time::Duration,
+}
+
+pub(crate) fn gc(cli: &Cli, ui: &Ui, args: &GcArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let report = gc::gc(&mut store, args.dry_run, args.grace, &ui.reporter())?;
+    ui.report(&report, render::gc)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RmArgs {
+    /// NAME (the whole dataset), or one version: NAME@TAG, NAME@<id prefix, 4+ hex digits>, or
+    /// either followed by ~N (N versions back), also NAME~N.
+    #[arg(value_name = "NAME[@REV]")]
+    target: String,
+    /// Also drop the tags of the versions removed.
+    #[arg(long)]
+    force: bool,
+}
+
+pub(crate) fn rm(cli: &Cli, ui: &Ui, args: &RmArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let report = gc::remove(&mut store, &args.target, args.force)?;
+    ui.report(&report, render::removed)?;
+    Ok(error::SUCCESS)
+}

@@ -1,0 +1,229 @@
+//! Moving versions between this store and its remotes: `dsv push`, `dsv pull`, `dsv fetch`,
+//! `dsv clone`, and `dsv rebase` (local versions replayed onto a remote's or another version).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use dsv::Revision;
+use dsv::config::Config;
+use dsv::ops::sync;
+
+use super::{jobs_or, open_store, parse_options};
+use crate::{Cli, JobsArg, RemoteArg, error, render, ui::Ui};
+
+#[derive(Debug, Args)]
+pub(crate) struct PushArgs {
+    #[arg(help = concat!(
+        "Push only this version (default: every dataset's head): ",
+        revision_syntax!()
+    ))]
+    revision: Option<String>,
+    #[command(flatten)]
+    remote: RemoteArg,
+    /// Replace the remote's head (and tags) even when that drops versions from it.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
+    let revision = args.revision.as_deref().map(Revision::parse).transpose()?;
+    let report = sync::push(
+        &mut store,
+        &name,
+        revision.as_ref(),
+        args.force,
+        requests,
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::push)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PullArgs {
+    #[arg(help = concat!(
+        "The version, as the remote names it (default: the dataset of the workspace holding \
+         the current directory): ",
+        revision_syntax!()
+    ))]
+    revision: Option<String>,
+    #[command(flatten)]
+    remote: RemoteArg,
+    /// Only the files whose path matches GLOB (repeatable), e.g. 'train/**'.
+    #[arg(long, value_name = "GLOB", conflicts_with = "rebase")]
+    include: Vec<String>,
+    /// When both sides have new versions, replay the local ones onto the remote's (they
+    /// must have changed other paths; conflicts are listed, exit 4, and nothing changes).
+    #[arg(long)]
+    rebase: bool,
+    /// With --rebase: fetch, then print what would be replayed; change nothing.
+    #[arg(long, requires = "rebase")]
+    dry_run: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
+    let current = std::env::current_dir()?;
+    let revision = match &args.revision {
+        Some(revision) => Revision::parse(revision)?,
+        None => {
+            let dataset = dsv::ops::workspace::enclosing(&store, &current)?
+                .and_then(|w| w.dataset)
+                .ok_or_else(|| {
+                    error::Usage(
+                        "name the dataset to pull (`dsv pull NAME`): the current directory is in no workspace"
+                            .into(),
+                    )
+                })?;
+            Revision::parse(&dataset)?
+        }
+    };
+    let target = sync::RemoteRevision {
+        remote: name,
+        revision,
+    };
+    let mut options = sync::PullOptions::new(requests);
+    options.include.clone_from(&args.include);
+    options.rebase = args.rebase;
+    options.dry_run = args.dry_run;
+    options.workspace = Some(current);
+    options.jobs = jobs_or(&args.jobs, &store.config()?, options.jobs);
+    let report = sync::pull_with(&mut store, &target, &options, &ui.reporter())?;
+    ui.report(&report, render::pull)?;
+    Ok(match &report.rebase {
+        Some(rebase) => refused_by_conflicts(rebase),
+        None => error::SUCCESS,
+    })
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RebaseArgs {
+    #[arg(help = concat!(
+        "The version to replay the local versions onto: a remote's (REMOTE/NAME[@REV], fetched \
+         first) or this store's: ",
+        revision_syntax!()
+    ))]
+    onto: String,
+    /// The dataset whose head is rebased (default: ONTO's).
+    #[arg(short, long, value_name = "NAME")]
+    dataset: Option<String>,
+    /// Print what would be replayed (and any conflicts); change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn rebase(cli: &Cli, ui: &Ui, args: &RebaseArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let requests = jobs_or(&args.jobs, &store.config()?, dsv::remote::DEFAULT_JOBS);
+    let (onto, onto_dataset) = match sync::RemoteRevision::parse(&args.onto)? {
+        Some(target) => {
+            let prepared =
+                sync::prepare_remote_revision(&mut store, &target, None, requests, &ui.reporter())?;
+            (prepared.version, prepared.dataset)
+        }
+        None => {
+            let revision = Revision::parse(&args.onto)?;
+            (revision.resolve(store.catalog())?, revision.dataset)
+        }
+    };
+    let dataset = args.dataset.clone().unwrap_or(onto_dataset.clone());
+    // `--dataset` names a dataset to rebase, never a new one (a typo would otherwise make a
+    // dataset holding ONTO's line).
+    if dataset != onto_dataset && store.catalog().head_or_none(&dataset)?.is_none() {
+        return Err(dsv::Error::DatasetNotFound {
+            closest: store.catalog().closest_dataset(&dataset)?,
+            name: dataset,
+        }
+        .into());
+    }
+    let mut options = dsv::ops::rebase::RebaseOptions::new(args.onto.clone());
+    options.dry_run = args.dry_run;
+    options.workspace = Some(std::env::current_dir()?);
+    options.jobs = jobs_or(&args.jobs, &store.config()?, options.jobs);
+    options.requests = requests;
+    let report = dsv::ops::rebase::rebase(&mut store, &dataset, &onto, &options, &ui.reporter())?;
+    ui.report(&report, render::rebase)?;
+    Ok(refused_by_conflicts(&report))
+}
+
+/// Exit 4 (after the report) when a rebase stopped at conflicts, with the error on stderr.
+fn refused_by_conflicts(report: &dsv::ops::rebase::RebaseReport) -> u8 {
+    if report.status != dsv::ops::rebase::RebaseStatus::Conflict {
+        return error::SUCCESS;
+    }
+    eprintln!(
+        "error: cannot rebase {} onto {}: {} path(s) changed on both sides\n\nhint: nothing was changed; check out {} into a new directory (`dsv checkout {} DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`",
+        report.dataset,
+        report.onto,
+        report.conflicts.len(),
+        report.onto,
+        report.onto,
+    );
+    error::CONFLICT
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FetchArgs {
+    #[command(flatten)]
+    remote: RemoteArg,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn fetch(cli: &Cli, ui: &Ui, args: &FetchArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
+    let report = sync::fetch(&mut store, &name, requests, &ui.reporter())?;
+    ui.report(&report, render::fetch)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CloneArgs {
+    /// The remote's URL.
+    url: String,
+    /// Where to create the store (default: the URL's last path element).
+    dir: Option<PathBuf>,
+    /// A backend setting as KEY=VALUE (repeatable); credentials come from the environment.
+    #[arg(long = "option", value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => sync::default_clone_dir(&args.url)?,
+    };
+    let report = sync::clone(
+        &args.url,
+        &dir,
+        &parse_options(&args.options)?,
+        jobs_or(&args.jobs, &Config::default(), dsv::remote::DEFAULT_JOBS),
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::clone)?;
+    Ok(error::SUCCESS)
+}
+
+/// The remote of push, pull and fetch (`--remote`, else the store's `remote.default`, else
+/// the only remote or origin) and its requests in flight (`--jobs`, else `core.jobs`).
+fn remote_and_requests(
+    store: &dsv::Store,
+    remote: &RemoteArg,
+    jobs: &JobsArg,
+) -> anyhow::Result<(String, usize)> {
+    let name = sync::default_remote(store, remote.name.as_deref())?;
+    let requests = jobs_or(jobs, &store.config()?, dsv::remote::DEFAULT_JOBS);
+    Ok((name, requests))
+}
