@@ -21,6 +21,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// The target of the mount's log events: `dsv::mount`, as when the mount was a module of the
+/// library, so the documented `DSV_LOG=dsv::mount=trace` (and `dsv=...`) select them.
+const TARGET: &str = "dsv::mount";
+
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -167,7 +171,7 @@ pub fn mount(
         Err(error) => {
             // Busy (a shell's working directory inside, an open file): detach it lazily; it
             // goes away when its last user does, and this process need not wait for that.
-            tracing::warn!(%error, "unmounting {} failed; detaching it lazily", canonical.display());
+            tracing::warn!(target: TARGET, %error, "unmounting {} failed; detaching it lazily", canonical.display());
             if lazy_unmount(&canonical) {
                 Ok(info)
             } else {
@@ -189,7 +193,7 @@ fn widen_read_ahead(mountpoint: &Path) {
     let device = match std::fs::metadata(mountpoint) {
         Ok(metadata) => metadata.dev(),
         Err(error) => {
-            tracing::debug!(%error, "mount: cannot stat the mount point; read-ahead left as it is");
+            tracing::debug!(target: TARGET, %error, "mount: cannot stat the mount point; read-ahead left as it is");
             return;
         }
     };
@@ -199,9 +203,9 @@ fn widen_read_ahead(mountpoint: &Path) {
         nix::sys::stat::minor(device)
     );
     match std::fs::write(&setting, format!("{READ_AHEAD_KB}\n")) {
-        Ok(()) => tracing::debug!(setting, "mount: read-ahead {READ_AHEAD_KB} KiB"),
+        Ok(()) => tracing::debug!(target: TARGET, setting, "mount: read-ahead {READ_AHEAD_KB} KiB"),
         Err(error) => {
-            tracing::debug!(setting, %error, "mount: read-ahead left at the kernel's default");
+            tracing::debug!(target: TARGET, setting, %error, "mount: read-ahead left at the kernel's default");
         }
     }
 }
@@ -649,11 +653,11 @@ impl Filesystem for MountFs {
         let Some(file) = self.open_file(fh.0) else {
             return reply.error(Errno::EBADF);
         };
-        tracing::trace!(path = %file.path, offset, size, "mount: read");
+        tracing::trace!(target: TARGET, path = %file.path, offset, size, "mount: read");
         let handle = match file.handle(&self.version) {
             Ok(handle) => handle,
             Err(error) => {
-                tracing::error!(path = %file.path, error = %chain(&error), "mount: cannot open");
+                tracing::error!(target: TARGET, path = %file.path, error = %chain(&error), "mount: cannot open");
                 return reply.error(Errno::EIO);
             }
         };
@@ -665,8 +669,7 @@ impl Filesystem for MountFs {
             match handle.read_at(offset, &mut buffer[..want]) {
                 Ok(n) => reply.data(&buffer[..n]),
                 Err(error) => {
-                    tracing::error!(
-                        path = %file.path,
+                    tracing::error!(target: TARGET, path = %file.path,
                         offset,
                         error = %chain(&error),
                         "mount: read failed"
