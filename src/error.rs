@@ -325,9 +325,31 @@ pub enum Error {
     /// An I/O error on a named path.
     #[error("I/O error on {}", path.display())]
     Io {
-        /// The file or directory.
+        /// The file or directory (always a path: an I/O error with no file to name is an
+        /// [`Error::IoOperation`] or an [`Error::SourceIo`]).
         path: PathBuf,
         /// The operating system's error.
+        source: io::Error,
+    },
+    /// An I/O error of an operation that has no file to name: writing to the output stream
+    /// a caller gave, starting a worker thread or the async runtime, setting up a
+    /// compressor.
+    #[error("I/O error {operation}")]
+    IoOperation {
+        /// What was being done, worded to follow "I/O error " ("writing the output",
+        /// "starting a worker thread").
+        operation: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// An import source that failed while it was read: it broke off part-way, stalled,
+    /// outlasted `--timeout`, or ended before the size its listing gave.
+    #[error("I/O error on {}", crate::redact::text(url))]
+    SourceIo {
+        /// The source's URL or path, as given.
+        url: String,
+        /// What went wrong (`TimedOut` for a stall or the timeout, `UnexpectedEof` for an
+        /// early end).
         source: io::Error,
     },
     /// A broken invariant: a bug in dsv.
@@ -784,9 +806,11 @@ impl Error {
             | Error::UnsafePath { .. }
             | Error::CatalogLost { .. }
             | Error::Migration(_) => ErrorKind::Corrupt,
-            Error::Io { .. } | Error::FuseUnavailable { .. } | Error::NoSpace { .. } => {
-                ErrorKind::Io
-            }
+            Error::Io { .. }
+            | Error::IoOperation { .. }
+            | Error::SourceIo { .. }
+            | Error::FuseUnavailable { .. }
+            | Error::NoSpace { .. } => ErrorKind::Io,
             Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
             Error::Catalog(e) if is_corrupt_sqlite(e) => ErrorKind::Corrupt,
             // Anything else SQLite says (a constraint, a misuse, a row that is not there) is
@@ -876,7 +900,9 @@ impl Error {
     /// Every variant is listed, so that a new one carrying an I/O error is not forgotten.
     pub fn is_disk_full(&self) -> bool {
         match self {
-            Error::Io { source, .. } => is_full_disk_io(source),
+            Error::Io { source, .. }
+            | Error::IoOperation { source, .. }
+            | Error::SourceIo { source, .. } => is_full_disk_io(source),
             Error::Catalog(e) => is_full_disk_sqlite(e),
             Error::NoStore { .. }
             | Error::StoreExists { .. }
@@ -1108,6 +1134,8 @@ impl Error {
             | Error::Unsupported { .. }
             | Error::UnsafePath { .. }
             | Error::Io { .. }
+            | Error::IoOperation { .. }
+            | Error::SourceIo { .. }
             | Error::Catalog(_)
             | Error::Migration(_)
             | Error::NoRemote
@@ -1257,10 +1285,15 @@ fn is_environment_sqlite(e: &rusqlite::Error) -> bool {
     ))
 }
 
-/// Attaches a path to an [`io::Error`], as jj's `IoResultExt::context` does.
+/// Attaches a path (or, where there is none, the operation) to an [`io::Error`], as jj's
+/// `IoResultExt::context` does.
 pub trait IoResultExt<T> {
-    /// Converts the error into [`Error::Io`] naming `path`.
+    /// Converts the error into [`Error::Io`] naming `path`, a file or directory.
     fn at(self, path: &Path) -> Result<T>;
+
+    /// Converts the error into [`Error::IoOperation`] naming `operation`, for I/O that has
+    /// no file to name (worded to follow "I/O error ": "starting a worker thread").
+    fn during(self, operation: &'static str) -> Result<T>;
 }
 
 impl<T> IoResultExt<T> for io::Result<T> {
@@ -1269,6 +1302,10 @@ impl<T> IoResultExt<T> for io::Result<T> {
             path: path.to_path_buf(),
             source,
         })
+    }
+
+    fn during(self, operation: &'static str) -> Result<T> {
+        self.map_err(|source| Error::IoOperation { operation, source })
     }
 }
 
@@ -1479,6 +1516,28 @@ mod kind_tests {
                 "`dsv unpin REV` lifts the pin (`dsv pins` lists them); `dsv workspace forget DIR` lets a directory go (its files are left as they are; `dsv workspace ls` lists them)"
             ]
         );
+    }
+
+    #[test]
+    fn io_errors_name_a_path_an_operation_or_a_source() {
+        let path = io(io::ErrorKind::PermissionDenied);
+        assert_eq!(path.to_string(), "I/O error on /data/x");
+        let thread: Result<()> = Err(io::Error::other("EAGAIN")).during("starting a worker thread");
+        let thread = thread.unwrap_err();
+        assert_eq!(thread.to_string(), "I/O error starting a worker thread");
+        assert_eq!(thread.kind(), ErrorKind::Io);
+        let full: Result<()> =
+            Err(io::Error::from(io::ErrorKind::StorageFull)).during("writing the output");
+        assert!(full.unwrap_err().is_disk_full());
+        // A source's URL is shown without its credentials.
+        let source = Error::SourceIo {
+            url: "https://user:secret@example.com/data.tar".into(),
+            source: io::Error::new(io::ErrorKind::TimedOut, "the source stalled"),
+        };
+        assert_eq!(source.kind(), ErrorKind::Io);
+        assert!(!source.to_string().contains("secret"), "{source}");
+        assert!(source.to_string().starts_with("I/O error on https://"));
+        assert!(source.hints().is_empty());
     }
 
     #[test]
