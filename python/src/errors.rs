@@ -10,12 +10,6 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
 
-/// The CLI's own error module (exit codes, causes, hints), compiled into the binding so a
-/// Python caller reads the very hints the CLI prints, never a copy that drifts.
-#[allow(dead_code)]
-#[path = "../../src/error.rs"]
-mod cli_error;
-
 /// The Python class (in `dsv.errors`) an error is raised as.
 pub fn class_name(error: &Error) -> &'static str {
     match error {
@@ -51,6 +45,8 @@ pub fn class_name(error: &Error) -> &'static str {
         Error::InvalidShard { .. } => "InvalidShard",
         Error::RangeNotSatisfiable { .. } => "RangeNotSatisfiable",
         Error::Interrupted => "Interrupted",
+        // `Error` is `#[non_exhaustive]`, so this crate cannot list it whole: every other
+        // variant is raised as the class of its kind (`Error::kind` lists them all).
         _ => match error.kind() {
             ErrorKind::User => "Error",
             ErrorKind::Conflict => "Conflict",
@@ -59,18 +55,6 @@ pub fn class_name(error: &Error) -> &'static str {
             ErrorKind::Interrupted => "Interrupted",
             ErrorKind::Internal => "InternalError",
         },
-    }
-}
-
-/// The lower-case name of an error's kind, as `dsv --json` reports it.
-fn kind_name(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::User => "user",
-        ErrorKind::Conflict => "conflict",
-        ErrorKind::Corrupt => "corrupt",
-        ErrorKind::Io => "io",
-        ErrorKind::Interrupted => "interrupted",
-        ErrorKind::Internal => "internal",
     }
 }
 
@@ -103,13 +87,13 @@ pub fn raise(
     build().unwrap_or_else(|e| e)
 }
 
-/// The Python exception for a library error: the CLI's message, causes and hints.
+/// The Python exception for a library error: the CLI's message, causes and hints (the
+/// library's [`dsv::error::causes`] and [`Error::hints`], as the CLI prints them).
 pub fn to_py(py: Python<'_>, error: Error) -> PyErr {
     let class = class_name(&error);
-    let kind = kind_name(error.kind());
-    let error = anyhow::Error::new(error);
-    let causes = cli_error::causes(&error);
-    let hints = cli_error::hints(&error);
+    let kind = error.kind().name();
+    let causes = dsv::error::causes(&error);
+    let hints = error.hints();
     let mut message = error.to_string();
     for cause in &causes {
         message.push_str("\n  caused by: ");

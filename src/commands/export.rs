@@ -44,7 +44,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
             &args.revision,
             &selection,
             &mut out,
-            std::path::Path::new("<stdout>"),
+            None,
             &progress,
         )?
     } else {
@@ -69,7 +69,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
                 &args.revision,
                 &selection,
                 &mut out,
-                output,
+                Some(output),
                 &progress,
             )?;
             out.flush()

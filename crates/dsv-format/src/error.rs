@@ -30,6 +30,48 @@ pub enum ErrorKind {
     Internal,
 }
 
+impl ErrorKind {
+    /// Every kind, in the order of the exit-code table.
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::User,
+        ErrorKind::Conflict,
+        ErrorKind::Corrupt,
+        ErrorKind::Io,
+        ErrorKind::Interrupted,
+        ErrorKind::Internal,
+    ];
+
+    /// The kind's short name: the `kind` of `dsv --json`'s error object and of the Python
+    /// package's exceptions (`"user"`, `"conflict"`, `"corrupt"`, `"io"`, `"interrupted"`,
+    /// `"internal"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::User => "user",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Io => "io",
+            ErrorKind::Interrupted => "interrupted",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// The causes of `error`, outermost first, without `error` itself: the "caused by:" lines
+/// under an error. A cause whose text the previous one already contains is left out (HTTP
+/// client errors repeat their sources).
+pub fn causes(error: &dyn std::error::Error) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if out.last().is_none_or(|last| !last.contains(&text)) {
+            out.push(text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
 /// Every error this crate returns.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -283,9 +325,31 @@ pub enum Error {
     /// An I/O error on a named path.
     #[error("I/O error on {}", path.display())]
     Io {
-        /// The file or directory.
+        /// The file or directory (always a path: an I/O error with no file to name is an
+        /// [`Error::IoOperation`] or an [`Error::SourceIo`]).
         path: PathBuf,
         /// The operating system's error.
+        source: io::Error,
+    },
+    /// An I/O error of an operation that has no file to name: writing to the output stream
+    /// a caller gave, starting a worker thread or the async runtime, setting up a
+    /// compressor.
+    #[error("I/O error {operation}")]
+    IoOperation {
+        /// What was being done, worded to follow "I/O error " ("writing the output",
+        /// "starting a worker thread").
+        operation: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// An import source that failed while it was read: it broke off part-way, stalled,
+    /// outlasted `--timeout`, or ended before the size its listing gave.
+    #[error("I/O error on {}", crate::redact::text(url))]
+    SourceIo {
+        /// The source's URL or path, as given.
+        url: String,
+        /// What went wrong (`TimedOut` for a stall or the timeout, `UnexpectedEof` for an
+        /// early end).
         source: io::Error,
     },
     /// A broken invariant: a bug in dsv.
@@ -710,7 +774,7 @@ impl Holder {
             .iter()
             .filter_map(|h| match h {
                 Holder::Workspace { path } => Some(path.as_str()),
-                _ => None,
+                Holder::Head { .. } | Holder::Tags { .. } | Holder::Pin { .. } => None,
             })
             .collect();
         if !workspaces.is_empty() {
@@ -727,28 +791,32 @@ impl Holder {
 
 impl Error {
     /// The group this error belongs to (decides the CLI's exit code).
+    ///
+    /// Every variant is listed: a new one does not compile until it is classified (no
+    /// wildcard arm makes it a user error by default).
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Conflict { .. } | Error::PartialCheckoutIntoWorkspace { .. } => {
-                ErrorKind::Conflict
-            }
+            Error::Conflict { .. }
+            | Error::PartialCheckoutIntoWorkspace { .. }
+            | Error::RemoteDiverged { .. }
+            | Error::PushBehind { .. }
+            | Error::HeadMoved { .. } => ErrorKind::Conflict,
             Error::Corrupt { .. }
             | Error::MissingObject { .. }
             | Error::UnsafePath { .. }
-            | Error::CatalogLost { .. } => ErrorKind::Corrupt,
-            Error::Io { .. } | Error::FuseUnavailable { .. } | Error::NoSpace { .. } => {
-                ErrorKind::Io
-            }
+            | Error::CatalogLost { .. }
+            | Error::Migration(_) => ErrorKind::Corrupt,
+            Error::Io { .. }
+            | Error::IoOperation { .. }
+            | Error::SourceIo { .. }
+            | Error::FuseUnavailable { .. }
+            | Error::NoSpace { .. } => ErrorKind::Io,
             Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
             Error::Catalog(e) if is_corrupt_sqlite(e) => ErrorKind::Corrupt,
-            Error::Migration(_) => ErrorKind::Corrupt,
             // Anything else SQLite says (a constraint, a misuse, a row that is not there) is
             // a query that should not have been made: a bug, not damaged data.
             Error::Catalog(_) | Error::Internal { .. } => ErrorKind::Internal,
             Error::Interrupted => ErrorKind::Interrupted,
-            Error::RemoteDiverged { .. } | Error::PushBehind { .. } | Error::HeadMoved { .. } => {
-                ErrorKind::Conflict
-            }
             Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
                 ErrorKind::User
             }
@@ -759,9 +827,63 @@ impl Error {
                 | object_store::Error::PermissionDenied { .. }
                 | object_store::Error::Unauthenticated { .. }
                 | object_store::Error::InvalidPath { .. } => ErrorKind::User,
+                // `object_store::Error` is `#[non_exhaustive]` (it cannot be listed whole):
+                // the rest are the network's and the server's failures.
                 _ => ErrorKind::Io,
             },
-            _ => ErrorKind::User,
+            Error::NoStore { .. }
+            | Error::StoreExists { .. }
+            | Error::StoreBusy { .. }
+            | Error::StoreTooNew { .. }
+            | Error::InvalidName { .. }
+            | Error::InvalidRevision { .. }
+            | Error::DatasetNotFound { .. }
+            | Error::RevisionNotFound { .. }
+            | Error::AmbiguousRevision { .. }
+            | Error::PathNotFound { .. }
+            | Error::TagExists { .. }
+            | Error::BadMountpoint { .. }
+            | Error::NotADirectory { .. }
+            | Error::NoSuchPath { .. }
+            | Error::NotAWorkspace { .. }
+            | Error::InsideWorkspace { .. }
+            | Error::NestedStore { .. }
+            | Error::DatasetRequired { .. }
+            | Error::Unsupported { .. }
+            | Error::RemoteNotFound { .. }
+            | Error::NoRemote
+            | Error::AmbiguousRemote { .. }
+            | Error::CloneDirUnnamed { .. }
+            | Error::RemoteExists { .. }
+            | Error::InvalidRemote { .. }
+            | Error::NoCommonVersion { .. }
+            | Error::VersionHeld { .. }
+            | Error::NotAFile { .. }
+            | Error::InvalidPattern { .. }
+            | Error::InvalidIgnoreFile { .. }
+            | Error::InvalidShard { .. }
+            | Error::NothingMatches { .. }
+            | Error::PathsNotFound { .. }
+            | Error::RangeNotSatisfiable { .. }
+            | Error::WorkspaceVersionRemoved { .. }
+            | Error::DatasetExists { .. }
+            | Error::VersionTooLarge { .. }
+            | Error::VersionRemoved { .. }
+            | Error::InvalidLock { .. }
+            | Error::LockedVersionUnknown { .. }
+            | Error::SourceNotFound { .. }
+            | Error::EtagMismatch { .. }
+            | Error::SourceChanged { .. }
+            | Error::InvalidImport { .. }
+            | Error::UnsafeArchive { .. }
+            | Error::BadArchive { .. }
+            | Error::NotImported { .. }
+            | Error::AwsProfileNotFound { .. }
+            | Error::AwsProfileFile { .. }
+            | Error::AwsProfileUnsupported { .. }
+            | Error::InvalidConfig { .. }
+            | Error::UnknownSetting { .. }
+            | Error::InvalidSetting { .. } => ErrorKind::User,
         }
     }
 
@@ -774,15 +896,295 @@ impl Error {
     }
 
     /// True when the underlying cause is a full disk (ENOSPC or SQLite's SQLITE_FULL).
+    ///
+    /// Every variant is listed, so that a new one carrying an I/O error is not forgotten.
     pub fn is_disk_full(&self) -> bool {
         match self {
-            Error::Io { source, .. } => {
-                source.raw_os_error() == Some(28) || source.kind() == io::ErrorKind::StorageFull
-            }
+            Error::Io { source, .. }
+            | Error::IoOperation { source, .. }
+            | Error::SourceIo { source, .. } => is_full_disk_io(source),
             Error::Catalog(e) => is_full_disk_sqlite(e),
-            _ => false,
+            Error::NoStore { .. }
+            | Error::StoreExists { .. }
+            | Error::CatalogLost { .. }
+            | Error::StoreBusy { .. }
+            | Error::StoreTooNew { .. }
+            | Error::InvalidName { .. }
+            | Error::InvalidRevision { .. }
+            | Error::DatasetNotFound { .. }
+            | Error::RevisionNotFound { .. }
+            | Error::AmbiguousRevision { .. }
+            | Error::PathNotFound { .. }
+            | Error::TagExists { .. }
+            | Error::BadMountpoint { .. }
+            | Error::FuseUnavailable { .. }
+            | Error::NotADirectory { .. }
+            | Error::NoSuchPath { .. }
+            | Error::NotAWorkspace { .. }
+            | Error::InsideWorkspace { .. }
+            | Error::NestedStore { .. }
+            | Error::DatasetRequired { .. }
+            | Error::Unsupported { .. }
+            | Error::UnsafePath { .. }
+            | Error::Conflict { .. }
+            // Checked before anything is written: the disk is not full yet.
+            | Error::NoSpace { .. }
+            | Error::PartialCheckoutIntoWorkspace { .. }
+            | Error::Corrupt { .. }
+            | Error::MissingObject { .. }
+            | Error::Internal { .. }
+            | Error::Migration(_)
+            | Error::RemoteNotFound { .. }
+            | Error::NoRemote
+            | Error::AmbiguousRemote { .. }
+            | Error::CloneDirUnnamed { .. }
+            | Error::RemoteExists { .. }
+            | Error::InvalidRemote { .. }
+            | Error::Remote { .. }
+            | Error::PushBehind { .. }
+            | Error::RemoteDiverged { .. }
+            | Error::NoCommonVersion { .. }
+            | Error::HeadMoved { .. }
+            | Error::VersionHeld { .. }
+            | Error::NotAFile { .. }
+            | Error::InvalidPattern { .. }
+            | Error::InvalidIgnoreFile { .. }
+            | Error::InvalidShard { .. }
+            | Error::NothingMatches { .. }
+            | Error::PathsNotFound { .. }
+            | Error::RangeNotSatisfiable { .. }
+            | Error::WorkspaceVersionRemoved { .. }
+            | Error::DatasetExists { .. }
+            | Error::VersionTooLarge { .. }
+            | Error::VersionRemoved { .. }
+            | Error::InvalidLock { .. }
+            | Error::LockedVersionUnknown { .. }
+            | Error::SourceNotFound { .. }
+            | Error::EtagMismatch { .. }
+            | Error::SourceChanged { .. }
+            | Error::InvalidImport { .. }
+            | Error::UnsafeArchive { .. }
+            | Error::BadArchive { .. }
+            | Error::Http { .. }
+            | Error::NotImported { .. }
+            | Error::Interrupted
+            | Error::AwsProfileNotFound { .. }
+            | Error::AwsProfileFile { .. }
+            | Error::AwsProfileUnsupported { .. }
+            | Error::InvalidConfig { .. }
+            | Error::UnknownSetting { .. }
+            | Error::InvalidSetting { .. } => false,
         }
     }
+}
+
+/// The hint of an internal error ([`ErrorKind::Internal`]).
+const BUG_HINT: &str = "this is a bug in dsv, not a problem with your data: please report it with the command you ran; `dsv verify` checks the store";
+
+impl Error {
+    /// What the user can do about the error: none, or one hint (the CLI prints each after
+    /// `hint: `, `--json` lists them, the Python package's exceptions carry them in `hints`).
+    /// Hints are worded for the command line: they name `dsv` commands and flags.
+    ///
+    /// Every variant is listed, those without a hint too: a new variant does not compile
+    /// until its hint (or its lack of one) is decided. A [`Error::NotADirectory`] naming a
+    /// file asks the file system whether it is one (the hint then suggests `dsv import`).
+    pub fn hints(&self) -> Vec<String> {
+        let hint = match self {
+            _ if self.is_disk_full() => {
+                "free some disk space and run the command again; nothing was recorded".into()
+            }
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidFilename => {
+                "the path is longer than the operating system allows (4096 bytes in all, 255 a name): use a directory with a shorter path".into()
+            }
+            Error::NoStore { .. } => {
+                "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
+            }
+            Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
+            Error::StoreBusy { .. } => "stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed".into(),
+            Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
+            Error::DatasetNotFound { closest: Some(closest), .. } => format!("did you mean {closest}? `dsv ls` lists the datasets"),
+            Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)".into(),
+            Error::RevisionNotFound { revision } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
+                let dataset = revision.split('@').next().unwrap_or(revision);
+                format!("the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags")
+            }
+            Error::RevisionNotFound { revision } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
+                let (remote, dataset) = revision
+                    .split('@')
+                    .next()
+                    .and_then(|name| name.split_once('/'))
+                    .unwrap_or(("origin", revision));
+                format!(
+                    "`dsv fetch --remote {remote}` lists the datasets and tags {remote} has; then `dsv pull NAME --remote {remote}` (or `dsv checkout {remote}/NAME DIR`). A dataset of this store: `dsv log {dataset}`"
+                )
+            }
+            Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
+                let dataset = revision.split('@').next().unwrap_or(revision);
+                format!("`dsv log {dataset}` lists its versions and tags")
+            }
+            Error::NothingMatches { revision, .. } => format!(
+                "`dsv ls {revision}` lists its files; a pattern matches whole paths ('train/**', '*.png' only at the top level: '**/*.png' anywhere); quote it so the shell does not expand it"
+            ),
+            Error::NoSuchPath { .. } => "check the path (it is relative to the current directory)".into(),
+            Error::NotADirectory { path } if path.is_file() => format!(
+                "a directory is needed here; to version a single file, `dsv import {} -d NAME` makes a version holding it",
+                path.display()
+            ),
+            Error::NotAFile { revision, path, kind: "a directory" } => format!("`dsv ls {revision}:{path}` lists the directory"),
+            Error::DatasetExists { name } => format!("choose a name `dsv ls` does not list, or remove {name}'s versions with `dsv rm {name}` first"),
+            Error::TagExists { .. } => "choose another tag, or move this one with `dsv tag REV TAG --force`".into(),
+            Error::VersionTooLarge { .. } => {
+                "fetch it on a machine with more memory, or split the dataset into smaller versions there".into()
+            }
+            Error::NoSpace { .. } => {
+                "free space (or inodes) there, or check out into a directory on a larger file system; a partial checkout (--include, --shard) writes less".into()
+            }
+            Error::Conflict { .. } => {
+                "commit those changes first, or pass --force to overwrite them (they will be lost)"
+                    .into()
+            }
+            Error::PartialCheckoutIntoWorkspace { .. } => {
+                "check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)".into()
+            }
+            Error::NotAWorkspace { .. } => {
+                "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one; `dsv workspace ls` lists this store's workspaces (--store PATH or DSV_STORE picks another store)".into()
+            }
+            Error::InsideWorkspace { dir, workspace, dataset } => format!(
+                "commit the whole workspace from its root (`dsv commit {}`, or `dsv commit` anywhere inside it), or this directory as another dataset (`dsv commit {} -d NEW-NAME`); --force commits it to {dataset} anyway",
+                workspace.display(),
+                dir.display()
+            ),
+            Error::NestedStore { store, .. } => format!(
+                "use the store at {} (run dsv there, or pass --store {}), or create the new store outside its tree; --force creates a nested store anyway (dsv commands run inside it will use the new store)",
+                store.display(),
+                store.display()
+            ),
+            Error::DatasetRequired { dir } => format!(
+                "name the dataset: `dsv commit {} -d NAME` (a new name creates the dataset)",
+                dir.display()
+            ),
+            Error::Internal { .. } => BUG_HINT.into(),
+            Error::Catalog(_) if self.kind() == ErrorKind::Internal => BUG_HINT.into(),
+            Error::Corrupt { path, .. } if path.starts_with("remote ") || path.to_string_lossy().contains(":packs/") || path.to_string_lossy().contains(":refs/") => {
+                "the remote's copy is damaged or wrong, and nothing of it was kept here: fetch from another remote, or push again from a store that holds the data".into()
+            }
+            Error::Corrupt { .. } | Error::MissingObject { .. } => {
+                "run `dsv verify` to check the whole store; the data must be restored from another copy"
+                    .into()
+            }
+            Error::Interrupted => "the store is consistent; run the command again to finish".into(),
+            Error::LockedVersionUnknown { remotes, .. } if !remotes.is_empty() => format!(
+                "add a remote the lock names and run again: `dsv remote add origin {}`",
+                remotes[0]
+            ),
+            Error::LockedVersionUnknown { .. } => {
+                "the lock names no remote: push the version from the store that made the lock, or use that store".into()
+            }
+            Error::VersionHeld { holders, .. } => held_hint(holders),
+            Error::InvalidIgnoreFile { .. } => "fix that line (UTF-8 text, one gitignore-style rule a line) and run the command again; dsv obeys an ignore file whole, never part of it, so nothing was recorded".into(),
+            Error::WorkspaceVersionRemoved { .. } => {
+                "check out another version into it (`dsv checkout REV DIR`), commit it as a new version, or `dsv workspace forget DIR`".into()
+            }
+            Error::VersionRemoved { .. } => {
+                "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
+            }
+            Error::FuseUnavailable { .. } => "install FUSE 3 (`apt-get install fuse3`, `dnf install fuse3`) and make sure /dev/fuse exists (in a container: `--device /dev/fuse --cap-add SYS_ADMIN`), or read the version without a mount: `dsv export REV | tar -x -C DIR` or `dsv checkout REV DIR`".into(),
+            Error::BadMountpoint { .. } => "mount on an existing, empty directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too".into(),
+            Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
+            Error::SourceChanged { .. } => "nothing was imported; run the command again to import the object as it is now".into(),
+            Error::Http { .. } => "check the URL and the network; nothing was imported, and a re-run starts again".into(),
+            Error::EtagMismatch { .. } => "the object is not the one the import was pinned to, and nothing was imported: drop --etag to take the current object, or pin an older one of a versioned bucket with --version-id".into(),
+            Error::SourceNotFound { .. } => "check the URL and, for object storage, the endpoint and credentials (AWS_ENDPOINT_URL, AWS_*, AZURE_*, GOOGLE_* environment variables); nothing was imported".into(),
+            Error::UnsafeArchive { .. } => "nothing was imported: dsv never stores a path that leaves the dataset; fix the archive at its source".into(),
+            Error::BadArchive { .. } => "nothing was imported; check the archive (`tar tvf`, `unzip -t`), or raise --max-expansion-ratio / --max-expanded-size if it is genuine".into(),
+            Error::NotImported { dataset } => format!("`dsv import SOURCE --dataset {dataset}` records a source to update from; a committed dataset changes with `dsv commit`"),
+            Error::PushBehind { dataset, remote, .. } => format!(
+                "the remote already has newer versions of {dataset} on this line; `dsv push {dataset}@VERSION --remote {remote} --force` rewinds its head (they stay in its history)"
+            ),
+            Error::HeadMoved { dataset } => format!(
+                "another command moved it meanwhile; `dsv log {dataset}` shows where it is, and running the rebase again starts from there"
+            ),
+            Error::NoCommonVersion { dataset, .. } => format!(
+                "rebase onto a version of the same line (`dsv log {dataset}` lists them); with `dsv rebase`, --dataset names the dataset to rebase"
+            ),
+            Error::RemoteDiverged { dataset, remote } => format!(
+                "`dsv pull {dataset} --rebase --remote {remote}` replays your versions onto theirs (when you changed other paths), then `dsv push` succeeds"
+            ),
+            Error::AwsProfileNotFound { profile, .. } => format!(
+                "add a [profile {profile}] section to the config file or a [{profile}] section to the credentials file (`aws configure --profile {profile}`), or unset AWS_PROFILE"
+            ),
+            Error::AwsProfileFile { .. } => "fix the file (the format is the AWS CLI's: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-files.html), or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE elsewhere".into(),
+            Error::AwsProfileUnsupported { profile, .. } => format!(
+                "export the profile's credentials into the environment: eval \"$(aws configure export-credentials --profile {profile} --format env)\""
+            ),
+            Error::InvalidConfig { .. } => "fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then".into(),
+            Error::UnknownSetting { .. } | Error::InvalidSetting { .. } => "`dsv config --help` lists the settings and the values they take".into(),
+            Error::Remote { source, .. } => match remote_refusal(source) {
+                Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add`".into(),
+                Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the AWS profile (AWS_PROFILE, ~/.aws/credentials), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
+                None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing".into(),
+            },
+            Error::StoreExists { .. }
+            | Error::InvalidName { .. }
+            | Error::InvalidRevision { .. }
+            | Error::PathNotFound { .. }
+            | Error::NotADirectory { .. }
+            | Error::NotAFile { .. }
+            | Error::Unsupported { .. }
+            | Error::UnsafePath { .. }
+            | Error::Io { .. }
+            | Error::IoOperation { .. }
+            | Error::SourceIo { .. }
+            | Error::Catalog(_)
+            | Error::Migration(_)
+            | Error::NoRemote
+            | Error::AmbiguousRemote { .. }
+            | Error::CloneDirUnnamed { .. }
+            | Error::RemoteExists { .. }
+            | Error::InvalidRemote { .. }
+            | Error::InvalidPattern { .. }
+            | Error::InvalidShard { .. }
+            | Error::PathsNotFound { .. }
+            | Error::RangeNotSatisfiable { .. }
+            | Error::InvalidLock { .. }
+            | Error::InvalidImport { .. } => return Vec::new(),
+        };
+        vec![hint]
+    }
+}
+
+/// The hint under a refused `rm`: what lets go of each holder it names.
+fn held_hint(holders: &[Holder]) -> String {
+    let mut hints: Vec<String> = Vec::new();
+    let mut add = |hint: String| {
+        if !hints.contains(&hint) {
+            hints.push(hint);
+        }
+    };
+    for holder in holders {
+        match holder {
+            Holder::Head { dataset } => add(format!(
+                "`dsv rm {dataset}` removes the whole dataset; `dsv reset {dataset} REV` first moves its head to another version"
+            )),
+            Holder::Tags { dataset, tags } => add(format!(
+                "run it again with --force to drop the tags too, or delete them first with `dsv tag -d {dataset}@{}`",
+                tags.first().map(String::as_str).unwrap_or("TAG")
+            )),
+            Holder::Pin { .. } => {
+                add("`dsv unpin REV` lifts the pin (`dsv pins` lists them)".into())
+            }
+            Holder::Workspace { .. } => add(
+                "`dsv workspace forget DIR` lets a directory go (its files are left as they are; `dsv workspace ls` lists them)".into(),
+            ),
+        }
+    }
+    hints.join("; ")
+}
+
+/// ENOSPC, by its number or its kind.
+fn is_full_disk_io(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(28) || e.kind() == io::ErrorKind::StorageFull
 }
 
 /// The message of [`Error::NestedStore`].
@@ -844,6 +1246,10 @@ pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
 
 /// What [`Error::Catalog`] says: a full disk by name (SQLite's own words, "database or disk
 /// is full", follow as the cause), anything else as a catalog error.
+///
+/// This and the SQLite predicates below match on `rusqlite::Error` and `rusqlite::ErrorCode`,
+/// which are `#[non_exhaustive]`: they cannot be listed whole, so each names the codes it
+/// picks out and lets the rest through.
 fn catalog_message(e: &rusqlite::Error) -> &'static str {
     match e {
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
@@ -879,10 +1285,15 @@ fn is_environment_sqlite(e: &rusqlite::Error) -> bool {
     ))
 }
 
-/// Attaches a path to an [`io::Error`], as jj's `IoResultExt::context` does.
+/// Attaches a path (or, where there is none, the operation) to an [`io::Error`], as jj's
+/// `IoResultExt::context` does.
 pub trait IoResultExt<T> {
-    /// Converts the error into [`Error::Io`] naming `path`.
+    /// Converts the error into [`Error::Io`] naming `path`, a file or directory.
     fn at(self, path: &Path) -> Result<T>;
+
+    /// Converts the error into [`Error::IoOperation`] naming `operation`, for I/O that has
+    /// no file to name (worded to follow "I/O error ": "starting a worker thread").
+    fn during(self, operation: &'static str) -> Result<T>;
 }
 
 impl<T> IoResultExt<T> for io::Result<T> {
@@ -891,6 +1302,10 @@ impl<T> IoResultExt<T> for io::Result<T> {
             path: path.to_path_buf(),
             source,
         })
+    }
+
+    fn during(self, operation: &'static str) -> Result<T> {
+        self.map_err(|source| Error::IoOperation { operation, source })
     }
 }
 
@@ -947,5 +1362,213 @@ mod kind_tests {
             sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).kind(),
             ErrorKind::Io
         );
+    }
+
+    #[test]
+    fn every_kind_has_its_own_name() {
+        let names: Vec<&str> = ErrorKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "user",
+                "conflict",
+                "corrupt",
+                "io",
+                "interrupted",
+                "internal"
+            ]
+        );
+        // `ALL` holds every kind once: this match breaks when a kind is added.
+        for kind in ErrorKind::ALL {
+            let index = match kind {
+                ErrorKind::User => 0,
+                ErrorKind::Conflict => 1,
+                ErrorKind::Corrupt => 2,
+                ErrorKind::Io => 3,
+                ErrorKind::Interrupted => 4,
+                ErrorKind::Internal => 5,
+            };
+            assert_eq!(ErrorKind::ALL[index], kind);
+        }
+    }
+
+    fn io(kind: io::ErrorKind) -> Error {
+        Error::Io {
+            path: "/data/x".into(),
+            source: io::Error::new(kind, "refused"),
+        }
+    }
+
+    fn remote(source: object_store::Error) -> Error {
+        Error::Remote {
+            remote: "origin".into(),
+            action: "list packs/".into(),
+            source,
+        }
+    }
+
+    #[test]
+    fn errors_are_classed() {
+        assert_eq!(Error::NoRemote.kind(), ErrorKind::User);
+        assert_eq!(
+            Error::DatasetNotFound {
+                name: "x".into(),
+                closest: None
+            }
+            .kind(),
+            ErrorKind::User
+        );
+        assert_eq!(
+            Error::HeadMoved {
+                dataset: "d".into()
+            }
+            .kind(),
+            ErrorKind::Conflict
+        );
+        assert_eq!(Error::corrupt("/p", "bad").kind(), ErrorKind::Corrupt);
+        assert_eq!(io(io::ErrorKind::PermissionDenied).kind(), ErrorKind::Io);
+        assert_eq!(Error::Interrupted.kind(), ErrorKind::Interrupted);
+        assert_eq!(
+            Error::Internal { detail: "x".into() }.kind(),
+            ErrorKind::Internal
+        );
+        // A remote's refusal is the user's to fix; its failure is the network's.
+        let not_found = || object_store::Error::NotFound {
+            path: "packs/x".into(),
+            source: "gone".into(),
+        };
+        assert_eq!(remote(not_found()).kind(), ErrorKind::User);
+        let generic = object_store::Error::Generic {
+            store: "S3",
+            source: "connection refused".into(),
+        };
+        assert_eq!(remote(generic).kind(), ErrorKind::Io);
+        let bucket = object_store::Error::Generic {
+            store: "S3",
+            source: "NoSuchBucket".into(),
+        };
+        assert_eq!(remote_refusal(&bucket), Some("missing bucket"));
+        assert_eq!(remote(bucket).kind(), ErrorKind::User);
+    }
+
+    #[test]
+    fn hints_follow_the_error() {
+        assert_eq!(
+            io(io::ErrorKind::StorageFull).hints(),
+            ["free some disk space and run the command again; nothing was recorded"]
+        );
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_FULL).hints(),
+            ["free some disk space and run the command again; nothing was recorded"]
+        );
+        assert!(io(io::ErrorKind::InvalidFilename).hints()[0].starts_with("the path is longer"));
+        assert!(io(io::ErrorKind::PermissionDenied).hints().is_empty());
+        assert_eq!(
+            Error::NoStore { start: "/w".into() }.hints(),
+            ["run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE"]
+        );
+        assert!(
+            Error::StoreExists {
+                path: "/w/.dsv".into()
+            }
+            .hints()
+            .is_empty()
+        );
+        // Internal errors, also SQLite's that are bugs, say so; a damaged catalog does not.
+        assert_eq!(Error::Internal { detail: "x".into() }.hints(), [BUG_HINT]);
+        assert_eq!(
+            sqlite(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY).hints(),
+            [BUG_HINT]
+        );
+        assert!(sqlite(rusqlite::ffi::SQLITE_CORRUPT).hints().is_empty());
+        assert_eq!(
+            Error::DatasetNotFound {
+                name: "mnsit".into(),
+                closest: Some("mnist".into())
+            }
+            .hints(),
+            ["did you mean mnist? `dsv ls` lists the datasets"]
+        );
+        assert_eq!(
+            Error::RevisionNotFound {
+                revision: "mnist@head".into()
+            }
+            .hints(),
+            [
+                "the head is mnist@latest (or mnist@HEAD, in capitals); `dsv log mnist` lists its versions and tags"
+            ]
+        );
+        let held = Error::VersionHeld {
+            version: "abc".into(),
+            holders: vec![
+                Holder::Pin { reason: "r".into() },
+                Holder::Workspace { path: "/a".into() },
+                Holder::Workspace { path: "/b".into() },
+            ],
+        };
+        assert_eq!(
+            held.to_string(),
+            "cannot remove version abc: it is pinned (r); the workspaces /a, /b hold it"
+        );
+        assert_eq!(
+            held.hints(),
+            [
+                "`dsv unpin REV` lifts the pin (`dsv pins` lists them); `dsv workspace forget DIR` lets a directory go (its files are left as they are; `dsv workspace ls` lists them)"
+            ]
+        );
+    }
+
+    #[test]
+    fn io_errors_name_a_path_an_operation_or_a_source() {
+        let path = io(io::ErrorKind::PermissionDenied);
+        assert_eq!(path.to_string(), "I/O error on /data/x");
+        let thread: Result<()> = Err(io::Error::other("EAGAIN")).during("starting a worker thread");
+        let thread = thread.unwrap_err();
+        assert_eq!(thread.to_string(), "I/O error starting a worker thread");
+        assert_eq!(thread.kind(), ErrorKind::Io);
+        let full: Result<()> =
+            Err(io::Error::from(io::ErrorKind::StorageFull)).during("writing the output");
+        assert!(full.unwrap_err().is_disk_full());
+        // A source's URL is shown without its credentials.
+        let source = Error::SourceIo {
+            url: "https://user:secret@example.com/data.tar".into(),
+            source: io::Error::new(io::ErrorKind::TimedOut, "the source stalled"),
+        };
+        assert_eq!(source.kind(), ErrorKind::Io);
+        assert!(!source.to_string().contains("secret"), "{source}");
+        assert!(source.to_string().starts_with("I/O error on https://"));
+        assert!(source.hints().is_empty());
+    }
+
+    #[test]
+    fn causes_leave_out_repeats() {
+        #[derive(Debug)]
+        struct Layer(&'static str, Option<Box<Layer>>);
+        impl std::fmt::Display for Layer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Layer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|l| l as _)
+            }
+        }
+        let chain = Layer(
+            "top",
+            Some(Box::new(Layer(
+                "request failed: connection refused",
+                Some(Box::new(Layer(
+                    "connection refused",
+                    Some(Box::new(Layer("os error 111", None))),
+                ))),
+            ))),
+        );
+        assert_eq!(
+            causes(&chain),
+            ["request failed: connection refused", "os error 111"]
+        );
+        assert!(causes(&Error::NoRemote).is_empty());
+        assert_eq!(causes(&io(io::ErrorKind::Other)), ["refused"]);
     }
 }

@@ -102,8 +102,8 @@ pub fn for_each_with<T: Sync, S>(
 
 /// The error of a thread that could not be started (the system's thread limit).
 pub fn thread_error(source: std::io::Error) -> crate::Error {
-    crate::Error::Io {
-        path: std::path::PathBuf::from("(starting a worker thread)"),
+    crate::Error::IoOperation {
+        operation: "starting a worker thread",
         source,
     }
 }

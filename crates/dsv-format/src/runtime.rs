@@ -14,7 +14,6 @@
 //! the child (dropping would wait for threads that do not exist there).
 
 use std::future::Future;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{IoResultExt, Result};
@@ -35,7 +34,7 @@ const WORKER_THREADS: usize = 2;
 /// The process's runtime, made on first call (and again in a forked child).
 ///
 /// # Errors
-/// [`crate::Error::Io`] when the runtime's threads cannot be started.
+/// [`crate::Error::IoOperation`] when the runtime's threads cannot be started.
 pub fn shared() -> Result<Runtime> {
     let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
@@ -51,7 +50,7 @@ pub fn shared() -> Result<Runtime> {
                 .thread_name("dsv-io")
                 .enable_all()
                 .build()
-                .at(Path::new("tokio runtime"))?,
+                .during("starting the tokio runtime")?,
         ),
     };
     if let Some((_, inherited)) = shared.replace((pid, runtime.clone())) {

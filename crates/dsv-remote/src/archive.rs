@@ -193,7 +193,7 @@ pub fn member_path(name: &str) -> std::result::Result<Option<String>, &'static s
 ///
 /// # Errors
 /// [`Error::UnsafeArchive`] for a refused member; [`Error::BadArchive`] for a truncated or
-/// corrupt archive or one expanding past `limits`; [`Error::Io`] when the source fails; the
+/// corrupt archive or one expanding past `limits`; [`Error::SourceIo`] when the source fails; the
 /// first error `each` returns.
 pub fn read(
     format: Format,
@@ -480,7 +480,7 @@ impl std::fmt::Display for ExpansionLimit {
 impl std::error::Error for ExpansionLimit {}
 
 /// Classifies an error met while reading archive `url` (also through a member's reader):
-/// the source failing ([`Error::Io`]), the limits ([`Error::BadArchive`]), or a truncated or
+/// the source failing ([`Error::SourceIo`]), the limits ([`Error::BadArchive`]), or a truncated or
 /// corrupt archive ([`Error::BadArchive`]).
 pub fn input_error(url: &str, e: io::Error) -> Error {
     // A bound, a stall, a deadline or a cancellation, met reading the source.
@@ -500,8 +500,8 @@ pub fn input_error(url: &str, e: io::Error) -> Error {
             };
             return match crate::source::carried_error(source) {
                 Ok(carried) => carried,
-                Err(source) => Error::Io {
-                    path: url.into(),
+                Err(source) => Error::SourceIo {
+                    url: url.to_string(),
                     source,
                 },
             };

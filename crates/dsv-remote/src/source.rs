@@ -919,8 +919,8 @@ impl Watch {
         if let Some((deadline, timeout)) = self.deadline
             && now >= deadline
         {
-            return Err(Error::Io {
-                path: self.url.clone().into(),
+            return Err(Error::SourceIo {
+                url: self.url.clone(),
                 source: io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
@@ -932,8 +932,8 @@ impl Watch {
         }
         if now.duration_since(self.window.start) >= self.stall_timeout {
             if self.window.bytes < STALL_BYTES {
-                return Err(Error::Io {
-                    path: self.url.clone().into(),
+                return Err(Error::SourceIo {
+                    url: self.url.clone(),
                     source: io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!(

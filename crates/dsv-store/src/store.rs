@@ -629,14 +629,13 @@ impl ObjectReader<'_> {
     ///
     /// # Errors
     /// As [`ObjectReader::file_chunks`]; [`Error::Corrupt`] when the bytes do not hash to
-    /// `id`; [`Error::Io`] naming `out_name` when writing fails.
+    /// `id`; [`Error::IoOperation`] when writing to `out` fails.
     pub fn write_file(
         &mut self,
         id: &ObjectId,
         size: u64,
         range: Option<std::ops::Range<u64>>,
         out: &mut dyn Write,
-        out_name: &Path,
     ) -> Result<()> {
         let chunks = self.file_chunks(id, size)?;
         let mut hasher = blake3::Hasher::new();
@@ -668,7 +667,7 @@ impl ObjectReader<'_> {
                             out.write_all(&bytes[from..to])
                         },
                     )?
-                    .at(out_name)?;
+                    .during("writing the output")?;
             }
             offset = end;
         }

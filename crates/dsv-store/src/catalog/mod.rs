@@ -322,6 +322,8 @@ fn corrupt_or(path: &Path, error: rusqlite::Error) -> Error {
         {
             Error::corrupt(path, "the catalog is not a valid SQLite database")
         }
+        // `rusqlite::Error` is `#[non_exhaustive]`: the rest stays an SQLite error, which
+        // `Error::kind` classifies by its code.
         _ => Error::Catalog(error),
     }
 }

@@ -423,12 +423,8 @@ impl TreeWriter {
     pub(crate) fn new(compression_level: i32) -> Result<TreeWriter> {
         Ok(TreeWriter {
             metadata: FrameBuilder::default(),
-            compressor: zstd::bulk::Compressor::new(compression_level).map_err(|source| {
-                Error::Io {
-                    path: "zstd".into(),
-                    source,
-                }
-            })?,
+            compressor: zstd::bulk::Compressor::new(compression_level)
+                .during("setting up a zstd compressor")?,
         })
     }
 

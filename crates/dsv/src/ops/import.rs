@@ -165,7 +165,8 @@ pub struct ImportReport {
 /// [`Error::InvalidImport`] (a pin on a prefix, `--extract` on a file that is no archive, no
 /// usable dataset name, two keys making one path), [`Error::TagExists`],
 /// [`Error::UnsafeArchive`], [`Error::BadArchive`], [`Error::Remote`], [`Error::Http`],
-/// [`Error::Io`], [`Error::Interrupted`]. On an error before the version is recorded,
+/// [`Error::Io`], [`Error::SourceIo`] (a source that breaks off, stalls, outlasts its
+/// timeout or ends early), [`Error::Interrupted`]. On an error before the version is recorded,
 /// nothing is recorded and the packs written are deleted; one while recording (a full disk)
 /// leaves unnamed packs for `gc`.
 pub fn import(
@@ -809,16 +810,16 @@ fn read_object(
         .map_err(|e| match e {
             // A bound, a stall, a deadline or a cancellation met while reading.
             IngestError::Read(e) => {
-                crate::source::carried_error(e).unwrap_or_else(|source| Error::Io {
-                    path: object.url.clone().into(),
+                crate::source::carried_error(e).unwrap_or_else(|source| Error::SourceIo {
+                    url: object.url.clone(),
                     source,
                 })
             }
             IngestError::Store(e) => e,
         })?;
     if object.size_known && size != object.size {
-        return Err(Error::Io {
-            path: object.url.clone().into(),
+        return Err(Error::SourceIo {
+            url: object.url.clone(),
             source: std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 format!("read {size} bytes of the {} listed", object.size),

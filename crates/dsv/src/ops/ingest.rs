@@ -548,10 +548,8 @@ fn compress_worker(
 ) -> Result<u64> {
     let mut stored = 0u64;
     let mut outcome = Ok(());
-    let mut compressor = zstd::bulk::Compressor::new(level).map_err(|e| Error::Io {
-        path: "zstd".into(),
-        source: e,
-    })?;
+    let mut compressor =
+        zstd::bulk::Compressor::new(level).during("setting up a zstd compressor")?;
     loop {
         let frame = receiver
             .lock()
@@ -605,7 +603,7 @@ pub fn write_missing_outboards(store: &mut crate::store::Store, files: &[ObjectI
                 continue;
             }
             let mut hasher = HashingWriter(crate::outboard::BlockHasher::new());
-            match reader.write_file(id, size, None, &mut hasher, Path::new("<outboard>")) {
+            match reader.write_file(id, size, None, &mut hasher) {
                 Ok(()) => {}
                 Err(Error::Corrupt { .. }) => continue,
                 Err(e) => return Err(e),

@@ -246,13 +246,11 @@ pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<Veri
                         // --full: reassemble the file and check the whole against its id
                         // (catches a file map listing wrong chunks of the right lengths).
                         if full && whole {
-                            let name = std::path::Path::new(&entry.path);
                             match reader.write_file(
                                 &entry.id,
                                 entry.size,
                                 None,
                                 &mut std::io::sink(),
-                                name,
                             ) {
                                 Ok(()) => {
                                     report.files_rehashed += 1;

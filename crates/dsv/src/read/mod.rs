@@ -38,7 +38,7 @@ pub use fetch::{FETCH_BATCH_FRAMES, FETCH_SPAN, STRIPES, after_fork, before_fork
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::lease::Lease;
 use crate::object::Version;
@@ -824,14 +824,15 @@ pub struct ExportReport {
 ///
 /// # Errors
 /// As [`ReadEngine::version`], [`VersionHandle::select`] and [`VersionHandle::open`];
-/// [`Error::Io`] naming `out_name` when writing fails (a closed pipe: `BrokenPipe`);
+/// [`Error::Io`] naming `out_name` when writing fails (a closed pipe: `BrokenPipe`), or
+/// [`Error::IoOperation`] when `out_name` is `None` (`out` is a stream that is no file);
 /// [`Error::Interrupted`].
 pub fn export_tar(
     engine: &ReadEngine,
     revision: &str,
     selection: &Selection,
     out: &mut dyn std::io::Write,
-    out_name: &Path,
+    out_name: Option<&Path>,
     progress: &dyn crate::progress::Progress,
 ) -> Result<ExportReport> {
     let version = engine.version(revision)?;
@@ -846,9 +847,15 @@ pub fn export_tar(
         }
     }
     let time = version.version().time.max(0) as u64;
-    let io = |source| Error::Io {
-        path: out_name.to_path_buf(),
-        source,
+    let io = |source| match out_name {
+        Some(path) => Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        None => Error::IoOperation {
+            operation: "writing the output",
+            source,
+        },
     };
     let total: u64 = files.iter().map(|e| e.size).sum();
     progress.start("exporting", total, crate::progress::Unit::Bytes);
@@ -1172,8 +1179,8 @@ pub struct CatReport {
 ///
 /// # Errors
 /// [`Error::RangeNotSatisfiable`] when the range starts at or past the end of a non-empty
-/// file (HTTP's 416); as [`ReadEngine::version`] and [`VersionHandle::open`]; [`Error::Io`]
-/// naming `<stdout>` when writing fails.
+/// file (HTTP's 416); as [`ReadEngine::version`] and [`VersionHandle::open`];
+/// [`Error::IoOperation`] when writing to `out` fails.
 pub fn cat(
     engine: &ReadEngine,
     revision: &str,
@@ -1209,10 +1216,7 @@ pub fn cat(
         if let Some(hasher) = whole.as_mut() {
             hasher.update(&buffer[..n]);
         }
-        out.write_all(&buffer[..n]).map_err(|source| Error::Io {
-            path: "<stdout>".into(),
-            source,
-        })?;
+        out.write_all(&buffer[..n]).during("writing the output")?;
         position += n as u64;
     }
     if let Some(hasher) = whole
