@@ -121,6 +121,7 @@
 //!    - **At the top of the checkout directory** otherwise (the same filesystem, so it can be
 //!      renamed across directories later), or where a temporary name beside the destination
 //!      would be too long.
+//!
 //!    A file staged under a numbered name gets the next number and one bit (beside its
 //!    destination or at the top): with the walk, that is where every file was staged, which
 //!    the later steps replay (`Replay`).
