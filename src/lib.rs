@@ -536,7 +536,8 @@ where
         .with_ansi(ui::color_on_stderr())
         .try_init();
     // The first Ctrl-C asks the running operation to stop at a consistent point; a second
-    // one exits at once (the store stays consistent either way: see docs/architecture.md).
+    // one exits at once (the store stays consistent either way: see docs/architecture.md,
+    // "Invariants").
     let token = dsv::interrupt::CancelToken::new();
     let handler_token = token.clone();
     let _ = ctrlc::set_handler(move || {

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod architecture_docs;
 mod audit;
 mod bad_input;
 mod checkout_safety;

@@ -12,6 +12,31 @@
 //! append and the catalog commit leaves lines past the recorded length; they name versions
 //! whose packs are durable, and the next append cuts them off (the catalog, when present,
 //! is the authority; the log is for when it is lost).
+//!
+//! # The commit order, and a lost catalog
+//!
+//! The packs hold every object, tree and version, and describe themselves, but heads, tags,
+//! remotes, pins and removals were only in the catalog. `.dsv/reflog`
+//! (`docs/format.md#ref-log`) records them too, so that a lost `catalog.db` loses no
+//! name. `CatalogWriter::commit` keeps the order packs → ref log → catalog:
+//!
+//! 1. the packs are sealed and synced (above);
+//! 2. the transaction's changes to names are appended to the ref log, after cutting it to the
+//!    length the catalog recorded, and synced (or, past 8 MiB or when the log is shorter than
+//!    recorded, the log is replaced by a snapshot of the catalog's names);
+//! 3. the catalog transaction records the log's new length and commits.
+//!
+//! So the log is never behind the catalog. A crash between 2 and 3 leaves lines past the
+//! recorded length; they name versions whose packs are durable. While the catalog is there it
+//! is the authority: the next append moves those lines to `reflog.unapplied` and cuts them
+//! off. A failed append (a full disk) fails the transaction, which records nothing; so does a
+//! failed step 3, and its lines are then cut off the log again.
+//!
+//! **A lost catalog is refused, never replaced.** A `.dsv` whose `catalog.db` is missing while
+//! it holds packs or a non-empty ref log, or whose `catalog.db` is empty (`user_version` 0), is
+//! `Error::CatalogLost` (exit 5) for every command but `repair`, `init` and `clone` included, so no command
+//! makes a new empty catalog beside the old data. `dsv repair` rebuilds it
+//! (Cleanup and audits (`ops::repair`)).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};

@@ -1,14 +1,68 @@
 //! A store: the `.dsv/` directory holding the catalog, the packs and scratch space.
 //!
-//! ```text
-//! .dsv/
-//!   catalog.db        the SQLite catalog (WAL mode; -wal and -shm files beside it)
-//!   packs/<id>.pack   immutable pack files, named by the BLAKE3 of their bytes
-//!   tmp/              packs being written, `pack-<pid>-*.tmp` (renamed into packs/ when sealed)
-//!   lock              taken exclusively while a commit moves a dataset head
-//!   config.toml       the store's settings (`dsv config`; see [`crate::config`])
-//!   locks/            one lock file per workspace (checkout, commit and status take it)
-//! ```
+//! Every file and directory of `.dsv/`, and the lock each lock file is, are listed in
+//! `docs/architecture.md` ("Store directory", "Locks and leases"), which
+//! `tests/it/architecture_docs.rs` holds to what the code creates.
+//!
+//! # Reading objects
+//!
+//! `Store` (`store.rs`) holds the `.dsv` path and one catalog connection. `ObjectReader`
+//! (`store.rs`) reads trees, versions and files by id through a `PackReader` (a cache of 8
+//! decompressed frames), and checks every object it reads against its hash. Catalog lookups
+//! always name the kind they want, since objects are keyed by (id, kind)
+//! (`docs/format.md#catalog-schema`): `Catalog::has_object(id, kind)`,
+//! `Catalog::locate(id, kind)`, and `Catalog::locate_file(id)` for where a file's content
+//! starts (its only chunk, or else its file map). `ObjectReader::file_chunks` turns a file id
+//! and size into the file's chunks with their locations. A file map is not hashed (it is keyed
+//! by the file id), so before any byte is served `file_chunks` checks each length the file map
+//! lists against the length the catalog records for that chunk, and their sum against the
+//! size the tree gives the file; a mismatch is `Error::Corrupt`. `cat`, checkout and `verify`
+//! all go through it.
+//!
+//! # Processes sharing one store
+//!
+//! - **Catalog.** SQLite in WAL mode, `synchronous=FULL`, foreign keys on, a 60 s busy
+//!   timeout (`catalog/mod.rs`). Readers do not block writers. Every write is one
+//!   `BEGIN IMMEDIATE` transaction, which waits for other writers instead of failing part-way.
+//! - **Store lock** `.dsv/lock`. An exclusive `flock` on the file, taken by the same helper
+//!   as the workspace locks (`StoreLock::take`, through `File::lock`). Commit takes it only
+//!   for finalization (step 13 on): reading the head, writing the version frame,
+//!   sealing the last pack, the catalog transaction; import and update take it at the same
+//!   point (`record_version`). So two commits or imports to one dataset never both take the
+//!   same parent. Reading, chunking, compressing and writing
+//!   trees run outside the lock, in parallel with other commits. Packs that fill up before
+//!   the lock is taken are sealed outside it. The remote operations take it only around
+//!   their catalog transactions that record downloaded packs, fetched versions and refs, and
+//!   pull's move of a local head (Sync with remotes (`ops::sync`)); never while a
+//!   request is in flight. Push does not take it. `gc` takes it for its catalog swap, `rm` for
+//!   its transaction, and `cache prune` for the transaction that marks versions.
+//! - **Data lock** `.dsv/data.lock`, created on first use. A `flock` held shared by commit,
+//!   import, update, checkout, status, audit, verify, rebase, fetch, push, the remote and
+//!   download steps of pull and checkout, a read engine fetch and `Lease::take`, and
+//!   exclusive by `gc` and `repair`, so that `gc` never deletes an object a running operation relies
+//!   on. Who holds it when, and why it is a lock and not a grace period, is in
+//!   Cleanup and audits (`ops::gc`).
+//! - **Workspace locks** `.dsv/locks/workspace-<12 hex digits>.lock`. The digits are the first
+//!   12 hex digits of BLAKE3 of the workspace's canonical path. Commit holds this lock for its
+//!   whole run (from before the walk until its transaction commits), checkout from before it
+//!   reads the workspace state until its transaction commits, and status for its whole run.
+//!   So commits, checkouts and status runs on one directory run one after the other. Commit
+//!   takes the workspace lock before the store lock; checkout and status never take the store
+//!   lock while they hold a workspace lock (a checkout that first downloads from a remote
+//!   takes and releases the store lock before it takes the workspace lock).
+//! - **Deduplication across processes** happens at the catalog. Two commits running at once
+//!   may both store the same new chunk in their own packs. The first transaction's location
+//!   wins (`INSERT OR IGNORE` on the (id, kind) key). The second copy stays in its pack,
+//!   unused.
+//! - **Temporary files of other processes.** A commit removes `.dsv/tmp/` pack files, and a
+//!   checkout removes `.dsv-tmp-<pid>-<n>` files, only when process `<pid>` no longer runs.
+//!   Liveness is judged by `/proc/<pid>` on the machine (and in the PID namespace) running the
+//!   command. A checkout never removes a directory that holds a running process's
+//!   `.dsv-tmp-<pid>-<n>` file or a nested `.dsv` store, even with `--force`: it reports a
+//!   conflict instead. Leftovers of dead processes do not block it.
+//! - Locks are blocking and have no timeout. All are `flock` locks on a lock file
+//!   (`StoreLock`; the data lock and the open lock shared or exclusive, the others exclusive), released when the
+//!   guard drops, or by the kernel when the holding process dies, `kill -9` included.
 
 use std::fs::{self, File};
 use std::io::Write;

@@ -16,6 +16,74 @@
 //! margin once, then re-stats what it wrote and caches only files whose stat did not change,
 //! so a fresh checkout is trusted (on filesystems with whole-second timestamps the 2 s margin
 //! still applies, and its files are hashed once more by the next status or commit).
+//!
+//! # The rules of the stat cache
+//!
+//! `workspace.rs` and the `stat_cache` table. For each regular file a workspace holds, the cache
+//! stores what `lstat` returned when the file was last found (hashed or written) to hold the
+//! content of the workspace's version at its path: size, mtime (ns), ctime (ns), inode and
+//! `st_mode`, under the path's key. It names no file id (schema 11): the entry vouches for the
+//! file the workspace's version (`workspaces.version`) has at the same path, and the readers
+//! take the id from that version's tree, walked in step with the directory (status and audit
+//! walk it anyway; commit walks it from the first vouched file; checkout walks it as "the version
+//! checked out before"). A vouched file whose version has no file of the same size at its path
+//! is hashed.
+//!
+//! 1. **Settled when written:** `workspace::entry(stat, checked_ns)` gives an entry only when
+//!    `changed + margin <= checked_ns`, `changed` being the later of the stat's mtime and ctime
+//!    and `checked_ns` a time no later than when the stat was taken. The margin is 100 ms
+//!    (`RACY_MARGIN_NS`), or 2 s (`COARSE_RACY_MARGIN_NS`) when the mtime or the ctime is a
+//!    whole number of seconds (a filesystem with coarse timestamps; or a file whose mtime a tool
+//!    set, as tar does, which costs at most a hash more within 2 s of its ctime). A file changed within the margin before its
+//!    stat was taken could be changed again without changing its stat, so no entry is written
+//!    for it (an old entry at its path is deleted) and it is hashed again next time. This is
+//!    git's racy-timestamp rule; the ctime counts too because a tool can set the mtime back
+//!    (`touch -d`, `cp -p`, `rsync -t`), so a file written and back-dated twice within one tick
+//!    would otherwise show one stat for two contents. Before schema 11 the entry kept
+//!    `checked_ns` and was checked on read (on the mtime only).
+//! 2. **The stat of the file read:** a file hashed after its walk's lstat (status, audit, the
+//!    checkout plan: `status::hash_files`) gets an entry only when the `fstat` of the file it
+//!    read, taken after the last byte (`workspace::hash_open_file`), equals the walk's
+//!    stat. Otherwise the file at that path was replaced or written while the command ran (a
+//!    directory renamed away and back keeps its files' ctimes), and an entry for the walk's
+//!    stat could vouch for a file that was never read. Commit's ingest does the same
+//!    (`ingest::read_file`): a file whose size or mtime moved while it was read fails the
+//!    commit ("changed while it was being read"); one whose stat moved otherwise (another inode,
+//!    or only the ctime: a hard link, `touch -a`) is committed as read but gets no entry.
+//! 3. **Unchanged when read:** an entry (`StatEntry`, the same type as the walk's `Stat`)
+//!    vouches when it equals the current lstat: size, mtime, ctime, inode and mode.
+//!
+//! **Invariant:** an entry at a path vouches that the file there, while its stat is unchanged,
+//! holds the content the workspace's version has at that path, and that version is whole in the
+//! store. Commit relies on it: a file with a trusted cache entry is neither read nor looked up
+//! in the catalog, and its content is not stored again. The version is whole while the
+//! workspace's directory exists (`rm` and `cache prune` keep it), and
+//! `Catalog::stat_cache_in_order` gives no entry at all when the workspace's version is removed,
+//! evicted or unrecorded; `gc` deletes such workspaces' entries in its catalog transaction. A
+//! workspace record is used only for the directory it was made for (device, inode, birth time
+//! of its root): a directory made again at the same path gets no stat cache, and its next
+//! commit or checkout deletes the old one. The workspace's version changes only in the
+//! transactions of commit and checkout, and each keeps every entry true for the version it
+//! records:
+//!
+//! - **commit:** the new version's tree is the directory as walked: a vouched file keeps the
+//!   id of the old version's entry, which the new version then has at the same path, and every
+//!   file it read still holding the walk's stat gets a fresh entry (the time before the walk as
+//!   `checked_ns`). It deletes
+//!   entries for paths that are no longer regular files or that the walk left out
+//!   (`--exclude`, `.dsvignore`). A file modified less than the margin before the commit
+//!   started gets no entry, and is read again by the next commit or status.
+//! - **status:** of the files it hashed, only those that still hold the content the
+//!   workspace's version has at their path (the time before the scan as `checked_ns`). A
+//!   modified or added file is not cached, so the next commit reads and stores it.
+//! - **checkout:** a kept file's entry stays only where the target has the same content at
+//!   that path (the plan keeps a file only then); every file it wrote gets an entry when its
+//!   stat did not change between its rename and a re-stat taken after one 100 ms wait (the time
+//!   after the wait as `checked_ns`; a file whose stat changed loses its entry), and the files
+//!   it hashed and kept, which hold the target's content, get one (the time before its scan).
+//!   It deletes the entries of every path that is not a file of the target. On a filesystem
+//!   with whole-second timestamps, the 2 s margin applies and these files get no entry until
+//!   hashed again.
 
 use std::fs::File;
 use std::path::Path;

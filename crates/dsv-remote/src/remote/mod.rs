@@ -25,6 +25,33 @@
 //! by `object_store` with exponential backoff, under the policy of [`retry_config`]; a re-run
 //! of an interrupted transfer sends only what is still missing, because every object it sent
 //! is content-addressed.
+//!
+//! # The backend
+//!
+//! `Remote::open` builds an `object_store` client for the remote's URL: `AmazonS3Builder`
+//! (with `S3ConditionalPut::ETagMatch`, so conditional puts send `If-Match` /
+//! `If-None-Match`), `MicrosoftAzureBuilder` or `GoogleCloudStorageBuilder`, each
+//! `from_env()` then `with_url`, then the remote's stored `--option` settings; or
+//! `LocalFileSystem` for `file://`. For S3, the AWS profile (`remote::aws_profile`) goes in
+//! between `from_env()` and the URL, below the environment: the library parses the profile
+//! files (a pure `resolve` over their texts, read bounded to 1 MiB) but never looks at `HOME`
+//! or `AWS_PROFILE` itself; the front ends (the CLI, the Python package) gather those and
+//! hand them over once with `aws_profile::set_source`, a process-wide setting like the
+//! environment `from_env` reads. The URL's path becomes a `PrefixStore`. Credentials come
+//! only from the environment and the AWS profile files
+//! (`docs/cli.md#remotes-and-credentials`); a URL that carries one (a password, or a
+//! presigned URL's or SAS's signature, credential or token in its query:
+//! `redact::credentials_in`) is refused by `check_url`, `check_options` (in a value) and
+//! `cloud_backend`, so it is never recorded in the catalog, the ref log or a version's
+//! source. `src/redact.rs` is the one rule for showing URLs: `redact::url` replaces a
+//! password and every secret-bearing parameter's value by `REDACTED`, `redact::text` does so
+//! for every URL in a message; `Error`'s messages that hold a URL use it, and the CLI's
+//! `report_error` applies it again to each message, cause and hint. A tokio runtime with
+//! two worker threads drives the asynchronous client; the operations themselves are
+//! synchronous and wait with `block_on`. Parallel requests are streams of futures, `jobs` in
+//! flight (`--jobs`, default 8, `DEFAULT_JOBS`). Every request is counted for the reports'
+//! `transfer.requests`. A failed request becomes `Error::Remote` (remote, what dsv was doing,
+//! the backend's error).
 
 use std::collections::BTreeMap;
 use std::ops::Range;

@@ -7,6 +7,37 @@
 //! re-hashed); `full` re-hashes every file. An audit never changes the directory, its
 //! record or its stat cache (`audit --lock` may fetch a pinned version's metadata from a
 //! remote the lock names, as `checkout --lock` does).
+//!
+//! # What an audit trusts
+//!
+//! `audit()` compares a directory with a version's trees, walked in step with it
+//! (`status::compare_with_disk`, `tree::StreamingDiff`), the comparison `status` uses, and adds every entry dsv cannot version as a mismatch. What it
+//! trusts:
+//!
+//! - **The version:** its trees, read through `ObjectReader`, so hash-checked. No chunk is
+//!   read: an audit compares content ids, so a store holding only the version's metadata can
+//!   audit a directory.
+//! - **The directory:** every file is hashed (BLAKE3 of its bytes) except those the stat cache
+//!   vouches for. The stat cache is used only when the version audited is the one the store
+//!   recorded for the directory (its last commit or checkout), and only for entries that pass
+//!   the unchanged and racy checks of The stat cache (`workspace`). Against any other
+//!   version every file is read. With `--full`, nothing is taken from the stat cache.
+//!
+//! Apart from the fetch a lock file may need (below), an audit writes nothing to the store, and
+//! it leaves the stat cache as it was. It takes no lock, so a checkout into the directory during
+//! an audit can make it report differences.
+//!
+//! A lock file (`docs/format.md#lock-files`) pins versions by id and root tree.
+//! `resolve_lock` runs before anything is written: for each pinned version this store has not
+//! recorded, it fetches each configured remote whose URL equals one the lock lists, until the
+//! version is recorded (the only way `audit --lock` writes to the store), then checks that the
+//! version belongs to the pinned dataset and names the pinned tree. `checkout --lock` then
+//! checks out each dataset in turn, downloading its missing chunks just before; a failure in one
+//! dataset leaves those before it checked out.
+//!
+//! `verify --full` reassembles every distinct file held here of every version walked and checks
+//! it whole; without `--full`, a file map listing the wrong chunks with the right lengths would
+//! pass.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

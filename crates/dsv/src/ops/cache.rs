@@ -7,6 +7,18 @@
 //! never evicted; with `allow_data_loss` it is removed instead (its tags dropped; never a
 //! dataset's head), and a pinned version or one a directory holds is never touched. `gc`
 //! then frees the space.
+//!
+//! # cache prune, step by step
+//!
+//! `prune()` lists every version as `cache ls` does (`list`), keeps the newest `--keep-last` of
+//! each dataset (from the head back along parents), filters by `--dataset` and `--older-than`,
+//! and takes the rest least recently used first. `last_used` is in whole seconds, so versions
+//! used in the same second are ordered by history, older first. Each candidate is skipped when
+//! pinned or in use, evicted when a remote holds it, removed (as `rm` marks versions, without
+//! its head and tag checks) with `--allow-data-loss`, else skipped. With `--max-size`, it stops
+//! once the raw bytes of the chunks the catalog holds, less the `unique_bytes` of each version
+//! acted on, fit. One transaction marks the evicted and removed versions; then `gc` runs with a
+//! 1-hour grace and frees the space.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

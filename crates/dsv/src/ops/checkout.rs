@@ -20,6 +20,201 @@
 //!    else meanwhile is left out of the cache, so it is hashed next time.
 //!
 //! Untracked files (never committed, not in the target) are left alone.
+//!
+//! # Phases, step by step
+//!
+//! `ops/checkout.rs`, `checkout()`. Four phases: **plan** (decide everything, refuse
+//! conflicts), **stage** (write every file and symlink to a temporary name and verify it),
+//! **apply** (change the directory), **record** (one catalog transaction). Apply starts only
+//! once every file is staged and verified; before it, the only visible changes are creating
+//! DIR if it was missing, removing dead processes' temporary files, and the temporary
+//! (`.dsv-tmp-<pid>-<n>`) names of what is being staged.
+//!
+//! The target version is never held whole: each step walks its trees again
+//! (`tree::walk_version`, through a second catalog connection, `Catalog::open_reader`, so the
+//! record step can walk while the store's connection writes), in path order
+//! (`walk::path_order`), and keeps only what it decides (paths to delete, one keep byte per
+//! target entry up to the last kept, one per file staged under a numbered name). The directory and the version checked out there before are not held either (steps 4-6 are
+//! one pass).
+//! Only a partial checkout holds its selection (`Target::Selected`), since a selection is
+//! chosen from the whole listing.
+//!
+//! ## Plan
+//!
+//! 1. **Resolve** the revision (`revision.rs`) to a version id. A version marked removed
+//!    (`removed_at`) is refused (`Error::VersionRemoved`). Load its catalog row.
+//! 2. **Walk** the target's trees once to check them. This reads every tree through
+//!    `ObjectReader`, which checks hashes and decodes (decoding refuses unsafe names). It also
+//!    refuses symlinks whose targets are absolute or leave the tree (`Error::UnsafePath`).
+//!    Any path with a component named `.dsv` or starting with `.dsv-tmp-` is refused too, and
+//!    so is a symlink whose target passes through another symlink of the version
+//!    (`tree::symlink_through_symlink` over the version's symlinks, see commit step 10). The
+//!    walk keeps the symlinks and the longest path.
+//! 3. **Create the directory** if missing (a path that exists but is not a directory is
+//!    `NotADirectory`). Canonicalize it. If the longest path, joined to it, is longer than
+//!    the system opens (PATH_MAX), stop with "File name too long" before anything is made.
+//!    **Take the workspace lock** (`Store::lock_workspace`),
+//!    then the data lock shared; both are held until the checkout returns.
+//! 4. **Old state.** If the directory is a known workspace (the same directory as recorded:
+//!    device, inode, birth time) and the version it holds is not removed, that version is
+//!    walked beside the target (a reader of its own). A removed version's files are
+//!    compared as untracked files: `gc` does not keep its content.
+//! 5. **Disk state** (`plan()`). Walk the directory beside its stat cache (`DiskStream`,
+//!    every entry: no `.dsvignore` is obeyed), a batch at a time, merged with the walks of
+//!    the target and the old version (`tree::Cursor`, all in path order). The walk also gives
+//!    the `.dsv-tmp-<pid>-<n>` files (`leftovers`) and the nested `.dsv` stores it did not
+//!    enter (`stores`). Take file ids from the stat cache where it can be trusted. Hash, in
+//!    parallel on `jobs` threads, a batch at a time, only files that are not trusted *and*
+//!    are named by the target or the old version. Other untracked files are not hashed, and
+//!    `Unsupported` entries get no id.
+//! 6. **Plan** (`plan()`, in the same pass, entry by entry). The user's work is the tree, not
+//!    the bytes (git's rule): a disk entry is *recoverable*, so it may be overwritten or
+//!    deleted without `--force`, only when it equals the old version's entry at its path (same
+//!    executable bit and id for a file, same link target for a symlink; the old version counts
+//!    only when it is live). A file replaced by another file's content, moved or copied is a
+//!    change even when the store holds its bytes. Where the disk differs from the old version
+//!    and the target has what the old version had (`same_entry`), the change is *carried
+//!    over*: the target's entry is kept as the user left it (`Plan::carried`), and its stat
+//!    cache entry goes. The target's entries the disk lacks come from the same merge
+//!    (`tree::Cursor::seek_passing`, `drain`) and are decided by `Absent::pass`: a deletion is
+//!    carried over where the target has the old version's entry (a deleted directory stays
+//!    deleted unless the target writes something below it), and is a conflict where the target
+//!    has another file or symlink there. So a checkout that was interrupted and is run again
+//!    finds the files it already wrote equal to the target. With `--force` everything is
+//!    recoverable and nothing is carried over, except as noted for directories below. For
+//!    each entry on disk:
+//!
+//!    | on disk | in target | action |
+//!    | --- | --- | --- |
+//!    | dir | dir | keep |
+//!    | dir | file or symlink | remove the whole directory; conflict if any non-directory under it is not recoverable (files no version names are not hashed, so they are not). A directory that holds a nested `.dsv` store or a running process's `.dsv-tmp-<pid>-<n>` file (which the walk does not list) is a conflict even with `--force`. |
+//!    | dir | absent | remove later, only if it was in the old version and ends up empty |
+//!    | file equal to target (same executable bit and id) or symlink equal to target (same link target) | — | keep |
+//!    | other file, symlink or `Unsupported` entry | file or symlink | replace by renaming over it; conflict unless recoverable |
+//!    | file, symlink or `Unsupported` entry | dir | delete, then create the directory; conflict unless recoverable |
+//!    | file, symlink or `Unsupported` entry | absent, but in the old version | delete; conflict unless recoverable |
+//!    | anything other than the target's entry | what the old version has there | carried over: left alone |
+//!    | file, symlink or `Unsupported` entry | absent, not in the old version | untracked: leave alone |
+//!
+//!    If there are conflicts and `--force` was not given (or a directory holds a store or a
+//!    temporary file), stop with `Error::Conflict`. It lists up to 10 paths in path order
+//!    (for a directory, the directory itself). No file has been changed at that point. The
+//!    same pass notes the stat cache entries to drop (paths where the target has no file) and
+//!    the kept files it hashed (cached in step 11).
+//! 7. **Make directories, count.** A walk of the target makes the staged subtrees' tops and
+//!    the directories inside them (below), lists the target's directories that are not kept,
+//!    and counts the files and bytes to write (the progress bar's totals). Where each file
+//!    and symlink is staged (`Staging`):
+//!    - **Inside a staged subtree** when its directory is new. Every directory the target adds
+//!      where nothing is now, whose parent exists and stays, is the top of a new subtree: it is
+//!      made under a temporary name `.dsv-tmp-<pid>-<n>` beside its destination, the
+//!      directories below it are made inside it under their own names, and its files are
+//!      written inside it under their own names. One rename in step 10 puts the whole subtree
+//!      in place. (Renamed file by file, a checkout of 300,000 small files into an empty
+//!      directory took 1.7x `cp -r`; staged at the top of the checkout directory, as before
+//!      that, all files passed through one directory: 4x at 100,000. See docs/scale.md.)
+//!      A subtree whose temporary name could make a path below it longer than the system
+//!      opens (PATH_MAX; bounded by the version's longest path) is made in place instead, its
+//!      files staged beside their destinations.
+//!    - **Beside its destination**, under a temporary name, when the destination's directory
+//!      exists now and the plan does not remove it.
+//!    - **At the top of the checkout directory** otherwise (the same filesystem, so it can be
+//!      renamed across directories later), or where a temporary name beside the destination
+//!      would be too long.
+//!
+//!    A file staged under a numbered name gets the next number and one bit (beside its
+//!    destination or at the top): with the walk, that is where every file was staged, which
+//!    the later steps replay (`Replay`).
+//!
+//! ## Stage
+//!
+//! 8. **Leftovers.** Remove the `.dsv-tmp-<pid>-<n>` files and staged subtrees (directories,
+//!    removed whole) found in step 5 whose process `<pid>` no longer runs (`/proc/<pid>` is absent); those of a live process are left, since
+//!    it may be checking out into a nested directory.
+//! 9. **Locate and write temporaries** (`stage_target()`, `stage()`), in rounds: a walk of
+//!    the target finds the chunks of each file to write and where each is stored, on the
+//!    calling thread (`ObjectReader::file_chunks`, which also checks the file map's lengths,
+//!    see Layers (`store`)); every 32,768 files or 1 GiB (`STAGE_BATCH_FILES`,
+//!    `STAGE_BATCH_BYTES`), the round is sorted by the (pack id, frame offset) of each file's
+//!    first chunk, so neighbouring files share frames (symlinks and empty files, which have no
+//!    chunks, come first), written in parallel, and its chunk lists dropped. A missing object
+//!    or a file map that disagrees (`MissingObject`, `Corrupt`) stops the checkout as any
+//!    staging error does, before anything is changed. Nothing is renamed into place here.
+//!    - Files with more than one chunk that are larger than both 8 MiB (`SEGMENT_BYTES`) and
+//!      half of one core's share of all the bytes to write (total / (2 × cores)) are split into
+//!      segments: runs of chunks that end once they reach 8 MiB. Smaller files gain nothing
+//!      from it, since other files keep every thread busy, and segmenting costs kernel time
+//!      (scattered writes and a read-back to hash the whole file). The temporary file is created
+//!      at full length first. Several threads then write segments at their offsets (`pwrite`),
+//!      checking each chunk against its id. The thread that finishes the last segment
+//!      re-reads the temporary file, checks its BLAKE3 against the file id, and sets the mode.
+//!    - All other files, and symlinks, are written whole by one thread (`write_temp`), in
+//!      batches of neighbouring entries that close at 32 entries (`BATCH_FILES`) or once they
+//!      hold 2 MiB (`BATCH_BYTES`). Every chunk is checked against its id as it is read, and
+//!      the whole file against the file id.
+//!    - The tasks run in two phases (see Threads (`ops`)): first the
+//!      bulk ones (every segment, and batches whose files average 256 KiB or more) on
+//!      `min(jobs, CPUs)` threads, then the other batches on `jobs` threads.
+//!    - Executable files get mode 0755. Other files keep the mode a new file gets (0666
+//!      minus the umask).
+//!    - On any error (a corrupt frame, a missing pack, a full disk, Ctrl-C), every temporary
+//!      name of this checkout is removed (the numbered ones found by replaying the walk) (staged subtrees whole, directories made in place if
+//!      empty) and the error is returned. The directory is then as
+//!      it was, apart from the leftovers removed in step 8 and the directory itself if step 3
+//!      created it.
+//!
+//! ## Apply
+//!
+//! 10. In order: delete the files and symlinks the plan deletes, delete the directory trees it
+//!     replaces with files, rename each staged subtree into place, create the target's
+//!     remaining missing directories, then rename each other staged temporary onto its
+//!     destination (a replay of the walk, in rounds of 16,384, `APPLY_BATCH_FILES`, each on
+//!     every writer thread), lstat'ing each written file right after. The lstats are spilled,
+//!     in order, to an unnamed temporary file in `.dsv/tmp` (`RecordSpill`, 37 bytes a file,
+//!     made before staging); if a spill write fails (a full disk), applying goes on and the
+//!     files written get no cache entry (they are hashed next time). Last, prune
+//!     old directories that the target lacks, deepest first, only if empty (untracked files
+//!     keep their directory). This phase does not check for Ctrl-C.
+//!
+//! ## Record
+//!
+//! 11. **Stat cache.** If any file was written, sleep once for 100 ms (`RACY_MARGIN_NS`), take
+//!     `checked_ns`, and lstat every written file again (a replay in rounds, beside the spilled
+//!     lstats). A file whose stat did not change
+//!     since its rename is cached with that stat (when it is settled); one whose stat changed
+//!     (someone touched it meanwhile) loses its cache entry, so it is hashed next time. The
+//!     files hashed in step 5 and kept are cached too (they hold the target's content, which
+//!     the store holds), with the time before the scan. Every cached path that is not a file
+//!     of the target is removed from the cache (noted by the plan's pass).
+//! 12. **One catalog transaction:** `set_workspace` (dataset, version; it also sets the
+//!     version's `last_used` and clears its `evicted_at`) and `update_stat_cache`.
+//!
+//! Every change of steps 7-10 (and the leftovers' removal) goes through a `BeneathDir`
+//! (`beneath.rs`): a handle to the directory opened once, under which each operation opens the
+//! parent of its last name with `openat2` (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`; where the
+//! kernel lacks it, component by component with `O_NOFOLLOW`) and acts on the last name
+//! without following it (`mkdirat`, `renameat`, `unlinkat`, `O_NOFOLLOW`). A directory
+//! replaced by a symlink while the checkout runs fails the call (`ELOOP`), so nothing is
+//! written outside the directory. A temporary file is created new (`O_EXCL`; a name already
+//! taken, by a leftover or a planted hard link, FIFO or symlink, is unlinked and created again,
+//! never opened), and written, verified and read back only through its own handle (a large
+//! file's segments share it). Its inode is spilled in walk order (a `RecordSpill` of 8 bytes a
+//! file); after each rename, a destination whose inode is not the one staged (another process
+//! swapped something in at the temporary name) gets no stat cache entry, and the checkout ends
+//! with an I/O error naming it once everything else is applied and recorded. The files the
+//! plan hashes are opened beneath the directory too, `O_NOFOLLOW | O_NONBLOCK`, and only a
+//! regular file is read (`workspace::hash_open_file`): a FIFO swapped in is an error, not a
+//! hang.
+//!
+//! Checkout itself never takes the store lock and writes no objects. When the version's data
+//! is on a remote, it is downloaded into the store before step 1
+//! (Sync with remotes (`ops::sync`)).
+//!
+//! Missing or corrupt data is found in step 7 or step 9, before the directory changes. Only
+//! an error in step 10 (a full disk while creating a directory, a permission error) leaves the
+//! directory half-changed: some deletions and renames are done, the staged files not yet
+//! renamed stay as `.dsv-tmp-<pid>-<n>` files, and the catalog still names the old version.
+//! Every file already in place is complete and verified.
 
 use std::collections::HashSet;
 use std::fs::{self, File};

@@ -12,6 +12,147 @@
 //! holds the content of the workspace's version at its path ([`crate::workspace`]), a version
 //! the store keeps whole while the directory exists, so the id is taken from that version's
 //! tree, walked in step with the directory.
+//!
+//! # Stages, step by step
+//!
+//! `ops/commit.rs`, `commit()`. Stages in order:
+//!
+//! 1. **Check names.** The dataset name and the tag, if any, must pass `revision::check_name`.
+//! 2. **Canonical path.** `workspace::canonical_dir` resolves the directory. The result is the
+//!    workspace key and the version's `source`.
+//! 3. **Early tag check.** If the dataset already has the tag and it names a version other
+//!    than the dataset's current head, the commit stops with `TagExists` before anything is
+//!    read. A tag naming the head passes, so re-running the same tagged commit on an
+//!    unchanged directory succeeds (no version is made, and the tag already names the head).
+//!    If the commit does record a new version (the directory changed, or `--allow-empty`),
+//!    the final transaction refuses the tag (step 17).
+//! 4. **Take the workspace lock** (`Store::lock_workspace`). It is held until the commit
+//!    returns, so no checkout writes into the directory while it is snapshotted. Then take
+//!    the **data lock** shared (`Store::lock_data_shared`), also held until the commit returns:
+//!    a chunk the store already holds is relied on, not written again, so `gc` must wait
+//!    until the version is recorded (Cleanup and audits (`ops::gc`)).
+//! 5. **Start time.** `started_ns = workspace::now_ns()` is taken *before* the scan. It becomes
+//!    the `checked_ns` against which every stat cache entry this commit writes is settled.
+//! 6. **Walk beside the stat cache** (`DiskStream`, above (`walk`)), obeying `.dsvignore`
+//!    and `--exclude`. The first `Unsupported` entry in path order stops the commit ("cannot
+//!    version PATH: REASON", `Error::Unsupported`).
+//! 7. **Stat cache.** If the catalog knows this directory as a workspace (the same directory
+//!    as recorded: device, inode, birth time), its stat cache is read in step with the walk
+//!    (`catalog/workspaces.rs`), and none at all when the workspace's version is removed,
+//!    evicted or unrecorded. For each regular file whose entry vouches for it (its lstat equals
+//!    the entry, see Stat cache (`workspace`)), the id is the one the workspace's version
+//!    has at that path: that version is walked beside the directory (`tree::Cursor` over
+//!    `tree::walk_version`), started at the first vouched file. The id is used without asking
+//!    the catalog whether the store holds it: the workspace's version is whole in the store.
+//!    Files without an id from the cache go on the read list.
+//!    Symlinks get id = BLAKE3 of their target bytes. Directories are not read. Cache entries
+//!    at paths that are no longer files (deleted, left out, or now a directory or symlink)
+//!    are deleted when the version is recorded.
+//!
+//!    The listing is not held in memory. Each entry is written, in path order, to an unnamed
+//!    temporary file in `.dsv/tmp/` (`Listing`, `tempfile::tempfile_in`: it has no name, so
+//!    it is gone with the process whatever happens), with its lstat and, for a file the cache
+//!    vouched for, its id. Commit keeps only counts, the symlinks (for step 10) and the paths
+//!    of cache entries to delete. Step 11 reads the file back from the start, and so do steps
+//!    9 and 17 when some file is read. A text length read back is bounded (65,535 bytes)
+//!    before it sizes anything, and a listing that does not read back as written is an error.
+//! 8. **Stale temporary packs.** `Store::remove_stale_temp_packs` deletes files in `.dsv/tmp/`
+//!    named `pack-<pid>-…` (or `.dsv-tmp-<pid>-…`) whose process `<pid>` is not this one and
+//!    no longer runs (`/proc/<pid>` is absent): packs a killed commit was writing.
+//! 9. **Ingest** (`ops/ingest.rs`, `ingest_files`), only when the read list is not empty: the
+//!    listing is read back and its files without a trusted id are ingested 65,536 at a time
+//!    (`INGEST_BATCH`: enough for full frames from tiny files, a few megabytes of paths),
+//!    under one progress bar whose total (files and bytes) the walk counted. Their ids are
+//!    appended in listing order to another unnamed temporary file (`ReadIds`, 33 bytes a
+//!    file read: the id and whether the file read still had the walk's stat, which decides
+//!    whether its stat is cached). Per batch, two stages run at once, joined
+//!    by a bounded queue of frames:
+//!    - **Readers** (`ReadWorker`) take files from the read list one at a time. Per file, a
+//!      reader opens it and cuts it with `chunk::Chunker` (FastCDC, 16/64/256 KiB). It hashes
+//!      each chunk with BLAKE3 (`ObjectId::of`) and asks its own catalog connection whether
+//!      the store holds it as a chunk (`Catalog::has_object(id, Chunk)`). For a chunk the
+//!      store lacks, it claims (id, chunk) in the `PackSink`, so no object is written twice in
+//!      one run, and pushes the chunk into its own `FrameBuilder`. A frame buffer is
+//!      allocated at its final size (1 MiB plus one largest chunk, `FRAME_CAPACITY`), so it
+//!      never grows. When the frame holds ≥ 1 MiB
+//!      (`FRAME_TARGET`), the reader sends it to the queue and starts a new one. After the
+//!      last chunk, the reader compares the file's size and mtime with the stat from the walk.
+//!      A file that changed while being read is an error ("the file changed while it was
+//!      being read; run the command again"). The file id is the single chunk's id, or BLAKE3
+//!      of the whole file otherwise. For several chunks the reader also pushes a file map
+//!      object (chunk ids and lengths), keyed by the file id, if the store lacks a file map
+//!      with that id (`has_object(file_id, FileMap)`) and this run has not claimed it. At the
+//!      end each reader sends its partial frame.
+//!    - **Compressors** (`compress_worker`) take frames from the queue. Each thread creates
+//!      one zstd compression context (`zstd::bulk::Compressor`) and reuses it for every frame
+//!      (`FrameBuilder::encode_with`: zstd, but stored raw unless zstd saves more than 1/32
+//!      of the size). It appends the frame to the shared `PackSink`, which seals a pack once
+//!      it reaches 32 MiB (`PACK_TARGET`) or 131,072 objects (`PACK_TARGET_OBJECTS`). The
+//!      sink keeps only each sealed pack's id and size (`PackFile`); the final catalog
+//!      transaction reads each pack's index back from its file, one at a time. Its claims
+//!      (`PackSink::claim`, which keeps an object from being written twice) are a
+//!      `key_set::KeySet` that moves past half a million keys to an unnamed file in
+//!      `.dsv/tmp`.
+//!    - An ingest that fails (an error in any thread, Ctrl-C) returns its error after
+//!      `PackSink::abandon` has deleted the open temporary pack and every pack this commit
+//!      sealed that the catalog does not name.
+//! 10. **Symlinks through symlinks**, checked right after step 7, before step 8 and before
+//!     anything is written. `tree::symlink_through_symlink` refuses a symlink whose
+//!     target, resolved lexically from the link's directory, passes through another symlink
+//!     of the listing as a directory (for example `x -> d/l/..` when `d/l` is a symlink).
+//!     Each link passed the lexical check on its own, but `d/l -> ..` plus `x -> d/l/..`
+//!     would point outside the directory. The commit stops with `Error::Unsupported` (exit 3).
+//! 11. **Trees.** The listing is read back a second time, each file that was read taking the
+//!     next id of step 9, into `tree::TreeBuilder`: a directory's tree is encoded when the
+//!     listing leaves it, children before parents, and totals files and bytes. Only the
+//!     directories open at the current path are in memory.
+//! 12. **Write trees**, still outside the store lock (trees are content-addressed), each as it
+//!     is built (`TreeWriter`): a tree the catalog has (`has_object(id, Tree)`) is not written
+//!     (a tree is stored together with all its subtrees, which were built and checked before
+//!     it). Otherwise a tree that this run has not claimed yet goes into a tree frame. A non-empty frame is appended to the sink before a tree that would take it past
+//!     1 MiB (`FRAME_TARGET`), so no tree frame exceeds 1 MiB unless it holds a single larger
+//!     tree, however large the commit. The last partial frame is appended too.
+//! 13. **Take the store lock** (`Store::lock`, `.dsv/lock`). Everything below runs under it.
+//! 14. **Read the head.** The dataset's current head becomes the parent. If the new root tree
+//!     equals the parent's tree and `--allow-empty` was not given, no version is made
+//!     (`created: false`), but the tag, workspace and stat cache are still recorded.
+//! 15. **Version frame.** Unless no version is made, the version object
+//!     (`object::Version::encode`) goes into a frame of its own, appended to the sink.
+//!     `author` and `source` have line breaks replaced by spaces first, so the catalog row and
+//!     the encoded object agree.
+//! 16. **Seal.** `PackSink::finish` seals the open pack, if it holds any frame. `PackWriter::finish`
+//!     (`pack/writer.rs`) writes index and trailer, flushes, makes the file read-only (mode
+//!     0444), fsyncs it, renames it from `.dsv/tmp/` to `.dsv/packs/<id>.pack` and fsyncs
+//!     `packs/`.
+//! 17. **One catalog transaction** (`Catalog::writer`, `BEGIN IMMEDIATE`): `add_pack` for each
+//!     sealed pack (its frames and objects, read back from the pack's index one pack at a
+//!     time, `PackFile::read_index`; an object already present with the same id and kind keeps
+//!     its old location),
+//!     `add_version` (creates the dataset if new, inserts the version, moves the head),
+//!     `set_tag` (fails with `TagExists` if the tag names another version; commit never
+//!     moves a tag), `set_workspace` (which also sets the version's `last_used` and clears
+//!     its `evicted_at`), and `update_stat_cache` (deletions for paths that are no longer
+//!     regular files, then new entries for the files read, from a third pass over the
+//!     listing, 65,536 at a time). Then `COMMIT`, which first
+//!     appends the head and tag changes to the ref log (Crash safety (`ops`)). A tag
+//!     that named the head in step 3 fails here when the commit made a new version. On any
+//!     error in this transaction it is rolled back and the commit deletes, still under the
+//!     store lock, the packs it sealed that the catalog does not name (another writer may have
+//!     recorded a byte-identical pack). An error while ingesting (step 9 on) or writing trees
+//!     deletes them too (`PackSink::abandon`); an error while sealing the last pack (step 16)
+//!     leaves the packs sealed so far unreferenced.
+//! 18. The store lock, the data lock and the workspace lock are released when their guards
+//!     drop.
+//!
+//! With `DSV_LOG=debug`, commit logs the elapsed time after the walk (beside the stat cache),
+//! ingest, the trees, and the transaction.
+//!
+//! Cost: with a trusted stat cache, a commit reads only changed files, and writes only new
+//! chunks, new file maps, the trees on changed paths, and the version. When nothing changed
+//! and the stat cache vouches for every file, nothing is read, and each tree is looked up once
+//! (about one catalog query per directory). Memory holds the symlinks, the open
+//! directories, the open pack's index (at most `PACK_TARGET_OBJECTS` objects) and the pack
+//! sink's claims (at most about half a million keys in memory), not the listing.
 
 use std::path::{Path, PathBuf};
 

@@ -16,6 +16,158 @@
 //!   unnamed pack files, which a later gc deletes once they are older than the grace period.
 //! - The version objects of removed versions stay, so `log` still shows a version removed
 //!   with `rm NAME@REV` (`rm NAME` also clears the head, so `log NAME` starts empty).
+//!
+//! # What is kept, the data lock, gc step by step
+//!
+//! `ops/gc.rs` (`gc`, `rm`, `pin`, `unpin`), `ops/cache.rs` (`cache ls`, `cache prune`),
+//! `ops/audit.rs` (audits and lock files), `catalog/retention.rs` (the catalog side), schema 4
+//! and 5 (`docs/format.md#catalog-schema`). Commands and flags are in
+//! `docs/cli.md#dsv-gc`.
+//!
+//! ## What is kept
+//!
+//! - **Removal.** `dsv rm` sets `versions.removed_at` and deletes the versions' tags, in one
+//!   transaction under the store lock; `dsv rm NAME` also clears the dataset's head. It refuses
+//!   (`VersionHeld`) a dataset's head named on its own, a version a live pin holds, one that a
+//!   workspace holds (a directory the store recorded with it that still exists and is the same
+//!   directory: device, inode, birth time), and a tagged one without `--force`. The message
+//!   names every pin and workspace that holds it; `dsv workspace forget DIR` drops a record.
+//!   The version row and the version object stay, so `log` still lists a version removed on its
+//!   own, marked; nothing is deleted until `gc`.
+//! - **Live versions** are those not removed. `gc` keeps every object they reach and reads
+//!   neither pins nor workspaces: pins and directories only stop `rm` and `cache prune` from
+//!   removing or evicting a version.
+//! - **Eviction** (`cache prune`) sets `versions.evicted_at` on a version whose version object
+//!   and every chunk a remote holds. The version stays live: its version object, trees and
+//!   file maps are kept, so `log`, `ls`, `diff` and `audit` still work and a checkout knows
+//!   exactly which chunks to fetch back (`fetch_missing`, from every remote in name order, as
+//!   for a clone). Only its chunks stop being kept for it. A commit or checkout that records
+//!   the version for a directory (`set_workspace`) sets `last_used` to now and clears
+//!   `evicted_at`. "A remote holds it" means the remote's pack indexes as this store last
+//!   recorded them (at a fetch or push); the remote is not asked again before the chunks go.
+//!
+//! ## The data lock, not a grace period
+//!
+//! A commit deduplicates: a chunk the catalog already holds is not written again, and the new
+//! version relies on the stored copy, whatever its age (a file unchanged since the dataset's
+//! first version is still that first version's chunk). A grace period that protects only
+//! recent objects cannot protect it: `gc` could delete an old chunk between the commit's
+//! `has_object` lookup and its transaction, and the commit would record a version whose data
+//! is gone. So `.dsv/data.lock` (created on first use) is a `flock` that data operations hold
+//! shared and `gc` holds exclusive (`Store::lock_data_shared`, `Store::lock_data_exclusive`):
+//!
+//! | holder | mode | held |
+//! | --- | --- | --- |
+//! | commit | shared | from just after the workspace lock (before the walk) until it returns |
+//! | import, update | shared | from just before the first object is read (after listing the source and reading the head's provenance and, when something is reused, its trees) until it returns; not taken when the head stands (import step 4) |
+//! | checkout | shared | from before it resolves the version (before the workspace lock) until it returns |
+//! | status, audit | shared | their whole run (status: before its workspace lock) |
+//! | rebase | shared | its whole run |
+//! | a read engine fetch (`cat`, `export`, `mount`, Python) | shared | one batch of frames |
+//! | `Lease::take` | shared | while the lease file is written |
+//! | fetch, push, `prepare_remote_revision` (the remote step of pull and `checkout REMOTE/NAME`), `fetch_missing` (the chunk downloads of pull and checkout) | shared | for the call |
+//! | verify | shared | its whole run |
+//! | gc (also run by `cache prune`) | exclusive | from the plan to the last deletion |
+//! | repair | exclusive (and the store lock, exclusive) | its whole run |
+//!
+//! Many shared holders run at once; `gc` waits for all of them, and they wait for `gc`. The
+//! order of the locks, and why it has no cycle, is in `docs/architecture.md` ("Locks and
+//! leases"). `log`, `ls`, `show`, `diff`, `tag`, `rm`, `pin`, `unpin`, `pins`, `lock`,
+//! `cache ls` and `remote` take no data lock; `cat`, `export` and `mount` take a lease.
+//!
+//! The grace period (`--grace`, default 1 hour) applies only to pack files the catalog does not
+//! name. A running commit or download seals its packs into `packs/` before the transaction
+//! that names them, so for a while they look exactly like a killed run's leftovers. The data
+//! lock keeps `gc` away from them; the grace period is a second guard for filesystems where
+//! `flock` does not hold.
+//!
+//! ## gc
+//!
+//! `gc()` plans, then executes unless `--dry-run`:
+//!
+//! 1. **Live set** (`live_set`). For each live version, its trees, the file maps of its files
+//!    of two or more chunks, and, unless it is evicted, its chunks. Evicted versions are walked
+//!    last: trees are walked once each, so a subtree that a kept version shares is first seen
+//!    through the kept version and keeps its chunks. Every version object and every
+//!    provenance object is live, removed versions' included. A live version whose tree or file map is missing stops `gc` here
+//!    (`MissingObject`).
+//! 2. **Plan.** For each pack the catalog names, the raw bytes of the objects the catalog
+//!    locates in it, and of the live ones among them. No live byte: delete. At most half live
+//!    (`live × 2 ≤ total`): repack. Otherwise kept. Files in `packs/` that the catalog does not
+//!    name are deleted once their modification time is at least the grace period old, except
+//!    a `.pack` file that is not a readable pack (its contents cannot be accounted for), which
+//!    is kept. An unnamed readable pack holding versions that the ref log names and the
+//!    catalog lacks stops `gc` before anything changes (`CatalogLost`, exit 5): the catalog
+//!    forgot data, and `dsv repair` gets it back.
+//! 3. **Copy** the live objects of the packs to repack, each read through `ObjectReader` (so
+//!    checked against its id), into frames of about 1 MiB (zstd level 3) appended to a
+//!    `PackSink`: new packs written in `tmp/`, fsynced and renamed into `packs/` as a commit's
+//!    are. A dry run copies into a measuring `PackSink` (`PackSink::measuring`, whose
+//!    `PackWriter`s write no file but hash and count the same bytes), then stops: so its
+//!    `bytes_freed`, `pack_files_deleted` and `packs_written` (computed by one function,
+//!    `Outcome::of`, from the plan and the new packs' ids and sizes) are what the real run
+//!    reports and frees.
+//! 4. **Swap**, in one catalog transaction under the store lock: forget the deleted and repacked
+//!    packs (their `objects`, `frames` and `packs` rows, `drop_packs`), name the new packs, and
+//!    delete every stat-cache entry naming content the store no longer holds
+//!    (`drop_unheld_stat_entries`).
+//! 5. **Delete** the files of the packs forgotten in step 4 and the unnamed files past the
+//!    grace, except any file the catalog names at this moment.
+//!
+//! Why a kill at any point is safe: the catalog never names a pack that is not durably on disk,
+//! and a pack file is deleted only once the catalog has stopped naming it.
+//!
+//! | killed during | left behind | next run |
+//! | --- | --- | --- |
+//! | plan | nothing | a re-run plans again |
+//! | copy | a `tmp/` file, and new packs sealed in `packs/` that the catalog does not name; the catalog still names the old packs, which are all there | `verify` lists the new packs as unreferenced and reports the store consistent. The next commit removes the `tmp/` file; the next `gc` past the grace deletes the packs, or its repack writes the same pack again (below) |
+//! | swap | — | SQLite rolls the transaction back: the old catalog, as if killed during copy |
+//! | delete | files of packs the catalog no longer names | unreferenced packs; the next `gc` past the grace deletes them |
+//!
+//! Step 5 re-reads the catalog's pack list instead of trusting the plan, because a re-run can
+//! write a byte-identical pack. After a `gc` killed between copy and swap, the re-run repacks
+//! the same live objects in the same order into a pack with the same id, and so the same file
+//! name, as the leftover its own plan listed as unnamed (and, with `--grace 0s` or an hour
+//! later, as due for deletion). Without the check, step 5 would delete the pack the swap had
+//! just named. A test reproduces that state deterministically
+//! (`a_rerun_after_a_gc_killed_before_its_catalog_swap_keeps_the_repacked_data`).
+//!
+//! ## Known limits of cleanup and audits
+//!
+//! - `last_used` is kept in whole seconds; ties are broken by history (older first), not by
+//!   the order of use within the second.
+//! - `cache ls`, and `cache prune`, which lists first, walk every live version's trees on every
+//!   run (memoized per tree within the run, so shared subtrees are read once) and read the file
+//!   maps of multi-chunk files. Which chunks are here comes from one set of every chunk id the
+//!   catalog holds, loaded once; `on_remotes` still makes one catalog lookup per chunk of each
+//!   version and remote. `scripts/bench-cleanup` times `cache ls`, `gc --dry-run` and a no-op
+//!   `gc` on a store of 100 versions against a target of under 1 s each (and `verify --full`
+//!   and `audit`), but no figures are recorded here yet: the performance has not been measured
+//!   against that target.
+//! - Nothing is collected on a remote: no `gc` of remote packs, no deletion of refs. Eviction
+//!   relies on the remote keeping what its recorded indexes list.
+//! - The repack threshold is fixed at 50 % of a pack's raw object bytes live; there is no flag.
+//!   Repacked frames are compressed at zstd level 3 whatever level the data was committed with,
+//!   and put chunks, trees, file maps and versions together in the same frames, as packs of an
+//!   older dsv did (`docs/format.md#frames-and-compression`): a fetch of a pushed
+//!   repacked pack's metadata downloads chunks with it.
+//! - `--max-size` counts raw chunk bytes, not pack bytes on disk, and its running total does
+//!   not count chunks shared only among versions evicted in the same run.
+//! - Commands that take no data lock and no lease (`ls`, `show`, `diff`)
+//!   read packs that a concurrent `gc` may repack and delete; such a read can fail with a
+//!   missing pack, and a re-run succeeds. (`cat`, `export` and `mount` lease their version.)
+//! - `dsv rm NAME` clears the head, so `dsv log NAME` no longer lists the removed versions
+//!   (`show NAME@<id prefix>` finds them).
+//! - `cache prune --allow-data-loss` marks versions removed without `rm`'s checks: tags are
+//!   dropped without `--force`, and with `--keep-last 0` a dataset's head can be marked removed
+//!   while the dataset still names it (a checkout of `NAME` then fails).
+//! - No command undoes a removal, and a removed version is refused by `checkout REMOTE/NAME@REV`
+//!   too, although the `VersionRemoved` hint suggests it.
+//! - Push walks a dataset's versions back to the first the remote holds, removed ones included:
+//!   once `gc` has freed a removed version's trees, pushing that dataset to a remote that lacks
+//!   the version fails with `MissingObject` (exit 5).
+//! - A fetch downloads again the trees and file maps of removed versions that a remote holds
+//!   (they are missing here after `gc`); the next `gc` deletes them again.
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -7,6 +7,201 @@
 //! file's source → record the version ([`super::commit::record_version`]). A failure before
 //! the version is recorded deletes the packs written so far: no version, no dataset, no data
 //! (a failure while recording, such as a full disk, leaves unnamed packs for `gc`).
+//!
+//! # How an import runs
+//!
+//! `ops/import.rs` (`import()`, `update()`, `run()`), `source.rs` (sources), `archive.rs`
+//! (archives). An import ends like a commit, with the same pipeline and the same last stage;
+//! what differs is where the bytes come from, and that the version also names a provenance
+//! object. Flags, sources and errors are in `docs/cli.md#dsv-import`; the
+//! provenance encoding in `docs/format.md#provenance-encoding`.
+//!
+//! | file | job |
+//! | --- | --- |
+//! | `source.rs` | `Source::open` parses the source: object storage through `remote::cloud_backend` (the `object_store` builders remotes use, from the environment, the URL and `--option`), HTTP(S) through `reqwest`, or a local path (canonicalized); `--option` with either of the last two is `InvalidImport`. `Source::list` returns a `Listing`: the objects, each with URL, path, ETag, VersionId, Last-Modified and size, and whether it is one object or a prefix. `Source::read` opens one listed object as a blocking `Read`, held to the source's `ReadBounds` (`Bounded`: the object's declared size and the import's byte bound; `Watch`: the stall timeout, the deadline and the cancellation, looked at while a request or a block is awaited). A tokio runtime with two worker threads drives the asynchronous clients (`BlockingStream` turns a byte stream into a `Read`). |
+//! | `archive.rs` | `Format::detect` (by extension); `archive::read` calls back once per member with its checked path, its kind and a reader of its bytes, and returns how many members it skipped; `member_path` (the path checks); the expansion limits |
+//! | `ops/import.rs` | the reuse decision (`Previous`), reading (`read_objects`, `add_member`), the version's listing (`flat_entries`, with `Collected::insert_new` refusing two keys for one path) and its `Provenance` |
+//! | `ops/ingest.rs`, `parallel.rs` | `with_ingester` (compressor threads behind a bounded frame queue, into one `PackSink`) and `StreamWriter` (any `Read` → FastCDC chunks → BLAKE3 → chunks the store lacks into frames, a file map for a file of several chunks); `parallel::for_each_with` runs the reading threads, each with its own `StreamWriter`. Commit's `ingest_files` is built on the same three. |
+//! | `ops/commit.rs` | `check_tag_free` (the early tag check, shared with commit); `record_version`: new trees and the provenance object, then the version, sealing and one catalog transaction (commit steps 12–17) |
+//!
+//! ## Data flow
+//!
+//! `run()`, for `import` and `update` alike:
+//!
+//! 1. **Open and name** (`import()`). `Source::open`; the tag's and dataset's names are
+//!    checked; the default dataset name is `Source::basename` without an archive extension.
+//! 2. **List** (`Source::list`), the only requests made before data is read. Object storage: a
+//!    HEAD of the key, asking for the pinned VersionId (refused with `PermissionDenied`, as by
+//!    servers that let anonymous readers GET but not HEAD, it is asked again as a GET whose
+//!    body is dropped unread); if no object has the key and nothing is pinned, a LIST of the
+//!    key as a prefix. HTTP: a HEAD. Local: a stat (anything but a regular file or a
+//!    directory is refused: a device or FIFO has no size to hold its reads to), or for a directory
+//!    the commit walk (`walk::scan`, `refuse_unsupported`), keeping files and symlinks. The pins
+//!    are checked here (`--etag` against the listed ETag, quotes and `W/` ignored), so a pin
+//!    that does not match fails before anything is written.
+//! 3. **Archive or files.** A single object whose key or source name has an archive extension
+//!    is expanded, unless `--no-extract`; anything else is read as files. Then
+//!    `check_tag_free`: a `--tag` naming another version than the head fails here, before any
+//!    object is read.
+//! 4. **Reuse** (`Previous`). If the dataset's head names a provenance object, it is read and
+//!    its records indexed by URL (`by_url`), so a prefix of N objects is checked in O(N). A
+//!    listed object is unchanged when the head's records for its URL have the listing's ETag
+//!    (or, when neither side has one, a Last-Modified), and Last-Modified and size equal the
+//!    listing's (VersionId too, when both have one), and the head was expanded the same way.
+//!    This is the rule of the ref cache (`ops::sync`), applied to the source: a copy is
+//!    reused while the object's identity still matches what was recorded when the copy was
+//!    made.
+//!    - **The head stands** when nothing is to be read, the source is the head's, the
+//!      unchanged objects account for every record of the head's provenance, and no tag is
+//!      given: the report is made from the head's version record (`created: false`) and
+//!      `run()` returns, without reading the head's trees, taking the data lock or making a
+//!      sink. This is the usual answer of `update`.
+//!    - Otherwise, if any object is unchanged, the head's tree is flattened and the files of
+//!      the unchanged objects are taken from it as they are (ids, sizes, executable bits,
+//!      link targets), with the head's directories for an archive; nothing of them is read.
+//!      A file of a prefix or directory takes its path under this listing (`key_path`), which
+//!      may differ from the head's when another prefix is imported into the dataset, and two
+//!      keys making one path are refused (`InvalidImport`).
+//! 5. **Bounds.** (Before the listing, `read_bounds` gave the source its `ReadBounds`: the
+//!    byte bound from `--max-bytes`, else for a network source from `statvfs` of the store's
+//!    disk; the stall timeout; the deadline.) The declared sizes of the objects to read are
+//!    summed and refused past the byte bound (`Source::check_declared`), and the bound
+//!    becomes the archive limits' `max_stored`. Then the **data lock** shared, held to the
+//!    end as in commit (step 4); stale temporary packs removed; a `PackSink`.
+//! 6. **Read** the remaining objects inside `with_ingester`, whose `jobs` compressor threads
+//!    append frames to the sink:
+//!    - **Files** (a prefix, a directory, a single object that is no archive): `read_objects`
+//!      runs `parallel::for_each_with` on `--jobs` threads (default 8, `DEFAULT_JOBS`: each
+//!      thread has one request in flight), each with its own `StreamWriter` and catalog
+//!      connection, taking objects from a shared counter: `Source::read`, then
+//!      `StreamWriter::ingest`. The bytes read must add up to the listed size, when the listing
+//!      gave one. Progress counts the bytes read.
+//!    - **An archive**: one `StreamWriter` on the calling thread. For tar formats, a thread of
+//!      its own (`read_ahead`) reads the source, decompresses it (`flate2`, `bzip2`, `liblzma`,
+//!      each accepting concatenated streams) and applies the expansion limits, up to four
+//!      blocks of 1 MiB ahead of the `tar` crate, which parses headers on the calling thread.
+//!      Each member's path is checked from its header before any of its bytes are stored,
+//!      then its reader goes to `StreamWriter::ingest`; members that are not files,
+//!      directories or links (devices, FIFOs) are skipped and counted (`members_skipped`). A
+//!      zip's central directory is at its end: a local zip is read in place, any other is
+//!      first copied to an unnamed temporary file in `.dsv/tmp/` (`tempfile_in`); then its
+//!      declared sizes are checked against the limits, and its members are read in directory
+//!      order.
+//! 7. **Listing** (`flat_entries`): the reused and read files and symlinks, the directories
+//!    their paths imply and an archive's own, sorted component-wise as the walk sorts. A path
+//!    that is both a file and a directory is refused. Then the symlink-through-symlink check of
+//!    commit step 10.
+//! 8. **Trees and provenance.** `tree::build`, then the `Provenance`: the source, whether it
+//!    was expanded, the pins, and one record per file and symlink (URL, ETag, VersionId,
+//!    Last-Modified, size, archive member), sorted by path. When the source, the expansion and
+//!    every record equal the head's, the head's provenance is kept instead, pins included: an
+//!    unchanged pinned import then updates to nothing, and pins given to a re-import of
+//!    unchanged objects are not recorded.
+//! 9. **Record** (`record_version`): as commit steps 12–17, with the provenance object written
+//!    after the new trees, and no workspace or stat cache. No version is made when the head has
+//!    the same tree and the same provenance id. The transaction checks the tag again (step 3
+//!    checked it before any read).
+//!
+//! `update()` reads the head's provenance (`NotImported` if there is none) and runs the same
+//! stages on its `source`, without pins, expanding only if the head was expanded. So its cost
+//! follows step 4: an unchanged single object is one HEAD, an unchanged prefix one listing,
+//! plus reading the head's provenance locally (not its trees); a changed object is read whole,
+//! and its unchanged content is found in the store by chunk and stored once.
+//!
+//! ## Streaming
+//!
+//! No object is held whole in memory. Every source is a `Read` consumed by the chunker in
+//! 1 MiB blocks. Beyond commit's bounded frame queue, an import holds only the read-ahead
+//! blocks of a tar format and, for a zip symlink, its target. The exception is on disk: a zip
+//! downloaded from object storage or HTTP is read from a temporary copy, since its directory
+//! comes last, so the store's disk needs room for it; the copy has no name and goes when the
+//! import ends, however it ends. A local zip is read in place.
+//!
+//! ## Safety
+//!
+//! - **Outside input is bounded in bytes and time** (`ReadBounds`). Every object's reader
+//!   (`Bounded`, around each source's stream, local files included) fails at the first byte
+//!   past what the object declared, or past the import's byte bound (all objects together);
+//!   declared sizes past the bound are refused before any read (step 5); an archive may
+//!   expand no further than the bound either. Every wait on the network (HEAD, LIST, GET, each
+//!   block of a body) runs in `Watch::wait`, which polls the future with a timeout of at most
+//!   100 ms and fails it when less than `STALL_BYTES` (1 KiB) arrived in the stall timeout,
+//!   when the deadline passed, or when the operation's `CancelToken` is cancelled. The
+//!   token is taken from the reading thread (the tar read-ahead thread runs under its
+//!   caller's), so Ctrl-C or SIGTERM stops an import blocked on a silent server within
+//!   about 0.1 s. The errors travel through `Read` inside an `io::Error` of kind `Other`
+//!   (`source::carried_error` takes them out), so they reach the user as themselves
+//!   (`InvalidImport`, `Io` of kind `TimedOut`, `Interrupted`), not as a truncated archive.
+//! - **Nothing is written before the pins are checked**: in step 2 the VersionId is asked for
+//!   and the ETag compared, before the sink exists.
+//! - **The bytes stored are the bytes the provenance names.** Each GET from object storage
+//!   asks for the listed VersionId with `If-Match` on the listed ETag; an HTTP GET sends
+//!   `If-Match` with the HEAD's ETag unless it is weak (`W/"…"`: `If-Match` compares strongly,
+//!   RFC 9110 §13.1.1, so it would never match). An object replaced after the listing makes
+//!   the read fail (HTTP 412, `SourceChanged`). A source that fails part-way is an I/O error;
+//!   one that ends early fails as a plain file shorter than listed (I/O error) or as a
+//!   truncated archive (`BadArchive`).
+//! - **An archive cannot write outside its dataset**: member paths are checked before their
+//!   bytes are stored (`member_path`: no absolute path, drive letter or `..`, and every
+//!   component a valid tree name), symlink targets with the walk's lexical rule and then
+//!   `tree::symlink_through_symlink`, hard links only to files already read. Checkout applies
+//!   its own checks again when it writes a version.
+//! - **Decompression bombs** are stopped by the limits, counted on the stream as it expands
+//!   (and from a zip's directory before it expands).
+//! - **Nothing is kept of a failed import.** An error before step 6 comes before anything is
+//!   written. Any error in steps 6 and 7 (a read, a check, a refused member, a limit, a
+//!   bound, a stall or deadline, Ctrl-C or SIGTERM, also while a read waits, another
+//!   thread's failure) calls `PackSink::abandon`, which
+//!   deletes the packs sealed so far and the open temporary pack, before anything is
+//!   recorded: no dataset, no version, no data. Inside `record_version`, an error while
+//!   writing trees or in the catalog transaction (a tag another process set since step 3)
+//!   deletes them the same way, as for a failed commit; an error while sealing the last pack
+//!   (a full disk) leaves the packs sealed so far unreferenced, for `gc`.
+//!
+//! ## Provenance is an object
+//!
+//! A version is a root tree plus metadata, provenance included, with an id that hashes its
+//! canonical encoding (`docs/format.md`). Provenance holds one record per file, so it grows with
+//! the dataset, like its trees. It is kept out of the version encoding, which stays a few
+//! short lines that `log` and `show` read, and out of the catalog alone, which never leaves the
+//! machine. Instead it is an object of its own kind (5), content-addressed like the others,
+//! and the version names it in its `provenance` line. So:
+//!
+//! - the version id covers the provenance: changing any record gives another version;
+//! - it is hash-checked whenever it is read (`ObjectReader::provenance`);
+//! - it travels with its version: push sends it with the version (`objects_to_send`), fetch and
+//!   clone download it with versions, trees and file maps (metadata frames, no chunks),
+//!   `gc` keeps every provenance object as it keeps every version object, and `verify` reads
+//!   each walked version's;
+//! - a committed version has no `provenance` line, so versions made before imports existed
+//!   keep their encoding and ids.
+//!
+//! ## Known limits of import
+//!
+//! - Local sources are not checked for changes while they are read (commit checks size and
+//!   mtime after reading each file); only a plain file's size is compared with its listing.
+//! - An HTTP source must answer HEAD. Without an ETag, or with a weak one, there is no
+//!   `If-Match`; without an ETag, reuse rests on Last-Modified (whole seconds) and size.
+//!   Without Content-Length the body is held to the byte bound only and the provenance
+//!   records 0, so reuse then rests on the ETag or Last-Modified alone.
+//! - The default byte bound is the free space when the import starts: it does not count what
+//!   other processes write meanwhile, and it bounds bytes read (or expanded), not bytes
+//!   stored, so an import that deduplicates well against the store may need a larger
+//!   `--max-bytes`. A local source has no default bound (its files are held to their sizes).
+//! - A second Ctrl-C or SIGTERM exits at once, as `kill -9` does: the packs sealed so far stay
+//!   unreferenced, for `gc`. One is enough to stop an import.
+//! - `--option` settings are not recorded, so `dsv update` needs them again.
+//! - Objects under a prefix or in a directory are never expanded, and they bring no empty
+//!   directories. Tar members other than files, directories and links are skipped, with a
+//!   `WARN` log event and a count (`members_skipped`).
+//! - An archive's members are chunked and hashed on one thread; objects of a prefix or a
+//!   directory on `--jobs` threads.
+//! - `dsv update` records a version whenever the provenance differs, even with the same tree:
+//!   when an object was rewritten with the same bytes (a new ETag or Last-Modified). Pins
+//!   given to a re-import of unchanged objects are not recorded (step 8).
+//! - GCS sources go through the same `object_store` code as S3 but are not tested; the tests
+//!   use moto (a versioned bucket, and a public one read without credentials), Azurite (a
+//!   prefix), a static HTTP server with ETags (`scripts/http-server.py`) and local files.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;

@@ -1,4 +1,16 @@
 //! Read-only queries: log, show, ls, cat, diff; and tagging.
+//!
+//! # diff, step by step
+//!
+//! `ops/inspect.rs`, `DiffSides::resolve`: resolve both revisions. With one revision, use its
+//! parent (`old` is `null` for a dataset's first version). Then `DiffSides::each`
+//! (`tree::diff_each`) walks both root trees in step by name, depth first: a stack of open
+//! directories, one frame (both sides' trees) per level. It descends only into subdirectories
+//! whose tree ids differ, so identical subtrees cost nothing, and hands each change over as
+//! it is found, in path order (an entry's own change before what is below it). Nothing but
+//! the trees on the current path is held: the CLI prints each change as it comes
+//! (`cli::ui::Listing`), so a diff of millions of changes takes the memory of a small one.
+//! `ls` streams the same way (`inspect::ls_each` over `tree::walk_tree`).
 
 use crate::catalog::{DatasetSummary, VersionRecord};
 use crate::error::{Error, Result};

@@ -7,6 +7,28 @@
 //! rebuilt: workspace records and their stat caches (the next `status` or `commit` hashes
 //! the files again) and what the store knew of its remotes' contents (`dsv fetch` reads it
 //! again).
+//!
+//! # Steps
+//!
+//! `ops/repair.rs`, `repair()`, run by `dsv repair` (`docs/cli.md#dsv-repair`) on the `.dsv`
+//! that `Store::find_root` finds, which may have no usable catalog. Under the store lock and the
+//! data lock, both exclusive: read the whole ref log and copy it to
+//! `reflog.before-repair-<time>`; move `catalog.db` (with its `-wal` and `-shm`) to
+//! `catalog.db.before-repair-<time>`; create an empty catalog (`Catalog::create_for_repair`,
+//! `ref_log.length` NULL, so its transactions write no ref log); check each `packs/<id>.pack`
+//! whole (`verify_pack`) and catalogue those that pass, reporting the others; record every
+//! version object they hold without moving a head; replay the ref log (`RefState`), each line
+//! first checked as its command checks its input (`RefLogEntry::check`: `revision::check_name`
+//! for dataset and tag names, `remote::check_url` and `remote::check_options` for remotes; a
+//! line that fails is reported in `ref_log_refused_lines` and skipped, never restored), and restore
+//! its remotes, and its heads, tags, pins and removals whose version a pack holds, reporting
+//! the versions no pack holds; last, `adopt_ref_log` writes the ref log afresh as a snapshot of
+//! the new catalog and records its length. Nothing is deleted.
+//!
+//! Not rebuilt: workspace records and their stat caches, eviction marks, `last_used`, and the
+//! `remote_*` tables (a `dsv fetch` fills them again). Until then, `verify` reports as missing
+//! the chunks that only a remote held (an evicted version's, a clone's data not needed yet),
+//! and `rm` and `cache prune` no longer know which directories hold which versions.
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,5 +1,34 @@
 //! `status`: how a workspace differs from the version it holds, reading only the files the
 //! stat cache cannot vouch for.
+//!
+//! # Steps
+//!
+//! `ops/status.rs`, `status()`:
+//!
+//! 1. Canonicalize the directory and take its workspace lock. It must be a known workspace,
+//!    the same directory as recorded (`NotAWorkspace` otherwise).
+//! 2. Walk the version the workspace holds, tree by tree (`tree::walk_version`: the paths in
+//!    path order, holding only the trees on the current path). A version removed since is
+//!    `WorkspaceVersionRemoved` (exit 3), not a missing-object error.
+//! 3. Walk the directory beside its stat cache (`DiskStream`, obeying `.dsvignore`) and merge
+//!    the two walks, both in path order, a batch at a time (`status::compare_with_disk`).
+//!    Every untrusted file is hashed, untracked ones included; they are hashed together at
+//!    the end (with a byte progress bar), and only they and the changes are held, so memory
+//!    goes with what changed, not with the number of files. Leftover `.dsv-tmp-<pid>-<n>`
+//!    files are skipped, not removed. `Unsupported` entries (special files, symlinks dsv
+//!    cannot version, reserved names) are left out of the comparison: they are not reported
+//!    as added (a path of the version that is now one is reported as deleted). A directory
+//!    with a reserved name is not walked into.
+//! 4. `tree::StreamingDiff`, fed one path at a time, gives the changes the whole-listing diff
+//!    gave (a unit test compares them on thousands of generated pairs; `tree::diff_flat` is
+//!    now a use of it): files and symlinks are compared by kind, executable bit and id. A directory is
+//!    reported only when it holds no file on that side (empty directories are versioned),
+//!    which is known once it closes.
+//! 5. Of the files hashed, those that still hold the content the workspace's version has at
+//!    their path get refreshed stat cache entries, written in one transaction. A modified or
+//!    added file is not cached: its content is not in the store, and commit, which trusts the
+//!    cache without looking at the store, must read it. Status never deletes stat cache
+//!    entries. `files_hashed` counts every file hashed.
 
 use std::path::{Path, PathBuf};
 

@@ -13,6 +13,283 @@
 //!
 //! Metadata (versions, trees, file maps) lives in frames of its own, so a fetch or clone
 //! downloads it without any chunk; chunks come when a checkout or pull needs them.
+//!
+//! # How sync works
+//!
+//! `remote/mod.rs` (the backend), `ops/sync.rs` (fetch, push, pull, clone, `fetch_missing`,
+//! `prepare_remote_revision`), `catalog/remotes.rs` (what the store records about each
+//! remote). Keys and byte formats on the remote are in
+//! `docs/format.md#remote-layout`; commands in `docs/cli.md#dsv-remote-add`.
+//!
+//! What travels is packs and frames, never single objects: push uploads whole local packs, and
+//! fetch, pull and checkout download byte ranges of remote packs, one frame or a run of
+//! neighbouring frames per request. So 3,000 small files go up in a handful of requests (a
+//! test holds a push of 3,000 files to 20 requests or fewer).
+//!
+//! ## What the store records
+//!
+//! - `remote_refs`: each ref as last fetched or pushed: the version, and the ref object's
+//!   ETag, object version and Last-Modified as the backend reported them.
+//! - `remote_packs`, `remote_frames`, `remote_objects`: a copy of the index of every remote pack
+//!   this store has seen. With it, dsv knows without asking which objects a remote holds
+//!   (push) and which byte range of which remote pack holds the frame of an object (fetch),
+//!   without asking the remote about single objects.
+//!
+//! ## fetch
+//!
+//! `fetch()` / `fetch_with()`:
+//!
+//! 1. **Refs.** LIST `refs/`. For each ref listed, if the recorded ETag equals the listed one,
+//!    the recorded ref is kept; otherwise the ref is read (GET) and counts as changed.
+//! 2. **Pack indexes** (`refresh_indexes`). LIST `packs/`. Only packs whose `.idx` exists are
+//!    complete. The `.idx` of each pack not yet recorded is downloaded, `jobs` at a time, and
+//!    checked by `parse_tail` (trailer magic, index position against the pack's listed size,
+//!    index hash, every record); one that fails is `Error::Corrupt` and nothing is recorded.
+//!    One transaction records the new indexes and forgets the packs the listing no longer
+//!    shows.
+//! 3. **Metadata.** Every version, provenance object, tree and file map that a recorded index
+//!    lists and this store lacks (`remote_objects_missing_here`) is downloaded
+//!    (below).
+//! 4. **Record**, under the store lock: every version object the store now holds but has not
+//!    recorded (`unrecorded_versions`) is read through `ObjectReader` (hash-checked) and
+//!    recorded without moving any head, creating its dataset, without a head, if it is new;
+//!    then one transaction deletes the refs the remote no longer has and records the others.
+//!
+//! Local heads and tags never move in a fetch.
+//!
+//! ## Downloading frames
+//!
+//! `download()`, used by fetch (metadata) and by `fetch_missing` (chunks):
+//!
+//! 1. **Locate.** For each wanted object, `remote_locate` gives the remote pack and frame
+//!    that hold it. Frames are de-duplicated and sorted by (pack, offset).
+//! 2. **Coalesce.** Neighbouring frames of one pack are merged into one span when the next
+//!    frame starts at most `COALESCE_GAP` (128 KiB) after the span's end and the span stays
+//!    within `MAX_SPAN` (16 MiB). The bytes between merged frames are downloaded and
+//!    discarded. A single frame larger than `MAX_SPAN` is a span of its own.
+//! 3. **Ranged GETs**, `jobs` in flight, handled in the order they complete. A response
+//!    shorter than its range is `Error::Corrupt`. Ctrl-C is checked after each response.
+//! 4. **Verify and append.** Each response is checked on tokio's blocking pool as soon as
+//!    it arrives (so checks use every core while other requests are in flight), with frame
+//!    and object lists read from the catalog before the first request; for each frame,
+//!    `EncodedFrame::verified` checks that its raw length is at most 256 MiB, that it
+//!    decompresses to exactly its raw length, that every object the remote's index lists in
+//!    that frame lies inside it, and that every chunk, tree and version hashes to its id
+//!    (file maps are checked when their file is read: see below). The frame's stored
+//!    bytes are then appended unchanged, on the calling thread, to a `PackSink`, the same
+//!    writer commit uses:
+//!    new local packs in `.dsv/tmp/`, sealed at 32 MiB, fsynced, renamed into `.dsv/packs/`.
+//!    Every object of the frame is kept, not only the wanted ones.
+//! 5. **On any failure** (a check, a request, Ctrl-C), `PackSink::abandon` deletes the packs
+//!    this download sealed and its open temporary pack, nothing is recorded, and the error
+//!    is returned. On success, the last pack is sealed and one transaction, under the store
+//!    lock, catalogues the new packs (`add_pack`, `INSERT OR IGNORE` as for a commit) and
+//!    lists in `unproven_file_maps`, with the remote's name, every file map whose row names one
+//!    of the new packs once they are added (decided inside the transaction, so a map another
+//!    reader forgot meanwhile is never recorded as proven).
+//!
+//! **Unproven file maps.** A file map is keyed by its file's id, not by the hash of its own
+//! bytes, so no frame check can tell a wrong one from the right one, and a damaged or hostile
+//! remote could send a map listing other chunks of the right lengths. So the first read of the
+//! file through `ObjectReader::file_chunks` (checkout step 7, `cat`, `verify`) proves it:
+//! the chunks are reassembled and hashed, and a hash equal to the file id deletes its
+//! `unproven_file_maps` row. A different hash deletes the map from `objects` (its bytes stay in
+//! their pack until `gc`) and fails the read with `Error::Corrupt` naming `remote NAME`. Both
+//! apply only to the map that was checked (`Catalog::prove_file_map_at`,
+//! `reject_file_map_at`: still at the same place and unproven), and the map's place and its
+//! proof are read in one query (`locate_file_and_proof`). The read engine proves such a map
+//! block by block against the file's outboard instead (see "The read engine"). With
+//! no map catalogued, the file's walk sees it as its own only chunk, so the next
+//! `fetch_missing` (pull, or a checkout in a store with remotes) asks the remotes for the map
+//! again, and, in a second round, for the chunks the maps it got list.
+//!
+//! Since file maps are written in frames of their own (`docs/format.md#frames-and-compression`),
+//! the metadata frames hold no chunk. Packs of an older dsv may mix file maps and chunks in one
+//! frame; they still work, and a fetch then downloads those chunks too.
+//!
+//! ## push
+//!
+//! `push()`:
+//!
+//! 1. **Targets.** Every dataset's head, or the one revision given.
+//! 2. **Refresh the pack indexes** (`refresh_indexes`, as in fetch step 2): LIST `packs/` and
+//!    GET each `.idx` not seen yet, so the store knows what the remote holds now.
+//! 3. **Check every head first.** One LIST of `refs/` gives every ref's ETag (`RemoteRefs`);
+//!    a ref whose ETag equals the one recorded here is taken from the catalog, any other is
+//!    read with a GET. For each target, if the remote head is neither the version pushed nor
+//!    an ancestor of it (following parents in this store's version table), the push stops
+//!    with `Error::RemoteDiverged` (exit 4) before anything is uploaded, unless `--force`.
+//! 4. **Walk** (`objects_to_send`). For each target whose remote head differs: from the
+//!    version back along its parents, stopping at the first older version the remote holds,
+//!    every version, its provenance object if it has one, tree (each distinct tree once), file
+//!    map (files of two or more chunks) and chunk. Each object the remote's recorded indexes lack is located locally
+//!    (`Catalog::locate`), and the pack holding it is added to the set to upload. An object
+//!    this store lacks is `MissingObject`.
+//! 5. **Upload** (`Remote::put_packs`), `jobs` packs at a time. For each pack, the local index
+//!    is read and checked again (`read_tail`). A pack smaller than `MULTIPART_THRESHOLD`
+//!    (32 MiB) goes up in one create-only PUT; a larger one as a multipart upload in parts
+//!    of `PART_SIZE` (8 MiB), `PARTS_IN_FLIGHT` (4) parts at a time. Then its `.idx` (the
+//!    pack's tail) goes up with a create-only PUT, so the `.idx` appears only once the pack
+//!    is complete. Progress counts each pack's bytes when it is done.
+//! 6. **Record** the uploaded packs' indexes in `remote_packs` (one transaction, each pack's
+//!    index read back from its file as it is recorded, so one index is in memory at a time).
+//! 7. **Move refs**, one dataset at a time. A head that names the pushed version is left
+//!    alone (`up-to-date`). A head that is an ancestor is moved by compare-and-swap with the
+//!    ETag (and object version) read in step 3 (`updated`); a missing head is created with a
+//!    create-only put (`created`); with `--force`, a head that is not an ancestor is
+//!    overwritten unconditionally (`forced`). A compare-and-swap that fails (another writer
+//!    moved the ref after step 3) is `Error::RemoteDiverged`. Then each local tag of the
+//!    version and its ancestors, looked up in the same listing: create it if missing, leave
+//!    it if it names the same version, else report it `rejected` (or overwrite it with
+//!    `--force`). After each write, a HEAD reads the ref's new ETag and Last-Modified, and
+//!    the ref is recorded in `remote_refs` at once (its own transaction), so a failure on a
+//!    later ref leaves this store knowing what already moved.
+//!
+//! Data goes up before any ref moves, so a remote ref never names a version whose objects
+//! the remote lacks.
+//!
+//! ## pull, and checkout of `REMOTE/NAME`
+//!
+//! `prepare_remote_revision()`, then:
+//!
+//! 1. **Ref cache.** For a head or a tag, one HEAD request on the ref (see [the rule
+//!    below](#the-ref-cache)). On a hit nothing more is asked about refs or metadata; otherwise
+//!    the whole remote is fetched as above. For an id prefix no ref is consulted, and the
+//!    remote is fetched only when the prefix matches no version recorded here.
+//! 2. **Resolve** the revision against the recorded refs (or the recorded versions, for an id
+//!    prefix), then follow `~N` along recorded parents.
+//! 3. **Missing chunks** (`fetch_missing`). Walk the version's trees (local now); for each
+//!    file, or with `--include` each file whose path matches a glob, list its chunk ids from
+//!    its file map (`ObjectReader::chunk_ids`), and keep those this store lacks. Then ask the
+//!    named remote first and every other remote in name order: if the remote's recorded
+//!    indexes lack any of the missing chunks, its pack indexes are refreshed first; then
+//!    the frames holding the chunks are downloaded (above). A file
+//!    with neither its chunk nor its file map here (a map rejected by its proof) is asked for
+//!    as a file map; when any map was asked for, one more round lists and fetches the chunks
+//!    the new maps name. A chunk no remote holds is `MissingObject` (exit 5).
+//!    `pull` then checks that the pulled version is recorded here; a ref naming a version the
+//!    remote does not hold is `Error::Corrupt` naming `remote NAME`.
+//! 4. `pull` then takes the store lock and, in one transaction, moves the local head when that
+//!    is a fast-forward (no head, or the head is an ancestor of the pulled version), leaves a
+//!    diverged head alone, and copies the remote's tags of the dataset that name versions
+//!    recorded here and do not exist locally. `checkout` instead checks out the exact
+//!    version found in step 2 (checkout (`ops::checkout`)); no head moves.
+//! 5. `pull --rebase` with a diverged head then runs `rebase` (`src/ops/rebase.rs`): the
+//!    common ancestor by parent links, a three-way merge of flat listings by path (base,
+//!    local head, pulled version; any path both sides changed differently is a conflict, and
+//!    then nothing is written), the local versions replayed one by one into new trees and
+//!    versions written to new packs, and, under the store lock with the head checked
+//!    unchanged, one transaction that records them and moves the head (ref log included).
+//!    When the head moved, the workspace of the current directory follows if it held the old
+//!    head and `status` finds it clean (a checkout of the new head).
+//!
+//! A checkout of a local revision in a store that has remotes runs step 3 for its version
+//! (every remote in name order) before checking out. With every chunk already here, it sends
+//! no request.
+//!
+//! ## clone
+//!
+//! `clone()`: `Store::init` in the target directory, `add_remote("origin", URL)`, a fetch,
+//! then, under the store lock, a check that every fetched ref names a version now recorded
+//! (`check_ref_target`: otherwise `Error::Corrupt` naming `origin:refs/heads/NAME` or
+//! `origin:refs/tags/NAME/TAG`), and one transaction sets each dataset's head to the remote's head
+//! and creates the remote's tags of those datasets. Only metadata is downloaded; chunks come
+//! when a checkout or pull needs them. If any step fails, the new `.dsv` is removed (and the
+//! directory, if clone created it).
+//!
+//! ## The ref cache
+//!
+//! The rule is the Determined/YogaDL data layer's: a local copy of remote data, keyed by the
+//! dataset's version, is reused as long as the remote object's identity still matches what
+//! was recorded when the copy was made. Here the remote object is the ref, and its identity is
+//! its ETag and Last-Modified. `prepare_remote_revision` sends one HEAD for the ref and
+//! compares with the recorded `etag` (quotes ignored: some backends quote ETags in a HEAD but
+//! not in a listing) and `last_modified` (seconds); it is a hit only when both match and the
+//! version the ref names is recorded here. Otherwise (no record, a changed or deleted ref) it
+//! is a refresh: refs, pack indexes and metadata are fetched again. `fetch` applies the same
+//! idea per ref, comparing the recorded ETag with the one the listing gives. Chunks need no
+//! such rule: they are content-addressed, so a chunk held here is right whatever a ref says,
+//! and only missing chunks are ever downloaded.
+//!
+//! ## Retries and resumption
+//!
+//! - **Retries** are `object_store`'s, under the `RetryConfig` of `remote::retry_config`:
+//!   a request that failed with a connection error or reset, a server error (HTTP 5xx), 429
+//!   or 408, and a timeout for idempotent requests, is retried up to 10 times within 3 minutes
+//!   (the remote options `max_retries` and `retry_timeout` change both), waiting with
+//!   exponential backoff (100 ms doubling up to 15 s, with jitter). A GET whose body fails
+//!   part-way (a reset, a close before the declared length, the request `timeout` of 30 s
+//!   passing during a stall) is resumed by `object_store` with a ranged GET of what is still
+//!   missing, under the same count; so a stall is bounded by `timeout` (an option too), and
+//!   no read waits forever. After that the request fails with `Error::Remote` (exit 6 for a
+//!   network or server error). An answer that arrives whole but is wrong (a byte changed, or
+//!   fewer bytes than asked for under a consistent `Content-Length`) is not retried: the
+//!   frame check or the length check refuses it as `Error::Corrupt` (exit 5), naming the
+//!   remote and the pack, and nothing of the download is kept. `tests/it/faults.rs` makes
+//!   each of these faults real with `scripts/fault-proxy.py`, a proxy in front of moto.
+//! - **Resumption** comes from content addressing. A push that stops before its refs move (an
+//!   error, Ctrl-C, `kill -9`, the server going away during the uploads) has moved no ref, so
+//!   the remote never names incomplete data. Its complete packs (those whose `.idx` arrived) are found by the next
+//!   push's listing and not sent again; a `.pack` without its `.idx` is ignored and sent
+//!   again. A fetch, pull or checkout that stops part-way keeps nothing of the interrupted
+//!   download on an error or Ctrl-C (above). After a `kill -9`, its temporary pack is left in
+//!   `.dsv/tmp/` (the next commit removes it) and packs it sealed stay unreferenced, as for a
+//!   killed commit (Crash safety (`ops`)); the next run downloads what is still
+//!   missing. Versions catalogued in a pack but not yet recorded (a kill between the two
+//!   transactions) are recorded by the next fetch (`unrecorded_versions`).
+//!
+//! ## Concurrency with remotes
+//!
+//! - Responses are checked (decompressed and hashed) on tokio's blocking pool, in parallel
+//!   with each other and with requests in flight; only appending to the local pack happens on
+//!   the calling thread.
+//! - The store lock is taken only around the catalog transactions that record downloaded
+//!   packs, fetched versions and refs, and pull's head move.
+//! - Downloads into one store take `.dsv/locks/downloads.lock` (exclusive) and, once they hold
+//!   it, skip every object another process catalogued meanwhile: processes pulling the same
+//!   data (one per GPU) download it once (tested with four parallel pulls). Downloads of
+//!   unrelated data into one store therefore run one after another.
+//! - Two writers pushing to one remote are serialized by the refs' compare-and-swap: one
+//!   wins, the other gets `RemoteDiverged` (tested with two processes creating the same
+//!   dataset at once on S3).
+//!
+//! ## Known limits
+//!
+//! - `remote_objects` keeps one location per (remote, id, kind), the first pack indexed. If
+//!   that pack disappears from the remote while another remote pack also holds the object,
+//!   the store forgets the object for that remote (the other pack's index is not read
+//!   again): a push uploads it again, and a download from that remote reports it missing.
+//!   dsv itself never deletes remote packs.
+//! - Push uploads whole packs. A pack that holds an object the remote lacks goes up entire,
+//!   with whatever else it holds: objects of other datasets, of versions not pushed, or of
+//!   other frames downloaded together. The remote then holds data that no ref needs.
+//! - Nothing is ever deleted on a remote: no garbage collection of remote packs (packs of a
+//!   push whose ref then lost a race, or left behind by `push --force`), and no deletion of
+//!   refs.
+//! - A fetch, and so a clone or a ref cache refresh, downloads the metadata of every dataset
+//!   and version the remote holds, not only those asked for.
+//! - `checkout REMOTE/NAME` and `REMOTE/NAME@TAG` always send their HEAD request, so they need
+//!   the remote even when every byte is local; `checkout NAME` does not.
+//! - Push sends only data this store holds. Every object a remote lacks must be here: pushing
+//!   a clone's versions to a second remote fails with `MissingObject` (exit 5) for chunks the
+//!   clone never downloaded.
+//! - `push --force` overwrites refs without a compare-and-swap (on `file://`, without the
+//!   lock), so it can overwrite a concurrent writer's update.
+//! - Refs move one dataset at a time, each recorded here as soon as it moved: a push that
+//!   fails part-way through step 7 leaves the later datasets' refs unmoved (a re-run moves them).
+//! - `pull` never merges: a diverged local head is kept (`pull --rebase` replays the local
+//!   versions onto the remote's when they changed other paths; a path changed on both sides
+//!   is a conflict, never merged within a file). A tag that names another version on
+//!   the remote is reported `rejected`, not an error.
+//! - The `file://` compare-and-swap relies on `flock` on `refs.lock`, so it protects writers
+//!   on one machine (and on filesystems where `flock` works across machines).
+//! - S3 needs a service that honours `If-Match` / `If-None-Match` on PUT. The tests run against
+//!   a local directory, moto's S3 server and Azurite (`scripts/test-servers`). GCS is
+//!   configuration-tested only: its URLs are accepted and its client is built, but no test
+//!   talks to a GCS server.
+//! - `remote_refusal` recognizes a missing bucket and refused credentials by the service's
+//!   error codes in the error text; an unrecognized refusal is reported as a network error
+//!   (exit 6).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;

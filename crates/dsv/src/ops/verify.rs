@@ -1,6 +1,64 @@
 //! `verify`: check that the store is whole — every pack hashes to its name and matches its
 //! index, every catalog row points at an object that is really there, every version's trees
 //! and files can be found. Reports every problem; fixes nothing.
+//!
+//! # Steps
+//!
+//! `ops/verify.rs`, `verify()`. It holds the data lock shared for its whole run (so it never
+//! sees a pack that a running `gc` is deleting, see Cleanup and audits (`ops::gc`)),
+//! reports problems and fixes nothing:
+//!
+//! 1. `PRAGMA integrity_check` on the catalog, then `PRAGMA foreign_key_check`: rows that point
+//!    at a row that is not there (an object whose frame is gone, a dataset head naming no
+//!    version) are a problem, listed up to ten ("a row of TABLE (rowid N) points at a missing
+//!    row of TABLE", then "and N more").
+//! 2. For each pack the catalog names, `pack::reader::verify_pack` streams the file through
+//!    BLAKE3 and checks that the hash equals its name. Packs are independent, so they are
+//!    checked in parallel, one per thread, on one thread per CPU (`parallel::map`, which
+//!    checks for Ctrl-C between packs), a group of one pack per CPU at a time; each read is
+//!    sequential. The object ids of the packs that pass go into a `key_set::KeySet` (past
+//!    half a million, to an unnamed file in `.dsv/tmp`), and so do the file ids step 4 has
+//!    checked, so memory stays bounded at any number of objects. `verify_pack` then reads the
+//!    header, trailer and index (magic, format version, index position, index hash) and reads
+//!    the frames one at a time through a `PackReader` with a single cache slot (the same frame
+//!    reader every other read uses), so each thread holds one frame in memory: every frame
+//!    decompresses to its recorded length (≤ 256 MiB); every chunk, tree and version object in
+//!    it hashes to its id; and the index lists objects in frame order. File maps are not hashed
+//!    here (their key is the file id).
+//! 3. Lists files in `.dsv/packs/` that the catalog does not name, or whose names are not
+//!    `<id>.pack`. They go to `unreferenced_packs`, which is not a problem, unless one is a
+//!    readable pack holding versions that the ref log names and the catalog lacks
+//!    (`repair::forgotten_versions`): data a lost catalog forgot, a problem that names
+//!    `dsv repair`. Then the ref log, up to the length the catalog recorded, is replayed and
+//!    compared with the catalog's names (`RefState::differences`): each head, tag, remote, pin
+//!    or removal on which they differ is a problem, and so is a ref log shorter than recorded,
+//!    and so is a line there that its command would have refused (`RefLogEntry::check`).
+//!    Lists every file in `.dsv/tmp/` under `temporary_files`, which is not a problem either.
+//! 4. For each dataset, walks from the head along parents. For each version: the catalog row
+//!    exists; the stored version object equals the row; its provenance object, if it names
+//!    one, can be read (hash-checked); all its trees can be read and flattened;
+//!    for each distinct non-empty file id, `ObjectReader::file_chunks` finds its chunk or file
+//!    map and every chunk catalogued as a chunk, with the file map's lengths equal to the
+//!    chunks' and summing to the file's size; and each chunk appears in the index of a pack
+//!    that passed step 2 (else "chunk … is in no verified pack"). Reads go through
+//!    `Store::checking_reader`, so a file map fetched from a remote and not yet proven is
+//!    reassembled and hashed against its file id when all its chunks are here, with or without
+//!    `--full`; a wrong one is a problem naming the remote, and nothing is recorded either way. A file whose chunks are not
+//!    all here (`MissingObject`) is not a problem when each missing chunk is in the recorded
+//!    pack index of one of the store's remotes (`remote_locate`); it is counted in
+//!    `files_on_remotes` instead. Remotes are not contacted. A removed version gets only the
+//!    first checks (its row, its version object, its provenance): `gc` may have freed its trees
+//!    and data.
+//! 5. With `--full`, each file of step 4 whose chunks are all in verified packs is also
+//!    reassembled through `ObjectReader::write_file` into a sink: every chunk is checked against
+//!    its id and the whole against the file id (`files_rehashed`, `bytes_rehashed`). This is
+//!    the check a checkout makes, run on every distinct file of every version walked.
+//!
+//! Not checked: the contents of `.dsv/tmp/`, workspaces, and, without `--full`, whether a
+//! multi-chunk file's chunks hash, joined, to its file id. Checkout, and `cat` without
+//! `--range`, check that when they read the file. Versions not reachable from a head (those of
+//! a dataset whose head `dsv rm NAME` cleared, and fetched versions off every local head's line)
+//! are not walked.
 
 use std::collections::HashSet;
 

@@ -26,6 +26,74 @@
 //! the frames that cover it (a map without an outboard, from data pushed before outboards, is
 //! proven whole at open, as checkout proves it). What is fetched is stored in the local store
 //! and read locally by every later reader and process.
+//!
+//! # How the engine works
+//!
+//! `src/read/` (`mod.rs`, `file.rs`: one open file's layout and proof, `fetch.rs`: the catalog
+//! pool and the fetcher). Random access to any byte of any file of a version without a
+//! checkout, the engine that `cat`, `export`, `mount` and the Python package stand on.
+//!
+//! - `ReadEngine` (`Send + Sync`, cheap to clone) owns the store behind a mutex, taken only to
+//!   write (recording fetched packs and proofs), to take a lease, and for the whole-file fetch
+//!   of data pushed before outboards; a `CatalogPool` of read-only catalog connections (a
+//!   thread takes one for a lookup and puts it back: no lock is held while it is used, so
+//!   `stat`, `open` and reads never wait on each other's queries); and a `FrameCache`: decompressed frames,
+//!   least recently used evicted past `ReadOptions::cache_bytes` (default 256 MiB). A frame
+//!   that several threads want at once is read and decompressed once; the others wait on a
+//!   condition variable (single flight). Each thread keeps its own pack reader (open files, a
+//!   zstd context) for misses.
+//! - `ReadEngine::version(REV)` resolves the revision, leases the version and reads its
+//!   version object, nothing more. Until a call needs every path, `stat` and `open` read only
+//!   the trees on their path (`tree::lookup`: one tree per component, searched by bisection,
+//!   with the checks of a walk), so `cat` of one file of a million holds the trees of its
+//!   path. The first call of `entries`, `files`, `list` or `select` (globs, a manifest, a
+//!   shard) lists the version's paths once (`tree::flatten_version`, bounded by the version's
+//!   own counts) and keeps the table for the handle's life (about 120 bytes a path); `stat`
+//!   then answers from it. The mount and the Python package list at open (their inode table
+//!   and `len` need every path).
+//! - `VersionHandle::open(PATH)` reads the file's map (through the frame cache) and builds a
+//!   prefix table of its chunks' starts; a file of one chunk is located at once. The other
+//!   chunks are located in the catalog when a read first needs them (`file::FileState::make_local`),
+//!   so opening a file of 10,000 chunks costs one map, not 10,000 queries. A chunk that is not
+//!   here is fetched then (below) and kept, so every later reader and process uses the local
+//!   copy.
+//! - **Proof of a map from a remote.** A map written here, or proven before, is trusted. One
+//!   fetched from a remote is not: each 64 KiB block a read touches is checked against the
+//!   file's outboard (`docs/format.md#outboard-encoding`) before any byte of it is served,
+//!   and the blocks that passed are remembered for the engine's life (every handle of the file
+//!   shares them); when all have passed, the map is recorded as proven. A block that fails
+//!   fails the read, naming the remote, and the map is forgotten so the next read fetches it
+//!   again. A map without an outboard (data pushed before outboards) is proven whole at open,
+//!   as checkout proves it.
+//! - **Fetching** (`fetch::Fetcher`). The chunks a read needs that are not here: their frames,
+//!   located in the remotes' indexes as this store last read them (a miss falls back to the
+//!   whole-file fetch, which reads the indexes again), grouped into ranged GETs of at most
+//!   `FETCH_SPAN` (4 MiB). Each remote frame maps to one of 4,096 lock files
+//!   (`.dsv/locks/fetch-NNN.lock`, by a hash of pack and offset); a fetch takes its frames'
+//!   locks in ascending order (no cycle), checks again under them what is still missing,
+//!   downloads it, checks every frame (`ObjectKind::check`), stores it in a new pack, records
+//!   it (the one short moment under the store lock), puts the frames it just checked into the
+//!   frame cache as they are (marked checked: the waiting read neither reads them back nor
+//!   hashes them again) and lets go. At most `FETCH_BATCH_FRAMES` (64) frames are locked and
+//!   fetched at a time, so a prefetch of a large file holds a bounded number of lock files. So a frame is downloaded once
+//!   per machine however many threads and processes want it, and a fetch never blocks a read
+//!   of another file. A corrupt or short response fails that fetch alone and stores nothing;
+//!   the next read tries again. The data lock is held shared during a fetch, as a pull holds it.
+//! - **Prefetch.** After a sequential read of a file not all here, once the reader is inside
+//!   the last window asked for, the next window is fetched in the background, so one whole
+//!   window is always in flight ahead of it: in pieces of `PREFETCH_PIECE` (16 MiB: each a
+//!   blocking task on the shared runtime whose ranged GETs run at once and land in one pack; at
+//!   most `MAX_PREFETCHES` = 8 at once per engine). The window starts at `FIRST_FETCH_WINDOW`
+//!   (1 MiB) and grows fourfold each window up to `MAX_FETCH_WINDOW` (128 MiB), a ramp like
+//!   mountpoint-s3's; a read far from the window (a seek) starts it small again, and a random
+//!   reader fetches only its frames. The concurrent requests of a mount served out of order
+//!   do not count as seeks.
+//! - **Fork.** A child forked while a fetch holds a lock file would inherit the `flock` for its
+//!   life. `read::before_fork` waits until no fetch of the process holds one and holds new ones
+//!   back until `read::after_fork`; the Python package calls both around every fork
+//!   (`os.register_at_fork`).
+//! - Each fetch writes a pack of its own (a few MiB), so a large file read from a remote leaves
+//!   many small packs; nothing merges them yet.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
