@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-/// The revision syntax (`src/revision.rs`) for the help of every revision argument, so that
+/// The revision syntax (`crates/dsv-store/src/revision.rs`) for the help of every revision argument, so that
 /// each spells it the same way: `help = concat!("The revision: ", revision_syntax!())`.
 macro_rules! revision_syntax {
     () => {

@@ -14,7 +14,7 @@ use dsv::pack::{FrameBuilder, PackWriter};
 
 use crate::common::{TestEnv, plant};
 
-/// Exit code of corrupt data (src/cli/error.rs).
+/// Exit code of corrupt data (src/error.rs).
 const CORRUPT: i32 = 5;
 /// Address space each hostile run may use: far below what the attacks asked for.
 const MEMORY_LIMIT_KIB: u64 = 4 * 1024 * 1024;

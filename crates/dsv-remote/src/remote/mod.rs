@@ -43,7 +43,7 @@
 //! presigned URL's or SAS's signature, credential or token in its query:
 //! `redact::credentials_in`) is refused by `check_url`, `check_options` (in a value) and
 //! `cloud_backend`, so it is never recorded in the catalog, the ref log or a version's
-//! source. `src/redact.rs` is the one rule for showing URLs: `redact::url` replaces a
+//! source. `crates/dsv-format/src/redact.rs` is the one rule for showing URLs: `redact::url` replaces a
 //! password and every secret-bearing parameter's value by `REDACTED`, `redact::text` does so
 //! for every URL in a message; `Error`'s messages that hold a URL use it, and the CLI's
 //! `report_error` applies it again to each message, cause and hint. A tokio runtime with

@@ -174,7 +174,7 @@
 //!    diverged head alone, and copies the remote's tags of the dataset that name versions
 //!    recorded here and do not exist locally. `checkout` instead checks out the exact
 //!    version found in step 2 (checkout (`ops::checkout`)); no head moves.
-//! 5. `pull --rebase` with a diverged head then runs `rebase` (`src/ops/rebase.rs`): the
+//! 5. `pull --rebase` with a diverged head then runs `rebase` (`crates/dsv/src/ops/rebase.rs`): the
 //!    common ancestor by parent links, a three-way merge of flat listings by path (base,
 //!    local head, pulled version; any path both sides changed differently is a conflict, and
 //!    then nothing is written), the local versions replayed one by one into new trees and

@@ -29,7 +29,7 @@
 //!
 //! # How the engine works
 //!
-//! `src/read/` (`mod.rs`, `file.rs`: one open file's layout and proof, `fetch.rs`: the catalog
+//! `crates/dsv/src/read/` (`mod.rs`, `file.rs`: one open file's layout and proof, `fetch.rs`: the catalog
 //! pool and the fetcher). Random access to any byte of any file of a version without a
 //! checkout, the engine that `cat`, `export`, `mount` and the Python package stand on.
 //!
