@@ -12,6 +12,10 @@ fuzz_target!(|data: &[u8]| {
     let once = redact::url(text);
     assert_eq!(redact::url(&once), once, "url redaction is idempotent");
     let in_text = redact::text(text);
-    assert_eq!(redact::text(&in_text), in_text, "text redaction is idempotent");
+    assert_eq!(
+        redact::text(&in_text),
+        in_text,
+        "text redaction is idempotent"
+    );
     let _ = redact::credentials_in(text);
 });

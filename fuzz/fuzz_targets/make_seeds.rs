@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use dsv::object::ObjectKind;
 use dsv::ops::audit;
 use dsv::ops::commit::{CommitOptions, commit};
-use dsv::ops::import::{Extract, ImportOptions, SourceSettings, import};
+use dsv::ops::import::{Extract, ImportOptions, import};
 use dsv::pack::format;
 use dsv::pack::reader::{read_tail, verify_pack};
 use dsv::progress::NoProgress;
