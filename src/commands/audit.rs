@@ -35,10 +35,13 @@ pub(crate) fn audit(cli: &Cli, ui: &Ui, args: &AuditArgs) -> anyhow::Result<u8> 
     let mut store = open_store(cli)?;
     let jobs = jobs_or(&args.jobs, &store.config()?, IngestOptions::default().jobs);
     let dir = &args.dir;
-    let full = args.full;
+    let options = audit::AuditOptions {
+        full: args.full,
+        jobs,
+    };
     let identical = match &args.lock {
         Some(lock_path) => {
-            let report = audit::audit_lock(&mut store, lock_path, dir, full, jobs, &progress)?;
+            let report = audit::audit_lock(&mut store, lock_path, dir, &options, &progress)?;
             if ui.json {
                 ui.json(&report)?;
             } else {
@@ -50,8 +53,7 @@ pub(crate) fn audit(cli: &Cli, ui: &Ui, args: &AuditArgs) -> anyhow::Result<u8> 
         }
         None => {
             let against = args.against.as_deref().map(Revision::parse).transpose()?;
-            let report =
-                audit::audit_against(&store, dir, against.as_ref(), full, jobs, &progress)?;
+            let report = audit::audit_against(&store, dir, against.as_ref(), &options, &progress)?;
             ui.report(&report, render::audit)?;
             report.identical
         }

@@ -18,7 +18,11 @@ pub(crate) struct GcArgs {
 
 pub(crate) fn gc(cli: &Cli, ui: &Ui, args: &GcArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let report = gc::gc(&mut store, args.dry_run, args.grace, &ui.reporter())?;
+    let options = gc::GcOptions {
+        dry_run: args.dry_run,
+        grace: args.grace,
+    };
+    let report = gc::gc(&mut store, &options, &ui.reporter())?;
     ui.report(&report, render::gc)?;
     Ok(error::SUCCESS)
 }

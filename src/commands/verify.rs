@@ -15,7 +15,8 @@ pub(crate) struct VerifyArgs {
 
 pub(crate) fn run(cli: &Cli, ui: &Ui, args: &VerifyArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
-    let report = verify::verify(&store, args.full, &ui.reporter())?;
+    let options = verify::VerifyOptions { full: args.full };
+    let report = verify::verify(&store, &options, &ui.reporter())?;
     ui.report(&report, render::verify)?;
     if !report.problems.is_empty() {
         return Ok(error::CORRUPT);

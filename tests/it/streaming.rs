@@ -188,8 +188,25 @@ fn data_without_outboards_reads_whole_and_gets_them_from_gc_then_push() {
         1
     );
     drop(db);
+    // A dry run plans the same packs, and counts the live objects before the outboard is
+    // written (the real run counts it too).
+    let dry = env.json(&["gc", "--dry-run"]);
     let gc = env.json(&["gc"]);
     assert_eq!(gc["outboards_written"], 1, "{gc}");
+    assert_eq!(dry["outboards_written"], 0, "{dry}");
+    for field in [
+        "delete",
+        "repack",
+        "kept_with_garbage",
+        "bytes_freed",
+        "packs_written",
+    ] {
+        assert_eq!(dry[field], gc[field], "{field}");
+    }
+    assert_eq!(
+        dry["live_objects"].as_u64().unwrap() + 1,
+        gc["live_objects"].as_u64().unwrap()
+    );
     assert_eq!(env.json(&["gc"])["outboards_written"], 0);
     env.ok(&["verify"]);
     // push sends it, although the remote's head is already this version.

@@ -24,32 +24,6 @@
 //! - **Catalog.** SQLite in WAL mode, `synchronous=FULL`, foreign keys on, a 60 s busy
 //!   timeout (`catalog/mod.rs`). Readers do not block writers. Every write is one
 //!   `BEGIN IMMEDIATE` transaction, which waits for other writers instead of failing part-way.
-//! - **Store lock** `.dsv/lock`. An exclusive `flock` on the file, taken by the same helper
-//!   as the workspace locks (`StoreLock::take`, through `File::lock`). Commit takes it only
-//!   for finalization (step 13 on): reading the head, writing the version frame,
-//!   sealing the last pack, the catalog transaction; import and update take it at the same
-//!   point (`record_version`). So two commits or imports to one dataset never both take the
-//!   same parent. Reading, chunking, compressing and writing
-//!   trees run outside the lock, in parallel with other commits. Packs that fill up before
-//!   the lock is taken are sealed outside it. The remote operations take it only around
-//!   their catalog transactions that record downloaded packs, fetched versions and refs, and
-//!   pull's move of a local head (Sync with remotes (`ops::sync`)); never while a
-//!   request is in flight. Push does not take it. `gc` takes it for its catalog swap, `rm` for
-//!   its transaction, and `cache prune` for the transaction that marks versions.
-//! - **Data lock** `.dsv/data.lock`, created on first use. A `flock` held shared by commit,
-//!   import, update, checkout, status, audit, verify, rebase, fetch, push, the remote and
-//!   download steps of pull and checkout, a read engine fetch and `Lease::take`, and
-//!   exclusive by `gc` and `repair`, so that `gc` never deletes an object a running operation relies
-//!   on. Who holds it when, and why it is a lock and not a grace period, is in
-//!   Cleanup and audits (`ops::gc`).
-//! - **Workspace locks** `.dsv/locks/workspace-<12 hex digits>.lock`. The digits are the first
-//!   12 hex digits of BLAKE3 of the workspace's canonical path. Commit holds this lock for its
-//!   whole run (from before the walk until its transaction commits), checkout from before it
-//!   reads the workspace state until its transaction commits, and status for its whole run.
-//!   So commits, checkouts and status runs on one directory run one after the other. Commit
-//!   takes the workspace lock before the store lock; checkout and status never take the store
-//!   lock while they hold a workspace lock (a checkout that first downloads from a remote
-//!   takes and releases the store lock before it takes the workspace lock).
 //! - **Deduplication across processes** happens at the catalog. Two commits running at once
 //!   may both store the same new chunk in their own packs. The first transaction's location
 //!   wins (`INSERT OR IGNORE` on the (id, kind) key). The second copy stays in its pack,
@@ -60,9 +34,38 @@
 //!   command. A checkout never removes a directory that holds a running process's
 //!   `.dsv-tmp-<pid>-<n>` file or a nested `.dsv` store, even with `--force`: it reports a
 //!   conflict instead. Leftovers of dead processes do not block it.
-//! - Locks are blocking and have no timeout. All are `flock` locks on a lock file
-//!   (`StoreLock`; the data lock and the open lock shared or exclusive, the others exclusive), released when the
-//!   guard drops, or by the kernel when the holding process dies, `kill -9` included.
+//!
+//! # Locks
+//!
+//! The store's locks. Each is a file lock (flock): released on drop, or by the kernel when
+//! the process dies, so a killed process never leaves a store locked.
+//!
+//! | order | lock (type)                    | file                       | mode      | protects                                          | taken by |
+//! |-------|--------------------------------|----------------------------|-----------|---------------------------------------------------|----------|
+//! | 0     | open ([`Store`] holds it)      | `open.lock`                | shared    | the catalog file being there (not replaced)       | every open [`Store`], for its life |
+//! |       | open                           | `open.lock`                | exclusive | no store open while the catalog is replaced (try only, never waits) | `repair` |
+//! | 1     | data ([`SharedDataLock`])      | `data.lock`                | shared    | objects a running operation relies on (gc waits)  | commit, status, checkout, import, audit, verify, fetch, pull, push, rebase, leases, the read engine's fetches |
+//! |       | data ([`ExclusiveDataLock`])   | `data.lock`                | exclusive | every pack and object row (nothing else reads or writes packs) | gc, repair |
+//! | 2     | workspace ([`WorkspaceLock`])  | `locks/workspace-<h>.lock` | exclusive | one workspace directory and its stat cache rows   | commit, status, checkout (under data); `workspace forget` (alone) |
+//! | 3     | downloads ([`DownloadLock`])   | `locks/downloads.lock`     | exclusive | one download from a remote at a time              | fetch, pull, checkout from a remote (under data) |
+//! | 3     | fetch stripes                  | `locks/fetch-<n>.lock`     | exclusive | one remote frame fetched once (ascending stripes) | the read engine (under data) |
+//! | 4     | head ([`HeadLock`])            | `lock`                     | exclusive | the heads, tags, pins and catalog rows that name packs | every catalog write that moves a name or records packs: commit's finish, gc's swap, fetch's record, rm, tag, ... |
+//!
+//! The one order is the table's: a process never takes a lock while it holds one further
+//! down the table, and never takes one it holds already. Data comes first because it is the lock held longest, by
+//! the most operations (a checkout takes it before it reads the first tree, before the
+//! directory even exists, so before the workspace lock can be named), and gc holds it
+//! exclusive: were some operation to take the workspace lock and then the data lock while
+//! another takes them the other way (as commit did, against status and checkout), a gc
+//! waiting for the data lock between them would close a cycle on any lock implementation
+//! that queues a shared request behind a waiting exclusive one. The head lock is last
+//! because it is held briefly, to read and move names in one catalog transaction.
+//!
+//! The types encode the order: a [`WorkspaceLock`] and a [`DownloadLock`] are made only
+//! from a `&SharedDataLock` and borrow it (so the data lock is held first, and released
+//! last); the head lock is made by [`Store::lock`] and is held in short scopes that take
+//! nothing else. Repair, which takes everything exclusive, takes it in the same order
+//! (open, data, head).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -83,7 +86,7 @@ pub struct Store {
     catalog: Catalog,
     /// A shared lock on `open.lock`, held while the store is open: `dsv repair`, which
     /// replaces the catalog file, runs only when no other process has the store open.
-    _open: Option<StoreLock>,
+    _open: Option<OpenLock>,
 }
 
 impl Store {
@@ -111,7 +114,7 @@ impl Store {
             fs::create_dir_all(root.join(sub)).at(&root.join(sub))?;
         }
         File::create(root.join("lock")).at(&root.join("lock"))?;
-        let open = StoreLock::take_with(&root.join("open.lock"), true)?;
+        let open = OpenLock::take_shared(&root)?;
         let catalog = Catalog::open(&root.join("catalog.db"), true)?;
         Ok(Store {
             root,
@@ -138,7 +141,7 @@ impl Store {
             });
         }
         // Waits while a repair runs (it holds this lock exclusive).
-        let open = StoreLock::take_with(&root.join("open.lock"), true)?;
+        let open = OpenLock::take_shared(root)?;
         let catalog = Catalog::open(&catalog_path, false)?;
         Ok(Store {
             root: root.to_path_buf(),
@@ -287,58 +290,94 @@ impl Store {
         Ok(removed)
     }
 
-    /// Takes the store's exclusive lock (waiting for it), held until the guard drops.
+    /// Takes the head lock ([`HeadLock`], exclusive), waiting for it; held until the guard
+    /// drops. The last lock in the order: nothing else is taken while it is held.
     ///
     /// # Errors
     /// [`Error::Io`].
-    pub fn lock(&self) -> Result<StoreLock> {
-        StoreLock::take(&self.root.join("lock"))
+    pub fn lock(&self) -> Result<HeadLock> {
+        HeadLock::take_at(&self.root)
     }
 
-    /// Takes the data lock shared: held by every operation that reads or writes packs
-    /// (commit, checkout, fetch, pull, push, verify) for its whole run, so that `gc`, which
-    /// takes it exclusive ([`Store::lock_data_exclusive`]), never deletes an object that a
-    /// running operation has found and is about to rely on (a commit that deduplicates
-    /// against a chunk, a checkout reading it). Many holders share it at once.
+    /// Takes the data lock shared ([`SharedDataLock`]): held by every operation that reads
+    /// or writes packs (commit, checkout, fetch, pull, push, verify) for its whole run, so
+    /// that `gc`, which takes it exclusive ([`Store::lock_data_exclusive`]), never deletes an
+    /// object that a running operation has found and is about to rely on (a commit that
+    /// deduplicates against a chunk, a checkout reading it). Many holders share it at once.
+    /// The first lock in the order: taken before any workspace, download or head lock.
     ///
     /// # Errors
     /// [`Error::Io`].
-    pub fn lock_data_shared(&self) -> Result<StoreLock> {
-        StoreLock::take_with(&self.root.join("data.lock"), true)
+    pub fn lock_data_shared(&self) -> Result<SharedDataLock> {
+        SharedDataLock::take_at(&self.root)
     }
 
-    /// Takes the data lock exclusive (`gc`): waits for every running commit, checkout and
-    /// transfer, and keeps new ones waiting until released.
+    /// Takes the data lock exclusive ([`ExclusiveDataLock`], `gc`): waits for every running
+    /// commit, checkout and transfer, and keeps new ones waiting until released.
     ///
     /// # Errors
     /// [`Error::Io`].
-    pub fn lock_data_exclusive(&self) -> Result<StoreLock> {
-        StoreLock::take_with(&self.root.join("data.lock"), false)
+    pub fn lock_data_exclusive(&self) -> Result<ExclusiveDataLock> {
+        ExclusiveDataLock::take_at(&self.root)
     }
 
-    /// Takes the store's download lock (exclusive): held while objects are downloaded from a
-    /// remote, so concurrent pulls of the same data download it once.
+    /// Takes the store's download lock ([`DownloadLock`], exclusive): held while objects are
+    /// downloaded from a remote, so concurrent pulls of the same data download it once.
+    /// Taken under the shared data lock `_data`, which the caller holds for as long.
     ///
     /// # Errors
     /// [`Error::Io`].
-    pub fn lock_downloads(&self) -> Result<StoreLock> {
+    pub fn lock_downloads<'d>(&self, _data: &'d SharedDataLock) -> Result<DownloadLock<'d>> {
         let dir = self.root.join("locks");
         fs::create_dir_all(&dir).at(&dir)?;
-        StoreLock::take(&dir.join("downloads.lock"))
+        Ok(DownloadLock {
+            _file: LockFile::take(&dir.join("downloads.lock"), false)?,
+            _data: std::marker::PhantomData,
+        })
     }
 
     /// Takes the exclusive lock of the workspace keyed `key` (its canonical path), so two
-    /// processes never check out into one directory at once.
+    /// processes never check out into one directory at once ([`WorkspaceLock`]). Taken under
+    /// the shared data lock `_data`, which the caller holds for as long: this is what makes
+    /// "data, then workspace" the only order a call site can write.
+    ///
+    /// ```
+    /// # fn f(store: &dsv::Store) -> dsv::Result<()> {
+    /// let data = store.lock_data_shared()?;
+    /// let _workspace = store.lock_workspace(&data, "/work/dir")?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Without the data lock there is no workspace lock, and the data lock cannot be
+    /// released first:
+    ///
+    /// ```compile_fail,E0597
+    /// # fn f(store: &dsv::Store) -> dsv::Result<()> {
+    /// let workspace = {
+    ///     let data = store.lock_data_shared()?;
+    ///     store.lock_workspace(&data, "/work/dir")?
+    /// };
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Io`].
-    pub fn lock_workspace(&self, key: &str) -> Result<StoreLock> {
-        let dir = self.root.join("locks");
-        fs::create_dir_all(&dir).at(&dir)?;
-        StoreLock::take(&dir.join(format!(
-            "workspace-{}.lock",
-            ObjectId::of(key.as_bytes()).short()
-        )))
+    pub fn lock_workspace<'d>(
+        &self,
+        _data: &'d SharedDataLock,
+        key: &str,
+    ) -> Result<WorkspaceLock<'d>> {
+        WorkspaceLock::take(&self.root, key)
+    }
+
+    /// Takes the exclusive lock of the workspace keyed `key` without the data lock, for an
+    /// operation that takes no other lock while holding it and reads no pack (`workspace
+    /// forget`, which only deletes the workspace's catalog rows): it need not wait for gc.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn lock_workspace_alone(&self, key: &str) -> Result<WorkspaceLock<'static>> {
+        WorkspaceLock::take(&self.root, key)
     }
 
     /// A reader of this store's objects, for use on the calling thread. The first read of
@@ -411,18 +450,14 @@ pub fn decode_file_map(
     Ok(map)
 }
 
-/// An exclusive lock on a lock file (flock); released on drop, or by the kernel when the
-/// process dies, so a killed process never leaves a store locked.
-pub struct StoreLock {
+// The store's locks: see the lock table in this module's documentation.
+
+/// A lock on a lock file (flock), shared or exclusive; released on drop.
+struct LockFile {
     _file: File,
 }
 
-impl StoreLock {
-    /// Opens (creating) `path` and waits for its exclusive lock.
-    fn take(path: &Path) -> Result<StoreLock> {
-        Self::take_with(path, false)
-    }
-
+impl LockFile {
     /// Opens (creating, never truncating) the lock file at `path`.
     fn open_file(path: &Path) -> Result<File> {
         fs::OpenOptions::new()
@@ -434,24 +469,133 @@ impl StoreLock {
     }
 
     /// Opens (creating) `path` and takes its exclusive lock if no one holds it, else `None`.
-    pub fn try_take_exclusive(path: &Path) -> Result<Option<StoreLock>> {
+    fn try_take_exclusive(path: &Path) -> Result<Option<LockFile>> {
         let file = Self::open_file(path)?;
         match file.try_lock() {
-            Ok(()) => Ok(Some(StoreLock { _file: file })),
+            Ok(()) => Ok(Some(LockFile { _file: file })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(e).at(path),
         }
     }
 
     /// Opens (creating) `path` and waits for its shared or exclusive lock.
-    pub fn take_with(path: &Path, shared: bool) -> Result<StoreLock> {
+    fn take(path: &Path, shared: bool) -> Result<LockFile> {
         let file = Self::open_file(path)?;
         if shared {
             file.lock_shared().at(path)?;
         } else {
             file.lock().at(path)?;
         }
-        Ok(StoreLock { _file: file })
+        Ok(LockFile { _file: file })
+    }
+}
+
+/// The open lock (`open.lock`, order 0): shared by every open [`Store`], exclusive by
+/// `repair`.
+pub struct OpenLock {
+    _file: LockFile,
+}
+
+impl OpenLock {
+    /// Waits for the shared open lock of the store `root` (while a repair runs).
+    fn take_shared(root: &Path) -> Result<OpenLock> {
+        Ok(OpenLock {
+            _file: LockFile::take(&root.join("open.lock"), true)?,
+        })
+    }
+
+    /// The exclusive open lock of the store `root` if no process has the store open, else
+    /// `None` (never waits).
+    pub fn try_take_exclusive(root: &Path) -> Result<Option<OpenLock>> {
+        Ok(LockFile::try_take_exclusive(&root.join("open.lock"))?.map(|f| OpenLock { _file: f }))
+    }
+}
+
+/// The data lock held shared (order 1): see [`Store::lock_data_shared`].
+pub struct SharedDataLock {
+    _file: LockFile,
+}
+
+impl SharedDataLock {
+    /// Waits for the data lock of the store `root`, shared.
+    pub fn take_at(root: &Path) -> Result<SharedDataLock> {
+        Ok(SharedDataLock {
+            _file: LockFile::take(&root.join("data.lock"), true)?,
+        })
+    }
+}
+
+/// The data lock held exclusive (order 1): see [`Store::lock_data_exclusive`].
+pub struct ExclusiveDataLock {
+    _file: LockFile,
+}
+
+impl ExclusiveDataLock {
+    /// Waits for the data lock of the store `root`, exclusive.
+    pub fn take_at(root: &Path) -> Result<ExclusiveDataLock> {
+        Ok(ExclusiveDataLock {
+            _file: LockFile::take(&root.join("data.lock"), false)?,
+        })
+    }
+}
+
+/// A workspace's lock (order 2, exclusive): see [`Store::lock_workspace`]. It borrows the
+/// shared data lock it was taken under.
+pub struct WorkspaceLock<'d> {
+    _file: LockFile,
+    _data: std::marker::PhantomData<&'d SharedDataLock>,
+}
+
+impl WorkspaceLock<'_> {
+    fn take<'d>(root: &Path, key: &str) -> Result<WorkspaceLock<'d>> {
+        let dir = root.join("locks");
+        fs::create_dir_all(&dir).at(&dir)?;
+        let path = dir.join(format!(
+            "workspace-{}.lock",
+            ObjectId::of(key.as_bytes()).short()
+        ));
+        Ok(WorkspaceLock {
+            _file: LockFile::take(&path, false)?,
+            _data: std::marker::PhantomData,
+        })
+    }
+}
+
+/// The download lock (order 3, exclusive): see [`Store::lock_downloads`]. It borrows the
+/// shared data lock it was taken under.
+pub struct DownloadLock<'d> {
+    _file: LockFile,
+    _data: std::marker::PhantomData<&'d SharedDataLock>,
+}
+
+/// A fetch stripe's lock (order 3, exclusive): the read engine takes those of one batch of
+/// remote frames in ascending stripe order, under the shared data lock.
+pub struct StripeLock {
+    _file: LockFile,
+}
+
+impl StripeLock {
+    /// Waits for the stripe lock file at `path`.
+    pub fn take(path: &Path, _data: &SharedDataLock) -> Result<StripeLock> {
+        Ok(StripeLock {
+            _file: LockFile::take(path, false)?,
+        })
+    }
+}
+
+/// The head lock (order 4, the last; exclusive): held while a catalog transaction reads and
+/// moves heads, tags and pins or records and forgets packs. Nothing else is taken while it
+/// is held.
+pub struct HeadLock {
+    _file: LockFile,
+}
+
+impl HeadLock {
+    /// Waits for the head lock of the store `root`.
+    pub fn take_at(root: &Path) -> Result<HeadLock> {
+        Ok(HeadLock {
+            _file: LockFile::take(&root.join("lock"), false)?,
+        })
     }
 }
 

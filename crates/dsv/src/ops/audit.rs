@@ -105,6 +105,15 @@ pub struct AuditReport {
     pub dsv_version: &'static str,
 }
 
+/// How an audit reads the directory.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditOptions {
+    /// Re-hash every file instead of trusting the stat cache (`--full`).
+    pub full: bool,
+    /// Files hashed at once.
+    pub jobs: usize,
+}
+
 /// Audits `dir` against `version` of `dataset`, or, when `target` is `None`, against the
 /// version the store recorded for the directory (its last commit or checkout).
 ///
@@ -116,10 +125,10 @@ pub fn audit(
     store: &Store,
     dir: &Path,
     target: Option<(&str, ObjectId, &'static str)>,
-    full: bool,
-    jobs: usize,
+    options: &AuditOptions,
     progress: &dyn Progress,
 ) -> Result<AuditReport> {
+    let AuditOptions { full, jobs } = *options;
     let started = std::time::Instant::now();
     let (dir, key) = workspace::canonical_dir(dir)?;
     let _data_lock = store.lock_data_shared()?;
@@ -264,8 +273,7 @@ pub fn audit_against(
     store: &Store,
     dir: &Path,
     against: Option<&Revision>,
-    full: bool,
-    jobs: usize,
+    options: &AuditOptions,
     progress: &dyn Progress,
 ) -> Result<AuditReport> {
     let target = match against {
@@ -279,8 +287,7 @@ pub fn audit_against(
         store,
         dir,
         target.map(|(dataset, id)| (dataset, id, "revision")),
-        full,
-        jobs,
+        options,
         progress,
     )
 }
@@ -309,23 +316,15 @@ pub fn audit_lock(
     store: &mut Store,
     lock_path: &Path,
     dir: &Path,
-    full: bool,
-    jobs: usize,
+    options: &AuditOptions,
     progress: &dyn Progress,
 ) -> Result<LockAuditReport> {
     let lock = read_lock(lock_path)?;
-    let pinned = resolve_lock(store, lock_path, &lock, jobs, progress)?;
+    let pinned = resolve_lock(store, lock_path, &lock, options.jobs, progress)?;
     let mut datasets = Vec::new();
     for (dataset, version) in &pinned {
         let target = Some((dataset.as_str(), *version, "lock"));
-        datasets.push(audit(
-            store,
-            &dir.join(dataset),
-            target,
-            full,
-            jobs,
-            progress,
-        )?);
+        datasets.push(audit(store, &dir.join(dataset), target, options, progress)?);
     }
     Ok(LockAuditReport {
         identical: datasets.iter().all(|r| r.identical),

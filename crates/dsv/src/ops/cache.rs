@@ -406,7 +406,7 @@ pub fn prune(
         writer.mark_removed(&remove)?;
         writer.commit()?;
     }
-    let gc = super::gc::gc(store, false, Duration::from_secs(3600), progress)?;
+    let gc = super::gc::gc(store, &super::gc::GcOptions::default(), progress)?;
     Ok(PruneReport {
         actions,
         bytes_before: held_total,

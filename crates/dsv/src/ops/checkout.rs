@@ -628,7 +628,7 @@ pub fn checkout(
 ) -> Result<CheckoutReport> {
     crate::walk::check_workspace_dir(dir)?;
     // Held from the first read of a tree: gc waits until this checkout is done.
-    let _data_lock = store.lock_data_shared()?;
+    let data_lock = store.lock_data_shared()?;
     progress.phase("reading the version");
     let clock = std::time::Instant::now();
     let version_id = revision.resolve(store.catalog())?;
@@ -711,7 +711,7 @@ pub fn checkout(
             source: std::io::Error::from_raw_os_error(nix::errno::Errno::ENAMETOOLONG as i32),
         });
     }
-    let _lock = store.lock_workspace(&key)?;
+    let _lock = store.lock_workspace(&data_lock, &key)?;
     // Every change below goes through this handle: nothing follows a symlink or leaves the
     // directory, whatever another process puts in its place meanwhile (crate::beneath).
     let root = BeneathDir::open(&dir)?;

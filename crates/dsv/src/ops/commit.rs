@@ -280,10 +280,11 @@ pub fn commit(
             ),
         });
     }
-    // No checkout may write into the directory while it is being snapshotted.
-    let _workspace_lock = store.lock_workspace(&workspace_key)?;
     // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
-    let _data_lock = store.lock_data_shared()?;
+    // Taken first, as every operation takes it (the lock order: see crate::store).
+    let data_lock = store.lock_data_shared()?;
+    // No checkout may write into the directory while it is being snapshotted.
+    let _workspace_lock = store.lock_workspace(&data_lock, &workspace_key)?;
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
     progress.phase("scanning");

@@ -3,7 +3,9 @@
 //!
 //! Safety:
 //! - gc holds the store's data lock exclusive ([`Store::lock_data_exclusive`]) from plan to
-//!   the last deletion. Every commit, checkout and transfer holds it shared for its whole
+//!   the last deletion: [`plan`] decides (a [`GcPlan`], plain data) and [`execute`] carries
+//!   out, both taking the held lock as an argument; `--dry-run` is [`measure`], which
+//!   sizes the plan's repack without writing. Every commit, checkout and transfer holds it shared for its whole
 //!   run, so gc waits for them and they wait for gc: a commit can never rely on a chunk
 //!   (deduplicate against it) that gc then deletes. A lock rather than a grace period,
 //!   because a commit may reuse a chunk of any age.
@@ -182,7 +184,7 @@ use crate::object::ObjectKind;
 use crate::pack::FrameBuilder;
 use crate::progress::{Progress, Unit};
 use crate::revision::Revision;
-use crate::store::Store;
+use crate::store::{ExclusiveDataLock, Store};
 use crate::tree::{Reached, walk_reachable};
 
 /// A pack that is kept, repacked or deleted, with its live bytes.
@@ -351,34 +353,129 @@ fn leased_set(store: &Store, versions: &[ObjectId]) -> Result<HashSet<(ObjectId,
     Ok(leased)
 }
 
-/// Plans gc and, unless `dry_run`, carries the plan out. `grace` protects unnamed pack
-/// files younger than it.
+/// What `dsv gc` is asked to do.
+#[derive(Debug, Clone)]
+pub struct GcOptions {
+    /// Only plan (and size what the repack would write); change nothing (`--dry-run`).
+    pub dry_run: bool,
+    /// Unnamed pack files younger than this are kept (`--grace`).
+    pub grace: Duration,
+}
+
+impl Default for GcOptions {
+    /// A real run with the CLI's default grace period (1 h).
+    fn default() -> GcOptions {
+        GcOptions {
+            dry_run: false,
+            grace: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What gc will do, decided under the exclusive data lock by [`plan`] before anything
+/// changes, and carried out by [`execute`] (or sized by [`measure`], the dry run). Plain
+/// data: nothing in it refers to the store.
+#[derive(Debug, Clone)]
+pub struct GcPlan {
+    /// Versions whose data is kept.
+    pub live_versions: u64,
+    /// Versions marked removed.
+    pub removed_versions: u64,
+    /// Objects reachable from the live versions (plus every version object), in the packs
+    /// the catalog names now (the outboards [`execute`] writes come on top).
+    pub live_objects: u64,
+    /// Versions leased by running readers: kept whole, their packs not repacked.
+    pub leased_versions: Vec<ObjectId>,
+    /// Live files of several blocks without an outboard: [`execute`] writes them first.
+    pub outboards: Vec<ObjectId>,
+    /// Packs holding nothing live: deleted.
+    pub delete: Vec<PackPlan>,
+    /// Packs at most half live: their live objects ([`GcPlan::copy`]) go to new packs,
+    /// then they are deleted.
+    pub repack: Vec<PackPlan>,
+    /// Packs with some garbage, kept (more than half live).
+    pub kept_with_garbage: Vec<PackPlan>,
+    /// The live objects of the packs to repack, in the order they are copied (pack by
+    /// pack, in [`GcPlan::repack`]'s order), with their raw sizes.
+    pub copy: Vec<(ObjectId, ObjectKind, u32)>,
+    /// Pack files the catalog does not name; those marked `deleted` are deleted.
+    pub orphans: Vec<OrphanFile>,
+    /// Every pack the catalog names, with its size in bytes.
+    pub named_packs: std::collections::HashMap<ObjectId, u64>,
+}
+
+impl GcPlan {
+    /// Bytes of live objects the repack copies.
+    pub fn copy_bytes(&self) -> u64 {
+        self.repack.iter().map(|p| p.live_bytes).sum()
+    }
+
+    /// Whether carrying the plan out would change nothing.
+    pub fn is_empty(&self) -> bool {
+        self.outboards.is_empty()
+            && self.delete.is_empty()
+            && self.repack.is_empty()
+            && self.orphans.iter().all(|o| !o.deleted)
+    }
+
+    /// The report of this plan, once its repack wrote (or would write) `sealed`.
+    fn report(&self, sealed: &[crate::pack::PackFile], dry_run: bool, outboards: u64) -> GcReport {
+        let outcome = Outcome::of(self, sealed);
+        GcReport {
+            live_versions: self.live_versions,
+            removed_versions: self.removed_versions,
+            // Each outboard written is one more live object.
+            live_objects: self.live_objects + outboards,
+            delete: self.delete.clone(),
+            repack: self.repack.clone(),
+            kept_with_garbage: self.kept_with_garbage.clone(),
+            orphans: self.orphans.clone(),
+            bytes_freed: outcome.bytes_freed,
+            pack_files_deleted: outcome.deleted_files,
+            dry_run,
+            packs_written: sealed.len() as u64,
+            leased_versions: self.leased_versions.clone(),
+            outboards_written: outboards,
+        }
+    }
+}
+
+/// Plans gc and, unless `options.dry_run`, carries the plan out: [`plan`], then
+/// [`execute`] (or [`measure`] for a dry run), under the data lock held exclusive.
 ///
 /// # Errors
 /// [`Error::MissingObject`] when a live version's tree or file map is missing (gc refuses to
 /// run on a store that `verify` would fail); [`Error::Io`]; [`Error::Interrupted`].
-pub fn gc(
-    store: &mut Store,
-    dry_run: bool,
+pub fn gc(store: &mut Store, options: &GcOptions, progress: &dyn Progress) -> Result<GcReport> {
+    let data_lock = store.lock_data_exclusive()?;
+    let plan = plan(store, &data_lock, options.grace, progress)?;
+    if options.dry_run {
+        measure(store, &data_lock, &plan, progress)
+    } else {
+        execute(store, &data_lock, &plan, progress)
+    }
+}
+
+/// Decides what gc does, changing nothing: finds what the live and leased versions reach,
+/// sorts the named packs into deleted, repacked and kept, and lists the unnamed pack files
+/// (deleted when older than `grace`, unless gc cannot account for what they hold). Under
+/// the data lock `_data`, held exclusive until the plan is carried out.
+///
+/// # Errors
+/// As [`gc`].
+pub fn plan(
+    store: &Store,
+    _data: &ExclusiveDataLock,
     grace: Duration,
     progress: &dyn Progress,
-) -> Result<GcReport> {
-    let _data_lock = store.lock_data_exclusive()?;
+) -> Result<GcPlan> {
     progress.phase("finding live data");
     let leased_versions = crate::lease::leased_versions(store.root())?;
     let leased = leased_set(store, &leased_versions)?;
-    let mut lacking_outboards = Vec::new();
-    let live = live_set(store, &leased, &mut lacking_outboards)?;
-    // Data committed before outboards existed gets them here (the upgrade path; see
-    // docs/format.md), so that the next push sends them to remotes.
-    let outboards_written = if dry_run {
-        0
-    } else {
-        progress.phase("writing outboards");
-        super::ingest::write_missing_outboards(store, &lacking_outboards)?
-    };
+    let mut outboards = Vec::new();
+    let live = live_set(store, &leased, &mut outboards)?;
     let by_pack = store.catalog().objects_by_pack()?;
-    let sizes: std::collections::HashMap<ObjectId, u64> =
+    let named_packs: std::collections::HashMap<ObjectId, u64> =
         store.catalog().packs()?.into_iter().collect();
     let all_versions: HashSet<ObjectId> = by_pack
         .values()
@@ -386,35 +483,33 @@ pub fn gc(
         .filter(|(_, kind, _)| *kind == ObjectKind::Version)
         .map(|(id, _, _)| *id)
         .collect();
-    let mut report = GcReport {
-        live_versions: store.catalog().live_versions()?.len() as u64,
-        removed_versions: 0,
+    let live_versions = store.catalog().live_versions()?.len() as u64;
+    let mut plan = GcPlan {
+        live_versions,
+        removed_versions: (all_versions.len() as u64).saturating_sub(live_versions),
         live_objects: 0,
+        leased_versions,
+        outboards,
         delete: Vec::new(),
         repack: Vec::new(),
         kept_with_garbage: Vec::new(),
+        copy: Vec::new(),
         orphans: Vec::new(),
-        bytes_freed: 0,
-        pack_files_deleted: 0,
-        dry_run,
-        packs_written: 0,
-        leased_versions,
-        outboards_written,
+        named_packs,
     };
-    report.removed_versions = (all_versions.len() as u64).saturating_sub(report.live_versions);
     let is_live = |(id, kind, _): &(ObjectId, ObjectKind, u32)| {
         matches!(kind, ObjectKind::Version | ObjectKind::Provenance) || live.contains(&(*id, *kind))
     };
     for (pack, objects) in &by_pack {
-        let bytes = sizes.get(pack).copied().unwrap_or(0);
+        let bytes = plan.named_packs.get(pack).copied().unwrap_or(0);
         let total: u64 = objects.iter().map(|o| u64::from(o.2)).sum();
         let live_bytes: u64 = objects
             .iter()
             .filter(|o| is_live(o))
             .map(|o| u64::from(o.2))
             .sum();
-        report.live_objects += objects.iter().filter(|o| is_live(o)).count() as u64;
-        let plan = PackPlan {
+        plan.live_objects += objects.iter().filter(|o| is_live(o)).count() as u64;
+        let pack_plan = PackPlan {
             pack: *pack,
             bytes,
             live_bytes,
@@ -427,37 +522,54 @@ pub fn gc(
                 .any(|(id, kind, _)| leased.contains(&(*id, *kind)))
         };
         if live_bytes == 0 {
-            report.delete.push(plan);
+            plan.delete.push(pack_plan);
         } else if live_bytes * 2 <= total && !leased_here() {
-            report.repack.push(plan);
+            plan.repack.push(pack_plan);
         } else if live_bytes < total {
-            report.kept_with_garbage.push(plan);
+            plan.kept_with_garbage.push(pack_plan);
         }
     }
     // Packs the catalog names but which hold no object rows at all (every object was also
     // in an older pack) are garbage too.
-    for (pack, bytes) in &sizes {
+    for (pack, bytes) in &plan.named_packs {
         if !by_pack.contains_key(pack) {
-            report.delete.push(PackPlan {
+            plan.delete.push(PackPlan {
                 pack: *pack,
                 bytes: *bytes,
                 live_bytes: 0,
             });
         }
     }
-    report.delete.sort_by_key(|p| p.pack);
-    report.repack.sort_by_key(|p| p.pack);
-    report.kept_with_garbage.sort_by_key(|p| p.pack);
+    plan.delete.sort_by_key(|p| p.pack);
+    plan.repack.sort_by_key(|p| p.pack);
+    plan.kept_with_garbage.sort_by_key(|p| p.pack);
+    plan.copy = plan
+        .repack
+        .iter()
+        .flat_map(|p| by_pack[&p.pack].iter().filter(|o| is_live(o)).copied())
+        .collect();
+    plan.orphans = orphans(store, &plan.named_packs, grace)?;
+    Ok(plan)
+}
+
+/// The pack files in the packs directory that the catalog (`named`) does not name, each
+/// marked deleted when older than `grace` and gc can account for what it holds.
+fn orphans(
+    store: &Store,
+    named: &std::collections::HashMap<ObjectId, u64>,
+    grace: Duration,
+) -> Result<Vec<OrphanFile>> {
+    let mut orphans = Vec::new();
     let now = std::time::SystemTime::now();
     let accounting = super::repair::PackAccounting::new(store);
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let named = name
+            let is_named = name
                 .strip_suffix(".pack")
                 .and_then(|hex| hex.parse::<ObjectId>().ok())
-                .is_some_and(|id| sizes.contains_key(&id));
-            if named {
+                .is_some_and(|id| named.contains_key(&id));
+            if is_named {
                 continue;
             }
             let meta = entry.metadata().ok();
@@ -486,7 +598,7 @@ pub fn gc(
                     Some(_) => {}
                 }
             }
-            report.orphans.push(OrphanFile {
+            orphans.push(OrphanFile {
                 name,
                 bytes: meta.map_or(0, |m| m.len()),
                 age_seconds: age.as_secs(),
@@ -496,42 +608,36 @@ pub fn gc(
             });
         }
     }
-    report.orphans.sort_by(|a, b| a.name.cmp(&b.name));
-    let rewritten: u64 = report.repack.iter().map(|p| p.live_bytes).sum();
+    orphans.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(orphans)
+}
 
-    // 1. Copy the live objects of packs to repack into new, durable packs. A dry run runs
-    // the very same copy into a sink that writes nothing, so its plan states exactly the
-    // packs (ids, sizes) the real run writes, and so the bytes it frees.
-    let sink = if dry_run {
-        PackSink::measuring()
-    } else {
-        PackSink::new(&store.packs_dir(), &store.temp_dir())
-    };
-    progress.start(
-        if dry_run { "sizing" } else { "repacking" },
-        rewritten,
-        Unit::Bytes,
-    );
+/// Copies the live objects of the packs `plan` repacks into `sink`; returns the packs it
+/// sealed. On an error, what the sink wrote is deleted.
+fn copy_live(
+    store: &Store,
+    plan: &GcPlan,
+    sink: PackSink,
+    progress: &dyn Progress,
+) -> Result<Vec<crate::pack::PackFile>> {
     let copied = (|| {
         let mut reader = store.reader();
         // Chunks and metadata (trees, file maps, versions) in frames of their own, as a
         // commit writes them, so a fetch of metadata downloads no chunk.
         let mut chunks = FrameBuilder::default();
         let mut metadata = FrameBuilder::default();
-        for plan in &report.repack {
-            for object in by_pack[&plan.pack].iter().filter(|o| is_live(o)) {
-                crate::interrupt::check()?;
-                let bytes = reader.bytes(&object.0, object.1)?;
-                let frame = if object.1 == ObjectKind::Chunk {
-                    &mut chunks
-                } else {
-                    &mut metadata
-                };
-                frame.push(object.0, object.1, &bytes);
-                progress.advance(bytes.len() as u64);
-                if frame.len() >= FRAME_TARGET {
-                    sink.add(frame.encode(3))?;
-                }
+        for (id, kind, _) in &plan.copy {
+            crate::interrupt::check()?;
+            let bytes = reader.bytes(id, *kind)?;
+            let frame = if *kind == ObjectKind::Chunk {
+                &mut chunks
+            } else {
+                &mut metadata
+            };
+            frame.push(*id, *kind, &bytes);
+            progress.advance(bytes.len() as u64);
+            if frame.len() >= FRAME_TARGET {
+                sink.add(frame.encode(3))?;
             }
         }
         for frame in [&mut chunks, &mut metadata] {
@@ -541,27 +647,64 @@ pub fn gc(
         }
         Ok::<_, Error>(())
     })();
-    progress.phase(if dry_run { "planning" } else { "deleting" });
-    let sealed = match copied {
-        Ok(()) => sink.finish()?,
+    match copied {
+        Ok(()) => sink.finish(),
         Err(e) => {
             sink.abandon(store);
-            return Err(e);
+            Err(e)
         }
-    };
-    let outcome = Outcome::of(&report, &sizes, &sealed);
-    report.packs_written = sealed.len() as u64;
-    report.pack_files_deleted = outcome.deleted_files;
-    report.bytes_freed = outcome.bytes_freed;
-    if dry_run {
-        return Ok(report);
     }
+}
+
+/// The dry run: reports `plan` as [`execute`] would, changing nothing. The repack runs
+/// into a sink that writes nothing, so the report states exactly the packs (ids, sizes)
+/// the real run writes, and so the bytes it frees.
+///
+/// # Errors
+/// As [`gc`].
+pub fn measure(
+    store: &Store,
+    _data: &ExclusiveDataLock,
+    plan: &GcPlan,
+    progress: &dyn Progress,
+) -> Result<GcReport> {
+    progress.start("sizing", plan.copy_bytes(), Unit::Bytes);
+    let copied = copy_live(store, plan, PackSink::measuring(), progress);
+    progress.phase("planning");
+    Ok(plan.report(&copied?, true, 0))
+}
+
+/// Carries `plan` out, in an order that makes a kill at any point safe: writes the missing
+/// outboards, copies the live objects of packs to repack into new, durable packs, swaps the
+/// catalog from the old packs to the new in one transaction, and only then deletes files.
+///
+/// # Errors
+/// As [`gc`].
+pub fn execute(
+    store: &mut Store,
+    _data: &ExclusiveDataLock,
+    plan: &GcPlan,
+    progress: &dyn Progress,
+) -> Result<GcReport> {
+    // Data committed before outboards existed gets them here (the upgrade path; see
+    // docs/format.md), so that the next push sends them to remotes. Their packs are all
+    // live: the plan's lists stay as they are.
+    progress.phase("writing outboards");
+    let outboards_written = super::ingest::write_missing_outboards(store, &plan.outboards)?;
+
+    // 1. Copy the live objects of packs to repack into new, durable packs.
+    progress.start("repacking", plan.copy_bytes(), Unit::Bytes);
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    let copied = copy_live(store, plan, sink, progress);
+    progress.phase("deleting");
+    let sealed = copied?;
+    let report = plan.report(&sealed, false, outboards_written);
 
     // 2. One transaction: the catalog forgets the old packs and names the new ones.
-    let dropped: HashSet<ObjectId> = report
+    let dropped: HashSet<ObjectId> = plan
         .delete
         .iter()
-        .chain(&report.repack)
+        .chain(&plan.repack)
         .map(|p| p.pack)
         .collect();
     {
@@ -588,7 +731,7 @@ pub fn gc(
     for pack in dropped.iter().filter(|p| !named.contains(p)) {
         remove_pack_file(&crate::pack::writer::pack_path(&store.packs_dir(), pack))?;
     }
-    for orphan in report.orphans.iter().filter(|o| o.deleted) {
+    for orphan in plan.orphans.iter().filter(|o| o.deleted) {
         let now_named = orphan
             .name
             .strip_suffix(".pack")
@@ -612,11 +755,8 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn of(
-        report: &GcReport,
-        named: &std::collections::HashMap<ObjectId, u64>,
-        sealed: &[crate::pack::PackFile],
-    ) -> Outcome {
+    fn of(plan: &GcPlan, sealed: &[crate::pack::PackFile]) -> Outcome {
+        let named = &plan.named_packs;
         let new: HashSet<ObjectId> = sealed.iter().map(|p| p.id).collect();
         let orphan_id = |o: &OrphanFile| {
             o.name
@@ -625,13 +765,13 @@ impl Outcome {
         };
         let mut deleted_files = 0u64;
         let mut deleted_bytes = 0u64;
-        for plan in report.delete.iter().chain(&report.repack) {
-            if !new.contains(&plan.pack) {
+        for pack in plan.delete.iter().chain(&plan.repack) {
+            if !new.contains(&pack.pack) {
                 deleted_files += 1;
-                deleted_bytes += plan.bytes;
+                deleted_bytes += pack.bytes;
             }
         }
-        for orphan in report.orphans.iter().filter(|o| o.deleted) {
+        for orphan in plan.orphans.iter().filter(|o| o.deleted) {
             if !orphan_id(orphan).is_some_and(|id| new.contains(&id)) {
                 deleted_files += 1;
                 deleted_bytes += orphan.bytes;
@@ -642,7 +782,7 @@ impl Outcome {
         let existing: HashSet<ObjectId> = named
             .keys()
             .copied()
-            .chain(report.orphans.iter().filter_map(orphan_id))
+            .chain(plan.orphans.iter().filter_map(orphan_id))
             .collect();
         let written: u64 = sealed
             .iter()
@@ -813,4 +953,130 @@ pub fn unpin(store: &mut Store, revision: &Revision) -> Result<ObjectId> {
         });
     }
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+
+    /// A store in `dir` with datasets `a` and `b`, each committed from a directory of its
+    /// own (deleted after, so no workspace holds them); returns the packs `a`'s commit wrote.
+    fn two_datasets(dir: &std::path::Path) -> (Store, HashSet<ObjectId>) {
+        let mut store = Store::init(dir).unwrap();
+        let packs = |store: &Store| -> HashSet<ObjectId> {
+            store
+                .catalog()
+                .packs()
+                .unwrap()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect()
+        };
+        let mut a_packs = HashSet::new();
+        for (name, seed) in [("a", 1u8), ("b", 2u8)] {
+            let data = dir.join(name);
+            std::fs::create_dir_all(&data).unwrap();
+            let bytes: Vec<u8> = (0..300_000u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
+                .collect();
+            std::fs::write(data.join("f.bin"), bytes).unwrap();
+            let before = packs(&store);
+            let options = crate::ops::commit::CommitOptions::new(name);
+            crate::ops::commit::commit(&mut store, &data, &options, &NoProgress).unwrap();
+            if name == "a" {
+                a_packs = packs(&store).difference(&before).copied().collect();
+            }
+            std::fs::remove_dir_all(&data).unwrap();
+        }
+        (store, a_packs)
+    }
+
+    fn files(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_plan_frees_the_removed_datasets_packs_and_keeps_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, a_packs) = two_datasets(dir.path());
+        assert!(!a_packs.is_empty());
+        remove(&mut store, "a", false).unwrap();
+        let lock = store.lock_data_exclusive().unwrap();
+        let plan = plan(&store, &lock, Duration::from_secs(3600), &NoProgress).unwrap();
+        assert_eq!((plan.live_versions, plan.removed_versions), (1, 1));
+        // a's packs go (its version object, kept for the log, is copied out); b's stay.
+        let freed: HashSet<ObjectId> = plan
+            .delete
+            .iter()
+            .chain(&plan.repack)
+            .map(|p| p.pack)
+            .collect();
+        assert_eq!(freed, a_packs);
+        assert!(plan.kept_with_garbage.is_empty());
+        assert!(!plan.copy.is_empty());
+        assert!(
+            plan.copy
+                .iter()
+                .all(|(_, kind, _)| matches!(kind, ObjectKind::Version | ObjectKind::Provenance))
+        );
+        assert_eq!(
+            plan.copy_bytes(),
+            plan.copy.iter().map(|o| u64::from(o.2)).sum::<u64>()
+        );
+        assert!(plan.orphans.is_empty() && plan.outboards.is_empty());
+        assert!(!plan.is_empty());
+    }
+
+    #[test]
+    fn planning_and_measuring_change_nothing_and_measure_what_execution_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = two_datasets(dir.path());
+        remove(&mut store, "a", false).unwrap();
+        let packs_dir = store.packs_dir();
+        let before = (files(&packs_dir), store.catalog().packs().unwrap());
+        let lock = store.lock_data_exclusive().unwrap();
+        let first = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        let measured = measure(&store, &lock, &first, &NoProgress).unwrap();
+        assert_eq!(
+            before,
+            (files(&packs_dir), store.catalog().packs().unwrap())
+        );
+        let executed = execute(&mut store, &lock, &first, &NoProgress).unwrap();
+        let mut as_run = serde_json::to_value(&measured).unwrap();
+        as_run["dry_run"] = false.into();
+        assert!(measured.dry_run && !executed.dry_run);
+        assert_eq!(as_run, serde_json::to_value(&executed).unwrap());
+        assert!(executed.bytes_freed > 0);
+        // Carried out, the plan leaves nothing to do.
+        let again = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        assert!(again.is_empty(), "{again:?}");
+        assert_eq!(again.live_objects, first.live_objects);
+        assert_eq!(again.removed_versions, 1);
+    }
+
+    #[test]
+    fn unnamed_files_are_deleted_only_past_the_grace_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = two_datasets(dir.path());
+        let stray = store.packs_dir().join("stray.tmp");
+        std::fs::write(&stray, b"left by a killed run").unwrap();
+        let lock = store.lock_data_exclusive().unwrap();
+        let young = plan(&store, &lock, Duration::from_secs(3600), &NoProgress).unwrap();
+        assert_eq!(young.orphans.len(), 1);
+        assert_eq!(young.orphans[0].name, "stray.tmp");
+        assert!(!young.orphans[0].deleted);
+        assert!(young.is_empty());
+        let old = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        assert!(old.orphans[0].deleted && !old.is_empty());
+        let report = execute(&mut store, &lock, &old, &NoProgress).unwrap();
+        assert_eq!(report.pack_files_deleted, 1);
+        assert_eq!(report.bytes_freed, 20);
+        assert!(!stray.exists());
+    }
 }

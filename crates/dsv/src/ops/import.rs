@@ -648,7 +648,7 @@ fn run(
     store: &mut Store,
     request: Request<'_>,
     previous: Option<Previous>,
-    data_lock: crate::store::StoreLock,
+    data_lock: crate::store::SharedDataLock,
     mut draft: VersionDraft,
     settings: &SourceSettings,
     progress: &dyn Progress,

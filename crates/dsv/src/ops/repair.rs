@@ -41,7 +41,7 @@ use crate::object::ObjectKind;
 use crate::pack::writer::SealedPack;
 use crate::progress::{Progress, Unit};
 use crate::reflog::{self, RefLogEntry};
-use crate::store::{STORE_DIR, Store, StoreLock};
+use crate::store::{ExclusiveDataLock, HeadLock, OpenLock, STORE_DIR, Store};
 
 /// What `repair` rebuilt.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -116,13 +116,12 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
         });
     }
     // No other process may have the store open: the catalog file is replaced.
-    let _open = StoreLock::try_take_exclusive(&root.join("open.lock"))?.ok_or_else(|| {
-        Error::StoreBusy {
-            path: root.to_path_buf(),
-        }
+    let _open = OpenLock::try_take_exclusive(root)?.ok_or_else(|| Error::StoreBusy {
+        path: root.to_path_buf(),
     })?;
-    let _store_lock = StoreLock::take_with(&root.join("lock"), false)?;
-    let _data_lock = StoreLock::take_with(&root.join("data.lock"), false)?;
+    // In the one lock order (crate::store): data, then head.
+    let _data_lock = ExclusiveDataLock::take_at(root)?;
+    let _store_lock = HeadLock::take_at(root)?;
     let mut report = RepairReport {
         store: root.to_path_buf(),
         ..RepairReport::default()

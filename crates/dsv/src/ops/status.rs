@@ -474,8 +474,8 @@ pub fn status(
         })?
         .path;
     let dir = PathBuf::from(&key);
-    let _data_lock = store.lock_data_shared()?;
-    let _lock = store.lock_workspace(&key)?;
+    let data_lock = store.lock_data_shared()?;
+    let _lock = store.lock_workspace(&data_lock, &key)?;
     let workspace = store
         .catalog()
         .workspace(&key)?

@@ -305,7 +305,7 @@ use crate::pack::{EncodedFrame, FrameRecord, PackFile};
 use crate::progress::{Progress, Unit};
 use crate::remote::{self, RefName, RefState, Remote};
 use crate::revision::{MIN_PREFIX, Revision, check_name};
-use crate::store::Store;
+use crate::store::{SharedDataLock, Store};
 use crate::tree::{Reached, walk_reachable};
 
 /// Frames of one pack closer than this many bytes are fetched in one ranged GET.
@@ -610,13 +610,15 @@ pub fn fetch(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<FetchReport> {
-    let _data_lock = store.lock_data_shared()?;
+    let data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
-    fetch_with(store, &record, &remote, jobs, progress)
+    fetch_with(store, &data_lock, &record, &remote, jobs, progress)
 }
 
+/// [`fetch`] under the shared data lock `data`, which the caller holds.
 fn fetch_with(
     store: &mut Store,
+    data: &SharedDataLock,
     record: &RemoteRecord,
     remote: &Remote,
     jobs: usize,
@@ -658,7 +660,7 @@ fn fetch_with(
             ObjectKind::Outboard,
         ],
     )?;
-    let mut transfer = download(store, record, remote, &wanted, jobs, progress)?;
+    let mut transfer = download(store, data, record, remote, &wanted, jobs, progress)?;
     let _lock = store.lock()?;
     record_fetched_versions(store)?;
     // Refs deleted on the remote since the last fetch.
@@ -1013,6 +1015,7 @@ pub(crate) fn record_fetched(
 /// records those packs. Objects the remote does not hold are left out (the caller checks).
 fn download(
     store: &mut Store,
+    data: &SharedDataLock,
     record: &RemoteRecord,
     remote: &Remote,
     wanted: &[(ObjectId, ObjectKind)],
@@ -1021,7 +1024,7 @@ fn download(
 ) -> Result<Transfer> {
     // One download at a time per store: processes pulling the same data (one per GPU) wait
     // for each other, and each downloads only what is still missing once it has the lock.
-    let _download_lock = store.lock_downloads()?;
+    let _download_lock = store.lock_downloads(data)?;
     let frames: BTreeMap<_, _> = frames_of(store.catalog(), record.id, wanted)?
         .into_iter()
         .map(|(key, (frame, row, _))| (key, (frame, row)))
@@ -1098,7 +1101,21 @@ pub fn fetch_missing(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
-    let _data_lock = store.lock_data_shared()?;
+    let data_lock = store.lock_data_shared()?;
+    fetch_missing_under(store, &data_lock, versions, include, first, jobs, progress)
+}
+
+/// [`fetch_missing`] under the shared data lock `data`, which the caller holds (the lock is
+/// never taken twice: see crate::store).
+fn fetch_missing_under(
+    store: &mut Store,
+    data: &SharedDataLock,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
     for version in versions {
         if store.catalog().removed_at(version)?.is_some() {
             return Err(Error::VersionRemoved {
@@ -1107,10 +1124,10 @@ pub fn fetch_missing(
         }
     }
     let (mut transfer, fetched_maps) =
-        fetch_missing_round(store, versions, include, first, jobs, progress)?;
+        fetch_missing_round(store, data, versions, include, first, jobs, progress)?;
     // File maps that came now list chunks of their own: fetch those too (once).
     if fetched_maps {
-        let (more, _) = fetch_missing_round(store, versions, include, first, jobs, progress)?;
+        let (more, _) = fetch_missing_round(store, data, versions, include, first, jobs, progress)?;
         transfer.bytes += more.bytes;
         transfer.packs += more.packs;
         transfer.objects += more.objects;
@@ -1121,6 +1138,7 @@ pub fn fetch_missing(
 
 fn fetch_missing_round(
     store: &mut Store,
+    data: &SharedDataLock,
     versions: &[ObjectId],
     include: Option<&globset::GlobSet>,
     first: Option<(&RemoteRecord, &Remote)>,
@@ -1130,7 +1148,7 @@ fn fetch_missing_round(
     progress.phase("finding the missing data");
     let missing = missing_chunks(store, versions, include)?;
     let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
-    let transfer = fetch_objects(store, missing, first, jobs, progress)?;
+    let transfer = fetch_objects(store, data, missing, first, jobs, progress)?;
     Ok((transfer, wanted_maps))
 }
 
@@ -1141,6 +1159,7 @@ fn fetch_missing_round(
 /// [`Error::MissingObject`] when no remote holds one of them; as [`fetch`].
 fn fetch_objects(
     store: &mut Store,
+    data: &SharedDataLock,
     mut missing: Vec<(ObjectId, ObjectKind)>,
     first: Option<(&RemoteRecord, &Remote)>,
     jobs: usize,
@@ -1175,7 +1194,7 @@ fn fetch_objects(
         if !has_all {
             refresh_indexes(store, record, remote, jobs)?;
         }
-        let got = download(store, record, remote, missing, jobs, progress)?;
+        let got = download(store, data, record, remote, missing, jobs, progress)?;
         transfer.bytes += got.bytes;
         transfer.packs += got.packs;
         transfer.objects += got.objects;
@@ -1267,7 +1286,7 @@ pub fn prepare_remote_revision(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<PullReport> {
-    let _data_lock = store.lock_data_shared()?;
+    let data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, &target.remote)?;
     let revision = &target.revision;
     let ref_name = if revision.base == "latest" {
@@ -1302,22 +1321,23 @@ pub fn prepare_remote_revision(
             if current {
                 RefCache::Hit
             } else {
-                let fetched = fetch_with(store, &record, &remote, jobs, progress)?;
+                let fetched = fetch_with(store, &data_lock, &record, &remote, jobs, progress)?;
                 transfer = fetched.transfer;
                 RefCache::Refresh
             }
         }
         None => {
             if resolve_remote(store, &record, revision).is_err() {
-                let fetched = fetch_with(store, &record, &remote, jobs, progress)?;
+                let fetched = fetch_with(store, &data_lock, &record, &remote, jobs, progress)?;
                 transfer = fetched.transfer;
             }
             RefCache::NotARef
         }
     };
     let version = resolve_remote(store, &record, revision)?;
-    let got = fetch_missing(
+    let got = fetch_missing_under(
         store,
+        &data_lock,
         &[version],
         include,
         Some((&record, &remote)),
@@ -1850,7 +1870,9 @@ pub fn clone(
     let result = (|| {
         let record = add_remote(&mut store, "origin", url, options)?;
         let remote = Remote::open(&record)?;
-        let fetched = fetch_with(&mut store, &record, &remote, jobs, progress)?;
+        // A new store, but another process may open it already: in the one lock order.
+        let data_lock = store.lock_data_shared()?;
+        let fetched = fetch_with(&mut store, &data_lock, &record, &remote, jobs, progress)?;
         let _lock = store.lock()?;
         for reference in &fetched.refs {
             check_ref_target(store.catalog(), &record.name, reference)?;
@@ -1905,7 +1927,7 @@ pub fn fetch_files(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
-    let _data_lock = store.lock_data_shared()?;
+    let data_lock = store.lock_data_shared()?;
     let mut transfer = Transfer::default();
     // A second round for the chunks of file maps that arrive in the first.
     for _ in 0..2 {
@@ -1934,7 +1956,14 @@ pub fn fetch_files(
             }
         }
         let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
-        let got = fetch_objects(store, missing.into_iter().collect(), None, jobs, progress)?;
+        let got = fetch_objects(
+            store,
+            &data_lock,
+            missing.into_iter().collect(),
+            None,
+            jobs,
+            progress,
+        )?;
         transfer.bytes += got.bytes;
         transfer.packs += got.packs;
         transfer.objects += got.objects;

@@ -101,13 +101,26 @@ pub struct VerifyReport {
     pub bytes_rehashed: u64,
 }
 
-/// Verifies the whole store. With `full`, also reassembles every file of every version from
-/// its chunks and checks the whole against the file id (BLAKE3 of its bytes).
+/// What `dsv verify` is asked to check.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerifyOptions {
+    /// Also reassemble every file of every version from its chunks and check the whole
+    /// against the file id (`--full`).
+    pub full: bool,
+}
+
+/// Verifies the whole store. With `options.full`, also reassembles every file of every
+/// version from its chunks and checks the whole against the file id (BLAKE3 of its bytes).
 ///
 /// # Errors
 /// Only when the catalog itself cannot be queried; problems in the data are reported in
 /// [`VerifyReport::problems`].
-pub fn verify(store: &Store, full: bool, progress: &dyn Progress) -> Result<VerifyReport> {
+pub fn verify(
+    store: &Store,
+    options: &VerifyOptions,
+    progress: &dyn Progress,
+) -> Result<VerifyReport> {
+    let full = options.full;
     // A pack gc is deleting would look missing or unreferenced: wait for gc to finish.
     let _data_lock = store.lock_data_shared()?;
     let mut report = VerifyReport::default();

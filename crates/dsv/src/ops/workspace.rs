@@ -32,7 +32,8 @@ pub fn forget(store: &mut Store, dir: &Path) -> Result<Workspace> {
             path: dir.to_path_buf(),
             store: store.root().to_path_buf(),
         })?;
-    let _lock = store.lock_workspace(&record.path)?;
+    // Takes no other lock and reads no pack: need not wait for a gc (see crate::store).
+    let _lock = store.lock_workspace_alone(&record.path)?;
     let writer = store.catalog_mut().writer()?;
     writer.forget_workspace(&record.path)?;
     writer.commit()?;

@@ -23,7 +23,7 @@ use crate::ops::ingest::PackSink;
 use crate::ops::sync;
 use crate::pack::FrameRecord;
 use crate::remote::Remote;
-use crate::store::{Store, StoreLock};
+use crate::store::{SharedDataLock, Store, StripeLock};
 
 /// Read-only connections to the store's catalog, one per thread that reads at a time:
 /// taken for one query or a few, then put back. No lock is held while a connection is used.
@@ -197,8 +197,8 @@ impl Fetcher {
                 // A bounded number of lock files held at once (each an open descriptor).
                 for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
                     // The data lock, shared: no gc runs between storing and recording.
-                    let _data = StoreLock::take_with(&self.root.join("data.lock"), true)?;
-                    let _stripes = self.lock_stripes(batch.iter().map(|(key, _)| key))?;
+                    let data = SharedDataLock::take_at(&self.root)?;
+                    let _stripes = self.lock_stripes(&data, batch.iter().map(|(key, _)| key))?;
                     // Again under the locks: another thread or process may have fetched some.
                     let still = catalogs.with(|catalog| {
                         let mut still = BTreeMap::new();
@@ -308,14 +308,15 @@ impl Fetcher {
     /// Takes the stripe locks of `frames`, in ascending order.
     fn lock_stripes<'a>(
         &self,
+        data: &SharedDataLock,
         frames: impl Iterator<Item = &'a (ObjectId, u64)>,
-    ) -> Result<Vec<StoreLock>> {
+    ) -> Result<Vec<StripeLock>> {
         let stripes: BTreeSet<u64> = frames.map(|(pack, offset)| stripe(pack, *offset)).collect();
         let dir = self.root.join("locks");
         std::fs::create_dir_all(&dir).at(&dir)?;
         stripes
             .into_iter()
-            .map(|n| StoreLock::take_with(&stripe_path(&dir, n), false))
+            .map(|n| StripeLock::take(&stripe_path(&dir, n), data))
             .collect()
     }
 }
