@@ -30,7 +30,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
 
 use crate::error::{Error, Result};
-use crate::walk::Stat;
+use crate::stat::Stat;
 
 /// Set once `openat2` answered `ENOSYS` (a kernel before 5.6): components are then opened
 /// one at a time.

@@ -12,6 +12,11 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+/// The name of the ignore files a walk obeys: gitignore syntax
+/// (<https://git-scm.com/docs/gitignore>), in any directory of the tree, each applying to its
+/// directory and below (a deeper file's rules win, `!pattern` re-includes).
+pub const IGNORE_FILE: &str = ".dsvignore";
+
 use crate::error::{Error, Result};
 
 /// The largest ignore file read: rules are lines a person writes, not data.
@@ -26,7 +31,7 @@ pub const MAX_IGNORE_FILE_LEN: u64 = 1 << 20;
 /// # Errors
 /// [`Error::InvalidIgnoreFile`] naming the file and what it is, or its first bad line.
 pub fn check_type(dir: &Path) -> Result<()> {
-    let path = dir.join(crate::walk::IGNORE_FILE);
+    let path = dir.join(IGNORE_FILE);
     let Ok(meta) = std::fs::symlink_metadata(&path) else {
         // Missing (or the directory cannot be read: the walk reports that itself).
         return Ok(());

@@ -128,7 +128,7 @@ impl RefLogEntry {
     /// # Errors
     /// Why the entry is refused, in words that name no secret.
     pub fn check(&self) -> std::result::Result<(), String> {
-        use crate::revision::check_name;
+        use crate::names::check_name;
         let name_error = |e: Error| e.to_string();
         match self {
             RefLogEntry::Head { dataset, .. } => check_name("dataset", dataset).map_err(name_error),

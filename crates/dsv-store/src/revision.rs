@@ -13,6 +13,8 @@ use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::id::{ObjectId, is_hex_prefix};
 
+pub use crate::names::check_name;
+
 /// The shortest id prefix accepted, in hex digits.
 pub const MIN_PREFIX: usize = 4;
 
@@ -131,38 +133,6 @@ impl std::fmt::Display for Revision {
         }
         Ok(())
     }
-}
-
-/// Checks a dataset or tag name: 1–100 characters from `A-Z a-z 0-9 . _ -`, not starting
-/// with `.` or `-`, and not `latest` for tags.
-///
-/// # Errors
-/// [`Error::InvalidName`] saying which rule is broken.
-pub fn check_name(what: &'static str, name: &str) -> Result<()> {
-    let invalid = |reason| Error::InvalidName {
-        what,
-        name: name.to_string(),
-        reason,
-    };
-    if name.is_empty() || name.len() > 100 {
-        return Err(invalid("it must be 1 to 100 characters long"));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return Err(invalid("use only letters, digits, '.', '_' and '-'"));
-    }
-    if name.starts_with(['.', '-']) {
-        return Err(invalid("it must not start with '.' or '-'"));
-    }
-    if what == "tag" && name == "latest" {
-        return Err(invalid("'latest' always means the newest version"));
-    }
-    if what == "tag" && name == "HEAD" {
-        return Err(invalid("'HEAD' always means the head, as 'latest' does"));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -77,8 +77,7 @@ use crate::id::ObjectId;
 use crate::object::{FileMap, ObjectKind, Tree, Version};
 use crate::pack::PackReader;
 
-/// The name of a store directory.
-pub const STORE_DIR: &str = ".dsv";
+pub use crate::names::STORE_DIR;
 
 /// An open store.
 pub struct Store {
@@ -211,7 +210,9 @@ impl Store {
         let other = other.and_then(|o| Store::find_root(o).ok());
         for root in tree_store.iter().chain(other.iter()) {
             let workspace = Store::open(root).ok().and_then(|store| {
-                crate::workspace::enclosing(&store, &existing)
+                store
+                    .catalog()
+                    .enclosing_workspace(&existing)
                     .ok()
                     .flatten()
             });
@@ -279,9 +280,9 @@ impl Store {
         for entry in fs::read_dir(&dir).at(&dir)? {
             let entry = entry.at(&dir)?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = crate::walk::temp_owner(&name);
+            let owner = crate::names::temp_owner(&name);
             if owner
-                .is_some_and(|pid| pid != std::process::id() && !crate::walk::process_alive(pid))
+                .is_some_and(|pid| pid != std::process::id() && !crate::names::process_alive(pid))
             {
                 fs::remove_file(entry.path()).at(&entry.path())?;
                 removed.push(name);

@@ -435,15 +435,15 @@ pub fn walk_version<'r, 'a>(
     Walk::start(reader, &version.tree, Some((version.bytes, version.files)))
 }
 
-/// Where the entry at `path` is in `entries`, a listing in [`crate::walk::path_order`] (as
+/// Where the entry at `path` is in `entries`, a listing in [`crate::names::path_order`] (as
 /// [`flatten_version`] gives it): a binary search, O(log n).
 pub fn position(entries: &[FlatEntry], path: &str) -> Option<usize> {
     entries
-        .binary_search_by(|e| crate::walk::path_order(&e.path, path))
+        .binary_search_by(|e| crate::names::path_order(&e.path, path))
         .ok()
 }
 
-/// A listing in [`crate::walk::path_order`] (a [`walk_version`]) read forward on demand:
+/// A listing in [`crate::names::path_order`] (a [`walk_version`]) read forward on demand:
 /// what a merge with another listing in that order asks of it, one path at a time, holding
 /// one entry.
 pub struct Cursor<I> {
@@ -496,7 +496,7 @@ impl<I: Iterator<Item = Result<FlatEntry>>> Cursor<I> {
             }
             let order = match &self.next {
                 None => return Ok(None),
-                Some(entry) => crate::walk::path_order(&entry.path, path),
+                Some(entry) => crate::names::path_order(&entry.path, path),
             };
             match order {
                 std::cmp::Ordering::Less => {
@@ -597,7 +597,7 @@ impl<'r, 'a> Walk<'r, 'a> {
                 }
                 EntryKind::Symlink { target } => {
                     self.budget.file(&path)?;
-                    crate::walk::check_symlink_target(&path, &target).map_err(|reason| {
+                    crate::names::check_symlink_target(&path, &target).map_err(|reason| {
                         Error::UnsafePath {
                             path: path.clone(),
                             tree: parent.to_hex(),
@@ -778,7 +778,7 @@ pub fn check_counts(files: u64, dirs: u64) -> std::result::Result<(), String> {
 /// Returns the first symlink whose target passes *through* another symlink of the listing
 /// (uses it as a directory), or `None`.
 ///
-/// Each link is also checked on its own ([`crate::walk::check_symlink_target`]), but only
+/// Each link is also checked on its own ([`crate::names::check_symlink_target`]), but only
 /// lexically: `d/l -> ..` is inside, yet `x -> d/l/..` resolves through `d/l` to the parent
 /// of the root. Refusing links that traverse other links closes that hole.
 pub fn symlink_through_symlink(entries: &[FlatEntry]) -> Option<&FlatEntry> {
@@ -863,7 +863,7 @@ pub fn lookup(
             }
             EntryKind::File { executable } => FlatKind::File { executable },
             EntryKind::Symlink { target } => {
-                crate::walk::check_symlink_target(&joined, &target).map_err(|reason| {
+                crate::names::check_symlink_target(&joined, &target).map_err(|reason| {
                     Error::UnsafePath {
                         path: joined.clone(),
                         tree: current.id.to_hex(),
@@ -912,7 +912,7 @@ pub struct Change {
 #[derive(Debug, Clone, Default)]
 pub struct TreeDiff {
     /// The changed files and symlinks (and directories that hold no file), in
-    /// [`crate::walk::path_order`].
+    /// [`crate::names::path_order`].
     pub changes: Vec<Change>,
     /// How many tree objects the diff read (both sides, the two roots included): a diff of
     /// versions that differ in a few files reads only the trees on those files' paths.
@@ -921,7 +921,7 @@ pub struct TreeDiff {
 
 /// Compares two trees (`None` = empty), descending only into subtrees whose ids differ.
 ///
-/// Returns the changed files and symlinks in [`crate::walk::path_order`], and how many trees
+/// Returns the changed files and symlinks in [`crate::names::path_order`], and how many trees
 /// were read. [`diff_each`] collected.
 ///
 /// # Errors
@@ -943,7 +943,7 @@ pub fn diff(
 }
 
 /// Compares two trees (`None` = empty), descending only into subtrees whose ids differ, and
-/// hands each change to `visit` as it is found, in [`crate::walk::path_order`] (depth first,
+/// hands each change to `visit` as it is found, in [`crate::names::path_order`] (depth first,
 /// siblings sorted by name bytes: the order `ls` lists). Holds only the trees on the current
 /// path of each side, never the changes: a diff of two versions of millions of files costs
 /// their depth, not their size. Returns how many trees were read.
@@ -1107,12 +1107,12 @@ fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<Chang
 /// id; a directory only where it holds no file on that side. Returns the changes sorted by
 /// path.
 ///
-/// A [`StreamingDiff`] over the listings in [`crate::walk::path_order`] (the order
+/// A [`StreamingDiff`] over the listings in [`crate::names::path_order`] (the order
 /// [`flatten`] and a scan give); a listing in another order is sorted first (by reference).
 pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
     fn in_order(entries: &[FlatEntry]) -> Vec<&FlatEntry> {
         let mut sorted: Vec<&FlatEntry> = entries.iter().collect();
-        sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
+        sorted.sort_by(|a, b| crate::names::path_order(&a.path, &b.path));
         sorted
     }
     diff_in_order(
@@ -1121,7 +1121,7 @@ pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
     )
 }
 
-/// [`diff_flat`] fed one path at a time: two listings in [`crate::walk::path_order`] merged
+/// [`diff_flat`] fed one path at a time: two listings in [`crate::names::path_order`] merged
 /// by the caller, who hands over the entries each side has at every path. It holds only the
 /// open directories of each side and what changed, never a listing: a status of a million
 /// files costs what changed.
@@ -1252,7 +1252,7 @@ fn change_between(old: Option<FlatEntry>, new: Option<FlatEntry>) -> Option<Chan
     })
 }
 
-/// Merges two listings in [`crate::walk::path_order`] with a [`StreamingDiff`] (what status
+/// Merges two listings in [`crate::names::path_order`] with a [`StreamingDiff`] (what status
 /// does with a version's walk and a directory's): the same changes as [`diff_flat`].
 pub fn diff_in_order(
     old: impl IntoIterator<Item = FlatEntry>,
@@ -1262,7 +1262,7 @@ pub fn diff_in_order(
     let mut old = old.into_iter().peekable();
     for entry in new {
         while let Some(before) = old
-            .next_if(|o| crate::walk::path_order(&o.path, &entry.path) == std::cmp::Ordering::Less)
+            .next_if(|o| crate::names::path_order(&o.path, &entry.path) == std::cmp::Ordering::Less)
         {
             diff.pair(Some(before), None, None);
         }
@@ -1296,7 +1296,7 @@ mod tests {
     /// The whole-listing diff `diff_flat` was before it streamed (maps of the directories that
     /// hold a file, then one merge): the reference the streaming diff is checked against.
     fn whole_listing_diff(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
-        use crate::walk::path_order;
+        use crate::names::path_order;
         use std::cmp::Ordering;
         fn in_order(entries: &[FlatEntry]) -> Vec<&FlatEntry> {
             let mut sorted: Vec<&FlatEntry> = entries.iter().collect();
@@ -1387,9 +1387,9 @@ mod tests {
             let old = listing(&mut next);
             let new = listing(&mut next);
             let mut old_sorted = old.clone();
-            old_sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
+            old_sorted.sort_by(|a, b| crate::names::path_order(&a.path, &b.path));
             let mut new_sorted = new.clone();
-            new_sorted.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
+            new_sorted.sort_by(|a, b| crate::names::path_order(&a.path, &b.path));
             let reference = whole_listing_diff(&old, &new);
             assert_eq!(
                 diff_in_order(old_sorted, new_sorted),

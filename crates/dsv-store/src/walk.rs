@@ -87,31 +87,12 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{Error, IoResultExt, Result};
-use crate::store::STORE_DIR;
-
-/// The prefix of checkout's temporary file names.
-pub const TEMP_PREFIX: &str = ".dsv-tmp-";
-
-/// True for a name dsv reserves in a dataset: `.dsv` (a store) and `.dsv-tmp-*` (checkout's
-/// temporary files). The one rule for every path component: the commit walk skips `.dsv`
-/// directories and refuses other reserved names, import refuses them in archives and
-/// object keys (`dsv::archive::member_path`), and checkout refuses a tree holding one.
-pub fn is_reserved_name(name: &[u8]) -> bool {
-    name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes())
-}
-
-/// Refuses a name dsv reserves ([`is_reserved_name`]).
-///
-/// # Errors
-/// A short reason.
-pub fn check_reserved_name(name: &str) -> std::result::Result<(), &'static str> {
-    if is_reserved_name(name.as_bytes()) {
-        return Err(
-            "dsv reserves the names .dsv and .dsv-tmp-* (a store, checkout's temporary files)",
-        );
-    }
-    Ok(())
-}
+pub use crate::ignore_file::IGNORE_FILE;
+pub use crate::names::{
+    STORE_DIR, TEMP_PREFIX, check_reserved_name, check_symlink_target, is_reserved_name,
+    is_temp_name, path_order, process_alive, temp_owner,
+};
+pub use crate::stat::Stat;
 
 /// Refuses a workspace directory (checked out into, committed, audited, cloned into) that is
 /// a `.dsv` store directory or lies inside one: gc and repair own everything there. `dir`
@@ -183,61 +164,6 @@ pub enum ScanKind {
     },
 }
 
-/// The lstat fields the stat cache compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
-    /// Length in bytes.
-    pub size: u64,
-    /// Modification time, ns since the epoch.
-    pub mtime_ns: i64,
-    /// Status-change time, ns since the epoch.
-    pub ctime_ns: i64,
-    /// Inode number.
-    pub inode: u64,
-    /// `st_mode`.
-    pub mode: u32,
-}
-
-impl Stat {
-    /// The fields of `metadata` (from `symlink_metadata`).
-    pub fn of(metadata: &std::fs::Metadata) -> Stat {
-        Stat::from_raw(
-            metadata.len(),
-            (metadata.mtime(), metadata.mtime_nsec()),
-            (metadata.ctime(), metadata.ctime_nsec()),
-            metadata.ino(),
-            metadata.mode(),
-        )
-    }
-
-    /// The fields of a `struct stat` from `fstatat(2)` or `fstat(2)`.
-    pub fn of_file_stat(stat: &nix::sys::stat::FileStat) -> Stat {
-        Stat::from_raw(
-            stat.st_size as u64,
-            (stat.st_mtime, stat.st_mtime_nsec),
-            (stat.st_ctime, stat.st_ctime_nsec),
-            stat.st_ino,
-            stat.st_mode,
-        )
-    }
-
-    /// The fields of a `struct stat`: times as (seconds, nanoseconds) since the epoch. A time
-    /// past what i64 nanoseconds hold (after 2262, or before 1677: `touch -d` sets such
-    /// times) saturates, so that it stays comparable with itself instead of overflowing.
-    fn from_raw(size: u64, mtime: (i64, i64), ctime: (i64, i64), inode: u64, mode: u32) -> Stat {
-        let nanoseconds = |(seconds, nanos): (i64, i64)| {
-            seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
-        };
-        Stat {
-            size,
-            mtime_ns: nanoseconds(mtime),
-            ctime_ns: nanoseconds(ctime),
-            inode,
-            mode,
-        }
-    }
-}
-
 /// One entry found by [`scan`].
 #[derive(Debug, Clone)]
 pub struct ScanEntry {
@@ -284,11 +210,6 @@ impl Scan {
         }
     }
 }
-
-/// The name of the ignore files a walk obeys: gitignore syntax
-/// (<https://git-scm.com/docs/gitignore>), in any directory of the tree, each applying to its
-/// directory and below (a deeper file's rules win, `!pattern` re-includes).
-pub const IGNORE_FILE: &str = ".dsvignore";
 
 /// Lists everything under `root` (not `root` itself) but what `.dsvignore` files exclude.
 ///
@@ -658,53 +579,6 @@ fn last_name(path: &Path) -> &[u8] {
     bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes)
 }
 
-/// The order of paths in a version and a scan: depth first, siblings sorted by name bytes
-/// (component-wise byte order: `a`, `a/x`, `a.txt`, as `/` sorts before every byte a name
-/// may hold).
-///
-/// Compares the common prefix eight bytes at a time (equal bytes order nothing), then the
-/// first byte that differs: a lookup in a sorted listing ([`crate::tree::position`]) costs a
-/// few word compares per probe, not one mapped byte at a time.
-pub fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let common = common_prefix(a, b);
-    let key = |c: u8| if c == b'/' { 0 } else { c };
-    match (a.get(common), b.get(common)) {
-        (Some(&x), Some(&y)) if key(x) != key(y) => key(x).cmp(&key(y)),
-        // `/` against a NUL byte (no path holds one, but the order stays total): compare
-        // the rest as the mapped sequences.
-        (Some(_), Some(_)) => a[common..]
-            .iter()
-            .map(|&c| key(c))
-            .cmp(b[common..].iter().map(|&c| key(c))),
-        (x, y) => x.is_some().cmp(&y.is_some()),
-    }
-}
-
-/// The length of the longest common prefix of `a` and `b`, compared a word at a time.
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    const WORD: usize = std::mem::size_of::<u64>();
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + WORD <= n {
-        let word = |s: &[u8]| {
-            let mut bytes = [0u8; WORD];
-            bytes.copy_from_slice(&s[i..i + WORD]);
-            u64::from_le_bytes(bytes)
-        };
-        let diff = word(a) ^ word(b);
-        if diff != 0 {
-            // Little-endian: the lowest set bit is in the first byte that differs.
-            return i + (diff.trailing_zeros() / 8) as usize;
-        }
-        i += WORD;
-    }
-    while i < n && a[i] == b[i] {
-        i += 1;
-    }
-    i
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().expect("no panics while holding the lock")
 }
@@ -888,68 +762,6 @@ fn classify(
         )
     };
     Ok(kind)
-}
-
-/// True for the names of checkout's temporary files: `.dsv-tmp-<pid>-<n>`.
-pub fn is_temp_name(name: &[u8]) -> bool {
-    let Some(rest) = name.strip_prefix(TEMP_PREFIX.as_bytes()) else {
-        return false;
-    };
-    let mut parts = rest.split(|&b| b == b'-');
-    let numeric =
-        |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
-    numeric(parts.next()) && numeric(parts.next()) && parts.next().is_none()
-}
-
-/// The process id in a temporary name made by [`is_temp_name`]'s pattern (or a pack's
-/// `pack-<pid>-…` temp name).
-pub fn temp_owner(name: &str) -> Option<u32> {
-    let rest = name
-        .strip_prefix(TEMP_PREFIX)
-        .or_else(|| name.strip_prefix("pack-"))?;
-    rest.split('-').next()?.parse().ok()
-}
-
-/// True while a process with this id runs (Linux: `/proc/<pid>` exists).
-pub fn process_alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
-}
-
-/// Checks that a symlink at `link_path` (relative to the root) with `target` stays inside the
-/// root when resolved lexically.
-///
-/// # Errors
-/// A reason when the target is empty, absolute, or climbs above the root.
-pub fn check_symlink_target(
-    link_path: &str,
-    target: &str,
-) -> std::result::Result<(), &'static str> {
-    if target.is_empty() {
-        return Err("the symlink target is empty");
-    }
-    if target.len() > u16::MAX as usize {
-        return Err("the symlink target is longer than 65535 bytes");
-    }
-    let target_path = Path::new(target);
-    if target_path.is_absolute() {
-        return Err(
-            "the symlink is absolute; only relative links inside the directory can be versioned",
-        );
-    }
-    // Depth of the link's parent directory below the root.
-    let mut depth = link_path.split('/').count() as i64 - 1;
-    for component in target_path.components() {
-        match component {
-            Component::ParentDir => depth -= 1,
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            _ => return Err("the symlink target is not a plain relative path"),
-        }
-        if depth < 0 {
-            return Err("the symlink points outside the directory");
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

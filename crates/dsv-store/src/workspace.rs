@@ -91,7 +91,7 @@ use std::path::Path;
 use crate::catalog::StatEntry;
 use crate::error::{IoResultExt, Result};
 use crate::id::ObjectId;
-use crate::walk::Stat;
+use crate::stat::Stat;
 
 /// How long after its mtime a stat must have been taken to be trusted, for filesystems with
 /// nanosecond timestamps (Linux updates them at tick granularity, ≤ 10 ms).
@@ -224,30 +224,6 @@ pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
         })?
         .to_string();
     Ok((canonical, key))
-}
-
-/// The workspace that holds `dir`: the record of `dir` itself, else of its nearest parent
-/// directory that has one (as git finds the repository from a subdirectory). Only records
-/// whose directory is still the one recorded count.
-///
-/// # Errors
-/// [`crate::Error::NotADirectory`] when `dir` does not exist; [`crate::Error::Catalog`].
-pub fn enclosing(
-    store: &crate::store::Store,
-    dir: &Path,
-) -> Result<Option<crate::catalog::Workspace>> {
-    let canonical = std::fs::canonicalize(dir).map_err(|_| crate::error::Error::NotADirectory {
-        path: dir.to_path_buf(),
-    })?;
-    for ancestor in canonical.ancestors() {
-        let Some(key) = ancestor.to_str() else {
-            continue;
-        };
-        if let Some(record) = store.catalog().workspace(key)? {
-            return Ok(Some(record));
-        }
-    }
-    Ok(None)
 }
 
 #[cfg(test)]

@@ -80,9 +80,31 @@ fn read_workspace(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workspace> {
 /// take the id from that version's tree. Only settled stats are written (see
 /// [`crate::workspace::entry`]), so an entry is trusted exactly when the file's lstat equals
 /// it.
-pub type StatEntry = crate::walk::Stat;
+pub type StatEntry = crate::stat::Stat;
 
 impl Catalog {
+    /// The workspace that holds `dir`: the record of `dir` itself, else of its nearest
+    /// parent directory that has one (as git finds the repository from a subdirectory). Only
+    /// records whose directory is still the one recorded count.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotADirectory`] when `dir` does not exist; [`crate::Error::Catalog`].
+    pub fn enclosing_workspace(&self, dir: &std::path::Path) -> Result<Option<Workspace>> {
+        let canonical =
+            std::fs::canonicalize(dir).map_err(|_| crate::error::Error::NotADirectory {
+                path: dir.to_path_buf(),
+            })?;
+        for ancestor in canonical.ancestors() {
+            let Some(key) = ancestor.to_str() else {
+                continue;
+            };
+            if let Some(record) = self.workspace(key)? {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
+    }
+
     /// Every workspace record, by path, whether or not its directory still exists.
     ///
     /// # Errors

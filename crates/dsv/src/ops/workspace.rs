@@ -60,7 +60,15 @@ fn record_key(dir: &Path) -> PathBuf {
     out
 }
 
-pub use crate::workspace::enclosing;
+/// The workspace that holds `dir`: the record of `dir` itself, else of its nearest parent
+/// directory that has one (as git finds the repository from a subdirectory); as
+/// [`crate::catalog::Catalog::enclosing_workspace`].
+///
+/// # Errors
+/// [`Error::NotADirectory`] when `dir` does not exist; [`Error::Catalog`].
+pub fn enclosing(store: &Store, dir: &Path) -> Result<Option<Workspace>> {
+    store.catalog().enclosing_workspace(dir)
+}
 
 /// What `dsv commit` with its directory and dataset left out means, as git's `commit` inside a
 /// work tree: the directory defaults to the workspace enclosing `current_dir`, the dataset to

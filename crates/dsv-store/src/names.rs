@@ -1,0 +1,181 @@
+//! The names and paths dsv gives a meaning, and their rules: the store directory and
+//! checkout's temporary names (reserved in every dataset), the process that owns a temporary
+//! name, the names users give datasets, tags and remotes, the order of paths in a version,
+//! and symlink targets that stay inside their tree.
+//!
+//! The walk, trees, the store, the catalog, the ref log and revisions all apply these rules,
+//! so they live below all of them; `walk`, `store` and `revision` re-export them where their
+//! callers have always found them (`dsv::walk::path_order`, `dsv::store::STORE_DIR`,
+//! `dsv::revision::check_name`).
+
+use std::path::{Component, Path};
+
+use crate::error::{Error, Result};
+
+/// The name of a store directory.
+pub const STORE_DIR: &str = ".dsv";
+
+/// The prefix of checkout's temporary file names.
+pub const TEMP_PREFIX: &str = ".dsv-tmp-";
+
+/// True for a name dsv reserves in a dataset: `.dsv` (a store) and `.dsv-tmp-*` (checkout's
+/// temporary files). The one rule for every path component: the commit walk skips `.dsv`
+/// directories and refuses other reserved names, import refuses them in archives and
+/// object keys (`dsv::archive::member_path`), and checkout refuses a tree holding one.
+pub fn is_reserved_name(name: &[u8]) -> bool {
+    name == STORE_DIR.as_bytes() || name.starts_with(TEMP_PREFIX.as_bytes())
+}
+
+/// Refuses a name dsv reserves ([`is_reserved_name`]).
+///
+/// # Errors
+/// A short reason.
+pub fn check_reserved_name(name: &str) -> std::result::Result<(), &'static str> {
+    if is_reserved_name(name.as_bytes()) {
+        return Err(
+            "dsv reserves the names .dsv and .dsv-tmp-* (a store, checkout's temporary files)",
+        );
+    }
+    Ok(())
+}
+
+/// True for the names of checkout's temporary files: `.dsv-tmp-<pid>-<n>`.
+pub fn is_temp_name(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(TEMP_PREFIX.as_bytes()) else {
+        return false;
+    };
+    let mut parts = rest.split(|&b| b == b'-');
+    let numeric =
+        |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
+    numeric(parts.next()) && numeric(parts.next()) && parts.next().is_none()
+}
+
+/// The process id in a temporary name made by [`is_temp_name`]'s pattern (or a pack's
+/// `pack-<pid>-…` temp name).
+pub fn temp_owner(name: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix(TEMP_PREFIX)
+        .or_else(|| name.strip_prefix("pack-"))?;
+    rest.split('-').next()?.parse().ok()
+}
+
+/// True while a process with this id runs (Linux: `/proc/<pid>` exists).
+pub fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Checks a dataset or tag name: 1–100 characters from `A-Z a-z 0-9 . _ -`, not starting
+/// with `.` or `-`, and not `latest` for tags.
+///
+/// # Errors
+/// [`Error::InvalidName`] saying which rule is broken.
+pub fn check_name(what: &'static str, name: &str) -> Result<()> {
+    let invalid = |reason| Error::InvalidName {
+        what,
+        name: name.to_string(),
+        reason,
+    };
+    if name.is_empty() || name.len() > 100 {
+        return Err(invalid("it must be 1 to 100 characters long"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err(invalid("use only letters, digits, '.', '_' and '-'"));
+    }
+    if name.starts_with(['.', '-']) {
+        return Err(invalid("it must not start with '.' or '-'"));
+    }
+    if what == "tag" && name == "latest" {
+        return Err(invalid("'latest' always means the newest version"));
+    }
+    if what == "tag" && name == "HEAD" {
+        return Err(invalid("'HEAD' always means the head, as 'latest' does"));
+    }
+    Ok(())
+}
+
+/// The order of paths in a version and a scan: depth first, siblings sorted by name bytes
+/// (component-wise byte order: `a`, `a/x`, `a.txt`, as `/` sorts before every byte a name
+/// may hold).
+///
+/// Compares the common prefix eight bytes at a time (equal bytes order nothing), then the
+/// first byte that differs: a lookup in a sorted listing ([`crate::tree::position`]) costs a
+/// few word compares per probe, not one mapped byte at a time.
+pub fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let common = common_prefix(a, b);
+    let key = |c: u8| if c == b'/' { 0 } else { c };
+    match (a.get(common), b.get(common)) {
+        (Some(&x), Some(&y)) if key(x) != key(y) => key(x).cmp(&key(y)),
+        // `/` against a NUL byte (no path holds one, but the order stays total): compare
+        // the rest as the mapped sequences.
+        (Some(_), Some(_)) => a[common..]
+            .iter()
+            .map(|&c| key(c))
+            .cmp(b[common..].iter().map(|&c| key(c))),
+        (x, y) => x.is_some().cmp(&y.is_some()),
+    }
+}
+
+/// The length of the longest common prefix of `a` and `b`, compared a word at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const WORD: usize = std::mem::size_of::<u64>();
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + WORD <= n {
+        let word = |s: &[u8]| {
+            let mut bytes = [0u8; WORD];
+            bytes.copy_from_slice(&s[i..i + WORD]);
+            u64::from_le_bytes(bytes)
+        };
+        let diff = word(a) ^ word(b);
+        if diff != 0 {
+            // Little-endian: the lowest set bit is in the first byte that differs.
+            return i + (diff.trailing_zeros() / 8) as usize;
+        }
+        i += WORD;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// Checks that a symlink at `link_path` (relative to the root) with `target` stays inside the
+/// root when resolved lexically.
+///
+/// # Errors
+/// A reason when the target is empty, absolute, or climbs above the root.
+pub fn check_symlink_target(
+    link_path: &str,
+    target: &str,
+) -> std::result::Result<(), &'static str> {
+    if target.is_empty() {
+        return Err("the symlink target is empty");
+    }
+    if target.len() > u16::MAX as usize {
+        return Err("the symlink target is longer than 65535 bytes");
+    }
+    let target_path = Path::new(target);
+    if target_path.is_absolute() {
+        return Err(
+            "the symlink is absolute; only relative links inside the directory can be versioned",
+        );
+    }
+    // Depth of the link's parent directory below the root.
+    let mut depth = link_path.split('/').count() as i64 - 1;
+    for component in target_path.components() {
+        match component {
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            _ => return Err("the symlink target is not a plain relative path"),
+        }
+        if depth < 0 {
+            return Err("the symlink points outside the directory");
+        }
+    }
+    Ok(())
+}
