@@ -171,9 +171,44 @@ pub fn write_file(path: &Path, contents: &[u8]) {
     fs::write(path, contents).unwrap();
 }
 
-/// Waits out the stat cache's racy margin so files written just now are trusted.
-pub fn settle() {
-    std::thread::sleep(std::time::Duration::from_millis(150));
+/// How long a test waits for an event (a process ending, a file appearing, a server
+/// answering) before it calls it a hang: generous, since a loaded machine is slow, not wrong.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Polls `done` until it holds; panics, naming `what`, after [`PATIENCE`]. For waiting on an
+/// event, not for a duration: nothing asserts how long it took.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "waited {PATIENCE:?} for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+impl AsRef<Path> for TestEnv {
+    fn as_ref(&self) -> &Path {
+        self.root()
+    }
+}
+
+/// Waits until the stat cache would trust a stat taken now of every file below `dir` (a
+/// [`TestEnv`]: its root): each was last changed (mtime or ctime) longer ago than its racy
+/// margin, as `dsv::workspace::entry` decides. Files written just now are then cached by
+/// the next status or commit, as they are on a user's machine a moment later.
+pub fn settle(dir: impl AsRef<Path>) {
+    let racy = || {
+        walkdir::WalkDir::new(dir.as_ref())
+            .follow_links(false)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| !e.file_type().is_dir())
+            .filter_map(|e| e.path().symlink_metadata().ok())
+            .any(|meta| {
+                let stat = dsv::walk::Stat::of(&meta);
+                dsv::workspace::entry(&stat, dsv::workspace::now_ns()).is_none()
+            })
+    };
+    wait_until("the files' racy margin to pass", || !racy());
 }
 
 /// The report of skipped cases: one `SKIPPED <test>: <reason>` line each, appended by
