@@ -26,7 +26,8 @@ A RULE is a JSON object:
                       the declared Content-Length is kept, so the body is cut short
            "short"    a complete answer of AFTER bytes: Content-Length says AFTER, the
                       rest of the headers (Content-Range) stay as they were
-           "stall"    send the headers and AFTER bytes (default 0), wait SECONDS, close
+           "stall"    send the headers and AFTER bytes (default 0), wait SECONDS, close;
+                      the rule's "abandoned" counts the stalls the client hung up on first
            "corrupt"  flip SPAN bytes (default 1) at offset AT (default: the middle)
   path     a regular expression searched in the request's path and query ("" matches all)
   method   the request method (default "GET"; "*" for any)
@@ -42,6 +43,7 @@ import argparse
 import http.client
 import json
 import re
+import select
 import socket
 import struct
 import sys
@@ -85,6 +87,7 @@ class State:
             rule["_path"] = re.compile(rule.get("path", ""))
             rule["injected"] = 0
             rule["passed"] = 0
+            rule["abandoned"] = 0
             rule["_seen"] = 0
             checked.append(rule)
         with self.lock:
@@ -218,7 +221,18 @@ class Handler(BaseHTTPRequestHandler):
             if fault == "stall":
                 deadline = time.monotonic() + float(rule.get("seconds", 30))
                 while time.monotonic() < deadline:
-                    time.sleep(0.05)
+                    # The client sends nothing while it waits for the body: readable means
+                    # it closed the connection (gave up on the answer).
+                    readable, _, _ = select.select([self.connection], [], [], 0.05)
+                    if readable:
+                        try:
+                            gone = not self.connection.recv(1, socket.MSG_PEEK)
+                        except OSError:
+                            gone = True  # reset
+                        if gone:
+                            with state.lock:
+                                rule["abandoned"] += 1
+                            break
             elif fault == "reset":
                 # Let what was sent arrive before the reset discards the send buffer.
                 time.sleep(0.05)

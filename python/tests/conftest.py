@@ -25,6 +25,32 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+# -- cases this machine cannot run -------------------------------------------------------------
+
+
+def skip_for(requirement: str, lack: Optional[str]) -> None:
+    """Skips the calling test when this machine lacks `requirement` (`lack` says what is
+    missing; None: nothing is), as tests/it/common's `skip_for` does: a requirement listed in
+    DSV_TEST_REQUIRE (a comma list) fails the test instead."""
+    if lack is None:
+        return
+    required = [r.strip() for r in os.environ.get("DSV_TEST_REQUIRE", "").split(",")]
+    if requirement in required:
+        pytest.fail(f"this machine lacks {requirement} ({lack}); DSV_TEST_REQUIRE requires it")
+    pytest.skip(f"{lack} ({requirement})")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Appends each skipped case to DSV_TEST_SKIPS (scripts/test lists them with the
+    integration tests' at the end)."""
+    path = os.environ.get("DSV_TEST_SKIPS")
+    if not path or not report.skipped:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    with open(path, "a") as out:
+        out.write(f"SKIPPED {report.nodeid}: {reason.removeprefix('Skipped: ')}\n")
+
+
 def _find_binary() -> Path:
     env = os.environ.get("DSV_BIN")
     if env:

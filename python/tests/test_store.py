@@ -352,8 +352,19 @@ def test_ctrl_c_stops_a_commit_at_a_consistent_point(tmp_path):
     run_dsv("init", str(tmp_path))
     store = dsv.Store(tmp_path)
     before = store_snapshot(tmp_path / ".dsv")
-    timer = threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    staging = tmp_path / ".dsv" / "tmp"
+    returned = threading.Event()
+
+    def interrupt_once_staging() -> None:
+        # Ctrl-C once the commit is under way (its first pack staged in the store's tmp),
+        # not after a guessed delay; never once the commit returned.
+        while not returned.wait(0.002):
+            if staging.is_dir() and any(staging.iterdir()):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    watcher = threading.Thread(target=interrupt_once_staging, daemon=True)
+    watcher.start()
     try:
         store.commit(data, dataset="big", message="interrupted")
     except KeyboardInterrupt:
@@ -362,9 +373,11 @@ def test_ctrl_c_stops_a_commit_at_a_consistent_point(tmp_path):
             store.version("big")
         assert list((tmp_path / ".dsv" / "tmp").iterdir()) == []
         assert store_snapshot(tmp_path / ".dsv") == before
-    else:  # pragma: no cover - a machine fast enough to commit 160 MB in 0.1 s
-        timer.join()
+    else:  # pragma: no cover - a commit of 160 MB done before its first pack was seen
         pytest.skip("the commit finished before the interrupt")
+    finally:
+        returned.set()
+        watcher.join()
 
 
 def test_commit_inside_a_workspace_of_the_same_dataset_needs_force_and_records_an_author(tmp_path):

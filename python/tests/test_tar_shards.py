@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import dsv
-from conftest import REPO, dsv_json, run_dsv, s3_env
+from conftest import REPO, dsv_json, run_dsv, s3_env, skip_for
 from dsv._tar import TarShard
 from dsv.torch import DataLoader, TarShardDataset
 
@@ -57,7 +57,7 @@ def shard_path(n: int) -> str:
 def mnist() -> List[Tuple[bytes, bytes]]:
     """(png bytes, label as ASCII) of the 10,000 MNIST test images, in file order."""
     if not MNIST.is_file():
-        pytest.skip(f"no {MNIST} (set DSV_DATA to the directory holding mnist-10k-test-png.tar.gz)")
+        skip_for("data", f"no {MNIST} (set DSV_DATA to the directory holding mnist-10k-test-png.tar.gz)")
     out = []
     with tarfile.open(MNIST) as tf:
         members = sorted((m for m in tf.getmembers() if m.isfile()), key=lambda m: m.name)

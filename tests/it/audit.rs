@@ -25,7 +25,7 @@ fn audit_passes_an_exact_checkout_and_lists_every_difference_with_hashes() {
     env.write("data/c.txt", "gamma\n");
     env.ok(&["commit", "data", "-d", "ds", "-t", "v1"]);
     env.ok(&["checkout", "ds", "out"]);
-    settle();
+    settle(&env);
     let clean = env.json(&["audit", "out"]);
     assert_eq!(clean["identical"], true, "{clean}");
     assert_eq!(clean["claimed_by"], "workspace");
@@ -113,7 +113,7 @@ fn a_lock_file_rebuilds_and_audits_exactly_the_pinned_versions() {
     assert_eq!(checked["datasets"].as_array().unwrap().len(), 2);
     assert_same_tree(&pinned_images, &env.path("run/images"));
     assert_same_tree(&pinned_labels, &env.path("run/labels"));
-    settle();
+    settle(&env);
     let audit = env.json(&["audit", "--lock", "dsv.lock", "run"]);
     assert_eq!(audit["identical"], true, "{audit}");
 

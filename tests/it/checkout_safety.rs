@@ -260,7 +260,7 @@ fn a_checkout_larger_than_its_disk_is_refused_before_anything_is_written() {
     }
     env.ok(&["commit", "many", "-d", "many"]);
     let Some(_disk) = crate::common::SmallDisk::mount(&env.path("small"), "2M") else {
-        return;
+        return; // skipped: SmallDisk::mount reported why
     };
     let error = env.json_error(&["checkout", "big", "small/out"], 6);
     let message = error["message"].as_str().unwrap();

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, settle, version_ids};
+use crate::common::{
+    TestEnv, assert_same_tree, kill_after, pseudo_random, settle, version_ids, wait_until,
+};
 
 fn pack_bytes(env: &TestEnv) -> u64 {
     std::fs::read_dir(env.path(".dsv/packs"))
@@ -191,7 +193,7 @@ fn gc_dry_run_states_exactly_what_gc_then_frees() {
     env.ok(&["workspace", "forget", "other"]);
     env.ok(&["rm", "gone"]);
     env.write(".dsv/packs/pack-1-left.tmp", vec![7u8; 4096]);
-    settle();
+    settle(&env);
 
     let before = pack_bytes(&env);
     let plan = env.json(&["gc", "--dry-run", "--grace", "0s"]);
@@ -223,7 +225,7 @@ fn gc_dry_run_states_exactly_what_gc_then_frees() {
 fn kill_during_gc_loses_nothing_and_the_rerun_finishes() {
     let env = TestEnv::new();
     half_dead_pack(&env);
-    settle();
+    settle(&env);
     let mut landed = 0;
     for delay in [5u64, 30, 80, 150, 300] {
         if kill_after(&env, &["gc", "--grace", "0s"], Duration::from_millis(delay)) {
@@ -355,9 +357,21 @@ fn cache_prune_evicts_only_what_a_remote_holds_and_checkout_fetches_it_back() {
     assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
     assert_eq!(report["files_on_remotes"], 1, "{report}");
 
-    // A checkout of the evicted version fetches its chunks back (a second later, so that
-    // its last use is the most recent: times are kept in whole seconds).
-    std::thread::sleep(Duration::from_millis(1100));
+    // A checkout of the evicted version fetches its chunks back, in a later second than
+    // every use so far, so that its last use is the most recent (times are kept in whole
+    // seconds): the clock is waited for until it has passed the latest recorded use.
+    let latest = env
+        .json(&["cache", "ls"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["last_used"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    wait_until("the clock to pass the latest use", || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.unwrap().as_secs() as i64 > latest
+    });
     env.ok(&["checkout", &format!("ds@{}", short(2)), "back"]);
     assert_same_tree(&env.path("ref0"), &env.path("back"));
 
@@ -394,7 +408,7 @@ fn cache_prune_evicts_only_what_a_remote_holds_and_checkout_fetches_it_back() {
     ]);
     assert_eq!(actions(&head)[0].1, "skipped", "{head}");
     env.ok(&["checkout", "solo", "solo-out"]);
-    settle();
+    settle(&env);
     let report = env.json(&["verify"]);
     assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
 }

@@ -27,7 +27,7 @@ fn a_session_in_text() {
     ");
     env.write("data/a.txt", "alpha\n");
     env.write("data/sub/b.txt", "beta\n");
-    settle();
+    settle(&env);
     assert_snapshot!(human(&env, &["commit", "data", "--dataset", "demo", "-m", "first import", "--tag", "v1"]), @"
     exit: 0
     --- stdout
@@ -432,7 +432,7 @@ fn an_audit_in_text() {
     env.write("data/b.txt", "beta\n");
     env.ok(&["commit", "data", "-d", "demo"]);
     env.ok(&["checkout", "demo", "out"]);
-    settle();
+    settle(&env);
     insta::with_settings!({ filters => vec![(r"\d+\.\d\d s", "[SECONDS]"), (r"dsv \d+\.\d+\.\d+", "dsv [VERSION]")] }, {
         assert_snapshot!(human(&env, &["audit", "out"]), @"
         exit: 0

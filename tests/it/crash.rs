@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random};
+use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, wait_until};
 
 /// About 48 MiB in 96 files, half incompressible, half compressible.
 fn large_tree(env: &TestEnv) {
@@ -106,7 +106,7 @@ fn kill_during_checkout_then_rerun_gives_the_exact_version() {
 fn ctrl_c_during_commit_stops_cleanly_with_exit_130() {
     let env = TestEnv::new();
     large_tree(&env);
-    let child = env.spawn(&[
+    let mut child = env.spawn(&[
         "commit",
         "data",
         "--dataset",
@@ -116,7 +116,12 @@ fn ctrl_c_during_commit_stops_cleanly_with_exit_130() {
         "--jobs",
         "1",
     ]);
-    std::thread::sleep(Duration::from_millis(80));
+    // Interrupted once the commit is under way: staging its first pack in the store's tmp.
+    let tmp = env.path(".dsv/tmp");
+    wait_until("the commit to stage a pack", || {
+        std::fs::read_dir(&tmp).is_ok_and(|mut d| d.next().is_some())
+            || child.try_wait().unwrap().is_some()
+    });
     let interrupted = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

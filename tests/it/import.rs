@@ -770,10 +770,18 @@ fn http_imports_check_etags_and_update_when_the_file_changes() {
     assert!(etag.starts_with('"'), "{provenance}");
     let none = env.json(&["update", "files"]);
     assert_eq!(none["created"], false);
-    // The file is replaced (new mtime, new size): update imports it.
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // The file is replaced (other bytes, an mtime two seconds on, set rather than waited
+    // for, so its ETag and Last-Modified differ): update imports it.
+    let zip = root.join("files.zip");
+    let mtime = std::fs::metadata(&zip).unwrap().modified().unwrap();
     sample_tree(&env.path("source2"), 43);
-    write_file(&root.join("files.zip"), &zip_of(&env.path("source2")));
+    write_file(&zip, &zip_of(&env.path("source2")));
+    std::fs::File::options()
+        .write(true)
+        .open(&zip)
+        .unwrap()
+        .set_modified(mtime + std::time::Duration::from_secs(2))
+        .unwrap();
     let second = env.json(&["update", "files"]);
     assert_eq!(second["created"], true);
     assert_checkout(&env, "files", &env.path("source2"));
@@ -922,7 +930,7 @@ mod source_reads {
         );
         let source = Source::open(&url, &BTreeMap::new()).unwrap();
         let listing = source.list(&Pin::default()).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Another size, so another ETag, whatever the clock says.
         write_file(&root.join("data.bin"), b"second, longer contents");
         expect_changed(&source, &listing.objects);
     }

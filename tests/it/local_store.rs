@@ -56,7 +56,7 @@ fn commit_then_checkout_gives_back_every_kind_of_entry() {
 fn recommitting_an_unchanged_tree_reads_nothing_and_records_nothing() {
     let env = TestEnv::new();
     sample_tree(&env, "data");
-    settle();
+    settle(&env);
     let first = env.json(&["commit", "data", "--dataset", "d"]);
     let second = env.json(&["commit", "data", "--dataset", "d"]);
     assert_eq!(second["created"], false);
@@ -474,7 +474,7 @@ fn a_commit_after_status_stores_what_status_saw() {
     env.ok(&["commit", "ws", "--dataset", "d"]);
     env.write("ws/a.txt", "changed\n");
     env.write("ws/b.txt", "new\n");
-    settle();
+    settle(&env);
     env.ok(&["status", "ws"]);
     let commit = env.json(&["commit", "ws", "--dataset", "d"]);
     assert_eq!(commit["files_read"], 2, "{commit}");
@@ -552,7 +552,7 @@ fn untracked_entries_dsv_cannot_version_are_left_alone() {
 fn rerunning_a_tagged_commit_on_an_unchanged_directory_succeeds() {
     let env = TestEnv::new();
     env.write("ws/a", "a");
-    settle();
+    settle(&env);
     let first = env.json(&["commit", "ws", "--dataset", "d", "--tag", "v1"]);
     let again = env.json(&["commit", "ws", "--dataset", "d", "--tag", "v1"]);
     assert_eq!(again["created"], false);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, settle};
+use crate::common::{TestEnv, assert_same_tree, kill_after, pseudo_random, wait_until};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -513,7 +513,6 @@ fn unreachable_missing_and_refused_remotes_fail_clearly_and_change_nothing() {
     );
     let listed = env.ok(&["remote", "ls"]);
     assert!(!listed.contains("test-secret"), "{listed}");
-    settle();
     for entry in std::fs::read_dir(env.path(".dsv")).unwrap() {
         let path = entry.unwrap().path();
         if path.is_file() {
@@ -578,15 +577,11 @@ impl PrivateS3 {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                // Moto keeps everything in memory: the bucket is made anew on each start.
-                http_put(self.port, "/dsv-test");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("moto did not start on port {}", self.port);
+        wait_until(&format!("moto to start on port {}", self.port), || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        });
+        // Moto keeps everything in memory: the bucket is made anew on each start.
+        http_put(self.port, "/dsv-test");
     }
 
     fn kill(&mut self) {
@@ -639,14 +634,11 @@ fn a_push_cut_off_by_the_server_dying_completes_when_run_again() {
     env.ok(&["remote", "add", "origin", &url]);
     let push = env.spawn(&["--json", "push", "--jobs", "1"]);
     // Kill the server once the first pack has arrived: five more are still to go.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(env.path("moto.log"))
-        .unwrap()
-        .contains(".pack HTTP/1.1\" 200")
-    {
-        assert!(std::time::Instant::now() < deadline, "no pack arrived");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until("a pack to arrive", || {
+        std::fs::read_to_string(env.path("moto.log"))
+            .unwrap()
+            .contains(".pack HTTP/1.1\" 200")
+    });
     server.kill();
     let out = push.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(6), "{out:?}");

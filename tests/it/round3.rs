@@ -200,11 +200,11 @@ fn audit_of_a_workspace_whose_version_was_removed_answers_as_status_does() {
     }
 }
 
-/// Runs `dsv ARGS` and waits at most `secs` seconds; `None` when it did not end by then
-/// (it is killed).
-fn run_within(env: &TestEnv, args: &[&str], secs: u64) -> Option<std::process::Output> {
+/// Runs `dsv ARGS` and waits for it to end, at most [`crate::common::PATIENCE`] (what tells a
+/// hang from a slow machine); `None` when it did not end by then (it is killed).
+fn run_within(env: &TestEnv, args: &[&str]) -> Option<std::process::Output> {
     let mut child = env.spawn(args);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let deadline = std::time::Instant::now() + crate::common::PATIENCE;
     while std::time::Instant::now() < deadline {
         if child.try_wait().unwrap().is_some() {
             return Some(child.wait_with_output().unwrap());
@@ -237,14 +237,14 @@ fn a_fifo_or_a_symlink_among_the_stores_leases_or_packs_never_hangs_gc_or_repair
     )
     .unwrap();
     for args in [&["gc"][..], &["gc", "--dry-run"][..], &["verify"][..]] {
-        let out = run_within(&env, args, 20).unwrap_or_else(|| panic!("dsv {args:?} hangs"));
+        let out = run_within(&env, args).unwrap_or_else(|| panic!("dsv {args:?} hangs"));
         assert!(
             out.status.success(),
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let out = run_within(&env, &["--json", "repair"], 20).expect("dsv repair hangs");
+    let out = run_within(&env, &["--json", "repair"]).expect("dsv repair hangs");
     assert!(
         out.status.success(),
         "{}",
@@ -493,7 +493,7 @@ fn a_dsvignore_that_is_a_fifo_or_a_symlink_is_refused_never_opened() {
             &["--json", "status", "data"][..],
             &["--json", "import", "data", "-d", "imported"][..],
         ] {
-            let out = run_within(&env, args, 10)
+            let out = run_within(&env, args)
                 .unwrap_or_else(|| panic!("dsv {args:?} hangs on a FIFO at {place}"));
             assert_eq!(out.status.code(), Some(3), "{args:?}: {out:?}");
             let said = String::from_utf8_lossy(&out.stdout);

@@ -121,7 +121,7 @@ fn a_folder_of_many_files_round_trips() {
     for i in 0..FILES_IN_ONE_FOLDER {
         fs::write(data.join(format!("f{i:06}")), i.to_string()).unwrap();
     }
-    settle();
+    settle(&env);
     let commit = env.json(&["commit", "data", "--dataset", "flat"]);
     assert_eq!(commit["files"], FILES_IN_ONE_FOLDER);
     env.ok(&["status", "data", "--exit-code"]);
@@ -352,8 +352,7 @@ fn a_checkout_past_the_longest_path_fails_and_leaves_nothing() {
 fn a_disk_filled_by_the_catalog_is_a_clear_error_and_records_nothing() {
     let env = TestEnv::bare();
     let Some((_disk, store)) = SmallDisk::with_store(&env, "16m") else {
-        eprintln!("skipping: mounting a tmpfs needs root");
-        return;
+        return; // skipped: SmallDisk::mount reported why
     };
     let at = ["--store", store.as_str()];
     // 30,000 tiny files: a pack of a few hundred KiB, but tens of thousands of catalog
@@ -426,8 +425,7 @@ fn a_checkout_whose_stat_spill_fills_its_disk_still_applies_everything() {
     }
     env.ok(&["commit", "data", "--dataset", "d"]);
     let Some(_disk) = SmallDisk::mount(&env.path(".dsv/tmp"), "64k") else {
-        eprintln!("skipping: mounting a tmpfs needs root");
-        return;
+        return; // skipped: SmallDisk::mount reported why
     };
     env.ok(&["checkout", "d", "out"]);
     assert_same_tree(&env.path("data"), &env.path("out"));

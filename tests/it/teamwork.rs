@@ -62,13 +62,14 @@ fn team(files: &[(&str, &str)]) -> (TestEnv, TestEnv, String) {
             .status
             .success()
     );
-    settle();
+    settle(&alice);
+    settle(&bob);
     (alice, bob, url)
 }
 
 /// Commits the workspace `dir` with `message` and pushes (run inside it).
 fn commit_and_push(env: &TestEnv, dir: &str, message: &str) {
-    settle();
+    settle(env);
     json_in(env, dir, &["commit", "-m", message], 0);
     json_in(env, dir, &["push"], 0);
 }
@@ -95,7 +96,7 @@ fn a_move_and_a_deletion_by_two_clones_merge_and_a_third_clone_sees_both() {
     commit_and_push(&bob, "store/ws", "move");
     // Alice deletes another and commits; her push is refused, pointing at pull --rebase.
     std::fs::remove_file(alice.path("ws/delete-me.txt")).unwrap();
-    settle();
+    settle(&alice);
     json_in(&alice, "ws", &["commit", "-m", "delete"], 0);
     let refused = alice.json_error(&["push"], 4);
     let hint = refused["hints"][0].as_str().unwrap();
@@ -179,7 +180,7 @@ fn the_same_path_changed_differently_is_a_conflict_and_nothing_changes() {
     commit_and_push(&bob, "store/ws", "relabel");
     alice.write("ws/labels.csv", "a,3\n");
     alice.write("ws/mine.txt", "mine\n");
-    settle();
+    settle(&alice);
     json_in(&alice, "ws", &["commit", "-m", "my labels"], 0);
     let head = version_ids(&alice, "m")[0].clone();
     // Fetched first, so that what is compared below is only what the rebase would change.
@@ -218,7 +219,7 @@ fn the_same_path_changed_differently_is_a_conflict_and_nothing_changes() {
     // A deletion against a change is a conflict too.
     std::fs::remove_file(alice.path("ws/other.txt")).unwrap();
     alice.write("ws/labels.csv", "a,2\n");
-    settle();
+    settle(&alice);
     json_in(
         &alice,
         "ws",
@@ -241,10 +242,10 @@ fn the_same_change_on_both_sides_merges_and_a_version_that_adds_nothing_is_dropp
     commit_and_push(&bob, "store/ws", "bump");
     // Alice makes the same change, then another one.
     alice.write("ws/shared.txt", "v2\n");
-    settle();
+    settle(&alice);
     json_in(&alice, "ws", &["commit", "-m", "bump too"], 0);
     alice.write("ws/alice.txt", "mine\n");
-    settle();
+    settle(&alice);
     json_in(&alice, "ws", &["commit", "-m", "add mine"], 0);
     let rebased = json_in(&alice, "ws", &["pull", "m", "--rebase"], 0)["rebase"].clone();
     assert_eq!(rebased["status"], "rebased", "{rebased}");
@@ -278,7 +279,7 @@ fn several_local_versions_are_replayed_in_order_onto_the_remote_head() {
         ("three", "f2", "3\n"),
     ] {
         alice.write(&format!("ws/{path}"), content);
-        settle();
+        settle(&alice);
         json_in(&alice, "ws", &["commit", "-m", message], 0);
     }
     let before = version_ids(&alice, "m");
@@ -339,11 +340,11 @@ fn a_workspace_with_uncommitted_changes_is_left_where_it_is() {
     bob.write("store/ws/b.txt", "b\n");
     commit_and_push(&bob, "store/ws", "bob's");
     alice.write("ws/c.txt", "c\n");
-    settle();
+    settle(&alice);
     json_in(&alice, "ws", &["commit", "-m", "alice's"], 0);
     let old_head = version_ids(&alice, "m")[0].clone();
     alice.write("ws/a.txt", "edited, not committed\n");
-    settle();
+    settle(&alice);
     let out = human_in(&alice, "ws", &["pull", "--rebase"]);
     // The first line (what was downloaded) aside.
     let (fetched, rest) = out.split_once("origin/m@").unwrap();
@@ -471,7 +472,7 @@ fn a_directory_made_a_file_on_one_side_while_the_other_adds_into_it_is_a_conflic
     bob.write("store/ws/a", "now a file\n");
     commit_and_push(&bob, "store/ws", "a is a file");
     alice.write("ws/a/new", "new\n");
-    settle();
+    settle(&alice);
     json_in(&alice, "ws", &["commit", "-m", "add into a"], 0);
     let head = version_ids(&alice, "m")[0].clone();
     let refused = json_in(&alice, "ws", &["pull", "--rebase"], 4);

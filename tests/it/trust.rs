@@ -21,7 +21,7 @@ fn a_commit_reads_again_what_was_let_go(seed: u64, let_go: impl FnOnce(&TestEnv,
     let env = TestEnv::new();
     env.write("d/a.bin", pseudo_random(300_000, seed));
     env.write("d/small.txt", "hello\n");
-    settle(); // so the stat cache trusts what the commit hashes
+    settle(&env); // so the stat cache trusts what the commit hashes
     env.ok(&["commit", "d", "-d", "ds"]);
     let v1 = version_ids(&env, "ds")[0].clone();
     env.write("other/b.bin", pseudo_random(10_000, seed + 1));
@@ -83,12 +83,12 @@ fn after_an_in_place_checkout_the_stat_cache_vouches_for_the_version_checked_out
             pseudo_random(1_000, 100 + i),
         );
     }
-    settle();
+    settle(&env);
     env.ok(&["commit", "d", "-d", "ds", "-t", "v1"]);
     // Same sizes, other bytes: only the ids tell them apart.
     env.write("d/sub0/f3.bin", pseudo_random(1_000, 900));
     env.write("d/sub1/f7.bin", pseudo_random(1_000, 901));
-    settle();
+    settle(&env);
     env.ok(&["commit", "d", "-d", "ds", "-t", "v2"]);
     env.ok(&["checkout", "ds@v1", "d"]);
     for (path, seed) in [("d/sub0/f3.bin", 103), ("d/sub1/f7.bin", 107)] {
@@ -116,7 +116,7 @@ fn a_file_left_out_of_a_commit_loses_its_stat_cache_entry() {
     let env = TestEnv::new();
     env.write("d/keep.txt", "keep\n");
     env.write("d/out.bin", pseudo_random(50_000, 43));
-    settle();
+    settle(&env);
     env.ok(&["commit", "d", "-d", "ds"]);
     let second = env.json(&["commit", "d", "-d", "ds", "--exclude", "out.bin"]);
     assert_eq!(second["files"], 1, "{second}");
@@ -177,7 +177,7 @@ fn a_file_replaced_while_commit_runs_is_not_cached_under_the_walks_stat() {
     };
     write_dated(&dir.join("sub/f"), b"YYYY");
     std::fs::write(dir.join("keep"), b"keep").unwrap();
-    settle();
+    settle(&root);
     let options = CommitOptions::new("ds");
     let id_of = |store: &dsv::Store, version: &dsv::ObjectId| {
         let record = store.catalog().version(version).unwrap().unwrap();
@@ -201,7 +201,7 @@ fn a_file_replaced_while_commit_runs_is_not_cached_under_the_walks_stat() {
 
     // A new content (same size and mtime, a new ctime), read while a hard link is made.
     write_dated(&dir.join("sub/f"), b"ZZZZ");
-    settle();
+    settle(&root);
     let linked = (dir.join("sub/f"), root.join("link"));
     let link = AtReading(std::sync::Mutex::new(Some(Box::new(move || {
         std::fs::hard_link(&linked.0, &linked.1).unwrap();

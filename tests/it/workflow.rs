@@ -30,7 +30,7 @@ fn commit_and_status_need_no_arguments_inside_a_workspace() {
     let first = env.json(&["commit", "ws", "-d", "bgi"]);
     assert_eq!(first["new_dataset"], true, "{first}");
     env.write("ws/sub/b.txt", "b\n");
-    settle();
+    settle(&env);
     // From a subdirectory: the workspace's root and dataset.
     let status = json_in(&env, "ws/sub", &["status"]);
     assert_eq!(
@@ -72,12 +72,12 @@ fn a_commit_descends_from_the_workspace_version_and_the_left_line_stays_in_the_l
     env.write("ws/a", "1");
     let v1 = env.json(&["commit", "ws", "-d", "m"])["version"].clone();
     env.write("ws/b", "2");
-    settle();
+    settle(&env);
     let v2 = env.json(&["commit", "ws", "-d", "m"])["version"].clone();
     // An older version checked out elsewhere, changed and committed: its parent is v1.
     env.ok(&["checkout", "m~1", "old"]);
     env.write("old/c", "3");
-    settle();
+    settle(&env);
     let v3 = json_in(&env, "old", &["commit"]);
     assert_eq!(v3["parent"], v1);
     assert_eq!(v3["replaced_head"], v2);
@@ -98,7 +98,7 @@ fn a_commit_descends_from_the_workspace_version_and_the_left_line_stays_in_the_l
     // A change committed there does: the human note names the left head and how to return
     // to it.
     env.write("ws/d", "4");
-    settle();
+    settle(&env);
     let out = env
         .dsv()
         .current_dir(env.path("ws"))
@@ -116,7 +116,7 @@ fn reset_moves_the_head_anywhere_and_loses_nothing() {
     env.write("ws/a", "1");
     env.ok(&["commit", "ws", "-d", "m", "-t", "v1"]);
     env.write("ws/b", "2");
-    settle();
+    settle(&env);
     env.ok(&["commit", "ws", "-d", "m"]);
     let before = version_ids(&env, "m");
     let reset = env.json(&["reset", "m", "v1"]);
@@ -161,7 +161,7 @@ fn the_teamwork_loop_closes_through_a_remote() {
         .assert()
         .success();
     b.write("store/ws/y", "2");
-    settle();
+    settle(&b);
     b.dsv()
         .current_dir(b.path("store/ws"))
         .args(["commit"])
@@ -174,7 +174,7 @@ fn the_teamwork_loop_closes_through_a_remote() {
         .success();
     // A committed too: the push is refused, the pull keeps A's head.
     a.write("ws/z", "3");
-    settle();
+    settle(&a);
     a.ok(&["commit", "ws"]);
     let err = a.json_error(&["push"], 4);
     assert!(
@@ -192,7 +192,7 @@ fn the_teamwork_loop_closes_through_a_remote() {
     // Doing what it says: check out theirs, bring the change, commit, push.
     a.ok(&["checkout", "origin/m", "merged"]);
     std::fs::copy(a.path("ws/z"), a.path("merged/z")).unwrap();
-    settle();
+    settle(&a);
     let combined = json_in(&a, "merged", &["commit", "-m", "combine"]);
     assert_eq!(combined["parent"].as_str().unwrap(), theirs);
     let pushed = a.json(&["push"]);
@@ -213,7 +213,7 @@ fn tags_are_listed_and_deleted_and_head_is_an_alias_of_latest() {
     env.write("ws/a", "1");
     env.ok(&["commit", "ws", "-d", "m", "-t", "v1"]);
     env.write("ws/b", "22");
-    settle();
+    settle(&env);
     env.ok(&["commit", "ws", "-d", "m", "-t", "v2"]);
     let tags = env.json(&["tag", "--list", "m"]);
     let names: Vec<&str> = tags
@@ -261,7 +261,7 @@ fn a_long_diff_ends_with_a_summary_line() {
     for i in 0..25 {
         env.write(&format!("ws/f{i:02}"), "x");
     }
-    settle();
+    settle(&env);
     env.ok(&["commit", "ws", "-d", "m"]);
     let diff = env.ok(&["diff", "m"]);
     assert!(
@@ -293,7 +293,7 @@ fn removed_datasets_leave_ls_and_datasets_can_be_renamed() {
     assert_eq!(names(&env), ["mnist"]);
     assert_eq!(env.json(&["tag", "-l", "mnist"])[0]["tag"], "v1");
     env.write("ws/b", "3");
-    settle();
+    settle(&env);
     let next = env.json(&["commit", "ws"]);
     assert_eq!(next["dataset"], "mnist");
     assert_eq!(next["new_dataset"], false);
@@ -342,7 +342,7 @@ fn dsvignore_and_exclude_leave_paths_out() {
     );
     // Ignored files are no change to status, and checkout leaves them alone.
     env.write("ws/y.tmp", "new");
-    settle();
+    settle(&env);
     let status = env.json(&["status", "ws"]);
     let changed: Vec<&str> = status["changes"]
         .as_array()
@@ -361,7 +361,7 @@ fn checkout_never_overwrites_an_ignored_file_holding_other_content() {
     env.write("ws/a.tmp", "1");
     env.write("ws/k", "k");
     env.ok(&["commit", "ws", "-d", "m"]);
-    settle();
+    settle(&env);
     // Ignored from now on, and changed: no version holds "2".
     env.write("ws/.dsvignore", "*.tmp\n");
     env.write("ws/a.tmp", "2");

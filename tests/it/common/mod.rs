@@ -171,9 +171,117 @@ pub fn write_file(path: &Path, contents: &[u8]) {
     fs::write(path, contents).unwrap();
 }
 
-/// Waits out the stat cache's racy margin so files written just now are trusted.
-pub fn settle() {
-    std::thread::sleep(std::time::Duration::from_millis(150));
+/// How long a test waits for an event (a process ending, a file appearing, a server
+/// answering) before it calls it a hang: generous, since a loaded machine is slow, not wrong.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Polls `done` until it holds; panics, naming `what`, after [`PATIENCE`]. For waiting on an
+/// event, not for a duration: nothing asserts how long it took.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "waited {PATIENCE:?} for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+impl AsRef<Path> for TestEnv {
+    fn as_ref(&self) -> &Path {
+        self.root()
+    }
+}
+
+/// Waits until the stat cache would trust a stat taken now of every file below `dir` (a
+/// [`TestEnv`]: its root): each was last changed (mtime or ctime) longer ago than its racy
+/// margin, as `dsv::workspace::entry` decides. Files written just now are then cached by
+/// the next status or commit, as they are on a user's machine a moment later.
+pub fn settle(dir: impl AsRef<Path>) {
+    let racy = || {
+        walkdir::WalkDir::new(dir.as_ref())
+            .follow_links(false)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| !e.file_type().is_dir())
+            .filter_map(|e| e.path().symlink_metadata().ok())
+            .any(|meta| {
+                let stat = dsv::walk::Stat::of(&meta);
+                dsv::workspace::entry(&stat, dsv::workspace::now_ns()).is_none()
+            })
+    };
+    wait_until("the files' racy margin to pass", || !racy());
+}
+
+/// The report of skipped cases: one `SKIPPED <test>: <reason>` line each, appended by
+/// [`skip_for`]. `DSV_TEST_SKIPS`, else `test-skips.txt` in Cargo's target temp dir;
+/// scripts/test empties it first and prints it last.
+pub fn skips_report() -> PathBuf {
+    std::env::var_os("DSV_TEST_SKIPS").map_or_else(
+        || Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-skips.txt"),
+        PathBuf::from,
+    )
+}
+
+/// Whether the calling test must skip (all of it, or the part it guards) because this
+/// machine lacks `requirement` (`fuse`, `root`, `data`, or a tool's name): `lack` says what
+/// is missing, `None` when nothing is. A requirement listed in `DSV_TEST_REQUIRE` (a comma
+/// list; `.ci/run` sets `fuse,root`) is never skipped: the test fails, naming what is
+/// missing. Otherwise the skip is printed to stderr and appended to [`skips_report`], so a
+/// run says what it did not test instead of counting it as passed.
+pub fn skip_for(requirement: &str, lack: Option<String>) -> bool {
+    let Some(lack) = lack else {
+        return false;
+    };
+    let required = std::env::var("DSV_TEST_REQUIRE").unwrap_or_default();
+    assert!(
+        !required.split(',').any(|r| r.trim() == requirement),
+        "this machine lacks {requirement} ({lack}); DSV_TEST_REQUIRE={required} requires it"
+    );
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("?");
+    let line = format!("SKIPPED {test}: {lack} ({requirement})");
+    eprintln!("{line}");
+    let report = skips_report();
+    if let Some(dir) = report.parent() {
+        let _ = fs::create_dir_all(dir);
+    }
+    // One short append per line: lines of tests running at once do not interleave.
+    let appended = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&report)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
+    if let Err(e) = appended {
+        eprintln!("cannot append to {}: {e}", report.display());
+    }
+    true
+}
+
+/// What this machine lacks for FUSE mounts (`fusermount3` on PATH and `/dev/fuse`), if any.
+pub fn lacks_fuse() -> Option<String> {
+    let helper = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| dir.join("fusermount3").is_file())
+    });
+    if !Path::new("/dev/fuse").exists() {
+        Some("/dev/fuse does not exist".into())
+    } else if !helper {
+        Some("fusermount3 is not installed (apt: fuse3)".into())
+    } else {
+        None
+    }
+}
+
+/// What the test lacks when it does not run as root, if it does not.
+pub fn lacks_root(why: &str) -> Option<String> {
+    (!nix::unistd::geteuid().is_root()).then(|| format!("{why} needs root"))
+}
+
+/// What this machine lacks when `tool --version` does not run, if it does not.
+pub fn lacks_tool(tool: &str) -> Option<String> {
+    let runs = std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (!runs).then(|| format!("`{tool}` is not installed"))
 }
 
 /// Makes `env/dir` a `file://` remote, adds it as `origin` and pushes `dataset` there;
@@ -410,10 +518,10 @@ pub fn plant_one_entry(env: &TestEnv, dataset: &str, entry: dsv::object::TreeEnt
 pub struct SmallDisk(PathBuf);
 
 impl SmallDisk {
-    /// Mounts a tmpfs of `size` at `path`; `None` when not root (the suite runs as root in CI).
+    /// Mounts a tmpfs of `size` at `path`; `None` when not root, the test then skipped (see
+    /// [`skip_for`]: the suite runs as root in CI, where it requires `root`).
     pub fn mount(path: &Path, size: &str) -> Option<SmallDisk> {
-        let uid = std::process::Command::new("id").arg("-u").output().unwrap();
-        let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+        let root = nix::unistd::geteuid().is_root();
         fs::create_dir_all(path).unwrap();
         let status = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -422,14 +530,17 @@ impl SmallDisk {
         match status {
             Ok(s) if s.success() => Some(SmallDisk(path.to_path_buf())),
             _ if root => panic!("running as root, yet mounting a tmpfs failed"),
-            _ => None,
+            _ => {
+                skip_for("root", lacks_root("mounting a tmpfs"));
+                None
+            }
         }
     }
 }
 
 impl SmallDisk {
     /// A store on a tmpfs of `size` mounted at `env`'s `small/`: the mount and the store
-    /// path (for `--store`); `None` when not root.
+    /// path (for `--store`); `None` when not root (the test skipped).
     pub fn with_store(env: &TestEnv, size: &str) -> Option<(SmallDisk, String)> {
         let disk = SmallDisk::mount(&env.path("small"), size)?;
         let store = env.path("small").to_str().unwrap().to_string();
