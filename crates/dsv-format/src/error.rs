@@ -1066,7 +1066,14 @@ impl Error {
             ),
             Error::Internal { .. } => BUG_HINT.into(),
             Error::Catalog(_) if self.kind() == ErrorKind::Internal => BUG_HINT.into(),
-            Error::Corrupt { path, .. } if path.starts_with("remote ") || path.to_string_lossy().contains(":packs/") || path.to_string_lossy().contains(":refs/") => {
+            // What came from a remote names it ("remote origin", "origin:packs/..."): a
+            // string test, as `Path::starts_with` compares whole components and "remote
+            // origin" is one.
+            Error::Corrupt { path, .. }
+                if path.to_string_lossy().starts_with("remote ")
+                    || path.to_string_lossy().contains(":packs/")
+                    || path.to_string_lossy().contains(":refs/") =>
+            {
                 "the remote's copy is damaged or wrong, and nothing of it was kept here: fetch from another remote, or push again from a store that holds the data".into()
             }
             Error::Corrupt { .. } | Error::MissingObject { .. } => {
@@ -1473,6 +1480,21 @@ mod kind_tests {
             }
             .hints()
             .is_empty()
+        );
+        // Damage in what a remote sent is the remote's, whichever way it is named; damage
+        // here is the store's.
+        for remote in [
+            "remote origin",
+            "origin:packs/ab.pack",
+            "origin:refs/heads/mnist",
+        ] {
+            assert!(
+                Error::corrupt(remote, "x").hints()[0].starts_with("the remote's copy"),
+                "{remote}"
+            );
+        }
+        assert!(
+            Error::corrupt("/w/.dsv/packs/ab.pack", "x").hints()[0].starts_with("run `dsv verify`")
         );
         // Internal errors, also SQLite's that are bugs, say so; a damaged catalog does not.
         assert_eq!(Error::Internal { detail: "x".into() }.hints(), [BUG_HINT]);
