@@ -509,11 +509,11 @@ const APPLY_BATCH_FILES: usize = 16_384;
 /// holds already (its entries and the version checked out there before), not with the
 /// version's files.
 ///
-/// The phases, each a function: [`resolve`], [`Target::new`] and [`check_target`] (the
-/// version), [`open_dir`] and [`previous_version`] (the directory and what it held),
-/// [`plan::plan`] (a [`plan::CheckoutPlan`], refused on conflicts), [`stage::make_dirs`],
-/// [`stage::remove_leftovers`] and [`stage::stage_all`] (nothing visible changes),
-/// [`apply::apply`] (the directory changes), [`apply::record`] (the catalog).
+/// The phases, each a function: `resolve`, `Target::new` and `check_target` (the
+/// version), `open_dir` and `previous_version` (the directory and what it held),
+/// `plan::plan` (a `plan::CheckoutPlan`, refused on conflicts), `stage::make_dirs`,
+/// `stage::remove_leftovers` and `stage::stage_all` (nothing visible changes),
+/// `apply::apply` (the directory changes), `apply::record` (the catalog).
 ///
 /// # Errors
 /// [`Error::Conflict`] when uncommitted changes are in the way; revision errors;

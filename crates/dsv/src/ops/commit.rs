@@ -248,10 +248,10 @@ pub struct CommitReport {
 
 /// Commits directory `dir` as a new version of `options.dataset`.
 ///
-/// The phases, each a function: [`check_commit`] (names, nesting, tag, message; nothing
-/// read), [`walk_beside_cache`] (the directory beside its stat cache into a [`Walked`]
-/// listing), [`ingest_listing`] (the files the cache does not vouch for, into packs),
-/// [`build_trees`] (the trees, into packs), [`record_commit`] (the version and the
+/// The phases, each a function: `check_commit` (names, nesting, tag, message; nothing
+/// read), `walk_beside_cache` (the directory beside its stat cache into a `Walked`
+/// listing), `ingest_listing` (the files the cache does not vouch for, into packs),
+/// `build_trees` (the trees, into packs), `record_commit` (the version and the
 /// workspace, one catalog transaction).
 ///
 /// # Errors

@@ -104,8 +104,8 @@ pub struct RefusedName {
 
 /// Rebuilds the catalog of the store whose `.dsv` directory is `root` from its packs and
 /// its ref log, then writes the ref log afresh from the result. Takes the store's locks, so
-/// no other dsv process works on the store meanwhile; then [`plan`]s (reads only) and
-/// [`execute`]s the plan.
+/// no other dsv process works on the store meanwhile; then `plan`s (reads only) and
+/// `execute`s the plan.
 ///
 /// # Errors
 /// [`Error::NotADirectory`] when `root` is not a store directory; [`Error::Io`];
