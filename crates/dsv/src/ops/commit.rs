@@ -166,7 +166,7 @@ use crate::progress::{Progress, Unit};
 use crate::revision::check_name;
 use crate::store::Store;
 use crate::tree::{self, FlatEntry, FlatKind};
-use crate::walk::ScanKind;
+use crate::walk::{ScanEntry, ScanKind};
 use crate::workspace;
 
 /// What to commit and how.
@@ -248,6 +248,12 @@ pub struct CommitReport {
 
 /// Commits directory `dir` as a new version of `options.dataset`.
 ///
+/// The phases, each a function: `check_commit` (names, nesting, tag, message; nothing
+/// read), `walk_beside_cache` (the directory beside its stat cache into a `Walked`
+/// listing), `ingest_listing` (the files the cache does not vouch for, into packs),
+/// `build_trees` (the trees, into packs), `record_commit` (the version and the
+/// workspace, one catalog transaction).
+///
 /// # Errors
 /// [`Error::InvalidName`], [`Error::NotADirectory`], [`Error::Unsupported`] (an entry dsv
 /// refuses, see [`crate::walk`]), [`Error::Io`] (a full disk, for one),
@@ -258,6 +264,69 @@ pub fn commit(
     options: &CommitOptions,
     progress: &dyn Progress,
 ) -> Result<CommitReport> {
+    let (dir, workspace_key) = check_commit(store, dir, options)?;
+    // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
+    // Taken first, as every operation takes it (the lock order: see crate::store).
+    let data_lock = store.lock_data_shared()?;
+    // No checkout may write into the directory while it is being snapshotted.
+    let _workspace_lock = store.lock_workspace(&data_lock, &workspace_key)?;
+    let started_ns = workspace::now_ns();
+    let clock = std::time::Instant::now();
+    progress.phase("scanning");
+    let workspace = store.catalog().workspace(&workspace_key)?;
+    let mut walked = walk_beside_cache(store, &dir, workspace.as_ref(), options)?;
+    tracing::debug!(entries = walked.regular_files + walked.other_files + walked.dirs, elapsed = ?clock.elapsed(), "walked beside the stat cache");
+    store.remove_stale_temp_packs()?;
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    let written = ingest_listing(store, &sink, &dir, &mut walked, options, progress).and_then(
+        |(ingest, mut ids)| {
+            progress.phase("recording");
+            tracing::debug!(files = ids.count, elapsed = ?clock.elapsed(), "ingested changed files");
+            let built = build_trees(store, &sink, &mut walked.listing, &mut ids, options)?;
+            tracing::debug!(elapsed = ?clock.elapsed(), "built and wrote trees");
+            Ok((ingest, ids, built))
+        },
+    );
+    let (ingest, mut ids, built) = match written {
+        Ok(done) => done,
+        Err(e) => {
+            // A failed commit deletes its own packs at once.
+            sink.abandon(store);
+            return Err(e);
+        }
+    };
+    let at = Workspace {
+        key: &workspace_key,
+        held: workspace.as_ref(),
+        started_ns,
+    };
+    let recorded = record_commit(store, sink, &built, &at, &mut walked, &mut ids, options)?;
+    tracing::debug!(packs = recorded.packs.len(), elapsed = ?clock.elapsed(), "recorded");
+    Ok(CommitReport {
+        dataset: options.dataset.clone(),
+        version: recorded.version,
+        parent: recorded.parent,
+        created: recorded.created,
+        new_dataset: recorded.new_dataset,
+        replaced_head: recorded.replaced_head,
+        tag: options.tag.clone(),
+        files: built.files,
+        bytes: built.bytes,
+        files_unchanged: walked.regular_files - walked.files_to_read,
+        ingest,
+        packs_written: recorded.packs.len() as u64,
+    })
+}
+
+/// Check phase: the dataset and tag names, that `dir` is not inside another dataset's
+/// workspace (unless `allow_nested`), that the tag is free, and the message's length, all
+/// before any data is read. Reads the catalog only. The canonical directory and its
+/// workspace key.
+///
+/// # Errors
+/// [`Error::InvalidName`], [`Error::NoSuchPath`], [`Error::Unsupported`], tag and nesting
+/// errors.
+fn check_commit(store: &Store, dir: &Path, options: &CommitOptions) -> Result<(PathBuf, String)> {
     check_name("dataset", &options.dataset)?;
     if let Some(tag) = &options.tag {
         check_name("tag", tag)?;
@@ -280,28 +349,49 @@ pub fn commit(
             ),
         });
     }
-    // Chunks found in the store are relied on, not rewritten: gc must wait until recorded.
-    // Taken first, as every operation takes it (the lock order: see crate::store).
-    let data_lock = store.lock_data_shared()?;
-    // No checkout may write into the directory while it is being snapshotted.
-    let _workspace_lock = store.lock_workspace(&data_lock, &workspace_key)?;
-    let started_ns = workspace::now_ns();
-    let clock = std::time::Instant::now();
-    progress.phase("scanning");
-    let workspace = store.catalog().workspace(&workspace_key)?;
-    // The walk and the stat cache advance in step (both in path order): no map of either.
-    // The listing goes to an unnamed temporary file, read back twice (to ingest, then to
-    // build trees): memory holds what changed and the open directories, not the listing.
+    Ok((dir, workspace_key))
+}
+
+/// What [`walk_beside_cache`] found: the directory's listing and counts.
+struct Walked {
+    /// Every entry, in path order, on disk (read back to ingest, then to build trees).
+    listing: Listing,
+    /// Stat cache entries at paths that are no longer files.
+    removed: Vec<String>,
+    regular_files: u64,
+    /// Symlinks.
+    other_files: u64,
+    dirs: u64,
+    /// Files the stat cache does not vouch for, and their bytes: read.
+    files_to_read: u64,
+    bytes_to_read: u64,
+}
+
+/// Walk phase: walks `dir` (obeying `.dsvignore`, leaving out `options.exclude`) beside the
+/// stat cache of `workspace`, in step (both in path order: no map of either), into a
+/// [`Listing`] on an unnamed temporary file (memory holds what changed and the open
+/// directories, not the listing). A file the cache vouches for takes its id from the
+/// version the workspace holds, walked beside from the first such file. Refuses, before
+/// anything is written, unsupported entries, symlinks through symlinks and too many
+/// entries. Reads the directory, the cache and the trees; writes only the temporary file.
+///
+/// # Errors
+/// [`Error::Unsupported`]; walking, reading the cache or the trees; [`Error::Io`].
+fn walk_beside_cache(
+    store: &Store,
+    dir: &Path,
+    workspace: Option<&crate::catalog::Workspace>,
+    options: &CommitOptions,
+) -> Result<Walked> {
     let mut stream = super::status::DiskStream::start(
-        &dir,
+        dir,
         store.catalog().path(),
-        workspace.as_ref().map(|w| w.id),
+        workspace.map(|w| w.id),
         &options.exclude,
         true,
     )?;
-    // The version the stat cache vouches for (the one the workspace holds), walked beside
-    // the directory from the first file the cache vouches for: the ids come from its trees.
-    let vouched_version = match workspace.as_ref().and_then(|w| w.version) {
+    // The version the stat cache vouches for (the one the workspace holds).
+    let vouched_version = match workspace.and_then(|w| w.version) {
         Some(version) if store.catalog().removed_at(&version)?.is_none() => store
             .catalog()
             .version(&version)?
@@ -310,14 +400,17 @@ pub fn commit(
     };
     let mut held_reader = store.reader();
     let mut held: Option<tree::Cursor<tree::Walk<'_, '_>>> = None;
-    let temp_dir = store.temp_dir();
-    let mut listing = Listing::create(&temp_dir)?;
+    let mut walked = Walked {
+        listing: Listing::create(&store.temp_dir())?,
+        removed: Vec::new(),
+        regular_files: 0,
+        other_files: 0,
+        dirs: 0,
+        files_to_read: 0,
+        bytes_to_read: 0,
+    };
     // Symlinks, for the check that none passes through another.
     let mut links: Vec<FlatEntry> = Vec::new();
-    let (mut regular_files, mut other_files, mut dirs) = (0u64, 0u64, 0u64);
-    let (mut files_to_read, mut bytes_to_read) = (0u64, 0u64);
-    // Stat cache entries at paths that are no longer files.
-    let mut removed: Vec<String> = Vec::new();
     while let Some(batch) = stream.next_batch()? {
         for item in batch {
             let id = match (&item.entry.kind, &vouched_version) {
@@ -333,59 +426,17 @@ pub fn commit(
                 }
                 _ => None,
             };
-            let entry = item.entry;
-            if item.in_cache && !matches!(entry.kind, ScanKind::File { .. }) {
-                removed.push(entry.path.clone());
+            if item.in_cache && !matches!(item.entry.kind, ScanKind::File { .. }) {
+                walked.removed.push(item.entry.path.clone());
             }
-            let record = match entry.kind {
-                ScanKind::Unsupported { reason } => {
-                    return Err(Error::Unsupported {
-                        path: dir.join(&entry.path),
-                        reason,
-                    });
-                }
-                ScanKind::Dir => {
-                    dirs += 1;
-                    Record::Dir { path: entry.path }
-                }
-                ScanKind::Symlink { target } => {
-                    other_files += 1;
-                    links.push(FlatEntry {
-                        path: entry.path.clone(),
-                        kind: FlatKind::Symlink {
-                            target: target.clone(),
-                        },
-                        size: target.len() as u64,
-                        id: ObjectId::of(target.as_bytes()),
-                    });
-                    Record::Symlink {
-                        path: entry.path,
-                        target,
-                    }
-                }
-                ScanKind::File { executable } => {
-                    regular_files += 1;
-                    if id.is_none() {
-                        files_to_read += 1;
-                        bytes_to_read += entry.stat.size;
-                    }
-                    Record::File {
-                        path: entry.path,
-                        executable,
-                        id,
-                        stat: entry.stat,
-                    }
-                }
-            };
-            listing.write(&record)?;
+            let record = walked.record_of(dir, item.entry, id, &mut links)?;
+            walked.listing.write(&record)?;
         }
     }
     drop(held);
     drop(held_reader);
     let (_, _, uncached) = stream.finish();
-    removed.extend(uncached);
-    tracing::debug!(entries = regular_files + other_files + dirs, elapsed = ?clock.elapsed(), "walked beside the stat cache");
-
+    walked.removed.extend(uncached);
     // Checked before anything is written.
     if let Some(link) = tree::symlink_through_symlink(&links) {
         return Err(Error::Unsupported {
@@ -395,93 +446,192 @@ pub fn commit(
         });
     }
     drop(links);
-    if let Err(reason) = tree::check_counts(regular_files + other_files, dirs) {
+    if let Err(reason) = tree::check_counts(walked.regular_files + walked.other_files, walked.dirs)
+    {
         return Err(Error::Unsupported {
-            path: dir.clone(),
+            path: dir.to_path_buf(),
             reason,
         });
     }
-    store.remove_stale_temp_packs()?;
-    let sink = PackSink::new(&store.packs_dir(), &temp_dir);
-    progress.count_files(files_to_read);
-    progress.start("reading", bytes_to_read, Unit::Bytes);
-    let written = (|| {
-        let mut ingest = IngestStats::default();
-        // Ids of the files read, in listing order (on disk, 32 bytes each).
-        let mut ids = ReadIds::create(&temp_dir)?;
-        let mut batch: Vec<IngestFile> = Vec::new();
-        let mut read_batch = |batch: &mut Vec<IngestFile>| -> Result<()> {
-            if batch.is_empty() {
-                return Ok(());
+    Ok(walked)
+}
+
+impl Walked {
+    /// The listing record of `entry` (of `dir`; `id`: its content id when the stat cache
+    /// vouched for it), counted; a symlink is noted in `links` too.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for an entry dsv refuses.
+    fn record_of(
+        &mut self,
+        dir: &Path,
+        entry: ScanEntry,
+        id: Option<ObjectId>,
+        links: &mut Vec<FlatEntry>,
+    ) -> Result<Record> {
+        Ok(match entry.kind {
+            ScanKind::Unsupported { reason } => {
+                return Err(Error::Unsupported {
+                    path: dir.join(&entry.path),
+                    reason,
+                });
             }
-            let (read, stats) = ingest_files(
-                store.catalog().path(),
-                &sink,
-                batch,
-                options.ingest,
-                progress,
-            )?;
-            ids.push_all(&read)?;
-            ingest.add(&stats);
-            batch.clear();
-            Ok(())
-        };
-        // Nothing to read (the stat cache vouched for every file): the listing is not read.
-        let mut records = match files_to_read {
-            0 => None,
-            _ => Some(listing.read()?),
-        };
-        while let Some((path, stat)) = match records.as_mut() {
-            Some(records) => records.next_file_to_read()?,
-            None => None,
-        } {
-            batch.push(IngestFile {
-                path: dir.join(path),
-                stat,
-            });
-            if batch.len() >= INGEST_BATCH {
-                read_batch(&mut batch)?;
+            ScanKind::Dir => {
+                self.dirs += 1;
+                Record::Dir { path: entry.path }
             }
+            ScanKind::Symlink { target } => {
+                self.other_files += 1;
+                links.push(FlatEntry {
+                    path: entry.path.clone(),
+                    kind: FlatKind::Symlink {
+                        target: target.clone(),
+                    },
+                    size: target.len() as u64,
+                    id: ObjectId::of(target.as_bytes()),
+                });
+                Record::Symlink {
+                    path: entry.path,
+                    target,
+                }
+            }
+            ScanKind::File { executable } => {
+                self.regular_files += 1;
+                if id.is_none() {
+                    self.files_to_read += 1;
+                    self.bytes_to_read += entry.stat.size;
+                }
+                Record::File {
+                    path: entry.path,
+                    executable,
+                    id,
+                    stat: entry.stat,
+                }
+            }
+        })
+    }
+}
+
+/// Ingest phase: reads the files of the listing the stat cache did not vouch for, in
+/// batches of [`INGEST_BATCH`], chunking them into `sink`'s packs (see
+/// [`super::ingest::ingest_files`]); their ids, in listing order, go to a [`ReadIds`] file.
+/// Nothing to read (the cache vouched for every file): the listing is not read. Writes only
+/// packs (through `sink`) and temporary files.
+///
+/// # Errors
+/// [`Error::Io`]; [`Error::Interrupted`]; a file that changed while read.
+fn ingest_listing(
+    store: &Store,
+    sink: &PackSink,
+    dir: &Path,
+    walked: &mut Walked,
+    options: &CommitOptions,
+    progress: &dyn Progress,
+) -> Result<(IngestStats, ReadIds)> {
+    progress.count_files(walked.files_to_read);
+    progress.start("reading", walked.bytes_to_read, Unit::Bytes);
+    let mut ingest = IngestStats::default();
+    // Ids of the files read, in listing order (on disk, 32 bytes each).
+    let mut ids = ReadIds::create(&store.temp_dir())?;
+    let mut batch: Vec<IngestFile> = Vec::new();
+    let mut read_batch = |batch: &mut Vec<IngestFile>| -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
         }
-        read_batch(&mut batch)?;
-        progress.phase("recording");
-        tracing::debug!(files = ids.count, elapsed = ?clock.elapsed(), "ingested changed files");
-        // Trees, each written to the pack (unless the store has it) as its directory closes.
-        let mut trees = TreeWriter::new(options.ingest.compression_level)?;
-        let mut emit = |id: ObjectId, bytes: Vec<u8>| trees.add(store, &sink, id, &bytes);
-        let mut builder = tree::TreeBuilder::new();
-        let mut read = ids.read()?;
-        let mut records = listing.read()?;
-        while let Some(record) = records.next_record()? {
-            let entry = record
-                .into_flat(|| Ok(read.next()?.map(|(id, _)| id)))?
-                .ok_or_else(|| records.changed())?;
-            builder.push(entry, &mut emit)?;
-        }
-        let (root, files, bytes) = builder.finish(&mut emit)?;
-        trees.flush(&sink)?;
-        tracing::debug!(elapsed = ?clock.elapsed(), "built and wrote trees");
-        Ok::<_, Error>((ingest, ids, root, files, bytes))
-    })();
-    let (ingest, mut ids, root, files, bytes) = match written {
-        Ok(done) => done,
-        Err(e) => {
-            // A failed commit deletes its own packs at once.
-            sink.abandon(store);
-            return Err(e);
-        }
+        let (read, stats) = ingest_files(
+            store.catalog().path(),
+            sink,
+            batch,
+            options.ingest,
+            progress,
+        )?;
+        ids.push_all(&read)?;
+        ingest.add(&stats);
+        batch.clear();
+        Ok(())
     };
-    let built = tree::BuiltTrees {
+    let mut records = match walked.files_to_read {
+        0 => None,
+        _ => Some(walked.listing.read()?),
+    };
+    while let Some((path, stat)) = match records.as_mut() {
+        Some(records) => records.next_file_to_read()?,
+        None => None,
+    } {
+        batch.push(IngestFile {
+            path: dir.join(path),
+            stat,
+        });
+        if batch.len() >= INGEST_BATCH {
+            read_batch(&mut batch)?;
+        }
+    }
+    read_batch(&mut batch)?;
+    drop(records);
+    Ok((ingest, ids))
+}
+
+/// Trees phase: builds the version's trees from the listing (each file's id from the
+/// listing, or from `ids` for a file read), each written to `sink`'s packs (unless the
+/// store has it) as its directory closes. The root tree and the totals.
+///
+/// # Errors
+/// [`Error::Io`]; a listing that disagrees with the ids read (changed meanwhile).
+fn build_trees(
+    store: &Store,
+    sink: &PackSink,
+    listing: &mut Listing,
+    ids: &mut ReadIds,
+    options: &CommitOptions,
+) -> Result<tree::BuiltTrees> {
+    let mut trees = TreeWriter::new(options.ingest.compression_level)?;
+    let mut emit = |id: ObjectId, bytes: Vec<u8>| trees.add(store, sink, id, &bytes);
+    let mut builder = tree::TreeBuilder::new();
+    let mut read = ids.read()?;
+    let mut records = listing.read()?;
+    while let Some(record) = records.next_record()? {
+        let entry = record
+            .into_flat(|| Ok(read.next()?.map(|(id, _)| id)))?
+            .ok_or_else(|| records.changed())?;
+        builder.push(entry, &mut emit)?;
+    }
+    let (root, files, bytes) = builder.finish(&mut emit)?;
+    trees.flush(sink)?;
+    Ok(tree::BuiltTrees {
         root,
         trees: Vec::new(),
         files,
         bytes,
-    };
-    // Git's HEAD: the parent is the version this workspace holds when it holds one of this
-    // dataset (the workspace lock, held until the end, keeps it so).
-    // A removed version is no parent: its line was let go (the head's is taken then).
-    let parent = match workspace
-        .as_ref()
+    })
+}
+
+/// The workspace a commit records: its key, its catalog row before the commit (if any),
+/// and when the walk began (the stat cache's racy-timestamp reference).
+struct Workspace<'a> {
+    key: &'a str,
+    held: Option<&'a crate::catalog::Workspace>,
+    started_ns: i64,
+}
+
+/// Record phase: the parent (git's `HEAD`: the version this workspace holds when it holds
+/// one of this dataset and it was not removed; the workspace lock, held until the end,
+/// keeps it so), then [`record_version`] with, in its transaction, the workspace's version
+/// and its stat cache (entries gone at paths that are no longer files; fresh ones for the
+/// files read, none for a racy stat).
+///
+/// # Errors
+/// As [`record_version`]; [`Error::Io`] reading the listing or the ids.
+fn record_commit(
+    store: &mut Store,
+    sink: PackSink,
+    built: &tree::BuiltTrees,
+    at: &Workspace<'_>,
+    walked: &mut Walked,
+    ids: &mut ReadIds,
+    options: &CommitOptions,
+) -> Result<Recorded> {
+    let parent = match at
+        .held
         .filter(|w| w.dataset.as_deref() == Some(options.dataset.as_str()))
         .and_then(|w| w.version)
     {
@@ -494,13 +644,14 @@ pub fn commit(
         message: options.message.clone(),
         tag: options.tag.clone(),
         author: options.author.clone(),
-        source: workspace_key.clone(),
+        source: at.key.to_string(),
         provenance: None,
         allow_empty: options.allow_empty,
         compression_level: options.ingest.compression_level,
     };
-    let recorded = record_version(store, sink, &built, &draft, |writer, version_id| {
-        let workspace_id = writer.set_workspace(&workspace_key, &options.dataset, version_id)?;
+    let (removed, listing) = (&walked.removed, &mut walked.listing);
+    record_version(store, sink, built, &draft, |writer, version_id| {
+        let workspace_id = writer.set_workspace(at.key, &options.dataset, version_id)?;
         writer.update_stat_cache(workspace_id, removed.iter().map(|p| (p.as_str(), None)))?;
         // The files read get fresh entries: their content is the new version's, which the
         // workspace now holds (a racy stat gets none, and its old entry goes).
@@ -522,7 +673,7 @@ pub fn commit(
             let (_, unchanged) = read.next()?.ok_or_else(|| records.changed())?;
             // The walk's stat is cached only for the file that was read.
             let entry = unchanged
-                .then(|| workspace::entry(&stat, started_ns))
+                .then(|| workspace::entry(&stat, at.started_ns))
                 .flatten();
             fresh.push((path, entry));
             if fresh.len() >= INGEST_BATCH {
@@ -530,22 +681,6 @@ pub fn commit(
             }
         }
         write(&mut fresh)
-    })?;
-    tracing::debug!(packs = recorded.packs.len(), elapsed = ?clock.elapsed(), "recorded");
-
-    Ok(CommitReport {
-        dataset: options.dataset.clone(),
-        version: recorded.version,
-        parent: recorded.parent,
-        created: recorded.created,
-        new_dataset: recorded.new_dataset,
-        replaced_head: recorded.replaced_head,
-        tag: options.tag.clone(),
-        files: built.files,
-        bytes: built.bytes,
-        files_unchanged: regular_files - files_to_read,
-        ingest,
-        packs_written: recorded.packs.len() as u64,
     })
 }
 

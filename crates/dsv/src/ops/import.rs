@@ -644,6 +644,12 @@ struct Request<'a> {
 
 /// Imports `request` as a version of `draft.dataset`, reusing what `previous` (the head's
 /// import, loaded by the caller under `data_lock`) recorded.
+///
+/// The phases, each a function: [`archive_format`] (refuses what cannot be imported),
+/// [`reuse_plan`] (which objects are unchanged since the head's import), [`head_stands`]
+/// (nothing changed: the head is the answer), [`collect_reused`] (the head's entries for
+/// the unchanged objects), [`read_new`] (the other objects, into packs), [`checked_listing`]
+/// (the version's listing), [`provenance_of`], then [`record_version`].
 fn run(
     store: &mut Store,
     request: Request<'_>,
@@ -659,7 +665,79 @@ fn run(
         pin,
         extract,
     } = request;
-    // The archive format of a single object, when it is to be expanded.
+    let format = archive_format(source, &listing, extract)?;
+    if let Some(tag) = &draft.tag {
+        super::commit::check_tag_free(store, &draft.dataset, tag)?;
+    }
+    let _data_lock = data_lock;
+    let (reused, to_read) = reuse_plan(previous.as_ref(), &listing, format);
+    let objects_unchanged = reused.len() as u64;
+    let bytes_downloaded: u64 = to_read.iter().map(|o| o.size).sum();
+    if let Some(report) = head_stands(previous.as_ref(), &reused, &to_read, &draft, source) {
+        return Ok(ImportReport {
+            archive: format,
+            objects: listing.objects.len() as u64,
+            objects_unchanged,
+            ..report
+        });
+    }
+    // An object that declares more than the bound is refused before anything is read.
+    source.check_declared(&to_read)?;
+    let mut collected = match previous.as_ref().filter(|_| !reused.is_empty()) {
+        Some(previous) => collect_reused(store, previous, reused, format)?,
+        None => Collected::default(),
+    };
+    store.remove_stale_temp_packs()?;
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    progress.start("importing", bytes_downloaded, Unit::Bytes);
+    let read = read_new(store, &sink, source, &to_read, format, settings, progress);
+    progress.finish();
+    let listed = read.and_then(|(read, stats)| {
+        collected.items.extend(read.items);
+        collected.dirs.extend(read.dirs);
+        let (flat, files) = checked_listing(collected, source)?;
+        Ok((flat, files, stats, read.skipped))
+    });
+    let (flat, files, stats, members_skipped) = match listed {
+        Ok(done) => done,
+        Err(e) => {
+            sink.abandon(store);
+            return Err(e);
+        }
+    };
+    let built = tree::build(&flat);
+    let provenance = provenance_of(previous, source, format, pin, files);
+    draft.provenance = Some((provenance.id(), provenance.encode()));
+    let recorded = record_version(store, sink, &built, &draft, |_, _| Ok(()))?;
+    Ok(ImportReport {
+        dataset: draft.dataset.clone(),
+        version: recorded.version,
+        parent: recorded.parent,
+        created: recorded.created,
+        tag: draft.tag.clone(),
+        source: source.spec().to_string(),
+        redacted_url: source.redacted(),
+        archive: format,
+        files: built.files,
+        bytes: built.bytes,
+        objects: listing.objects.len() as u64,
+        objects_read: to_read.len() as u64,
+        objects_unchanged,
+        bytes_downloaded,
+        members_skipped,
+        ingest: stats,
+        packs_written: recorded.packs.len() as u64,
+    })
+}
+
+/// The archive format of a single object, when it is to be expanded (by its path's or the
+/// source's extension, as `extract` asks); `None` for a prefix or directory, or a single
+/// object stored as it is. Reads nothing.
+///
+/// # Errors
+/// [`Error::InvalidImport`]: `--extract` of an object that is no archive dsv expands or of
+/// a prefix, or a single file with no name to store it as.
+fn archive_format(source: &Source, listing: &Listing, extract: Extract) -> Result<Option<Format>> {
     let format = match (listing.single, extract) {
         (true, Extract::Never) => None,
         (true, _) => {
@@ -695,97 +773,144 @@ fn run(
             reason: "the URL does not end in a file name to store the file as".into(),
         });
     }
-    if let Some(tag) = &draft.tag {
-        super::commit::check_tag_free(store, &draft.dataset, tag)?;
-    }
-    let _data_lock = data_lock;
+    Ok(format)
+}
+
+/// The objects of `listing` unchanged since `previous` (the head's import) took them, each
+/// with the files it gave, and the objects to read.
+type Reuse<'l, 'p> = (
+    Vec<(&'l SourceObject, Vec<&'p FileProvenance>)>,
+    Vec<&'l SourceObject>,
+);
+
+/// Reuse plan: which objects of `listing` are unchanged since `previous` (the head's
+/// import) took them (same identity, and expanded as before when `format` is given), and
+/// which are to be read. Reads nothing.
+fn reuse_plan<'l, 'p>(
+    previous: Option<&'p Previous>,
+    listing: &'l Listing,
+    format: Option<Format>,
+) -> Reuse<'l, 'p> {
     let mut reused = Vec::new();
     let mut to_read = Vec::new();
     for object in &listing.objects {
-        match previous
-            .as_ref()
-            .and_then(|p| p.unchanged(object, format.is_some()))
-        {
+        match previous.and_then(|p| p.unchanged(object, format.is_some())) {
             Some(files) => reused.push((object, files)),
             None => to_read.push(object),
         }
     }
-    let objects_unchanged = reused.len() as u64;
-    let bytes_downloaded: u64 = to_read.iter().map(|o| o.size).sum();
-    // Every object the head came from, and nothing else: the head stands (the common answer
-    // of `update`, found without reading its trees).
-    if let Some(previous) = &previous
-        && to_read.is_empty()
-        && draft.tag.is_none()
-        && previous.provenance.source == source.spec()
-        && reused.iter().map(|(_, files)| files.len()).sum::<usize>()
-            == previous.provenance.files.len()
+    (reused, to_read)
+}
+
+/// The report of an import whose objects are every object the head came from, and nothing
+/// else, with no tag: the head stands (the common answer of `update`, found without reading
+/// its trees). `archive`, `objects` and `objects_unchanged` are for the caller to fill in.
+/// `None` when something changed. Reads nothing.
+fn head_stands(
+    previous: Option<&Previous>,
+    reused: &[(&SourceObject, Vec<&FileProvenance>)],
+    to_read: &[&SourceObject],
+    draft: &VersionDraft,
+    source: &Source,
+) -> Option<ImportReport> {
+    let previous = previous?;
+    if !to_read.is_empty()
+        || draft.tag.is_some()
+        || previous.provenance.source != source.spec()
+        || reused.iter().map(|(_, files)| files.len()).sum::<usize>()
+            != previous.provenance.files.len()
     {
-        let head = &previous.head;
-        return Ok(ImportReport {
-            dataset: draft.dataset.clone(),
-            version: head.id,
-            parent: head.version.parent,
-            created: false,
-            tag: None,
-            source: source.spec().to_string(),
-            redacted_url: source.redacted(),
-            archive: format,
-            files: head.version.files,
-            bytes: head.version.bytes,
-            objects: listing.objects.len() as u64,
-            objects_read: 0,
-            objects_unchanged,
-            bytes_downloaded: 0,
-            members_skipped: 0,
-            ingest: IngestStats::default(),
-            packs_written: 0,
-        });
+        return None;
     }
-    // An object that declares more than the bound is refused before anything is read.
-    source.check_declared(&to_read)?;
+    let head = &previous.head;
+    Some(ImportReport {
+        dataset: draft.dataset.clone(),
+        version: head.id,
+        parent: head.version.parent,
+        created: false,
+        tag: None,
+        source: source.spec().to_string(),
+        redacted_url: source.redacted(),
+        archive: None,
+        files: head.version.files,
+        bytes: head.version.bytes,
+        objects: 0,
+        objects_read: 0,
+        objects_unchanged: 0,
+        bytes_downloaded: 0,
+        members_skipped: 0,
+        ingest: IngestStats::default(),
+        packs_written: 0,
+    })
+}
+
+/// The head's entries for the `reused` objects (under each object's path in this listing,
+/// or, for an archive, as the head had them, with the archive's directories). Reads the
+/// head's trees.
+///
+/// # Errors
+/// Reading the trees; two keys for one path.
+fn collect_reused(
+    store: &Store,
+    previous: &Previous,
+    reused: Vec<(&SourceObject, Vec<&FileProvenance>)>,
+    format: Option<Format>,
+) -> Result<Collected> {
+    let mut collected = Collected::default();
+    let entries = previous.entries(store)?;
+    for (object, files) in reused {
+        for file in files {
+            let Some(entry) = entries.get(&file.path) else {
+                continue;
+            };
+            if format.is_some() {
+                collected.insert(entry.clone(), object, file.member.clone());
+            } else {
+                // The object's path under this listing, which may differ from the head's.
+                let entry = FlatEntry {
+                    path: key_path(object)?,
+                    ..entry.clone()
+                };
+                collected.insert_new(entry, object)?;
+            }
+        }
+    }
+    // Directories of a reused archive (empty ones included) stay too.
+    if format.is_some() {
+        collected.dirs.extend(
+            entries
+                .values()
+                .filter(|e| e.kind == FlatKind::Dir)
+                .map(|e| e.path.clone()),
+        );
+    }
+    Ok(collected)
+}
+
+/// Ingest phase: reads `to_read` from `source` into `sink`'s packs: a single archive
+/// (`format`) expanded member by member within the settings' limits (and the source's
+/// bound), or each object as a file, `settings.requests` at a time. What was read, and the
+/// pipeline's totals. Writes only packs (through `sink`) and temporary files.
+///
+/// # Errors
+/// Reading the source; archive errors; [`Error::Io`]; [`Error::Interrupted`].
+fn read_new(
+    store: &Store,
+    sink: &PackSink,
+    source: &Source,
+    to_read: &[&SourceObject],
+    format: Option<Format>,
+    settings: &SourceSettings,
+    progress: &dyn Progress,
+) -> Result<(Collected, IngestStats)> {
     let bounds = source.bounds();
     let limits = Limits {
         max_stored: (bounds.max_bytes != u64::MAX).then_some(bounds.max_bytes),
         ..settings.limits
     };
-    let mut collected = Collected::default();
-    if let Some(previous) = previous.as_ref().filter(|_| !reused.is_empty()) {
-        let entries = previous.entries(store)?;
-        for (object, files) in reused {
-            for file in files {
-                let Some(entry) = entries.get(&file.path) else {
-                    continue;
-                };
-                if format.is_some() {
-                    collected.insert(entry.clone(), object, file.member.clone());
-                } else {
-                    // The object's path under this listing, which may differ from the head's.
-                    let entry = FlatEntry {
-                        path: key_path(object)?,
-                        ..entry.clone()
-                    };
-                    collected.insert_new(entry, object)?;
-                }
-            }
-        }
-        // Directories of a reused archive (empty ones included) stay too.
-        if format.is_some() {
-            collected.dirs.extend(
-                entries
-                    .values()
-                    .filter(|e| e.kind == FlatKind::Dir)
-                    .map(|e| e.path.clone()),
-            );
-        }
-    }
-
-    store.remove_stale_temp_packs()?;
-    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
-    progress.start("importing", bytes_downloaded, Unit::Bytes);
-    let read = with_ingester(
+    with_ingester(
         store.catalog().path(),
-        &sink,
+        sink,
         settings.ingest,
         None,
         |ingester| match format {
@@ -816,30 +941,22 @@ fn run(
                 writer.finish();
                 Ok(local)
             }
-            _ => read_objects(ingester, source, &to_read, settings.requests, progress),
+            _ => read_objects(ingester, source, to_read, settings.requests, progress),
         },
-    );
-    progress.finish();
-    let (read, stats) = match read {
-        Ok(done) => done,
-        Err(e) => {
-            sink.abandon(store);
-            return Err(e);
-        }
-    };
-    collected.items.extend(read.items);
-    collected.dirs.extend(read.dirs);
-    let members_skipped = read.skipped;
+    )
+}
 
-    let (flat, files) = match flat_entries(collected, source.spec()) {
-        Ok(done) => done,
-        Err(e) => {
-            sink.abandon(store);
-            return Err(e);
-        }
-    };
+/// The version's listing from what was collected, and each file's provenance, refusing
+/// symlinks through symlinks and a listing no version may hold. Reads nothing.
+///
+/// # Errors
+/// [`Error::UnsafeArchive`], [`Error::InvalidImport`].
+fn checked_listing(
+    collected: Collected,
+    source: &Source,
+) -> Result<(Vec<FlatEntry>, Vec<FileProvenance>)> {
+    let (flat, files) = flat_entries(collected, source.spec())?;
     if let Some(link) = tree::symlink_through_symlink(&flat) {
-        sink.abandon(store);
         return Err(Error::UnsafeArchive {
             url: source.spec().to_string(),
             member: link.path.clone(),
@@ -847,7 +964,6 @@ fn run(
         });
     }
     if let Err((path, reason)) = tree::check_listing(&flat) {
-        sink.abandon(store);
         return Err(Error::InvalidImport {
             source_url: source.spec().to_string(),
             reason: format!("{path}: {reason}")
@@ -855,8 +971,20 @@ fn run(
                 .to_string(),
         });
     }
-    let built = tree::build(&flat);
-    let mut provenance = Provenance {
+    Ok((flat, files))
+}
+
+/// The provenance of an import of `source` (`format`: expanded) with `pin`, whose files came
+/// from `files`: the head's own (with its pins) when it took the same objects, so an update
+/// of an unchanged pinned import records nothing.
+fn provenance_of(
+    previous: Option<Previous>,
+    source: &Source,
+    format: Option<Format>,
+    pin: &Pin,
+    files: Vec<FileProvenance>,
+) -> Provenance {
+    let provenance = Provenance {
         format: 1,
         source: source.spec().to_string(),
         extract: format.is_some(),
@@ -864,36 +992,14 @@ fn run(
         pinned_version_id: pin.version_id.clone(),
         files,
     };
-    // The same objects as the head's: keep its provenance (and its pins), so an update of an
-    // unchanged pinned import records nothing.
-    if let Some(previous) = previous.filter(|p| {
+    match previous.filter(|p| {
         p.provenance.source == provenance.source
             && p.provenance.extract == provenance.extract
             && p.provenance.files == provenance.files
     }) {
-        provenance = previous.provenance;
+        Some(previous) => previous.provenance,
+        None => provenance,
     }
-    draft.provenance = Some((provenance.id(), provenance.encode()));
-    let recorded = record_version(store, sink, &built, &draft, |_, _| Ok(()))?;
-    Ok(ImportReport {
-        dataset: draft.dataset.clone(),
-        version: recorded.version,
-        parent: recorded.parent,
-        created: recorded.created,
-        tag: draft.tag.clone(),
-        source: source.spec().to_string(),
-        redacted_url: source.redacted(),
-        archive: format,
-        files: built.files,
-        bytes: built.bytes,
-        objects: listing.objects.len() as u64,
-        objects_read: to_read.len() as u64,
-        objects_unchanged,
-        bytes_downloaded,
-        members_skipped,
-        ingest: stats,
-        packs_written: recorded.packs.len() as u64,
-    })
 }
 
 /// Stores one archive member (a file through `writer`) into `collected`.

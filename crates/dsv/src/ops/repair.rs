@@ -104,7 +104,8 @@ pub struct RefusedName {
 
 /// Rebuilds the catalog of the store whose `.dsv` directory is `root` from its packs and
 /// its ref log, then writes the ref log afresh from the result. Takes the store's locks, so
-/// no other dsv process works on the store meanwhile.
+/// no other dsv process works on the store meanwhile; then `plan`s (reads only) and
+/// `execute`s the plan.
 ///
 /// # Errors
 /// [`Error::NotADirectory`] when `root` is not a store directory; [`Error::Io`];
@@ -122,87 +123,122 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
     // In the one lock order (crate::store): data, then head.
     let _data_lock = ExclusiveDataLock::take_at(root)?;
     let _store_lock = HeadLock::take_at(root)?;
-    let mut report = RepairReport {
-        store: root.to_path_buf(),
-        ..RepairReport::default()
-    };
+    let plan = plan(root)?;
+    execute(plan, progress)
+}
+
+/// What a repair will do, decided before anything moves: the names to restore and where
+/// they come from, where the old ref log and catalog go aside, and the pack files to check
+/// and index. Executed by [`execute`].
+#[derive(Debug)]
+struct RepairPlan {
+    /// The `.dsv` directory.
+    root: PathBuf,
+    /// The ref log, read whole.
+    log: reflog::ReadLog,
+    /// The names to restore (over the versions the packs hold): the ref log's, or the old
+    /// catalog's when the log does not hold every line the catalog applied.
+    state: reflog::RefState,
+    /// `"ref log"` or `"catalog"`: where `state` came from.
+    names_from: &'static str,
+    /// The lines (or catalog rows) refused, never restored.
+    refused: Vec<RefusedName>,
+    /// Where the ref log is copied, when there is one.
+    old_ref_log: Option<PathBuf>,
+    /// Where the catalog (and its `-wal`, `-shm`) is moved, when there is one.
+    old_catalog: Option<PathBuf>,
+    /// The pack files to check whole and index (id by name, path, bytes), by id.
+    packs: Vec<(ObjectId, PathBuf, u64)>,
+}
+
+/// Plans a repair of the store at `root`: reads the names (from the ref log when it holds,
+/// intact, every line the old catalog, if it can still be read, applied; else from that
+/// catalog), picks names for the backups no earlier repair used, and lists the pack files.
+/// Reads only; changes nothing.
+///
+/// # Errors
+/// [`Error::Io`] reading the ref log or listing the packs.
+fn plan(root: &Path) -> Result<RepairPlan> {
     let catalog_path = root.join("catalog.db");
-    // 1. The names, read before anything moves: from the ref log when it holds, intact, every
-    // line the old catalog (if it can still be read) applied (then its later lines, from a
-    // catalog restored from an older copy, count too); else from that catalog.
     let log_path = root.join(reflog::FILE_NAME);
     let log = reflog::read(&log_path, None)?;
-    report.ref_log_bad_lines = log.bad_lines.clone();
     // Every line is checked as its command checks its input: a forged line is reported and
     // skipped, never restored (the rest of the names still are; the log is kept aside whole).
-    let refused = |file: &'static str, log: &reflog::ReadLog| {
-        log.refused
-            .iter()
-            .map(|r| RefusedName {
-                file,
-                line: Some(r.line),
-                reason: r.reason.clone(),
-            })
-            .collect::<Vec<_>>()
-    };
-    report.ref_log_refused_lines = refused(reflog::FILE_NAME, &log);
+    let mut refused = refused_lines(reflog::FILE_NAME, &log);
     let mut state = log.state();
-    report.names_from = "ref log";
-    if catalog_path.exists()
-        && let Ok(old) = Catalog::open_without_ref_log(&catalog_path)
-        && let Ok(old_state) = old.ref_state()
-    {
-        let applied = old.ref_log_applied().ok().flatten().unwrap_or(0);
-        let on_disk = fs::metadata(&log_path).map_or(0, |m| m.len());
-        // The log holds every line the catalog committed, intact: it is the record (a
-        // catalog that disagrees with it lost rows). Cut short, damaged, or holding a line no
-        // command would have written: the catalog is.
-        let covered = on_disk >= applied
-            && reflog::read(&log_path, Some(applied))
-                .is_ok_and(|prefix| prefix.bad_lines.is_empty() && prefix.refused.is_empty());
-        if !covered {
-            state = old_state;
-            report.names_from = "catalog";
-            // The catalog's rows pass the same checks (a catalog can be edited too).
-            for entry in state.entries() {
-                if let Err(reason) = entry.check() {
-                    report.ref_log_refused_lines.push(RefusedName {
-                        file: "catalog",
-                        line: None,
-                        reason,
-                    });
-                    state.forget(&entry);
-                }
+    let mut names_from = "ref log";
+    if let Some(from_catalog) = names_from_catalog(&catalog_path, &log_path) {
+        state = from_catalog;
+        names_from = "catalog";
+        // The catalog's rows pass the same checks (a catalog can be edited too).
+        for entry in state.entries() {
+            if let Err(reason) = entry.check() {
+                refused.push(RefusedName {
+                    file: "catalog",
+                    line: None,
+                    reason,
+                });
+                state.forget(&entry);
             }
         }
     }
     let stamp = unique_stamp(root);
-    if log_path.exists() {
-        let copy = root.join(format!("{}.before-repair-{stamp}", reflog::FILE_NAME));
-        fs::copy(&log_path, &copy).at(&copy)?;
-        report.old_ref_log = Some(copy);
-    }
-    // 2. The old catalog (and its WAL) aside, under a name no earlier repair used.
-    if catalog_path.exists() {
-        let aside = root.join(format!("catalog.db.before-repair-{stamp}"));
-        fs::rename(&catalog_path, &aside).at(&aside)?;
-        for suffix in ["-wal", "-shm"] {
-            let from = root.join(format!("catalog.db{suffix}"));
-            if from.exists() {
-                let to = root.join(format!("catalog.db.before-repair-{stamp}{suffix}"));
-                fs::rename(&from, &to).at(&to)?;
-            }
-        }
-        report.old_catalog = Some(aside);
-    }
-    let catalog = Catalog::create_for_repair(&catalog_path)?;
-    let mut store = Store::from_parts(root.to_path_buf(), catalog);
+    let old_ref_log = log_path
+        .exists()
+        .then(|| root.join(format!("{}.before-repair-{stamp}", reflog::FILE_NAME)));
+    let old_catalog = catalog_path
+        .exists()
+        .then(|| root.join(format!("catalog.db.before-repair-{stamp}")));
+    Ok(RepairPlan {
+        root: root.to_path_buf(),
+        log,
+        state,
+        names_from,
+        refused,
+        old_ref_log,
+        old_catalog,
+        packs: pack_files(&root.join("packs"))?,
+    })
+}
 
-    // 3. Every pack, checked whole against its name, indexed by its own footer.
-    let mut names: Vec<(ObjectId, PathBuf, u64)> = Vec::new();
-    let packs_dir = store.packs_dir();
-    for entry in fs::read_dir(&packs_dir).at(&packs_dir)? {
-        let entry = entry.at(&packs_dir)?;
+/// The lines of `log` (the file `file`) refused by their command's checks.
+fn refused_lines(file: &'static str, log: &reflog::ReadLog) -> Vec<RefusedName> {
+    log.refused
+        .iter()
+        .map(|r| RefusedName {
+            file,
+            line: Some(r.line),
+            reason: r.reason.clone(),
+        })
+        .collect()
+}
+
+/// The names of the old catalog at `catalog_path` when they are the record: it can still
+/// be read and the ref log at `log_path` does not hold, intact, every line it committed
+/// (cut short, damaged, or holding a line no command would have written). `None`: the ref
+/// log is the record (a catalog that disagrees with it lost rows).
+fn names_from_catalog(catalog_path: &Path, log_path: &Path) -> Option<reflog::RefState> {
+    if !catalog_path.exists() {
+        return None;
+    }
+    let old = Catalog::open_without_ref_log(catalog_path).ok()?;
+    let old_state = old.ref_state().ok()?;
+    let applied = old.ref_log_applied().ok().flatten().unwrap_or(0);
+    let on_disk = fs::metadata(log_path).map_or(0, |m| m.len());
+    let covered = on_disk >= applied
+        && reflog::read(log_path, Some(applied))
+            .is_ok_and(|prefix| prefix.bad_lines.is_empty() && prefix.refused.is_empty());
+    (!covered).then_some(old_state)
+}
+
+/// The pack files in `packs_dir` (named `<id>.pack`): id, path, bytes, by id.
+///
+/// # Errors
+/// [`Error::Io`].
+fn pack_files(packs_dir: &Path) -> Result<Vec<(ObjectId, PathBuf, u64)>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(packs_dir).at(packs_dir)? {
+        let entry = entry.at(packs_dir)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(id) = name
             .strip_suffix(".pack")
@@ -214,39 +250,29 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
         names.push((id, entry.path(), size));
     }
     names.sort();
-    progress.start(
-        "indexing packs",
-        names.iter().map(|p| p.2).sum(),
-        Unit::Bytes,
-    );
-    let mut sealed = Vec::new();
-    for (id, path, size) in names {
-        crate::interrupt::check()?;
-        match crate::pack::reader::verify_pack(&path, &id) {
-            Ok((frames, objects)) => sealed.push(SealedPack {
-                id,
-                size,
-                frames,
-                objects,
-            }),
-            Err(e) => report
-                .damaged_packs
-                .push(format!("{}: {e}", path.display())),
-        }
-        progress.advance(size);
-    }
-    progress.phase("rebuilding the catalog");
-    {
-        let writer = store.catalog_mut().writer()?;
-        for pack in &sealed {
-            writer.add_pack(pack)?;
-            report.objects += pack.objects.len() as u64;
-        }
-        writer.commit()?;
-    }
-    report.packs = sealed.len() as u64;
+    Ok(names)
+}
 
-    // 4. Every version object, recorded (no head moves: the ref log says where heads are).
+/// Carries out `plan`: the old ref log copied and the old catalog moved aside, an empty
+/// catalog created (`Catalog::create_for_repair`: its transactions write no ref log), the
+/// packs checked and indexed, every version they hold recorded, the names restored, and the
+/// ref log written afresh as the new catalog states it. Nothing is deleted.
+///
+/// # Errors
+/// [`Error::Io`]; [`Error::Catalog`]; [`Error::Interrupted`] while checking packs.
+fn execute(plan: RepairPlan, progress: &dyn Progress) -> Result<RepairReport> {
+    let mut report = RepairReport {
+        store: plan.root.clone(),
+        names_from: plan.names_from,
+        ref_log_bad_lines: plan.log.bad_lines.clone(),
+        ref_log_refused_lines: plan.refused.clone(),
+        ..RepairReport::default()
+    };
+    set_aside(&plan, &mut report)?;
+    let catalog = Catalog::create_for_repair(&plan.root.join("catalog.db"))?;
+    let mut store = Store::from_parts(plan.root.clone(), catalog);
+    let sealed = index_packs(&mut store, &plan.packs, &mut report, progress)?;
+    // Every version object, recorded (no head moves: the ref log says where heads are).
     let version_ids: BTreeSet<ObjectId> = sealed
         .iter()
         .flat_map(|p| &p.objects)
@@ -261,15 +287,113 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
         }
     }
     report.versions = versions.len() as u64;
-
-    // 5. Restore the names over what the packs hold.
-    report.ref_log_entries = log.entries.len() as u64;
+    report.ref_log_entries = plan.log.entries.len() as u64;
+    let mut state = plan.state;
+    let log_path = plan.root.join(reflog::FILE_NAME);
+    restore_set_aside(&mut state, &log_path, &versions, &mut report)?;
     let known = |id: &ObjectId| version_ids.contains(id);
-    // Lines an earlier change set aside (`reflog.unapplied`: a catalog restored from an older
-    // copy, then changed) only move names forward: a head to a descendant of the head it has,
-    // a tag that is not there.
+    let mut missing = BTreeSet::new();
+    for entry in &plan.log.entries {
+        if let Some(v) = entry.version()
+            && !known(&v)
+            && !matches!(entry, RefLogEntry::Unpin { .. })
+        {
+            missing.insert(v);
+        }
+    }
+    restore_names(&mut store, &versions, &state, &mut report)?;
+    report.missing_versions = missing.iter().map(ObjectId::to_hex).collect();
+    // The ref log afresh, as the catalog now states it.
+    store.catalog_mut().adopt_ref_log()?;
+    Ok(report)
+}
+
+/// Copies the ref log and moves the old catalog (with its WAL) to the plan's backup names.
+///
+/// # Errors
+/// [`Error::Io`].
+fn set_aside(plan: &RepairPlan, report: &mut RepairReport) -> Result<()> {
+    let root = &plan.root;
+    if let Some(copy) = &plan.old_ref_log {
+        fs::copy(root.join(reflog::FILE_NAME), copy).at(copy)?;
+        report.old_ref_log = Some(copy.clone());
+    }
+    if let Some(aside) = &plan.old_catalog {
+        fs::rename(root.join("catalog.db"), aside).at(aside)?;
+        for suffix in ["-wal", "-shm"] {
+            let from = root.join(format!("catalog.db{suffix}"));
+            if from.exists() {
+                let mut to = aside.clone().into_os_string();
+                to.push(suffix);
+                let to = PathBuf::from(to);
+                fs::rename(&from, &to).at(&to)?;
+            }
+        }
+        report.old_catalog = Some(aside.clone());
+    }
+    Ok(())
+}
+
+/// Checks each of `packs` whole against its name and indexes those that pass by their own
+/// footer in `store`'s catalog (one transaction), reporting the others as damaged. The
+/// packs indexed.
+///
+/// # Errors
+/// [`Error::Catalog`]; [`Error::Interrupted`].
+fn index_packs(
+    store: &mut Store,
+    packs: &[(ObjectId, PathBuf, u64)],
+    report: &mut RepairReport,
+    progress: &dyn Progress,
+) -> Result<Vec<SealedPack>> {
+    progress.start(
+        "indexing packs",
+        packs.iter().map(|p| p.2).sum(),
+        Unit::Bytes,
+    );
+    let mut sealed = Vec::new();
+    for (id, path, size) in packs {
+        crate::interrupt::check()?;
+        match crate::pack::reader::verify_pack(path, id) {
+            Ok((frames, objects)) => sealed.push(SealedPack {
+                id: *id,
+                size: *size,
+                frames,
+                objects,
+            }),
+            Err(e) => report
+                .damaged_packs
+                .push(format!("{}: {e}", path.display())),
+        }
+        progress.advance(*size);
+    }
+    progress.phase("rebuilding the catalog");
+    let writer = store.catalog_mut().writer()?;
+    for pack in &sealed {
+        writer.add_pack(pack)?;
+        report.objects += pack.objects.len() as u64;
+    }
+    writer.commit()?;
+    report.packs = sealed.len() as u64;
+    Ok(sealed)
+}
+
+/// Applies to `state` the lines an earlier change set aside (`reflog.unapplied` beside the
+/// ref log at `log_path`: a catalog restored from an older copy, then changed), which only
+/// move names forward: a head to a descendant of the head it has, a tag that is not there;
+/// only to `versions` (the packs').
+///
+/// # Errors
+/// [`Error::Io`] reading `reflog.unapplied`.
+fn restore_set_aside(
+    state: &mut reflog::RefState,
+    log_path: &Path,
+    versions: &[(ObjectId, crate::object::Version)],
+    report: &mut RepairReport,
+) -> Result<()> {
     let parents: std::collections::HashMap<ObjectId, Option<ObjectId>> =
         versions.iter().map(|(id, v)| (*id, v.parent)).collect();
+    let known = |id: &ObjectId| parents.contains_key(id);
     let descends = |from: &ObjectId, to: &ObjectId| {
         let mut next = Some(*to);
         let mut steps = 0usize;
@@ -285,10 +409,10 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
         }
         false
     };
-    let set_aside = reflog::read(&reflog::unapplied_path(&log_path), None)?;
+    let set_aside = reflog::read(&reflog::unapplied_path(log_path), None)?;
     report
         .ref_log_refused_lines
-        .extend(refused("reflog.unapplied", &set_aside));
+        .extend(refused_lines("reflog.unapplied", &set_aside));
     for entry in &set_aside.entries {
         match entry {
             RefLogEntry::Head {
@@ -314,51 +438,51 @@ pub fn repair(root: &Path, progress: &dyn Progress) -> Result<RepairReport> {
             _ => {}
         }
     }
-    let mut missing = BTreeSet::new();
-    for entry in &log.entries {
-        if let Some(v) = entry.version()
-            && !known(&v)
-            && !matches!(entry, RefLogEntry::Unpin { .. })
-        {
-            missing.insert(v);
+    Ok(())
+}
+
+/// Records `versions` and restores `state`'s remotes, and its heads, tags, pins and
+/// removals whose version is one of `versions`, in one catalog transaction.
+///
+/// # Errors
+/// [`Error::Catalog`].
+fn restore_names(
+    store: &mut Store,
+    versions: &[(ObjectId, crate::object::Version)],
+    state: &reflog::RefState,
+    report: &mut RepairReport,
+) -> Result<()> {
+    let known = |id: &ObjectId| versions.binary_search_by(|(v, _)| v.cmp(id)).is_ok();
+    let writer = store.catalog_mut().writer()?;
+    for (id, version) in versions {
+        writer.record_version(id, version)?;
+    }
+    for (name, (url, options)) in &state.remotes {
+        writer.add_remote(name, url, options)?;
+        report.remotes += 1;
+    }
+    for (dataset, head) in &state.heads {
+        if known(head) {
+            writer.set_head(dataset, head)?;
+            report.heads += 1;
         }
     }
-    {
-        let writer = store.catalog_mut().writer()?;
-        for (id, version) in &versions {
-            writer.record_version(id, version)?;
+    for ((dataset, tag), version) in &state.tags {
+        if known(version) {
+            writer.set_tag(dataset, tag, version, true)?;
+            report.tags += 1;
         }
-        for (name, (url, options)) in &state.remotes {
-            writer.add_remote(name, url, options)?;
-            report.remotes += 1;
-        }
-        for (dataset, head) in &state.heads {
-            if known(head) {
-                writer.set_head(dataset, head)?;
-                report.heads += 1;
-            }
-        }
-        for ((dataset, tag), version) in &state.tags {
-            if known(version) {
-                writer.set_tag(dataset, tag, version, true)?;
-                report.tags += 1;
-            }
-        }
-        for (version, (reason, until)) in &state.pins {
-            if known(version) {
-                writer.pin(version, reason, *until)?;
-                report.pins += 1;
-            }
-        }
-        let removed: Vec<ObjectId> = state.removed.iter().copied().filter(known).collect();
-        report.removed = removed.len() as u64;
-        writer.mark_removed(&removed)?;
-        writer.commit()?;
     }
-    report.missing_versions = missing.iter().map(ObjectId::to_hex).collect();
-    // 6. The ref log afresh, as the catalog now states it.
-    store.catalog_mut().adopt_ref_log()?;
-    Ok(report)
+    for (version, (reason, until)) in &state.pins {
+        if known(version) {
+            writer.pin(version, reason, *until)?;
+            report.pins += 1;
+        }
+    }
+    let removed: Vec<ObjectId> = state.removed.iter().copied().filter(known).collect();
+    report.removed = removed.len() as u64;
+    writer.mark_removed(&removed)?;
+    writer.commit()
 }
 
 /// `<unix seconds>-<n>`, with the first `n` no earlier repair's backups in `root` use.
@@ -469,5 +593,84 @@ impl<'a> PackAccounting<'a> {
             }
         }
         Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+
+    /// A store in `dir` with one version of dataset `d`; its `.dsv` directory.
+    fn store_with_a_version(dir: &Path) -> PathBuf {
+        let mut store = Store::init(dir).unwrap();
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("f"), "content").unwrap();
+        let options = crate::ops::commit::CommitOptions::new("d");
+        crate::ops::commit::commit(&mut store, &data, &options, &NoProgress).unwrap();
+        store.root().to_path_buf()
+    }
+
+    #[test]
+    fn a_plan_reads_the_names_and_lists_the_packs_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = store_with_a_version(dir.path());
+        let before: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        let plan = plan(&root).unwrap();
+        assert_eq!(plan.names_from, "ref log");
+        assert!(plan.state.heads.contains_key("d"));
+        assert!(plan.refused.is_empty());
+        let packs = std::fs::read_dir(root.join("packs"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("pack".as_ref()))
+            .count();
+        assert!(packs > 0);
+        assert_eq!(plan.packs.len(), packs);
+        assert!(plan.packs.windows(2).all(|w| w[0].0 < w[1].0));
+        // The backups get names no file has yet; nothing was moved or copied.
+        let aside = plan.old_catalog.clone().unwrap();
+        assert!(!aside.exists() && !plan.old_ref_log.clone().unwrap().exists());
+        let after: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(before, after);
+        // Executed, it rebuilds what it planned and sets the old catalog aside.
+        let report = execute(plan, &NoProgress).unwrap();
+        assert_eq!((report.heads, report.versions), (1, 1));
+        assert_eq!(report.packs, packs as u64);
+        assert!(report.damaged_packs.is_empty() && report.missing_versions.is_empty());
+        assert_eq!(report.old_catalog, Some(aside.clone()));
+        assert!(aside.exists());
+        // A second plan picks other backup names.
+        assert_ne!(plan_of(&root).old_catalog, Some(aside));
+    }
+
+    fn plan_of(root: &Path) -> RepairPlan {
+        plan(root).unwrap()
+    }
+
+    #[test]
+    fn a_cut_ref_log_makes_the_old_catalog_the_record_and_a_lost_catalog_is_not_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = store_with_a_version(dir.path());
+        let log = root.join(reflog::FILE_NAME);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let plan = plan_of(&root);
+        assert_eq!(plan.names_from, "catalog");
+        assert!(plan.state.heads.contains_key("d"));
+        std::fs::remove_file(root.join("catalog.db")).unwrap();
+        let plan = plan_of(&root);
+        assert_eq!(plan.names_from, "ref log");
+        assert!(plan.old_catalog.is_none() && plan.state.heads.is_empty());
     }
 }

@@ -120,7 +120,6 @@ pub fn verify(
     options: &VerifyOptions,
     progress: &dyn Progress,
 ) -> Result<VerifyReport> {
-    let full = options.full;
     // A pack gc is deleting would look missing or unreferenced: wait for gc to finish.
     let _data_lock = store.lock_data_shared()?;
     let mut report = VerifyReport::default();
@@ -128,21 +127,51 @@ pub fn verify(
     if let Err(e) = store.catalog().check_integrity() {
         report.problems.push(e.to_string());
     }
+    // What to check: the packs the catalog names, the files on disk, the datasets.
     let packs = store.catalog().packs()?;
     let named: HashSet<ObjectId> = packs.iter().map(|(id, _)| *id).collect();
+    let indexed = check_packs(store, &packs, &mut report, progress)?;
+    progress.phase("checking versions and trees");
+    check_unreferenced_packs(store, &named, &mut report)?;
+    check_ref_log(store, &mut report)?;
+    if let Ok(dir) = std::fs::read_dir(store.temp_dir()) {
+        report.temporary_files = dir
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        report.temporary_files.sort();
+    }
+    check_versions(store, &indexed, options.full, &mut report)?;
+    Ok(report)
+}
+
+/// The error of a spilled key set that failed (in the store's temporary directory).
+fn spill_error(store: &Store) -> impl Fn(std::io::Error) -> Error + '_ {
+    |source| Error::Io {
+        path: store.temp_dir(),
+        source,
+    }
+}
+
+/// Checks each of `packs` whole against its name (on every core, a group of that many at
+/// a time, so only that many packs' object lists are held at once), reporting the damaged
+/// ones. Every object id the verified packs index (past half a million, on disk:
+/// [`crate::key_set`]). Reads the packs.
+///
+/// # Errors
+/// [`Error::Io`] spilling the ids.
+fn check_packs(
+    store: &Store,
+    packs: &[(ObjectId, u64)],
+    report: &mut VerifyReport,
+    progress: &dyn Progress,
+) -> Result<crate::key_set::KeySet<32>> {
     progress.start(
         "verifying",
         packs.iter().map(|(_, size)| size).sum(),
         Unit::Bytes,
     );
-    // Every object id the packs index: past half a million, on disk (crate::key_set).
     let mut indexed = crate::key_set::KeySet::<32>::spilling_to(&store.temp_dir());
-    let spill_error = |source| Error::Io {
-        path: store.temp_dir(),
-        source,
-    };
-    // Packs are independent: check them on every core (each read is sequential), a group of
-    // `jobs` at a time, so only that many packs' object lists are held at once.
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     let packs_dir = store.packs_dir();
     for group in packs.chunks(jobs) {
@@ -159,7 +188,7 @@ pub fn verify(
                 Ok(objects) => {
                     report.objects += objects.len() as u64;
                     for object in objects {
-                        indexed.insert(object.0).map_err(spill_error)?;
+                        indexed.insert(object.0).map_err(spill_error(store))?;
                     }
                 }
                 Err(e) => report.problems.push(format!("pack {id}: {e}")),
@@ -168,7 +197,21 @@ pub fn verify(
             report.pack_bytes += size;
         }
     }
-    progress.phase("checking versions and trees");
+    Ok(indexed)
+}
+
+/// Lists the pack files the catalog does not name (`named`), and accounts for those that
+/// hold a version the ref log names: data the catalog forgot (named in what it applied: a
+/// problem), or a commit it never finished or a catalog restored from an older copy (named
+/// only past that: reported, kept by gc). Reads the packs directory and the ref log.
+///
+/// # Errors
+/// [`Error::Io`] reading the ref log; [`Error::Catalog`].
+fn check_unreferenced_packs(
+    store: &Store,
+    named: &HashSet<ObjectId>,
+    report: &mut VerifyReport,
+) -> Result<()> {
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
@@ -181,9 +224,6 @@ pub fn verify(
         }
     }
     report.unreferenced_packs.sort();
-    // An unnamed pack that holds a version the ref log names is data the catalog forgot
-    // (named in what it applied: a problem), or a commit it never finished or a catalog
-    // restored from an older copy (named only past that: reported, kept by gc).
     let accounting = super::repair::PackAccounting::new(store);
     for name in &report.unreferenced_packs {
         let path = store.packs_dir().join(name);
@@ -207,46 +247,77 @@ pub fn verify(
             .unrecorded_versions
             .extend(forgotten.unapplied.iter().map(ObjectId::to_hex));
     }
-    // The ref log (up to what the catalog applied) must name what the catalog names.
-    match store.catalog().ref_log_applied()? {
-        Some(applied) => {
-            let path = store.catalog().ref_log_path();
-            let on_disk = std::fs::metadata(&path).map_or(0, |m| m.len());
-            if on_disk < applied {
-                report.problems.push(format!(
-                    "the ref log {} has {on_disk} bytes, the catalog recorded {applied}: the next change rewrites it",
-                    path.display()
-                ));
-            } else {
-                let log = crate::reflog::read(&path, Some(applied))?;
-                for refused in &log.refused {
-                    report.problems.push(format!(
-                        "ref log line {} names what no command would write ({}): run `dsv repair`, which rewrites the log from the catalog",
-                        refused.line, refused.reason
-                    ));
-                }
-                for difference in store.catalog().ref_state()?.differences(&log.state()) {
-                    report.problems.push(format!("ref log: {difference}"));
-                }
-            }
-        }
-        None => report
-            .problems
-            .push("the catalog has no ref log (run `dsv repair`)".into()),
-    }
-    if let Ok(dir) = std::fs::read_dir(store.temp_dir()) {
-        report.temporary_files = dir
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        report.temporary_files.sort();
-    }
+    Ok(())
+}
 
-    // Every version's trees and files must be locatable, in packs that hold them (or, for
-    // the data of a clone not yet needed here, on a remote that holds it).
-    let remotes: Vec<i64> = store.catalog().remotes()?.iter().map(|r| r.id).collect();
-    let mut seen_files = crate::key_set::KeySet::<32>::spilling_to(&store.temp_dir());
-    let reader = &mut store.checking_reader();
+/// Checks that the ref log (up to what the catalog applied) names what the catalog names,
+/// and holds no line a command would refuse. Reads the ref log and the catalog.
+///
+/// # Errors
+/// [`Error::Io`] reading the ref log; [`Error::Catalog`].
+fn check_ref_log(store: &Store, report: &mut VerifyReport) -> Result<()> {
+    let Some(applied) = store.catalog().ref_log_applied()? else {
+        report
+            .problems
+            .push("the catalog has no ref log (run `dsv repair`)".into());
+        return Ok(());
+    };
+    let path = store.catalog().ref_log_path();
+    let on_disk = std::fs::metadata(&path).map_or(0, |m| m.len());
+    if on_disk < applied {
+        report.problems.push(format!(
+            "the ref log {} has {on_disk} bytes, the catalog recorded {applied}: the next change rewrites it",
+            path.display()
+        ));
+        return Ok(());
+    }
+    let log = crate::reflog::read(&path, Some(applied))?;
+    for refused in &log.refused {
+        report.problems.push(format!(
+            "ref log line {} names what no command would write ({}): run `dsv repair`, which rewrites the log from the catalog",
+            refused.line, refused.reason
+        ));
+    }
+    for difference in store.catalog().ref_state()?.differences(&log.state()) {
+        report.problems.push(format!("ref log: {difference}"));
+    }
+    Ok(())
+}
+
+/// What checking versions' files goes through.
+struct FileCheck<'a, 's> {
+    store: &'s Store,
+    reader: &'a mut crate::store::ObjectReader<'s>,
+    /// The object ids the verified packs index.
+    indexed: &'a crate::key_set::KeySet<32>,
+    /// Files checked already (by id): each is checked once.
+    seen_files: crate::key_set::KeySet<32>,
+    /// The store's remotes (a clone's data not yet needed here may be on one).
+    remotes: Vec<i64>,
+    full: bool,
+}
+
+/// Checks every version of every dataset (head to first): its row agrees with its stored
+/// object, its provenance is here, and, unless removed, its trees are readable and every
+/// file is locatable ([`FileCheck::file`]). Reads the catalog, trees and file maps (with
+/// `full`, every file's chunks too).
+///
+/// # Errors
+/// [`Error::Catalog`]; [`Error::Io`] spilling; [`Error::Interrupted`].
+fn check_versions(
+    store: &Store,
+    indexed: &crate::key_set::KeySet<32>,
+    full: bool,
+    report: &mut VerifyReport,
+) -> Result<()> {
+    let mut check = FileCheck {
+        store,
+        reader: &mut store.checking_reader(),
+        indexed,
+        seen_files: crate::key_set::KeySet::<32>::spilling_to(&store.temp_dir()),
+        remotes: store.catalog().remotes()?.iter().map(|r| r.id).collect(),
+        full,
+    };
     let tree_reader = &mut store.checking_reader();
     for dataset in store.catalog().datasets()? {
         let mut next = dataset.head;
@@ -261,7 +332,7 @@ pub fn verify(
             };
             next = record.version.parent;
             report.versions += 1;
-            match reader.version(&id) {
+            match check.reader.version(&id) {
                 Ok(stored) if record.agrees_with(&stored) => {}
                 Ok(_) => report
                     .problems
@@ -270,7 +341,7 @@ pub fn verify(
             }
             // A remote's provenance arrives with the version (fetch takes both), so it must be here.
             if let Some(provenance) = &record.version.provenance
-                && let Err(e) = reader.provenance(provenance)
+                && let Err(e) = check.reader.provenance(provenance)
             {
                 report.problems.push(format!("version {id}: {e}"));
             }
@@ -278,78 +349,120 @@ pub fn verify(
             if store.catalog().removed_at(&id)?.is_some() {
                 continue;
             }
-            // The version's paths one at a time (its trees read by a reader of their own),
-            // not a listing of them all.
-            let entries = match tree::walk_version(tree_reader, &record.version) {
-                Ok(entries) => entries,
+            check.version_files(tree_reader, &id, &record.version, report)?;
+        }
+    }
+    Ok(())
+}
+
+impl FileCheck<'_, '_> {
+    /// Checks every file of version `id` not checked yet, walking its paths one at a time
+    /// (its trees read by `tree_reader`), not a listing of them all.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Io`] spilling.
+    fn version_files(
+        &mut self,
+        tree_reader: &mut crate::store::ObjectReader<'_>,
+        id: &ObjectId,
+        version: &crate::object::Version,
+        report: &mut VerifyReport,
+    ) -> Result<()> {
+        let entries = match tree::walk_version(tree_reader, version) {
+            Ok(entries) => entries,
+            Err(e) => {
+                report.problems.push(format!("version {id}: {e}"));
+                return Ok(());
+            }
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
                 Err(e) => {
                     report.problems.push(format!("version {id}: {e}"));
-                    continue;
+                    break;
                 }
             };
-            for entry in entries {
-                let entry = match entry {
-                    Ok(entry) => entry,
-                    Err(e) => {
-                        report.problems.push(format!("version {id}: {e}"));
-                        break;
-                    }
-                };
-                if !matches!(entry.kind, FlatKind::File { .. })
-                    || entry.size == 0
-                    || !seen_files.insert(entry.id.0).map_err(spill_error)?
-                {
-                    continue;
+            if !matches!(entry.kind, FlatKind::File { .. })
+                || entry.size == 0
+                || !self
+                    .seen_files
+                    .insert(entry.id.0)
+                    .map_err(spill_error(self.store))?
+            {
+                continue;
+            }
+            self.file(&entry, id, report)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that every chunk of the file `entry` (of version `id`) is in a verified pack
+    /// (or the file on a remote); with `full`, reassembles it and checks the whole against
+    /// its id (catches a file map listing wrong chunks of the right lengths).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Io`] spilling.
+    fn file(
+        &mut self,
+        entry: &tree::FlatEntry,
+        id: &ObjectId,
+        report: &mut VerifyReport,
+    ) -> Result<()> {
+        let chunks = match self.reader.file_chunks(&entry.id, entry.size) {
+            Ok(chunks) => chunks,
+            Err(Error::MissingObject { .. })
+                if on_remotes(
+                    self.store,
+                    self.reader,
+                    &self.remotes,
+                    &entry.id,
+                    entry.size,
+                )? =>
+            {
+                report.files_on_remotes += 1;
+                return Ok(());
+            }
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("{} in version {}: {e}", entry.path, id.short()));
+                return Ok(());
+            }
+        };
+        let mut whole = true;
+        for (chunk, _) in &chunks {
+            if self
+                .indexed
+                .contains(&chunk.0)
+                .map_err(spill_error(self.store))?
+            {
+                continue;
+            }
+            whole = false;
+            report.problems.push(format!(
+                "{}: chunk {chunk} is in no verified pack",
+                entry.path
+            ));
+        }
+        if self.full && whole {
+            match self
+                .reader
+                .write_file(&entry.id, entry.size, None, &mut std::io::sink())
+            {
+                Ok(()) => {
+                    report.files_rehashed += 1;
+                    report.bytes_rehashed += entry.size;
                 }
-                match reader.file_chunks(&entry.id, entry.size) {
-                    Ok(chunks) => {
-                        let mut whole = true;
-                        for (chunk, _) in &chunks {
-                            if indexed.contains(&chunk.0).map_err(spill_error)? {
-                                continue;
-                            }
-                            whole = false;
-                            report.problems.push(format!(
-                                "{}: chunk {chunk} is in no verified pack",
-                                entry.path
-                            ));
-                        }
-                        // --full: reassemble the file and check the whole against its id
-                        // (catches a file map listing wrong chunks of the right lengths).
-                        if full && whole {
-                            match reader.write_file(
-                                &entry.id,
-                                entry.size,
-                                None,
-                                &mut std::io::sink(),
-                            ) {
-                                Ok(()) => {
-                                    report.files_rehashed += 1;
-                                    report.bytes_rehashed += entry.size;
-                                }
-                                Err(e) => report.problems.push(format!(
-                                    "{} in version {}: {e}",
-                                    entry.path,
-                                    id.short()
-                                )),
-                            }
-                        }
-                    }
-                    Err(Error::MissingObject { .. })
-                        if on_remotes(store, reader, &remotes, &entry.id, entry.size)? =>
-                    {
-                        report.files_on_remotes += 1;
-                    }
-                    Err(e) => report.problems.push(format!(
-                        "{} in version {}: {e}",
-                        entry.path,
-                        id.short()
-                    )),
+                Err(e) => {
+                    report
+                        .problems
+                        .push(format!("{} in version {}: {e}", entry.path, id.short()))
                 }
             }
         }
+        Ok(())
     }
-    Ok(report)
 }
 
 /// True when every chunk of file `id` is here or on one of `remotes` (by their indexes).
