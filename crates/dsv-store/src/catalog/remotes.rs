@@ -707,6 +707,11 @@ mod tests {
             catalog.remote_packs(origin).unwrap(),
             HashSet::from([pack.id])
         );
+        let frames: i64 = catalog
+            .conn()
+            .query_row("SELECT count(*) FROM remote_frames", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(frames, 1, "a known pack is indexed once");
         assert!(catalog.remote_packs(backup).unwrap().is_empty());
         let found = catalog
             .remote_locate(origin, &a, ObjectKind::Chunk)
