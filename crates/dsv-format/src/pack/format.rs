@@ -243,3 +243,282 @@ pub fn decode_index(
     }
     Ok((frames, objects))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(
+        offset: u64,
+        stored_length: u32,
+        raw_length: u32,
+        compression: Compression,
+    ) -> FrameRecord {
+        FrameRecord {
+            offset,
+            stored_length,
+            raw_length,
+            compression,
+        }
+    }
+
+    fn object(kind: ObjectKind, frame: u32, offset: u32, length: u32) -> ObjectRecord {
+        ObjectRecord {
+            id: ObjectId::of(&[kind as u8, frame as u8, offset as u8]),
+            kind,
+            frame,
+            offset,
+            length,
+        }
+    }
+
+    /// The index of one stored-as-is frame of `raw` bytes at the header's end, with `objects`.
+    fn one_frame_index(raw: u32, objects: &[ObjectRecord]) -> (Vec<u8>, u64) {
+        let frames = [frame(HEADER_LEN, raw, raw, Compression::None)];
+        (encode_index(&frames, objects), HEADER_LEN + u64::from(raw))
+    }
+
+    #[test]
+    fn a_frame_record_round_trips_through_its_24_byte_encoding() {
+        for record in [
+            frame(HEADER_LEN, 7, 9, Compression::Zstd),
+            frame(u64::MAX, u32::MAX, u32::MAX, Compression::None),
+        ] {
+            let mut bytes = Vec::new();
+            record.encode_into(&mut bytes);
+            assert_eq!(bytes.len(), FRAME_RECORD_LEN);
+            assert_eq!(&bytes[17..], &[0; 7], "reserved bytes are zero");
+            assert_eq!(
+                FrameRecord::decode(bytes.as_slice().try_into().unwrap()),
+                Some(record)
+            );
+        }
+    }
+
+    #[test]
+    fn an_object_record_round_trips_through_its_48_byte_encoding() {
+        for kind in (1..=6).map(|k| ObjectKind::from_u8(k).unwrap()) {
+            let record = ObjectRecord {
+                id: ObjectId::of(kind.name().as_bytes()),
+                kind,
+                frame: 0x0102_0304,
+                offset: u32::MAX,
+                length: 0x0a0b_0c0d,
+            };
+            let mut bytes = Vec::new();
+            record.encode_into(&mut bytes);
+            assert_eq!(bytes.len(), OBJECT_RECORD_LEN);
+            assert_eq!(&bytes[..32], &record.id.0);
+            assert_eq!(&bytes[33..36], &[0; 3], "reserved bytes are zero");
+            assert_eq!(
+                ObjectRecord::decode(bytes.as_slice().try_into().unwrap()),
+                Some(record)
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_compression_or_kind_byte_decodes_to_none() {
+        let mut bytes = Vec::new();
+        frame(HEADER_LEN, 1, 1, Compression::None).encode_into(&mut bytes);
+        bytes[16] = 2;
+        assert_eq!(
+            FrameRecord::decode(bytes.as_slice().try_into().unwrap()),
+            None
+        );
+        let mut bytes = Vec::new();
+        object(ObjectKind::Chunk, 0, 0, 1).encode_into(&mut bytes);
+        for unknown in [0, 7, 255] {
+            bytes[32] = unknown;
+            assert_eq!(
+                ObjectRecord::decode(bytes.as_slice().try_into().unwrap()),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn an_index_round_trips_through_encode_and_decode() {
+        let frames = vec![
+            frame(HEADER_LEN, 100, 300, Compression::Zstd),
+            frame(HEADER_LEN + 100, 50, 50, Compression::None),
+        ];
+        let objects = vec![
+            object(ObjectKind::Chunk, 0, 0, 200),
+            object(ObjectKind::Tree, 0, 200, 100),
+            object(ObjectKind::FileMap, 1, 0, 50),
+        ];
+        let bytes = encode_index(&frames, &objects);
+        assert_eq!(
+            bytes.len(),
+            8 + 2 * FRAME_RECORD_LEN + 3 * OBJECT_RECORD_LEN
+        );
+        assert_eq!(&bytes[..8], &[2, 0, 0, 0, 3, 0, 0, 0]);
+        assert_eq!(
+            decode_index(&bytes, HEADER_LEN + 150),
+            Ok((frames, objects))
+        );
+        assert_eq!(
+            decode_index(&encode_index(&[], &[]), HEADER_LEN),
+            Ok((vec![], vec![]))
+        );
+    }
+
+    #[test]
+    fn an_index_claiming_more_records_than_a_pack_may_hold_is_refused_before_allocating() {
+        // Only the 8 count bytes are there: a decoder that trusted the counts would reserve
+        // gigabytes, or fail on the length check instead of the limit.
+        for (frames, objects) in [
+            (MAX_PACK_FRAMES + 1, 0),
+            (0, MAX_PACK_OBJECTS + 1),
+            (u32::MAX, u32::MAX),
+        ] {
+            let mut bytes = frames.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&objects.to_le_bytes());
+            let error = decode_index(&bytes, u64::MAX).unwrap_err();
+            assert!(error.contains("more than a pack may hold"), "{error}");
+        }
+        // At the limit, the counts pass and only the length is wrong.
+        let mut bytes = MAX_PACK_FRAMES.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&MAX_PACK_OBJECTS.to_le_bytes());
+        let error = decode_index(&bytes, u64::MAX).unwrap_err();
+        assert!(
+            error.contains("does not match its record counts"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_index_whose_length_disagrees_with_its_counts_is_refused() {
+        let (bytes, data_end) = one_frame_index(10, &[object(ObjectKind::Chunk, 0, 0, 10)]);
+        assert!(decode_index(&bytes, data_end).is_ok());
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_index(&longer, data_end).is_err());
+        assert!(decode_index(&bytes[..bytes.len() - 1], data_end).is_err());
+        for short in 0..8 {
+            assert!(decode_index(&bytes[..short], data_end).is_err());
+        }
+    }
+
+    #[test]
+    fn a_frame_outside_the_data_region_is_refused() {
+        let data_end = HEADER_LEN + 100;
+        let decode = |f: FrameRecord| decode_index(&encode_index(&[f], &[]), data_end);
+        // Ending exactly at the data's end is inside.
+        assert!(decode(frame(HEADER_LEN, 100, 100, Compression::None)).is_ok());
+        assert!(decode(frame(HEADER_LEN + 99, 1, 1, Compression::None)).is_ok());
+        for outside in [
+            frame(HEADER_LEN - 1, 1, 1, Compression::None),
+            frame(0, 1, 1, Compression::None),
+            frame(HEADER_LEN, 101, 101, Compression::None),
+            frame(HEADER_LEN + 100, 1, 1, Compression::None),
+            frame(u64::MAX, 1, 1, Compression::None),
+            frame(u64::MAX - 1, 10, 10, Compression::None),
+        ] {
+            let error = decode(outside).unwrap_err();
+            assert!(
+                error.contains("outside the pack's data"),
+                "{outside:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_frame_claiming_more_than_max_frame_raw_bytes_is_refused() {
+        let decode = |raw: u32| {
+            decode_index(
+                &encode_index(&[frame(HEADER_LEN, 10, raw, Compression::Zstd)], &[]),
+                HEADER_LEN + 10,
+            )
+        };
+        assert!(decode(MAX_FRAME_RAW).is_ok());
+        assert!(decode(MAX_FRAME_RAW + 1).is_err());
+        assert!(decode(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn max_stored_len_is_the_raw_length_as_is_and_zstds_bound_compressed() {
+        assert_eq!(max_stored_len(1000, Compression::None), 1000);
+        assert_eq!(max_stored_len(0, Compression::None), 0);
+        let bound = max_stored_len(1000, Compression::Zstd);
+        assert!(bound > 1000, "{bound}");
+        assert_eq!(bound, zstd::zstd_safe::compress_bound(1000) as u64);
+    }
+
+    #[test]
+    fn a_frame_storing_more_bytes_than_its_raw_length_allows_is_refused() {
+        let decode = |stored: u32, raw: u32, compression| {
+            decode_index(
+                &encode_index(&[frame(HEADER_LEN, stored, raw, compression)], &[]),
+                HEADER_LEN + 1_000_000,
+            )
+        };
+        assert!(decode(100, 100, Compression::None).is_ok());
+        let error = decode(101, 100, Compression::None).unwrap_err();
+        assert!(error.contains("stored bytes"), "{error}");
+        let bound = max_stored_len(100, Compression::Zstd) as u32;
+        assert!(bound > 101);
+        assert!(decode(bound, 100, Compression::Zstd).is_ok());
+        assert!(decode(bound + 1, 100, Compression::Zstd).is_err());
+    }
+
+    #[test]
+    fn an_object_outside_its_frame_or_naming_no_frame_is_refused() {
+        let decode = |o: ObjectRecord| {
+            let (bytes, end) = one_frame_index(100, &[o]);
+            decode_index(&bytes, end)
+        };
+        assert!(decode(object(ObjectKind::Chunk, 0, 0, 100)).is_ok());
+        assert!(decode(object(ObjectKind::Chunk, 0, 100, 0)).is_ok());
+        assert!(decode(object(ObjectKind::Chunk, 0, 60, 40)).is_ok());
+        for outside in [
+            object(ObjectKind::Chunk, 0, 0, 101),
+            object(ObjectKind::Chunk, 0, 61, 40),
+            object(ObjectKind::Chunk, 0, 101, 0),
+            // Would wrap in u32 arithmetic.
+            object(ObjectKind::Chunk, 0, u32::MAX, 2),
+            object(ObjectKind::Chunk, 0, 1, u32::MAX),
+        ] {
+            let error = decode(outside).unwrap_err();
+            assert!(error.contains("outside its frame"), "{outside:?}: {error}");
+        }
+        let error = decode(object(ObjectKind::Chunk, 1, 0, 1)).unwrap_err();
+        assert!(error.contains("does not exist"), "{error}");
+    }
+
+    #[test]
+    fn a_version_longer_than_max_version_len_is_refused_and_other_kinds_are_not() {
+        let max = crate::object::MAX_VERSION_LEN;
+        let decode = |kind, length| {
+            let (bytes, end) = one_frame_index(max + 1, &[object(kind, 0, 0, length)]);
+            decode_index(&bytes, end)
+        };
+        assert!(decode(ObjectKind::Version, max).is_ok());
+        let error = decode(ObjectKind::Version, max + 1).unwrap_err();
+        assert!(error.contains("longer than a version may be"), "{error}");
+        assert!(decode(ObjectKind::Chunk, max + 1).is_ok());
+        assert!(decode(ObjectKind::Tree, max + 1).is_ok());
+    }
+
+    #[test]
+    fn an_unknown_byte_in_a_record_is_refused() {
+        let (mut bytes, end) = one_frame_index(10, &[object(ObjectKind::Chunk, 0, 0, 10)]);
+        let kind_at = 8 + FRAME_RECORD_LEN + 32;
+        bytes[kind_at] = 0;
+        assert!(decode_index(&bytes, end).is_err());
+        bytes[kind_at] = ObjectKind::Chunk as u8;
+        bytes[8 + 16] = 9;
+        assert!(decode_index(&bytes, end).is_err());
+    }
+
+    #[test]
+    fn max_index_len_is_the_index_of_a_full_pack() {
+        assert_eq!(
+            MAX_INDEX_LEN,
+            8 + u64::from(MAX_PACK_FRAMES) * 24 + u64::from(MAX_PACK_OBJECTS) * 48
+        );
+        assert_eq!(TRAILER_LEN, 8 + 8 + 32 + 8);
+        assert_eq!(HEADER_LEN as usize, MAGIC.len() + 4 + 4);
+    }
+}

@@ -486,4 +486,468 @@ mod tests {
             "a flipped byte went unnoticed"
         );
     }
+
+    /// Bytes zstd cannot shrink (BLAKE3's extendable output).
+    fn noise(len: usize, seed: u32) -> Vec<u8> {
+        let mut out = vec![0; len];
+        blake3::Hasher::new()
+            .update(&seed.to_le_bytes())
+            .finalize_xof()
+            .fill(&mut out);
+        out
+    }
+
+    /// The chunks of the pack [`sample_pack`] writes, frame by frame.
+    fn sample_chunks() -> Vec<Vec<Vec<u8>>> {
+        vec![
+            vec![b"line of text\n".repeat(300), b"more text".repeat(40)],
+            vec![noise(4000, 1)],
+            vec![noise(10, 2), b"".to_vec(), b"z".repeat(5000)],
+        ]
+    }
+
+    /// A pack of [`sample_chunks`] in `dir`: its seal and its path.
+    fn sample_pack(dir: &Path) -> (crate::pack::SealedPack, PathBuf) {
+        let mut writer = PackWriter::create(dir, dir).unwrap();
+        for chunks in sample_chunks() {
+            let mut frame = FrameBuilder::default();
+            for chunk in &chunks {
+                frame.push(ObjectId::of(chunk), ObjectKind::Chunk, chunk);
+            }
+            writer.add_frame(frame.encode(3)).unwrap();
+        }
+        let sealed = writer.finish().unwrap();
+        let path = crate::pack::writer::pack_path(dir, &sealed.id);
+        (sealed, path)
+    }
+
+    fn location(pack: ObjectId, frame: &format::FrameRecord) -> FrameLocation {
+        FrameLocation {
+            pack,
+            offset: frame.offset,
+            stored_length: frame.stored_length,
+            raw_length: frame.raw_length,
+            compression: frame.compression,
+        }
+    }
+
+    /// The pack's bytes before its index (header and frames).
+    fn data_of(bytes: &[u8]) -> &[u8] {
+        let trailer = &bytes[bytes.len() - format::TRAILER_LEN as usize..];
+        let index_offset = u64::from_le_bytes(trailer[0..8].try_into().unwrap());
+        &bytes[..index_offset as usize]
+    }
+
+    /// `data` followed by `index` and a trailer that fits them (offset, length, hash, magic).
+    fn sealed_with(data: &[u8], index: &[u8]) -> Vec<u8> {
+        let mut out = data.to_vec();
+        out.extend_from_slice(index);
+        out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(index.len() as u64).to_le_bytes());
+        out.extend_from_slice(blake3::hash(index).as_bytes());
+        out.extend_from_slice(format::END_MAGIC);
+        out
+    }
+
+    /// `bytes` with trailer fields `offset` and `length` replaced (the hash kept).
+    fn with_trailer_position(bytes: &[u8], offset: u64, length: u64) -> Vec<u8> {
+        let mut out = bytes.to_vec();
+        let at = out.len() - format::TRAILER_LEN as usize;
+        out[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        out[at + 8..at + 16].copy_from_slice(&length.to_le_bytes());
+        out
+    }
+
+    /// What [`read_index`] says of a file holding `bytes`.
+    fn read_index_of(
+        bytes: &[u8],
+    ) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("damaged.pack");
+        std::fs::write(&path, bytes).unwrap();
+        read_index(&File::open(&path).unwrap(), &path)
+    }
+
+    fn corrupt_detail<T: std::fmt::Debug>(result: Result<T>) -> String {
+        match result {
+            Err(Error::Corrupt { detail, .. }) => detail,
+            other => panic!("expected Error::Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_frame_reads_back_bit_identical_to_what_the_writer_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, _) = sample_pack(dir.path());
+        let compressions: Vec<_> = sealed.frames.iter().map(|f| f.compression).collect();
+        assert!(compressions.contains(&Compression::Zstd));
+        assert!(compressions.contains(&Compression::None));
+        // One cache slot: every frame is read from the file again.
+        let mut reader = PackReader::new(dir.path(), 0);
+        for _ in 0..2 {
+            for (frame, chunks) in sealed.frames.iter().zip(sample_chunks()) {
+                assert_eq!(
+                    reader.frame(&location(sealed.id, frame)).unwrap(),
+                    chunks.concat()
+                );
+            }
+        }
+        let chunks: Vec<Vec<u8>> = sample_chunks().into_iter().flatten().collect();
+        assert_eq!(sealed.objects.len(), chunks.len());
+        for (object, chunk) in sealed.objects.iter().zip(&chunks) {
+            let at = location(sealed.id, &sealed.frames[object.frame as usize]);
+            let bytes = reader
+                .object(&at, object.offset, object.length, &object.id, true)
+                .unwrap();
+            assert_eq!(&bytes, chunk);
+        }
+    }
+
+    #[test]
+    fn the_tail_is_the_files_index_and_trailer_and_parses_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, path) = sample_pack(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let tail = read_tail(&path).unwrap();
+        assert_eq!(tail, &bytes[data_of(&bytes).len()..]);
+        let (frames, objects) = parse_tail(&tail, sealed.size).unwrap();
+        assert_eq!(frames, sealed.frames);
+        assert_eq!(objects, sealed.objects);
+        assert_eq!(
+            read_index(&File::open(&path).unwrap(), &path).unwrap(),
+            (frames, objects)
+        );
+    }
+
+    #[test]
+    fn a_tail_whose_position_or_hash_is_wrong_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, path) = sample_pack(dir.path());
+        let tail = read_tail(&path).unwrap();
+        let size = sealed.size;
+        // Another pack size: the index does not sit where the trailer says.
+        assert!(parse_tail(&tail, size + 1).is_err());
+        assert!(parse_tail(&tail, size - 1).is_err());
+        assert!(parse_tail(&tail, u64::MAX).is_err());
+        let index_len = tail.len() as u64 - format::TRAILER_LEN;
+        let offset = size - tail.len() as u64;
+        for (offset, length) in [
+            (offset, index_len + 1),
+            (offset, u64::MAX),
+            (offset + 1, index_len),
+            (u64::MAX, index_len),
+            (format::HEADER_LEN - 1, index_len),
+        ] {
+            let moved = with_trailer_position(&tail, offset, length);
+            assert!(parse_tail(&moved, size).is_err(), "{offset} {length}");
+        }
+        // A tail claiming a shorter pack whose index would start inside the header.
+        let short = tail.len() as u64 + format::HEADER_LEN - 1;
+        let early = with_trailer_position(&tail, format::HEADER_LEN - 1, index_len);
+        assert!(parse_tail(&early, short).is_err());
+        // The hash, the magic, too short a tail.
+        let mut flipped = tail.clone();
+        flipped[0] ^= 1;
+        let error = parse_tail(&flipped, size).unwrap_err();
+        assert!(error.contains("hash"), "{error}");
+        let mut magic = tail.clone();
+        *magic.last_mut().unwrap() ^= 1;
+        assert!(parse_tail(&magic, size).is_err());
+        for cut in [0, 1, format::TRAILER_LEN as usize - 1] {
+            assert!(parse_tail(&tail[tail.len() - cut..], size).is_err());
+        }
+    }
+
+    #[test]
+    fn a_trailer_claiming_an_index_larger_than_the_file_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, path) = sample_pack(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let len = bytes.len() as u64;
+        let data = data_of(&bytes).len() as u64;
+        let index_len = len - format::TRAILER_LEN - data;
+        for (offset, length) in [
+            (data, index_len + 1),
+            (data, len),
+            (data, u64::MAX),
+            (data - 1, index_len),
+            (u64::MAX, index_len),
+            (0, len - format::TRAILER_LEN),
+            (format::HEADER_LEN, u64::MAX - format::HEADER_LEN + 1),
+        ] {
+            let detail = corrupt_detail(read_index_of(&with_trailer_position(
+                &bytes, offset, length,
+            )));
+            assert!(
+                detail.contains("index position"),
+                "{offset} {length}: {detail}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_index_longer_than_any_pack_may_have_is_refused_before_it_is_read() {
+        // A sparse file just over the longest index: a trailer placing the index right after
+        // the header is consistent with the file's length, but claims more than a pack may.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.pack");
+        let index_len = format::MAX_INDEX_LEN + 1;
+        let len = format::HEADER_LEN + index_len + format::TRAILER_LEN;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(len).unwrap();
+        let mut header = format::MAGIC.to_vec();
+        header.extend_from_slice(&format::FORMAT_VERSION.to_le_bytes());
+        header.extend_from_slice(&[0; 4]);
+        file.write_all_at(&header, 0).unwrap();
+        let mut trailer = format::HEADER_LEN.to_le_bytes().to_vec();
+        trailer.extend_from_slice(&index_len.to_le_bytes());
+        trailer.extend_from_slice(&[0; 32]);
+        trailer.extend_from_slice(format::END_MAGIC);
+        file.write_all_at(&trailer, len - format::TRAILER_LEN)
+            .unwrap();
+        let detail = corrupt_detail(read_index(&file, &path));
+        assert!(
+            detail.contains("longer than a pack's index may be"),
+            "{detail}"
+        );
+        let detail = corrupt_detail(read_tail(&path));
+        assert!(
+            detail.contains("longer than a pack's index may be"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn an_index_that_does_not_match_its_hash_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, path) = sample_pack(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let data = data_of(&bytes).len();
+        let hash_at = bytes.len() - format::TRAILER_LEN as usize + 16;
+        for at in [
+            data,
+            data + 9,
+            bytes.len() - format::TRAILER_LEN as usize - 1,
+            hash_at,
+            hash_at + 31,
+        ] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x40;
+            let detail = corrupt_detail(read_index_of(&damaged));
+            assert!(
+                detail.contains("does not match its hash"),
+                "byte {at}: {detail}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_hashed_index_with_records_outside_the_file_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, path) = sample_pack(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let data = data_of(&bytes);
+        let data_end = data.len() as u64;
+        let reseal = |frames: &[format::FrameRecord], objects: &[format::ObjectRecord]| {
+            sealed_with(data, &format::encode_index(frames, objects))
+        };
+        // Unchanged, resealing gives the file back.
+        assert_eq!(reseal(&sealed.frames, &sealed.objects), bytes);
+        let mut past_the_end = sealed.frames.clone();
+        past_the_end[2].offset = data_end - u64::from(past_the_end[2].stored_length) + 1;
+        let mut into_the_header = sealed.frames.clone();
+        into_the_header[0].offset = format::HEADER_LEN - 1;
+        let mut past_its_frame = sealed.objects.clone();
+        past_its_frame[0].length = sealed.frames[0].raw_length + 1;
+        let mut no_such_frame = sealed.objects.clone();
+        no_such_frame[0].frame = 3;
+        for damaged in [
+            reseal(&past_the_end, &sealed.objects),
+            reseal(&into_the_header, &sealed.objects),
+            reseal(&sealed.frames, &past_its_frame),
+            reseal(&sealed.frames, &no_such_frame),
+        ] {
+            corrupt_detail(read_index_of(&damaged));
+        }
+    }
+
+    #[test]
+    fn a_hashed_index_claiming_more_records_than_a_pack_may_hold_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, path) = sample_pack(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        for (frames, objects) in [
+            (format::MAX_PACK_FRAMES + 1, 0u32),
+            (0, format::MAX_PACK_OBJECTS + 1),
+            (u32::MAX, u32::MAX),
+        ] {
+            let mut index = frames.to_le_bytes().to_vec();
+            index.extend_from_slice(&objects.to_le_bytes());
+            let detail = corrupt_detail(read_index_of(&sealed_with(data_of(&bytes), &index)));
+            assert!(detail.contains("more than a pack may hold"), "{detail}");
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_whole_pack_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, path) = sample_pack(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let minimum = (format::HEADER_LEN + format::TRAILER_LEN) as usize;
+        for cut in [0, 1, minimum - 1] {
+            corrupt_detail(read_index_of(&bytes[..cut]));
+        }
+        corrupt_detail(read_index_of(&bytes[..bytes.len() - 1]));
+        corrupt_detail(read_index_of(&bytes[1..]));
+        let mut magic = bytes.clone();
+        magic[0] ^= 1;
+        assert!(corrupt_detail(read_index_of(&magic)).contains("magic"));
+        let mut version = bytes.clone();
+        version[8] = 2;
+        assert!(corrupt_detail(read_index_of(&version)).contains("version 2"));
+        // The smallest pack, no frames, reads back.
+        let empty = sealed_with(
+            &bytes[..format::HEADER_LEN as usize],
+            &format::encode_index(&[], &[]),
+        );
+        assert_eq!(read_index_of(&empty).unwrap(), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_frame_location_past_the_limits_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, _) = sample_pack(dir.path());
+        let mut reader = PackReader::new(dir.path(), 2);
+        let good = location(sealed.id, &sealed.frames[1]);
+        assert_eq!(good.compression, Compression::None);
+        let too_large = FrameLocation {
+            raw_length: format::MAX_FRAME_RAW + 1,
+            stored_length: format::MAX_FRAME_RAW + 1,
+            ..good
+        };
+        assert!(corrupt_detail(reader.frame(&too_large)).contains("claims"));
+        let overstored = FrameLocation {
+            stored_length: good.raw_length + 1,
+            ..good
+        };
+        assert!(corrupt_detail(reader.frame(&overstored)).contains("stored bytes"));
+        // Past the end of the file.
+        let past_the_end = FrameLocation {
+            offset: sealed.size - 10,
+            ..good
+        };
+        assert!(corrupt_detail(reader.frame(&past_the_end)).contains("truncated"));
+        let far = FrameLocation {
+            offset: sealed.size + 1_000_000,
+            ..good
+        };
+        assert!(corrupt_detail(reader.frame(&far)).contains("truncated"));
+        // A missing pack.
+        let missing = FrameLocation {
+            pack: ObjectId::of(b"no such pack"),
+            ..good
+        };
+        assert!(corrupt_detail(reader.frame(&missing)).contains("missing"));
+        // The reader still serves the good frame.
+        assert_eq!(reader.frame(&good).unwrap(), noise(4000, 1));
+    }
+
+    #[test]
+    fn a_frame_that_does_not_decompress_to_its_recorded_length_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, _) = sample_pack(dir.path());
+        let zstd = location(sealed.id, &sealed.frames[0]);
+        assert_eq!(zstd.compression, Compression::Zstd);
+        let raw = sealed.frames[1];
+        let mut reader = PackReader::new(dir.path(), 4);
+        for wrong in [
+            FrameLocation {
+                raw_length: zstd.raw_length - 1,
+                ..zstd
+            },
+            FrameLocation {
+                raw_length: zstd.raw_length + 1,
+                ..zstd
+            },
+            // Stored bytes that are not one zstd frame.
+            FrameLocation {
+                compression: Compression::Zstd,
+                ..location(sealed.id, &raw)
+            },
+            FrameLocation {
+                stored_length: zstd.stored_length - 1,
+                ..zstd
+            },
+            // Stored as is, but fewer stored bytes than raw ones.
+            FrameLocation {
+                stored_length: raw.stored_length - 1,
+                ..location(sealed.id, &raw)
+            },
+        ] {
+            corrupt_detail(reader.frame(&wrong));
+        }
+    }
+
+    #[test]
+    fn an_object_is_served_only_inside_its_frame_and_matching_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, _) = sample_pack(dir.path());
+        let mut reader = PackReader::new(dir.path(), 2);
+        let object = sealed.objects[0];
+        let at = location(sealed.id, &sealed.frames[0]);
+        let frame_len = at.raw_length;
+        for (offset, length) in [(0, frame_len + 1), (frame_len, 1), (u32::MAX, u32::MAX)] {
+            let detail = corrupt_detail(reader.object(&at, offset, length, &object.id, false));
+            assert!(detail.contains("outside its frame"), "{detail}");
+        }
+        // Other bytes than the id's.
+        let other = sealed.objects[1];
+        let detail =
+            corrupt_detail(reader.object(&at, other.offset, other.length, &object.id, true));
+        assert!(detail.contains("does not match its hash"), "{detail}");
+        // Unchecked (a file map's key is its file's id), the bytes are served as they are.
+        let bytes = reader
+            .object(&at, other.offset, other.length, &object.id, false)
+            .unwrap();
+        assert_eq!(bytes, sample_chunks()[0][1]);
+        let length = reader
+            .with_object(
+                &at,
+                object.offset,
+                object.length,
+                &object.id,
+                true,
+                <[u8]>::len,
+            )
+            .unwrap();
+        assert_eq!(length, object.length as usize);
+    }
+
+    #[test]
+    fn verify_pack_refuses_a_pack_not_named_by_its_hash_or_listing_objects_out_of_frame_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, path) = sample_pack(dir.path());
+        assert!(
+            corrupt_detail(verify_pack(&path, &ObjectId::of(b"another name")))
+                .contains("do not hash to its name")
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        let mut objects = sealed.objects.clone();
+        objects.reverse();
+        let reordered = sealed_with(
+            data_of(&bytes),
+            &format::encode_index(&sealed.frames, &objects),
+        );
+        let id = ObjectId::of(&reordered);
+        let other = crate::pack::writer::pack_path(dir.path(), &id);
+        std::fs::write(&other, &reordered).unwrap();
+        let detail = corrupt_detail(verify_pack(&other, &id));
+        assert!(detail.contains("out of frame order"), "{detail}");
+    }
 }

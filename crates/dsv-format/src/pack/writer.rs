@@ -427,3 +427,266 @@ impl PackWriter {
 pub fn pack_path(packs_dir: &Path, id: &ObjectId) -> PathBuf {
     packs_dir.join(format!("{id}.pack"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// Bytes zstd cannot shrink (BLAKE3's extendable output).
+    fn noise(len: usize, seed: u32) -> Vec<u8> {
+        let mut out = vec![0; len];
+        blake3::Hasher::new()
+            .update(&seed.to_le_bytes())
+            .finalize_xof()
+            .fill(&mut out);
+        out
+    }
+
+    fn chunk_frame(chunks: &[&[u8]]) -> EncodedFrame {
+        let mut builder = FrameBuilder::default();
+        for chunk in chunks {
+            builder.push(ObjectId::of(chunk), ObjectKind::Chunk, chunk);
+        }
+        builder.encode(3)
+    }
+
+    /// A pack of two frames (one compressed, one stored as is) in `dir`: its seal and bytes.
+    fn two_frame_pack(dir: &Path) -> (SealedPack, Vec<u8>) {
+        let mut writer = PackWriter::create(dir, dir).unwrap();
+        let text = b"the same line again\n".repeat(200);
+        writer.add_frame(chunk_frame(&[&text, b"tail"])).unwrap();
+        writer.add_frame(chunk_frame(&[&noise(3000, 1)])).unwrap();
+        let sealed = writer.finish().unwrap();
+        let bytes = fs::read(pack_path(dir, &sealed.id)).unwrap();
+        (sealed, bytes)
+    }
+
+    #[test]
+    fn a_sealed_packs_name_and_id_are_the_blake3_of_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, bytes) = two_frame_pack(dir.path());
+        assert_eq!(sealed.id, ObjectId::of(&bytes));
+        assert_eq!(sealed.size, bytes.len() as u64);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, [format!("{}.pack", ObjectId::of(&bytes))]);
+    }
+
+    #[test]
+    fn a_pack_has_the_documented_header_index_and_trailer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, bytes) = two_frame_pack(dir.path());
+        assert_eq!(&bytes[..8], format::MAGIC);
+        assert_eq!(&bytes[8..12], &format::FORMAT_VERSION.to_le_bytes());
+        assert_eq!(&bytes[12..16], &[0; 4]);
+        let trailer = &bytes[bytes.len() - format::TRAILER_LEN as usize..];
+        let index_offset = u64::from_le_bytes(trailer[0..8].try_into().unwrap()) as usize;
+        let index_len = u64::from_le_bytes(trailer[8..16].try_into().unwrap()) as usize;
+        let index = &bytes[index_offset..index_offset + index_len];
+        assert_eq!(index_offset + index_len + trailer.len(), bytes.len());
+        assert_eq!(index, format::encode_index(&sealed.frames, &sealed.objects));
+        assert_eq!(&trailer[16..48], blake3::hash(index).as_bytes());
+        assert_eq!(&trailer[48..], format::END_MAGIC);
+        // Frames lie back to back from the header to the index.
+        let mut next = format::HEADER_LEN;
+        for frame in &sealed.frames {
+            assert_eq!(frame.offset, next);
+            next += u64::from(frame.stored_length);
+        }
+        assert_eq!(next, index_offset as u64);
+    }
+
+    #[test]
+    fn a_frame_is_compressed_only_when_that_shrinks_it() {
+        let text = b"abcabcabc".repeat(1000);
+        let compressed = chunk_frame(&[&text]);
+        assert_eq!(compressed.compression, Compression::Zstd);
+        assert!(compressed.stored_len() < text.len());
+        assert_eq!(compressed.raw_length as usize, text.len());
+        let random = noise(5000, 7);
+        let raw = chunk_frame(&[&random]);
+        assert_eq!(raw.compression, Compression::None);
+        assert_eq!(raw.stored, random);
+        assert_eq!(raw.raw_length, 5000);
+    }
+
+    #[test]
+    fn a_frame_builder_places_objects_back_to_back_and_empties_on_encode() {
+        let mut builder = FrameBuilder::with_capacity(16);
+        assert!(builder.is_empty());
+        let (a, b, c) = (b"first".as_slice(), b"".as_slice(), b"third!".as_slice());
+        for bytes in [a, b, c] {
+            builder.push(ObjectId::of(bytes), ObjectKind::Chunk, bytes);
+        }
+        assert!(!builder.is_empty());
+        assert_eq!(builder.len(), 11);
+        let frame = builder.encode(3);
+        assert_eq!(
+            frame.objects,
+            [
+                (ObjectId::of(a), ObjectKind::Chunk, 0, 5),
+                (ObjectId::of(b), ObjectKind::Chunk, 5, 0),
+                (ObjectId::of(c), ObjectKind::Chunk, 5, 6),
+            ]
+        );
+        assert!(builder.is_empty());
+        assert_eq!(builder.len(), 0);
+    }
+
+    #[test]
+    fn the_index_records_each_frames_objects_under_its_frame_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, bytes) = two_frame_pack(dir.path());
+        let frames: Vec<u32> = sealed.objects.iter().map(|o| o.frame).collect();
+        assert_eq!(frames, [0, 0, 1]);
+        // The stored bytes of each frame are the encoder's output, at the recorded offset.
+        let second = &sealed.frames[1];
+        assert_eq!(second.compression, Compression::None);
+        let start = second.offset as usize;
+        assert_eq!(
+            &bytes[start..start + second.stored_length as usize],
+            noise(3000, 1)
+        );
+    }
+
+    #[test]
+    fn a_verified_frame_is_checked_before_it_is_kept() {
+        let data = b"some chunk bytes".repeat(50);
+        let id = ObjectId::of(&data);
+        let stored = zstd::bulk::compress(&data, 3).unwrap();
+        let raw_length = data.len() as u32;
+        let objects = vec![(id, ObjectKind::Chunk, 0, raw_length)];
+        let (frame, raw) = EncodedFrame::verified_with_raw(
+            stored.clone(),
+            raw_length,
+            Compression::Zstd,
+            objects.clone(),
+        )
+        .unwrap();
+        assert_eq!(raw, data);
+        assert_eq!(frame.stored, stored);
+        assert!(
+            EncodedFrame::verified(data.clone(), raw_length, Compression::None, objects.clone())
+                .is_ok()
+        );
+        let refused = |stored: Vec<u8>, raw: u32, compression, objects| {
+            EncodedFrame::verified(stored, raw, compression, objects).is_err()
+        };
+        // Claimed lengths.
+        assert!(refused(
+            vec![],
+            format::MAX_FRAME_RAW + 1,
+            Compression::None,
+            vec![]
+        ));
+        assert!(refused(vec![0; 11], 10, Compression::None, vec![]));
+        assert!(refused(
+            data.clone(),
+            raw_length + 1,
+            Compression::None,
+            vec![]
+        ));
+        assert!(refused(
+            stored.clone(),
+            raw_length - 1,
+            Compression::Zstd,
+            vec![]
+        ));
+        assert!(refused(
+            stored.clone(),
+            raw_length + 1,
+            Compression::Zstd,
+            vec![]
+        ));
+        assert!(refused(b"not zstd".to_vec(), 8, Compression::Zstd, vec![]));
+        // Objects.
+        let outside = vec![(id, ObjectKind::Chunk, 1, raw_length)];
+        assert!(refused(
+            stored.clone(),
+            raw_length,
+            Compression::Zstd,
+            outside
+        ));
+        let misnamed = vec![(ObjectId::of(b"other"), ObjectKind::Chunk, 0, raw_length)];
+        assert!(refused(
+            stored.clone(),
+            raw_length,
+            Compression::Zstd,
+            misnamed
+        ));
+        let not_a_tree = vec![(id, ObjectKind::Tree, 0, raw_length)];
+        assert!(refused(stored, raw_length, Compression::Zstd, not_a_tree));
+    }
+
+    #[test]
+    fn a_sealed_pack_is_read_only_and_leaves_no_temporary_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let packs = tempfile::tempdir().unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let mut writer = PackWriter::create(packs.path(), temp.path()).unwrap();
+        assert_eq!(fs::read_dir(temp.path()).unwrap().count(), 1);
+        writer.add_frame(chunk_frame(&[b"x"])).unwrap();
+        let sealed = writer.finish().unwrap();
+        assert_eq!(fs::read_dir(temp.path()).unwrap().count(), 0);
+        let mode = fs::metadata(pack_path(packs.path(), &sealed.id))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o444);
+    }
+
+    #[test]
+    fn a_writer_dropped_unsealed_removes_its_temporary_file() {
+        let packs = tempfile::tempdir().unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let mut writer = PackWriter::create(packs.path(), temp.path()).unwrap();
+        writer.add_frame(chunk_frame(&[b"abandoned"])).unwrap();
+        assert_eq!(fs::read_dir(temp.path()).unwrap().count(), 1);
+        drop(writer);
+        assert_eq!(fs::read_dir(temp.path()).unwrap().count(), 0);
+        assert_eq!(fs::read_dir(packs.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_writer_counts_its_objects_and_bytes_as_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = PackWriter::create(dir.path(), dir.path()).unwrap();
+        assert!(writer.is_empty());
+        assert_eq!(writer.size(), format::HEADER_LEN);
+        let frame = chunk_frame(&[b"one", b"two"]);
+        let stored = frame.stored_len() as u64;
+        assert!(writer.fits(&frame));
+        writer.add_frame(frame).unwrap();
+        assert!(!writer.is_empty());
+        assert_eq!(writer.object_count(), 2);
+        assert_eq!(writer.size(), format::HEADER_LEN + stored);
+        let sealed = writer.finish().unwrap();
+        let index_len = 8 + 24 + 2 * 48;
+        assert_eq!(
+            sealed.size,
+            format::HEADER_LEN + stored + index_len + format::TRAILER_LEN
+        );
+    }
+
+    #[test]
+    fn a_pack_files_index_reads_back_as_sealed_and_a_size_mismatch_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, _) = two_frame_pack(dir.path());
+        let file = PackFile::from(&sealed);
+        let read = file.read_index(dir.path()).unwrap();
+        assert_eq!((read.id, read.size), (sealed.id, sealed.size));
+        assert_eq!(read.frames, sealed.frames);
+        assert_eq!(read.objects, sealed.objects);
+        let wrong = PackFile {
+            size: sealed.size + 1,
+            ..file
+        };
+        assert!(matches!(
+            wrong.read_index(dir.path()),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+}

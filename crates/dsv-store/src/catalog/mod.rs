@@ -699,4 +699,182 @@ mod tests {
             Err(Error::Corrupt { .. })
         ));
     }
+
+    /// A new catalog in a temporary directory (dropped with it).
+    pub(super) fn new_catalog() -> (tempfile::TempDir, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Catalog::open(&dir.path().join("catalog.db"), true).unwrap();
+        (dir, catalog)
+    }
+
+    /// Version number `n` of `dataset` after `parent`, with its id.
+    pub(super) fn sample_version(
+        dataset: &str,
+        parent: Option<ObjectId>,
+        n: i64,
+    ) -> (ObjectId, crate::object::Version) {
+        let version = crate::object::Version {
+            dataset: dataset.to_string(),
+            tree: ObjectId::of(format!("tree {n}").as_bytes()),
+            parent,
+            author: "tester".into(),
+            time: 1_000 + n,
+            files: n as u64,
+            bytes: 10 * n as u64,
+            source: "/src".into(),
+            provenance: None,
+            message: format!("version {n}"),
+        };
+        (version.id(), version)
+    }
+
+    /// Records `count` versions of `dataset`, each the next one's parent, the last its head;
+    /// returns their ids, oldest first.
+    pub(super) fn add_line(catalog: &mut Catalog, dataset: &str, count: i64) -> Vec<ObjectId> {
+        let writer = catalog.writer().unwrap();
+        let mut ids: Vec<ObjectId> = Vec::new();
+        for n in 0..count {
+            let (id, version) = sample_version(dataset, ids.last().copied(), n);
+            writer.add_version(&id, &version).unwrap();
+            ids.push(id);
+        }
+        writer.commit().unwrap();
+        ids
+    }
+
+    /// A sealed pack (never written: the catalog only records it) named by `seed`, with one
+    /// frame of 1000 raw bytes holding `objects` back to back, 10 bytes each.
+    pub(super) fn sample_pack(
+        seed: &str,
+        objects: &[(ObjectId, crate::object::ObjectKind)],
+    ) -> crate::pack::SealedPack {
+        use crate::pack::{Compression, FrameRecord, ObjectRecord};
+        crate::pack::SealedPack {
+            id: ObjectId::of(seed.as_bytes()),
+            size: 2_000,
+            frames: vec![FrameRecord {
+                offset: 16,
+                stored_length: 500,
+                raw_length: 1_000,
+                compression: Compression::Zstd,
+            }],
+            objects: objects
+                .iter()
+                .enumerate()
+                .map(|(n, &(id, kind))| ObjectRecord {
+                    id,
+                    kind,
+                    frame: 0,
+                    offset: 10 * n as u32,
+                    length: 10,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn every_migration_step_ends_at_the_latest_schema() {
+        for applied in 1..=schema_version() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("catalog.db");
+            {
+                let mut conn = Connection::open(&path).unwrap();
+                migrations(applied).to_latest(&mut conn).unwrap();
+                let version: i64 = conn
+                    .query_row("PRAGMA user_version", [], |row| row.get(0))
+                    .unwrap();
+                assert_eq!(version as usize, applied);
+            }
+            let catalog = Catalog::open(&path, false).unwrap();
+            let version: i64 = catalog
+                .conn()
+                .query_row("PRAGMA user_version", [], |row| row.get(0))
+                .unwrap();
+            assert_eq!(version as usize, schema_version(), "from schema {applied}");
+            catalog.check_integrity().unwrap();
+            assert!(catalog.ref_log_applied().unwrap().is_some());
+        }
+    }
+
+    #[test]
+    fn an_existing_catalog_with_no_schema_is_lost_not_recreated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.db");
+        std::fs::write(&path, b"").unwrap();
+        assert!(matches!(
+            Catalog::open(&path, false),
+            Err(Error::CatalogLost { .. })
+        ));
+        // No schema was written into it: it stays lost.
+        assert!(matches!(
+            Catalog::open(&path, false),
+            Err(Error::CatalogLost { .. })
+        ));
+    }
+
+    #[test]
+    fn creating_a_catalog_beside_a_ref_log_it_never_applied_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(reflog::FILE_NAME), b"a line\n").unwrap();
+        assert!(matches!(
+            Catalog::open(&dir.path().join("catalog.db"), true),
+            Err(Error::CatalogLost { .. })
+        ));
+    }
+
+    #[test]
+    fn a_writer_dropped_without_commit_leaves_nothing() {
+        let (_dir, mut catalog) = new_catalog();
+        let (id, version) = sample_version("ds", None, 1);
+        let log_before = std::fs::read(catalog.ref_log_path()).unwrap();
+        {
+            let writer = catalog.writer().unwrap();
+            writer.add_version(&id, &version).unwrap();
+            assert_eq!(writer.head("ds").unwrap(), Some(id));
+        }
+        assert!(!catalog.has_dataset("ds").unwrap());
+        assert!(catalog.version(&id).unwrap().is_none());
+        assert_eq!(std::fs::read(catalog.ref_log_path()).unwrap(), log_before);
+    }
+
+    #[test]
+    fn a_commit_logs_its_name_changes_and_records_the_logs_length() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 2);
+        let writer = catalog.writer().unwrap();
+        writer.set_tag("ds", "v1", &ids[0], false).unwrap();
+        writer.pin(&ids[1], "keep", Some(99)).unwrap();
+        writer
+            .add_remote("origin", "file:///r", &Default::default())
+            .unwrap();
+        writer.commit().unwrap();
+        let length = std::fs::metadata(catalog.ref_log_path()).unwrap().len();
+        assert_eq!(catalog.ref_log_applied().unwrap(), Some(length));
+        let state = catalog.ref_state().unwrap();
+        assert_eq!(state.heads["ds"], ids[1]);
+        assert_eq!(state.tags[&("ds".to_string(), "v1".to_string())], ids[0]);
+        assert_eq!(state.pins[&ids[1]], ("keep".to_string(), Some(99)));
+        assert_eq!(state.remotes["origin"].0, "file:///r");
+        // The log read back gives the same names.
+        let read = reflog::read(&catalog.ref_log_path(), Some(length)).unwrap();
+        assert_eq!(read.state(), state);
+    }
+
+    #[test]
+    fn a_row_pointing_at_nothing_fails_the_integrity_check() {
+        let (_dir, catalog) = new_catalog();
+        catalog.check_integrity().unwrap();
+        catalog
+            .conn()
+            .execute_batch(
+                "PRAGMA foreign_keys = OFF;
+                 INSERT INTO datasets (id, name, head, created_at) VALUES (1, 'ds', x'01', 0);
+                 PRAGMA foreign_keys = ON;",
+            )
+            .unwrap();
+        let Err(Error::Corrupt { detail, .. }) = catalog.check_integrity() else {
+            panic!("a head naming no version passed");
+        };
+        assert!(detail.contains("datasets"), "{detail}");
+    }
 }

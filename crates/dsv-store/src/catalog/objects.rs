@@ -430,3 +430,195 @@ impl CatalogWriter<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::tests::{new_catalog, sample_pack};
+
+    fn id(name: &str) -> ObjectId {
+        ObjectId::of(name.as_bytes())
+    }
+
+    fn add(catalog: &mut Catalog, pack: &SealedPack) {
+        let writer = catalog.writer().unwrap();
+        writer.add_pack(pack).unwrap();
+        writer.commit().unwrap();
+    }
+
+    #[test]
+    fn one_id_under_two_kinds_is_two_objects() {
+        let (_dir, mut catalog) = new_catalog();
+        let x = id("x");
+        add(
+            &mut catalog,
+            &sample_pack("p", &[(x, ObjectKind::Chunk), (x, ObjectKind::FileMap)]),
+        );
+        assert!(catalog.has_object(&x, ObjectKind::Chunk).unwrap());
+        assert!(catalog.has_object(&x, ObjectKind::FileMap).unwrap());
+        assert!(!catalog.has_object(&x, ObjectKind::Tree).unwrap());
+        let chunk = catalog.locate(&x, ObjectKind::Chunk).unwrap().unwrap();
+        let map = catalog.locate(&x, ObjectKind::FileMap).unwrap().unwrap();
+        assert_eq!((chunk.kind, chunk.offset), (ObjectKind::Chunk, 0));
+        assert_eq!((map.kind, map.offset), (ObjectKind::FileMap, 10));
+        assert_eq!(
+            catalog.object_counts().unwrap(),
+            [(ObjectKind::Chunk, 1, 10), (ObjectKind::FileMap, 1, 10)]
+        );
+        // A file's content starts at its only chunk when it has one.
+        assert_eq!(catalog.locate_file(&x).unwrap(), Some(chunk));
+    }
+
+    #[test]
+    fn a_location_gives_the_pack_frame_and_place_recorded() {
+        let (_dir, mut catalog) = new_catalog();
+        let pack = sample_pack(
+            "p",
+            &[(id("a"), ObjectKind::Chunk), (id("b"), ObjectKind::Tree)],
+        );
+        add(&mut catalog, &pack);
+        let frame = pack.frames[0];
+        assert_eq!(
+            catalog.locate(&id("b"), ObjectKind::Tree).unwrap(),
+            Some(ObjectLocation {
+                kind: ObjectKind::Tree,
+                frame: FrameLocation {
+                    pack: pack.id,
+                    offset: frame.offset,
+                    stored_length: frame.stored_length,
+                    raw_length: frame.raw_length,
+                    compression: frame.compression,
+                },
+                offset: 10,
+                length: 10,
+            })
+        );
+        assert_eq!(catalog.locate(&id("b"), ObjectKind::Chunk).unwrap(), None);
+        assert_eq!(catalog.locate(&id("c"), ObjectKind::Chunk).unwrap(), None);
+        assert_eq!(catalog.locate_file(&id("c")).unwrap(), None);
+        assert!(catalog.has_pack(&pack.id).unwrap());
+        assert!(!catalog.has_pack(&id("q")).unwrap());
+        assert_eq!(catalog.packs().unwrap(), [(pack.id, pack.size)]);
+    }
+
+    #[test]
+    fn an_object_already_indexed_keeps_its_first_location() {
+        let (_dir, mut catalog) = new_catalog();
+        let x = id("x");
+        let first = sample_pack("first", &[(x, ObjectKind::Chunk)]);
+        let second = sample_pack(
+            "second",
+            &[(id("y"), ObjectKind::Chunk), (x, ObjectKind::Chunk)],
+        );
+        add(&mut catalog, &first);
+        add(&mut catalog, &second);
+        let found = catalog.locate(&x, ObjectKind::Chunk).unwrap().unwrap();
+        assert_eq!((found.frame.pack, found.offset), (first.id, 0));
+        assert_eq!(
+            catalog.object_counts().unwrap(),
+            [(ObjectKind::Chunk, 2, 20)]
+        );
+    }
+
+    #[test]
+    fn a_pack_added_twice_is_indexed_once() {
+        let (_dir, mut catalog) = new_catalog();
+        let pack = sample_pack("p", &[(id("a"), ObjectKind::Chunk)]);
+        add(&mut catalog, &pack);
+        add(&mut catalog, &pack);
+        assert_eq!(catalog.packs().unwrap().len(), 1);
+        let frames: i64 = catalog
+            .conn()
+            .query_row("SELECT count(*) FROM frames", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(frames, 1);
+    }
+
+    /// File `x`'s map, fetched from `origin`, recorded unproven in pack `p`; its location.
+    fn unproven_map(catalog: &mut Catalog, pack: &str) -> ObjectLocation {
+        let x = id("x");
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_pack(&sample_pack(pack, &[(x, ObjectKind::FileMap)]))
+            .unwrap();
+        writer.add_unproven_file_map(&x, "origin").unwrap();
+        writer.add_unproven_file_map(&x, "other").unwrap();
+        assert_eq!(writer.file_map_pack(&x).unwrap(), Some(id(pack)));
+        writer.commit().unwrap();
+        catalog.locate(&x, ObjectKind::FileMap).unwrap().unwrap()
+    }
+
+    #[test]
+    fn an_unproven_map_is_proven_only_at_its_recorded_location() {
+        let (_dir, mut catalog) = new_catalog();
+        let x = id("x");
+        let here = unproven_map(&mut catalog, "p");
+        // The first remote recorded stays.
+        assert_eq!(
+            catalog.unproven_file_map(&x).unwrap().as_deref(),
+            Some("origin")
+        );
+        assert_eq!(
+            catalog.locate_file_and_proof(&x).unwrap(),
+            Some((here, Some("origin".to_string())))
+        );
+        let elsewhere = ObjectLocation {
+            offset: here.offset + 1,
+            ..here
+        };
+        assert!(!catalog.prove_file_map_at(&x, &elsewhere).unwrap());
+        assert!(!catalog.reject_file_map_at(&x, &elsewhere).unwrap());
+        assert_eq!(
+            catalog.unproven_file_maps().unwrap(),
+            [(x, "origin".to_string())]
+        );
+        assert!(catalog.prove_file_map_at(&x, &here).unwrap());
+        assert_eq!(catalog.unproven_file_map(&x).unwrap(), None);
+        assert_eq!(
+            catalog.locate_file_and_proof(&x).unwrap(),
+            Some((here, None))
+        );
+        // Proven, it can no longer be rejected (nor proven again).
+        assert!(!catalog.reject_file_map_at(&x, &here).unwrap());
+        assert!(!catalog.prove_file_map_at(&x, &here).unwrap());
+        assert!(catalog.has_object(&x, ObjectKind::FileMap).unwrap());
+    }
+
+    #[test]
+    fn an_unproven_map_is_rejected_only_at_its_recorded_location() {
+        let (_dir, mut catalog) = new_catalog();
+        let x = id("x");
+        let here = unproven_map(&mut catalog, "p");
+        let in_another_pack = ObjectLocation {
+            frame: FrameLocation {
+                pack: id("another"),
+                ..here.frame
+            },
+            ..here
+        };
+        assert!(!catalog.reject_file_map_at(&x, &in_another_pack).unwrap());
+        assert!(catalog.has_object(&x, ObjectKind::FileMap).unwrap());
+        assert!(catalog.reject_file_map_at(&x, &here).unwrap());
+        assert!(!catalog.has_object(&x, ObjectKind::FileMap).unwrap());
+        assert_eq!(catalog.unproven_file_map(&x).unwrap(), None);
+        assert_eq!(catalog.locate_file_and_proof(&x).unwrap(), None);
+        assert!(catalog.unproven_file_maps().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_row_with_an_unknown_kind_or_compression_is_corrupt() {
+        let (_dir, mut catalog) = new_catalog();
+        add(
+            &mut catalog,
+            &sample_pack("p", &[(id("a"), ObjectKind::Chunk)]),
+        );
+        catalog
+            .conn()
+            .execute("UPDATE frames SET compression = 7", [])
+            .unwrap();
+        assert!(matches!(
+            catalog.locate(&id("a"), ObjectKind::Chunk),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+}

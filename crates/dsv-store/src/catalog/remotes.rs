@@ -554,3 +554,331 @@ impl CatalogWriter<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::tests::{add_line, new_catalog, sample_pack, sample_version};
+
+    fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// A catalog with remotes `origin` and `backup`; their row ids.
+    fn with_remotes() -> (tempfile::TempDir, Catalog, i64, i64) {
+        let (dir, mut catalog) = new_catalog();
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote("origin", "s3://bucket/a", &options(&[("region", "x")]))
+            .unwrap();
+        writer
+            .add_remote("backup", "file:///b", &BTreeMap::new())
+            .unwrap();
+        writer.commit().unwrap();
+        let origin = catalog.remote("origin").unwrap().id;
+        let backup = catalog.remote("backup").unwrap().id;
+        (dir, catalog, origin, backup)
+    }
+
+    fn reference(dataset: &str, tag: Option<&str>, version: ObjectId) -> RemoteRef {
+        RemoteRef {
+            dataset: dataset.into(),
+            tag: tag.map(Into::into),
+            version,
+            etag: Some("\"e\"".into()),
+            object_version: None,
+            last_modified: 10,
+            fetched_at: 20,
+        }
+    }
+
+    #[test]
+    fn remotes_are_added_once_listed_by_name_and_replaced_by_remove_then_add() {
+        let (_dir, mut catalog, origin, _) = with_remotes();
+        let names: Vec<_> = catalog
+            .remotes()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["backup", "origin"]);
+        let record = catalog.remote("origin").unwrap();
+        assert_eq!(
+            record,
+            RemoteRecord {
+                id: origin,
+                name: "origin".into(),
+                url: "s3://bucket/a".into(),
+                options: options(&[("region", "x")]),
+            }
+        );
+        let writer = catalog.writer().unwrap();
+        assert!(matches!(
+            writer.add_remote("origin", "file:///other", &BTreeMap::new()),
+            Err(Error::RemoteExists { .. })
+        ));
+        writer.remove_remote("origin").unwrap();
+        writer
+            .add_remote("origin", "file:///other", &BTreeMap::new())
+            .unwrap();
+        writer.commit().unwrap();
+        let replaced = catalog.remote("origin").unwrap();
+        assert_eq!(replaced.url, "file:///other");
+        assert!(replaced.options.is_empty());
+        assert_eq!(
+            catalog.ref_state().unwrap().remotes["origin"],
+            ("file:///other".to_string(), BTreeMap::new())
+        );
+        let writer = catalog.writer().unwrap();
+        assert!(matches!(
+            writer.remove_remote("nope"),
+            Err(Error::RemoteNotFound { .. })
+        ));
+        drop(writer);
+        assert!(matches!(
+            catalog.remote("nope"),
+            Err(Error::RemoteNotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn a_remotes_refs_are_keyed_by_dataset_and_tag_heads_first() {
+        let (_dir, mut catalog, origin, backup) = with_remotes();
+        let (a, b) = (ObjectId::of(b"a"), ObjectId::of(b"b"));
+        let writer = catalog.writer().unwrap();
+        writer
+            .set_remote_ref(origin, &reference("ds", Some("t"), a))
+            .unwrap();
+        writer
+            .set_remote_ref(origin, &reference("ds", None, a))
+            .unwrap();
+        writer
+            .set_remote_ref(origin, &reference("ds", None, b))
+            .unwrap();
+        writer
+            .set_remote_ref(backup, &reference("ds", None, a))
+            .unwrap();
+        writer.commit().unwrap();
+        let refs = catalog.remote_refs(origin).unwrap();
+        assert_eq!(
+            refs,
+            [reference("ds", None, b), reference("ds", Some("t"), a)]
+        );
+        assert_eq!(
+            catalog.remote_ref(origin, "ds", Some("t")).unwrap(),
+            Some(reference("ds", Some("t"), a))
+        );
+        assert_eq!(
+            catalog
+                .remote_ref(backup, "ds", None)
+                .unwrap()
+                .unwrap()
+                .version,
+            a
+        );
+        let writer = catalog.writer().unwrap();
+        writer.remove_remote_ref(origin, "ds", None).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.remote_ref(origin, "ds", None).unwrap(), None);
+        assert_eq!(catalog.remote_refs(origin).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_remote_packs_index_locates_its_objects_in_frame_order() {
+        let (_dir, mut catalog, origin, backup) = with_remotes();
+        let (a, b) = (ObjectId::of(b"a"), ObjectId::of(b"b"));
+        let pack = sample_pack(
+            "remote pack",
+            &[(b, ObjectKind::Tree), (a, ObjectKind::Chunk)],
+        );
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+            .unwrap();
+        // Known already: left as it is.
+        writer
+            .add_remote_pack(origin, &pack.id, 1, &pack.frames, &[])
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(
+            catalog.remote_packs(origin).unwrap(),
+            HashSet::from([pack.id])
+        );
+        let frames: i64 = catalog
+            .conn()
+            .query_row("SELECT count(*) FROM remote_frames", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(frames, 1, "a known pack is indexed once");
+        assert!(catalog.remote_packs(backup).unwrap().is_empty());
+        let found = catalog
+            .remote_locate(origin, &a, ObjectKind::Chunk)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                found.pack,
+                found.frame,
+                found.kind,
+                found.offset,
+                found.length
+            ),
+            (pack.id, pack.frames[0], ObjectKind::Chunk, 10, 10)
+        );
+        assert_eq!(
+            catalog.remote_locate(origin, &a, ObjectKind::Tree).unwrap(),
+            None
+        );
+        assert_eq!(
+            catalog
+                .remote_locate(backup, &a, ObjectKind::Chunk)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            catalog.remote_frame_objects(found.frame_row).unwrap(),
+            [(b, ObjectKind::Tree, 0, 10), (a, ObjectKind::Chunk, 10, 10)]
+        );
+        // What the remote has and this store lacks, of the kinds asked for.
+        assert_eq!(
+            catalog
+                .remote_objects_missing_here(origin, &[ObjectKind::Chunk])
+                .unwrap(),
+            [(a, ObjectKind::Chunk)]
+        );
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_pack(&sample_pack("local", &[(a, ObjectKind::Chunk)]))
+            .unwrap();
+        writer.commit().unwrap();
+        assert!(
+            catalog
+                .remote_objects_missing_here(origin, &[ObjectKind::Chunk, ObjectKind::Tree])
+                .unwrap()
+                .contains(&(b, ObjectKind::Tree))
+        );
+        assert!(
+            catalog
+                .remote_objects_missing_here(origin, &[ObjectKind::Chunk])
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn retaining_remote_packs_forgets_the_others_and_their_objects() {
+        let (_dir, mut catalog, origin, _) = with_remotes();
+        let (a, b) = (ObjectId::of(b"a"), ObjectId::of(b"b"));
+        let kept = sample_pack("kept", &[(a, ObjectKind::Chunk)]);
+        let gone = sample_pack("gone", &[(b, ObjectKind::Chunk)]);
+        let writer = catalog.writer().unwrap();
+        for pack in [&kept, &gone] {
+            writer
+                .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+                .unwrap();
+        }
+        writer
+            .retain_remote_packs(origin, &HashSet::from([kept.id]))
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(
+            catalog.remote_packs(origin).unwrap(),
+            HashSet::from([kept.id])
+        );
+        assert!(
+            catalog
+                .remote_locate(origin, &a, ObjectKind::Chunk)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            catalog
+                .remote_locate(origin, &b, ObjectKind::Chunk)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn removing_a_remote_forgets_its_refs_and_pack_indexes() {
+        let (_dir, mut catalog, origin, _) = with_remotes();
+        let a = ObjectId::of(b"a");
+        let pack = sample_pack("p", &[(a, ObjectKind::Outboard)]);
+        let writer = catalog.writer().unwrap();
+        writer
+            .set_remote_ref(origin, &reference("ds", None, a))
+            .unwrap();
+        writer
+            .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+            .unwrap();
+        writer
+            .add_pack(&sample_pack("local", &[(a, ObjectKind::Outboard)]))
+            .unwrap();
+        writer.commit().unwrap();
+        assert!(!catalog.outboards_missing_on(origin).unwrap());
+        let writer = catalog.writer().unwrap();
+        writer.remove_remote("origin").unwrap();
+        writer.commit().unwrap();
+        assert!(catalog.remote_refs(origin).unwrap().is_empty());
+        assert!(catalog.remote_packs(origin).unwrap().is_empty());
+        assert!(
+            catalog
+                .remote_locate(origin, &a, ObjectKind::Outboard)
+                .unwrap()
+                .is_none()
+        );
+        assert!(catalog.outboards_missing_on(origin).unwrap());
+        catalog.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn setting_a_head_files_the_versions_it_reaches_under_that_dataset() {
+        let (_dir, mut catalog) = new_catalog();
+        // Versions recorded from their objects, under the name they were committed to.
+        let (first, v1) = sample_version("old", None, 1);
+        let (second, v2) = sample_version("old", Some(first), 2);
+        let writer = catalog.writer().unwrap();
+        writer.record_version(&first, &v1).unwrap();
+        writer.record_version(&second, &v2).unwrap();
+        writer.set_head("new", &second).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.head("new").unwrap(), Some(second));
+        assert_eq!(
+            catalog.version_record(&first).unwrap().version.dataset,
+            "new"
+        );
+        // The old name, left with nothing, is gone.
+        assert!(!catalog.has_dataset("old").unwrap());
+        // A version its own dataset's head still reaches stays filed there.
+        let ids = add_line(&mut catalog, "kept", 2);
+        let writer = catalog.writer().unwrap();
+        writer.set_head("branch", &ids[0]).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(
+            catalog.version_record(&ids[0]).unwrap().version.dataset,
+            "kept"
+        );
+        assert_eq!(catalog.versions_of("branch").unwrap(), [ids[0]]);
+    }
+
+    #[test]
+    fn a_version_object_without_a_version_row_is_unrecorded() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 1);
+        let fetched = ObjectId::of(b"fetched version");
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_pack(&sample_pack(
+                "p",
+                &[
+                    (ids[0], ObjectKind::Version),
+                    (fetched, ObjectKind::Version),
+                ],
+            ))
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.unrecorded_versions().unwrap(), [fetched]);
+    }
+}

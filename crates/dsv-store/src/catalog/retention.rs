@@ -300,3 +300,143 @@ impl CatalogWriter<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::tests::{add_line, new_catalog, sample_pack};
+
+    #[test]
+    fn a_pin_replaces_the_earlier_pin_of_its_version_and_unpins_once() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 2);
+        let writer = catalog.writer().unwrap();
+        writer.pin(&ids[0], "first", None).unwrap();
+        writer.pin(&ids[0], "second", Some(42)).unwrap();
+        writer.pin(&ids[1], "other", None).unwrap();
+        // A version the catalog does not have cannot be pinned.
+        assert!(writer.pin(&ObjectId::of(b"missing"), "x", None).is_err());
+        writer.commit().unwrap();
+        let pins = catalog.pins().unwrap();
+        assert_eq!(pins.len(), 2);
+        let first = pins.iter().find(|p| p.version == ids[0]).unwrap();
+        assert_eq!(
+            (first.dataset.as_str(), first.reason.as_str(), first.until),
+            ("ds", "second", Some(42))
+        );
+        let writer = catalog.writer().unwrap();
+        assert!(writer.unpin(&ids[0]).unwrap());
+        assert!(!writer.unpin(&ids[0]).unwrap());
+        writer.commit().unwrap();
+        let left: Vec<_> = catalog.pins().unwrap().iter().map(|p| p.version).collect();
+        assert_eq!(left, [ids[1]]);
+        assert_eq!(catalog.ref_state().unwrap().pins.len(), 1);
+    }
+
+    #[test]
+    fn a_removed_version_keeps_its_first_removal_time_and_loses_its_tags() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 2);
+        let writer = catalog.writer().unwrap();
+        writer.set_tag("ds", "t", &ids[0], false).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.removed_at(&ids[0]).unwrap(), None);
+        let writer = catalog.writer().unwrap();
+        writer.mark_removed(&[ids[0]]).unwrap();
+        writer.commit().unwrap();
+        assert!(catalog.removed_at(&ids[0]).unwrap().is_some());
+        assert_eq!(catalog.tag("ds", "t").unwrap(), None);
+        assert_eq!(catalog.live_versions().unwrap(), [ids[1]]);
+        assert!(catalog.ref_state().unwrap().removed.contains(&ids[0]));
+        catalog
+            .conn()
+            .execute(
+                "UPDATE versions SET removed_at = 5 WHERE id = ?1",
+                [&ids[0].0[..]],
+            )
+            .unwrap();
+        let writer = catalog.writer().unwrap();
+        writer.mark_removed(&[ids[0]]).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.removed_at(&ids[0]).unwrap(), Some(5));
+        assert_eq!(catalog.removed_at(&ObjectId::of(b"none")).unwrap(), None);
+    }
+
+    #[test]
+    fn evicted_versions_are_marked_and_removed_ones_leave_the_cache_list() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 3);
+        let writer = catalog.writer().unwrap();
+        writer.mark_evicted(&[ids[1]]).unwrap();
+        writer.mark_removed(&[ids[0]]).unwrap();
+        writer.commit().unwrap();
+        assert!(catalog.is_evicted(&ids[1]).unwrap());
+        assert!(!catalog.is_evicted(&ids[2]).unwrap());
+        assert!(!catalog.is_evicted(&ObjectId::of(b"none")).unwrap());
+        let cached: Vec<(ObjectId, bool)> = catalog
+            .cached_versions()
+            .unwrap()
+            .into_iter()
+            .map(|(id, _, _, _, evicted)| (id, evicted))
+            .collect();
+        assert_eq!(cached, [(ids[2], false), (ids[1], true)]);
+    }
+
+    #[test]
+    fn clearing_a_head_keeps_the_dataset_without_one() {
+        let (_dir, mut catalog) = new_catalog();
+        add_line(&mut catalog, "ds", 1);
+        let writer = catalog.writer().unwrap();
+        writer.clear_head("ds").unwrap();
+        writer.commit().unwrap();
+        assert!(catalog.has_dataset("ds").unwrap());
+        assert_eq!(catalog.head("ds").unwrap(), None);
+        assert!(catalog.ref_state().unwrap().heads.is_empty());
+    }
+
+    #[test]
+    fn dropping_packs_forgets_their_objects_and_frames_only() {
+        let (_dir, mut catalog) = new_catalog();
+        let (a, b, c) = (ObjectId::of(b"a"), ObjectId::of(b"b"), ObjectId::of(b"c"));
+        let kept = sample_pack("kept", &[(a, ObjectKind::Chunk), (b, ObjectKind::Tree)]);
+        let dropped = sample_pack(
+            "dropped",
+            &[(c, ObjectKind::Chunk), (a, ObjectKind::FileMap)],
+        );
+        let writer = catalog.writer().unwrap();
+        writer.add_pack(&kept).unwrap();
+        writer.add_pack(&dropped).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(
+            catalog.object_ids(ObjectKind::Chunk).unwrap(),
+            HashSet::from([a, c])
+        );
+        let by_pack = catalog.objects_by_pack().unwrap();
+        let in_dropped: HashSet<PackObject> = by_pack[&dropped.id].iter().copied().collect();
+        assert_eq!(
+            in_dropped,
+            HashSet::from([(c, ObjectKind::Chunk, 10), (a, ObjectKind::FileMap, 10)])
+        );
+        let writer = catalog.writer().unwrap();
+        writer
+            .drop_packs(&HashSet::from([dropped.id, ObjectId::of(b"unknown")]))
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.packs().unwrap(), [(kept.id, kept.size)]);
+        assert_eq!(
+            catalog.object_ids(ObjectKind::Chunk).unwrap(),
+            HashSet::from([a])
+        );
+        assert!(catalog.object_ids(ObjectKind::FileMap).unwrap().is_empty());
+        assert_eq!(
+            catalog.object_ids(ObjectKind::Tree).unwrap(),
+            HashSet::from([b])
+        );
+        let frames: i64 = catalog
+            .conn()
+            .query_row("SELECT count(*) FROM frames", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(frames, 1);
+        catalog.check_integrity().unwrap();
+    }
+}

@@ -519,3 +519,188 @@ impl CatalogWriter<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::tests::{add_line, new_catalog, sample_version};
+
+    #[test]
+    fn adding_a_version_moves_its_datasets_head_and_recording_one_does_not() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 2);
+        assert_eq!(catalog.head("ds").unwrap(), Some(ids[1]));
+        let (fetched, version) = sample_version("ds", Some(ids[1]), 9);
+        let writer = catalog.writer().unwrap();
+        writer.record_version(&fetched, &version).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.head("ds").unwrap(), Some(ids[1]));
+        let record = catalog.version_record(&fetched).unwrap();
+        assert_eq!(record.id, fetched);
+        assert!(record.agrees_with(&version));
+        // A version recorded under a new dataset makes it, without a head.
+        let (other, version) = sample_version("new", None, 1);
+        let writer = catalog.writer().unwrap();
+        writer.record_version(&other, &version).unwrap();
+        writer.commit().unwrap();
+        assert!(catalog.has_dataset("new").unwrap());
+        assert_eq!(catalog.head("new").unwrap(), None);
+        assert_eq!(catalog.head_or_none("new").unwrap(), None);
+    }
+
+    #[test]
+    fn the_head_of_an_unknown_dataset_is_an_error_naming_a_close_one() {
+        let (_dir, mut catalog) = new_catalog();
+        add_line(&mut catalog, "images", 1);
+        match catalog.head("imagse") {
+            Err(Error::DatasetNotFound { name, closest }) => {
+                assert_eq!(name, "imagse");
+                assert_eq!(closest.as_deref(), Some("images"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            catalog.head("text"),
+            Err(Error::DatasetNotFound { closest: None, .. })
+        ));
+        assert_eq!(catalog.head_or_none("text").unwrap(), None);
+        assert!(!catalog.has_dataset("text").unwrap());
+        assert!(matches!(
+            catalog.version_record(&ObjectId::of(b"none")),
+            Err(Error::MissingObject { .. })
+        ));
+    }
+
+    #[test]
+    fn a_tag_names_an_existing_version_and_moves_only_when_forced() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 2);
+        let writer = catalog.writer().unwrap();
+        writer.set_tag("ds", "v1", &ids[0], false).unwrap();
+        // The same version again is no change.
+        writer.set_tag("ds", "v1", &ids[0], false).unwrap();
+        assert!(matches!(
+            writer.set_tag("ds", "v1", &ids[1], false),
+            Err(Error::TagExists { .. })
+        ));
+        assert!(matches!(
+            writer.set_tag("nope", "v1", &ids[1], false),
+            Err(Error::DatasetNotFound { .. })
+        ));
+        // A version the catalog does not have cannot be tagged.
+        let missing = ObjectId::of(b"missing");
+        assert!(writer.set_tag("ds", "v2", &missing, true).is_err());
+        writer.commit().unwrap();
+        assert_eq!(catalog.tag("ds", "v1").unwrap(), Some(ids[0]));
+        assert_eq!(catalog.tag("ds", "v2").unwrap(), None);
+        let writer = catalog.writer().unwrap();
+        writer.set_tag("ds", "v1", &ids[1], true).unwrap();
+        writer.set_tag("ds", "a", &ids[1], false).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(
+            catalog.tags("ds").unwrap(),
+            [("a".to_string(), ids[1]), ("v1".to_string(), ids[1])]
+        );
+        assert_eq!(catalog.tags_of(&ids[1]).unwrap(), ["a", "v1"]);
+        assert!(catalog.tags_of(&ids[0]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn deleting_a_tag_returns_what_it_named_once() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 1);
+        let writer = catalog.writer().unwrap();
+        writer.set_tag("ds", "t", &ids[0], false).unwrap();
+        assert_eq!(writer.delete_tag("ds", "t").unwrap(), Some(ids[0]));
+        assert_eq!(writer.delete_tag("ds", "t").unwrap(), None);
+        assert_eq!(writer.delete_tag("other", "t").unwrap(), None);
+        writer.commit().unwrap();
+        assert!(catalog.tags("ds").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_dataset_lists_its_versions_newest_first_and_finds_them_by_prefix() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 3);
+        add_line(&mut catalog, "other", 2);
+        let newest_first: Vec<_> = ids.iter().rev().copied().collect();
+        assert_eq!(catalog.versions_of("ds").unwrap(), newest_first);
+        let hex = ids[1].to_hex();
+        assert_eq!(
+            catalog.versions_with_prefix("ds", &hex[..10]).unwrap(),
+            [ids[1]]
+        );
+        assert!(
+            catalog
+                .versions_with_prefix("other", &hex[..10])
+                .unwrap()
+                .is_empty()
+        );
+        let summaries = catalog.datasets().unwrap();
+        let names: Vec<_> = summaries
+            .iter()
+            .map(|s| (s.name.as_str(), s.versions))
+            .collect();
+        assert_eq!(names, [("ds", 3), ("other", 2)]);
+        assert_eq!(summaries[0].head, Some(ids[2]));
+        assert_eq!((summaries[0].files, summaries[0].bytes), (2, 20));
+    }
+
+    #[test]
+    fn ancestry_follows_parents_and_a_cycle_is_corrupt() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 3);
+        assert!(catalog.is_ancestor(&ids[0], &ids[2]).unwrap());
+        assert!(catalog.is_ancestor(&ids[2], &ids[2]).unwrap());
+        assert!(!catalog.is_ancestor(&ids[2], &ids[0]).unwrap());
+        assert!(!catalog.is_ancestor(&ObjectId::of(b"x"), &ids[2]).unwrap());
+        catalog
+            .conn()
+            .execute(
+                "UPDATE versions SET parent = ?1 WHERE id = ?2",
+                [&ids[2].0[..], &ids[0].0[..]],
+            )
+            .unwrap();
+        assert!(matches!(
+            catalog.is_ancestor(&ObjectId::of(b"x"), &ids[2]),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn a_renamed_dataset_keeps_its_head_versions_and_tags() {
+        let (_dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "old", 2);
+        let writer = catalog.writer().unwrap();
+        writer.set_tag("old", "t", &ids[0], false).unwrap();
+        writer.rename_dataset("old", "new").unwrap();
+        writer.commit().unwrap();
+        assert!(!catalog.has_dataset("old").unwrap());
+        assert_eq!(catalog.head("new").unwrap(), Some(ids[1]));
+        assert_eq!(catalog.tag("new", "t").unwrap(), Some(ids[0]));
+        assert_eq!(catalog.versions_of("new").unwrap(), [ids[1], ids[0]]);
+        let state = catalog.ref_state().unwrap();
+        assert_eq!(state.heads.keys().collect::<Vec<_>>(), ["new"]);
+        // The version keeps the name it was committed to; the record, the one that holds it.
+        let record = catalog.version_record(&ids[1]).unwrap();
+        assert_eq!(record.version.dataset, "new");
+        let (_, committed) = sample_version("old", Some(ids[0]), 1);
+        assert!(record.agrees_with(&committed));
+    }
+
+    #[test]
+    fn a_writer_sees_its_own_head_before_commit_and_others_after() {
+        let (dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 1);
+        let reader = Catalog::open_reader(&dir.path().join("catalog.db")).unwrap();
+        let (next, version) = sample_version("ds", Some(ids[0]), 5);
+        let writer = catalog.writer().unwrap();
+        assert_eq!(writer.head("ds").unwrap(), Some(ids[0]));
+        writer.add_version(&next, &version).unwrap();
+        assert_eq!(writer.head("ds").unwrap(), Some(next));
+        assert_eq!(writer.head("none").unwrap(), None);
+        assert_eq!(reader.head("ds").unwrap(), Some(ids[0]));
+        writer.commit().unwrap();
+        assert_eq!(reader.head("ds").unwrap(), Some(next));
+    }
+}

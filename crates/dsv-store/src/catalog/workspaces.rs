@@ -373,3 +373,219 @@ impl CatalogWriter<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::tests::{add_line, new_catalog};
+
+    fn entry(n: u64) -> StatEntry {
+        StatEntry {
+            size: n,
+            mtime_ns: n as i64 + 1,
+            ctime_ns: n as i64 + 2,
+            inode: n + 3,
+            mode: 0o100644,
+        }
+    }
+
+    /// The stat cache of `workspace` as read in order.
+    fn read(catalog: &Catalog, workspace: i64) -> Vec<(String, StatEntry)> {
+        let mut out = Vec::new();
+        catalog
+            .stat_cache_in_order(workspace, |path, entry| {
+                out.push((path, entry));
+                Ok(true)
+            })
+            .unwrap();
+        out
+    }
+
+    /// A catalog with a dataset `ds` and a workspace at a new directory holding its head.
+    fn with_workspace() -> (tempfile::TempDir, Catalog, String, i64) {
+        let (dir, mut catalog) = new_catalog();
+        let ids = add_line(&mut catalog, "ds", 1);
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let path = std::fs::canonicalize(&work)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let writer = catalog.writer().unwrap();
+        let id = writer.set_workspace(&path, "ds", &ids[0]).unwrap();
+        writer.commit().unwrap();
+        (dir, catalog, path, id)
+    }
+
+    #[test]
+    fn the_stat_cache_reads_back_in_path_order() {
+        let (_dir, mut catalog, _, workspace) = with_workspace();
+        let paths = ["b", "a.c", "a-b/x", "a/b", "a", "a/b/c"];
+        let entries: Vec<StatEntry> = (0..paths.len() as u64).map(entry).collect();
+        let writer = catalog.writer().unwrap();
+        writer
+            .update_stat_cache(
+                workspace,
+                paths.iter().copied().zip(entries.iter().map(Some)),
+            )
+            .unwrap();
+        writer.commit().unwrap();
+        let found = read(&catalog, workspace);
+        let order: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        // '/' sorts before every other byte: a directory's entries come right after it.
+        assert_eq!(order, ["a", "a/b", "a/b/c", "a-b/x", "a.c", "b"]);
+        let sorted = {
+            let mut p = paths.to_vec();
+            p.sort_by(|x, y| crate::walk::path_order(x, y));
+            p
+        };
+        assert_eq!(order, sorted);
+        for (path, found) in &found {
+            let n = paths.iter().position(|p| p == path).unwrap();
+            assert_eq!(*found, entries[n]);
+        }
+    }
+
+    #[test]
+    fn a_stat_cache_change_replaces_or_deletes_one_entry() {
+        let (_dir, mut catalog, _, workspace) = with_workspace();
+        let writer = catalog.writer().unwrap();
+        writer
+            .update_stat_cache(workspace, [("x", Some(&entry(1))), ("y", Some(&entry(2)))])
+            .unwrap();
+        writer
+            .update_stat_cache(
+                workspace,
+                [("x", Some(&entry(7))), ("y", None), ("z", None)],
+            )
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(read(&catalog, workspace), [("x".to_string(), entry(7))]);
+        // Reading stops when asked to.
+        let writer = catalog.writer().unwrap();
+        writer
+            .update_stat_cache(workspace, [("w", Some(&entry(3)))])
+            .unwrap();
+        writer.commit().unwrap();
+        let mut seen = Vec::new();
+        catalog
+            .stat_cache_in_order(workspace, |path, _| {
+                seen.push(path);
+                Ok(false)
+            })
+            .unwrap();
+        assert_eq!(seen, ["w"]);
+    }
+
+    #[test]
+    fn forgetting_a_workspace_drops_its_stat_cache_only() {
+        let (dir, mut catalog, path, workspace) = with_workspace();
+        let other_dir = dir.path().join("other");
+        std::fs::create_dir(&other_dir).unwrap();
+        let other_path = std::fs::canonicalize(&other_dir)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let head = catalog.head("ds").unwrap().unwrap();
+        let writer = catalog.writer().unwrap();
+        let other = writer.set_workspace(&other_path, "ds", &head).unwrap();
+        assert_ne!(other, workspace);
+        for id in [workspace, other] {
+            writer
+                .update_stat_cache(id, [("f", Some(&entry(1)))])
+                .unwrap();
+        }
+        assert!(writer.forget_workspace(&path).unwrap());
+        assert!(!writer.forget_workspace(&path).unwrap());
+        writer.commit().unwrap();
+        let rows: Vec<i64> = {
+            let mut stmt = catalog
+                .conn()
+                .prepare("SELECT workspace FROM stat_cache")
+                .unwrap();
+            stmt.query_map([], |row| row.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        assert_eq!(rows, [other]);
+        assert_eq!(catalog.workspace(&path).unwrap().map(|w| w.id), None);
+        assert_eq!(read(&catalog, other).len(), 1);
+    }
+
+    #[test]
+    fn a_workspace_record_is_one_row_per_path_found_from_below() {
+        let (dir, mut catalog, path, workspace) = with_workspace();
+        let ids = add_line(&mut catalog, "ds", 2);
+        let writer = catalog.writer().unwrap();
+        writer.mark_evicted(&[ids[1]]).unwrap();
+        // Again at the same path: the same row, now holding another version, whole again.
+        assert_eq!(
+            writer.set_workspace(&path, "ds", &ids[1]).unwrap(),
+            workspace
+        );
+        writer.commit().unwrap();
+        assert!(!catalog.is_evicted(&ids[1]).unwrap());
+        let record = catalog.workspace(&path).unwrap().unwrap();
+        assert_eq!(record.version, Some(ids[1]));
+        assert_eq!(record.dataset.as_deref(), Some("ds"));
+        assert!(record.exists);
+        assert_eq!(
+            catalog.workspace_versions().unwrap(),
+            [(path.clone(), ids[1])]
+        );
+        let below = dir.path().join("work/a/b");
+        std::fs::create_dir_all(&below).unwrap();
+        let found = catalog.enclosing_workspace(&below).unwrap().unwrap();
+        assert_eq!(found.id, workspace);
+        assert!(catalog.enclosing_workspace(dir.path()).unwrap().is_none());
+        assert!(
+            catalog
+                .enclosing_workspace(&dir.path().join("none"))
+                .is_err()
+        );
+        // Its directory gone, the record stays listed but no longer counts.
+        std::fs::remove_dir_all(dir.path().join("work")).unwrap();
+        assert!(catalog.workspace(&path).unwrap().is_none());
+        assert!(catalog.workspace_versions().unwrap().is_empty());
+        let listed = catalog.workspaces().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(!listed[0].exists);
+    }
+
+    #[test]
+    fn another_directory_at_a_recorded_path_does_not_inherit_its_stat_cache() {
+        let (_dir, mut catalog, path, workspace) = with_workspace();
+        let head = catalog.head("ds").unwrap().unwrap();
+        let writer = catalog.writer().unwrap();
+        writer
+            .update_stat_cache(workspace, [("f", Some(&entry(1)))])
+            .unwrap();
+        // The same directory again keeps its entries.
+        writer.set_workspace(&path, "ds", &head).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(read(&catalog, workspace).len(), 1);
+        // As if the directory had been deleted and made again: another inode.
+        catalog
+            .conn()
+            .execute("UPDATE workspaces SET inode = inode + 1", [])
+            .unwrap();
+        assert!(catalog.workspace(&path).unwrap().is_none());
+        let writer = catalog.writer().unwrap();
+        assert_eq!(writer.set_workspace(&path, "ds", &head).unwrap(), workspace);
+        writer.commit().unwrap();
+        assert!(read(&catalog, workspace).is_empty());
+        assert!(catalog.workspace(&path).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_stat_key_orders_bytes_as_paths_and_reads_back() {
+        assert_eq!(stat_key("a/b"), b"a\0b");
+        assert_eq!(path_of_key(b"a\0b").as_deref(), Some("a/b"));
+        assert_eq!(path_of_key(b"a/b"), None);
+        assert_eq!(path_of_key(&[0xff]), None);
+        assert!(stat_key("a/b") < stat_key("a-b"));
+    }
+}
