@@ -59,7 +59,10 @@ impl RawLocation {
         Ok((
             ObjectId::from_slice(&self.pack).ok_or_else(|| bad("a malformed pack id"))?,
             FrameRecord {
-                offset: self.frame_offset as u64,
+                // A row is data read from a file: a negative offset is damage, not a place to
+                // read at (the OS would refuse it as EINVAL, an I/O error, not corruption).
+                offset: u64::try_from(self.frame_offset)
+                    .map_err(|_| bad("a negative frame offset"))?,
                 stored_length: self.stored_length,
                 raw_length: self.raw_length,
                 compression: Compression::from_u8(self.compression)
@@ -252,7 +255,9 @@ impl Catalog {
             let (id, size) = row?;
             let id = ObjectId::from_slice(&id)
                 .ok_or_else(|| Error::corrupt(&self.path, "malformed pack id"))?;
-            packs.push((id, size as u64));
+            let size = u64::try_from(size)
+                .map_err(|_| Error::corrupt(&self.path, "a negative pack size"))?;
+            packs.push((id, size));
         }
         Ok(packs)
     }
@@ -499,6 +504,21 @@ mod tests {
         assert!(catalog.has_pack(&pack.id).unwrap());
         assert!(!catalog.has_pack(&id("q")).unwrap());
         assert_eq!(catalog.packs().unwrap(), [(pack.id, pack.size)]);
+    }
+
+    #[test]
+    fn a_negative_offset_or_size_in_a_damaged_row_is_corrupt_not_a_place_to_read() {
+        let (_dir, mut catalog) = new_catalog();
+        let pack = sample_pack("p", &[(id("a"), ObjectKind::Chunk)]);
+        add(&mut catalog, &pack);
+        catalog
+            .conn
+            .execute_batch("UPDATE frames SET offset = -5; UPDATE packs SET size = -1;")
+            .unwrap();
+        let located = catalog.locate(&id("a"), ObjectKind::Chunk);
+        assert!(matches!(located, Err(Error::Corrupt { .. })), "{located:?}");
+        let packs = catalog.packs();
+        assert!(matches!(packs, Err(Error::Corrupt { .. })), "{packs:?}");
     }
 
     #[test]
