@@ -328,7 +328,7 @@ pub fn log_oneline(versions: &[VersionInfo]) -> String {
 }
 
 /// `tag --list`: `NAME@TAG  SHORTID` per tag, aligned.
-pub fn tags(tags: &[dsv::ops::inspect::TagInfo]) -> String {
+pub fn tags(tags: &[dsv::ops::refs::TagInfo]) -> String {
     if tags.is_empty() {
         return "no tags".into();
     }

@@ -103,6 +103,7 @@ pub mod import;
 pub mod ingest;
 pub mod inspect;
 pub mod rebase;
+pub mod refs;
 pub mod repair;
 pub mod status;
 pub mod sync;
