@@ -11,10 +11,11 @@ use dsv::ops::audit::AuditReport;
 use dsv::ops::cache::{CachedVersion, PruneReport};
 use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
-use dsv::ops::gc::{GcReport, RemoveReport};
+use dsv::ops::gc::GcReport;
 use dsv::ops::import::ImportReport;
 use dsv::ops::inspect::{ShownProvenance, VersionInfo};
 use dsv::ops::rebase::{ConflictReason, RebaseReport, RebaseStatus, WorkspaceFollow};
+use dsv::ops::retention::RemoveReport;
 use dsv::ops::status::StatusReport;
 use dsv::ops::sync::{
     CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, RemoteListing, Transfer,

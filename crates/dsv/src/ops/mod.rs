@@ -105,6 +105,7 @@ pub mod inspect;
 pub mod rebase;
 pub mod refs;
 pub mod repair;
+pub mod retention;
 pub mod status;
 pub mod sync;
 pub mod verify;
