@@ -102,6 +102,7 @@ pub mod gc;
 pub mod import;
 pub mod ingest;
 pub mod inspect;
+pub mod lock_file;
 pub mod rebase;
 pub mod refs;
 pub mod repair;
