@@ -153,7 +153,7 @@ pub fn parse_lock(text: &str, path: &Path) -> Result<LockFile> {
 /// # Errors
 /// [`Error::LockedVersionUnknown`] when no configured remote supplies a pinned version;
 /// [`Error::InvalidLock`] when a version's tree is not the pinned one; as
-/// [`super::sync::fetch`].
+/// [`super::sync::fetch()`].
 pub fn resolve_lock(
     store: &mut Store,
     path: &Path,

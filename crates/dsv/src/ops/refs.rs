@@ -28,7 +28,7 @@ pub struct ResetReport {
 /// Moves dataset `dataset`'s local head to the version `revision` names (any version of it:
 /// an older one, or one on another line such as a fetched remote's), as `git reset` moves a
 /// branch. No version is deleted: the line the head leaves stays in the store and in
-/// [`log`]. Workspaces keep the versions they hold; the next commit from one descends from
+/// [`super::inspect::log`]. Workspaces keep the versions they hold; the next commit from one descends from
 /// its own version.
 ///
 /// # Errors
