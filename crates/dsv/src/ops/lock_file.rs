@@ -169,7 +169,8 @@ pub fn resolve_lock(
                 .iter()
                 .filter(|r| pinned.remotes.iter().any(|l| l.url == r.url))
             {
-                super::sync::fetch(store, &remote.name, jobs, progress)?;
+                let options = super::sync::FetchOptions { requests: jobs };
+                super::sync::fetch(store, &remote.name, &options, progress)?;
                 if store.catalog().version(&pinned.version)?.is_some() {
                     break;
                 }

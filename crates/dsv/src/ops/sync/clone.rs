@@ -81,6 +81,26 @@ pub fn default_clone_dir(url: &str) -> Result<std::path::PathBuf> {
     Ok(std::path::PathBuf::from(name))
 }
 
+/// How to clone ([`clone`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CloneOptions {
+    /// The options of remote `origin` (`--option KEY=VALUE`), checked as `remote add` checks
+    /// them.
+    pub remote_options: BTreeMap<String, String>,
+    /// Requests in flight (default [`crate::remote::DEFAULT_JOBS`]).
+    pub requests: usize,
+}
+
+impl Default for CloneOptions {
+    fn default() -> CloneOptions {
+        CloneOptions {
+            remote_options: BTreeMap::new(),
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
 /// `dsv clone`: a new store in `dir` with remote `origin` at `url`, its refs, pack indexes
 /// and metadata, and local heads and tags at the remote's. No chunk is downloaded: a
 /// checkout fetches what it needs.
@@ -94,10 +114,11 @@ pub fn default_clone_dir(url: &str) -> Result<std::path::PathBuf> {
 pub fn clone(
     url: &str,
     dir: &std::path::Path,
-    options: &BTreeMap<String, String>,
-    jobs: usize,
+    options: &CloneOptions,
     progress: &dyn Progress,
 ) -> Result<CloneReport> {
+    let jobs = options.requests;
+    let options = &options.remote_options;
     // Never inside a store's own directory: dsv alone writes there.
     crate::walk::check_workspace_dir(dir)?;
     let url = &remote::url_from_path(url);

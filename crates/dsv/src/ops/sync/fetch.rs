@@ -49,6 +49,22 @@ pub struct FetchReport {
     pub transfer: Transfer,
 }
 
+/// How to fetch ([`fetch`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FetchOptions {
+    /// Requests in flight (default [`crate::remote::DEFAULT_JOBS`]).
+    pub requests: usize,
+}
+
+impl Default for FetchOptions {
+    fn default() -> FetchOptions {
+        FetchOptions {
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
 /// Fetches `name`'s refs, the indexes of packs not seen before, and every version, tree and
 /// file map this store lacks. No chunk is downloaded; local heads do not move.
 ///
@@ -58,12 +74,19 @@ pub struct FetchReport {
 pub fn fetch(
     store: &mut Store,
     name: &str,
-    jobs: usize,
+    options: &FetchOptions,
     progress: &dyn Progress,
 ) -> Result<FetchReport> {
     let data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
-    fetch_with(store, &data_lock, &record, &remote, jobs, progress)
+    fetch_with(
+        store,
+        &data_lock,
+        &record,
+        &remote,
+        options.requests,
+        progress,
+    )
 }
 
 /// [`fetch`] under the shared data lock `data`, which the caller holds.

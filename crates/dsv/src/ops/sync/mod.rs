@@ -207,14 +207,13 @@ pub mod pull;
 pub mod push;
 pub mod remotes;
 
-pub use clone::{CloneReport, clone, default_clone_dir};
+pub use clone::{CloneOptions, CloneReport, clone, default_clone_dir};
 use fetch::fetch_with;
-pub use fetch::{FetchReport, fetch};
+pub use fetch::{FetchOptions, FetchReport, fetch};
 pub use pull::{
     HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
-    pull_with,
 };
-pub use push::{PushReport, PushedRef, push};
+pub use push::{PushOptions, PushReport, PushedRef, push};
 pub use remotes::{RemoteListing, add_remote, default_remote, list_remotes, remove_remote};
 
 /// Frames of one pack closer than this many bytes are fetched in one ranged GET.
@@ -838,16 +837,20 @@ mod tests {
             &mut origin,
             "origin",
             None,
-            false,
-            2,
+            &PushOptions {
+                force: false,
+                requests: 2,
+            },
             &crate::progress::NoProgress,
         )
         .unwrap();
         clone(
             &url,
             &dir.path().join("clone"),
-            &BTreeMap::new(),
-            2,
+            &CloneOptions {
+                remote_options: BTreeMap::new(),
+                requests: 2,
+            },
             &crate::progress::NoProgress,
         )
         .unwrap();

@@ -103,7 +103,7 @@ pub struct PullReport {
     pub workspace: Option<crate::ops::rebase::WorkspaceFollow>,
 }
 
-/// How to pull ([`pull_with`]).
+/// How to pull ([`pull`]).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct PullOptions {
@@ -286,15 +286,17 @@ pub fn prepare_remote_revision(
     })
 }
 
-/// `dsv pull` with its options: [`pull`], then, with `options.rebase` and a local head that
+/// `dsv pull`: [`prepare_remote_revision`], then a fast-forward of the local head to the
+/// pulled version (no head, or the head is an ancestor) and the remote's tags of the dataset
+/// that do not clash with local ones; then, with `options.rebase` and a local head that
 /// has diverged, [`crate::ops::rebase::rebase`] onto the pulled version; when the head moved, the
 /// workspace of `options.workspace` follows it if it held the old head and is clean
 /// ([`crate::ops::rebase::follow_head`]). A dry run fetches and plans, and moves nothing.
 ///
 /// # Errors
-/// As [`pull`] and [`crate::ops::rebase::rebase`]. Conflicts are no error: the report's
+/// As [`prepare_remote_revision`] and [`crate::ops::rebase::rebase`]. Conflicts are no error: the report's
 /// `rebase` lists them, and nothing was changed.
-pub fn pull_with(
+pub fn pull(
     store: &mut Store,
     target: &RemoteRevision,
     options: &PullOptions,
@@ -319,7 +321,7 @@ pub fn pull_with(
     let mut report = if dry_rebase {
         prepare_remote_revision(store, target, None, options.requests, progress)?
     } else {
-        pull(store, target, &options.include, options.requests, progress)?
+        fast_forward(store, target, &options.include, options.requests, progress)?
     };
     if dry_rebase || (options.rebase && matches!(report.head, Some(HeadUpdate::Diverged))) {
         report.rebase = Some(crate::ops::rebase::rebase(
@@ -338,21 +340,17 @@ pub fn pull_with(
             &dataset,
             &old,
             &report.version,
-            options.jobs,
-            options.requests,
+            &crate::ops::rebase::FollowOptions::new(options.jobs, options.requests),
             progress,
         )?;
     }
     Ok(report)
 }
 
-/// `dsv pull`: [`prepare_remote_revision`], then moves the local head of the dataset to the
-/// pulled version when that is a fast-forward (the local head is absent or an ancestor), and
-/// copies the remote's tags of the dataset that do not clash with local ones.
-///
-/// # Errors
-/// As [`prepare_remote_revision`].
-pub fn pull(
+/// [`prepare_remote_revision`], then moves the local head of the dataset to the pulled
+/// version when that is a fast-forward (the local head is absent or an ancestor), and copies
+/// the remote's tags of the dataset that do not clash with local ones.
+fn fast_forward(
     store: &mut Store,
     target: &RemoteRevision,
     include: &[String],

@@ -199,11 +199,30 @@ fn objects_to_send(
     Ok(packs)
 }
 
+/// How to push ([`push`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct PushOptions {
+    /// Overwrite remote heads and tags that are not ancestors of what is pushed (`--force`).
+    pub force: bool,
+    /// Requests in flight (default [`crate::remote::DEFAULT_JOBS`]).
+    pub requests: usize,
+}
+
+impl Default for PushOptions {
+    fn default() -> PushOptions {
+        PushOptions {
+            force: false,
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
 /// `dsv push`: uploads what the remote lacks for each dataset's head (or for `only`), then
 /// moves the remote heads by compare-and-swap and creates the tags of the pushed versions.
 ///
 /// A head moves only forward: if the remote's head is not an ancestor of the pushed version
-/// the push is refused ([`Error::RemoteDiverged`]) unless `force`; the same error reports a
+/// the push is refused ([`Error::RemoteDiverged`]) unless `options.force`; the same error reports a
 /// race lost to another writer. Data is uploaded before any ref moves, so a ref never names
 /// a version whose objects the remote lacks; an interrupted push leaves only unreferenced
 /// packs, and a re-run skips them.
@@ -215,10 +234,13 @@ pub fn push(
     store: &mut Store,
     name: &str,
     only: Option<&Revision>,
-    force: bool,
-    jobs: usize,
+    options: &PushOptions,
     progress: &dyn Progress,
 ) -> Result<PushReport> {
+    let PushOptions {
+        force,
+        requests: jobs,
+    } = *options;
     let _data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
     progress.phase("comparing with the remote");
