@@ -1032,7 +1032,7 @@ pub fn pins(pins: &[Pin]) -> String {
     table.render()
 }
 
-pub fn export(r: &dsv::read::ExportReport) -> String {
+pub fn export(r: &dsv::ops::export::ExportReport) -> String {
     format!(
         "Exported {} ({}) of version {}",
         count(r.files, "file"),

@@ -96,8 +96,10 @@
 
 pub mod audit;
 pub mod cache;
+pub mod cat;
 pub mod checkout;
 pub mod commit;
+pub mod export;
 pub mod gc;
 pub mod import;
 pub mod ingest;
