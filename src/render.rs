@@ -11,10 +11,11 @@ use dsv::ops::audit::AuditReport;
 use dsv::ops::cache::{CachedVersion, PruneReport};
 use dsv::ops::checkout::CheckoutReport;
 use dsv::ops::commit::CommitReport;
-use dsv::ops::gc::{GcReport, RemoveReport};
+use dsv::ops::gc::GcReport;
 use dsv::ops::import::ImportReport;
 use dsv::ops::inspect::{ShownProvenance, VersionInfo};
 use dsv::ops::rebase::{ConflictReason, RebaseReport, RebaseStatus, WorkspaceFollow};
+use dsv::ops::retention::RemoveReport;
 use dsv::ops::status::StatusReport;
 use dsv::ops::sync::{
     CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, RemoteListing, Transfer,
@@ -328,7 +329,7 @@ pub fn log_oneline(versions: &[VersionInfo]) -> String {
 }
 
 /// `tag --list`: `NAME@TAG  SHORTID` per tag, aligned.
-pub fn tags(tags: &[dsv::ops::inspect::TagInfo]) -> String {
+pub fn tags(tags: &[dsv::ops::refs::TagInfo]) -> String {
     if tags.is_empty() {
         return "no tags".into();
     }
@@ -1031,7 +1032,7 @@ pub fn pins(pins: &[Pin]) -> String {
     table.render()
 }
 
-pub fn export(r: &dsv::read::ExportReport) -> String {
+pub fn export(r: &dsv::ops::export::ExportReport) -> String {
     format!(
         "Exported {} ({}) of version {}",
         count(r.files, "file"),

@@ -2,7 +2,7 @@
 #![no_main]
 use std::path::Path;
 
-use dsv::ops::audit::parse_lock;
+use dsv::ops::lock_file::parse_lock;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

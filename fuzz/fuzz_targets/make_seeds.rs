@@ -12,9 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use dsv::object::ObjectKind;
-use dsv::ops::audit;
 use dsv::ops::commit::{CommitOptions, commit};
 use dsv::ops::import::{Extract, ImportOptions, import};
+use dsv::ops::lock_file;
 use dsv::pack::format;
 use dsv::pack::reader::{read_tail, verify_pack};
 use dsv::progress::NoProgress;
@@ -147,13 +147,13 @@ fn generate(root: &Path) -> dsv::Result<()> {
         Revision::parse("fivethirtyeight@v1").unwrap(),
         Revision::parse("mnist-small@latest~1").unwrap(),
     ];
-    let mut lock = audit::lock(&store, &revisions)?;
+    let mut lock = lock_file::lock(&store, &revisions)?;
     seeds.add(
         "fuzz_lock_file",
         serde_json::to_string_pretty(&lock).unwrap().as_bytes(),
     );
     for pinned in lock.datasets.values_mut() {
-        pinned.remotes.push(audit::LockedRemote {
+        pinned.remotes.push(lock_file::LockedRemote {
             name: "origin".into(),
             url: "s3://bucket/datasets".into(),
         });

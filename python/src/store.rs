@@ -271,8 +271,9 @@ pub fn clone(
 ) -> PyResult<PyStore> {
     crate::use_aws_profile_from_environment();
     cancellable(py, || -> Res<_> {
-        let options = options.unwrap_or_default();
-        let report = sync::clone(url, &path, &options, dsv::remote::DEFAULT_JOBS, &NoProgress)?;
+        let mut clone_options = sync::CloneOptions::default();
+        clone_options.remote_options = options.unwrap_or_default();
+        let report = sync::clone(url, &path, &clone_options, &NoProgress)?;
         PyStore::open(&report.store)
     })
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use dsv::Revision;
-use dsv::ops::{audit, ingest::IngestOptions};
+use dsv::ops::{audit, ingest::IngestOptions, lock_file};
 
 use super::{jobs_or, open_store};
 use crate::{Cli, JobsArg, error, render, ui::Ui};
@@ -81,7 +81,7 @@ pub(crate) fn lock(cli: &Cli, ui: &Ui, args: &LockArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|r| Revision::parse(r))
         .collect::<Result<Vec<_>, _>>()?;
-    let lock = audit::lock(&store, &revisions)?;
+    let lock = lock_file::lock(&store, &revisions)?;
     // The lock file is JSON whatever the output mode: it is meant to be redirected.
     ui.json(&lock)?;
     Ok(error::SUCCESS)

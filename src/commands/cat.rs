@@ -30,7 +30,7 @@ pub(crate) fn run(cli: &Cli, args: &CatArgs) -> anyhow::Result<u8> {
     let engine = dsv::read::ReadEngine::new(store, Default::default());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    dsv::read::cat(&engine, revision, path, range, &mut out)?;
+    dsv::ops::cat::cat(&engine, revision, path, range, &mut out)?;
     out.flush()?;
     Ok(error::SUCCESS)
 }

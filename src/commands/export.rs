@@ -39,7 +39,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
     let report = if output.as_os_str() == "-" {
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-        dsv::read::export_tar(
+        dsv::ops::export::export_tar(
             &engine,
             &args.revision,
             &selection,
@@ -62,9 +62,9 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &ExportArgs) -> anyhow::Result<u8> {
             output.clone()
         };
         // The archive into `file`, buffered, flushed.
-        let write_into = |file: &std::fs::File| -> anyhow::Result<dsv::read::ExportReport> {
+        let write_into = |file: &std::fs::File| -> anyhow::Result<dsv::ops::export::ExportReport> {
             let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-            let report = dsv::read::export_tar(
+            let report = dsv::ops::export::export_tar(
                 &engine,
                 &args.revision,
                 &selection,

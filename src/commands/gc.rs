@@ -1,7 +1,7 @@
 //! Freeing space: `dsv rm` (a version's or a dataset's data) and `dsv gc`.
 
 use clap::Args;
-use dsv::ops::gc;
+use dsv::ops::{gc, retention};
 
 use super::open_store;
 use crate::{Cli, error, render, ui::Ui};
@@ -40,7 +40,9 @@ pub(crate) struct RmArgs {
 
 pub(crate) fn rm(cli: &Cli, ui: &Ui, args: &RmArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let report = gc::remove(&mut store, &args.target, args.force)?;
+    let mut options = retention::RemoveOptions::default();
+    options.force = args.force;
+    let report = retention::remove(&mut store, &args.target, &options)?;
     ui.report(&report, render::removed)?;
     Ok(error::SUCCESS)
 }

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 use dsv::Revision;
-use dsv::ops::gc;
+use dsv::ops::retention;
 
 use super::open_store;
 use crate::{Cli, error, render, ui::Ui};
@@ -23,7 +23,7 @@ pub(crate) struct PinArgs {
 pub(crate) fn pin(cli: &Cli, ui: &Ui, args: &PinArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
     let until = args.until.as_deref().map(parse_until).transpose()?;
-    let pin = gc::pin(
+    let pin = retention::pin(
         &mut store,
         &Revision::parse(&args.revision)?,
         &args.reason,
@@ -43,7 +43,7 @@ pub(crate) struct UnpinArgs {
 
 pub(crate) fn unpin(cli: &Cli, ui: &Ui, args: &UnpinArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    let id = gc::unpin(&mut store, &Revision::parse(&args.revision)?)?;
+    let id = retention::unpin(&mut store, &Revision::parse(&args.revision)?)?;
     ui.report(&serde_json::json!({ "unpinned": id }), |_| {
         format!("Unpinned {}", id.short())
     })?;

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use dsv::Revision;
-use dsv::ops::inspect;
+use dsv::ops::refs;
 
 use super::open_store;
 use crate::{Cli, error, ui::Ui};
@@ -24,7 +24,7 @@ pub(crate) fn reset(cli: &Cli, ui: &Ui, args: &ResetArgs) -> anyhow::Result<u8> 
     } else {
         Revision::parse(&format!("{}@{}", args.dataset, args.revision))?
     };
-    let report = inspect::reset(&mut store, &args.dataset, &revision)?;
+    let report = refs::reset(&mut store, &args.dataset, &revision)?;
     ui.report(&report, |r| match r.from {
         Some(from) if from == r.to => format!("{} is already at {}", r.dataset, r.to.short()),
         Some(from) => format!(
@@ -51,7 +51,7 @@ pub(crate) struct RenameArgs {
 /// `dsv rename OLD NEW`.
 pub(crate) fn rename(cli: &Cli, ui: &Ui, args: &RenameArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
-    inspect::rename(&mut store, &args.old, &args.new)?;
+    refs::rename(&mut store, &args.old, &args.new)?;
     if ui.json {
         ui.json(&serde_json::json!({ "old": args.old, "new": args.new }))?;
     } else {

@@ -23,7 +23,9 @@ pub(crate) struct StatusArgs {
 pub(crate) fn run(cli: &Cli, ui: &Ui, args: &StatusArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
     let jobs = jobs_or(&args.jobs, &store.config()?, IngestOptions::default().jobs);
-    let report = status::status(&mut store, &args.dir, jobs, &ui.reporter())?;
+    let mut options = status::StatusOptions::default();
+    options.jobs = jobs;
+    let report = status::status(&mut store, &args.dir, &options, &ui.reporter())?;
     ui.report(&report, render::status)?;
     if args.exit_code && !report.changes.is_empty() {
         return Ok(error::DIFFERENCES);

@@ -31,12 +31,14 @@ pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
     let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
     let revision = args.revision.as_deref().map(Revision::parse).transpose()?;
+    let mut options = sync::PushOptions::default();
+    options.force = args.force;
+    options.requests = requests;
     let report = sync::push(
         &mut store,
         &name,
         revision.as_ref(),
-        args.force,
-        requests,
+        &options,
         &ui.reporter(),
     )?;
     ui.report(&report, render::push)?;
@@ -95,7 +97,7 @@ pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
     options.dry_run = args.dry_run;
     options.workspace = Some(current);
     options.jobs = jobs_or(&args.jobs, &store.config()?, options.jobs);
-    let report = sync::pull_with(&mut store, &target, &options, &ui.reporter())?;
+    let report = sync::pull(&mut store, &target, &options, &ui.reporter())?;
     ui.report(&report, render::pull)?;
     Ok(match &report.rebase {
         Some(rebase) => refused_by_conflicts(rebase),
@@ -182,7 +184,9 @@ pub(crate) struct FetchArgs {
 pub(crate) fn fetch(cli: &Cli, ui: &Ui, args: &FetchArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
     let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
-    let report = sync::fetch(&mut store, &name, requests, &ui.reporter())?;
+    let mut options = sync::FetchOptions::default();
+    options.requests = requests;
+    let report = sync::fetch(&mut store, &name, &options, &ui.reporter())?;
     ui.report(&report, render::fetch)?;
     Ok(error::SUCCESS)
 }
@@ -205,13 +209,10 @@ pub(crate) fn clone(ui: &Ui, args: &CloneArgs) -> anyhow::Result<u8> {
         Some(dir) => dir.clone(),
         None => sync::default_clone_dir(&args.url)?,
     };
-    let report = sync::clone(
-        &args.url,
-        &dir,
-        &parse_options(&args.options)?,
-        jobs_or(&args.jobs, &Config::default(), dsv::remote::DEFAULT_JOBS),
-        &ui.reporter(),
-    )?;
+    let mut options = sync::CloneOptions::default();
+    options.remote_options = parse_options(&args.options)?;
+    options.requests = jobs_or(&args.jobs, &Config::default(), dsv::remote::DEFAULT_JOBS);
+    let report = sync::clone(&args.url, &dir, &options, &ui.reporter())?;
     ui.report(&report, render::clone)?;
     Ok(error::SUCCESS)
 }

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use dsv::Revision;
-use dsv::ops::inspect;
+use dsv::ops::refs;
 
 use super::open_store;
 use crate::{Cli, error, render, ui::Ui};
@@ -36,7 +36,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &TagArgs) -> anyhow::Result<u8> {
         if args.tag.is_some() {
             anyhow::bail!(usage("--list takes at most one argument: the dataset"));
         }
-        let tags = inspect::tags(&store, args.revision.as_deref())?;
+        let tags = refs::tags(&store, args.revision.as_deref())?;
         ui.report(tags.as_slice(), render::tags)?;
         return Ok(error::SUCCESS);
     }
@@ -51,7 +51,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &TagArgs) -> anyhow::Result<u8> {
             (None, Some((dataset, tag))) => (dataset, tag),
             _ => anyhow::bail!(usage("-d takes NAME@TAG (or NAME TAG)")),
         };
-        let deleted = inspect::delete_tag(&mut store, dataset, tag)?;
+        let deleted = refs::delete_tag(&mut store, dataset, tag)?;
         if ui.json {
             ui.json(&deleted)?;
         } else {
@@ -70,7 +70,9 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &TagArgs) -> anyhow::Result<u8> {
         ));
     };
     let revision = Revision::parse(revision)?;
-    let id = inspect::tag(&mut store, &revision, tag, args.force)?;
+    let mut options = refs::TagOptions::default();
+    options.force = args.force;
+    let id = refs::tag(&mut store, &revision, tag, &options)?;
     if ui.json {
         ui.json(&serde_json::json!({ "dataset": revision.dataset, "tag": tag, "version": id }))?;
     } else {

@@ -1,6 +1,12 @@
 //! Workspaces and the stat cache: deciding, without reading a file, whether it still holds
 //! its workspace's version's content at its path.
 //!
+//! One of three workspace modules, each one concern: this one holds the rules (when a stat
+//! cache entry is trusted, racy timestamps, a directory's identity); the rows that record a
+//! workspace, its version and its stat cache are `catalog/workspaces.rs`
+//! ([`crate::catalog::Workspace`]); the user's commands over those records (`dsv workspace
+//! ls`, `dsv workspace forget`) are `dsv::ops::workspace`.
+//!
 //! A cached entry names no file id (schema 11): it vouches that the file at its path holds
 //! the content of the file the workspace's version has there, and readers take the id from
 //! that version's tree, walked in step with the directory. Every writer keeps that true:

@@ -1,4 +1,9 @@
-//! Workspaces (directories a store committed or checked out) and their stat caches.
+//! Workspaces (directories a store committed or checked out) and their stat caches: the
+//! catalog rows, read and written here and nowhere else.
+//!
+//! One of three workspace modules, each one concern: this one holds the rows; when an entry
+//! is trusted is [`crate::workspace`] (the stat cache rules); the user's commands over the
+//! records (`dsv workspace ls`, `dsv workspace forget`) are `dsv::ops::workspace`.
 
 use rusqlite::{OptionalExtension, params};
 

@@ -1,5 +1,5 @@
-//! Cleanup: `rm` (mark versions removed), `pin`/`unpin`, and `gc`, which deletes what no
-//! remaining version reaches.
+//! Garbage collection: `gc` deletes what no remaining version reaches. Which versions remain
+//! is retention ([`super::retention`]: `rm`, `pin`, `unpin`) and eviction ([`super::cache`]).
 //!
 //! Safety:
 //! - gc holds the store's data lock exclusive ([`Store::lock_data_exclusive`]) from plan to
@@ -21,8 +21,9 @@
 //!
 //! # What is kept, the data lock, gc step by step
 //!
-//! `ops/gc.rs` (`gc`, `rm`, `pin`, `unpin`), `ops/cache.rs` (`cache ls`, `cache prune`),
-//! `ops/audit.rs` (audits and lock files), `catalog/retention.rs` (the catalog side), schema 4
+//! `ops/gc.rs` (`gc`), `ops/retention.rs` (`rm`, `pin`, `unpin`), `ops/cache.rs` (`cache ls`,
+//! `cache prune`), `ops/audit.rs` (audits), `ops/lock_file.rs` (lock files),
+//! `catalog/retention.rs` (the catalog side), schema 4
 //! and 5 (`docs/format.md#catalog-schema`). Commands and flags are in
 //! `docs/cli.md#dsv-gc`.
 //!
@@ -177,13 +178,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::ingest::{FRAME_TARGET, PackSink};
-use crate::catalog::Pin;
-use crate::error::{Error, Holder, Result};
+use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
 use crate::pack::FrameBuilder;
 use crate::progress::{Progress, Unit};
-use crate::revision::Revision;
 use crate::store::{ExclusiveDataLock, Store};
 use crate::tree::{Reached, walk_reachable};
 
@@ -807,157 +806,10 @@ fn remove_pack_file(path: &std::path::Path) -> Result<()> {
     }
 }
 
-/// What `rm` did.
-#[derive(Debug, Clone, Serialize)]
-pub struct RemoveReport {
-    /// The dataset.
-    pub dataset: String,
-    /// Versions marked removed.
-    pub removed: Vec<ObjectId>,
-    /// Tags dropped with them.
-    pub tags_dropped: Vec<String>,
-}
-
-/// Why a version must be kept, if it must: every live pin, and every workspace (a directory
-/// that exists, the same one as recorded) that holds it, named in one sentence.
-fn held_by(store: &Store, id: &ObjectId, pins: &[Pin]) -> Result<Vec<Holder>> {
-    let now = crate::catalog::unix_now();
-    let mut holders: Vec<Holder> = pins
-        .iter()
-        .filter(|p| p.version == *id && p.until.is_none_or(|u| u > now))
-        .map(|pin| Holder::Pin {
-            reason: pin.reason.clone(),
-        })
-        .collect();
-    holders.extend(
-        store
-            .catalog()
-            .workspace_versions()?
-            .into_iter()
-            .filter(|(_, version)| version == id)
-            .map(|(path, _)| Holder::Workspace { path }),
-    );
-    Ok(holders)
-}
-
-fn held(id: &ObjectId, holders: Vec<Holder>) -> Error {
-    Error::VersionHeld {
-        version: id.short(),
-        holders,
-    }
-}
-
-/// `dsv rm NAME@REV` (one version, not the head) or `dsv rm NAME` (every version; the
-/// dataset's head is cleared). The data is freed by the next `gc`; the log keeps the
-/// versions, marked removed.
-///
-/// # Errors
-/// [`Error::VersionHeld`] for a pinned version or one a directory holds; also for a tagged
-/// version or a dataset's head without `force` (tags are dropped with `force`; a head is
-/// removed only with the whole dataset); revision errors.
-pub fn remove(store: &mut Store, target: &str, force: bool) -> Result<RemoveReport> {
-    let pins = store.catalog().pins()?;
-    let (dataset, ids) = if target.contains('@') || target.contains('~') {
-        let revision = Revision::parse(target)?;
-        let id = revision.resolve(store.catalog())?;
-        if store.catalog().head(&revision.dataset)? == Some(id) {
-            return Err(held(
-                &id,
-                vec![Holder::Head {
-                    dataset: revision.dataset.clone(),
-                }],
-            ));
-        }
-        (revision.dataset, vec![id])
-    } else {
-        crate::revision::check_name("dataset", target)?;
-        let mut ids = Vec::new();
-        let mut next = store.catalog().head(target)?;
-        while let Some(id) = next {
-            ids.push(id);
-            next = store.catalog().version_record(&id)?.version.parent;
-        }
-        (target.to_string(), ids)
-    };
-    let mut tags = Vec::new();
-    for id in &ids {
-        let holders = held_by(store, id, &pins)?;
-        if !holders.is_empty() {
-            return Err(held(id, holders));
-        }
-        let named = store.catalog().tags_of(id)?;
-        if !named.is_empty() && !force {
-            return Err(held(
-                id,
-                vec![Holder::Tags {
-                    dataset: dataset.clone(),
-                    tags: named,
-                }],
-            ));
-        }
-        tags.extend(named);
-    }
-    let _lock = store.lock()?;
-    let writer = store.catalog_mut().writer()?;
-    writer.mark_removed(&ids)?;
-    if !target.contains('@') && !target.contains('~') {
-        writer.clear_head(&dataset)?;
-    }
-    writer.commit()?;
-    Ok(RemoveReport {
-        dataset,
-        removed: ids,
-        tags_dropped: tags,
-    })
-}
-
-/// Pins `revision` so no `rm` or cleanup removes it, until `until` (Unix seconds) if given.
-///
-/// # Errors
-/// Revision errors.
-pub fn pin(
-    store: &mut Store,
-    revision: &Revision,
-    reason: &str,
-    until: Option<i64>,
-) -> Result<Pin> {
-    // Resolved, written and read back under the store lock (as tag, rename and rm are).
-    let _lock = store.lock()?;
-    let id = revision.resolve(store.catalog())?;
-    let writer = store.catalog_mut().writer()?;
-    writer.pin(&id, reason, until)?;
-    writer.commit()?;
-    store
-        .catalog()
-        .pins()?
-        .into_iter()
-        .find(|p| p.version == id)
-        .ok_or_else(|| Error::Internal {
-            detail: format!("version {} was pinned, yet no pin names it", id.short()),
-        })
-}
-
-/// Removes the pin of `revision`.
-///
-/// # Errors
-/// [`Error::RevisionNotFound`] when it is not pinned; revision errors.
-pub fn unpin(store: &mut Store, revision: &Revision) -> Result<ObjectId> {
-    let _lock = store.lock()?;
-    let id = revision.resolve(store.catalog())?;
-    let writer = store.catalog_mut().writer()?;
-    let had = writer.unpin(&id)?;
-    writer.commit()?;
-    if !had {
-        return Err(Error::RevisionNotFound {
-            revision: format!("{revision} (among the pins)"),
-        });
-    }
-    Ok(id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::retention::{self, RemoveOptions};
     use crate::progress::NoProgress;
 
     /// A store in `dir` with datasets `a` and `b`, each committed from a directory of its
@@ -1006,7 +858,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, a_packs) = two_datasets(dir.path());
         assert!(!a_packs.is_empty());
-        remove(&mut store, "a", false).unwrap();
+        retention::remove(&mut store, "a", &RemoveOptions::default()).unwrap();
         let lock = store.lock_data_exclusive().unwrap();
         let plan = plan(&store, &lock, Duration::from_secs(3600), &NoProgress).unwrap();
         assert_eq!((plan.live_versions, plan.removed_versions), (1, 1));
@@ -1037,7 +889,7 @@ mod tests {
     fn planning_and_measuring_change_nothing_and_measure_what_execution_does() {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, _) = two_datasets(dir.path());
-        remove(&mut store, "a", false).unwrap();
+        retention::remove(&mut store, "a", &RemoveOptions::default()).unwrap();
         let packs_dir = store.packs_dir();
         let before = (files(&packs_dir), store.catalog().packs().unwrap());
         let lock = store.lock_data_exclusive().unwrap();

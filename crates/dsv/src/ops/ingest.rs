@@ -399,7 +399,7 @@ pub struct StreamWriter<'a> {
     catalog: Catalog,
     frame: FrameBuilder,
     /// File maps go in frames of their own: with the trees and versions, they are the
-    /// metadata a remote clone fetches without any chunk (see ops/sync.rs).
+    /// metadata a remote clone fetches without any chunk (see ops/sync/).
     maps: FrameBuilder,
     stats: IngestStats,
 }

@@ -2,6 +2,17 @@
 //! Each takes the [`crate::Store`], an options struct and a [`crate::progress::Progress`],
 //! and returns a serializable report; none prints.
 //!
+//! # Modules by concern
+//!
+//! - Versions in and out: [`commit`], [`import`], [`checkout`], [`status`], [`ingest`] (the
+//!   packing stage commit and import share), [`rebase`].
+//! - Reading without a checkout, over [`crate::read`]: [`cat`], [`export`].
+//! - Queries: [`inspect`] (log, show, ls, diff). Names: [`refs`] (tag, reset, rename).
+//! - Keeping and freeing: [`retention`] (rm, pin, unpin), [`gc`], [`cache`] (eviction),
+//!   [`workspace`] (the workspaces that hold versions).
+//! - Remotes: [`sync`] (fetch, push, pull, clone, and what they share).
+//! - Trust: [`audit`], [`lock_file`], [`verify`], [`repair`].
+//!
 //! # Threads inside one process
 //!
 //! - **Walk** (`walk.rs`). One thread (`dsv-walk`) lists names with the `ignore` crate's
@@ -96,14 +107,19 @@
 
 pub mod audit;
 pub mod cache;
+pub mod cat;
 pub mod checkout;
 pub mod commit;
+pub mod export;
 pub mod gc;
 pub mod import;
 pub mod ingest;
 pub mod inspect;
+pub mod lock_file;
 pub mod rebase;
+pub mod refs;
 pub mod repair;
+pub mod retention;
 pub mod status;
 pub mod sync;
 pub mod verify;

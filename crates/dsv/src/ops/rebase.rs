@@ -623,8 +623,7 @@ fn finish(
             &report.dataset,
             &old,
             &new_head,
-            options.jobs,
-            options.requests,
+            &FollowOptions::new(options.jobs, options.requests),
             progress,
         )?;
     }
@@ -660,6 +659,32 @@ fn would_follow(
     }))
 }
 
+/// How a workspace follows a moved head ([`follow_head`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct FollowOptions {
+    /// Parallel workers of the workspace's status and checkout.
+    pub jobs: usize,
+    /// Requests in flight when the checkout fetches what it lacks.
+    pub requests: usize,
+}
+
+impl Default for FollowOptions {
+    fn default() -> FollowOptions {
+        FollowOptions {
+            jobs: super::checkout::CheckoutOptions::default().jobs,
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
+impl FollowOptions {
+    /// `jobs` workers and `requests` requests in flight.
+    pub fn new(jobs: usize, requests: usize) -> FollowOptions {
+        FollowOptions { jobs, requests }
+    }
+}
+
 /// After dataset `dataset`'s head moved from `old` to `new`: the workspace enclosing `dir`,
 /// when it holds `old`, is checked out at `new` if it has no uncommitted changes (fetching
 /// from the store's remotes what the checkout lacks), and left alone otherwise. `None` when
@@ -668,17 +693,16 @@ fn would_follow(
 /// # Errors
 /// As [`super::status::status`] and [`super::checkout::checkout_from_anywhere`], but for
 /// uncommitted changes found by the checkout ([`Error::Conflict`]): reported as `dirty`.
-#[allow(clippy::too_many_arguments)]
 pub fn follow_head(
     store: &mut Store,
     dir: &Path,
     dataset: &str,
     old: &ObjectId,
     new: &ObjectId,
-    jobs: usize,
-    requests: usize,
+    options: &FollowOptions,
     progress: &dyn Progress,
 ) -> Result<Option<WorkspaceFollow>> {
+    let FollowOptions { jobs, requests } = *options;
     let Some(workspace) = holding(store, dir, dataset, old)? else {
         return Ok(None);
     };
@@ -689,7 +713,8 @@ pub fn follow_head(
         version: *old,
         changes,
     };
-    let status = super::status::status(store, &workspace_dir, jobs, progress)?;
+    let status_options = super::status::StatusOptions { jobs };
+    let status = super::status::status(store, &workspace_dir, &status_options, progress)?;
     if !status.changes.is_empty() {
         return Ok(Some(dirty(status.changes.len() as u64)));
     }

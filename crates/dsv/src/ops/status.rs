@@ -454,6 +454,22 @@ fn compare_heads(store: &Store, dataset: &str, version: &ObjectId) -> Result<Vec
     Ok(out)
 }
 
+/// How to compute a status ([`status`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct StatusOptions {
+    /// Files hashed at once (default: the number of CPUs).
+    pub jobs: usize,
+}
+
+impl Default for StatusOptions {
+    fn default() -> StatusOptions {
+        StatusOptions {
+            jobs: super::ingest::IngestOptions::default().jobs,
+        }
+    }
+}
+
 /// Compares the workspace holding `dir` (its root or any directory inside it) with the version
 /// it holds, refreshing its stat cache.
 ///
@@ -462,9 +478,10 @@ fn compare_heads(store: &Store, dataset: &str, version: &ObjectId) -> Result<Vec
 pub fn status(
     store: &mut Store,
     dir: &Path,
-    jobs: usize,
+    options: &StatusOptions,
     progress: &dyn Progress,
 ) -> Result<StatusReport> {
+    let jobs = options.jobs;
     workspace::canonical_dir(dir)?;
     // From a subdirectory too, as git finds its work tree.
     let key = super::workspace::enclosing(store, dir)?

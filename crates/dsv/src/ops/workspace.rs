@@ -1,5 +1,10 @@
 //! `workspace ls` / `workspace forget`: the directories this store committed from or checked
 //! out into, which hold their versions (from `rm` and cleanup) until the user lets them go.
+//!
+//! One of three workspace modules, each one concern: this one holds the user's commands over
+//! the records; the records themselves (catalog rows) are `catalog/workspaces.rs`
+//! ([`crate::catalog::Workspace`]); when a stat cache entry is trusted is
+//! [`crate::workspace`].
 
 use std::path::{Component, Path, PathBuf};
 

@@ -1,6 +1,7 @@
 //! The read engine: random access to any byte of any file of a version, from many threads at
-//! once, without a checkout. The CLI's `cat`, the tar export, the FUSE mount
-//! (crate `dsv-mount`) and the Python package are front ends of it.
+//! once, without a checkout. `cat` ([`crate::ops::cat`]), the tar export
+//! ([`crate::ops::export`]), the FUSE mount (crate `dsv-mount`) and the Python package are
+//! front ends of it, built on its public API; the engine itself holds only random access.
 //!
 //! ```text
 //! ReadEngine (Send + Sync, one per process)
@@ -106,7 +107,7 @@ pub use fetch::{FETCH_BATCH_FRAMES, FETCH_SPAN, STRIPES, after_fork, before_fork
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::lease::Lease;
 use crate::object::Version;
@@ -162,6 +163,11 @@ impl ReadEngine {
     /// As [`Store::open`].
     pub fn open(root: &Path, options: ReadOptions) -> Result<ReadEngine> {
         Ok(Self::new(Store::open(root)?, options))
+    }
+
+    /// The store's `packs/` directory (named in errors about the bytes read from it).
+    pub fn packs_dir(&self) -> &Path {
+        &self.inner.packs_dir
     }
 
     /// An engine over an open store (which it keeps).
@@ -870,153 +876,6 @@ pub fn shards_each(
     Ok(())
 }
 
-/// What [`export_tar`] wrote.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ExportReport {
-    /// The version exported.
-    pub version: ObjectId,
-    /// Files written.
-    pub files: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
-/// Writes the files `selection` picks (with their directories, and the version's symlinks
-/// when everything is selected) to `out` as a tar stream (POSIX ustar with GNU long names),
-/// SageMaker's Pipe mode. The stream is deterministic: entries in path order (depth first,
-/// siblings sorted), owner 0:0 without names, mode 0644 (0755 for executables and
-/// directories), every time the version's time; so one version always gives the same bytes.
-/// Files are fetched one at a time as they are reached, so the stream starts before the whole
-/// version is here. The version is leased ([`crate::lease`]) while it is read: a `gc` meanwhile
-/// keeps it and does not wait.
-///
-/// # Errors
-/// As [`ReadEngine::version`], [`VersionHandle::select`] and [`VersionHandle::open`];
-/// [`Error::Io`] naming `out_name` when writing fails (a closed pipe: `BrokenPipe`), or
-/// [`Error::IoOperation`] when `out_name` is `None` (`out` is a stream that is no file);
-/// [`Error::Interrupted`].
-pub fn export_tar(
-    engine: &ReadEngine,
-    revision: &str,
-    selection: &Selection,
-    out: &mut dyn std::io::Write,
-    out_name: Option<&Path>,
-    progress: &dyn crate::progress::Progress,
-) -> Result<ExportReport> {
-    let version = engine.version(revision)?;
-    let files = version.select(selection)?;
-    let chosen: HashSet<&str> = files.iter().map(|e| e.path.as_str()).collect();
-    let mut dirs: HashSet<&str> = HashSet::new();
-    for file in &files {
-        let mut path = file.path.as_str();
-        while let Some((parent, _)) = path.rsplit_once('/') {
-            dirs.insert(parent);
-            path = parent;
-        }
-    }
-    let time = version.version().time.max(0) as u64;
-    let io = |source| match out_name {
-        Some(path) => Error::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        None => Error::IoOperation {
-            operation: "writing the output",
-            source,
-        },
-    };
-    let total: u64 = files.iter().map(|e| e.size).sum();
-    progress.start("exporting", total, crate::progress::Unit::Bytes);
-    let mut builder = tar::Builder::new(out);
-    let mut report = ExportReport {
-        version: version.id(),
-        files: 0,
-        bytes: 0,
-    };
-    for entry in version.entries()? {
-        crate::interrupt::check()?;
-        let mut header = tar::Header::new_gnu();
-        header.set_mtime(time);
-        header.set_uid(0);
-        header.set_gid(0);
-        match &entry.kind {
-            FlatKind::Dir if dirs.contains(entry.path.as_str()) => {
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_mode(0o755);
-                header.set_size(0);
-                builder
-                    .append_data(&mut header, format!("{}/", entry.path), std::io::empty())
-                    .map_err(io)?;
-            }
-            FlatKind::Symlink { target } if selection.is_everything() => {
-                header.set_entry_type(tar::EntryType::Symlink);
-                header.set_mode(0o777);
-                header.set_size(0);
-                builder
-                    .append_link(&mut header, &entry.path, target)
-                    .map_err(io)?;
-            }
-            FlatKind::File { executable } if chosen.contains(entry.path.as_str()) => {
-                let file = version.open(&entry.path)?;
-                header.set_entry_type(tar::EntryType::Regular);
-                header.set_mode(if *executable { 0o755 } else { 0o644 });
-                header.set_size(file.size());
-                let mut reader = Counted {
-                    inner: file.reader(0),
-                    progress,
-                };
-                builder
-                    .append_data(&mut header, &entry.path, &mut reader)
-                    .map_err(|e| {
-                        crate::interrupt::check()
-                            .err()
-                            .unwrap_or_else(|| unwrap_io(e, io))
-                    })?;
-                report.files += 1;
-                report.bytes += file.size();
-            }
-            _ => {}
-        }
-    }
-    builder.finish().map_err(io)?;
-    builder.into_inner().map_err(io)?.flush().map_err(io)?;
-    progress.finish();
-    Ok(report)
-}
-
-/// The engine's own error when `error` carries one (a read failing inside `std::io::Read`),
-/// else `otherwise(error)`.
-fn unwrap_io(error: std::io::Error, otherwise: impl Fn(std::io::Error) -> Error) -> Error {
-    if error.get_ref().is_some_and(|inner| inner.is::<Error>()) {
-        if let Some(inner) = error.into_inner()
-            && let Ok(engine_error) = inner.downcast::<Error>()
-        {
-            return *engine_error;
-        }
-        return Error::Internal {
-            detail: "a read error lost its cause".into(),
-        };
-    }
-    otherwise(error)
-}
-
-/// A reader that reports the bytes it passes on, checking for Ctrl-C.
-struct Counted<'a, R> {
-    inner: R,
-    progress: &'a dyn crate::progress::Progress,
-}
-
-impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        // Not `ErrorKind::Interrupted`: `io::copy` retries that one (it means EINTR), so
-        // the copy would spin. The engine error travels inside and is unwrapped by the caller.
-        crate::interrupt::check().map_err(std::io::Error::other)?;
-        let n = self.inner.read(buf)?;
-        self.progress.advance(n as u64);
-        Ok(n)
-    }
-}
-
 /// One file, open for reading at any offset. `Send + Sync`.
 ///
 /// A file whose data is only on a remote serves its first byte after one ranged GET: reads
@@ -1230,75 +1089,6 @@ impl Drop for PrefetchSlot {
     fn drop(&mut self) {
         self.0.prefetching.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// What [`cat`] wrote.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct CatReport {
-    /// The file's entry.
-    pub entry: FlatEntry,
-    /// The byte range written, `[start, end)`.
-    pub range: std::ops::Range<u64>,
-}
-
-/// Writes file `path` of `revision` to `out`, or the bytes `[start, end)` of it with `range`
-/// (an end past the size is clamped). Works on versions whose data is only on a remote (the
-/// file's chunks are fetched and kept). The version is leased while it is read.
-///
-/// # Errors
-/// [`Error::RangeNotSatisfiable`] when the range starts at or past the end of a non-empty
-/// file (HTTP's 416); as [`ReadEngine::version`] and [`VersionHandle::open`];
-/// [`Error::IoOperation`] when writing to `out` fails.
-pub fn cat(
-    engine: &ReadEngine,
-    revision: &str,
-    path: &str,
-    range: Option<std::ops::Range<u64>>,
-    out: &mut dyn std::io::Write,
-) -> Result<CatReport> {
-    let version = engine.version(revision)?;
-    let file = version.open(path)?;
-    let size = file.size();
-    let range = match range {
-        Some(r) if r.start >= size && size > 0 => {
-            return Err(Error::RangeNotSatisfiable {
-                path: path.to_string(),
-                start: r.start,
-                size,
-            });
-        }
-        Some(r) => r.start.min(size)..r.end.min(size),
-        None => 0..size,
-    };
-    // A whole file is also checked whole against its id (every chunk is checked anyway).
-    let mut whole = (range == (0..size)).then(blake3::Hasher::new);
-    let mut buffer = vec![0u8; 1024 * 1024];
-    let mut position = range.start;
-    while position < range.end {
-        crate::interrupt::check()?;
-        let want = ((range.end - position) as usize).min(buffer.len());
-        let n = file.read_at(position, &mut buffer[..want])?;
-        if n == 0 {
-            break;
-        }
-        if let Some(hasher) = whole.as_mut() {
-            hasher.update(&buffer[..n]);
-        }
-        out.write_all(&buffer[..n]).during("writing the output")?;
-        position += n as u64;
-    }
-    if let Some(hasher) = whole
-        && ObjectId::from(hasher.finalize()) != file.entry().id
-    {
-        return Err(Error::corrupt(
-            engine.inner.packs_dir.clone(),
-            format!("{path}: the stored bytes do not hash to its file id"),
-        ));
-    }
-    Ok(CatReport {
-        entry: file.entry().clone(),
-        range,
-    })
 }
 
 /// Sequential [`std::io::Read`] over a [`FileHandle`].

@@ -1,0 +1,195 @@
+//! `dsv clone`: a new store, the remote as `origin`, a fetch, every dataset's head and tags.
+//! Only metadata is downloaded.
+//!
+//! # clone
+//!
+//! `clone()`: `Store::init` in the target directory, `add_remote("origin", URL)`, a fetch,
+//! then, under the store lock, a check that every fetched ref names a version now recorded
+//! (`check_ref_target`: otherwise `Error::Corrupt` naming `origin:refs/heads/NAME` or
+//! `origin:refs/tags/NAME/TAG`), and one transaction sets each dataset's head to the remote's head
+//! and creates the remote's tags of those datasets. Only metadata is downloaded; chunks come
+//! when a checkout or pull needs them. If any step fails, the new `.dsv` is removed (and the
+//! directory, if clone created it).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Transfer, add_remote, fetch_with};
+use crate::catalog::RemoteRef;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::progress::Progress;
+use crate::remote::{self, Remote};
+use crate::store::Store;
+
+/// The outcome of `dsv clone`.
+#[derive(Debug, Serialize)]
+pub struct CloneReport {
+    /// The new store's directory.
+    pub store: std::path::PathBuf,
+    /// The remote's name in the new store (`origin`).
+    pub remote: String,
+    /// The URL cloned.
+    pub url: String,
+    /// Each dataset and its head.
+    pub datasets: BTreeMap<String, ObjectId>,
+    /// Metadata downloaded (chunks come when first needed).
+    pub transfer: Transfer,
+}
+
+/// Records one remote ref as now known.
+/// Fails (naming the remote's ref) when a ref fetched from `remote` names a version the
+/// fetch did not bring: the remote does not hold it (a damaged or hostile remote).
+fn check_ref_target(
+    catalog: &crate::catalog::Catalog,
+    remote: &str,
+    reference: &RemoteRef,
+) -> Result<()> {
+    if catalog.version(&reference.version)?.is_some() {
+        return Ok(());
+    }
+    let key = match &reference.tag {
+        Some(tag) => format!("refs/tags/{}/{tag}", reference.dataset),
+        None => format!("refs/heads/{}", reference.dataset),
+    };
+    Err(Error::corrupt(
+        format!("{remote}:{key}"),
+        format!(
+            "names version {}, which the remote does not hold",
+            reference.version.short()
+        ),
+    ))
+}
+
+/// The directory `clone` creates when none is given: the URL's last path element
+/// (`s3://b/team/mnist` → `mnist`, `s3://b` → `b`), relative to the current directory.
+///
+/// # Errors
+/// [`Error::CloneDirUnnamed`] when that element names no new directory (`.`, `..`,
+/// nothing, `.dsv`, the scheme of `file:///`): the store would land in the current or
+/// parent directory.
+pub fn default_clone_dir(url: &str) -> Result<std::path::PathBuf> {
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    if crate::object::check_name(name).is_err() || crate::walk::check_reserved_name(name).is_err() {
+        return Err(Error::CloneDirUnnamed {
+            url: url.to_string(),
+            name: name.to_string(),
+        });
+    }
+    Ok(std::path::PathBuf::from(name))
+}
+
+/// How to clone ([`clone`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CloneOptions {
+    /// The options of remote `origin` (`--option KEY=VALUE`), checked as `remote add` checks
+    /// them.
+    pub remote_options: BTreeMap<String, String>,
+    /// Requests in flight (default [`crate::remote::DEFAULT_JOBS`]).
+    pub requests: usize,
+}
+
+impl Default for CloneOptions {
+    fn default() -> CloneOptions {
+        CloneOptions {
+            remote_options: BTreeMap::new(),
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
+/// `dsv clone`: a new store in `dir` with remote `origin` at `url`, its refs, pack indexes
+/// and metadata, and local heads and tags at the remote's. No chunk is downloaded: a
+/// checkout fetches what it needs.
+///
+/// `dir` must not lie inside a store's `.dsv` directory (see
+/// [`crate::walk::check_workspace_dir`]); [`default_clone_dir`] names one from the URL.
+///
+/// # Errors
+/// [`Error::Unsupported`] for a `dir` inside a store's directory; [`Error::StoreExists`],
+/// [`Error::InvalidRemote`], as [`super::fetch()`]. A failed clone removes the store it created.
+pub fn clone(
+    url: &str,
+    dir: &std::path::Path,
+    options: &CloneOptions,
+    progress: &dyn Progress,
+) -> Result<CloneReport> {
+    let jobs = options.requests;
+    let options = &options.remote_options;
+    // Never inside a store's own directory: dsv alone writes there.
+    crate::walk::check_workspace_dir(dir)?;
+    let url = &remote::url_from_path(url);
+    remote::check_url(url)?;
+    remote::check_options(options)?;
+    let existed = dir.exists();
+    let mut store = Store::init(dir)?;
+    let result = (|| {
+        let record = add_remote(&mut store, "origin", url, options)?;
+        let remote = Remote::open(&record)?;
+        // A new store, but another process may open it already: in the one lock order.
+        let data_lock = store.lock_data_shared()?;
+        let fetched = fetch_with(&mut store, &data_lock, &record, &remote, jobs, progress)?;
+        let _lock = store.lock()?;
+        for reference in &fetched.refs {
+            check_ref_target(store.catalog(), &record.name, reference)?;
+        }
+        let writer = store.catalog_mut().writer()?;
+        let mut datasets = BTreeMap::new();
+        for reference in &fetched.refs {
+            if reference.tag.is_none() {
+                writer.set_head(&reference.dataset, &reference.version)?;
+                datasets.insert(reference.dataset.clone(), reference.version);
+            }
+        }
+        for reference in &fetched.refs {
+            if let Some(tag) = &reference.tag
+                && datasets.contains_key(&reference.dataset)
+            {
+                writer.set_tag(&reference.dataset, tag, &reference.version, true)?;
+            }
+        }
+        writer.commit()?;
+        Ok(CloneReport {
+            store: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
+            remote: record.name.clone(),
+            url: url.to_string(),
+            datasets,
+            transfer: fetched.transfer,
+        })
+    })();
+    if result.is_err() {
+        let created = store.root().to_path_buf();
+        drop(store);
+        let _ = std::fs::remove_dir_all(&created);
+        if !existed {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clone_is_named_after_the_urls_last_element_unless_that_names_no_new_directory() {
+        assert_eq!(
+            default_clone_dir("s3://b/team/mnist/").unwrap(),
+            std::path::Path::new("mnist")
+        );
+        assert_eq!(
+            default_clone_dir("s3://b").unwrap(),
+            std::path::Path::new("b")
+        );
+        for url in ["file:///", "s3://b/..", "s3://b/.dsv", "s3://b/."] {
+            assert!(
+                matches!(default_clone_dir(url), Err(Error::CloneDirUnnamed { .. })),
+                "{url}"
+            );
+        }
+    }
+}
