@@ -65,5 +65,7 @@ pub use dsv_remote::{
 
 pub(crate) mod key_set;
 pub mod ops;
+pub mod pack_sink;
 pub mod read;
 pub mod shard;
+pub mod transfer;

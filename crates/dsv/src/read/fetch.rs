@@ -19,11 +19,11 @@ use crate::catalog::Catalog;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
-use crate::ops::ingest::PackSink;
-use crate::ops::sync;
 use crate::pack::FrameRecord;
+use crate::pack_sink::PackSink;
 use crate::remote::Remote;
 use crate::store::{SharedDataLock, Store, StripeLock};
+use crate::transfer as sync;
 
 /// Read-only connections to the store's catalog, one per thread that reads at a time:
 /// taken for one query or a few, then put back. No lock is held while a connection is used.

@@ -229,7 +229,7 @@ impl FileState {
             let mut store = engine.lock_store();
             match store.reader().file_chunks(&entry.id, entry.size) {
                 Err(Error::MissingObject { .. }) => {
-                    crate::ops::sync::fetch_files(
+                    crate::transfer::fetch_files(
                         &mut store,
                         &[(entry.id, entry.size)],
                         engine.options.fetch_jobs,
@@ -330,7 +330,7 @@ impl FileState {
             Err(FetchError::NotIndexed) => {
                 // Pushed since this store last read the remotes' indexes: read them again
                 // (the store locked for that only), then fetch.
-                crate::ops::sync::refresh_all_indexes(
+                crate::transfer::refresh_all_indexes(
                     &mut engine.lock_store(),
                     engine.options.fetch_jobs,
                 )?;

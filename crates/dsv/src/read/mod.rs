@@ -525,7 +525,7 @@ impl VersionHandle {
                 // not here: the fetch that reads the indexes again and walks maps.
                 let mut store = self.engine.lock_store();
                 let files: Vec<(ObjectId, u64)> = files.iter().map(|e| (e.id, e.size)).collect();
-                let transfer = crate::ops::sync::fetch_files(
+                let transfer = crate::transfer::fetch_files(
                     &mut store,
                     &files,
                     self.engine.options.fetch_jobs,

@@ -1,0 +1,620 @@
+//! Downloading from remotes, for every operation and the read engine: opening a remote by
+//! name, refreshing its pack indexes, finding the remote frames that hold wanted objects,
+//! merging neighbours within [`COALESCE_GAP`] into ranged GETs of at most [`MAX_SPAN`] bytes,
+//! checking every frame as it arrives and recording the packs it lands in
+//! ([`fetch_spans`], [`record_fetched`]), and the two entry points built on them: the chunks a
+//! checkout lacks ([`fetch_missing`]) and the files a reader opens ([`fetch_files`]).
+//!
+//! Below both `ops` (fetch, pull, clone and checkout: `ops::sync` re-exports what it used to
+//! hold) and `read` (the read engine's fetcher), so neither depends on the other for it. How
+//! downloads work, step by step, is in the rustdoc of `ops::sync` ("Downloading frames").
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+
+use serde::Serialize;
+
+use crate::catalog::{RemoteRecord, RemoteRef, unix_now};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::{EncodedFrame, FrameRecord, PackFile};
+use crate::pack_sink::PackSink;
+use crate::progress::{Progress, Unit};
+use crate::remote::{self, RefName, RefState, Remote};
+use crate::store::{SharedDataLock, Store};
+use crate::tree::{Reached, walk_reachable};
+
+/// Frames of one pack closer than this many bytes are fetched in one ranged GET.
+pub const COALESCE_GAP: u64 = 128 * 1024;
+/// The longest ranged GET, in bytes.
+pub const MAX_SPAN: u64 = 16 * 1024 * 1024;
+
+/// What one transfer moved.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Transfer {
+    /// Requests made to the remote.
+    pub requests: u64,
+    /// Packs uploaded (push) or written locally from downloaded frames (fetch, pull).
+    pub packs: u64,
+    /// Stored (compressed) bytes sent or received.
+    pub bytes: u64,
+    /// Objects received (fetch, pull) or packs' objects sent (push).
+    pub objects: u64,
+}
+
+pub(crate) fn open(store: &Store, name: &str) -> Result<(RemoteRecord, Remote)> {
+    let record = store.catalog().remote(name)?;
+    let remote = Remote::open(&record)?;
+    Ok((record, remote))
+}
+
+/// True when both ETags are known and equal. Backends differ in quoting them (a listing may
+/// give `abc` where a HEAD gives `"abc"`), so the quotes are ignored.
+pub(crate) fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.trim_matches('"') == b.trim_matches('"'),
+        _ => false,
+    }
+}
+
+pub(crate) fn remote_ref(name: &RefName, version: ObjectId, state: &RefState) -> RemoteRef {
+    RemoteRef {
+        dataset: name.dataset.clone(),
+        tag: name.tag.clone(),
+        version,
+        etag: state.etag.clone(),
+        object_version: state.version.clone(),
+        last_modified: state.last_modified,
+        fetched_at: unix_now(),
+    }
+}
+
+/// Lists the remote's packs, downloads the index of each pack not seen before, and forgets
+/// packs the remote no longer has. Returns how many packs were new.
+pub(crate) fn refresh_indexes(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    jobs: usize,
+) -> Result<u64> {
+    let listed = remote.list_packs()?;
+    let known = store.catalog().remote_packs(record.id)?;
+    let new: Vec<(ObjectId, u64)> = listed
+        .iter()
+        .filter(|(id, _)| !known.contains(id))
+        .copied()
+        .collect();
+    // A tail is at most the pack after its header, and at most the longest index plus trailer.
+    let tail_limit = |size: u64| {
+        size.saturating_sub(crate::pack::format::HEADER_LEN)
+            .min(crate::pack::format::MAX_INDEX_LEN + crate::pack::format::TRAILER_LEN)
+    };
+    let tails = remote.get_many(
+        new.iter()
+            .map(|(id, size)| (remote::index_key(id), tail_limit(*size)))
+            .collect(),
+        jobs,
+    )?;
+    let mut indexes = Vec::with_capacity(new.len());
+    for ((id, size), tail) in new.iter().zip(tails) {
+        let (frames, objects) =
+            crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
+                Error::corrupt(format!("{}:{}", record.name, remote::index_key(id)), detail)
+            })?;
+        indexes.push((id, size, frames, objects));
+    }
+    let present: HashSet<ObjectId> = listed.iter().map(|(id, _)| *id).collect();
+    let writer = store.catalog_mut().writer()?;
+    // Packs gone first: an object that moved to a new pack (a remote repacked) keeps one row,
+    // the new pack's. Added first, the new rows would be ignored as duplicates and then
+    // deleted with the old pack's frames.
+    writer.retain_remote_packs(record.id, &present)?;
+    for (id, size, frames, objects) in &indexes {
+        writer.add_remote_pack(record.id, id, **size, frames, objects)?;
+    }
+    writer.commit()?;
+    Ok(new.len() as u64)
+}
+
+/// Reads again the pack indexes of every remote of `store` (new packs added, packs gone
+/// dropped): for a reader whose data was pushed since this store last looked.
+///
+/// # Errors
+/// Remote errors; [`Error::Corrupt`] for a malformed index; [`Error::Catalog`].
+pub(crate) fn refresh_all_indexes(store: &mut Store, jobs: usize) -> Result<()> {
+    for record in store.catalog().remotes()? {
+        let remote = Remote::open(&record)?;
+        refresh_indexes(store, &record, &remote, jobs)?;
+    }
+    Ok(())
+}
+
+/// One span's frames as checked (each with its raw bytes when asked for, else empty), its
+/// object count and its bytes.
+type CheckedSpan = (Vec<(EncodedFrame, Vec<u8>)>, u64, u64);
+
+/// The frames of one span with their objects (id, kind, offset, length), for checking.
+type PreparedSpan = Vec<(FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>)>;
+
+/// One ranged GET: a span of a remote pack and the frames inside it.
+pub(crate) struct Span {
+    pack: ObjectId,
+    range: Range<u64>,
+    frames: Vec<(FrameRecord, i64)>,
+}
+
+/// The remote frames (by pack and offset: the frame, its catalog row, and the wanted objects
+/// in it) holding those of `wanted` that this store lacks and remote `remote` holds.
+pub(crate) type FramesOf =
+    BTreeMap<(ObjectId, u64), (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>)>;
+
+/// The remote frames holding those of `wanted` that this store lacks and remote `remote`
+/// holds, with the wanted objects in each.
+///
+/// # Errors
+/// [`Error::Catalog`].
+pub(crate) fn frames_of(
+    catalog: &crate::catalog::Catalog,
+    remote: i64,
+    wanted: &[(ObjectId, ObjectKind)],
+) -> Result<FramesOf> {
+    let mut frames: FramesOf = BTreeMap::new();
+    for (id, kind) in wanted {
+        if catalog.has_object(id, *kind)? {
+            continue;
+        }
+        if let Some(location) = catalog.remote_locate(remote, id, *kind)? {
+            frames
+                .entry((location.pack, location.frame.offset))
+                .or_insert_with(|| (location.frame, location.frame_row, Vec::new()))
+                .2
+                .push((*id, *kind));
+        }
+    }
+    Ok(frames)
+}
+
+/// Frames grouped into ranged GETs: neighbours in one pack within [`COALESCE_GAP`] merged,
+/// each GET at most `max_span` bytes (a single larger frame alone).
+pub(crate) fn spans(
+    frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
+    max_span: u64,
+) -> Vec<Span> {
+    let mut spans: Vec<Span> = Vec::new();
+    for ((pack, offset), (frame, row)) in frames {
+        let end = offset + u64::from(frame.stored_length);
+        match spans.last_mut() {
+            Some(span)
+                if span.pack == pack
+                    && offset <= span.range.end + COALESCE_GAP
+                    && end - span.range.start <= max_span =>
+            {
+                span.range.end = span.range.end.max(end);
+                span.frames.push((frame, row));
+            }
+            _ => spans.push(Span {
+                pack,
+                range: offset..end,
+                frames: vec![(frame, row)],
+            }),
+        }
+    }
+    spans
+}
+
+/// Downloads `spans` of `remote`'s packs, `jobs` GETs at a time, checks every frame (it
+/// decompresses to its length, every object matches its key: [`ObjectKind::check`]) and
+/// appends the frames to `sink` (and, with `raws`, their raw bytes, in the same order).
+/// Nothing is recorded: see [`record_fetched`].
+///
+/// # Errors
+/// [`Error::Remote`]; [`Error::Corrupt`] naming the remote's pack for a frame that fails its
+/// check or a short response; [`Error::Catalog`]; [`Error::Interrupted`].
+pub(crate) fn fetch_spans(
+    catalog: &crate::catalog::Catalog,
+    remote: &Remote,
+    spans: &[Span],
+    jobs: usize,
+    sink: &PackSink,
+    mut raws: Option<&mut Vec<Vec<u8>>>,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let total: u64 = spans.iter().map(|s| s.range.end - s.range.start).sum();
+    // Everything a check needs, read from the catalog up front: checks run on other threads.
+    let mut prepared: HashMap<(ObjectId, u64), PreparedSpan> = HashMap::new();
+    for span in spans {
+        let mut frames = Vec::with_capacity(span.frames.len());
+        for (frame, row) in &span.frames {
+            frames.push((*frame, catalog.remote_frame_objects(*row)?));
+        }
+        prepared.insert((span.pack, span.range.start), frames);
+    }
+    let prepared = std::sync::Arc::new(prepared);
+    let ranges = spans.iter().map(|s| (s.pack, s.range.clone())).collect();
+    let remote_name = remote.name().to_string();
+    let keep_raw = raws.is_some();
+    let check = std::sync::Arc::new(
+        move |pack: ObjectId, range: Range<u64>, bytes: bytes::Bytes| -> Result<CheckedSpan> {
+            let frames = &prepared[&(pack, range.start)];
+            let mut encoded = Vec::with_capacity(frames.len());
+            let mut objects = 0;
+            for (frame, members) in frames {
+                let start = (frame.offset - range.start) as usize;
+                let stored = bytes[start..start + frame.stored_length as usize].to_vec();
+                objects += members.len() as u64;
+                let checked = if keep_raw {
+                    EncodedFrame::verified_with_raw(
+                        stored,
+                        frame.raw_length,
+                        frame.compression,
+                        members.clone(),
+                    )
+                } else {
+                    EncodedFrame::verified(
+                        stored,
+                        frame.raw_length,
+                        frame.compression,
+                        members.clone(),
+                    )
+                    .map(|frame| (frame, Vec::new()))
+                };
+                encoded.push(checked.map_err(|detail| {
+                    Error::corrupt(
+                        format!("{remote_name}:{}", remote::pack_key(&pack)),
+                        format!("frame at offset {}: {detail}", frame.offset),
+                    )
+                })?);
+            }
+            Ok((encoded, objects, bytes.len() as u64))
+        },
+    );
+    let mut transfer = Transfer::default();
+    progress.start("download", total, Unit::Bytes);
+    remote.get_ranges(ranges, jobs, check, |(frames, objects, bytes)| {
+        for (frame, raw) in frames {
+            sink.add(frame)?;
+            if let Some(raws) = raws.as_deref_mut() {
+                raws.push(raw);
+            }
+        }
+        transfer.objects += objects;
+        transfer.bytes += bytes;
+        progress.advance(bytes);
+        Ok(())
+    })?;
+    Ok(transfer)
+}
+
+/// Records packs downloaded from remote `remote_name` in the catalog, under the store lock.
+/// File maps among them are recorded as unproven: keyed by their file's id, not by their
+/// own bytes, a map is trusted only once its file's bytes are checked against it (see
+/// `ObjectReader::file_chunks`). Each pack's index is read back once, one at a time, and
+/// handed to `visit` as well.
+///
+/// # Errors
+/// [`Error::Io`], [`Error::Catalog`].
+pub(crate) fn record_fetched(
+    store: &mut Store,
+    sealed: &[PackFile],
+    remote_name: &str,
+    visit: &mut dyn FnMut(&crate::pack::SealedPack),
+) -> Result<()> {
+    let _lock = store.lock()?;
+    let packs_dir = store.packs_dir();
+    let writer = store.catalog_mut().writer()?;
+    let mut maps = Vec::new();
+    for pack in sealed {
+        let index = pack.read_index(&packs_dir)?;
+        writer.add_pack(&index)?;
+        maps.extend(
+            index
+                .objects
+                .iter()
+                .filter(|o| o.kind == ObjectKind::FileMap)
+                .map(|o| (o.id, pack.id)),
+        );
+        visit(&index);
+    }
+    // Decided inside the transaction: a map is unproven when the row now names this
+    // download's pack (no map was here, or another reader forgot a wrong one meanwhile).
+    for (id, pack) in maps {
+        if writer.file_map_pack(&id)? == Some(pack) {
+            writer.add_unproven_file_map(&id, remote_name)?;
+        }
+    }
+    writer.commit()
+}
+
+/// Downloads the frames holding `wanted` objects from `remote` into new local packs and
+/// records those packs. Objects the remote does not hold are left out (the caller checks).
+pub(crate) fn download(
+    store: &mut Store,
+    data: &SharedDataLock,
+    record: &RemoteRecord,
+    remote: &Remote,
+    wanted: &[(ObjectId, ObjectKind)],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    // One download at a time per store: processes pulling the same data (one per GPU) wait
+    // for each other, and each downloads only what is still missing once it has the lock.
+    let _download_lock = store.lock_downloads(data)?;
+    let frames: BTreeMap<_, _> = frames_of(store.catalog(), record.id, wanted)?
+        .into_iter()
+        .map(|(key, (frame, row, _))| (key, (frame, row)))
+        .collect();
+    if frames.is_empty() {
+        return Ok(Transfer::default());
+    }
+    let spans = spans(frames, MAX_SPAN);
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    let fetched = fetch_spans(store.catalog(), remote, &spans, jobs, &sink, None, progress);
+    progress.phase("recording");
+    let mut transfer = match fetched {
+        Ok(transfer) => transfer,
+        Err(e) => {
+            sink.abandon(store);
+            return Err(e);
+        }
+    };
+    let sealed = sink.finish()?;
+    transfer.packs = sealed.len() as u64;
+    record_fetched(store, &sealed, &record.name, &mut |_| {})?;
+    Ok(transfer)
+}
+
+/// Every chunk (and file map) `versions` need that this store lacks, restricted to paths
+/// matching `include` when given. Trees and file maps must be here (fetched) already.
+pub(crate) fn missing_chunks(
+    store: &Store,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+) -> Result<Vec<(ObjectId, ObjectKind)>> {
+    let mut reader = store.reader();
+    let mut missing = HashSet::new();
+    // With a filter, a subtree shared by two paths must be seen under each.
+    let mut seen_trees = HashSet::new();
+    for id in versions {
+        let root = reader.version(id)?.tree;
+        let seen = include.is_none().then_some(&mut seen_trees);
+        walk_reachable(&mut reader, &root, seen, &mut |reached| {
+            if let Reached::File { path, id, chunks } = reached
+                && include.is_none_or(|set| set.is_match(path))
+            {
+                // No file map here (never fetched, or rejected by its proof): the file is
+                // its own only chunk, or its map must come from a remote first.
+                if chunks == [id]
+                    && !store.catalog().has_object(&id, ObjectKind::Chunk)?
+                    && !store.catalog().has_object(&id, ObjectKind::FileMap)?
+                {
+                    missing.insert((id, ObjectKind::FileMap));
+                }
+                for chunk in chunks {
+                    if !store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
+                        missing.insert((chunk, ObjectKind::Chunk));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(missing.into_iter().collect())
+}
+
+/// Downloads whatever chunks `versions` need (under `include`) from the configured remotes,
+/// in name order, preferring `first`. Without remotes, or with nothing missing, contacts
+/// nothing.
+///
+/// # Errors
+/// [`Error::MissingObject`] when no remote holds a needed chunk; as [`fetch()`].
+pub fn fetch_missing(
+    store: &mut Store,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let data_lock = store.lock_data_shared()?;
+    fetch_missing_under(store, &data_lock, versions, include, first, jobs, progress)
+}
+
+/// [`fetch_missing`] under the shared data lock `data`, which the caller holds (the lock is
+/// never taken twice: see crate::store).
+pub(crate) fn fetch_missing_under(
+    store: &mut Store,
+    data: &SharedDataLock,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    for version in versions {
+        if store.catalog().removed_at(version)?.is_some() {
+            return Err(Error::VersionRemoved {
+                version: version.to_hex(),
+            });
+        }
+    }
+    let (mut transfer, fetched_maps) =
+        fetch_missing_round(store, data, versions, include, first, jobs, progress)?;
+    // File maps that came now list chunks of their own: fetch those too (once).
+    if fetched_maps {
+        let (more, _) = fetch_missing_round(store, data, versions, include, first, jobs, progress)?;
+        transfer.bytes += more.bytes;
+        transfer.packs += more.packs;
+        transfer.objects += more.objects;
+        transfer.requests += more.requests;
+    }
+    Ok(transfer)
+}
+
+pub(crate) fn fetch_missing_round(
+    store: &mut Store,
+    data: &SharedDataLock,
+    versions: &[ObjectId],
+    include: Option<&globset::GlobSet>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<(Transfer, bool)> {
+    progress.phase("finding the missing data");
+    let missing = missing_chunks(store, versions, include)?;
+    let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
+    let transfer = fetch_objects(store, data, missing, first, jobs, progress)?;
+    Ok((transfer, wanted_maps))
+}
+
+/// Downloads objects `missing` from the configured remotes, in name order, preferring
+/// `first`; contacts nothing when `missing` is empty.
+///
+/// # Errors
+/// [`Error::MissingObject`] when no remote holds one of them; as [`fetch`].
+pub(crate) fn fetch_objects(
+    store: &mut Store,
+    data: &SharedDataLock,
+    mut missing: Vec<(ObjectId, ObjectKind)>,
+    first: Option<(&RemoteRecord, &Remote)>,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let mut transfer = Transfer::default();
+    if missing.is_empty() {
+        return Ok(transfer);
+    }
+    let mut opened = Vec::new();
+    for record in store.catalog().remotes()? {
+        if first.is_some_and(|(f, _)| f.name == record.name) {
+            continue;
+        }
+        opened.push(record);
+    }
+    let mut try_remote = |store: &mut Store,
+                          record: &RemoteRecord,
+                          remote: &Remote,
+                          missing: &mut Vec<(ObjectId, ObjectKind)>|
+     -> Result<()> {
+        let before = remote.requests();
+        // The remote may hold packs pushed since this store last looked.
+        let has_all = missing.iter().try_fold(true, |all, (id, kind)| {
+            Ok::<_, Error>(
+                all && store
+                    .catalog()
+                    .remote_locate(record.id, id, *kind)?
+                    .is_some(),
+            )
+        })?;
+        if !has_all {
+            refresh_indexes(store, record, remote, jobs)?;
+        }
+        let got = download(store, data, record, remote, missing, jobs, progress)?;
+        transfer.bytes += got.bytes;
+        transfer.packs += got.packs;
+        transfer.objects += got.objects;
+        if first.is_none_or(|(f, _)| f.name != record.name) {
+            transfer.requests += remote.requests() - before;
+        }
+        let catalog = store.catalog();
+        // A file wanted as its own chunk or as a file map needs only one of the two.
+        missing.retain(|(id, kind)| {
+            let has = |kind| catalog.has_object(id, kind).unwrap_or(false);
+            !has(*kind)
+                && match kind {
+                    ObjectKind::FileMap => !has(ObjectKind::Chunk),
+                    ObjectKind::Chunk => !has(ObjectKind::FileMap),
+                    _ => true,
+                }
+        });
+        Ok(())
+    };
+    if let Some((record, remote)) = first {
+        try_remote(store, record, remote, &mut missing)?;
+    }
+    for record in opened {
+        if missing.is_empty() {
+            break;
+        }
+        let remote = Remote::open(&record)?;
+        try_remote(store, &record, &remote, &mut missing)?;
+    }
+    if let Some((id, kind)) = missing.first() {
+        return Err(Error::MissingObject {
+            id: id.to_hex(),
+            what: kind.name(),
+        });
+    }
+    Ok(transfer)
+}
+
+pub(crate) fn is_ancestor(
+    store: &Store,
+    ancestor: &ObjectId,
+    descendant: &ObjectId,
+) -> Result<bool> {
+    store.catalog().is_ancestor(ancestor, descendant)
+}
+
+/// Downloads whatever chunks files `files` (file id, size in bytes) need from the configured
+/// remotes, as [`fetch_missing`] does for whole versions, but without walking a version's
+/// trees: for a reader that knows which files it reads next (the Python package prefetches
+/// the files its workers are about to read). Without remotes, or with nothing missing,
+/// contacts nothing.
+///
+/// # Errors
+/// [`Error::MissingObject`] when no remote holds a needed chunk; [`Error::Corrupt`] for a
+/// malformed file map; as [`fetch()`].
+pub fn fetch_files(
+    store: &mut Store,
+    files: &[(ObjectId, u64)],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let data_lock = store.lock_data_shared()?;
+    let mut transfer = Transfer::default();
+    // A second round for the chunks of file maps that arrive in the first.
+    for _ in 0..2 {
+        let mut missing = HashSet::new();
+        {
+            let mut reader = store.reader();
+            for (id, size) in files {
+                // A file stored as one chunk (its own id) is here whole: one lookup.
+                if store.catalog().has_object(id, ObjectKind::Chunk)? {
+                    continue;
+                }
+                let chunks = reader.chunk_ids(id, *size)?;
+                // As in `missing_chunks`: no file map here, so the file is its own only
+                // chunk, or its map must come from a remote first.
+                if chunks == [*id]
+                    && !store.catalog().has_object(id, ObjectKind::Chunk)?
+                    && !store.catalog().has_object(id, ObjectKind::FileMap)?
+                {
+                    missing.insert((*id, ObjectKind::FileMap));
+                }
+                for chunk in chunks {
+                    if !store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
+                        missing.insert((chunk, ObjectKind::Chunk));
+                    }
+                }
+            }
+        }
+        let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
+        let got = fetch_objects(
+            store,
+            &data_lock,
+            missing.into_iter().collect(),
+            None,
+            jobs,
+            progress,
+        )?;
+        transfer.bytes += got.bytes;
+        transfer.packs += got.packs;
+        transfer.objects += got.objects;
+        transfer.requests += got.requests;
+        if !wanted_maps {
+            break;
+        }
+    }
+    Ok(transfer)
+}
