@@ -152,7 +152,7 @@ impl Catalog {
             .filter(|w| w.exists))
     }
 
-    /// Reads the stat cache of workspace `workspace` in path order ([`crate::walk::path_order`],
+    /// Reads the stat cache of workspace `workspace` in path order ([`crate::names::path_order`],
     /// the order of a walk and of a version's trees), calling `each` with every entry's
     /// relative path until it returns false. One cursor, nothing held: a million entries cost
     /// no memory here.
@@ -211,7 +211,7 @@ const WORKSPACES_HOLDING_A_LIVE_VERSION: &str = "SELECT w.id FROM workspaces w
      WHERE v.removed_at IS NULL AND v.evicted_at IS NULL";
 
 /// The stat cache's key of a relative path: its bytes with every `/` written as 0, so that
-/// byte order of keys is [`crate::walk::path_order`] of paths (schema 10).
+/// byte order of keys is [`crate::names::path_order`] of paths (schema 10).
 pub(crate) fn stat_key(path: &str) -> Vec<u8> {
     path.bytes()
         .map(|b| if b == b'/' { 0 } else { b })
@@ -442,7 +442,7 @@ mod tests {
         assert_eq!(order, ["a", "a/b", "a/b/c", "a-b/x", "a.c", "b"]);
         let sorted = {
             let mut p = paths.to_vec();
-            p.sort_by(|x, y| crate::walk::path_order(x, y));
+            p.sort_by(|x, y| crate::names::path_order(x, y));
             p
         };
         assert_eq!(order, sorted);
