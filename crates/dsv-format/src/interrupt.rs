@@ -104,25 +104,4 @@ mod tests {
         assert!(check().is_ok());
         assert!(CancelToken::new().run(check).is_ok());
     }
-
-    #[test]
-    fn worker_threads_run_under_their_callers_token() {
-        let token = CancelToken::new();
-        let items: Vec<u32> = (0..64).collect();
-        let outcome = token.run(|| {
-            crate::parallel::for_each_with(
-                &items,
-                4,
-                || Ok(()),
-                |_, index, _| {
-                    if index == 3 {
-                        token.cancel();
-                    }
-                    Ok(())
-                },
-                |_| {},
-            )
-        });
-        assert!(matches!(outcome, Err(Error::Interrupted)));
-    }
 }

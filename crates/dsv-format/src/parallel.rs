@@ -107,3 +107,31 @@ pub fn thread_error(source: std::io::Error) -> crate::Error {
         source,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use crate::interrupt::CancelToken;
+
+    #[test]
+    fn worker_threads_run_under_their_callers_token() {
+        let token = CancelToken::new();
+        let items: Vec<u32> = (0..64).collect();
+        let outcome = token.run(|| {
+            for_each_with(
+                &items,
+                4,
+                || Ok(()),
+                |_, index, _| {
+                    if index == 3 {
+                        token.cancel();
+                    }
+                    Ok(())
+                },
+                |_| {},
+            )
+        });
+        assert!(matches!(outcome, Err(Error::Interrupted)));
+    }
+}
