@@ -1,4 +1,25 @@
 //! Parallel loops over scoped threads, for the I/O-bound stages (stat, hash, write, download).
+//!
+//! Why not a shared pool (rayon; weighed for issue 26, kept as is):
+//! - `jobs` is a per-call concurrency of blocking work, above the core count on purpose
+//!   (checkout writes with `min(3 x cores, 12)` threads, imports keep `jobs` requests in
+//!   flight): a global pool sized to the cores would cut it, and a pool built per call starts
+//!   the same threads as a scope does, without its fallback when the system refuses a thread
+//!   (the threads started do the work).
+//! - [`for_each_with`] gives each worker one state, `init` once and `finish` once (a commit's
+//!   or import's `StreamWriter`, whose `finish` queues its partly filled frames). rayon's
+//!   `for_each_init` calls `init` once per split job, with no `finish`: more writers, more
+//!   partial frames, other packs on disk.
+//! - Workers block (disk, network, a bounded channel to the ingest compressors, the shared
+//!   tokio runtime's `block_on`): blocking tasks in a fixed pool shared with other operations
+//!   (a mount's reads, nested loops such as the walk's) starve or deadlock them, and a thread
+//!   that steals work while it waits runs another operation under its own thread-locals (the
+//!   cancel token of [`crate::interrupt`], a per-thread pack reader).
+//!
+//! The other threads of the library are single ones with one job each (the walk's lister and
+//! the status' stat-cache reader feeding bounded channels, the ingest compressors, the FUSE
+//! session, a thread to leave a caller's tokio runtime), not pools; background work nobody
+//! waits on (read-ahead) already runs on the one tokio runtime's blocking pool.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
@@ -464,7 +464,7 @@ impl Remote {
     pub fn get_many(&self, keys: Vec<(Path, u64)>, jobs: usize) -> Result<Vec<Bytes>> {
         self.count(keys.len() as u64);
         self.runtime.block_on(
-            futures::stream::iter(keys.into_iter().map(|(key, limit)| async move {
+            futures_util::stream::iter(keys.into_iter().map(|(key, limit)| async move {
                 self.get_bounded(&key, limit).await.map(|(bytes, _)| bytes)
             }))
             .buffered(crate::parallel::clamp_jobs(jobs))
@@ -526,7 +526,7 @@ impl Remote {
     ) -> Result<()> {
         self.count(ranges.len() as u64);
         self.runtime.block_on(async {
-            let mut stream = futures::stream::iter(ranges.into_iter().map(|(pack, range)| {
+            let mut stream = futures_util::stream::iter(ranges.into_iter().map(|(pack, range)| {
                 let store = Arc::clone(&self.store);
                 let check = Arc::clone(&check);
                 async move {
@@ -568,7 +568,7 @@ impl Remote {
     ) -> Result<()> {
         self.runtime.block_on(async {
             let mut stream =
-                futures::stream::iter(packs.into_iter().map(|(id, path)| async move {
+                futures_util::stream::iter(packs.into_iter().map(|(id, path)| async move {
                     let size = self.put_pack(&id, &path).await?;
                     crate::interrupt::check()?;
                     Ok::<_, Error>(size)

@@ -10,8 +10,9 @@
 //!   │   fetched packs and proofs, taking a lease)
 //!   ├── Fetcher: chunks fetched from remotes frame by frame; stripe locks by remote frame,
 //!   │   so each frame is downloaded once per machine and fetches of other frames run beside it
-//!   └── FrameCache: decompressed frames, LRU by bytes, shared by every handle; a frame that
-//!       several threads want at once is read and decompressed once (single flight)
+//!   └── FrameCache: decompressed frames, weighted by bytes (quick_cache), shared by every
+//!       handle; a frame that several threads want at once is read and decompressed once
+//!       (single flight)
 //! VersionHandle (Send + Sync): the version's paths, listed once (a sorted table with an index
 //!   by path hash); its VersionListing (plain data) opens it again in a forked process
 //! FileHandle (Send + Sync): the file's chunk list and a prefix table of their starts (from
@@ -104,7 +105,9 @@ mod fetch;
 mod file;
 
 pub use fetch::{FETCH_BATCH_FRAMES, FETCH_SPAN, STRIPES, after_fork, before_fork};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
+
+use quick_cache::sync::GuardResult;
 
 use crate::catalog::ObjectLocation;
 use crate::error::{Error, Result};
@@ -1053,9 +1056,7 @@ impl FileHandle {
                 return;
             }
             for frame in file.local_frames(&(from..until)) {
-                if !engine.cache.contains(&frame)
-                    && engine.cache.get(&engine.packs_dir, &frame).is_err()
-                {
+                if engine.cache.preload(&engine.packs_dir, &frame).is_err() {
                     break;
                 }
             }
@@ -1152,21 +1153,39 @@ impl CachedFrame {
     }
 }
 
-/// Decompressed frames shared by every handle: least recently used evicted past a byte
-/// budget; a frame wanted by several threads at once is loaded once.
+/// Decompressed frames shared by every handle, weighted by their bytes: a `quick_cache`
+/// cache (sharded by location; inserts and evictions O(1); past the byte budget it evicts
+/// CLOCK-Pro style, frames read again kept over frames read once); a frame wanted by several
+/// threads at once is loaded once (its placeholder guard: the others wait for it, or for its
+/// failure, then try themselves).
 struct FrameCache {
-    capacity: u64,
-    state: Mutex<CacheState>,
-    loaded: Condvar,
+    frames: quick_cache::sync::Cache<FrameLocation, Arc<CachedFrame>, FrameBytes>,
+    /// The last frame read that is too large for a shard of `frames` (more than half a
+    /// shard's budget: a budget smaller than a frame, or one large object in its own frame),
+    /// which `frames` would not keep: kept here, so a frame just read stays whatever its size.
+    large: Mutex<Option<(FrameLocation, Arc<CachedFrame>)>>,
 }
 
-#[derive(Default)]
-struct CacheState {
-    ready: HashMap<FrameLocation, (Arc<CachedFrame>, u64)>,
-    loading: HashSet<FrameLocation>,
-    used: u64,
-    tick: u64,
+/// A cached frame weighs its bytes (at least 1: an item weighing 0 is never evicted).
+#[derive(Clone)]
+struct FrameBytes;
+
+impl quick_cache::Weighter<FrameLocation, Arc<CachedFrame>> for FrameBytes {
+    fn weight(&self, _: &FrameLocation, frame: &Arc<CachedFrame>) -> u64 {
+        (frame.bytes.len() as u64).max(1)
+    }
 }
+
+/// A slot of [`FrameCache::frames`] being filled by this thread (others wanting the frame
+/// wait for it).
+type FrameGuard<'a> = quick_cache::sync::PlaceholderGuard<
+    'a,
+    FrameLocation,
+    Arc<CachedFrame>,
+    FrameBytes,
+    quick_cache::DefaultHashBuilder,
+    quick_cache::sync::DefaultLifecycle<FrameLocation, Arc<CachedFrame>>,
+>;
 
 thread_local! {
     /// Each thread's pack reader (open files, a zstd context) for cache misses.
@@ -1174,103 +1193,129 @@ thread_local! {
 }
 
 impl FrameCache {
+    /// Frames are near 1 MiB: what the cache expects to hold, to size its shards.
+    const TYPICAL_FRAME: u64 = 1024 * 1024;
+
     fn new(capacity: u64) -> FrameCache {
+        let items = (capacity / Self::TYPICAL_FRAME).max(1);
+        // Half the budget for frames read again (hot), half a queue of the others (cold, in
+        // the order they came): a frame just put in is evicted only after the cold frames
+        // put in before it, so the read that wanted it (or the read-ahead's reader) finds
+        // it. (quick_cache's default, 97% hot, would evict a new frame at once whenever the
+        // cold part held no other: reads here favour recency, and a frame no larger than
+        // half a shard always fits beside a hot half.)
+        let options = quick_cache::OptionsBuilder::new()
+            .estimated_items_capacity(usize::try_from(items).unwrap_or(usize::MAX))
+            .weight_capacity(capacity)
+            .hot_allocation(0.5)
+            .build()
+            .expect("both capacities are set");
         FrameCache {
-            capacity,
-            state: Mutex::new(CacheState::default()),
-            loaded: Condvar::new(),
+            frames: quick_cache::sync::Cache::with_options(
+                options,
+                FrameBytes,
+                Default::default(),
+                Default::default(),
+            ),
+            large: Mutex::new(None),
         }
     }
 
     fn used(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).used
+        let large = self.large.lock().unwrap_or_else(|e| e.into_inner());
+        self.frames.weight() + large.as_ref().map_or(0, |(_, f)| f.bytes.len() as u64)
     }
 
-    /// True when `location` is in the cache or being loaded.
-    fn contains(&self, location: &FrameLocation) -> bool {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.ready.contains_key(location) || state.loading.contains(location)
-    }
-
-    /// Puts a frame whose objects at `checked` (offsets) have been checked already into the
-    /// cache, unless it is there or being loaded.
-    fn insert(&self, location: FrameLocation, bytes: Vec<u8>, checked: HashSet<u32>) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.ready.contains_key(&location) || state.loading.contains(&location) {
-            return;
-        }
-        state.tick += 1;
-        let tick = state.tick;
-        state.used += bytes.len() as u64;
-        let frame = Arc::new(CachedFrame {
-            bytes,
-            verified: Mutex::new(checked),
-        });
-        state.ready.insert(location, (frame, tick));
-        self.evict(&mut state, &location);
-    }
-
-    /// Evicts the least recently used frames past the budget (never `keep`, just read).
-    fn evict(&self, state: &mut CacheState, keep: &FrameLocation) {
-        while state.used > self.capacity && state.ready.len() > 1 {
-            let Some(oldest) = state
-                .ready
-                .iter()
-                .filter(|(l, _)| *l != keep)
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(l, _)| *l)
-            else {
-                break;
-            };
-            if let Some((gone, _)) = state.ready.remove(&oldest) {
-                state.used -= gone.bytes.len() as u64;
-            }
+    /// The large frame kept beside the cache, when it is the one at `location`.
+    fn large(&self, location: &FrameLocation) -> Option<Arc<CachedFrame>> {
+        let large = self.large.lock().unwrap_or_else(|e| e.into_inner());
+        match &*large {
+            Some((at, frame)) if at == location => Some(frame.clone()),
+            _ => None,
         }
     }
 
-    fn get(&self, packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            state.tick += 1;
-            let tick = state.tick;
-            if let Some((frame, used)) = state.ready.get_mut(location) {
-                *used = tick;
-                return Ok(frame.clone());
-            }
-            if !state.loading.contains(location) {
-                break;
-            }
-            // Another thread is reading this frame: wait for it (or for its failure, then
-            // try ourselves).
-            state = self.loaded.wait(state).unwrap_or_else(|e| e.into_inner());
+    /// Keeps `frame` (read into `guard`'s slot): in the cache, or beside it when too large.
+    fn keep(&self, guard: FrameGuard<'_>, location: FrameLocation, frame: Arc<CachedFrame>) {
+        if frame.bytes.len() as u64 > self.frames.shard_capacity() / 2 {
+            *self.large.lock().unwrap_or_else(|e| e.into_inner()) = Some((location, frame));
+            // Dropped unfilled: a thread waiting for it finds the frame in `large`.
+            drop(guard);
+        } else {
+            // Fails only when the slot was removed meanwhile (nothing here removes one).
+            let _ = guard.insert(frame);
         }
-        state.loading.insert(*location);
-        drop(state);
-        let loaded = PACKS.with(|cell| {
+    }
+
+    /// Reads and decompresses the frame at `location` with this thread's pack reader.
+    fn load(packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
+        let bytes = PACKS.with(|cell| {
             let mut cell = cell.borrow_mut();
             if cell.as_ref().is_none_or(|(dir, _)| dir != packs_dir) {
                 *cell = Some((packs_dir.to_path_buf(), PackReader::new(packs_dir, 1)));
             }
             let (_, reader) = cell.as_mut().expect("just set");
             reader.frame(location)
-        });
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.loading.remove(location);
-        let result = loaded.map(|bytes| {
+        })?;
+        Ok(Arc::new(CachedFrame {
+            bytes,
+            verified: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    /// Fills `guard`'s slot: from `large` when the frame is kept there, else read.
+    fn fill(
+        &self,
+        guard: FrameGuard<'_>,
+        packs_dir: &Path,
+        location: &FrameLocation,
+    ) -> Result<Arc<CachedFrame>> {
+        if let Some(frame) = self.large(location) {
+            return Ok(frame);
+        }
+        // On failure the guard is dropped unfilled: a waiting thread tries itself.
+        let frame = Self::load(packs_dir, location)?;
+        self.keep(guard, *location, frame.clone());
+        Ok(frame)
+    }
+
+    /// Puts a frame whose objects at `checked` (offsets) have been checked already into the
+    /// cache, unless it is there or being loaded.
+    fn insert(&self, location: FrameLocation, bytes: Vec<u8>, checked: HashSet<u32>) {
+        let zero = Some(std::time::Duration::ZERO);
+        if let GuardResult::Guard(guard) = self.frames.get_value_or_guard(&location, zero) {
+            if self.large(&location).is_some() {
+                return;
+            }
             let frame = Arc::new(CachedFrame {
                 bytes,
-                verified: Mutex::new(HashSet::new()),
+                verified: Mutex::new(checked),
             });
-            state.tick += 1;
-            let tick = state.tick;
-            state.used += frame.bytes.len() as u64;
-            state.ready.insert(*location, (frame.clone(), tick));
-            self.evict(&mut state, location);
-            frame
-        });
-        drop(state);
-        self.loaded.notify_all();
-        result
+            self.keep(guard, location, frame);
+        }
+    }
+
+    /// Reads the frame at `location` into the cache unless it is there or being loaded
+    /// (read-ahead).
+    fn preload(&self, packs_dir: &Path, location: &FrameLocation) -> Result<()> {
+        if self.frames.contains_key(location) {
+            return Ok(());
+        }
+        let zero = Some(std::time::Duration::ZERO);
+        if let GuardResult::Guard(guard) = self.frames.get_value_or_guard(location, zero) {
+            self.fill(guard, packs_dir, location)?;
+        }
+        Ok(())
+    }
+
+    fn get(&self, packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
+        // Another thread reading this frame: waits for it (or for its failure, then tries).
+        match self.frames.get_value_or_guard(location, None) {
+            GuardResult::Value(frame) => Ok(frame),
+            GuardResult::Guard(guard) => self.fill(guard, packs_dir, location),
+            // Not with no timeout; read uncached rather than fail.
+            GuardResult::Timeout => Self::load(packs_dir, location),
+        }
     }
 }
 
@@ -1287,6 +1332,87 @@ mod tests {
             size: 0,
             id: ObjectId([0; 32]),
         }
+    }
+
+    fn frame_at(n: u64, len: usize) -> (FrameLocation, Vec<u8>) {
+        let location = FrameLocation {
+            pack: ObjectId([7; 32]),
+            offset: n,
+            stored_length: len as u32,
+            raw_length: len as u32,
+            compression: crate::pack::Compression::None,
+        };
+        (location, vec![(n % 251) as u8; len])
+    }
+
+    /// No pack is there: a frame that `get` returns came from the cache.
+    fn no_packs() -> PathBuf {
+        PathBuf::from("/nonexistent/dsv-frame-cache-test")
+    }
+
+    #[test]
+    fn the_frame_cache_holds_its_budget_in_bytes() {
+        const MIB: u64 = 1024 * 1024;
+        let cache = FrameCache::new(8 * MIB);
+        // Many more frames than fit, of several sizes: what is held never exceeds the
+        // budget, and is counted in bytes.
+        let size = |n: u64| [256 * 1024, 512 * 1024, 64 * 1024][n as usize % 3];
+        for n in 0..200u64 {
+            let (location, bytes) = frame_at(n, size(n));
+            cache.insert(location, bytes, HashSet::new());
+            assert!(cache.used() <= 8 * MIB, "{} bytes held", cache.used());
+            // The frame just put in stays (the read that waits for it finds it).
+            assert!(
+                cache.frames.contains_key(&location),
+                "frame {n} evicted at once"
+            );
+            // Some are read again.
+            if n % 5 == 0 {
+                cache.get(&no_packs(), &location).unwrap();
+            }
+        }
+        assert!(cache.used() >= 4 * MIB, "only {} bytes held", cache.used());
+        // The frame just put in is served from memory.
+        let (last, bytes) = frame_at(199, size(199));
+        let frame = cache.get(&no_packs(), &last).unwrap();
+        assert_eq!(frame.bytes, bytes);
+        // A frame evicted long ago is read again (and here, with no pack, fails).
+        assert!(cache.get(&no_packs(), &frame_at(0, size(0)).0).is_err());
+        // Inserting what is there already changes nothing.
+        let before = cache.used();
+        cache.insert(last, vec![1; size(199)], HashSet::new());
+        assert_eq!(cache.used(), before);
+        assert_eq!(cache.get(&no_packs(), &last).unwrap().bytes, bytes);
+    }
+
+    #[test]
+    fn the_frame_cache_inserts_in_constant_time_past_its_budget() {
+        // 100,000 small frames through a cache that holds 1,000: a scan of the cache on
+        // each insert past the budget (the hand-written LRU) would take 10^8 steps.
+        let cache = FrameCache::new(1024 * 1024);
+        for n in 0..100_000u64 {
+            let (location, bytes) = frame_at(n, 1024);
+            cache.insert(location, bytes, HashSet::new());
+        }
+        assert!(cache.used() <= 1024 * 1024);
+        let (last, bytes) = frame_at(99_999, 1024);
+        assert_eq!(cache.get(&no_packs(), &last).unwrap().bytes, bytes);
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_budget_stays_until_the_next_one() {
+        let cache = FrameCache::new(1024 * 1024);
+        let (big, bytes) = frame_at(1, 3 * 1024 * 1024);
+        cache.insert(big, bytes.clone(), HashSet::from([0]));
+        assert_eq!(cache.used(), 3 * 1024 * 1024);
+        let frame = cache.get(&no_packs(), &big).unwrap();
+        assert_eq!(frame.bytes, bytes);
+        assert!(frame.verified.lock().unwrap().contains(&0));
+        let (other, _) = frame_at(2, 2 * 1024 * 1024);
+        cache.insert(other, vec![2; 2 * 1024 * 1024], HashSet::new());
+        assert_eq!(cache.used(), 2 * 1024 * 1024);
+        assert!(cache.get(&no_packs(), &big).is_err());
+        assert!(cache.get(&no_packs(), &other).is_ok());
     }
 
     #[test]
