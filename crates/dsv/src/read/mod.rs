@@ -39,11 +39,12 @@
 //!   write (recording fetched packs and proofs), to take a lease, and for the whole-file fetch
 //!   of data pushed before outboards; a `CatalogPool` of read-only catalog connections (a
 //!   thread takes one for a lookup and puts it back: no lock is held while it is used, so
-//!   `stat`, `open` and reads never wait on each other's queries); and a `FrameCache`: decompressed frames,
-//!   least recently used evicted past `ReadOptions::cache_bytes` (default 256 MiB). A frame
-//!   that several threads want at once is read and decompressed once; the others wait on a
-//!   condition variable (single flight). Each thread keeps its own pack reader (open files, a
-//!   zstd context) for misses.
+//!   `stat`, `open` and reads never wait on each other's queries); and a `FrameCache`:
+//!   decompressed frames in a `quick_cache` weighted by bytes, evicting past
+//!   `ReadOptions::cache_bytes` (default 256 MiB; O(1), frames read again kept over frames
+//!   read once, a frame just put in kept). A frame that several threads want at once is read
+//!   and decompressed once; the others wait on its placeholder (single flight). Each thread
+//!   keeps its own pack reader (open files, a zstd context) for misses.
 //! - `ReadEngine::version(REV)` resolves the revision, leases the version and reads its
 //!   version object, nothing more. Until a call needs every path, `stat` and `open` read only
 //!   the trees on their path (`tree::lookup`: one tree per component, searched by bisection,
