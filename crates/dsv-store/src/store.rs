@@ -343,7 +343,7 @@ impl Store {
     /// "data, then workspace" the only order a call site can write.
     ///
     /// ```
-    /// # fn f(store: &dsv::Store) -> dsv::Result<()> {
+    /// # fn f(store: &dsv_store::Store) -> dsv_store::Result<()> {
     /// let data = store.lock_data_shared()?;
     /// let _workspace = store.lock_workspace(&data, "/work/dir")?;
     /// # Ok(()) }
@@ -353,7 +353,7 @@ impl Store {
     /// released first:
     ///
     /// ```compile_fail,E0597
-    /// # fn f(store: &dsv::Store) -> dsv::Result<()> {
+    /// # fn f(store: &dsv_store::Store) -> dsv_store::Result<()> {
     /// let workspace = {
     ///     let data = store.lock_data_shared()?;
     ///     store.lock_workspace(&data, "/work/dir")?
