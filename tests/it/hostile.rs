@@ -20,6 +20,11 @@ use crate::common::{PATIENCE, TestEnv, plant};
 const CORRUPT: i32 = 5;
 /// Address space each hostile run may use: far below what the attacks asked for.
 const MEMORY_LIMIT_KIB: u64 = 4 * 1024 * 1024;
+/// CPU time each hostile run may use (`ulimit -t`; the kernel stops it with SIGXCPU, which
+/// fails the exit code assertion). A resource bound, as the memory one, not a clock: load on
+/// the machine does not count. Each run needs well under a second; a walk that lost its
+/// memoization over a planted DAG (2^28 paths) needs hours.
+const CPU_LIMIT_SECONDS: u64 = 30;
 
 /// Bytes a run that refuses a 12 GiB file "without reading it" may read in all (its store
 /// and the remote's other files: about 50 KB).
@@ -159,8 +164,9 @@ fn deep_chain(depth: usize) -> (Vec<Object>, Version) {
     (objects, version)
 }
 
-/// Runs `dsv ARGS` in `env` with its address space limited to [`MEMORY_LIMIT_KIB`]; asserts
-/// it exits with `code` (killed after [`PATIENCE`], it does not). Returns stdout and stderr.
+/// Runs `dsv ARGS` in `env` with its address space limited to [`MEMORY_LIMIT_KIB`] and its CPU
+/// time to [`CPU_LIMIT_SECONDS`]; asserts it exits with `code` (stopped by either limit, or
+/// killed after [`PATIENCE`], it does not). Returns stdout and stderr.
 fn bounded(env: &TestEnv, args: &[&str], code: i32) -> String {
     bounded_any(env, args, &[code])
 }
@@ -179,7 +185,7 @@ fn bounded_reading(env: &TestEnv, args: &[&str], codes: &[i32]) -> (String, u64)
     command
         .arg("-c")
         .arg(format!(
-            "ulimit -v {MEMORY_LIMIT_KIB} || exit 99; io=$1; shift; \"$@\"; code=$?; \
+            "ulimit -v {MEMORY_LIMIT_KIB} -t {CPU_LIMIT_SECONDS} || exit 99; io=$1; shift; \"$@\"; code=$?; \
              grep rchar /proc/$$/io > \"$io\"; exit $code"
         ))
         .arg("bash")
@@ -307,7 +313,8 @@ fn every_walk_of_a_planted_tree_dag_stops_at_once() {
         assert!(stderr.contains("tree"), "dsv {args:?}: {stderr}");
     }
     assert!(!env.path("out").exists());
-    // Walks that need only the set of objects visit each tree once: they finish at once.
+    // Walks that need only the set of objects visit each tree once: they finish at once (a
+    // walk of every path, 2^28 of them, would run into the CPU limit).
     for args in [
         &["cache", "ls"][..],
         &["cache", "prune", "--keep-last", "0"],

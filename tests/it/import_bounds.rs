@@ -315,10 +315,15 @@ fn one_sigterm_stops_an_import_waiting_on_a_stalled_server() {
     for name in ["slow.bin", "slow.tar"] {
         let (base, seen) = serve_seen(Mode::Trickle { bytes: 1 });
         let url = format!("{base}/{name}");
-        // SIGTERM once the body trickles: the import waits on the read. Exit 130, not the
-        // stall timeout's 6 (the default stall timeout is longer than a stop takes).
+        // SIGTERM once the body trickles: the import waits on the read. Exit 130 well within
+        // the test's patience, with a stall timeout of an hour: only the stop can end it, not
+        // a stall timeout noticed late and reported as an interruption.
         let trickling = || seen.bodies.load(Ordering::SeqCst) > 0;
-        let outcome = run_bounded(&env, &["import", &url], Some(&trickling));
+        let outcome = run_bounded(
+            &env,
+            &["import", &url, "--stall-timeout", "1h"],
+            Some(&trickling),
+        );
         eprintln!("{name}: stopped {:?} after start", outcome.elapsed);
         assert_eq!(outcome.code, Some(130), "{name}: {}", outcome.stderr);
         assert!(outcome.stderr.contains("interrupted"), "{}", outcome.stderr);

@@ -255,9 +255,9 @@ impl Catalog {
             let (id, size) = row?;
             let id = ObjectId::from_slice(&id)
                 .ok_or_else(|| Error::corrupt(&self.path, "malformed pack id"))?;
-            let size = u64::try_from(size)
-                .map_err(|_| Error::corrupt(&self.path, "a negative pack size"))?;
-            packs.push((id, size));
+            // A negative size (a damaged row) reads as a size no pack file has, so `verify`
+            // reports the pack's size as wrong rather than failing to list the packs.
+            packs.push((id, size as u64));
         }
         Ok(packs)
     }
@@ -507,18 +507,16 @@ mod tests {
     }
 
     #[test]
-    fn a_negative_offset_or_size_in_a_damaged_row_is_corrupt_not_a_place_to_read() {
+    fn a_negative_frame_offset_in_a_damaged_row_is_corrupt_not_a_place_to_read() {
         let (_dir, mut catalog) = new_catalog();
         let pack = sample_pack("p", &[(id("a"), ObjectKind::Chunk)]);
         add(&mut catalog, &pack);
         catalog
             .conn
-            .execute_batch("UPDATE frames SET offset = -5; UPDATE packs SET size = -1;")
+            .execute_batch("UPDATE frames SET offset = -5;")
             .unwrap();
         let located = catalog.locate(&id("a"), ObjectKind::Chunk);
         assert!(matches!(located, Err(Error::Corrupt { .. })), "{located:?}");
-        let packs = catalog.packs();
-        assert!(matches!(packs, Err(Error::Corrupt { .. })), "{packs:?}");
     }
 
     #[test]

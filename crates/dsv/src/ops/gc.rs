@@ -690,6 +690,30 @@ pub fn execute(
     // live: the plan's lists stay as they are.
     progress.phase("writing outboards");
     let outboards_written = super::ingest::write_missing_outboards(store, &plan.outboards)?;
+    // An outboard pack just written can be byte-identical to an unnamed leftover of a killed
+    // gc or push (the same outboards in the same order): that file is named now, no longer
+    // an orphan to delete or to count as deleted in the report.
+    let replanned;
+    let plan = if outboards_written > 0 {
+        let mut now = plan.clone();
+        let named: HashSet<ObjectId> = store
+            .catalog()
+            .packs()?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        now.orphans.retain(|orphan| {
+            !orphan
+                .name
+                .strip_suffix(".pack")
+                .and_then(|hex| hex.parse::<ObjectId>().ok())
+                .is_some_and(|id| named.contains(&id))
+        });
+        replanned = now;
+        &replanned
+    } else {
+        plan
+    };
 
     // 1. Copy the live objects of packs to repack into new, durable packs.
     progress.start("repacking", plan.copy_bytes(), Unit::Bytes);

@@ -381,7 +381,7 @@ pub fn rebase(
     progress: &dyn Progress,
 ) -> Result<RebaseReport> {
     crate::revision::check_name("dataset", dataset)?;
-    let _data_lock = store.lock_data_shared()?;
+    let data_lock = store.lock_data_shared()?;
     if store.catalog().version(onto)?.is_none() {
         return Err(Error::RevisionNotFound {
             revision: options.onto_name.clone(),
@@ -409,7 +409,16 @@ pub fn rebase(
     };
     let Some(head) = old_head else {
         report.status = RebaseStatus::FastForward;
-        return finish(store, report, *onto, Vec::new(), None, options, progress);
+        return finish(
+            store,
+            report,
+            *onto,
+            Vec::new(),
+            None,
+            options,
+            data_lock,
+            progress,
+        );
     };
     let (base, local) = common_ancestor(store.catalog(), &head, onto)?;
     let Some(base) = base else {
@@ -433,7 +442,16 @@ pub fn rebase(
     }
     if local.is_empty() {
         report.status = RebaseStatus::FastForward;
-        return finish(store, report, *onto, Vec::new(), None, options, progress);
+        return finish(
+            store,
+            report,
+            *onto,
+            Vec::new(),
+            None,
+            options,
+            data_lock,
+            progress,
+        );
     }
     progress.phase("merging");
     let catalog_version = |store: &Store, id: &ObjectId| -> Result<Version> {
@@ -563,11 +581,22 @@ pub fn rebase(
         }
         return Ok(report);
     }
-    finish(store, report, new_head, made, Some(sink), options, progress)
+    finish(
+        store,
+        report,
+        new_head,
+        made,
+        Some(sink),
+        options,
+        data_lock,
+        progress,
+    )
 }
 
 /// Records `made` (written to `sink`) and moves the head to `new_head` under the store lock,
-/// after checking the head is still `report.old_head`; then the workspace follows.
+/// after checking the head is still `report.old_head`; then releases `data_lock` (the rebase's
+/// shared data lock) and the workspace follows, taking the locks a checkout takes.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     store: &mut Store,
     mut report: RebaseReport,
@@ -575,6 +604,7 @@ fn finish(
     made: Vec<(ObjectId, Version)>,
     sink: Option<PackSink>,
     options: &RebaseOptions,
+    data_lock: crate::store::SharedDataLock,
     progress: &dyn Progress,
 ) -> Result<RebaseReport> {
     report.head = Some(new_head);
@@ -616,6 +646,10 @@ fn finish(
         return Err(e);
     }
     drop(lock);
+    // The new head names everything the rebase wrote, so gc keeps it without the data lock;
+    // following the head takes the locks a checkout takes, in their order (never the data
+    // lock while this one is held).
+    drop(data_lock);
     if let (Some(dir), Some(old)) = (&options.workspace, report.old_head) {
         report.workspace = follow_head(
             store,
@@ -947,6 +981,7 @@ mod tests {
             workspace: None,
         };
         let options = RebaseOptions::new("elsewhere");
+        let data_lock = store.lock_data_shared().unwrap();
         let result = finish(
             &mut store,
             report,
@@ -954,6 +989,7 @@ mod tests {
             Vec::new(),
             Some(sink),
             &options,
+            data_lock,
             &crate::progress::NoProgress,
         );
         assert!(matches!(result, Err(Error::HeadMoved { .. })), "{result:?}");
