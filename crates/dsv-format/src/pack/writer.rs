@@ -428,6 +428,12 @@ pub fn pack_path(packs_dir: &Path, id: &ObjectId) -> PathBuf {
     packs_dir.join(format!("{id}.pack"))
 }
 
+/// The pack id a file name of the form [`pack_path`] gives (`<64 hex digits>.pack`), or
+/// `None` for any other name.
+pub fn pack_id_of(file_name: &str) -> Option<ObjectId> {
+    file_name.strip_suffix(".pack")?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,6 +466,22 @@ mod tests {
         let sealed = writer.finish().unwrap();
         let bytes = fs::read(pack_path(dir, &sealed.id)).unwrap();
         (sealed, bytes)
+    }
+
+    #[test]
+    fn a_pack_file_name_gives_back_its_id_and_no_other_name_does() {
+        let id = ObjectId::of(b"a pack");
+        let path = pack_path(Path::new("/s/packs"), &id);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert_eq!(pack_id_of(name), Some(id));
+        for other in [
+            "x.pack",
+            "pack-1-2.tmp",
+            &format!("{id}.idx"),
+            &format!("{id}.pack.tmp"),
+        ] {
+            assert_eq!(pack_id_of(other), None, "{other}");
+        }
     }
 
     #[test]

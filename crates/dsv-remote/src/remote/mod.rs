@@ -428,9 +428,7 @@ impl Remote {
             let Some(name) = meta.location.filename() else {
                 continue;
             };
-            if let Some(hex) = name.strip_suffix(".pack")
-                && let Ok(id) = hex.parse::<ObjectId>()
-            {
+            if let Some(id) = crate::pack::writer::pack_id_of(name) {
                 sizes.insert(id, meta.size);
             } else if let Some(hex) = name.strip_suffix(".idx")
                 && let Ok(id) = hex.parse::<ObjectId>()

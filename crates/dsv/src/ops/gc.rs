@@ -182,6 +182,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
 use crate::pack::FrameBuilder;
+use crate::pack::writer::pack_id_of;
 use crate::progress::{Progress, Unit};
 use crate::store::{ExclusiveDataLock, Store};
 use crate::tree::{Reached, walk_reachable};
@@ -564,10 +565,7 @@ fn orphans(
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let is_named = name
-                .strip_suffix(".pack")
-                .and_then(|hex| hex.parse::<ObjectId>().ok())
-                .is_some_and(|id| named.contains_key(&id));
+            let is_named = pack_id_of(&name).is_some_and(|id| named.contains_key(&id));
             if is_named {
                 continue;
             }
@@ -702,13 +700,8 @@ pub fn execute(
             .into_iter()
             .map(|(id, _)| id)
             .collect();
-        now.orphans.retain(|orphan| {
-            !orphan
-                .name
-                .strip_suffix(".pack")
-                .and_then(|hex| hex.parse::<ObjectId>().ok())
-                .is_some_and(|id| named.contains(&id))
-        });
+        now.orphans
+            .retain(|orphan| !pack_id_of(&orphan.name).is_some_and(|id| named.contains(&id)));
         replanned = now;
         &replanned
     } else {
@@ -755,11 +748,7 @@ pub fn execute(
         remove_pack_file(&crate::pack::writer::pack_path(&store.packs_dir(), pack))?;
     }
     for orphan in plan.orphans.iter().filter(|o| o.deleted) {
-        let now_named = orphan
-            .name
-            .strip_suffix(".pack")
-            .and_then(|hex| hex.parse::<ObjectId>().ok())
-            .is_some_and(|id| named.contains(&id));
+        let now_named = pack_id_of(&orphan.name).is_some_and(|id| named.contains(&id));
         if !now_named {
             remove_pack_file(&store.packs_dir().join(&orphan.name))?;
         }
@@ -781,11 +770,7 @@ impl Outcome {
     fn of(plan: &GcPlan, sealed: &[crate::pack::PackFile]) -> Outcome {
         let named = &plan.named_packs;
         let new: HashSet<ObjectId> = sealed.iter().map(|p| p.id).collect();
-        let orphan_id = |o: &OrphanFile| {
-            o.name
-                .strip_suffix(".pack")
-                .and_then(|hex| hex.parse::<ObjectId>().ok())
-        };
+        let orphan_id = |o: &OrphanFile| pack_id_of(&o.name);
         let mut deleted_files = 0u64;
         let mut deleted_bytes = 0u64;
         for pack in plan.delete.iter().chain(&plan.repack) {

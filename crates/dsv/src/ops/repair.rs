@@ -240,10 +240,7 @@ fn pack_files(packs_dir: &Path) -> Result<Vec<(ObjectId, PathBuf, u64)>> {
     for entry in fs::read_dir(packs_dir).at(packs_dir)? {
         let entry = entry.at(packs_dir)?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(id) = name
-            .strip_suffix(".pack")
-            .and_then(|hex| hex.parse::<ObjectId>().ok())
-        else {
+        let Some(id) = crate::pack::writer::pack_id_of(&name) else {
             continue;
         };
         let size = entry.metadata().at(&entry.path())?.len();

@@ -215,9 +215,7 @@ fn check_unreferenced_packs(
     if let Ok(dir) = std::fs::read_dir(store.packs_dir()) {
         for entry in dir.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
-            let id = name
-                .strip_suffix(".pack")
-                .and_then(|hex| hex.parse::<ObjectId>().ok());
+            let id = crate::pack::writer::pack_id_of(&name);
             if id.is_none_or(|id| !named.contains(&id)) {
                 report.unreferenced_packs.push(name);
             }
