@@ -43,6 +43,16 @@ pub struct Transfer {
     pub objects: u64,
 }
 
+impl Transfer {
+    /// Adds what `other` moved (packs, bytes, objects); requests are the caller's to count,
+    /// as only it knows which remote's requests this transfer reports.
+    pub(crate) fn add_moved(&mut self, other: &Transfer) {
+        self.packs += other.packs;
+        self.bytes += other.bytes;
+        self.objects += other.objects;
+    }
+}
+
 pub(crate) fn open(store: &Store, name: &str) -> Result<(RemoteRecord, Remote)> {
     let record = store.catalog().remote(name)?;
     let remote = Remote::open(&record)?;
@@ -366,7 +376,7 @@ pub(crate) fn download(
 
 /// Every chunk (and file map) `versions` need that this store lacks, restricted to paths
 /// matching `include` when given. Trees and file maps must be here (fetched) already.
-pub(crate) fn missing_chunks(
+fn missing_chunks(
     store: &Store,
     versions: &[ObjectId],
     include: Option<&globset::GlobSet>,
@@ -443,15 +453,13 @@ pub(crate) fn fetch_missing_under(
     // File maps that came now list chunks of their own: fetch those too (once).
     if fetched_maps {
         let (more, _) = fetch_missing_round(store, data, versions, include, first, jobs, progress)?;
-        transfer.bytes += more.bytes;
-        transfer.packs += more.packs;
-        transfer.objects += more.objects;
+        transfer.add_moved(&more);
         transfer.requests += more.requests;
     }
     Ok(transfer)
 }
 
-pub(crate) fn fetch_missing_round(
+fn fetch_missing_round(
     store: &mut Store,
     data: &SharedDataLock,
     versions: &[ObjectId],
@@ -472,7 +480,7 @@ pub(crate) fn fetch_missing_round(
 ///
 /// # Errors
 /// [`Error::MissingObject`] when no remote holds one of them; as [`fetch`].
-pub(crate) fn fetch_objects(
+fn fetch_objects(
     store: &mut Store,
     data: &SharedDataLock,
     mut missing: Vec<(ObjectId, ObjectKind)>,
@@ -510,9 +518,7 @@ pub(crate) fn fetch_objects(
             refresh_indexes(store, record, remote, jobs)?;
         }
         let got = download(store, data, record, remote, missing, jobs, progress)?;
-        transfer.bytes += got.bytes;
-        transfer.packs += got.packs;
-        transfer.objects += got.objects;
+        transfer.add_moved(&got);
         if first.is_none_or(|(f, _)| f.name != record.name) {
             transfer.requests += remote.requests() - before;
         }
@@ -608,9 +614,7 @@ pub fn fetch_files(
             jobs,
             progress,
         )?;
-        transfer.bytes += got.bytes;
-        transfer.packs += got.packs;
-        transfer.objects += got.objects;
+        transfer.add_moved(&got);
         transfer.requests += got.requests;
         if !wanted_maps {
             break;

@@ -270,9 +270,7 @@ pub fn prepare_remote_revision(
         jobs,
         progress,
     )?;
-    transfer.bytes += got.bytes;
-    transfer.packs += got.packs;
-    transfer.objects += got.objects;
+    transfer.add_moved(&got);
     transfer.requests = remote.requests() + got.requests;
     Ok(PullReport {
         remote: record.name.clone(),
