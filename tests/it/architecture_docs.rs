@@ -8,9 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use crate::common::{TestEnv, pseudo_random, push_to_file_remote};
+use crate::common::{TestEnv, pseudo_random, push_to_file_remote, wait_until};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -152,14 +151,9 @@ fn entries_made() -> BTreeSet<String> {
     // A reader blocked on a full pipe holds its lease and the catalog open.
     let mut reader = env.spawn(&["cat", "ds:a.bin"]);
     let leases = env.path(".dsv/leases");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while fs::read_dir(&leases).map_or(true, |mut d| d.next().is_none()) {
-        assert!(
-            Instant::now() < deadline,
-            "no lease appeared while `dsv cat` ran"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("a lease while `dsv cat` runs", || {
+        fs::read_dir(&leases).is_ok_and(|mut d| d.next().is_some())
+    });
     entries_under(&env.path(".dsv"), &mut seen);
     reader.kill().unwrap();
     reader.wait().unwrap();
