@@ -12,6 +12,7 @@ mod cleanup;
 mod cli_docs;
 mod cli_output;
 mod concurrency;
+mod copy;
 mod crash;
 mod faults;
 mod guards;

@@ -154,6 +154,13 @@ pub(crate) struct Span {
     frames: Vec<(FrameRecord, i64)>,
 }
 
+impl Span {
+    /// Bytes the span's GET asks for.
+    pub(crate) fn len(&self) -> u64 {
+        self.range.end - self.range.start
+    }
+}
+
 /// The remote frames (by pack and offset: the frame, its catalog row, and the wanted objects
 /// in it) holding those of `wanted` that this store lacks and remote `remote` holds.
 pub(crate) type FramesOf =

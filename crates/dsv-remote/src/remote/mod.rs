@@ -67,6 +67,9 @@ use object_store::{
 };
 
 pub mod aws_profile;
+mod copy;
+
+pub use copy::CopyCounts;
 
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, IoResultExt, Result};
@@ -331,6 +334,13 @@ pub struct Remote {
     store: Arc<dyn ObjectStore>,
     /// For file:// remotes: the directory (refs are swapped under a lock file there).
     local_root: Option<PathBuf>,
+    /// The whole bucket (container) the remote lies in, and the remote's prefix in it: a
+    /// server-side copy names keys of two remotes of one bucket ([`Remote::shares_bucket_with`]).
+    bucket: Arc<dyn ObjectStore>,
+    prefix: Path,
+    /// What makes two remotes one bucket reached the same way: the scheme, the bucket and
+    /// the options; `None` for a local directory.
+    bucket_identity: Option<String>,
     runtime: crate::runtime::Runtime,
     requests: AtomicU64,
 }
@@ -360,6 +370,7 @@ impl Remote {
         };
         let (scheme, rest) = record.url.split_once("://").expect("checked");
         let mut local_root = None;
+        let mut bucket_identity = None;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = if scheme == "file" {
             let root = PathBuf::from(rest);
             std::fs::create_dir_all(&root).at(&root)?;
@@ -368,14 +379,24 @@ impl Remote {
             local_root = Some(root);
             (Arc::new(local), String::new())
         } else {
+            let scheme = match scheme {
+                "s3a" => "s3",
+                "abfs" | "abfss" => "az",
+                other => other,
+            };
+            let bucket = rest.split('/').next().unwrap_or_default();
+            let options = serde_json::to_string(&record.options).unwrap_or_default();
+            bucket_identity = Some(format!("{scheme}://{bucket} {options}"));
             cloud_backend(&record.url, &record.options)?
         };
-        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+        let bucket = Arc::clone(&store);
+        let prefix = Path::from(prefix.as_str());
+        let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
             store
         } else {
             Arc::new(object_store::prefix::PrefixStore::new(
                 store,
-                Path::from(prefix.as_str()),
+                prefix.clone(),
             ))
         };
         let runtime = crate::runtime::shared()?;
@@ -383,6 +404,9 @@ impl Remote {
             name: record.name.clone(),
             store,
             local_root,
+            bucket,
+            prefix,
+            bucket_identity,
             runtime,
             requests: AtomicU64::new(0),
         })

@@ -186,12 +186,14 @@
 //!   (exit 6).
 
 pub mod clone;
+pub mod copy;
 pub mod fetch;
 pub mod pull;
 pub mod push;
 pub mod remotes;
 
 pub use clone::{CloneOptions, CloneReport, clone, default_clone_dir};
+pub use copy::{CopyOptions, CopyReport, copy};
 use fetch::fetch_with;
 pub use fetch::{FetchOptions, FetchReport, fetch};
 pub use pull::{

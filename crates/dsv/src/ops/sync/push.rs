@@ -84,7 +84,7 @@ pub struct PushReport {
     pub transfer: Transfer,
 }
 
-fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<()> {
+pub(super) fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<()> {
     let writer = store.catalog_mut().writer()?;
     writer.set_remote_ref(remote, reference)?;
     writer.commit()
@@ -92,14 +92,14 @@ fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<(
 
 /// A remote's refs as listed by one LIST request, read lazily: a ref whose ETag matches the
 /// one recorded at the last fetch or push is not downloaded again.
-struct RemoteRefs<'a> {
+pub(super) struct RemoteRefs<'a> {
     remote: &'a Remote,
     listed: Vec<(RefName, RefState)>,
     recorded: Vec<RemoteRef>,
 }
 
 impl<'a> RemoteRefs<'a> {
-    fn list(store: &Store, record: &RemoteRecord, remote: &'a Remote) -> Result<Self> {
+    pub(super) fn list(store: &Store, record: &RemoteRecord, remote: &'a Remote) -> Result<Self> {
         Ok(RemoteRefs {
             remote,
             listed: remote.list_refs()?,
@@ -107,8 +107,13 @@ impl<'a> RemoteRefs<'a> {
         })
     }
 
+    /// Every ref listed, with its state as listed.
+    pub(super) fn listed(&self) -> &[(RefName, RefState)] {
+        &self.listed
+    }
+
     /// The version `name` names on the remote and its state, `None` when absent.
-    fn current(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
+    pub(super) fn current(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
         let Some((_, state)) = self.listed.iter().find(|(n, _)| n == name) else {
             return Ok(None);
         };
@@ -132,27 +137,28 @@ impl<'a> RemoteRefs<'a> {
     }
 }
 
-/// Every object reachable from `version` that `record`'s remote lacks, with the local pack
-/// holding each: the version, its trees, file maps and chunks, and the same for each parent
-/// until one the remote holds.
-fn objects_to_send(
+/// Calls `need` for every object reachable from `version` that remote `remote` lacks (as
+/// this store's record of its indexes says): the version, its provenance object, trees,
+/// file maps and chunks, and the same for each parent until one the remote holds. A file's
+/// outboard is needed where `has_outboard` says one exists; a file of several chunks
+/// without one is handed to `lacking_outboard`. Trees and file maps are read from this
+/// store (a push has them; a copy fetched them first).
+///
+/// # Errors
+/// [`Error::MissingObject`] for metadata this store lacks; `need`'s errors.
+pub(super) fn walk_missing_on(
     store: &Store,
-    record: &RemoteRecord,
+    remote: i64,
     version: &ObjectId,
-    lacking_outboards: &mut Vec<ObjectId>,
-) -> Result<HashSet<ObjectId>> {
+    has_outboard: &dyn Fn(&ObjectId) -> Result<bool>,
+    lacking_outboard: &mut dyn FnMut(ObjectId),
+    need: &mut dyn FnMut(ObjectId, ObjectKind) -> Result<()>,
+) -> Result<()> {
     let catalog = store.catalog();
     let mut reader = store.reader();
-    let mut packs = HashSet::new();
     let mut need = |id: &ObjectId, kind: ObjectKind| -> Result<()> {
-        if catalog.remote_locate(record.id, id, kind)?.is_none() {
-            let location = catalog
-                .locate(id, kind)?
-                .ok_or_else(|| Error::MissingObject {
-                    id: id.to_hex(),
-                    what: kind.name(),
-                })?;
-            packs.insert(location.frame.pack);
+        if catalog.remote_locate(remote, id, kind)?.is_none() {
+            need(*id, kind)?;
         }
         Ok(())
     };
@@ -160,7 +166,7 @@ fn objects_to_send(
     let mut next = Some(*version);
     while let Some(id) = next {
         if catalog
-            .remote_locate(record.id, &id, ObjectKind::Version)?
+            .remote_locate(remote, &id, ObjectKind::Version)?
             .is_some()
             && id != *version
         {
@@ -182,10 +188,10 @@ fn objects_to_send(
                         need(&id, ObjectKind::FileMap)?;
                         // An outboard travels where there is one (a store made before
                         // outboards has none until `dsv repair` writes them).
-                        if catalog.has_object(&id, ObjectKind::Outboard)? {
+                        if has_outboard(&id)? {
                             need(&id, ObjectKind::Outboard)?;
                         } else {
-                            lacking_outboards.push(id);
+                            lacking_outboard(id);
                         }
                     }
                     chunks
@@ -196,6 +202,36 @@ fn objects_to_send(
         )?;
         next = version.parent;
     }
+    Ok(())
+}
+
+/// Every local pack holding an object reachable from `version` that `record`'s remote
+/// lacks ([`walk_missing_on`]).
+fn objects_to_send(
+    store: &Store,
+    record: &RemoteRecord,
+    version: &ObjectId,
+    lacking_outboards: &mut Vec<ObjectId>,
+) -> Result<HashSet<ObjectId>> {
+    let catalog = store.catalog();
+    let mut packs = HashSet::new();
+    walk_missing_on(
+        store,
+        record.id,
+        version,
+        &|id| catalog.has_object(id, ObjectKind::Outboard),
+        &mut |id| lacking_outboards.push(id),
+        &mut |id, kind| {
+            let location = catalog
+                .locate(&id, kind)?
+                .ok_or_else(|| Error::MissingObject {
+                    id: id.to_hex(),
+                    what: kind.name(),
+                })?;
+            packs.insert(location.frame.pack);
+            Ok(())
+        },
+    )?;
     Ok(packs)
 }
 
