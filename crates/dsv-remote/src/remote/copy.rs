@@ -18,10 +18,19 @@
 //!
 //! # Server-side copies
 //!
-//! `object_store`'s `copy` (S3 CopyObject, Azure Copy Blob, GCS rewrite) addresses keys of
-//! one bucket; so a server-side copy is used when the two remotes share scheme, bucket and
-//! options ([`Remote::shares_bucket_with`]), and the bytes then never leave the provider.
-//! Remotes in two buckets (or two clouds) stream. The pack goes first, its `.idx` after.
+//! The bytes never leave the provider when:
+//! - the two remotes share scheme, bucket and options ([`Remote::shares_bucket_with`]):
+//!   `object_store`'s `copy` (S3 CopyObject, Azure Copy Blob, GCS rewrite), which addresses
+//!   keys of one bucket;
+//! - both are S3 remotes with the same options (endpoint, region; the credentials come from
+//!   the same environment) in two buckets: a CopyObject (`PUT` with `x-amz-copy-source`, AWS
+//!   S3 API reference) sent by dsv itself, signed with SigV4 by `object_store`'s
+//!   `AwsAuthorizer` with the destination's credentials, since `object_store`'s `copy` cannot
+//!   name another bucket. A copy the service refuses (a 4xx or 5xx, or the 200 with an
+//!   `<Error>` body S3 may send) falls back to streaming that pack.
+//!
+//! Remotes in two clouds (or Azure containers, GCS buckets) stream. The pack goes first, its
+//! `.idx` after.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,6 +42,80 @@ use object_store::{ObjectStoreExt, WriteMultipart};
 use super::{MULTIPART_THRESHOLD, PART_SIZE, PARTS_IN_FLIGHT, Remote, index_key, pack_key};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+
+/// The S3 settings a request outside `object_store` needs (`object_store`'s configuration
+/// keys as the builder resolved them).
+#[derive(Debug, Clone)]
+pub(super) struct S3Settings {
+    pub(super) bucket: String,
+    pub(super) region: String,
+    pub(super) endpoint: Option<String>,
+    pub(super) virtual_hosted: bool,
+    pub(super) skip_signature: bool,
+}
+
+/// An S3 remote's account: its settings and credentials, and what two remotes must share for
+/// a CopyObject between their buckets (scheme and options).
+#[derive(Debug, Clone)]
+pub(super) struct S3Account {
+    settings: S3Settings,
+    credentials: object_store::aws::AwsCredentialProvider,
+    identity: String,
+}
+
+impl S3Account {
+    pub(super) fn new(
+        settings: S3Settings,
+        credentials: object_store::aws::AwsCredentialProvider,
+    ) -> Self {
+        S3Account {
+            settings,
+            credentials,
+            identity: String::new(),
+        }
+    }
+
+    pub(super) fn with_identity(mut self, identity: String) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// The URL of the bucket, as `object_store` builds it (`AmazonS3Builder::build`).
+    fn bucket_endpoint(&self) -> String {
+        let S3Settings {
+            bucket,
+            region,
+            endpoint,
+            virtual_hosted,
+            ..
+        } = &self.settings;
+        match (endpoint, virtual_hosted) {
+            (Some(endpoint), true) => endpoint.clone(),
+            (Some(endpoint), false) => format!("{}/{bucket}", endpoint.trim_end_matches('/')),
+            (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
+            (None, false) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
+        }
+    }
+}
+
+/// A key percent-encoded for a URL path: every byte but unreserved characters and `/`.
+fn encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The HTTP client of CopyObject requests, one per process.
+fn http_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(reqwest::Client::new)
+}
 
 /// What [`Remote::copy_packs_from`] moved.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +190,14 @@ impl Remote {
         self.bucket_identity.is_some() && self.bucket_identity == other.bucket_identity
     }
 
+    /// True when a pack can go from `other` to this remote without passing through this
+    /// machine: one bucket, or two S3 buckets reached with the same options.
+    pub fn can_copy_server_side_from(&self, other: &Remote) -> bool {
+        self.shares_bucket_with(other)
+            || matches!((&self.s3_account, &other.s3_account),
+                (Some(a), Some(b)) if a.identity == b.identity && !a.settings.skip_signature)
+    }
+
     /// The key of `key` in the whole bucket.
     fn in_bucket(&self, key: &Path) -> Path {
         if self.prefix.as_ref().is_empty() {
@@ -133,15 +224,23 @@ impl Remote {
         jobs: usize,
         done: &(dyn Fn(u64) + Sync),
     ) -> Result<CopyCounts> {
-        let server_side = self.shares_bucket_with(from);
+        let same_bucket = self.shares_bucket_with(from);
+        let across_buckets = !same_bucket && self.can_copy_server_side_from(from);
         let copied_bytes = AtomicU64::new(0);
+        let server_side = AtomicU64::new(0);
         let count = packs.len() as u64;
         self.runtime.block_on(async {
             let mut stream = futures_util::stream::iter(packs.into_iter().map(|(id, size)| {
-                let copied_bytes = &copied_bytes;
+                let (copied_bytes, server_side) = (&copied_bytes, &server_side);
                 async move {
-                    if server_side {
+                    let copied = if same_bucket {
                         self.copy_server_side(from, &id).await?;
+                        true
+                    } else {
+                        across_buckets && self.copy_object_across_buckets(from, &id).await
+                    };
+                    if copied {
+                        server_side.fetch_add(1, Ordering::Relaxed);
                     } else {
                         self.copy_streamed(from, &id, size).await?;
                     }
@@ -156,9 +255,10 @@ impl Remote {
             }
             Ok::<_, Error>(())
         })?;
+        let server_side = server_side.into_inner();
         Ok(CopyCounts {
-            server_side: if server_side { count } else { 0 },
-            streamed: if server_side { 0 } else { count },
+            server_side,
+            streamed: count - server_side,
             bytes: copied_bytes.into_inner(),
         })
     }
@@ -170,6 +270,73 @@ impl Remote {
                 .copy(&from.in_bucket(&key), &self.in_bucket(&key))
                 .await
                 .map_err(self.fail(format!("copy {key} from {}", from.name)))?;
+        }
+        Ok(())
+    }
+
+    /// Copies pack `id` and then its `.idx` from `from`'s bucket into this remote's with
+    /// CopyObject requests signed here (see the module's rustdoc); false when the service
+    /// refused either (the caller streams the pack instead).
+    async fn copy_object_across_buckets(&self, from: &Remote, id: &ObjectId) -> bool {
+        let (Some(to_account), Some(from_account)) = (&self.s3_account, &from.s3_account) else {
+            return false;
+        };
+        for key in [pack_key(id), index_key(id)] {
+            self.count(1);
+            let source = format!(
+                "/{}/{}",
+                from_account.settings.bucket,
+                encode_key(from.in_bucket(&key).as_ref())
+            );
+            let url = format!(
+                "{}/{}",
+                to_account.bucket_endpoint(),
+                encode_key(self.in_bucket(&key).as_ref())
+            );
+            match self.send_copy_object(to_account, &url, &source).await {
+                Ok(()) => {}
+                Err(reason) => {
+                    tracing::debug!(remote = %self.name, %key, %reason, "server-side copy refused; streaming");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    async fn send_copy_object(
+        &self,
+        account: &S3Account,
+        url: &str,
+        source: &str,
+    ) -> std::result::Result<(), String> {
+        let credential = account
+            .credentials
+            .get_credential()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut request: object_store::client::HttpRequest = http::Request::builder()
+            .method("PUT")
+            .uri(url)
+            .header("x-amz-copy-source", source)
+            .body(object_store::client::HttpRequestBody::from(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        object_store::aws::AwsAuthorizer::new(&credential, "s3", &account.settings.region)
+            .try_authorize(&mut request, None)
+            .map_err(|e| e.to_string())?;
+        let mut send = http_client().put(url).header("content-length", "0");
+        for (name, value) in request.headers() {
+            send = send.header(name, value);
+        }
+        let response = send.send().await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        // S3 may answer 200 and then report a failure in the body.
+        let body = response.text().await.map_err(|e| e.to_string())?;
+        if !status.is_success() || body.contains("<Error>") {
+            return Err(format!(
+                "{status}: {}",
+                body.chars().take(1000).collect::<String>()
+            ));
         }
         Ok(())
     }
