@@ -1,5 +1,5 @@
-//! Sync with remotes: what fetch ([`mod@fetch`]), push ([`mod@push`]), pull ([`mod@pull`]) and clone
-//! ([`mod@clone`]) share (opening a remote, pack indexes, downloading frames, fetching the chunks
+//! Sync with remotes: what fetch ([`mod@fetch`]), push ([`mod@push`]), pull ([`mod@pull`]), clone
+//! ([`mod@clone`]) and copy between two remotes ([`mod@copy`]) share (opening a remote, pack indexes, downloading frames, fetching the chunks
 //! a checkout or a reader lacks), and the remotes a store knows ([`remotes`]).
 //!
 //! What moves is frames and packs, never single objects:
@@ -166,7 +166,11 @@
 //!   the remote even when every byte is local; `checkout NAME` does not.
 //! - Push sends only data this store holds. Every object a remote lacks must be here: pushing
 //!   a clone's versions to a second remote fails with `MissingObject` (exit 5) for chunks the
-//!   clone never downloaded.
+//!   clone never downloaded; `dsv copy --from FIRST --to SECOND` moves them remote to remote.
+//! - `copy` copies server-side within one bucket (any provider) and between two S3 buckets
+//!   reached with the same options; between two Azure containers or GCS buckets, or two
+//!   clouds, it streams every pack through this machine (`object_store` copies within one
+//!   bucket only; Azure's Put Blob From URL and GCS's cross-bucket rewrite are not used).
 //! - `push --force` overwrites refs without a compare-and-swap (on `file://`, without the
 //!   lock), so it can overwrite a concurrent writer's update.
 //! - Refs move one dataset at a time, each recorded here as soon as it moved: a push that
