@@ -198,7 +198,10 @@ pub use pull::{
     HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
 };
 pub use push::{PushOptions, PushReport, PushedRef, push};
-pub use remotes::{RemoteListing, add_remote, default_remote, list_remotes, remove_remote};
+pub use remotes::{
+    RemoteListing, add_remote, add_remote_placed, default_remote, list_remotes, order_remotes,
+    remove_remote,
+};
 // The downloading this module's commands share lives in `crate::transfer`, below the read
 // engine too; its public items keep their paths here.
 pub use crate::transfer::{COALESCE_GAP, MAX_SPAN, Transfer, fetch_files, fetch_missing};
