@@ -196,8 +196,10 @@ pub(crate) fn refresh_all_indexes(
     attempts: &mut fallback::Attempts,
 ) -> Result<()> {
     for record in attempts.order(store.catalog().remotes()?) {
+        let Some(remote) = attempts.open(&record.name, || Remote::open(&record))? else {
+            continue;
+        };
         attempts.attempt(&record.name, || {
-            let remote = Remote::open(&record)?;
             refresh_indexes(store, &record, &remote, jobs)
         })?;
     }
@@ -592,7 +594,7 @@ fn fetch_objects(
         let opened;
         let (remote, callers) = match first {
             Some((f, remote)) if f.name == record.name => (remote, true),
-            _ => match attempts.attempt(&record.name, || Remote::open(&record))? {
+            _ => match attempts.open(&record.name, || Remote::open(&record))? {
                 Some(remote) => {
                     opened = remote;
                     (&opened, false)

@@ -198,9 +198,11 @@ impl Fetcher {
             }
             let by_frame =
                 catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
-            if !by_frame.is_empty() {
+            if !by_frame.is_empty()
+                && let Some(remote) = attempts.open(&record.name, || self.remote(&record))?
+            {
                 let got = attempts.attempt(&record.name, || {
-                    self.fetch_frames(engine, &record, by_frame.into_iter().collect())
+                    self.fetch_frames(engine, &remote, by_frame.into_iter().collect())
                 })?;
                 downloaded += got.unwrap_or(0);
             }
@@ -221,12 +223,12 @@ impl Fetcher {
         }
     }
 
-    /// Downloads frames `by_frame` of remote `record` that are still missing, a batch at a
-    /// time under their stripe locks; returns the bytes downloaded.
+    /// Downloads frames `by_frame` of `remote` that are still missing, a batch at a time
+    /// under their stripe locks; returns the bytes downloaded.
     fn fetch_frames(
         &self,
         engine: &super::Engine,
-        record: &crate::catalog::RemoteRecord,
+        remote: &Remote,
         by_frame: Vec<(
             (ObjectId, u64),
             (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>),
@@ -234,7 +236,6 @@ impl Fetcher {
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
-        let remote = self.remote(record)?;
         // A bounded number of lock files held at once (each an open descriptor).
         for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
             // The data lock, shared: no gc runs between storing and recording.
@@ -254,7 +255,7 @@ impl Fetcher {
                 Ok(still)
             })?;
             if !still.is_empty() {
-                downloaded += self.download(engine, &remote, still)?;
+                downloaded += self.download(engine, remote, still)?;
             }
         }
         Ok(downloaded)

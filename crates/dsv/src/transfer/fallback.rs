@@ -126,8 +126,27 @@ impl<'a> Attempts<'a> {
         name: &str,
         step: impl FnOnce() -> Result<T>,
     ) -> Result<Option<T>> {
+        self.attempt_where(name, step, is_remote_failure)
+    }
+
+    /// Opens remote `name` with `open`: as [`Attempts::attempt`], but any error but an
+    /// interruption is the remote's failure (opening builds its client and, for `file://`,
+    /// makes its directory: a path that is no directory is that remote's problem).
+    ///
+    /// # Errors
+    /// [`Error::Interrupted`].
+    pub fn open<T>(&mut self, name: &str, open: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
+        self.attempt_where(name, open, |e| !matches!(e, Error::Interrupted))
+    }
+
+    fn attempt_where<T>(
+        &mut self,
+        name: &str,
+        step: impl FnOnce() -> Result<T>,
+        is_failure: fn(&Error) -> bool,
+    ) -> Result<Option<T>> {
         let outcome = step();
-        let failed = matches!(&outcome, Err(e) if is_remote_failure(e));
+        let failed = matches!(&outcome, Err(e) if is_failure(e));
         if let Some(health) = self.health {
             health.set_failed(name, failed);
         }
