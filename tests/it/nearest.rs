@@ -47,7 +47,7 @@ pub(crate) fn add_unreachable(env: &TestEnv, name: &str, first: bool) {
 }
 
 /// Files of a few frames: a multi-chunk file and small ones.
-fn dataset(env: &TestEnv, dir: &str, seed: u64) {
+pub(crate) fn dataset(env: &TestEnv, dir: &str, seed: u64) {
     env.write(&format!("{dir}/big.bin"), pseudo_random(3_000_000, seed));
     for i in 0..5u64 {
         env.write(
@@ -211,7 +211,7 @@ fn reads_fall_back_from_an_unreachable_remote_and_skip_it_when_read_last() {
 }
 
 /// Commits `data` to dataset `ds`; the version's id.
-fn commit(env: &TestEnv) -> String {
+pub(crate) fn commit(env: &TestEnv) -> String {
     env.json(&["commit", "data", "-d", "ds"])["version"]
         .as_str()
         .unwrap()
@@ -220,7 +220,7 @@ fn commit(env: &TestEnv) -> String {
 
 /// Pushes `data` (dataset `ds`) from `writer` to two `file://` remotes, `near` and `origin`,
 /// and returns their directories.
-fn two_copies(writer: &TestEnv) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn two_copies(writer: &TestEnv) -> (std::path::PathBuf, std::path::PathBuf) {
     let near = writer.path("near");
     let origin = writer.path("origin");
     writer.ok(&[
@@ -242,7 +242,7 @@ fn two_copies(writer: &TestEnv) -> (std::path::PathBuf, std::path::PathBuf) {
 
 /// A store reading `near` first, then `origin`, with both remotes' indexes recorded (so
 /// reads ask `near` for its frames directly).
-fn reader_of(near: &Path, origin: &Path) -> TestEnv {
+pub(crate) fn reader_of(near: &Path, origin: &Path) -> TestEnv {
     let reader = TestEnv::new();
     reader.ok(&[
         "remote",
@@ -264,7 +264,7 @@ fn reader_of(near: &Path, origin: &Path) -> TestEnv {
 
 /// Replaces the directory of a `file://` remote by a file: every request to it fails (a
 /// directory that is merely gone reads as an empty remote, a miss).
-fn vanish(dir: &Path) {
+pub(crate) fn vanish(dir: &Path) {
     std::fs::rename(dir, dir.with_extension("gone")).unwrap();
     std::fs::write(dir, "not a directory\n").unwrap();
 }
