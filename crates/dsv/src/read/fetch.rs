@@ -120,6 +120,13 @@ pub fn after_fork() {
     FORK_GATE_CHANGED.notify_all();
 }
 
+/// One entry of [`sync::FramesOf`]: a remote frame by (pack, offset), with its catalog row
+/// and the wanted objects in it.
+type FrameEntry = (
+    (ObjectId, u64),
+    (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>),
+);
+
 /// Lock files that remote frames are spread over (by a hash of pack and offset).
 pub const STRIPES: u64 = 4096;
 
@@ -229,10 +236,7 @@ impl Fetcher {
         &self,
         engine: &super::Engine,
         remote: &Remote,
-        by_frame: Vec<(
-            (ObjectId, u64),
-            (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>),
-        )>,
+        by_frame: Vec<FrameEntry>,
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
