@@ -137,55 +137,78 @@ fn remote_add_appends_first_puts_first_and_order_moves_remotes_to_the_front() {
     assert_eq!(read_order(&env), names(&[("near", 1), ("origin", 2)]));
 }
 
-/// An unreachable remote read first: checkout and pull get everything from the next
-/// remote, and report the first as failed; once it is read last, nothing contacts it.
+/// A loopback endpoint that accepts every connection and closes it at once, counting them:
+/// a remote there fails every request, and the count tells whether it was asked at all.
+struct Refusing {
+    port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Refusing {
+    fn start() -> Refusing {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Refusing { port, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Adds it to `env` as remote `name`, read first (no retries).
+    fn add(&self, env: &TestEnv, name: &str) {
+        let endpoint = format!("aws_endpoint=http://127.0.0.1:{}", self.port);
+        let url = format!("s3://dsv-test/{}", unique_prefix());
+        env.ok(&[
+            "remote",
+            "add",
+            name,
+            &url,
+            "--option",
+            &endpoint,
+            "--option",
+            "aws_allow_http=true",
+            "--option",
+            "max_retries=0",
+            "--first",
+        ]);
+    }
+}
+
+/// A remote that fails every request, read first: checkout, `cat` and pull get everything
+/// from the next remote; a pull asks the remote it names first; once the failing remote is
+/// read last, nothing contacts it.
 #[test]
-fn reads_fall_back_from_an_unreachable_remote_and_skip_it_when_read_last() {
+fn reads_fall_back_from_a_failing_remote_and_skip_it_when_read_last() {
     let writer = TestEnv::new();
     use_s3(&writer);
     let url = format!("s3://dsv-test/{}", unique_prefix());
     dataset(&writer, "data", 1);
-    writer.ok(&["commit", "data", "-d", "ds", "-t", "v1"]);
+    let v1 = commit(&writer);
     writer.ok(&["remote", "add", "origin", &url]);
     writer.ok(&["push"]);
 
     let reader = TestEnv::new();
     use_s3(&reader);
     reader.ok(&["remote", "add", "origin", &url]);
-    add_unreachable(&reader, "down", true);
+    reader.ok(&["fetch"]);
+    let down = Refusing::start();
+    down.add(&reader, "down");
     assert_eq!(read_order(&reader), names(&[("down", 1), ("origin", 2)]));
 
-    // checkout of a remote revision: refs from origin, chunks in read order.
-    let checkout = reader.json(&["checkout", "origin/ds", "out"]);
+    // checkout of a local revision: down is asked first, fails, origin serves.
+    reader.ok(&["checkout", &format!("ds@{v1}"), "out"]);
     assert_same_tree(&writer.path("data"), &reader.path("out"));
-    let got = served(&checkout["remote"]["transfer"]);
-    assert_eq!(got.len(), 2, "{checkout}");
-    assert_eq!(got[0].0, "down");
-    assert!(
-        got[0].2.as_deref().is_some_and(|e| e.contains("down")),
-        "{got:?}"
-    );
-    assert_eq!((got[1].0.as_str(), got[1].2.as_deref()), ("origin", None));
-    assert!(got[1].1 > 0, "{got:?}");
-
-    // pull of a new version (the default remote is origin): the same fallback.
-    writer.write("data/small/0.txt", "changed\n");
-    writer.write("data/new.bin", pseudo_random(500_000, 9));
-    writer.ok(&["commit", "data", "-d", "ds"]);
-    writer.ok(&["push"]);
-    let pull = reader.json(&["pull", "ds"]);
-    let got = served(&pull["transfer"]);
-    assert_eq!(
-        got.iter().map(|g| g.0.as_str()).collect::<Vec<_>>(),
-        ["down", "origin"],
-        "{pull}"
-    );
-    assert!(
-        got[0].2.is_some() && got[1].2.is_none() && got[1].1 > 0,
-        "{got:?}"
-    );
-    reader.ok(&["checkout", "ds", "out2"]);
-    assert_same_tree(&writer.path("data"), &reader.path("out2"));
+    let asked = down.accepted();
+    assert!(asked > 0, "the remote read first was never asked");
 
     // cat of a file pushed since: the read engine gets it from origin.
     writer.write("data/later.txt", "later\n");
@@ -197,17 +220,59 @@ fn reads_fall_back_from_an_unreachable_remote_and_skip_it_when_read_last() {
         "later\n"
     );
 
-    // Read last, the unreachable remote is never asked: origin serves everything.
-    reader.ok(&["remote", "order", "origin"]);
-    assert_eq!(read_order(&reader), names(&[("origin", 1), ("down", 2)]));
-    writer.write("data/last.bin", pseudo_random(400_000, 10));
-    writer.ok(&["commit", "data", "-d", "ds"]);
+    // pull asks the remote it names (origin) first: it serves all, down is not asked.
+    writer.write("data/new.bin", pseudo_random(500_000, 9));
+    commit(&writer);
     writer.ok(&["push"]);
+    let before = down.accepted();
     let pull = reader.json(&["pull", "ds"]);
     let got = served(&pull["transfer"]);
     assert_eq!(got.len(), 1, "{pull}");
     assert_eq!((got[0].0.as_str(), got[0].2.as_deref()), ("origin", None));
     assert!(got[0].1 > 0, "{got:?}");
+    assert_eq!(down.accepted(), before);
+    reader.ok(&["checkout", "ds", "out2"]);
+    assert_same_tree(&writer.path("data"), &reader.path("out2"));
+
+    // Read last, the failing remote is never asked: origin serves everything.
+    reader.ok(&["remote", "order", "origin"]);
+    assert_eq!(read_order(&reader), names(&[("origin", 1), ("down", 2)]));
+    writer.write("data/last.bin", pseudo_random(400_000, 10));
+    let last = commit(&writer);
+    writer.ok(&["push"]);
+    reader.ok(&["fetch"]);
+    let before = down.accepted();
+    reader.ok(&["checkout", &format!("ds@{last}"), "out3"]);
+    assert_same_tree(&writer.path("data"), &reader.path("out3"));
+    assert_eq!(down.accepted(), before, "the remote read last was asked");
+}
+
+/// An S3 endpoint where nothing listens, read first: a checkout of a revision on it fails
+/// (its refs are needed), and one of a revision on origin asks origin first, never it.
+#[test]
+fn a_remote_revision_asks_the_remote_it_names_first() {
+    let writer = TestEnv::new();
+    use_s3(&writer);
+    let url = format!("s3://dsv-test/{}", unique_prefix());
+    dataset(&writer, "data", 6);
+    commit(&writer);
+    writer.ok(&["remote", "add", "origin", &url]);
+    writer.ok(&["push"]);
+    let reader = TestEnv::new();
+    use_s3(&reader);
+    reader.ok(&["remote", "add", "origin", &url]);
+    add_unreachable(&reader, "down", true);
+    let error = reader.json_error(&["checkout", "down/ds", "out"], 6);
+    assert!(
+        error["message"].as_str().unwrap().contains("down"),
+        "{error}"
+    );
+    // Named remote first, then read order: origin after the unreachable one.
+    let checkout = reader.json(&["checkout", "origin/ds", "out"]);
+    assert_same_tree(&writer.path("data"), &reader.path("out"));
+    let got = served(&checkout["remote"]["transfer"]);
+    assert_eq!(got.len(), 1, "{checkout}");
+    assert_eq!(got[0].0, "origin");
 }
 
 /// Commits `data` to dataset `ds`; the version's id.

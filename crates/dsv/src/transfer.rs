@@ -25,8 +25,11 @@
 //! hint names every remote tried. [`Transfer::remotes`] reports what each remote asked
 //! served, or why it was passed over.
 //!
-//! The remote that `pull` names (its refs and metadata come from it) is asked for chunks in
-//! its place in the read order too, not first: a nearer copy listed before it serves them.
+//! The remote that `pull` or `checkout REMOTE/NAME` names (its refs and metadata come from
+//! it) is asked first, and the others after it in read order: it holds the version, and a
+//! file map it serves replaces one another remote sent that failed its proof (a remote
+//! earlier in the read order would send the same wrong map again). Every other read
+//! (checkout of a local revision, mount, cat, export, Python) follows the read order.
 
 pub mod fallback;
 
@@ -480,8 +483,8 @@ fn missing_chunks(
 
 /// Downloads whatever chunks `versions` need (under `include`) from the configured remotes,
 /// in read order, falling back to the next on a miss or a failure ("Fallback" above).
-/// `first`, a remote the caller opened already (pull's), is used in its place in the order
-/// and its requests are left to the caller to count. Without remotes, or with nothing
+/// `first`, a remote the caller opened already (pull's), is asked before the others and its
+/// requests are left to the caller to count. Without remotes, or with nothing
 /// missing, contacts nothing.
 ///
 /// # Errors
@@ -587,7 +590,14 @@ fn fetch_objects(
     if missing.is_empty() {
         return Ok(transfer);
     }
-    for record in attempts.order(store.catalog().remotes()?) {
+    let mut order = attempts.order(store.catalog().remotes()?);
+    if let Some((named, _)) = first
+        && let Some(at) = order.iter().position(|r| r.name == named.name)
+    {
+        let named = order.remove(at);
+        order.insert(0, named);
+    }
+    for record in order {
         if missing.is_empty() {
             break;
         }

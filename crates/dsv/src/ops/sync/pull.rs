@@ -15,8 +15,8 @@
 //! 3. **Missing chunks** (`fetch_missing`). Walk the version's trees (local now); for each
 //!    file, or with `--include` each file whose path matches a glob, list its chunk ids from
 //!    its file map (`ObjectReader::chunk_ids`), and keep those this store lacks. Then ask the
-//!    remotes in read order (the named remote in its place there), each for what the ones
-//!    before it did not serve, passing over a remote that fails ("Fallback" in
+//!    named remote first and the others in read order, each for what the ones before it
+//!    did not serve, passing over a remote that fails ("Fallback" in
 //!    `crate::transfer`): if the remote's recorded indexes lack any of the missing chunks,
 //!    its pack indexes are refreshed first; then the frames holding the chunks are
 //!    downloaded ("Downloading frames" in [`super`]). A file
