@@ -22,6 +22,7 @@ mod import;
 mod import_bounds;
 mod local_store;
 mod mount;
+mod nearest;
 mod properties;
 mod read;
 mod real_data;

@@ -149,6 +149,13 @@
 //!
 //! ## Known limits
 //!
+//! - Reads ask the remotes in the read order the user set (`dsv remote order`; see
+//!   "Fallback" in `crate::transfer`), not by measured latency or cost: dsv does not find
+//!   the nearest copy itself. A remote that answers slowly but successfully is not passed
+//!   over, and one that lacks part of the data costs a listing of its packs before the next
+//!   is asked. A remote that failed is asked again by the next command (the read engine:
+//!   after 60 s), so an outage costs each command one failed try of it (with its retries:
+//!   lower `max_retries` and `connect_timeout` on a remote that is often away).
 //! - `remote_objects` keeps one location per (remote, id, kind), the first pack indexed. If
 //!   that pack disappears from the remote while another remote pack also holds the object,
 //!   the store forgets the object for that remote (the other pack's index is not read
@@ -204,7 +211,10 @@ pub use pull::{
     HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
 };
 pub use push::{PushOptions, PushReport, PushedRef, push};
-pub use remotes::{RemoteListing, add_remote, default_remote, list_remotes, remove_remote};
+pub use remotes::{
+    RemoteListing, add_remote, add_remote_placed, default_remote, list_remotes, order_remotes,
+    remove_remote,
+};
 // The downloading this module's commands share lives in `crate::transfer`, below the read
 // engine too; its public items keep their paths here.
 pub use crate::transfer::{COALESCE_GAP, MAX_SPAN, Transfer, fetch_files, fetch_missing};
