@@ -362,3 +362,29 @@ fn a_destination_head_elsewhere_is_refused_unless_forced_and_one_ahead_is_kept()
     // One remote on both sides is refused before anything is asked.
     env.fails(&["copy", "ds", "--from", "src", "--to", "src"], 3);
 }
+
+#[test]
+fn a_store_that_never_saw_the_destination_places_its_head_in_history() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "one\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.write("data/a.txt", "two\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    for name in ["src", "dst"] {
+        std::fs::create_dir_all(env.path(name)).unwrap();
+        let url = format!("file://{}", env.path(name).display());
+        env.ok(&["remote", "add", name, &url]);
+    }
+    // SRC holds the first version, DST the second (which descends from it).
+    env.ok(&["push", "ds~1", "--remote", "src"]);
+    env.ok(&["push", "--remote", "dst"]);
+    // Another machine, which knows neither remote: DST's head is placed in history from DST's
+    // own metadata, so it is kept as ahead, not refused as diverged.
+    let other = TestEnv::new();
+    for name in ["src", "dst"] {
+        let url = format!("file://{}", env.path(name).display());
+        other.ok(&["remote", "add", name, &url]);
+    }
+    let copied = other.json(&["copy", "ds", "--from", "src", "--to", "dst"]);
+    assert_eq!(statuses(&copied), ["ds:ahead"], "{copied}");
+}

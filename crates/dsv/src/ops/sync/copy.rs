@@ -17,7 +17,8 @@
 //!    indexes are refreshed (`refresh_indexes`: one LIST, a GET of each new `.idx`).
 //! 4. **Check every head first**, before any byte moves: DST's head must be the version, an
 //!    ancestor of it (fast-forward), or a descendant (left alone, `ahead`); anything else is
-//!    [`Error::RemoteDiverged`] unless `--force`.
+//!    [`Error::RemoteDiverged`] unless `--force`. A DST head this store has never seen has
+//!    DST's metadata fetched first, so it can be placed in the version's history.
 //! 5. **Closure.** From each version back along its parents, stopping at the first version
 //!    DST holds, every version, provenance object, tree, file map, outboard and chunk that
 //!    DST's recorded indexes lack ([`super::push::walk_missing_on`], the walk push makes), each
@@ -243,7 +244,22 @@ pub fn copy(
     progress.phase("reading the destination's pack indexes");
     refresh_indexes(store, &dst_record, &dst, jobs)?;
 
-    // Step 4: every head checked before any byte moves.
+    // Step 4: every head checked before any byte moves. A DST head this store has never
+    // seen (written there by another store) needs DST's metadata to be placed in history.
+    let mut dst_fetched = false;
+    for target in &targets {
+        let head = RefName {
+            dataset: target.dataset.clone(),
+            tag: None,
+        };
+        if let Some((dst_head, _)) = dst_refs.current(&head)?
+            && store.catalog().version(&dst_head)?.is_none()
+            && !dst_fetched
+        {
+            super::fetch::fetch_with(store, &data, &dst_record, &dst, jobs, progress)?;
+            dst_fetched = true;
+        }
+    }
     for target in &targets {
         let head = RefName {
             dataset: target.dataset.clone(),
