@@ -35,8 +35,9 @@
 //!    length, every object hashes to its id), appended byte for byte to new packs built in
 //!    memory ([`crate::pack_sink::PackSink::in_memory`]) and uploaded with their `.idx`.
 //!    Batches of at most [`BATCH_BYTES`] of frames, so memory stays bounded.
-//! 9. **Record and check.** DST's indexes are refreshed again; every object of the closure
-//!    must now be listed there, else the copy stops before any ref moves.
+//! 9. **Record and check.** DST's indexes are refreshed again; every pack the plan wrote
+//!    there must now be listed (so every object of the closure is), else the copy stops
+//!    before any ref moves.
 //! 10. **Move refs** on DST as push does (compare-and-swap on the ETag listed in step 1;
 //!     created, updated, forced or up-to-date), the head first, then each tag of SRC that names
 //!     the version or one of its ancestors (a tag naming another version on DST is
@@ -170,6 +171,7 @@ pub fn copy(
         .map(|text| Revision::parse(text))
         .collect::<Result<_>>()?;
     progress.phase("listing refs");
+    tracing::debug!(phase = "listing refs", "copy");
     let src_refs = RemoteRefs::list(store, &src_record, &src)?;
     let dst_refs = RemoteRefs::list(store, &dst_record, &dst)?;
 
@@ -239,9 +241,11 @@ pub fn copy(
     // Step 3: metadata here, DST's indexes fresh.
     if !fetched {
         progress.phase("fetching metadata");
+        tracing::debug!(phase = "fetching metadata", "copy");
         super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
     }
     progress.phase("reading the destination's pack indexes");
+    tracing::debug!(phase = "reading the destination's pack indexes", "copy");
     refresh_indexes(store, &dst_record, &dst, jobs)?;
 
     // Step 4: every head checked before any byte moves. A DST head this store has never
@@ -280,8 +284,10 @@ pub fn copy(
 
     // Step 5: the closure DST lacks, located in SRC.
     progress.phase("finding what the destination lacks");
+    tracing::debug!(phase = "finding what the destination lacks", "copy");
     let (needed, planned_versions) = closure_missing(store, &src_record, &dst_record, &targets)?;
 
+    tracing::debug!(objects = needed.len(), "copy: closure found");
     // Step 6: plan per SRC pack.
     let listed: HashMap<ObjectId, u64> = src.list_packs()?.into_iter().collect();
     let mut per_pack: BTreeMap<ObjectId, BTreeMap<u64, (FrameRecord, i64)>> = BTreeMap::new();
@@ -331,9 +337,15 @@ pub fn copy(
         .map(|(f, _)| u64::from(f.stored_length))
         .sum();
 
+    tracing::debug!(
+        whole = whole.len(),
+        partial = partial.len(),
+        "copy: planned"
+    );
     // Steps 7 and 8.
     let mut transfer = Transfer::default();
     progress.start("copy", whole_bytes + partial_bytes, Unit::Bytes);
+    let mut written: Vec<ObjectId> = whole.iter().map(|(id, _)| *id).collect();
     if !whole.is_empty() {
         let counts = dst.copy_packs_from(&src, whole, jobs, &|bytes| progress.advance(bytes))?;
         planned.server_side = counts.server_side;
@@ -362,29 +374,26 @@ pub fn copy(
                 })
                 .collect();
             transfer.packs += packs.len() as u64;
+            written.extend(packs.iter().map(|(id, _, _)| *id));
             transfer.bytes += packs.iter().map(|(_, b, _)| b.len() as u64).sum::<u64>();
             dst.put_packs_in_memory(packs, jobs, &|_| {})?;
             progress.advance(got.bytes);
         }
     }
 
-    // Step 9: DST now lists every object of the closure.
+    // Step 9: DST now lists every pack the plan wrote there (whole copies under their names,
+    // packs built from frames under theirs), so it holds every object of the closure.
     progress.phase("moving the destination's refs");
+    tracing::debug!(phase = "moving the destination's refs", "copy");
     refresh_indexes(store, &dst_record, &dst, jobs)?;
-    for (id, kind) in &needed {
-        if store
-            .catalog()
-            .remote_locate(dst_record.id, id, *kind)?
-            .is_none()
-        {
-            return Err(Error::Internal {
-                detail: format!(
-                    "remote {to} does not list {} {} after the copy; no ref moved",
-                    kind.name(),
-                    id.short()
-                ),
-            });
-        }
+    let listed_on_dst = store.catalog().remote_packs(dst_record.id)?;
+    if let Some(pack) = written.iter().find(|pack| !listed_on_dst.contains(pack)) {
+        return Err(Error::Internal {
+            detail: format!(
+                "remote {to} does not list pack {} after the copy; no ref moved",
+                pack.short()
+            ),
+        });
     }
     transfer.objects = needed.len() as u64;
 
@@ -526,10 +535,12 @@ fn closure_missing(
     let mut needed = Vec::new();
     let mut seen = HashSet::new();
     let mut versions = 0;
+    // A destination holding no pack lacks everything: no lookup per object.
+    let dst_holds_packs = !catalog.remote_packs(dst.id)?.is_empty();
     for target in targets {
         walk_missing_on(
             store,
-            dst.id,
+            dst_holds_packs.then_some(dst.id),
             &target.version,
             &|id| {
                 Ok(catalog

@@ -138,7 +138,8 @@ impl<'a> RemoteRefs<'a> {
 }
 
 /// Calls `need` for every object reachable from `version` that remote `remote` lacks (as
-/// this store's record of its indexes says): the version, its provenance object, trees,
+/// this store's record of its indexes says; `None`: a remote known to hold nothing, so every
+/// object is needed without asking the catalog): the version, its provenance object, trees,
 /// file maps and chunks, and the same for each parent until one the remote holds. A file's
 /// outboard is needed where `has_outboard` says one exists; a file of several chunks
 /// without one is handed to `lacking_outboard`. Trees and file maps are read from this
@@ -148,7 +149,7 @@ impl<'a> RemoteRefs<'a> {
 /// [`Error::MissingObject`] for metadata this store lacks; `need`'s errors.
 pub(super) fn walk_missing_on(
     store: &Store,
-    remote: i64,
+    remote: Option<i64>,
     version: &ObjectId,
     has_outboard: &dyn Fn(&ObjectId) -> Result<bool>,
     lacking_outboard: &mut dyn FnMut(ObjectId),
@@ -156,8 +157,14 @@ pub(super) fn walk_missing_on(
 ) -> Result<()> {
     let catalog = store.catalog();
     let mut reader = store.reader();
+    let holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
+        match remote {
+            Some(remote) => Ok(catalog.remote_locate(remote, id, kind)?.is_some()),
+            None => Ok(false),
+        }
+    };
     let mut need = |id: &ObjectId, kind: ObjectKind| -> Result<()> {
-        if catalog.remote_locate(remote, id, kind)?.is_none() {
+        if !holds(id, kind)? {
             need(*id, kind)?;
         }
         Ok(())
@@ -165,11 +172,7 @@ pub(super) fn walk_missing_on(
     let mut seen_trees = HashSet::new();
     let mut next = Some(*version);
     while let Some(id) = next {
-        if catalog
-            .remote_locate(remote, &id, ObjectKind::Version)?
-            .is_some()
-            && id != *version
-        {
+        if holds(&id, ObjectKind::Version)? && id != *version {
             break;
         }
         need(&id, ObjectKind::Version)?;
@@ -217,7 +220,7 @@ fn objects_to_send(
     let mut packs = HashSet::new();
     walk_missing_on(
         store,
-        record.id,
+        Some(record.id),
         version,
         &|id| catalog.has_object(id, ObjectKind::Outboard),
         &mut |id| lacking_outboards.push(id),
