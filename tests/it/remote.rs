@@ -232,6 +232,59 @@ fn many_small_files_travel_in_a_few_requests() {
     assert_same_tree(&env.path("data"), &clone.path("out"));
 }
 
+/// One integer `sql` reads from `env`'s catalog.
+fn catalog_count(env: &TestEnv, sql: &str) -> i64 {
+    let catalog = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    catalog.query_row(sql, [], |row| row.get(0)).unwrap()
+}
+
+/// A pushed pack is a local pack: the catalog records it once, its remote row sharing the
+/// local index (schema 13), instead of copying its index row by row. When `cache prune` lets
+/// the local packs go, their indexes are copied first, so what the remote holds stays known:
+/// `verify` counts the files as on the remote, a push finds nothing to send, and a checkout
+/// downloads them back.
+#[test]
+fn a_pushed_pack_shares_the_local_index_and_keeps_it_when_the_local_pack_goes() {
+    let remote_home = TestEnv::bare();
+    let env = TestEnv::new();
+    let url = configure(&env, Backend::File, &remote_home);
+    for i in 0..500 {
+        env.write(&format!("data/{}/{i}.txt", i % 10), format!("sample {i}\n"));
+    }
+    env.write("data/large.bin", pseudo_random(1_000_000, 5));
+    env.ok(&["commit", "data", "-d", "ds"]);
+    // Kept aside: a directory holding the version would keep its data here.
+    std::fs::rename(env.path("data"), env.path("reference")).unwrap();
+    env.ok(&["remote", "add", "origin", &url]);
+    let pushed = env.json(&["push"]);
+    let (_, packs, _) = transfer(&pushed);
+    assert!(packs >= 1, "{pushed}");
+    let shared = "SELECT count(*) FROM remote_packs WHERE local_index = 1";
+    assert_eq!(catalog_count(&env, shared), packs as i64);
+    assert_eq!(
+        catalog_count(&env, "SELECT count(*) FROM remote_objects"),
+        0
+    );
+    let listed = env.json(&["cache", "ls"]);
+    assert_eq!(
+        listed[0]["on_remotes"],
+        serde_json::json!(["origin"]),
+        "{listed}"
+    );
+
+    let pruned = env.json(&["cache", "prune", "--keep-last", "0"]);
+    assert_eq!(pruned["actions"][0]["action"], "evicted", "{pruned}");
+    assert_eq!(catalog_count(&env, shared), 0, "the local packs went");
+    assert!(catalog_count(&env, "SELECT count(*) FROM remote_objects") > 500);
+    let report = env.json(&["verify"]);
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+    assert_eq!(report["files_on_remotes"], 501, "{report}");
+    let again = env.json(&["push"]);
+    assert_eq!(transfer(&again).1, 0, "{again}");
+    env.ok(&["checkout", "ds", "out"]);
+    assert_same_tree(&env.path("reference"), &env.path("out"));
+}
+
 #[test]
 fn pull_with_include_fetches_only_the_matching_files() {
     let remote_home = TestEnv::bare();

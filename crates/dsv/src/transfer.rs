@@ -250,7 +250,11 @@ pub(crate) fn frames_of(
         if catalog.has_object(id, *kind)? {
             continue;
         }
-        if let Some(location) = catalog.remote_locate(remote, id, *kind)? {
+        // A location through a local pack's index means another process stored the object
+        // here since `has_object`: nothing to download.
+        if let Some(location) = catalog.remote_locate(remote, id, *kind)?
+            && !location.in_local_pack()
+        {
             frames
                 .entry((location.pack, location.frame.offset))
                 .or_insert_with(|| (location.frame, location.frame_row, Vec::new()))

@@ -44,6 +44,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0010_stat_cache_in_path_order.sql"),
     include_str!("../../migrations/0011_stat_cache_vouches_for_the_version.sql"),
     include_str!("../../migrations/0012_remote_order.sql"),
+    include_str!("../../migrations/0013_remote_packs_share_local_indexes.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =
@@ -646,6 +647,101 @@ mod tests {
             .unwrap();
         assert_eq!(rows, 0);
         assert_eq!(catalog.workspaces().unwrap().len(), 1);
+    }
+
+    /// Schema 12: a remote pack with the id and size of a local pack shares its index; the
+    /// rows copied from it before are dropped, but for objects `objects` locates in another
+    /// pack. Remote packs that are not local, or local under another size, keep theirs.
+    #[test]
+    fn migration_13_drops_the_copies_of_local_pack_indexes() {
+        use crate::object::ObjectKind::{Chunk, Tree};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.db");
+        let [p, q, other] = [b"p", b"q", b"o"].map(|s| ObjectId::of(s));
+        let [a, b, c, d, e] = [b"a", b"b", b"c", b"d", b"e"].map(|s| ObjectId::of(s));
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            migrations(12).to_latest(&mut conn).unwrap();
+            let sql = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
+                conn.execute(sql, params).unwrap();
+            };
+            sql(
+                "INSERT INTO remotes (id, name, url, options, created_at) VALUES (1, 'origin', 'file:///r', '{}', 0)",
+                &[],
+            );
+            for (row, pack, size) in [(1, &q, 100), (2, &p, 2000)] {
+                sql(
+                    "INSERT INTO packs (id, pack_id, size, created_at) VALUES (?1, ?2, ?3, 0)",
+                    &[&row, &&pack.0[..], &size],
+                );
+                sql(
+                    "INSERT INTO frames (id, pack, offset, stored_length, raw_length, compression) VALUES (?1, ?1, 16, 50, 100, 1)",
+                    &[&row],
+                );
+            }
+            for (id, kind, frame, offset) in [(c, Chunk, 1, 0), (a, Chunk, 2, 0), (b, Tree, 2, 10)]
+            {
+                sql(
+                    "INSERT INTO objects (id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, 10)",
+                    &[&&id.0[..], &(kind as u8), &frame, &offset],
+                );
+            }
+            // p as pushed; a pack only the remote has; q under another size.
+            for (row, pack, size) in [(1, &p, 2000), (2, &other, 500), (3, &q, 999)] {
+                sql(
+                    "INSERT INTO remote_packs (id, remote, pack_id, size) VALUES (?1, 1, ?2, ?3)",
+                    &[&row, &&pack.0[..], &size],
+                );
+                sql(
+                    "INSERT INTO remote_frames (id, pack, offset, stored_length, raw_length, compression) VALUES (?1, ?1, 16, 50, 100, 1)",
+                    &[&row],
+                );
+            }
+            for (id, kind, frame, offset) in [
+                (a, Chunk, 1, 0),
+                (b, Tree, 1, 10),
+                (c, Chunk, 1, 20),
+                (d, Chunk, 2, 0),
+                (e, Chunk, 3, 0),
+            ] {
+                sql(
+                    "INSERT INTO remote_objects (remote, id, kind, frame, offset, length) VALUES (1, ?1, ?2, ?3, ?4, 10)",
+                    &[&&id.0[..], &(kind as u8), &frame, &offset],
+                );
+            }
+        }
+        let catalog = Catalog::open(&path, false).unwrap();
+        let shared: Vec<i64> = column(
+            &catalog.conn,
+            "SELECT local_index FROM remote_packs ORDER BY id",
+        );
+        assert_eq!(shared, [1, 0, 0]);
+        let kept: Vec<i64> = column(
+            &catalog.conn,
+            "SELECT frame FROM remote_objects ORDER BY frame",
+        );
+        assert_eq!(kept, [1, 2, 3], "c (located in q), d and e keep their rows");
+        let frames: Vec<i64> = column(&catalog.conn, "SELECT id FROM remote_frames ORDER BY id");
+        assert_eq!(frames, [1, 2, 3]);
+        for (id, kind, pack, offset, local) in [
+            (a, Chunk, p, 0, true),
+            (b, Tree, p, 10, true),
+            (c, Chunk, p, 20, false),
+            (d, Chunk, other, 0, false),
+            (e, Chunk, q, 0, false),
+        ] {
+            let found = catalog.remote_locate(1, &id, kind).unwrap().unwrap();
+            assert_eq!(
+                (
+                    found.pack,
+                    found.frame.offset,
+                    found.offset,
+                    found.in_local_pack()
+                ),
+                (pack, 16, offset, local)
+            );
+        }
+        catalog.check_integrity().unwrap();
     }
 
     /// An entry vouches for its workspace's version: only a workspace whose version is live

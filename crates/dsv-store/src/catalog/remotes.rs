@@ -62,7 +62,9 @@ pub struct RemoteLocation {
     pub offset: u32,
     /// Length in bytes.
     pub length: u32,
-    /// The frame's row (for [`Catalog::remote_frame_objects`]).
+    /// The frame's row (for [`Catalog::remote_frame_objects`]): a `remote_frames` row, or,
+    /// negated, a `frames` row of the local pack a remote pack shares its index with
+    /// ([`RemoteLocation::in_local_pack`]).
     pub frame_row: i64,
 }
 
@@ -94,6 +96,35 @@ fn remotes_of(conn: &rusqlite::Connection, path: &std::path::Path) -> Result<Vec
     }
     Ok(remotes)
 }
+
+impl RemoteLocation {
+    /// True when the location was found through the index of a local pack that the remote
+    /// also holds (the same pack id and size: see [`CatalogWriter::add_remote_pack`]): the
+    /// object is in this store too.
+    pub fn in_local_pack(&self) -> bool {
+        self.frame_row < 0
+    }
+}
+
+/// A remote pack's objects that its own rows locate (`remote_objects`: a pack indexed from
+/// its `.idx`, or an object of a shared pack whose `objects` row names another local pack).
+const REMOTE_LOCATE: &str = "SELECT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length, f.id
+     FROM remote_objects o JOIN remote_frames f ON f.id = o.frame
+     JOIN remote_packs p ON p.id = f.pack
+     WHERE o.remote = ?1 AND o.id = ?2 AND o.kind = ?3";
+
+/// The objects of a remote pack that shares a local pack's index: located in that local
+/// pack by `objects`. The frame row is negated (a `frames` row, not a `remote_frames` one).
+const SHARED_LOCATE: &str = "SELECT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length, -f.id
+     FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+     JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id AND r.local_index = 1
+     WHERE o.id = ?2 AND o.kind = ?3";
+
+/// SQL true when object `o` (a row of `objects`) lies in a local pack whose index remote
+/// `?1` shares.
+const IN_SHARED_PACK: &str = "EXISTS (SELECT 1 FROM frames f JOIN packs p ON p.id = f.pack
+     JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id AND r.local_index = 1
+     WHERE f.id = o.frame)";
 
 fn parse_id(bytes: &[u8], catalog: &Catalog) -> Result<ObjectId> {
     ObjectId::from_slice(bytes).ok_or_else(|| Error::corrupt(catalog.path(), "malformed id"))
@@ -189,7 +220,9 @@ impl Catalog {
         Ok(packs)
     }
 
-    /// Where `remote` keeps object `id` of `kind`, if any pack it holds has it.
+    /// Where `remote` keeps object `id` of `kind`, if any pack it holds has it: first by the
+    /// remote's own index rows, then through the index of a local pack the remote holds
+    /// too (a pushed pack: [`RemoteLocation::in_local_pack`]).
     ///
     /// # Errors
     /// [`Error::Catalog`]; [`Error::Corrupt`] for an unknown compression byte.
@@ -199,17 +232,19 @@ impl Catalog {
         id: &ObjectId,
         kind: ObjectKind,
     ) -> Result<Option<RemoteLocation>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length, f.id
-             FROM remote_objects o JOIN remote_frames f ON f.id = o.frame
-             JOIN remote_packs p ON p.id = f.pack
-             WHERE o.remote = ?1 AND o.id = ?2 AND o.kind = ?3",
-        )?;
-        let row = stmt
-            .query_row(params![remote, &id.0[..], kind as u8], |row| {
-                Ok((RawLocation::read(row)?, row.get::<_, i64>(7)?))
-            })
-            .optional()?;
+        let mut row = None;
+        for sql in [REMOTE_LOCATE, SHARED_LOCATE] {
+            row = self
+                .conn
+                .prepare_cached(sql)?
+                .query_row(params![remote, &id.0[..], kind as u8], |row| {
+                    Ok((RawLocation::read(row)?, row.get::<_, i64>(7)?))
+                })
+                .optional()?;
+            if row.is_some() {
+                break;
+            }
+        }
         let Some((raw, frame_row)) = row else {
             return Ok(None);
         };
@@ -231,6 +266,10 @@ impl Catalog {
     }
 
     /// Every object of a remote frame: (id, kind, offset, length), in frame order.
+    /// `frame_row` is a [`RemoteLocation::frame_row`]; for a frame of a local pack the remote
+    /// shares (negative), the objects `objects` locates in it (a scan of `objects`: such a
+    /// frame is downloaded only when a race made [`Catalog::remote_locate`] find an object
+    /// that another process had just stored here).
     ///
     /// # Errors
     /// [`Error::Catalog`].
@@ -238,10 +277,19 @@ impl Catalog {
         &self,
         frame_row: i64,
     ) -> Result<Vec<(ObjectId, ObjectKind, u32, u32)>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, kind, offset, length FROM remote_objects WHERE frame = ?1 ORDER BY offset",
-        )?;
-        let rows = stmt.query_map([frame_row], |row| {
+        let (sql, row) = if frame_row < 0 {
+            (
+                "SELECT id, kind, offset, length FROM objects WHERE frame = ?1 ORDER BY offset",
+                -frame_row,
+            )
+        } else {
+            (
+                "SELECT id, kind, offset, length FROM remote_objects WHERE frame = ?1 ORDER BY offset",
+                frame_row,
+            )
+        };
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map([row], |row| {
             Ok((
                 row.get::<_, Vec<u8>>(0)?,
                 row.get::<_, u8>(1)?,
@@ -286,11 +334,12 @@ impl Catalog {
     pub fn outboards_missing_on(&self, remote: i64) -> Result<bool> {
         let missing = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT EXISTS (SELECT 1 FROM objects o WHERE o.kind = ?2 AND NOT EXISTS
                    (SELECT 1 FROM remote_objects r
-                     WHERE r.remote = ?1 AND r.id = o.id AND r.kind = o.kind))",
-            )?
+                     WHERE r.remote = ?1 AND r.id = o.id AND r.kind = o.kind)
+                   AND NOT {IN_SHARED_PACK})"
+            ))?
             .query_row(
                 rusqlite::params![remote, ObjectKind::Outboard as u8],
                 |row| row.get::<_, bool>(0),
@@ -298,7 +347,9 @@ impl Catalog {
         Ok(missing)
     }
 
-    /// Every object `remote` holds that this store lacks, of the given kinds.
+    /// Every object `remote` holds that this store lacks, of the given kinds. (The objects
+    /// of a pack the remote shares with this store are here, but for those its own rows
+    /// list: `remote_objects` is enough.)
     ///
     /// # Errors
     /// [`Error::Catalog`].
@@ -464,8 +515,15 @@ impl CatalogWriter<'_> {
     /// Records that `remote` holds pack `pack` of `size` bytes with this index. A pack already
     /// known is left as it is.
     ///
+    /// A pack this store holds too, with the same size (a pushed pack: the id is the BLAKE3
+    /// of the bytes), shares the local pack's index (`remote_packs.local_index`): only the
+    /// objects of `objects` that `objects` locates in another local pack (or not at all) get
+    /// rows of their own, so [`Catalog::remote_locate`] finds every object of the pack. A
+    /// pack listed with another size than the local one is not the same pack: it is
+    /// indexed from `frames` and `objects`, as any other.
+    ///
     /// # Errors
-    /// [`Error::Catalog`].
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for an object naming a frame the index lacks.
     pub fn add_remote_pack(
         &self,
         remote: i64,
@@ -474,14 +532,22 @@ impl CatalogWriter<'_> {
         frames: &[FrameRecord],
         objects: &[ObjectRecord],
     ) -> Result<()> {
+        let local: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT id FROM packs WHERE pack_id = ?1 AND size = ?2")?
+            .query_row(params![&pack.0[..], size as i64], |row| row.get(0))
+            .optional()?;
         let added = self.tx.execute(
-            "INSERT OR IGNORE INTO remote_packs (remote, pack_id, size) VALUES (?1, ?2, ?3)",
-            params![remote, &pack.0[..], size as i64],
+            "INSERT OR IGNORE INTO remote_packs (remote, pack_id, size, local_index) VALUES (?1, ?2, ?3, ?4)",
+            params![remote, &pack.0[..], size as i64, local.is_some()],
         )?;
         if added == 0 {
             return Ok(());
         }
         let pack_row = self.tx.last_insert_rowid();
+        if let Some(local) = local {
+            return self.index_outside_local(remote, pack, pack_row, local, frames, objects);
+        }
         self.index_pack(
             "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
             "INSERT OR IGNORE INTO remote_objects (id, kind, frame, offset, length, remote) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -490,6 +556,160 @@ impl CatalogWriter<'_> {
             frames,
             objects,
         )
+    }
+
+    /// Gives remote pack `pack_row` (sharing local pack `local`'s index) rows of its own for
+    /// the objects of `objects` that `objects` does not locate in `local`, with the frames
+    /// they lie in.
+    fn index_outside_local(
+        &self,
+        remote: i64,
+        pack: &ObjectId,
+        pack_row: i64,
+        local: i64,
+        frames: &[FrameRecord],
+        objects: &[ObjectRecord],
+    ) -> Result<()> {
+        let mut in_pack = self.tx.prepare_cached(
+            "SELECT f.pack FROM objects o JOIN frames f ON f.id = o.frame WHERE o.id = ?1 AND o.kind = ?2",
+        )?;
+        let mut insert_frame = self.tx.prepare_cached(
+            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        let mut insert_object = self.tx.prepare_cached(
+            "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let mut frame_rows = std::collections::HashMap::new();
+        for object in objects {
+            let here: Option<i64> = in_pack
+                .query_row(params![&object.id.0[..], object.kind as u8], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            if here == Some(local) {
+                continue;
+            }
+            let frame_row = match frame_rows.get(&object.frame) {
+                Some(row) => *row,
+                None => {
+                    let frame = frames.get(object.frame as usize).ok_or_else(|| {
+                        Error::corrupt(
+                            format!("the index of pack {}", pack.to_hex()),
+                            format!(
+                                "an object names frame {}, of {}",
+                                object.frame,
+                                frames.len()
+                            ),
+                        )
+                    })?;
+                    insert_frame.execute(params![
+                        pack_row,
+                        frame.offset as i64,
+                        frame.stored_length,
+                        frame.raw_length,
+                        frame.compression as u8
+                    ])?;
+                    let row = self.tx.last_insert_rowid();
+                    frame_rows.insert(object.frame, row);
+                    row
+                }
+            };
+            insert_object.execute(params![
+                remote,
+                &object.id.0[..],
+                object.kind as u8,
+                frame_row,
+                object.offset,
+                object.length
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Before local pack `local` (row id) is forgotten: every remote pack sharing its index
+    /// gets a copy of it (its frames into `remote_frames`, the objects `objects` locates in
+    /// it into `remote_objects`) and shares no more, so the store still knows what those
+    /// remotes hold.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub(super) fn unshare_local_pack(&self, local: i64) -> Result<()> {
+        let sharing: Vec<(i64, i64)> = self
+            .tx
+            .prepare_cached(
+                "SELECT r.id, r.remote FROM remote_packs r JOIN packs p ON p.pack_id = r.pack_id
+                 WHERE p.id = ?1 AND r.local_index = 1",
+            )?
+            .query_map([local], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if sharing.is_empty() {
+            return Ok(());
+        }
+        let frames: Vec<(i64, i64, i64, i64, i64)> = self
+            .tx
+            .prepare_cached(
+                "SELECT id, offset, stored_length, raw_length, compression FROM frames WHERE pack = ?1",
+            )?
+            .query_map([local], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        // One scan of `objects` (it has no index by frame), whatever the number of remotes.
+        let objects: Vec<(Vec<u8>, i64, i64, i64, i64)> = self
+            .tx
+            .prepare_cached(
+                "SELECT id, kind, frame, offset, length FROM objects
+                  WHERE frame IN (SELECT id FROM frames WHERE pack = ?1)",
+            )?
+            .query_map([local], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        for (pack_row, remote) in sharing {
+            // Frames of its own it may have already (for objects located in other packs).
+            let mut rows: std::collections::HashMap<i64, i64> = self
+                .tx
+                .prepare_cached("SELECT offset, id FROM remote_frames WHERE pack = ?1")?
+                .query_map([pack_row], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut by_local = std::collections::HashMap::new();
+            for (frame, offset, stored_length, raw_length, compression) in &frames {
+                let row = match rows.get(offset) {
+                    Some(row) => *row,
+                    None => {
+                        self.tx.execute(
+                            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression)
+                             VALUES (?1, ?2, ?3, ?4, ?5)",
+                            params![pack_row, offset, stored_length, raw_length, compression],
+                        )?;
+                        let row = self.tx.last_insert_rowid();
+                        rows.insert(*offset, row);
+                        row
+                    }
+                };
+                by_local.insert(*frame, row);
+            }
+            let mut insert = self.tx.prepare_cached(
+                "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (id, kind, frame, offset, length) in &objects {
+                if let Some(row) = by_local.get(frame) {
+                    insert.execute(params![remote, id, kind, row, offset, length])?;
+                }
+            }
+            self.tx.execute(
+                "UPDATE remote_packs SET local_index = 0 WHERE id = ?1",
+                [pack_row],
+            )?;
+        }
+        Ok(())
     }
 
     /// Forgets the packs of `remote` not in `present` (deleted on the remote).
@@ -915,6 +1135,211 @@ mod tests {
             replayed.apply(&entry);
         }
         assert_eq!(replayed, state);
+    }
+
+    fn count(catalog: &Catalog, table: &str) -> i64 {
+        catalog
+            .conn()
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    }
+
+    /// What `remote_locate` says of `id`: (pack, frame offset, offset in frame, through a
+    /// local pack's index).
+    fn located(
+        catalog: &Catalog,
+        remote: i64,
+        id: &ObjectId,
+        kind: ObjectKind,
+    ) -> Option<(ObjectId, u64, u32, bool)> {
+        catalog
+            .remote_locate(remote, id, kind)
+            .unwrap()
+            .map(|l| (l.pack, l.frame.offset, l.offset, l.in_local_pack()))
+    }
+
+    /// A local pack `q` holding `c`, then a local pack `p` holding `a` (chunk), `b` (tree),
+    /// `c` (chunk; `objects` keeps it in `q`) and `o` (outboard).
+    fn two_local_packs(catalog: &mut Catalog) -> (crate::pack::SealedPack, [ObjectId; 4]) {
+        let [a, b, c, o] = [b"a", b"b", b"c", b"o"].map(|s| ObjectId::of(s));
+        let q = sample_pack("q", &[(c, ObjectKind::Chunk)]);
+        let p = sample_pack(
+            "p",
+            &[
+                (a, ObjectKind::Chunk),
+                (b, ObjectKind::Tree),
+                (c, ObjectKind::Chunk),
+                (o, ObjectKind::Outboard),
+            ],
+        );
+        let writer = catalog.writer().unwrap();
+        writer.add_pack(&q).unwrap();
+        writer.add_pack(&p).unwrap();
+        writer.commit().unwrap();
+        (p, [a, b, c, o])
+    }
+
+    #[test]
+    fn a_remote_pack_that_is_a_local_pack_shares_its_index() {
+        let (_dir, mut catalog, origin, backup) = with_remotes();
+        let (p, [a, b, c, o]) = two_local_packs(&mut catalog);
+        assert!(catalog.outboards_missing_on(origin).unwrap());
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(catalog.remote_packs(origin).unwrap(), HashSet::from([p.id]));
+        // Only `c`, which `objects` locates in another local pack, has rows of its own.
+        assert_eq!(count(&catalog, "remote_objects"), 1);
+        assert_eq!(count(&catalog, "remote_frames"), 1);
+        let frame = p.frames[0].offset;
+        assert_eq!(
+            located(&catalog, origin, &a, ObjectKind::Chunk),
+            Some((p.id, frame, 0, true))
+        );
+        assert_eq!(
+            located(&catalog, origin, &b, ObjectKind::Tree),
+            Some((p.id, frame, 10, true))
+        );
+        assert_eq!(
+            located(&catalog, origin, &c, ObjectKind::Chunk),
+            Some((p.id, frame, 20, false))
+        );
+        // The kind is part of the key; another remote has none of it.
+        assert_eq!(located(&catalog, origin, &a, ObjectKind::Tree), None);
+        assert_eq!(located(&catalog, backup, &a, ObjectKind::Chunk), None);
+        assert_eq!(located(&catalog, backup, &c, ObjectKind::Chunk), None);
+        assert!(!catalog.outboards_missing_on(origin).unwrap());
+        assert!(catalog.outboards_missing_on(backup).unwrap());
+        // Everything the remote holds is here.
+        let all = [ObjectKind::Chunk, ObjectKind::Tree, ObjectKind::Outboard];
+        assert!(
+            catalog
+                .remote_objects_missing_here(origin, &all)
+                .unwrap()
+                .is_empty()
+        );
+        // A shared frame lists the objects `objects` locates in it.
+        let found = catalog
+            .remote_locate(origin, &a, ObjectKind::Chunk)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            catalog.remote_frame_objects(found.frame_row).unwrap(),
+            [
+                (a, ObjectKind::Chunk, 0, 10),
+                (b, ObjectKind::Tree, 10, 10),
+                (o, ObjectKind::Outboard, 30, 10)
+            ]
+        );
+        // Known already: left as it is.
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(count(&catalog, "remote_objects"), 1);
+        catalog.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn a_remote_pack_of_another_size_than_the_local_one_is_indexed_on_its_own() {
+        let (_dir, mut catalog, origin, _) = with_remotes();
+        let (p, [a, ..]) = two_local_packs(&mut catalog);
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote_pack(origin, &p.id, p.size + 1, &p.frames, &p.objects)
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(count(&catalog, "remote_objects"), 4);
+        assert_eq!(
+            located(&catalog, origin, &a, ObjectKind::Chunk),
+            Some((p.id, p.frames[0].offset, 0, false))
+        );
+    }
+
+    #[test]
+    fn dropping_a_local_pack_copies_its_index_to_the_remote_packs_sharing_it() {
+        let (_dir, mut catalog, origin, backup) = with_remotes();
+        let (p, [a, b, c, o]) = two_local_packs(&mut catalog);
+        let writer = catalog.writer().unwrap();
+        for remote in [origin, backup] {
+            writer
+                .add_remote_pack(remote, &p.id, p.size, &p.frames, &p.objects)
+                .unwrap();
+        }
+        writer.commit().unwrap();
+        let writer = catalog.writer().unwrap();
+        writer.drop_packs(&HashSet::from([p.id])).unwrap();
+        writer.commit().unwrap();
+        assert!(!catalog.has_object(&a, ObjectKind::Chunk).unwrap());
+        let frame = p.frames[0].offset;
+        for remote in [origin, backup] {
+            assert_eq!(catalog.remote_packs(remote).unwrap(), HashSet::from([p.id]));
+            for (id, kind, offset) in [
+                (a, ObjectKind::Chunk, 0),
+                (b, ObjectKind::Tree, 10),
+                (c, ObjectKind::Chunk, 20),
+                (o, ObjectKind::Outboard, 30),
+            ] {
+                assert_eq!(
+                    located(&catalog, remote, &id, kind),
+                    Some((p.id, frame, offset, false)),
+                    "{kind:?} at {offset}"
+                );
+            }
+            let found = catalog
+                .remote_locate(remote, &a, ObjectKind::Chunk)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                catalog.remote_frame_objects(found.frame_row).unwrap().len(),
+                4
+            );
+            let mut missing = catalog
+                .remote_objects_missing_here(remote, &[ObjectKind::Chunk, ObjectKind::Tree])
+                .unwrap();
+            missing.sort_by_key(|(id, _)| *id);
+            let mut expected = vec![(a, ObjectKind::Chunk), (b, ObjectKind::Tree)];
+            expected.sort_by_key(|(id, _)| *id);
+            assert_eq!(missing, expected);
+        }
+        // One frame per remote pack: the copy reuses the frame `c` had already.
+        assert_eq!(count(&catalog, "remote_frames"), 2);
+        assert_eq!(count(&catalog, "remote_objects"), 8);
+        let shared: i64 = catalog
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM remote_packs WHERE local_index = 1",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(shared, 0);
+        catalog.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn forgetting_a_shared_remote_pack_keeps_the_local_one() {
+        let (_dir, mut catalog, origin, _) = with_remotes();
+        let (p, [a, _, c, _]) = two_local_packs(&mut catalog);
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .unwrap();
+        writer.retain_remote_packs(origin, &HashSet::new()).unwrap();
+        writer.commit().unwrap();
+        assert!(catalog.remote_packs(origin).unwrap().is_empty());
+        assert_eq!(located(&catalog, origin, &a, ObjectKind::Chunk), None);
+        assert_eq!(located(&catalog, origin, &c, ObjectKind::Chunk), None);
+        assert_eq!(count(&catalog, "remote_objects"), 0);
+        assert_eq!(count(&catalog, "remote_frames"), 0);
+        assert!(catalog.has_pack(&p.id).unwrap());
+        assert!(catalog.has_object(&a, ObjectKind::Chunk).unwrap());
+        catalog.check_integrity().unwrap();
     }
 
     #[test]

@@ -274,7 +274,9 @@ impl CatalogWriter<'_> {
         Ok(())
     }
 
-    /// Forgets packs: their objects, frames and rows (the files are deleted afterwards).
+    /// Forgets packs: their objects, frames and rows (the files are deleted afterwards). A
+    /// remote pack that shared one's index (a pushed pack) gets a copy of it first: the
+    /// remote still holds the pack.
     ///
     /// # Errors
     /// [`Error::Catalog`].
@@ -289,6 +291,7 @@ impl CatalogWriter<'_> {
                 )
                 .optional()?;
             let Some(row) = row else { continue };
+            self.unshare_local_pack(row)?;
             self.tx.execute(
                 "DELETE FROM objects WHERE frame IN (SELECT id FROM frames WHERE pack = ?1)",
                 [row],

@@ -35,7 +35,14 @@
 //! - `remote_packs`, `remote_frames`, `remote_objects`: a copy of the index of every remote pack
 //!   this store has seen. With it, dsv knows without asking which objects a remote holds
 //!   (push) and which byte range of which remote pack holds the frame of an object (fetch),
-//!   without asking the remote about single objects.
+//!   without asking the remote about single objects. A remote pack that is a local pack too
+//!   (the same id and size: every pushed pack) is not copied: its `remote_packs` row has
+//!   `local_index` set and `remote_locate` answers for it from the local `objects`, `frames`
+//!   and `packs` rows (only its objects that `objects` locates in another local pack get
+//!   rows of their own). Before `gc` forgets such a local pack, `drop_packs` copies its index
+//!   into the remote tables. So a push adds one row per pack, not one per object, to the
+//!   catalog; a clone or fetch, whose downloaded frames go into new local packs of their own
+//!   ids, still records the remote's index row by row.
 //!
 //!
 //! ## Downloading frames

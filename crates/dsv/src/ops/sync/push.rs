@@ -25,8 +25,11 @@
 //!    of `PART_SIZE` (8 MiB), `PARTS_IN_FLIGHT` (4) parts at a time. Then its `.idx` (the
 //!    pack's tail) goes up with a create-only PUT, so the `.idx` appears only once the pack
 //!    is complete. Progress counts each pack's bytes when it is done.
-//! 6. **Record** the uploaded packs' indexes in `remote_packs` (one transaction, each pack's
-//!    index read back from its file as it is recorded, so one index is in memory at a time).
+//! 6. **Record** the uploaded packs in `remote_packs` (one transaction, each pack's index read
+//!    back from its file as it is recorded, so one index is in memory at a time). An uploaded
+//!    pack is a local pack: its remote row shares the local index (`local_index`, see
+//!    [`super`] "What the store records"), and only its objects that `objects` locates in
+//!    another local pack get `remote_objects` rows.
 //! 7. **Move refs**, one dataset at a time. A head that names the pushed version is left
 //!    alone (`up-to-date`). A head that is an ancestor is moved by compare-and-swap with the
 //!    ETag (and object version) read in step 3 (`updated`); a missing head is created with a
