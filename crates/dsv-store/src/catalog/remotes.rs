@@ -265,6 +265,93 @@ impl Catalog {
         }))
     }
 
+    /// The frames of remote `remote`'s packs that hold `objects`, each frame once, as
+    /// [`Catalog::remote_locate`] would locate each object (its own index rows first, else a
+    /// local pack whose index the remote shares): (pack id, frame, frame row as
+    /// [`RemoteLocation::frame_row`]); and the first object no pack of the remote holds, if
+    /// any. One pass over a temporary table of the objects instead of a lookup each: `dsv
+    /// copy` plans from it (70,000 lookups took 0.4 s).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed row.
+    #[allow(clippy::type_complexity)]
+    pub fn remote_frames_holding(
+        &self,
+        remote: i64,
+        objects: &[(ObjectId, ObjectKind)],
+    ) -> Result<(
+        Vec<(ObjectId, FrameRecord, i64)>,
+        Option<(ObjectId, ObjectKind)>,
+    )> {
+        // Rolled back at the end: the temporary rows never outlive this call.
+        let transaction = self.conn.unchecked_transaction()?;
+        transaction.execute_batch(
+            "CREATE TEMP TABLE IF NOT EXISTS wanted_objects (
+                 id BLOB NOT NULL, kind INTEGER NOT NULL, PRIMARY KEY (id, kind)
+             ) WITHOUT ROWID;
+             DELETE FROM temp.wanted_objects;",
+        )?;
+        {
+            let mut insert = transaction.prepare_cached(
+                "INSERT OR IGNORE INTO temp.wanted_objects (id, kind) VALUES (?1, ?2)",
+            )?;
+            for (id, kind) in objects {
+                insert.execute(params![&id.0[..], *kind as u8])?;
+            }
+        }
+        let own = "EXISTS (SELECT 1 FROM remote_objects o2
+                 WHERE o2.remote = ?1 AND o2.id = w.id AND o2.kind = w.kind)";
+        let shared = "EXISTS (SELECT 1 FROM objects o3 JOIN frames f3 ON f3.id = o3.frame
+                 JOIN packs p3 ON p3.id = f3.pack
+                 JOIN remote_packs r3 ON r3.remote = ?1 AND r3.pack_id = p3.pack_id
+                     AND r3.local_index = 1
+                 WHERE o3.id = w.id AND o3.kind = w.kind)";
+        let mut frames = Vec::new();
+        {
+            let mut stmt = transaction.prepare(&format!(
+                "SELECT DISTINCT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, 0, 0, f.id
+                 FROM temp.wanted_objects w
+                 JOIN remote_objects o ON o.remote = ?1 AND o.id = w.id AND o.kind = w.kind
+                 JOIN remote_frames f ON f.id = o.frame JOIN remote_packs p ON p.id = f.pack
+                 UNION
+                 SELECT DISTINCT p.pack_id, f.offset, f.stored_length, f.raw_length, f.compression, 0, 0, -f.id
+                 FROM temp.wanted_objects w
+                 JOIN objects o ON o.id = w.id AND o.kind = w.kind
+                 JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+                 JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id AND r.local_index = 1
+                 WHERE NOT {own}"
+            ))?;
+            let rows = stmt.query_map(params![remote], |row| {
+                Ok((RawLocation::read(row)?, row.get::<_, i64>(7)?))
+            })?;
+            let bad = |what: &str| Error::corrupt(&self.path, format!("a remote frame has {what}"));
+            for row in rows {
+                let (raw, frame_row) = row?;
+                let (pack, frame) = raw.frame(&bad)?;
+                frames.push((pack, frame, frame_row));
+            }
+        }
+        let missing = transaction
+            .prepare(&format!(
+                "SELECT w.id, w.kind FROM temp.wanted_objects w
+                 WHERE NOT {own} AND NOT {shared} LIMIT 1"
+            ))?
+            .query_row(params![remote], |row| {
+                Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, u8>(1)?))
+            })
+            .optional()?;
+        transaction.rollback()?;
+        let missing = match missing {
+            None => None,
+            Some((id, kind)) => Some((
+                parse_id(&id, self)?,
+                ObjectKind::from_u8(kind)
+                    .ok_or_else(|| Error::corrupt(&self.path, "an unknown object kind"))?,
+            )),
+        };
+        Ok((frames, missing))
+    }
+
     /// Every object of a remote frame: (id, kind, offset, length), in frame order.
     /// `frame_row` is a [`RemoteLocation::frame_row`]; for a frame of a local pack the remote
     /// shares (negative), the objects `objects` locates in it (a scan of `objects`: such a
@@ -1179,6 +1266,64 @@ mod tests {
         writer.add_pack(&p).unwrap();
         writer.commit().unwrap();
         (p, [a, b, c, o])
+    }
+
+    /// The bulk lookup `dsv copy` plans with agrees with `remote_locate` object by object:
+    /// own rows first, a shared local index else, each frame once, and the first object the
+    /// remote lacks named.
+    #[test]
+    fn frames_holding_many_objects_agree_with_locating_each() {
+        let (_dir, mut catalog, origin, backup) = with_remotes();
+        let (p, [a, b, c, o]) = two_local_packs(&mut catalog);
+        let elsewhere = sample_pack("r", &[(ObjectId::of(b"x"), ObjectKind::Chunk)]);
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .unwrap();
+        writer
+            .add_remote_pack(
+                backup,
+                &elsewhere.id,
+                elsewhere.size,
+                &elsewhere.frames,
+                &elsewhere.objects,
+            )
+            .unwrap();
+        writer.commit().unwrap();
+        let wanted = [
+            (a, ObjectKind::Chunk),
+            (b, ObjectKind::Tree),
+            (c, ObjectKind::Chunk),
+            (o, ObjectKind::Outboard),
+        ];
+        let (frames, missing) = catalog.remote_frames_holding(origin, &wanted).unwrap();
+        assert_eq!(missing, None);
+        let mut expected: Vec<(ObjectId, u64, i64)> = wanted
+            .iter()
+            .map(|(id, kind)| {
+                let l = catalog.remote_locate(origin, id, *kind).unwrap().unwrap();
+                (l.pack, l.frame.offset, l.frame_row)
+            })
+            .collect();
+        expected.sort();
+        expected.dedup();
+        let mut got: Vec<(ObjectId, u64, i64)> = frames
+            .iter()
+            .map(|(pack, f, row)| (*pack, f.offset, *row))
+            .collect();
+        got.sort();
+        assert_eq!(got, expected);
+        // Asked again with one object the remote lacks: it is named, and nothing is kept of the
+        // first call's table.
+        let lacking = (ObjectId::of(b"nowhere"), ObjectKind::Chunk);
+        let (frames, missing) = catalog
+            .remote_frames_holding(origin, &[(a, ObjectKind::Chunk), lacking])
+            .unwrap();
+        assert_eq!(missing, Some(lacking));
+        assert_eq!(frames.len(), 1);
+        let (frames, missing) = catalog.remote_frames_holding(backup, &wanted).unwrap();
+        assert!(frames.is_empty());
+        assert!(missing.is_some());
     }
 
     #[test]

@@ -13,8 +13,12 @@
 //!    tag of SRC to copy already names the same version on DST, the copy ends here: two
 //!    LISTs (plus a GET of any ref this store has not seen), no payload byte.
 //! 3. **Metadata.** The versions' trees and file maps are fetched from SRC into this store
-//!    (as `dsv fetch SRC` does: they are small, and the walk reads them), and DST's pack
-//!    indexes are refreshed (`refresh_indexes`: one LIST, a GET of each new `.idx`).
+//!    (as `dsv fetch SRC` does: they are small, and the walk reads them) unless this store
+//!    already records every version (it pushed them, or fetched them before); then DST's pack
+//!    indexes are refreshed (`refresh_indexes`: one LIST, a GET of each new `.idx`). What
+//!    this store recorded of SRC is checked against one LIST of SRC's packs in step 6: an
+//!    object it does not locate there, or a pack SRC no longer lists, fetches from SRC again
+//!    (refs, indexes, metadata) and plans once more.
 //! 4. **Check every head first**, before any byte moves: DST's head must be the version, an
 //!    ancestor of it (fast-forward), or a descendant (left alone, `ahead`); anything else is
 //!    [`Error::RemoteDiverged`] unless `--force`. A DST head this store has never seen has
@@ -238,11 +242,18 @@ pub fn copy(
         });
     }
 
-    // Step 3: metadata here, DST's indexes fresh.
-    if !fetched {
+    // Step 3: metadata here (fetched unless this store already records every version: a
+    // stale record shows as a missing object in step 5 or 6, which fetches then), DST's
+    // indexes fresh.
+    if !fetched
+        && targets.iter().try_fold(false, |any, t| {
+            Ok::<_, Error>(any || store.catalog().version(&t.version)?.is_none())
+        })?
+    {
         progress.phase("fetching metadata");
         tracing::debug!(phase = "fetching metadata", "copy");
         super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
+        fetched = true;
     }
     progress.phase("reading the destination's pack indexes");
     tracing::debug!(phase = "reading the destination's pack indexes", "copy");
@@ -282,28 +293,25 @@ pub fn copy(
         }
     }
 
-    // Step 5: the closure DST lacks, located in SRC.
+    // Steps 5 and 6: the closure DST lacks, located in SRC, per SRC pack.
     progress.phase("finding what the destination lacks");
     tracing::debug!(phase = "finding what the destination lacks", "copy");
-    let (needed, planned_versions) = closure_missing(store, &src_record, &dst_record, &targets)?;
-
+    let mut listed: HashMap<ObjectId, u64> = src.list_packs()?.into_iter().collect();
+    let PlannedClosure {
+        needed,
+        versions: planned_versions,
+        per_pack,
+    } = match plan_closure(store, &src_record, &dst_record, &targets, &listed) {
+        // What this store recorded of SRC is older than SRC: read it again, once.
+        Err(Error::MissingObject { .. }) if !fetched => {
+            progress.phase("fetching metadata");
+            super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
+            listed = src.list_packs()?.into_iter().collect();
+            plan_closure(store, &src_record, &dst_record, &targets, &listed)?
+        }
+        other => other?,
+    };
     tracing::debug!(objects = needed.len(), "copy: closure found");
-    // Step 6: plan per SRC pack.
-    let listed: HashMap<ObjectId, u64> = src.list_packs()?.into_iter().collect();
-    let mut per_pack: BTreeMap<ObjectId, BTreeMap<u64, (FrameRecord, i64)>> = BTreeMap::new();
-    for (id, kind) in &needed {
-        let location = store
-            .catalog()
-            .remote_locate(src_record.id, id, *kind)?
-            .ok_or_else(|| Error::MissingObject {
-                id: id.to_hex(),
-                what: kind.name(),
-            })?;
-        per_pack
-            .entry(location.pack)
-            .or_default()
-            .insert(location.frame.offset, (location.frame, location.frame_row));
-    }
     let mut whole = Vec::new();
     let mut partial: BTreeMap<(ObjectId, u64), (FrameRecord, i64)> = BTreeMap::new();
     let mut planned = CopyPlanned {
@@ -312,10 +320,7 @@ pub fn copy(
         ..CopyPlanned::default()
     };
     for (pack, frames) in per_pack {
-        let size = *listed.get(&pack).ok_or_else(|| Error::MissingObject {
-            id: pack.to_hex(),
-            what: "pack",
-        })?;
+        let size = listed[&pack];
         let needed_bytes: u64 = frames
             .values()
             .map(|(f, _)| u64::from(f.stored_length))
@@ -521,6 +526,60 @@ fn unmoved_refs(
         }
     }
     Ok(refs)
+}
+
+/// The frames each SRC pack holds of what the targets need and DST lacks.
+type FramesPerPack = BTreeMap<ObjectId, BTreeMap<u64, (FrameRecord, i64)>>;
+
+/// What [`plan_closure`] found.
+struct PlannedClosure {
+    /// Every object the targets need that DST lacks.
+    needed: Vec<(ObjectId, ObjectKind)>,
+    /// How many of them are versions.
+    versions: u64,
+    /// The frames holding them, per SRC pack.
+    per_pack: FramesPerPack,
+}
+
+/// Steps 5 and 6: every object the targets need that DST lacks, how many versions, and the
+/// frames holding them per SRC pack (every such pack among `listed`, SRC's packs now).
+///
+/// # Errors
+/// [`Error::MissingObject`] for metadata this store lacks, an object SRC's recorded indexes
+/// lack, or a pack they name that SRC no longer lists; [`Error::Catalog`].
+fn plan_closure(
+    store: &Store,
+    src: &RemoteRecord,
+    dst: &RemoteRecord,
+    targets: &[Target],
+    listed: &HashMap<ObjectId, u64>,
+) -> Result<PlannedClosure> {
+    let (needed, versions) = closure_missing(store, src, dst, targets)?;
+    let (frames, missing) = store.catalog().remote_frames_holding(src.id, &needed)?;
+    if let Some((id, kind)) = missing {
+        return Err(Error::MissingObject {
+            id: id.to_hex(),
+            what: kind.name(),
+        });
+    }
+    let mut per_pack = FramesPerPack::new();
+    for (pack, frame, row) in frames {
+        if !listed.contains_key(&pack) {
+            return Err(Error::MissingObject {
+                id: pack.to_hex(),
+                what: "pack",
+            });
+        }
+        per_pack
+            .entry(pack)
+            .or_default()
+            .insert(frame.offset, (frame, row));
+    }
+    Ok(PlannedClosure {
+        needed,
+        versions,
+        per_pack,
+    })
 }
 
 /// Every object the targets need that DST lacks (step 5), and how many versions DST lacks.
