@@ -46,7 +46,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::{Transfer, is_ancestor, open, refresh_indexes, remote_ref, same_etag};
+use super::{Transfer, is_ancestor, open, remote_ref, same_etag};
 use crate::catalog::{RemoteRecord, RemoteRef};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -55,6 +55,7 @@ use crate::progress::{Progress, Unit};
 use crate::remote::{RefName, RefState, Remote};
 use crate::revision::Revision;
 use crate::store::Store;
+use crate::transfer::{WriterView, fresh_copy, writer_view};
 use crate::tree::{Reached, walk_reachable};
 
 /// One dataset's ref after a push.
@@ -132,40 +133,43 @@ impl<'a> RemoteRefs<'a> {
     }
 }
 
-/// Every object reachable from `version` that `record`'s remote lacks, with the local pack
-/// holding each: the version, its trees, file maps and chunks, and the same for each parent
-/// until one the remote holds.
+/// Every object reachable from `version` that `record`'s remote lacks (as `view` sees it: an
+/// object only in marked packs is lacking), with the local pack holding each: the version,
+/// its provenance, trees, file maps and chunks, and the same for every parent. The remote
+/// packs holding the rest go into `relied`.
 fn objects_to_send(
     store: &Store,
     record: &RemoteRecord,
+    view: &WriterView,
     version: &ObjectId,
     lacking_outboards: &mut Vec<ObjectId>,
+    relied: &mut HashSet<ObjectId>,
 ) -> Result<HashSet<ObjectId>> {
     let catalog = store.catalog();
     let mut reader = store.reader();
     let mut packs = HashSet::new();
     let mut need = |id: &ObjectId, kind: ObjectKind| -> Result<()> {
-        if catalog.remote_locate(record.id, id, kind)?.is_none() {
-            let location = catalog
-                .locate(id, kind)?
-                .ok_or_else(|| Error::MissingObject {
-                    id: id.to_hex(),
-                    what: kind.name(),
-                })?;
-            packs.insert(location.frame.pack);
+        match view.locate(catalog, record.id, id, kind)? {
+            Some(pack) => {
+                relied.insert(pack);
+            }
+            None => {
+                let location = catalog
+                    .locate(id, kind)?
+                    .ok_or_else(|| Error::MissingObject {
+                        id: id.to_hex(),
+                        what: kind.name(),
+                    })?;
+                packs.insert(location.frame.pack);
+            }
         }
         Ok(())
     };
     let mut seen_trees = HashSet::new();
     let mut next = Some(*version);
+    // Every parent, even one the remote holds: a collected remote keeps only what its refs
+    // reach, so a version object there says nothing of its trees and chunks.
     while let Some(id) = next {
-        if catalog
-            .remote_locate(record.id, &id, ObjectKind::Version)?
-            .is_some()
-            && id != *version
-        {
-            break;
-        }
         need(&id, ObjectKind::Version)?;
         let version = reader.version(&id)?;
         if let Some(provenance) = &version.provenance {
@@ -253,7 +257,7 @@ pub fn push(
             .filter_map(|d| d.head.map(|head| (d.name, head)))
             .collect(),
     };
-    refresh_indexes(store, &record, &remote, jobs)?;
+    let mut view = writer_view(store, &record, &remote, jobs)?;
     let remote_refs = RemoteRefs::list(store, &record, &remote)?;
     // Check every head first: refuse before uploading anything.
     let mut plans = Vec::new();
@@ -283,63 +287,40 @@ pub fn push(
         }
         plans.push((ref_name, *version, current));
     }
-    let mut packs = HashSet::new();
-    let mut lacking_outboards = Vec::new();
-    // Outboards written here since the last push (`gc` writes those that data committed
-    // before them lacks) travel even when the remote's head is already this version.
-    let outboards_pending = store.catalog().outboards_missing_on(record.id)?;
-    for (_, version, current) in &plans {
-        if outboards_pending || current.as_ref().is_none_or(|(head, _)| head != version) {
-            packs.extend(objects_to_send(
-                store,
-                &record,
-                version,
-                &mut lacking_outboards,
-            )?);
+    let mut transfer = Transfer::default();
+    // Packs of the remote this push relies on (objects it did not send, packs it sent).
+    let mut relied = HashSet::new();
+    let mut round = 0;
+    loop {
+        round += 1;
+        let sent = send_round(
+            store,
+            &record,
+            &remote,
+            &view,
+            &plans,
+            jobs,
+            &mut relied,
+            progress,
+        )?;
+        transfer.add_moved(&sent);
+        // The writers' rule: right before refs move, no pack relied on may be marked.
+        progress.phase("checking the remote's gc marks");
+        if view.recheck(&remote, &relied)?.is_empty() {
+            break;
         }
-    }
-    // Files pushed without an outboard get one first, where their chunks are here.
-    if !lacking_outboards.is_empty()
-        && crate::ops::ingest::write_missing_outboards(store, &lacking_outboards)? > 0
-    {
-        for id in &lacking_outboards {
-            if let Some(location) = store.catalog().locate(id, ObjectKind::Outboard)? {
-                packs.insert(location.frame.pack);
-            }
+        if round == MAX_SEND_ROUNDS {
+            return Err(Error::RemoteCollected {
+                remote: record.name.clone(),
+                operation: "push",
+            });
         }
+        view.reindex(store, &record, &remote, jobs)?;
     }
-    let sizes: HashMap<ObjectId, u64> = store.catalog().packs()?.into_iter().collect();
-    let total: u64 = packs.iter().filter_map(|p| sizes.get(p)).sum();
-    let uploads: Vec<(ObjectId, std::path::PathBuf)> = packs
-        .iter()
-        .map(|id| (*id, crate::pack::writer::pack_path(&store.packs_dir(), id)))
-        .collect();
-    let mut transfer = Transfer {
-        packs: uploads.len() as u64,
-        bytes: total,
-        ..Transfer::default()
-    };
-    progress.start("upload", total, Unit::Bytes);
-    let uploaded = remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes));
     progress.phase("moving the remote's refs");
-    uploaded?;
-    {
-        // One uploaded pack's index in memory at a time.
-        let writer = store.catalog_mut().writer()?;
-        for (id, path) in &uploads {
-            let file = std::fs::File::open(path).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
-            transfer.objects += objects.len() as u64;
-            let size = sizes.get(id).copied().unwrap_or(0);
-            writer.add_remote_pack(record.id, id, size, &frames, &objects)?;
-        }
-        writer.commit()?;
-    }
     let mut refs = Vec::new();
     for (ref_name, version, current) in plans {
+        check_fresh(&mut view, &remote, &relied, &record.name)?;
         let previous = current.as_ref().map(|(id, _)| *id);
         let (status, state) = match &current {
             Some((head, state)) if *head == version => ("up-to-date", state.clone()),
@@ -372,6 +353,7 @@ pub fn push(
                     dataset: ref_name.dataset.clone(),
                     tag: Some(tag.clone()),
                 };
+                check_fresh(&mut view, &remote, &relied, &record.name)?;
                 let existing = remote_refs.current(&tag_name)?;
                 let (status, state, named) = match existing {
                     Some((named, state)) if named == id => ("up-to-date", state, id),
@@ -397,4 +379,118 @@ pub fn push(
         refs,
         transfer,
     })
+}
+
+/// Rounds of sending before a push gives up on a remote whose gc keeps marking the packs it
+/// relies on ([`Error::RemoteCollected`]).
+const MAX_SEND_ROUNDS: u32 = 4;
+
+/// A writer whose last check of the marks is older than half the grace checks again before
+/// moving a ref; a pack it relies on marked meanwhile stops it ([`Error::RemoteCollected`]).
+fn check_fresh(
+    view: &mut WriterView,
+    remote: &Remote,
+    relied: &HashSet<ObjectId>,
+    name: &str,
+) -> Result<()> {
+    if view.stale() && !view.recheck(remote, relied)?.is_empty() {
+        return Err(Error::RemoteCollected {
+            remote: name.to_string(),
+            operation: "push",
+        });
+    }
+    Ok(())
+}
+
+/// One round of a push's sending: what `view` says the remote lacks for `plans` goes up (a
+/// local pack whose id is marked there as a fresh copy under a new id), and is recorded in
+/// `remote_packs`. The remote packs relied on and those sent go into `relied`.
+#[allow(clippy::too_many_arguments)]
+fn send_round(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    view: &WriterView,
+    plans: &[(RefName, ObjectId, Option<(ObjectId, RefState)>)],
+    jobs: usize,
+    relied: &mut HashSet<ObjectId>,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let mut packs = HashSet::new();
+    let mut lacking_outboards = Vec::new();
+    // Outboards written here since the last push (`gc` writes those that data committed
+    // before them lacks) travel even when the remote's head is already this version.
+    let outboards_pending = store.catalog().outboards_missing_on(record.id)?;
+    for (_, version, current) in plans {
+        if outboards_pending || current.as_ref().is_none_or(|(head, _)| head != version) {
+            packs.extend(objects_to_send(
+                store,
+                record,
+                view,
+                version,
+                &mut lacking_outboards,
+                relied,
+            )?);
+        }
+    }
+    // Files pushed without an outboard get one first, where their chunks are here.
+    if !lacking_outboards.is_empty()
+        && crate::ops::ingest::write_missing_outboards(store, &lacking_outboards)? > 0
+    {
+        for id in &lacking_outboards {
+            if let Some(location) = store.catalog().locate(id, ObjectKind::Outboard)? {
+                packs.insert(location.frame.pack);
+            }
+        }
+    }
+    // A local pack whose id the remote has marked goes up as a fresh copy: a create-only
+    // put of the marked key would change nothing, and the marked pack may be deleted.
+    let fresh_dir = tempfile::Builder::new()
+        .prefix("push-")
+        .tempdir_in(store.temp_dir())
+        .map_err(|source| Error::Io {
+            path: store.temp_dir(),
+            source,
+        })?;
+    let mut uploads: Vec<(ObjectId, std::path::PathBuf)> = Vec::new();
+    for id in &packs {
+        let path = crate::pack::writer::pack_path(&store.packs_dir(), id);
+        if view.is_marked(id) {
+            uploads.push(fresh_copy(&path, fresh_dir.path())?);
+        } else {
+            uploads.push((*id, path));
+        }
+    }
+    let mut sizes = HashMap::new();
+    for (id, path) in &uploads {
+        let size = std::fs::metadata(path)
+            .map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?
+            .len();
+        sizes.insert(*id, size);
+    }
+    let total: u64 = sizes.values().sum();
+    let mut transfer = Transfer {
+        packs: uploads.len() as u64,
+        bytes: total,
+        ..Transfer::default()
+    };
+    progress.start("upload", total, Unit::Bytes);
+    remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes))?;
+    // One uploaded pack's index in memory at a time.
+    let writer = store.catalog_mut().writer()?;
+    for (id, path) in &uploads {
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
+        transfer.objects += objects.len() as u64;
+        writer.add_remote_pack(record.id, id, sizes[id], &frames, &objects)?;
+        relied.insert(*id);
+    }
+    writer.commit()?;
+    Ok(transfer)
 }
