@@ -189,6 +189,7 @@ pub mod clone;
 pub mod fetch;
 pub mod pull;
 pub mod push;
+pub mod remote_gc;
 pub mod remotes;
 
 pub use clone::{CloneOptions, CloneReport, clone, default_clone_dir};
