@@ -352,10 +352,11 @@ pub fn gc_remote(
     let data = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
     let grace_ms = i64::try_from(options.grace.as_millis()).unwrap_or(i64::MAX);
-    let started = Instant::now();
     progress.phase("reading the remote's format");
     set_format(&remote, options)?;
     progress.phase("listing the remote's gc marks");
+    // The deletions' decisions rest on what is read from here on.
+    let started = Instant::now();
     let now_ms = remote.server_now_ms()?;
     let marks = remote.list_marks()?;
     progress.phase("reading the remote's refs and metadata");
