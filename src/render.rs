@@ -1255,38 +1255,6 @@ pub fn show_provenance(s: &ShownProvenance) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_use_real_plurals() {
-        assert_eq!(count(1u64, "file"), "1 file");
-        assert_eq!(count(0u64, "file"), "0 files");
-        assert_eq!(count(2usize, "new chunk"), "2 new chunks");
-        assert_eq!(count(3usize, "mismatch"), "3 mismatches");
-        assert_eq!(count(2u64, "entry"), "2 entries");
-        assert_eq!(count(2u64, "key"), "2 keys");
-        assert_eq!(count(1usize, "unnamed pack file"), "1 unnamed pack file");
-    }
-
-    #[test]
-    fn tables_align_by_display_width_without_trailing_spaces() {
-        let mut table = Table::new(&[("NAME", Align::Left), ("SIZE", Align::Right)]);
-        table.row(vec!["a".into(), "1 B".into()]);
-        table.row(vec!["日本語".into(), "10.00 KiB".into()]);
-        table.row(vec!["e\u{301}té".into(), "-".into()]);
-        assert_eq!(
-            table.render(),
-            "NAME         SIZE\na             1 B\n日本語  10.00 KiB\ne\u{301}té             -"
-        );
-        let mut ragged = Table::headless(&[Align::Left, Align::Left]).indented("  ");
-        ragged.row(vec!["long name".into(), String::new()]);
-        ragged.row(vec!["x".into(), "y".into()]);
-        assert_eq!(ragged.render(), "  long name\n  x          y");
-    }
-}
-
 pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
     let (mark, delete, rescue, repack) = if r.dry_run {
         ("Would mark", "would delete", "would rescue", "would repack")
@@ -1394,4 +1362,36 @@ pub fn verify_remote(r: &dsv::ops::sync::remote_gc::RemoteVerifyReport) -> Strin
         let _ = write!(out, "\nproblem: {}: {}", problem.what, problem.detail);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_use_real_plurals() {
+        assert_eq!(count(1u64, "file"), "1 file");
+        assert_eq!(count(0u64, "file"), "0 files");
+        assert_eq!(count(2usize, "new chunk"), "2 new chunks");
+        assert_eq!(count(3usize, "mismatch"), "3 mismatches");
+        assert_eq!(count(2u64, "entry"), "2 entries");
+        assert_eq!(count(2u64, "key"), "2 keys");
+        assert_eq!(count(1usize, "unnamed pack file"), "1 unnamed pack file");
+    }
+
+    #[test]
+    fn tables_align_by_display_width_without_trailing_spaces() {
+        let mut table = Table::new(&[("NAME", Align::Left), ("SIZE", Align::Right)]);
+        table.row(vec!["a".into(), "1 B".into()]);
+        table.row(vec!["日本語".into(), "10.00 KiB".into()]);
+        table.row(vec!["e\u{301}té".into(), "-".into()]);
+        assert_eq!(
+            table.render(),
+            "NAME         SIZE\na             1 B\n日本語  10.00 KiB\ne\u{301}té             -"
+        );
+        let mut ragged = Table::headless(&[Align::Left, Align::Left]).indented("  ");
+        ragged.row(vec!["long name".into(), String::new()]);
+        ragged.row(vec!["x".into(), "y".into()]);
+        assert_eq!(ragged.render(), "  long name\n  x          y");
+    }
 }

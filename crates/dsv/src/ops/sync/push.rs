@@ -381,6 +381,9 @@ pub fn push(
     })
 }
 
+/// One ref to move: its name, the version it will name, what it names now and its state.
+type Plan = (RefName, ObjectId, Option<(ObjectId, RefState)>);
+
 /// Rounds of sending before a push gives up on a remote whose gc keeps marking the packs it
 /// relies on ([`Error::RemoteCollected`]).
 const MAX_SEND_ROUNDS: u32 = 4;
@@ -411,7 +414,7 @@ fn send_round(
     record: &RemoteRecord,
     remote: &Remote,
     view: &WriterView,
-    plans: &[(RefName, ObjectId, Option<(ObjectId, RefState)>)],
+    plans: &[Plan],
     jobs: usize,
     relied: &mut HashSet<ObjectId>,
     progress: &dyn Progress,

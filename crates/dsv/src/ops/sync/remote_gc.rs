@@ -385,7 +385,7 @@ pub fn gc_remote(
     };
     // Step 7: repack.
     if !decision.repack.is_empty() {
-        for (id, _) in &decision.repack {
+        for id in decision.repack.keys() {
             report.repacked.add(*id, model.packs[id].size);
         }
         if !options.dry_run {
@@ -658,6 +658,18 @@ fn tail_limit(size: u64) -> u64 {
         .min(crate::pack::format::MAX_INDEX_LEN + crate::pack::format::TRAILER_LEN)
 }
 
+/// A frame and its objects (id, kind, offset, length).
+type FrameMembers = (FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>);
+
+/// A pack's index as read: id, size, frames, objects, and the `.idx` bytes.
+type ReadIndex = (
+    ObjectId,
+    u64,
+    Vec<FrameRecord>,
+    Vec<ObjectRecord>,
+    bytes::Bytes,
+);
+
 /// A pack written by the repacking: id, size, frames, objects.
 type Written = (ObjectId, u64, Vec<FrameRecord>, Vec<ObjectRecord>);
 
@@ -679,10 +691,7 @@ fn repack(
             source,
         })?;
     let mut ranges = Vec::new();
-    let mut members: HashMap<
-        (ObjectId, u64),
-        (FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>),
-    > = HashMap::new();
+    let mut members: HashMap<(ObjectId, u64), FrameMembers> = HashMap::new();
     for (pack_id, indexes) in frames {
         let pack = &model.packs[pack_id];
         for &index in indexes {
@@ -834,13 +843,7 @@ pub fn verify_remote(
     let listed = remote.list_all_packs()?;
     let marks = remote.list_marks()?;
     let mut held: HashSet<(ObjectId, ObjectKind)> = HashSet::new();
-    let mut indexes: Vec<(
-        ObjectId,
-        u64,
-        Vec<FrameRecord>,
-        Vec<ObjectRecord>,
-        bytes::Bytes,
-    )> = Vec::new();
+    let mut indexes: Vec<ReadIndex> = Vec::new();
     let complete: Vec<(ObjectId, u64)> = listed
         .iter()
         .filter_map(|(id, p)| p.pack_size.filter(|_| p.has_index).map(|size| (*id, size)))
