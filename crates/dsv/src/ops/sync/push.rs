@@ -6,17 +6,21 @@
 //! `push()`:
 //!
 //! 1. **Targets.** Every dataset's head, or the one revision given.
-//! 2. **Refresh the pack indexes** (`refresh_indexes`, as in fetch step 2, [`super::fetch()`]): LIST `packs/` and
-//!    GET each `.idx` not seen yet, so the store knows what the remote holds now.
+//! 2. **The writer's view** (`transfer::writer_view`): GET the `format` key (a newer format
+//!    than this dsv knows is `Error::RemoteFormatTooNew`), LIST `marks/`, then refresh the
+//!    pack indexes as in fetch step 2 ([`super::fetch()`]) without the marked packs: LIST
+//!    `packs/` and GET each `.idx` not seen yet (all of them again when a recorded pack is
+//!    gone or marked), so the store knows what the remote holds now and may rely on.
 //! 3. **Check every head first.** One LIST of `refs/` gives every ref's ETag (`RemoteRefs`);
 //!    a ref whose ETag equals the one recorded here is taken from the catalog, any other is
 //!    read with a GET. For each target, if the remote head is neither the version pushed nor
 //!    an ancestor of it (following parents in this store's version table), the push stops
 //!    with `Error::RemoteDiverged` (exit 4) before anything is uploaded, unless `--force`.
 //! 4. **Walk** (`objects_to_send`). For each target whose remote head differs: from the
-//!    version back along its parents, stopping at the first older version the remote holds,
-//!    every version, its provenance object if it has one, tree (each distinct tree once), file
-//!    map (files of two or more chunks) and chunk. Each object the remote's recorded indexes lack is located locally
+//!    version back along all its parents (a collected remote keeps only what refs reach, so a
+//!    version object there says nothing of its data), every version, its provenance object if it has one, tree (each distinct tree once), file
+//!    map (files of two or more chunks) and chunk. Each object the remote's recorded indexes
+//!    lack (or hold only in marked packs) is located locally
 //!    (`Catalog::locate`), and the pack holding it is added to the set to upload. An object
 //!    this store lacks is `MissingObject`.
 //! 5. **Upload** (`Remote::put_packs`), `jobs` packs at a time. For each pack, the local index
@@ -27,7 +31,15 @@
 //!    is complete. Progress counts each pack's bytes when it is done.
 //! 6. **Record** the uploaded packs' indexes in `remote_packs` (one transaction, each pack's
 //!    index read back from its file as it is recorded, so one index is in memory at a time).
-//! 7. **Move refs**, one dataset at a time. A head that names the pushed version is left
+//!    A local pack whose id the remote has marked goes up as a fresh copy (`fresh_copy`: its
+//!    frames and one extra unreferenced chunk, so another id) from a temporary directory.
+//! 6b. **Re-check the marks** (`WriterView::recheck`): GET `format`, LIST `marks/`. If a
+//!    remote pack the push relies on (holding an object it did not send, or one it sent) is
+//!    marked now, the store forgets it and steps 4 to 6 run again for what it held (at most
+//!    `MAX_SEND_ROUNDS`, then `Error::RemoteCollected`, exit 4, no ref moved).
+//! 7. **Move refs**, one dataset at a time (before each ref, a view older than half the
+//!    remote's grace is checked again: `Error::RemoteCollected` if a relied-on pack was
+//!    marked). A head that names the pushed version is left
 //!    alone (`up-to-date`). A head that is an ancestor is moved by compare-and-swap with the
 //!    ETag (and object version) read in step 3 (`updated`); a missing head is created with a
 //!    create-only put (`created`); with `--force`, a head that is not an ancestor is
