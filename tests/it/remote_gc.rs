@@ -315,9 +315,11 @@ impl Lcg {
     }
 }
 
-/// 8 pushers and 2 collectors (grace 1 s) on one remote, several rounds, each killed with
-/// SIGKILL at a random point or left to finish; pushers also remove their own remote refs
-/// at times. Then every ref's data is whole (`verify --remote --full`), and after two graces
+/// 8 pushers and 2 collectors (grace 4 s) on one remote, three rounds, each killed with
+/// SIGKILL at a random point or left to finish. Between waves, pushers remove their own
+/// remote refs at random, and the collectors mark the packs that leaves unreferenced; in the
+/// next wave those pushers push again (their history relies on the marked packs) while the
+/// collectors delete marked packs. Then every ref's data is whole (`verify --remote --full`), and after two graces
 /// with no writer, everything no ref reaches is gone.
 #[test]
 fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
@@ -339,19 +341,17 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
         .collect();
     let mut random = Lcg(0x5eed);
     let mut kills = 0;
-    for round in 0..4u64 {
+    for round in 0..3u64 {
         for (i, env) in pushers.iter().enumerate() {
-            let dataset = format!("p{i}");
             env.write(
                 &format!("d/{round}.bin"),
                 pseudo_random(30_000, round * 100 + i as u64),
             );
-            env.ok(&["commit", "d", "-d", &dataset, "-m", "v", "-q"]);
-            if random.below(3) == 0 {
-                // Garbage: this dataset's remote ref goes (it may not exist yet).
-                env.run(&["rm", "--remote", "origin", &dataset]);
-            }
+            env.ok(&["commit", "d", "-d", &format!("p{i}"), "-m", "v", "-q"]);
         }
+        // The wave: every pusher pushes (those dormant last round push again,
+        // relying on their older versions' packs, which the collectors marked a grace ago and
+        // now delete unless a ref names them), while both collectors run.
         let mut children = Vec::new();
         for env in &pushers {
             children.push((
@@ -383,11 +383,18 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
             }
             child.wait().unwrap();
         }
-        // A second wave of collectors, after a grace: marks from the first get old.
+        // Some datasets' remote refs go: their packs become garbage, marked by the
+        // collectors after a grace, old marks by the next wave.
+        for (i, env) in pushers.iter().enumerate() {
+            if random.below(2) == 0 {
+                env.run(&["rm", "--remote", "origin", &format!("p{i}")]);
+            }
+        }
         wait_grace();
         for env in &collectors {
             env.run(&["gc", "--remote", "origin", "--grace", GRACE, "-q"]);
         }
+        wait_grace();
     }
     assert!(kills > 0, "no process was killed mid-run");
     let checker = &collectors[0];
