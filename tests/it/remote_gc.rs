@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{TestEnv, pseudo_random};
-use crate::remote::{unique_prefix, use_s3};
+use crate::remote::{unique_prefix, use_azure, use_s3};
 
 /// The grace the tests collect with: short, so that two graces pass in seconds.
 /// (A collector deletes only within half the grace of its start, so it must not be so short
@@ -24,6 +24,7 @@ fn wait_grace() {
 enum Backend {
     File,
     S3,
+    Azure,
 }
 
 /// A store with remote `origin` (a directory or a fresh S3 prefix) and its URL.
@@ -34,6 +35,10 @@ fn store_with_remote(backend: Backend) -> (TestEnv, String) {
         Backend::S3 => {
             use_s3(&env);
             format!("s3://dsv-test/{}", unique_prefix())
+        }
+        Backend::Azure => {
+            use_azure(&env);
+            format!("az://dsv-test/{}", unique_prefix())
         }
     };
     env.ok(&["remote", "add", "origin", &url]);
@@ -146,6 +151,11 @@ fn dry_run_lists_what_a_run_does_and_a_removed_ref_is_reclaimed_file() {
 #[test]
 fn dry_run_lists_what_a_run_does_and_a_removed_ref_is_reclaimed_s3() {
     dry_run_then_reclaim(Backend::S3);
+}
+
+#[test]
+fn dry_run_lists_what_a_run_does_and_a_removed_ref_is_reclaimed_azure() {
+    dry_run_then_reclaim(Backend::Azure);
 }
 
 /// A marked pack that a ref names again (a writer whose last check came before the mark)
@@ -428,4 +438,61 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
         .unwrap_or(0);
     assert_eq!(marks, 0, "marks left");
     verify_full(checker);
+}
+
+/// `Remote::delete_ref` deletes a ref only while it is as read: a stale ETag leaves the ref
+/// (another writer moved it), the current one deletes it, on a directory and on S3.
+#[test]
+fn deleting_a_ref_is_a_compare_and_swap() {
+    use dsv::catalog::RemoteRecord;
+    use dsv::remote::{RefName, Remote};
+    let dir = TestEnv::bare();
+    let s3 = std::collections::BTreeMap::from(
+        [
+            (
+                "aws_endpoint",
+                crate::remote::endpoint("DSV_TEST_S3_ENDPOINT"),
+            ),
+            ("aws_allow_http", "true".to_string()),
+            ("aws_region", "us-east-1".to_string()),
+            ("aws_access_key_id", "test-key-id".to_string()),
+            ("aws_secret_access_key", "test-secret".to_string()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    for (url, options) in [
+        (
+            format!("file://{}/remote", dir.root().display()),
+            Default::default(),
+        ),
+        (format!("s3://dsv-test/{}", unique_prefix()), s3),
+    ] {
+        let remote = Remote::open(&RemoteRecord {
+            id: 0,
+            name: "r".into(),
+            url: url.clone(),
+            options,
+        })
+        .unwrap();
+        let name = RefName {
+            dataset: "ds".into(),
+            tag: Some("t".into()),
+        };
+        let (one, two) = (dsv::ObjectId::of(b"one"), dsv::ObjectId::of(b"two"));
+        let first = remote.update_ref(&name, &one, None).unwrap();
+        let second = remote.update_ref(&name, &two, Some(&first)).unwrap();
+        assert!(
+            !remote.delete_ref(&name, &first).unwrap(),
+            "{url}: stale ETag"
+        );
+        assert_eq!(remote.get_ref(&name).unwrap().unwrap().0, two, "{url}");
+        assert!(remote.delete_ref(&name, &second).unwrap(), "{url}");
+        assert!(remote.get_ref(&name).unwrap().is_none(), "{url}");
+        assert!(
+            !remote.delete_ref(&name, &second).unwrap(),
+            "{url}: already gone"
+        );
+        // Created again afresh, as a writer would after the deletion.
+        remote.update_ref(&name, &one, None).unwrap();
+    }
 }
