@@ -1262,7 +1262,7 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
         ("Marked", "deleted", "rescued", "repacked")
     };
     let mut out = format!(
-        "{mark} {} ({}), {delete} {} ({}), {rescue} {}, {repack} {} on remote {}; kept {} ({}) that {} reach",
+        "{mark} {} ({}), {delete} {} ({}), {rescue} {}, {repack} {} on remote {}; kept {} ({}) for {}",
         count(r.marked.count, "pack"),
         HumanBytes(r.marked.bytes),
         count(r.deleted.count, "pack"),

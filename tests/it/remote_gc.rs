@@ -496,3 +496,71 @@ fn deleting_a_ref_is_a_compare_and_swap() {
         remote.update_ref(&name, &one, None).unwrap();
     }
 }
+
+/// The human output of the remote commands, ids, paths and sizes normalized.
+#[test]
+fn remote_collection_in_text() {
+    let (env, _) = store_with_remote(Backend::File);
+    commit(&env, "a", "keep", 1);
+    commit(&env, "b", "drop", 2);
+    env.ok(&["tag", "drop", "v1"]);
+    env.ok(&["push", "-q"]);
+    let human = |args: &[&str]| {
+        let out = env.run(args);
+        let text = format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        regex::Regex::new(r"\d+(\.\d+)? (B|KiB|MiB)")
+            .unwrap()
+            .replace_all(&env.normalize(&text), "[SIZE]")
+            .into_owned()
+    };
+    insta::assert_snapshot!(human(&["rm", "--remote", "origin", "drop"]), @r"
+    exit: 0
+    --- stdout
+    Deleted origin/drop@v1 (was [SHORT])
+    Deleted origin/drop (was [SHORT])
+    run `dsv gc --remote origin` to free the space
+    --- stderr
+    ");
+    insta::assert_snapshot!(human(&["tag", "-d", "--remote", "origin", "keep@nope"]), @r#"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: unknown revision "origin/keep@nope"
+
+    hint: `dsv fetch --remote origin` lists the datasets and tags origin has; then `dsv pull NAME --remote origin` (or `dsv checkout origin/NAME DIR`). A dataset of this store: `dsv log keep`
+    "#);
+    insta::assert_snapshot!(human(&["gc", "--remote", "origin", "--grace", "0s", "--dry-run"]), @r"
+    exit: 0
+    --- stdout
+    Would mark 1 pack ([SIZE]), would delete 0 packs ([SIZE]), would rescue 0 packs, would repack 0 packs on remote origin; kept 1 pack ([SIZE]) for 1 ref
+      mark [SHORT]
+    --- stderr
+    ");
+    insta::assert_snapshot!(human(&["gc", "--remote", "origin", "--grace", "0s"]), @r"
+    exit: 0
+    --- stdout
+    Marked 1 pack ([SIZE]), deleted 0 packs ([SIZE]), rescued 0 packs, repacked 0 packs on remote origin; kept 1 pack ([SIZE]) for 1 ref
+      mark [SHORT]
+    --- stderr
+    ");
+    insta::assert_snapshot!(human(&["verify", "--remote", "origin"]), @r"
+    exit: 0
+    --- stdout
+    Checked remote origin: 1 ref, 8 objects they reach, 2 packs ([SIZE])
+    1 pack marked by gc
+    --- stderr
+    ");
+    std::thread::sleep(Duration::from_millis(1100));
+    insta::assert_snapshot!(human(&["gc", "--remote", "origin", "--grace", "0s"]), @r"
+    exit: 0
+    --- stdout
+    Marked 0 packs ([SIZE]), deleted 1 pack ([SIZE]), rescued 0 packs, repacked 0 packs on remote origin; kept 1 pack ([SIZE]) for 1 ref
+      delete [SHORT]
+    --- stderr
+    ");
+}

@@ -471,7 +471,8 @@ pub fn gc_remote(
     for (id, size) in to_delete {
         // A run longer than half the grace may have read refs a writer has moved since
         // (docs/architecture.md): it deletes nothing more.
-        if started.elapsed() > options.grace / 2 {
+        // (A grace of zero promises that no writer runs: nothing to defer for.)
+        if !options.grace.is_zero() && started.elapsed() > options.grace / 2 {
             report.deferred = true;
             break;
         }
