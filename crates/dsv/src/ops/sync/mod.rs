@@ -173,7 +173,7 @@
 //! - `push --force` overwrites refs without a compare-and-swap (on `file://`, without the
 //!   lock), so it can overwrite a concurrent writer's update.
 //! - Refs move one dataset at a time, each recorded here as soon as it moved: a push that
-//!   fails part-way through step 7 leaves the later datasets' refs unmoved (a re-run moves them).
+//!   fails part-way through step 8 of push leaves the later datasets' refs unmoved (a re-run moves them).
 //! - `pull` never merges: a diverged local head is kept (`pull --rebase` replays the local
 //!   versions onto the remote's when they changed other paths; a path changed on both sides
 //!   is a conflict, never merged within a file). A tag that names another version on

@@ -33,11 +33,11 @@
 //!    index read back from its file as it is recorded, so one index is in memory at a time).
 //!    A local pack whose id the remote has marked goes up as a fresh copy (`fresh_copy`: its
 //!    frames and one extra unreferenced chunk, so another id) from a temporary directory.
-//! 6b. **Re-check the marks** (`WriterView::recheck`): GET `format`, LIST `marks/`. If a
+//! 7. **Re-check the marks** (`WriterView::recheck`): GET `format`, LIST `marks/`. If a
 //!    remote pack the push relies on (holding an object it did not send, or one it sent) is
 //!    marked now, the store forgets it and steps 4 to 6 run again for what it held (at most
 //!    `MAX_SEND_ROUNDS`, then `Error::RemoteCollected`, exit 4, no ref moved).
-//! 7. **Move refs**, one dataset at a time (before each ref, a view older than half the
+//! 8. **Move refs**, one dataset at a time (before each ref, a view older than half the
 //!    remote's grace is checked again: `Error::RemoteCollected` if a relied-on pack was
 //!    marked). A head that names the pushed version is left
 //!    alone (`up-to-date`). A head that is an ancestor is moved by compare-and-swap with the
