@@ -16,7 +16,8 @@
 //!    read with a GET. For each target, if the remote head is neither the version pushed nor
 //!    an ancestor of it (following parents in this store's version table), the push stops
 //!    with `Error::RemoteDiverged` (exit 4) before anything is uploaded, unless `--force`.
-//! 4. **Walk** (`objects_to_send`). For each target whose remote head differs: from the
+//! 4. **Walk** (`objects_to_send`). For each target, even one the remote's head names already
+//!    (its tags may be created, and the remote keeps data only while a ref names it): from the
 //!    version back along all its parents (a collected remote keeps only what refs reach, so a
 //!    version object there says nothing of its data), every version, its provenance object if it has one, tree (each distinct tree once), file
 //!    map (files of two or more chunks) and chunk. Each object the remote's recorded indexes
@@ -433,20 +434,20 @@ fn send_round(
 ) -> Result<Transfer> {
     let mut packs = HashSet::new();
     let mut lacking_outboards = Vec::new();
-    // Outboards written here since the last push (`gc` writes those that data committed
-    // before them lacks) travel even when the remote's head is already this version.
-    let outboards_pending = store.catalog().outboards_missing_on(record.id)?;
-    for (_, version, current) in plans {
-        if outboards_pending || current.as_ref().is_none_or(|(head, _)| head != version) {
-            packs.extend(objects_to_send(
-                store,
-                record,
-                view,
-                version,
-                &mut lacking_outboards,
-                relied,
-            )?);
-        }
+    // Every target is walked, even one the remote's head names already: the push may create
+    // tags of it, and a collected remote keeps its data only while a ref names it (another
+    // writer may delete that head meanwhile), so the push must rely only on packs it checked.
+    // This also sends outboards written here since the last push (`gc` writes those that
+    // data committed before them lacks).
+    for (_, version, _) in plans {
+        packs.extend(objects_to_send(
+            store,
+            record,
+            view,
+            version,
+            &mut lacking_outboards,
+            relied,
+        )?);
     }
     // Files pushed without an outboard get one first, where their chunks are here.
     if !lacking_outboards.is_empty()
