@@ -46,7 +46,7 @@ use commands::remote::RemoteCommand;
 use commands::reset::{RenameArgs, ResetArgs};
 use commands::shards::ShardsArgs;
 use commands::status::StatusArgs;
-use commands::sync::{CloneArgs, FetchArgs, PullArgs, PushArgs, RebaseArgs};
+use commands::sync::{CloneArgs, CopyArgs, FetchArgs, PullArgs, PushArgs, RebaseArgs};
 use commands::tag::TagArgs;
 use commands::verify::VerifyArgs;
 use commands::workspace::WorkspaceCommand;
@@ -362,6 +362,18 @@ enum Command {
     ///   dsv push mnist@v1 --force         # move the remote's head back to v1
     #[command(verbatim_doc_comment)]
     Push(PushArgs),
+    /// Copy versions from one remote to another, with no local copy of their data.
+    ///
+    /// The destination receives what it lacks (a server-side copy within one bucket, else
+    /// streamed and checked in flight), then its heads and tags move as push moves them.
+    /// Run it again after an interruption: only what is still missing moves.
+    ///
+    /// Examples:
+    ///   dsv copy mnist --from far --to near          # the head, its history and tags
+    ///   dsv copy mnist@v3 imagenet --from s3-us --to az-eu --jobs 32
+    ///   dsv copy mnist --from far --to near --json
+    #[command(verbatim_doc_comment)]
+    Copy(CopyArgs),
     /// Download a dataset's version (default: the remote's head) and what it needs; move the
     /// local head to it when that is a fast-forward.
     ///
@@ -668,6 +680,7 @@ fn dispatch(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {
         Command::Pins => pin::pins(cli, ui),
         Command::Remote(command) => remote::run(cli, ui, command),
         Command::Push(args) => sync::push(cli, ui, args),
+        Command::Copy(args) => sync::copy(cli, ui, args),
         Command::Pull(args) => sync::pull(cli, ui, args),
         Command::Rebase(args) => sync::rebase(cli, ui, args),
         Command::Fetch(args) => sync::fetch(cli, ui, args),

@@ -18,7 +18,8 @@ use dsv::ops::rebase::{ConflictReason, RebaseReport, RebaseStatus, WorkspaceFoll
 use dsv::ops::retention::RemoveReport;
 use dsv::ops::status::StatusReport;
 use dsv::ops::sync::{
-    CloneReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache, RemoteListing, Transfer,
+    CloneReport, CopyReport, FetchReport, HeadUpdate, PullReport, PushReport, RefCache,
+    RemoteListing, Transfer,
 };
 use dsv::ops::verify::VerifyReport;
 use dsv::tree::{Change, ChangeKind, FlatEntry, FlatKind};
@@ -678,6 +679,54 @@ pub fn push(r: &PushReport) -> String {
         out.push_str("nothing to push: no dataset has a version yet\n");
     }
     out.push_str(&transfer(&r.transfer, "uploaded"));
+    out
+}
+
+pub fn copy(r: &CopyReport) -> String {
+    let mut table = Table::headless(&[Align::Left, Align::Left, Align::Left]);
+    for moved in &r.refs {
+        let previous = moved
+            .previous
+            .filter(|p| *p != moved.version)
+            .map(|p| format!("{}..", p.short()))
+            .unwrap_or_default();
+        table.row(vec![
+            format!(
+                "{}/{}",
+                r.to,
+                ref_label(&moved.dataset, moved.tag.as_deref())
+            ),
+            format!("{previous}{}", moved.version.short()),
+            moved.status.to_string(),
+        ]);
+    }
+    let mut out = table.render();
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    let p = &r.planned;
+    if p.objects == 0 {
+        let _ = writeln!(out, "{} already holds everything: nothing copied", r.to);
+    } else {
+        let _ = writeln!(
+            out,
+            "{} lacked {} ({}): {} copied whole ({} server-side), {} from {}",
+            r.to,
+            count(p.objects, "object"),
+            count(p.versions, "version"),
+            count(p.whole_packs, "pack"),
+            p.server_side,
+            count(p.frames, "frame"),
+            count(p.partial_packs, "partly needed pack"),
+        );
+    }
+    let _ = write!(
+        out,
+        "{}; {} to {}",
+        transfer(&r.transfer, "wrote"),
+        count(r.source_requests, "request"),
+        r.from
+    );
     out
 }
 

@@ -38,6 +38,7 @@ pub fn class_name(error: &Error) -> &'static str {
         Error::RemoteExists { .. } => "RemoteExists",
         Error::InvalidRemote { .. } => "InvalidRemote",
         Error::Remote { .. } => "RemoteError",
+        Error::RemotesFailed(failed) => class_name(&failed.first),
         Error::RemoteDiverged { .. } => "RemoteDiverged",
         Error::VersionHeld { .. } => "VersionHeld",
         Error::VersionRemoved { .. } => "VersionRemoved",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import dsv
-from conftest import dsv_json, run_dsv, store_snapshot
+from conftest import dsv_json, run_dsv, store_snapshot, write_dataset
 
 
 def test_opens_the_nearest_store_like_the_cli(local_store, monkeypatch):
@@ -400,3 +400,30 @@ def test_commit_inside_a_workspace_of_the_same_dataset_needs_force_and_records_a
     (tmp_path / "ws" / "b.txt").write_text("b\n")
     named = store.commit(tmp_path / "ws", dataset="d", message="by name", author="Ada <ada@example.org>")
     assert store.version("d").author == "Ada <ada@example.org>" and named["created"]
+
+
+def test_reads_fall_back_from_a_vanished_remote_to_the_next(tmp_path):
+    """Issue 27 (reading from the nearest copy): a store that reads remote `near` first,
+    whose directory is gone (a file in its place), reads every file from `origin`."""
+    writer = tmp_path / "writer"
+    files = write_dataset(writer / "data", 20, seed=5)
+    run_dsv("init", str(writer))
+    wstore = writer / ".dsv"
+    commit = dsv_json("commit", str(writer / "data"), "--dataset", "ds", store=wstore)
+    near, origin = tmp_path / "near", tmp_path / "origin"
+    for name, directory in (("near", near), ("origin", origin)):
+        run_dsv("remote", "add", name, f"file://{directory}", store=wstore)
+        run_dsv("push", "--remote", name, store=wstore)
+    reader = tmp_path / "reader"
+    run_dsv("init", str(reader))
+    rstore = reader / ".dsv"
+    run_dsv("remote", "add", "origin", f"file://{origin}", store=rstore)
+    run_dsv("remote", "add", "near", f"file://{near}", "--first", store=rstore)
+    assert [r["name"] for r in dsv_json("remote", "ls", store=rstore)] == ["near", "origin"]
+    run_dsv("fetch", "--remote", "near", store=rstore)
+    run_dsv("fetch", "--remote", "origin", store=rstore)
+    near.rename(tmp_path / "near.gone")
+    near.write_text("not a directory\n")
+    v = dsv.Store(rstore).version(f"ds@{commit['version']}")
+    for path in sorted(files):
+        assert v.read(path) == files[path]

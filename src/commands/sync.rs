@@ -46,6 +46,46 @@ pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct CopyArgs {
+    #[arg(
+        required = true,
+        value_name = "REV",
+        help = "The versions to copy, as the source remote names them: DATASET (its head), \
+                DATASET@TAG (the tag too), DATASET@ID-PREFIX, each with ~N for the Nth parent"
+    )]
+    revisions: Vec<String>,
+    /// The remote to copy from (a name from `dsv remote ls`).
+    #[arg(long, value_name = "REMOTE")]
+    from: String,
+    /// The remote to copy to.
+    #[arg(long, value_name = "REMOTE")]
+    to: String,
+    /// Replace the destination's head (and tags) even when that drops versions from it.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+}
+
+pub(crate) fn copy(cli: &Cli, ui: &Ui, args: &CopyArgs) -> anyhow::Result<u8> {
+    let mut store = open_store(cli)?;
+    let requests = jobs_or(&args.jobs, &store.config()?, dsv::remote::DEFAULT_JOBS);
+    let mut options = sync::CopyOptions::default();
+    options.force = args.force;
+    options.requests = requests;
+    let report = sync::copy(
+        &mut store,
+        &args.revisions,
+        &args.from,
+        &args.to,
+        &options,
+        &ui.reporter(),
+    )?;
+    ui.report(&report, render::copy)?;
+    Ok(error::SUCCESS)
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct PullArgs {
     #[arg(help = concat!(
         "The version, as the remote names it (default: the dataset of the workspace holding \

@@ -247,6 +247,7 @@ fn help_lists_every_command() {
       remote       Manage remotes: object storage (s3://, gs://, az://, file://) holding packs and refs.
       push         Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
                    remote's heads (fast-forward only) and create its tags.
+      copy         Copy versions from one remote to another, with no local copy of their data.
       pull         Download a dataset's version (default: the remote's head) and what it needs; move the
                    local head to it when that is a fast-forward.
       rebase       Replay a dataset's local versions onto ONTO (a remote's head, or any version).

@@ -215,6 +215,24 @@ fn mount_serves_the_version_read_only_and_fusermount_ends_it() {
     assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
 }
 
+/// A version whose data is on two remotes, the first in read order of which vanished:
+/// reads through the mount get every file from the second (issue 27, reading from the
+/// nearest copy).
+#[test]
+fn mount_reads_fall_back_from_a_vanished_remote_to_the_next() {
+    if !fuse_available() {
+        return;
+    }
+    let writer = TestEnv::new();
+    crate::nearest::dataset(&writer, "data", 4);
+    let id = crate::nearest::commit(&writer);
+    let (near, origin) = crate::nearest::two_copies(&writer);
+    let reader = crate::nearest::reader_of(&near, &origin);
+    crate::nearest::vanish(&near);
+    let mount = Mounted::start(&reader, &format!("ds@{id}"), "mnt", &[]);
+    assert_same_tree(&writer.path("data"), &mount.point);
+}
+
 #[test]
 fn mount_of_a_shard_shows_only_its_files() {
     if !fuse_available() {

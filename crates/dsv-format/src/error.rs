@@ -690,6 +690,12 @@ pub enum Error {
     /// The operation was interrupted (Ctrl-C); what was done is consistent, a re-run finishes it.
     #[error("interrupted")]
     Interrupted,
+    /// A read asked every remote in the read order for data this store lacks, and at least
+    /// one failed (the others failed too, or lacked the data). Its message, causes and kind
+    /// are those of the first failure in read order; its hints add which remotes were
+    /// tried.
+    #[error(transparent)]
+    RemotesFailed(Box<RemotesFailed>),
     /// The AWS profile the user named (`AWS_PROFILE`) is in neither AWS file.
     #[error("AWS profile {profile:?} is not in {}", if files.is_empty() { "any file (no HOME, AWS_CONFIG_FILE or AWS_SHARED_CREDENTIALS_FILE)".to_string() } else { files.join(" or ") })]
     AwsProfileNotFound {
@@ -813,6 +819,46 @@ impl Holder {
     }
 }
 
+/// What [`Error::RemotesFailed`] holds: the first remote's failure, and every remote asked.
+#[derive(Debug)]
+pub struct RemotesFailed {
+    /// The failure of the first remote (in read order) that failed.
+    pub first: Error,
+    /// Every remote asked, in the order asked, each with what happened: `None` when it
+    /// served what it held (or held none of it), else its failure in words.
+    pub tried: Vec<(String, Option<String>)>,
+}
+
+impl std::fmt::Display for RemotesFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.first.fmt(f)
+    }
+}
+
+impl std::error::Error for RemotesFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.first)
+    }
+}
+
+impl RemotesFailed {
+    /// The hint naming the remotes tried besides the first failure.
+    fn hint(&self) -> String {
+        let tried: Vec<String> = self
+            .tried
+            .iter()
+            .map(|(name, failure)| match failure {
+                Some(failure) => format!("{name:?} failed ({})", crate::redact::text(failure)),
+                None => format!("{name:?} did not hold it"),
+            })
+            .collect();
+        format!(
+            "the remotes were tried in read order: {}; `dsv remote ls` shows the order and `dsv remote order NAME` changes it",
+            tried.join(", ")
+        )
+    }
+}
+
 impl Error {
     /// The group this error belongs to (decides the CLI's exit code).
     ///
@@ -842,6 +888,7 @@ impl Error {
             // a query that should not have been made: a bug, not damaged data.
             Error::Catalog(_) | Error::Internal { .. } => ErrorKind::Internal,
             Error::Interrupted => ErrorKind::Interrupted,
+            Error::RemotesFailed(failed) => failed.first.kind(),
             Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
                 ErrorKind::User
             }
@@ -930,6 +977,7 @@ impl Error {
             | Error::IoOperation { source, .. }
             | Error::SourceIo { source, .. } => is_full_disk_io(source),
             Error::Catalog(e) => is_full_disk_sqlite(e),
+            Error::RemotesFailed(failed) => failed.first.is_disk_full(),
             Error::NoStore { .. }
             | Error::StoreExists { .. }
             | Error::CatalogLost { .. }
@@ -1018,7 +1066,13 @@ impl Error {
     /// until its hint (or its lack of one) is decided. A [`Error::NotADirectory`] naming a
     /// file asks the file system whether it is one (the hint then suggests `dsv import`).
     pub fn hints(&self) -> Vec<String> {
+        if let Error::RemotesFailed(failed) = self {
+            let mut hints = failed.first.hints();
+            hints.push(failed.hint());
+            return hints;
+        }
         let hint = match self {
+            Error::RemotesFailed(_) => return Vec::new(),
             _ if self.is_disk_full() => {
                 "free some disk space and run the command again; nothing was recorded".into()
             }

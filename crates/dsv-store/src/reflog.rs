@@ -86,6 +86,14 @@ pub enum RefLogEntry {
         #[serde(default)]
         options: BTreeMap<String, String>,
     },
+    /// The remotes' read order is now `names` (every remote, first read first). A replay
+    /// puts the remotes named first, in that order, and the others after them as they were;
+    /// a name of no remote is skipped. A remote added is read last until an entry like this
+    /// says otherwise.
+    RemoteOrder {
+        /// The remotes' names, in read order.
+        names: Vec<String>,
+    },
     /// Version `version` was pinned (`reason`, until Unix second `until`).
     Pin {
         /// The version.
@@ -154,6 +162,10 @@ impl RefLogEntry {
                         other => format!("remote {name:?}: {other}"),
                     })
             }
+            RefLogEntry::RemoteOrder { names } => names
+                .iter()
+                .try_for_each(|name| check_name("remote", name))
+                .map_err(name_error),
             RefLogEntry::Pin { .. } | RefLogEntry::Unpin { .. } | RefLogEntry::Removed { .. } => {
                 Ok(())
             }
@@ -167,7 +179,7 @@ impl RefLogEntry {
             RefLogEntry::Pin { version, .. }
             | RefLogEntry::Unpin { version }
             | RefLogEntry::Removed { version } => Some(*version),
-            RefLogEntry::Remote { .. } => None,
+            RefLogEntry::Remote { .. } | RefLogEntry::RemoteOrder { .. } => None,
         }
     }
 }
@@ -181,6 +193,8 @@ pub struct RefState {
     pub tags: BTreeMap<(String, String), ObjectId>,
     /// Remote name → (URL, options).
     pub remotes: BTreeMap<String, (String, BTreeMap<String, String>)>,
+    /// The remotes' names in read order (every remote of `remotes`, once).
+    pub remote_order: Vec<String>,
     /// Version → (reason, until).
     pub pins: BTreeMap<ObjectId, (String, Option<i64>)>,
     /// Removed versions.
@@ -218,11 +232,18 @@ impl RefState {
                 Some(url) => {
                     self.remotes
                         .insert(name.clone(), (url.clone(), options.clone()));
+                    if !self.remote_order.contains(name) {
+                        self.remote_order.push(name.clone());
+                    }
                 }
                 None => {
                     self.remotes.remove(name);
+                    self.remote_order.retain(|n| n != name);
                 }
             },
+            RefLogEntry::RemoteOrder { names } => {
+                self.remote_order = reorder(&self.remote_order, names);
+            }
             RefLogEntry::Pin {
                 version,
                 reason,
@@ -252,7 +273,10 @@ impl RefState {
             }
             RefLogEntry::Remote { name, .. } => {
                 self.remotes.remove(name);
+                self.remote_order.retain(|n| n != name);
             }
+            // The order of the remotes left stays as it is.
+            RefLogEntry::RemoteOrder { .. } => {}
             RefLogEntry::Pin { version, .. } | RefLogEntry::Unpin { version } => {
                 self.pins.remove(version);
             }
@@ -270,6 +294,12 @@ impl RefState {
                 name: name.clone(),
                 url: Some(url.clone()),
                 options: options.clone(),
+            });
+        }
+        // Added in name order above: the read order, when it differs.
+        if !self.remote_order.is_sorted() {
+            out.push(RefLogEntry::RemoteOrder {
+                names: self.remote_order.clone(),
             });
         }
         for (dataset, version) in &self.heads {
@@ -299,6 +329,8 @@ impl RefState {
     }
 
     /// Every way `self` (the catalog's state) and `log` (the ref log's) differ, in words.
+    /// The remotes' read order is not compared: a log written before schema 12 lists the
+    /// remotes in the order they were added, while the catalog kept them in name order.
     pub fn differences(&self, log: &RefState) -> Vec<String> {
         let mut out = Vec::new();
         let mut compare = |what: &str, ours: String, theirs: String| {
@@ -344,6 +376,23 @@ impl RefState {
         out.dedup();
         out
     }
+}
+
+/// `current` with `first` moved to the front, in the order `first` names them; names in
+/// `first` that are not in `current` are skipped, and the rest keep their order.
+pub fn reorder(current: &[String], first: &[String]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::with_capacity(current.len());
+    for name in first {
+        if current.contains(name) && !order.contains(name) {
+            order.push(name.clone());
+        }
+    }
+    for name in current {
+        if !order.contains(name) {
+            order.push(name.clone());
+        }
+    }
+    order
 }
 
 /// A ref log line that parsed but that its command would have refused

@@ -27,7 +27,11 @@ pub struct PackSink {
     temp_dir: PathBuf,
     /// Writes nothing: computes the packs it would write ([`PackSink::measuring`]).
     measure: bool,
+    /// Keeps sealed packs in memory ([`PackSink::in_memory`]).
+    memory: bool,
     state: Mutex<(Option<PackWriter>, Vec<PackFile>)>,
+    /// The bytes of every pack sealed in memory, in the order of `state.1`.
+    sealed_bytes: Mutex<Vec<Vec<u8>>>,
     /// Objects pushed to this sink (id and kind byte), so no object is written twice in one
     /// run.
     written: Mutex<crate::key_set::KeySet<33>>,
@@ -48,7 +52,9 @@ impl PackSink {
             packs_dir: packs_dir.to_path_buf(),
             temp_dir: temp_dir.to_path_buf(),
             measure: false,
+            memory: false,
             state: Mutex::new((None, Vec::new())),
+            sealed_bytes: Mutex::new(Vec::new()),
             written: Mutex::new(crate::key_set::KeySet::spilling_to(temp_dir)),
         }
     }
@@ -61,6 +67,31 @@ impl PackSink {
             measure: true,
             written: Mutex::new(crate::key_set::KeySet::default()),
             ..PackSink::new(Path::new(""), Path::new(""))
+        }
+    }
+
+    /// A sink that keeps its packs in memory, for packs that go straight to a remote
+    /// (`dsv copy`): [`PackSink::finish_in_memory`] gives each pack with its bytes. Memory is
+    /// the caller's to bound: every sealed pack (about [`PACK_TARGET`] bytes) is held until
+    /// then.
+    pub fn in_memory() -> Self {
+        PackSink {
+            memory: true,
+            written: Mutex::new(crate::key_set::KeySet::default()),
+            ..PackSink::new(Path::new(""), Path::new(""))
+        }
+    }
+
+    fn seal(&self, writer: PackWriter) -> Result<PackFile> {
+        if self.memory {
+            let (sealed, bytes) = writer.finish_in_memory()?;
+            self.sealed_bytes
+                .lock()
+                .expect("no panics while holding the lock")
+                .push(bytes);
+            Ok(PackFile::from(&sealed))
+        } else {
+            Ok(PackFile::from(&writer.finish()?))
         }
     }
 
@@ -90,11 +121,13 @@ impl PackSink {
         let mut state = self.state.lock().expect("no panics while holding the lock");
         // A pack's index stays within what readers accept (format::MAX_PACK_*).
         if let Some(writer) = state.0.take_if(|w| !w.fits(&frame)) {
-            let sealed = writer.finish()?;
-            state.1.push(PackFile::from(&sealed));
+            let sealed = self.seal(writer)?;
+            state.1.push(sealed);
         }
         if state.0.is_none() {
-            state.0 = Some(if self.measure {
+            state.0 = Some(if self.memory {
+                PackWriter::in_memory()
+            } else if self.measure {
                 PackWriter::measuring()
             } else {
                 PackWriter::create(&self.packs_dir, &self.temp_dir)?
@@ -103,8 +136,8 @@ impl PackSink {
         let writer = state.0.as_mut().expect("just created");
         writer.add_frame(frame)?;
         if writer.size() >= PACK_TARGET || writer.object_count() >= PACK_TARGET_OBJECTS {
-            let sealed = state.0.take().expect("present").finish()?;
-            state.1.push(PackFile::from(&sealed));
+            let sealed = self.seal(state.0.take().expect("present"))?;
+            state.1.push(sealed);
         }
         Ok(())
     }
@@ -116,7 +149,7 @@ impl PackSink {
     /// read, none is: an unnamed pack is harmless and `gc` removes it). The caller must not
     /// hold the store lock.
     pub fn abandon(self, store: &crate::store::Store) {
-        if self.measure {
+        if self.measure || self.memory {
             return;
         }
         let (open, sealed) = self
@@ -147,6 +180,35 @@ impl PackSink {
             sealed.push(PackFile::from(&writer.finish()?));
         }
         Ok(sealed)
+    }
+}
+
+impl PackSink {
+    /// Seals the open pack (if any) of an in-memory sink ([`PackSink::in_memory`]) and
+    /// returns every pack with its bytes (the pack's `.idx` is its bytes from
+    /// `size - index length`; [`crate::pack::reader::parse_tail`] reads it).
+    ///
+    /// # Errors
+    /// None for an in-memory sink; for another, its packs come back with empty bytes.
+    pub fn finish_in_memory(self) -> Result<Vec<(PackFile, Vec<u8>)>> {
+        let (open, mut sealed) =
+            std::mem::take(&mut *self.state.lock().expect("no panics while holding the lock"));
+        if let Some(writer) = open
+            && !writer.is_empty()
+        {
+            sealed.push(self.seal(writer)?);
+        }
+        let bytes = std::mem::take(
+            &mut *self
+                .sealed_bytes
+                .lock()
+                .expect("no panics while holding the lock"),
+        );
+        let mut bytes = bytes.into_iter();
+        Ok(sealed
+            .into_iter()
+            .map(|pack| (pack, bytes.next().unwrap_or_default()))
+            .collect())
     }
 }
 

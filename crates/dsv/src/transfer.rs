@@ -8,6 +8,30 @@
 //! Below both `ops` (fetch, pull, clone and checkout: `ops::sync` re-exports what it used to
 //! hold) and `read` (the read engine's fetcher), so neither depends on the other for it. How
 //! downloads work, step by step, is in the rustdoc of `ops::sync` ("Downloading frames").
+//!
+//! # Fallback
+//!
+//! Data this store lacks is asked of the remotes in their read order
+//! ([`crate::catalog::RemoteRecord::position`]; `dsv remote order`), and of the next remote
+//! for what one lacks (a miss) or when one fails ([`fallback::is_remote_failure`]: a request
+//! that failed after its retries — unreachable, refused, a missing bucket —, an answer that
+//! is damaged, or a remote that cannot be opened). A failed download keeps nothing
+//! ([`download`] abandons its packs; every frame is checked before it is kept). A remote
+//! that failed is not asked again by the same operation (one checkout, pull or read:
+//! [`fallback::Attempts`]); the read engine also asks it last, after every other remote, for
+//! [`fallback::FAILED_REMOTE_LAST_FOR`] ([`fallback::RemoteHealth`]). Only when every remote
+//! missed or failed does the read fail: with [`Error::MissingObject`] when every one
+//! missed, else with the first failure (in read order) as [`Error::RemotesFailed`], whose
+//! hint names every remote tried. [`Transfer::remotes`] reports what each remote asked
+//! served, or why it was passed over.
+//!
+//! The remote that `pull` or `checkout REMOTE/NAME` names (its refs and metadata come from
+//! it) is asked first, and the others after it in read order: it holds the version, and a
+//! file map it serves replaces one another remote sent that failed its proof (a remote
+//! earlier in the read order would send the same wrong map again). Every other read
+//! (checkout of a local revision, mount, cat, export, Python) follows the read order.
+
+pub mod fallback;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -30,6 +54,20 @@ pub const COALESCE_GAP: u64 = 128 * 1024;
 /// The longest ranged GET, in bytes.
 pub const MAX_SPAN: u64 = 16 * 1024 * 1024;
 
+/// What one remote did for a download ([`Transfer::remotes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RemoteServed {
+    /// The remote's name.
+    pub remote: String,
+    /// Objects received from it.
+    pub objects: u64,
+    /// Stored bytes received from it, as [`Transfer::bytes`] counts them.
+    pub bytes: u64,
+    /// Why it was passed over (its error, in words) when it failed; `None` when it served
+    /// what it held of the data (perhaps none).
+    pub error: Option<String>,
+}
+
 /// What one transfer moved.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Transfer {
@@ -41,6 +79,10 @@ pub struct Transfer {
     pub bytes: u64,
     /// Objects received (fetch, pull) or packs' objects sent (push).
     pub objects: u64,
+    /// The remotes asked for data this store lacked (checkout, pull, fetch), in the order
+    /// asked, with what each served or why it was passed over; empty for push, and when
+    /// nothing was missing.
+    pub remotes: Vec<RemoteServed>,
 }
 
 impl Transfer {
@@ -50,6 +92,24 @@ impl Transfer {
         self.packs += other.packs;
         self.bytes += other.bytes;
         self.objects += other.objects;
+        for served in &other.remotes {
+            self.served(served);
+        }
+    }
+
+    /// Adds `served` to [`Transfer::remotes`] (summed into the remote's entry when it has
+    /// one; its first failure kept).
+    fn served(&mut self, served: &RemoteServed) {
+        match self.remotes.iter_mut().find(|r| r.remote == served.remote) {
+            Some(entry) => {
+                entry.objects += served.objects;
+                entry.bytes += served.bytes;
+                if entry.error.is_none() {
+                    entry.error.clone_from(&served.error);
+                }
+            }
+            None => self.remotes.push(served.clone()),
+        }
     }
 }
 
@@ -154,14 +214,23 @@ pub(crate) fn refresh_indexes_except(
 }
 
 /// Reads again the pack indexes of every remote of `store` (new packs added, packs gone
-/// dropped): for a reader whose data was pushed since this store last looked.
+/// dropped), in read order: for a reader whose data was pushed since this store last
+/// looked. A remote that fails is skipped (and remembered in `attempts`).
 ///
 /// # Errors
-/// Remote errors; [`Error::Corrupt`] for a malformed index; [`Error::Catalog`].
-pub(crate) fn refresh_all_indexes(store: &mut Store, jobs: usize) -> Result<()> {
-    for record in store.catalog().remotes()? {
-        let remote = Remote::open(&record)?;
-        refresh_indexes(store, &record, &remote, jobs)?;
+/// [`Error::Catalog`], and errors that are not a remote's failure.
+pub(crate) fn refresh_all_indexes(
+    store: &mut Store,
+    jobs: usize,
+    attempts: &mut fallback::Attempts,
+) -> Result<()> {
+    for record in attempts.order(store.catalog().remotes()?) {
+        let Some(remote) = attempts.open(&record.name, || Remote::open(&record))? else {
+            continue;
+        };
+        attempts.attempt(&record.name, || {
+            refresh_indexes(store, &record, &remote, jobs)
+        })?;
     }
     Ok(())
 }
@@ -178,6 +247,13 @@ pub(crate) struct Span {
     pack: ObjectId,
     range: Range<u64>,
     frames: Vec<(FrameRecord, i64)>,
+}
+
+impl Span {
+    /// Bytes the span's GET asks for.
+    pub(crate) fn len(&self) -> u64 {
+        self.range.end - self.range.start
+    }
 }
 
 /// The remote frames (by pack and offset: the frame, its catalog row, and the wanted objects
@@ -439,11 +515,14 @@ fn missing_chunks(
 }
 
 /// Downloads whatever chunks `versions` need (under `include`) from the configured remotes,
-/// in name order, preferring `first`. Without remotes, or with nothing missing, contacts
-/// nothing.
+/// in read order, falling back to the next on a miss or a failure ("Fallback" above).
+/// `first`, a remote the caller opened already (pull's), is asked before the others and its
+/// requests are left to the caller to count. Without remotes, or with nothing
+/// missing, contacts nothing.
 ///
 /// # Errors
-/// [`Error::MissingObject`] when no remote holds a needed chunk; as [`fetch()`].
+/// [`Error::MissingObject`] when no remote holds a needed chunk; [`Error::RemotesFailed`]
+/// (or the one remote's error) when a remote failed and no other served the data.
 pub fn fetch_missing(
     store: &mut Store,
     versions: &[ObjectId],
@@ -474,17 +553,37 @@ pub(crate) fn fetch_missing_under(
             });
         }
     }
-    let (mut transfer, fetched_maps) =
-        fetch_missing_round(store, data, versions, include, first, jobs, progress)?;
+    // One operation: a remote that fails in the first round is not asked in the second.
+    let mut attempts = fallback::Attempts::new();
+    let (mut transfer, fetched_maps) = fetch_missing_round(
+        store,
+        data,
+        versions,
+        include,
+        first,
+        jobs,
+        progress,
+        &mut attempts,
+    )?;
     // File maps that came now list chunks of their own: fetch those too (once).
     if fetched_maps {
-        let (more, _) = fetch_missing_round(store, data, versions, include, first, jobs, progress)?;
+        let (more, _) = fetch_missing_round(
+            store,
+            data,
+            versions,
+            include,
+            first,
+            jobs,
+            progress,
+            &mut attempts,
+        )?;
         transfer.add_moved(&more);
         transfer.requests += more.requests;
     }
     Ok(transfer)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn fetch_missing_round(
     store: &mut Store,
     data: &SharedDataLock,
@@ -493,19 +592,24 @@ fn fetch_missing_round(
     first: Option<(&RemoteRecord, &Remote)>,
     jobs: usize,
     progress: &dyn Progress,
+    attempts: &mut fallback::Attempts,
 ) -> Result<(Transfer, bool)> {
     progress.phase("finding the missing data");
     let missing = missing_chunks(store, versions, include)?;
     let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
-    let transfer = fetch_objects(store, data, missing, first, jobs, progress)?;
+    let transfer = fetch_objects(store, data, missing, first, jobs, progress, attempts)?;
     Ok((transfer, wanted_maps))
 }
 
-/// Downloads objects `missing` from the configured remotes, in name order, preferring
-/// `first`; contacts nothing when `missing` is empty.
+/// Downloads objects `missing` from the configured remotes, in read order, each remote asked
+/// for what the ones before it did not serve, a remote that fails (or failed before in
+/// `attempts`) passed over ("Fallback" above). `first` is a remote the caller opened (its
+/// requests are the caller's to count). Contacts nothing when `missing` is empty.
 ///
 /// # Errors
-/// [`Error::MissingObject`] when no remote holds one of them; as [`fetch`].
+/// [`Error::MissingObject`] when every remote missed one of them; the failure
+/// ([`Error::RemotesFailed`] when several were asked) when a remote failed and none served
+/// it; local errors ([`Error::Catalog`], [`Error::Io`]) as they come.
 fn fetch_objects(
     store: &mut Store,
     data: &SharedDataLock,
@@ -513,40 +617,67 @@ fn fetch_objects(
     first: Option<(&RemoteRecord, &Remote)>,
     jobs: usize,
     progress: &dyn Progress,
+    attempts: &mut fallback::Attempts,
 ) -> Result<Transfer> {
     let mut transfer = Transfer::default();
     if missing.is_empty() {
         return Ok(transfer);
     }
-    let mut opened = Vec::new();
-    for record in store.catalog().remotes()? {
-        if first.is_some_and(|(f, _)| f.name == record.name) {
-            continue;
-        }
-        opened.push(record);
+    let mut order = attempts.order(store.catalog().remotes()?);
+    if let Some((named, _)) = first
+        && let Some(at) = order.iter().position(|r| r.name == named.name)
+    {
+        let named = order.remove(at);
+        order.insert(0, named);
     }
-    let mut try_remote = |store: &mut Store,
-                          record: &RemoteRecord,
-                          remote: &Remote,
-                          missing: &mut Vec<(ObjectId, ObjectKind)>|
-     -> Result<()> {
-        let before = remote.requests();
-        // The remote may hold packs pushed since this store last looked.
-        let has_all = missing.iter().try_fold(true, |all, (id, kind)| {
-            Ok::<_, Error>(
-                all && store
-                    .catalog()
-                    .remote_locate(record.id, id, *kind)?
-                    .is_some(),
-            )
-        })?;
-        if !has_all {
-            refresh_indexes(store, record, remote, jobs)?;
+    for record in order {
+        if missing.is_empty() {
+            break;
         }
-        let got = download(store, data, record, remote, missing, jobs, progress)?;
-        transfer.add_moved(&got);
-        if first.is_none_or(|(f, _)| f.name != record.name) {
+        let opened;
+        let (remote, callers) = match first {
+            Some((f, remote)) if f.name == record.name => (remote, true),
+            _ => match attempts.open(&record.name, || Remote::open(&record))? {
+                Some(remote) => {
+                    opened = remote;
+                    (&opened, false)
+                }
+                None => {
+                    transfer.served(&failed_served(&record.name, attempts));
+                    continue;
+                }
+            },
+        };
+        let before = remote.requests();
+        let got = attempts.attempt(&record.name, || {
+            // The remote may hold packs pushed since this store last looked.
+            let has_all = missing.iter().try_fold(true, |all, (id, kind)| {
+                Ok::<_, Error>(
+                    all && store
+                        .catalog()
+                        .remote_locate(record.id, id, *kind)?
+                        .is_some(),
+                )
+            })?;
+            if !has_all {
+                refresh_indexes(store, &record, remote, jobs)?;
+            }
+            download(store, data, &record, remote, &missing, jobs, progress)
+        })?;
+        if !callers {
             transfer.requests += remote.requests() - before;
+        }
+        match got {
+            Some(got) => {
+                transfer.add_moved(&got);
+                transfer.served(&RemoteServed {
+                    remote: record.name.clone(),
+                    objects: got.objects,
+                    bytes: got.bytes,
+                    error: None,
+                });
+            }
+            None => transfer.served(&failed_served(&record.name, attempts)),
         }
         let catalog = store.catalog();
         // A file wanted as its own chunk or as a file map needs only one of the two.
@@ -559,25 +690,27 @@ fn fetch_objects(
                     _ => true,
                 }
         });
-        Ok(())
-    };
-    if let Some((record, remote)) = first {
-        try_remote(store, record, remote, &mut missing)?;
-    }
-    for record in opened {
-        if missing.is_empty() {
-            break;
-        }
-        let remote = Remote::open(&record)?;
-        try_remote(store, &record, &remote, &mut missing)?;
     }
     if let Some((id, kind)) = missing.first() {
-        return Err(Error::MissingObject {
+        return Err(attempts.missing(Error::MissingObject {
             id: id.to_hex(),
             what: kind.name(),
-        });
+        }));
     }
     Ok(transfer)
+}
+
+/// The report of remote `name`, which just failed in `attempts`.
+fn failed_served(name: &str, attempts: &fallback::Attempts) -> RemoteServed {
+    RemoteServed {
+        remote: name.to_string(),
+        error: attempts
+            .failures()
+            .into_iter()
+            .find(|(failed, _)| failed == name)
+            .map(|(_, message)| message),
+        ..RemoteServed::default()
+    }
 }
 
 pub(crate) fn is_ancestor(
@@ -596,12 +729,26 @@ pub(crate) fn is_ancestor(
 ///
 /// # Errors
 /// [`Error::MissingObject`] when no remote holds a needed chunk; [`Error::Corrupt`] for a
-/// malformed file map; as [`fetch()`].
+/// malformed file map; as [`fetch_missing`].
 pub fn fetch_files(
     store: &mut Store,
     files: &[(ObjectId, u64)],
     jobs: usize,
     progress: &dyn Progress,
+) -> Result<Transfer> {
+    fetch_files_with(store, files, jobs, progress, &mut fallback::Attempts::new())
+}
+
+/// [`fetch_files`] as part of a read whose remotes' failures `attempts` remembers.
+///
+/// # Errors
+/// As [`fetch_files`].
+pub(crate) fn fetch_files_with(
+    store: &mut Store,
+    files: &[(ObjectId, u64)],
+    jobs: usize,
+    progress: &dyn Progress,
+    attempts: &mut fallback::Attempts,
 ) -> Result<Transfer> {
     let data_lock = store.lock_data_shared()?;
     let mut transfer = Transfer::default();
@@ -639,6 +786,7 @@ pub fn fetch_files(
             None,
             jobs,
             progress,
+            attempts,
         )?;
         transfer.add_moved(&got);
         transfer.requests += got.requests;

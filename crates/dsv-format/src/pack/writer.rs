@@ -184,8 +184,10 @@ impl EncodedFrame {
 pub struct PackWriter {
     packs_dir: PathBuf,
     temp_path: PathBuf,
-    /// `None` for a measuring writer.
+    /// `None` for a measuring writer and an in-memory one.
     file: Option<BufWriter<File>>,
+    /// The pack's bytes, for a writer in memory ([`PackWriter::in_memory`]).
+    memory: Option<Vec<u8>>,
     hasher: blake3::Hasher,
     offset: u64,
     frames: Vec<FrameRecord>,
@@ -283,6 +285,7 @@ impl PackWriter {
             packs_dir: packs_dir.to_path_buf(),
             temp_path,
             file: Some(BufWriter::with_capacity(1 << 20, file)),
+            memory: None,
             hasher: blake3::Hasher::new(),
             offset: 0,
             frames: Vec::new(),
@@ -300,6 +303,7 @@ impl PackWriter {
             packs_dir: PathBuf::new(),
             temp_path: PathBuf::new(),
             file: None,
+            memory: None,
             hasher: blake3::Hasher::new(),
             offset: 0,
             frames: Vec::new(),
@@ -310,6 +314,40 @@ impl PackWriter {
             .write_header()
             .expect("a measuring writer performs no I/O");
         writer
+    }
+
+    /// A writer that keeps the pack in memory, for a pack that goes straight to a remote
+    /// (`dsv copy` packs the frames it takes from a pack partly needed without touching the
+    /// local disk). [`PackWriter::finish_in_memory`] gives the pack's bytes, exactly those
+    /// [`PackWriter::create`] would have written for the same frames.
+    pub fn in_memory() -> Self {
+        let mut writer = PackWriter {
+            packs_dir: PathBuf::new(),
+            temp_path: PathBuf::new(),
+            file: None,
+            memory: Some(Vec::with_capacity(1 << 20)),
+            hasher: blake3::Hasher::new(),
+            offset: 0,
+            frames: Vec::new(),
+            objects: Vec::new(),
+            sealed: false,
+        };
+        writer
+            .write_header()
+            .expect("an in-memory writer performs no I/O");
+        writer
+    }
+
+    /// Seals an in-memory pack ([`PackWriter::in_memory`]): its index and trailer are
+    /// appended, and the pack is returned with its bytes (the `.idx` a remote keeps beside
+    /// it is the last `size - index offset` bytes: [`crate::pack::reader::parse_tail`]).
+    /// For a writer not in memory, the bytes are empty.
+    ///
+    /// # Errors
+    /// None in memory; as [`PackWriter::finish`] otherwise.
+    pub fn finish_in_memory(mut self) -> Result<(SealedPack, Vec<u8>)> {
+        let sealed = self.seal()?;
+        Ok((sealed, self.memory.take().unwrap_or_default()))
     }
 
     fn write_header(&mut self) -> Result<()> {
@@ -323,6 +361,9 @@ impl PackWriter {
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
         if let Some(file) = &mut self.file {
             file.write_all(bytes).at(&self.temp_path)?;
+        }
+        if let Some(memory) = &mut self.memory {
+            memory.extend_from_slice(bytes);
         }
         self.hasher.update(bytes);
         self.offset += bytes.len() as u64;

@@ -69,8 +69,10 @@ use object_store::{
 
 pub mod aws_profile;
 pub mod collect;
+mod copy;
 
 pub use collect::{ListedPack, RemoteFormat, guard_pack, mark_key};
+pub use copy::CopyCounts;
 
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, IoResultExt, Result};
@@ -212,6 +214,15 @@ pub fn cloud_backend(
     url: &str,
     options: &BTreeMap<String, String>,
 ) -> Result<(Arc<dyn ObjectStore>, String)> {
+    cloud_backend_parts(url, options).map(|(store, path, _)| (store, path))
+}
+
+/// [`cloud_backend`], with, for S3, what a server-side copy from another bucket needs.
+fn cloud_backend_parts(
+    url: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<(Arc<dyn ObjectStore>, String, Option<copy::S3Account>)> {
+    let mut account = None;
     let invalid = |e: object_store::Error| Error::InvalidRemote {
         what: "URL",
         value: url.to_string(),
@@ -267,7 +278,21 @@ pub fn cloud_backend(
             for (key, value) in &options {
                 builder = builder.with_config(key.parse().map_err(invalid)?, value);
             }
-            Arc::new(builder.build().map_err(invalid)?)
+            let config = |key| builder.get_config_value(&key);
+            use object_store::aws::AmazonS3ConfigKey as Key;
+            let settings = copy::S3Settings {
+                // The URL is parsed at build(): the bucket is its host.
+                bucket: rest.split('/').next().unwrap_or_default().to_string(),
+                region: config(Key::Region).unwrap_or_else(|| "us-east-1".into()),
+                endpoint: config(Key::Endpoint),
+                virtual_hosted: config(Key::VirtualHostedStyleRequest)
+                    .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+                skip_signature: config(Key::SkipSignature)
+                    .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            };
+            let s3 = builder.build().map_err(invalid)?;
+            account = Some(copy::S3Account::new(settings, s3.credentials().clone()));
+            Arc::new(s3)
         }
         "az" | "abfs" | "abfss" => {
             let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env()
@@ -295,7 +320,7 @@ pub fn cloud_backend(
             });
         }
     };
-    Ok((store, path_part(rest)))
+    Ok((store, path_part(rest), account))
 }
 
 /// A remote ref's identity as the backend reports it: enough to ask "has it changed?" with
@@ -335,6 +360,15 @@ pub struct Remote {
     store: Arc<dyn ObjectStore>,
     /// For file:// remotes: the directory (refs are swapped under a lock file there).
     local_root: Option<PathBuf>,
+    /// The whole bucket (container) the remote lies in, and the remote's prefix in it: a
+    /// server-side copy names keys of two remotes of one bucket ([`Remote::shares_bucket_with`]).
+    bucket: Arc<dyn ObjectStore>,
+    prefix: Path,
+    /// What makes two remotes one bucket reached the same way: the scheme, the bucket and
+    /// the options; `None` for a local directory.
+    bucket_identity: Option<String>,
+    /// For S3: the account and settings a CopyObject from another bucket is signed with.
+    s3_account: Option<copy::S3Account>,
     runtime: crate::runtime::Runtime,
     requests: AtomicU64,
 }
@@ -364,6 +398,8 @@ impl Remote {
         };
         let (scheme, rest) = record.url.split_once("://").expect("checked");
         let mut local_root = None;
+        let mut bucket_identity = None;
+        let mut s3_account = None;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = if scheme == "file" {
             let root = PathBuf::from(rest);
             std::fs::create_dir_all(&root).at(&root)?;
@@ -372,14 +408,26 @@ impl Remote {
             local_root = Some(root);
             (Arc::new(local), String::new())
         } else {
-            cloud_backend(&record.url, &record.options)?
+            let scheme = match scheme {
+                "s3a" => "s3",
+                "abfs" | "abfss" => "az",
+                other => other,
+            };
+            let bucket = rest.split('/').next().unwrap_or_default();
+            let options = serde_json::to_string(&record.options).unwrap_or_default();
+            bucket_identity = Some(format!("{scheme}://{bucket} {options}"));
+            let (store, path, account) = cloud_backend_parts(&record.url, &record.options)?;
+            s3_account = account.map(|a| a.with_identity(format!("{scheme} {options}")));
+            (store, path)
         };
-        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+        let bucket = Arc::clone(&store);
+        let prefix = Path::from(prefix.as_str());
+        let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
             store
         } else {
             Arc::new(object_store::prefix::PrefixStore::new(
                 store,
-                Path::from(prefix.as_str()),
+                prefix.clone(),
             ))
         };
         let runtime = crate::runtime::shared()?;
@@ -387,6 +435,10 @@ impl Remote {
             name: record.name.clone(),
             store,
             local_root,
+            bucket,
+            prefix,
+            bucket_identity,
+            s3_account,
             runtime,
             requests: AtomicU64::new(0),
         })

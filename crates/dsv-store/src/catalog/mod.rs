@@ -43,6 +43,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0009_workspace_identity.sql"),
     include_str!("../../migrations/0010_stat_cache_in_path_order.sql"),
     include_str!("../../migrations/0011_stat_cache_vouches_for_the_version.sql"),
+    include_str!("../../migrations/0012_remote_order.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =
@@ -450,7 +451,8 @@ fn ref_state_of(conn: &Connection, path: &Path) -> Result<RefState> {
         let (dataset, tag, version) = row?;
         state.tags.insert((dataset, tag), id(version)?);
     }
-    let mut stmt = conn.prepare("SELECT name, url, options FROM remotes")?;
+    let mut stmt =
+        conn.prepare("SELECT name, url, options FROM remotes ORDER BY position, name")?;
     for row in stmt.query_map([], |r| {
         Ok((
             r.get::<_, String>(0)?,
@@ -460,6 +462,7 @@ fn ref_state_of(conn: &Connection, path: &Path) -> Result<RefState> {
     })? {
         let (name, url, options) = row?;
         let options = serde_json::from_str(&options).unwrap_or_default();
+        state.remote_order.push(name.clone());
         state.remotes.insert(name, (url, options));
     }
     let mut stmt = conn.prepare("SELECT version, reason, until FROM pins")?;
@@ -567,6 +570,39 @@ mod tests {
                 (b"a".to_vec(), 1, 1),
                 (b"a\0b".to_vec(), 6, 10),
                 (b"a.c".to_vec(), 1, 5)
+            ]
+        );
+    }
+
+    /// Schema 12: remotes recorded before it, read in name order then, keep that order.
+    #[test]
+    fn migration_12_keeps_the_remotes_in_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.db");
+        let mut conn = Connection::open(&path).unwrap();
+        migrations(11).to_latest(&mut conn).unwrap();
+        conn.execute_batch(
+            "INSERT INTO remotes (name, url, options, created_at) VALUES ('zeta', 'file:///z', '{}', 1);
+             INSERT INTO remotes (name, url, options, created_at) VALUES ('alpha', 'file:///a', '{}', 2);
+             INSERT INTO remotes (name, url, options, created_at) VALUES ('mid', 'file:///m', '{}', 3);",
+        )
+        .unwrap();
+        migrations(12).to_latest(&mut conn).unwrap();
+        let rows: Vec<(String, i64)> = {
+            let mut stmt = conn
+                .prepare("SELECT name, position FROM remotes ORDER BY position")
+                .unwrap();
+            stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        assert_eq!(
+            rows,
+            [
+                ("alpha".to_string(), 1),
+                ("mid".to_string(), 2),
+                ("zeta".to_string(), 3)
             ]
         );
     }

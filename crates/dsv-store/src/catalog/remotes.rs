@@ -24,6 +24,9 @@ pub struct RemoteRecord {
     pub url: String,
     /// Non-secret backend settings (`--option key=value`).
     pub options: BTreeMap<String, String>,
+    /// Its place in the read order, 1 first: reads that fetch data ask the remotes in this
+    /// order and fall back to the next on a miss or a failure.
+    pub position: u32,
 }
 
 /// One ref of a remote as last fetched or pushed, with what the remote said about the ref
@@ -63,6 +66,35 @@ pub struct RemoteLocation {
     pub frame_row: i64,
 }
 
+/// The remotes `conn` records, in read order, numbered 1.. as they stand (positions are kept
+/// dense; a gap or a tie would still give one order: ties by name).
+fn remotes_of(conn: &rusqlite::Connection, path: &std::path::Path) -> Result<Vec<RemoteRecord>> {
+    let mut stmt =
+        conn.prepare("SELECT id, name, url, options FROM remotes ORDER BY position, name")?;
+    let rows = stmt.query_map([], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, String>(3)?,
+        ))
+    })?;
+    let mut remotes = Vec::new();
+    for row in rows {
+        let (id, name, url, options) = row?;
+        let options = serde_json::from_str(&options)
+            .map_err(|_| Error::corrupt(path, "remote options are not a JSON object"))?;
+        remotes.push(RemoteRecord {
+            id,
+            name,
+            url,
+            options,
+            position: remotes.len() as u32 + 1,
+        });
+    }
+    Ok(remotes)
+}
+
 fn parse_id(bytes: &[u8], catalog: &Catalog) -> Result<ObjectId> {
     ObjectId::from_slice(bytes).ok_or_else(|| Error::corrupt(catalog.path(), "malformed id"))
 }
@@ -81,35 +113,12 @@ impl Catalog {
             })
     }
 
-    /// Every configured remote, by name.
+    /// Every configured remote, in read order (by position, 1 first).
     ///
     /// # Errors
     /// [`Error::Catalog`]; [`Error::Corrupt`] when stored options are not a JSON object.
     pub fn remotes(&self) -> Result<Vec<RemoteRecord>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, name, url, options FROM remotes ORDER BY name")?;
-        let rows = stmt.query_map([], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-            ))
-        })?;
-        let mut remotes = Vec::new();
-        for row in rows {
-            let (id, name, url, options) = row?;
-            let options = serde_json::from_str(&options)
-                .map_err(|_| Error::corrupt(&self.path, "remote options are not a JSON object"))?;
-            remotes.push(RemoteRecord {
-                id,
-                name,
-                url,
-                options,
-            });
-        }
-        Ok(remotes)
+        remotes_of(&self.conn, &self.path)
     }
 
     /// Every ref of `remote` as last fetched, sorted by dataset then tag (heads first).
@@ -320,7 +329,7 @@ impl Catalog {
 }
 
 impl CatalogWriter<'_> {
-    /// Adds remote `name`.
+    /// Adds remote `name`, last in the read order (see [`CatalogWriter::set_remote_order`]).
     ///
     /// # Errors
     /// [`Error::RemoteExists`]; [`Error::Catalog`].
@@ -333,7 +342,8 @@ impl CatalogWriter<'_> {
         let options_map = options;
         let options = serde_json::to_string(options).expect("a map of strings serializes");
         let added = self.tx.execute(
-            "INSERT OR IGNORE INTO remotes (name, url, options, created_at) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT OR IGNORE INTO remotes (name, url, options, created_at, position)
+             VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(position), 0) + 1 FROM remotes))",
             params![name, url, options, unix_now()],
         )?;
         if added == 0 {
@@ -369,6 +379,50 @@ impl CatalogWriter<'_> {
             url: None,
             options: BTreeMap::new(),
         });
+        // The others keep their order, numbered 1.. again.
+        let order: Vec<String> = self.remote_names()?;
+        self.number_remotes(&order)
+    }
+
+    /// Puts remotes `first` at the front of the read order, in the order given; the others
+    /// follow in the order they had. Returns the new order (every remote's name).
+    ///
+    /// # Errors
+    /// [`Error::RemoteNotFound`] for a name of no remote; [`Error::Catalog`].
+    pub fn set_remote_order(&self, first: &[String]) -> Result<Vec<String>> {
+        let current: Vec<String> = self.remote_names()?;
+        if let Some(unknown) = first.iter().find(|name| !current.contains(name)) {
+            return Err(Error::RemoteNotFound {
+                name: unknown.clone(),
+            });
+        }
+        let order = crate::reflog::reorder(&current, first);
+        self.number_remotes(&order)?;
+        self.log(RefLogEntry::RemoteOrder {
+            names: order.clone(),
+        });
+        Ok(order)
+    }
+
+    /// The remotes' names in read order.
+    fn remote_names(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("SELECT name FROM remotes ORDER BY position, name")?;
+        let names = stmt
+            .query_map([], |row| row.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(names)
+    }
+
+    /// Gives remotes `order` the positions 1, 2, ... in that order.
+    fn number_remotes(&self, order: &[String]) -> Result<()> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("UPDATE remotes SET position = ?1 WHERE name = ?2")?;
+        for (index, name) in order.iter().enumerate() {
+            stmt.execute(params![index as i64 + 1, name])?;
+        }
         Ok(())
     }
 
@@ -596,7 +650,7 @@ mod tests {
     }
 
     #[test]
-    fn remotes_are_added_once_listed_by_name_and_replaced_by_remove_then_add() {
+    fn remotes_are_added_once_listed_in_read_order_and_replaced_by_remove_then_add() {
         let (_dir, mut catalog, origin, _) = with_remotes();
         let names: Vec<_> = catalog
             .remotes()
@@ -604,7 +658,7 @@ mod tests {
             .into_iter()
             .map(|r| r.name)
             .collect();
-        assert_eq!(names, ["backup", "origin"]);
+        assert_eq!(names, ["origin", "backup"]);
         let record = catalog.remote("origin").unwrap();
         assert_eq!(
             record,
@@ -613,6 +667,7 @@ mod tests {
                 name: "origin".into(),
                 url: "s3://bucket/a".into(),
                 options: options(&[("region", "x")]),
+                position: 1,
             }
         );
         let writer = catalog.writer().unwrap();
@@ -799,6 +854,67 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    fn order(catalog: &Catalog) -> Vec<(String, u32)> {
+        catalog
+            .remotes()
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.name, r.position))
+            .collect()
+    }
+
+    fn named(names: &[&str]) -> Vec<(String, u32)> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), i as u32 + 1))
+            .collect()
+    }
+
+    /// A remote added goes last; `set_remote_order` puts the named ones first, in the order
+    /// given, the rest after as they were; a removal closes the gap; the ref log replays to
+    /// the same order (what `dsv repair` restores), and its snapshot does too.
+    #[test]
+    fn the_read_order_is_kept_changed_and_logged() {
+        let (_dir, mut catalog, _, _) = with_remotes();
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote("near", "file:///n", &BTreeMap::new())
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(order(&catalog), named(&["origin", "backup", "near"]));
+        let writer = catalog.writer().unwrap();
+        let new = writer.set_remote_order(&["near".into()]).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(new, ["near", "origin", "backup"]);
+        assert_eq!(order(&catalog), named(&["near", "origin", "backup"]));
+        let writer = catalog.writer().unwrap();
+        writer
+            .set_remote_order(&["backup".into(), "near".into()])
+            .unwrap();
+        assert!(matches!(
+            writer.set_remote_order(&["nope".into()]),
+            Err(Error::RemoteNotFound { .. })
+        ));
+        writer.commit().unwrap();
+        assert_eq!(order(&catalog), named(&["backup", "near", "origin"]));
+        let writer = catalog.writer().unwrap();
+        writer.remove_remote("near").unwrap();
+        writer.commit().unwrap();
+        assert_eq!(order(&catalog), named(&["backup", "origin"]));
+        assert_eq!(catalog.remote("origin").unwrap().position, 2);
+        let state = catalog.ref_state().unwrap();
+        assert_eq!(state.remote_order, ["backup", "origin"]);
+        let log = crate::reflog::read(&catalog.ref_log_path(), None).unwrap();
+        assert_eq!(log.state(), state);
+        // A snapshot of the state (a compacted log) gives the same order.
+        let mut replayed = crate::reflog::RefState::default();
+        for entry in state.entries() {
+            replayed.apply(&entry);
+        }
+        assert_eq!(replayed, state);
     }
 
     #[test]

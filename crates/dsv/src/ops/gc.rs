@@ -43,7 +43,7 @@
 //! - **Eviction** (`cache prune`) sets `versions.evicted_at` on a version whose version object
 //!   and every chunk a remote holds. The version stays live: its version object, trees and
 //!   file maps are kept, so `log`, `ls`, `diff` and `audit` still work and a checkout knows
-//!   exactly which chunks to fetch back (`fetch_missing`, from every remote in name order, as
+//!   exactly which chunks to fetch back (`fetch_missing`, from the remotes in read order, as
 //!   for a clone). Only its chunks stop being kept for it. A commit or checkout that records
 //!   the version for a directory (`set_workspace`) sets `last_used` to now and clears
 //!   `evicted_at`. "A remote holds it" means the remote's pack indexes as this store last

@@ -458,6 +458,10 @@ fn restore_names(
         writer.add_remote(name, url, options)?;
         report.remotes += 1;
     }
+    // Added in name order: then the read order the log gives.
+    if !state.remote_order.is_sorted() {
+        writer.set_remote_order(&state.remote_order)?;
+    }
     for (dataset, head) in &state.heads {
         if known(head) {
             writer.set_head(dataset, head)?;

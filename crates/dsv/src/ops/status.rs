@@ -422,7 +422,7 @@ pub struct HeadComparison {
     pub ahead: u64,
 }
 
-/// The heads of `dataset` (local, then each remote's in name order) that are not `version`,
+/// The heads of `dataset` (local, then each remote's in read order) that are not `version`,
 /// compared with it; heads whose line shares no version with it are left out.
 fn compare_heads(store: &Store, dataset: &str, version: &ObjectId) -> Result<Vec<HeadComparison>> {
     let catalog = store.catalog();

@@ -24,6 +24,7 @@ use crate::pack_sink::PackSink;
 use crate::remote::Remote;
 use crate::store::{SharedDataLock, Store, StripeLock};
 use crate::transfer as sync;
+use crate::transfer::fallback::{Attempts, RemoteHealth};
 
 /// Read-only connections to the store's catalog, one per thread that reads at a time:
 /// taken for one query or a few, then put back. No lock is held while a connection is used.
@@ -119,6 +120,13 @@ pub fn after_fork() {
     FORK_GATE_CHANGED.notify_all();
 }
 
+/// One entry of [`sync::FramesOf`]: a remote frame by (pack, offset), with its catalog row
+/// and the wanted objects in it.
+type FrameEntry = (
+    (ObjectId, u64),
+    (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>),
+);
+
 /// Lock files that remote frames are spread over (by a hash of pack and offset).
 pub const STRIPES: u64 = 4096;
 
@@ -137,6 +145,9 @@ pub(super) struct Fetcher {
     temp_dir: PathBuf,
     /// Remotes opened so far, by name (an opened remote keeps its HTTP connections).
     remotes: Mutex<HashMap<String, Arc<Remote>>>,
+    /// Remotes that failed lately: asked after the others for a while (see "Fallback" in
+    /// `crate::transfer`).
+    pub(super) health: RemoteHealth,
     jobs: usize,
 }
 
@@ -162,60 +173,45 @@ impl Fetcher {
             packs_dir: store.packs_dir(),
             temp_dir: store.temp_dir(),
             remotes: Mutex::new(HashMap::new()),
+            health: RemoteHealth::default(),
             jobs,
         }
     }
 
     /// Makes `chunks` local: downloads the frames holding those this store lacks from the
-    /// first remote (in name order) whose index lists them, stores and records them.
-    /// `store` is locked only to record. Returns the bytes downloaded.
+    /// remotes whose indexes list them, in read order (a remote that fails is passed over
+    /// and remembered in `attempts`; one that failed lately is asked last), stores and
+    /// records them. `store` is locked only to record. Returns the bytes downloaded.
     ///
     /// # Errors
-    /// [`FetchError::NotIndexed`] when some chunk is on no remote's index; else remote,
-    /// corruption (naming the remote's pack), I/O and catalog errors. A failed fetch stores
-    /// nothing.
+    /// [`FetchError::NotIndexed`] when some chunk is on no remote's index, or only on
+    /// remotes that failed (the caller reads the indexes again and makes the error); else
+    /// I/O and catalog errors. A failed download stores nothing of it.
     pub(super) fn fetch(
         &self,
         engine: &super::Engine,
         chunks: &[ObjectId],
+        attempts: &mut Attempts,
     ) -> std::result::Result<u64, FetchError> {
         let catalogs = &engine.catalogs;
         let _in_fetch = InFetch::enter();
         let mut downloaded = 0u64;
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
             chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
-        let records = catalogs.with(|catalog| catalog.remotes())?;
+        let records = attempts.order(catalogs.with(|catalog| catalog.remotes())?);
         for record in records {
             if remaining.is_empty() {
                 break;
             }
             let by_frame =
                 catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
-            if !by_frame.is_empty() {
-                let remote = self.remote(&record)?;
-                let by_frame: Vec<_> = by_frame.into_iter().collect();
-                // A bounded number of lock files held at once (each an open descriptor).
-                for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
-                    // The data lock, shared: no gc runs between storing and recording.
-                    let data = SharedDataLock::take_at(&self.root)?;
-                    let _stripes = self.lock_stripes(&data, batch.iter().map(|(key, _)| key))?;
-                    // Again under the locks: another thread or process may have fetched some.
-                    let still = catalogs.with(|catalog| {
-                        let mut still = BTreeMap::new();
-                        for (key, (frame, row, objects)) in batch {
-                            for (id, kind) in objects {
-                                if !catalog.has_object(id, *kind)? {
-                                    still.insert(*key, (*frame, *row));
-                                    break;
-                                }
-                            }
-                        }
-                        Ok(still)
-                    })?;
-                    if !still.is_empty() {
-                        downloaded += self.download(engine, &remote, still)?;
-                    }
-                }
+            if !by_frame.is_empty()
+                && let Some(remote) = attempts.open(&record.name, || self.remote(&record))?
+            {
+                let got = attempts.attempt(&record.name, || {
+                    self.fetch_frames(engine, &remote, by_frame.into_iter().collect())
+                })?;
+                downloaded += got.unwrap_or(0);
             }
             remaining = catalogs.with(|catalog| {
                 let mut still = Vec::new();
@@ -232,6 +228,41 @@ impl Fetcher {
         } else {
             Err(FetchError::NotIndexed)
         }
+    }
+
+    /// Downloads frames `by_frame` of `remote` that are still missing, a batch at a time
+    /// under their stripe locks; returns the bytes downloaded.
+    fn fetch_frames(
+        &self,
+        engine: &super::Engine,
+        remote: &Remote,
+        by_frame: Vec<FrameEntry>,
+    ) -> Result<u64> {
+        let catalogs = &engine.catalogs;
+        let mut downloaded = 0;
+        // A bounded number of lock files held at once (each an open descriptor).
+        for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
+            // The data lock, shared: no gc runs between storing and recording.
+            let data = SharedDataLock::take_at(&self.root)?;
+            let _stripes = self.lock_stripes(&data, batch.iter().map(|(key, _)| key))?;
+            // Again under the locks: another thread or process may have fetched some.
+            let still = catalogs.with(|catalog| {
+                let mut still = BTreeMap::new();
+                for (key, (frame, row, objects)) in batch {
+                    for (id, kind) in objects {
+                        if !catalog.has_object(id, *kind)? {
+                            still.insert(*key, (*frame, *row));
+                            break;
+                        }
+                    }
+                }
+                Ok(still)
+            })?;
+            if !still.is_empty() {
+                downloaded += self.download(engine, remote, still)?;
+            }
+        }
+        Ok(downloaded)
     }
 
     /// Downloads `frames` of `remote` (whose stripe locks the caller holds) into a new pack

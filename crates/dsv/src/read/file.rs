@@ -12,6 +12,7 @@
 //! every block has passed, the map is recorded as proven. A remote map without an outboard
 //! (data pushed before outboards) is proven whole at open, as before.
 
+use crate::transfer::fallback::Attempts;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -112,9 +113,12 @@ impl FileState {
             Some((location, unproven)) => FileState::mapped(engine, entry, location, unproven),
             None => {
                 // A file of one chunk (no map anywhere), fetched alone; else the whole file.
-                match engine.fetcher.fetch(engine, &[entry.id]) {
-                    Ok(_) => FileState::open_fetched(engine, entry),
-                    Err(FetchError::NotIndexed) => FileState::whole(engine, entry, None),
+                let mut attempts = Attempts::sharing(&engine.fetcher.health);
+                match engine.fetcher.fetch(engine, &[entry.id], &mut attempts) {
+                    Ok(_) => FileState::open_fetched(engine, entry, &mut attempts),
+                    Err(FetchError::NotIndexed) => {
+                        FileState::whole(engine, entry, None, &mut attempts)
+                    }
                     Err(FetchError::Failed(e)) => Err(e),
                 }
             }
@@ -134,7 +138,11 @@ impl FileState {
     }
 
     /// After fetching a file's one chunk: its layout, now local.
-    fn open_fetched(engine: &Engine, entry: FlatEntry) -> Result<FileState> {
+    fn open_fetched(
+        engine: &Engine,
+        entry: FlatEntry,
+        attempts: &mut Attempts,
+    ) -> Result<FileState> {
         let found = engine
             .catalogs
             .with(|catalog| catalog.locate_file(&entry.id))?;
@@ -142,7 +150,7 @@ impl FileState {
             Some(location) if location.kind == ObjectKind::Chunk => {
                 FileState::one_chunk(engine, entry, location)
             }
-            _ => FileState::whole(engine, entry, None),
+            _ => FileState::whole(engine, entry, None, attempts),
         }
     }
 
@@ -196,7 +204,8 @@ impl FileState {
         };
         let Some(outboard) = outboard else {
             // Pushed before outboards (or an unusable one): proven whole, as checkout does.
-            return FileState::whole(engine, entry, Some(&map));
+            let mut attempts = Attempts::sharing(&engine.fetcher.health);
+            return FileState::whole(engine, entry, Some(&map), &mut attempts);
         };
         let verified = engine
             .block_sets
@@ -217,10 +226,15 @@ impl FileState {
     /// the chunks are fetched first without any store-wide lock; the store is locked only to
     /// prove them (local reads), or, when no remote's index as last read lists them, for the
     /// fetch that reads the indexes again.
-    fn whole(engine: &Engine, entry: FlatEntry, map: Option<&FileMap>) -> Result<FileState> {
+    fn whole(
+        engine: &Engine,
+        entry: FlatEntry,
+        map: Option<&FileMap>,
+        attempts: &mut Attempts,
+    ) -> Result<FileState> {
         if let Some(map) = map {
             let ids: Vec<ObjectId> = map.chunks.iter().map(|(id, _)| *id).collect();
-            match engine.fetcher.fetch(engine, &ids) {
+            match engine.fetcher.fetch(engine, &ids, attempts) {
                 Ok(_) | Err(FetchError::NotIndexed) => {}
                 Err(FetchError::Failed(e)) => return Err(e),
             }
@@ -229,11 +243,12 @@ impl FileState {
             let mut store = engine.lock_store();
             match store.reader().file_chunks(&entry.id, entry.size) {
                 Err(Error::MissingObject { .. }) => {
-                    crate::transfer::fetch_files(
+                    crate::transfer::fetch_files_with(
                         &mut store,
                         &[(entry.id, entry.size)],
                         engine.options.fetch_jobs,
                         &crate::progress::NoProgress,
+                        attempts,
                     )?;
                     store.reader().file_chunks(&entry.id, entry.size)?
                 }
@@ -324,17 +339,20 @@ impl FileState {
             return Ok(());
         }
         let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
-        match engine.fetcher.fetch(engine, &ids) {
+        let mut attempts = Attempts::sharing(&engine.fetcher.health);
+        match engine.fetcher.fetch(engine, &ids, &mut attempts) {
             Ok(_) => {}
             Err(FetchError::Failed(e)) => return Err(e),
             Err(FetchError::NotIndexed) => {
-                // Pushed since this store last read the remotes' indexes: read them again
-                // (the store locked for that only), then fetch.
+                // Pushed since this store last read the remotes' indexes (or held only by
+                // remotes that failed): read them again (the store locked for that only),
+                // then fetch.
                 crate::transfer::refresh_all_indexes(
                     &mut engine.lock_store(),
                     engine.options.fetch_jobs,
+                    &mut attempts,
                 )?;
-                match engine.fetcher.fetch(engine, &ids) {
+                match engine.fetcher.fetch(engine, &ids, &mut attempts) {
                     Ok(_) | Err(FetchError::NotIndexed) => {}
                     Err(FetchError::Failed(e)) => return Err(e),
                 }
@@ -342,10 +360,10 @@ impl FileState {
         }
         let still = self.locate(engine, &missing)?;
         if let Some(index) = still.first() {
-            return Err(Error::MissingObject {
+            return Err(attempts.missing(Error::MissingObject {
                 id: self.chunks[*index].0.to_hex(),
                 what: "chunk",
-            });
+            }));
         }
         Ok(())
     }

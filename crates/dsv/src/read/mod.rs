@@ -521,19 +521,27 @@ impl VersionHandle {
         if chunks.is_empty() {
             return Ok(0);
         }
-        match self.engine.fetcher.fetch(&self.engine, &chunks) {
+        let mut attempts =
+            crate::transfer::fallback::Attempts::sharing(&self.engine.fetcher.health);
+        match self
+            .engine
+            .fetcher
+            .fetch(&self.engine, &chunks, &mut attempts)
+        {
             Ok(bytes) => Ok(bytes),
             Err(fetch::FetchError::Failed(e)) => Err(e),
             Err(fetch::FetchError::NotIndexed) => {
-                // Pushed since this store read the remotes' indexes, or files whose map is
-                // not here: the fetch that reads the indexes again and walks maps.
+                // Pushed since this store read the remotes' indexes, files whose map is
+                // not here, or chunks only remotes that failed list: the fetch that reads
+                // the indexes again and walks maps.
                 let mut store = self.engine.lock_store();
                 let files: Vec<(ObjectId, u64)> = files.iter().map(|e| (e.id, e.size)).collect();
-                let transfer = crate::transfer::fetch_files(
+                let transfer = crate::transfer::fetch_files_with(
                     &mut store,
                     &files,
                     self.engine.options.fetch_jobs,
                     &crate::progress::NoProgress,
+                    &mut attempts,
                 )?;
                 Ok(transfer.bytes)
             }

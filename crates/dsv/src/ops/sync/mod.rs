@@ -1,5 +1,5 @@
-//! Sync with remotes: what fetch ([`mod@fetch`]), push ([`mod@push`]), pull ([`mod@pull`]) and clone
-//! ([`mod@clone`]) share (opening a remote, pack indexes, downloading frames, fetching the chunks
+//! Sync with remotes: what fetch ([`mod@fetch`]), push ([`mod@push`]), pull ([`mod@pull`]), clone
+//! ([`mod@clone`]) and copy between two remotes ([`mod@copy`]) share (opening a remote, pack indexes, downloading frames, fetching the chunks
 //! a checkout or a reader lacks), and the remotes a store knows ([`remotes`]).
 //!
 //! What moves is frames and packs, never single objects:
@@ -149,6 +149,13 @@
 //!
 //! ## Known limits
 //!
+//! - Reads ask the remotes in the read order the user set (`dsv remote order`; see
+//!   "Fallback" in `crate::transfer`), not by measured latency or cost: dsv does not find
+//!   the nearest copy itself. A remote that answers slowly but successfully is not passed
+//!   over, and one that lacks part of the data costs a listing of its packs before the next
+//!   is asked. A remote that failed is asked again by the next command (the read engine:
+//!   after 60 s), so an outage costs each command one failed try of it (with its retries:
+//!   lower `max_retries` and `connect_timeout` on a remote that is often away).
 //! - `remote_objects` keeps one location per (remote, id, kind), the first pack indexed. If
 //!   that pack disappears from the remote while another remote pack also holds the object,
 //!   the store forgets the object for that remote (the other pack's index is not read
@@ -169,7 +176,11 @@
 //!   the remote even when every byte is local; `checkout NAME` does not.
 //! - Push sends only data this store holds. Every object a remote lacks must be here: pushing
 //!   a clone's versions to a second remote fails with `MissingObject` (exit 5) for chunks the
-//!   clone never downloaded.
+//!   clone never downloaded; `dsv copy --from FIRST --to SECOND` moves them remote to remote.
+//! - `copy` copies server-side within one bucket (any provider) and between two S3 buckets
+//!   reached with the same options; between two Azure containers or GCS buckets, or two
+//!   clouds, it streams every pack through this machine (`object_store` copies within one
+//!   bucket only; Azure's Put Blob From URL and GCS's cross-bucket rewrite are not used).
 //! - `push --force` overwrites refs without a compare-and-swap (on `file://`, without the
 //!   lock), so it can overwrite a concurrent writer's update.
 //! - Refs move one dataset at a time, each recorded here as soon as it moved: a push that
@@ -189,6 +200,7 @@
 //!   (exit 6).
 
 pub mod clone;
+pub mod copy;
 pub mod fetch;
 pub mod pull;
 pub mod push;
@@ -196,13 +208,17 @@ pub mod remote_gc;
 pub mod remotes;
 
 pub use clone::{CloneOptions, CloneReport, clone, default_clone_dir};
+pub use copy::{CopyOptions, CopyReport, copy};
 use fetch::fetch_with;
 pub use fetch::{FetchOptions, FetchReport, fetch};
 pub use pull::{
     HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
 };
 pub use push::{PushOptions, PushReport, PushedRef, push};
-pub use remotes::{RemoteListing, add_remote, default_remote, list_remotes, remove_remote};
+pub use remotes::{
+    RemoteListing, add_remote, add_remote_placed, default_remote, list_remotes, order_remotes,
+    remove_remote,
+};
 // The downloading this module's commands share lives in `crate::transfer`, below the read
 // engine too; its public items keep their paths here.
 pub use crate::transfer::{COALESCE_GAP, MAX_SPAN, Transfer, fetch_files, fetch_missing};

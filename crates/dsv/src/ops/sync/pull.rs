@@ -15,12 +15,15 @@
 //! 3. **Missing chunks** (`fetch_missing`). Walk the version's trees (local now); for each
 //!    file, or with `--include` each file whose path matches a glob, list its chunk ids from
 //!    its file map (`ObjectReader::chunk_ids`), and keep those this store lacks. Then ask the
-//!    named remote first and every other remote in name order: if the remote's recorded
-//!    indexes lack any of the missing chunks, its pack indexes are refreshed first; then
-//!    the frames holding the chunks are downloaded ("Downloading frames" in [`super`]). A file
+//!    named remote first and the others in read order, each for what the ones before it
+//!    did not serve, passing over a remote that fails ("Fallback" in
+//!    `crate::transfer`): if the remote's recorded indexes lack any of the missing chunks,
+//!    its pack indexes are refreshed first; then the frames holding the chunks are
+//!    downloaded ("Downloading frames" in [`super`]). A file
 //!    with neither its chunk nor its file map here (a map rejected by its proof) is asked for
 //!    as a file map; when any map was asked for, one more round lists and fetches the chunks
-//!    the new maps name. A chunk no remote holds is `MissingObject` (exit 5).
+//!    the new maps name. A chunk every remote missed is `MissingObject` (exit 5); when one
+//!    failed and none served it, the first failure (`Error::RemotesFailed`).
 //!    `pull` then checks that the pulled version is recorded here; a ref naming a version the
 //!    remote does not hold is `Error::Corrupt` naming `remote NAME`.
 //! 4. `pull` then takes the store lock and, in one transaction, moves the local head when that
@@ -38,7 +41,7 @@
 //!    head and `status` finds it clean (a checkout of the new head).
 //!
 //! A checkout of a local revision in a store that has remotes runs step 3 for its version
-//! (every remote in name order) before checking out. With every chunk already here, it sends
+//! (the remotes in read order) before checking out. With every chunk already here, it sends
 //! no request.
 
 use serde::Serialize;

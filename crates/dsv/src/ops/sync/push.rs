@@ -98,7 +98,7 @@ pub struct PushReport {
     pub transfer: Transfer,
 }
 
-fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<()> {
+pub(super) fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<()> {
     let writer = store.catalog_mut().writer()?;
     writer.set_remote_ref(remote, reference)?;
     writer.commit()
@@ -106,14 +106,14 @@ fn record_ref(store: &mut Store, remote: i64, reference: &RemoteRef) -> Result<(
 
 /// A remote's refs as listed by one LIST request, read lazily: a ref whose ETag matches the
 /// one recorded at the last fetch or push is not downloaded again.
-struct RemoteRefs<'a> {
+pub(super) struct RemoteRefs<'a> {
     remote: &'a Remote,
     listed: Vec<(RefName, RefState)>,
     recorded: Vec<RemoteRef>,
 }
 
 impl<'a> RemoteRefs<'a> {
-    fn list(store: &Store, record: &RemoteRecord, remote: &'a Remote) -> Result<Self> {
+    pub(super) fn list(store: &Store, record: &RemoteRecord, remote: &'a Remote) -> Result<Self> {
         Ok(RemoteRefs {
             remote,
             listed: remote.list_refs()?,
@@ -121,8 +121,13 @@ impl<'a> RemoteRefs<'a> {
         })
     }
 
+    /// Every ref listed, with its state as listed.
+    pub(super) fn listed(&self) -> &[(RefName, RefState)] {
+        &self.listed
+    }
+
     /// The version `name` names on the remote and its state, `None` when absent.
-    fn current(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
+    pub(super) fn current(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
         let Some((_, state)) = self.listed.iter().find(|(n, _)| n == name) else {
             return Ok(None);
         };
@@ -146,10 +151,102 @@ impl<'a> RemoteRefs<'a> {
     }
 }
 
-/// Every object reachable from `version` that `record`'s remote lacks (as `view` sees it: an
-/// object only in marked packs is lacking), with the local pack holding each: the version,
-/// its provenance, trees, file maps and chunks, and the same for every parent. The remote
-/// packs holding the rest go into `relied`.
+/// What a walk ([`walk_missing_on`]) takes a remote to hold.
+pub(super) enum Held<'a> {
+    /// What this store's record of remote `.0`'s indexes lists. The walk stops at a parent
+    /// the remote holds: right only for a remote nothing collects (a collected remote keeps
+    /// a version's data only while a ref reaches it).
+    Recorded(i64),
+    /// What a writer's view of remote `.1` may rely on (`transfer::writer_view`: marked packs
+    /// are absent). Every parent is walked; the remote packs holding what the walk does not
+    /// hand to `need` go into `.2`.
+    View(&'a WriterView, i64, &'a mut HashSet<ObjectId>),
+}
+
+/// Calls `need` for every object reachable from `version` that the remote lacks (as `held`
+/// says): the version, its provenance object, trees, file maps and chunks, and the same for
+/// each parent (all of them with [`Held::View`]; until one the remote holds with
+/// [`Held::Recorded`]). A file's outboard is needed where `has_outboard` says one exists; a
+/// file of several chunks without one is handed to `lacking_outboard`. Trees and file maps
+/// are read from this store (a push has them; a copy fetched them first).
+///
+/// # Errors
+/// [`Error::MissingObject`] for metadata this store lacks; `need`'s errors.
+pub(super) fn walk_missing_on(
+    store: &Store,
+    mut held: Held<'_>,
+    version: &ObjectId,
+    has_outboard: &dyn Fn(&ObjectId) -> Result<bool>,
+    lacking_outboard: &mut dyn FnMut(ObjectId),
+    need: &mut dyn FnMut(ObjectId, ObjectKind) -> Result<()>,
+) -> Result<()> {
+    let catalog = store.catalog();
+    let mut reader = store.reader();
+    let stop_at_held = matches!(held, Held::Recorded(_));
+    let mut holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
+        match &mut held {
+            Held::Recorded(remote) => Ok(catalog.remote_locate(*remote, id, kind)?.is_some()),
+            Held::View(view, remote, relied) => match view.locate(catalog, *remote, id, kind)? {
+                Some(pack) => {
+                    relied.insert(pack);
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
+        }
+    };
+    let mut need = |holds: &mut dyn FnMut(&ObjectId, ObjectKind) -> Result<bool>,
+                    id: &ObjectId,
+                    kind: ObjectKind|
+     -> Result<()> {
+        if !holds(id, kind)? {
+            need(*id, kind)?;
+        }
+        Ok(())
+    };
+    let mut seen_trees = HashSet::new();
+    let mut next = Some(*version);
+    while let Some(id) = next {
+        if stop_at_held && id != *version && holds(&id, ObjectKind::Version)? {
+            break;
+        }
+        need(&mut holds, &id, ObjectKind::Version)?;
+        let version = reader.version(&id)?;
+        if let Some(provenance) = &version.provenance {
+            need(&mut holds, provenance, ObjectKind::Provenance)?;
+        }
+        walk_reachable(
+            &mut reader,
+            &version.tree,
+            Some(&mut seen_trees),
+            &mut |reached| match reached {
+                Reached::Tree(tree) => need(&mut holds, &tree, ObjectKind::Tree),
+                Reached::File { id, chunks, .. } => {
+                    if chunks.len() > 1 {
+                        need(&mut holds, &id, ObjectKind::FileMap)?;
+                        // An outboard travels where there is one (a store made before
+                        // outboards has none until `dsv repair` writes them).
+                        if has_outboard(&id)? {
+                            need(&mut holds, &id, ObjectKind::Outboard)?;
+                        } else {
+                            lacking_outboard(id);
+                        }
+                    }
+                    chunks
+                        .iter()
+                        .try_for_each(|chunk| need(&mut holds, chunk, ObjectKind::Chunk))
+                }
+            },
+        )?;
+        next = version.parent;
+    }
+    Ok(())
+}
+
+/// Every local pack holding an object reachable from `version` that `record`'s remote lacks
+/// as `view` sees it (an object only in marked packs is lacking), through every parent
+/// ([`walk_missing_on`] with [`Held::View`]). The remote packs holding the rest go into
+/// `relied`.
 fn objects_to_send(
     store: &Store,
     record: &RemoteRecord,
@@ -159,60 +256,24 @@ fn objects_to_send(
     relied: &mut HashSet<ObjectId>,
 ) -> Result<HashSet<ObjectId>> {
     let catalog = store.catalog();
-    let mut reader = store.reader();
     let mut packs = HashSet::new();
-    let mut need = |id: &ObjectId, kind: ObjectKind| -> Result<()> {
-        match view.locate(catalog, record.id, id, kind)? {
-            Some(pack) => {
-                relied.insert(pack);
-            }
-            None => {
-                let location = catalog
-                    .locate(id, kind)?
-                    .ok_or_else(|| Error::MissingObject {
-                        id: id.to_hex(),
-                        what: kind.name(),
-                    })?;
-                packs.insert(location.frame.pack);
-            }
-        }
-        Ok(())
-    };
-    let mut seen_trees = HashSet::new();
-    let mut next = Some(*version);
-    // Every parent, even one the remote holds: a collected remote keeps only what its refs
-    // reach, so a version object there says nothing of its trees and chunks.
-    while let Some(id) = next {
-        need(&id, ObjectKind::Version)?;
-        let version = reader.version(&id)?;
-        if let Some(provenance) = &version.provenance {
-            need(provenance, ObjectKind::Provenance)?;
-        }
-        walk_reachable(
-            &mut reader,
-            &version.tree,
-            Some(&mut seen_trees),
-            &mut |reached| match reached {
-                Reached::Tree(tree) => need(&tree, ObjectKind::Tree),
-                Reached::File { id, chunks, .. } => {
-                    if chunks.len() > 1 {
-                        need(&id, ObjectKind::FileMap)?;
-                        // An outboard travels where there is one (a store made before
-                        // outboards has none until `dsv repair` writes them).
-                        if catalog.has_object(&id, ObjectKind::Outboard)? {
-                            need(&id, ObjectKind::Outboard)?;
-                        } else {
-                            lacking_outboards.push(id);
-                        }
-                    }
-                    chunks
-                        .iter()
-                        .try_for_each(|chunk| need(chunk, ObjectKind::Chunk))
-                }
-            },
-        )?;
-        next = version.parent;
-    }
+    walk_missing_on(
+        store,
+        Held::View(view, record.id, relied),
+        version,
+        &|id| catalog.has_object(id, ObjectKind::Outboard),
+        &mut |id| lacking_outboards.push(id),
+        &mut |id, kind| {
+            let location = catalog
+                .locate(&id, kind)?
+                .ok_or_else(|| Error::MissingObject {
+                    id: id.to_hex(),
+                    what: kind.name(),
+                })?;
+            packs.insert(location.frame.pack);
+            Ok(())
+        },
+    )?;
     Ok(packs)
 }
 

@@ -1,5 +1,16 @@
-//! The remotes a store knows (`dsv remote add|remove|list`) and which one a command uses
-//! when none is named. Nothing here contacts a remote.
+//! The remotes a store knows (`dsv remote add|rm|ls|order`), their read order, and which one
+//! a command uses when none is named. Nothing here contacts a remote.
+//!
+//! # Read order
+//!
+//! Every read that fetches data this store lacks (checkout, pull, the read engine behind
+//! `cat`, `mount` and the Python package) asks the remotes in their read order
+//! ([`crate::catalog::RemoteRecord::position`], 1 first) and falls back to the next on a miss
+//! or a failure (see "Fallback" in `crate::transfer`). A remote added goes last
+//! ([`add_remote`]) or first ([`add_remote_placed`] with `first`); [`order_remotes`] moves
+//! remotes to the front. The read order does not choose the remote that push, pull and fetch
+//! talk to when none is named ([`default_remote`]): the nearest copy is often a read-only
+//! mirror, and the remote a team pushes to stays the one its settings name.
 
 use std::collections::BTreeMap;
 
@@ -11,8 +22,9 @@ use crate::remote::{self, Remote};
 use crate::revision::check_name;
 use crate::store::Store;
 
-/// Adds a remote after checking its URL and options (nothing is contacted). A local path is
-/// taken as the `file://` URL of its absolute path ([`remote::url_from_path`]).
+/// Adds a remote after checking its URL and options (nothing is contacted), last in the read
+/// order. A local path is taken as the `file://` URL of its absolute path
+/// ([`remote::url_from_path`]).
 ///
 /// # Errors
 /// [`Error::InvalidName`], [`Error::InvalidRemote`], [`Error::RemoteExists`].
@@ -21,6 +33,21 @@ pub fn add_remote(
     name: &str,
     url: &str,
     options: &BTreeMap<String, String>,
+) -> Result<RemoteRecord> {
+    add_remote_placed(store, name, url, options, false)
+}
+
+/// [`add_remote`], placing the remote first in the read order when `first` (in the same
+/// transaction), else last.
+///
+/// # Errors
+/// As [`add_remote`].
+pub fn add_remote_placed(
+    store: &mut Store,
+    name: &str,
+    url: &str,
+    options: &BTreeMap<String, String>,
+    first: bool,
 ) -> Result<RemoteRecord> {
     check_name("remote", name)?;
     let url = &remote::url_from_path(url);
@@ -31,13 +58,30 @@ pub fn add_remote(
         name: name.to_string(),
         url: url.to_string(),
         options: options.clone(),
+        position: 0,
     };
     // Opening builds the backend client: a bad option is refused now, not at first push.
     Remote::open(&record)?;
     let writer = store.catalog_mut().writer()?;
     writer.add_remote(name, url, options)?;
+    if first {
+        writer.set_remote_order(&[name.to_string()])?;
+    }
     writer.commit()?;
     store.catalog().remote(name)
+}
+
+/// Puts remotes `first` at the front of the read order, in the order given; the others keep
+/// their order after them. Returns every remote in the new order. Nothing is contacted.
+///
+/// # Errors
+/// [`Error::RemoteNotFound`] for a name of no remote (then nothing changes). A name given
+/// twice counts once, at its first place.
+pub fn order_remotes(store: &mut Store, first: &[String]) -> Result<Vec<RemoteRecord>> {
+    let writer = store.catalog_mut().writer()?;
+    writer.set_remote_order(first)?;
+    writer.commit()?;
+    store.catalog().remotes()
 }
 
 /// Removes a remote and what this store recorded about it; its data stays where it is.
@@ -85,13 +129,15 @@ pub struct RemoteListing {
     pub name: String,
     /// Non-secret backend settings.
     pub options: BTreeMap<String, String>,
+    /// Its place in the read order, 1 first.
+    pub position: u32,
     /// Its refs as this store last saw them (nothing before the first fetch or push).
     pub refs: Vec<RemoteRef>,
     /// Its URL.
     pub url: String,
 }
 
-/// Every configured remote, in name order, with its refs as last fetched or pushed. Nothing
+/// Every configured remote, in read order, with its refs as last fetched or pushed. Nothing
 /// is contacted.
 ///
 /// # Errors
@@ -103,6 +149,7 @@ pub fn list_remotes(store: &Store) -> Result<Vec<RemoteListing>> {
         listed.push(RemoteListing {
             name: record.name,
             options: record.options,
+            position: record.position,
             refs,
             url: record.url,
         });
@@ -143,5 +190,21 @@ mod tests {
         let names: Vec<_> = listed.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["backup", "mirror", "origin"]);
         assert!(listed.iter().all(|r| r.refs.is_empty()));
+        // The read order is not the default: origin stays the default when read last or
+        // first, and the setting still wins.
+        order_remotes(&mut store, &["origin".into()]).unwrap();
+        let listed = list_remotes(&store).unwrap();
+        let names: Vec<_> = listed
+            .iter()
+            .map(|r| (r.name.as_str(), r.position))
+            .collect();
+        assert_eq!(names, [("origin", 1), ("backup", 2), ("mirror", 3)]);
+        assert_eq!(default_remote(&store, None).unwrap(), "mirror");
+        let near = add_remote_placed(&mut store, "near", &url("near"), &none, true).unwrap();
+        assert_eq!(near.position, 1);
+        assert!(matches!(
+            order_remotes(&mut store, &["gone".into()]),
+            Err(Error::RemoteNotFound { .. })
+        ));
     }
 }

@@ -1,0 +1,656 @@
+//! `dsv copy REV... --from SRC --to DST`: a version goes from one remote to another without
+//! its data landing on local disk; DST's refs move last, as push moves them.
+//!
+//! # copy
+//!
+//! `copy()`:
+//!
+//! 1. **Refs.** One LIST of SRC's `refs/` and one of DST's (the ref cache of push: a ref whose
+//!    ETag equals the one recorded here is not read again). Each revision resolves on SRC:
+//!    `DATASET` is SRC's head, `DATASET@TAG` SRC's tag (which is copied too); an id prefix or
+//!    `~N` resolves among the versions fetched from SRC (step 2 first).
+//! 2. **Nothing to do?** When DST's head of each dataset already names the version and every
+//!    tag of SRC to copy already names the same version on DST, the copy ends here: two
+//!    LISTs (plus a GET of any ref this store has not seen), no payload byte.
+//! 3. **Metadata.** The versions' trees and file maps are fetched from SRC into this store
+//!    (as `dsv fetch SRC` does: they are small, and the walk reads them), and DST's pack
+//!    indexes are refreshed (`refresh_indexes`: one LIST, a GET of each new `.idx`).
+//! 4. **Check every head first**, before any byte moves: DST's head must be the version, an
+//!    ancestor of it (fast-forward), or a descendant (left alone, `ahead`); anything else is
+//!    [`Error::RemoteDiverged`] unless `--force`. A DST head this store has never seen has
+//!    DST's metadata fetched first, so it can be placed in the version's history.
+//! 5. **Closure.** From each version back along its parents, stopping at the first version
+//!    DST holds, every version, provenance object, tree, file map, outboard and chunk that
+//!    DST's recorded indexes lack ([`super::push::walk_missing_on`], the walk push makes), each
+//!    located in SRC's indexes. An object SRC does not hold is [`Error::MissingObject`].
+//! 6. **Plan.** Per SRC pack, the bytes of the frames needed. A pack whose needed frames make
+//!    up at least half of it ([`WHOLE_PACK_SHARE`]) is copied whole under its own name;
+//!    from any other, only the needed frames are taken.
+//! 7. **Whole packs** ([`Remote::copy_packs_from`]): a server-side copy when SRC and DST are
+//!    prefixes of one bucket reached the same way, else a streamed GET -> PUT, every byte
+//!    hashed in flight and compared with the pack's name and `.idx` before the upload
+//!    completes; the `.idx` goes up after its pack. `jobs` packs in flight.
+//! 8. **Frames of packs partly needed**: ranged GETs of the needed frames (neighbours merged,
+//!    as a fetch merges them), each frame checked as a fetch checks it (it decompresses to its
+//!    length, every object hashes to its id), appended byte for byte to new packs built in
+//!    memory ([`crate::pack_sink::PackSink::in_memory`]) and uploaded with their `.idx`.
+//!    Batches of at most [`BATCH_BYTES`] of frames, so memory stays bounded.
+//! 9. **Record and check.** DST's indexes are refreshed again; every object of the closure
+//!    must now be listed there, else the copy stops before any ref moves.
+//! 10. **Move refs** on DST as push does (compare-and-swap on the ETag listed in step 1;
+//!     created, updated, forced or up-to-date), the head first, then each tag of SRC that names
+//!     the version or one of its ancestors (a tag naming another version on DST is
+//!     `rejected` unless `--force`).
+//!
+//! A copy killed at any point leaves DST's refs as they were or moved to data DST holds;
+//! a re-run moves only what DST still lacks (whole packs keep their names, and packs built
+//! from frames are found by the next run's refresh of DST's indexes).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::push::{Held, PushedRef, RemoteRefs, record_ref, walk_missing_on};
+use super::{MAX_SPAN, Transfer, is_ancestor, open, refresh_indexes, remote_ref};
+use crate::catalog::RemoteRecord;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::format::FrameRecord;
+use crate::pack_sink::{PACK_TARGET, PackSink};
+use crate::progress::{NoProgress, Progress, Unit};
+use crate::remote::{RefName, RefState, Remote};
+use crate::revision::Revision;
+use crate::store::Store;
+
+/// A pack whose needed frames make up at least this share of its bytes is copied whole
+/// (one request, or a server-side copy); below it, only the needed frames are taken.
+pub const WHOLE_PACK_SHARE: f64 = 0.5;
+
+/// Frames of packs partly needed are taken in batches of at most this many bytes (plus one
+/// frame): each batch's packs are built in memory and uploaded before the next begins.
+pub const BATCH_BYTES: u64 = 2 * PACK_TARGET;
+
+/// How to copy ([`copy`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct CopyOptions {
+    /// Overwrite DST's heads and tags that are not ancestors of what is copied (`--force`).
+    pub force: bool,
+    /// Requests in flight on each remote (default [`crate::remote::DEFAULT_JOBS`]).
+    pub requests: usize,
+}
+
+impl Default for CopyOptions {
+    fn default() -> CopyOptions {
+        CopyOptions {
+            force: false,
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
+/// What a copy sent, and how.
+#[derive(Debug, Default, Serialize)]
+pub struct CopyPlanned {
+    /// Versions DST lacked.
+    pub versions: u64,
+    /// Objects DST lacked (versions, trees, file maps, outboards, chunks).
+    pub objects: u64,
+    /// SRC packs copied whole under their own names.
+    pub whole_packs: u64,
+    /// Of those, packs the provider copied itself (no byte passed through this machine).
+    pub server_side: u64,
+    /// SRC packs from which only the needed frames were taken.
+    pub partial_packs: u64,
+    /// Frames taken from those packs.
+    pub frames: u64,
+}
+
+/// The outcome of `dsv copy`.
+#[derive(Debug, Serialize)]
+pub struct CopyReport {
+    /// The remote copied from.
+    pub from: String,
+    /// The remote copied to.
+    pub to: String,
+    /// DST's heads and tags after the copy (`status` as in push, plus `ahead`: DST's head
+    /// already descends from the version, and stays).
+    pub refs: Vec<PushedRef>,
+    /// What DST lacked and how it went.
+    pub planned: CopyPlanned,
+    /// What DST received: packs written there (whole or built from frames), their bytes,
+    /// their objects, and requests sent to DST.
+    pub transfer: Transfer,
+    /// Requests sent to SRC.
+    pub source_requests: u64,
+}
+
+/// One revision resolved on SRC.
+struct Target {
+    dataset: String,
+    version: ObjectId,
+}
+
+/// Copies `revisions` (each `DATASET`, `DATASET@TAG`, `DATASET@ID-PREFIX`, with `~N`) from
+/// remote `from` to remote `to`: DST receives the closure it lacks (see the module's
+/// rustdoc), then its refs move by compare-and-swap.
+///
+/// # Errors
+/// [`Error::RemoteNotFound`]; [`Error::InvalidRemote`] when `from` and `to` are one remote;
+/// [`Error::DatasetNotFound`] / [`Error::RevisionNotFound`] when SRC lacks a revision;
+/// [`Error::RemoteDiverged`] (DST's head is not an ancestor and no `--force`, or another
+/// writer moved it meanwhile); [`Error::MissingObject`] (SRC lacks an object the version
+/// needs); [`Error::Corrupt`] (SRC's bytes are not what their names say: nothing of them
+/// is kept on DST); [`Error::Remote`]; [`Error::Interrupted`].
+pub fn copy(
+    store: &mut Store,
+    revisions: &[String],
+    from: &str,
+    to: &str,
+    options: &CopyOptions,
+    progress: &dyn Progress,
+) -> Result<CopyReport> {
+    let CopyOptions {
+        force,
+        requests: jobs,
+    } = *options;
+    let data = store.lock_data_shared()?;
+    let (src_record, src) = open(store, from)?;
+    let (dst_record, dst) = open(store, to)?;
+    if src_record.id == dst_record.id {
+        return Err(Error::InvalidRemote {
+            what: "name",
+            value: to.to_string(),
+            reason: "--from and --to name the same remote".into(),
+        });
+    }
+    let revisions: Vec<Revision> = revisions
+        .iter()
+        .map(|text| Revision::parse(text))
+        .collect::<Result<_>>()?;
+    progress.phase("listing refs");
+    let src_refs = RemoteRefs::list(store, &src_record, &src)?;
+    let dst_refs = RemoteRefs::list(store, &dst_record, &dst)?;
+
+    // Step 1: resolve what SRC's refs name directly; the rest needs SRC's metadata.
+    let mut fetched = false;
+    let mut targets = Vec::new();
+    for revision in &revisions {
+        let direct = if revision.ancestors > 0 {
+            None
+        } else if revision.base == "latest" {
+            let head = RefName {
+                dataset: revision.dataset.clone(),
+                tag: None,
+            };
+            Some(
+                src_refs
+                    .current(&head)?
+                    .ok_or_else(|| Error::DatasetNotFound {
+                        name: format!("{} (on remote {from})", revision.dataset),
+                        closest: None,
+                    })?,
+            )
+        } else {
+            src_refs.current(&RefName {
+                dataset: revision.dataset.clone(),
+                tag: Some(revision.base.clone()),
+            })?
+        };
+        let version = match direct {
+            Some((version, _)) => version,
+            None => {
+                if !fetched {
+                    super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
+                    fetched = true;
+                }
+                resolve_on(store, &src_refs, revision, from)?
+            }
+        };
+        targets.push(Target {
+            dataset: revision.dataset.clone(),
+            version,
+        });
+    }
+
+    // Step 2: every ref already in place?
+    let already = targets.iter().try_fold(true, |all, target| {
+        Ok::<_, Error>(all && in_place(&src_refs, &dst_refs, target)?)
+    })?;
+    if already {
+        let mut refs = Vec::new();
+        for target in &targets {
+            refs.extend(unmoved_refs(&src_refs, &dst_refs, target)?);
+        }
+        return Ok(CopyReport {
+            from: src_record.name.clone(),
+            to: dst_record.name.clone(),
+            refs,
+            planned: CopyPlanned::default(),
+            transfer: Transfer {
+                requests: dst.requests(),
+                ..Transfer::default()
+            },
+            source_requests: src.requests(),
+        });
+    }
+
+    // Step 3: metadata here, DST's indexes fresh.
+    if !fetched {
+        progress.phase("fetching metadata");
+        super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
+    }
+    progress.phase("reading the destination's pack indexes");
+    refresh_indexes(store, &dst_record, &dst, jobs)?;
+
+    // Step 4: every head checked before any byte moves. A DST head this store has never
+    // seen (written there by another store) needs DST's metadata to be placed in history.
+    let mut dst_fetched = false;
+    for target in &targets {
+        let head = RefName {
+            dataset: target.dataset.clone(),
+            tag: None,
+        };
+        if let Some((dst_head, _)) = dst_refs.current(&head)?
+            && store.catalog().version(&dst_head)?.is_none()
+            && !dst_fetched
+        {
+            super::fetch::fetch_with(store, &data, &dst_record, &dst, jobs, progress)?;
+            dst_fetched = true;
+        }
+    }
+    for target in &targets {
+        let head = RefName {
+            dataset: target.dataset.clone(),
+            tag: None,
+        };
+        if let Some((dst_head, _)) = dst_refs.current(&head)?
+            && dst_head != target.version
+            && !is_ancestor(store, &dst_head, &target.version)?
+            && !is_ancestor(store, &target.version, &dst_head)?
+            && !force
+        {
+            return Err(Error::RemoteDiverged {
+                remote: dst_record.name.clone(),
+                dataset: target.dataset.clone(),
+            });
+        }
+    }
+
+    // Step 5: the closure DST lacks, located in SRC.
+    progress.phase("finding what the destination lacks");
+    let (needed, planned_versions) = closure_missing(store, &src_record, &dst_record, &targets)?;
+
+    // Step 6: plan per SRC pack.
+    let listed: HashMap<ObjectId, u64> = src.list_packs()?.into_iter().collect();
+    let mut per_pack: BTreeMap<ObjectId, BTreeMap<u64, (FrameRecord, i64)>> = BTreeMap::new();
+    for (id, kind) in &needed {
+        let location = store
+            .catalog()
+            .remote_locate(src_record.id, id, *kind)?
+            .ok_or_else(|| Error::MissingObject {
+                id: id.to_hex(),
+                what: kind.name(),
+            })?;
+        per_pack
+            .entry(location.pack)
+            .or_default()
+            .insert(location.frame.offset, (location.frame, location.frame_row));
+    }
+    let mut whole = Vec::new();
+    let mut partial: BTreeMap<(ObjectId, u64), (FrameRecord, i64)> = BTreeMap::new();
+    let mut planned = CopyPlanned {
+        versions: planned_versions,
+        objects: needed.len() as u64,
+        ..CopyPlanned::default()
+    };
+    for (pack, frames) in per_pack {
+        let size = *listed.get(&pack).ok_or_else(|| Error::MissingObject {
+            id: pack.to_hex(),
+            what: "pack",
+        })?;
+        let needed_bytes: u64 = frames
+            .values()
+            .map(|(f, _)| u64::from(f.stored_length))
+            .sum();
+        if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 {
+            whole.push((pack, size));
+        } else {
+            planned.partial_packs += 1;
+            planned.frames += frames.len() as u64;
+            for (offset, frame) in frames {
+                partial.insert((pack, offset), frame);
+            }
+        }
+    }
+    planned.whole_packs = whole.len() as u64;
+    let whole_bytes: u64 = whole.iter().map(|(_, size)| size).sum();
+    let partial_bytes: u64 = partial
+        .values()
+        .map(|(f, _)| u64::from(f.stored_length))
+        .sum();
+
+    // Steps 7 and 8.
+    let mut transfer = Transfer::default();
+    progress.start("copy", whole_bytes + partial_bytes, Unit::Bytes);
+    if !whole.is_empty() {
+        let counts = dst.copy_packs_from(&src, whole, jobs, &|bytes| progress.advance(bytes))?;
+        planned.server_side = counts.server_side;
+        transfer.packs += counts.server_side + counts.streamed;
+        transfer.bytes += counts.bytes;
+    }
+    if !partial.is_empty() {
+        let spans = crate::transfer::spans(partial, MAX_SPAN);
+        for batch in batches(spans) {
+            let sink = PackSink::in_memory();
+            let got = crate::transfer::fetch_spans(
+                store.catalog(),
+                &src,
+                &batch,
+                jobs,
+                &sink,
+                None,
+                &NoProgress,
+            )?;
+            let packs: Vec<(ObjectId, bytes::Bytes, usize)> = sink
+                .finish_in_memory()?
+                .into_iter()
+                .map(|(pack, bytes)| {
+                    let index_offset = index_offset(&bytes);
+                    (pack.id, bytes::Bytes::from(bytes), index_offset)
+                })
+                .collect();
+            transfer.packs += packs.len() as u64;
+            transfer.bytes += packs.iter().map(|(_, b, _)| b.len() as u64).sum::<u64>();
+            dst.put_packs_in_memory(packs, jobs, &|_| {})?;
+            progress.advance(got.bytes);
+        }
+    }
+
+    // Step 9: DST now lists every object of the closure.
+    progress.phase("moving the destination's refs");
+    refresh_indexes(store, &dst_record, &dst, jobs)?;
+    for (id, kind) in &needed {
+        if store
+            .catalog()
+            .remote_locate(dst_record.id, id, *kind)?
+            .is_none()
+        {
+            return Err(Error::Internal {
+                detail: format!(
+                    "remote {to} does not list {} {} after the copy; no ref moved",
+                    kind.name(),
+                    id.short()
+                ),
+            });
+        }
+    }
+    transfer.objects = needed.len() as u64;
+
+    // Step 10: refs, head first, then tags.
+    let mut refs = Vec::new();
+    for target in &targets {
+        refs.extend(move_refs(
+            store,
+            &dst_record,
+            &dst,
+            &src_refs,
+            &dst_refs,
+            target,
+            force,
+        )?);
+    }
+    transfer.requests = dst.requests();
+    Ok(CopyReport {
+        from: src_record.name.clone(),
+        to: dst_record.name.clone(),
+        refs,
+        planned,
+        transfer,
+        source_requests: src.requests(),
+    })
+}
+
+/// Resolves `revision` among the versions this store fetched from SRC: the base is SRC's
+/// head or tag, or an id prefix; then `~N` parents.
+fn resolve_on(
+    store: &Store,
+    src_refs: &RemoteRefs<'_>,
+    revision: &Revision,
+    from: &str,
+) -> Result<ObjectId> {
+    let text = revision.to_string();
+    let not_found = || Error::RevisionNotFound {
+        revision: format!("{text} (on remote {from})"),
+    };
+    let named = |tag: Option<String>| {
+        src_refs.current(&RefName {
+            dataset: revision.dataset.clone(),
+            tag,
+        })
+    };
+    let mut id = if revision.base == "latest" {
+        named(None)?.ok_or_else(not_found)?.0
+    } else if let Some((id, _)) = named(Some(revision.base.clone()))? {
+        id
+    } else {
+        let prefix = Revision {
+            dataset: revision.dataset.clone(),
+            base: revision.base.clone(),
+            ancestors: 0,
+        };
+        // Tags and heads of this store do not count: only an id prefix is looked up here.
+        if store
+            .catalog()
+            .tag(&prefix.dataset, &prefix.base)?
+            .is_some()
+        {
+            return Err(not_found());
+        }
+        prefix.resolve(store.catalog())?
+    };
+    for _ in 0..revision.ancestors {
+        let version = store.catalog().version(&id)?.ok_or_else(not_found)?;
+        id = version.version.parent.ok_or_else(not_found)?;
+    }
+    Ok(id)
+}
+
+/// The tags of SRC in `target`'s dataset, each with the version it names.
+fn source_tags(src_refs: &RemoteRefs<'_>, dataset: &str) -> Vec<RefName> {
+    src_refs
+        .listed()
+        .iter()
+        .filter(|(name, _)| name.dataset == dataset && name.tag.is_some())
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// True when DST's head of `target`'s dataset names its version and every tag of SRC in the
+/// dataset is on DST too (whether a tag DST lacks belongs to the version's history is known
+/// only from the metadata, so any such tag sends the copy down the full path).
+fn in_place(src_refs: &RemoteRefs<'_>, dst_refs: &RemoteRefs<'_>, target: &Target) -> Result<bool> {
+    let head = RefName {
+        dataset: target.dataset.clone(),
+        tag: None,
+    };
+    if dst_refs.current(&head)?.map(|(id, _)| id) != Some(target.version) {
+        return Ok(false);
+    }
+    let listed_on_dst = |name: &RefName| dst_refs.listed().iter().any(|(n, _)| n == name);
+    Ok(source_tags(src_refs, &target.dataset)
+        .iter()
+        .all(listed_on_dst))
+}
+
+/// The refs of a target already in place, reported `up-to-date`.
+fn unmoved_refs(
+    src_refs: &RemoteRefs<'_>,
+    dst_refs: &RemoteRefs<'_>,
+    target: &Target,
+) -> Result<Vec<PushedRef>> {
+    let mut refs = vec![PushedRef {
+        dataset: target.dataset.clone(),
+        tag: None,
+        version: target.version,
+        previous: Some(target.version),
+        status: "up-to-date",
+    }];
+    for tag in source_tags(src_refs, &target.dataset) {
+        if let (Some((named, _)), Some((there, _))) =
+            (src_refs.current(&tag)?, dst_refs.current(&tag)?)
+            && there == named
+        {
+            refs.push(PushedRef {
+                dataset: target.dataset.clone(),
+                tag: tag.tag.clone(),
+                version: named,
+                previous: Some(named),
+                status: "up-to-date",
+            });
+        }
+    }
+    Ok(refs)
+}
+
+/// Every object the targets need that DST lacks (step 5), and how many versions DST lacks.
+/// An outboard travels where SRC holds one.
+fn closure_missing(
+    store: &Store,
+    src: &RemoteRecord,
+    dst: &RemoteRecord,
+    targets: &[Target],
+) -> Result<(Vec<(ObjectId, ObjectKind)>, u64)> {
+    let catalog = store.catalog();
+    let mut needed = Vec::new();
+    let mut seen = HashSet::new();
+    let mut versions = 0;
+    for target in targets {
+        walk_missing_on(
+            store,
+            Held::Recorded(dst.id),
+            &target.version,
+            &|id| {
+                Ok(catalog
+                    .remote_locate(src.id, id, ObjectKind::Outboard)?
+                    .is_some())
+            },
+            &mut |_| {},
+            &mut |id, kind| {
+                if seen.insert((id, kind)) {
+                    versions += u64::from(kind == ObjectKind::Version);
+                    needed.push((id, kind));
+                }
+                Ok(())
+            },
+        )?;
+    }
+    Ok((needed, versions))
+}
+
+/// Spans cut into batches of at most [`BATCH_BYTES`] (a larger span is a batch of its own).
+fn batches(spans: Vec<crate::transfer::Span>) -> Vec<Vec<crate::transfer::Span>> {
+    let mut batches: Vec<Vec<crate::transfer::Span>> = Vec::new();
+    let mut bytes = 0;
+    for span in spans {
+        let len = span.len();
+        if batches.is_empty() || bytes + len > BATCH_BYTES {
+            batches.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += len;
+        batches.last_mut().expect("just pushed").push(span);
+    }
+    batches
+}
+
+/// Where a sealed pack's index begins: its trailer (the last 56 bytes) gives the index
+/// length. The pack was built here, so its trailer is well formed.
+fn index_offset(pack: &[u8]) -> usize {
+    let trailer_len = crate::pack::format::TRAILER_LEN as usize;
+    let trailer = &pack[pack.len() - trailer_len..];
+    let index_length = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
+    pack.len() - trailer_len - index_length as usize
+}
+
+/// Moves DST's head of `target`'s dataset (compare-and-swap with the state listed in step 1),
+/// then copies SRC's tags naming the version or one of its ancestors; records each ref.
+fn move_refs(
+    store: &mut Store,
+    dst_record: &RemoteRecord,
+    dst: &Remote,
+    src_refs: &RemoteRefs<'_>,
+    dst_refs: &RemoteRefs<'_>,
+    target: &Target,
+    force: bool,
+) -> Result<Vec<PushedRef>> {
+    let mut refs = Vec::new();
+    let head = RefName {
+        dataset: target.dataset.clone(),
+        tag: None,
+    };
+    let version = target.version;
+    let current = dst_refs.current(&head)?;
+    let previous = current.as_ref().map(|(id, _)| *id);
+    let moved: Option<(&'static str, RefState)> = match &current {
+        Some((there, _)) if *there == version => {
+            Some(("up-to-date", current.clone().expect("some").1))
+        }
+        Some((there, _)) if is_ancestor(store, &version, there)? && !force => None,
+        Some((there, state)) if is_ancestor(store, there, &version)? => {
+            Some(("updated", dst.update_ref(&head, &version, Some(state))?))
+        }
+        Some(_) => Some(("forced", dst.force_ref(&head, &version)?)),
+        None => Some(("created", dst.update_ref(&head, &version, None)?)),
+    };
+    match moved {
+        Some((status, state)) => {
+            record_ref(store, dst_record.id, &remote_ref(&head, version, &state))?;
+            refs.push(PushedRef {
+                dataset: target.dataset.clone(),
+                tag: None,
+                version,
+                previous,
+                status,
+            });
+        }
+        None => refs.push(PushedRef {
+            dataset: target.dataset.clone(),
+            tag: None,
+            version: previous.expect("a head is there"),
+            previous,
+            status: "ahead",
+        }),
+    }
+    // Tags of SRC naming the version or an ancestor.
+    let mut lineage = HashSet::new();
+    let mut next = Some(version);
+    while let Some(id) = next {
+        lineage.insert(id);
+        next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
+    }
+    for tag in source_tags(src_refs, &target.dataset) {
+        let Some((named, _)) = src_refs.current(&tag)? else {
+            continue;
+        };
+        if !lineage.contains(&named) {
+            continue;
+        }
+        let (status, state, now) = match dst_refs.current(&tag)? {
+            Some((there, state)) if there == named => ("up-to-date", state, named),
+            Some(_) if force => ("forced", dst.force_ref(&tag, &named)?, named),
+            Some((there, state)) => ("rejected", state, there),
+            None => ("created", dst.update_ref(&tag, &named, None)?, named),
+        };
+        record_ref(store, dst_record.id, &remote_ref(&tag, now, &state))?;
+        refs.push(PushedRef {
+            dataset: target.dataset.clone(),
+            tag: tag.tag.clone(),
+            version: now,
+            previous: None,
+            status,
+        });
+    }
+    Ok(refs)
+}
