@@ -472,6 +472,7 @@ fn deleting_a_ref_is_a_compare_and_swap() {
             name: "r".into(),
             url: url.clone(),
             options,
+            position: 0,
         })
         .unwrap();
         let name = RefName {

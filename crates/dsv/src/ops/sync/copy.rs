@@ -13,19 +13,24 @@
 //!    tag of SRC to copy already names the same version on DST, the copy ends here: two
 //!    LISTs (plus a GET of any ref this store has not seen), no payload byte.
 //! 3. **Metadata.** The versions' trees and file maps are fetched from SRC into this store
-//!    (as `dsv fetch SRC` does: they are small, and the walk reads them), and DST's pack
-//!    indexes are refreshed (`refresh_indexes`: one LIST, a GET of each new `.idx`).
+//!    (as `dsv fetch SRC` does: they are small, and the walk reads them), and DST is seen as
+//!    a writer sees it (`transfer::writer_view`, the writers' rule of `dsv gc --remote`:
+//!    DST's `format` key is checked, `marks/` listed, and DST's pack indexes refreshed
+//!    without the marked packs: one LIST, a GET of each new `.idx`).
 //! 4. **Check every head first**, before any byte moves: DST's head must be the version, an
 //!    ancestor of it (fast-forward), or a descendant (left alone, `ahead`); anything else is
 //!    [`Error::RemoteDiverged`] unless `--force`. A DST head this store has never seen has
 //!    DST's metadata fetched first, so it can be placed in the version's history.
-//! 5. **Closure.** From each version back along its parents, stopping at the first version
-//!    DST holds, every version, provenance object, tree, file map, outboard and chunk that
-//!    DST's recorded indexes lack ([`super::push::walk_missing_on`], the walk push makes), each
-//!    located in SRC's indexes. An object SRC does not hold is [`Error::MissingObject`].
+//! 5. **Closure.** From each version back along all its parents (a collected remote keeps a
+//!    version's data only while a ref reaches it), every version, provenance object, tree, file map, outboard and chunk that
+//!    DST's recorded indexes lack or hold only in marked packs
+//!    ([`super::push::walk_missing_on`], the walk push makes; the DST packs holding the rest
+//!    are remembered as relied on), each located in SRC's indexes. An object SRC does not hold is [`Error::MissingObject`].
 //! 6. **Plan.** Per SRC pack, the bytes of the frames needed. A pack whose needed frames make
-//!    up at least half of it ([`WHOLE_PACK_SHARE`]) is copied whole under its own name;
-//!    from any other, only the needed frames are taken.
+//!    up at least half of it ([`WHOLE_PACK_SHARE`]) is copied whole under its own name,
+//!    unless DST has a mark on that name; from any other, only the needed frames are taken
+//!    (a pack so built that comes out under a marked name stops the copy:
+//!    [`Error::RemoteCollected`]).
 //! 7. **Whole packs** ([`Remote::copy_packs_from`]): a server-side copy when SRC and DST are
 //!    prefixes of one bucket reached the same way, else a streamed GET -> PUT, every byte
 //!    hashed in flight and compared with the pack's name and `.idx` before the upload
@@ -35,9 +40,12 @@
 //!    length, every object hashes to its id), appended byte for byte to new packs built in
 //!    memory ([`crate::pack_sink::PackSink::in_memory`]) and uploaded with their `.idx`.
 //!    Batches of at most [`BATCH_BYTES`] of frames, so memory stays bounded.
-//! 9. **Record and check.** DST's indexes are refreshed again; every object of the closure
-//!    must now be listed there, else the copy stops before any ref moves.
-//! 10. **Move refs** on DST as push does (compare-and-swap on the ETag listed in step 1;
+//! 9. **Record and check.** DST's indexes are refreshed again (without marked packs); every
+//!    object of the closure must now be listed there, else the copy stops before any ref
+//!    moves. Then `marks/` is listed again: a pack relied on or copied that a gc marked
+//!    meanwhile stops the copy ([`Error::RemoteCollected`], exit 4; a re-run sends it again).
+//! 10. **Move refs** on DST as push does (a view older than half DST's grace is checked again
+//!     first) (compare-and-swap on the ETag listed in step 1;
 //!     created, updated, forced or up-to-date), the head first, then each tag of SRC that names
 //!     the version or one of its ancestors (a tag naming another version on DST is
 //!     `rejected` unless `--force`).
@@ -50,8 +58,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::push::{Held, PushedRef, RemoteRefs, record_ref, walk_missing_on};
-use super::{MAX_SPAN, Transfer, is_ancestor, open, refresh_indexes, remote_ref};
+use super::push::{PushedRef, RemoteRefs, record_ref, walk_missing_on};
+use super::{MAX_SPAN, Transfer, is_ancestor, open, remote_ref};
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -242,7 +250,10 @@ pub fn copy(
         super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
     }
     progress.phase("reading the destination's pack indexes");
-    refresh_indexes(store, &dst_record, &dst, jobs)?;
+    // The writers' rule (docs/architecture.md, "Remote garbage collection"): DST's format is
+    // checked, and objects only in packs a `gc --remote` marked count as absent.
+    let mut view = crate::transfer::writer_view(store, &dst_record, &dst, jobs)?;
+    let mut relied = HashSet::new();
 
     // Step 4: every head checked before any byte moves. A DST head this store has never
     // seen (written there by another store) needs DST's metadata to be placed in history.
@@ -280,7 +291,14 @@ pub fn copy(
 
     // Step 5: the closure DST lacks, located in SRC.
     progress.phase("finding what the destination lacks");
-    let (needed, planned_versions) = closure_missing(store, &src_record, &dst_record, &targets)?;
+    let (needed, planned_versions) = closure_missing(
+        store,
+        &src_record,
+        &dst_record,
+        &view,
+        &mut relied,
+        &targets,
+    )?;
 
     // Step 6: plan per SRC pack.
     let listed: HashMap<ObjectId, u64> = src.list_packs()?.into_iter().collect();
@@ -314,7 +332,9 @@ pub fn copy(
             .values()
             .map(|(f, _)| u64::from(f.stored_length))
             .sum();
-        if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 {
+        // A pack whose id DST has marked is not copied under that id (the copy would
+        // change nothing, and the marked pack may be deleted): its frames go into new packs.
+        if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 && !view.is_marked(&pack) {
             whole.push((pack, size));
         } else {
             planned.partial_packs += 1;
@@ -334,6 +354,7 @@ pub fn copy(
     // Steps 7 and 8.
     let mut transfer = Transfer::default();
     progress.start("copy", whole_bytes + partial_bytes, Unit::Bytes);
+    relied.extend(whole.iter().map(|(pack, _)| *pack));
     if !whole.is_empty() {
         let counts = dst.copy_packs_from(&src, whole, jobs, &|bytes| progress.advance(bytes))?;
         planned.server_side = counts.server_side;
@@ -361,6 +382,14 @@ pub fn copy(
                     (pack.id, bytes::Bytes::from(bytes), index_offset)
                 })
                 .collect();
+            if let Some((marked, ..)) = packs.iter().find(|(id, ..)| view.is_marked(id)) {
+                // The same frames in the same order: the marked pack's own id.
+                return Err(Error::RemoteCollected {
+                    remote: format!("{to} (pack {})", marked.short()),
+                    operation: "copy",
+                });
+            }
+            relied.extend(packs.iter().map(|(id, ..)| *id));
             transfer.packs += packs.len() as u64;
             transfer.bytes += packs.iter().map(|(_, b, _)| b.len() as u64).sum::<u64>();
             dst.put_packs_in_memory(packs, jobs, &|_| {})?;
@@ -370,7 +399,14 @@ pub fn copy(
 
     // Step 9: DST now lists every object of the closure.
     progress.phase("moving the destination's refs");
-    refresh_indexes(store, &dst_record, &dst, jobs)?;
+    view.reindex(store, &dst_record, &dst, jobs)?;
+    // The writers' rule: right before refs move, no pack relied on may be marked.
+    if !view.recheck(&dst, &relied)?.is_empty() {
+        return Err(Error::RemoteCollected {
+            remote: dst_record.name.clone(),
+            operation: "copy",
+        });
+    }
     for (id, kind) in &needed {
         if store
             .catalog()
@@ -391,6 +427,12 @@ pub fn copy(
     // Step 10: refs, head first, then tags.
     let mut refs = Vec::new();
     for target in &targets {
+        if view.stale() && !view.recheck(&dst, &relied)?.is_empty() {
+            return Err(Error::RemoteCollected {
+                remote: dst_record.name.clone(),
+                operation: "copy",
+            });
+        }
         refs.extend(move_refs(
             store,
             &dst_record,
@@ -520,6 +562,8 @@ fn closure_missing(
     store: &Store,
     src: &RemoteRecord,
     dst: &RemoteRecord,
+    view: &crate::transfer::WriterView,
+    relied: &mut HashSet<ObjectId>,
     targets: &[Target],
 ) -> Result<(Vec<(ObjectId, ObjectKind)>, u64)> {
     let catalog = store.catalog();
@@ -529,7 +573,9 @@ fn closure_missing(
     for target in targets {
         walk_missing_on(
             store,
-            Held::Recorded(dst.id),
+            view,
+            dst.id,
+            relied,
             &target.version,
             &|id| {
                 Ok(catalog

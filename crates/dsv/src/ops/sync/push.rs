@@ -151,30 +151,23 @@ impl<'a> RemoteRefs<'a> {
     }
 }
 
-/// What a walk ([`walk_missing_on`]) takes a remote to hold.
-pub(super) enum Held<'a> {
-    /// What this store's record of remote `.0`'s indexes lists. The walk stops at a parent
-    /// the remote holds: right only for a remote nothing collects (a collected remote keeps
-    /// a version's data only while a ref reaches it).
-    Recorded(i64),
-    /// What a writer's view of remote `.1` may rely on (`transfer::writer_view`: marked packs
-    /// are absent). Every parent is walked; the remote packs holding what the walk does not
-    /// hand to `need` go into `.2`.
-    View(&'a WriterView, i64, &'a mut HashSet<ObjectId>),
-}
-
-/// Calls `need` for every object reachable from `version` that the remote lacks (as `held`
-/// says): the version, its provenance object, trees, file maps and chunks, and the same for
-/// each parent (all of them with [`Held::View`]; until one the remote holds with
-/// [`Held::Recorded`]). A file's outboard is needed where `has_outboard` says one exists; a
+/// Calls `need` for every object reachable from `version` that remote `remote` lacks as
+/// `view` sees it (an object only in packs a `gc --remote` marked is lacking:
+/// `transfer::writer_view`): the version, its provenance object, trees, file maps and
+/// chunks, and the same for every parent (a collected remote keeps a version's data only
+/// while a ref reaches it, so a version object there says nothing of its trees and chunks).
+/// The remote packs holding what is not handed to `need` go into `relied`. A file's outboard is needed where `has_outboard` says one exists; a
 /// file of several chunks without one is handed to `lacking_outboard`. Trees and file maps
 /// are read from this store (a push has them; a copy fetched them first).
 ///
 /// # Errors
 /// [`Error::MissingObject`] for metadata this store lacks; `need`'s errors.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn walk_missing_on(
     store: &Store,
-    mut held: Held<'_>,
+    view: &WriterView,
+    remote: i64,
+    relied: &mut HashSet<ObjectId>,
     version: &ObjectId,
     has_outboard: &dyn Fn(&ObjectId) -> Result<bool>,
     lacking_outboard: &mut dyn FnMut(ObjectId),
@@ -182,17 +175,13 @@ pub(super) fn walk_missing_on(
 ) -> Result<()> {
     let catalog = store.catalog();
     let mut reader = store.reader();
-    let stop_at_held = matches!(held, Held::Recorded(_));
     let mut holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
-        match &mut held {
-            Held::Recorded(remote) => Ok(catalog.remote_locate(*remote, id, kind)?.is_some()),
-            Held::View(view, remote, relied) => match view.locate(catalog, *remote, id, kind)? {
-                Some(pack) => {
-                    relied.insert(pack);
-                    Ok(true)
-                }
-                None => Ok(false),
-            },
+        match view.locate(catalog, remote, id, kind)? {
+            Some(pack) => {
+                relied.insert(pack);
+                Ok(true)
+            }
+            None => Ok(false),
         }
     };
     let mut need = |holds: &mut dyn FnMut(&ObjectId, ObjectKind) -> Result<bool>,
@@ -207,9 +196,6 @@ pub(super) fn walk_missing_on(
     let mut seen_trees = HashSet::new();
     let mut next = Some(*version);
     while let Some(id) = next {
-        if stop_at_held && id != *version && holds(&id, ObjectKind::Version)? {
-            break;
-        }
         need(&mut holds, &id, ObjectKind::Version)?;
         let version = reader.version(&id)?;
         if let Some(provenance) = &version.provenance {
@@ -245,8 +231,7 @@ pub(super) fn walk_missing_on(
 
 /// Every local pack holding an object reachable from `version` that `record`'s remote lacks
 /// as `view` sees it (an object only in marked packs is lacking), through every parent
-/// ([`walk_missing_on`] with [`Held::View`]). The remote packs holding the rest go into
-/// `relied`.
+/// ([`walk_missing_on`]). The remote packs holding the rest go into `relied`.
 fn objects_to_send(
     store: &Store,
     record: &RemoteRecord,
@@ -259,7 +244,9 @@ fn objects_to_send(
     let mut packs = HashSet::new();
     walk_missing_on(
         store,
-        Held::View(view, record.id, relied),
+        view,
+        record.id,
+        relied,
         version,
         &|id| catalog.has_object(id, ObjectKind::Outboard),
         &mut |id| lacking_outboards.push(id),
