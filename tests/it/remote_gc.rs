@@ -565,3 +565,34 @@ fn remote_collection_in_text() {
     --- stderr
     ");
 }
+
+/// `dsv copy` follows the writers' rule too: objects only in packs the destination's gc
+/// marked are sent again, under another pack name, and the marked pack's deletion loses
+/// nothing.
+#[test]
+fn copy_after_a_mark_sends_the_objects_again() {
+    let (env, _) = store_with_remote(Backend::File);
+    let src = format!("file://{}/src", env.root().display());
+    env.ok(&["remote", "add", "src", &src]);
+    commit(&env, "a", "ds", 1);
+    env.ok(&["push", "-q", "--remote", "src"]);
+    env.ok(&["push", "-q"]);
+    env.json(&["rm", "--remote", "origin", "ds"]);
+    wait_grace();
+    let marked = gc(&env, false);
+    assert_eq!(marked["marked"]["count"], 1, "{marked:#}");
+    let copied = env.json(&["copy", "ds", "--from", "src", "--to", "origin"]);
+    assert!(
+        copied["transfer"]["packs"].as_u64().unwrap() >= 1,
+        "{copied:#}"
+    );
+    wait_grace();
+    let collected = gc(&env, false);
+    assert_eq!(
+        ids(&collected["deleted"]),
+        ids(&marked["marked"]),
+        "{collected:#}"
+    );
+    let report = verify_full(&env);
+    assert_eq!(report["refs"], 1, "{report:#}");
+}

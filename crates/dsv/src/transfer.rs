@@ -250,6 +250,11 @@ pub(crate) struct Span {
 }
 
 impl Span {
+    /// The remote pack the span is in.
+    pub(crate) fn pack(&self) -> ObjectId {
+        self.pack
+    }
+
     /// Bytes the span's GET asks for.
     pub(crate) fn len(&self) -> u64 {
         self.range.end - self.range.start
@@ -977,25 +982,30 @@ pub(crate) fn fresh_copy(
             .map_err(|detail| Error::corrupt(source, detail))?;
         writer.add_frame(encoded)?;
     }
-    // Unique to this copy: the time, the process, a counter and the source pack's path.
-    static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    writer.add_frame(salt_frame(&source.display().to_string()))?;
+    let sealed = writer.finish()?;
+    Ok((sealed.id, crate::pack::writer::pack_path(dir, &sealed.id)))
+}
+
+/// A frame holding one 32-byte chunk that nothing names, different at every call (the time,
+/// the process, a counter and `context` hashed): added to a pack that must not come out
+/// under the id of a pack a remote has marked (the same frames in the same order would).
+pub fn salt_frame(context: &str) -> EncodedFrame {
+    static SALTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     let salt = *blake3::hash(
         format!(
-            "{nanos} {} {} {}",
+            "{nanos} {} {} {context}",
             std::process::id(),
-            COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            source.display()
+            SALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         )
         .as_bytes(),
     )
     .as_bytes();
     let mut builder = crate::pack::FrameBuilder::default();
     builder.push(ObjectId::of(&salt), ObjectKind::Chunk, &salt);
-    writer.add_frame(builder.encode(3))?;
-    let sealed = writer.finish()?;
-    Ok((sealed.id, crate::pack::writer::pack_path(dir, &sealed.id)))
+    builder.encode(3)
 }

@@ -363,8 +363,15 @@ pub fn copy(
     }
     if !partial.is_empty() {
         let spans = crate::transfer::spans(partial, MAX_SPAN);
+        // Frames of a pack DST has marked, rebuilt in their order, would make that pack
+        // again under its marked id: such batches start with a salt frame.
+        let from_marked =
+            |batch: &[crate::transfer::Span]| batch.iter().any(|span| view.is_marked(&span.pack()));
         for batch in batches(spans) {
             let sink = PackSink::in_memory();
+            if from_marked(&batch) {
+                sink.add(crate::transfer::salt_frame(to))?;
+            }
             let got = crate::transfer::fetch_spans(
                 store.catalog(),
                 &src,
