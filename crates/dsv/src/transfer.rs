@@ -824,6 +824,7 @@ pub const DEFAULT_REMOTE_GRACE_SECONDS: u64 = 24 * 3600;
 #[derive(Debug)]
 pub struct WriterView {
     remote: String,
+    collected: bool,
     marked: HashSet<ObjectId>,
     grace: std::time::Duration,
     checked_at: std::time::Instant,
@@ -842,23 +843,25 @@ pub fn writer_view(
     remote: &Remote,
     jobs: usize,
 ) -> Result<WriterView> {
-    let grace = check_remote_format(remote)?;
+    let (grace, collected) = check_remote_format(remote)?;
     let marked = remote.list_marks()?.into_keys().collect();
     refresh_indexes_except(store, record, remote, jobs, &marked)?;
     Ok(WriterView {
         remote: remote.name().to_string(),
+        collected,
         marked,
         grace,
         checked_at: std::time::Instant::now(),
     })
 }
 
-/// Reads `remote`'s format key: its grace (the default when there is none).
+/// Reads `remote`'s format key: its grace (the default when there is none), and whether it
+/// has one (a `gc --remote` has run there).
 ///
 /// # Errors
 /// [`Error::RemoteFormatTooNew`]; [`Error::Remote`]; [`Error::Corrupt`] for a malformed
 /// format object.
-pub fn check_remote_format(remote: &Remote) -> Result<std::time::Duration> {
+pub fn check_remote_format(remote: &Remote) -> Result<(std::time::Duration, bool)> {
     match remote.get_format()? {
         Some((format, _)) if format.format > remote::collect::REMOTE_FORMAT => {
             Err(Error::RemoteFormatTooNew {
@@ -867,8 +870,11 @@ pub fn check_remote_format(remote: &Remote) -> Result<std::time::Duration> {
                 known: remote::collect::REMOTE_FORMAT,
             })
         }
-        Some((format, _)) => Ok(std::time::Duration::from_secs(format.grace_seconds)),
-        None => Ok(std::time::Duration::from_secs(DEFAULT_REMOTE_GRACE_SECONDS)),
+        Some((format, _)) => Ok((std::time::Duration::from_secs(format.grace_seconds), true)),
+        None => Ok((
+            std::time::Duration::from_secs(DEFAULT_REMOTE_GRACE_SECONDS),
+            false,
+        )),
     }
 }
 
@@ -899,6 +905,14 @@ impl WriterView {
         self.marked.contains(pack)
     }
 
+    /// True when the remote has a format key: a `gc --remote` collects it, so it keeps a
+    /// version's data only while a ref reaches it, and a writer must walk (and rely on
+    /// packs for) every object of what its refs will name. On a remote never collected, a
+    /// version the remote holds implies its data, as before remote gc.
+    pub fn collected(&self) -> bool {
+        self.collected
+    }
+
     /// True when the last check of the marks is older than half the grace: check again
     /// ([`WriterView::recheck`]) before moving another ref.
     pub fn stale(&self) -> bool {
@@ -906,7 +920,9 @@ impl WriterView {
     }
 
     /// Reads the format key and lists the marks again; returns the packs of `relied` that
-    /// are marked now (their objects must be sent again before any ref names them).
+    /// are marked now (their objects must be sent again before any ref names them). When
+    /// the remote became collected since the view was opened, every pack of `relied` is
+    /// returned: the writer's walk took shortcuts only a remote never collected allows.
     ///
     /// # Errors
     /// As [`writer_view`], without refreshing the indexes.
@@ -915,9 +931,13 @@ impl WriterView {
         remote: &Remote,
         relied: &HashSet<ObjectId>,
     ) -> Result<Vec<ObjectId>> {
-        self.grace = check_remote_format(remote)?;
+        let was_collected = self.collected;
+        (self.grace, self.collected) = check_remote_format(remote)?;
         self.marked = remote.list_marks()?.into_keys().collect();
         self.checked_at = std::time::Instant::now();
+        if self.collected && !was_collected {
+            return Ok(relied.iter().copied().collect());
+        }
         Ok(relied
             .iter()
             .filter(|pack| self.marked.contains(pack))

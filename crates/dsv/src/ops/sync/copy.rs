@@ -21,7 +21,8 @@
 //!    ancestor of it (fast-forward), or a descendant (left alone, `ahead`); anything else is
 //!    [`Error::RemoteDiverged`] unless `--force`. A DST head this store has never seen has
 //!    DST's metadata fetched first, so it can be placed in the version's history.
-//! 5. **Closure.** From each version back along all its parents (a collected remote keeps a
+//! 5. **Closure.** From each version back along its parents, stopping at the first version
+//!    DST holds (on a collected DST, one with a `format` key, all of them: it keeps a
 //!    version's data only while a ref reaches it), every version, provenance object, tree, file map, outboard and chunk that
 //!    DST's recorded indexes lack or hold only in marked packs
 //!    ([`super::push::walk_missing_on`], the walk push makes; the DST packs holding the rest

@@ -16,10 +16,11 @@
 //!    read with a GET. For each target, if the remote head is neither the version pushed nor
 //!    an ancestor of it (following parents in this store's version table), the push stops
 //!    with `Error::RemoteDiverged` (exit 4) before anything is uploaded, unless `--force`.
-//! 4. **Walk** (`objects_to_send`). For each target, even one the remote's head names already
-//!    (its tags may be created, and the remote keeps data only while a ref names it): from the
-//!    version back along all its parents (a collected remote keeps only what refs reach, so a
-//!    version object there says nothing of its data), every version, its provenance object if it has one, tree (each distinct tree once), file
+//! 4. **Walk** (`objects_to_send`). For each target whose remote head differs (on a collected
+//!    remote, one with a `format` key, every target: its tags may be created, and the remote
+//!    keeps data only while a ref names it): from the version back along its parents,
+//!    stopping at the first older version the remote holds (on a collected remote, all of
+//!    them: a version object there says nothing of its data), every version, its provenance object if it has one, tree (each distinct tree once), file
 //!    map (files of two or more chunks) and chunk. Each object the remote's recorded indexes
 //!    lack (or hold only in marked packs) is located locally
 //!    (`Catalog::locate`), and the pack holding it is added to the set to upload. An object
@@ -154,8 +155,9 @@ impl<'a> RemoteRefs<'a> {
 /// Calls `need` for every object reachable from `version` that remote `remote` lacks as
 /// `view` sees it (an object only in packs a `gc --remote` marked is lacking:
 /// `transfer::writer_view`): the version, its provenance object, trees, file maps and
-/// chunks, and the same for every parent (a collected remote keeps a version's data only
-/// while a ref reaches it, so a version object there says nothing of its trees and chunks).
+/// chunks, and the same for each parent: every parent on a collected remote
+/// ([`WriterView::collected`]: it keeps a version's data only while a ref reaches it, so a
+/// version object there says nothing of its trees and chunks), else until one it holds.
 /// The remote packs holding what is not handed to `need` go into `relied`. A file's outboard is needed where `has_outboard` says one exists; a
 /// file of several chunks without one is handed to `lacking_outboard`. Trees and file maps
 /// are read from this store (a push has them; a copy fetched them first).
@@ -196,6 +198,9 @@ pub(super) fn walk_missing_on(
     let mut seen_trees = HashSet::new();
     let mut next = Some(*version);
     while let Some(id) = next {
+        if !view.collected() && id != *version && holds(&id, ObjectKind::Version)? {
+            break;
+        }
         need(&mut holds, &id, ObjectKind::Version)?;
         let version = reader.version(&id)?;
         if let Some(provenance) = &version.provenance {
@@ -482,12 +487,20 @@ fn send_round(
 ) -> Result<Transfer> {
     let mut packs = HashSet::new();
     let mut lacking_outboards = Vec::new();
-    // Every target is walked, even one the remote's head names already: the push may create
-    // tags of it, and a collected remote keeps its data only while a ref names it (another
-    // writer may delete that head meanwhile), so the push must rely only on packs it checked.
-    // This also sends outboards written here since the last push (`gc` writes those that
-    // data committed before them lacks).
-    for (_, version, _) in plans {
+    // Outboards written here since the last push (`gc` writes those that data committed
+    // before them lacks) travel even when the remote's head is already this version. On a
+    // collected remote every target is walked, even one its head names already: the push
+    // may create tags of it, and the remote keeps its data only while a ref names it
+    // (another writer may delete that head meanwhile), so the push relies only on packs it
+    // checked.
+    let outboards_pending = store.catalog().outboards_missing_on(record.id)?;
+    for (_, version, current) in plans {
+        if !view.collected()
+            && !outboards_pending
+            && current.as_ref().is_some_and(|(head, _)| head == version)
+        {
+            continue;
+        }
         packs.extend(objects_to_send(
             store,
             record,
