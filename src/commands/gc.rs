@@ -62,6 +62,12 @@ pub(crate) struct RmArgs {
 pub(crate) fn rm(cli: &Cli, ui: &Ui, args: &RmArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
     if let Some(remote) = &args.remote {
+        if args.force {
+            anyhow::bail!(error::Usage(
+                "--force drops local tags; with --remote, NAME removes every tag of the dataset on the remote"
+                    .into()
+            ));
+        }
         let (dataset, tag) = match args.target.split_once('@') {
             Some((dataset, tag)) => (dataset, Some(tag)),
             None => (args.target.as_str(), None),
