@@ -367,31 +367,36 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
             children.push((
                 env.spawn(&["push", "-q"]),
                 random.below(2) == 0,
-                random.below(600),
+                5 + random.below(60),
             ));
         }
         for env in &collectors {
             children.push((
                 env.spawn(&["gc", "--remote", "origin", "--grace", GRACE, "-q"]),
                 random.below(2) == 0,
-                random.below(400),
+                5 + random.below(60),
             ));
         }
+        // Every process runs at once; each one chosen is killed at its point if still running
+        // (a push or a collection here takes 60 ms or more).
         let start = std::time::Instant::now();
-        for (child, kill, at) in &mut children {
-            if *kill {
-                while start.elapsed() < Duration::from_millis(*at) {
-                    if child.try_wait().unwrap().is_some() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
+        loop {
+            let mut running = false;
+            for (child, kill, at) in &mut children {
+                if child.try_wait().unwrap().is_some() {
+                    continue;
                 }
-                if child.try_wait().unwrap().is_none() {
+                running = true;
+                if *kill && start.elapsed() >= Duration::from_millis(*at) {
+                    child.kill().unwrap(); // SIGKILL
+                    child.wait().unwrap();
                     kills += 1;
                 }
-                let _ = child.kill();
             }
-            child.wait().unwrap();
+            if !running {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
         // Some datasets' remote refs go: their packs become garbage, marked by the
         // collectors after a grace, old marks by the next wave.
