@@ -312,6 +312,44 @@ fn verify_remote_reports_a_ref_whose_data_is_gone() {
     assert_eq!(report["problems"][0]["what"], "ds", "{report:#}");
 }
 
+/// Runs `dsv push` in every pusher and `dsv gc --remote` in every collector, all at once,
+/// until all end; with `kill`, about half of them (chosen by `random`) are killed with
+/// SIGKILL 5 to 65 ms after the start if still running. Returns how many were killed.
+fn wave(pushers: &[TestEnv], collectors: &[TestEnv], random: &mut Lcg, kill: bool) -> u32 {
+    let mut children = Vec::new();
+    for env in pushers {
+        children.push(env.spawn(&["push", "-q"]));
+    }
+    for env in collectors {
+        children.push(env.spawn(&["gc", "--remote", "origin", "--grace", GRACE, "-q"]));
+    }
+    let mut points: Vec<Option<u64>> = children
+        .iter()
+        .map(|_| (kill && random.below(2) == 0).then(|| 5 + random.below(60)))
+        .collect();
+    let start = std::time::Instant::now();
+    let mut kills = 0;
+    loop {
+        let mut running = false;
+        for (child, point) in children.iter_mut().zip(&mut points) {
+            if child.try_wait().unwrap().is_some() {
+                continue;
+            }
+            running = true;
+            if point.is_some_and(|at| start.elapsed() >= Duration::from_millis(at)) {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                *point = None;
+                kills += 1;
+            }
+        }
+        if !running {
+            return kills;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A small deterministic generator for the race's random points.
 struct Lcg(u64);
 
@@ -325,11 +363,11 @@ impl Lcg {
     }
 }
 
-/// 8 pushers and 2 collectors (grace 4 s) on one remote, three rounds, each killed with
-/// SIGKILL at a random point or left to finish. Between waves, pushers remove their own
-/// remote refs at random, and the collectors mark the packs that leaves unreferenced; in the
-/// next wave those pushers push again (their history relies on the marked packs) while the
-/// collectors delete marked packs. Then every ref's data is whole (`verify --remote --full`), and after two graces
+/// 8 pushers and 2 collectors (grace 4 s) on one remote, three rounds. Each round: a crash
+/// wave (all at once, about half killed with SIGKILL at a random point); pushers remove their
+/// own remote refs at random; the collectors mark what that leaves unreferenced; a grace
+/// later, a race wave (nobody killed) in which those pushers push again, relying on the
+/// marked packs, while the collectors delete marked packs. Then every ref's data is whole (`verify --remote --full`), and after two graces
 /// with no writer, everything no ref reaches is gone.
 #[test]
 fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
@@ -359,47 +397,12 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
             );
             env.ok(&["commit", "d", "-d", &format!("p{i}"), "-m", "v", "-q"]);
         }
-        // The wave: every pusher pushes (those dormant last round push again,
-        // relying on their older versions' packs, which the collectors marked a grace ago and
-        // now delete unless a ref names them), while both collectors run.
-        let mut children = Vec::new();
-        for env in &pushers {
-            children.push((
-                env.spawn(&["push", "-q"]),
-                random.below(2) == 0,
-                5 + random.below(60),
-            ));
-        }
-        for env in &collectors {
-            children.push((
-                env.spawn(&["gc", "--remote", "origin", "--grace", GRACE, "-q"]),
-                random.below(2) == 0,
-                5 + random.below(60),
-            ));
-        }
-        // Every process runs at once; each one chosen is killed at its point if still running
-        // (a push or a collection here takes 60 ms or more).
-        let start = std::time::Instant::now();
-        loop {
-            let mut running = false;
-            for (child, kill, at) in &mut children {
-                if child.try_wait().unwrap().is_some() {
-                    continue;
-                }
-                running = true;
-                if *kill && start.elapsed() >= Duration::from_millis(*at) {
-                    child.kill().unwrap(); // SIGKILL
-                    child.wait().unwrap();
-                    kills += 1;
-                }
-            }
-            if !running {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // The crash wave: every pusher pushes and both collectors run, all at once; about
+        // half of them are killed with SIGKILL at a random point (a push or a collection
+        // here takes 60 ms or more).
+        kills += wave(&pushers, &collectors, &mut random, true);
         // Some datasets' remote refs go: their packs become garbage, marked by the
-        // collectors after a grace, old marks by the next wave.
+        // collectors after a grace, old marks by the race wave.
         for (i, env) in pushers.iter().enumerate() {
             if random.below(2) == 0 {
                 env.run(&["rm", "--remote", "origin", &format!("p{i}")]);
@@ -410,6 +413,10 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
             env.run(&["gc", "--remote", "origin", "--grace", GRACE, "-q"]);
         }
         wait_grace();
+        // The race wave, nobody killed: the pushers whose refs went push again, relying on
+        // their older versions' packs, which the collectors marked a grace ago and, running
+        // at the same time, delete unless they see a ref naming them.
+        wave(&pushers, &collectors, &mut random, false);
     }
     assert!(kills > 0, "no process was killed mid-run");
     let checker = &collectors[0];
