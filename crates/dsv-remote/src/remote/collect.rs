@@ -328,3 +328,66 @@ impl Remote {
         self.get(&pack_key(id), size)
     }
 }
+
+impl Remote {
+    /// For a file:// remote: the staging files (`<key>#<n>`, which `object_store` writes
+    /// and renames into place; a process killed in between leaves them, and listings never
+    /// show them) under `packs/`, `marks/` and `refs/` whose modification time is at least
+    /// `older_than` ago. Each is deleted unless `dry_run`. Returns how many. Nothing for
+    /// object storage, where an interrupted PUT leaves no object.
+    ///
+    /// # Errors
+    /// [`Error::Io`] reading the directories or deleting a file.
+    pub fn remove_staging_files(
+        &self,
+        older_than: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<u64> {
+        let Some(root) = &self.local_root else {
+            return Ok(0);
+        };
+        let mut found = 0;
+        let mut pending: Vec<std::path::PathBuf> = ["packs", "marks", "refs"]
+            .iter()
+            .map(|dir| root.join(dir))
+            .collect();
+        while let Some(dir) = pending.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).at(&dir),
+            };
+            for entry in entries {
+                let entry = entry.at(&dir)?;
+                let path = entry.path();
+                let kind = entry.file_type().at(&path)?;
+                if kind.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                if !entry.file_name().to_string_lossy().contains('#') {
+                    continue;
+                }
+                let age = entry
+                    .metadata()
+                    .at(&path)?
+                    .modified()
+                    .at(&path)?
+                    .elapsed()
+                    .unwrap_or_default();
+                if age < older_than {
+                    continue;
+                }
+                found += 1;
+                if !dry_run {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e).at(&path),
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+}

@@ -33,7 +33,8 @@
 //!    flight, and waits). A marked pack needed is rescued (its mark deleted). A marked pack
 //!    not needed whose mark is older than the grace is deleted: `.idx`, then `.pack`, then
 //!    the mark; only while this run is younger than half the grace (else the deletions
-//!    are deferred to the next run). A mark whose pack is gone is deleted past the grace.
+//!    are deferred to the next run). A mark whose pack is gone is deleted past the grace,
+//!    and so is, on a file:// remote, a staging file (`KEY#N`) a killed upload left.
 //!
 //! `--dry-run` does steps 2 to 7's planning and reports what step 8 would do; it writes
 //! only the `clock` key.
@@ -226,6 +227,9 @@ pub struct RemoteGcReport {
     pub written: PackSet,
     /// Marks whose pack is gone, deleted.
     pub stale_marks: u64,
+    /// On a file:// remote: staging files (`KEY#N`) a killed upload left, older than the
+    /// grace, deleted.
+    pub staging_files: u64,
     /// True when this run took longer than half the grace before deleting: the deletions
     /// were left to the next run.
     pub deferred: bool,
@@ -380,6 +384,7 @@ pub fn gc_remote(
         repacked: PackSet::default(),
         written: PackSet::default(),
         stale_marks: 0,
+        staging_files: 0,
         deferred: false,
         transfer: Transfer::default(),
     };
@@ -452,6 +457,7 @@ pub fn gc_remote(
             report.deleted.add(id, size);
         }
         report.stale_marks = stale.len() as u64;
+        report.staging_files = remote.remove_staging_files(options.grace, true)?;
         report.transfer.requests = remote.requests();
         return Ok(report);
     }
@@ -488,6 +494,9 @@ pub fn gc_remote(
             remote.delete_key(&remote::mark_key(id))?;
             report.stale_marks += 1;
         }
+        // A staging file older than the grace belongs to no running writer (each finishes
+        // its upload within half of it).
+        report.staging_files = remote.remove_staging_files(options.grace, false)?;
     }
     progress.finish();
     // The store forgets the deleted packs (and records the new ones).
