@@ -189,6 +189,7 @@ enum Command {
     ///   dsv tag mnist@3f2a9c v0 --force # move a tag
     ///   dsv tag --list mnist
     ///   dsv tag -d mnist@v0
+    ///   dsv tag -d --remote origin mnist@v0   # delete the tag on the remote
     #[command(verbatim_doc_comment)]
     Tag(TagArgs),
     /// Move a dataset's local head to another of its versions (as `git reset` moves a
@@ -269,6 +270,7 @@ enum Command {
     /// Examples:
     ///   dsv verify
     ///   dsv verify --full   # also reassemble every file and check its id
+    ///   dsv verify --remote origin --full   # a remote's refs and every byte of its packs
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
     /// Check that DIR is bit-identical to a version (by default the one it was last
@@ -309,6 +311,8 @@ enum Command {
     ///   dsv gc --dry-run
     ///   dsv rm mnist@v1 && dsv gc
     ///   dsv gc --grace 10m   # also unnamed packs older than 10 minutes
+    ///   dsv gc --remote origin --dry-run   # what a remote's collection would mark and delete
+    ///   dsv rm --remote origin scratch-run && dsv gc --remote origin
     #[command(verbatim_doc_comment)]
     Gc(GcArgs),
     /// Remove a version's data (NAME@REV) or a whole dataset's (NAME); the log keeps the
@@ -319,6 +323,7 @@ enum Command {
     ///   dsv rm mnist@v0
     ///   dsv rm mnist@latest~3 --force   # also drop its tags
     ///   dsv rm scratch-run && dsv gc
+    ///   dsv rm --remote origin scratch-run   # its head and tags on the remote
     #[command(verbatim_doc_comment)]
     Rm(RmArgs),
     /// Keep a version from removal (a job's lease: `--until`).

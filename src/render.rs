@@ -1304,6 +1304,115 @@ pub fn show_provenance(s: &ShownProvenance) -> String {
     out
 }
 
+pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
+    let (mark, delete, rescue, repack) = if r.dry_run {
+        ("Would mark", "would delete", "would rescue", "would repack")
+    } else {
+        ("Marked", "deleted", "rescued", "repacked")
+    };
+    let mut out = format!(
+        "{mark} {} ({}), {delete} {} ({}), {rescue} {}, {repack} {} on remote {}; kept {} ({}) for {}",
+        count(r.marked.count, "pack"),
+        HumanBytes(r.marked.bytes),
+        count(r.deleted.count, "pack"),
+        HumanBytes(r.deleted.bytes),
+        count(r.rescued.count, "pack"),
+        count(r.repacked.count, "pack"),
+        r.remote,
+        count(r.live.count, "pack"),
+        HumanBytes(r.live.bytes),
+        count(r.refs, "ref"),
+    );
+    let lines: [(&str, &dsv::ops::sync::remote_gc::PackSet); 6] = [
+        ("mark", &r.marked),
+        ("delete", &r.deleted),
+        ("rescue", &r.rescued),
+        ("repack", &r.repacked),
+        ("wait (marked, grace not over)", &r.waiting),
+        ("wait (unreferenced, younger than the grace)", &r.young),
+    ];
+    for (what, set) in lines {
+        for pack in &set.packs {
+            let _ = write!(out, "\n  {what} {}", pack.short());
+        }
+    }
+    if r.missing_objects > 0 {
+        let _ = write!(
+            out,
+            "\n{} the refs reach are in no pack of the remote: run `dsv verify --remote {}`",
+            count(r.missing_objects, "object"),
+            r.remote
+        );
+    }
+    if r.deferred {
+        let _ = write!(
+            out,
+            "\nthis run took longer than half the grace before deleting: deletions left to the next run"
+        );
+    }
+    out
+}
+
+pub fn removed_remote_refs(r: &dsv::ops::sync::remote_gc::RemoveRemoteReport) -> String {
+    let mut out = String::new();
+    for reference in &r.refs {
+        let name = match &reference.tag {
+            Some(tag) => format!("{}@{tag}", reference.dataset),
+            None => reference.dataset.clone(),
+        };
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        if reference.status == "deleted" {
+            let _ = write!(
+                out,
+                "Deleted {}/{name} (was {})",
+                r.remote,
+                reference.version.short()
+            );
+        } else {
+            let _ = write!(
+                out,
+                "Left {}/{name}: another writer changed it since it was read (run again to remove what it names now)",
+                r.remote
+            );
+        }
+    }
+    let _ = write!(
+        out,
+        "\nrun `dsv gc --remote {}` to free the space",
+        r.remote
+    );
+    out
+}
+
+pub fn verify_remote(r: &dsv::ops::sync::remote_gc::RemoteVerifyReport) -> String {
+    let mut out = format!(
+        "Checked remote {}: {}, {} they reach, {} ({} {}, {})",
+        r.remote,
+        count(r.refs, "ref"),
+        count(r.objects, "object"),
+        count(r.packs, "pack"),
+        count(r.frames, "frame"),
+        if r.full { "read whole" } else { "sampled" },
+        HumanBytes(r.bytes)
+    );
+    if r.marked > 0 {
+        let _ = write!(out, "\n{} marked by gc", count(r.marked, "pack"));
+    }
+    if r.incomplete > 0 {
+        let _ = write!(
+            out,
+            "\n{} incomplete (an upload cut short or a deletion part-way; gc --remote removes them)",
+            count(r.incomplete, "pack")
+        );
+    }
+    for problem in &r.problems {
+        let _ = write!(out, "\nproblem: {}: {}", problem.what, problem.detail);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,10 @@ pub(crate) struct TagArgs {
     /// Delete the tag (the version and its data stay).
     #[arg(short, long)]
     delete: bool,
+    /// With -d: delete the tag on remote NAME (only if unchanged since read; its data stays
+    /// until `dsv gc --remote`).
+    #[arg(long, value_name = "NAME", requires = "delete")]
+    remote: Option<String>,
 }
 
 /// `dsv tag`.
@@ -51,6 +55,16 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &TagArgs) -> anyhow::Result<u8> {
             (None, Some((dataset, tag))) => (dataset, tag),
             _ => anyhow::bail!(usage("-d takes NAME@TAG (or NAME TAG)")),
         };
+        if let Some(remote) = &args.remote {
+            let report = dsv::ops::sync::remote_gc::remove_remote_refs(
+                &mut store,
+                remote,
+                dataset,
+                Some(tag),
+            )?;
+            ui.report(&report, render::removed_remote_refs)?;
+            return Ok(super::gc::removed_code(&report));
+        }
         let deleted = refs::delete_tag(&mut store, dataset, tag)?;
         if ui.json {
             ui.json(&deleted)?;

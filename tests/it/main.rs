@@ -27,6 +27,7 @@ mod properties;
 mod read;
 mod real_data;
 mod remote;
+mod remote_gc;
 mod round3;
 mod scale;
 mod scale_input;

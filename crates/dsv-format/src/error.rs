@@ -437,6 +437,30 @@ pub enum Error {
         /// The pushed version (short id).
         version: String,
     },
+    /// A remote whose format (its `format` key, written by `dsv gc --remote`) is newer than
+    /// this dsv knows: writing to it could break rules its newer writers follow.
+    #[error(
+        "remote {remote:?} has format {found}, newer than the format {known} this dsv knows: upgrade dsv to write to it"
+    )]
+    RemoteFormatTooNew {
+        /// The remote.
+        remote: String,
+        /// The format the remote's `format` key names.
+        found: u32,
+        /// The newest format this dsv knows.
+        known: u32,
+    },
+    /// A writer's final check found that a `dsv gc --remote` marked packs it relies on,
+    /// after several tries (or too late to send their objects again).
+    #[error(
+        "a gc of remote {remote:?} marked packs this {operation} relies on while it ran: run it again (it sends only what is missing)"
+    )]
+    RemoteCollected {
+        /// The remote.
+        remote: String,
+        /// What was writing (`push`, `copy`).
+        operation: &'static str,
+    },
     /// A push that would drop versions from the remote, or lost a race with another writer.
     #[error("remote {remote:?} has versions of {dataset:?} you do not have: pull first")]
     RemoteDiverged {
@@ -845,6 +869,7 @@ impl Error {
             Error::Conflict { .. }
             | Error::PartialCheckoutIntoWorkspace { .. }
             | Error::RemoteDiverged { .. }
+            | Error::RemoteCollected { .. }
             | Error::PushBehind { .. }
             | Error::HeadMoved { .. } => ErrorKind::Conflict,
             Error::Corrupt { .. }
@@ -898,6 +923,7 @@ impl Error {
             | Error::DatasetRequired { .. }
             | Error::Unsupported { .. }
             | Error::RemoteNotFound { .. }
+            | Error::RemoteFormatTooNew { .. }
             | Error::NoRemote
             | Error::AmbiguousRemote { .. }
             | Error::CloneDirUnnamed { .. }
@@ -991,6 +1017,8 @@ impl Error {
             | Error::Remote { .. }
             | Error::PushBehind { .. }
             | Error::RemoteDiverged { .. }
+            | Error::RemoteFormatTooNew { .. }
+            | Error::RemoteCollected { .. }
             | Error::NoCommonVersion { .. }
             | Error::HeadMoved { .. }
             | Error::VersionHeld { .. }
@@ -1169,6 +1197,8 @@ impl Error {
             Error::NoCommonVersion { dataset, .. } => format!(
                 "rebase onto a version of the same line (`dsv log {dataset}` lists them); with `dsv rebase`, --dataset names the dataset to rebase"
             ),
+            Error::RemoteFormatTooNew { .. } => "a newer dsv collects this remote's garbage (`dsv gc --remote`); an older one could push data that collection deletes".into(),
+            Error::RemoteCollected { .. } => "nothing a ref names was lost; run the command again".into(),
             Error::RemoteDiverged { dataset, remote } => format!(
                 "`dsv pull {dataset} --rebase --remote {remote}` replays your versions onto theirs (when you changed other paths), then `dsv push` succeeds"
             ),

@@ -148,8 +148,31 @@ pub(crate) fn refresh_indexes(
     remote: &Remote,
     jobs: usize,
 ) -> Result<u64> {
-    let listed = remote.list_packs()?;
-    let known = store.catalog().remote_packs(record.id)?;
+    refresh_indexes_except(store, record, remote, jobs, &HashSet::new())
+}
+
+/// [`refresh_indexes`], treating the packs of `except` (gc-marked ones, for a writer) as
+/// absent. When a pack recorded here is gone (deleted by a gc, or excluded), every index is
+/// read again: the store records one location per object, and an object of a gone pack may
+/// also be in a pack recorded earlier, whose index rows for it were not kept.
+pub(crate) fn refresh_indexes_except(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    jobs: usize,
+    except: &HashSet<ObjectId>,
+) -> Result<u64> {
+    let listed: Vec<(ObjectId, u64)> = remote
+        .list_packs()?
+        .into_iter()
+        .filter(|(id, _)| !except.contains(id))
+        .collect();
+    let present: HashSet<ObjectId> = listed.iter().map(|(id, _)| *id).collect();
+    let mut known = store.catalog().remote_packs(record.id)?;
+    let gone = known.iter().any(|id| !present.contains(id));
+    if gone {
+        known.clear();
+    }
     let new: Vec<(ObjectId, u64)> = listed
         .iter()
         .filter(|(id, _)| !known.contains(id))
@@ -174,12 +197,15 @@ pub(crate) fn refresh_indexes(
             })?;
         indexes.push((id, size, frames, objects));
     }
-    let present: HashSet<ObjectId> = listed.iter().map(|(id, _)| *id).collect();
     let writer = store.catalog_mut().writer()?;
     // Packs gone first: an object that moved to a new pack (a remote repacked) keeps one row,
     // the new pack's. Added first, the new rows would be ignored as duplicates and then
-    // deleted with the old pack's frames.
-    writer.retain_remote_packs(record.id, &present)?;
+    // deleted with the old pack's frames. With a pack gone, all are forgotten and read again.
+    if gone {
+        writer.retain_remote_packs(record.id, &HashSet::new())?;
+    } else {
+        writer.retain_remote_packs(record.id, &present)?;
+    }
     for (id, size, frames, objects) in &indexes {
         writer.add_remote_pack(record.id, id, **size, frames, objects)?;
     }
@@ -224,6 +250,11 @@ pub(crate) struct Span {
 }
 
 impl Span {
+    /// The remote pack the span is in.
+    pub(crate) fn pack(&self) -> ObjectId {
+        self.pack
+    }
+
     /// Bytes the span's GET asks for.
     pub(crate) fn len(&self) -> u64 {
         self.range.end - self.range.start
@@ -773,4 +804,232 @@ pub(crate) fn fetch_files_with(
         }
     }
     Ok(transfer)
+}
+
+/// The grace writers assume when a remote has no format object yet (no `gc --remote` has
+/// run): the default of `dsv gc --remote --grace`, 24 hours, in seconds.
+pub const DEFAULT_REMOTE_GRACE_SECONDS: u64 = 24 * 3600;
+
+/// What a writer (push, copy) may rely on in a remote that `dsv gc --remote` collects: the
+/// remote's pack indexes (refreshed) minus the packs with a gc mark. The writers' rule
+/// (docs/architecture.md, "Remote garbage collection"):
+///
+/// 1. An object found only in marked packs counts as absent: the writer sends it again, in
+///    a pack whose id is not marked ([`WriterView::is_marked`]; a local pack whose id is
+///    marked goes up as a fresh copy under a new id).
+/// 2. Every remote pack the writer relies on (holding an object it did not send, or one it
+///    sent) is remembered, and [`WriterView::recheck`] right before the writer moves refs
+///    lists the marks again: a relied-on pack marked meanwhile sends its objects again.
+/// 3. While moving refs, a writer whose last check is older than half the grace
+///    ([`WriterView::stale`]) checks again.
+///
+/// Opening the view refuses a remote whose format is newer than this dsv knows
+/// ([`Error::RemoteFormatTooNew`]).
+#[derive(Debug)]
+pub struct WriterView {
+    remote: String,
+    collected: bool,
+    marked: HashSet<ObjectId>,
+    grace: std::time::Duration,
+    checked_at: std::time::Instant,
+}
+
+/// Opens a writer's view of `remote` (see [`WriterView`]): reads the format key (refusing a
+/// newer format), refreshes the store's record of the remote's pack indexes
+/// (`refresh_indexes`) and lists the gc marks. Three requests plus the new indexes.
+///
+/// # Errors
+/// [`Error::RemoteFormatTooNew`]; as [`refresh_indexes`] (remote errors, [`Error::Corrupt`]
+/// for a malformed index, [`Error::Catalog`]).
+pub fn writer_view(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    jobs: usize,
+) -> Result<WriterView> {
+    let (grace, collected) = check_remote_format(remote)?;
+    let marked = remote.list_marks()?.into_keys().collect();
+    refresh_indexes_except(store, record, remote, jobs, &marked)?;
+    Ok(WriterView {
+        remote: remote.name().to_string(),
+        collected,
+        marked,
+        grace,
+        checked_at: std::time::Instant::now(),
+    })
+}
+
+/// Reads `remote`'s format key: its grace (the default when there is none), and whether it
+/// has one (a `gc --remote` has run there).
+///
+/// # Errors
+/// [`Error::RemoteFormatTooNew`]; [`Error::Remote`]; [`Error::Corrupt`] for a malformed
+/// format object.
+pub fn check_remote_format(remote: &Remote) -> Result<(std::time::Duration, bool)> {
+    match remote.get_format()? {
+        Some((format, _)) if format.format > remote::collect::REMOTE_FORMAT => {
+            Err(Error::RemoteFormatTooNew {
+                remote: remote.name().to_string(),
+                found: format.format,
+                known: remote::collect::REMOTE_FORMAT,
+            })
+        }
+        Some((format, _)) => Ok((std::time::Duration::from_secs(format.grace_seconds), true)),
+        None => Ok((
+            std::time::Duration::from_secs(DEFAULT_REMOTE_GRACE_SECONDS),
+            false,
+        )),
+    }
+}
+
+impl WriterView {
+    /// The remote pack holding object `id` of `kind` that a writer may rely on: the pack the
+    /// store's record of the remote's indexes names, unless it is marked. `None`: absent,
+    /// send it.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn locate(
+        &self,
+        catalog: &crate::catalog::Catalog,
+        remote: i64,
+        id: &ObjectId,
+        kind: ObjectKind,
+    ) -> Result<Option<ObjectId>> {
+        Ok(catalog
+            .remote_locate(remote, id, kind)?
+            .map(|location| location.pack)
+            .filter(|pack| !self.marked.contains(pack)))
+    }
+
+    /// True when `pack` has a gc mark: a pack of this id must not be uploaded (a create-only
+    /// put of an existing key does nothing, and the marked pack may be deleted); send its
+    /// objects in a pack with another id.
+    pub fn is_marked(&self, pack: &ObjectId) -> bool {
+        self.marked.contains(pack)
+    }
+
+    /// True when the remote has a format key: a `gc --remote` collects it, so it keeps a
+    /// version's data only while a ref reaches it, and a writer must walk (and rely on
+    /// packs for) every object of what its refs will name. On a remote never collected, a
+    /// version the remote holds implies its data, as before remote gc.
+    pub fn collected(&self) -> bool {
+        self.collected
+    }
+
+    /// True when the last check of the marks is older than half the grace: check again
+    /// ([`WriterView::recheck`]) before moving another ref.
+    pub fn stale(&self) -> bool {
+        self.checked_at.elapsed() > self.grace / 2
+    }
+
+    /// Reads the format key and lists the marks again; returns the packs of `relied` that
+    /// are marked now (their objects must be sent again before any ref names them). When
+    /// the remote became collected since the view was opened, every pack of `relied` is
+    /// returned: the writer's walk took shortcuts only a remote never collected allows.
+    ///
+    /// # Errors
+    /// As [`writer_view`], without refreshing the indexes.
+    pub fn recheck(
+        &mut self,
+        remote: &Remote,
+        relied: &HashSet<ObjectId>,
+    ) -> Result<Vec<ObjectId>> {
+        let was_collected = self.collected;
+        (self.grace, self.collected) = check_remote_format(remote)?;
+        self.marked = remote.list_marks()?.into_keys().collect();
+        self.checked_at = std::time::Instant::now();
+        if self.collected && !was_collected {
+            return Ok(relied.iter().copied().collect());
+        }
+        Ok(relied
+            .iter()
+            .filter(|pack| self.marked.contains(pack))
+            .copied()
+            .collect())
+    }
+
+    /// Records the remote's pack indexes again without the packs marked now (after a
+    /// [`WriterView::recheck`] found new marks), so that the objects of those packs count
+    /// as absent and copies sent again are recorded.
+    ///
+    /// # Errors
+    /// As [`writer_view`].
+    pub fn reindex(
+        &self,
+        store: &mut Store,
+        record: &RemoteRecord,
+        remote: &Remote,
+        jobs: usize,
+    ) -> Result<()> {
+        refresh_indexes_except(store, record, remote, jobs, &self.marked).map(|_| ())
+    }
+
+    /// The remote's name.
+    pub fn remote(&self) -> &str {
+        &self.remote
+    }
+}
+
+/// Writes a copy of local pack `source` under a new id (its frames, then one frame holding a
+/// random 32-byte chunk that nothing names) into `dir`, for a writer whose remote has a
+/// mark on `source`'s id. Returns the new pack's id and path.
+///
+/// # Errors
+/// [`Error::Io`], [`Error::Corrupt`] for a pack that fails its checks.
+pub(crate) fn fresh_copy(
+    source: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<(ObjectId, std::path::PathBuf)> {
+    let file = std::fs::File::open(source).map_err(|e| Error::Io {
+        path: source.to_path_buf(),
+        source: e,
+    })?;
+    let (frames, objects) = crate::pack::reader::read_index(&file, source)?;
+    let bytes = std::fs::read(source).map_err(|e| Error::Io {
+        path: source.to_path_buf(),
+        source: e,
+    })?;
+    let mut writer = crate::pack::PackWriter::create(dir, dir)?;
+    for (index, frame) in frames.iter().enumerate() {
+        let members: Vec<(ObjectId, ObjectKind, u32, u32)> = objects
+            .iter()
+            .filter(|o| o.frame as usize == index)
+            .map(|o| (o.id, o.kind, o.offset, o.length))
+            .collect();
+        let start = frame.offset as usize;
+        let stored = bytes
+            .get(start..start + frame.stored_length as usize)
+            .ok_or_else(|| Error::corrupt(source, "a frame lies past the end of the pack"))?
+            .to_vec();
+        let encoded = EncodedFrame::verified(stored, frame.raw_length, frame.compression, members)
+            .map_err(|detail| Error::corrupt(source, detail))?;
+        writer.add_frame(encoded)?;
+    }
+    writer.add_frame(salt_frame(&source.display().to_string()))?;
+    let sealed = writer.finish()?;
+    Ok((sealed.id, crate::pack::writer::pack_path(dir, &sealed.id)))
+}
+
+/// A frame holding one 32-byte chunk that nothing names, different at every call (the time,
+/// the process, a counter and `context` hashed): added to a pack that must not come out
+/// under the id of a pack a remote has marked (the same frames in the same order would).
+pub fn salt_frame(context: &str) -> EncodedFrame {
+    static SALTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let salt = *blake3::hash(
+        format!(
+            "{nanos} {} {} {context}",
+            std::process::id(),
+            SALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
+        .as_bytes(),
+    )
+    .as_bytes();
+    let mut builder = crate::pack::FrameBuilder::default();
+    builder.push(ObjectId::of(&salt), ObjectKind::Chunk, &salt);
+    builder.encode(3)
 }

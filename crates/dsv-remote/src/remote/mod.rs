@@ -9,6 +9,7 @@
 //!                                 presence means the pack is complete
 //! refs/heads/<dataset>            "<version id>\n": the dataset's head
 //! refs/tags/<dataset>/<tag>       "<version id>\n": a tag
+//! format, marks/<pack id>, clock  remote garbage collection (`dsv gc --remote`): see [`collect`]
 //! ```
 //!
 //! Packs and indexes are content-addressed and written with create-only puts (an existing key
@@ -67,8 +68,10 @@ use object_store::{
 };
 
 pub mod aws_profile;
+pub mod collect;
 mod copy;
 
+pub use collect::{ListedPack, RemoteFormat, guard_pack, mark_key};
 pub use copy::CopyCounts;
 
 use crate::catalog::RemoteRecord;
@@ -482,6 +485,9 @@ impl Remote {
                 continue;
             };
             if let Some(id) = crate::pack::writer::pack_id_of(name) {
+                if id == collect::guard_pack() {
+                    continue;
+                }
                 sizes.insert(id, meta.size);
             } else if let Some(hex) = name.strip_suffix(".idx")
                 && let Ok(id) = hex.parse::<ObjectId>()
@@ -705,7 +711,8 @@ impl Remote {
         Ok(refs)
     }
 
-    /// Reads a ref: the version it names and its state, or `None` when absent.
+    /// Reads a ref: the version it names and its state, or `None` when absent (or holding
+    /// [`collect::REF_TOMBSTONE`]: being deleted).
     ///
     /// # Errors
     /// [`Error::Remote`]; [`Error::Corrupt`] when the ref does not hold a version id or is
@@ -721,6 +728,10 @@ impl Remote {
             }) => return Ok(None),
             Err(e) => return Err(e),
         };
+        // A ref being deleted (`delete_ref`) is absent.
+        if bytes.as_ref() == collect::REF_TOMBSTONE.as_bytes() {
+            return Ok(None);
+        }
         let id = decode_ref(&bytes).ok_or_else(|| {
             Error::corrupt(
                 format!("{}:{key}", self.name),

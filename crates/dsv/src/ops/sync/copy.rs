@@ -14,8 +14,10 @@
 //!    LISTs (plus a GET of any ref this store has not seen), no payload byte.
 //! 3. **Metadata.** The versions' trees and file maps are fetched from SRC into this store
 //!    (as `dsv fetch SRC` does: they are small, and the walk reads them) unless this store
-//!    already records every version (it pushed them, or fetched them before); then DST's pack
-//!    indexes are refreshed (`refresh_indexes`: one LIST, a GET of each new `.idx`). What
+//!    already records every version (it pushed them, or fetched them before); then DST is
+//!    seen as a writer sees it (`transfer::writer_view`, the writers' rule of `dsv gc
+//!    --remote`: DST's `format` key is checked, `marks/` listed, and DST's pack indexes
+//!    refreshed without the marked packs: one LIST, a GET of each new `.idx`). What
 //!    this store recorded of SRC is checked against one LIST of SRC's packs in step 6: an
 //!    object it does not locate there, or a pack SRC no longer lists, fetches from SRC again
 //!    (refs, indexes, metadata) and plans once more.
@@ -24,12 +26,17 @@
 //!    [`Error::RemoteDiverged`] unless `--force`. A DST head this store has never seen has
 //!    DST's metadata fetched first, so it can be placed in the version's history.
 //! 5. **Closure.** From each version back along its parents, stopping at the first version
-//!    DST holds, every version, provenance object, tree, file map, outboard and chunk that
-//!    DST's recorded indexes lack ([`super::push::walk_missing_on`], the walk push makes), each
-//!    located in SRC's indexes. An object SRC does not hold is [`Error::MissingObject`].
+//!    DST holds (on a collected DST, one with a `format` key, all of them: it keeps a
+//!    version's data only while a ref reaches it), every version, provenance object, tree,
+//!    file map, outboard and chunk that DST's recorded indexes lack or hold only in marked
+//!    packs ([`super::push::walk_missing_on`], the walk push makes; the DST packs holding the
+//!    rest are remembered as relied on), each located in SRC's indexes. An object SRC does
+//!    not hold is [`Error::MissingObject`].
 //! 6. **Plan.** Per SRC pack, the bytes of the frames needed. A pack whose needed frames make
-//!    up at least half of it ([`WHOLE_PACK_SHARE`]) is copied whole under its own name;
-//!    from any other, only the needed frames are taken.
+//!    up at least half of it ([`WHOLE_PACK_SHARE`]) is copied whole under its own name,
+//!    unless DST has a mark on that name; from any other, only the needed frames are taken
+//!    (a pack so built that comes out under a marked name stops the copy:
+//!    [`Error::RemoteCollected`]).
 //! 7. **Whole packs** ([`Remote::copy_packs_from`]): a server-side copy when SRC and DST are
 //!    prefixes of one bucket reached the same way, else a streamed GET -> PUT, every byte
 //!    hashed in flight and compared with the pack's name and `.idx` before the upload
@@ -39,10 +46,13 @@
 //!    length, every object hashes to its id), appended byte for byte to new packs built in
 //!    memory ([`crate::pack_sink::PackSink::in_memory`]) and uploaded with their `.idx`.
 //!    Batches of at most [`BATCH_BYTES`] of frames, so memory stays bounded.
-//! 9. **Record and check.** DST's indexes are refreshed again; every pack the plan wrote
-//!    there must now be listed (so every object of the closure is), else the copy stops
-//!    before any ref moves.
-//! 10. **Move refs** on DST as push does (compare-and-swap on the ETag listed in step 1;
+//! 9. **Record and check.** DST's indexes are refreshed again (without marked packs); every
+//!    pack the plan wrote there must now be listed (so every object of the closure is), else
+//!    the copy stops before any ref moves. Then `marks/` is listed again: a pack relied on or
+//!    copied that a gc marked meanwhile stops the copy ([`Error::RemoteCollected`], exit 4; a
+//!    re-run sends it again).
+//! 10. **Move refs** on DST as push does (a view older than half DST's grace is checked again
+//!     first; compare-and-swap on the ETag listed in step 1;
 //!     created, updated, forced or up-to-date), the head first, then each tag of SRC that names
 //!     the version or one of its ancestors (a tag naming another version on DST is
 //!     `rejected` unless `--force`).
@@ -56,7 +66,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::push::{PushedRef, RemoteRefs, record_ref, walk_missing_on};
-use super::{MAX_SPAN, Transfer, is_ancestor, open, refresh_indexes, remote_ref};
+use super::{MAX_SPAN, Transfer, is_ancestor, open, remote_ref};
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -257,7 +267,10 @@ pub fn copy(
     }
     progress.phase("reading the destination's pack indexes");
     tracing::debug!(phase = "reading the destination's pack indexes", "copy");
-    refresh_indexes(store, &dst_record, &dst, jobs)?;
+    // The writers' rule (docs/architecture.md, "Remote garbage collection"): DST's format is
+    // checked, and objects only in packs a `gc --remote` marked count as absent.
+    let mut view = crate::transfer::writer_view(store, &dst_record, &dst, jobs)?;
+    let mut relied = HashSet::new();
 
     // Step 4: every head checked before any byte moves. A DST head this store has never
     // seen (written there by another store) needs DST's metadata to be placed in history.
@@ -301,13 +314,29 @@ pub fn copy(
         needed,
         versions: planned_versions,
         per_pack,
-    } = match plan_closure(store, &src_record, &dst_record, &targets, &listed) {
+    } = match plan_closure(
+        store,
+        &src_record,
+        &dst_record,
+        &view,
+        &mut relied,
+        &targets,
+        &listed,
+    ) {
         // What this store recorded of SRC is older than SRC: read it again, once.
         Err(Error::MissingObject { .. }) if !fetched => {
             progress.phase("fetching metadata");
             super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
             listed = src.list_packs()?.into_iter().collect();
-            plan_closure(store, &src_record, &dst_record, &targets, &listed)?
+            plan_closure(
+                store,
+                &src_record,
+                &dst_record,
+                &view,
+                &mut relied,
+                &targets,
+                &listed,
+            )?
         }
         other => other?,
     };
@@ -325,7 +354,9 @@ pub fn copy(
             .values()
             .map(|(f, _)| u64::from(f.stored_length))
             .sum();
-        if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 {
+        // A pack whose id DST has marked is not copied under that id (the copy would
+        // change nothing, and the marked pack may be deleted): its frames go into new packs.
+        if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 && !view.is_marked(&pack) {
             whole.push((pack, size));
         } else {
             planned.partial_packs += 1;
@@ -351,6 +382,7 @@ pub fn copy(
     let mut transfer = Transfer::default();
     progress.start("copy", whole_bytes + partial_bytes, Unit::Bytes);
     let mut written: Vec<ObjectId> = whole.iter().map(|(id, _)| *id).collect();
+    relied.extend(written.iter().copied());
     if !whole.is_empty() {
         let counts = dst.copy_packs_from(&src, whole, jobs, &|bytes| progress.advance(bytes))?;
         planned.server_side = counts.server_side;
@@ -359,8 +391,15 @@ pub fn copy(
     }
     if !partial.is_empty() {
         let spans = crate::transfer::spans(partial, MAX_SPAN);
+        // Frames of a pack DST has marked, rebuilt in their order, would make that pack
+        // again under its marked id: such batches start with a salt frame.
+        let from_marked =
+            |batch: &[crate::transfer::Span]| batch.iter().any(|span| view.is_marked(&span.pack()));
         for batch in batches(spans) {
             let sink = PackSink::in_memory();
+            if from_marked(&batch) {
+                sink.add(crate::transfer::salt_frame(to))?;
+            }
             let got = crate::transfer::fetch_spans(
                 store.catalog(),
                 &src,
@@ -378,6 +417,14 @@ pub fn copy(
                     (pack.id, bytes::Bytes::from(bytes), index_offset)
                 })
                 .collect();
+            if let Some((marked, ..)) = packs.iter().find(|(id, ..)| view.is_marked(id)) {
+                // The same frames in the same order: the marked pack's own id.
+                return Err(Error::RemoteCollected {
+                    remote: format!("{to} (pack {})", marked.short()),
+                    operation: "copy",
+                });
+            }
+            relied.extend(packs.iter().map(|(id, ..)| *id));
             transfer.packs += packs.len() as u64;
             written.extend(packs.iter().map(|(id, _, _)| *id));
             transfer.bytes += packs.iter().map(|(_, b, _)| b.len() as u64).sum::<u64>();
@@ -390,7 +437,7 @@ pub fn copy(
     // packs built from frames under theirs), so it holds every object of the closure.
     progress.phase("moving the destination's refs");
     tracing::debug!(phase = "moving the destination's refs", "copy");
-    refresh_indexes(store, &dst_record, &dst, jobs)?;
+    view.reindex(store, &dst_record, &dst, jobs)?;
     let listed_on_dst = store.catalog().remote_packs(dst_record.id)?;
     if let Some(pack) = written.iter().find(|pack| !listed_on_dst.contains(pack)) {
         return Err(Error::Internal {
@@ -400,11 +447,24 @@ pub fn copy(
             ),
         });
     }
+    // The writers' rule: right before refs move, no pack relied on may be marked.
+    if !view.recheck(&dst, &relied)?.is_empty() {
+        return Err(Error::RemoteCollected {
+            remote: dst_record.name.clone(),
+            operation: "copy",
+        });
+    }
     transfer.objects = needed.len() as u64;
 
     // Step 10: refs, head first, then tags.
     let mut refs = Vec::new();
     for target in &targets {
+        if view.stale() && !view.recheck(&dst, &relied)?.is_empty() {
+            return Err(Error::RemoteCollected {
+                remote: dst_record.name.clone(),
+                operation: "copy",
+            });
+        }
         refs.extend(move_refs(
             store,
             &dst_record,
@@ -551,10 +611,12 @@ fn plan_closure(
     store: &Store,
     src: &RemoteRecord,
     dst: &RemoteRecord,
+    view: &crate::transfer::WriterView,
+    relied: &mut HashSet<ObjectId>,
     targets: &[Target],
     listed: &HashMap<ObjectId, u64>,
 ) -> Result<PlannedClosure> {
-    let (needed, versions) = closure_missing(store, src, dst, targets)?;
+    let (needed, versions) = closure_missing(store, src, dst, view, relied, targets)?;
     let (frames, missing) = store.catalog().remote_frames_holding(src.id, &needed)?;
     if let Some((id, kind)) = missing {
         return Err(Error::MissingObject {
@@ -588,18 +650,20 @@ fn closure_missing(
     store: &Store,
     src: &RemoteRecord,
     dst: &RemoteRecord,
+    view: &crate::transfer::WriterView,
+    relied: &mut HashSet<ObjectId>,
     targets: &[Target],
 ) -> Result<(Vec<(ObjectId, ObjectKind)>, u64)> {
     let catalog = store.catalog();
     let mut needed = Vec::new();
     let mut seen = HashSet::new();
     let mut versions = 0;
-    // A destination holding no pack lacks everything: no lookup per object.
-    let dst_holds_packs = !catalog.remote_packs(dst.id)?.is_empty();
     for target in targets {
         walk_missing_on(
             store,
-            dst_holds_packs.then_some(dst.id),
+            view,
+            dst.id,
+            relied,
             &target.version,
             &|id| {
                 Ok(catalog

@@ -167,13 +167,16 @@
 //!   that pack disappears from the remote while another remote pack also holds the object,
 //!   the store forgets the object for that remote (the other pack's index is not read
 //!   again): a push uploads it again, and a download from that remote reports it missing.
-//!   dsv itself never deletes remote packs.
+//!   `dsv gc --remote` deletes remote packs; a writer's view ([`crate::transfer::writer_view`])
+//!   then reads every index again.
 //! - Push uploads whole packs. A pack that holds an object the remote lacks goes up entire,
 //!   with whatever else it holds: objects of other datasets, of versions not pushed, or of
 //!   other frames downloaded together. The remote then holds data that no ref needs.
-//! - Nothing is ever deleted on a remote: no garbage collection of remote packs (packs of a
-//!   push whose ref then lost a race, or left behind by `push --force`), and no deletion of
-//!   refs.
+//! - Remote garbage is deleted only by `dsv gc --remote` (module [`remote_gc`]; the argument
+//!   that no ref names deleted data is in docs/architecture.md, "Remote garbage
+//!   collection"), which runs lock-free against writers that follow `transfer::writer_view`.
+//!   dsv binaries built before it do not know its rules; the guard pack makes them refuse a
+//!   collected remote (docs/format.md, "Remote layout").
 //! - A fetch, and so a clone or a ref cache refresh, downloads the metadata of every dataset
 //!   and version the remote holds, not only those asked for.
 //! - `checkout REMOTE/NAME` and `REMOTE/NAME@TAG` always send their HEAD request, so they need
@@ -188,7 +191,7 @@
 //! - `push --force` overwrites refs without a compare-and-swap (on `file://`, without the
 //!   lock), so it can overwrite a concurrent writer's update.
 //! - Refs move one dataset at a time, each recorded here as soon as it moved: a push that
-//!   fails part-way through step 7 leaves the later datasets' refs unmoved (a re-run moves them).
+//!   fails part-way through step 8 of push leaves the later datasets' refs unmoved (a re-run moves them).
 //! - `pull` never merges: a diverged local head is kept (`pull --rebase` replays the local
 //!   versions onto the remote's when they changed other paths; a path changed on both sides
 //!   is a conflict, never merged within a file). A tag that names another version on
@@ -208,6 +211,7 @@ pub mod copy;
 pub mod fetch;
 pub mod pull;
 pub mod push;
+pub mod remote_gc;
 pub mod remotes;
 
 pub use clone::{CloneOptions, CloneReport, clone, default_clone_dir};

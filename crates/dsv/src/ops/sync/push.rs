@@ -6,17 +6,23 @@
 //! `push()`:
 //!
 //! 1. **Targets.** Every dataset's head, or the one revision given.
-//! 2. **Refresh the pack indexes** (`refresh_indexes`, as in fetch step 2, [`super::fetch()`]): LIST `packs/` and
-//!    GET each `.idx` not seen yet, so the store knows what the remote holds now.
+//! 2. **The writer's view** (`transfer::writer_view`): GET the `format` key (a newer format
+//!    than this dsv knows is `Error::RemoteFormatTooNew`), LIST `marks/`, then refresh the
+//!    pack indexes as in fetch step 2 ([`super::fetch()`]) without the marked packs: LIST
+//!    `packs/` and GET each `.idx` not seen yet (all of them again when a recorded pack is
+//!    gone or marked), so the store knows what the remote holds now and may rely on.
 //! 3. **Check every head first.** One LIST of `refs/` gives every ref's ETag (`RemoteRefs`);
 //!    a ref whose ETag equals the one recorded here is taken from the catalog, any other is
 //!    read with a GET. For each target, if the remote head is neither the version pushed nor
 //!    an ancestor of it (following parents in this store's version table), the push stops
 //!    with `Error::RemoteDiverged` (exit 4) before anything is uploaded, unless `--force`.
-//! 4. **Walk** (`objects_to_send`). For each target whose remote head differs: from the
-//!    version back along its parents, stopping at the first older version the remote holds,
-//!    every version, its provenance object if it has one, tree (each distinct tree once), file
-//!    map (files of two or more chunks) and chunk. Each object the remote's recorded indexes lack is located locally
+//! 4. **Walk** (`objects_to_send`). For each target whose remote head differs (on a collected
+//!    remote, one with a `format` key, every target: its tags may be created, and the remote
+//!    keeps data only while a ref names it): from the version back along its parents,
+//!    stopping at the first older version the remote holds (on a collected remote, all of
+//!    them: a version object there says nothing of its data), every version, its provenance object if it has one, tree (each distinct tree once), file
+//!    map (files of two or more chunks) and chunk. Each object the remote's recorded indexes
+//!    lack (or hold only in marked packs) is located locally
 //!    (`Catalog::locate`), and the pack holding it is added to the set to upload. An object
 //!    this store lacks is `MissingObject`.
 //! 5. **Upload** (`Remote::put_packs`), `jobs` packs at a time. For each pack, the local index
@@ -29,8 +35,16 @@
 //!    back from its file as it is recorded, so one index is in memory at a time). An uploaded
 //!    pack is a local pack: its remote row shares the local index (`local_index`, see
 //!    [`super`] "What the store records"), and only its objects that `objects` locates in
-//!    another local pack get `remote_objects` rows.
-//! 7. **Move refs**, one dataset at a time. A head that names the pushed version is left
+//!    another local pack get `remote_objects` rows. A local pack whose id the remote has
+//!    marked goes up as a fresh copy (`fresh_copy`: its frames and one extra unreferenced
+//!    chunk, so another id) from a temporary directory.
+//! 7. **Re-check the marks** (`WriterView::recheck`): GET `format`, LIST `marks/`. If a
+//!    remote pack the push relies on (holding an object it did not send, or one it sent) is
+//!    marked now, the store forgets it and steps 4 to 6 run again for what it held (at most
+//!    `MAX_SEND_ROUNDS`, then `Error::RemoteCollected`, exit 4, no ref moved).
+//! 8. **Move refs**, one dataset at a time (before each ref, a view older than half the
+//!    remote's grace is checked again: `Error::RemoteCollected` if a relied-on pack was
+//!    marked). A head that names the pushed version is left
 //!    alone (`up-to-date`). A head that is an ancestor is moved by compare-and-swap with the
 //!    ETag (and object version) read in step 3 (`updated`); a missing head is created with a
 //!    create-only put (`created`); with `--force`, a head that is not an ancestor is
@@ -49,7 +63,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::{Transfer, is_ancestor, open, refresh_indexes, remote_ref, same_etag};
+use super::{Transfer, is_ancestor, open, remote_ref, same_etag};
 use crate::catalog::{RemoteRecord, RemoteRef};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -58,6 +72,7 @@ use crate::progress::{Progress, Unit};
 use crate::remote::{RefName, RefState, Remote};
 use crate::revision::Revision;
 use crate::store::Store;
+use crate::transfer::{WriterView, fresh_copy, writer_view};
 use crate::tree::{Reached, walk_reachable};
 
 /// One dataset's ref after a push.
@@ -140,19 +155,24 @@ impl<'a> RemoteRefs<'a> {
     }
 }
 
-/// Calls `need` for every object reachable from `version` that remote `remote` lacks (as
-/// this store's record of its indexes says; `None`: a remote known to hold nothing, so every
-/// object is needed without asking the catalog): the version, its provenance object, trees,
-/// file maps and chunks, and the same for each parent until one the remote holds. A file's
-/// outboard is needed where `has_outboard` says one exists; a file of several chunks
-/// without one is handed to `lacking_outboard`. Trees and file maps are read from this
-/// store (a push has them; a copy fetched them first).
+/// Calls `need` for every object reachable from `version` that remote `remote` lacks as
+/// `view` sees it (an object only in packs a `gc --remote` marked is lacking:
+/// `transfer::writer_view`): the version, its provenance object, trees, file maps and
+/// chunks, and the same for each parent: every parent on a collected remote
+/// ([`WriterView::collected`]: it keeps a version's data only while a ref reaches it, so a
+/// version object there says nothing of its trees and chunks), else until one it holds.
+/// The remote packs holding what is not handed to `need` go into `relied`. A file's outboard is needed where `has_outboard` says one exists; a
+/// file of several chunks without one is handed to `lacking_outboard`. Trees and file maps
+/// are read from this store (a push has them; a copy fetched them first).
 ///
 /// # Errors
 /// [`Error::MissingObject`] for metadata this store lacks; `need`'s errors.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn walk_missing_on(
     store: &Store,
-    remote: Option<i64>,
+    view: &WriterView,
+    remote: i64,
+    relied: &mut HashSet<ObjectId>,
     version: &ObjectId,
     has_outboard: &dyn Fn(&ObjectId) -> Result<bool>,
     lacking_outboard: &mut dyn FnMut(ObjectId),
@@ -160,13 +180,19 @@ pub(super) fn walk_missing_on(
 ) -> Result<()> {
     let catalog = store.catalog();
     let mut reader = store.reader();
-    let holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
-        match remote {
-            Some(remote) => Ok(catalog.remote_locate(remote, id, kind)?.is_some()),
+    let mut holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
+        match view.locate(catalog, remote, id, kind)? {
+            Some(pack) => {
+                relied.insert(pack);
+                Ok(true)
+            }
             None => Ok(false),
         }
     };
-    let mut need = |id: &ObjectId, kind: ObjectKind| -> Result<()> {
+    let mut need = |holds: &mut dyn FnMut(&ObjectId, ObjectKind) -> Result<bool>,
+                    id: &ObjectId,
+                    kind: ObjectKind|
+     -> Result<()> {
         if !holds(id, kind)? {
             need(*id, kind)?;
         }
@@ -175,34 +201,34 @@ pub(super) fn walk_missing_on(
     let mut seen_trees = HashSet::new();
     let mut next = Some(*version);
     while let Some(id) = next {
-        if holds(&id, ObjectKind::Version)? && id != *version {
+        if !view.collected() && id != *version && holds(&id, ObjectKind::Version)? {
             break;
         }
-        need(&id, ObjectKind::Version)?;
+        need(&mut holds, &id, ObjectKind::Version)?;
         let version = reader.version(&id)?;
         if let Some(provenance) = &version.provenance {
-            need(provenance, ObjectKind::Provenance)?;
+            need(&mut holds, provenance, ObjectKind::Provenance)?;
         }
         walk_reachable(
             &mut reader,
             &version.tree,
             Some(&mut seen_trees),
             &mut |reached| match reached {
-                Reached::Tree(tree) => need(&tree, ObjectKind::Tree),
+                Reached::Tree(tree) => need(&mut holds, &tree, ObjectKind::Tree),
                 Reached::File { id, chunks, .. } => {
                     if chunks.len() > 1 {
-                        need(&id, ObjectKind::FileMap)?;
+                        need(&mut holds, &id, ObjectKind::FileMap)?;
                         // An outboard travels where there is one (a store made before
                         // outboards has none until `dsv repair` writes them).
                         if has_outboard(&id)? {
-                            need(&id, ObjectKind::Outboard)?;
+                            need(&mut holds, &id, ObjectKind::Outboard)?;
                         } else {
                             lacking_outboard(id);
                         }
                     }
                     chunks
                         .iter()
-                        .try_for_each(|chunk| need(chunk, ObjectKind::Chunk))
+                        .try_for_each(|chunk| need(&mut holds, chunk, ObjectKind::Chunk))
                 }
             },
         )?;
@@ -211,19 +237,24 @@ pub(super) fn walk_missing_on(
     Ok(())
 }
 
-/// Every local pack holding an object reachable from `version` that `record`'s remote
-/// lacks ([`walk_missing_on`]).
+/// Every local pack holding an object reachable from `version` that `record`'s remote lacks
+/// as `view` sees it (an object only in marked packs is lacking), through every parent
+/// ([`walk_missing_on`]). The remote packs holding the rest go into `relied`.
 fn objects_to_send(
     store: &Store,
     record: &RemoteRecord,
+    view: &WriterView,
     version: &ObjectId,
     lacking_outboards: &mut Vec<ObjectId>,
+    relied: &mut HashSet<ObjectId>,
 ) -> Result<HashSet<ObjectId>> {
     let catalog = store.catalog();
     let mut packs = HashSet::new();
     walk_missing_on(
         store,
-        Some(record.id),
+        view,
+        record.id,
+        relied,
         version,
         &|id| catalog.has_object(id, ObjectKind::Outboard),
         &mut |id| lacking_outboards.push(id),
@@ -295,7 +326,7 @@ pub fn push(
             .filter_map(|d| d.head.map(|head| (d.name, head)))
             .collect(),
     };
-    refresh_indexes(store, &record, &remote, jobs)?;
+    let mut view = writer_view(store, &record, &remote, jobs)?;
     let remote_refs = RemoteRefs::list(store, &record, &remote)?;
     // Check every head first: refuse before uploading anything.
     let mut plans = Vec::new();
@@ -325,63 +356,40 @@ pub fn push(
         }
         plans.push((ref_name, *version, current));
     }
-    let mut packs = HashSet::new();
-    let mut lacking_outboards = Vec::new();
-    // Outboards written here since the last push (`gc` writes those that data committed
-    // before them lacks) travel even when the remote's head is already this version.
-    let outboards_pending = store.catalog().outboards_missing_on(record.id)?;
-    for (_, version, current) in &plans {
-        if outboards_pending || current.as_ref().is_none_or(|(head, _)| head != version) {
-            packs.extend(objects_to_send(
-                store,
-                &record,
-                version,
-                &mut lacking_outboards,
-            )?);
+    let mut transfer = Transfer::default();
+    // Packs of the remote this push relies on (objects it did not send, packs it sent).
+    let mut relied = HashSet::new();
+    let mut round = 0;
+    loop {
+        round += 1;
+        let sent = send_round(
+            store,
+            &record,
+            &remote,
+            &view,
+            &plans,
+            jobs,
+            &mut relied,
+            progress,
+        )?;
+        transfer.add_moved(&sent);
+        // The writers' rule: right before refs move, no pack relied on may be marked.
+        progress.phase("checking the remote's gc marks");
+        if view.recheck(&remote, &relied)?.is_empty() {
+            break;
         }
-    }
-    // Files pushed without an outboard get one first, where their chunks are here.
-    if !lacking_outboards.is_empty()
-        && crate::ops::ingest::write_missing_outboards(store, &lacking_outboards)? > 0
-    {
-        for id in &lacking_outboards {
-            if let Some(location) = store.catalog().locate(id, ObjectKind::Outboard)? {
-                packs.insert(location.frame.pack);
-            }
+        if round == MAX_SEND_ROUNDS {
+            return Err(Error::RemoteCollected {
+                remote: record.name.clone(),
+                operation: "push",
+            });
         }
+        view.reindex(store, &record, &remote, jobs)?;
     }
-    let sizes: HashMap<ObjectId, u64> = store.catalog().packs()?.into_iter().collect();
-    let total: u64 = packs.iter().filter_map(|p| sizes.get(p)).sum();
-    let uploads: Vec<(ObjectId, std::path::PathBuf)> = packs
-        .iter()
-        .map(|id| (*id, crate::pack::writer::pack_path(&store.packs_dir(), id)))
-        .collect();
-    let mut transfer = Transfer {
-        packs: uploads.len() as u64,
-        bytes: total,
-        ..Transfer::default()
-    };
-    progress.start("upload", total, Unit::Bytes);
-    let uploaded = remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes));
     progress.phase("moving the remote's refs");
-    uploaded?;
-    {
-        // One uploaded pack's index in memory at a time.
-        let writer = store.catalog_mut().writer()?;
-        for (id, path) in &uploads {
-            let file = std::fs::File::open(path).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
-            transfer.objects += objects.len() as u64;
-            let size = sizes.get(id).copied().unwrap_or(0);
-            writer.add_remote_pack(record.id, id, size, &frames, &objects)?;
-        }
-        writer.commit()?;
-    }
     let mut refs = Vec::new();
     for (ref_name, version, current) in plans {
+        check_fresh(&mut view, &remote, &relied, &record.name)?;
         let previous = current.as_ref().map(|(id, _)| *id);
         let (status, state) = match &current {
             Some((head, state)) if *head == version => ("up-to-date", state.clone()),
@@ -414,6 +422,7 @@ pub fn push(
                     dataset: ref_name.dataset.clone(),
                     tag: Some(tag.clone()),
                 };
+                check_fresh(&mut view, &remote, &relied, &record.name)?;
                 let existing = remote_refs.current(&tag_name)?;
                 let (status, state, named) = match existing {
                     Some((named, state)) if named == id => ("up-to-date", state, id),
@@ -439,4 +448,129 @@ pub fn push(
         refs,
         transfer,
     })
+}
+
+/// One ref to move: its name, the version it will name, what it names now and its state.
+type Plan = (RefName, ObjectId, Option<(ObjectId, RefState)>);
+
+/// Rounds of sending before a push gives up on a remote whose gc keeps marking the packs it
+/// relies on ([`Error::RemoteCollected`]).
+const MAX_SEND_ROUNDS: u32 = 4;
+
+/// A writer whose last check of the marks is older than half the grace checks again before
+/// moving a ref; a pack it relies on marked meanwhile stops it ([`Error::RemoteCollected`]).
+fn check_fresh(
+    view: &mut WriterView,
+    remote: &Remote,
+    relied: &HashSet<ObjectId>,
+    name: &str,
+) -> Result<()> {
+    if view.stale() && !view.recheck(remote, relied)?.is_empty() {
+        return Err(Error::RemoteCollected {
+            remote: name.to_string(),
+            operation: "push",
+        });
+    }
+    Ok(())
+}
+
+/// One round of a push's sending: what `view` says the remote lacks for `plans` goes up (a
+/// local pack whose id is marked there as a fresh copy under a new id), and is recorded in
+/// `remote_packs`. The remote packs relied on and those sent go into `relied`.
+#[allow(clippy::too_many_arguments)]
+fn send_round(
+    store: &mut Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    view: &WriterView,
+    plans: &[Plan],
+    jobs: usize,
+    relied: &mut HashSet<ObjectId>,
+    progress: &dyn Progress,
+) -> Result<Transfer> {
+    let mut packs = HashSet::new();
+    let mut lacking_outboards = Vec::new();
+    // Outboards written here since the last push (`gc` writes those that data committed
+    // before them lacks) travel even when the remote's head is already this version. On a
+    // collected remote every target is walked, even one its head names already: the push
+    // may create tags of it, and the remote keeps its data only while a ref names it
+    // (another writer may delete that head meanwhile), so the push relies only on packs it
+    // checked.
+    let outboards_pending = store.catalog().outboards_missing_on(record.id)?;
+    for (_, version, current) in plans {
+        if !view.collected()
+            && !outboards_pending
+            && current.as_ref().is_some_and(|(head, _)| head == version)
+        {
+            continue;
+        }
+        packs.extend(objects_to_send(
+            store,
+            record,
+            view,
+            version,
+            &mut lacking_outboards,
+            relied,
+        )?);
+    }
+    // Files pushed without an outboard get one first, where their chunks are here.
+    if !lacking_outboards.is_empty()
+        && crate::ops::ingest::write_missing_outboards(store, &lacking_outboards)? > 0
+    {
+        for id in &lacking_outboards {
+            if let Some(location) = store.catalog().locate(id, ObjectKind::Outboard)? {
+                packs.insert(location.frame.pack);
+            }
+        }
+    }
+    // A local pack whose id the remote has marked goes up as a fresh copy: a create-only
+    // put of the marked key would change nothing, and the marked pack may be deleted.
+    let fresh_dir = tempfile::Builder::new()
+        .prefix("push-")
+        .tempdir_in(store.temp_dir())
+        .map_err(|source| Error::Io {
+            path: store.temp_dir(),
+            source,
+        })?;
+    let mut uploads: Vec<(ObjectId, std::path::PathBuf)> = Vec::new();
+    for id in &packs {
+        let path = crate::pack::writer::pack_path(&store.packs_dir(), id);
+        if view.is_marked(id) {
+            uploads.push(fresh_copy(&path, fresh_dir.path())?);
+        } else {
+            uploads.push((*id, path));
+        }
+    }
+    let mut sizes = HashMap::new();
+    for (id, path) in &uploads {
+        let size = std::fs::metadata(path)
+            .map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?
+            .len();
+        sizes.insert(*id, size);
+    }
+    let total: u64 = sizes.values().sum();
+    let mut transfer = Transfer {
+        packs: uploads.len() as u64,
+        bytes: total,
+        ..Transfer::default()
+    };
+    progress.start("upload", total, Unit::Bytes);
+    remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes))?;
+    // One uploaded pack's index in memory at a time.
+    let writer = store.catalog_mut().writer()?;
+    for (id, path) in &uploads {
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
+        transfer.objects += objects.len() as u64;
+        writer.add_remote_pack(record.id, id, sizes[id], &frames, &objects)?;
+        relied.insert(*id);
+    }
+    writer.commit()?;
+    Ok(transfer)
 }

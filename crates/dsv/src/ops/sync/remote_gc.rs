@@ -1,0 +1,1054 @@
+//! A remote's garbage: removing its refs (`dsv rm --remote`, `dsv tag -d --remote`),
+//! collecting what no ref reaches (`dsv gc --remote`, lock-free, two-phase), and checking it
+//! (`dsv verify --remote`). The argument that no ref can name deleted data is in
+//! docs/architecture.md ("Remote garbage collection"); the keys in docs/format.md ("Remote
+//! layout").
+//!
+//! # gc --remote
+//!
+//! `gc_remote()`, after rustic's prune (mark, wait, delete), with no lock:
+//!
+//! 1. **Format.** The remote's `format` key is read; a newer format than this dsv knows is
+//!    refused. A real run writes `{"format":2,"grace_seconds":G}` (compare-and-swap) when it
+//!    is absent or names a longer grace, and the guard pack before it, so that dsv binaries
+//!    built before remote gc refuse the remote.
+//! 2. **Clock, marks.** The `clock` key is rewritten and its Last-Modified read: the server's
+//!    time, against which every mark's age is measured. Then `marks/` is listed.
+//! 3. **Refs and metadata**, after the marks: a fetch (`fetch_with`), which reads every ref
+//!    and brings every version, tree and file map into the local store.
+//! 4. **Reachability.** From every ref's version: the version, its parents, provenance,
+//!    trees, file maps, outboards and chunks are live.
+//! 5. **Indexes.** `packs/` is listed and every complete pack's `.idx` read (in memory, one
+//!    record per object): which packs hold each live object.
+//! 6. **Homes.** Each live object's home is one unmarked pack holding it: a pack not
+//!    worth repacking first, then the smallest id. An object no unmarked pack holds makes
+//!    every marked pack holding it needed. A pack is needed when it is some object's home
+//!    (or so needed).
+//! 7. **Repack.** An unmarked pack that is some object's home but whose frames holding live
+//!    objects are less than half its size: those frames are downloaded, checked, written
+//!    into new packs and uploaded (`.pack` then `.idx`); the old pack is then no object's
+//!    home, and step 8 marks it.
+//! 8. **Act.** An unmarked pack not needed, whose keys are older than the grace, is marked
+//!    (`marks/<id>`, create-only; a pack younger than the grace may be a writer's upload in
+//!    flight, and waits). A marked pack needed is rescued (its mark deleted). A marked pack
+//!    not needed whose mark is older than the grace is deleted: `.idx`, then `.pack`, then
+//!    the mark; only while this run is younger than half the grace (else the deletions
+//!    are deferred to the next run). A mark whose pack is gone is deleted past the grace,
+//!    and so is, on a file:// remote, a staging file (`KEY#N`) a killed upload left.
+//!
+//! `--dry-run` does steps 2 to 7's planning and reports what step 8 would do; it writes
+//! only the `clock` key.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::fetch_with;
+use super::{Transfer, open, refresh_indexes};
+use crate::catalog::RemoteRecord;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::ObjectKind;
+use crate::pack::{EncodedFrame, FrameRecord, ObjectRecord};
+use crate::progress::{Progress, Unit};
+use crate::remote::collect::{REMOTE_FORMAT, RemoteFormat};
+use crate::remote::{self, RefName, Remote};
+use crate::store::{SharedDataLock, Store};
+use crate::tree::{Reached, walk_reachable};
+
+/// A pack's share of live bytes below which `gc --remote` repacks it: half.
+pub const REPACK_BELOW_LIVE: f64 = 0.5;
+
+/// One ref removed (or not) by [`remove_remote_refs`].
+#[derive(Debug, Serialize)]
+pub struct RemovedRemoteRef {
+    /// The dataset.
+    pub dataset: String,
+    /// The tag, `None` for the head.
+    pub tag: Option<String>,
+    /// The version it named when read.
+    pub version: ObjectId,
+    /// `deleted`, or `changed` (another writer moved or deleted it after it was read; it
+    /// was left as it is).
+    pub status: &'static str,
+}
+
+/// The outcome of `dsv rm --remote` and `dsv tag -d --remote`.
+#[derive(Debug, Serialize)]
+pub struct RemoveRemoteReport {
+    /// The remote.
+    pub remote: String,
+    /// The refs, tags first, then the head.
+    pub refs: Vec<RemovedRemoteRef>,
+    /// Requests made to the remote.
+    pub requests: u64,
+}
+
+/// Removes refs of remote `name`: tag `tag` of `dataset`, or (for `None`) every tag of
+/// `dataset` and then its head. Each deletion is a compare-and-swap on the ETag read
+/// ([`Remote::delete_ref`]); a ref another writer changed meanwhile is left and reported
+/// `changed`. The data stays until `dsv gc --remote`.
+///
+/// # Errors
+/// [`Error::RevisionNotFound`] when the remote has no such ref; [`Error::Remote`];
+/// [`Error::Corrupt`] for a malformed ref.
+pub fn remove_remote_refs(
+    store: &mut Store,
+    name: &str,
+    dataset: &str,
+    tag: Option<&str>,
+) -> Result<RemoveRemoteReport> {
+    crate::revision::check_name("dataset", dataset)?;
+    if let Some(tag) = tag {
+        crate::revision::check_name("tag", tag)?;
+    }
+    let (record, remote) = open(store, name)?;
+    let mut names: Vec<RefName> = remote
+        .list_refs()?
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.dataset == dataset && tag.is_none_or(|t| n.tag.as_deref() == Some(t)))
+        .collect();
+    // Tags first: a removal stopped part-way leaves the head.
+    names.sort_by_key(|n| n.tag.is_none());
+    let mut refs = Vec::new();
+    for ref_name in names {
+        let Some((version, state)) = remote.get_ref(&ref_name)? else {
+            continue;
+        };
+        let status = if remote.delete_ref(&ref_name, &state)? {
+            let writer = store.catalog_mut().writer()?;
+            writer.remove_remote_ref(record.id, &ref_name.dataset, ref_name.tag.as_deref())?;
+            writer.commit()?;
+            "deleted"
+        } else {
+            "changed"
+        };
+        refs.push(RemovedRemoteRef {
+            dataset: ref_name.dataset,
+            tag: ref_name.tag,
+            version,
+            status,
+        });
+    }
+    if refs.is_empty() {
+        return Err(Error::RevisionNotFound {
+            revision: match tag {
+                Some(tag) => format!("{name}/{dataset}@{tag}"),
+                None => format!("{name}/{dataset}"),
+            },
+        });
+    }
+    Ok(RemoveRemoteReport {
+        remote: record.name,
+        refs,
+        requests: remote.requests(),
+    })
+}
+
+/// How to collect a remote's garbage ([`gc_remote`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RemoteGcOptions {
+    /// Plan and report; mark, rescue, repack and delete nothing (`--dry-run`).
+    pub dry_run: bool,
+    /// How long a pack stays marked before it may be deleted, and how old an unreferenced
+    /// pack must be before it is marked (`--grace`, default 24 hours).
+    pub grace: Duration,
+    /// Copy the live frames of packs less than half live into new packs.
+    pub repack: bool,
+    /// Requests in flight.
+    pub requests: usize,
+}
+
+impl Default for RemoteGcOptions {
+    fn default() -> RemoteGcOptions {
+        RemoteGcOptions {
+            dry_run: false,
+            grace: Duration::from_secs(crate::transfer::DEFAULT_REMOTE_GRACE_SECONDS),
+            repack: true,
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
+/// Packs of one kind of action, with their total size.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct PackSet {
+    /// How many.
+    pub count: u64,
+    /// Their `.pack` sizes, summed, in bytes.
+    pub bytes: u64,
+    /// The pack ids, in order.
+    pub packs: Vec<ObjectId>,
+}
+
+impl PackSet {
+    fn add(&mut self, id: ObjectId, bytes: u64) {
+        self.count += 1;
+        self.bytes += bytes;
+        self.packs.push(id);
+    }
+}
+
+/// The outcome of `dsv gc --remote`.
+#[derive(Debug, Serialize)]
+pub struct RemoteGcReport {
+    /// The remote.
+    pub remote: String,
+    /// True when nothing was changed (`--dry-run`).
+    pub dry_run: bool,
+    /// The grace period, seconds.
+    pub grace_seconds: u64,
+    /// Refs read (every head and tag).
+    pub refs: u64,
+    /// Live objects (reached from a ref).
+    pub live_objects: u64,
+    /// Live objects no pack of the remote holds (a damaged remote: `dsv verify --remote`).
+    pub missing_objects: u64,
+    /// Packs kept: some live object's home.
+    pub live: PackSet,
+    /// Packs marked by this run (unreferenced).
+    pub marked: PackSet,
+    /// Packs already marked, not yet past the grace.
+    pub waiting: PackSet,
+    /// Unreferenced packs younger than the grace (possibly a writer's upload in flight):
+    /// not marked yet.
+    pub young: PackSet,
+    /// Marked packs a ref reaches again: their marks deleted.
+    pub rescued: PackSet,
+    /// Packs deleted (`.idx`, `.pack`, mark).
+    pub deleted: PackSet,
+    /// Packs less than half live whose live frames were copied into new packs (marked
+    /// then, by this run).
+    pub repacked: PackSet,
+    /// Packs written by the repacking.
+    pub written: PackSet,
+    /// Marks whose pack is gone, deleted.
+    pub stale_marks: u64,
+    /// On a file:// remote: staging files (`KEY#N`) a killed upload left, older than the
+    /// grace, deleted.
+    pub staging_files: u64,
+    /// True when this run took longer than half the grace before deleting: the deletions
+    /// were left to the next run.
+    pub deferred: bool,
+    /// Requests and bytes.
+    pub transfer: Transfer,
+}
+
+/// One pack as the collector sees it.
+struct PackState {
+    size: u64,
+    complete: bool,
+    modified_ms: i64,
+    mark_ms: Option<i64>,
+    frames: Vec<FrameRecord>,
+    objects: Vec<ObjectRecord>,
+}
+
+/// Everything a pass of the collector decides from.
+struct Model {
+    packs: BTreeMap<ObjectId, PackState>,
+    /// Stored bytes of frames holding a live object, per pack.
+    live_bytes: HashMap<ObjectId, u64>,
+}
+
+/// The packs needed, and those worth repacking, as step 6 decides.
+struct Decision {
+    needed: HashSet<ObjectId>,
+    /// Needed unmarked packs whose live frames are less than half their size, each with the
+    /// frames holding objects whose home it is.
+    repack: BTreeMap<ObjectId, Vec<usize>>,
+    missing: u64,
+}
+
+impl Model {
+    fn decide(
+        &self,
+        live: &HashSet<(ObjectId, ObjectKind)>,
+        repack: bool,
+        retiring: &HashSet<ObjectId>,
+    ) -> Decision {
+        let candidate = |id: &ObjectId, pack: &PackState| -> bool {
+            repack
+                && pack.mark_ms.is_none()
+                && (self.live_bytes.get(id).copied().unwrap_or(0) as f64)
+                    < REPACK_BELOW_LIVE * pack.size as f64
+        };
+        // Holders of each live object: (unmarked non-candidates, unmarked candidates, marked).
+        let mut holders: HashMap<(ObjectId, ObjectKind), [Vec<ObjectId>; 3]> = HashMap::new();
+        for (id, pack) in &self.packs {
+            if !pack.complete {
+                continue;
+            }
+            let class = if pack.mark_ms.is_some() || retiring.contains(id) {
+                2
+            } else if candidate(id, pack) {
+                1
+            } else {
+                0
+            };
+            for object in &pack.objects {
+                let key = (object.id, object.kind);
+                if live.contains(&key) {
+                    holders.entry(key).or_default()[class].push(*id);
+                }
+            }
+        }
+        let mut needed = HashSet::new();
+        let mut repack_frames: BTreeMap<ObjectId, HashSet<u32>> = BTreeMap::new();
+        let mut homes: HashMap<(ObjectId, ObjectKind), ObjectId> = HashMap::new();
+        let mut missing = 0;
+        for key in live {
+            let Some([plain, candidates, marked]) = holders.get(key) else {
+                // Outboards are optional: a remote may lack them.
+                if key.1 != ObjectKind::Outboard {
+                    missing += 1;
+                }
+                continue;
+            };
+            if let Some(home) = plain.iter().min() {
+                needed.insert(*home);
+            } else if let Some(home) = candidates.iter().min() {
+                needed.insert(*home);
+                homes.insert(*key, *home);
+            } else {
+                needed.extend(marked.iter().copied());
+            }
+        }
+        for (key, home) in homes {
+            let pack = &self.packs[&home];
+            for object in &pack.objects {
+                if (object.id, object.kind) == key {
+                    repack_frames.entry(home).or_default().insert(object.frame);
+                }
+            }
+        }
+        Decision {
+            needed,
+            repack: repack_frames
+                .into_iter()
+                .map(|(id, frames)| {
+                    let mut frames: Vec<usize> = frames.into_iter().map(|f| f as usize).collect();
+                    frames.sort_unstable();
+                    (id, frames)
+                })
+                .collect(),
+            missing,
+        }
+    }
+}
+
+/// `dsv gc --remote`: deletes what no ref of remote `name` reaches, in two phases, without a
+/// lock (see the module's documentation).
+///
+/// # Errors
+/// [`Error::RemoteFormatTooNew`]; [`Error::Remote`]; [`Error::Corrupt`] for a malformed
+/// index or ref; [`Error::MissingObject`] when a ref's trees cannot be read (nothing is
+/// marked then); [`Error::Interrupted`].
+pub fn gc_remote(
+    store: &mut Store,
+    name: &str,
+    options: &RemoteGcOptions,
+    progress: &dyn Progress,
+) -> Result<RemoteGcReport> {
+    let data = store.lock_data_shared()?;
+    let (record, remote) = open(store, name)?;
+    let grace_ms = i64::try_from(options.grace.as_millis()).unwrap_or(i64::MAX);
+    progress.phase("reading the remote's format");
+    set_format(&remote, options)?;
+    progress.phase("listing the remote's gc marks");
+    // The deletions' decisions rest on what is read from here on.
+    let started = Instant::now();
+    let now_ms = remote.server_now_ms()?;
+    let marks = remote.list_marks()?;
+    progress.phase("reading the remote's refs and metadata");
+    let (refs, live) = live_objects(store, &data, &record, &remote, options.requests, progress)?;
+    progress.phase("reading the remote's pack indexes");
+    let mut model = read_model(&remote, &marks, &live, options.requests)?;
+    let mut decision = model.decide(&live, options.repack, &HashSet::new());
+    let mut report = RemoteGcReport {
+        remote: record.name.clone(),
+        dry_run: options.dry_run,
+        grace_seconds: options.grace.as_secs(),
+        refs,
+        live_objects: live.len() as u64,
+        missing_objects: decision.missing,
+        live: PackSet::default(),
+        marked: PackSet::default(),
+        waiting: PackSet::default(),
+        young: PackSet::default(),
+        rescued: PackSet::default(),
+        deleted: PackSet::default(),
+        repacked: PackSet::default(),
+        written: PackSet::default(),
+        stale_marks: 0,
+        staging_files: 0,
+        deferred: false,
+        transfer: Transfer::default(),
+    };
+    // Step 7: repack.
+    if !decision.repack.is_empty() {
+        for id in decision.repack.keys() {
+            report.repacked.add(*id, model.packs[id].size);
+        }
+        if !options.dry_run {
+            progress.phase("repacking");
+            let written = repack(store, &remote, &model, &decision.repack, options, progress)?;
+            for (id, size, frames, objects) in written {
+                report.written.add(id, size);
+                report.transfer.packs += 1;
+                report.transfer.bytes += size;
+                let live_bytes = frames.iter().map(|f| u64::from(f.stored_length)).sum();
+                model.live_bytes.insert(id, live_bytes);
+                model.packs.insert(
+                    id,
+                    PackState {
+                        size,
+                        complete: true,
+                        modified_ms: now_ms,
+                        mark_ms: None,
+                        frames,
+                        objects,
+                    },
+                );
+            }
+            let retiring = decision.repack.keys().copied().collect();
+            decision = model.decide(&live, false, &retiring);
+        } else {
+            // What the run would do: the repacked packs are no object's home any more.
+            let repacked: HashSet<ObjectId> = decision.repack.keys().copied().collect();
+            decision.needed.retain(|id| !repacked.contains(id));
+        }
+    }
+    // Step 8: act.
+    let repacked: HashSet<ObjectId> = report.repacked.packs.iter().copied().collect();
+    let mut to_mark = Vec::new();
+    let mut to_rescue = Vec::new();
+    let mut to_delete = Vec::new();
+    for (id, pack) in &model.packs {
+        let needed = decision.needed.contains(id);
+        match (pack.mark_ms, needed) {
+            (None, true) => report.live.add(*id, pack.size),
+            (None, false) if repacked.contains(id) || now_ms - pack.modified_ms >= grace_ms => {
+                to_mark.push(*id);
+                report.marked.add(*id, pack.size);
+            }
+            (None, false) => report.young.add(*id, pack.size),
+            (Some(_), true) => {
+                to_rescue.push(*id);
+                report.rescued.add(*id, pack.size);
+            }
+            // A whole second more than the grace: Last-Modified may be rounded down.
+            (Some(mark), false) if now_ms - mark >= grace_ms + 1000 => {
+                to_delete.push((*id, pack.size));
+            }
+            (Some(_), false) => report.waiting.add(*id, pack.size),
+        }
+    }
+    let stale: Vec<(ObjectId, i64)> = marks
+        .iter()
+        .filter(|(id, mark)| !model.packs.contains_key(id) && now_ms - **mark >= grace_ms + 1000)
+        .map(|(id, mark)| (*id, *mark))
+        .collect();
+    if options.dry_run {
+        for (id, size) in to_delete {
+            report.deleted.add(id, size);
+        }
+        report.stale_marks = stale.len() as u64;
+        report.staging_files = remote.remove_staging_files(options.grace, true)?;
+        report.transfer.requests = remote.requests();
+        return Ok(report);
+    }
+    progress.start(
+        "marking",
+        (to_mark.len() + to_rescue.len() + to_delete.len()) as u64,
+        Unit::Files,
+    );
+    for id in &to_rescue {
+        remote.delete_key(&remote::mark_key(id))?;
+        progress.advance(1);
+    }
+    for id in &to_mark {
+        remote.put_mark(id)?;
+        progress.advance(1);
+    }
+    for (id, size) in to_delete {
+        // A run longer than half the grace may have read refs a writer has moved since
+        // (docs/architecture.md): it deletes nothing more.
+        // (A grace of zero promises that no writer runs: nothing to defer for.)
+        if !options.grace.is_zero() && started.elapsed() > options.grace / 2 {
+            report.deferred = true;
+            break;
+        }
+        crate::interrupt::check()?;
+        remote.delete_key(&remote::index_key(&id))?;
+        remote.delete_key(&remote::pack_key(&id))?;
+        remote.delete_key(&remote::mark_key(&id))?;
+        report.deleted.add(id, size);
+        progress.advance(1);
+    }
+    if !report.deferred {
+        for (id, _) in &stale {
+            remote.delete_key(&remote::mark_key(id))?;
+            report.stale_marks += 1;
+        }
+        // A staging file older than the grace belongs to no running writer (each finishes
+        // its upload within half of it).
+        report.staging_files = remote.remove_staging_files(options.grace, false)?;
+    }
+    progress.finish();
+    // The store forgets the deleted packs (and records the new ones).
+    refresh_indexes(store, &record, &remote, options.requests)?;
+    report.transfer.requests = remote.requests();
+    Ok(report)
+}
+
+/// Step 1: refuses a newer format; a real run writes the format key (and the guard pack)
+/// when absent or naming a longer grace.
+fn set_format(remote: &Remote, options: &RemoteGcOptions) -> Result<()> {
+    for _ in 0..8 {
+        let current = remote.get_format()?;
+        if let Some((format, _)) = &current
+            && format.format > REMOTE_FORMAT
+        {
+            return Err(Error::RemoteFormatTooNew {
+                remote: remote.name().to_string(),
+                found: format.format,
+                known: REMOTE_FORMAT,
+            });
+        }
+        let grace = options.grace.as_secs().max(1);
+        if options.dry_run
+            || current
+                .as_ref()
+                .is_some_and(|(format, _)| format.grace_seconds <= grace)
+        {
+            return Ok(());
+        }
+        let wanted = RemoteFormat {
+            format: REMOTE_FORMAT,
+            grace_seconds: grace,
+        };
+        if remote.put_format(&wanted, current.as_ref().map(|(_, state)| state))? {
+            return Ok(());
+        }
+    }
+    Err(Error::RemoteCollected {
+        remote: remote.name().to_string(),
+        operation: "gc",
+    })
+}
+
+/// Steps 3 and 4: fetches refs and metadata, and returns how many refs there are and every
+/// object they reach.
+fn live_objects(
+    store: &mut Store,
+    data: &SharedDataLock,
+    record: &RemoteRecord,
+    remote: &Remote,
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<(u64, HashSet<(ObjectId, ObjectKind)>)> {
+    let fetched = fetch_with(store, data, record, remote, jobs, progress)?;
+    let roots: Vec<ObjectId> = fetched.refs.iter().map(|r| r.version).collect();
+    Ok((fetched.refs.len() as u64, reachable(store, &roots)?))
+}
+
+/// Every object reachable from `roots`: each version and its parents, provenance, trees,
+/// file maps, outboards and chunks.
+fn reachable(store: &Store, roots: &[ObjectId]) -> Result<HashSet<(ObjectId, ObjectKind)>> {
+    let mut live = HashSet::new();
+    let mut reader = store.reader();
+    let mut seen_trees = HashSet::new();
+    let mut pending: Vec<ObjectId> = roots.to_vec();
+    while let Some(id) = pending.pop() {
+        if !live.insert((id, ObjectKind::Version)) {
+            continue;
+        }
+        let version = reader.version(&id)?;
+        if let Some(provenance) = version.provenance {
+            live.insert((provenance, ObjectKind::Provenance));
+        }
+        if let Some(parent) = version.parent {
+            pending.push(parent);
+        }
+        walk_reachable(
+            &mut reader,
+            &version.tree,
+            Some(&mut seen_trees),
+            &mut |reached| {
+                match reached {
+                    Reached::Tree(tree) => {
+                        live.insert((tree, ObjectKind::Tree));
+                    }
+                    Reached::File { id, chunks, .. } => {
+                        if chunks.len() > 1 {
+                            live.insert((id, ObjectKind::FileMap));
+                            live.insert((id, ObjectKind::Outboard));
+                        }
+                        for chunk in chunks {
+                            live.insert((chunk, ObjectKind::Chunk));
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+    }
+    Ok(live)
+}
+
+/// Step 5: every pack of the remote with its index (complete packs), its mark, and its
+/// live bytes.
+fn read_model(
+    remote: &Remote,
+    marks: &BTreeMap<ObjectId, i64>,
+    live: &HashSet<(ObjectId, ObjectKind)>,
+    jobs: usize,
+) -> Result<Model> {
+    let listed = remote.list_all_packs()?;
+    let complete: Vec<(ObjectId, u64)> = listed
+        .iter()
+        .filter_map(|(id, p)| p.pack_size.filter(|_| p.has_index).map(|size| (*id, size)))
+        .collect();
+    let tails = remote.get_many(
+        complete
+            .iter()
+            .map(|(id, size)| (remote::index_key(id), tail_limit(*size)))
+            .collect(),
+        jobs,
+    )?;
+    let mut indexes: HashMap<ObjectId, (Vec<FrameRecord>, Vec<ObjectRecord>)> = HashMap::new();
+    for ((id, size), tail) in complete.iter().zip(tails) {
+        let parsed = crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
+            Error::corrupt(
+                format!("{}:{}", remote.name(), remote::index_key(id)),
+                detail,
+            )
+        })?;
+        indexes.insert(*id, parsed);
+    }
+    let mut packs = BTreeMap::new();
+    let mut live_bytes = HashMap::new();
+    for (id, listed) in listed {
+        let (frames, objects) = indexes.remove(&id).unwrap_or_default();
+        let mut live_frames = HashSet::new();
+        for object in &objects {
+            if live.contains(&(object.id, object.kind)) {
+                live_frames.insert(object.frame);
+            }
+        }
+        let bytes = live_frames
+            .iter()
+            .filter_map(|f| frames.get(*f as usize))
+            .map(|f| u64::from(f.stored_length))
+            .sum();
+        live_bytes.insert(id, bytes);
+        packs.insert(
+            id,
+            PackState {
+                size: listed.pack_size.unwrap_or(0),
+                complete: listed.has_index && listed.pack_size.is_some(),
+                modified_ms: listed.modified_ms,
+                mark_ms: marks.get(&id).copied(),
+                frames,
+                objects,
+            },
+        );
+    }
+    Ok(Model { packs, live_bytes })
+}
+
+/// The longest `.idx` of a pack of `size` bytes: the pack after its header, and at most the
+/// longest index plus trailer.
+fn tail_limit(size: u64) -> u64 {
+    size.saturating_sub(crate::pack::format::HEADER_LEN)
+        .min(crate::pack::format::MAX_INDEX_LEN + crate::pack::format::TRAILER_LEN)
+}
+
+/// A frame and its objects (id, kind, offset, length).
+type FrameMembers = (FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>);
+
+/// A pack's index as read: id, size, frames, objects, and the `.idx` bytes.
+type ReadIndex = (
+    ObjectId,
+    u64,
+    Vec<FrameRecord>,
+    Vec<ObjectRecord>,
+    bytes::Bytes,
+);
+
+/// A pack written by the repacking: id, size, frames, objects.
+type Written = (ObjectId, u64, Vec<FrameRecord>, Vec<ObjectRecord>);
+
+/// Step 7: downloads `frames` of each pack, checks them, writes them into new packs (sealed
+/// at the usual target size) in a temporary directory, and uploads those.
+fn repack(
+    store: &Store,
+    remote: &Remote,
+    model: &Model,
+    frames: &BTreeMap<ObjectId, Vec<usize>>,
+    options: &RemoteGcOptions,
+    progress: &dyn Progress,
+) -> Result<Vec<Written>> {
+    let dir = tempfile::Builder::new()
+        .prefix("remote-gc-")
+        .tempdir_in(store.temp_dir())
+        .map_err(|source| Error::Io {
+            path: store.temp_dir(),
+            source,
+        })?;
+    let mut ranges = Vec::new();
+    let mut members: HashMap<(ObjectId, u64), FrameMembers> = HashMap::new();
+    for (pack_id, indexes) in frames {
+        let pack = &model.packs[pack_id];
+        for &index in indexes {
+            let frame = pack.frames[index];
+            let objects = pack
+                .objects
+                .iter()
+                .filter(|o| o.frame as usize == index)
+                .map(|o| (o.id, o.kind, o.offset, o.length))
+                .collect();
+            ranges.push((
+                *pack_id,
+                frame.offset..frame.offset + u64::from(frame.stored_length),
+            ));
+            members.insert((*pack_id, frame.offset), (frame, objects));
+        }
+    }
+    let total: u64 = ranges.iter().map(|(_, r)| r.end - r.start).sum();
+    progress.start("repack", total, Unit::Bytes);
+    let members = std::sync::Arc::new(members);
+    let name = remote.name().to_string();
+    let check = std::sync::Arc::new(
+        move |pack: ObjectId,
+              range: std::ops::Range<u64>,
+              bytes: bytes::Bytes|
+              -> Result<EncodedFrame> {
+            let (frame, objects) = &members[&(pack, range.start)];
+            EncodedFrame::verified(
+                bytes.to_vec(),
+                frame.raw_length,
+                frame.compression,
+                objects.clone(),
+            )
+            .map_err(|detail| {
+                Error::corrupt(
+                    format!("{name}:{}", remote::pack_key(&pack)),
+                    format!("frame at offset {}: {detail}", frame.offset),
+                )
+            })
+        },
+    );
+    let mut written = Vec::new();
+    let mut writer: Option<crate::pack::PackWriter> = None;
+    let seal = |writer: crate::pack::PackWriter, written: &mut Vec<Written>| -> Result<()> {
+        let sealed = writer.finish()?;
+        written.push((sealed.id, sealed.size, sealed.frames, sealed.objects));
+        Ok(())
+    };
+    remote.get_ranges(ranges, options.requests, check, |frame: EncodedFrame| {
+        let stored = frame.stored_len() as u64;
+        let current = match writer.as_mut() {
+            Some(current) => current,
+            None => writer.insert(crate::pack::PackWriter::create(dir.path(), dir.path())?),
+        };
+        current.add_frame(frame)?;
+        if current.size() >= crate::pack_sink::PACK_TARGET {
+            seal(writer.take().expect("open"), &mut written)?;
+        }
+        progress.advance(stored);
+        Ok(())
+    })?;
+    if let Some(open) = writer.take() {
+        seal(open, &mut written)?;
+    }
+    let uploads = written
+        .iter()
+        .map(|(id, ..)| (*id, crate::pack::writer::pack_path(dir.path(), id)))
+        .collect();
+    remote.put_packs(uploads, options.requests, &|_| {})?;
+    Ok(written)
+}
+
+/// How to check a remote ([`verify_remote`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RemoteVerifyOptions {
+    /// Download every pack whole and check it against its id and index (`--full`); else
+    /// check a sample: each pack's first and last frame.
+    pub full: bool,
+    /// Requests in flight.
+    pub requests: usize,
+}
+
+impl Default for RemoteVerifyOptions {
+    fn default() -> RemoteVerifyOptions {
+        RemoteVerifyOptions {
+            full: false,
+            requests: crate::remote::DEFAULT_JOBS,
+        }
+    }
+}
+
+/// One problem `dsv verify --remote` found.
+#[derive(Debug, Serialize)]
+pub struct RemoteProblem {
+    /// The ref (`dataset` or `dataset@tag`) or the key (`packs/<id>.pack`) it concerns.
+    pub what: String,
+    /// What is wrong.
+    pub detail: String,
+}
+
+/// The outcome of `dsv verify --remote`.
+#[derive(Debug, Serialize)]
+pub struct RemoteVerifyReport {
+    /// The remote.
+    pub remote: String,
+    /// Whether every pack was downloaded whole (`--full`).
+    pub full: bool,
+    /// Refs checked.
+    pub refs: u64,
+    /// Objects the refs reach, each found in a complete pack.
+    pub objects: u64,
+    /// Complete packs checked.
+    pub packs: u64,
+    /// Frames downloaded and checked.
+    pub frames: u64,
+    /// Bytes downloaded for the checks.
+    pub bytes: u64,
+    /// Packs with a gc mark (still present; counted among `packs`).
+    pub marked: u64,
+    /// Pack keys without their pair (an upload cut short, a deletion part-way): not used.
+    pub incomplete: u64,
+    /// What is wrong; empty when the remote is sound.
+    pub problems: Vec<RemoteProblem>,
+    /// Requests made.
+    pub requests: u64,
+}
+
+/// `dsv verify --remote`: every ref of remote `name` names a version whose whole closure
+/// (the objects [`gc_remote`] counts live, outboards aside) is in the remote's complete
+/// packs, and every complete pack's index parses and its frames check (a sample, or with
+/// `options.full` every byte: the pack hashes to its id, its tail equals its `.idx`, every
+/// frame decompresses and every object hashes to its id). Metadata is fetched into this
+/// store first, as `dsv fetch` does.
+///
+/// # Errors
+/// [`Error::Remote`]; [`Error::Interrupted`]. Damage is reported as problems, not errors.
+pub fn verify_remote(
+    store: &mut Store,
+    name: &str,
+    options: &RemoteVerifyOptions,
+    progress: &dyn Progress,
+) -> Result<RemoteVerifyReport> {
+    let data = store.lock_data_shared()?;
+    let (record, remote) = open(store, name)?;
+    let jobs = options.requests;
+    let mut problems = Vec::new();
+    progress.phase("reading the remote's pack indexes");
+    let listed = remote.list_all_packs()?;
+    let marks = remote.list_marks()?;
+    let mut held: HashSet<(ObjectId, ObjectKind)> = HashSet::new();
+    let mut indexes: Vec<ReadIndex> = Vec::new();
+    let complete: Vec<(ObjectId, u64)> = listed
+        .iter()
+        .filter_map(|(id, p)| p.pack_size.filter(|_| p.has_index).map(|size| (*id, size)))
+        .collect();
+    let incomplete = (listed.len() - complete.len()) as u64;
+    let tails = remote.get_many(
+        complete
+            .iter()
+            .map(|(id, size)| (remote::index_key(id), tail_limit(*size)))
+            .collect(),
+        jobs,
+    );
+    let tails = match tails {
+        Ok(tails) => tails,
+        Err(e @ Error::Corrupt { .. }) => {
+            problems.push(RemoteProblem {
+                what: "packs/".into(),
+                detail: e.to_string(),
+            });
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
+    for ((id, size), tail) in complete.iter().zip(tails) {
+        match crate::pack::reader::parse_tail(&tail, *size) {
+            Ok((frames, objects)) => {
+                held.extend(objects.iter().map(|o| (o.id, o.kind)));
+                indexes.push((*id, *size, frames, objects, tail));
+            }
+            Err(detail) => problems.push(RemoteProblem {
+                what: remote::index_key(id).to_string(),
+                detail,
+            }),
+        }
+    }
+    // Refs: each one's closure in the packs.
+    progress.phase("reading the remote's refs and metadata");
+    let fetched = fetch_with(store, &data, &record, &remote, jobs, progress)?;
+    let mut objects = 0;
+    for reference in &fetched.refs {
+        let what = match &reference.tag {
+            Some(tag) => format!("{}@{tag}", reference.dataset),
+            None => reference.dataset.clone(),
+        };
+        match reachable(store, &[reference.version]) {
+            Ok(live) => {
+                let mut lacking: Vec<&(ObjectId, ObjectKind)> = live
+                    .iter()
+                    .filter(|key| key.1 != ObjectKind::Outboard && !held.contains(key))
+                    .collect();
+                objects += live.len() as u64;
+                lacking.sort_by_key(|(id, kind)| (*id, *kind as u8));
+                if let Some((id, kind)) = lacking.first() {
+                    problems.push(RemoteProblem {
+                        what,
+                        detail: format!(
+                            "names version {} whose {} {} (and {} more objects) no complete pack holds",
+                            reference.version.short(),
+                            kind.name(),
+                            id.short(),
+                            lacking.len() - 1
+                        ),
+                    });
+                }
+            }
+            Err(e) => problems.push(RemoteProblem {
+                what,
+                detail: format!(
+                    "names version {} whose objects cannot be read: {e}",
+                    reference.version.short()
+                ),
+            }),
+        }
+    }
+    // Packs: a sample of frames, or every byte.
+    let mut frames_checked = 0u64;
+    let mut bytes = 0u64;
+    let total: u64 = if options.full {
+        indexes.iter().map(|(_, size, ..)| *size).sum()
+    } else {
+        indexes.len() as u64
+    };
+    progress.start(
+        "checking packs",
+        total,
+        if options.full {
+            Unit::Bytes
+        } else {
+            Unit::Files
+        },
+    );
+    for (id, size, frames, pack_objects, tail) in &indexes {
+        crate::interrupt::check()?;
+        let key = remote::pack_key(id).to_string();
+        let chosen: Vec<usize> = if options.full {
+            (0..frames.len()).collect()
+        } else {
+            let mut sample = vec![0, frames.len().saturating_sub(1)];
+            sample.dedup();
+            sample.retain(|f| *f < frames.len());
+            sample
+        };
+        let body = if options.full {
+            match remote.get_pack(id, *size) {
+                Ok(body) => {
+                    bytes += body.len() as u64;
+                    if ObjectId::of(&body) != *id {
+                        problems.push(RemoteProblem {
+                            what: key.clone(),
+                            detail: "its bytes do not hash to its id".into(),
+                        });
+                    }
+                    if !body.ends_with(tail) || body.len() as u64 != *size {
+                        problems.push(RemoteProblem {
+                            what: key.clone(),
+                            detail: "its tail differs from its .idx".into(),
+                        });
+                    }
+                    Some(body)
+                }
+                Err(e @ (Error::Corrupt { .. } | Error::Remote { .. })) => {
+                    problems.push(RemoteProblem {
+                        what: key.clone(),
+                        detail: e.to_string(),
+                    });
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        for index in chosen {
+            let frame = frames[index];
+            let range = frame.offset..frame.offset + u64::from(frame.stored_length);
+            let stored = match &body {
+                Some(body) => body
+                    .get(range.start as usize..range.end as usize)
+                    .map(|b| b.to_vec()),
+                None if options.full => None,
+                None => {
+                    let mut got = None;
+                    let fetched = remote.get_ranges(
+                        vec![(*id, range.clone())],
+                        1,
+                        std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
+                        |b| {
+                            got = Some(b.to_vec());
+                            Ok(())
+                        },
+                    );
+                    if let Err(e) = fetched {
+                        problems.push(RemoteProblem {
+                            what: key.clone(),
+                            detail: e.to_string(),
+                        });
+                    }
+                    if let Some(got) = &got {
+                        bytes += got.len() as u64;
+                    }
+                    got
+                }
+            };
+            let Some(stored) = stored else {
+                continue;
+            };
+            let members = pack_objects
+                .iter()
+                .filter(|o| o.frame as usize == index)
+                .map(|o| (o.id, o.kind, o.offset, o.length))
+                .collect();
+            frames_checked += 1;
+            if let Err(detail) =
+                EncodedFrame::verified(stored, frame.raw_length, frame.compression, members)
+            {
+                problems.push(RemoteProblem {
+                    what: key.clone(),
+                    detail: format!("frame at offset {}: {detail}", frame.offset),
+                });
+            }
+        }
+        progress.advance(if options.full { *size } else { 1 });
+    }
+    progress.finish();
+    Ok(RemoteVerifyReport {
+        remote: record.name,
+        full: options.full,
+        refs: fetched.refs.len() as u64,
+        objects,
+        packs: indexes.len() as u64,
+        frames: frames_checked,
+        bytes,
+        marked: marks.keys().filter(|id| listed.contains_key(id)).count() as u64,
+        incomplete,
+        problems,
+        requests: remote.requests(),
+    })
+}
