@@ -76,7 +76,7 @@ use crate::pack_sink::{PACK_TARGET, PackSink};
 use crate::progress::{NoProgress, Progress, Unit};
 use crate::remote::{RefName, RefState, Remote};
 use crate::revision::Revision;
-use crate::store::Store;
+use crate::store::{SharedDataLock, Store};
 
 /// A pack whose needed frames make up at least this share of its bytes is copied whole
 /// (one request, or a server-side copy); below it, only the needed frames are taken.
@@ -166,10 +166,6 @@ pub fn copy(
     options: &CopyOptions,
     progress: &dyn Progress,
 ) -> Result<CopyReport> {
-    let CopyOptions {
-        force,
-        requests: jobs,
-    } = *options;
     let data = store.lock_data_shared()?;
     let (src_record, src) = open(store, from)?;
     let (dst_record, dst) = open(store, to)?;
@@ -180,19 +176,199 @@ pub fn copy(
             reason: "--from and --to name the same remote".into(),
         });
     }
+    let ends = Ends {
+        src_record,
+        src,
+        dst_record,
+        dst,
+        force: options.force,
+        jobs: options.requests,
+        data: &data,
+        progress,
+    };
     let revisions: Vec<Revision> = revisions
         .iter()
         .map(|text| Revision::parse(text))
         .collect::<Result<_>>()?;
-    progress.phase("listing refs");
-    tracing::debug!(phase = "listing refs", "copy");
-    let src_refs = RemoteRefs::list(store, &src_record, &src)?;
-    let dst_refs = RemoteRefs::list(store, &dst_record, &dst)?;
-
-    // Step 1: resolve what SRC's refs name directly; the rest needs SRC's metadata.
+    ends.phase("listing refs");
+    let src_refs = RemoteRefs::list(store, &ends.src_record, &ends.src)?;
+    let dst_refs = RemoteRefs::list(store, &ends.dst_record, &ends.dst)?;
     let mut fetched = false;
+    let targets = resolve_targets(store, &ends, &src_refs, &revisions, &mut fetched)?;
+
+    // Step 2: every ref already in place?
+    let already = targets.iter().try_fold(true, |all, target| {
+        Ok::<_, Error>(all && in_place(&src_refs, &dst_refs, target)?)
+    })?;
+    if already {
+        let mut refs = Vec::new();
+        for target in &targets {
+            refs.extend(unmoved_refs(&src_refs, &dst_refs, target)?);
+        }
+        return Ok(ends.report(refs, CopyPlanned::default(), Transfer::default()));
+    }
+
+    // Step 3: metadata here (fetched unless this store already records every version: a
+    // stale record shows as a missing object in step 5 or 6, which fetches then), DST seen
+    // as a writer sees it (docs/architecture.md, "Remote garbage collection": DST's format
+    // is checked, and objects only in packs a `gc --remote` marked count as absent).
+    if !fetched
+        && targets.iter().try_fold(false, |any, t| {
+            Ok::<_, Error>(any || store.catalog().version(&t.version)?.is_none())
+        })?
+    {
+        ends.fetch_source(store)?;
+        fetched = true;
+    }
+    ends.phase("reading the destination's pack indexes");
+    let mut view = crate::transfer::writer_view(store, &ends.dst_record, &ends.dst, ends.jobs)?;
+    let mut relied = HashSet::new();
+    check_heads(store, &ends, &dst_refs, &targets)?;
+
+    // Steps 5 and 6: the closure DST lacks, located in SRC, per SRC pack.
+    ends.phase("finding what the destination lacks");
+    let mut listed: HashMap<ObjectId, u64> = ends.src.list_packs()?.into_iter().collect();
+    let mut plan = |store: &mut Store, listed: &HashMap<ObjectId, u64>| {
+        plan_closure(
+            store,
+            &ends.src_record,
+            &ends.dst_record,
+            &view,
+            &mut relied,
+            &targets,
+            listed,
+        )
+    };
+    let closure = match plan(store, &listed) {
+        // What this store recorded of SRC is older than SRC: read it again, once.
+        Err(Error::MissingObject { .. }) if !fetched => {
+            ends.fetch_source(store)?;
+            listed = ends.src.list_packs()?.into_iter().collect();
+            plan(store, &listed)?
+        }
+        other => other?,
+    };
+    tracing::debug!(objects = closure.needed.len(), "copy: closure found");
+    let (whole, partial, mut planned) = split_packs(closure.per_pack, &listed, &view);
+    planned.versions = closure.versions;
+    planned.objects = closure.needed.len() as u64;
+
+    // Steps 7 and 8, then 9: DST lists every pack written, and no pack relied on is marked.
+    let (mut transfer, written) = send(
+        store,
+        &ends,
+        &view,
+        &mut relied,
+        whole,
+        partial,
+        &mut planned,
+    )?;
+    ends.phase("moving the destination's refs");
+    view.reindex(store, &ends.dst_record, &ends.dst, ends.jobs)?;
+    let listed_on_dst = store.catalog().remote_packs(ends.dst_record.id)?;
+    if let Some(pack) = written.iter().find(|pack| !listed_on_dst.contains(pack)) {
+        return Err(Error::Internal {
+            detail: format!(
+                "remote {to} does not list pack {} after the copy; no ref moved",
+                pack.short()
+            ),
+        });
+    }
+    if !view.recheck(&ends.dst, &relied)?.is_empty() {
+        return Err(ends.collected());
+    }
+    transfer.objects = planned.objects;
+
+    // Step 10: refs, head first, then tags.
+    let mut refs = Vec::new();
+    for target in &targets {
+        if view.stale() && !view.recheck(&ends.dst, &relied)?.is_empty() {
+            return Err(ends.collected());
+        }
+        refs.extend(move_refs(
+            store,
+            &ends.dst_record,
+            &ends.dst,
+            &src_refs,
+            &dst_refs,
+            target,
+            ends.force,
+        )?);
+    }
+    Ok(ends.report(refs, planned, transfer))
+}
+
+/// The two remotes of a copy, opened, with the copy's settings and the data lock it holds.
+struct Ends<'a> {
+    src_record: RemoteRecord,
+    src: Remote,
+    dst_record: RemoteRecord,
+    dst: Remote,
+    force: bool,
+    /// Requests in flight on each remote.
+    jobs: usize,
+    data: &'a SharedDataLock,
+    progress: &'a dyn Progress,
+}
+
+impl Ends<'_> {
+    fn phase(&self, phase: &str) {
+        self.progress.phase(phase);
+        tracing::debug!(phase, "copy");
+    }
+
+    /// Step 3's fetch: SRC's refs, indexes and the metadata this store lacks.
+    fn fetch_source(&self, store: &mut Store) -> Result<()> {
+        self.phase("fetching metadata");
+        super::fetch::fetch_with(
+            store,
+            self.data,
+            &self.src_record,
+            &self.src,
+            self.jobs,
+            self.progress,
+        )
+        .map(|_| ())
+    }
+
+    /// A pack relied on was marked by a `gc --remote` meanwhile.
+    fn collected(&self) -> Error {
+        Error::RemoteCollected {
+            remote: self.dst_record.name.clone(),
+            operation: "copy",
+        }
+    }
+
+    fn report(
+        &self,
+        refs: Vec<PushedRef>,
+        planned: CopyPlanned,
+        mut transfer: Transfer,
+    ) -> CopyReport {
+        transfer.requests = self.dst.requests();
+        CopyReport {
+            from: self.src_record.name.clone(),
+            to: self.dst_record.name.clone(),
+            refs,
+            planned,
+            transfer,
+            source_requests: self.src.requests(),
+        }
+    }
+}
+
+/// Step 1: each revision as SRC names it. SRC's refs name `DATASET` and `DATASET@TAG`
+/// directly; an id prefix or `~N` needs SRC's metadata here (fetched once, `fetched` set).
+fn resolve_targets(
+    store: &mut Store,
+    ends: &Ends<'_>,
+    src_refs: &RemoteRefs<'_>,
+    revisions: &[Revision],
+    fetched: &mut bool,
+) -> Result<Vec<Target>> {
+    let from = &ends.src_record.name;
     let mut targets = Vec::new();
-    for revision in &revisions {
+    for revision in revisions {
         let direct = if revision.ancestors > 0 {
             None
         } else if revision.base == "latest" {
@@ -217,11 +393,11 @@ pub fn copy(
         let version = match direct {
             Some((version, _)) => version,
             None => {
-                if !fetched {
-                    super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
-                    fetched = true;
+                if !*fetched {
+                    ends.fetch_source(store)?;
+                    *fetched = true;
                 }
-                resolve_on(store, &src_refs, revision, from)?
+                resolve_on(store, src_refs, revision, from)?
             }
         };
         targets.push(Target {
@@ -229,133 +405,73 @@ pub fn copy(
             version,
         });
     }
+    Ok(targets)
+}
 
-    // Step 2: every ref already in place?
-    let already = targets.iter().try_fold(true, |all, target| {
-        Ok::<_, Error>(all && in_place(&src_refs, &dst_refs, target)?)
-    })?;
-    if already {
-        let mut refs = Vec::new();
-        for target in &targets {
-            refs.extend(unmoved_refs(&src_refs, &dst_refs, target)?);
-        }
-        return Ok(CopyReport {
-            from: src_record.name.clone(),
-            to: dst_record.name.clone(),
-            refs,
-            planned: CopyPlanned::default(),
-            transfer: Transfer {
-                requests: dst.requests(),
-                ..Transfer::default()
-            },
-            source_requests: src.requests(),
-        });
-    }
-
-    // Step 3: metadata here (fetched unless this store already records every version: a
-    // stale record shows as a missing object in step 5 or 6, which fetches then), DST's
-    // indexes fresh.
-    if !fetched
-        && targets.iter().try_fold(false, |any, t| {
-            Ok::<_, Error>(any || store.catalog().version(&t.version)?.is_none())
-        })?
-    {
-        progress.phase("fetching metadata");
-        tracing::debug!(phase = "fetching metadata", "copy");
-        super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
-        fetched = true;
-    }
-    progress.phase("reading the destination's pack indexes");
-    tracing::debug!(phase = "reading the destination's pack indexes", "copy");
-    // The writers' rule (docs/architecture.md, "Remote garbage collection"): DST's format is
-    // checked, and objects only in packs a `gc --remote` marked count as absent.
-    let mut view = crate::transfer::writer_view(store, &dst_record, &dst, jobs)?;
-    let mut relied = HashSet::new();
-
-    // Step 4: every head checked before any byte moves. A DST head this store has never
-    // seen (written there by another store) needs DST's metadata to be placed in history.
-    let mut dst_fetched = false;
-    for target in &targets {
-        let head = RefName {
-            dataset: target.dataset.clone(),
-            tag: None,
-        };
-        if let Some((dst_head, _)) = dst_refs.current(&head)?
+/// Step 4: every DST head is the version, an ancestor or a descendant of it, or the copy is
+/// refused before any byte moves (unless `--force`). A DST head this store has never seen
+/// (written there by another store) fetches DST's metadata first, to be placed in history.
+fn check_heads(
+    store: &mut Store,
+    ends: &Ends<'_>,
+    dst_refs: &RemoteRefs<'_>,
+    targets: &[Target],
+) -> Result<()> {
+    let head_of = |target: &Target| RefName {
+        dataset: target.dataset.clone(),
+        tag: None,
+    };
+    for target in targets {
+        if let Some((dst_head, _)) = dst_refs.current(&head_of(target))?
             && store.catalog().version(&dst_head)?.is_none()
-            && !dst_fetched
         {
-            super::fetch::fetch_with(store, &data, &dst_record, &dst, jobs, progress)?;
-            dst_fetched = true;
+            super::fetch::fetch_with(
+                store,
+                ends.data,
+                &ends.dst_record,
+                &ends.dst,
+                ends.jobs,
+                ends.progress,
+            )?;
+            break;
         }
     }
-    for target in &targets {
-        let head = RefName {
-            dataset: target.dataset.clone(),
-            tag: None,
-        };
-        if let Some((dst_head, _)) = dst_refs.current(&head)?
+    for target in targets {
+        if let Some((dst_head, _)) = dst_refs.current(&head_of(target))?
             && dst_head != target.version
             && !is_ancestor(store, &dst_head, &target.version)?
             && !is_ancestor(store, &target.version, &dst_head)?
-            && !force
+            && !ends.force
         {
             return Err(Error::RemoteDiverged {
-                remote: dst_record.name.clone(),
+                remote: ends.dst_record.name.clone(),
                 dataset: target.dataset.clone(),
             });
         }
     }
+    Ok(())
+}
 
-    // Steps 5 and 6: the closure DST lacks, located in SRC, per SRC pack.
-    progress.phase("finding what the destination lacks");
-    tracing::debug!(phase = "finding what the destination lacks", "copy");
-    let mut listed: HashMap<ObjectId, u64> = src.list_packs()?.into_iter().collect();
-    let PlannedClosure {
-        needed,
-        versions: planned_versions,
-        per_pack,
-    } = match plan_closure(
-        store,
-        &src_record,
-        &dst_record,
-        &view,
-        &mut relied,
-        &targets,
-        &listed,
-    ) {
-        // What this store recorded of SRC is older than SRC: read it again, once.
-        Err(Error::MissingObject { .. }) if !fetched => {
-            progress.phase("fetching metadata");
-            super::fetch::fetch_with(store, &data, &src_record, &src, jobs, progress)?;
-            listed = src.list_packs()?.into_iter().collect();
-            plan_closure(
-                store,
-                &src_record,
-                &dst_record,
-                &view,
-                &mut relied,
-                &targets,
-                &listed,
-            )?
-        }
-        other => other?,
-    };
-    tracing::debug!(objects = needed.len(), "copy: closure found");
+/// The frames of packs partly needed, by (pack, offset).
+type PartialFrames = BTreeMap<(ObjectId, u64), (FrameRecord, i64)>;
+
+/// Step 6: packs whose needed frames make up at least [`WHOLE_PACK_SHARE`] of them go whole
+/// (id and size), unless DST has marked that id (a copy under it would change nothing, and
+/// the marked pack may be deleted); from the others, only the needed frames.
+fn split_packs(
+    per_pack: FramesPerPack,
+    listed: &HashMap<ObjectId, u64>,
+    view: &crate::transfer::WriterView,
+) -> (Vec<(ObjectId, u64)>, PartialFrames, CopyPlanned) {
     let mut whole = Vec::new();
-    let mut partial: BTreeMap<(ObjectId, u64), (FrameRecord, i64)> = BTreeMap::new();
-    let mut planned = CopyPlanned {
-        versions: planned_versions,
-        objects: needed.len() as u64,
-        ..CopyPlanned::default()
-    };
+    let mut partial = PartialFrames::new();
+    let mut planned = CopyPlanned::default();
     for (pack, frames) in per_pack {
         let size = listed[&pack];
         let needed_bytes: u64 = frames
             .values()
             .map(|(f, _)| u64::from(f.stored_length))
             .sum();
-        // A pack whose id DST has marked is not copied under that id (the copy would
-        // change nothing, and the marked pack may be deleted): its frames go into new packs.
         if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 && !view.is_marked(&pack) {
             whole.push((pack, size));
         } else {
@@ -367,123 +483,90 @@ pub fn copy(
         }
     }
     planned.whole_packs = whole.len() as u64;
+    (whole, partial, planned)
+}
+
+/// Steps 7 and 8: whole packs copied, the needed frames of the others repacked in memory and
+/// uploaded, batch by batch. Returns what DST received and the ids of every pack written
+/// there (all of them relied on from now).
+///
+/// # Errors
+/// As [`copy`]; [`Error::RemoteCollected`] when a pack built from frames comes out under an
+/// id DST has marked.
+fn send(
+    store: &Store,
+    ends: &Ends<'_>,
+    view: &crate::transfer::WriterView,
+    relied: &mut HashSet<ObjectId>,
+    whole: Vec<(ObjectId, u64)>,
+    partial: PartialFrames,
+    planned: &mut CopyPlanned,
+) -> Result<(Transfer, Vec<ObjectId>)> {
+    let (src, dst, jobs, progress) = (&ends.src, &ends.dst, ends.jobs, ends.progress);
     let whole_bytes: u64 = whole.iter().map(|(_, size)| size).sum();
     let partial_bytes: u64 = partial
         .values()
         .map(|(f, _)| u64::from(f.stored_length))
         .sum();
-
     tracing::debug!(
         whole = whole.len(),
         partial = partial.len(),
         "copy: planned"
     );
-    // Steps 7 and 8.
     let mut transfer = Transfer::default();
     progress.start("copy", whole_bytes + partial_bytes, Unit::Bytes);
     let mut written: Vec<ObjectId> = whole.iter().map(|(id, _)| *id).collect();
     relied.extend(written.iter().copied());
     if !whole.is_empty() {
-        let counts = dst.copy_packs_from(&src, whole, jobs, &|bytes| progress.advance(bytes))?;
+        let counts = dst.copy_packs_from(src, whole, jobs, &|bytes| progress.advance(bytes))?;
         planned.server_side = counts.server_side;
         transfer.packs += counts.server_side + counts.streamed;
         transfer.bytes += counts.bytes;
     }
-    if !partial.is_empty() {
-        let spans = crate::transfer::spans(partial, MAX_SPAN);
-        // Frames of a pack DST has marked, rebuilt in their order, would make that pack
-        // again under its marked id: such batches start with a salt frame.
-        let from_marked =
-            |batch: &[crate::transfer::Span]| batch.iter().any(|span| view.is_marked(&span.pack()));
-        for batch in batches(spans) {
-            let sink = PackSink::in_memory();
-            if from_marked(&batch) {
-                sink.add(crate::transfer::salt_frame(to))?;
-            }
-            let got = crate::transfer::fetch_spans(
-                store.catalog(),
-                &src,
-                &batch,
-                jobs,
-                &sink,
-                None,
-                &NoProgress,
-            )?;
-            let packs: Vec<(ObjectId, bytes::Bytes, usize)> = sink
-                .finish_in_memory()?
-                .into_iter()
-                .map(|(pack, bytes)| {
-                    let index_offset = index_offset(&bytes);
-                    (pack.id, bytes::Bytes::from(bytes), index_offset)
-                })
-                .collect();
-            if let Some((marked, ..)) = packs.iter().find(|(id, ..)| view.is_marked(id)) {
-                // The same frames in the same order: the marked pack's own id.
-                return Err(Error::RemoteCollected {
-                    remote: format!("{to} (pack {})", marked.short()),
-                    operation: "copy",
-                });
-            }
-            relied.extend(packs.iter().map(|(id, ..)| *id));
-            transfer.packs += packs.len() as u64;
-            written.extend(packs.iter().map(|(id, _, _)| *id));
-            transfer.bytes += packs.iter().map(|(_, b, _)| b.len() as u64).sum::<u64>();
-            dst.put_packs_in_memory(packs, jobs, &|_| {})?;
-            progress.advance(got.bytes);
+    if partial.is_empty() {
+        return Ok((transfer, written));
+    }
+    // Frames of a pack DST has marked, rebuilt in their order, would make that pack again
+    // under its marked id: such batches start with a salt frame.
+    let from_marked =
+        |batch: &[crate::transfer::Span]| batch.iter().any(|span| view.is_marked(&span.pack()));
+    for batch in batches(crate::transfer::spans(partial, MAX_SPAN)) {
+        let sink = PackSink::in_memory();
+        if from_marked(&batch) {
+            sink.add(crate::transfer::salt_frame(&ends.dst_record.name))?;
         }
-    }
-
-    // Step 9: DST now lists every pack the plan wrote there (whole copies under their names,
-    // packs built from frames under theirs), so it holds every object of the closure.
-    progress.phase("moving the destination's refs");
-    tracing::debug!(phase = "moving the destination's refs", "copy");
-    view.reindex(store, &dst_record, &dst, jobs)?;
-    let listed_on_dst = store.catalog().remote_packs(dst_record.id)?;
-    if let Some(pack) = written.iter().find(|pack| !listed_on_dst.contains(pack)) {
-        return Err(Error::Internal {
-            detail: format!(
-                "remote {to} does not list pack {} after the copy; no ref moved",
-                pack.short()
-            ),
-        });
-    }
-    // The writers' rule: right before refs move, no pack relied on may be marked.
-    if !view.recheck(&dst, &relied)?.is_empty() {
-        return Err(Error::RemoteCollected {
-            remote: dst_record.name.clone(),
-            operation: "copy",
-        });
-    }
-    transfer.objects = needed.len() as u64;
-
-    // Step 10: refs, head first, then tags.
-    let mut refs = Vec::new();
-    for target in &targets {
-        if view.stale() && !view.recheck(&dst, &relied)?.is_empty() {
+        let got = crate::transfer::fetch_spans(
+            store.catalog(),
+            src,
+            &batch,
+            jobs,
+            &sink,
+            None,
+            &NoProgress,
+        )?;
+        let packs: Vec<(ObjectId, bytes::Bytes, usize)> = sink
+            .finish_in_memory()?
+            .into_iter()
+            .map(|(pack, bytes)| {
+                let index_offset = index_offset(&bytes);
+                (pack.id, bytes::Bytes::from(bytes), index_offset)
+            })
+            .collect();
+        if let Some((marked, ..)) = packs.iter().find(|(id, ..)| view.is_marked(id)) {
+            // The same frames in the same order: the marked pack's own id.
             return Err(Error::RemoteCollected {
-                remote: dst_record.name.clone(),
+                remote: format!("{} (pack {})", ends.dst_record.name, marked.short()),
                 operation: "copy",
             });
         }
-        refs.extend(move_refs(
-            store,
-            &dst_record,
-            &dst,
-            &src_refs,
-            &dst_refs,
-            target,
-            force,
-        )?);
+        relied.extend(packs.iter().map(|(id, ..)| *id));
+        written.extend(packs.iter().map(|(id, ..)| *id));
+        transfer.packs += packs.len() as u64;
+        transfer.bytes += packs.iter().map(|(_, b, _)| b.len() as u64).sum::<u64>();
+        dst.put_packs_in_memory(packs, jobs, &|_| {})?;
+        progress.advance(got.bytes);
     }
-    transfer.requests = dst.requests();
-    Ok(CopyReport {
-        from: src_record.name.clone(),
-        to: dst_record.name.clone(),
-        refs,
-        planned,
-        transfer,
-        source_requests: src.requests(),
-    })
+    Ok((transfer, written))
 }
 
 /// Resolves `revision` among the versions this store fetched from SRC: the base is SRC's
