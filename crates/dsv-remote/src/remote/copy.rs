@@ -111,10 +111,22 @@ fn encode_key(key: &str) -> String {
     out
 }
 
-/// The HTTP client of CopyObject requests, one per process.
+/// How long a CopyObject may take before it counts as refused (and the pack streams): S3
+/// copies a pack of tens of MiB in well under a second; a copy still running after this is
+/// stuck, not slow.
+const COPY_OBJECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The HTTP client of CopyObject requests, one per process: 5 s to connect (as
+/// `object_store`'s default), [`COPY_OBJECT_TIMEOUT`] in all.
 fn http_client() -> &'static reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(reqwest::Client::new)
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .timeout(COPY_OBJECT_TIMEOUT)
+            .build()
+            .unwrap_or_default()
+    })
 }
 
 /// What [`Remote::copy_packs_from`] moved.
