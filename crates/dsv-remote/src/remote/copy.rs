@@ -451,44 +451,18 @@ impl Remote {
         jobs: usize,
         done: &(dyn Fn(u64) + Sync),
     ) -> Result<()> {
-        self.runtime.block_on(async {
-            let mut stream = futures_util::stream::iter(packs.into_iter().map(
-                |(id, bytes, index_offset)| async move {
-                    let size = bytes.len() as u64;
-                    let tail = bytes.slice(index_offset..);
-                    let key = pack_key(&id);
-                    if size >= MULTIPART_THRESHOLD {
-                        let upload = self
-                            .store
-                            .put_multipart(&key)
-                            .await
-                            .map_err(self.fail(format!("start upload of {key}")))?;
-                        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-                        for part in bytes.chunks(PART_SIZE) {
-                            writer
-                                .wait_for_capacity(PARTS_IN_FLIGHT)
-                                .await
-                                .map_err(self.fail(format!("upload {key}")))?;
-                            writer.put(bytes.slice_ref(part));
-                        }
-                        self.count(2 + size.div_ceil(PART_SIZE as u64));
-                        writer
-                            .finish()
-                            .await
-                            .map_err(self.fail(format!("finish upload of {key}")))?;
-                    } else {
-                        self.put_create(&key, bytes).await?;
-                    }
-                    self.put_create(&index_key(&id), tail).await?;
-                    crate::interrupt::check()?;
-                    Ok::<_, Error>(size)
-                },
-            ))
-            .buffer_unordered(crate::parallel::clamp_jobs(jobs));
-            while let Some(size) = stream.next().await {
-                done(size?);
-            }
-            Ok(())
-        })
+        let packs = packs
+            .into_iter()
+            .map(|(id, bytes, index_offset)| {
+                (
+                    id,
+                    super::PackBody::Memory {
+                        bytes,
+                        index_offset,
+                    },
+                )
+            })
+            .collect();
+        self.put_pack_bodies(packs, jobs, done)
     }
 }

@@ -56,7 +56,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Path as FsPath, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -373,6 +373,13 @@ pub struct Remote {
     requests: AtomicU64,
 }
 
+/// A pack to upload: a sealed local file, or one built in memory (its index from
+/// `index_offset` on).
+enum PackBody {
+    File(PathBuf),
+    Memory { bytes: Bytes, index_offset: usize },
+}
+
 /// Pack key.
 pub fn pack_key(id: &ObjectId) -> Path {
     Path::from(format!("packs/{id}.pack"))
@@ -623,10 +630,25 @@ impl Remote {
         jobs: usize,
         done: &(dyn Fn(u64) + Sync),
     ) -> Result<()> {
+        let packs = packs
+            .into_iter()
+            .map(|(id, path)| (id, PackBody::File(path)))
+            .collect();
+        self.put_pack_bodies(packs, jobs, done)
+    }
+
+    /// Uploads `packs` (each followed by its `.idx`), `jobs` at a time; `done(bytes)` after
+    /// each.
+    fn put_pack_bodies(
+        &self,
+        packs: Vec<(ObjectId, PackBody)>,
+        jobs: usize,
+        done: &(dyn Fn(u64) + Sync),
+    ) -> Result<()> {
         self.runtime.block_on(async {
             let mut stream =
-                futures_util::stream::iter(packs.into_iter().map(|(id, path)| async move {
-                    let size = self.put_pack(&id, &path).await?;
+                futures_util::stream::iter(packs.into_iter().map(|(id, body)| async move {
+                    let size = self.put_pack(&id, body).await?;
                     crate::interrupt::check()?;
                     Ok::<_, Error>(size)
                 }))
@@ -638,31 +660,57 @@ impl Remote {
         })
     }
 
-    async fn put_pack(&self, id: &ObjectId, path: &FsPath) -> Result<u64> {
-        let tail = crate::pack::reader::read_tail(path)?;
-        let size = std::fs::metadata(path).at(path)?.len();
+    /// One pack, then its `.idx` (the pack's tail): a create-only PUT below
+    /// [`MULTIPART_THRESHOLD`], else a multipart upload of [`PART_SIZE`] parts,
+    /// [`PARTS_IN_FLIGHT`] at a time. Returns the pack's size in bytes.
+    async fn put_pack(&self, id: &ObjectId, body: PackBody) -> Result<u64> {
+        let (tail, size) = match &body {
+            PackBody::File(path) => (
+                Bytes::from(crate::pack::reader::read_tail(path)?),
+                std::fs::metadata(path).at(path)?.len(),
+            ),
+            PackBody::Memory {
+                bytes,
+                index_offset,
+            } => (bytes.slice(*index_offset..), bytes.len() as u64),
+        };
         let key = pack_key(id);
         if size >= MULTIPART_THRESHOLD {
             // Multipart uploads cannot be create-only; the content is addressed by its hash,
             // so overwriting an identical copy is harmless.
+            let mut parts: Box<dyn Iterator<Item = Result<Bytes>> + Send> = match body {
+                PackBody::File(path) => {
+                    let mut file = std::fs::File::open(&path).at(&path)?;
+                    Box::new(std::iter::from_fn(move || {
+                        let mut part = vec![0u8; PART_SIZE];
+                        match std::io::Read::read(&mut file, &mut part).at(&path) {
+                            Ok(0) => None,
+                            Ok(n) => {
+                                part.truncate(n);
+                                Some(Ok(Bytes::from(part)))
+                            }
+                            Err(e) => Some(Err(e)),
+                        }
+                    }))
+                }
+                PackBody::Memory { bytes, .. } => Box::new(
+                    (0..bytes.len())
+                        .step_by(PART_SIZE)
+                        .map(move |at| Ok(bytes.slice(at..(at + PART_SIZE).min(bytes.len())))),
+                ),
+            };
             let upload = self
                 .store
                 .put_multipart(&key)
                 .await
                 .map_err(self.fail(format!("start upload of {key}")))?;
             let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-            let mut file = std::fs::File::open(path).at(path)?;
-            let mut buffer = vec![0u8; PART_SIZE];
-            loop {
-                let n = std::io::Read::read(&mut file, &mut buffer).at(path)?;
-                if n == 0 {
-                    break;
-                }
+            for part in &mut parts {
                 writer
                     .wait_for_capacity(PARTS_IN_FLIGHT)
                     .await
                     .map_err(self.fail(format!("upload {key}")))?;
-                writer.write(&buffer[..n]);
+                writer.put(part?);
                 self.count(1);
             }
             writer
@@ -671,10 +719,13 @@ impl Remote {
                 .map_err(self.fail(format!("finish upload of {key}")))?;
             self.count(2);
         } else {
-            let bytes = std::fs::read(path).at(path)?;
-            self.put_create(&key, Bytes::from(bytes)).await?;
+            let bytes = match body {
+                PackBody::File(path) => Bytes::from(std::fs::read(&path).at(&path)?),
+                PackBody::Memory { bytes, .. } => bytes,
+            };
+            self.put_create(&key, bytes).await?;
         }
-        self.put_create(&index_key(id), Bytes::from(tail)).await?;
+        self.put_create(&index_key(id), tail).await?;
         Ok(size)
     }
 
