@@ -116,6 +116,9 @@ fn encode_key(key: &str) -> String {
 /// stuck, not slow.
 const COPY_OBJECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// The longest CopyObject response read, in bytes (a result or an error is a few hundred).
+const MAX_COPY_RESPONSE: usize = 64 * 1024;
+
 /// The HTTP client of CopyObject requests, one per process: 5 s to connect (as
 /// `object_store`'s default), [`COPY_OBJECT_TIMEOUT`] in all.
 fn http_client() -> &'static reqwest::Client {
@@ -340,10 +343,21 @@ impl Remote {
         for (name, value) in request.headers() {
             send = send.header(name, value);
         }
-        let response = send.send().await.map_err(|e| e.to_string())?;
+        let mut response = send.send().await.map_err(|e| e.to_string())?;
         let status = response.status();
-        // S3 may answer 200 and then report a failure in the body.
-        let body = response.text().await.map_err(|e| e.to_string())?;
+        // S3 may answer 200 and then report a failure in the body. A CopyObjectResult or an
+        // Error is a few hundred bytes: the body is read up to MAX_COPY_RESPONSE, never more,
+        // and a longer one is a refusal.
+        let mut body = Vec::new();
+        while let Some(piece) = response.chunk().await.map_err(|e| e.to_string())? {
+            body.extend_from_slice(&piece);
+            if body.len() > MAX_COPY_RESPONSE {
+                return Err(format!(
+                    "{status}: a response longer than {MAX_COPY_RESPONSE} bytes"
+                ));
+            }
+        }
+        let body = String::from_utf8_lossy(&body);
         if !status.is_success() || body.contains("<Error>") {
             return Err(format!(
                 "{status}: {}",
