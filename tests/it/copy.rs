@@ -292,7 +292,10 @@ fn a_copy_killed_part_way_leaves_no_ref_on_missing_data_and_a_rerun_finishes_it(
     }
     env.ok(&["commit", "data", "-d", "ds"]);
     let prefix = unique_prefix();
-    let dst_url = format!("s3://dsv-versioned/{prefix}/dst");
+    // A directory as DST: every pack streams through this process (a server-side copy between
+    // buckets could finish before the first kill).
+    std::fs::create_dir_all(env.path("dst")).unwrap();
+    let dst_url = format!("file://{}", env.path("dst").display());
     env.ok(&[
         "remote",
         "add",
@@ -303,7 +306,7 @@ fn a_copy_killed_part_way_leaves_no_ref_on_missing_data_and_a_rerun_finishes_it(
     env.ok(&["push", "--remote", "src"]);
     env.ok(&["fetch", "--remote", "src"]);
     let mut killed = 0;
-    for delay_ms in [150u64, 300, 600] {
+    for delay_ms in [40u64, 150, 300, 600] {
         if kill_after(
             &env,
             &["copy", "ds", "--from", "src", "--to", "dst", "--jobs", "2"],
@@ -323,6 +326,8 @@ fn a_copy_killed_part_way_leaves_no_ref_on_missing_data_and_a_rerun_finishes_it(
             assert_same_tree(&env.path("data"), &out);
         }
     }
+    // At 40 ms the copy has not even listed both remotes: at least that run was cut.
+    assert!(killed > 0, "no copy was killed part-way");
     let finished = env.json(&["copy", "ds", "--from", "src", "--to", "dst"]);
     if killed > 0 {
         // The re-run sent at most what was still missing.
