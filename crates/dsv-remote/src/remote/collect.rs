@@ -23,7 +23,7 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
-use super::{RefName, RefState, Remote, index_key, pack_key, state_of};
+use super::{RefName, RefState, Remote, index_key, lock_refs, pack_key, state_of};
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 
@@ -152,14 +152,7 @@ impl Remote {
     /// key is still as `expected` (`None`: absent). False when it is not.
     fn swap(&self, key: &Path, body: Option<Bytes>, expected: Option<&RefState>) -> Result<bool> {
         if let Some(root) = &self.local_root {
-            let lock_path = root.join("refs.lock");
-            let lock = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock_path)
-                .at(&lock_path)?;
-            lock.lock().at(&lock_path)?;
+            let _lock = lock_refs(root)?;
             self.count(1);
             let current = match self.runtime.block_on(self.store.head(key)) {
                 Ok(meta) => Some(state_of(&meta)),

@@ -56,7 +56,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -321,6 +321,24 @@ fn cloud_backend_parts(
         }
     };
     Ok((store, path_part(rest), account))
+}
+
+/// Takes the exclusive `flock` on `<root>/refs.lock` that a file:// remote's ref
+/// compare-and-swaps run under (`docs/format.md`, "Remote layout"); released when the file
+/// is dropped.
+///
+/// # Errors
+/// [`Error::Io`] when the lock file cannot be opened or locked.
+fn lock_refs(root: &FsPath) -> Result<std::fs::File> {
+    let lock_path = root.join("refs.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .at(&lock_path)?;
+    lock.lock().at(&lock_path)?;
+    Ok(lock)
 }
 
 /// A remote ref's identity as the backend reports it: enough to ask "has it changed?" with
@@ -826,14 +844,7 @@ impl Remote {
         self.count(1);
         if let Some(root) = &self.local_root {
             // No conditional put on a local directory: compare and rename under a lock.
-            let lock_path = root.join("refs.lock");
-            let lock = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock_path)
-                .at(&lock_path)?;
-            lock.lock().at(&lock_path)?;
+            let _lock = lock_refs(root)?;
             let current = self.head_ref(name)?;
             if current.as_ref().map(|s| &s.etag) != expected.map(|s| &s.etag) {
                 return Err(lost());
