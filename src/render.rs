@@ -1397,6 +1397,9 @@ pub fn verify_remote(r: &dsv::ops::sync::remote_gc::RemoteVerifyReport) -> Strin
         if r.full { "read whole" } else { "sampled" },
         HumanBytes(r.bytes)
     );
+    if r.full {
+        let _ = write!(out, "\n{} proven", count(r.files, "file"));
+    }
     if r.marked > 0 {
         let _ = write!(out, "\n{} marked by gc", count(r.marked, "pack"));
     }

@@ -15,6 +15,7 @@ mod concurrency;
 mod copy;
 mod crash;
 mod faults;
+mod forged;
 mod guards;
 mod hardening;
 mod hostile;

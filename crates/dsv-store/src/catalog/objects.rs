@@ -143,10 +143,27 @@ impl Catalog {
     /// the wrong chunks) and unproven; returns whether it did. A map proven or replaced
     /// meanwhile stays.
     ///
+    /// Only this store's copy is forgotten, not what the remotes hold: a remote pack that
+    /// shares the index of the local pack holding the map (`remote_packs.local_index`) gets
+    /// a row of its own for the map first, so the next read still finds it there and fetches
+    /// it again (and a remote that serves the wrong map again is named again, never taken
+    /// for data missing here). When another remote lists a map of the file too, the remote
+    /// the wrong one came from stops being asked for it (its listing of that map is
+    /// dropped until it lists a new pack): the next read fetches the map from the next
+    /// mirror. The last remote listing one keeps it.
+    ///
     /// # Errors
     /// [`Error::Catalog`].
     pub fn reject_file_map_at(&self, id: &ObjectId, location: &ObjectLocation) -> Result<bool> {
         self.if_map_at(id, location, |tx| {
+            let from: Option<String> = tx
+                .query_row(
+                    "SELECT remote FROM unproven_file_maps WHERE id = ?1",
+                    [&id.0[..]],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            keep_remote_copies(tx, id, ObjectKind::FileMap, from.as_deref())?;
             tx.execute(
                 "DELETE FROM objects WHERE id = ?1 AND kind = ?2",
                 rusqlite::params![&id.0[..], ObjectKind::FileMap as u8],
@@ -167,7 +184,85 @@ impl Catalog {
             Ok(())
         })
     }
+}
 
+/// Gives every remote pack that shares the index of the local pack holding object `id` of
+/// `kind` a row of its own for it (and for its frame), so that forgetting the local row does
+/// not forget what those remotes hold. Then, when remote `liar` (by name) served a wrong
+/// copy and another remote lists the object too, drops `liar`'s listing of it.
+fn keep_remote_copies(
+    tx: &rusqlite::Transaction<'_>,
+    id: &ObjectId,
+    kind: ObjectKind,
+    liar: Option<&str>,
+) -> Result<()> {
+    let sharing: Vec<(i64, i64, i64, i64, i64, i64, i64, i64)> = tx
+        .prepare_cached(
+            "SELECT r.id, r.remote, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length
+             FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+             JOIN remote_packs r ON r.pack_id = p.pack_id AND r.local_index = 1
+             WHERE o.id = ?1 AND o.kind = ?2",
+        )?
+        .query_map(params![&id.0[..], kind as u8], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+                row.get(6)?,
+                row.get(7)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for (pack_row, remote, frame_offset, stored, raw, compression, offset, length) in sharing {
+        let existing: Option<i64> = tx
+            .prepare_cached("SELECT id FROM remote_frames WHERE pack = ?1 AND offset = ?2")?
+            .query_row(params![pack_row, frame_offset], |row| row.get(0))
+            .optional()?;
+        let frame_row = match existing {
+            Some(row) => row,
+            None => {
+                tx.execute(
+                    "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![pack_row, frame_offset, stored, raw, compression],
+                )?;
+                tx.last_insert_rowid()
+            }
+        };
+        tx.execute(
+            "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![remote, &id.0[..], kind as u8, frame_row, offset, length],
+        )?;
+    }
+    let liar: Option<i64> = match liar {
+        Some(name) => tx
+            .query_row("SELECT id FROM remotes WHERE name = ?1", [name], |row| {
+                row.get(0)
+            })
+            .optional()?,
+        None => None,
+    };
+    if let Some(liar) = liar {
+        let others: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM remote_objects WHERE id = ?1 AND kind = ?2 AND remote != ?3)",
+            params![&id.0[..], kind as u8, liar],
+            |row| row.get(0),
+        )?;
+        if others {
+            tx.execute(
+                "DELETE FROM remote_objects WHERE id = ?1 AND kind = ?2 AND remote = ?3",
+                params![&id.0[..], kind as u8, liar],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+impl Catalog {
     /// Runs `change` in one write transaction if file `id`'s map is at `location` and
     /// unproven.
     fn if_map_at(
@@ -302,7 +397,7 @@ impl CatalogWriter<'_> {
             |row| row.get::<_, i64>(0).map(|n| n > 0),
         )?;
         if known {
-            return Ok(());
+            return self.index_again(pack);
         }
         self.tx.execute(
             "INSERT INTO packs (pack_id, size, created_at) VALUES (?1, ?2, ?3)",
@@ -317,6 +412,39 @@ impl CatalogWriter<'_> {
             &pack.frames,
             &pack.objects,
         )
+    }
+
+    /// A pack already known, sealed again byte for byte (the same frames fetched again): the
+    /// objects of it that have no row (a file map forgotten after a remote served a wrong one:
+    /// [`Catalog::reject_file_map_at`]) are indexed again, in its known frames. Rows that
+    /// exist, here or in another pack, stay.
+    fn index_again(&self, pack: &SealedPack) -> Result<()> {
+        let frames: std::collections::HashMap<i64, i64> = self
+            .tx
+            .prepare_cached(
+                "SELECT f.offset, f.id FROM frames f JOIN packs p ON p.id = f.pack WHERE p.pack_id = ?1",
+            )?
+            .query_map([&pack.id.0[..]], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut insert = self.tx.prepare_cached(
+            "INSERT OR IGNORE INTO objects (id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for object in &pack.objects {
+            let Some(frame) = pack.frames.get(object.frame as usize) else {
+                continue;
+            };
+            let Some(row) = frames.get(&(frame.offset as i64)) else {
+                continue;
+            };
+            insert.execute(params![
+                &object.id.0[..],
+                object.kind as u8,
+                row,
+                object.offset,
+                object.length
+            ])?;
+        }
+        Ok(())
     }
 
     /// Inserts a pack's index: each frame with `frame_sql` (parameters: pack row, offset,
@@ -621,6 +749,112 @@ mod tests {
         assert_eq!(catalog.unproven_file_map(&x).unwrap(), None);
         assert_eq!(catalog.locate_file_and_proof(&x).unwrap(), None);
         assert!(catalog.unproven_file_maps().unwrap().is_empty());
+    }
+
+    /// A map rejected here is still on the remotes that hold it: a remote sharing the local
+    /// pack's index keeps listing it (the next read fetches it again) unless another remote
+    /// lists one too, which is then the one asked.
+    #[test]
+    fn a_rejected_map_stays_listed_on_its_remote_unless_another_lists_one() {
+        let (_dir, mut catalog) = new_catalog();
+        let x = id("x");
+        let pack = sample_pack("p", &[(x, ObjectKind::FileMap)]);
+        let mirror_pack = sample_pack("m", &[(x, ObjectKind::FileMap)]);
+        let writer = catalog.writer().unwrap();
+        writer.add_pack(&pack).unwrap();
+        writer.add_unproven_file_map(&x, "origin").unwrap();
+        writer
+            .add_remote("origin", "file:///o", &Default::default())
+            .unwrap();
+        writer
+            .add_remote("mirror", "file:///m", &Default::default())
+            .unwrap();
+        writer.commit().unwrap();
+        let remotes = catalog.remotes().unwrap();
+        let (origin, mirror) = (remotes[0].id, remotes[1].id);
+        let writer = catalog.writer().unwrap();
+        // origin holds the local pack itself (the same id and size: it shares its index).
+        writer
+            .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+            .unwrap();
+        writer.commit().unwrap();
+        let here = catalog.locate(&x, ObjectKind::FileMap).unwrap().unwrap();
+        assert!(
+            catalog
+                .remote_locate(origin, &x, ObjectKind::FileMap)
+                .unwrap()
+                .unwrap()
+                .in_local_pack()
+        );
+        assert!(catalog.reject_file_map_at(&x, &here).unwrap());
+        assert!(!catalog.has_object(&x, ObjectKind::FileMap).unwrap());
+        let listed = catalog
+            .remote_locate(origin, &x, ObjectKind::FileMap)
+            .unwrap()
+            .unwrap();
+        assert!(!listed.in_local_pack(), "to be fetched again from origin");
+        assert_eq!(listed.pack, pack.id);
+
+        // Fetched again from origin, wrong again, with a mirror listing one too: origin is
+        // no longer asked, the mirror is.
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_pack(&sample_pack("again", &[(x, ObjectKind::FileMap)]))
+            .unwrap();
+        writer.add_unproven_file_map(&x, "origin").unwrap();
+        writer
+            .add_remote_pack(
+                mirror,
+                &mirror_pack.id,
+                mirror_pack.size,
+                &mirror_pack.frames,
+                &mirror_pack.objects,
+            )
+            .unwrap();
+        writer.commit().unwrap();
+        let here = catalog.locate(&x, ObjectKind::FileMap).unwrap().unwrap();
+        assert!(catalog.reject_file_map_at(&x, &here).unwrap());
+        assert!(
+            catalog
+                .remote_locate(origin, &x, ObjectKind::FileMap)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            catalog
+                .remote_locate(mirror, &x, ObjectKind::FileMap)
+                .unwrap()
+                .is_some()
+        );
+        // The mirror, wrong too, is the last to list one: it keeps it.
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_pack(&sample_pack("third", &[(x, ObjectKind::FileMap)]))
+            .unwrap();
+        writer.add_unproven_file_map(&x, "mirror").unwrap();
+        writer.commit().unwrap();
+        let here = catalog.locate(&x, ObjectKind::FileMap).unwrap().unwrap();
+        assert!(catalog.reject_file_map_at(&x, &here).unwrap());
+        assert!(
+            catalog
+                .remote_locate(mirror, &x, ObjectKind::FileMap)
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    /// The same frames fetched again seal a byte-identical pack: the map forgotten from it
+    /// is indexed again (else the fetch would store it and never find it).
+    #[test]
+    fn a_known_pack_sealed_again_indexes_again_what_was_forgotten() {
+        let (_dir, mut catalog) = new_catalog();
+        let x = id("x");
+        let here = unproven_map(&mut catalog, "p");
+        assert!(catalog.reject_file_map_at(&x, &here).unwrap());
+        assert!(!catalog.has_object(&x, ObjectKind::FileMap).unwrap());
+        add(&mut catalog, &sample_pack("p", &[(x, ObjectKind::FileMap)]));
+        assert_eq!(catalog.locate(&x, ObjectKind::FileMap).unwrap(), Some(here));
+        assert_eq!(catalog.packs().unwrap().len(), 1);
     }
 
     #[test]

@@ -45,7 +45,9 @@
 //!    reassembled and hashed against its file id when all its chunks are here, with or without
 //!    `--full`; a wrong one is a problem naming the remote, and nothing is recorded either way. A file whose chunks are not
 //!    all here (`MissingObject`) is not a problem when each missing chunk is in the recorded
-//!    pack index of one of the store's remotes (`remote_locate`); it is counted in
+//!    pack index of one of the store's remotes (`remote_locate`), or, for a file whose map
+//!    is not here (never fetched, or forgotten after a remote served a wrong one), when a
+//!    remote's index lists its map; it is counted in
 //!    `files_on_remotes` instead. Remotes are not contacted. A removed version gets only the
 //!    first checks (its row, its version object, its provenance): `gc` may have freed its trees
 //!    and data.
@@ -463,7 +465,10 @@ impl FileCheck<'_, '_> {
     }
 }
 
-/// True when every chunk of file `id` is here or on one of `remotes` (by their indexes).
+/// True when every chunk of file `id` is here or on one of `remotes` (by their indexes), or,
+/// when this store holds neither the file's map nor the file as one chunk, when a remote
+/// holds its map: a remote-only file whose map is not here (never fetched, or forgotten
+/// after a remote served a wrong one) is not data missing here.
 fn on_remotes(
     store: &Store,
     reader: &mut crate::store::ObjectReader<'_>,
@@ -474,22 +479,30 @@ fn on_remotes(
     if remotes.is_empty() {
         return Ok(false);
     }
-    for chunk in reader.chunk_ids(id, size)? {
-        if store.catalog().has_object(&chunk, ObjectKind::Chunk)? {
-            continue;
-        }
-        let mut found = false;
+    let on_a_remote = |object: &ObjectId, kind: ObjectKind| -> Result<bool> {
         for remote in remotes {
             if store
                 .catalog()
-                .remote_locate(*remote, &chunk, ObjectKind::Chunk)?
+                .remote_locate(*remote, object, kind)?
                 .is_some()
             {
-                found = true;
-                break;
+                return Ok(true);
             }
         }
-        if !found {
+        Ok(false)
+    };
+    let catalog = store.catalog();
+    if !catalog.has_object(id, ObjectKind::Chunk)?
+        && !catalog.has_object(id, ObjectKind::FileMap)?
+        && on_a_remote(id, ObjectKind::FileMap)?
+    {
+        return Ok(true);
+    }
+    for chunk in reader.chunk_ids(id, size)? {
+        if catalog.has_object(&chunk, ObjectKind::Chunk)? {
+            continue;
+        }
+        if !on_a_remote(&chunk, ObjectKind::Chunk)? {
             return Ok(false);
         }
     }

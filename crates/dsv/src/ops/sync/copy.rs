@@ -37,6 +37,11 @@
 //!    unless DST has a mark on that name; from any other, only the needed frames are taken
 //!    (a pack so built that comes out under a marked name stops the copy:
 //!    [`Error::RemoteCollected`]).
+//!    Before anything moves, every file map of the closure is proven as SRC holds it
+//!    (`prove::prove_forwarded`): one this store holds, proven, byte for byte the same needs
+//!    nothing more; any other has its chunks (read here, else ranged GETs from SRC) joined
+//!    and hashed against the file id. A map that does not reassemble its file stops the copy
+//!    ([`Error::Corrupt`] naming SRC): nothing is sent, no ref moves.
 //! 7. **Whole packs** ([`Remote::copy_packs_from`]): a server-side copy when SRC and DST are
 //!    prefixes of one bucket reached the same way, else a streamed GET -> PUT, every byte
 //!    hashed in flight and compared with the pack's name and `.idx` before the upload
@@ -249,6 +254,10 @@ pub fn copy(
         other => other?,
     };
     tracing::debug!(objects = closure.needed.len(), "copy: closure found");
+    // Step 6b: the file maps it forwards are proven first (a map keyed by its file's id
+    // could list another file's chunks): a wrong one stops the copy before any byte moves.
+    ends.phase("proving the file maps");
+    super::prove::prove_forwarded(store, &ends.src_record, &ends.src, &closure.needed)?;
     let (whole, partial, mut planned) = split_packs(closure.per_pack, &listed, &view);
     planned.versions = closure.versions;
     planned.objects = closure.needed.len() as u64;

@@ -209,6 +209,7 @@
 pub mod clone;
 pub mod copy;
 pub mod fetch;
+mod prove;
 pub mod pull;
 pub mod push;
 pub mod remote_gc;

@@ -824,6 +824,9 @@ pub struct RemoteVerifyReport {
     pub marked: u64,
     /// Pack keys without their pair (an upload cut short, a deletion part-way): not used.
     pub incomplete: u64,
+    /// With `--full`: distinct files of the refs checked; each file map the remote holds
+    /// for one was proven (its chunks, joined, hash to the file id). 0 without `--full`.
+    pub files: u64,
     /// What is wrong; empty when the remote is sound.
     pub problems: Vec<RemoteProblem>,
     /// Requests made.
@@ -945,6 +948,7 @@ pub fn verify_remote(
             Unit::Files
         },
     );
+    let mut maps = super::prove::RemoteMaps::default();
     for (id, size, frames, pack_objects, tail) in &indexes {
         crate::interrupt::check()?;
         let key = remote::pack_key(id).to_string();
@@ -1020,15 +1024,27 @@ pub fn verify_remote(
             let Some(stored) = stored else {
                 continue;
             };
-            let members = pack_objects
+            let members: Vec<(ObjectId, ObjectKind, u32, u32)> = pack_objects
                 .iter()
                 .filter(|o| o.frame as usize == index)
                 .map(|o| (o.id, o.kind, o.offset, o.length))
                 .collect();
             frames_checked += 1;
-            if let Err(detail) =
+            // With --full, the file maps in it are kept, to be proven below.
+            let checked = if options.full && super::prove::RemoteMaps::wants(&members) {
+                let kept = members.clone();
+                EncodedFrame::verified_with_raw(
+                    stored,
+                    frame.raw_length,
+                    frame.compression,
+                    members,
+                )
+                .map(|(_, raw)| maps.add(id, &raw, &kept))
+            } else {
                 EncodedFrame::verified(stored, frame.raw_length, frame.compression, members)
-            {
+                    .map(|_| ())
+            };
+            if let Err(detail) = checked {
                 problems.push(RemoteProblem {
                     what: key.clone(),
                     detail: format!("frame at offset {}: {detail}", frame.offset),
@@ -1038,6 +1054,24 @@ pub fn verify_remote(
         progress.advance(if options.full { *size } else { 1 });
     }
     progress.finish();
+    // With --full, every file of every ref: each file map the remote holds for it is proven
+    // against the file id (its chunks joined and hashed), as a checkout would prove it.
+    let mut files = 0;
+    if options.full {
+        progress.phase("proving the file maps");
+        let refs: Vec<(String, ObjectId)> = fetched
+            .refs
+            .iter()
+            .map(|r| match &r.tag {
+                Some(tag) => (format!("{}@{tag}", r.dataset), r.version),
+                None => (r.dataset.clone(), r.version),
+            })
+            .collect();
+        let (proven, downloaded) =
+            maps.prove_refs(store, &record, &remote, &refs, &mut problems)?;
+        files = proven;
+        bytes += downloaded;
+    }
     Ok(RemoteVerifyReport {
         remote: record.name,
         full: options.full,
@@ -1048,6 +1082,7 @@ pub fn verify_remote(
         bytes,
         marked: marks.keys().filter(|id| listed.contains_key(id)).count() as u64,
         incomplete,
+        files,
         problems,
         requests: remote.requests(),
     })

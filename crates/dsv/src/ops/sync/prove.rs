@@ -1,0 +1,325 @@
+//! Proving the file maps a remote holds, for the commands that vouch for a remote's data
+//! without reading it through a checkout: `dsv verify --remote --full` and `dsv copy`.
+//!
+//! A file map is stored under its file's id, not under the hash of its own bytes, so a
+//! remote can hold a map that lists the wrong chunks (another file's, of the same length).
+//! Such a map is proven the way a checkout proves it: the chunks it lists are joined in
+//! order and hashed (BLAKE3) whole, and the hash must equal the file id. Each chunk is read
+//! from this store when it holds it, else from the remote (the frame that holds it, fetched
+//! by a ranged GET and checked as a fetch checks it); every chunk is checked against its id.
+
+use crate::catalog::RemoteRecord;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::object::{FileMap, ObjectKind};
+use crate::pack::EncodedFrame;
+use crate::remote::Remote;
+use crate::store::Store;
+
+/// Proves file maps against their file ids, reading chunks from this store or `remote`.
+pub(crate) struct MapProver<'a> {
+    record: &'a RemoteRecord,
+    remote: &'a Remote,
+    /// The last frame read from the remote: (pack, frame offset) and its raw bytes.
+    frame: Option<((ObjectId, u64), Vec<u8>)>,
+    /// Bytes downloaded so far.
+    pub(crate) bytes: u64,
+}
+
+impl<'a> MapProver<'a> {
+    pub(crate) fn new(record: &'a RemoteRecord, remote: &'a Remote) -> MapProver<'a> {
+        MapProver {
+            record,
+            remote,
+            frame: None,
+            bytes: 0,
+        }
+    }
+
+    /// Whether the chunks `map` (the remote's map of file `file`) lists, joined, hash to
+    /// `file`: `Ok(Ok(()))` when they do, `Ok(Err(detail))` when they do not, or when a
+    /// chunk it lists is neither here nor on the remote, or is not what its id says.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`], [`Error::Io`] reading this store; [`Error::Remote`];
+    /// [`Error::Interrupted`].
+    pub(crate) fn prove(
+        &mut self,
+        store: &Store,
+        file: &ObjectId,
+        map: &FileMap,
+    ) -> Result<std::result::Result<(), String>> {
+        let mut hasher = blake3::Hasher::new();
+        let mut reader = store.reader();
+        for (chunk, length) in &map.chunks {
+            crate::interrupt::check()?;
+            let bytes = if store.catalog().has_object(chunk, ObjectKind::Chunk)? {
+                reader.bytes(chunk, ObjectKind::Chunk)?
+            } else {
+                match self.remote_chunk(store, chunk)? {
+                    Ok(bytes) => bytes,
+                    Err(detail) => return Ok(Err(detail)),
+                }
+            };
+            if ObjectId::of(&bytes) != *chunk {
+                return Ok(Err(format!(
+                    "chunk {} is not what its id says",
+                    chunk.short()
+                )));
+            }
+            if bytes.len() as u64 != u64::from(*length) {
+                return Ok(Err(format!(
+                    "its file map lists chunk {} as {length} bytes, but it holds {}",
+                    chunk.short(),
+                    bytes.len()
+                )));
+            }
+            hasher.update(&bytes);
+        }
+        if ObjectId::from(hasher.finalize()) != *file {
+            return Ok(Err(format!(
+                "its file map lists chunks that do not reassemble file {}",
+                file.short()
+            )));
+        }
+        Ok(Ok(()))
+    }
+
+    /// Chunk `chunk` read from the remote (the frame holding it, by the remote's index as
+    /// this store recorded it), or why it cannot be.
+    fn remote_chunk(
+        &mut self,
+        store: &Store,
+        chunk: &ObjectId,
+    ) -> Result<std::result::Result<Vec<u8>, String>> {
+        self.remote_object(store, chunk, ObjectKind::Chunk)
+    }
+
+    /// Object `id` of `kind` read from the remote (the frame holding it, by the remote's
+    /// index as this store recorded it, checked as a fetch checks it), or why it cannot be.
+    fn remote_object(
+        &mut self,
+        store: &Store,
+        chunk: &ObjectId,
+        kind: ObjectKind,
+    ) -> Result<std::result::Result<Vec<u8>, String>> {
+        let Some(location) = store.catalog().remote_locate(self.record.id, chunk, kind)? else {
+            return Ok(Err(format!(
+                "it lists {} {}, which the remote does not hold",
+                kind.name(),
+                chunk.short()
+            )));
+        };
+        let key = (location.pack, location.frame.offset);
+        if self.frame.as_ref().is_none_or(|(at, _)| *at != key) {
+            let frame = location.frame;
+            let range = frame.offset..frame.offset + u64::from(frame.stored_length);
+            let mut got = None;
+            self.remote.get_ranges(
+                vec![(location.pack, range)],
+                1,
+                std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
+                |bytes| {
+                    got = Some(bytes.to_vec());
+                    Ok(())
+                },
+            )?;
+            let stored = got.ok_or_else(|| Error::Internal {
+                detail: "a ranged read returned nothing".into(),
+            })?;
+            self.bytes += stored.len() as u64;
+            // Checked as a fetch checks a frame (a chunk hashes to its id, a map decodes).
+            let members = vec![(*chunk, kind, location.offset, location.length)];
+            let raw = match EncodedFrame::verified_with_raw(
+                stored,
+                frame.raw_length,
+                frame.compression,
+                members,
+            ) {
+                Ok((_, raw)) => raw,
+                Err(detail) => {
+                    return Ok(Err(format!(
+                        "the frame at offset {} of pack {} holding {} {}: {detail}",
+                        frame.offset,
+                        location.pack.short(),
+                        kind.name(),
+                        chunk.short()
+                    )));
+                }
+            };
+            self.frame = Some((key, raw));
+        }
+        let bytes = self
+            .frame
+            .as_ref()
+            .and_then(|(_, raw)| {
+                raw.get(
+                    location.offset as usize..location.offset as usize + location.length as usize,
+                )
+            })
+            .map(<[u8]>::to_vec);
+        Ok(bytes.ok_or_else(|| {
+            format!(
+                "{} {} lies outside its frame in pack {}",
+                kind.name(),
+                chunk.short(),
+                location.pack.short()
+            )
+        }))
+    }
+}
+
+/// Decodes file map `bytes` of file `file`, or says why it does not decode.
+pub(crate) fn decode_map(file: &ObjectId, bytes: &[u8]) -> std::result::Result<FileMap, String> {
+    FileMap::decode(bytes)
+        .map_err(|e| format!("the file map of file {} does not decode: {e}", file.short()))
+}
+
+/// The file maps read from a remote's packs (`verify --remote --full` reads every frame):
+/// by file id, each copy with the pack that holds it.
+#[derive(Default)]
+pub(crate) struct RemoteMaps {
+    maps: std::collections::HashMap<ObjectId, Vec<(ObjectId, Vec<u8>)>>,
+}
+
+impl RemoteMaps {
+    /// Whether a frame with these members holds a file map (its raw bytes are then wanted).
+    pub(crate) fn wants(members: &[(ObjectId, ObjectKind, u32, u32)]) -> bool {
+        members
+            .iter()
+            .any(|(_, kind, ..)| *kind == ObjectKind::FileMap)
+    }
+
+    /// Keeps the file maps among `members` of a checked frame of pack `pack` whose raw
+    /// bytes are `raw`.
+    pub(crate) fn add(
+        &mut self,
+        pack: &ObjectId,
+        raw: &[u8],
+        members: &[(ObjectId, ObjectKind, u32, u32)],
+    ) {
+        for (id, kind, offset, length) in members {
+            if *kind != ObjectKind::FileMap {
+                continue;
+            }
+            if let Some(bytes) = raw.get(*offset as usize..*offset as usize + *length as usize) {
+                self.maps
+                    .entry(*id)
+                    .or_default()
+                    .push((*pack, bytes.to_vec()));
+            }
+        }
+    }
+
+    /// Proves every copy the remote holds of the map of every file that `refs` (what each
+    /// is called, the version it names) reach, each file once; reports each bad one as a
+    /// problem naming the ref and the path. Returns the distinct files checked and the
+    /// bytes downloaded for the proofs.
+    ///
+    /// # Errors
+    /// As [`MapProver::prove`]; [`Error::Catalog`].
+    pub(crate) fn prove_refs(
+        &self,
+        store: &Store,
+        record: &RemoteRecord,
+        remote: &Remote,
+        refs: &[(String, ObjectId)],
+        problems: &mut Vec<super::remote_gc::RemoteProblem>,
+    ) -> Result<(u64, u64)> {
+        let mut prover = MapProver::new(record, remote);
+        let mut seen = std::collections::HashSet::new();
+        let mut files = 0u64;
+        let mut tree_reader = store.reader();
+        for (what, version) in refs {
+            // What cannot be read here is reported by the closure check.
+            let Ok(object) = store.reader().version(version) else {
+                continue;
+            };
+            let Ok(entries) = crate::tree::walk_version(&mut tree_reader, &object) else {
+                continue;
+            };
+            for entry in entries {
+                let Ok(entry) = entry else {
+                    break;
+                };
+                if !matches!(entry.kind, crate::tree::FlatKind::File { .. })
+                    || entry.size == 0
+                    || !seen.insert(entry.id)
+                {
+                    continue;
+                }
+                files += 1;
+                for (pack, bytes) in self.maps.get(&entry.id).into_iter().flatten() {
+                    let result = match decode_map(&entry.id, bytes) {
+                        Ok(map) => prover.prove(store, &entry.id, &map)?,
+                        Err(detail) => Err(detail),
+                    };
+                    if let Err(detail) = result {
+                        problems.push(super::remote_gc::RemoteProblem {
+                            what: format!("{what}:{}", entry.path),
+                            detail: format!(
+                                "{detail} (the file map in {}): a clone cannot read this file",
+                                crate::remote::pack_key(pack)
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        Ok((files, prover.bytes))
+    }
+}
+
+/// `copy`: proves each file map among `needed` (what a copy forwards) as remote `record`
+/// holds it, before any byte moves. A map this store holds, proven, byte for byte the same,
+/// needs nothing more; any other is proven by its chunks (read here, else from the remote).
+/// Returns the bytes downloaded.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming `remote NAME` for the first map that does not reassemble its
+/// file (or cannot be read from the remote as its index says); as [`MapProver::prove`].
+pub(crate) fn prove_forwarded(
+    store: &Store,
+    record: &RemoteRecord,
+    remote: &Remote,
+    needed: &[(ObjectId, ObjectKind)],
+) -> Result<u64> {
+    let mut prover = MapProver::new(record, remote);
+    let refuse = |file: &ObjectId, detail: String| {
+        Error::corrupt(
+            format!("remote {}", record.name),
+            format!(
+                "the file map of file {} there: {detail}; a copy forwards no such map, so nothing was sent and no ref moved",
+                file.short()
+            ),
+        )
+    };
+    for (id, kind) in needed {
+        if *kind != ObjectKind::FileMap {
+            continue;
+        }
+        let catalog = store.catalog();
+        let Some(location) = catalog.remote_locate(record.id, id, ObjectKind::FileMap)? else {
+            continue;
+        };
+        let bytes = if location.in_local_pack() {
+            store.reader().bytes(id, ObjectKind::FileMap)?
+        } else {
+            match prover.remote_object(store, id, ObjectKind::FileMap)? {
+                Ok(bytes) => bytes,
+                Err(detail) => return Err(refuse(id, detail)),
+            }
+        };
+        let here_proven = catalog.has_object(id, ObjectKind::FileMap)?
+            && catalog.unproven_file_map(id)?.is_none()
+            && store.reader().bytes(id, ObjectKind::FileMap)? == bytes;
+        if here_proven {
+            continue;
+        }
+        let map = decode_map(id, &bytes).map_err(|detail| refuse(id, detail))?;
+        if let Err(detail) = prover.prove(store, id, &map)? {
+            return Err(refuse(id, detail));
+        }
+    }
+    Ok(prover.bytes)
+}

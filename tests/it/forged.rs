@@ -1,0 +1,300 @@
+//! A remote whose file map of one file is replaced by another file's map of the same length
+//! (issue 34, A2 and A3): a clone that catches it keeps naming the remote, never blames
+//! itself, and fetches the map again as promised; `verify --remote --full` finds it, and
+//! `copy` refuses to forward it.
+
+use std::path::{Path, PathBuf};
+
+use dsv::object::ObjectKind;
+
+use crate::common::{TestEnv, pseudo_random, push_to_file_remote};
+
+/// The honest store (dataset `ds`: `f.bin` and `g.bin`, 3 MB each, `g.bin` equal to `f.bin`
+/// for its first MiB and different after), its remote `origin` at the returned path and URL
+/// where every pack now lists `g.bin`'s map under `f.bin`'s id, `f.bin`'s content and id.
+struct Forged {
+    honest: TestEnv,
+    remote: PathBuf,
+    url: String,
+    content: Vec<u8>,
+}
+
+fn forged_remote() -> Forged {
+    let honest = TestEnv::new();
+    let content = pseudo_random(3_000_000, 41);
+    let mut other = content[..1024 * 1024].to_vec();
+    other.extend_from_slice(&pseudo_random(3_000_000 - 1024 * 1024, 42));
+    honest.write("d/f.bin", &content);
+    honest.write("d/g.bin", &other);
+    honest.ok(&["commit", "d", "-d", "ds"]);
+    let (remote, url) = push_to_file_remote(&honest, "origin-remote", "ds");
+    let id_of = |name: &str| -> dsv::ObjectId {
+        let listing = honest.json(&["ls", "ds"]);
+        listing
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["path"] == name)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (f, g) = (id_of("f.bin"), id_of("g.bin"));
+    let store = dsv::Store::open(&honest.path(".dsv")).unwrap();
+    let g_map = store.reader().bytes(&g, ObjectKind::FileMap).unwrap();
+    replace_object(&honest, &remote, f, ObjectKind::FileMap, &g_map);
+    Forged {
+        honest,
+        remote,
+        url,
+        content,
+    }
+}
+
+/// Rewrites every pack of the file remote at `remote` with object `id` of `kind` holding
+/// `bytes` instead (every other object as `source`'s store holds it).
+fn replace_object(
+    source: &TestEnv,
+    remote: &Path,
+    id: dsv::ObjectId,
+    kind: ObjectKind,
+    bytes: &[u8],
+) {
+    let store = dsv::Store::open(&source.path(".dsv")).unwrap();
+    let mut reader = store.reader();
+    let packs = remote.join("packs");
+    let names: Vec<PathBuf> = std::fs::read_dir(&packs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+        .collect();
+    let temp = source.path("rewritten");
+    std::fs::create_dir_all(&temp).unwrap();
+    let mut replaced = 0;
+    for path in names {
+        let file = std::fs::File::open(&path).unwrap();
+        let (frames, objects) = dsv::pack::reader::read_index(&file, &path).unwrap();
+        let mut writer = dsv::pack::PackWriter::create(&temp, &source.path(".dsv/tmp")).unwrap();
+        for index in 0..frames.len() {
+            let mut frame = dsv::pack::FrameBuilder::default();
+            for object in objects.iter().filter(|o| o.frame as usize == index) {
+                if object.id == id && object.kind == kind {
+                    frame.push(object.id, object.kind, bytes);
+                    replaced += 1;
+                } else {
+                    let stored = reader.bytes(&object.id, object.kind).unwrap();
+                    frame.push(object.id, object.kind, &stored);
+                }
+            }
+            if !frame.is_empty() {
+                writer.add_frame(frame.encode(3)).unwrap();
+            }
+        }
+        let sealed = writer.finish().unwrap();
+        let new = temp.join(format!("{}.pack", sealed.id));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(path.with_extension("idx")).unwrap();
+        std::fs::copy(&new, packs.join(format!("{}.pack", sealed.id))).unwrap();
+        std::fs::write(
+            packs.join(format!("{}.idx", sealed.id)),
+            dsv::pack::reader::read_tail(&new).unwrap(),
+        )
+        .unwrap();
+    }
+    assert_eq!(replaced, 1, "the remote held the object once");
+}
+
+/// Runs `dsv --store c ARGS` in `env`.
+fn in_clone(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    let store = env.path("c");
+    let mut full = vec!["--store", store.to_str().unwrap()];
+    full.extend_from_slice(args);
+    env.run(&full)
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A2: the forged map, once caught and forgotten, is fetched again and caught again, each
+/// time naming the remote; the clone never says its own data is missing, and its `verify`
+/// finds nothing wrong (the map is not here, it is on the remote).
+#[test]
+fn a_forgotten_forged_map_keeps_naming_the_remote_and_verify_stays_clean() {
+    let forged = forged_remote();
+    let victim = TestEnv::bare();
+    victim.ok(&["clone", &forged.url, "c"]);
+    // The first MiB is the same in both files: its blocks pass.
+    let out = in_clone(&victim, &["cat", "ds:f.bin", "--range", "0..100"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == forged.content[..100]);
+    for attempt in 0..3 {
+        let out = in_clone(&victim, &["cat", "ds:f.bin", "--range", "2000000..2000100"]);
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(5), "attempt {attempt}: {text}");
+        assert!(text.contains("remote origin"), "attempt {attempt}: {text}");
+        assert!(
+            !text.contains("missing from the store"),
+            "attempt {attempt}: {text}"
+        );
+        assert!(!text.contains("restored"), "attempt {attempt}: {text}");
+        assert!(
+            !out.stdout
+                .windows(100)
+                .any(|w| w == &forged.content[2_000_000..2_000_100])
+        );
+    }
+    // The whole file: the same.
+    let out = in_clone(&victim, &["cat", "ds:f.bin"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(text.contains("remote origin"), "{text}");
+    assert!(!text.contains("missing from the store"), "{text}");
+    // The local store is healthy: the map is on the remote, not lost here.
+    let out = in_clone(&victim, &["--json", "verify"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert!(
+        report["problems"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert!(
+        report["files_on_remotes"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+    // The honest file next to it reads.
+    let out = in_clone(&victim, &["cat", "ds:g.bin", "--range", "0..10"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A3: `verify --remote --full` proves every file map of every ref against its file id and
+/// reports the forged one (the file, the remote), exit 5; the honest remote passes.
+#[test]
+fn verify_remote_full_finds_a_forged_file_map() {
+    let forged = forged_remote();
+    let out = forged
+        .honest
+        .run(&["--json", "verify", "--remote", "origin", "--full"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(5), "{report}");
+    let problems = report["problems"].to_string();
+    assert!(problems.contains("f.bin"), "{report}");
+    assert!(!problems.contains("g.bin"), "{report}");
+    assert_eq!(report["files"], 2, "{report}");
+    let human = forged
+        .honest
+        .run(&["verify", "--remote", "origin", "--full"]);
+    assert_eq!(human.status.code(), Some(5));
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("problem: ds:f.bin"), "{text}");
+    // A clone (no data here) checks the same way.
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &forged.url, "c"]);
+    let out = in_clone(
+        &clone,
+        &["--json", "verify", "--remote", "origin", "--full"],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(5), "{report}");
+    assert!(report["problems"].to_string().contains("f.bin"), "{report}");
+
+    // An honest remote of the same data passes, every file proven.
+    let honest = TestEnv::new();
+    honest.write("d/a.bin", pseudo_random(3_000_000, 43));
+    honest.write("d/b.txt", "small\n");
+    honest.ok(&["commit", "d", "-d", "ds"]);
+    push_to_file_remote(&honest, "r", "ds");
+    let report = honest.json(&["verify", "--remote", "origin", "--full"]);
+    assert!(
+        report["problems"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert_eq!(report["files"], 2, "{report}");
+}
+
+/// A3: `copy` proves the file maps it forwards: from the forged remote it refuses, naming
+/// the source, and the destination's refs do not move.
+#[test]
+fn copy_refuses_to_forward_a_forged_file_map() {
+    let forged = forged_remote();
+    let env = &forged.honest;
+    let dst = env.path("dst-remote");
+    std::fs::create_dir_all(&dst).unwrap();
+    env.ok(&["remote", "add", "dst", &format!("file://{}", dst.display())]);
+    let out = env.run(&["copy", "ds", "--from", "origin", "--to", "dst"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(text.contains("remote origin"), "{text}");
+    assert!(
+        text.contains("f.bin") || text.contains("file map"),
+        "{text}"
+    );
+    let refs = dst.join("refs");
+    let moved: Vec<_> = walkdir::WalkDir::new(&refs)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .collect();
+    assert!(moved.is_empty(), "{moved:?}");
+    // From a clone that holds no data, the same.
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &forged.url, "c"]);
+    let dst2 = clone.path("dst2");
+    std::fs::create_dir_all(&dst2).unwrap();
+    let url2 = format!("file://{}", dst2.display());
+    assert!(
+        in_clone(&clone, &["remote", "add", "dst", &url2])
+            .status
+            .success()
+    );
+    let out = in_clone(&clone, &["copy", "ds", "--from", "origin", "--to", "dst"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(text.contains("remote origin"), "{text}");
+    let _ = &forged.remote;
+}
+
+/// A2: after the forged map from the first remote is forgotten, the next read fetches the
+/// map from the next mirror (an honest one), and reads, `cat` whole and `verify` all pass.
+#[test]
+fn a_forgotten_forged_map_is_fetched_again_from_the_next_mirror_first() {
+    let forged = forged_remote();
+    let mirror = forged.honest.path("mirror-remote");
+    std::fs::create_dir_all(&mirror).unwrap();
+    let mirror_url = format!("file://{}", mirror.display());
+    forged.honest.ok(&["remote", "add", "mirror", &mirror_url]);
+    forged.honest.ok(&["push", "ds", "--remote", "mirror"]);
+    let victim = TestEnv::bare();
+    victim.ok(&["clone", &forged.url, "c"]);
+    assert!(
+        in_clone(&victim, &["remote", "add", "mirror", &mirror_url])
+            .status
+            .success()
+    );
+    assert!(
+        in_clone(&victim, &["fetch", "--remote", "mirror"])
+            .status
+            .success()
+    );
+    // The clone read origin's map: caught, naming origin.
+    let out = in_clone(&victim, &["cat", "ds:f.bin", "--range", "2000000..2000100"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(text.contains("remote origin"), "{text}");
+    // The next read: the map from the mirror, the right bytes.
+    let out = in_clone(&victim, &["cat", "ds:f.bin", "--range", "2000000..2000100"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == forged.content[2_000_000..2_000_100]);
+    let out = in_clone(&victim, &["cat", "ds:f.bin"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == forged.content);
+    let out = in_clone(&victim, &["--json", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
