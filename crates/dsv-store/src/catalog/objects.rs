@@ -186,6 +186,11 @@ impl Catalog {
     }
 }
 
+/// A remote pack sharing a local pack's index, and where an object lies in that pack: the
+/// remote pack's row, the remote's row, the frame's offset, stored length, raw length and
+/// compression, then the object's offset and length in the frame's raw bytes.
+type SharedCopy = (i64, i64, i64, i64, i64, i64, i64, i64);
+
 /// Gives every remote pack that shares the index of the local pack holding object `id` of
 /// `kind` a row of its own for it (and for its frame), so that forgetting the local row does
 /// not forget what those remotes hold. Then, when remote `liar` (by name) served a wrong
@@ -196,7 +201,7 @@ fn keep_remote_copies(
     kind: ObjectKind,
     liar: Option<&str>,
 ) -> Result<()> {
-    let sharing: Vec<(i64, i64, i64, i64, i64, i64, i64, i64)> = tx
+    let sharing: Vec<SharedCopy> = tx
         .prepare_cached(
             "SELECT r.id, r.remote, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length
              FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
