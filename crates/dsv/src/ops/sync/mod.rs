@@ -89,7 +89,14 @@
 //! block by block against the file's outboard instead (see "The read engine"). With
 //! no map catalogued, the file's walk sees it as its own only chunk, so the next
 //! `fetch_missing` (pull, or a checkout in a store with remotes) asks the remotes for the map
-//! again, and, in a second round, for the chunks the maps it got list.
+//! again, and, in a second round, for the chunks the maps it got list. Forgetting the map here
+//! forgets nothing of what the remotes hold: a remote pack sharing the local pack's index gets
+//! rows of its own for the map first, and a byte-identical pack sealed again by that fetch has
+//! its forgotten objects indexed again (`add_pack`). When another remote lists a map of the
+//! file, the remote that served the wrong one stops being asked for it (the next read gets it
+//! from the next mirror); the last remote listing one keeps it, and is named again if it serves
+//! the wrong map again. `verify` counts such a file as on a remote, not as missing data.
+//! `dsv verify --remote --full` and `dsv copy` prove a remote's maps the same way (`prove`).
 //!
 //! Since file maps are written in frames of their own (`docs/format.md#frames-and-compression`),
 //! the metadata frames hold no chunk. Packs of an older dsv may mix file maps and chunks in one
