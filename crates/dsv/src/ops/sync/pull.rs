@@ -168,7 +168,11 @@ impl RemoteRevision {
 
 /// Resolves `revision` against `record`'s refs as recorded (heads, tags) or the versions
 /// this store knows (id prefixes), then walks `~N`.
-fn resolve_remote(store: &Store, record: &RemoteRecord, revision: &Revision) -> Result<ObjectId> {
+pub(crate) fn resolve_remote(
+    store: &Store,
+    record: &RemoteRecord,
+    revision: &Revision,
+) -> Result<ObjectId> {
     let text = format!("{}/{revision}", record.name);
     let not_found = || Error::RevisionNotFound {
         revision: text.clone(),

@@ -1,0 +1,92 @@
+//! Issue 34's workflow findings: a rebase killed while its workspace follows the head, a
+//! conflicting rebase's choice, parallel clones, a workspace outside its store's directory,
+//! and lock files that keep where their remotes are.
+
+use serde_json::Value;
+
+use crate::common::{TestEnv, pseudo_random};
+use crate::remote::{endpoint, unique_prefix, use_s3};
+
+/// A lock file keeps a remote's options (its endpoint, never a credential), so a store
+/// elsewhere finds the remote with them; `dsv lock REMOTE/NAME@REV` pins the remote's version.
+#[test]
+fn a_lock_keeps_the_remotes_endpoint_and_pins_a_remotes_revision() {
+    let maker = TestEnv::new();
+    use_s3(&maker);
+    // The endpoint is the remote's option only: nothing in the environment names it.
+    maker.set_var("AWS_ENDPOINT_URL", "http://127.0.0.1:9");
+    let moto = endpoint("DSV_TEST_S3_ENDPOINT");
+    let url = format!("s3://dsv-test/{}", unique_prefix());
+    let endpoint_option = format!("aws_endpoint={moto}");
+    maker.write("data/a.bin", pseudo_random(100_000, 1));
+    maker.ok(&["commit", "data", "-d", "covid"]);
+    maker.ok(&["tag", "covid", "v10"]);
+    maker.ok(&[
+        "remote",
+        "add",
+        "near",
+        &url,
+        "--option",
+        &endpoint_option,
+        "--option",
+        "aws_allow_http=true",
+    ]);
+    maker.ok(&["push"]);
+    let pushed = crate::common::version_ids(&maker, "covid")[0].clone();
+    // A local version after the push: the remote's revision is not the local head.
+    maker.write("data/b.bin", "later\n");
+    maker.ok(&["commit", "data", "-d", "covid"]);
+
+    let lock: Value = serde_json::from_str(&maker.ok(&["lock", "near/covid@v10"])).unwrap();
+    let pinned = &lock["datasets"]["covid"];
+    assert_eq!(pinned["version"], pushed.as_str(), "{lock}");
+    let remote = &pinned["remotes"][0];
+    assert_eq!(remote["url"], url.as_str(), "{lock}");
+    assert_eq!(remote["options"]["aws_endpoint"], moto.as_str(), "{lock}");
+    assert_eq!(remote["options"]["aws_allow_http"], "true", "{lock}");
+    let text = serde_json::to_string(&lock).unwrap();
+    assert!(!text.contains("test-secret-never-stored"), "{text}");
+    // The head of the remote as last fetched, too; an unknown remote or ref is refused.
+    let head: Value = serde_json::from_str(&maker.ok(&["lock", "near/covid"])).unwrap();
+    assert_eq!(head["datasets"]["covid"]["version"], pushed.as_str());
+    maker.fails(&["lock", "nowhere/covid"], 3);
+    maker.fails(&["lock", "near/covid@v99"], 3);
+
+    // A store elsewhere without the remote: the hint names the endpoint to add it with.
+    let trainer = TestEnv::new();
+    use_s3(&trainer);
+    trainer.set_var("AWS_ENDPOINT_URL", "http://127.0.0.1:9");
+    trainer.write("dsv.lock", serde_json::to_string(&lock).unwrap());
+    let error = trainer.json_error(&["checkout", "--lock", "dsv.lock", "run"], 3);
+    let hint = error["hints"][0].as_str().unwrap();
+    assert!(
+        hint.contains(&format!("--option aws_endpoint={moto}")),
+        "{error}"
+    );
+    // The same bucket name on another server is another remote: not used.
+    trainer.ok(&[
+        "remote",
+        "add",
+        "elsewhere",
+        &url,
+        "--option",
+        "aws_endpoint=http://127.0.0.1:9",
+    ]);
+    trainer.fails(&["checkout", "--lock", "dsv.lock", "run"], 3);
+    // Added as the hint says, the lock resolves.
+    trainer.ok(&[
+        "remote",
+        "add",
+        "near",
+        &url,
+        "--option",
+        &endpoint_option,
+        "--option",
+        "aws_allow_http=true",
+    ]);
+    trainer.ok(&["checkout", "--lock", "dsv.lock", "run"]);
+    assert_eq!(
+        std::fs::read(trainer.path("run/covid/a.bin")).unwrap(),
+        pseudo_random(100_000, 1)
+    );
+}
