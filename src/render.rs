@@ -917,7 +917,15 @@ pub fn fetch(r: &FetchReport) -> String {
 }
 
 pub fn clone(r: &CloneReport) -> String {
-    let mut out = format!("Cloned {} into {}\n", r.url, r.store.display());
+    let mut out = if r.existing {
+        format!(
+            "{} is a clone of {} already (made earlier or by another process at the same time); left as it is (`dsv fetch` updates it)\n",
+            r.store.display(),
+            r.url
+        )
+    } else {
+        format!("Cloned {} into {}\n", r.url, r.store.display())
+    };
     let mut table = Table::headless(&[Align::Left, Align::Left]).indented("  ");
     for (dataset, version) in &r.datasets {
         table.row(vec![dataset.clone(), version.short()]);

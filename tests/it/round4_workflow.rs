@@ -90,3 +90,72 @@ fn a_lock_keeps_the_remotes_endpoint_and_pins_a_remotes_revision() {
         pseudo_random(100_000, 1)
     );
 }
+
+/// Four processes running "clone if missing" into one directory at once: every one
+/// succeeds with the one store (exactly one made it, the others find it is their clone),
+/// and a reader meanwhile finds no store or a whole one, never a "lost" catalog.
+#[test]
+fn parallel_clones_into_one_place_all_get_the_store_and_readers_never_see_half_of_one() {
+    let maker = TestEnv::new();
+    for i in 0..20u64 {
+        maker.write(&format!("data/f{i}.bin"), pseudo_random(20_000, i));
+    }
+    maker.ok(&["commit", "data", "-d", "ds"]);
+    let (_, url) = crate::common::push_to_file_remote(&maker, "remote", "ds");
+    let head = crate::common::version_ids(&maker, "ds")[0].clone();
+    for round in 0..3 {
+        let workers = TestEnv::bare();
+        let target = format!("clone{round}");
+        let clones: Vec<_> = (0..4)
+            .map(|_| workers.spawn(&["--json", "clone", &url, &target]))
+            .collect();
+        // Readers while the clones run: no store yet (exit 3) or the whole clone (exit 0).
+        let store = workers.path(&target);
+        let mut reads = 0;
+        while reads < 40 {
+            let output = workers
+                .dsv()
+                .args(["--json", "--store", store.to_str().unwrap(), "ls"])
+                .output()
+                .unwrap();
+            let code = output.status.code();
+            assert!(
+                code == Some(0) || code == Some(3),
+                "a reader during the clones: {code:?} {}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+            if code == Some(0) {
+                let listing = String::from_utf8_lossy(&output.stdout);
+                assert!(listing.contains("\"ds\""), "a half-made clone: {listing}");
+            }
+            reads += 1;
+        }
+        let mut made = 0;
+        for child in clones {
+            let output = child.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "a clone: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let report: Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(report["datasets"]["ds"], head.as_str(), "{report}");
+            if report["existing"] == false {
+                made += 1;
+            }
+        }
+        assert_eq!(made, 1, "exactly one process made the clone");
+        // Nothing left beside it, and the store is whole.
+        let names: Vec<String> = std::fs::read_dir(&store)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [".dsv"], "{names:?}");
+        workers.ok(&["--store", store.to_str().unwrap(), "verify"]);
+    }
+    // A store of another URL is not a clone of this one.
+    let other = TestEnv::new();
+    other.fails(&["clone", &url, "."], 3);
+}
