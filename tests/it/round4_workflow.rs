@@ -91,6 +91,70 @@ fn a_lock_keeps_the_remotes_endpoint_and_pins_a_remotes_revision() {
     );
 }
 
+/// A checkout outside the store's directory tree links the workspace to its store (a `.dsv`
+/// file), so `status` and `commit` inside it work without `--store`, the link is never
+/// committed, and a store that moved away is named, never answered with `dsv init`.
+#[test]
+fn a_workspace_outside_the_stores_tree_finds_its_store() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let elsewhere = TestEnv::bare();
+    let workspace = elsewhere.path("work/ds");
+    env.ok(&["checkout", "ds", workspace.to_str().unwrap()]);
+    let inside = |args: &[&str]| {
+        let output = elsewhere
+            .dsv()
+            .current_dir(&workspace)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = inside(&["--json", "status"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let status: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(status["changes"].as_array().unwrap().len(), 0, "{status}");
+    // A commit from inside, without --store, lands in the store and forks nothing.
+    std::fs::write(workspace.join("b.txt"), "b\n").unwrap();
+    let (code, stdout, stderr) = inside(&["--json", "commit", ".", "-d", "ds", "-m", "b"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let versions = crate::common::version_ids(&env, "ds");
+    assert_eq!(versions.len(), 2);
+    let files: Value = env.json(&["ls", "ds"]);
+    let listed = files.to_string();
+    assert!(listed.contains("b.txt"), "{listed}");
+    assert!(
+        !listed.contains(".dsv"),
+        "the store link was committed: {listed}"
+    );
+    // From a subdirectory too.
+    std::fs::create_dir_all(workspace.join("deep/er")).unwrap();
+    let output = elsewhere
+        .dsv()
+        .current_dir(workspace.join("deep/er"))
+        .args(["--json", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+
+    // The store moved away: the error names it, and never suggests `dsv init`.
+    std::fs::rename(env.path(".dsv"), env.path("moved.dsv")).unwrap();
+    let (code, stdout, stderr) = inside(&["--json", "status"]);
+    assert_eq!(code, Some(3), "{stdout}{stderr}");
+    let error = serde_json::from_str::<Value>(&stdout).unwrap()["error"].clone();
+    assert!(
+        error["message"].as_str().unwrap().contains("not there"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("dsv init`"), "{error}");
+    assert!(error.to_string().contains("--store"), "{error}");
+}
+
 /// Four processes running "clone if missing" into one directory at once: every one
 /// succeeds with the one store (exactly one made it, the others find it is their clone),
 /// and a reader meanwhile finds no store or a whole one, never a "lost" catalog.

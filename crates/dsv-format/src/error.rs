@@ -82,6 +82,15 @@ pub enum Error {
         /// Where the search began.
         start: PathBuf,
     },
+    /// A workspace's store link (its `.dsv` file) names a store that is not there (moved or
+    /// deleted).
+    #[error("{} is a workspace of the store {}, which is not there (moved or deleted)", workspace.display(), store.display())]
+    WorkspaceStoreMissing {
+        /// The workspace's directory.
+        workspace: PathBuf,
+        /// The store its link names (a `.dsv` directory).
+        store: PathBuf,
+    },
     /// `init` found a store already at `path`.
     #[error("a dsv store already exists at {}", path.display())]
     StoreExists {
@@ -904,6 +913,7 @@ impl Error {
                 _ => ErrorKind::Io,
             },
             Error::NoStore { .. }
+            | Error::WorkspaceStoreMissing { .. }
             | Error::StoreExists { .. }
             | Error::StoreBusy { .. }
             | Error::StoreTooNew { .. }
@@ -979,6 +989,7 @@ impl Error {
             Error::Catalog(e) => is_full_disk_sqlite(e),
             Error::RemotesFailed(failed) => failed.first.is_disk_full(),
             Error::NoStore { .. }
+            | Error::WorkspaceStoreMissing { .. }
             | Error::StoreExists { .. }
             | Error::CatalogLost { .. }
             | Error::StoreBusy { .. }
@@ -1082,6 +1093,10 @@ impl Error {
             Error::NoStore { .. } => {
                 "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
             }
+            Error::WorkspaceStoreMissing { workspace, .. } => format!(
+                "pass --store PATH (or set DSV_STORE) naming the store where it is now; a checkout or commit here with it links this workspace to it again (a new store here would be a second, empty one; delete {}/.dsv only to stop using that store)",
+                workspace.display()
+            ),
             Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
             Error::StoreBusy { .. } => "stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed".into(),
             Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),

@@ -122,6 +122,15 @@ impl Store {
         if root.join("catalog.db").exists() {
             return Err(Error::StoreExists { path: root });
         }
+        if let Some(linked) = crate::workspace::read_store_link(&root) {
+            return Err(Error::Unsupported {
+                path: root,
+                reason: format!(
+                    "it links this workspace to the store {}; delete it first to make a store here",
+                    linked.display()
+                ),
+            });
+        }
         // A store with packs or a ref log is never new: its catalog was lost.
         if let Some(reason) = lost_catalog_evidence(&root) {
             return Err(Error::CatalogLost { path: root, reason });
@@ -186,10 +195,14 @@ impl Store {
     }
 
     /// Finds the store for `start`: `start` itself when it is a `.dsv` directory or holds
-    /// one, else the nearest parent that holds one (as git finds `.git`).
+    /// one, else the nearest parent that holds one (as git finds `.git`). A `.dsv` that is a
+    /// workspace's store link ([`crate::workspace::read_store_link`], written by checkout and
+    /// commit in a workspace outside its store's directory tree) stands for the store it
+    /// names.
     ///
     /// # Errors
-    /// [`Error::NoStore`] when there is none; [`Error::CatalogLost`] when the nearest store
+    /// [`Error::NoStore`] when there is none; [`Error::WorkspaceStoreMissing`] when the
+    /// nearest is a store link naming no store; [`Error::CatalogLost`] when the nearest store
     /// has data but no catalog; errors of [`Store::open`].
     pub fn discover(start: &Path) -> Result<Store> {
         Store::open(&Store::find_root(start)?)
@@ -213,6 +226,15 @@ impl Store {
             let candidate = dir.join(STORE_DIR);
             if is_store(&candidate) {
                 return Ok(candidate);
+            }
+            if let Some(linked) = crate::workspace::read_store_link(&candidate) {
+                if is_store(&linked) {
+                    return Ok(linked);
+                }
+                return Err(Error::WorkspaceStoreMissing {
+                    workspace: dir.to_path_buf(),
+                    store: linked,
+                });
             }
         }
         Err(Error::NoStore { start })

@@ -302,6 +302,8 @@ pub fn commit(
     };
     let recorded = record_commit(store, sink, &built, &at, &mut walked, &mut ids, options)?;
     tracing::debug!(packs = recorded.packs.len(), elapsed = ?clock.elapsed(), "recorded");
+    // A workspace outside the store's tree finds its store through this link.
+    super::checkout::link_store(store, &dir);
     Ok(CommitReport {
         dataset: options.dataset.clone(),
         version: recorded.version,
