@@ -355,6 +355,16 @@ pub fn status(r: &StatusReport) -> String {
             changes(&r.changes, "")
         )
     };
+    if let Some(moving) = &r.interrupted_rebase {
+        out.push_str(&format!(
+            "\na rebase was interrupted while this workspace moved to {}@{}: some files above are at that version already; `dsv checkout {}@{} {}` (or the rebase run again) finishes the move",
+            moving.dataset,
+            moving.to.short(),
+            moving.dataset,
+            moving.to.short(),
+            r.dir.display()
+        ));
+    }
     let dataset = r.dataset.as_deref().unwrap_or("NAME");
     let versions = |n: u64| format!("{n} version{}", if n == 1 { "" } else { "s" });
     for head in &r.heads {

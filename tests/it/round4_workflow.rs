@@ -223,3 +223,158 @@ fn parallel_clones_into_one_place_all_get_the_store_and_readers_never_see_half_o
     let other = TestEnv::new();
     other.fails(&["clone", &url, "."], 3);
 }
+
+/// A dataset `ds` whose head has 25 local versions (made in workspace `ws`) after `base`,
+/// and a version `theirs` on another line that rewrites the 40 large files: `dsv rebase
+/// ds@theirs` from `ws` replays 25 versions and then rewrites 16 MB in the workspace.
+fn diverged_workspace(env: &TestEnv) -> String {
+    for i in 0..40u64 {
+        env.write(&format!("ws/big/f{i:02}.bin"), pseudo_random(400_000, i));
+        env.write(
+            &format!("theirs/big/f{i:02}.bin"),
+            pseudo_random(400_001, i + 100),
+        );
+    }
+    env.write("ws/local/seed.txt", "0\n");
+    env.write("theirs/local/seed.txt", "0\n");
+    env.ok(&["commit", "ws", "-d", "ds", "-m", "base"]);
+    env.ok(&["tag", "ds", "base"]);
+    env.ok(&["commit", "theirs", "-d", "ds", "-m", "theirs"]);
+    env.ok(&["tag", "ds", "theirs"]);
+    let theirs = crate::common::version_ids(env, "ds")[0].clone();
+    env.ok(&["reset", "ds", "base"]);
+    for n in 0..25 {
+        env.write(&format!("ws/local/{n:02}.txt"), format!("local {n}\n"));
+        env.ok(&["commit", "ws", "-d", "ds", "-m", &format!("local {n}")]);
+    }
+    theirs
+}
+
+/// `dsv ARGS` run inside `env`'s workspace `ws`.
+fn in_workspace(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    env.dsv()
+        .current_dir(env.path("ws"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `dsv rebase` killed with SIGKILL at points through its run (before the head moves, while
+/// the workspace's new files are staged, once some are renamed into place): `status` explains
+/// a workspace left part-way, `commit` there is refused until the move is finished, a re-run
+/// of the rebase finishes it, and the next commit's parent is the rebased head.
+#[test]
+fn a_rebase_killed_while_its_workspace_follows_is_finished_by_the_next_run() {
+    // When to kill: a delay, staged files in the workspace, a rewritten file in place.
+    #[derive(Debug, Clone, Copy)]
+    enum Kill {
+        After(u64),
+        Staging,
+        Renamed,
+    }
+    let mut left_part_way = 0;
+    for kill in [Kill::After(30), Kill::Staging, Kill::Renamed, Kill::Renamed] {
+        let env = TestEnv::new();
+        let theirs = diverged_workspace(&env);
+        let local_head = crate::common::version_ids(&env, "ds")[0].clone();
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+            .args(["rebase", "ds@theirs", "--jobs", "1"])
+            .current_dir(env.path("ws"))
+            .env("DSV_AUTHOR", "tester")
+            .env("HOME", env.root())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let staged = || {
+            std::fs::read_dir(env.path("ws/big")).is_ok_and(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with(".dsv-tmp-"))
+            })
+        };
+        let renamed = || {
+            (0..40).any(|i| {
+                std::fs::symlink_metadata(env.path(&format!("ws/big/f{i:02}.bin")))
+                    .is_ok_and(|m| m.len() == 400_001)
+            })
+        };
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            let now = match kill {
+                Kill::After(ms) => started.elapsed().as_millis() as u64 >= ms,
+                Kill::Staging => staged(),
+                Kill::Renamed => renamed(),
+            };
+            if now {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+        child.wait().unwrap();
+        env.ok(&["verify"]);
+
+        let head = crate::common::version_ids(&env, "ds")[0].clone();
+        let output = in_workspace(&env, &["--json", "status"]);
+        assert_eq!(output.status.code(), Some(0), "{kill:?}: {output:?}");
+        let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+        if head != local_head && status["version"] == local_head.as_str() {
+            // Killed after the head moved, before the workspace recorded the new head.
+            left_part_way += 1;
+            let interrupted = &status["interrupted_rebase"];
+            assert_eq!(
+                interrupted["from"],
+                local_head.as_str(),
+                "{kill:?}: {status}"
+            );
+            assert_eq!(interrupted["to"], head.as_str(), "{kill:?}: {status}");
+            // A commit now would fork off the pre-rebase line: refused.
+            let output = in_workspace(&env, &["--json", "commit", ".", "-d", "ds"]);
+            assert_eq!(output.status.code(), Some(3), "{kill:?}: {output:?}");
+            let error: Value = serde_json::from_slice(&output.stdout).unwrap();
+            assert!(
+                error["error"]["hints"][0]
+                    .as_str()
+                    .unwrap()
+                    .contains("dsv checkout ds@"),
+                "{error}"
+            );
+        }
+        // The rebase run again finishes the job, whatever the kill left.
+        let output = in_workspace(&env, &["--json", "rebase", "ds@theirs"]);
+        assert_eq!(output.status.code(), Some(0), "{kill:?}: {output:?}");
+        let head = crate::common::version_ids(&env, "ds")[0].clone();
+        assert_ne!(head, local_head, "{kill:?}");
+        let log = crate::common::version_ids(&env, "ds");
+        assert!(
+            log.contains(&theirs),
+            "{kill:?}: the head's line lacks theirs"
+        );
+        let status: Value =
+            serde_json::from_slice(&in_workspace(&env, &["--json", "status"]).stdout).unwrap();
+        assert_eq!(status["version"], head.as_str(), "{kill:?}: {status}");
+        assert_eq!(status["changes"].as_array().unwrap().len(), 0, "{status}");
+        assert!(status.get("interrupted_rebase").is_none(), "{status}");
+        for i in 0..40u64 {
+            assert_eq!(
+                std::fs::read(env.path(&format!("ws/big/f{i:02}.bin"))).unwrap(),
+                pseudo_random(400_001, i + 100)
+            );
+        }
+        // The next commit continues the rebased line.
+        env.write("ws/after.txt", "after\n");
+        let output = in_workspace(&env, &["--json", "commit", ".", "-d", "ds"]);
+        assert_eq!(output.status.code(), Some(0), "{kill:?}: {output:?}");
+        let commit: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(commit["parent"], head.as_str(), "{kill:?}: {commit}");
+    }
+    // The kills at staged and renamed files land after the head moved.
+    assert!(
+        left_part_way >= 2,
+        "only {left_part_way} kills left the workspace part-way"
+    );
+}

@@ -91,6 +91,17 @@ pub enum Error {
         /// The store its link names (a `.dsv` directory).
         store: PathBuf,
     },
+    /// A rebase or pull was killed while workspace `dir` moved to the dataset's new head:
+    /// some of its files are at `version`, its record still names the version before.
+    #[error("a rebase of {dataset} was interrupted while {} moved to its new head {version}: some of its files are at that version, and dsv still records the one before", dir.display())]
+    RebaseInterrupted {
+        /// The workspace.
+        dir: PathBuf,
+        /// The dataset.
+        dataset: String,
+        /// The version it was moving to (short id).
+        version: String,
+    },
     /// `init` found a store already at `path`.
     #[error("a dsv store already exists at {}", path.display())]
     StoreExists {
@@ -914,6 +925,7 @@ impl Error {
             },
             Error::NoStore { .. }
             | Error::WorkspaceStoreMissing { .. }
+            | Error::RebaseInterrupted { .. }
             | Error::StoreExists { .. }
             | Error::StoreBusy { .. }
             | Error::StoreTooNew { .. }
@@ -990,6 +1002,7 @@ impl Error {
             Error::RemotesFailed(failed) => failed.first.is_disk_full(),
             Error::NoStore { .. }
             | Error::WorkspaceStoreMissing { .. }
+            | Error::RebaseInterrupted { .. }
             | Error::StoreExists { .. }
             | Error::CatalogLost { .. }
             | Error::StoreBusy { .. }
@@ -1093,6 +1106,10 @@ impl Error {
             Error::NoStore { .. } => {
                 "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
             }
+            Error::RebaseInterrupted { dir, dataset, version } => format!(
+                "finish the move first: `dsv checkout {dataset}@{version} {}` (or run the rebase again); it keeps the files already there and carries your uncommitted changes over, then commit",
+                dir.display()
+            ),
             Error::WorkspaceStoreMissing { workspace, .. } => format!(
                 "pass --store PATH (or set DSV_STORE) naming the store where it is now; a checkout or commit here with it links this workspace to it again (a new store here would be a second, empty one; delete {}/.dsv only to stop using that store)",
                 workspace.display()

@@ -270,6 +270,14 @@ pub fn commit(
     let data_lock = store.lock_data_shared()?;
     // No checkout may write into the directory while it is being snapshotted.
     let _workspace_lock = store.lock_workspace(&data_lock, &workspace_key)?;
+    // A move to a new head killed part-way: this snapshot's parent would be the head before.
+    if let Some(following) = super::rebase::interrupted_following(store, &workspace_key)? {
+        return Err(Error::RebaseInterrupted {
+            dir,
+            dataset: following.dataset,
+            version: following.to.short(),
+        });
+    }
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
     progress.phase("scanning");

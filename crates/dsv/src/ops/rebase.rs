@@ -381,6 +381,31 @@ pub fn rebase(
     progress: &dyn Progress,
 ) -> Result<RebaseReport> {
     crate::revision::check_name("dataset", dataset)?;
+    // A rebase killed while its workspace followed the head: finished first.
+    let resumed = match &options.workspace {
+        Some(dir) if !options.dry_run => resume_following(
+            store,
+            dir,
+            &FollowOptions::new(options.jobs, options.requests),
+            progress,
+        )?,
+        _ => None,
+    };
+    let mut report = rebase_now(store, dataset, onto, options, progress)?;
+    if report.workspace.is_none() {
+        report.workspace = resumed;
+    }
+    Ok(report)
+}
+
+/// [`rebase`] once an interrupted follow is finished.
+fn rebase_now(
+    store: &mut Store,
+    dataset: &str,
+    onto: &ObjectId,
+    options: &RebaseOptions,
+    progress: &dyn Progress,
+) -> Result<RebaseReport> {
     let data_lock = store.lock_data_shared()?;
     if store.catalog().version(onto)?.is_none() {
         return Err(Error::RevisionNotFound {
@@ -629,6 +654,20 @@ fn finish(
         Some(sink) => sink.finish()?,
         None => Vec::new(),
     };
+    // The workspace that will follow the head: recorded before the head moves, so a rebase
+    // killed from here on is finished by the next run (or explained by `status`).
+    let following = match (&options.workspace, report.old_head) {
+        (Some(dir), Some(old)) => holding(store, dir, &report.dataset, &old)?.map(|w| Following {
+            workspace: w.path,
+            dataset: report.dataset.clone(),
+            from: old,
+            to: new_head,
+        }),
+        _ => None,
+    };
+    if let Some(following) = &following {
+        record_following(store, following)?;
+    }
     let recorded = (|| {
         let packs_dir = store.packs_dir();
         let writer = store.catalog_mut().writer()?;
@@ -642,6 +681,9 @@ fn finish(
         writer.commit()
     })();
     if let Err(e) = recorded {
+        if let Some(following) = &following {
+            forget_following(store, &following.workspace);
+        }
         super::ingest::remove_unrecorded_packs(store, &packs);
         return Err(e);
     }
@@ -736,7 +778,7 @@ pub fn follow_head(
     options: &FollowOptions,
     progress: &dyn Progress,
 ) -> Result<Option<WorkspaceFollow>> {
-    let FollowOptions { jobs, requests } = *options;
+    let jobs = options.jobs;
     let Some(workspace) = holding(store, dir, dataset, old)? else {
         return Ok(None);
     };
@@ -750,30 +792,196 @@ pub fn follow_head(
     let status_options = super::status::StatusOptions { jobs };
     let status = super::status::status(store, &workspace_dir, &status_options, progress)?;
     if !status.changes.is_empty() {
+        forget_following(store, &workspace.path);
         return Ok(Some(dirty(status.changes.len() as u64)));
     }
-    let options = super::checkout::CheckoutOptions {
-        jobs,
+    // Recorded before the first file changes (a rebase recorded it already).
+    let following = Following {
+        workspace: workspace.path.clone(),
+        dataset: dataset.to_string(),
+        from: *old,
+        to: *new,
+    };
+    record_following(store, &following)?;
+    Ok(Some(move_following(store, &following, *options, progress)?))
+}
+
+/// Checks out `following.to` into its workspace (which holds `following.from`, and may hold
+/// some of `to`'s files already: a checkout keeps a file equal to the target's and replaces
+/// one equal to the version it held), then forgets the record; `dirty` when uncommitted
+/// changes are in the way (the record stays, for `status` to explain).
+fn move_following(
+    store: &mut Store,
+    following: &Following,
+    options: FollowOptions,
+    progress: &dyn Progress,
+) -> Result<WorkspaceFollow> {
+    let dir = PathBuf::from(&following.workspace);
+    let checkout_options = super::checkout::CheckoutOptions {
+        jobs: options.jobs,
         ..Default::default()
     };
-    let revision = format!("{dataset}@{}", new.to_hex());
+    let revision = format!("{}@{}", following.dataset, following.to.to_hex());
     match super::checkout::checkout_from_anywhere(
         store,
         &revision,
-        &workspace_dir,
-        &options,
-        requests,
+        &dir,
+        &checkout_options,
+        options.requests,
         progress,
     ) {
-        Ok(_) => Ok(Some(WorkspaceFollow {
-            dir: workspace_dir,
-            status: "moved",
-            version: *new,
-            changes: 0,
-        })),
-        Err(Error::Conflict { total, .. }) => Ok(Some(dirty(total as u64))),
+        Ok(_) => {
+            forget_following(store, &following.workspace);
+            Ok(WorkspaceFollow {
+                dir,
+                status: "moved",
+                version: following.to,
+                changes: 0,
+            })
+        }
+        Err(Error::Conflict { total, .. }) => Ok(WorkspaceFollow {
+            dir,
+            status: "dirty",
+            version: following.from,
+            changes: total as u64,
+        }),
         Err(e) => Err(e),
     }
+}
+
+/// A workspace's move to a dataset's new head, recorded (in `.dsv/following/`) before the
+/// head moves and the workspace's files change, and forgotten once the workspace's record
+/// names the new head: a process killed in between (`kill -9` during `dsv rebase` or
+/// `dsv pull`) leaves the files part-way to `to` while the workspace's record still names
+/// `from`. [`resume_following`] finishes the move; `status` explains it; `commit` refuses
+/// until then (its parent would be `from`, forking off the rebased line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Following {
+    /// The workspace (its canonical path, the catalog's key).
+    pub workspace: String,
+    /// The dataset.
+    pub dataset: String,
+    /// The version the workspace's record names (the head before).
+    pub from: ObjectId,
+    /// The version it is moving to (the head after).
+    pub to: ObjectId,
+}
+
+/// The most bytes a record of [`Following`] may hold.
+const FOLLOWING_MAX_BYTES: u64 = 64 * 1024;
+
+/// Where the record of workspace `key`'s move is kept.
+fn following_path(store: &Store, key: &str) -> PathBuf {
+    let name = ObjectId::of(key.as_bytes()).to_hex();
+    store
+        .root()
+        .join("following")
+        .join(format!("{}.json", &name[..32]))
+}
+
+/// Records `following` durably (written beside, synced, renamed into place).
+fn record_following(store: &Store, following: &Following) -> Result<()> {
+    use crate::error::IoResultExt;
+    use std::io::Write;
+    let path = following_path(store, &following.workspace);
+    let dir = path.parent().expect("a file in a directory");
+    std::fs::create_dir_all(dir).at(dir)?;
+    let temp = store.temp_dir().join(format!(
+        "following-{}-{}",
+        std::process::id(),
+        crate::workspace::now_ns()
+    ));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .at(&temp)?;
+        let bytes = serde_json::to_vec(following).map_err(|e| Error::Io {
+            path: temp.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        file.write_all(&bytes).at(&temp)?;
+        file.sync_all().at(&temp)?;
+        std::fs::rename(&temp, &path).at(&path)?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).at(dir)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// Forgets workspace `key`'s recorded move (nothing when there is none).
+fn forget_following(store: &Store, key: &str) {
+    let _ = std::fs::remove_file(following_path(store, key));
+}
+
+/// The interrupted move of the workspace `key`, when one is recorded and still stands: the
+/// workspace's record names `from` of the dataset, and `to` is recorded and not removed. A
+/// record that no longer stands (the move finished, or never began: the head never moved,
+/// or the workspace was checked out or committed since) is forgotten. A record that cannot
+/// be read (not a regular file, too long, not JSON) counts as none.
+///
+/// # Errors
+/// [`Error::Catalog`].
+pub fn interrupted_following(store: &Store, key: &str) -> Result<Option<Following>> {
+    use std::io::Read;
+    let path = following_path(store, key);
+    let Ok(file) = crate::workspace::open_regular(&path) else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    if file
+        .take(FOLLOWING_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .is_err()
+        || bytes.len() as u64 > FOLLOWING_MAX_BYTES
+    {
+        return Ok(None);
+    }
+    let Ok(following) = serde_json::from_slice::<Following>(&bytes) else {
+        return Ok(None);
+    };
+    let workspace = store.catalog().workspace(key)?;
+    let stands = following.workspace == key
+        && workspace.is_some_and(|w| {
+            w.exists
+                && w.dataset.as_deref() == Some(following.dataset.as_str())
+                && w.version == Some(following.from)
+        })
+        && store.catalog().version(&following.to)?.is_some()
+        && store.catalog().removed_at(&following.to)?.is_none();
+    if !stands {
+        forget_following(store, key);
+        return Ok(None);
+    }
+    Ok(Some(following))
+}
+
+/// Finishes the interrupted move ([`Following`]) of the workspace enclosing `dir`, if one
+/// stands: checks out its `to` there, keeping the files already written and carrying over
+/// uncommitted changes as any checkout does (`dirty`, the record kept, when they are in the
+/// way). `None` when there is nothing to finish.
+///
+/// # Errors
+/// As [`super::checkout::checkout_from_anywhere`], but [`Error::Conflict`] (`dirty`).
+pub fn resume_following(
+    store: &mut Store,
+    dir: &Path,
+    options: &FollowOptions,
+    progress: &dyn Progress,
+) -> Result<Option<WorkspaceFollow>> {
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let Some(workspace) = super::workspace::enclosing(store, dir)? else {
+        return Ok(None);
+    };
+    let Some(following) = interrupted_following(store, &workspace.path)? else {
+        return Ok(None);
+    };
+    Ok(Some(move_following(store, &following, *options, progress)?))
 }
 
 #[cfg(test)]
