@@ -394,7 +394,7 @@ pub fn status(r: &StatusReport) -> String {
                 versions(behind)
             ),
             (ahead, behind) => format!(
-                "diverged from {}: {} here, {} there (`dsv pull {dataset} --rebase` replays yours onto theirs)",
+                "diverged from {}: {} here, {} there (`dsv pull {dataset} --rebase` replays yours onto theirs; where both changed a path, add --theirs or --ours to choose)",
                 head.name,
                 versions(ahead),
                 versions(behind)
@@ -840,6 +840,19 @@ pub fn rebase(r: &RebaseReport) -> String {
                 r.onto,
                 r.onto_version.short()
             );
+            for c in &r.resolved {
+                let side = match c.resolved {
+                    Some(dsv::ops::rebase::Side::Ours) => "kept ours",
+                    _ => "took theirs",
+                };
+                let _ = writeln!(
+                    out,
+                    "  {side}: {} ({} here, {} there)",
+                    c.path,
+                    conflict_side(c.ours),
+                    conflict_side(c.theirs)
+                );
+            }
             for step in &r.replayed {
                 let to = match (&step.version, step.kept) {
                     (Some(id), _) => id.short(),

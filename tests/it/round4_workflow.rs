@@ -378,3 +378,74 @@ fn a_rebase_killed_while_its_workspace_follows_is_finished_by_the_next_run() {
         "only {left_part_way} kills left the workspace part-way"
     );
 }
+
+/// A rebase where both lines changed the same paths offers the choice: the refusal's hint
+/// and `status` name `--theirs`/`--ours`, and those settle every path or one path each.
+#[test]
+fn a_conflicting_rebase_is_settled_with_ours_or_theirs() {
+    let env = TestEnv::new();
+    for name in ["a", "b", "c"] {
+        env.write(&format!("ws/{name}.txt"), format!("{name} base\n"));
+    }
+    env.ok(&["commit", "ws", "-d", "ds"]);
+    let (_, url) = crate::common::push_to_file_remote(&env, "remote", "ds");
+    // A teammate changes a and b and pushes.
+    let teammate = TestEnv::bare();
+    teammate.ok(&["clone", &url, "."]);
+    teammate.ok(&["checkout", "ds", "ws"]);
+    teammate.write("ws/a.txt", "a theirs\n");
+    teammate.write("ws/b.txt", "b theirs\n");
+    teammate.ok(&["commit", "ws", "-d", "ds"]);
+    teammate.ok(&["push"]);
+    // Here, a and b changed too, otherwise.
+    env.write("ws/a.txt", "a ours\n");
+    env.write("ws/b.txt", "b ours\n");
+    env.ok(&["commit", "ws", "-d", "ds"]);
+    env.ok(&["fetch"]);
+
+    let status = in_workspace(&env, &["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("diverged from origin/ds"), "{text}");
+    assert!(text.contains("--theirs"), "{text}");
+    let refused = in_workspace(&env, &["pull", "ds", "--rebase"]);
+    assert_eq!(refused.status.code(), Some(4), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--theirs"), "{stderr}");
+    // Nothing changed.
+    assert_eq!(std::fs::read(env.path("ws/a.txt")).unwrap(), b"a ours\n");
+    // Bare --ours and bare --theirs together: a usage error.
+    let both = in_workspace(&env, &["rebase", "origin/ds", "--ours", "--theirs"]);
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+
+    // Theirs for a.txt, ours for the rest.
+    let output = in_workspace(
+        &env,
+        &["--json", "rebase", "origin/ds", "--ours", "--theirs=a.txt"],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["status"], "rebased", "{report}");
+    let resolved: Vec<(String, String)> = report["resolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_string(),
+                c["resolved"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        resolved,
+        [
+            ("a.txt".to_string(), "theirs".to_string()),
+            ("b.txt".to_string(), "ours".to_string())
+        ]
+    );
+    assert_eq!(report["workspace"]["status"], "moved", "{report}");
+    assert_eq!(std::fs::read(env.path("ws/a.txt")).unwrap(), b"a theirs\n");
+    assert_eq!(std::fs::read(env.path("ws/b.txt")).unwrap(), b"b ours\n");
+    // The rebased line pushes as a fast-forward.
+    env.ok(&["push"]);
+}

@@ -10,8 +10,11 @@
 //!    the ancestor's listing is the base, the head's is ours, ONTO's is theirs. A path
 //!    changed on both sides to different entries is a conflict (a deletion against a
 //!    change, too); the same change on both sides is not. A file or symlink on one side
-//!    at a path under which the other side has entries is a conflict. Any conflict: the
-//!    report lists them, nothing is written. Then each local version is replayed in turn
+//!    at a path under which the other side has entries is a conflict. A [`Resolution`]
+//!    (`--ours`, `--theirs`, whole or per path) settles a path both changed by taking one
+//!    side's entry, in the lines as a whole and in each replayed version alike; the report
+//!    lists what it settled (`resolved`). Any conflict left: the report lists them, nothing
+//!    is written. Then each local version is replayed in turn
 //!    (base: its parent; ours: it; theirs: the version replayed before it, ONTO first), as
 //!    `git rebase` picks commits; a local version whose changes ONTO already has is
 //!    dropped.
@@ -62,6 +65,47 @@ pub struct RebaseOptions {
     pub jobs: usize,
     /// Requests in flight when the workspace's checkout fetches data.
     pub requests: usize,
+    /// How paths both lines changed are settled (none: they are conflicts).
+    pub resolution: Resolution,
+}
+
+/// A side of a rebase: ours is the local line (the head's versions being replayed), theirs
+/// is ONTO's line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Side {
+    /// The local line's entry.
+    Ours,
+    /// ONTO's line's entry.
+    Theirs,
+}
+
+/// How a rebase settles paths both lines changed differently ([`ConflictReason::BothChanged`]):
+/// by taking one side's entry (a deletion included), for every such path (`all`) or for
+/// the paths given and what lies below them (`paths`, which win over `all`; of several
+/// matching, the longest). A file on one side where the other has entries below it
+/// ([`ConflictReason::FileAndDirectory`]) is never settled this way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// The side for every path both changed.
+    pub all: Option<Side>,
+    /// The side for a path and everything below it.
+    pub paths: Vec<(String, Side)>,
+}
+
+impl Resolution {
+    /// The side settling a conflict at `path`, if any.
+    pub fn side_for(&self, path: &str) -> Option<Side> {
+        self.paths
+            .iter()
+            .filter(|(p, _)| {
+                let p = p.trim_end_matches('/');
+                path == p || is_below(path, p)
+            })
+            .max_by_key(|(p, _)| p.len())
+            .map(|(_, side)| *side)
+            .or(self.all)
+    }
 }
 
 impl RebaseOptions {
@@ -73,6 +117,7 @@ impl RebaseOptions {
             workspace: None,
             jobs: super::checkout::CheckoutOptions::default().jobs,
             requests: crate::remote::DEFAULT_JOBS,
+            resolution: Resolution::default(),
         }
     }
 }
@@ -115,6 +160,9 @@ pub struct Conflict {
     pub ours: Option<ChangeKind>,
     /// What ONTO's line did at the path since the common ancestor (`None`: nothing).
     pub theirs: Option<ChangeKind>,
+    /// The side taken, for a conflict settled by the rebase's [`Resolution`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<Side>,
 }
 
 /// Why a path is a conflict.
@@ -165,6 +213,10 @@ pub struct RebaseReport {
     pub replayed: Vec<Replayed>,
     /// The conflicts (status `conflict`), in path order.
     pub conflicts: Vec<Conflict>,
+    /// The paths both lines changed that the [`Resolution`] settled, each with the side
+    /// taken, in path order (the lines as a whole).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resolved: Vec<Conflict>,
     /// The local version whose replay conflicted, when the conflict is that version's
     /// alone (the lines as a whole merge, but a version on the way does not: it changed a
     /// path that a later one changed back).
@@ -184,6 +236,8 @@ pub struct Merged {
     pub entries: Vec<FlatEntry>,
     /// The conflicts, in path order.
     pub conflicts: Vec<Conflict>,
+    /// The conflicts a [`Resolution`] settled (each with its side), in path order.
+    pub resolved: Vec<Conflict>,
 }
 
 /// Whether two entries at one path are the same: both absent, or the same kind (mode and
@@ -224,7 +278,19 @@ pub fn merge_listings<'a>(
     ours: &'a [FlatEntry],
     theirs: &'a [FlatEntry],
 ) -> Merged {
+    merge_listings_resolving(base, ours, theirs, &Resolution::default())
+}
+
+/// [`merge_listings`], with the paths both sides changed differently settled by
+/// `resolution` where it names a side (listed in [`Merged::resolved`]).
+pub fn merge_listings_resolving<'a>(
+    base: &'a [FlatEntry],
+    ours: &'a [FlatEntry],
+    theirs: &'a [FlatEntry],
+    resolution: &Resolution,
+) -> Merged {
     use std::cmp::Ordering;
+    let mut resolved = Vec::new();
     let mut picked: Vec<(FlatEntry, Option<ChangeKind>, Option<ChangeKind>)> = Vec::new();
     let mut conflicts = Vec::new();
     let (mut i, mut j, mut k) = (0, 0, 0);
@@ -252,13 +318,28 @@ pub fn merge_listings<'a>(
         } else if ours_change.is_none() {
             t
         } else {
-            conflicts.push(Conflict {
+            let side = resolution.side_for(&path);
+            let conflict = Conflict {
                 path,
                 reason: ConflictReason::BothChanged,
                 ours: ours_change,
                 theirs: theirs_change,
-            });
-            continue;
+                resolved: side,
+            };
+            match side {
+                Some(Side::Ours) => {
+                    resolved.push(conflict);
+                    o
+                }
+                Some(Side::Theirs) => {
+                    resolved.push(conflict);
+                    t
+                }
+                None => {
+                    conflicts.push(conflict);
+                    continue;
+                }
+            }
         };
         if let Some(entry) = taken {
             picked.push((entry.clone(), ours_change, theirs_change));
@@ -278,6 +359,7 @@ pub fn merge_listings<'a>(
                         reason: ConflictReason::FileAndDirectory,
                         ours: *o,
                         theirs: *t,
+                        resolved: None,
                     });
                 }
                 continue;
@@ -306,7 +388,11 @@ pub fn merge_listings<'a>(
         entries.push(entry);
     }
     conflicts.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
-    Merged { entries, conflicts }
+    Merged {
+        entries,
+        conflicts,
+        resolved,
+    }
 }
 
 /// The versions after the common ancestor of `head` and `onto` on `head`'s line, oldest
@@ -429,6 +515,7 @@ fn rebase_now(
         dry_run: options.dry_run,
         replayed: Vec::new(),
         conflicts: Vec::new(),
+        resolved: Vec::new(),
         conflict_in: None,
         workspace: None,
     };
@@ -494,15 +581,21 @@ fn rebase_now(
         )
     };
     // The lines as a whole first: every conflict at once.
-    let whole = merge_listings(&base_entries, &head_entries, &onto_entries);
+    let whole = merge_listings_resolving(
+        &base_entries,
+        &head_entries,
+        &onto_entries,
+        &options.resolution,
+    );
     drop(head_entries);
+    report.resolved = whole.resolved;
     if !whole.conflicts.is_empty() {
         report.status = RebaseStatus::Conflict;
         report.head = None;
         report.conflicts = whole.conflicts;
         return Ok(report);
     }
-    drop(whole);
+    drop(whole.entries);
     // Then each local version, as git picks commits.
     if !options.dry_run {
         store.remove_stale_temp_packs()?;
@@ -526,7 +619,12 @@ fn rebase_now(
             crate::interrupt::check()?;
             let version = catalog_version(store, id)?;
             let ours = tree::flatten(&mut store.reader(), &version.tree)?;
-            let merged = merge_listings(&previous_entries, &ours, &current_entries);
+            let merged = merge_listings_resolving(
+                &previous_entries,
+                &ours,
+                &current_entries,
+                &options.resolution,
+            );
             if !merged.conflicts.is_empty() {
                 return Ok(Err((*id, merged.conflicts)));
             }
@@ -1185,6 +1283,7 @@ mod tests {
             dry_run: false,
             replayed: Vec::new(),
             conflicts: Vec::new(),
+            resolved: Vec::new(),
             conflict_in: None,
             workspace: None,
         };
