@@ -763,10 +763,10 @@ fn finish(
         }),
         _ => None,
     };
-    if let Some(following) = &following {
-        record_following(store, following)?;
-    }
     let recorded = (|| {
+        if let Some(following) = &following {
+            record_following(store, following)?;
+        }
         let packs_dir = store.packs_dir();
         let writer = store.catalog_mut().writer()?;
         for pack in &packs {
@@ -984,10 +984,12 @@ fn record_following(store: &Store, following: &Following) -> Result<()> {
     let path = following_path(store, &following.workspace);
     let dir = path.parent().expect("a file in a directory");
     std::fs::create_dir_all(dir).at(dir)?;
+    // A temporary name that `Store::remove_stale_temp_packs` removes once its process is gone.
     let temp = store.temp_dir().join(format!(
-        "following-{}-{}",
+        "{}{}-{}",
+        crate::walk::TEMP_PREFIX,
         std::process::id(),
-        crate::workspace::now_ns()
+        crate::workspace::now_ns().rem_euclid(1_000_000_000)
     ));
     let written = (|| {
         let mut file = std::fs::OpenOptions::new()
@@ -1230,6 +1232,53 @@ mod tests {
         // Empty directories are entries like files.
         let merged = merge_listings(&[], &[dir("e")], &[]);
         assert_eq!(paths(&merged), ["e/"]);
+    }
+
+    #[test]
+    fn a_resolution_settles_paths_both_changed_by_side_and_the_longest_path_wins() {
+        let base = [dir("d"), file("d/x", "0"), file("f", "0"), file("g", "0")];
+        let ours = [dir("d"), file("d/x", "1"), file("f", "1"), file("g", "1")];
+        let theirs = [dir("d"), file("d/x", "2"), file("f", "2")];
+        let resolution = Resolution {
+            all: Some(Side::Ours),
+            paths: vec![("d/".into(), Side::Theirs), ("g".into(), Side::Theirs)],
+        };
+        let merged = merge_listings_resolving(&base, &ours, &theirs, &resolution);
+        assert_eq!(merged.conflicts, []);
+        // d/x from theirs (its directory), f ours (bare), g theirs: deleted.
+        assert_eq!(paths(&merged), ["d/", "d/x", "f"]);
+        let ids: Vec<_> = merged.entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids[1], ObjectId::of(b"2"));
+        assert_eq!(ids[2], ObjectId::of(b"1"));
+        let settled: Vec<_> = merged
+            .resolved
+            .iter()
+            .map(|c| (c.path.as_str(), c.resolved))
+            .collect();
+        assert_eq!(
+            settled,
+            [
+                ("d/x", Some(Side::Theirs)),
+                ("f", Some(Side::Ours)),
+                ("g", Some(Side::Theirs))
+            ]
+        );
+        // Without one, the same paths conflict; a file against entries below it always does.
+        assert_eq!(merge_listings(&base, &ours, &theirs).conflicts.len(), 3);
+        let all_theirs = Resolution {
+            all: Some(Side::Theirs),
+            paths: Vec::new(),
+        };
+        let merged = merge_listings_resolving(
+            &[dir("a"), file("a/x", "x")],
+            &[dir("a"), file("a/b", "b"), file("a/x", "x")],
+            &[file("a", "file")],
+            &all_theirs,
+        );
+        assert_eq!(
+            conflicts(&merged),
+            [("a", ConflictReason::FileAndDirectory)]
+        );
     }
 
     #[test]
