@@ -355,6 +355,16 @@ pub fn status(r: &StatusReport) -> String {
             changes(&r.changes, "")
         )
     };
+    if let Some(moving) = &r.interrupted_rebase {
+        out.push_str(&format!(
+            "\na rebase was interrupted while this workspace moved to {}@{}: some files above are at that version already; `dsv checkout {}@{} {}` (or the rebase run again) finishes the move",
+            moving.dataset,
+            moving.to.short(),
+            moving.dataset,
+            moving.to.short(),
+            r.dir.display()
+        ));
+    }
     let dataset = r.dataset.as_deref().unwrap_or("NAME");
     let versions = |n: u64| format!("{n} version{}", if n == 1 { "" } else { "s" });
     for head in &r.heads {
@@ -384,7 +394,7 @@ pub fn status(r: &StatusReport) -> String {
                 versions(behind)
             ),
             (ahead, behind) => format!(
-                "diverged from {}: {} here, {} there (`dsv pull {dataset} --rebase` replays yours onto theirs)",
+                "diverged from {}: {} here, {} there (`dsv pull {dataset} --rebase` replays yours onto theirs; where both changed a path, add --theirs or --ours to choose)",
                 head.name,
                 versions(ahead),
                 versions(behind)
@@ -830,6 +840,19 @@ pub fn rebase(r: &RebaseReport) -> String {
                 r.onto,
                 r.onto_version.short()
             );
+            for c in &r.resolved {
+                let side = match c.resolved {
+                    Some(dsv::ops::rebase::Side::Ours) => "kept ours",
+                    _ => "took theirs",
+                };
+                let _ = writeln!(
+                    out,
+                    "  {side}: {} ({} here, {} there)",
+                    c.path,
+                    conflict_side(c.ours),
+                    conflict_side(c.theirs)
+                );
+            }
             for step in &r.replayed {
                 let to = match (&step.version, step.kept) {
                     (Some(id), _) => id.short(),
@@ -917,7 +940,15 @@ pub fn fetch(r: &FetchReport) -> String {
 }
 
 pub fn clone(r: &CloneReport) -> String {
-    let mut out = format!("Cloned {} into {}\n", r.url, r.store.display());
+    let mut out = if r.existing {
+        format!(
+            "{} is a clone of {} already (made earlier or by another process at the same time); left as it is (`dsv fetch` updates it)\n",
+            r.store.display(),
+            r.url
+        )
+    } else {
+        format!("Cloned {} into {}\n", r.url, r.store.display())
+    };
     let mut table = Table::headless(&[Align::Left, Align::Left]).indented("  ");
     for (dataset, version) in &r.datasets {
         table.row(vec![dataset.clone(), version.short()]);

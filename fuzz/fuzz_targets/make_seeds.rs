@@ -156,6 +156,7 @@ fn generate(root: &Path) -> dsv::Result<()> {
         pinned.remotes.push(lock_file::LockedRemote {
             name: "origin".into(),
             url: "s3://bucket/datasets".into(),
+            options: [("endpoint".to_string(), "http://127.0.0.1:9000".to_string())].into(),
         });
     }
     seeds.add(

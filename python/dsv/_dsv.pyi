@@ -153,9 +153,11 @@ def clone(url: str, path: StrPath, *, options: Optional[Mapping[str, str]] = Non
     (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file://``), with its datasets' heads and
     tags and their metadata; no file data (reads fetch what they need). ``options`` are the
     remote's settings (``dsv remote add --option KEY=VALUE``); credentials come from the
-    environment (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``). Returns the new store. Raises
-    ``dsv.StoreExists``, ``dsv.InvalidRemote``, ``dsv.RemoteError`` (and leaves nothing
-    behind)."""
+    environment (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``). Returns the new store; when a store
+    at ``path`` is a clone of ``url`` already (an earlier clone, or another process or
+    worker cloning there at the same time), returns that one as it is, so "clone if missing"
+    works in many workers at once. Raises ``dsv.StoreExists`` (a store of another URL is
+    there), ``dsv.InvalidRemote``, ``dsv.RemoteError`` (and leaves nothing behind)."""
 
 def reopen_version(root: StrPath, dataset: str, id: str, revision: str) -> Version:
     """Opens version ``id`` of ``dataset`` in the store at ``root`` (how a pickled

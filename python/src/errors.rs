@@ -13,7 +13,7 @@ use pyo3::types::PyModule;
 /// The Python class (in `dsv.errors`) an error is raised as.
 pub fn class_name(error: &Error) -> &'static str {
     match error {
-        Error::NoStore { .. } => "NoStore",
+        Error::NoStore { .. } | Error::WorkspaceStoreMissing { .. } => "NoStore",
         Error::StoreExists { .. } => "StoreExists",
         Error::CatalogLost { .. } => "CatalogLost",
         Error::StoreBusy { .. } => "StoreBusy",

@@ -69,19 +69,18 @@ pub(crate) struct LockArgs {
     #[arg(
         required = true,
         value_name = "REVISION",
-        help = concat!("One revision per dataset: ", revision_syntax!())
+        help = concat!(
+            "One revision per dataset: ",
+            revision_syntax!(),
+            "; or REMOTE/REV, REV as remote REMOTE named it when last fetched (origin/covid@v10)"
+        )
     )]
     revisions: Vec<String>,
 }
 
 pub(crate) fn lock(cli: &Cli, ui: &Ui, args: &LockArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
-    let revisions = args
-        .revisions
-        .iter()
-        .map(|r| Revision::parse(r))
-        .collect::<Result<Vec<_>, _>>()?;
-    let lock = lock_file::lock(&store, &revisions)?;
+    let lock = lock_file::lock_named(&store, &args.revisions)?;
     // The lock file is JSON whatever the output mode: it is meant to be redirected.
     ui.json(&lock)?;
     Ok(error::SUCCESS)

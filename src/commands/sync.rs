@@ -106,6 +106,8 @@ pub(crate) struct PullArgs {
     #[arg(long, requires = "rebase")]
     dry_run: bool,
     #[command(flatten)]
+    resolve: ResolveArgs,
+    #[command(flatten)]
     jobs: JobsArg,
 }
 
@@ -135,6 +137,12 @@ pub(crate) fn pull(cli: &Cli, ui: &Ui, args: &PullArgs) -> anyhow::Result<u8> {
     options.include.clone_from(&args.include);
     options.rebase = args.rebase;
     options.dry_run = args.dry_run;
+    options.resolution = args.resolve.resolution()?;
+    if !args.rebase && options.resolution != dsv::ops::rebase::Resolution::default() {
+        return Err(
+            error::Usage("--ours and --theirs settle a rebase: add --rebase".into()).into(),
+        );
+    }
     options.workspace = Some(current);
     options.jobs = jobs_or(&args.jobs, &store.config()?, options.jobs);
     let report = sync::pull(&mut store, &target, &options, &ui.reporter())?;
@@ -160,7 +168,61 @@ pub(crate) struct RebaseArgs {
     #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
+    resolve: ResolveArgs,
+    #[command(flatten)]
     jobs: JobsArg,
+}
+
+/// How a rebase settles the paths both lines changed (`dsv rebase`, `dsv pull --rebase`).
+#[derive(Debug, Args)]
+pub(crate) struct ResolveArgs {
+    /// Where both lines changed a path, keep the local side: every such path, or with
+    /// --ours=PATH (repeatable) only PATH and what lies below it.
+    #[arg(
+        long,
+        value_name = "PATH",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        action = clap::ArgAction::Append
+    )]
+    ours: Vec<String>,
+    /// Where both lines changed a path, take ONTO's (the remote's) side: every such path, or
+    /// with --theirs=PATH (repeatable) only PATH and what lies below it.
+    #[arg(
+        long,
+        value_name = "PATH",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        action = clap::ArgAction::Append
+    )]
+    theirs: Vec<String>,
+}
+
+impl ResolveArgs {
+    /// The resolution: a bare flag is every path; `--ours` and `--theirs` both bare is a
+    /// usage error.
+    fn resolution(&self) -> anyhow::Result<dsv::ops::rebase::Resolution> {
+        use dsv::ops::rebase::{Resolution, Side};
+        let mut resolution = Resolution::default();
+        for (values, side) in [(&self.ours, Side::Ours), (&self.theirs, Side::Theirs)] {
+            for value in values {
+                if value.is_empty() {
+                    if resolution.all.is_some_and(|s| s != side) {
+                        return Err(error::Usage(
+                            "give --ours or --theirs for every path, not both (name paths: --ours=PATH)".into(),
+                        )
+                        .into());
+                    }
+                    resolution.all = Some(side);
+                } else {
+                    resolution.paths.push((value.clone(), side));
+                }
+            }
+        }
+        Ok(resolution)
+    }
 }
 
 pub(crate) fn rebase(cli: &Cli, ui: &Ui, args: &RebaseArgs) -> anyhow::Result<u8> {
@@ -192,6 +254,7 @@ pub(crate) fn rebase(cli: &Cli, ui: &Ui, args: &RebaseArgs) -> anyhow::Result<u8
     options.workspace = Some(std::env::current_dir()?);
     options.jobs = jobs_or(&args.jobs, &store.config()?, options.jobs);
     options.requests = requests;
+    options.resolution = args.resolve.resolution()?;
     let report = dsv::ops::rebase::rebase(&mut store, &dataset, &onto, &options, &ui.reporter())?;
     ui.report(&report, render::rebase)?;
     Ok(refused_by_conflicts(&report))
@@ -202,8 +265,20 @@ fn refused_by_conflicts(report: &dsv::ops::rebase::RebaseReport) -> u8 {
     if report.status != dsv::ops::rebase::RebaseStatus::Conflict {
         return error::SUCCESS;
     }
+    let settle = if report
+        .conflicts
+        .iter()
+        .all(|c| c.reason == dsv::ops::rebase::ConflictReason::BothChanged)
+    {
+        format!(
+            "choose a side and run it again: `dsv rebase {onto} --theirs` takes {onto}'s version of every such path, `--ours` keeps yours (or per path: --theirs=PATH, --ours=PATH); or",
+            onto = report.onto
+        )
+    } else {
+        "a file on one side where the other has entries below it cannot be settled with --ours or --theirs:".into()
+    };
     eprintln!(
-        "error: cannot rebase {} onto {}: {} path(s) changed on both sides\n\nhint: nothing was changed; check out {} into a new directory (`dsv checkout {} DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`",
+        "error: cannot rebase {} onto {}: {} path(s) changed on both sides\n\nhint: nothing was changed; {settle} check out {} into a new directory (`dsv checkout {} DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`",
         report.dataset,
         report.onto,
         report.conflicts.len(),

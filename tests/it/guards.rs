@@ -134,7 +134,8 @@ fn init_inside_a_workspace_of_the_store_named_is_refused_and_names_both() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
-    assert!(!env.path("ws/.dsv").exists());
+    // `ws/.dsv` is the workspace's link to its store (a file), never a store.
+    assert!(!env.path("ws/.dsv").is_dir());
     env.ok(&["--store", "stores/main", "init", "--force", "ws/inner"]);
     assert!(env.path("ws/inner/.dsv/catalog.db").is_file());
 }

@@ -214,7 +214,7 @@ fn the_same_path_changed_differently_is_a_conflict_and_nothing_changes() {
     --- stderr
     error: cannot rebase m onto origin/m: 1 path(s) changed on both sides
 
-    hint: nothing was changed; check out origin/m into a new directory (`dsv checkout origin/m DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`
+    hint: nothing was changed; choose a side and run it again: `dsv rebase origin/m --theirs` takes origin/m's version of every such path, `--ours` keeps yours (or per path: --theirs=PATH, --ours=PATH); or check out origin/m into a new directory (`dsv checkout origin/m DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`
     ");
     // A deletion against a change is a conflict too.
     std::fs::remove_file(alice.path("ws/other.txt")).unwrap();

@@ -82,6 +82,26 @@ pub enum Error {
         /// Where the search began.
         start: PathBuf,
     },
+    /// A workspace's store link (its `.dsv` file) names a store that is not there (moved or
+    /// deleted).
+    #[error("{} is a workspace of the store {}, which is not there (moved or deleted)", workspace.display(), store.display())]
+    WorkspaceStoreMissing {
+        /// The workspace's directory.
+        workspace: PathBuf,
+        /// The store its link names (a `.dsv` directory).
+        store: PathBuf,
+    },
+    /// A rebase or pull was killed while workspace `dir` moved to the dataset's new head:
+    /// some of its files are at `version`, its record still names the version before.
+    #[error("a rebase of {dataset} was interrupted while {} moved to its new head {version}: some of its files are at that version, and dsv still records the one before", dir.display())]
+    RebaseInterrupted {
+        /// The workspace.
+        dir: PathBuf,
+        /// The dataset.
+        dataset: String,
+        /// The version it was moving to (short id).
+        version: String,
+    },
     /// `init` found a store already at `path`.
     #[error("a dsv store already exists at {}", path.display())]
     StoreExists {
@@ -904,6 +924,8 @@ impl Error {
                 _ => ErrorKind::Io,
             },
             Error::NoStore { .. }
+            | Error::WorkspaceStoreMissing { .. }
+            | Error::RebaseInterrupted { .. }
             | Error::StoreExists { .. }
             | Error::StoreBusy { .. }
             | Error::StoreTooNew { .. }
@@ -979,6 +1001,8 @@ impl Error {
             Error::Catalog(e) => is_full_disk_sqlite(e),
             Error::RemotesFailed(failed) => failed.first.is_disk_full(),
             Error::NoStore { .. }
+            | Error::WorkspaceStoreMissing { .. }
+            | Error::RebaseInterrupted { .. }
             | Error::StoreExists { .. }
             | Error::CatalogLost { .. }
             | Error::StoreBusy { .. }
@@ -1082,6 +1106,14 @@ impl Error {
             Error::NoStore { .. } => {
                 "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
             }
+            Error::RebaseInterrupted { dir, dataset, version } => format!(
+                "finish the move first: `dsv checkout {dataset}@{version} {}` (or run the rebase again); it keeps the files already there and carries your uncommitted changes over, then commit",
+                dir.display()
+            ),
+            Error::WorkspaceStoreMissing { workspace, .. } => format!(
+                "pass --store PATH (or set DSV_STORE) naming the store where it is now; a checkout or commit here with it links this workspace to it again (a new store here would be a second, empty one; delete {}/.dsv only to stop using that store)",
+                workspace.display()
+            ),
             Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
             Error::StoreBusy { .. } => "stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed".into(),
             Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),

@@ -89,12 +89,29 @@ pub struct Store {
 }
 
 impl Store {
-    /// Creates a store in `dir/.dsv`, creating `dir` if missing.
+    /// Creates a store in `dir/.dsv`, creating `dir` if missing: made whole beside it and
+    /// renamed into place ([`Store::init_staged`], [`StagedStore::publish`]), so another
+    /// process sees either no store or a whole one, and of two processes creating one store
+    /// at once exactly one succeeds.
     ///
     /// # Errors
-    /// [`Error::StoreExists`] when one is there already; [`Error::NotADirectory`] when `dir`
-    /// is a file; [`Error::Io`].
+    /// [`Error::StoreExists`] when one is there already (or another process made it
+    /// meanwhile); [`Error::NotADirectory`] when `dir` is a file; [`Error::Io`].
     pub fn init(dir: &Path) -> Result<Store> {
+        Store::init_staged(dir)?.publish()
+    }
+
+    /// Creates a new, empty store beside `dir/.dsv`, in a directory of `dir` named as
+    /// checkout's temporary files are (`.dsv-tmp-<pid>-<n>`: walks skip it, and a checkout
+    /// into `dir` removes it once its process is gone), for the caller to fill (`dsv clone`
+    /// fetches into it) and then [`StagedStore::publish`] into place. `dir` is created if
+    /// missing.
+    ///
+    /// # Errors
+    /// As [`Store::init`].
+    pub fn init_staged(dir: &Path) -> Result<StagedStore> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         if dir.exists() && !dir.is_dir() {
             return Err(Error::NotADirectory {
                 path: dir.to_path_buf(),
@@ -105,21 +122,49 @@ impl Store {
         if root.join("catalog.db").exists() {
             return Err(Error::StoreExists { path: root });
         }
+        if let Some(linked) = crate::workspace::read_store_link(&root) {
+            return Err(Error::Unsupported {
+                path: root,
+                reason: format!(
+                    "it links this workspace to the store {}; delete it first to make a store here",
+                    linked.display()
+                ),
+            });
+        }
         // A store with packs or a ref log is never new: its catalog was lost.
         if let Some(reason) = lost_catalog_evidence(&root) {
             return Err(Error::CatalogLost { path: root, reason });
         }
-        for sub in ["packs", "tmp"] {
-            fs::create_dir_all(root.join(sub)).at(&root.join(sub))?;
+        let staging = dir.join(format!(
+            "{}{}-{}",
+            crate::names::TEMP_PREFIX,
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir(&staging).at(&staging)?;
+        let made = (|| {
+            for sub in ["packs", "tmp"] {
+                fs::create_dir_all(staging.join(sub)).at(&staging.join(sub))?;
+            }
+            File::create(staging.join("lock")).at(&staging.join("lock"))?;
+            let open = OpenLock::take_shared(&staging)?;
+            let catalog = Catalog::open(&staging.join("catalog.db"), true)?;
+            Ok(Store {
+                root: staging.clone(),
+                catalog,
+                _open: Some(open),
+            })
+        })();
+        match made {
+            Ok(store) => Ok(StagedStore {
+                store: Some(store),
+                dir: dir.to_path_buf(),
+            }),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staging);
+                Err(e)
+            }
         }
-        File::create(root.join("lock")).at(&root.join("lock"))?;
-        let open = OpenLock::take_shared(&root)?;
-        let catalog = Catalog::open(&root.join("catalog.db"), true)?;
-        Ok(Store {
-            root,
-            catalog,
-            _open: Some(open),
-        })
     }
 
     /// Opens the store whose `.dsv` directory is `root`.
@@ -150,10 +195,14 @@ impl Store {
     }
 
     /// Finds the store for `start`: `start` itself when it is a `.dsv` directory or holds
-    /// one, else the nearest parent that holds one (as git finds `.git`).
+    /// one, else the nearest parent that holds one (as git finds `.git`). A `.dsv` that is a
+    /// workspace's store link ([`crate::workspace::read_store_link`], written by checkout and
+    /// commit in a workspace outside its store's directory tree) stands for the store it
+    /// names.
     ///
     /// # Errors
-    /// [`Error::NoStore`] when there is none; [`Error::CatalogLost`] when the nearest store
+    /// [`Error::NoStore`] when there is none; [`Error::WorkspaceStoreMissing`] when the
+    /// nearest is a store link naming no store; [`Error::CatalogLost`] when the nearest store
     /// has data but no catalog; errors of [`Store::open`].
     pub fn discover(start: &Path) -> Result<Store> {
         Store::open(&Store::find_root(start)?)
@@ -177,6 +226,15 @@ impl Store {
             let candidate = dir.join(STORE_DIR);
             if is_store(&candidate) {
                 return Ok(candidate);
+            }
+            if let Some(linked) = crate::workspace::read_store_link(&candidate) {
+                if is_store(&linked) {
+                    return Ok(linked);
+                }
+                return Err(Error::WorkspaceStoreMissing {
+                    workspace: dir.to_path_buf(),
+                    store: linked,
+                });
             }
         }
         Err(Error::NoStore { start })
@@ -449,6 +507,79 @@ pub fn decode_file_map(
         ));
     }
     Ok(map)
+}
+
+/// A new store made beside its place ([`Store::init_staged`]): filled through
+/// [`StagedStore::store`], then renamed into place by [`StagedStore::publish`]. Dropped
+/// unpublished, it is deleted.
+pub struct StagedStore {
+    /// The store, at its staging directory (taken by `publish`).
+    store: Option<Store>,
+    /// The directory whose `.dsv` it becomes.
+    dir: PathBuf,
+}
+
+impl StagedStore {
+    /// The store being made (its root is the staging directory).
+    pub fn store(&mut self) -> &mut Store {
+        self.store
+            .as_mut()
+            .expect("a staged store is held until published")
+    }
+
+    /// Renames the store into place, `dir/.dsv` (one `rename`: another process sees no store
+    /// or this whole one), and opens it there. An empty `.dsv` directory there is replaced.
+    ///
+    /// # Errors
+    /// [`Error::StoreExists`] when a store (or anything but an empty directory) is at
+    /// `dir/.dsv` now: another process made it meanwhile; this one is deleted. [`Error::Io`];
+    /// as [`Store::open`].
+    pub fn publish(mut self) -> Result<Store> {
+        let store = self.store.take().expect("published once");
+        let staging = store.root.clone();
+        // The catalog is closed (its WAL checkpointed) before its directory moves.
+        drop(store);
+        let root = self.dir.join(STORE_DIR);
+        if let Err(e) = fs::rename(&staging, &root) {
+            let _ = fs::remove_dir_all(&staging);
+            let taken = matches!(
+                e.raw_os_error(),
+                Some(
+                    libc_errno::ENOTEMPTY
+                        | libc_errno::EEXIST
+                        | libc_errno::ENOTDIR
+                        | libc_errno::EISDIR
+                )
+            );
+            return Err(if taken {
+                Error::StoreExists { path: root }
+            } else {
+                Error::Io {
+                    path: root,
+                    source: e,
+                }
+            });
+        }
+        Store::open(&root)
+    }
+}
+
+impl Drop for StagedStore {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            let staging = store.root.clone();
+            drop(store);
+            let _ = fs::remove_dir_all(&staging);
+        }
+    }
+}
+
+/// The error numbers [`StagedStore::publish`] reads as "a store is there".
+mod libc_errno {
+    pub const ENOTEMPTY: i32 = nix::errno::Errno::ENOTEMPTY as i32;
+    pub const EEXIST: i32 = nix::errno::Errno::EEXIST as i32;
+    pub const ENOTDIR: i32 = nix::errno::Errno::ENOTDIR as i32;
+    pub const EISDIR: i32 = nix::errno::Errno::EISDIR as i32;
 }
 
 // The store's locks: see the lock table in this module's documentation.

@@ -10,7 +10,8 @@
 //! directory named `.dsv` (a store) and dsv's own temporary files (`.dsv-tmp-<pid>-<n>`).
 //! Left out, as if absent: what a `.dsvignore` file excludes ([`IGNORE_FILE`], gitignore
 //! syntax) and, for one commit, `--exclude` patterns ([`scan_excluding`]). Nothing else is
-//! skipped: hidden files, `.gitignore`d files and empty directories are versioned.
+//! skipped (a workspace's store link, a `.dsv` file naming its store, is a store's entry, not
+//! data): hidden files, `.gitignore`d files and empty directories are versioned.
 //!
 //! # The walk, step by step
 //!
@@ -30,7 +31,9 @@
 //!    trees are encoded in (`walk::path_order`: component-wise bytes, `/` before every other
 //!    byte). It looks only at the name and the type that `readdir` gives (a filter,
 //!    `filter_entry`, keeps it from descending):
-//!    - a directory named `.dsv` is recorded in `stores` and not descended into;
+//!    - a directory named `.dsv` is recorded in `stores` and not descended into, and so is a
+//!      regular file named `.dsv` that is a workspace's link to its store
+//!      (`workspace::read_store_link`);
 //!    - a file or directory named `.dsv-tmp-<pid>-<n>` (digits only) is recorded in
 //!      `leftovers` (checkout's temporary files and staged subtrees), and neither listed nor
 //!      descended into;
@@ -372,7 +375,11 @@ impl Walker {
             }
             let name = last_name(entry.path());
             let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-            let note = if name == STORE_DIR.as_bytes() && is_dir {
+            let is_file = entry.file_type().is_some_and(|t| t.is_file());
+            // A store, or a workspace's link to its store (`crate::workspace::read_store_link`).
+            let note = if name == STORE_DIR.as_bytes()
+                && (is_dir || is_file && crate::workspace::read_store_link(entry.path()).is_some())
+            {
                 Note::Store
             } else if is_temp_name(name) {
                 Note::Leftover

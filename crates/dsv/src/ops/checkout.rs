@@ -608,6 +608,7 @@ pub fn checkout(
             version: &version_id,
         };
         apply::record(store, trees, &target, names, written, &recording, &site)?;
+        link_store(store, &dir);
     }
     tracing::debug!(elapsed = ?clock.elapsed(), "recorded");
     applied.refuse_replaced(&dir)?;
@@ -615,6 +616,15 @@ pub fn checkout(
         deleted: applied.deleted,
         ..report(revision, version_id, dir, &target, &new_dirs, &plan)
     })
+}
+
+/// Links workspace `dir` to `store` when it lies outside the store's directory tree (its
+/// `.dsv` file, [`workspace::write_store_link`]), so commands run inside it find the store.
+/// Best effort: a directory that cannot take the file (read-only) only loses that.
+pub(crate) fn link_store(store: &Store, dir: &Path) {
+    if let Err(error) = workspace::write_store_link(dir, store.root()) {
+        tracing::debug!(%error, "the workspace's store link was not written");
+    }
 }
 
 /// The report of a checkout of `target` (`revision`, version `version`) into `dir` that

@@ -270,6 +270,14 @@ pub fn commit(
     let data_lock = store.lock_data_shared()?;
     // No checkout may write into the directory while it is being snapshotted.
     let _workspace_lock = store.lock_workspace(&data_lock, &workspace_key)?;
+    // A move to a new head killed part-way: this snapshot's parent would be the head before.
+    if let Some(following) = super::rebase::interrupted_following(store, &workspace_key)? {
+        return Err(Error::RebaseInterrupted {
+            dir,
+            dataset: following.dataset,
+            version: following.to.short(),
+        });
+    }
     let started_ns = workspace::now_ns();
     let clock = std::time::Instant::now();
     progress.phase("scanning");
@@ -302,6 +310,8 @@ pub fn commit(
     };
     let recorded = record_commit(store, sink, &built, &at, &mut walked, &mut ids, options)?;
     tracing::debug!(packs = recorded.packs.len(), elapsed = ?clock.elapsed(), "recorded");
+    // A workspace outside the store's tree finds its store through this link.
+    super::checkout::link_store(store, &dir);
     Ok(CommitReport {
         dataset: options.dataset.clone(),
         version: recorded.version,

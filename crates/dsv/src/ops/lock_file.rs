@@ -66,6 +66,47 @@ pub struct LockedRemote {
     pub name: String,
     /// Its URL.
     pub url: String,
+    /// Its backend settings (`--option KEY=VALUE`: `endpoint`, `region`, ...), never a
+    /// credential (a key or value [`crate::remote::check_options`] refuses is left out).
+    /// Written only when there are some; a reading store matches its remotes by URL and by
+    /// the `endpoint` given here (one bucket name on two servers is two remotes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub options: BTreeMap<String, String>,
+}
+
+impl LockedRemote {
+    /// True when the configured remote `remote` is this one: the same URL and, when the lock
+    /// names an endpoint, the same endpoint (`endpoint` or any alias spelling of it).
+    pub fn matches(&self, remote: &crate::catalog::RemoteRecord) -> bool {
+        remote.url == self.url && endpoint(&remote.options) == endpoint(&self.options)
+    }
+}
+
+/// The endpoint a remote's options name, if any (`endpoint`, `aws_endpoint`,
+/// `aws_endpoint_url`, any case), without a trailing `/`.
+fn endpoint(options: &BTreeMap<String, String>) -> Option<&str> {
+    options
+        .iter()
+        .find(|(key, _)| {
+            matches!(
+                key.to_ascii_lowercase().as_str(),
+                "endpoint" | "endpoint_url" | "aws_endpoint" | "aws_endpoint_url"
+            )
+        })
+        .map(|(_, value)| value.trim_end_matches('/'))
+}
+
+/// The options of a remote that a lock file may hold: every one but those naming a
+/// credential (the catalog holds none; checked again here, one key at a time).
+fn shareable_options(options: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    options
+        .iter()
+        .filter(|(key, value)| {
+            let one = BTreeMap::from([((*key).clone(), (*value).clone())]);
+            crate::remote::check_options(&one).is_ok()
+        })
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
 }
 
 /// Pins `revisions` (one per dataset) in a lock file.
@@ -73,10 +114,51 @@ pub struct LockedRemote {
 /// # Errors
 /// Revision errors; [`Error::InvalidLock`] when two revisions name one dataset.
 pub fn lock(store: &Store, revisions: &[Revision]) -> Result<LockFile> {
+    let resolved = revisions
+        .iter()
+        .map(|revision| Ok((revision.dataset.clone(), revision.resolve(store.catalog())?)))
+        .collect::<Result<Vec<_>>>()?;
+    pin(store, &resolved)
+}
+
+/// Pins revisions given as text (one per dataset), each a local revision (`mnist@v1`) or a
+/// remote's (`REMOTE/NAME[@REV]`: `origin/covid@v10`, resolved against that remote's heads
+/// and tags as last fetched, with no request: `dsv fetch` first for the newest), in a lock
+/// file. A remote's version must be recorded here (a fetch records every version it names).
+///
+/// # Errors
+/// As [`lock`]; [`Error::RemoteNotFound`] for an unknown remote;
+/// [`Error::RevisionNotFound`] for a ref that remote does not have.
+pub fn lock_named(store: &Store, revisions: &[String]) -> Result<LockFile> {
+    let mut resolved = Vec::new();
+    for text in revisions {
+        match super::sync::RemoteRevision::parse(text)? {
+            Some(target) => {
+                let record = store.catalog().remote(&target.remote)?;
+                let version = super::sync::resolve_remote(store, &record, &target.revision)?;
+                resolved.push((target.revision.dataset.clone(), version));
+            }
+            None => {
+                let revision = Revision::parse(text)?;
+                let version = revision.resolve(store.catalog())?;
+                resolved.push((revision.dataset.clone(), version));
+            }
+        }
+    }
+    pin(store, &resolved)
+}
+
+/// The lock file pinning each (dataset, version) of `resolved`.
+fn pin(store: &Store, resolved: &[(String, ObjectId)]) -> Result<LockFile> {
     let mut datasets = BTreeMap::new();
-    for revision in revisions {
-        let version = revision.resolve(store.catalog())?;
+    for (dataset, version) in resolved {
+        let version = *version;
         let record = store.catalog().version_record(&version)?;
+        if record.version.dataset != *dataset {
+            return Err(Error::RevisionNotFound {
+                revision: format!("{dataset}@{}", version.to_hex()),
+            });
+        }
         let mut remotes = Vec::new();
         for remote in store.catalog().remotes()? {
             if store
@@ -85,6 +167,7 @@ pub fn lock(store: &Store, revisions: &[Revision]) -> Result<LockFile> {
                 .is_some()
             {
                 remotes.push(LockedRemote {
+                    options: shareable_options(&remote.options),
                     name: remote.name,
                     url: remote.url,
                 });
@@ -97,10 +180,10 @@ pub fn lock(store: &Store, revisions: &[Revision]) -> Result<LockFile> {
             bytes: record.version.bytes,
             remotes,
         };
-        if datasets.insert(revision.dataset.clone(), pinned).is_some() {
+        if datasets.insert(dataset.clone(), pinned).is_some() {
             return Err(Error::InvalidLock {
                 path: PathBuf::from("-"),
-                reason: format!("dataset {:?} is named twice", revision.dataset),
+                reason: format!("dataset {dataset:?} is named twice"),
             });
         }
     }
@@ -167,7 +250,7 @@ pub fn resolve_lock(
             let configured = store.catalog().remotes()?;
             for remote in configured
                 .iter()
-                .filter(|r| pinned.remotes.iter().any(|l| l.url == r.url))
+                .filter(|r| pinned.remotes.iter().any(|l| l.matches(r)))
             {
                 let options = super::sync::FetchOptions { requests: jobs };
                 super::sync::fetch(store, &remote.name, &options, progress)?;
@@ -180,7 +263,18 @@ pub fn resolve_lock(
             return Err(Error::LockedVersionUnknown {
                 dataset: dataset.clone(),
                 version: pinned.version.to_hex(),
-                remotes: pinned.remotes.iter().map(|r| r.url.clone()).collect(),
+                // What `dsv remote add NAME ...` needs to reach each: the URL and its options.
+                remotes: pinned
+                    .remotes
+                    .iter()
+                    .map(|r| {
+                        let mut line = r.url.clone();
+                        for (key, value) in &r.options {
+                            line.push_str(&format!(" --option {key}={value}"));
+                        }
+                        line
+                    })
+                    .collect(),
             });
         };
         if record.version.tree != pinned.tree || record.version.dataset != *dataset {

@@ -10,8 +10,11 @@
 //!    the ancestor's listing is the base, the head's is ours, ONTO's is theirs. A path
 //!    changed on both sides to different entries is a conflict (a deletion against a
 //!    change, too); the same change on both sides is not. A file or symlink on one side
-//!    at a path under which the other side has entries is a conflict. Any conflict: the
-//!    report lists them, nothing is written. Then each local version is replayed in turn
+//!    at a path under which the other side has entries is a conflict. A [`Resolution`]
+//!    (`--ours`, `--theirs`, whole or per path) settles a path both changed by taking one
+//!    side's entry, in the lines as a whole and in each replayed version alike; the report
+//!    lists what it settled (`resolved`). Any conflict left: the report lists them, nothing
+//!    is written. Then each local version is replayed in turn
 //!    (base: its parent; ours: it; theirs: the version replayed before it, ONTO first), as
 //!    `git rebase` picks commits; a local version whose changes ONTO already has is
 //!    dropped.
@@ -62,6 +65,47 @@ pub struct RebaseOptions {
     pub jobs: usize,
     /// Requests in flight when the workspace's checkout fetches data.
     pub requests: usize,
+    /// How paths both lines changed are settled (none: they are conflicts).
+    pub resolution: Resolution,
+}
+
+/// A side of a rebase: ours is the local line (the head's versions being replayed), theirs
+/// is ONTO's line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Side {
+    /// The local line's entry.
+    Ours,
+    /// ONTO's line's entry.
+    Theirs,
+}
+
+/// How a rebase settles paths both lines changed differently ([`ConflictReason::BothChanged`]):
+/// by taking one side's entry (a deletion included), for every such path (`all`) or for
+/// the paths given and what lies below them (`paths`, which win over `all`; of several
+/// matching, the longest). A file on one side where the other has entries below it
+/// ([`ConflictReason::FileAndDirectory`]) is never settled this way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// The side for every path both changed.
+    pub all: Option<Side>,
+    /// The side for a path and everything below it.
+    pub paths: Vec<(String, Side)>,
+}
+
+impl Resolution {
+    /// The side settling a conflict at `path`, if any.
+    pub fn side_for(&self, path: &str) -> Option<Side> {
+        self.paths
+            .iter()
+            .filter(|(p, _)| {
+                let p = p.trim_end_matches('/');
+                path == p || is_below(path, p)
+            })
+            .max_by_key(|(p, _)| p.len())
+            .map(|(_, side)| *side)
+            .or(self.all)
+    }
 }
 
 impl RebaseOptions {
@@ -73,6 +117,7 @@ impl RebaseOptions {
             workspace: None,
             jobs: super::checkout::CheckoutOptions::default().jobs,
             requests: crate::remote::DEFAULT_JOBS,
+            resolution: Resolution::default(),
         }
     }
 }
@@ -115,6 +160,9 @@ pub struct Conflict {
     pub ours: Option<ChangeKind>,
     /// What ONTO's line did at the path since the common ancestor (`None`: nothing).
     pub theirs: Option<ChangeKind>,
+    /// The side taken, for a conflict settled by the rebase's [`Resolution`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<Side>,
 }
 
 /// Why a path is a conflict.
@@ -165,6 +213,10 @@ pub struct RebaseReport {
     pub replayed: Vec<Replayed>,
     /// The conflicts (status `conflict`), in path order.
     pub conflicts: Vec<Conflict>,
+    /// The paths both lines changed that the [`Resolution`] settled, each with the side
+    /// taken, in path order (the lines as a whole).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resolved: Vec<Conflict>,
     /// The local version whose replay conflicted, when the conflict is that version's
     /// alone (the lines as a whole merge, but a version on the way does not: it changed a
     /// path that a later one changed back).
@@ -184,6 +236,8 @@ pub struct Merged {
     pub entries: Vec<FlatEntry>,
     /// The conflicts, in path order.
     pub conflicts: Vec<Conflict>,
+    /// The conflicts a [`Resolution`] settled (each with its side), in path order.
+    pub resolved: Vec<Conflict>,
 }
 
 /// Whether two entries at one path are the same: both absent, or the same kind (mode and
@@ -224,7 +278,19 @@ pub fn merge_listings<'a>(
     ours: &'a [FlatEntry],
     theirs: &'a [FlatEntry],
 ) -> Merged {
+    merge_listings_resolving(base, ours, theirs, &Resolution::default())
+}
+
+/// [`merge_listings`], with the paths both sides changed differently settled by
+/// `resolution` where it names a side (listed in [`Merged::resolved`]).
+pub fn merge_listings_resolving<'a>(
+    base: &'a [FlatEntry],
+    ours: &'a [FlatEntry],
+    theirs: &'a [FlatEntry],
+    resolution: &Resolution,
+) -> Merged {
     use std::cmp::Ordering;
+    let mut resolved = Vec::new();
     let mut picked: Vec<(FlatEntry, Option<ChangeKind>, Option<ChangeKind>)> = Vec::new();
     let mut conflicts = Vec::new();
     let (mut i, mut j, mut k) = (0, 0, 0);
@@ -252,13 +318,28 @@ pub fn merge_listings<'a>(
         } else if ours_change.is_none() {
             t
         } else {
-            conflicts.push(Conflict {
+            let side = resolution.side_for(&path);
+            let conflict = Conflict {
                 path,
                 reason: ConflictReason::BothChanged,
                 ours: ours_change,
                 theirs: theirs_change,
-            });
-            continue;
+                resolved: side,
+            };
+            match side {
+                Some(Side::Ours) => {
+                    resolved.push(conflict);
+                    o
+                }
+                Some(Side::Theirs) => {
+                    resolved.push(conflict);
+                    t
+                }
+                None => {
+                    conflicts.push(conflict);
+                    continue;
+                }
+            }
         };
         if let Some(entry) = taken {
             picked.push((entry.clone(), ours_change, theirs_change));
@@ -278,6 +359,7 @@ pub fn merge_listings<'a>(
                         reason: ConflictReason::FileAndDirectory,
                         ours: *o,
                         theirs: *t,
+                        resolved: None,
                     });
                 }
                 continue;
@@ -306,7 +388,11 @@ pub fn merge_listings<'a>(
         entries.push(entry);
     }
     conflicts.sort_by(|a, b| crate::walk::path_order(&a.path, &b.path));
-    Merged { entries, conflicts }
+    Merged {
+        entries,
+        conflicts,
+        resolved,
+    }
 }
 
 /// The versions after the common ancestor of `head` and `onto` on `head`'s line, oldest
@@ -381,6 +467,31 @@ pub fn rebase(
     progress: &dyn Progress,
 ) -> Result<RebaseReport> {
     crate::revision::check_name("dataset", dataset)?;
+    // A rebase killed while its workspace followed the head: finished first.
+    let resumed = match &options.workspace {
+        Some(dir) if !options.dry_run => resume_following(
+            store,
+            dir,
+            &FollowOptions::new(options.jobs, options.requests),
+            progress,
+        )?,
+        _ => None,
+    };
+    let mut report = rebase_now(store, dataset, onto, options, progress)?;
+    if report.workspace.is_none() {
+        report.workspace = resumed;
+    }
+    Ok(report)
+}
+
+/// [`rebase`] once an interrupted follow is finished.
+fn rebase_now(
+    store: &mut Store,
+    dataset: &str,
+    onto: &ObjectId,
+    options: &RebaseOptions,
+    progress: &dyn Progress,
+) -> Result<RebaseReport> {
     let data_lock = store.lock_data_shared()?;
     if store.catalog().version(onto)?.is_none() {
         return Err(Error::RevisionNotFound {
@@ -404,6 +515,7 @@ pub fn rebase(
         dry_run: options.dry_run,
         replayed: Vec::new(),
         conflicts: Vec::new(),
+        resolved: Vec::new(),
         conflict_in: None,
         workspace: None,
     };
@@ -469,15 +581,21 @@ pub fn rebase(
         )
     };
     // The lines as a whole first: every conflict at once.
-    let whole = merge_listings(&base_entries, &head_entries, &onto_entries);
+    let whole = merge_listings_resolving(
+        &base_entries,
+        &head_entries,
+        &onto_entries,
+        &options.resolution,
+    );
     drop(head_entries);
+    report.resolved = whole.resolved;
     if !whole.conflicts.is_empty() {
         report.status = RebaseStatus::Conflict;
         report.head = None;
         report.conflicts = whole.conflicts;
         return Ok(report);
     }
-    drop(whole);
+    drop(whole.entries);
     // Then each local version, as git picks commits.
     if !options.dry_run {
         store.remove_stale_temp_packs()?;
@@ -501,7 +619,12 @@ pub fn rebase(
             crate::interrupt::check()?;
             let version = catalog_version(store, id)?;
             let ours = tree::flatten(&mut store.reader(), &version.tree)?;
-            let merged = merge_listings(&previous_entries, &ours, &current_entries);
+            let merged = merge_listings_resolving(
+                &previous_entries,
+                &ours,
+                &current_entries,
+                &options.resolution,
+            );
             if !merged.conflicts.is_empty() {
                 return Ok(Err((*id, merged.conflicts)));
             }
@@ -629,7 +752,21 @@ fn finish(
         Some(sink) => sink.finish()?,
         None => Vec::new(),
     };
+    // The workspace that will follow the head: recorded before the head moves, so a rebase
+    // killed from here on is finished by the next run (or explained by `status`).
+    let following = match (&options.workspace, report.old_head) {
+        (Some(dir), Some(old)) => holding(store, dir, &report.dataset, &old)?.map(|w| Following {
+            workspace: w.path,
+            dataset: report.dataset.clone(),
+            from: old,
+            to: new_head,
+        }),
+        _ => None,
+    };
     let recorded = (|| {
+        if let Some(following) = &following {
+            record_following(store, following)?;
+        }
         let packs_dir = store.packs_dir();
         let writer = store.catalog_mut().writer()?;
         for pack in &packs {
@@ -642,6 +779,9 @@ fn finish(
         writer.commit()
     })();
     if let Err(e) = recorded {
+        if let Some(following) = &following {
+            forget_following(store, &following.workspace);
+        }
         super::ingest::remove_unrecorded_packs(store, &packs);
         return Err(e);
     }
@@ -736,7 +876,7 @@ pub fn follow_head(
     options: &FollowOptions,
     progress: &dyn Progress,
 ) -> Result<Option<WorkspaceFollow>> {
-    let FollowOptions { jobs, requests } = *options;
+    let jobs = options.jobs;
     let Some(workspace) = holding(store, dir, dataset, old)? else {
         return Ok(None);
     };
@@ -750,30 +890,198 @@ pub fn follow_head(
     let status_options = super::status::StatusOptions { jobs };
     let status = super::status::status(store, &workspace_dir, &status_options, progress)?;
     if !status.changes.is_empty() {
+        forget_following(store, &workspace.path);
         return Ok(Some(dirty(status.changes.len() as u64)));
     }
-    let options = super::checkout::CheckoutOptions {
-        jobs,
+    // Recorded before the first file changes (a rebase recorded it already).
+    let following = Following {
+        workspace: workspace.path.clone(),
+        dataset: dataset.to_string(),
+        from: *old,
+        to: *new,
+    };
+    record_following(store, &following)?;
+    Ok(Some(move_following(store, &following, *options, progress)?))
+}
+
+/// Checks out `following.to` into its workspace (which holds `following.from`, and may hold
+/// some of `to`'s files already: a checkout keeps a file equal to the target's and replaces
+/// one equal to the version it held), then forgets the record; `dirty` when uncommitted
+/// changes are in the way (the record stays, for `status` to explain).
+fn move_following(
+    store: &mut Store,
+    following: &Following,
+    options: FollowOptions,
+    progress: &dyn Progress,
+) -> Result<WorkspaceFollow> {
+    let dir = PathBuf::from(&following.workspace);
+    let checkout_options = super::checkout::CheckoutOptions {
+        jobs: options.jobs,
         ..Default::default()
     };
-    let revision = format!("{dataset}@{}", new.to_hex());
+    let revision = format!("{}@{}", following.dataset, following.to.to_hex());
     match super::checkout::checkout_from_anywhere(
         store,
         &revision,
-        &workspace_dir,
-        &options,
-        requests,
+        &dir,
+        &checkout_options,
+        options.requests,
         progress,
     ) {
-        Ok(_) => Ok(Some(WorkspaceFollow {
-            dir: workspace_dir,
-            status: "moved",
-            version: *new,
-            changes: 0,
-        })),
-        Err(Error::Conflict { total, .. }) => Ok(Some(dirty(total as u64))),
+        Ok(_) => {
+            forget_following(store, &following.workspace);
+            Ok(WorkspaceFollow {
+                dir,
+                status: "moved",
+                version: following.to,
+                changes: 0,
+            })
+        }
+        Err(Error::Conflict { total, .. }) => Ok(WorkspaceFollow {
+            dir,
+            status: "dirty",
+            version: following.from,
+            changes: total as u64,
+        }),
         Err(e) => Err(e),
     }
+}
+
+/// A workspace's move to a dataset's new head, recorded (in `.dsv/following/`) before the
+/// head moves and the workspace's files change, and forgotten once the workspace's record
+/// names the new head: a process killed in between (`kill -9` during `dsv rebase` or
+/// `dsv pull`) leaves the files part-way to `to` while the workspace's record still names
+/// `from`. [`resume_following`] finishes the move; `status` explains it; `commit` refuses
+/// until then (its parent would be `from`, forking off the rebased line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Following {
+    /// The workspace (its canonical path, the catalog's key).
+    pub workspace: String,
+    /// The dataset.
+    pub dataset: String,
+    /// The version the workspace's record names (the head before).
+    pub from: ObjectId,
+    /// The version it is moving to (the head after).
+    pub to: ObjectId,
+}
+
+/// The most bytes a record of [`Following`] may hold.
+const FOLLOWING_MAX_BYTES: u64 = 64 * 1024;
+
+/// Where the record of workspace `key`'s move is kept.
+fn following_path(store: &Store, key: &str) -> PathBuf {
+    let name = ObjectId::of(key.as_bytes()).to_hex();
+    store
+        .root()
+        .join("following")
+        .join(format!("{}.json", &name[..32]))
+}
+
+/// Records `following` durably (written beside, synced, renamed into place).
+fn record_following(store: &Store, following: &Following) -> Result<()> {
+    use crate::error::IoResultExt;
+    use std::io::Write;
+    let path = following_path(store, &following.workspace);
+    let dir = path.parent().expect("a file in a directory");
+    std::fs::create_dir_all(dir).at(dir)?;
+    // A temporary name that `Store::remove_stale_temp_packs` removes once its process is gone.
+    let temp = store.temp_dir().join(format!(
+        "{}{}-{}",
+        crate::walk::TEMP_PREFIX,
+        std::process::id(),
+        crate::workspace::now_ns().rem_euclid(1_000_000_000)
+    ));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .at(&temp)?;
+        let bytes = serde_json::to_vec(following).map_err(|e| Error::Io {
+            path: temp.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        file.write_all(&bytes).at(&temp)?;
+        file.sync_all().at(&temp)?;
+        std::fs::rename(&temp, &path).at(&path)?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).at(dir)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// Forgets workspace `key`'s recorded move (nothing when there is none).
+fn forget_following(store: &Store, key: &str) {
+    let _ = std::fs::remove_file(following_path(store, key));
+}
+
+/// The interrupted move of the workspace `key`, when one is recorded and still stands: the
+/// workspace's record names `from` of the dataset, and `to` is recorded and not removed. A
+/// record that no longer stands (the move finished, or never began: the head never moved,
+/// or the workspace was checked out or committed since) is forgotten. A record that cannot
+/// be read (not a regular file, too long, not JSON) counts as none.
+///
+/// # Errors
+/// [`Error::Catalog`].
+pub fn interrupted_following(store: &Store, key: &str) -> Result<Option<Following>> {
+    use std::io::Read;
+    let path = following_path(store, key);
+    let Ok(file) = crate::workspace::open_regular(&path) else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    if file
+        .take(FOLLOWING_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .is_err()
+        || bytes.len() as u64 > FOLLOWING_MAX_BYTES
+    {
+        return Ok(None);
+    }
+    let Ok(following) = serde_json::from_slice::<Following>(&bytes) else {
+        return Ok(None);
+    };
+    let workspace = store.catalog().workspace(key)?;
+    let stands = following.workspace == key
+        && workspace.is_some_and(|w| {
+            w.exists
+                && w.dataset.as_deref() == Some(following.dataset.as_str())
+                && w.version == Some(following.from)
+        })
+        && store.catalog().version(&following.to)?.is_some()
+        && store.catalog().removed_at(&following.to)?.is_none();
+    if !stands {
+        forget_following(store, key);
+        return Ok(None);
+    }
+    Ok(Some(following))
+}
+
+/// Finishes the interrupted move ([`Following`]) of the workspace enclosing `dir`, if one
+/// stands: checks out its `to` there, keeping the files already written and carrying over
+/// uncommitted changes as any checkout does (`dirty`, the record kept, when they are in the
+/// way). `None` when there is nothing to finish.
+///
+/// # Errors
+/// As [`super::checkout::checkout_from_anywhere`], but [`Error::Conflict`] (`dirty`).
+pub fn resume_following(
+    store: &mut Store,
+    dir: &Path,
+    options: &FollowOptions,
+    progress: &dyn Progress,
+) -> Result<Option<WorkspaceFollow>> {
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let Some(workspace) = super::workspace::enclosing(store, dir)? else {
+        return Ok(None);
+    };
+    let Some(following) = interrupted_following(store, &workspace.path)? else {
+        return Ok(None);
+    };
+    Ok(Some(move_following(store, &following, *options, progress)?))
 }
 
 #[cfg(test)]
@@ -927,6 +1235,53 @@ mod tests {
     }
 
     #[test]
+    fn a_resolution_settles_paths_both_changed_by_side_and_the_longest_path_wins() {
+        let base = [dir("d"), file("d/x", "0"), file("f", "0"), file("g", "0")];
+        let ours = [dir("d"), file("d/x", "1"), file("f", "1"), file("g", "1")];
+        let theirs = [dir("d"), file("d/x", "2"), file("f", "2")];
+        let resolution = Resolution {
+            all: Some(Side::Ours),
+            paths: vec![("d/".into(), Side::Theirs), ("g".into(), Side::Theirs)],
+        };
+        let merged = merge_listings_resolving(&base, &ours, &theirs, &resolution);
+        assert_eq!(merged.conflicts, []);
+        // d/x from theirs (its directory), f ours (bare), g theirs: deleted.
+        assert_eq!(paths(&merged), ["d/", "d/x", "f"]);
+        let ids: Vec<_> = merged.entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids[1], ObjectId::of(b"2"));
+        assert_eq!(ids[2], ObjectId::of(b"1"));
+        let settled: Vec<_> = merged
+            .resolved
+            .iter()
+            .map(|c| (c.path.as_str(), c.resolved))
+            .collect();
+        assert_eq!(
+            settled,
+            [
+                ("d/x", Some(Side::Theirs)),
+                ("f", Some(Side::Ours)),
+                ("g", Some(Side::Theirs))
+            ]
+        );
+        // Without one, the same paths conflict; a file against entries below it always does.
+        assert_eq!(merge_listings(&base, &ours, &theirs).conflicts.len(), 3);
+        let all_theirs = Resolution {
+            all: Some(Side::Theirs),
+            paths: Vec::new(),
+        };
+        let merged = merge_listings_resolving(
+            &[dir("a"), file("a/x", "x")],
+            &[dir("a"), file("a/b", "b"), file("a/x", "x")],
+            &[file("a", "file")],
+            &all_theirs,
+        );
+        assert_eq!(
+            conflicts(&merged),
+            [("a", ConflictReason::FileAndDirectory)]
+        );
+    }
+
+    #[test]
     fn the_merged_listing_builds_the_tree_a_commit_of_it_would() {
         let base = [dir("a"), file("a/x", "x"), file("z", "z")];
         let ours = [dir("a"), file("a/x", "x2"), file("z", "z")];
@@ -977,6 +1332,7 @@ mod tests {
             dry_run: false,
             replayed: Vec::new(),
             conflicts: Vec::new(),
+            resolved: Vec::new(),
             conflict_in: None,
             workspace: None,
         };

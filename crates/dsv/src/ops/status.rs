@@ -406,6 +406,11 @@ pub struct StatusReport {
     /// pushed) that is not the workspace's version, with how far apart they are: git's
     /// "behind origin/main by 2 commits".
     pub heads: Vec<HeadComparison>,
+    /// A rebase or pull killed while this workspace moved to the dataset's new head: some
+    /// files are at `to` already while the workspace still holds `from` (so `changes` lists
+    /// them). `dsv checkout DATASET@TO DIR`, or the rebase run again, finishes the move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted_rebase: Option<super::rebase::Following>,
 }
 
 /// How a head of the workspace's dataset stands against the workspace's version.
@@ -544,6 +549,7 @@ pub fn status(
         (Some(dataset), Some(version)) => compare_heads(store, dataset, version)?,
         _ => Vec::new(),
     };
+    let interrupted_rebase = super::rebase::interrupted_following(store, &key)?;
     Ok(StatusReport {
         dir,
         dataset: workspace.dataset,
@@ -551,6 +557,7 @@ pub fn status(
         changes: compared.changes,
         files_hashed: compared.hashed.len() as u64,
         heads,
+        interrupted_rebase,
     })
 }
 

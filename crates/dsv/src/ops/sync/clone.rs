@@ -3,13 +3,16 @@
 //!
 //! # clone
 //!
-//! `clone()`: `Store::init` in the target directory, `add_remote("origin", URL)`, a fetch,
+//! `clone()`: `Store::init_staged` beside the target directory's `.dsv`, `add_remote("origin", URL)`, a fetch,
 //! then, under the store lock, a check that every fetched ref names a version now recorded
 //! (`check_ref_target`: otherwise `Error::Corrupt` naming `origin:refs/heads/NAME` or
 //! `origin:refs/tags/NAME/TAG`), and one transaction sets each dataset's head to the remote's head
 //! and creates the remote's tags of those datasets. Only metadata is downloaded; chunks come
-//! when a checkout or pull needs them. If any step fails, the new `.dsv` is removed (and the
-//! directory, if clone created it).
+//! when a checkout or pull needs them. Then the store is renamed into place as `.dsv`: a
+//! reader sees no store or a whole clone. If any step fails, the staged store is removed
+//! (and the directory, if clone created it and it is empty). A store already there whose
+//! `origin` has the same URL (an earlier clone, or a concurrent one that finished first) is
+//! the clone, reported with `existing: true`; any other store is `StoreExists`.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +39,9 @@ pub struct CloneReport {
     pub datasets: BTreeMap<String, ObjectId>,
     /// Metadata downloaded (chunks come when first needed).
     pub transfer: Transfer,
+    /// True when `store` was a clone of `url` already (made earlier, or by another process
+    /// cloning there at the same time): it was left as it is, and `datasets` are its heads.
+    pub existing: bool,
 }
 
 /// Records one remote ref as now known.
@@ -108,9 +114,16 @@ impl Default for CloneOptions {
 /// `dir` must not lie inside a store's `.dsv` directory (see
 /// [`crate::walk::check_workspace_dir`]); [`default_clone_dir`] names one from the URL.
 ///
+/// The new store is made beside `dir/.dsv` and renamed into place once whole
+/// ([`Store::init_staged`]): another process sees no store there or a whole clone. A store
+/// already in `dir` whose remote `origin` has this URL (an earlier clone, or another process
+/// cloning into `dir` at the same time and finishing first) is the clone: it is left as it
+/// is and reported with `existing: true` ("clone if missing" in many workers at once).
+///
 /// # Errors
-/// [`Error::Unsupported`] for a `dir` inside a store's directory; [`Error::StoreExists`],
-/// [`Error::InvalidRemote`], as [`super::fetch()`]. A failed clone removes the store it created.
+/// [`Error::Unsupported`] for a `dir` inside a store's directory; [`Error::StoreExists`]
+/// when `dir` holds a store that is not a clone of `url`; [`Error::InvalidRemote`], as
+/// [`super::fetch()`]. A failed clone leaves nothing behind.
 pub fn clone(
     url: &str,
     dir: &std::path::Path,
@@ -125,13 +138,18 @@ pub fn clone(
     remote::check_url(url)?;
     remote::check_options(options)?;
     let existed = dir.exists();
-    let mut store = Store::init(dir)?;
+    // "Clone if missing": a store here that is already a clone of this URL is this clone.
+    if let Some(report) = existing_clone(dir, url)? {
+        return Ok(report);
+    }
+    // Made beside and renamed into place: another process sees no store or a whole clone.
+    let mut staged = Store::init_staged(dir)?;
     let result = (|| {
-        let record = add_remote(&mut store, "origin", url, options)?;
+        let store = staged.store();
+        let record = add_remote(store, "origin", url, options)?;
         let remote = Remote::open(&record)?;
-        // A new store, but another process may open it already: in the one lock order.
         let data_lock = store.lock_data_shared()?;
-        let fetched = fetch_with(&mut store, &data_lock, &record, &remote, jobs, progress)?;
+        let fetched = fetch_with(store, &data_lock, &record, &remote, jobs, progress)?;
         let _lock = store.lock()?;
         for reference in &fetched.refs {
             check_ref_target(store.catalog(), &record.name, reference)?;
@@ -153,22 +171,76 @@ pub fn clone(
         }
         writer.commit()?;
         Ok(CloneReport {
-            store: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
+            store: std::path::PathBuf::new(),
             remote: record.name.clone(),
             url: url.to_string(),
             datasets,
             transfer: fetched.transfer,
+            existing: false,
         })
     })();
-    if result.is_err() {
-        let created = store.root().to_path_buf();
-        drop(store);
-        let _ = std::fs::remove_dir_all(&created);
-        if !existed {
-            let _ = std::fs::remove_dir(dir);
+    let published = result.and_then(|report| match staged.publish() {
+        Ok(_) => Ok(report),
+        // Another process cloned here meanwhile: the same URL's clone is this one.
+        Err(Error::StoreExists { path }) => match existing_clone(dir, url)? {
+            Some(existing) => Ok(CloneReport {
+                transfer: report.transfer,
+                ..existing
+            }),
+            None => Err(Error::StoreExists { path }),
+        },
+        Err(e) => Err(e),
+    });
+    match published {
+        Ok(mut report) => {
+            report.store = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+            Ok(report)
+        }
+        Err(e) => {
+            if !existed {
+                // Only when empty: another process's clone may be there now.
+                let _ = std::fs::remove_dir(dir);
+            }
+            Err(e)
         }
     }
-    result
+}
+
+/// The report of a clone already made: the store in `dir` when its remote `origin` has URL
+/// `url` (made by an earlier clone, or by another process cloning at the same time), its
+/// heads as they are, nothing transferred. `None` when `dir` holds no store.
+///
+/// # Errors
+/// [`Error::StoreExists`] when the store there is not a clone of `url`; as [`Store::open`].
+fn existing_clone(dir: &std::path::Path, url: &str) -> Result<Option<CloneReport>> {
+    let root = dir.join(crate::store::STORE_DIR);
+    if !root.join("catalog.db").is_file() {
+        return Ok(None);
+    }
+    let store = Store::open(&root)?;
+    let same = store
+        .catalog()
+        .remotes()?
+        .into_iter()
+        .find(|r| r.name == "origin")
+        .is_some_and(|origin| origin.url == url);
+    if !same {
+        return Err(Error::StoreExists { path: root });
+    }
+    let datasets = store
+        .catalog()
+        .datasets()?
+        .into_iter()
+        .filter_map(|d| Some((d.name, d.head?)))
+        .collect();
+    Ok(Some(CloneReport {
+        store: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
+        remote: "origin".into(),
+        url: url.to_string(),
+        datasets,
+        transfer: Transfer::default(),
+        existing: true,
+    }))
 }
 
 #[cfg(test)]

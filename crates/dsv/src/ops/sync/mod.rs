@@ -226,6 +226,7 @@ pub use clone::{CloneOptions, CloneReport, clone, default_clone_dir};
 pub use copy::{CopyOptions, CopyReport, copy};
 use fetch::fetch_with;
 pub use fetch::{FetchOptions, FetchReport, fetch};
+pub(crate) use pull::resolve_remote;
 pub use pull::{
     HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
 };

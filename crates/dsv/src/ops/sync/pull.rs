@@ -124,6 +124,8 @@ pub struct PullOptions {
     pub workspace: Option<std::path::PathBuf>,
     /// Parallel workers of the workspace's status and checkout.
     pub jobs: usize,
+    /// With `rebase`: how paths both lines changed are settled.
+    pub resolution: crate::ops::rebase::Resolution,
 }
 
 impl PullOptions {
@@ -168,7 +170,11 @@ impl RemoteRevision {
 
 /// Resolves `revision` against `record`'s refs as recorded (heads, tags) or the versions
 /// this store knows (id prefixes), then walks `~N`.
-fn resolve_remote(store: &Store, record: &RemoteRecord, revision: &Revision) -> Result<ObjectId> {
+pub(crate) fn resolve_remote(
+    store: &Store,
+    record: &RemoteRecord,
+    revision: &Revision,
+) -> Result<ObjectId> {
     let text = format!("{}/{revision}", record.name);
     let not_found = || Error::RevisionNotFound {
         revision: text.clone(),
@@ -316,6 +322,7 @@ pub fn pull(
     rebase_options.workspace = options.workspace.clone();
     rebase_options.jobs = options.jobs;
     rebase_options.requests = options.requests;
+    rebase_options.resolution = options.resolution.clone();
     // A dry run moves no head: it fetches ONTO and plans the rebase. A real pull moves the
     // head when it can, and rebases when the lines diverged.
     let dry_rebase = options.rebase && options.dry_run;
