@@ -1323,6 +1323,15 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
         HumanBytes(r.live.bytes),
         count(r.refs, "ref"),
     );
+    // Each pack waiting, with the time a run frees it.
+    let frees_after = |pack: &dsv::ObjectId| {
+        r.frees
+            .iter()
+            .find(|f| f.packs.contains(pack))
+            .map_or(String::new(), |f| {
+                format!(" (a run after {} frees it)", gc_time(&f.frees_after))
+            })
+    };
     let lines: [(&str, &dsv::ops::sync::remote_gc::PackSet); 6] = [
         ("mark", &r.marked),
         ("delete", &r.deleted),
@@ -1333,8 +1342,50 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
     ];
     for (what, set) in lines {
         for pack in &set.packs {
-            let _ = write!(out, "\n  {what} {}", pack.short());
+            let when = if what.starts_with("wait") {
+                frees_after(pack)
+            } else {
+                String::new()
+            };
+            let _ = write!(out, "\n  {what} {}{when}", pack.short());
         }
+    }
+    // `--grace` as typed: 24h, not humantime's 1day.
+    let grace = if r.grace_seconds > 0 && r.grace_seconds % 3600 == 0 {
+        format!("{}h", r.grace_seconds / 3600)
+    } else {
+        humantime::format_duration(Duration::from_secs(r.grace_seconds)).to_string()
+    };
+    let _ = write!(
+        out,
+        "\ngrace {grace}; the remote's clock: {}",
+        gc_time(&r.server_time)
+    );
+    if r.dry_run {
+        let _ = write!(out, "\nfrees nothing (--dry-run)");
+    } else {
+        let _ = write!(out, "\nfreed {} now", HumanBytes(r.freed_bytes));
+    }
+    for free in &r.frees {
+        let packs = format!(
+            "{} in {}",
+            HumanBytes(free.bytes),
+            count(free.count, "pack")
+        );
+        let when = gc_time(&free.frees_after);
+        let them = if free.count == 1 { "it" } else { "them" };
+        let line = match (free.state, &free.marks_after) {
+            ("now", _) => format!("{packs}: a run now frees {them}"),
+            ("unmarked", _) => {
+                format!("{packs}: a run now marks {them}, a run after {when} frees {them}")
+            }
+            ("young", Some(marks)) => format!(
+                "{packs} younger than the grace: a run after {} marks {them}, a run a grace after that (from {when}) frees {them}, if no ref names {them} by then",
+                gc_time(marks)
+            ),
+            _ => format!("{packs}: a run after {when} frees {them}"),
+        };
+        let _ = write!(out, "\n{line}");
     }
     if r.missing_objects > 0 {
         let _ = write!(
@@ -1351,6 +1402,15 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
         );
     }
     out
+}
+
+/// An RFC 3339 time of `gc --remote`'s report (`2026-11-29T22:14:00Z`) as its text shows it:
+/// `2026-11-29 22:14 UTC` (the report rounds its times up to the minute).
+fn gc_time(rfc3339: &str) -> String {
+    match (rfc3339.get(..10), rfc3339.get(11..16)) {
+        (Some(day), Some(minute)) if rfc3339.ends_with('Z') => format!("{day} {minute} UTC"),
+        _ => rfc3339.to_string(),
+    }
 }
 
 pub fn removed_remote_refs(r: &dsv::ops::sync::remote_gc::RemoveRemoteReport) -> String {

@@ -29,6 +29,7 @@ mod real_data;
 mod remote;
 mod remote_gc;
 mod round3;
+mod round4_output;
 mod scale;
 mod scale_input;
 mod settings;

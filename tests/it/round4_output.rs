@@ -1,0 +1,165 @@
+//! What commands tell (issue 34): when `gc --remote` frees space, `push` dataset by dataset,
+//! renames in `diff` and `status`.
+
+use std::time::{Duration, SystemTime};
+
+use insta::assert_snapshot;
+use serde_json::Value;
+
+use crate::common::{TestEnv, pseudo_random};
+
+/// A time of a report (RFC 3339).
+fn time(value: &Value) -> SystemTime {
+    humantime::parse_rfc3339(value.as_str().unwrap_or_else(|| panic!("a time: {value}")))
+        .unwrap_or_else(|e| panic!("{value}: {e}"))
+}
+
+/// `t` lies in `from..=from + slack`.
+fn within(t: SystemTime, from: SystemTime, slack: Duration, what: &str) {
+    assert!(
+        t >= from && t <= from + slack,
+        "{what}: {} not within {} + {slack:?}",
+        humantime::format_rfc3339(t),
+        humantime::format_rfc3339(from)
+    );
+}
+
+/// The human output of `dsv ARGS` with its times, ids and sizes normalized.
+fn gc_text(env: &TestEnv, args: &[&str]) -> String {
+    let text = env.normalize(&env.ok(args));
+    let mut text = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
+        .unwrap()
+        .replace_all(&text, "[TIME]")
+        .into_owned();
+    text = regex::Regex::new(r"\d+(\.\d+)? (B|KiB|MiB)")
+        .unwrap()
+        .replace_all(&text, "[SIZE]")
+        .into_owned();
+    text
+}
+
+/// A store whose remote `origin` (a directory) holds one pack no ref names any more.
+fn remote_with_garbage() -> TestEnv {
+    let env = TestEnv::new();
+    let url = format!("file://{}/remote", env.root().display());
+    env.ok(&["remote", "add", "origin", &url]);
+    env.write("a/own.bin", pseudo_random(200_000, 34));
+    env.ok(&["commit", "a", "-d", "drop", "-m", "v", "-q"]);
+    env.ok(&["push", "-q"]);
+    env.json(&["rm", "--remote", "origin", "drop"]);
+    env
+}
+
+/// Every run and dry run of `gc --remote` says how many bytes it freed and when the rest
+/// frees (the remote's clock, RFC 3339 in `--json`): a young pack (marked a grace after its
+/// upload, deleted a grace after that), a pack to mark, a marked pack, one deletable now.
+#[test]
+fn remote_gc_says_how_many_bytes_free_and_from_when() {
+    let env = remote_with_garbage();
+    let day = Duration::from_secs(24 * 3600);
+    let minute = Duration::from_secs(60);
+
+    // Just uploaded: younger than the default grace of 24 h.
+    let young = env.json(&["gc", "--remote", "origin"]);
+    let now = time(&young["server_time"]);
+    let bytes = young["young"]["bytes"].as_u64().unwrap();
+    assert!(bytes > 100_000, "{young:#}");
+    assert_eq!(young["freed_bytes"], 0, "{young:#}");
+    assert_eq!(young["pending_bytes"], bytes, "{young:#}");
+    let free = &young["frees"][0];
+    assert_eq!(
+        (
+            free["state"].as_str(),
+            free["count"].as_u64(),
+            free["bytes"].as_u64()
+        ),
+        (Some("young"), Some(1), Some(bytes)),
+        "{young:#}"
+    );
+    within(
+        time(&free["marks_after"]),
+        now + day - minute,
+        2 * minute,
+        "marks_after",
+    );
+    within(
+        time(&free["frees_after"]),
+        now + 2 * day - minute,
+        4 * minute,
+        "frees_after",
+    );
+    assert_snapshot!(gc_text(&env, &["gc", "--remote", "origin", "--dry-run"]), @"
+    Would mark 0 packs ([SIZE]), would delete 0 packs ([SIZE]), would rescue 0 packs, would repack 0 packs on remote origin; kept 0 packs ([SIZE]) for 0 refs
+      wait (unreferenced, younger than the grace) [SHORT] (a run after [TIME] frees it)
+    grace 24h; the remote's clock: [TIME]
+    frees nothing (--dry-run)
+    [SIZE] in 1 pack younger than the grace: a run after [TIME] marks it, a run a grace after that (from [TIME]) frees it, if no ref names it by then
+    ");
+
+    // With a grace of 4 s, past it: a dry run says a run marks it now and frees it a grace
+    // later; the run marks it and says when.
+    std::thread::sleep(Duration::from_millis(5100));
+    let grace = Duration::from_secs(4);
+    let planned = env.json(&["gc", "--remote", "origin", "--grace", "4s", "--dry-run"]);
+    let free = &planned["frees"][0];
+    assert_eq!(free["state"], "unmarked", "{planned:#}");
+    within(
+        time(&free["frees_after"]),
+        time(&planned["server_time"]) + grace,
+        2 * minute,
+        "unmarked",
+    );
+    let marked = env.json(&["gc", "--remote", "origin", "--grace", "4s"]);
+    assert_eq!(marked["marked"]["bytes"], bytes, "{marked:#}");
+    let free = &marked["frees"][0];
+    assert_eq!(
+        (free["state"].as_str(), free["bytes"].as_u64()),
+        (Some("marked"), Some(bytes)),
+        "{marked:#}"
+    );
+    within(
+        time(&free["frees_after"]),
+        time(&marked["server_time"]) + grace,
+        2 * minute,
+        "marked",
+    );
+    let waiting = gc_text(
+        &env,
+        &["gc", "--remote", "origin", "--grace", "4s", "--dry-run"],
+    );
+    assert_snapshot!(waiting, @"
+    Would mark 0 packs ([SIZE]), would delete 0 packs ([SIZE]), would rescue 0 packs, would repack 0 packs on remote origin; kept 0 packs ([SIZE]) for 0 refs
+      wait (marked, grace not over) [SHORT] (a run after [TIME] frees it)
+    grace 4s; the remote's clock: [TIME]
+    frees nothing (--dry-run)
+    [SIZE] in 1 pack: a run after [TIME] frees it
+    ");
+
+    // Past the mark's grace: a dry run says a run now frees it, the run frees it.
+    std::thread::sleep(Duration::from_millis(5100));
+    let due = env.json(&["gc", "--remote", "origin", "--grace", "4s", "--dry-run"]);
+    assert_eq!(
+        (
+            due["frees"][0]["state"].as_str(),
+            due["pending_bytes"].as_u64()
+        ),
+        (Some("now"), Some(bytes)),
+        "{due:#}"
+    );
+    let text = gc_text(&env, &["gc", "--remote", "origin", "--grace", "4s"]);
+    assert_snapshot!(text, @"
+    Marked 0 packs ([SIZE]), deleted 1 pack ([SIZE]), rescued 0 packs, repacked 0 packs on remote origin; kept 0 packs ([SIZE]) for 0 refs
+      delete [SHORT]
+    grace 4s; the remote's clock: [TIME]
+    freed [SIZE] now
+    ");
+    let after = env.json(&["gc", "--remote", "origin", "--grace", "4s"]);
+    assert_eq!(
+        (
+            after["pending_bytes"].as_u64(),
+            after["frees"].as_array().map(Vec::len)
+        ),
+        (Some(0), Some(0)),
+        "{after:#}"
+    );
+}
