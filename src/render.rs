@@ -671,12 +671,38 @@ pub fn push(r: &PushReport) -> String {
             pushed.status.to_string(),
         ]);
     }
+    // A dataset refused: its local version against the remote's head (the error and its
+    // hint follow on stderr).
+    for refused in r.datasets.iter().filter(|d| d.refused()) {
+        table.row(vec![
+            format!("{}/{}", r.remote, refused.dataset),
+            refused.version.short(),
+            match refused.previous {
+                Some(head) => format!(
+                    "refused ({}; the remote's head is {})",
+                    refused.status,
+                    head.short()
+                ),
+                None => format!("refused ({})", refused.status),
+            },
+        ]);
+    }
     let mut out = table.render();
     if !out.is_empty() {
         out.push('\n');
     }
-    if r.refs.is_empty() {
+    if r.datasets.is_empty() {
         out.push_str("nothing to push: no dataset has a version yet\n");
+    } else if r.datasets.len() > 1 {
+        let of = |status: &str| r.datasets.iter().filter(|d| d.status == status).count();
+        let _ = writeln!(
+            out,
+            "{}: {} pushed, {} up to date, {} refused",
+            count(r.datasets.len(), "dataset"),
+            of("pushed"),
+            of("up-to-date"),
+            r.refused
+        );
     }
     out.push_str(&transfer(&r.transfer, "uploaded"));
     out

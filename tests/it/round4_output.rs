@@ -163,3 +163,158 @@ fn remote_gc_says_how_many_bytes_free_and_from_when() {
         "{after:#}"
     );
 }
+
+/// The human output of `dsv ARGS` (exit code, stdout, stderr), normalized.
+fn human(env: &TestEnv, args: &[&str]) -> String {
+    let out = env.run(args);
+    let text = format!(
+        "exit: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.normalize(&text)
+}
+
+/// `dsv --json ARGS`, expecting exit `code`; the JSON on stdout.
+fn json_with_code(env: &TestEnv, args: &[&str], code: i32) -> Value {
+    let mut full = vec!["--json"];
+    full.extend_from_slice(args);
+    let out = env.run(&full);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "dsv {args:?}\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// One dataset's entry of a push report.
+fn pushed<'a>(report: &'a Value, dataset: &str) -> &'a Value {
+    report["datasets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no datasets: {report:#}"))
+        .iter()
+        .find(|d| d["dataset"] == dataset)
+        .unwrap_or_else(|| panic!("no {dataset}: {report:#}"))
+}
+
+/// The heads remote `origin` holds now (fetched), by dataset.
+fn remote_heads(env: &TestEnv) -> std::collections::BTreeMap<String, String> {
+    env.ok(&["fetch", "-q"]);
+    let remotes = env.json(&["remote", "ls"]);
+    remotes[0]["refs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{remotes:#}"))
+        .iter()
+        .filter(|r| r["tag"].is_null())
+        .map(|r| {
+            (
+                r["dataset"].as_str().unwrap().to_string(),
+                r["version"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Each dataset is pushed on its own: one behind the remote is refused (exit 4, the error
+/// and its hint said, `behind` in JSON) while the others go up; several revisions are
+/// accepted, two of one dataset are not.
+fn push_dataset_by_dataset(s3: bool) {
+    let env = TestEnv::new();
+    let url = if s3 {
+        crate::remote::use_s3(&env);
+        format!("s3://dsv-test/{}", crate::remote::unique_prefix())
+    } else {
+        format!("file://{}/remote", env.root().display())
+    };
+    env.ok(&["remote", "add", "origin", &url]);
+    for (dataset, seed) in [("alpha", 1), ("beta", 2), ("gamma", 3)] {
+        env.write(&format!("{dataset}/f.bin"), pseudo_random(1000, seed));
+        env.ok(&["commit", dataset, "-d", dataset, "-m", "one", "-q"]);
+    }
+    env.write("beta/g.bin", pseudo_random(1000, 4));
+    env.ok(&["commit", "beta", "-d", "beta", "-m", "two", "-q"]);
+    env.ok(&["push", "-q"]);
+    // beta's local head goes back one version: the remote is ahead of it. alpha moves on.
+    env.ok(&["reset", "beta", "latest~1"]);
+    env.write("alpha/h.bin", pseudo_random(1000, 5));
+    env.ok(&["commit", "alpha", "-d", "alpha", "-m", "two", "-q"]);
+    let alpha_head = env.json(&["log", "alpha"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let report = json_with_code(&env, &["push"], 4);
+    assert_eq!(pushed(&report, "alpha")["status"], "pushed", "{report:#}");
+    assert_eq!(
+        pushed(&report, "gamma")["status"],
+        "up-to-date",
+        "{report:#}"
+    );
+    let beta = pushed(&report, "beta");
+    assert_eq!(beta["status"], "behind", "{report:#}");
+    assert!(
+        beta["error"]
+            .as_str()
+            .unwrap()
+            .contains("is behind the head"),
+        "{report:#}"
+    );
+    assert!(
+        beta["hint"].as_str().unwrap().contains("--force"),
+        "{report:#}"
+    );
+    assert_eq!(report["refused"], 1, "{report:#}");
+    // The error object every failing command has, naming the refusal.
+    assert!(
+        report["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("beta"),
+        "{report:#}"
+    );
+    assert_eq!(remote_heads(&env)["alpha"], alpha_head);
+
+    // Several revisions, one per dataset.
+    env.write("gamma/h.bin", pseudo_random(1000, 6));
+    env.ok(&["commit", "gamma", "-d", "gamma", "-m", "two", "-q"]);
+    let two = json_with_code(&env, &["push", "alpha", "gamma@latest"], 0);
+    let names: Vec<&str> = two["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["dataset"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "gamma"], "{two:#}");
+    assert_eq!(pushed(&two, "gamma")["status"], "pushed", "{two:#}");
+    env.fails(&["push", "alpha", "alpha@latest~1"], 3);
+    if !s3 {
+        let text = human(&env, &["push"]);
+        assert_snapshot!(text, @"
+        exit: 4
+        --- stdout
+        origin/alpha  [SHORT]..[SHORT]  up-to-date
+        origin/gamma  [SHORT]..[SHORT]  up-to-date
+        origin/beta   [SHORT]                refused (behind; the remote's head is [SHORT])
+        3 datasets: 0 pushed, 2 up to date, 1 refused
+        uploaded 0 B in 0 packs, 6 requests
+        --- stderr
+        error: beta@[SHORT] is behind the head of \"beta\" on remote \"origin\": pushing it would move that head back
+
+        hint: the remote already has newer versions of beta on this line; `dsv push beta@VERSION --remote origin --force` rewinds its head (they stay in its history)
+        ");
+    }
+}
+
+#[test]
+fn push_refuses_a_dataset_behind_the_remote_and_pushes_the_others_file() {
+    push_dataset_by_dataset(false);
+}
+
+#[test]
+fn push_refuses_a_dataset_behind_the_remote_and_pushes_the_others_s3() {
+    push_dataset_by_dataset(true);
+}

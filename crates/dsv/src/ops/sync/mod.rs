@@ -221,7 +221,7 @@ pub use fetch::{FetchOptions, FetchReport, fetch};
 pub use pull::{
     HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
 };
-pub use push::{PushOptions, PushReport, PushedRef, push};
+pub use push::{PushOptions, PushReport, PushedDataset, PushedRef, push};
 pub use remotes::{
     RemoteListing, add_remote, add_remote_placed, default_remote, list_remotes, order_remotes,
     remove_remote,
@@ -267,7 +267,7 @@ mod tests {
         push(
             &mut origin,
             "origin",
-            None,
+            &[],
             &PushOptions {
                 force: false,
                 requests: 2,
