@@ -213,6 +213,7 @@ pub fn changes(changes: &[Change], none: &str) -> String {
             ChangeKind::Added => 'A',
             ChangeKind::Modified => 'M',
             ChangeKind::Deleted => 'D',
+            ChangeKind::Renamed => 'R',
         };
         let entry = change.new.as_ref().or(change.old.as_ref());
         let suffix = if entry.is_some_and(|e| e.kind == FlatKind::Dir) {
@@ -220,10 +221,18 @@ pub fn changes(changes: &[Change], none: &str) -> String {
         } else {
             ""
         };
-        let _ = writeln!(out, "{letter} {}{suffix}", change.path);
+        let _ = writeln!(out, "{letter} {}{suffix}", change_path(change));
     }
     out.pop();
     out
+}
+
+/// A change's path as a listing shows it: `old -> new` for a rename.
+fn change_path(change: &Change) -> String {
+    match (&change.from, change.change) {
+        (Some(from), ChangeKind::Renamed) => format!("{from} -> {}", change.path),
+        _ => change.path.clone(),
+    }
 }
 
 /// Files (not directories) among the changes added: how many added, modified, deleted, and
@@ -233,6 +242,7 @@ pub struct DiffTotals {
     added: usize,
     modified: usize,
     deleted: usize,
+    renamed: usize,
     before: u64,
     after: u64,
 }
@@ -248,16 +258,23 @@ impl DiffTotals {
             ChangeKind::Added => self.added += 1,
             ChangeKind::Modified => self.modified += 1,
             ChangeKind::Deleted => self.deleted += 1,
+            ChangeKind::Renamed => self.renamed += 1,
         }
         self.before += change.old.as_ref().map_or(0, |e| e.size);
         self.after += change.new.as_ref().map_or(0, |e| e.size);
     }
 
-    /// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB".
+    /// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB" (with
+    /// ", 1 renamed" after "deleted" when files were renamed).
     pub fn summary(&self) -> String {
-        let files = self.added + self.modified + self.deleted;
+        let files = self.added + self.modified + self.deleted + self.renamed;
+        let renamed = if self.renamed > 0 {
+            format!(", {} renamed", self.renamed)
+        } else {
+            String::new()
+        };
         format!(
-            "{} changed: {} added, {} modified, {} deleted; {} → {}",
+            "{} changed: {} added, {} modified, {} deleted{renamed}; {} → {}",
             count(files, "file"),
             self.added,
             self.modified,
@@ -281,7 +298,7 @@ pub fn diff_stat_lines(changes: &[Change]) -> String {
                 Some(e) => size(e.size),
             };
             (
-                c.path.clone(),
+                change_path(c),
                 format!("{} → {}", size(&c.old), size(&c.new)),
             )
         })
@@ -812,6 +829,7 @@ fn conflict_side(change: Option<ChangeKind>) -> &'static str {
         Some(ChangeKind::Added) => "added",
         Some(ChangeKind::Modified) => "modified",
         Some(ChangeKind::Deleted) => "deleted",
+        Some(ChangeKind::Renamed) => "renamed",
     }
 }
 
@@ -982,6 +1000,7 @@ pub fn audit(r: &AuditReport) -> String {
             ChangeKind::Added => 'A',
             ChangeKind::Modified => 'M',
             ChangeKind::Deleted => 'D',
+            ChangeKind::Renamed => 'R',
         };
         let _ = write!(
             out,

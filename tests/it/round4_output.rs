@@ -318,3 +318,139 @@ fn push_refuses_a_dataset_behind_the_remote_and_pushes_the_others_file() {
 fn push_refuses_a_dataset_behind_the_remote_and_pushes_the_others_s3() {
     push_dataset_by_dataset(true);
 }
+
+/// An ImageFolder relabel: files moved between class directories are renames in `diff` and
+/// `status` (`R old -> new`, `renamed` with `from`/`to` in JSON), paired by content id and
+/// mode, deterministically (same file name first, then path order); an empty file and a
+/// file whose mode changed are not paired; `--no-renames` lists deletions and additions.
+#[test]
+fn diff_and_status_detect_renames_by_content_id() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    env.write("ds/cat/1.jpg", pseudo_random(3000, 1));
+    env.write("ds/cat/2.jpg", pseudo_random(3000, 2));
+    env.write("ds/dog/3.jpg", pseudo_random(3000, 3));
+    env.write("ds/copies/x.bin", "the same\n");
+    env.write("ds/copies/y.bin", "the same\n");
+    env.write("ds/empty.txt", "");
+    env.write("ds/tool.sh", "echo hi\n");
+    env.ok(&["commit", "ds", "-d", "ds", "-m", "one", "-q"]);
+    // Relabel: cat/2.jpg is a dog.
+    std::fs::create_dir_all(env.path("ds/dog")).unwrap();
+    std::fs::rename(env.path("ds/cat/2.jpg"), env.path("ds/dog/2.jpg")).unwrap();
+    // Two files of one content move: x keeps its name, y becomes z.
+    std::fs::create_dir_all(env.path("ds/moved")).unwrap();
+    std::fs::rename(env.path("ds/copies/x.bin"), env.path("ds/moved/x.bin")).unwrap();
+    std::fs::rename(env.path("ds/copies/y.bin"), env.path("ds/moved/z.bin")).unwrap();
+    // An empty file moved, and a file moved that became executable: no renames.
+    std::fs::rename(env.path("ds/empty.txt"), env.path("ds/empty2.txt")).unwrap();
+    std::fs::rename(env.path("ds/tool.sh"), env.path("ds/bin.sh")).unwrap();
+    std::fs::set_permissions(
+        env.path("ds/bin.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    crate::common::settle(&env);
+
+    let status = env.json(&["status", "ds"]);
+    let renames: Vec<(String, String)> = status["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["change"] == "renamed")
+        .map(|c| {
+            assert_eq!(c["path"], c["to"], "{c}");
+            assert_eq!(c["old"]["path"], c["from"], "{c}");
+            assert_eq!(c["old"]["id"], c["new"]["id"], "{c}");
+            (
+                c["from"].as_str().unwrap().into(),
+                c["to"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("cat/2.jpg", "dog/2.jpg"),
+        ("copies/x.bin", "moved/x.bin"),
+        ("copies/y.bin", "moved/z.bin"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(renames, expected, "{status:#}");
+    assert_snapshot!(human(&env, &["status", "ds"]), @"
+    exit: 0
+    --- stdout
+    [ROOT]/ds differs from ds@[SHORT]:
+    A bin.sh
+    R cat/2.jpg -> dog/2.jpg
+    D empty.txt
+    A empty2.txt
+    R copies/x.bin -> moved/x.bin
+    R copies/y.bin -> moved/z.bin
+    D tool.sh
+    --- stderr
+    ");
+    let plain = env.json(&["status", "ds", "--no-renames"]);
+    assert!(
+        plain["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["change"] != "renamed" && c.get("from").is_none()),
+        "{plain:#}"
+    );
+    assert_eq!(plain["changes"].as_array().unwrap().len(), 10, "{plain:#}");
+
+    env.ok(&["commit", "ds", "-d", "ds", "-m", "relabel", "-q"]);
+    let diff = env.json(&["diff", "ds"]);
+    let diffed: Vec<(String, String)> = diff["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["change"] == "renamed")
+        .map(|c| {
+            (
+                c["from"].as_str().unwrap().into(),
+                c["to"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(diffed, expected, "{diff:#}");
+    assert_snapshot!(human(&env, &["diff", "ds"]), @"
+    exit: 0
+    --- stdout
+    A bin.sh
+    R cat/2.jpg -> dog/2.jpg
+    D empty.txt
+    A empty2.txt
+    R copies/x.bin -> moved/x.bin
+    R copies/y.bin -> moved/z.bin
+    D tool.sh
+    --- stderr
+    ");
+    assert_snapshot!(human(&env, &["diff", "ds", "--stat"]), @"
+    exit: 0
+    --- stdout
+     bin.sh                      | - → 8 B
+     cat/2.jpg -> dog/2.jpg      | 2.93 KiB → 2.93 KiB
+     empty.txt                   | 0 B → -
+     empty2.txt                  | - → 0 B
+     copies/x.bin -> moved/x.bin | 9 B → 9 B
+     copies/y.bin -> moved/z.bin | 9 B → 9 B
+     tool.sh                     | 8 B → -
+    7 files changed: 2 added, 0 modified, 2 deleted, 3 renamed; 2.96 KiB → 2.96 KiB
+    --- stderr
+    ");
+    let plain = env.json(&["diff", "ds", "--no-renames"]);
+    assert_eq!(
+        plain["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["change"] == "renamed")
+            .count(),
+        0,
+        "{plain:#}"
+    );
+    assert_eq!(plain["changes"].as_array().unwrap().len(), 10, "{plain:#}");
+}
