@@ -454,3 +454,67 @@ fn diff_and_status_detect_renames_by_content_id() {
     );
     assert_eq!(plain["changes"].as_array().unwrap().len(), 10, "{plain:#}");
 }
+
+/// README.md's `## Status` section says what the CLI does: every option it names in
+/// backticks (`` `gc --remote` ``, `` `tag -d --remote` ``) is in that command's `--help`, and
+/// what ships (remote cleanup: `dsv gc --remote`) is not called planned; the section
+/// explains the grace that protects a remote's writers.
+#[test]
+fn readme_status_section_matches_the_cli() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let start = readme.find("\n## Status\n").expect("a ## Status section");
+    let section = &readme[start + 1..];
+    let section = &section[..section[1..].find("\n## ").map_or(section.len(), |e| e + 1)];
+    let (shipped, planned) = section
+        .split_once("\nPlanned:")
+        .expect("a Planned: paragraph");
+    let env = TestEnv::bare();
+    // Every `COMMAND ... --OPTION` span names options the command has.
+    let mut checked = 0;
+    for span in section.split('`').skip(1).step_by(2) {
+        let mut words: Vec<&str> = span.split_whitespace().collect();
+        if words.first() == Some(&"dsv") {
+            words.remove(0);
+        }
+        let Some(first_option) = words.iter().position(|w| w.starts_with('-')) else {
+            continue;
+        };
+        if first_option == 0 {
+            continue;
+        }
+        let mut help_args: Vec<&str> = words[..first_option].to_vec();
+        help_args.push("--help");
+        let help = env.ok(&help_args);
+        for option in words[first_option..].iter().filter(|w| w.starts_with('-')) {
+            let option = option.split('=').next().unwrap();
+            assert!(
+                help.split(|c: char| !(c.is_alphanumeric() || c == '-'))
+                    .any(|w| w == option),
+                "README.md's status section names `{span}`, but `dsv {}` has no {option}",
+                help_args.join(" ")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "too few options checked: {checked}");
+    // Remote cleanup ships: the section says so, explains the grace, and does not plan it.
+    let gc_help = env.ok(&["gc", "--help"]);
+    assert!(gc_help.contains("--remote"), "{gc_help}");
+    assert!(
+        shipped.contains("`gc --remote`"),
+        "README.md's status section does not list `gc --remote` as shipped"
+    );
+    assert!(
+        shipped.contains("grace") && shipped.contains("no lock"),
+        "README.md's status section does not explain that a grace, not a lock, protects a remote's writers"
+    );
+    let planned = planned.to_lowercase();
+    for phrase in ["remote", "unreferenced", "garbage"] {
+        assert!(
+            !planned.contains(phrase),
+            "README.md's Planned: paragraph mentions {phrase:?}, but remote cleanup ships (`dsv gc --remote`)"
+        );
+    }
+}
