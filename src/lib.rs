@@ -356,9 +356,12 @@ enum Command {
     /// Upload what a remote lacks for each dataset's head (or NAME[@REV]), then move the
     /// remote's heads (fast-forward only) and create its tags.
     ///
+    /// Each dataset is pushed on its own: one refused (behind the remote, or diverged from
+    /// it) leaves the others pushed, and push exits 4 after its report.
+    ///
     /// Examples:
     ///   dsv push                          # every dataset's head, to origin
-    ///   dsv push mnist --remote backup
+    ///   dsv push mnist cifar --remote backup
     ///   dsv push mnist@v1 --force         # move the remote's head back to v1
     #[command(verbatim_doc_comment)]
     Push(PushArgs),

@@ -213,6 +213,7 @@ pub fn changes(changes: &[Change], none: &str) -> String {
             ChangeKind::Added => 'A',
             ChangeKind::Modified => 'M',
             ChangeKind::Deleted => 'D',
+            ChangeKind::Renamed => 'R',
         };
         let entry = change.new.as_ref().or(change.old.as_ref());
         let suffix = if entry.is_some_and(|e| e.kind == FlatKind::Dir) {
@@ -220,10 +221,18 @@ pub fn changes(changes: &[Change], none: &str) -> String {
         } else {
             ""
         };
-        let _ = writeln!(out, "{letter} {}{suffix}", change.path);
+        let _ = writeln!(out, "{letter} {}{suffix}", change_path(change));
     }
     out.pop();
     out
+}
+
+/// A change's path as a listing shows it: `old -> new` for a rename.
+fn change_path(change: &Change) -> String {
+    match (&change.from, change.change) {
+        (Some(from), ChangeKind::Renamed) => format!("{from} -> {}", change.path),
+        _ => change.path.clone(),
+    }
 }
 
 /// Files (not directories) among the changes added: how many added, modified, deleted, and
@@ -233,6 +242,7 @@ pub struct DiffTotals {
     added: usize,
     modified: usize,
     deleted: usize,
+    renamed: usize,
     before: u64,
     after: u64,
 }
@@ -248,16 +258,23 @@ impl DiffTotals {
             ChangeKind::Added => self.added += 1,
             ChangeKind::Modified => self.modified += 1,
             ChangeKind::Deleted => self.deleted += 1,
+            ChangeKind::Renamed => self.renamed += 1,
         }
         self.before += change.old.as_ref().map_or(0, |e| e.size);
         self.after += change.new.as_ref().map_or(0, |e| e.size);
     }
 
-    /// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB".
+    /// "3 files changed: 1 added, 1 modified, 1 deleted; 1.2 MiB → 1.5 MiB" (with
+    /// ", 1 renamed" after "deleted" when files were renamed).
     pub fn summary(&self) -> String {
-        let files = self.added + self.modified + self.deleted;
+        let files = self.added + self.modified + self.deleted + self.renamed;
+        let renamed = if self.renamed > 0 {
+            format!(", {} renamed", self.renamed)
+        } else {
+            String::new()
+        };
         format!(
-            "{} changed: {} added, {} modified, {} deleted; {} → {}",
+            "{} changed: {} added, {} modified, {} deleted{renamed}; {} → {}",
             count(files, "file"),
             self.added,
             self.modified,
@@ -281,7 +298,7 @@ pub fn diff_stat_lines(changes: &[Change]) -> String {
                 Some(e) => size(e.size),
             };
             (
-                c.path.clone(),
+                change_path(c),
                 format!("{} → {}", size(&c.old), size(&c.new)),
             )
         })
@@ -681,12 +698,38 @@ pub fn push(r: &PushReport) -> String {
             pushed.status.to_string(),
         ]);
     }
+    // A dataset refused: its local version against the remote's head (the error and its
+    // hint follow on stderr).
+    for refused in r.datasets.iter().filter(|d| d.refused()) {
+        table.row(vec![
+            format!("{}/{}", r.remote, refused.dataset),
+            refused.version.short(),
+            match refused.previous {
+                Some(head) => format!(
+                    "refused ({}; the remote's head is {})",
+                    refused.status,
+                    head.short()
+                ),
+                None => format!("refused ({})", refused.status),
+            },
+        ]);
+    }
     let mut out = table.render();
     if !out.is_empty() {
         out.push('\n');
     }
-    if r.refs.is_empty() {
+    if r.datasets.is_empty() {
         out.push_str("nothing to push: no dataset has a version yet\n");
+    } else if r.datasets.len() > 1 {
+        let of = |status: &str| r.datasets.iter().filter(|d| d.status == status).count();
+        let _ = writeln!(
+            out,
+            "{}: {} pushed, {} up to date, {} refused",
+            count(r.datasets.len(), "dataset"),
+            of("pushed"),
+            of("up-to-date"),
+            r.refused
+        );
     }
     out.push_str(&transfer(&r.transfer, "uploaded"));
     out
@@ -796,6 +839,7 @@ fn conflict_side(change: Option<ChangeKind>) -> &'static str {
         Some(ChangeKind::Added) => "added",
         Some(ChangeKind::Modified) => "modified",
         Some(ChangeKind::Deleted) => "deleted",
+        Some(ChangeKind::Renamed) => "renamed",
     }
 }
 
@@ -987,6 +1031,7 @@ pub fn audit(r: &AuditReport) -> String {
             ChangeKind::Added => 'A',
             ChangeKind::Modified => 'M',
             ChangeKind::Deleted => 'D',
+            ChangeKind::Renamed => 'R',
         };
         let _ = write!(
             out,
@@ -1354,6 +1399,15 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
         HumanBytes(r.live.bytes),
         count(r.refs, "ref"),
     );
+    // Each pack waiting, with the time a run frees it.
+    let frees_after = |pack: &dsv::ObjectId| {
+        r.frees
+            .iter()
+            .find(|f| f.packs.contains(pack))
+            .map_or(String::new(), |f| {
+                format!(" (a run after {} frees it)", gc_time(&f.frees_after))
+            })
+    };
     let lines: [(&str, &dsv::ops::sync::remote_gc::PackSet); 6] = [
         ("mark", &r.marked),
         ("delete", &r.deleted),
@@ -1364,8 +1418,50 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
     ];
     for (what, set) in lines {
         for pack in &set.packs {
-            let _ = write!(out, "\n  {what} {}", pack.short());
+            let when = if what.starts_with("wait") {
+                frees_after(pack)
+            } else {
+                String::new()
+            };
+            let _ = write!(out, "\n  {what} {}{when}", pack.short());
         }
+    }
+    // `--grace` as typed: 24h, not humantime's 1day.
+    let grace = if r.grace_seconds > 0 && r.grace_seconds % 3600 == 0 {
+        format!("{}h", r.grace_seconds / 3600)
+    } else {
+        humantime::format_duration(Duration::from_secs(r.grace_seconds)).to_string()
+    };
+    let _ = write!(
+        out,
+        "\ngrace {grace}; the remote's clock: {}",
+        gc_time(&r.server_time)
+    );
+    if r.dry_run {
+        let _ = write!(out, "\nfrees nothing (--dry-run)");
+    } else {
+        let _ = write!(out, "\nfreed {} now", HumanBytes(r.freed_bytes));
+    }
+    for free in &r.frees {
+        let packs = format!(
+            "{} in {}",
+            HumanBytes(free.bytes),
+            count(free.count, "pack")
+        );
+        let when = gc_time(&free.frees_after);
+        let them = if free.count == 1 { "it" } else { "them" };
+        let line = match (free.state, &free.marks_after) {
+            ("now", _) => format!("{packs}: a run now frees {them}"),
+            ("unmarked", _) => {
+                format!("{packs}: a run now marks {them}, a run after {when} frees {them}")
+            }
+            ("young", Some(marks)) => format!(
+                "{packs} younger than the grace: a run after {} marks {them}, a run a grace after that (from {when}) frees {them}, if no ref names {them} by then",
+                gc_time(marks)
+            ),
+            _ => format!("{packs}: a run after {when} frees {them}"),
+        };
+        let _ = write!(out, "\n{line}");
     }
     if r.missing_objects > 0 {
         let _ = write!(
@@ -1382,6 +1478,15 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
         );
     }
     out
+}
+
+/// An RFC 3339 time of `gc --remote`'s report (`2026-11-29T22:14:00Z`) as its text shows it:
+/// `2026-11-29 22:14 UTC` (the report rounds its times up to the minute).
+fn gc_time(rfc3339: &str) -> String {
+    match (rfc3339.get(..10), rfc3339.get(11..16)) {
+        (Some(day), Some(minute)) if rfc3339.ends_with('Z') => format!("{day} {minute} UTC"),
+        _ => rfc3339.to_string(),
+    }
 }
 
 pub fn removed_remote_refs(r: &dsv::ops::sync::remote_gc::RemoveRemoteReport) -> String {

@@ -26,6 +26,10 @@ pub(crate) struct DiffArgs {
     /// One line per changed file with its size before and after, then a summary line.
     #[arg(long)]
     stat: bool,
+    /// List a file moved (deleted at one path, added with the same content and mode at
+    /// another) as a deletion and an addition, not as `R OLD -> NEW`.
+    #[arg(long)]
+    no_renames: bool,
 }
 
 /// Lists of changes longer than this end with a summary line.
@@ -58,11 +62,16 @@ pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
     let mut found = 0usize;
     let mut totals = render::DiffTotals::default();
     let mut listing = ui::Listing::new(ui, 1, lines);
-    let walked = sides.each(&store, |change| {
+    let visit = |change: Change| {
         found += 1;
         totals.add(&change);
         listing.push(change)
-    });
+    };
+    let walked = if args.no_renames {
+        sides.each(&store, visit)
+    } else {
+        sides.each_with_renames(&store, visit)
+    };
     let trees_read = listing.settle(walked)?.unwrap_or(0);
     let (rest, _) = listing.finish()?;
     if ui.json {

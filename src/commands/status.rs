@@ -16,6 +16,10 @@ pub(crate) struct StatusArgs {
     /// Exit with 1 when DIR differs from its version.
     #[arg(long)]
     exit_code: bool,
+    /// List a file moved (deleted at one path, added with the same content and mode at
+    /// another) as a deletion and an addition, not as `R OLD -> NEW`.
+    #[arg(long)]
+    no_renames: bool,
     #[command(flatten)]
     jobs: JobsArg,
 }
@@ -25,7 +29,10 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &StatusArgs) -> anyhow::Result<u8> {
     let jobs = jobs_or(&args.jobs, &store.config()?, IngestOptions::default().jobs);
     let mut options = status::StatusOptions::default();
     options.jobs = jobs;
-    let report = status::status(&mut store, &args.dir, &options, &ui.reporter())?;
+    let mut report = status::status(&mut store, &args.dir, &options, &ui.reporter())?;
+    if !args.no_renames {
+        report = report.with_renames();
+    }
     ui.report(&report, render::status)?;
     if args.exit_code && !report.changes.is_empty() {
         return Ok(error::DIFFERENCES);

@@ -13,11 +13,11 @@ use crate::{Cli, JobsArg, RemoteArg, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
 pub(crate) struct PushArgs {
-    #[arg(help = concat!(
-        "Push only this version (default: every dataset's head): ",
+    #[arg(value_name = "REV", help = concat!(
+        "Push only these versions, one per dataset (default: every dataset's head): ",
         revision_syntax!()
     ))]
-    revision: Option<String>,
+    revisions: Vec<String>,
     #[command(flatten)]
     remote: RemoteArg,
     /// Replace the remote's head (and tags) even when that drops versions from it.
@@ -27,22 +27,71 @@ pub(crate) struct PushArgs {
     jobs: JobsArg,
 }
 
+/// `push --json`: the report, and when a dataset was refused, an `error` object as every
+/// failing command's (its message names each refusal; the hints are theirs).
+#[derive(serde::Serialize)]
+struct PushOutput<'a> {
+    #[serde(flatten)]
+    report: &'a sync::PushReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<serde_json::Value>,
+}
+
 pub(crate) fn push(cli: &Cli, ui: &Ui, args: &PushArgs) -> anyhow::Result<u8> {
     let mut store = open_store(cli)?;
     let (name, requests) = remote_and_requests(&store, &args.remote, &args.jobs)?;
-    let revision = args.revision.as_deref().map(Revision::parse).transpose()?;
+    let revisions = args
+        .revisions
+        .iter()
+        .map(|r| Revision::parse(r))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut options = sync::PushOptions::default();
     options.force = args.force;
     options.requests = requests;
-    let report = sync::push(
-        &mut store,
-        &name,
-        revision.as_ref(),
-        &options,
-        &ui.reporter(),
-    )?;
-    ui.report(&report, render::push)?;
-    Ok(error::SUCCESS)
+    let report = sync::push(&mut store, &name, &revisions, &options, &ui.reporter())?;
+    // Each dataset was pushed on its own; the refused ones are errors (exit 4), the others
+    // went through.
+    let refused: Vec<&sync::PushedDataset> =
+        report.datasets.iter().filter(|d| d.refused()).collect();
+    let message = |d: &sync::PushedDataset| d.error.clone().unwrap_or_default();
+    let error = (!refused.is_empty()).then(|| {
+        let message = match refused.as_slice() {
+            [one] => message(one),
+            several => format!(
+                "{} of {} datasets refused: {}",
+                several.len(),
+                report.datasets.len(),
+                several
+                    .iter()
+                    .map(|d| message(d))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        };
+        let hints: Vec<String> = refused.iter().filter_map(|d| d.hint.clone()).collect();
+        serde_json::json!({
+            "kind": dsv::error::ErrorKind::Conflict.name(),
+            "message": message,
+            "causes": [],
+            "hints": hints,
+        })
+    });
+    let output = PushOutput {
+        report: &report,
+        error,
+    };
+    ui.report(&output, |o| render::push(o.report))?;
+    for dataset in &refused {
+        eprintln!("error: {}", message(dataset));
+        if let Some(hint) = &dataset.hint {
+            eprintln!("\nhint: {hint}");
+        }
+    }
+    Ok(if refused.is_empty() {
+        error::SUCCESS
+    } else {
+        error::CONFLICT
+    })
 }
 
 #[derive(Debug, Args)]

@@ -30,6 +30,7 @@ mod real_data;
 mod remote;
 mod remote_gc;
 mod round3;
+mod round4_output;
 mod round4_workflow;
 mod scale;
 mod scale_input;

@@ -526,9 +526,13 @@ fn remote_collection_in_text() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let text = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
+            .unwrap()
+            .replace_all(&env.normalize(&text), "[TIME]")
+            .into_owned();
         regex::Regex::new(r"\d+(\.\d+)? (B|KiB|MiB)")
             .unwrap()
-            .replace_all(&env.normalize(&text), "[SIZE]")
+            .replace_all(&text, "[SIZE]")
             .into_owned()
     };
     insta::assert_snapshot!(human(&["rm", "--remote", "origin", "drop"]), @r"
@@ -552,6 +556,9 @@ fn remote_collection_in_text() {
     --- stdout
     Would mark 1 pack ([SIZE]), would delete 0 packs ([SIZE]), would rescue 0 packs, would repack 0 packs on remote origin; kept 1 pack ([SIZE]) for 1 ref
       mark [SHORT]
+    grace 0s; the remote's clock: [TIME]
+    frees nothing (--dry-run)
+    [SIZE] in 1 pack: a run now marks it, a run after [TIME] frees it
     --- stderr
     ");
     insta::assert_snapshot!(human(&["gc", "--remote", "origin", "--grace", "0s"]), @r"
@@ -559,6 +566,9 @@ fn remote_collection_in_text() {
     --- stdout
     Marked 1 pack ([SIZE]), deleted 0 packs ([SIZE]), rescued 0 packs, repacked 0 packs on remote origin; kept 1 pack ([SIZE]) for 1 ref
       mark [SHORT]
+    grace 0s; the remote's clock: [TIME]
+    freed [SIZE] now
+    [SIZE] in 1 pack: a run after [TIME] frees it
     --- stderr
     ");
     insta::assert_snapshot!(human(&["verify", "--remote", "origin"]), @r"
@@ -574,6 +584,8 @@ fn remote_collection_in_text() {
     --- stdout
     Marked 0 packs ([SIZE]), deleted 1 pack ([SIZE]), rescued 0 packs, repacked 0 packs on remote origin; kept 1 pack ([SIZE]) for 1 ref
       delete [SHORT]
+    grace 0s; the remote's clock: [TIME]
+    freed [SIZE] now
     --- stderr
     ");
 }

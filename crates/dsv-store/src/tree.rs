@@ -893,6 +893,9 @@ pub enum ChangeKind {
     Modified,
     /// Only in the older.
     Deleted,
+    /// Deleted at `from` and added at `to` with the same content, kind and mode
+    /// ([`detect_renames`]).
+    Renamed,
 }
 
 /// One changed file or symlink (directories are not listed; their contents are).
@@ -906,6 +909,150 @@ pub struct Change {
     pub old: Option<FlatEntry>,
     /// The newer entry.
     pub new: Option<FlatEntry>,
+    /// A rename: the older path (`old`'s); `None` (and left out of JSON) otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// A rename: the newer path (`new`'s, the same as `path`); `None` (and left out of
+    /// JSON) otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+impl Change {
+    /// The rename of `old` to `new` (which have the same [`rename_key`]), listed at `new`'s
+    /// path.
+    pub fn renamed(old: FlatEntry, new: FlatEntry) -> Change {
+        Change {
+            path: new.path.clone(),
+            change: ChangeKind::Renamed,
+            from: Some(old.path.clone()),
+            to: Some(new.path.clone()),
+            old: Some(old),
+            new: Some(new),
+        }
+    }
+}
+
+/// What makes a deleted and an added entry one entry moved: a regular file's content id and
+/// executable bit, or a symlink's target id. `None` for a directory and an empty file (every
+/// empty file has the same id, so that says nothing of where one went, as git holds).
+pub fn rename_key(entry: &FlatEntry) -> Option<(ObjectId, u8)> {
+    match entry.kind {
+        FlatKind::File { executable } if entry.size > 0 => Some((entry.id, u8::from(executable))),
+        FlatKind::Symlink { .. } => Some((entry.id, 2)),
+        _ => None,
+    }
+}
+
+/// The renames among entries `deleted` and `added`: each pair has the same [`rename_key`].
+/// Where several entries share a key, the pairing is deterministic: within a key, an
+/// added entry goes first to the deleted one of the same file name (the last path element:
+/// a file moved between directories), then the rest pair in path order. Returns the pairs
+/// (older, newer) in the order of the newer paths.
+pub fn pair_renames(deleted: Vec<FlatEntry>, added: Vec<FlatEntry>) -> Vec<(FlatEntry, FlatEntry)> {
+    use std::collections::{BTreeMap, HashMap, VecDeque};
+    type Key = (ObjectId, u8);
+    let mut groups: BTreeMap<Key, (Vec<FlatEntry>, Vec<FlatEntry>)> = BTreeMap::new();
+    for entry in deleted {
+        if let Some(key) = rename_key(&entry) {
+            groups.entry(key).or_default().0.push(entry);
+        }
+    }
+    for entry in added {
+        if let Some(key) = rename_key(&entry)
+            && let Some(group) = groups.get_mut(&key)
+        {
+            group.1.push(entry);
+        }
+    }
+    let name = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
+    let mut pairs = Vec::new();
+    for (_, (mut olds, mut news)) in groups {
+        if news.is_empty() {
+            continue;
+        }
+        olds.sort_by(|a, b| a.path.cmp(&b.path));
+        news.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut by_name: HashMap<String, VecDeque<usize>> = HashMap::new();
+        for (i, old) in olds.iter().enumerate() {
+            by_name.entry(name(&old.path)).or_default().push_back(i);
+        }
+        let mut taken = vec![false; olds.len()];
+        let mut matched: Vec<Option<usize>> = vec![None; news.len()];
+        for (j, new) in news.iter().enumerate() {
+            if let Some(i) = by_name
+                .get_mut(&name(&new.path))
+                .and_then(VecDeque::pop_front)
+            {
+                taken[i] = true;
+                matched[j] = Some(i);
+            }
+        }
+        let mut free = (0..olds.len()).filter(|i| !taken[*i]);
+        for slot in matched.iter_mut().filter(|m| m.is_none()) {
+            match free.next() {
+                Some(i) => *slot = Some(i),
+                None => break,
+            }
+        }
+        let mut olds: Vec<Option<FlatEntry>> = olds.into_iter().map(Some).collect();
+        for (new, old) in news.into_iter().zip(matched) {
+            if let Some(old) = old.and_then(|i| olds[i].take()) {
+                pairs.push((old, new));
+            }
+        }
+    }
+    pairs.sort_by(|a, b| a.1.path.cmp(&b.1.path));
+    pairs
+}
+
+/// `changes` with each deleted entry and added entry that [`pair_renames`] pairs given as
+/// one [`ChangeKind::Renamed`] change, at the added entry's place; the order is otherwise
+/// kept.
+pub fn detect_renames(changes: Vec<Change>) -> Vec<Change> {
+    let entry_of = |change: &Change, kind: ChangeKind| {
+        if change.change != kind {
+            return None;
+        }
+        let entry = if kind == ChangeKind::Deleted {
+            &change.old
+        } else {
+            &change.new
+        };
+        entry.as_ref().filter(|e| rename_key(e).is_some()).cloned()
+    };
+    let deleted: Vec<FlatEntry> = changes
+        .iter()
+        .filter_map(|c| entry_of(c, ChangeKind::Deleted))
+        .collect();
+    if deleted.is_empty() {
+        return changes;
+    }
+    let added: Vec<FlatEntry> = changes
+        .iter()
+        .filter_map(|c| entry_of(c, ChangeKind::Added))
+        .collect();
+    let pairs = pair_renames(deleted, added);
+    if pairs.is_empty() {
+        return changes;
+    }
+    let from: std::collections::HashSet<String> =
+        pairs.iter().map(|(old, _)| old.path.clone()).collect();
+    let mut renamed: std::collections::HashMap<String, (FlatEntry, FlatEntry)> = pairs
+        .into_iter()
+        .map(|(old, new)| (new.path.clone(), (old, new)))
+        .collect();
+    changes
+        .into_iter()
+        .filter_map(|change| match change.change {
+            ChangeKind::Deleted if from.contains(&change.path) => None,
+            ChangeKind::Added => match renamed.remove(&change.path) {
+                Some((old, new)) => Some(Change::renamed(old, new)),
+                None => Some(change),
+            },
+            _ => Some(change),
+        })
+        .collect()
 }
 
 /// What [`diff`] found.
@@ -1249,6 +1396,8 @@ fn change_between(old: Option<FlatEntry>, new: Option<FlatEntry>) -> Option<Chan
         change,
         old,
         new,
+        from: None,
+        to: None,
     })
 }
 
@@ -1291,6 +1440,48 @@ mod tests {
             size: 1,
             id: ObjectId([id; 32]),
         }
+    }
+
+    /// Renames pair by content id and mode only, the same file name first, then in path
+    /// order, whatever order the entries come in; empty files and directories never pair.
+    #[test]
+    fn renames_pair_deterministically_by_id_mode_and_name() {
+        let paths = |pairs: Vec<(FlatEntry, FlatEntry)>| -> Vec<(String, String)> {
+            pairs.into_iter().map(|(a, b)| (a.path, b.path)).collect()
+        };
+        let mut empty_old = entry("e", 'f', 9);
+        empty_old.size = 0;
+        let mut empty_new = entry("e2", 'f', 9);
+        empty_new.size = 0;
+        let deleted = vec![
+            entry("a/x", 'f', 1),
+            entry("a/y", 'f', 1),
+            entry("b/q", 'f', 2),
+            entry("tool", 'f', 3),
+            entry("dir", 'd', 4),
+            empty_old,
+        ];
+        let added = vec![
+            entry("c/z", 'f', 1),
+            entry("c/x", 'f', 1),
+            entry("c/q", 'x', 2),
+            entry("bin/tool", 'f', 3),
+            entry("dir2", 'd', 4),
+            empty_new,
+        ];
+        let expected = vec![
+            ("tool".to_string(), "bin/tool".to_string()),
+            ("a/x".to_string(), "c/x".to_string()),
+            ("a/y".to_string(), "c/z".to_string()),
+        ];
+        assert_eq!(
+            paths(pair_renames(deleted.clone(), added.clone())),
+            expected
+        );
+        let (mut deleted, mut added) = (deleted, added);
+        deleted.reverse();
+        added.reverse();
+        assert_eq!(paths(pair_renames(deleted, added)), expected);
     }
 
     /// The whole-listing diff `diff_flat` was before it streamed (maps of the directories that

@@ -219,14 +219,15 @@ pub struct DiffReport {
     pub trees_read: u64,
 }
 
-/// Diffs two revisions, or one against its parent: [`DiffSides::each`] collected.
+/// Diffs two revisions, or one against its parent, renames detected:
+/// [`DiffSides::each_with_renames`] collected.
 ///
 /// # Errors
 /// Revision errors; as [`tree::diff_each`].
 pub fn diff(store: &Store, old: Option<&Revision>, new: &Revision) -> Result<DiffReport> {
     let sides = DiffSides::resolve(store, old, new)?;
     let mut changes = Vec::new();
-    let trees_read = sides.each(store, |change| {
+    let trees_read = sides.each_with_renames(store, |change| {
         changes.push(change);
         Ok(())
     })?;
@@ -284,5 +285,62 @@ impl DiffSides {
             Some(&self.new_tree),
             visit,
         )
+    }
+
+    /// As [`DiffSides::each`], with renames detected: a file deleted and a file added with
+    /// the same content, kind and mode ([`tree::pair_renames`]) are handed over as one
+    /// [`tree::ChangeKind::Renamed`] change, at the added file's place. The changes still
+    /// stream: a first walk keeps only the deleted files (none deleted: no rename, no more
+    /// walks), a second the added files sharing a deleted one's content, and the third hands
+    /// the changes over; memory goes with the files deleted, not with all the changes.
+    /// Returns the trees the last walk read.
+    ///
+    /// # Errors
+    /// As [`tree::diff_each`].
+    pub fn each_with_renames(
+        &self,
+        store: &Store,
+        mut visit: impl FnMut(Change) -> Result<()>,
+    ) -> Result<u64> {
+        let mut deleted = Vec::new();
+        self.each(store, |change| {
+            if change.change == tree::ChangeKind::Deleted
+                && let Some(entry) = change.old.filter(|e| tree::rename_key(e).is_some())
+            {
+                deleted.push(entry);
+            }
+            Ok(())
+        })?;
+        if deleted.is_empty() {
+            return self.each(store, visit);
+        }
+        let keys: std::collections::HashSet<_> =
+            deleted.iter().filter_map(tree::rename_key).collect();
+        let mut added = Vec::new();
+        self.each(store, |change| {
+            if change.change == tree::ChangeKind::Added
+                && let Some(entry) = change
+                    .new
+                    .filter(|e| tree::rename_key(e).is_some_and(|key| keys.contains(&key)))
+            {
+                added.push(entry);
+            }
+            Ok(())
+        })?;
+        let pairs = tree::pair_renames(deleted, added);
+        let from: std::collections::HashSet<String> =
+            pairs.iter().map(|(old, _)| old.path.clone()).collect();
+        let mut renamed: std::collections::HashMap<String, tree::FlatEntry> = pairs
+            .into_iter()
+            .map(|(old, new)| (new.path, old))
+            .collect();
+        self.each(store, |change| match change.change {
+            tree::ChangeKind::Deleted if from.contains(&change.path) => Ok(()),
+            tree::ChangeKind::Added => match (renamed.remove(&change.path), change.new) {
+                (Some(old), Some(new)) => visit(Change::renamed(old, new)),
+                (_, new) => visit(Change { new, ..change }),
+            },
+            _ => visit(change),
+        })
     }
 }

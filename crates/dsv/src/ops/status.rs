@@ -398,7 +398,8 @@ pub struct StatusReport {
     pub dataset: Option<String>,
     /// The version it holds.
     pub version: Option<ObjectId>,
-    /// Added, modified and deleted paths, sorted.
+    /// Added, modified and deleted paths (and renamed ones, after
+    /// [`StatusReport::with_renames`]), sorted.
     pub changes: Vec<Change>,
     /// Files that had to be read because the stat cache could not vouch for them.
     pub files_hashed: u64,
@@ -411,6 +412,17 @@ pub struct StatusReport {
     /// them). `dsv checkout DATASET@TO DIR`, or the rebase run again, finishes the move.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interrupted_rebase: Option<super::rebase::Following>,
+}
+
+impl StatusReport {
+    /// The report with renames detected among its changes: a file deleted and a file added
+    /// with the same content, kind and mode are one [`tree::ChangeKind::Renamed`] change, at
+    /// the added file's place ([`tree::detect_renames`]). (`dsv status` does this unless
+    /// `--no-renames`; a rebase compares plain additions and deletions.)
+    pub fn with_renames(mut self) -> StatusReport {
+        self.changes = tree::detect_renames(self.changes);
+        self
+    }
 }
 
 /// How a head of the workspace's dataset stands against the workspace's version.

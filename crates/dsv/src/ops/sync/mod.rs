@@ -230,7 +230,7 @@ pub(crate) use pull::resolve_remote;
 pub use pull::{
     HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
 };
-pub use push::{PushOptions, PushReport, PushedRef, push};
+pub use push::{PushOptions, PushReport, PushedDataset, PushedRef, push};
 pub use remotes::{
     RemoteListing, add_remote, add_remote_placed, default_remote, list_remotes, order_remotes,
     remove_remote,
@@ -276,7 +276,7 @@ mod tests {
         push(
             &mut origin,
             "origin",
-            None,
+            &[],
             &PushOptions {
                 force: false,
                 requests: 2,

@@ -5,7 +5,7 @@
 //!
 //! `push()`:
 //!
-//! 1. **Targets.** Every dataset's head, or the one revision given.
+//! 1. **Targets.** Every dataset's head, or the revisions given (one per dataset).
 //! 2. **The writer's view** (`transfer::writer_view`): GET the `format` key (a newer format
 //!    than this dsv knows is `Error::RemoteFormatTooNew`), LIST `marks/`, then refresh the
 //!    pack indexes as in fetch step 2 ([`super::fetch()`]) without the marked packs: LIST
@@ -14,8 +14,10 @@
 //! 3. **Check every head first.** One LIST of `refs/` gives every ref's ETag (`RemoteRefs`);
 //!    a ref whose ETag equals the one recorded here is taken from the catalog, any other is
 //!    read with a GET. For each target, if the remote head is neither the version pushed nor
-//!    an ancestor of it (following parents in this store's version table), the push stops
-//!    with `Error::RemoteDiverged` (exit 4) before anything is uploaded, unless `--force`.
+//!    an ancestor of it (following parents in this store's version table), that dataset is
+//!    refused (`behind` when the pushed version is an ancestor of the remote's head, else
+//!    `diverged`; the CLI exits 4) and left out of the push, unless `--force`; the other
+//!    datasets are pushed.
 //! 4. **Walk** (`objects_to_send`). For each target whose remote head differs (on a collected
 //!    remote, one with a `format` key, every target: its tags may be created, and the remote
 //!    keeps data only while a ref names it): from the version back along its parents,
@@ -49,7 +51,8 @@
 //!    ETag (and object version) read in step 3 (`updated`); a missing head is created with a
 //!    create-only put (`created`); with `--force`, a head that is not an ancestor is
 //!    overwritten unconditionally (`forced`). A compare-and-swap that fails (another writer
-//!    moved the ref after step 3) is `Error::RemoteDiverged`. Then each local tag of the
+//!    moved the ref after step 3) refuses that dataset (`diverged`, its tags left alone),
+//!    and the next dataset's refs move. Then each local tag of the
 //!    version and its ancestors, looked up in the same listing: create it if missing, leave
 //!    it if it names the same version, else report it `rejected` (or overwrite it with
 //!    `--force`). After each write, a HEAD reads the ref's new ETag and Last-Modified, and
@@ -91,11 +94,63 @@ pub struct PushedRef {
     pub status: &'static str,
 }
 
+/// One dataset's outcome of a push.
+#[derive(Debug, Serialize)]
+pub struct PushedDataset {
+    /// The dataset.
+    pub dataset: String,
+    /// The version pushed (its head here, or the revision given).
+    pub version: ObjectId,
+    /// The version the remote's head named before the push, if it had one.
+    pub previous: Option<ObjectId>,
+    /// `pushed` (the head created or moved, or a tag created or moved), `up-to-date` (the
+    /// remote had the head and every tag already), `behind` (refused: the remote's head is
+    /// newer on the same line), or `diverged` (refused: the remote has versions of the
+    /// dataset this store lacks, or another writer moved its head during the push).
+    pub status: &'static str,
+    /// Why it was refused (`behind`, `diverged`); `None` otherwise.
+    pub error: Option<String>,
+    /// What to do about a refusal; `None` otherwise.
+    pub hint: Option<String>,
+}
+
+impl PushedDataset {
+    /// True when the push of this dataset was refused (nothing of it moved on the remote).
+    pub fn refused(&self) -> bool {
+        matches!(self.status, "behind" | "diverged")
+    }
+
+    fn refused_by(
+        dataset: &str,
+        version: ObjectId,
+        previous: Option<ObjectId>,
+        error: &Error,
+    ) -> Self {
+        PushedDataset {
+            dataset: dataset.to_string(),
+            version,
+            previous,
+            status: if matches!(error, Error::PushBehind { .. }) {
+                "behind"
+            } else {
+                "diverged"
+            },
+            error: Some(error.to_string()),
+            hint: error.hints().into_iter().next(),
+        }
+    }
+}
+
 /// The outcome of `dsv push`.
 #[derive(Debug, Serialize)]
 pub struct PushReport {
     /// The remote.
     pub remote: String,
+    /// Each dataset pushed (or refused), in the order of the targets: by name, or the
+    /// revisions' order.
+    pub datasets: Vec<PushedDataset>,
+    /// How many datasets were refused (`behind` or `diverged`).
+    pub refused: u64,
     /// Heads and tags pushed.
     pub refs: Vec<PushedRef>,
     /// What was uploaded.
@@ -291,22 +346,26 @@ impl Default for PushOptions {
     }
 }
 
-/// `dsv push`: uploads what the remote lacks for each dataset's head (or for `only`), then
-/// moves the remote heads by compare-and-swap and creates the tags of the pushed versions.
+/// `dsv push`: uploads what the remote lacks for each dataset's head (or for the revisions
+/// `only` names, at most one per dataset; empty: every dataset's head), then moves the
+/// remote heads by compare-and-swap and creates the tags of the pushed versions.
 ///
-/// A head moves only forward: if the remote's head is not an ancestor of the pushed version
-/// the push is refused ([`Error::RemoteDiverged`]) unless `options.force`; the same error reports a
-/// race lost to another writer. Data is uploaded before any ref moves, so a ref never names
-/// a version whose objects the remote lacks; an interrupted push leaves only unreferenced
-/// packs, and a re-run skips them.
+/// Each dataset is pushed on its own. A head moves only forward: if the remote's head is
+/// not an ancestor of the pushed version, that dataset is refused (reported `behind` or
+/// `diverged` in [`PushReport::datasets`], with the error and its hint) unless
+/// `options.force`, and the others are pushed; a race lost to another writer on a head
+/// refuses that dataset the same way. Data is uploaded before any ref moves, so a ref never
+/// names a version whose objects the remote lacks; an interrupted push leaves only
+/// unreferenced packs, and a re-run skips them.
 ///
 /// # Errors
-/// [`Error::RemoteDiverged`], [`Error::Remote`], [`Error::MissingObject`] (a version whose
-/// data this store does not hold), revision errors, [`Error::Interrupted`].
+/// [`Error::InvalidRevision`] for two revisions of one dataset, [`Error::Remote`],
+/// [`Error::MissingObject`] (a version whose data this store does not hold), revision
+/// errors, [`Error::RemoteCollected`], [`Error::Interrupted`].
 pub fn push(
     store: &mut Store,
     name: &str,
-    only: Option<&Revision>,
+    only: &[Revision],
     options: &PushOptions,
     progress: &dyn Progress,
 ) -> Result<PushReport> {
@@ -317,19 +376,37 @@ pub fn push(
     let _data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
     progress.phase("comparing with the remote");
-    let targets: Vec<(String, ObjectId)> = match only {
-        Some(revision) => vec![(revision.dataset.clone(), revision.resolve(store.catalog())?)],
-        None => store
+    let targets: Vec<(String, ObjectId)> = if only.is_empty() {
+        store
             .catalog()
             .datasets()?
             .into_iter()
             .filter_map(|d| d.head.map(|head| (d.name, head)))
-            .collect(),
+            .collect()
+    } else {
+        let mut targets: Vec<(String, ObjectId)> = Vec::new();
+        for revision in only {
+            if targets
+                .iter()
+                .any(|(dataset, _)| *dataset == revision.dataset)
+            {
+                return Err(Error::InvalidRevision {
+                    revision: revision.to_string(),
+                    reason: format!(
+                        "a second revision of dataset {:?}: a push moves its head to one version",
+                        revision.dataset
+                    ),
+                });
+            }
+            targets.push((revision.dataset.clone(), revision.resolve(store.catalog())?));
+        }
+        targets
     };
     let mut view = writer_view(store, &record, &remote, jobs)?;
     let remote_refs = RemoteRefs::list(store, &record, &remote)?;
-    // Check every head first: refuse before uploading anything.
+    // Check every head first: a dataset refused uploads nothing.
     let mut plans = Vec::new();
+    let mut datasets: Vec<PushedDataset> = Vec::new();
     for (dataset, version) in &targets {
         let ref_name = RefName {
             dataset: dataset.clone(),
@@ -342,17 +419,25 @@ pub fn push(
             && !force
         {
             // On one line, only older: say so (pulling would not help).
-            if is_ancestor(store, version, remote_head)? {
-                return Err(Error::PushBehind {
+            let error = if is_ancestor(store, version, remote_head)? {
+                Error::PushBehind {
                     remote: record.name.clone(),
                     dataset: dataset.clone(),
                     version: version.short(),
-                });
-            }
-            return Err(Error::RemoteDiverged {
-                remote: record.name.clone(),
-                dataset: dataset.clone(),
-            });
+                }
+            } else {
+                Error::RemoteDiverged {
+                    remote: record.name.clone(),
+                    dataset: dataset.clone(),
+                }
+            };
+            datasets.push(PushedDataset::refused_by(
+                dataset,
+                *version,
+                Some(*remote_head),
+                &error,
+            ));
+            continue;
         }
         plans.push((ref_name, *version, current));
     }
@@ -360,7 +445,7 @@ pub fn push(
     // Packs of the remote this push relies on (objects it did not send, packs it sent).
     let mut relied = HashSet::new();
     let mut round = 0;
-    loop {
+    while !plans.is_empty() {
         round += 1;
         let sent = send_round(
             store,
@@ -391,19 +476,40 @@ pub fn push(
     for (ref_name, version, current) in plans {
         check_fresh(&mut view, &remote, &relied, &record.name)?;
         let previous = current.as_ref().map(|(id, _)| *id);
-        let (status, state) = match &current {
-            Some((head, state)) if *head == version => ("up-to-date", state.clone()),
+        let moved = match &current {
+            Some((head, state)) if *head == version => Ok(("up-to-date", state.clone())),
             Some((head, state)) => {
                 if is_ancestor(store, head, &version)? {
-                    (
-                        "updated",
-                        remote.update_ref(&ref_name, &version, Some(state))?,
-                    )
+                    remote
+                        .update_ref(&ref_name, &version, Some(state))
+                        .map(|state| ("updated", state))
                 } else {
-                    ("forced", remote.force_ref(&ref_name, &version)?)
+                    Ok(("forced", remote.force_ref(&ref_name, &version)?))
                 }
             }
-            None => ("created", remote.update_ref(&ref_name, &version, None)?),
+            None => remote
+                .update_ref(&ref_name, &version, None)
+                .map(|state| ("created", state)),
+        };
+        let (status, state) = match moved {
+            Ok(moved) => moved,
+            // Another writer moved the head since step 3: this dataset is refused, the
+            // next ones still move.
+            Err(error @ Error::RemoteDiverged { .. }) => {
+                datasets.push(PushedDataset::refused_by(
+                    &ref_name.dataset,
+                    version,
+                    previous,
+                    &error,
+                ));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let mut dataset_status = if status == "up-to-date" {
+            "up-to-date"
+        } else {
+            "pushed"
         };
         // Recorded at once: a failure on a later ref leaves this store knowing what moved.
         record_ref(store, record.id, &remote_ref(&ref_name, version, &state))?;
@@ -431,6 +537,9 @@ pub fn push(
                     None => ("created", remote.update_ref(&tag_name, &id, None)?, id),
                 };
                 record_ref(store, record.id, &remote_ref(&tag_name, named, &state))?;
+                if matches!(status, "created" | "forced") {
+                    dataset_status = "pushed";
+                }
                 refs.push(PushedRef {
                     dataset: ref_name.dataset.clone(),
                     tag: Some(tag),
@@ -441,10 +550,22 @@ pub fn push(
             }
             next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
         }
+        datasets.push(PushedDataset {
+            dataset: ref_name.dataset.clone(),
+            version,
+            previous,
+            status: dataset_status,
+            error: None,
+            hint: None,
+        });
     }
+    // In the targets' order.
+    datasets.sort_by_key(|d| targets.iter().position(|(name, _)| *name == d.dataset));
     transfer.requests = remote.requests();
     Ok(PushReport {
         remote: record.name.clone(),
+        refused: datasets.iter().filter(|d| d.refused()).count() as u64,
+        datasets,
         refs,
         transfer,
     })

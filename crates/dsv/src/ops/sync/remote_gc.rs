@@ -233,8 +233,97 @@ pub struct RemoteGcReport {
     /// True when this run took longer than half the grace before deleting: the deletions
     /// were left to the next run.
     pub deferred: bool,
+    /// The remote's clock when this run read its marks (RFC 3339, UTC, seconds): every age
+    /// (of a pack, of a mark) is measured against it, never against this machine's clock.
+    pub server_time: String,
+    /// Bytes this run deleted (`deleted.bytes`; 0 with `--dry-run`, which deletes nothing).
+    pub freed_bytes: u64,
+    /// Bytes of unreferenced packs still on the remote, freed by later runs (the sum of
+    /// `frees`).
+    pub pending_bytes: u64,
+    /// When the space of the unreferenced packs still on the remote frees: one entry per
+    /// state and minute, earliest first.
+    pub frees: Vec<PendingFree>,
     /// Requests and bytes.
     pub transfer: Transfer,
+}
+
+/// Unreferenced packs of a remote that a later `dsv gc --remote` run deletes, and from when
+/// ([`RemoteGcReport::frees`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingFree {
+    /// `now`: deletable by a run now (`--dry-run`'s deletions, or deletions a run deferred);
+    /// `marked`: marked (by this run, or an earlier one), deleted by a run after
+    /// `frees_after`; `unmarked` (`--dry-run` only): a real run now would mark them;
+    /// `young`: unreferenced but younger than the grace (possibly a writer's upload in
+    /// flight), marked by a run after `marks_after`, deleted by a run a grace after that
+    /// mark (if no ref names them by then).
+    pub state: &'static str,
+    /// How many packs.
+    pub count: u64,
+    /// Their `.pack` sizes, summed, in bytes.
+    pub bytes: u64,
+    /// The pack ids, in order.
+    pub packs: Vec<ObjectId>,
+    /// `young` only: the earliest time a run marks them (RFC 3339, UTC, rounded up to the
+    /// minute).
+    pub marks_after: Option<String>,
+    /// The earliest time a run deletes them (RFC 3339, UTC, rounded up to the minute; the
+    /// remote's clock): for `young` packs, when a run marks them at `marks_after` exactly.
+    pub frees_after: String,
+}
+
+/// RFC 3339 in UTC, to the second, of `ms` milliseconds after the epoch.
+fn rfc3339(ms: i64) -> String {
+    let seconds = u64::try_from(ms.max(0) / 1000).unwrap_or(0);
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(seconds))
+        .to_string()
+}
+
+/// `ms` rounded up to the next whole minute.
+fn ceil_minute(ms: i64) -> i64 {
+    ms.saturating_add(59_999)
+        .div_euclid(60_000)
+        .saturating_mul(60_000)
+}
+
+/// The groups of [`RemoteGcReport::frees`]: packs with their state, size and the times
+/// (milliseconds, the remote's clock) a run may mark and delete them.
+#[derive(Default)]
+struct Schedule {
+    groups: BTreeMap<(i64, &'static str, Option<i64>), PendingFree>,
+}
+
+impl Schedule {
+    fn add(
+        &mut self,
+        state: &'static str,
+        id: ObjectId,
+        bytes: u64,
+        marks_after: Option<i64>,
+        frees_after: i64,
+    ) {
+        let marks_after = marks_after.map(ceil_minute);
+        let frees_after = ceil_minute(frees_after);
+        let group = self
+            .groups
+            .entry((frees_after, state, marks_after))
+            .or_insert_with(|| PendingFree {
+                state,
+                count: 0,
+                bytes: 0,
+                packs: Vec::new(),
+                marks_after: marks_after.map(rfc3339),
+                frees_after: rfc3339(frees_after),
+            });
+        group.count += 1;
+        group.bytes += bytes;
+        group.packs.push(id);
+    }
+
+    fn finish(self) -> Vec<PendingFree> {
+        self.groups.into_values().collect()
+    }
 }
 
 /// One pack as the collector sees it.
@@ -386,6 +475,10 @@ pub fn gc_remote(
         stale_marks: 0,
         staging_files: 0,
         deferred: false,
+        server_time: rfc3339(now_ms),
+        freed_bytes: 0,
+        pending_bytes: 0,
+        frees: Vec::new(),
         transfer: Transfer::default(),
     };
     // Step 7: repack.
@@ -427,6 +520,11 @@ pub fn gc_remote(
     let mut to_mark = Vec::new();
     let mut to_rescue = Vec::new();
     let mut to_delete = Vec::new();
+    // When each unreferenced pack left on the remote frees. A mark is deleted a whole second
+    // past the grace (Last-Modified may be rounded down); one written by this run is dated
+    // at the latest by the end of the run, so its age is counted from then.
+    let mut schedule = Schedule::default();
+    let after_grace = |mark_ms: i64| mark_ms.saturating_add(grace_ms).saturating_add(1000);
     for (id, pack) in &model.packs {
         let needed = decision.needed.contains(id);
         match (pack.mark_ms, needed) {
@@ -435,7 +533,17 @@ pub fn gc_remote(
                 to_mark.push(*id);
                 report.marked.add(*id, pack.size);
             }
-            (None, false) => report.young.add(*id, pack.size),
+            (None, false) => {
+                report.young.add(*id, pack.size);
+                let marks_after = pack.modified_ms.saturating_add(grace_ms);
+                schedule.add(
+                    "young",
+                    *id,
+                    pack.size,
+                    Some(marks_after),
+                    after_grace(ceil_minute(marks_after)),
+                );
+            }
             (Some(_), true) => {
                 to_rescue.push(*id);
                 report.rescued.add(*id, pack.size);
@@ -444,7 +552,10 @@ pub fn gc_remote(
             (Some(mark), false) if now_ms - mark >= grace_ms + 1000 => {
                 to_delete.push((*id, pack.size));
             }
-            (Some(_), false) => report.waiting.add(*id, pack.size),
+            (Some(mark), false) => {
+                report.waiting.add(*id, pack.size);
+                schedule.add("marked", *id, pack.size, None, after_grace(mark));
+            }
         }
     }
     let stale: Vec<(ObjectId, i64)> = marks
@@ -455,10 +566,16 @@ pub fn gc_remote(
     if options.dry_run {
         for (id, size) in to_delete {
             report.deleted.add(id, size);
+            schedule.add("now", id, size, None, now_ms);
+        }
+        for id in &to_mark {
+            let size = model.packs.get(id).map_or(0, |p| p.size);
+            schedule.add("unmarked", *id, size, None, after_grace(now_ms));
         }
         report.stale_marks = stale.len() as u64;
         report.staging_files = remote.remove_staging_files(options.grace, true)?;
         report.transfer.requests = remote.requests();
+        report.set_schedule(schedule);
         return Ok(report);
     }
     progress.start(
@@ -474,13 +591,21 @@ pub fn gc_remote(
         remote.put_mark(id)?;
         progress.advance(1);
     }
+    // The marks just written are dated no later than now on the remote's clock.
+    let marked_by =
+        now_ms.saturating_add(i64::try_from(started.elapsed().as_millis()).unwrap_or(0));
+    for id in &to_mark {
+        let size = model.packs.get(id).map_or(0, |p| p.size);
+        schedule.add("marked", *id, size, None, after_grace(marked_by));
+    }
     for (id, size) in to_delete {
         // A run longer than half the grace may have read refs a writer has moved since
         // (docs/architecture.md): it deletes nothing more.
         // (A grace of zero promises that no writer runs: nothing to defer for.)
-        if !options.grace.is_zero() && started.elapsed() > options.grace / 2 {
+        if report.deferred || (!options.grace.is_zero() && started.elapsed() > options.grace / 2) {
             report.deferred = true;
-            break;
+            schedule.add("now", id, size, None, now_ms);
+            continue;
         }
         crate::interrupt::check()?;
         remote.delete_key(&remote::index_key(&id))?;
@@ -502,7 +627,16 @@ pub fn gc_remote(
     // The store forgets the deleted packs (and records the new ones).
     refresh_indexes(store, &record, &remote, options.requests)?;
     report.transfer.requests = remote.requests();
+    report.freed_bytes = report.deleted.bytes;
+    report.set_schedule(schedule);
     Ok(report)
+}
+
+impl RemoteGcReport {
+    fn set_schedule(&mut self, schedule: Schedule) {
+        self.frees = schedule.finish();
+        self.pending_bytes = self.frees.iter().map(|f| f.bytes).sum();
+    }
 }
 
 /// Step 1: refuses a newer format; a real run writes the format key (and the guard pack)
