@@ -21,6 +21,7 @@ mod hostile;
 mod import;
 mod import_bounds;
 mod local_store;
+mod messages;
 mod mount;
 mod nearest;
 mod properties;
