@@ -97,7 +97,12 @@ pub(crate) struct LogArgs {
 
 pub(crate) fn log(cli: &Cli, ui: &Ui, args: &LogArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
-    let versions = inspect::log(&store, &args.dataset, args.limit)?;
+    // A bare name lists the whole dataset; any other revision, its line back from there.
+    let versions = if args.dataset.contains(['@', '~', '^', ':']) {
+        inspect::log_from(&store, &Revision::parse(&args.dataset)?, args.limit)?
+    } else {
+        inspect::log(&store, &args.dataset, args.limit)?
+    };
     if args.oneline {
         ui.report(versions.as_slice(), render::log_oneline)?;
     } else {

@@ -34,3 +34,24 @@ fn gits_head_caret_and_tilde_name_the_versions_before_the_head() {
     let said = env.fails(&["show", "mnist@HEAD^2"], 3);
     assert!(said.contains("one parent"), "{said}");
 }
+
+#[test]
+fn log_of_a_revision_starts_at_that_version() {
+    let env = three_versions();
+    let messages = |args: &[&str]| -> Vec<String> {
+        env.json(args)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(messages(&["log", "mnist"]), ["3", "2", "1"]);
+    assert_eq!(messages(&["log", "mnist@v1"]), ["1"]);
+    assert_eq!(messages(&["log", "mnist@HEAD^"]), ["2", "1"]);
+    assert_eq!(messages(&["log", "mnist@v3", "-n", "1"]), ["3"]);
+    let text = env.ok(&["log", "mnist@latest~1", "--oneline"]);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    let said = env.fails(&["log", "mnist@v9"], 3);
+    assert!(said.contains("unknown revision"), "{said}");
+}
