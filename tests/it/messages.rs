@@ -55,3 +55,38 @@ fn log_of_a_revision_starts_at_that_version() {
     let said = env.fails(&["log", "mnist@v9"], 3);
     assert!(said.contains("unknown revision"), "{said}");
 }
+
+#[test]
+fn an_unknown_tag_or_dataset_names_the_close_one() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "covid", "-m", "one"]);
+    env.ok(&["tag", "covid", "v01"]);
+    env.ok(&["tag", "covid", "v2"]);
+    env.ok(&["tag", "covid", "release-2024"]);
+    // v1 and v01 are one number: the tag is named, in the message and in the hint.
+    let said = env.fails(&["show", "covid@v1"], 3);
+    assert!(said.contains("did you mean covid@v01?"), "{said}");
+    let error = env.json_error(&["cat", "covid@v1:a.txt"], 3);
+    assert!(
+        error["hints"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("did you mean covid@v01?"),
+        "{error}"
+    );
+    // An edit away: a typo.
+    let said = env.fails(&["show", "covid@relase-2024"], 3);
+    assert!(said.contains("did you mean covid@release-2024?"), "{said}");
+    // Another number is another version, not a typo: v3 suggests nothing (not v2).
+    let said = env.fails(&["show", "covid@v3"], 3);
+    assert!(!said.contains("did you mean"), "{said}");
+    // Datasets: case and leading zeros, and edits.
+    env.ok(&["commit", "data", "-d", "run07", "-m", "one"]);
+    let said = env.fails(&["show", "run7"], 3);
+    assert!(said.contains("did you mean run07?"), "{said}");
+    let said = env.fails(&["show", "Covid"], 3);
+    assert!(said.contains("did you mean covid?"), "{said}");
+    let said = env.fails(&["show", "run8"], 3);
+    assert!(!said.contains("did you mean"), "{said}");
+}

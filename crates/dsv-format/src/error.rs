@@ -143,10 +143,13 @@ pub enum Error {
         closest: Option<String>,
     },
     /// The dataset exists but nothing matches the revision.
-    #[error("unknown revision {revision:?}")]
+    #[error("unknown revision {revision:?}{}", closest.as_ref().map(|c| format!(" (did you mean {c}?)")).unwrap_or_default())]
     RevisionNotFound {
         /// The revision as given.
         revision: String,
+        /// The revision closest to it, when one is close (a typo of a tag: `covid@v1` when
+        /// `covid@v01` exists).
+        closest: Option<String>,
     },
     /// An id prefix that matches more than one version.
     #[error("revision {revision:?} is ambiguous: it matches {}", candidates.join(", "))]
@@ -1087,11 +1090,15 @@ impl Error {
             Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
             Error::DatasetNotFound { closest: Some(closest), .. } => format!("did you mean {closest}? `dsv ls` lists the datasets"),
             Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)".into(),
-            Error::RevisionNotFound { revision } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
+            Error::RevisionNotFound { revision, closest: Some(closest) } => {
+                let dataset = revision.split('@').next().unwrap_or(revision);
+                format!("did you mean {closest}? `dsv log {dataset}` lists its versions and tags")
+            }
+            Error::RevisionNotFound { revision, .. } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
                 let dataset = revision.split('@').next().unwrap_or(revision);
                 format!("the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags")
             }
-            Error::RevisionNotFound { revision } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
+            Error::RevisionNotFound { revision, .. } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
                 let (remote, dataset) = revision
                     .split('@')
                     .next()
@@ -1101,7 +1108,7 @@ impl Error {
                     "`dsv fetch --remote {remote}` lists the datasets and tags {remote} has; then `dsv pull NAME --remote {remote}` (or `dsv checkout {remote}/NAME DIR`). A dataset of this store: `dsv log {dataset}`"
                 )
             }
-            Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
+            Error::RevisionNotFound { revision, .. } | Error::AmbiguousRevision { revision, .. } => {
                 let dataset = revision.split('@').next().unwrap_or(revision);
                 format!("`dsv log {dataset}` lists its versions and tags")
             }
@@ -1597,7 +1604,8 @@ mod kind_tests {
         );
         assert_eq!(
             Error::RevisionNotFound {
-                revision: "mnist@head".into()
+                revision: "mnist@head".into(),
+                closest: None,
             }
             .hints(),
             [

@@ -86,6 +86,24 @@ impl Revision {
         let text = self.to_string();
         let not_found = || Error::RevisionNotFound {
             revision: text.clone(),
+            closest: None,
+        };
+        // A tag that is not there: a typo of one that is (`v1` for `v01`) is named.
+        let unknown_tag = || -> Error {
+            match catalog.closest_tag(&self.dataset, &self.base) {
+                Ok(Some(tag)) => Error::RevisionNotFound {
+                    revision: text.clone(),
+                    closest: Some(
+                        Revision {
+                            base: tag,
+                            ..self.clone()
+                        }
+                        .to_string(),
+                    ),
+                },
+                Ok(None) => not_found(),
+                Err(error) => error,
+            }
         };
         let head = catalog.head(&self.dataset)?;
         let mut id = if self.base == "latest" {
@@ -103,7 +121,7 @@ impl Revision {
         } else if is_hex_prefix(&self.base) && self.base.len() >= MIN_PREFIX {
             let matches = catalog.versions_with_prefix(&self.dataset, &self.base)?;
             match matches.as_slice() {
-                [] => return Err(not_found()),
+                [] => return Err(unknown_tag()),
                 [one] => *one,
                 many => {
                     return Err(Error::AmbiguousRevision {
@@ -113,7 +131,7 @@ impl Revision {
                 }
             }
         } else {
-            return Err(not_found());
+            return Err(unknown_tag());
         };
         for _ in 0..self.ancestors {
             let version = catalog.version(&id)?.ok_or_else(not_found)?;

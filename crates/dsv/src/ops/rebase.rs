@@ -384,6 +384,7 @@ pub fn rebase(
     let data_lock = store.lock_data_shared()?;
     if store.catalog().version(onto)?.is_none() {
         return Err(Error::RevisionNotFound {
+            closest: None,
             revision: options.onto_name.clone(),
         });
     }

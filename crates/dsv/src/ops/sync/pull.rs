@@ -171,6 +171,7 @@ impl RemoteRevision {
 fn resolve_remote(store: &Store, record: &RemoteRecord, revision: &Revision) -> Result<ObjectId> {
     let text = format!("{}/{revision}", record.name);
     let not_found = || Error::RevisionNotFound {
+        closest: None,
         revision: text.clone(),
     };
     let catalog = store.catalog();
