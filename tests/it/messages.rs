@@ -57,6 +57,26 @@ fn log_of_a_revision_starts_at_that_version() {
 }
 
 #[test]
+fn diff_of_two_tags_suggests_the_revisions_of_the_dataset_that_has_them() {
+    let env = three_versions();
+    let said = env.fails(&["diff", "v1", "v3"], 3);
+    assert!(said.contains("mnist@v1 mnist@v3"), "{said}");
+    let error = env.json_error(&["diff", "v1", "v3"], 3);
+    assert!(
+        error["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("did you mean mnist@v1 mnist@v3?"),
+        "{error}"
+    );
+    // One tag alone (in any command) names the dataset's revision.
+    let said = env.fails(&["show", "v1"], 3);
+    assert!(said.contains("did you mean mnist@v1?"), "{said}");
+    // The revisions themselves work.
+    env.ok(&["diff", "mnist@v1", "mnist@v3"]);
+}
+
+#[test]
 fn an_unknown_tag_or_dataset_names_the_close_one() {
     let env = TestEnv::new();
     env.write("data/a.txt", "a");
