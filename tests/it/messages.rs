@@ -77,6 +77,14 @@ fn diff_of_two_tags_suggests_the_revisions_of_the_dataset_that_has_them() {
 }
 
 #[test]
+fn cat_with_the_path_as_a_second_argument_suggests_rev_colon_path() {
+    let env = three_versions();
+    let said = env.fails(&["cat", "mnist@v1", "a.txt"], 2);
+    assert!(said.contains("dsv cat mnist@v1:a.txt"), "{said}");
+    assert_eq!(env.ok(&["cat", "mnist@v1:a.txt"]), "1");
+}
+
+#[test]
 fn an_unknown_tag_or_dataset_names_the_close_one() {
     let env = TestEnv::new();
     env.write("data/a.txt", "a");
