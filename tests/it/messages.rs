@@ -118,3 +118,32 @@ fn an_unknown_tag_or_dataset_names_the_close_one() {
     let said = env.fails(&["show", "run8"], 3);
     assert!(!said.contains("did you mean"), "{said}");
 }
+
+#[test]
+fn remote_add_refuses_a_missing_bucket_unless_no_check() {
+    let env = TestEnv::new();
+    crate::remote::use_s3(&env);
+    let prefix = crate::remote::unique_prefix();
+    let typo = format!("s3://dsv-tset/{prefix}");
+    let out = env.run(&["remote", "add", "origin", &typo]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("hint: the bucket (or container) does not exist, and the remote was not added"),
+        "{said}"
+    );
+    assert_eq!(env.json(&["remote", "ls"]), serde_json::json!([]));
+    // --no-check adds it without a request.
+    env.ok(&["remote", "add", "origin", &typo, "--no-check"]);
+    // An existing bucket (the prefix need not exist) is accepted.
+    env.ok(&[
+        "remote",
+        "add",
+        "real",
+        &format!("s3://dsv-test/{prefix}"),
+    ]);
+    // A file:// remote is never contacted: its directory is made.
+    let dir = env.path("later/remote");
+    env.ok(&["remote", "add", "local", &format!("file://{}", dir.display())]);
+    assert!(dir.is_dir());
+}

@@ -1218,8 +1218,11 @@ impl Error {
             ),
             Error::InvalidConfig { .. } => "fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then".into(),
             Error::UnknownSetting { .. } | Error::InvalidSetting { .. } => "`dsv config --help` lists the settings and the values they take".into(),
-            Error::Remote { source, .. } => match remote_refusal(source) {
-                Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add`".into(),
+            Error::Remote { source, action, .. } => match remote_refusal(source) {
+                // `dsv remote add`'s check (`check_remote`): nothing was added.
+                Some("missing bucket") if action.starts_with(ADD_CHECK_ACTION) => "the bucket (or container) does not exist, and the remote was not added: fix the URL, or create the bucket; `dsv remote add --no-check` adds it anyway".into(),
+                Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add` (`dsv remote add --no-check` adds one whose bucket is made later)".into(),
+                Some("no credentials") => "no AWS credentials were found. dsv looked in the environment (AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), in the AWS profile files (the profile AWS_PROFILE names, else default, in ~/.aws/credentials and ~/.aws/config, or AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE), and last at the EC2 instance metadata service, which gave none (the cause above). Set the environment variables or a profile (`aws configure`); a public bucket is read without credentials with --option aws_skip_signature=true".into(),
                 Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the AWS profile (AWS_PROFILE, ~/.aws/credentials), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
                 None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing".into(),
             },
@@ -1340,6 +1343,26 @@ pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The start of [`Error::Remote`]'s action when `dsv remote add` checks a remote before
+/// adding it.
+pub const ADD_CHECK_ACTION: &str = "check before adding it";
+
+/// The paths object_store requests from the EC2 instance metadata service for credentials
+/// (IMDSv2's token, then the role's credentials), in its errors' texts.
+const INSTANCE_METADATA_TOKEN_PATH: &str = "/latest/api/token";
+const INSTANCE_METADATA_CREDENTIALS_PATH: &str = "/latest/meta-data/iam/security-credentials";
+
+/// `error`'s text and its causes', concatenated.
+fn chain_text(error: &object_store::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// What [`Error::Catalog`] says: a full disk by name (SQLite's own words, "database or disk
