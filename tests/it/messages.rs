@@ -128,6 +128,7 @@ fn remote_add_refuses_a_missing_bucket_unless_no_check() {
     let out = env.run(&["remote", "add", "origin", &typo]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("NoSuchBucket: the bucket dsv-tset does not exist"), "{said}");
     assert!(
         said.contains("hint: the bucket (or container) does not exist, and the remote was not added"),
         "{said}"
@@ -146,4 +147,21 @@ fn remote_add_refuses_a_missing_bucket_unless_no_check() {
     let dir = env.path("later/remote");
     env.ok(&["remote", "add", "local", &format!("file://{}", dir.display())]);
     assert!(dir.is_dir());
+}
+
+#[test]
+fn a_missing_bucket_is_named_by_its_code_not_shown_as_xml() {
+    let env = TestEnv::new();
+    crate::remote::use_s3(&env);
+    env.write("data/a.txt", "a");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    env.ok(&["remote", "add", "origin", "s3://no-such-bucket-here/x", "--no-check"]);
+    let out = env.run(&["push"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("<?xml") && !said.contains("<Error>"), "{said}");
+    assert!(
+        said.contains("NoSuchBucket: the bucket no-such-bucket-here does not exist"),
+        "{said}"
+    );
 }

@@ -59,17 +59,56 @@ impl ErrorKind {
 /// The causes of `error`, outermost first, without `error` itself: the "caused by:" lines
 /// under an error. A cause whose text the previous one already contains is left out (HTTP
 /// client errors repeat their sources).
+///
+/// An object store's XML error body in a cause (S3's, Azure's `<Error><Code>...`) is shown
+/// as its code and message ([`without_error_xml`]): `NoSuchBucket: the bucket X does not
+/// exist`.
 pub fn causes(error: &dyn std::error::Error) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut source = error.source();
     while let Some(cause) = source {
-        let text = cause.to_string();
+        let text = without_error_xml(&cause.to_string());
         if out.last().is_none_or(|last| !last.contains(&text)) {
             out.push(text);
         }
         source = cause.source();
     }
     out
+}
+
+/// `text` with an XML error body (from `<?xml` or `<Error>` to its end) replaced by
+/// `CODE: MESSAGE` (the message's first line; for `NoSuchBucket`, "the bucket NAME does not
+/// exist"); `text` itself when it holds none, or one without a `<Code>`.
+pub fn without_error_xml(text: &str) -> String {
+    let Some(start) = text.find("<?xml").or_else(|| text.find("<Error>")) else {
+        return text.to_string();
+    };
+    let body = &text[start..];
+    let element = |name: &str| -> Option<&str> {
+        let open = format!("<{name}>");
+        let from = body.find(&open)? + open.len();
+        let to = body[from..].find(&format!("</{name}>"))? + from;
+        Some(body[from..to].trim())
+    };
+    let Some(code) = element("Code") else {
+        return text.to_string();
+    };
+    let end = body.find("</Error>").map_or(body.len(), |e| e + "</Error>".len());
+    let message = match (code, element("BucketName")) {
+        ("NoSuchBucket", Some(bucket)) => format!("the bucket {bucket} does not exist"),
+        _ => element("Message")
+            .and_then(|m| m.lines().next())
+            .unwrap_or("")
+            .trim()
+            .trim_end_matches('.')
+            .to_string(),
+    };
+    let shown = if message.is_empty() {
+        code.to_string()
+    } else {
+        format!("{code}: {message}")
+    };
+    format!("{}{shown}{}", &text[..start], &body[end..])
 }
 
 /// Every error this crate returns.
