@@ -119,6 +119,67 @@ fn an_unknown_tag_or_dataset_names_the_close_one() {
     assert!(!said.contains("did you mean"), "{said}");
 }
 
+/// A loopback server that answers every request with `403 Forbidden` (as something on the
+/// instance metadata address does where no EC2 metadata service is), for up to 32
+/// connections; returns its URL.
+fn forbidding_server() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(32) {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+fn joined(error: &serde_json::Value) -> String {
+    let mut text = error["message"].as_str().unwrap_or_default().to_string();
+    for part in ["causes", "hints"] {
+        for line in error[part].as_array().into_iter().flatten() {
+            text.push('\n');
+            text.push_str(line.as_str().unwrap_or_default());
+        }
+    }
+    text
+}
+
+#[test]
+fn with_no_credentials_at_all_the_error_says_none_were_found_and_where_it_looked() {
+    let env = TestEnv::new();
+    // No AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, no profile files: object_store's last
+    // resort is the instance metadata service, which answers 403 here.
+    crate::remote::use_s3_anonymously(&env);
+    env.set_var("AWS_METADATA_ENDPOINT", &forbidding_server());
+    let url = format!("s3://dsv-test/{}", crate::remote::unique_prefix());
+    let error = env.json_error(&["remote", "add", "origin", &url], 3);
+    let said = joined(&error);
+    assert!(!said.contains("refused the credentials"), "{said}");
+    let hint = error["hints"][0].as_str().unwrap();
+    assert!(hint.contains("no AWS credentials were found"), "{said}");
+    for place in ["AWS_ACCESS_KEY_ID", "~/.aws/credentials", "instance metadata"] {
+        assert!(hint.contains(place), "{place}: {said}");
+    }
+    assert_eq!(env.json(&["remote", "ls"]), serde_json::json!([]));
+    // Added unchecked, the first fetch says the same.
+    env.ok(&["remote", "add", "origin", &url, "--no-check"]);
+    let error = env.json_error(&["fetch"], 3);
+    assert!(
+        error["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("no AWS credentials were found"),
+        "{error}"
+    );
+}
+
 #[test]
 fn remote_add_refuses_a_missing_bucket_unless_no_check() {
     let env = TestEnv::new();

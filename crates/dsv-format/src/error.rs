@@ -1349,18 +1349,23 @@ fn nested_store_message(dir: &Path, store: &Path, workspace: Option<&Path>) -> S
 /// bucket"` (the bucket or container does not exist) or `"credentials"` (authentication or
 /// permission refused). object_store reports both as generic HTTP errors carrying the
 /// service's code, so the codes are looked for in the error's text.
+///
+/// `"no credentials"`: no credentials were found, so object_store asked the EC2 instance
+/// metadata service (its last resort, `http://169.254.169.254/latest/api/token`, or
+/// `AWS_METADATA_ENDPOINT`) and that failed: refused (a 403 where something else answers
+/// there) or unreachable (not on a cloud machine). Its failure is no refusal by the remote.
 pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
+    let text = chain_text(error);
+    if text.contains(INSTANCE_METADATA_TOKEN_PATH)
+        || text.contains(INSTANCE_METADATA_CREDENTIALS_PATH)
+    {
+        return Some("no credentials");
+    }
     if matches!(
         error,
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
     ) {
         return Some("credentials");
-    }
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&cause.to_string());
-        source = cause.source();
     }
     let has = |codes: &[&str]| codes.iter().any(|code| text.contains(code));
     if has(&[
@@ -1609,6 +1614,49 @@ mod kind_tests {
         };
         assert_eq!(remote_refusal(&bucket), Some("missing bucket"));
         assert_eq!(remote(bucket).kind(), ErrorKind::User);
+    }
+
+    #[test]
+    fn no_credentials_is_told_from_refused_ones() {
+        // object_store's shape when the instance metadata service, its last resort, answers
+        // 403: a generic S3 error naming the token URL, with the status in its text.
+        let metadata = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing PUT http://169.254.169.254/latest/api/token in 1.2ms - Server returned non-2xx status code: 403 Forbidden: ".into(),
+        };
+        assert_eq!(remote_refusal(&metadata), Some("no credentials"));
+        let hint = &remote(metadata).hints()[0];
+        assert!(hint.starts_with("no AWS credentials were found"), "{hint}");
+        assert!(!hint.contains("refused"), "{hint}");
+        // Unreachable (not on a cloud machine): the same.
+        let unreachable = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing GET http://169.254.169.254/latest/meta-data/iam/security-credentials/ in 5s - error sending request".into(),
+        };
+        assert_eq!(remote_refusal(&unreachable), Some("no credentials"));
+        // The service refusing credentials it was given.
+        let refused = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 403 Forbidden: <Code>InvalidAccessKeyId</Code>".into(),
+        };
+        assert_eq!(remote_refusal(&refused), Some("credentials"));
+    }
+
+    #[test]
+    fn an_xml_error_body_is_shown_as_its_code_and_message() {
+        let s3 = "Error performing GET http://h/b?list-type=2 in 2ms - Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>dsv-tset</BucketName><RequestId>ABC</RequestId></Error>";
+        assert_eq!(
+            without_error_xml(s3),
+            "Error performing GET http://h/b?list-type=2 in 2ms - Server returned non-2xx status code: 404 Not Found: NoSuchBucket: the bucket dsv-tset does not exist"
+        );
+        let azure = "Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>ContainerNotFound</Code><Message>The specified container does not exist.\nRequestId:1\nTime:2</Message></Error>";
+        assert_eq!(
+            without_error_xml(azure),
+            "Server returned non-2xx status code: 404 Not Found: ContainerNotFound: The specified container does not exist"
+        );
+        for plain in ["connection refused", "a <b> c", "<?xml version=\"1.0\"?><x/>"] {
+            assert_eq!(without_error_xml(plain), plain);
+        }
     }
 
     #[test]
