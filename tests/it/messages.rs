@@ -30,7 +30,10 @@ fn gits_head_caret_and_tilde_name_the_versions_before_the_head() {
     assert_eq!(shown["message"], "2", "{shown}");
     // A form dsv does not have names the forms it has.
     let said = env.fails(&["show", "mnist@{1}"], 3);
-    assert!(said.contains("NAME@TAG") && said.contains("HEAD^"), "{said}");
+    assert!(
+        said.contains("NAME@TAG") && said.contains("HEAD^"),
+        "{said}"
+    );
     let said = env.fails(&["show", "mnist@HEAD^2"], 3);
     assert!(said.contains("one parent"), "{said}");
 }
@@ -164,7 +167,11 @@ fn with_no_credentials_at_all_the_error_says_none_were_found_and_where_it_looked
     assert!(!said.contains("refused the credentials"), "{said}");
     let hint = error["hints"][0].as_str().unwrap();
     assert!(hint.contains("no AWS credentials were found"), "{said}");
-    for place in ["AWS_ACCESS_KEY_ID", "~/.aws/credentials", "instance metadata"] {
+    for place in [
+        "AWS_ACCESS_KEY_ID",
+        "~/.aws/credentials",
+        "instance metadata",
+    ] {
         assert!(hint.contains(place), "{place}: {said}");
     }
     assert_eq!(env.json(&["remote", "ls"]), serde_json::json!([]));
@@ -189,24 +196,29 @@ fn remote_add_refuses_a_missing_bucket_unless_no_check() {
     let out = env.run(&["remote", "add", "origin", &typo]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("NoSuchBucket: the bucket dsv-tset does not exist"), "{said}");
     assert!(
-        said.contains("hint: the bucket (or container) does not exist, and the remote was not added"),
+        said.contains("NoSuchBucket: the bucket dsv-tset does not exist"),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "hint: the bucket (or container) does not exist, and the remote was not added"
+        ),
         "{said}"
     );
     assert_eq!(env.json(&["remote", "ls"]), serde_json::json!([]));
     // --no-check adds it without a request.
     env.ok(&["remote", "add", "origin", &typo, "--no-check"]);
     // An existing bucket (the prefix need not exist) is accepted.
+    env.ok(&["remote", "add", "real", &format!("s3://dsv-test/{prefix}")]);
+    // A file:// remote is never contacted: its directory is made.
+    let dir = env.path("later/remote");
     env.ok(&[
         "remote",
         "add",
-        "real",
-        &format!("s3://dsv-test/{prefix}"),
+        "local",
+        &format!("file://{}", dir.display()),
     ]);
-    // A file:// remote is never contacted: its directory is made.
-    let dir = env.path("later/remote");
-    env.ok(&["remote", "add", "local", &format!("file://{}", dir.display())]);
     assert!(dir.is_dir());
 }
 
@@ -216,11 +228,20 @@ fn a_missing_bucket_is_named_by_its_code_not_shown_as_xml() {
     crate::remote::use_s3(&env);
     env.write("data/a.txt", "a");
     env.ok(&["commit", "data", "-d", "ds"]);
-    env.ok(&["remote", "add", "origin", "s3://no-such-bucket-here/x", "--no-check"]);
+    env.ok(&[
+        "remote",
+        "add",
+        "origin",
+        "s3://no-such-bucket-here/x",
+        "--no-check",
+    ]);
     let out = env.run(&["push"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!said.contains("<?xml") && !said.contains("<Error>"), "{said}");
+    assert!(
+        !said.contains("<?xml") && !said.contains("<Error>"),
+        "{said}"
+    );
     assert!(
         said.contains("NoSuchBucket: the bucket no-such-bucket-here does not exist"),
         "{said}"

@@ -528,7 +528,13 @@ fn unreachable_missing_and_refused_remotes_fail_clearly_and_change_nothing() {
             .contains("does not exist"),
         "{refused}"
     );
-    env.ok(&["remote", "add", "nobucket", "s3://no-such-bucket/x", "--no-check"]);
+    env.ok(&[
+        "remote",
+        "add",
+        "nobucket",
+        "s3://no-such-bucket/x",
+        "--no-check",
+    ]);
     let missing = env.json_error(&["push", "--remote", "nobucket"], 3);
     assert!(
         missing["hints"][0]

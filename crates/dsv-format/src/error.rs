@@ -93,7 +93,9 @@ pub fn without_error_xml(text: &str) -> String {
     let Some(code) = element("Code") else {
         return text.to_string();
     };
-    let end = body.find("</Error>").map_or(body.len(), |e| e + "</Error>".len());
+    let end = body
+        .find("</Error>")
+        .map_or(body.len(), |e| e + "</Error>".len());
     let message = match (code, element("BucketName")) {
         ("NoSuchBucket", Some(bucket)) => format!("the bucket {bucket} does not exist"),
         _ => element("Message")
@@ -1654,7 +1656,11 @@ mod kind_tests {
             without_error_xml(azure),
             "Server returned non-2xx status code: 404 Not Found: ContainerNotFound: The specified container does not exist"
         );
-        for plain in ["connection refused", "a <b> c", "<?xml version=\"1.0\"?><x/>"] {
+        for plain in [
+            "connection refused",
+            "a <b> c",
+            "<?xml version=\"1.0\"?><x/>",
+        ] {
             assert_eq!(without_error_xml(plain), plain);
         }
     }

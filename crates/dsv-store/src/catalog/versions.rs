@@ -649,11 +649,17 @@ mod tests {
         assert_eq!(closest_name("v1", &tags).as_deref(), Some("v01"));
         assert_eq!(closest_name("v001", &tags).as_deref(), Some("v01"));
         assert_eq!(closest_name("v10", &tags).as_deref(), Some("V10"));
-        assert_eq!(closest_name("relase-2024", &tags).as_deref(), Some("release-2024"));
+        assert_eq!(
+            closest_name("relase-2024", &tags).as_deref(),
+            Some("release-2024")
+        );
         assert_eq!(closest_name("v3", &tags), None);
         assert_eq!(closest_name("v02", &tags).as_deref(), Some("v2"));
         assert_eq!(closest_name("x", &tags), None);
-        assert_eq!(closest_name("v0", &names(&["v00", "v1"])).as_deref(), Some("v00"));
+        assert_eq!(
+            closest_name("v0", &names(&["v00", "v1"])).as_deref(),
+            Some("v00")
+        );
     }
 
     #[test]
