@@ -164,6 +164,7 @@ enum Command {
     /// Examples:
     ///   dsv log mnist
     ///   dsv log mnist --oneline -n 5
+    ///   dsv log mnist@v1              # v1 and its ancestors
     #[command(verbatim_doc_comment)]
     Log(LogArgs),
     /// List datasets, or the files of a version (`REV` or `REV:PATH`).

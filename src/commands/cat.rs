@@ -15,12 +15,22 @@ pub(crate) struct CatArgs {
         help = concat!("REV:PATH, e.g. mnist@v1:train/0.png. REV is ", revision_syntax!())
     )]
     target: String,
+    /// `dsv cat REV PATH`, as `git show`'s users type it: refused with `REV:PATH` suggested.
+    #[arg(hide = true)]
+    path: Option<String>,
     /// Only bytes START..END (END exclusive; either may be omitted).
     #[arg(long, value_name = "START..END")]
     range: Option<String>,
 }
 
 pub(crate) fn run(cli: &Cli, args: &CatArgs) -> anyhow::Result<u8> {
+    if let Some(path) = &args.path {
+        return Err(error::Usage(format!(
+            "dsv cat takes one argument, REV:PATH: did you mean `dsv cat {}:{path}`?",
+            args.target
+        ))
+        .into());
+    }
     let store = open_store(cli)?;
     let (revision, path) = args
         .target

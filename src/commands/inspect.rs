@@ -41,6 +41,9 @@ pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
         Some(new) => (Some(Revision::parse(&args.old)?), Revision::parse(new)?),
         None => (None, Revision::parse(&args.old)?),
     };
+    if let (Some(older), Some(new)) = (&older, &args.new) {
+        tags_for_datasets(&store, &args.old, new, older, &newer)?;
+    }
     let sides = inspect::DiffSides::resolve(&store, older.as_ref(), &newer)?;
     // The changes stream: JSON element by element, text a block at a time.
     if ui.json {
@@ -92,9 +95,45 @@ pub(crate) fn diff(cli: &Cli, ui: &Ui, args: &DiffArgs) -> anyhow::Result<u8> {
     Ok(error::SUCCESS)
 }
 
+/// `dsv diff v1 v2`, two tags where revisions were meant: when neither names a dataset and
+/// one dataset has both tags, the error suggests `NAME@v1 NAME@v2`.
+fn tags_for_datasets(
+    store: &dsv::Store,
+    old: &str,
+    new: &str,
+    older: &Revision,
+    newer: &Revision,
+) -> anyhow::Result<()> {
+    let bare = |text: &str| !text.contains(['@', '~', '^']);
+    let catalog = store.catalog();
+    if !bare(old) || !bare(new) || catalog.has_dataset(&older.dataset)? {
+        return Ok(());
+    }
+    for dataset in catalog.datasets_with_tag(&older.dataset)? {
+        if catalog.tag(&dataset, &newer.dataset)?.is_some() {
+            return Err(dsv::Error::DatasetNotFound {
+                name: older.dataset.clone(),
+                closest: Some(format!(
+                    "{dataset}@{} {dataset}@{}",
+                    older.dataset, newer.dataset
+                )),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct LogArgs {
-    /// The dataset.
+    #[arg(
+        value_name = "REVISION",
+        help = concat!(
+            "The dataset (NAME: every version of it), or a revision (that version and its \
+             ancestors, as `git log REV`): ",
+            revision_syntax!()
+        )
+    )]
     dataset: String,
     /// Show at most N versions.
     #[arg(short = 'n', long, value_name = "N")]
@@ -106,7 +145,12 @@ pub(crate) struct LogArgs {
 
 pub(crate) fn log(cli: &Cli, ui: &Ui, args: &LogArgs) -> anyhow::Result<u8> {
     let store = open_store(cli)?;
-    let versions = inspect::log(&store, &args.dataset, args.limit)?;
+    // A bare name lists the whole dataset; any other revision, its line back from there.
+    let versions = if args.dataset.contains(['@', '~', '^', ':']) {
+        inspect::log_from(&store, &Revision::parse(&args.dataset)?, args.limit)?
+    } else {
+        inspect::log(&store, &args.dataset, args.limit)?
+    };
     if args.oneline {
         ui.report(versions.as_slice(), render::log_oneline)?;
     } else {

@@ -30,6 +30,10 @@ pub(crate) enum RemoteCommand {
         /// Read from it before every other remote (default: after them).
         #[arg(long)]
         first: bool,
+        /// Add it without checking that it answers and its bucket exists (one listing of
+        /// its refs; a file:// remote is never contacted).
+        #[arg(long)]
+        no_check: bool,
     },
     /// List the remotes in read order (the order reads ask them for data this store lacks),
     /// with their URLs, options and refs as last fetched.
@@ -72,7 +76,11 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, command: &RemoteCommand) -> anyhow::Result
             url,
             options,
             first,
+            no_check,
         } => {
+            if !*no_check {
+                sync::check_remote(&store, name, url, &parse_options(options)?)?;
+            }
             let record =
                 sync::add_remote_placed(&mut store, name, url, &parse_options(options)?, *first)?;
             if ui.json {

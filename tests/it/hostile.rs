@@ -257,7 +257,7 @@ fn bounded_reading(env: &TestEnv, args: &[&str], codes: &[i32]) -> (String, u64)
 /// A store with remote `origin` at `remote`.
 fn store_with(remote: &HostileRemote) -> TestEnv {
     let env = TestEnv::new();
-    env.ok(&["remote", "add", "origin", &remote.url()]);
+    env.ok(&["remote", "add", "origin", &remote.url(), "--no-check"]);
     env
 }
 

@@ -22,6 +22,7 @@ mod hostile;
 mod import;
 mod import_bounds;
 mod local_store;
+mod messages;
 mod mount;
 mod nearest;
 mod properties;

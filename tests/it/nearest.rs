@@ -39,6 +39,7 @@ pub(crate) fn add_unreachable(env: &TestEnv, name: &str, first: bool) {
         "max_retries=0",
         "--option",
         "connect_timeout=2s",
+        "--no-check",
     ];
     if first {
         args.push("--first");
@@ -179,6 +180,7 @@ impl Refusing {
             "--option",
             "max_retries=0",
             "--first",
+            "--no-check",
         ]);
     }
 }

@@ -519,7 +519,22 @@ fn unreachable_missing_and_refused_remotes_fail_clearly_and_change_nothing() {
         .unwrap();
     assert_eq!(down.status.code(), Some(6), "{down:?}");
 
-    env.ok(&["remote", "add", "nobucket", "s3://no-such-bucket/x"]);
+    // `remote add` checks the bucket; --no-check adds it anyway, and a push is refused.
+    let refused = env.json_error(&["remote", "add", "nobucket", "s3://no-such-bucket/x"], 3);
+    assert!(
+        refused["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{refused}"
+    );
+    env.ok(&[
+        "remote",
+        "add",
+        "nobucket",
+        "s3://no-such-bucket/x",
+        "--no-check",
+    ]);
     let missing = env.json_error(&["push", "--remote", "nobucket"], 3);
     assert!(
         missing["hints"][0]
@@ -541,7 +556,7 @@ fn unreachable_missing_and_refused_remotes_fail_clearly_and_change_nothing() {
     azure.set_var("AZURE_ALLOW_HTTP", "true");
     azure.write("data/a.txt", "a\n");
     azure.ok(&["commit", "data", "-d", "ds"]);
-    azure.ok(&["remote", "add", "origin", &url]);
+    azure.ok(&["remote", "add", "origin", &url, "--no-check"]);
     let refused = azure.run(&["push"]);
     assert_eq!(refused.status.code(), Some(3), "{refused:?}");
 
@@ -589,7 +604,7 @@ fn remote_names_urls_and_revisions_are_checked() {
     env.fails(&["remote", "add", "x", "ftp://host/p"], 3);
     env.fails(&["remote", "add", "x", "file://relative"], 3);
     // GCS is covered by configuration only (no emulator here): the URL is accepted.
-    env.ok(&["remote", "add", "gcs", "gs://bucket/prefix"]);
+    env.ok(&["remote", "add", "gcs", "gs://bucket/prefix", "--no-check"]);
     env.fails(&["remote", "add", "gcs", "gs://bucket/other"], 3);
     env.fails(&["checkout", "nosuch/ds", "out"], 3);
     env.ok(&["remote", "rm", "gcs"]);

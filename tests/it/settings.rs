@@ -322,7 +322,7 @@ fn a_missing_aws_profile_is_an_error_naming_it_and_the_files() {
         "AWS_CONFIG_FILE",
         env.path("elsewhere/aws-config").to_str().unwrap(),
     );
-    env.ok(&["remote", "add", "origin", "s3://dsv-test/x"]);
+    env.ok(&["remote", "add", "origin", "s3://dsv-test/x", "--no-check"]);
 }
 
 /// A server on loopback that answers every request with 403 and keeps each request's head,
@@ -393,7 +393,13 @@ fn environment_variables_win_over_the_profile_as_for_the_aws_cli() {
         &by_profile.url(),
     );
     env.set_var("AWS_PROFILE", "p");
-    env.ok(&["remote", "add", "origin", "s3://dsv-test/recorded"]);
+    env.ok(&[
+        "remote",
+        "add",
+        "origin",
+        "s3://dsv-test/recorded",
+        "--no-check",
+    ]);
     env.json_error(&["fetch"], 3);
     let auth = by_profile.last_authorization();
     assert!(
@@ -438,7 +444,13 @@ fn environment_variables_win_over_the_profile_as_for_the_aws_cli() {
     env.set_var("AWS_ALLOW_HTTP", "true");
     env.set_var("AWS_ACCESS_KEY_ID", "AKIAENVKEY");
     env.set_var("AWS_SECRET_ACCESS_KEY", "env-secret");
-    env.ok(&["remote", "add", "origin", "s3://dsv-test/recorded"]);
+    env.ok(&[
+        "remote",
+        "add",
+        "origin",
+        "s3://dsv-test/recorded",
+        "--no-check",
+    ]);
     env.json_error(&["fetch"], 3);
     assert!(by_env.last_authorization().contains("/us-east-2/s3/"));
 }

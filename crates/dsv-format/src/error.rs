@@ -59,17 +59,58 @@ impl ErrorKind {
 /// The causes of `error`, outermost first, without `error` itself: the "caused by:" lines
 /// under an error. A cause whose text the previous one already contains is left out (HTTP
 /// client errors repeat their sources).
+///
+/// An object store's XML error body in a cause (S3's, Azure's `<Error><Code>...`) is shown
+/// as its code and message ([`without_error_xml`]): `NoSuchBucket: the bucket X does not
+/// exist`.
 pub fn causes(error: &dyn std::error::Error) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut source = error.source();
     while let Some(cause) = source {
-        let text = cause.to_string();
+        let text = without_error_xml(&cause.to_string());
         if out.last().is_none_or(|last| !last.contains(&text)) {
             out.push(text);
         }
         source = cause.source();
     }
     out
+}
+
+/// `text` with an XML error body (from `<?xml` or `<Error>` to its end) replaced by
+/// `CODE: MESSAGE` (the message's first line; for `NoSuchBucket`, "the bucket NAME does not
+/// exist"); `text` itself when it holds none, or one without a `<Code>`.
+pub fn without_error_xml(text: &str) -> String {
+    let Some(start) = text.find("<?xml").or_else(|| text.find("<Error>")) else {
+        return text.to_string();
+    };
+    let body = &text[start..];
+    let element = |name: &str| -> Option<&str> {
+        let open = format!("<{name}>");
+        let from = body.find(&open)? + open.len();
+        let to = body[from..].find(&format!("</{name}>"))? + from;
+        Some(body[from..to].trim())
+    };
+    let Some(code) = element("Code") else {
+        return text.to_string();
+    };
+    let end = body
+        .find("</Error>")
+        .map_or(body.len(), |e| e + "</Error>".len());
+    let message = match (code, element("BucketName")) {
+        ("NoSuchBucket", Some(bucket)) => format!("the bucket {bucket} does not exist"),
+        _ => element("Message")
+            .and_then(|m| m.lines().next())
+            .unwrap_or("")
+            .trim()
+            .trim_end_matches('.')
+            .to_string(),
+    };
+    let shown = if message.is_empty() {
+        code.to_string()
+    } else {
+        format!("{code}: {message}")
+    };
+    format!("{}{shown}{}", &text[..start], &body[end..])
 }
 
 /// Every error this crate returns.
@@ -163,10 +204,13 @@ pub enum Error {
         closest: Option<String>,
     },
     /// The dataset exists but nothing matches the revision.
-    #[error("unknown revision {revision:?}")]
+    #[error("unknown revision {revision:?}{}", closest.as_ref().map(|c| format!(" (did you mean {c}?)")).unwrap_or_default())]
     RevisionNotFound {
         /// The revision as given.
         revision: String,
+        /// The revision closest to it, when one is close (a typo of a tag: `covid@v1` when
+        /// `covid@v01` exists).
+        closest: Option<String>,
     },
     /// An id prefix that matches more than one version.
     #[error("revision {revision:?} is ambiguous: it matches {}", candidates.join(", "))]
@@ -1119,11 +1163,15 @@ impl Error {
             Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
             Error::DatasetNotFound { closest: Some(closest), .. } => format!("did you mean {closest}? `dsv ls` lists the datasets"),
             Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)".into(),
-            Error::RevisionNotFound { revision } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
+            Error::RevisionNotFound { revision, closest: Some(closest) } => {
+                let dataset = revision.split('@').next().unwrap_or(revision);
+                format!("did you mean {closest}? `dsv log {dataset}` lists its versions and tags")
+            }
+            Error::RevisionNotFound { revision, .. } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
                 let dataset = revision.split('@').next().unwrap_or(revision);
                 format!("the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags")
             }
-            Error::RevisionNotFound { revision } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
+            Error::RevisionNotFound { revision, .. } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
                 let (remote, dataset) = revision
                     .split('@')
                     .next()
@@ -1133,7 +1181,7 @@ impl Error {
                     "`dsv fetch --remote {remote}` lists the datasets and tags {remote} has; then `dsv pull NAME --remote {remote}` (or `dsv checkout {remote}/NAME DIR`). A dataset of this store: `dsv log {dataset}`"
                 )
             }
-            Error::RevisionNotFound { revision } | Error::AmbiguousRevision { revision, .. } => {
+            Error::RevisionNotFound { revision, .. } | Error::AmbiguousRevision { revision, .. } => {
                 let dataset = revision.split('@').next().unwrap_or(revision);
                 format!("`dsv log {dataset}` lists its versions and tags")
             }
@@ -1243,8 +1291,11 @@ impl Error {
             ),
             Error::InvalidConfig { .. } => "fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then".into(),
             Error::UnknownSetting { .. } | Error::InvalidSetting { .. } => "`dsv config --help` lists the settings and the values they take".into(),
-            Error::Remote { source, .. } => match remote_refusal(source) {
-                Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add`".into(),
+            Error::Remote { source, action, .. } => match remote_refusal(source) {
+                // `dsv remote add`'s check (`check_remote`): nothing was added.
+                Some("missing bucket") if action.starts_with(ADD_CHECK_ACTION) => "the bucket (or container) does not exist, and the remote was not added: fix the URL, or create the bucket; `dsv remote add --no-check` adds it anyway".into(),
+                Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add` (`dsv remote add --no-check` adds one whose bucket is made later)".into(),
+                Some("no credentials") => "no AWS credentials were found. dsv looked in the environment (AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), in the AWS profile files (the profile AWS_PROFILE names, else default, in ~/.aws/credentials and ~/.aws/config, or AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE), and last at the EC2 instance metadata service, which gave none (the cause above). Set the environment variables or a profile (`aws configure`); a public bucket is read without credentials with --option aws_skip_signature=true".into(),
                 Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the AWS profile (AWS_PROFILE, ~/.aws/credentials), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
                 None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing".into(),
             },
@@ -1332,18 +1383,23 @@ fn nested_store_message(dir: &Path, store: &Path, workspace: Option<&Path>) -> S
 /// bucket"` (the bucket or container does not exist) or `"credentials"` (authentication or
 /// permission refused). object_store reports both as generic HTTP errors carrying the
 /// service's code, so the codes are looked for in the error's text.
+///
+/// `"no credentials"`: no credentials were found, so object_store asked the EC2 instance
+/// metadata service (its last resort, `http://169.254.169.254/latest/api/token`, or
+/// `AWS_METADATA_ENDPOINT`) and that failed: refused (a 403 where something else answers
+/// there) or unreachable (not on a cloud machine). Its failure is no refusal by the remote.
 pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
+    let text = chain_text(error);
+    if text.contains(INSTANCE_METADATA_TOKEN_PATH)
+        || text.contains(INSTANCE_METADATA_CREDENTIALS_PATH)
+    {
+        return Some("no credentials");
+    }
     if matches!(
         error,
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
     ) {
         return Some("credentials");
-    }
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&cause.to_string());
-        source = cause.source();
     }
     let has = |codes: &[&str]| codes.iter().any(|code| text.contains(code));
     if has(&[
@@ -1365,6 +1421,26 @@ pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The start of [`Error::Remote`]'s action when `dsv remote add` checks a remote before
+/// adding it.
+pub const ADD_CHECK_ACTION: &str = "check before adding it";
+
+/// The paths object_store requests from the EC2 instance metadata service for credentials
+/// (IMDSv2's token, then the role's credentials), in its errors' texts.
+const INSTANCE_METADATA_TOKEN_PATH: &str = "/latest/api/token";
+const INSTANCE_METADATA_CREDENTIALS_PATH: &str = "/latest/meta-data/iam/security-credentials";
+
+/// `error`'s text and its causes', concatenated.
+fn chain_text(error: &object_store::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// What [`Error::Catalog`] says: a full disk by name (SQLite's own words, "database or disk
@@ -1575,6 +1651,53 @@ mod kind_tests {
     }
 
     #[test]
+    fn no_credentials_is_told_from_refused_ones() {
+        // object_store's shape when the instance metadata service, its last resort, answers
+        // 403: a generic S3 error naming the token URL, with the status in its text.
+        let metadata = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing PUT http://169.254.169.254/latest/api/token in 1.2ms - Server returned non-2xx status code: 403 Forbidden: ".into(),
+        };
+        assert_eq!(remote_refusal(&metadata), Some("no credentials"));
+        let hint = &remote(metadata).hints()[0];
+        assert!(hint.starts_with("no AWS credentials were found"), "{hint}");
+        assert!(!hint.contains("refused"), "{hint}");
+        // Unreachable (not on a cloud machine): the same.
+        let unreachable = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing GET http://169.254.169.254/latest/meta-data/iam/security-credentials/ in 5s - error sending request".into(),
+        };
+        assert_eq!(remote_refusal(&unreachable), Some("no credentials"));
+        // The service refusing credentials it was given.
+        let refused = object_store::Error::Generic {
+            store: "S3",
+            source: "Server returned non-2xx status code: 403 Forbidden: <Code>InvalidAccessKeyId</Code>".into(),
+        };
+        assert_eq!(remote_refusal(&refused), Some("credentials"));
+    }
+
+    #[test]
+    fn an_xml_error_body_is_shown_as_its_code_and_message() {
+        let s3 = "Error performing GET http://h/b?list-type=2 in 2ms - Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>dsv-tset</BucketName><RequestId>ABC</RequestId></Error>";
+        assert_eq!(
+            without_error_xml(s3),
+            "Error performing GET http://h/b?list-type=2 in 2ms - Server returned non-2xx status code: 404 Not Found: NoSuchBucket: the bucket dsv-tset does not exist"
+        );
+        let azure = "Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>ContainerNotFound</Code><Message>The specified container does not exist.\nRequestId:1\nTime:2</Message></Error>";
+        assert_eq!(
+            without_error_xml(azure),
+            "Server returned non-2xx status code: 404 Not Found: ContainerNotFound: The specified container does not exist"
+        );
+        for plain in [
+            "connection refused",
+            "a <b> c",
+            "<?xml version=\"1.0\"?><x/>",
+        ] {
+            assert_eq!(without_error_xml(plain), plain);
+        }
+    }
+
+    #[test]
     fn hints_follow_the_error() {
         assert_eq!(
             io(io::ErrorKind::StorageFull).hints(),
@@ -1629,7 +1752,8 @@ mod kind_tests {
         );
         assert_eq!(
             Error::RevisionNotFound {
-                revision: "mnist@head".into()
+                revision: "mnist@head".into(),
+                closest: None,
             }
             .hints(),
             [

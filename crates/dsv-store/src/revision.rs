@@ -6,6 +6,7 @@
 //! NAME@TAG           a tag
 //! NAME@<hex prefix>  a version of NAME whose id starts with the prefix (4+ digits)
 //! NAME@BASE~N        the N-th parent of BASE (any of the above)
+//! NAME@BASE^         its parent (git's HEAD^); `~` alone, `^1` and chains (`~2^`) too
 //! ```
 //! A tag wins over an id prefix spelled the same way.
 
@@ -39,14 +40,9 @@ impl Revision {
             revision: text.to_string(),
             reason: reason.to_string(),
         };
-        let (rest, ancestors) = match text.rsplit_once('~') {
-            Some((rest, n)) => (
-                rest,
-                n.parse::<u32>()
-                    .map_err(|_| invalid("'~' must be followed by a number"))?,
-            ),
-            None => (text, 0),
-        };
+        // Names hold neither '~' nor '^': the first of them starts the ancestry suffix.
+        let (rest, suffix) = text.split_at(text.find(['~', '^']).unwrap_or(text.len()));
+        let ancestors = parse_ancestry(suffix).map_err(|reason| invalid(&reason))?;
         let (dataset, base) = match rest.split_once('@') {
             // git's name for the checked-out commit: here, the head.
             Some((dataset, "HEAD")) => (dataset, "latest"),
@@ -65,12 +61,14 @@ impl Revision {
         }
         check_name("dataset", dataset)?;
         if base.is_empty() {
-            return Err(invalid("nothing after '@'"));
+            return Err(invalid(&format!("nothing after '@'; {FORMS}")));
         }
-        // No tag or id prefix holds a '~'; allowing one would also make `a@b~c~0` show as
-        // `a@b~c`, which does not parse.
-        if base.contains('~') {
-            return Err(invalid("'~' may appear once, followed by a number"));
+        // Every tag and id prefix is a valid tag name: anything else (`@{1}`, `v1@x`, `v1..v2`)
+        // is a form dsv does not have.
+        if base != "latest" && check_name("tag", base).is_err() {
+            return Err(invalid(&format!(
+                "{base:?} is not a tag, an id prefix or latest; {FORMS}"
+            )));
         }
         Ok(Revision {
             dataset: dataset.to_string(),
@@ -88,6 +86,24 @@ impl Revision {
         let text = self.to_string();
         let not_found = || Error::RevisionNotFound {
             revision: text.clone(),
+            closest: None,
+        };
+        // A tag that is not there: a typo of one that is (`v1` for `v01`) is named.
+        let unknown_tag = || -> Error {
+            match catalog.closest_tag(&self.dataset, &self.base) {
+                Ok(Some(tag)) => Error::RevisionNotFound {
+                    revision: text.clone(),
+                    closest: Some(
+                        Revision {
+                            base: tag,
+                            ..self.clone()
+                        }
+                        .to_string(),
+                    ),
+                },
+                Ok(None) => not_found(),
+                Err(error) => error,
+            }
         };
         let head = catalog.head(&self.dataset)?;
         let mut id = if self.base == "latest" {
@@ -105,7 +121,7 @@ impl Revision {
         } else if is_hex_prefix(&self.base) && self.base.len() >= MIN_PREFIX {
             let matches = catalog.versions_with_prefix(&self.dataset, &self.base)?;
             match matches.as_slice() {
-                [] => return Err(not_found()),
+                [] => return Err(unknown_tag()),
                 [one] => *one,
                 many => {
                     return Err(Error::AmbiguousRevision {
@@ -115,7 +131,7 @@ impl Revision {
                 }
             }
         } else {
-            return Err(not_found());
+            return Err(unknown_tag());
         };
         for _ in 0..self.ancestors {
             let version = catalog.version(&id)?.ok_or_else(not_found)?;
@@ -135,6 +151,56 @@ impl std::fmt::Display for Revision {
     }
 }
 
+/// The revision forms, for the messages of a revision that does not parse.
+const FORMS: &str = "a revision is NAME (its latest version), NAME@TAG, NAME@latest (or NAME@HEAD), \
+     NAME@<id prefix, 4+ hex digits>, any of these followed by ~N (N versions back), ~ or ^ \
+     (one back, as git's HEAD~N, HEAD~ and HEAD^): mnist@v2~1, mnist@HEAD^";
+
+/// The number of versions back that an ancestry suffix walks: a sequence of `~N` (`N`
+/// parents, a decimal number), `~` and `^` (one parent each), `^1` (one: the first parent)
+/// and `^0` (none), as git reads them; `""` is 0.
+///
+/// # Errors
+/// What is wrong, for [`Error::InvalidRevision`]: anything else in the suffix, `^N` with
+/// `N > 1` (a merge's other parents: a dsv version has one parent), or a total over
+/// `u32::MAX`.
+fn parse_ancestry(mut suffix: &str) -> std::result::Result<u32, String> {
+    let mut total: u32 = 0;
+    while let Some(step) = suffix.chars().next() {
+        suffix = &suffix[step.len_utf8()..];
+        let digits = suffix
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(suffix.len());
+        let (number, after) = suffix.split_at(digits);
+        suffix = after;
+        let count: u32 = if number.is_empty() {
+            1
+        } else {
+            number
+                .parse()
+                .map_err(|_| format!("{number} versions back is too many"))?
+        };
+        let back = match step {
+            '~' => count,
+            '^' if count <= 1 => count,
+            '^' => {
+                return Err(format!(
+                    "^{count} names a merge's parent number {count}, and a dsv version has one parent (^ or ~1 is it)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "{step:?} after the ancestry suffix: '~' and '^' are followed by a number or another '~' or '^'; {FORMS}"
+                ));
+            }
+        };
+        total = total
+            .checked_add(back)
+            .ok_or_else(|| "too many versions back".to_string())?;
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,7 +210,7 @@ mod tests {
         // Found by fuzz/fuzz_targets/fuzz_revision.rs: a '~' inside the base was accepted
         // ("mnist@a~4b~0" parsed with base "a~4b"), and its shown form did not parse.
         assert!(Revision::parse("mnist@a~4b~0").is_err());
-        for text in ["mnist", "mnist@v1~3", "mnist@ab12~0", "a@b@c~1"] {
+        for text in ["mnist", "mnist@v1~3", "mnist@ab12~0", "mnist@v1~2^~0"] {
             let revision = Revision::parse(text).unwrap();
             assert_eq!(Revision::parse(&revision.to_string()).unwrap(), revision);
         }
@@ -176,9 +242,32 @@ mod tests {
             "mnist@",
             "mnist@v1~x",
             "../x",
-            "mnist@v1~2~0",
+            "mnist@v1~+2",
+            "a@b@c~1",
         ] {
             assert!(Revision::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn accepts_gits_ancestry_suffixes() {
+        let r = |s: &str| Revision::parse(s).unwrap();
+        assert_eq!(r("mnist@HEAD^"), r("mnist@latest~1"));
+        assert_eq!(r("mnist@HEAD^^"), r("mnist@latest~2"));
+        assert_eq!(r("mnist@HEAD~"), r("mnist@latest~1"));
+        assert_eq!(r("mnist@HEAD~3"), r("mnist@latest~3"));
+        assert_eq!(r("mnist@HEAD~2^"), r("mnist@latest~3"));
+        assert_eq!(r("mnist@v1^1"), r("mnist@v1~1"));
+        assert_eq!(r("mnist@v1^0"), r("mnist@v1"));
+        assert_eq!(r("mnist@v1~2~0"), r("mnist@v1~2"));
+        assert_eq!(r("mnist^"), r("mnist~1"));
+        let merge = Revision::parse("mnist@HEAD^2").unwrap_err().to_string();
+        assert!(merge.contains("one parent"), "{merge}");
+        // A form dsv does not have says which forms there are.
+        for unknown in ["mnist@{1}", "mnist@HEAD@{2}", "mnist@v1^{tree}"] {
+            let message = Revision::parse(unknown).unwrap_err().to_string();
+            assert!(message.contains("NAME@TAG"), "{unknown}: {message}");
+            assert!(message.contains("HEAD^"), "{unknown}: {message}");
         }
     }
 }

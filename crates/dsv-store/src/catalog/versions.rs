@@ -104,6 +104,78 @@ fn version_row(row: &Row<'_>) -> rusqlite::Result<VersionRecord> {
     })
 }
 
+/// The candidate closest to `name` when it is close enough to be a typo of it, else `None`.
+///
+/// Closest first: a candidate equal to `name` but for letter case or leading zeros of its
+/// numbers (`v1` and `v01`, `Covid` and `covid`); then the smallest Damerau–Levenshtein
+/// distance, when it is at most 2 and at most a third of the candidate's length (3 for
+/// shorter ones). A candidate that differs from `name` only in the value of its numbers
+/// (`v1` and `v2`) is another version, not a typo, and is never suggested.
+pub fn closest_name(name: &str, candidates: &[String]) -> Option<String> {
+    let key = numbers_and_case_folded(name);
+    let mut best: Option<(usize, &String)> = None;
+    for candidate in candidates {
+        let folded = numbers_and_case_folded(candidate);
+        let distance = if folded == key {
+            0
+        } else if skeleton(&folded) == skeleton(&key) {
+            continue;
+        } else {
+            let distance = strsim::damerau_levenshtein(name, candidate);
+            if distance > 2 || distance * 3 > candidate.chars().count().max(3) {
+                continue;
+            }
+            distance
+        };
+        if best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map(|(_, name)| name.clone())
+}
+
+/// `name` in lower case with each number's leading zeros dropped (`V007` → `v7`).
+fn numbers_and_case_folded(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_number = false;
+    let mut pending_zeros = 0usize;
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            if c == '0' && !in_number {
+                pending_zeros += 1;
+                continue;
+            }
+            in_number = true;
+            pending_zeros = 0;
+            out.push(c);
+        } else {
+            if pending_zeros > 0 {
+                out.push('0');
+            }
+            pending_zeros = 0;
+            in_number = false;
+            out.extend(c.to_lowercase());
+        }
+    }
+    if pending_zeros > 0 {
+        out.push('0');
+    }
+    out
+}
+
+/// `folded` with each number replaced by `#` (`v12.3` → `v#.#`).
+fn skeleton(folded: &str) -> String {
+    let mut out = String::with_capacity(folded.len());
+    for c in folded.chars() {
+        if !c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('#') {
+            out.push('#');
+        }
+    }
+    out
+}
+
 impl Catalog {
     /// The id of dataset `name`'s head, `Ok(None)` when it has no versions.
     ///
@@ -138,7 +210,10 @@ impl Catalog {
     }
 
     /// The name of the dataset (with a head) closest to `name`, when it is close enough to be
-    /// a typo: a Damerau–Levenshtein distance of at most 2, and at most a third of the name.
+    /// a typo ([`closest_name`]: the same but for case or a number's leading zeros, or a
+    /// Damerau–Levenshtein distance of at most 2, and at most a third of the name); else,
+    /// when `name` is a tag of one or more datasets, `DATASET@name` (a tag given where a
+    /// revision was meant: `dsv show v1`).
     ///
     /// # Errors
     /// [`Error::Catalog`].
@@ -146,17 +221,36 @@ impl Catalog {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT name FROM datasets WHERE head IS NOT NULL")?;
-        let names = stmt.query_map([], |row| row.get::<_, String>(0))?;
-        let mut best: Option<(usize, String)> = None;
-        for candidate in names {
-            let candidate = candidate?;
-            let distance = strsim::damerau_levenshtein(name, &candidate);
-            let close = distance <= 2 && distance * 3 <= candidate.chars().count().max(3);
-            if close && best.as_ref().is_none_or(|(d, _)| distance < *d) {
-                best = Some((distance, candidate));
-            }
+        let names = stmt
+            .query_map([], |row| row.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        if let Some(closest) = closest_name(name, &names) {
+            return Ok(Some(closest));
         }
-        Ok(best.map(|(_, name)| name))
+        let tagged = self.datasets_with_tag(name)?;
+        Ok(tagged.first().map(|dataset| format!("{dataset}@{name}")))
+    }
+
+    /// The datasets (with a head) that have a tag `tag`, sorted.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn datasets_with_tag(&self, tag: &str) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT d.name FROM tags t JOIN datasets d ON d.id = t.dataset WHERE t.name = ?1 AND d.head IS NOT NULL ORDER BY d.name",
+        )?;
+        let names = stmt.query_map([tag], |row| row.get::<_, String>(0))?;
+        Ok(names.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The tag of dataset `name` closest to `tag`, when it is close enough to be a typo
+    /// ([`closest_name`]).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn closest_tag(&self, name: &str, tag: &str) -> Result<Option<String>> {
+        let tags: Vec<String> = self.tags(name)?.into_iter().map(|(tag, _)| tag).collect();
+        Ok(closest_name(tag, &tags))
     }
 
     /// As [`Catalog::head`], but `Ok(None)` for a dataset that does not exist yet.
@@ -546,6 +640,26 @@ mod tests {
         assert!(catalog.has_dataset("new").unwrap());
         assert_eq!(catalog.head("new").unwrap(), None);
         assert_eq!(catalog.head_or_none("new").unwrap(), None);
+    }
+
+    #[test]
+    fn the_closest_name_is_a_typo_or_the_same_number_never_another_number() {
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let tags = names(&["v01", "v2", "release-2024", "V10"]);
+        assert_eq!(closest_name("v1", &tags).as_deref(), Some("v01"));
+        assert_eq!(closest_name("v001", &tags).as_deref(), Some("v01"));
+        assert_eq!(closest_name("v10", &tags).as_deref(), Some("V10"));
+        assert_eq!(
+            closest_name("relase-2024", &tags).as_deref(),
+            Some("release-2024")
+        );
+        assert_eq!(closest_name("v3", &tags), None);
+        assert_eq!(closest_name("v02", &tags).as_deref(), Some("v2"));
+        assert_eq!(closest_name("x", &tags), None);
+        assert_eq!(
+            closest_name("v0", &names(&["v00", "v1"])).as_deref(),
+            Some("v00")
+        );
     }
 
     #[test]

@@ -83,6 +83,32 @@ pub fn log(store: &Store, dataset: &str, limit: Option<usize>) -> Result<Vec<Ver
     Ok(out)
 }
 
+/// The version `revision` names and its ancestors, newest first, along parents (as `git log
+/// REV`); at most `limit`. Unlike [`log`], no version off that line is listed.
+///
+/// # Errors
+/// Revision errors ([`Error::DatasetNotFound`], [`Error::RevisionNotFound`], ...), catalog
+/// errors.
+pub fn log_from(
+    store: &Store,
+    revision: &Revision,
+    limit: Option<usize>,
+) -> Result<Vec<VersionInfo>> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut next = Some(revision.resolve(store.catalog())?);
+    while let Some(id) = next {
+        // A parent chain is finite (ids hash their parents); `seen` guards a damaged catalog.
+        if limit.is_some_and(|l| out.len() >= l) || !seen.insert(id) {
+            break;
+        }
+        let version = info(store, &id)?;
+        next = version.record.version.parent;
+        out.push(version);
+    }
+    Ok(out)
+}
+
 /// One version, with its tags; its object in the pack is read and checked against the catalog.
 ///
 /// # Errors

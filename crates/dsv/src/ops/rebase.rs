@@ -495,6 +495,7 @@ fn rebase_now(
     let data_lock = store.lock_data_shared()?;
     if store.catalog().version(onto)?.is_none() {
         return Err(Error::RevisionNotFound {
+            closest: None,
             revision: options.onto_name.clone(),
         });
     }

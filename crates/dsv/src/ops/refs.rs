@@ -114,6 +114,7 @@ pub fn delete_tag(store: &mut Store, dataset: &str, tag: &str) -> Result<TagInfo
     let version = writer
         .delete_tag(dataset, tag)?
         .ok_or_else(|| Error::RevisionNotFound {
+            closest: None,
             revision: format!("{dataset}@{tag}"),
         })?;
     writer.commit()?;

@@ -166,6 +166,7 @@ pub fn unpin(store: &mut Store, revision: &Revision) -> Result<ObjectId> {
     writer.commit()?;
     if !had {
         return Err(Error::RevisionNotFound {
+            closest: None,
             revision: format!("{revision} (among the pins)"),
         });
     }

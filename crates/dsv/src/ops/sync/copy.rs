@@ -588,6 +588,7 @@ fn resolve_on(
 ) -> Result<ObjectId> {
     let text = revision.to_string();
     let not_found = || Error::RevisionNotFound {
+        closest: None,
         revision: format!("{text} (on remote {from})"),
     };
     let named = |tag: Option<String>| {

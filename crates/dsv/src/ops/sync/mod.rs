@@ -232,8 +232,8 @@ pub use pull::{
 };
 pub use push::{PushOptions, PushReport, PushedDataset, PushedRef, push};
 pub use remotes::{
-    RemoteListing, add_remote, add_remote_placed, default_remote, list_remotes, order_remotes,
-    remove_remote,
+    RemoteListing, add_remote, add_remote_placed, check_remote, default_remote, list_remotes,
+    order_remotes, remove_remote,
 };
 // The downloading this module's commands share lives in `crate::transfer`, below the read
 // engine too; its public items keep their paths here.

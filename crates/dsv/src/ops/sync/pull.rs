@@ -177,6 +177,7 @@ pub(crate) fn resolve_remote(
 ) -> Result<ObjectId> {
     let text = format!("{}/{revision}", record.name);
     let not_found = || Error::RevisionNotFound {
+        closest: None,
         revision: text.clone(),
     };
     let catalog = store.catalog();

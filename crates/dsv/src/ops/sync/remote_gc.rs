@@ -134,6 +134,7 @@ pub fn remove_remote_refs(
     }
     if refs.is_empty() {
         return Err(Error::RevisionNotFound {
+            closest: None,
             revision: match tag {
                 Some(tag) => format!("{name}/{dataset}@{tag}"),
                 None => format!("{name}/{dataset}"),

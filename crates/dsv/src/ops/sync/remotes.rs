@@ -71,6 +71,55 @@ pub fn add_remote_placed(
     store.catalog().remote(name)
 }
 
+/// Checks, before `dsv remote add`, that a remote at `url` answers and its bucket (or
+/// container) exists: one listing of its `refs/` (a page per 1,000 refs), read and
+/// discarded. A `file://` remote (or local path) is not contacted: its directory is created
+/// when the remote is added (a missing one is no typo to catch: the first push fills it).
+/// The name, URL and options are checked first, as [`add_remote`] does (a name `store`
+/// already has is refused before anything is contacted).
+///
+/// # Errors
+/// [`Error::InvalidName`], [`Error::RemoteExists`], [`Error::InvalidRemote`];
+/// [`Error::Remote`] (action "check
+/// before adding it: list refs/") when the listing fails: a missing bucket
+/// ([`crate::error::remote_refusal`] says "missing bucket"), refused or absent credentials,
+/// an unreachable endpoint.
+pub fn check_remote(
+    store: &Store,
+    name: &str,
+    url: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<()> {
+    check_name("remote", name)?;
+    if store.catalog().remotes()?.iter().any(|r| r.name == name) {
+        return Err(Error::RemoteExists {
+            name: name.to_string(),
+        });
+    }
+    let url = remote::url_from_path(url);
+    remote::check_url(&url)?;
+    remote::check_options(options)?;
+    if url.starts_with("file://") {
+        return Ok(());
+    }
+    let record = RemoteRecord {
+        id: 0,
+        name: name.to_string(),
+        url,
+        options: options.clone(),
+        position: 0,
+    };
+    match Remote::open(&record)?.list_refs() {
+        Ok(_) => Ok(()),
+        Err(Error::Remote { remote, source, .. }) => Err(Error::Remote {
+            remote,
+            action: format!("{}: list refs/", crate::error::ADD_CHECK_ACTION),
+            source,
+        }),
+        Err(other) => Err(other),
+    }
+}
+
 /// Puts remotes `first` at the front of the read order, in the order given; the others keep
 /// their order after them. Returns every remote in the new order. Nothing is contacted.
 ///
