@@ -32,6 +32,7 @@ mod round3;
 mod scale;
 mod scale_input;
 mod settings;
+mod stall;
 mod streaming;
 mod teamwork;
 mod terminal;
