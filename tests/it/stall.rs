@@ -77,7 +77,8 @@ impl OwnS3 {
         std::fs::read_to_string(&self.log)
             .unwrap()
             .lines()
-            .filter(|line| line.contains("\"GET ") && line.contains(".pack HTTP"))
+            // (moto colours some lines: the method may follow an escape sequence)
+            .filter(|line| line.contains("GET /") && line.contains(".pack HTTP"))
             .count()
     }
 
