@@ -137,7 +137,7 @@ pub const RETRY_OPTIONS: [&str; 3] = ["max_retries", "retry_timeout", "stall_tim
 
 /// How long a read from a cloud remote may go without an answer unless the remote's
 /// `stall_timeout` option says otherwise: 5 seconds. See [`stall_timeout`].
-pub const DEFAULT_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const DEFAULT_REMOTE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The stall timeout of a cloud remote's reads (GET, ranged GET, HEAD, LIST): a read fails
 /// as stalled when fewer than [`crate::stall::STALL_BYTES`] (1 KiB) of its answer arrived
@@ -145,14 +145,14 @@ pub const DEFAULT_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// `object_store`'s retries included) and then in every window of this length (a listing
 /// counts each entry as that much). A stalled read is not retried: the read goes on to
 /// the next remote in read order at once (see `dsv::transfer::fallback`). Uploads are not
-/// bounded by it (an upload's answer comes after its last byte). [`DEFAULT_STALL_TIMEOUT`]
+/// bounded by it (an upload's answer comes after its last byte). [`DEFAULT_REMOTE_STALL_TIMEOUT`]
 /// unless the `stall_timeout` option (a duration, `0s` for none) says otherwise.
 ///
 /// # Errors
 /// [`Error::InvalidRemote`] when the option's value does not parse.
 pub fn stall_timeout(options: &BTreeMap<String, String>) -> Result<Option<std::time::Duration>> {
     let Some(value) = options.get("stall_timeout") else {
-        return Ok(Some(DEFAULT_STALL_TIMEOUT));
+        return Ok(Some(DEFAULT_REMOTE_STALL_TIMEOUT));
     };
     let duration = parse_duration(value).ok_or_else(|| Error::InvalidRemote {
         what: "option",
