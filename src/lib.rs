@@ -569,13 +569,31 @@ where
     });
     let ui = Ui::new(cli.json, cli.quiet, cli.no_progress);
     commands::use_aws_profile_from_environment();
-    match token.run(|| dispatch(&cli, &ui)) {
+    let outcome = token.run(|| dispatch(&cli, &ui));
+    warn_fallbacks(dsv::transfer::fallback::take_fallbacks());
+    match outcome {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => error::SUCCESS,
         Err(e) => {
             report_error(&ui, &e);
             error::exit_code(&e)
         }
+    }
+}
+
+/// Warns on stderr of each remote that failed while another served instead (once per
+/// remote and process: [`dsv::transfer::fallback::take_fallbacks`]), URLs redacted. Called
+/// by the progress bar as data arrives, and after every command for what is left.
+pub(crate) fn warn_fallbacks(fallbacks: Vec<dsv::transfer::fallback::Fallback>) {
+    let mut err = std::io::stderr().lock();
+    for fallback in fallbacks {
+        let _ = writeln!(
+            err,
+            "warning: remote {:?} failed, read from {:?} instead: {}",
+            fallback.failed,
+            fallback.served,
+            dsv::redact::text(&fallback.error)
+        );
     }
 }
 

@@ -356,6 +356,11 @@ impl Progress for Bar {
     fn advance(&self, amount: u64) {
         if let Some(bar) = self.bar.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             bar.inc(amount);
+            // A remote passed over for another: said now, above the bar.
+            let fallbacks = dsv::transfer::fallback::take_fallbacks();
+            if !fallbacks.is_empty() {
+                bar.suspend(|| crate::warn_fallbacks(fallbacks));
+            }
         }
     }
 

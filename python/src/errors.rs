@@ -154,13 +154,35 @@ pub trait Raise<T> {
 
 impl<T> Raise<T> for Res<T> {
     fn raise(self, py: Python<'_>) -> PyResult<T> {
+        warn_fallbacks(py);
         self.map_err(|e| e.into_py_err(py))
     }
 }
 
 impl<T> Raise<T> for dsv::Result<T> {
     fn raise(self, py: Python<'_>) -> PyResult<T> {
+        warn_fallbacks(py);
         self.map_err(|e| to_py(py, e))
+    }
+}
+
+/// Warns (`warnings.warn`, a `UserWarning`) of each remote that failed while another served
+/// instead, once per remote and process, as the CLI does on stderr
+/// (`dsv::transfer::fallback::take_fallbacks`). A warning filter that turns it into an
+/// error is not allowed to fail the read that was served.
+fn warn_fallbacks(py: Python<'_>) {
+    for fallback in dsv::transfer::fallback::take_fallbacks() {
+        let text = format!(
+            "remote {:?} failed, read from {:?} instead: {}",
+            fallback.failed,
+            fallback.served,
+            dsv::redact::text(&fallback.error)
+        );
+        let Ok(text) = std::ffi::CString::new(text.replace('\0', " ")) else {
+            continue;
+        };
+        let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+        let _ = PyErr::warn(py, &category, &text, 1);
     }
 }
 

@@ -36,6 +36,7 @@ mod round4_workflow;
 mod scale;
 mod scale_input;
 mod settings;
+mod stall;
 mod streaming;
 mod teamwork;
 mod terminal;

@@ -17,3 +17,4 @@ pub use dsv_store::{
 pub mod archive;
 pub mod remote;
 pub mod source;
+pub mod stall;

@@ -23,6 +23,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, ObjectMeta, ObjectStore};
 
 use crate::error::{Error, IoResultExt, Result};
+use crate::stall::{Ended, humanize};
 
 /// One object of a source.
 #[derive(Debug, Clone)]
@@ -108,7 +109,7 @@ pub struct Listing {
 
 /// A read is stalled when less than this arrives in [`ReadBounds::stall_timeout`]: a server
 /// that sends a byte every few seconds holds no import.
-pub const STALL_BYTES: u64 = 1024;
+pub use crate::stall::STALL_BYTES;
 /// Default of [`ReadBounds::stall_timeout`].
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -377,13 +378,12 @@ impl Source {
     fn watch(&self, url: &str) -> Watch {
         Watch {
             url: url.to_string(),
-            stall_timeout: self.bounds.stall_timeout,
-            deadline: self
-                .bounds
-                .timeout
-                .map(|timeout| (self.opened + timeout, timeout)),
-            token: crate::interrupt::current(),
-            window: Window::new(),
+            inner: crate::stall::StallWatch::new(
+                self.bounds.stall_timeout,
+                self.bounds
+                    .timeout
+                    .map(|timeout| (self.opened + timeout, timeout)),
+            ),
         }
     }
 
@@ -869,57 +869,20 @@ fn carry(e: Error) -> io::Error {
     io::Error::other(e)
 }
 
-/// Bytes that arrived since `start`, for the stall check.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    start: Instant,
-    bytes: u64,
-}
-
-impl Window {
-    fn new() -> Window {
-        Window {
-            start: Instant::now(),
-            bytes: 0,
-        }
-    }
-}
-
-/// How often a wait on the network looks at the cancellation.
-const WAIT_TICK: Duration = Duration::from_millis(100);
-
 /// Waits on a source's requests and body: a stall (less than [`STALL_BYTES`] in
-/// `stall_timeout`), the deadline and cancellation end the wait.
+/// `stall_timeout`), the deadline and cancellation end the wait ([`crate::stall`], the rule
+/// remote reads follow too), each as the import's error.
 struct Watch {
     url: String,
-    stall_timeout: Duration,
-    /// The instant, and the `--timeout` it comes from.
-    deadline: Option<(Instant, Duration)>,
-    token: Option<crate::interrupt::CancelToken>,
-    window: Window,
+    inner: crate::stall::StallWatch,
 }
 
 impl Watch {
-    /// Counts `bytes` that arrived; fails when the window closed with too few.
-    fn arrived(&mut self, bytes: u64) -> Result<()> {
-        self.window.bytes = self.window.bytes.saturating_add(bytes);
-        self.check(Instant::now())
-    }
-
-    /// Fails when the operation was cancelled, the deadline passed or the window closed
-    /// with fewer than [`STALL_BYTES`]; opens a new window when it closed with enough.
-    fn check(&mut self, now: Instant) -> Result<()> {
-        if self
-            .token
-            .as_ref()
-            .is_some_and(crate::interrupt::CancelToken::is_cancelled)
-        {
-            return Err(Error::Interrupted);
-        }
-        if let Some((deadline, timeout)) = self.deadline
-            && now >= deadline
-        {
-            return Err(Error::SourceIo {
+    /// The import's error for a wait that `ended`.
+    fn error(&self, ended: Ended) -> Error {
+        match ended {
+            Ended::Cancelled => Error::Interrupted,
+            Ended::Deadline(timeout) => Error::SourceIo {
                 url: self.url.clone(),
                 source: io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -928,62 +891,34 @@ impl Watch {
                         humanize(timeout)
                     ),
                 ),
-            });
-        }
-        if now.duration_since(self.window.start) >= self.stall_timeout {
-            if self.window.bytes < STALL_BYTES {
-                return Err(Error::SourceIo {
-                    url: self.url.clone(),
-                    source: io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the source stalled: {} bytes arrived in {} (less than {STALL_BYTES}, --stall-timeout); nothing was imported: check the server or the network, or raise --stall-timeout",
-                            self.window.bytes,
-                            humanize(self.stall_timeout)
-                        ),
+            },
+            Ended::Stalled { bytes } => Error::SourceIo {
+                url: self.url.clone(),
+                source: io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the source stalled: {bytes} bytes arrived in {} (less than {STALL_BYTES}, --stall-timeout); nothing was imported: check the server or the network, or raise --stall-timeout",
+                        humanize(self.inner.stall_timeout())
                     ),
-                });
-            }
-            self.window = Window {
-                start: now,
-                bytes: 0,
-            };
+                ),
+            },
         }
-        Ok(())
     }
 
-    /// Runs `future` on `runtime` until it completes, or until [`Watch::check`] fails
-    /// (looked at each [`WAIT_TICK`] and when the stall window or the deadline closes).
+    /// Counts `bytes` that arrived; fails when the window closed with too few.
+    fn arrived(&mut self, bytes: u64) -> Result<()> {
+        self.inner.arrived(bytes).map_err(|ended| self.error(ended))
+    }
+
+    /// Runs `future` on `runtime` until it completes, or until the watch ends the wait.
     fn wait<F>(&mut self, runtime: &crate::runtime::Runtime, future: F) -> Result<F::Output>
     where
         F: Future + Send,
         F::Output: Send,
     {
-        self.check(Instant::now())?;
-        runtime.block_on(async {
-            let mut future = std::pin::pin!(future);
-            loop {
-                let mut until =
-                    (Instant::now() + WAIT_TICK).min(self.window.start + self.stall_timeout);
-                if let Some((deadline, _)) = self.deadline {
-                    until = until.min(deadline);
-                }
-                match tokio::time::timeout_at(until.into(), future.as_mut()).await {
-                    Ok(output) => return Ok(output),
-                    Err(_) => self.check(Instant::now())?,
-                }
-            }
-        })
-    }
-}
-
-/// A duration as a user wrote it (`60s`, `2m 30s`).
-fn humanize(duration: Duration) -> String {
-    let seconds = duration.as_secs();
-    match (seconds / 60, seconds % 60) {
-        (0, s) => format!("{s}s"),
-        (m, 0) => format!("{m}m"),
-        (m, s) => format!("{m}m {s}s"),
+        let inner = &mut self.inner;
+        let waited = runtime.block_on(inner.wait(future));
+        waited.map_err(|ended| self.error(ended))
     }
 }
 

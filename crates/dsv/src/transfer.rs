@@ -17,10 +17,19 @@
 //! that failed after its retries — unreachable, refused, a missing bucket —, an answer that
 //! is damaged, or a remote that cannot be opened). A failed download keeps nothing
 //! ([`download`] abandons its packs; every frame is checked before it is kept). A remote
-//! that failed is not asked again by the same operation (one checkout, pull or read:
-//! [`fallback::Attempts`]); the read engine also asks it last, after every other remote, for
-//! [`fallback::FAILED_REMOTE_LAST_FOR`] ([`fallback::RemoteHealth`]). Only when every remote
-//! missed or failed does the read fail: with [`Error::MissingObject`] when every one
+//! that stalls (its server accepts connections but does not answer: less than 1 KiB in
+//! the remote's `stall_timeout`, 5 s by default, see `remote::stall_timeout`) fails its
+//! read at once, without waiting out `object_store`'s retries. A remote that failed is not
+//! asked again by the same operation (one checkout, pull or read: [`fallback::Attempts`]);
+//! every later read of the process also asks it last, after every other remote, for
+//! [`fallback::FAILED_REMOTE_LAST_FOR`] (doubled at each further failure:
+//! [`fallback::RemoteHealth`], one per process). Each remote that failed while another
+//! served is told once per process to the front end ([`fallback::take_fallbacks`]: the CLI
+//! warns on stderr, Python with `warnings.warn`); the library prints nothing. A remote
+//! whose pack listing this store never read (added after a clone) has it read by the first
+//! read that needs data (the read engine's fetcher; checkout and pull read a remote's
+//! listing again whenever it lacks what is wanted), so the read order holds at once. Only
+//! when every remote missed or failed does the read fail: with [`Error::MissingObject`] when every one
 //! missed, else with the first failure (in read order) as [`Error::RemotesFailed`], whose
 //! hint names every remote tried. [`Transfer::remotes`] reports what each remote asked
 //! served, or why it was passed over.

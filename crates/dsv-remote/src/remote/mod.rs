@@ -77,6 +77,7 @@ pub use copy::CopyCounts;
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
+use crate::stall::{Ended, STALL_BYTES, StallWatch};
 
 /// Packs of this size or more are uploaded in parts (multipart upload), several parts in
 /// flight at once, in bytes. A full pack (the ingest target is 32 MiB) goes in parts.
@@ -128,10 +129,38 @@ pub fn has_userinfo(text: &str) -> bool {
 }
 
 /// The remote options dsv reads itself rather than give to `object_store`, which has no
-/// configuration key for its retry policy: `max_retries` (a count, 0 for none) and
-/// `retry_timeout` (a duration such as `30s`, `500ms` or `2m`: no retry starts after it,
-/// counted from a request's first try). See [`retry_config`].
-pub const RETRY_OPTIONS: [&str; 2] = ["max_retries", "retry_timeout"];
+/// configuration key for them: `max_retries` (a count, 0 for none) and `retry_timeout` (a
+/// duration such as `30s`, `500ms` or `2m`: no retry starts after it, counted from a
+/// request's first try), see [`retry_config`]; and `stall_timeout` (a duration), see
+/// [`stall_timeout`].
+pub const RETRY_OPTIONS: [&str; 3] = ["max_retries", "retry_timeout", "stall_timeout"];
+
+/// How long a read from a cloud remote may go without an answer unless the remote's
+/// `stall_timeout` option says otherwise: 5 seconds. See [`stall_timeout`].
+pub const DEFAULT_REMOTE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The stall timeout of a cloud remote's reads (GET, ranged GET, HEAD, LIST): a read fails
+/// as stalled when fewer than [`crate::stall::STALL_BYTES`] (1 KiB) of its answer arrived
+/// in this long, from the request's start (so the first byte, connecting and
+/// `object_store`'s retries included) and then in every window of this length (a listing
+/// counts each entry as that much). A stalled read is not retried: the read goes on to
+/// the next remote in read order at once (see `dsv::transfer::fallback`). Uploads are not
+/// bounded by it (an upload's answer comes after its last byte). [`DEFAULT_REMOTE_STALL_TIMEOUT`]
+/// unless the `stall_timeout` option (a duration, `0s` for none) says otherwise.
+///
+/// # Errors
+/// [`Error::InvalidRemote`] when the option's value does not parse.
+pub fn stall_timeout(options: &BTreeMap<String, String>) -> Result<Option<std::time::Duration>> {
+    let Some(value) = options.get("stall_timeout") else {
+        return Ok(Some(DEFAULT_REMOTE_STALL_TIMEOUT));
+    };
+    let duration = parse_duration(value).ok_or_else(|| Error::InvalidRemote {
+        what: "option",
+        value: "stall_timeout".to_string(),
+        reason: "expected a duration with its unit: 500ms, 5s, 1m (0s for none)".to_string(),
+    })?;
+    Ok((!duration.is_zero()).then_some(duration))
+}
 
 /// How many times a failed request is retried unless the remote's `max_retries` option says
 /// otherwise: `object_store`'s default.
@@ -241,6 +270,7 @@ fn cloud_backend_parts(
     }
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let retry = retry_config(options)?;
+    stall_timeout(options)?;
     // The rest are object_store's keys, given to the builder as they are.
     let options: BTreeMap<String, String> = options
         .iter()
@@ -389,6 +419,9 @@ pub struct Remote {
     s3_account: Option<copy::S3Account>,
     runtime: crate::runtime::Runtime,
     requests: AtomicU64,
+    /// The stall timeout of reads ([`stall_timeout`]); `None` for a local directory, or
+    /// when the option turned it off.
+    stall: Option<std::time::Duration>,
 }
 
 /// A pack to upload: a sealed local file, or one built in memory (its index from
@@ -425,6 +458,7 @@ impl Remote {
         let mut local_root = None;
         let mut bucket_identity = None;
         let mut s3_account = None;
+        let mut stall = None;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = if scheme == "file" {
             let root = PathBuf::from(rest);
             std::fs::create_dir_all(&root).at(&root)?;
@@ -442,6 +476,7 @@ impl Remote {
             let options = serde_json::to_string(&record.options).unwrap_or_default();
             bucket_identity = Some(format!("{scheme}://{bucket} {options}"));
             let (store, path, account) = cloud_backend_parts(&record.url, &record.options)?;
+            stall = stall_timeout(&record.options)?;
             s3_account = account.map(|a| a.with_identity(format!("{scheme} {options}")));
             (store, path)
         };
@@ -466,6 +501,7 @@ impl Remote {
             s3_account,
             runtime,
             requests: AtomicU64::new(0),
+            stall,
         })
     }
 
@@ -493,15 +529,91 @@ impl Remote {
         }
     }
 
+    /// A watch for the stalls of one read, made on the calling thread (it takes the
+    /// thread's cancellation token); `None` for a remote whose reads are not watched.
+    fn watch(&self) -> Option<StallWatch> {
+        self.stall.map(|timeout| StallWatch::new(timeout, None))
+    }
+
+    /// Awaits `future` (a read of `action`) under `watch` ([`stall_timeout`]): a stall
+    /// fails it as [`Error::Remote`] (a timeout), a cancellation as [`Error::Interrupted`].
+    /// Without a watch, awaits it as it is.
+    async fn watched<F: Future>(
+        &self,
+        watch: &mut Option<StallWatch>,
+        action: impl FnOnce() -> String,
+        future: F,
+    ) -> Result<F::Output> {
+        let Some(watch) = watch else {
+            return Ok(future.await);
+        };
+        watch
+            .wait(future)
+            .await
+            .map_err(|ended| self.ended(watch, action(), ended))
+    }
+
+    /// Counts `bytes` of an answer that arrived under `watch`; fails as
+    /// [`Remote::watched`] does.
+    fn arrived(
+        &self,
+        watch: &mut Option<StallWatch>,
+        action: impl FnOnce() -> String,
+        bytes: u64,
+    ) -> Result<()> {
+        let Some(watch) = watch else {
+            return Ok(());
+        };
+        watch
+            .arrived(bytes)
+            .map_err(|ended| self.ended(watch, action(), ended))
+    }
+
+    /// The error of a read of `action` that `watch` ended.
+    fn ended(&self, watch: &StallWatch, action: String, ended: Ended) -> Error {
+        match ended {
+            Ended::Cancelled => Error::Interrupted,
+            Ended::Stalled { bytes } => self.fail(action)(object_store::Error::Generic {
+                store: "remote",
+                source: Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "stalled: {bytes} bytes of the answer arrived in {} (less than {STALL_BYTES}; the remote's stall_timeout option): the server does not answer",
+                        crate::stall::humanize(watch.stall_timeout())
+                    ),
+                )),
+            }),
+            Ended::Deadline(timeout) => self.fail(action)(object_store::Error::Generic {
+                store: "remote",
+                source: Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {}", crate::stall::humanize(timeout)),
+                )),
+            }),
+        }
+    }
+
+    /// Lists `prefix` under the stall watch: each entry listed counts as
+    /// [`STALL_BYTES`] arrived.
+    async fn list_watched(&self, prefix: &str) -> Result<Vec<object_store::ObjectMeta>> {
+        let mut watch = self.watch();
+        let action = || format!("list {prefix}/");
+        let prefix = Path::from(prefix);
+        let mut stream = self.store.list(Some(&prefix));
+        let mut listed = Vec::new();
+        while let Some(meta) = self.watched(&mut watch, action, stream.next()).await? {
+            listed.push(meta.map_err(self.fail(action()))?);
+            self.arrived(&mut watch, action, STALL_BYTES)?;
+        }
+        Ok(listed)
+    }
+
     /// Lists the complete packs (those whose `.idx` exists): id and pack size in bytes.
     ///
     /// # Errors
     /// [`Error::Remote`].
     pub fn list_packs(&self) -> Result<Vec<(ObjectId, u64)>> {
-        let listed: Vec<object_store::ObjectMeta> = self
-            .runtime
-            .block_on(self.store.list(Some(&Path::from("packs"))).try_collect())
-            .map_err(self.fail("list packs/"))?;
+        let listed = self.runtime.block_on(self.list_watched("packs"))?;
         self.count(1 + listed.len() as u64 / 1000);
         let mut sizes = BTreeMap::new();
         let mut indexed = std::collections::HashSet::new();
@@ -545,9 +657,15 @@ impl Remote {
     /// As [`Remote::get`].
     pub fn get_many(&self, keys: Vec<(Path, u64)>, jobs: usize) -> Result<Vec<Bytes>> {
         self.count(keys.len() as u64);
+        let watch = self.watch();
         self.runtime.block_on(
-            futures_util::stream::iter(keys.into_iter().map(|(key, limit)| async move {
-                self.get_bounded(&key, limit).await.map(|(bytes, _)| bytes)
+            futures_util::stream::iter(keys.into_iter().map(|(key, limit)| {
+                let mut watch = watch.clone();
+                async move {
+                    self.get_bounded_under(&mut watch, &key, limit)
+                        .await
+                        .map(|(bytes, _)| bytes)
+                }
             }))
             .buffered(crate::parallel::clamp_jobs(jobs))
             .try_collect(),
@@ -562,6 +680,21 @@ impl Remote {
         key: &Path,
         limit: u64,
     ) -> Result<(Bytes, object_store::ObjectMeta)> {
+        let mut watch = self.watch();
+        self.get_bounded_under(&mut watch, key, limit).await
+    }
+
+    /// [`Remote::get_bounded`] under `watch` (restarted: a new request).
+    async fn get_bounded_under(
+        &self,
+        watch: &mut Option<StallWatch>,
+        key: &Path,
+        limit: u64,
+    ) -> Result<(Bytes, object_store::ObjectMeta)> {
+        if let Some(watch) = watch.as_mut() {
+            watch.restart();
+        }
+        let action = || format!("download {key}");
         let too_large = |size: u64| {
             Error::corrupt(
                 format!("{}:{key}", self.name),
@@ -571,21 +704,21 @@ impl Remote {
             )
         };
         let got = self
-            .store
-            .get(key)
-            .await
-            .map_err(self.fail(format!("download {key}")))?;
+            .watched(watch, action, self.store.get(key))
+            .await?
+            .map_err(self.fail(action()))?;
         let meta = got.meta.clone();
         if meta.size > limit {
             return Err(too_large(meta.size));
         }
         let mut body = Vec::with_capacity(meta.size as usize);
         let mut stream = got.into_stream();
-        while let Some(piece) = stream.next().await {
-            let piece = piece.map_err(self.fail(format!("download {key}")))?;
+        while let Some(piece) = self.watched(watch, action, stream.next()).await? {
+            let piece = piece.map_err(self.fail(action()))?;
             if (body.len() + piece.len()) as u64 > limit {
                 return Err(too_large((body.len() + piece.len()) as u64));
             }
+            self.arrived(watch, action, piece.len() as u64)?;
             body.extend_from_slice(&piece);
         }
         Ok((Bytes::from(body), meta))
@@ -607,16 +740,16 @@ impl Remote {
         mut each: impl FnMut(T) -> Result<()> + Send,
     ) -> Result<()> {
         self.count(ranges.len() as u64);
+        let watch = self.watch();
         self.runtime.block_on(async {
             let mut stream = futures_util::stream::iter(ranges.into_iter().map(|(pack, range)| {
-                let store = Arc::clone(&self.store);
                 let check = Arc::clone(&check);
+                let mut watch = watch.clone();
                 async move {
                     let key = pack_key(&pack);
-                    let bytes = store
-                        .get_range(&key, range.clone())
-                        .await
-                        .map_err(self.fail(format!("download {key} bytes {range:?}")))?;
+                    let bytes = self
+                        .get_range_under(&mut watch, &key, range.clone())
+                        .await?;
                     if bytes.len() as u64 != range.end - range.start {
                         return Err(Error::corrupt(
                             format!("{}:{key}", self.name),
@@ -635,6 +768,44 @@ impl Remote {
             }
             Ok(())
         })
+    }
+
+    /// GETs bytes `range` of `key` under `watch` (restarted: a new request), the body
+    /// streamed so that a stall part-way is seen; more bytes than asked are refused as
+    /// corrupt.
+    async fn get_range_under(
+        &self,
+        watch: &mut Option<StallWatch>,
+        key: &Path,
+        range: Range<u64>,
+    ) -> Result<Bytes> {
+        if let Some(watch) = watch.as_mut() {
+            watch.restart();
+        }
+        let action = || format!("download {key} bytes {range:?}");
+        let options = object_store::GetOptions {
+            range: Some(range.clone().into()),
+            ..Default::default()
+        };
+        let got = self
+            .watched(watch, action, self.store.get_opts(key, options))
+            .await?
+            .map_err(self.fail(action()))?;
+        let wanted = range.end - range.start;
+        let mut stream = got.into_stream();
+        let mut body = bytes::BytesMut::with_capacity(wanted as usize);
+        while let Some(piece) = self.watched(watch, action, stream.next()).await? {
+            let piece = piece.map_err(self.fail(action()))?;
+            if (body.len() + piece.len()) as u64 > wanted {
+                return Err(Error::corrupt(
+                    format!("{}:{key}", self.name),
+                    "the remote returned more bytes than asked",
+                ));
+            }
+            self.arrived(watch, action, piece.len() as u64)?;
+            body.extend_from_slice(&piece);
+        }
+        Ok(body.freeze())
     }
 
     /// Uploads local packs (with their `.idx`), `jobs` at a time; calls `done(bytes)` after
@@ -766,10 +937,7 @@ impl Remote {
     /// # Errors
     /// [`Error::Remote`].
     pub fn list_refs(&self) -> Result<Vec<(RefName, RefState)>> {
-        let listed: Vec<object_store::ObjectMeta> = self
-            .runtime
-            .block_on(self.store.list(Some(&Path::from("refs"))).try_collect())
-            .map_err(self.fail("list refs/"))?;
+        let listed = self.runtime.block_on(self.list_watched("refs"))?;
         self.count(1 + listed.len() as u64 / 1000);
         let mut refs = Vec::new();
         for meta in listed {
@@ -817,7 +985,12 @@ impl Remote {
     pub fn head_ref(&self, name: &RefName) -> Result<Option<RefState>> {
         let key = name.key();
         self.count(1);
-        match self.runtime.block_on(self.store.head(&key)) {
+        let mut watch = self.watch();
+        let action = || format!("check {key}");
+        let headed =
+            self.runtime
+                .block_on(self.watched(&mut watch, action, self.store.head(&key)))?;
+        match headed {
             Ok(meta) => Ok(Some(state_of(&meta))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.fail(format!("check {key}"))(e)),

@@ -273,6 +273,11 @@ pub struct CheckoutOutcome {
     /// For `REMOTE/NAME[@REV]`: the ref cache check and what was downloaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote: Option<super::sync::PullReport>,
+    /// For a local revision in a store with remotes: the data this store lacked, fetched
+    /// from the remotes in read order (`remotes`: which served, which failed); `None`
+    /// (absent in JSON) without remotes, and for `REMOTE/NAME[@REV]` (see `remote`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<crate::transfer::Transfer>,
 }
 
 /// Checks out `revision`, wherever its data is: `REMOTE/NAME[@REV]` is made local first
@@ -292,6 +297,7 @@ pub fn checkout_from_anywhere(
     requests: usize,
     progress: &dyn Progress,
 ) -> Result<CheckoutOutcome> {
+    let mut transfer = None;
     let (revision, remote) = match super::sync::RemoteRevision::parse(revision)? {
         Some(target) => {
             let fetched =
@@ -306,17 +312,22 @@ pub fn checkout_from_anywhere(
         None => {
             let revision = Revision::parse(revision)?;
             let id = revision.resolve(store.catalog())?;
-            fetch_what_checkout_needs(store, &id, &revision, options, requests, progress)?;
+            transfer =
+                fetch_what_checkout_needs(store, &id, &revision, options, requests, progress)?;
             (revision, None)
         }
     };
     let checkout = checkout(store, &revision, dir, options, progress)?;
-    Ok(CheckoutOutcome { checkout, remote })
+    Ok(CheckoutOutcome {
+        checkout,
+        remote,
+        transfer,
+    })
 }
 
 /// Fetches from the store's remotes what a checkout of version `id` with `options` needs
-/// and this store lacks (a partial checkout: only the selected files). Nothing without
-/// remotes.
+/// and this store lacks (a partial checkout: only the selected files); what it moved.
+/// Nothing (`None`) without remotes.
 fn fetch_what_checkout_needs(
     store: &mut Store,
     id: &ObjectId,
@@ -324,9 +335,9 @@ fn fetch_what_checkout_needs(
     options: &CheckoutOptions,
     requests: usize,
     progress: &dyn Progress,
-) -> Result<()> {
+) -> Result<Option<crate::transfer::Transfer>> {
     if store.catalog().remotes()?.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let only = if options.selection.is_everything() {
         None
@@ -341,8 +352,7 @@ fn fetch_what_checkout_needs(
             .collect();
         Some(crate::read::glob_set(&paths)?)
     };
-    super::sync::fetch_missing(store, &[*id], only.as_ref(), None, requests, progress)?;
-    Ok(())
+    super::sync::fetch_missing(store, &[*id], only.as_ref(), None, requests, progress).map(Some)
 }
 
 /// What [`checkout_lock`] did: one checkout per dataset the lock file pins.

@@ -11,7 +11,7 @@
 //! many threads and processes want it, while fetches of other frames run beside it. Only
 //! the short catalog transaction that records a pack takes the store lock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -146,8 +146,11 @@ pub(super) struct Fetcher {
     /// Remotes opened so far, by name (an opened remote keeps its HTTP connections).
     remotes: Mutex<HashMap<String, Arc<Remote>>>,
     /// Remotes that failed lately: asked after the others for a while (see "Fallback" in
-    /// `crate::transfer`).
-    pub(super) health: RemoteHealth,
+    /// `crate::transfer`); the process's, shared with every other read.
+    pub(super) health: &'static RemoteHealth,
+    /// Remotes whose pack listing this fetcher read because the store had none of it (a
+    /// remote added since the clone, never fetched from): read once, on first use.
+    listed: Mutex<HashSet<String>>,
     jobs: usize,
 }
 
@@ -173,7 +176,8 @@ impl Fetcher {
             packs_dir: store.packs_dir(),
             temp_dir: store.temp_dir(),
             remotes: Mutex::new(HashMap::new()),
-            health: RemoteHealth::default(),
+            health: RemoteHealth::process(),
+            listed: Mutex::new(HashSet::new()),
             jobs,
         }
     }
@@ -203,8 +207,20 @@ impl Fetcher {
             if remaining.is_empty() {
                 break;
             }
-            let by_frame =
+            let mut by_frame =
                 catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
+            if by_frame.is_empty() && self.never_listed(engine, &record)? {
+                // A remote whose packs this store never listed (added with `--first` after
+                // a clone from another): read its listing now, so the read order holds from
+                // the first read, not only after a `dsv fetch`.
+                if let Some(remote) = attempts.open(&record.name, || self.remote(&record))? {
+                    attempts.attempt(&record.name, || {
+                        sync::refresh_indexes(&mut engine.lock_store(), &record, &remote, self.jobs)
+                    })?;
+                }
+                by_frame =
+                    catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
+            }
             if !by_frame.is_empty()
                 && let Some(remote) = attempts.open(&record.name, || self.remote(&record))?
             {
@@ -323,6 +339,28 @@ impl Fetcher {
             }
         })?;
         Ok(transfer.bytes)
+    }
+
+    /// Whether this store holds no pack listing of `record` and this fetcher has not read
+    /// it yet (then it is taken as read: once per remote and fetcher).
+    fn never_listed(
+        &self,
+        engine: &super::Engine,
+        record: &crate::catalog::RemoteRecord,
+    ) -> Result<bool> {
+        if self
+            .listed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&record.name)
+        {
+            return Ok(false);
+        }
+        let known = engine
+            .catalogs
+            .with(|catalog| catalog.remote_packs(record.id))?;
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(known.is_empty() && listed.insert(record.name.clone()))
     }
 
     /// The opened remote of `record` (opened once, then shared).

@@ -1,7 +1,8 @@
 //! Falling back from one remote to the next while reading ("Fallback" in [`super`]): the
-//! remotes in read order, those that failed set aside, and the error when none served.
+//! remotes in read order, those that failed set aside, the error when none served, and
+//! the fallbacks a front end tells the user about ([`take_fallbacks`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -9,36 +10,92 @@ use crate::catalog::RemoteRecord;
 use crate::error::RemotesFailed;
 use crate::error::{Error, Result};
 
-/// How long the read engine asks a remote that failed last (after every other), before it
-/// takes its place in the read order again: a remote that is down is not waited on by every
-/// read, and one that came back is used again within this long.
+/// How long every read of the process asks a remote that failed last (after every other),
+/// before it takes its place in the read order again: a remote that is down (or stalled) is
+/// not waited on by every read, and one that came back is used again within this long.
+/// Each further failure of the same remote doubles the time, up to
+/// [`FAILED_REMOTE_LAST_AT_MOST`]; a success resets it.
 pub const FAILED_REMOTE_LAST_FOR: Duration = Duration::from_secs(60);
 
-/// Remotes that failed recently, shared by the reads of one process that last beyond one
-/// operation (the read engine behind `mount`, `cat` and the Python package): each is asked
-/// after every other remote for [`FAILED_REMOTE_LAST_FOR`] after it failed.
-#[derive(Debug, Default)]
-pub struct RemoteHealth {
-    failed: Mutex<HashMap<String, Instant>>,
+/// The longest a remote that keeps failing is asked last: 30 minutes.
+pub const FAILED_REMOTE_LAST_AT_MOST: Duration = Duration::from_secs(30 * 60);
+
+/// One fallback: a remote failed and another served instead ([`take_fallbacks`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Fallback {
+    /// The remote that failed.
+    pub failed: String,
+    /// Its error, in words.
+    pub error: String,
+    /// The remote that served next (asked after it, and answered).
+    pub served: String,
 }
 
+/// Remotes that failed recently, shared by every read of the process (checkout, pull,
+/// fetch of files, and the read engine behind `mount`, `cat` and the Python package),
+/// keyed by name and URL: each is asked after every other remote for a while after it
+/// failed ([`FAILED_REMOTE_LAST_FOR`]). Also the fallbacks not yet told ([`take_fallbacks`]).
+#[derive(Debug, Default)]
+pub struct RemoteHealth {
+    /// Remote key: when it last failed, and how long it is asked last from then.
+    failed: Mutex<HashMap<String, (Instant, Duration)>>,
+    /// Fallbacks met and not yet taken, and the failed remotes already told once.
+    fallbacks: Mutex<(Vec<Fallback>, HashSet<String>)>,
+}
+
+static PROCESS_HEALTH: std::sync::LazyLock<RemoteHealth> =
+    std::sync::LazyLock::new(RemoteHealth::default);
+
 impl RemoteHealth {
-    /// Whether `name` failed within [`FAILED_REMOTE_LAST_FOR`].
-    fn failed_recently(&self, name: &str) -> bool {
-        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-        failed
-            .get(name)
-            .is_some_and(|at| at.elapsed() < FAILED_REMOTE_LAST_FOR)
+    /// The health every read of this process shares.
+    pub fn process() -> &'static RemoteHealth {
+        &PROCESS_HEALTH
     }
 
-    fn set_failed(&self, name: &str, failed: bool) {
+    /// Whether `key` failed lately (within its time to be asked last).
+    fn failed_recently(&self, key: &str) -> bool {
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed
+            .get(key)
+            .is_some_and(|(at, last_for)| at.elapsed() < *last_for)
+    }
+
+    fn set_failed(&self, key: &str, failed: bool) {
         let mut map = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if failed {
-            map.insert(name.to_string(), Instant::now());
+            let last_for = match map.get(key) {
+                Some((_, before)) => (*before * 2).min(FAILED_REMOTE_LAST_AT_MOST),
+                None => FAILED_REMOTE_LAST_FOR,
+            };
+            map.insert(key.to_string(), (Instant::now(), last_for));
         } else {
-            map.remove(name);
+            map.remove(key);
         }
     }
+
+    /// Records that `failed` (with `error`) was passed over and `served` answered, once
+    /// per failed remote and process.
+    fn fell_back(&self, failed: &str, error: &str, served: &str) {
+        let mut fallbacks = self.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+        if fallbacks.1.insert(failed.to_string()) {
+            fallbacks.0.push(Fallback {
+                failed: failed.to_string(),
+                error: error.to_string(),
+                served: served.to_string(),
+            });
+        }
+    }
+}
+
+/// The fallbacks met by this process's reads since the last call, in the order met: each
+/// remote that failed (stalled, unreachable, refused) while another served instead, told
+/// once per remote and process. The library never prints: a front end calls this after a
+/// command (or a read) and warns the user, naming both remotes (the CLI on stderr, the
+/// Python package with `warnings.warn`).
+pub fn take_fallbacks() -> Vec<Fallback> {
+    let health = RemoteHealth::process();
+    let mut fallbacks = health.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+    std::mem::take(&mut fallbacks.0)
 }
 
 /// Whether `error`, met while asking one remote for data, is that remote's failure (the next
@@ -60,6 +117,23 @@ pub fn is_remote_failure(error: &Error) -> bool {
     )
 }
 
+/// A remote's failure in words: the error's message and, when it has causes, the deepest
+/// one (what the server or the network did: "stalled: 0 bytes of the answer arrived in
+/// 5s ...", "Connection refused"), which the message alone does not say.
+pub fn in_words(error: &Error) -> String {
+    let message = error.to_string();
+    let mut deepest: Option<&dyn std::error::Error> = None;
+    let mut next = std::error::Error::source(error);
+    while let Some(cause) = next {
+        deepest = Some(cause);
+        next = cause.source();
+    }
+    match deepest.map(ToString::to_string) {
+        Some(cause) if !message.contains(&cause) => format!("{message}: {cause}"),
+        _ => message,
+    }
+}
+
 /// One read's way through the remotes: which were asked, which failed and with what. A
 /// remote that failed is not asked again by the same read; with a [`RemoteHealth`] it is
 /// also asked last by later reads for a while.
@@ -67,37 +141,48 @@ pub struct Attempts<'a> {
     health: Option<&'a RemoteHealth>,
     /// Remotes asked, in the order asked, with their failure when they failed.
     tried: Vec<(String, Option<Error>)>,
+    /// The health key (name and URL) of each remote [`Attempts::order`] was given.
+    keys: HashMap<String, String>,
 }
 
 impl<'a> Attempts<'a> {
     /// Attempts of one operation (checkout, pull, fetch of files): failures are remembered
-    /// until it ends.
+    /// until it ends, and in the process's [`RemoteHealth`].
     pub fn new() -> Attempts<'static> {
-        Attempts {
-            health: None,
-            tried: Vec::new(),
-        }
+        Attempts::sharing(RemoteHealth::process())
     }
 
-    /// Attempts of one read that shares `health` with the other reads of its engine.
+    /// Attempts of one read that shares `health` with the other reads.
     pub fn sharing(health: &'a RemoteHealth) -> Attempts<'a> {
         Attempts {
             health: Some(health),
             tried: Vec::new(),
+            keys: HashMap::new(),
         }
+    }
+
+    /// The health key of remote `name`: its name and URL (two stores of one process may
+    /// both have an "origin").
+    fn key(&self, name: &str) -> String {
+        self.keys
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| name.to_string())
     }
 
     /// `records` (in read order) to ask: without those that failed in this read, and with
     /// those that failed recently in another read of the same engine moved last.
-    pub fn order(&self, records: Vec<RemoteRecord>) -> Vec<RemoteRecord> {
+    pub fn order(&mut self, records: Vec<RemoteRecord>) -> Vec<RemoteRecord> {
         let (mut later, mut now) = (Vec::new(), Vec::new());
         for record in records {
+            let key = format!("{} {}", record.name, record.url);
+            self.keys.insert(record.name.clone(), key.clone());
             if self.failed(&record.name) {
                 continue;
             }
             if self
                 .health
-                .is_some_and(|health| health.failed_recently(&record.name))
+                .is_some_and(|health| health.failed_recently(&key))
             {
                 later.push(record);
             } else {
@@ -126,7 +211,18 @@ impl<'a> Attempts<'a> {
         name: &str,
         step: impl FnOnce() -> Result<T>,
     ) -> Result<Option<T>> {
-        self.attempt_where(name, step, is_remote_failure)
+        let outcome = self.attempt_where(name, step, is_remote_failure)?;
+        // Served after others failed: a fallback the front end tells of.
+        if outcome.is_some()
+            && let Some(health) = self.health
+        {
+            for (tried, error) in &self.tried {
+                if let Some(error) = error {
+                    health.fell_back(tried, &in_words(error), name);
+                }
+            }
+        }
+        Ok(outcome)
     }
 
     /// Opens remote `name` with `open`: as [`Attempts::attempt`], but any error but an
@@ -148,7 +244,7 @@ impl<'a> Attempts<'a> {
         let outcome = step();
         let failed = matches!(&outcome, Err(e) if is_failure(e));
         if let Some(health) = self.health {
-            health.set_failed(name, failed);
+            health.set_failed(&self.key(name), failed);
         }
         match outcome {
             Ok(value) => {
@@ -172,7 +268,7 @@ impl<'a> Attempts<'a> {
     pub fn failures(&self) -> Vec<(String, String)> {
         self.tried
             .iter()
-            .filter_map(|(name, error)| error.as_ref().map(|e| (name.clone(), e.to_string())))
+            .filter_map(|(name, error)| error.as_ref().map(|e| (name.clone(), in_words(e))))
             .collect()
     }
 

@@ -128,7 +128,10 @@
 //!   exponential backoff (100 ms doubling up to 15 s, with jitter). A GET whose body fails
 //!   part-way (a reset, a close before the declared length, the request `timeout` of 30 s
 //!   passing during a stall) is resumed by `object_store` with a ranged GET of what is still
-//!   missing, under the same count; so a stall is bounded by `timeout` (an option too), and
+//!   missing, under the same count. A read that gets less than 1 KiB of answer in the
+//!   remote's `stall_timeout` (5 s by default: a frozen or black-holed server, retries
+//!   included) fails then, not retried (`remote::stall_timeout`, the rule `dsv import`'s
+//!   `--stall-timeout` follows: `dsv_remote::stall`), so the next remote serves at once and
 //!   no read waits forever. After that the request fails with `Error::Remote` (exit 6 for a
 //!   network or server error). An answer that arrives whole but is wrong (a byte changed, or
 //!   fewer bytes than asked for under a consistent `Content-Length`) is not retried: the
@@ -167,9 +170,10 @@
 //!   "Fallback" in `crate::transfer`), not by measured latency or cost: dsv does not find
 //!   the nearest copy itself. A remote that answers slowly but successfully is not passed
 //!   over, and one that lacks part of the data costs a listing of its packs before the next
-//!   is asked. A remote that failed is asked again by the next command (the read engine:
-//!   after 60 s), so an outage costs each command one failed try of it (with its retries:
-//!   lower `max_retries` and `connect_timeout` on a remote that is often away).
+//!   is asked. A remote that failed is asked again by the next command (within one process:
+//!   after 60 s, doubled at each further failure), so an outage costs each command one
+//!   failed try of it (a stall: its `stall_timeout`; a refused port: its retries' backoff,
+//!   about 3 s; lower `max_retries` on a remote that is often away).
 //! - `remote_objects` keeps one location per (remote, id, kind), the first pack indexed. If
 //!   that pack disappears from the remote while another remote pack also holds the object,
 //!   the store forgets the object for that remote (the other pack's index is not read
