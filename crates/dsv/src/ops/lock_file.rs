@@ -157,6 +157,7 @@ fn pin(store: &Store, resolved: &[(String, ObjectId)]) -> Result<LockFile> {
         if record.version.dataset != *dataset {
             return Err(Error::RevisionNotFound {
                 revision: format!("{dataset}@{}", version.to_hex()),
+                closest: None,
             });
         }
         let mut remotes = Vec::new();
