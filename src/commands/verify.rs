@@ -9,7 +9,8 @@ use crate::{Cli, error, render, ui::Ui};
 #[derive(Debug, Args)]
 pub(crate) struct VerifyArgs {
     /// Also reassemble every file of every version and check it against its id. With
-    /// --remote: download every pack whole and check it against its id and index.
+    /// --remote: download every pack whole and check it against its id and index, and prove
+    /// every file map of every ref against its file id.
     #[arg(long)]
     full: bool,
     /// Check remote NAME instead: each ref's whole closure is in its packs, and its packs

@@ -9,7 +9,7 @@ use dsv::object::ObjectKind;
 
 use crate::common::{TestEnv, pseudo_random, push_to_file_remote};
 
-/// The honest store (dataset `ds`: `f.bin` and `g.bin`, 3 MB each, `g.bin` equal to `f.bin`
+/// The honest store (dataset `ds`: `f.bin` and `g.bin`, 8 MB each, `g.bin` equal to `f.bin`
 /// for its first MiB and different after), its remote `origin` at the returned path and URL
 /// where every pack now lists `g.bin`'s map under `f.bin`'s id, `f.bin`'s content and id.
 struct Forged {
@@ -21,9 +21,9 @@ struct Forged {
 
 fn forged_remote() -> Forged {
     let honest = TestEnv::new();
-    let content = pseudo_random(3_000_000, 41);
+    let content = pseudo_random(8_000_000, 41);
     let mut other = content[..1024 * 1024].to_vec();
-    other.extend_from_slice(&pseudo_random(3_000_000 - 1024 * 1024, 42));
+    other.extend_from_slice(&pseudo_random(8_000_000 - 1024 * 1024, 42));
     honest.write("d/f.bin", &content);
     honest.write("d/g.bin", &other);
     honest.ok(&["commit", "d", "-d", "ds"]);
@@ -104,6 +104,14 @@ fn replace_object(
         .unwrap();
     }
     assert_eq!(replaced, 1, "the remote held the object once");
+}
+
+/// Bytes of the packs in the store at `store`.
+fn stored_bytes(store: &Path) -> u64 {
+    std::fs::read_dir(store.join(".dsv/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
 }
 
 /// Runs `dsv --store c ARGS` in `env`.
@@ -198,7 +206,7 @@ fn verify_remote_full_finds_a_forged_file_map() {
         .unwrap()
         .replace_all(&text, "[N] frames");
     insta::assert_snapshot!(text, @r"
-    Checked remote origin: 1 ref, 64 objects they reach, 1 pack ([N] frames read whole, [SIZE])
+    Checked remote origin: 1 ref, 191 objects they reach, 1 pack ([N] frames read whole, [SIZE])
     2 files proven
     problem: ds:f.bin: its file map lists chunks that do not reassemble file [SHORT] (the file map in packs/[ID].pack): a clone cannot read this file
     ");
@@ -296,7 +304,14 @@ fn a_forgotten_forged_map_is_fetched_again_from_the_next_mirror_first() {
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(5), "{text}");
     assert!(text.contains("remote origin"), "{text}");
-    // The next read: the map from the mirror, the right bytes.
+    // The next read: the map alone from the mirror, proven block by block, the right bytes;
+    // a range read fetches what it reads, not the whole file.
+    let before = stored_bytes(&victim.path("c"));
+    let out = in_clone(&victim, &["cat", "ds:f.bin", "--range", "7000000..7000100"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == forged.content[7_000_000..7_000_100]);
+    let fetched = stored_bytes(&victim.path("c")) - before;
+    assert!(fetched < 3_000_000, "fetched {fetched} bytes for 100");
     let out = in_clone(&victim, &["cat", "ds:f.bin", "--range", "2000000..2000100"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(out.stdout == forged.content[2_000_000..2_000_100]);

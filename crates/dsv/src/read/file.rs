@@ -92,8 +92,11 @@ pub(super) struct FileState {
 
 impl FileState {
     /// The layout of file `entry`: its one chunk, or the chunks its file map lists. A
-    /// file with neither here is fetched from a remote: its chunk (a file of one chunk), or
-    /// the whole file the way checkout fetches it (a file whose map this store never got).
+    /// file with neither here is fetched from a remote: its chunk (a file of one chunk), its
+    /// map alone when a remote's index lists one (a map never fetched, or forgotten after a
+    /// remote served a wrong one: from the first remote that lists one, the one that lied
+    /// no longer among them while another does), proven block by block as any remote map,
+    /// else the whole file the way checkout fetches it.
     ///
     /// # Errors
     /// [`Error::MissingObject`] when neither this store nor a remote holds it;
@@ -117,6 +120,17 @@ impl FileState {
                 match engine.fetcher.fetch(engine, &[entry.id], &mut attempts) {
                     Ok(_) => FileState::open_fetched(engine, entry, &mut attempts),
                     Err(FetchError::NotIndexed) => {
+                        // A map a remote lists (never fetched, or forgotten after a remote
+                        // served a wrong one): fetched alone, then proven block by block as
+                        // any remote map, so a range read fetches only what it reads.
+                        if FileState::fetch_map(engine, &entry, &mut attempts)?
+                            && let Some((location, unproven)) = engine
+                                .catalogs
+                                .with(|catalog| catalog.locate_file_and_proof(&entry.id))?
+                            && location.kind == ObjectKind::FileMap
+                        {
+                            return FileState::mapped(engine, entry, location, unproven);
+                        }
                         FileState::whole(engine, entry, None, &mut attempts)
                     }
                     Err(FetchError::Failed(e)) => Err(e),
@@ -135,6 +149,47 @@ impl FileState {
         );
         state.set_location(0, location, engine)?;
         Ok(state)
+    }
+
+    /// Fetches file `entry`'s map alone from the first remote (in read order, those that
+    /// failed lately last) whose index lists one; true when the map is here now. Remotes
+    /// that fail are passed over and remembered in `attempts`.
+    ///
+    /// # Errors
+    /// Local errors ([`Error::Catalog`], [`Error::Io`]); [`Error::Interrupted`].
+    fn fetch_map(engine: &Engine, entry: &FlatEntry, attempts: &mut Attempts) -> Result<bool> {
+        let wanted = [(entry.id, ObjectKind::FileMap)];
+        let mut store = engine.lock_store();
+        let data = store.lock_data_shared()?;
+        for record in attempts.order(store.catalog().remotes()?) {
+            if store.catalog().has_object(&entry.id, ObjectKind::FileMap)? {
+                return Ok(true);
+            }
+            if store
+                .catalog()
+                .remote_locate(record.id, &entry.id, ObjectKind::FileMap)?
+                .is_none()
+            {
+                continue;
+            }
+            let Some(remote) =
+                attempts.open(&record.name, || crate::remote::Remote::open(&record))?
+            else {
+                continue;
+            };
+            attempts.attempt(&record.name, || {
+                crate::transfer::download(
+                    &mut store,
+                    &data,
+                    &record,
+                    &remote,
+                    &wanted,
+                    engine.options.fetch_jobs,
+                    &crate::progress::NoProgress,
+                )
+            })?;
+        }
+        store.catalog().has_object(&entry.id, ObjectKind::FileMap)
     }
 
     /// After fetching a file's one chunk: its layout, now local.

@@ -972,8 +972,10 @@ pub struct RemoteVerifyReport {
 /// (the objects [`gc_remote`] counts live, outboards aside) is in the remote's complete
 /// packs, and every complete pack's index parses and its frames check (a sample, or with
 /// `options.full` every byte: the pack hashes to its id, its tail equals its `.idx`, every
-/// frame decompresses and every object hashes to its id). Metadata is fetched into this
-/// store first, as `dsv fetch` does.
+/// frame decompresses and every object hashes to its id; then every file of every ref has
+/// each file map the remote holds for it proven against the file id, its chunks read here or
+/// from the remote: `prove::RemoteMaps`). Metadata is fetched into this store first, as
+/// `dsv fetch` does.
 ///
 /// # Errors
 /// [`Error::Remote`]; [`Error::Interrupted`]. Damage is reported as problems, not errors.
