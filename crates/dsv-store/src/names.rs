@@ -1,7 +1,8 @@
 //! The names and paths dsv gives a meaning, and their rules: the store directory and
 //! checkout's temporary names (reserved in every dataset), the process that owns a temporary
 //! name, the names users give datasets, tags and remotes, the order of paths in a version,
-//! and symlink targets that stay inside their tree.
+//! symlink targets that stay inside their tree, and a workspace's link to its store (a `.dsv`
+//! file naming it).
 //!
 //! The walk, trees, the store, the catalog, the ref log and revisions all apply these rules,
 //! so they live below all of them; `walk`, `store` and `revision` re-export them where their
@@ -10,13 +11,110 @@
 
 use std::path::{Component, Path};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IoResultExt, Result};
 
 /// The name of a store directory.
 pub const STORE_DIR: &str = ".dsv";
 
 /// The prefix of checkout's temporary file names.
 pub const TEMP_PREFIX: &str = ".dsv-tmp-";
+
+/// The first bytes of a store link: a regular file named `.dsv` at the top of a workspace
+/// that lies outside its store's directory tree, naming that store (as a git worktree's
+/// `.git` file names its repository), so commands run inside the workspace find the store
+/// without `--store`. The rest of its first line is the store's `.dsv` directory, absolute.
+pub const STORE_LINK_PREFIX: &str = "dsv store: ";
+
+/// The most bytes a store link may hold; a longer file is not one.
+pub const STORE_LINK_MAX_BYTES: u64 = 4096;
+
+/// The store a store link names: `path` (a file named `.dsv`) read as [`STORE_LINK_PREFIX`]
+/// and an absolute path. `None` when `path` is not a regular file (never followed or waited
+/// on: `O_NOFOLLOW | O_NONBLOCK`), is longer than [`STORE_LINK_MAX_BYTES`], or does not read
+/// as a link.
+pub fn read_store_link(path: &Path) -> Option<std::path::PathBuf> {
+    use std::io::Read;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > STORE_LINK_MAX_BYTES {
+        return None;
+    }
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+            .open(path)
+            .ok()?;
+        file.metadata().ok().filter(std::fs::Metadata::is_file)?;
+        file
+    };
+    let mut text = String::new();
+    file.take(STORE_LINK_MAX_BYTES + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    let line = text.lines().next()?;
+    let store = std::path::PathBuf::from(line.strip_prefix(STORE_LINK_PREFIX)?);
+    store.is_absolute().then_some(store)
+}
+
+/// Writes the store link `workspace/.dsv` naming the store whose `.dsv` directory is
+/// `store_root`, when the workspace lies outside the store's directory tree (inside it, the
+/// store is found as it is). Nothing is written when `workspace/.dsv` is something else than
+/// a regular file (a store of its own, a directory), and a link already naming the store is
+/// left as it is; a regular file there is replaced (renamed over, never written through).
+/// Returns whether a link was written.
+///
+/// # Errors
+/// [`crate::Error::Io`].
+pub fn write_store_link(workspace: &Path, store_root: &Path) -> Result<bool> {
+    let store_root = std::fs::canonicalize(store_root).at(store_root)?;
+    let workspace = std::fs::canonicalize(workspace).at(workspace)?;
+    if store_root
+        .parent()
+        .is_some_and(|tree| workspace.starts_with(tree))
+    {
+        return Ok(false);
+    }
+    let path = workspace.join(STORE_DIR);
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if !meta.is_file() => return Ok(false),
+        Ok(_) if read_store_link(&path).as_deref() == Some(store_root.as_path()) => {
+            return Ok(false);
+        }
+        _ => {}
+    }
+    let Some(store_text) = store_root.to_str() else {
+        return Ok(false);
+    };
+    let text = format!(
+        "{STORE_LINK_PREFIX}{store_text}\n# Written by dsv: this directory is a workspace of that store. Never committed.\n"
+    );
+    // Written beside under a temporary name dsv's walks skip, then renamed into place.
+    let temp = workspace.join(format!(
+        "{}{}-{}",
+        TEMP_PREFIX,
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    ));
+    let written = (|| {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&temp)
+            .at(&temp)?;
+        file.write_all(text.as_bytes()).at(&temp)?;
+        std::fs::rename(&temp, &path).at(&path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written.map(|()| true)
+}
 
 /// True for a name dsv reserves in a dataset: `.dsv` (a store) and `.dsv-tmp-*` (checkout's
 /// temporary files). The one rule for every path component: the commit walk skips `.dsv`

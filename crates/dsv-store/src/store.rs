@@ -122,7 +122,7 @@ impl Store {
         if root.join("catalog.db").exists() {
             return Err(Error::StoreExists { path: root });
         }
-        if let Some(linked) = crate::workspace::read_store_link(&root) {
+        if let Some(linked) = crate::names::read_store_link(&root) {
             return Err(Error::Unsupported {
                 path: root,
                 reason: format!(
@@ -196,7 +196,7 @@ impl Store {
 
     /// Finds the store for `start`: `start` itself when it is a `.dsv` directory or holds
     /// one, else the nearest parent that holds one (as git finds `.git`). A `.dsv` that is a
-    /// workspace's store link ([`crate::workspace::read_store_link`], written by checkout and
+    /// workspace's store link ([`crate::names::read_store_link`], written by checkout and
     /// commit in a workspace outside its store's directory tree) stands for the store it
     /// names.
     ///
@@ -227,7 +227,7 @@ impl Store {
             if is_store(&candidate) {
                 return Ok(candidate);
             }
-            if let Some(linked) = crate::workspace::read_store_link(&candidate) {
+            if let Some(linked) = crate::names::read_store_link(&candidate) {
                 if is_store(&linked) {
                     return Ok(linked);
                 }

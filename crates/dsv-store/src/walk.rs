@@ -33,7 +33,7 @@
 //!    `filter_entry`, keeps it from descending):
 //!    - a directory named `.dsv` is recorded in `stores` and not descended into, and so is a
 //!      regular file named `.dsv` that is a workspace's link to its store
-//!      (`workspace::read_store_link`);
+//!      (`names::read_store_link`);
 //!    - a file or directory named `.dsv-tmp-<pid>-<n>` (digits only) is recorded in
 //!      `leftovers` (checkout's temporary files and staged subtrees), and neither listed nor
 //!      descended into;
@@ -376,9 +376,9 @@ impl Walker {
             let name = last_name(entry.path());
             let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
             let is_file = entry.file_type().is_some_and(|t| t.is_file());
-            // A store, or a workspace's link to its store (`crate::workspace::read_store_link`).
+            // A store, or a workspace's link to its store (`crate::names::read_store_link`).
             let note = if name == STORE_DIR.as_bytes()
-                && (is_dir || is_file && crate::workspace::read_store_link(entry.path()).is_some())
+                && (is_dir || is_file && crate::names::read_store_link(entry.path()).is_some())
             {
                 Note::Store
             } else if is_temp_name(name) {

@@ -232,91 +232,11 @@ pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
     Ok((canonical, key))
 }
 
-/// The first bytes of a store link: a regular file named `.dsv` at the top of a workspace
-/// that lies outside its store's directory tree, naming that store (as a git worktree's
-/// `.git` file names its repository), so commands run inside the workspace find the store
-/// without `--store`. The rest of its first line is the store's `.dsv` directory, absolute.
-pub const STORE_LINK_PREFIX: &str = "dsv store: ";
-
-/// The most bytes a store link may hold; a longer file is not one.
-pub const STORE_LINK_MAX_BYTES: u64 = 4096;
-
-/// The store a store link names: `path` (a file named `.dsv`) read as [`STORE_LINK_PREFIX`]
-/// and an absolute path. `None` when `path` is not a regular file (never followed or waited
-/// on: `O_NOFOLLOW | O_NONBLOCK`), is longer than [`STORE_LINK_MAX_BYTES`], or does not read
-/// as a link.
-pub fn read_store_link(path: &Path) -> Option<std::path::PathBuf> {
-    use std::io::Read;
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > STORE_LINK_MAX_BYTES {
-        return None;
-    }
-    let file = open_regular(path).ok()?;
-    let mut text = String::new();
-    file.take(STORE_LINK_MAX_BYTES + 1)
-        .read_to_string(&mut text)
-        .ok()?;
-    let line = text.lines().next()?;
-    let store = std::path::PathBuf::from(line.strip_prefix(STORE_LINK_PREFIX)?);
-    store.is_absolute().then_some(store)
-}
-
-/// Writes the store link `workspace/.dsv` naming the store whose `.dsv` directory is
-/// `store_root`, when the workspace lies outside the store's directory tree (inside it, the
-/// store is found as it is). Nothing is written when `workspace/.dsv` is something else than
-/// a regular file (a store of its own, a directory), and a link already naming the store is
-/// left as it is; a regular file there is replaced (renamed over, never written through).
-/// Returns whether a link was written.
-///
-/// # Errors
-/// [`crate::Error::Io`].
-pub fn write_store_link(workspace: &Path, store_root: &Path) -> Result<bool> {
-    let store_root = std::fs::canonicalize(store_root).at(store_root)?;
-    let workspace = std::fs::canonicalize(workspace).at(workspace)?;
-    if store_root
-        .parent()
-        .is_some_and(|tree| workspace.starts_with(tree))
-    {
-        return Ok(false);
-    }
-    let path = workspace.join(crate::names::STORE_DIR);
-    match std::fs::symlink_metadata(&path) {
-        Ok(meta) if !meta.is_file() => return Ok(false),
-        Ok(_) if read_store_link(&path).as_deref() == Some(store_root.as_path()) => {
-            return Ok(false);
-        }
-        _ => {}
-    }
-    let Some(store_text) = store_root.to_str() else {
-        return Ok(false);
-    };
-    let text = format!(
-        "{STORE_LINK_PREFIX}{store_text}\n# Written by dsv: this directory is a workspace of that store. Never committed.\n"
-    );
-    // Written beside under a temporary name dsv's walks skip, then renamed into place.
-    let temp = workspace.join(format!(
-        "{}{}-{}",
-        crate::names::TEMP_PREFIX,
-        std::process::id(),
-        now_ns().rem_euclid(1_000_000_000)
-    ));
-    let written = (|| {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&temp)
-            .at(&temp)?;
-        file.write_all(text.as_bytes()).at(&temp)?;
-        std::fs::rename(&temp, &path).at(&path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written.map(|()| true)
-}
+// A workspace's link to its store lives with the other names dsv gives a meaning (the walk
+// and the store read it, below this module).
+pub use crate::names::{
+    STORE_LINK_MAX_BYTES, STORE_LINK_PREFIX, read_store_link, write_store_link,
+};
 
 #[cfg(test)]
 mod tests {
