@@ -1427,7 +1427,7 @@ pub fn remote_gc(r: &dsv::ops::sync::remote_gc::RemoteGcReport) -> String {
         }
     }
     // `--grace` as typed: 24h, not humantime's 1day.
-    let grace = if r.grace_seconds > 0 && r.grace_seconds % 3600 == 0 {
+    let grace = if r.grace_seconds > 0 && r.grace_seconds.is_multiple_of(3600) {
         format!("{}h", r.grace_seconds / 3600)
     } else {
         humantime::format_duration(Duration::from_secs(r.grace_seconds)).to_string()
