@@ -1,5 +1,6 @@
 //! The remotes a store knows (`dsv remote add|rm|ls|order`), their read order, and which one
-//! a command uses when none is named. Nothing here contacts a remote.
+//! a command uses when none is named. Nothing here contacts a remote but [`check_remote`]
+//! (`dsv remote add`'s check that the bucket exists).
 //!
 //! # Read order
 //!
