@@ -322,3 +322,51 @@ impl<'a> Attempts<'a> {
         Error::RemotesFailed(Box::new(RemotesFailed { first, tried }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_failing_again_is_asked_last_longer_and_told_once() {
+        let health = RemoteHealth::process();
+        // Keys of this test only: the state is the process's.
+        let key = "unit-failing file:///nowhere";
+        let last_for = |key: &str| {
+            health
+                .state
+                .failed
+                .lock()
+                .unwrap()
+                .get(key)
+                .map(|(_, last_for)| *last_for)
+        };
+        health.set_failed(key, true);
+        assert!(health.failed_recently(key));
+        assert_eq!(last_for(key), Some(FAILED_REMOTE_LAST_FOR));
+        health.set_failed(key, true);
+        assert_eq!(last_for(key), Some(FAILED_REMOTE_LAST_FOR * 2));
+        for _ in 0..20 {
+            health.set_failed(key, true);
+        }
+        assert_eq!(last_for(key), Some(FAILED_REMOTE_LAST_AT_MOST));
+        // A success puts it back in its place.
+        health.set_failed(key, false);
+        assert!(!health.failed_recently(key));
+
+        health.fell_back("unit-near", "stalled", "unit-far");
+        health.fell_back("unit-near", "stalled again", "unit-far");
+        let told: Vec<Fallback> = take_fallbacks()
+            .into_iter()
+            .filter(|f| f.failed == "unit-near")
+            .collect();
+        assert_eq!(
+            told,
+            [Fallback {
+                failed: "unit-near".into(),
+                error: "stalled".into(),
+                served: "unit-far".into(),
+            }]
+        );
+    }
+}
