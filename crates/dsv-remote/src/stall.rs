@@ -140,9 +140,18 @@ impl StallWatch {
             if let Some((deadline, _)) = self.deadline {
                 until = until.min(deadline);
             }
-            match tokio::time::timeout_at(until.into(), future.as_mut()).await {
+            let outcome = tokio::time::timeout_at(until.into(), future.as_mut()).await;
+            let now = Instant::now();
+            // Woken late: the task that owns this wait was busy elsewhere (a caller storing
+            // what another request brought), not waiting on the server. That time is not
+            // the server's, and does not count towards a stall.
+            let late = now.saturating_duration_since(until);
+            if late > WAIT_TICK {
+                self.window.start += late;
+            }
+            match outcome {
                 Ok(output) => return Ok(output),
-                Err(_) => self.check(Instant::now())?,
+                Err(_) => self.check(now)?,
             }
         }
     }
@@ -179,6 +188,32 @@ mod tests {
         );
         assert_eq!(humanize(Duration::from_millis(500)), "500ms");
         assert_eq!(humanize(Duration::from_secs(150)), "2m 30s");
+    }
+
+    #[test]
+    fn time_the_waiting_task_was_not_polled_is_no_stall() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let mut watch = StallWatch::new(Duration::from_millis(300), None);
+        // The answer is there at once, but the task is busy for longer than the timeout
+        // before it looks (a blocking step on the runtime's only thread).
+        let answered = runtime.block_on(async {
+            let busy = async {
+                std::thread::sleep(Duration::from_millis(600));
+            };
+            // The wait is polled first (it starts its window), then the busy step.
+            let (answer, ()) = tokio::join!(
+                watch.wait(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }),
+                busy
+            );
+            answer
+        });
+        assert_eq!(answered, Ok(()));
+        watch.arrived(10).unwrap();
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub(super) struct Fetcher {
     remotes: Mutex<HashMap<String, Arc<Remote>>>,
     /// Remotes that failed lately: asked after the others for a while (see "Fallback" in
     /// `crate::transfer`); the process's, shared with every other read.
-    pub(super) health: &'static RemoteHealth,
+    pub(super) health: RemoteHealth,
     /// Remotes whose pack listing this fetcher read because the store had none of it (a
     /// remote added since the clone, never fetched from): read once, on first use.
     listed: Mutex<HashSet<String>>,

@@ -35,33 +35,48 @@ pub struct Fallback {
 /// fetch of files, and the read engine behind `mount`, `cat` and the Python package),
 /// keyed by name and URL: each is asked after every other remote for a while after it
 /// failed ([`FAILED_REMOTE_LAST_FOR`]). Also the fallbacks not yet told ([`take_fallbacks`]).
-#[derive(Debug, Default)]
+/// A handle: every one ([`RemoteHealth::process`], or `default()`) is the process's.
+#[derive(Debug, Clone, Copy)]
 pub struct RemoteHealth {
+    state: &'static HealthState,
+}
+
+/// What [`RemoteHealth`] remembers, once per process.
+#[derive(Debug, Default)]
+struct HealthState {
     /// Remote key: when it last failed, and how long it is asked last from then.
     failed: Mutex<HashMap<String, (Instant, Duration)>>,
     /// Fallbacks met and not yet taken, and the failed remotes already told once.
     fallbacks: Mutex<(Vec<Fallback>, HashSet<String>)>,
 }
 
-static PROCESS_HEALTH: std::sync::LazyLock<RemoteHealth> =
-    std::sync::LazyLock::new(RemoteHealth::default);
+static PROCESS_HEALTH: std::sync::LazyLock<HealthState> =
+    std::sync::LazyLock::new(HealthState::default);
+
+impl Default for RemoteHealth {
+    fn default() -> Self {
+        RemoteHealth::process()
+    }
+}
 
 impl RemoteHealth {
     /// The health every read of this process shares.
-    pub fn process() -> &'static RemoteHealth {
-        &PROCESS_HEALTH
+    pub fn process() -> RemoteHealth {
+        RemoteHealth {
+            state: &PROCESS_HEALTH,
+        }
     }
 
     /// Whether `key` failed lately (within its time to be asked last).
     fn failed_recently(&self, key: &str) -> bool {
-        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let failed = self.state.failed.lock().unwrap_or_else(|e| e.into_inner());
         failed
             .get(key)
             .is_some_and(|(at, last_for)| at.elapsed() < *last_for)
     }
 
     fn set_failed(&self, key: &str, failed: bool) {
-        let mut map = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.state.failed.lock().unwrap_or_else(|e| e.into_inner());
         if failed {
             let last_for = match map.get(key) {
                 Some((_, before)) => (*before * 2).min(FAILED_REMOTE_LAST_AT_MOST),
@@ -76,7 +91,11 @@ impl RemoteHealth {
     /// Records that `failed` (with `error`) was passed over and `served` answered, once
     /// per failed remote and process.
     fn fell_back(&self, failed: &str, error: &str, served: &str) {
-        let mut fallbacks = self.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fallbacks = self
+            .state
+            .fallbacks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if fallbacks.1.insert(failed.to_string()) {
             fallbacks.0.push(Fallback {
                 failed: failed.to_string(),
@@ -93,8 +112,10 @@ impl RemoteHealth {
 /// command (or a read) and warns the user, naming both remotes (the CLI on stderr, the
 /// Python package with `warnings.warn`).
 pub fn take_fallbacks() -> Vec<Fallback> {
-    let health = RemoteHealth::process();
-    let mut fallbacks = health.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+    let mut fallbacks = PROCESS_HEALTH
+        .fallbacks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     std::mem::take(&mut fallbacks.0)
 }
 
@@ -138,7 +159,9 @@ pub fn in_words(error: &Error) -> String {
 /// remote that failed is not asked again by the same read; with a [`RemoteHealth`] it is
 /// also asked last by later reads for a while.
 pub struct Attempts<'a> {
-    health: Option<&'a RemoteHealth>,
+    health: Option<RemoteHealth>,
+    /// Attempts borrow the health they share (a handle to the process's).
+    _shared: std::marker::PhantomData<&'a RemoteHealth>,
     /// Remotes asked, in the order asked, with their failure when they failed.
     tried: Vec<(String, Option<Error>)>,
     /// The health key (name and URL) of each remote [`Attempts::order`] was given.
@@ -149,13 +172,19 @@ impl<'a> Attempts<'a> {
     /// Attempts of one operation (checkout, pull, fetch of files): failures are remembered
     /// until it ends, and in the process's [`RemoteHealth`].
     pub fn new() -> Attempts<'static> {
-        Attempts::sharing(RemoteHealth::process())
+        Attempts {
+            health: Some(RemoteHealth::process()),
+            _shared: std::marker::PhantomData,
+            tried: Vec::new(),
+            keys: HashMap::new(),
+        }
     }
 
     /// Attempts of one read that shares `health` with the other reads.
     pub fn sharing(health: &'a RemoteHealth) -> Attempts<'a> {
         Attempts {
-            health: Some(health),
+            health: Some(*health),
+            _shared: std::marker::PhantomData,
             tried: Vec::new(),
             keys: HashMap::new(),
         }
@@ -291,5 +320,53 @@ impl<'a> Attempts<'a> {
             .collect();
         let first = entries.swap_remove(first).1.unwrap_or(missing);
         Error::RemotesFailed(Box::new(RemotesFailed { first, tried }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_failing_again_is_asked_last_longer_and_told_once() {
+        let health = RemoteHealth::process();
+        // Keys of this test only: the state is the process's.
+        let key = "unit-failing file:///nowhere";
+        let last_for = |key: &str| {
+            health
+                .state
+                .failed
+                .lock()
+                .unwrap()
+                .get(key)
+                .map(|(_, last_for)| *last_for)
+        };
+        health.set_failed(key, true);
+        assert!(health.failed_recently(key));
+        assert_eq!(last_for(key), Some(FAILED_REMOTE_LAST_FOR));
+        health.set_failed(key, true);
+        assert_eq!(last_for(key), Some(FAILED_REMOTE_LAST_FOR * 2));
+        for _ in 0..20 {
+            health.set_failed(key, true);
+        }
+        assert_eq!(last_for(key), Some(FAILED_REMOTE_LAST_AT_MOST));
+        // A success puts it back in its place.
+        health.set_failed(key, false);
+        assert!(!health.failed_recently(key));
+
+        health.fell_back("unit-near", "stalled", "unit-far");
+        health.fell_back("unit-near", "stalled again", "unit-far");
+        let told: Vec<Fallback> = take_fallbacks()
+            .into_iter()
+            .filter(|f| f.failed == "unit-near")
+            .collect();
+        assert_eq!(
+            told,
+            [Fallback {
+                failed: "unit-near".into(),
+                error: "stalled".into(),
+                served: "unit-far".into(),
+            }]
+        );
     }
 }
