@@ -9,7 +9,6 @@
 //! it, listed or not (a file that ignores itself is never listed).
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The name of the ignore files a walk obeys: gitignore syntax
@@ -74,21 +73,13 @@ pub fn check(dir: &Path, path: &Path) -> Result<()> {
         reason,
     };
     // Never follows a symlink or waits on a FIFO: only a regular file is read.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| refuse(0, format!("it cannot be opened ({e})")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| refuse(0, format!("it cannot be read ({e})")))?;
-    if !meta.is_file() {
-        return Err(refuse(
-            0,
-            "it is not a regular file, which dsv never reads; make it a regular file or remove it"
-                .into(),
-        ));
-    }
+    let file = crate::store_file::open_read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            refuse(0, e.to_string())
+        } else {
+            refuse(0, format!("it cannot be opened ({e})"))
+        }
+    })?;
     let mut bytes = Vec::new();
     file.take(MAX_IGNORE_FILE_LEN + 1)
         .read_to_end(&mut bytes)

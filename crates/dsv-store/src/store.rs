@@ -112,7 +112,7 @@ impl Store {
         for sub in ["packs", "tmp"] {
             fs::create_dir_all(root.join(sub)).at(&root.join(sub))?;
         }
-        File::create(root.join("lock")).at(&root.join("lock"))?;
+        crate::store_file::open_lock(&root.join("lock")).at(&root.join("lock"))?;
         let open = OpenLock::take_shared(&root)?;
         let catalog = Catalog::open(&root.join("catalog.db"), true)?;
         Ok(Store {
@@ -459,14 +459,10 @@ struct LockFile {
 }
 
 impl LockFile {
-    /// Opens (creating, never truncating) the lock file at `path`.
+    /// Opens (creating, never truncating) the lock file at `path`: a regular file only,
+    /// never a FIFO waited on or a symlink followed ([`crate::store_file::open_lock`]).
     fn open_file(path: &Path) -> Result<File> {
-        fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .at(path)
+        crate::store_file::open_lock(path).at(path)
     }
 
     /// Opens (creating) `path` and takes its exclusive lock if no one holds it, else `None`.
