@@ -125,3 +125,105 @@ fn fifos_planted_inside_a_store_are_refused_at_once_not_waited_on() {
     env.ok(&["verify"]);
 }
 
+
+/// The honest-limit version: 2^25 files (`MAX_VERSION_FILES`) in 2^21 - 2 directories (within
+/// `MAX_VERSION_DIRS`), a leaf of 32 files doubled 20 times; every claim true, a few KB.
+fn plant_files_2_to_the_25(env: &TestEnv) {
+    use dsv::object::{EntryKind, ObjectKind, Tree, TreeEntry, Version};
+    let mut objects = Vec::new();
+    let mut below = Tree {
+        entries: (0..32)
+            .map(|i| TreeEntry {
+                name: format!("f{i:02}"),
+                kind: EntryKind::File { executable: false },
+                size: 1,
+                id: dsv::ObjectId::of(b"x"),
+            })
+            .collect(),
+    };
+    let mut files = 32u64;
+    for _ in 0..20 {
+        objects.push((below.id(), ObjectKind::Tree, below.encode()));
+        let id = below.id();
+        let entry = |name: &str| TreeEntry {
+            name: name.into(),
+            kind: EntryKind::Dir { files },
+            size: files,
+            id,
+        };
+        below = Tree {
+            entries: vec![entry("a"), entry("b")],
+        };
+        files *= 2;
+    }
+    objects.push((below.id(), ObjectKind::Tree, below.encode()));
+    let (bytes, files) = below.totals();
+    let version = Version {
+        dataset: "ds".into(),
+        tree: below.id(),
+        parent: None,
+        author: "tester".into(),
+        time: 1_700_000_000,
+        files,
+        bytes,
+        source: "/nowhere".into(),
+        provenance: None,
+        message: "2^25 files".into(),
+    };
+    objects.push((version.id(), ObjectKind::Version, version.encode()));
+    plant(env, &objects, &version);
+}
+
+/// Issue 34, A6: `shards` and `export --shard` of a version of 2^25 files aborted with
+/// SIGABRT ("memory allocation of 2952790016 bytes failed") under `ulimit -v 4000000`: the
+/// guard read the machine's memory, not the process's limit. Now they refuse it, exit 3.
+#[test]
+fn a_version_too_large_for_ulimit_v_is_refused_not_aborted_on() {
+    let env = TestEnv::new();
+    plant_files_2_to_the_25(&env);
+    let dsv = assert_cmd::cargo::cargo_bin("dsv");
+    for args in [
+        "shards ds 4",
+        "--json shards ds 4",
+        "export ds -o out.tar --shard 0/4",
+    ] {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v 4000000; exec '{}' {args}",
+                dsv.display()
+            ))
+            .current_dir(env.root())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "dsv {args} under ulimit -v 4000000: {:?}\n{stdout}{stderr}",
+            out.status
+        );
+        let text = format!("{stdout}{stderr}");
+        assert!(
+            text.contains("33554432 files") && text.contains("ulimit -v"),
+            "{args}: {text}"
+        );
+    }
+    // Streaming listings need no whole listing: the same limit lists a directory.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 4000000; exec '{}' ls ds:a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a",
+            dsv.display()
+        ))
+        .current_dir(env.root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
