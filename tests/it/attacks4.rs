@@ -227,3 +227,45 @@ fn a_version_too_large_for_ulimit_v_is_refused_not_aborted_on() {
     );
 }
 
+
+/// Issue 34, A7: a password in a URL argument was echoed when the URL was malformed (taken
+/// as a path), cut before its `@` (as a dataset name), or unexpected (clap's usage error).
+#[test]
+fn a_password_in_any_argument_is_never_echoed() {
+    let env = TestEnv::new();
+    env.write("d/a.txt", "a\n");
+    env.ok(&["commit", "d", "-d", "ds"]);
+    push_to_file_remote(&env, "remote", "ds");
+    let secret = "PWs3cretZ";
+    let malformed = format!("http:/user:{secret}@host/p");
+    let full = format!("https://u:{secret}@h/x");
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["remote", "add", "r", &malformed],
+        vec!["clone", &malformed, "c1"],
+        vec!["import", &malformed, "-d", "x"],
+        vec!["fetch", &full],
+        vec!["clone", "a", "b", &full],
+        vec!["push", &full],
+        vec!["pull", &full],
+        vec!["remote", "add", "r", &full],
+    ];
+    for args in runs {
+        for json in [false, true] {
+            let mut all = if json { vec!["--json"] } else { vec![] };
+            all.extend(&args);
+            let out = env.run(&all);
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(!out.status.success(), "dsv {all:?} succeeded: {text}");
+            assert!(
+                !text.contains(secret),
+                "dsv {all:?} echoed the password: {text}"
+            );
+            assert!(text.contains(dsv::redact::REDACTED), "dsv {all:?}: {text}");
+        }
+    }
+}
+
