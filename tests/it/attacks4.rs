@@ -269,3 +269,36 @@ fn a_password_in_any_argument_is_never_echoed() {
     }
 }
 
+
+/// Issue 34, A8: an ignore rule that does not parse (`secrets[.env`) was dropped and the file
+/// it meant to leave out was committed.
+#[test]
+fn an_ignore_rule_that_does_not_parse_is_refused_with_its_line() {
+    let env = TestEnv::new();
+    env.write("d/.dsvignore", "*.tmp\nsecrets[.env\n");
+    env.write("d/secrets.env", "PASSWORD=hunter2\n");
+    env.write("d/a.txt", "a\n");
+    settle(env.path("d"));
+    let stderr = env.fails(&["commit", "d", "-d", "ds"], 3);
+    assert!(
+        stderr.contains(".dsvignore")
+            && stderr.contains("line 2")
+            && stderr.contains("secrets[.env"),
+        "{stderr}"
+    );
+    assert!(env.json(&["ls"]).as_array().unwrap().is_empty());
+    // A literal `[` is written `\[`.
+    env.write("d/.dsvignore", "*.tmp\nsecrets.env\nliteral\\[.txt\n");
+    env.write("d/literal[.txt", "l\n");
+    settle(env.path("d"));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let listed = env.json(&["ls", "ds"]);
+    let paths: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, [".dsvignore", "a.txt"]);
+}
+

@@ -91,6 +91,10 @@ pub fn check(dir: &Path, path: &Path) -> Result<()> {
         ));
     }
     let mut builder = ignore::gitignore::GitignoreBuilder::new(dir);
+    // The crate reads a `[` without its `]` as a literal `[`: `secrets[.env` then
+    // leaves out only a file named so, and `secrets.env`, which the rule surely meant, is
+    // committed. Such a rule is refused; `\[` is a literal `[`.
+    builder.allow_unclosed_class(false);
     // As `BufRead::lines`, which the walk reads it with: split at `\n`, a `\r` before it dropped.
     let mut lines = bytes.split(|&b| b == b'\n').peekable();
     let mut number = 0;
@@ -114,9 +118,17 @@ pub fn check(dir: &Path, path: &Path) -> Result<()> {
         } else {
             line
         };
-        builder
-            .add_line(None, line)
-            .map_err(|e| refuse(number, format!("the rule {line:?} does not parse ({e})")))?;
+        builder.add_line(None, line).map_err(|e| {
+            let literal = if line.contains('[') {
+                "; write `\\[` for a literal `[`"
+            } else {
+                ""
+            };
+            refuse(
+                number,
+                format!("the rule {line:?} does not parse ({e}{literal})"),
+            )
+        })?;
     }
     Ok(())
 }
@@ -145,6 +157,8 @@ mod tests {
         check_text(b"\xef\xbb\xbf*.tmp\r\n# note\n\n!keep.tmp\ncache/").unwrap();
         assert_eq!(refused_line(b"*.tmp\ncaf\xe9\nsecrets.env\n"), 2);
         assert_eq!(refused_line(b"*.tmp\n\nfoo[z-a]\nsecrets.env\n"), 3);
+        assert_eq!(refused_line(b"*.tmp\nsecrets[.env\n"), 2);
+        check_text(b"literal\\[.env\n[ab]c\n").unwrap();
         assert_eq!(
             refused_line(&vec![b'a'; MAX_IGNORE_FILE_LEN as usize + 1]),
             0
