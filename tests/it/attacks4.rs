@@ -68,7 +68,6 @@ fn assert_refused_fifo(run: &Ended, code: i32, path: &Path, what: &str) {
     );
 }
 
-
 /// Issue 34, A1: FIFOs planted as every fetch stripe lock of a remote-only clone made every
 /// remote read wait forever in `openat`, deaf to SIGTERM. Now each lock file (and every other
 /// file dsv opens inside a store) is opened without following or waiting, and anything but
@@ -124,7 +123,6 @@ fn fifos_planted_inside_a_store_are_refused_at_once_not_waited_on() {
     env.ok(&["tag", "big", "v1"]);
     env.ok(&["verify"]);
 }
-
 
 /// The honest-limit version: 2^25 files (`MAX_VERSION_FILES`) in 2^21 - 2 directories (within
 /// `MAX_VERSION_DIRS`), a leaf of 32 files doubled 20 times; every claim true, a few KB.
@@ -227,7 +225,6 @@ fn a_version_too_large_for_ulimit_v_is_refused_not_aborted_on() {
     );
 }
 
-
 /// Issue 34, A7: a password in a URL argument was echoed when the URL was malformed (taken
 /// as a path), cut before its `@` (as a dataset name), or unexpected (clap's usage error).
 #[test]
@@ -269,7 +266,6 @@ fn a_password_in_any_argument_is_never_echoed() {
     }
 }
 
-
 /// Issue 34, A8: an ignore rule that does not parse (`secrets[.env`) was dropped and the file
 /// it meant to leave out was committed.
 #[test]
@@ -302,3 +298,44 @@ fn an_ignore_rule_that_does_not_parse_is_refused_with_its_line() {
     assert_eq!(paths, [".dsvignore", "a.txt"]);
 }
 
+/// Issue 34, A9: `dsv ls` printed a name holding a newline raw (two lines for one path). Human
+/// output quotes such names as `git ls-files` does; `--json` keeps them exact.
+#[test]
+fn names_with_control_characters_are_quoted_in_human_output_only() {
+    let env = TestEnv::new();
+    env.write("d/plain.txt", "p\n");
+    env.write("d/two\nlines.txt", "n\n");
+    env.write("d/tab\there \"q\" back\\slash", "t\n");
+    env.write("d/esc\u{1b}[31mred", "e\n");
+    settle(env.path("d"));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let ls = env.ok(&["ls", "ds"]);
+    assert_snapshot!(ls, @r#"
+    -  2 B  "esc\033[31mred"
+    -  2 B  plain.txt
+    -  2 B  "tab\there \"q\" back\\slash"
+    -  2 B  "two\nlines.txt"
+    "#);
+    let listed = env.json(&["ls", "ds"]);
+    let paths: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"two\nlines.txt"), "{paths:?}");
+    std::fs::remove_file(env.path("d/two\nlines.txt")).unwrap();
+    env.write("d/new\rname", "r\n");
+    settle(env.path("d"));
+    let status = env.ok(&["status", "d"]);
+    assert!(
+        status.contains("A \"new\\rname\"") && status.contains("D \"two\\nlines.txt\""),
+        "{status}"
+    );
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let diff = env.ok(&["diff", "ds@latest~1", "ds"]);
+    assert!(
+        diff.contains("A \"new\\rname\"") && diff.contains("D \"two\\nlines.txt\""),
+        "{diff}"
+    );
+}
