@@ -601,7 +601,7 @@ static ARGUMENT_SECRETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(V
 
 /// `text` with every URL's password and signature redacted (`dsv::redact::text`), and every
 /// secret of the command's arguments, however the message cut or quoted the argument.
-fn redact_message(text: &str) -> String {
+pub(crate) fn redact_message(text: &str) -> String {
     let secrets = ARGUMENT_SECRETS.lock().unwrap_or_else(|e| e.into_inner());
     dsv::redact::with_secrets(text, &secrets)
 }
