@@ -915,7 +915,7 @@ pub fn rebase(r: &RebaseReport) -> String {
                         "a file on one side, entries below it on the other".into()
                     }
                 };
-                table.row(vec![format!("  {}", c.path), detail]);
+                table.row(vec![format!("  {}", quoted_path(&c.path)), detail]);
             }
             out.push_str(table.render().trim_end());
         }
