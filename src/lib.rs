@@ -539,15 +539,26 @@ where
             }
         };
     }
+    // Every message this run prints, clap's included, is redacted of the arguments' secrets:
+    // a URL with a password may be echoed whole, cut, or taken for a path.
+    *ARGUMENT_SECRETS.lock().unwrap_or_else(|e| e.into_inner()) = args
+        .iter()
+        .flat_map(|arg| dsv::redact::argument_secrets(&arg.to_string_lossy()))
+        .collect();
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = write!(
+                std::io::stderr().lock(),
+                "{}",
+                redact_message(&e.render().to_string())
+            );
+            return error::USAGE;
+        }
         Err(e) => {
+            // `--help`, `--version`: no argument is echoed.
             let _ = e.print();
-            return if e.use_stderr() {
-                error::USAGE
-            } else {
-                error::SUCCESS
-            };
+            return error::SUCCESS;
         }
     };
     // Already set when called a second time in one process: the first one stays.
@@ -607,14 +618,23 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
-/// Prints the error, its causes and hints, each with every URL's password and signature
-/// redacted (`dsv::redact::text`: a cause from the HTTP client or object_store names the URL
-/// as it was given).
+/// The secrets of the running command's arguments (`dsv::redact::argument_secrets`).
+static ARGUMENT_SECRETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// `text` with every URL's password and signature redacted (`dsv::redact::text`), and every
+/// secret of the command's arguments, however the message cut or quoted the argument.
+pub(crate) fn redact_message(text: &str) -> String {
+    let secrets = ARGUMENT_SECRETS.lock().unwrap_or_else(|e| e.into_inner());
+    dsv::redact::with_secrets(text, &secrets)
+}
+
+/// Prints the error, its causes and hints, each redacted ([`redact_message`]: a cause from
+/// the HTTP client or object_store names the URL as it was given, a usage error the
+/// argument).
 fn report_error(ui: &Ui, e: &anyhow::Error) {
-    let redact = |texts: Vec<String>| -> Vec<String> {
-        texts.iter().map(|t| dsv::redact::text(t)).collect()
-    };
-    let message = dsv::redact::text(&e.to_string());
+    let redact =
+        |texts: Vec<String>| -> Vec<String> { texts.iter().map(|t| redact_message(t)).collect() };
+    let message = redact_message(&e.to_string());
     let causes = redact(error::causes(e));
     let hints = redact(error::hints(e));
     if ui.json {

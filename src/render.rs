@@ -37,6 +37,44 @@ where
     }
 }
 
+/// A path (or symlink target) of a version as human output shows it, one per line: as it is,
+/// unless it holds a control character (a newline would read as two paths, an escape
+/// sequence would drive the terminal), a `"` or a `\`; then in double quotes with C escapes
+/// (`\n`, `\t`, `\r`, `\a`, `\b`, `\f`, `\v`, `\"`, `\\`, and `\ooo` in octal for the
+/// other control bytes), as `git ls-files` quotes a path. `--json` gives the exact name.
+pub fn quoted_path(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let mut bytes = [0u8; 4];
+                for byte in c.encode_utf8(&mut bytes).bytes() {
+                    let _ = write!(out, "\\{byte:03o}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    std::borrow::Cow::Owned(out)
+}
+
 /// The plural of an English noun of this program's output (regular forms only).
 fn plural(noun: &str) -> String {
     let consonant_y = noun.ends_with('y')
@@ -230,8 +268,10 @@ pub fn changes(changes: &[Change], none: &str) -> String {
 /// A change's path as a listing shows it: `old -> new` for a rename.
 fn change_path(change: &Change) -> String {
     match (&change.from, change.change) {
-        (Some(from), ChangeKind::Renamed) => format!("{from} -> {}", change.path),
-        _ => change.path.clone(),
+        (Some(from), ChangeKind::Renamed) => {
+            format!("{} -> {}", quoted_path(from), quoted_path(&change.path))
+        }
+        _ => quoted_path(&change.path).into_owned(),
     }
 }
 
@@ -529,12 +569,12 @@ pub fn entries(entries: &[FlatEntry]) -> String {
             FlatKind::File { executable: false } => ('-', String::new()),
             FlatKind::File { executable: true } => ('x', String::new()),
             FlatKind::Dir => ('d', "/".to_string()),
-            FlatKind::Symlink { target } => ('l', format!(" -> {target}")),
+            FlatKind::Symlink { target } => ('l', format!(" -> {}", quoted_path(target))),
         };
         table.row(vec![
             kind.to_string(),
             size(e.size),
-            format!("{}{suffix}", e.path),
+            format!("{}{suffix}", quoted_path(&e.path)),
         ]);
     }
     table.render()
@@ -944,7 +984,7 @@ pub fn rebase(r: &RebaseReport) -> String {
                         "a file on one side, entries below it on the other".into()
                     }
                 };
-                table.row(vec![format!("  {}", c.path), detail]);
+                table.row(vec![format!("  {}", quoted_path(&c.path)), detail]);
             }
             out.push_str(table.render().trim_end());
         }
@@ -1036,7 +1076,7 @@ pub fn audit(r: &AuditReport) -> String {
         let _ = write!(
             out,
             "\n{letter} {}  expected {} ({}), found {} ({})",
-            m.path,
+            quoted_path(&m.path),
             short(m.expected),
             size(m.expected_size),
             short(m.actual),
@@ -1192,8 +1232,14 @@ pub fn shards(plans: &[dsv::read::ShardPlan]) -> String {
             p.index.to_string(),
             p.files.to_string(),
             size(p.bytes),
-            p.paths.first().map_or("-", String::as_str).to_string(),
-            p.paths.last().map_or("-", String::as_str).to_string(),
+            p.paths
+                .first()
+                .map_or("-".into(), |p| quoted_path(p))
+                .into_owned(),
+            p.paths
+                .last()
+                .map_or("-".into(), |p| quoted_path(p))
+                .into_owned(),
         ]);
     }
     table.render()
@@ -1370,10 +1416,15 @@ pub fn show_provenance(s: &ShownProvenance) -> String {
         }
         match &file.member {
             Some(member) if *member != file.path => {
-                let _ = write!(out, "\n    {} (member {member})", file.path);
+                let _ = write!(
+                    out,
+                    "\n    {} (member {})",
+                    quoted_path(&file.path),
+                    quoted_path(member)
+                );
             }
             _ => {
-                let _ = write!(out, "\n    {}", file.path);
+                let _ = write!(out, "\n    {}", quoted_path(&file.path));
             }
         }
     }

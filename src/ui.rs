@@ -75,7 +75,9 @@ impl Ui {
     /// should know that is not the command's result.
     pub fn note(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
         if !self.quiet && !self.json {
-            writeln!(std::io::stderr().lock(), "note: {}", text.as_ref())?;
+            // Redacted as errors are: a note may echo an argument.
+            let text = crate::redact_message(text.as_ref());
+            writeln!(std::io::stderr().lock(), "note: {text}")?;
         }
         Ok(())
     }

@@ -69,9 +69,15 @@ struct SourceArgs {
     /// to at most SIZE (e.g. 50GB, 512MiB). An object that declares more (Content-Length, a
     /// listed size) is refused before anything is read; a body longer than it declared, or
     /// than SIZE, is refused while it is read. Default for object storage and HTTP(S): the
-    /// free space of the store's disk less 5% and 16 MiB; local files are held to their sizes.
+    /// free space of the store's disk less 5% and 16 MiB, and --max-undeclared-bytes for a
+    /// body that declares no length; local files are held to their sizes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_bytes: Option<u64>,
+    /// Without --max-bytes, read at most SIZE of a body that declares no length (an HTTP
+    /// response without Content-Length), so an endless one cannot fill a shared disk; a body
+    /// that declares its length is held to it.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "10GiB")]
+    max_undeclared_bytes: u64,
     /// Fail a request or a download that receives less than 1 KiB in DURATION (e.g. 30s,
     /// 5m): a stalled or trickling server.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = positive_duration)]
@@ -108,6 +114,7 @@ impl SourceArgs {
             max_stored: None,
         };
         settings.max_bytes = self.max_bytes;
+        settings.max_undeclared_bytes = self.max_undeclared_bytes;
         settings.stall_timeout = self.stall_timeout;
         settings.timeout = self.timeout;
         settings.ingest.jobs = jobs_or(&self.jobs, &config, settings.ingest.jobs);

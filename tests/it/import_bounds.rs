@@ -269,6 +269,67 @@ fn an_endless_body_never_fills_a_small_disk() {
     assert_nothing_left(&env, &Path::new(&store).join(".dsv"), &outcome);
 }
 
+/// Issue 34, A10: without `--max-bytes`, an endless body that declares no length was held
+/// only to the disk's free space less 5%: it could fill a shared disk. Such a body is now
+/// held to `--max-undeclared-bytes` (default 10GiB); `--max-bytes` replaces that bound.
+#[test]
+fn a_body_without_a_length_is_held_to_the_undeclared_bound_by_default() {
+    let env = TestEnv::new();
+    let url = format!("{}/endless.bin", serve(Mode::Endless));
+    let outcome = run_bounded(
+        &env,
+        &[
+            "import",
+            &url,
+            "--max-undeclared-bytes",
+            "40MB",
+            "--jobs",
+            "2",
+        ],
+        None,
+    );
+    assert_eq!(outcome.code, Some(3), "{}", outcome.stderr);
+    assert!(
+        outcome.stderr.contains("declared no length")
+            && outcome.stderr.contains("40000000")
+            && outcome.stderr.contains("--max-undeclared-bytes"),
+        "{}",
+        outcome.stderr
+    );
+    assert_nothing_left(&env, &env.path(".dsv"), &outcome);
+    // An explicit --max-bytes is the bound instead.
+    let outcome = run_bounded(
+        &env,
+        &[
+            "import",
+            &url,
+            "--max-bytes",
+            "60MB",
+            "--max-undeclared-bytes",
+            "40MB",
+            "--jobs",
+            "2",
+        ],
+        None,
+    );
+    assert_eq!(outcome.code, Some(3), "{}", outcome.stderr);
+    assert!(
+        outcome.stderr.contains("60000000") && !outcome.stderr.contains("declared no length"),
+        "{}",
+        outcome.stderr
+    );
+    // The default, as the library and the CLI state it.
+    assert_eq!(
+        dsv::ops::import::SourceSettings::default().max_undeclared_bytes,
+        10 << 30
+    );
+    let help = env.ok(&["import", "--help"]);
+    assert!(
+        help.contains("--max-undeclared-bytes") && help.contains("10GiB"),
+        "{help}"
+    );
+}
+
 #[test]
 fn a_body_longer_than_its_declared_length_is_refused() {
     let env = TestEnv::new();

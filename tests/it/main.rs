@@ -5,6 +5,7 @@
 mod common;
 
 mod architecture_docs;
+mod attacks4;
 mod audit;
 mod bad_input;
 mod checkout_safety;

@@ -635,10 +635,12 @@ pub enum Error {
         /// The name.
         name: String,
     },
-    /// A remote's version holds more files than this machine can serve
-    /// ([`crate::object::servable_files`]): refused when it is fetched.
+    /// A version holds more files than this process can list whole in the memory it may use
+    /// ([`crate::object::servable_files`] of [`crate::object::machine_memory`]): refused when
+    /// a remote's version is fetched, and before a command lists one whole (`shards`,
+    /// `--shard`, `mount`, the Python package) rather than aborting on a failed allocation.
     #[error(
-        "version {version} on the remote holds {files} files; this machine ({} of memory) serves versions of at most {limit} files (a listing takes about {} bytes an entry)",
+        "version {version} holds {files} files; with {} of memory (the smallest of the machine's memory, its cgroup's limit and this process's ulimit -v and -d) dsv lists versions of at most {limit} files whole (a listing takes about {} bytes an entry)",
         gibibytes(*memory),
         crate::object::LISTED_BYTES_PER_ENTRY
     )]
@@ -647,9 +649,9 @@ pub enum Error {
         version: String,
         /// Files it claims.
         files: u64,
-        /// The most this machine serves.
+        /// The most this process lists whole.
         limit: u64,
-        /// This machine's memory in bytes.
+        /// The memory this process may use, in bytes.
         memory: u64,
     },
     /// The version was removed (`dsv rm`); its data may be gone.
@@ -1197,7 +1199,7 @@ impl Error {
             Error::DatasetExists { name } => format!("choose a name `dsv ls` does not list, or remove {name}'s versions with `dsv rm {name}` first"),
             Error::TagExists { .. } => "choose another tag, or move this one with `dsv tag REV TAG --force`".into(),
             Error::VersionTooLarge { .. } => {
-                "fetch it on a machine with more memory, or split the dataset into smaller versions there".into()
+                "run it where more memory may be used (a larger machine, a higher `ulimit -v` or cgroup limit), or split the dataset into smaller versions; `dsv ls`, `cat` and `checkout` stream and need no whole listing".into()
             }
             Error::NoSpace { .. } => {
                 "free space (or inodes) there, or check out into a directory on a larger file system; a partial checkout (--include, --shard) writes less".into()

@@ -29,6 +29,7 @@ pub mod progress;
 pub mod redact;
 pub mod remote_url;
 pub mod runtime;
+pub mod store_file;
 
 pub use error::{Error, ErrorKind, Result};
 pub use id::ObjectId;

@@ -168,10 +168,38 @@ pub fn servable_files(memory: u64) -> u64 {
     files.min(MAX_VERSION_FILES)
 }
 
-/// This machine's memory in bytes: the smaller of the physical memory (`MemTotal` of
-/// `/proc/meminfo`) and the cgroup's limit (`/sys/fs/cgroup/memory.max`); `None` when
-/// neither can be read.
+/// The memory this process may use, in bytes: the smallest of the physical memory
+/// (`MemTotal` of `/proc/meminfo`), the cgroup's limit (`/sys/fs/cgroup/memory.max`) and the
+/// process's own soft limits on its address space and data (`RLIMIT_AS`, `ulimit -v`, and
+/// `RLIMIT_DATA`, `ulimit -d`, from `/proc/self/limits`), so a listing that the machine could
+/// hold but the process may not is refused instead of aborting on a failed allocation;
+/// `None` when none can be read.
 pub fn machine_memory() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| process_limit(&text));
+    let machine = physical_memory();
+    match (machine, limits) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The smaller of the soft limits "Max address space" and "Max data size" in
+/// `/proc/self/limits`' text (bytes); `None` when both are unlimited or absent.
+fn process_limit(text: &str) -> Option<u64> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line
+                .strip_prefix("Max address space")
+                .or_else(|| line.strip_prefix("Max data size"))?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .min()
+}
+
+/// The physical memory, less a cgroup's limit when it has one.
+fn physical_memory() -> Option<u64> {
     let physical = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {
@@ -692,6 +720,14 @@ mod tests {
             (1u64 << 30) / 2 / LISTED_BYTES_PER_ENTRY / 2
         );
         assert_eq!(servable_files(0), 0);
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+            Max data size             unlimited            unlimited            bytes     \n\
+            Max address space         4096000000           unlimited            bytes     \n";
+        assert_eq!(process_limit(limits), Some(4_096_000_000));
+        assert_eq!(
+            process_limit(&limits.replace("4096000000", "unlimited")),
+            None
+        );
         // This machine answers, and within what it can report.
         let memory = machine_memory().expect("/proc/meminfo is readable on Linux");
         assert!(memory > 64 << 20, "{memory}");

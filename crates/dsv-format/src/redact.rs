@@ -190,6 +190,72 @@ pub fn text(text: &str) -> String {
     out
 }
 
+/// The secrets of a command-line argument that is, or looks like, a URL with user
+/// information: `scheme:` with any number of slashes (`https://`, a mistyped `http:/` or
+/// `http:`), then `user:password@` or `token@`. Returns what a message must never show, longest
+/// first: `user:password` and the password (or the lone user name), each at least 4 bytes
+/// (a shorter one is only the `user:password` form, which cannot be mistaken for other
+/// words); empty when the argument holds none. A front end redacts these from every message
+/// that could echo the argument, whole or cut (`invalid dataset name "https://u:PW"`), as
+/// [`text`] cannot recognize a URL cut before its `@`.
+pub fn argument_secrets(argument: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    let mut rest = argument;
+    while let Some(colon) = rest.find(':') {
+        let scheme = &rest[..colon];
+        let scheme = &scheme[scheme
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |i| i + 1)..];
+        let after = rest[colon + 1..].trim_start_matches('/');
+        rest = &rest[colon + 1..];
+        if scheme.is_empty() || !scheme.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            continue;
+        }
+        // The user information starts after the slashes and ends at the first `@`; as
+        // [`url`] reads it, it holds no `/`, `?` or `#` unless it is `user:password` (a
+        // hand-typed password may hold them), and no white space.
+        let Some((userinfo, _)) = after.split_once('@') else {
+            continue;
+        };
+        let plain = !userinfo.contains(['/', '?', '#'])
+            || userinfo
+                .split_once(':')
+                .is_some_and(|(user, _)| !user.is_empty() && !user.contains(['/', '?', '#']));
+        if userinfo.is_empty() || userinfo.contains(char::is_whitespace) || !plain {
+            continue;
+        }
+        let secret = match userinfo.split_once(':') {
+            Some((user, password)) => {
+                if !password.is_empty() {
+                    secrets.push(userinfo.to_string());
+                }
+                if user.is_empty() { userinfo } else { password }
+            }
+            None => userinfo,
+        };
+        if secret.len() >= 4 {
+            secrets.push(secret.to_string());
+        }
+    }
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    secrets
+}
+
+/// `message` with every one of `secrets` ([`argument_secrets`]) replaced by [`REDACTED`] (a
+/// `user:password` keeps its `user:`), then passed through [`text`].
+pub fn with_secrets(message: &str, secrets: &[String]) -> String {
+    let mut out = message.to_string();
+    for secret in secrets {
+        let replacement = match secret.split_once(':') {
+            Some((user, _)) if !user.is_empty() => format!("{user}:{REDACTED}"),
+            _ => REDACTED.to_string(),
+        };
+        out = out.replace(secret.as_str(), &replacement);
+    }
+    text(&out)
+}
+
 /// A URL fit to record (in a version's source, message and provenance, all of which a push
 /// copies to a remote): without its user information and without the query parameters that
 /// carry credentials, signatures or tokens ([`is_secret_parameter`]: presigned S3, GCS signed
@@ -399,6 +465,45 @@ mod tests {
         );
         assert_eq!(url("s3://bucket/prefix"), "s3://bucket/prefix");
         assert_eq!(url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn arguments_that_look_like_urls_with_passwords_give_their_secrets() {
+        for argument in [
+            "https://u:PWsecret@h/x",
+            "http:/user:PWsecret@host/p",
+            "http:user:PWsecret@host/p",
+            "s3://user:PWsecret@bucket/a/b@c",
+        ] {
+            let secrets = argument_secrets(argument);
+            assert!(
+                secrets.contains(&"PWsecret".to_string()),
+                "{argument}: {secrets:?}"
+            );
+            for message in [
+                format!(
+                    "invalid dataset name \"{}\"",
+                    &argument[..argument.find('@').unwrap()]
+                ),
+                format!("unexpected argument '{argument}' found"),
+                format!("{argument} is not a directory"),
+            ] {
+                let redacted = with_secrets(&message, &secrets);
+                assert!(!redacted.contains("PWsecret"), "{redacted}");
+                assert!(redacted.contains(REDACTED), "{redacted}");
+            }
+        }
+        assert_eq!(argument_secrets("https://TOKEN123@h/x"), ["TOKEN123"]);
+        assert_eq!(argument_secrets("https://u:pw@h/x"), ["u:pw"]);
+        for plain in [
+            "mnist@v1",
+            "mnist@v1:a/b",
+            "s3://bucket/x",
+            "/data/a@b",
+            "a:b",
+        ] {
+            assert!(argument_secrets(plain).is_empty(), "{plain}");
+        }
     }
 
     #[test]

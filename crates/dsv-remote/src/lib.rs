@@ -11,7 +11,7 @@
 pub use dsv_store::{
     Error, ErrorKind, ObjectId, Result, Revision, Store, beneath, catalog, chunk, config, error,
     id, ignore_file, interrupt, lease, object, outboard, pack, parallel, progress, redact, reflog,
-    remote_url, revision, runtime, store, tree, walk, workspace,
+    remote_url, revision, runtime, store, store_file, tree, walk, workspace,
 };
 
 pub mod archive;

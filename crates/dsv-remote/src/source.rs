@@ -110,6 +110,10 @@ pub struct Listing {
 /// A read is stalled when less than this arrives in [`ReadBounds::stall_timeout`]: a server
 /// that sends a byte every few seconds holds no import.
 pub use crate::stall::STALL_BYTES;
+/// Default of [`ReadBounds::max_undeclared_bytes`] for an import from object storage or
+/// HTTP(S) without `--max-bytes` (10 GiB): a body that declares no length (chunked HTTP) may
+/// send that much, so an endless one cannot fill a shared disk.
+pub const DEFAULT_MAX_UNDECLARED_BYTES: u64 = 10 << 30;
 /// Default of [`ReadBounds::stall_timeout`].
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -125,6 +129,9 @@ pub struct ReadBounds {
     pub max_bytes: u64,
     /// The store's free space, when `max_bytes` was derived from it (for messages).
     pub disk_free: Option<u64>,
+    /// The most bytes read of one object that declares no length (an HTTP body without
+    /// Content-Length); one that declares its length is held to it.
+    pub max_undeclared_bytes: u64,
     /// A request or a body fails once less than [`STALL_BYTES`] arrived in this long.
     pub stall_timeout: Duration,
     /// Every request fails once the source has been open this long (`--timeout`).
@@ -136,6 +143,7 @@ impl Default for ReadBounds {
         ReadBounds {
             max_bytes: u64::MAX,
             disk_free: None,
+            max_undeclared_bytes: u64::MAX,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             timeout: None,
         }
@@ -148,6 +156,7 @@ impl ReadBounds {
         ReadBounds {
             max_bytes: max_bytes.unwrap_or(u64::MAX),
             disk_free: None,
+            max_undeclared_bytes: u64::MAX,
             stall_timeout,
             timeout,
         }
@@ -998,9 +1007,8 @@ impl Read for Bounded {
         // One byte past a bound is enough to know it was passed.
         let total = self.total.load(Ordering::Relaxed);
         let mut room = self.bounds.max_bytes.saturating_sub(total);
-        if let Some(declared) = self.declared {
-            room = room.min(declared.saturating_sub(self.read));
-        }
+        let declared = self.declared.unwrap_or(self.bounds.max_undeclared_bytes);
+        room = room.min(declared.saturating_sub(self.read));
         let want = buf
             .len()
             .min(usize::try_from(room.saturating_add(1)).unwrap_or(usize::MAX));
@@ -1012,6 +1020,12 @@ impl Read for Bounded {
         {
             return Err(self.refuse(format!(
                 "it sent more than the {declared} bytes it declared (Content-Length or listed size); refused, nothing was imported (a misbehaving server, or a file that grew while it was read)"
+            )));
+        }
+        if self.declared.is_none() && self.read > self.bounds.max_undeclared_bytes {
+            return Err(self.refuse(format!(
+                "it declared no length (no Content-Length) and sent more than {} bytes, the bound of such a body; refused, nothing was imported (pass --max-bytes SIZE or --max-undeclared-bytes SIZE to read more)",
+                self.bounds.max_undeclared_bytes
             )));
         }
         if total > self.bounds.max_bytes {

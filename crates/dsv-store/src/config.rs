@@ -174,7 +174,7 @@ impl Config {
     /// not parse (with the line); [`Error::Io`] when it cannot be read.
     pub fn load(store_root: &Path) -> Result<Config> {
         let path = Config::path(store_root);
-        let file = match std::fs::File::open(&path) {
+        let file = match crate::store_file::open_read(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(e) => return Err(e).at(&path),

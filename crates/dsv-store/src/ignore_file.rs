@@ -9,7 +9,6 @@
 //! it, listed or not (a file that ignores itself is never listed).
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The name of the ignore files a walk obeys: gitignore syntax
@@ -74,21 +73,13 @@ pub fn check(dir: &Path, path: &Path) -> Result<()> {
         reason,
     };
     // Never follows a symlink or waits on a FIFO: only a regular file is read.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| refuse(0, format!("it cannot be opened ({e})")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| refuse(0, format!("it cannot be read ({e})")))?;
-    if !meta.is_file() {
-        return Err(refuse(
-            0,
-            "it is not a regular file, which dsv never reads; make it a regular file or remove it"
-                .into(),
-        ));
-    }
+    let file = crate::store_file::open_read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            refuse(0, e.to_string())
+        } else {
+            refuse(0, format!("it cannot be opened ({e})"))
+        }
+    })?;
     let mut bytes = Vec::new();
     file.take(MAX_IGNORE_FILE_LEN + 1)
         .read_to_end(&mut bytes)
@@ -100,6 +91,10 @@ pub fn check(dir: &Path, path: &Path) -> Result<()> {
         ));
     }
     let mut builder = ignore::gitignore::GitignoreBuilder::new(dir);
+    // The crate reads a `[` without its `]` as a literal `[`: `secrets[.env` then
+    // leaves out only a file named so, and `secrets.env`, which the rule surely meant, is
+    // committed. Such a rule is refused; `\[` is a literal `[`.
+    builder.allow_unclosed_class(false);
     // As `BufRead::lines`, which the walk reads it with: split at `\n`, a `\r` before it dropped.
     let mut lines = bytes.split(|&b| b == b'\n').peekable();
     let mut number = 0;
@@ -123,9 +118,17 @@ pub fn check(dir: &Path, path: &Path) -> Result<()> {
         } else {
             line
         };
-        builder
-            .add_line(None, line)
-            .map_err(|e| refuse(number, format!("the rule {line:?} does not parse ({e})")))?;
+        builder.add_line(None, line).map_err(|e| {
+            let literal = if line.contains('[') {
+                "; write `\\[` for a literal `[`"
+            } else {
+                ""
+            };
+            refuse(
+                number,
+                format!("the rule {line:?} does not parse ({e}{literal})"),
+            )
+        })?;
     }
     Ok(())
 }
@@ -154,6 +157,8 @@ mod tests {
         check_text(b"\xef\xbb\xbf*.tmp\r\n# note\n\n!keep.tmp\ncache/").unwrap();
         assert_eq!(refused_line(b"*.tmp\ncaf\xe9\nsecrets.env\n"), 2);
         assert_eq!(refused_line(b"*.tmp\n\nfoo[z-a]\nsecrets.env\n"), 3);
+        assert_eq!(refused_line(b"*.tmp\nsecrets[.env\n"), 2);
+        check_text(b"literal\\[.env\n[ab]c\n").unwrap();
         assert_eq!(
             refused_line(&vec![b'a'; MAX_IGNORE_FILE_LEN as usize + 1]),
             0

@@ -10,7 +10,7 @@
 
 pub use dsv_format::{
     Error, ErrorKind, ObjectId, Result, chunk, error, id, interrupt, object, outboard, pack,
-    parallel, progress, redact, remote_url, runtime,
+    parallel, progress, redact, remote_url, runtime, store_file,
 };
 
 pub mod beneath;

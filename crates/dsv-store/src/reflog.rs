@@ -448,7 +448,7 @@ impl ReadLog {
 /// # Errors
 /// [`Error::Io`].
 pub fn read(path: &Path, limit: Option<u64>) -> Result<ReadLog> {
-    let file = match File::open(path) {
+    let file = match crate::store_file::open_read(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ReadLog::default()),
         Err(e) => return Err(e).at(path),
@@ -526,13 +526,9 @@ pub fn encode(entries: &[RefLogEntry], time: i64) -> Vec<u8> {
 /// [`Error::Corrupt`] when the file is shorter than `applied` (the caller rewrites it);
 /// [`Error::Io`].
 pub fn append(path: &Path, applied: u64, bytes: &[u8]) -> Result<u64> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .at(path)?;
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    let mut file = crate::store_file::open(path, options).at(path)?;
     let len = file.metadata().at(path)?.len();
     if len < applied {
         return Err(Error::corrupt(
@@ -550,11 +546,9 @@ pub fn append(path: &Path, applied: u64, bytes: &[u8]) -> Result<u64> {
             .read_to_end(&mut tail)
             .at(path)?;
         let aside = unapplied_path(path);
-        let mut kept = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&aside)
-            .at(&aside)?;
+        let mut options = OpenOptions::new();
+        options.create(true).append(true);
+        let mut kept = crate::store_file::open(&aside, options).at(&aside)?;
         kept.write_all(&tail).at(&aside)?;
         kept.sync_data().at(&aside)?;
         file.set_len(applied).at(path)?;
@@ -571,7 +565,9 @@ pub fn append(path: &Path, applied: u64, bytes: &[u8]) -> Result<u64> {
 /// # Errors
 /// [`Error::Io`].
 pub fn cut(path: &Path, applied: u64) -> Result<()> {
-    let file = OpenOptions::new().write(true).open(path).at(path)?;
+    let mut options = OpenOptions::new();
+    options.write(true);
+    let file = crate::store_file::open(path, options).at(path)?;
     file.set_len(applied).at(path)?;
     file.sync_data().at(path)
 }

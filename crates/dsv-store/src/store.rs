@@ -146,7 +146,7 @@ impl Store {
             for sub in ["packs", "tmp"] {
                 fs::create_dir_all(staging.join(sub)).at(&staging.join(sub))?;
             }
-            File::create(staging.join("lock")).at(&staging.join("lock"))?;
+            crate::store_file::open_lock(&staging.join("lock")).at(&staging.join("lock"))?;
             let open = OpenLock::take_shared(&staging)?;
             let catalog = Catalog::open(&staging.join("catalog.db"), true)?;
             Ok(Store {
@@ -590,14 +590,10 @@ struct LockFile {
 }
 
 impl LockFile {
-    /// Opens (creating, never truncating) the lock file at `path`.
+    /// Opens (creating, never truncating) the lock file at `path`: a regular file only,
+    /// never a FIFO waited on or a symlink followed ([`crate::store_file::open_lock`]).
     fn open_file(path: &Path) -> Result<File> {
-        fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .at(path)
+        crate::store_file::open_lock(path).at(path)
     }
 
     /// Opens (creating) `path` and takes its exclusive lock if no one holds it, else `None`.

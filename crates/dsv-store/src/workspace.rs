@@ -145,16 +145,10 @@ pub fn now_ns() -> i64 {
 /// # Errors
 /// [`crate::Error::Io`], also when it is not a regular file.
 pub fn open_regular(path: &Path) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-        .open(path)
-        .at(path)?;
-    if !file.metadata().at(path)?.is_file() {
-        return Err(not_regular(path));
+    match crate::store_file::open_read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(not_regular(path)),
+        other => other.at(path),
     }
-    Ok(file)
 }
 
 /// The error for a path that is no longer a regular file.

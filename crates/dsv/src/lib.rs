@@ -60,7 +60,8 @@
 pub use dsv_remote::{
     Error, ErrorKind, ObjectId, Result, Revision, Store, archive, beneath, catalog, chunk, config,
     error, id, ignore_file, interrupt, lease, object, outboard, pack, parallel, progress, redact,
-    reflog, remote, remote_url, revision, runtime, source, store, tree, walk, workspace,
+    reflog, remote, remote_url, revision, runtime, source, store, store_file, tree, walk,
+    workspace,
 };
 
 pub(crate) mod key_set;

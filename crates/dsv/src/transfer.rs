@@ -990,12 +990,13 @@ pub(crate) fn fresh_copy(
     source: &std::path::Path,
     dir: &std::path::Path,
 ) -> Result<(ObjectId, std::path::PathBuf)> {
-    let file = std::fs::File::open(source).map_err(|e| Error::Io {
+    let mut file = crate::store_file::open_read(source).map_err(|e| Error::Io {
         path: source.to_path_buf(),
         source: e,
     })?;
     let (frames, objects) = crate::pack::reader::read_index(&file, source)?;
-    let bytes = std::fs::read(source).map_err(|e| Error::Io {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::Io {
         path: source.to_path_buf(),
         source: e,
     })?;

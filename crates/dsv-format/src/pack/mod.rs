@@ -26,16 +26,5 @@ pub use writer::{EncodedFrame, FrameBuilder, PackFile, PackWriter, SealedPack};
 /// The open's error (`ELOOP` for a symlink); [`std::io::ErrorKind::InvalidInput`] when the
 /// file is not a regular file.
 pub fn open_listed_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    Ok(file)
+    crate::store_file::open_read(path)
 }

@@ -87,8 +87,8 @@ impl PackReader {
         }
         let file = match self.files.entry(location.pack) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::hash_map::Entry::Vacant(entry) => {
-                entry.insert(File::open(&path).map_err(|e| match e.kind() {
+            std::collections::hash_map::Entry::Vacant(entry) => entry.insert(
+                crate::store_file::open_read(&path).map_err(|e| match e.kind() {
                     std::io::ErrorKind::NotFound => {
                         Error::corrupt(&path, "the catalog names this pack but the file is missing")
                     }
@@ -96,8 +96,8 @@ impl PackReader {
                         path: path.clone(),
                         source: e,
                     },
-                })?)
-            }
+                })?,
+            ),
         };
         let mut buffer = if self.cache.len() >= self.cache_slots {
             self.cache.remove(0).1
@@ -300,7 +300,7 @@ pub fn verify_pack(
 /// # Errors
 /// As [`read_index`], which it runs first.
 pub fn read_tail(path: &Path) -> Result<Vec<u8>> {
-    let file = File::open(path).at(path)?;
+    let file = crate::store_file::open_read(path).at(path)?;
     read_index(&file, path)?;
     let len = file.metadata().at(path)?.len();
     let mut trailer = [0u8; format::TRAILER_LEN as usize];

@@ -238,7 +238,7 @@ impl PackFile {
     /// ([`crate::pack::reader::read_index`]).
     pub fn read_index(&self, packs_dir: &Path) -> Result<SealedPack> {
         let path = pack_path(packs_dir, &self.id);
-        let file = File::open(&path).at(&path)?;
+        let file = crate::store_file::open_read(&path).at(&path)?;
         let length = file.metadata().at(&path)?.len();
         if length != self.size {
             return Err(crate::Error::corrupt(

@@ -361,12 +361,7 @@ fn cloud_backend_parts(
 /// [`Error::Io`] when the lock file cannot be opened or locked.
 fn lock_refs(root: &FsPath) -> Result<std::fs::File> {
     let lock_path = root.join("refs.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .at(&lock_path)?;
+    let lock = crate::store_file::open_lock(&lock_path).at(&lock_path)?;
     lock.lock().at(&lock_path)?;
     Ok(lock)
 }
@@ -869,7 +864,7 @@ impl Remote {
             // so overwriting an identical copy is harmless.
             let mut parts: Box<dyn Iterator<Item = Result<Bytes>> + Send> = match body {
                 PackBody::File(path) => {
-                    let mut file = std::fs::File::open(&path).at(&path)?;
+                    let mut file = crate::store_file::open_read(&path).at(&path)?;
                     Box::new(std::iter::from_fn(move || {
                         let mut part = vec![0u8; PART_SIZE];
                         match std::io::Read::read(&mut file, &mut part).at(&path) {
@@ -909,7 +904,12 @@ impl Remote {
             self.count(2);
         } else {
             let bytes = match body {
-                PackBody::File(path) => Bytes::from(std::fs::read(&path).at(&path)?),
+                PackBody::File(path) => {
+                    let mut bytes = Vec::new();
+                    let mut file = crate::store_file::open_read(&path).at(&path)?;
+                    std::io::Read::read_to_end(&mut file, &mut bytes).at(&path)?;
+                    Bytes::from(bytes)
+                }
                 PackBody::Memory { bytes, .. } => bytes,
             };
             self.put_create(&key, bytes).await?;

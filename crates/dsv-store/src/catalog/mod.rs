@@ -128,6 +128,16 @@ impl Catalog {
             path: path.to_path_buf(),
             source,
         })?;
+        // SQLite would wait forever on a FIFO planted there, or follow a symlink out.
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut file = path.as_os_str().to_owned();
+            file.push(suffix);
+            let file = std::path::PathBuf::from(file);
+            crate::store_file::check_regular_or_absent(&file).map_err(|source| Error::Io {
+                path: file.clone(),
+                source,
+            })?;
+        }
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         if create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;

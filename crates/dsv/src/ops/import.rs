@@ -253,6 +253,11 @@ pub struct SourceSettings {
     /// disk can hold ([`ReadBounds::disk_bound`]); a local source is held to its files'
     /// listed sizes only.
     pub max_bytes: Option<u64>,
+    /// Without `max_bytes`, the most bytes read of one object of a source read over the
+    /// network that declares no length (an HTTP body without Content-Length): default
+    /// [`crate::source::DEFAULT_MAX_UNDECLARED_BYTES`]. An object that declares its length is
+    /// held to it.
+    pub max_undeclared_bytes: u64,
     /// A request or a body fails once less than [`crate::source::STALL_BYTES`] arrived in
     /// this long.
     pub stall_timeout: std::time::Duration,
@@ -269,6 +274,7 @@ impl Default for SourceSettings {
             requests: crate::remote::DEFAULT_JOBS,
             author: None,
             max_bytes: None,
+            max_undeclared_bytes: crate::source::DEFAULT_MAX_UNDECLARED_BYTES,
             stall_timeout: crate::source::DEFAULT_STALL_TIMEOUT,
             timeout: None,
         }
@@ -477,13 +483,15 @@ pub fn update(
 }
 
 /// The bounds `source` is read under: `settings.max_bytes`, else for a source read over the
-/// network what the store's disk can hold.
+/// network what the store's disk can hold, and `settings.max_undeclared_bytes` for each
+/// object that declares no length.
 fn read_bounds(store: &Store, source: &Source, settings: &SourceSettings) -> Result<ReadBounds> {
     let mut bounds = ReadBounds::new(settings.max_bytes, settings.stall_timeout, settings.timeout);
     if settings.max_bytes.is_none() && !source.is_local() {
         let (free, bound) = ReadBounds::disk_bound(&store.packs_dir())?;
         bounds.max_bytes = bound;
         bounds.disk_free = Some(free);
+        bounds.max_undeclared_bytes = settings.max_undeclared_bytes;
     }
     Ok(bounds)
 }

@@ -312,7 +312,9 @@ fn execute(plan: RepairPlan, progress: &dyn Progress) -> Result<RepairReport> {
 fn set_aside(plan: &RepairPlan, report: &mut RepairReport) -> Result<()> {
     let root = &plan.root;
     if let Some(copy) = &plan.old_ref_log {
-        fs::copy(root.join(reflog::FILE_NAME), copy).at(copy)?;
+        let log = root.join(reflog::FILE_NAME);
+        crate::store_file::check_regular_or_absent(&log).at(&log)?;
+        fs::copy(&log, copy).at(copy)?;
         report.old_ref_log = Some(copy.clone());
     }
     if let Some(aside) = &plan.old_catalog {

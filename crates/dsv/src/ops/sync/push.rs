@@ -683,7 +683,7 @@ fn send_round(
     // One uploaded pack's index in memory at a time.
     let writer = store.catalog_mut().writer()?;
     for (id, path) in &uploads {
-        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+        let file = crate::store_file::open_read(path).map_err(|source| Error::Io {
             path: path.clone(),
             source,
         })?;
