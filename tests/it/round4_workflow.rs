@@ -71,6 +71,7 @@ fn a_lock_keeps_the_remotes_endpoint_and_pins_a_remotes_revision() {
         &url,
         "--option",
         "aws_endpoint=http://127.0.0.1:9",
+        "--no-check",
     ]);
     trainer.fails(&["checkout", "--lock", "dsv.lock", "run"], 3);
     // Added as the hint says, the lock resolves.
