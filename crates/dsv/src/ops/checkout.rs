@@ -618,6 +618,9 @@ pub fn checkout(
             version: &version_id,
         };
         apply::record(store, trees, &target, names, written, &recording, &site)?;
+        // A checkout is a deliberate move: a recorded move of this workspace that a killed
+        // rebase or pull left (also one given up by checking out its old version) is over.
+        super::rebase::forget_following(store, &key);
         link_store(store, &dir);
     }
     tracing::debug!(elapsed = ?clock.elapsed(), "recorded");

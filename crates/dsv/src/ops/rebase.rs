@@ -738,6 +738,24 @@ fn finish(
         }
         return Ok(report);
     }
+    let follow_options = FollowOptions::new(options.jobs, options.requests);
+    // Whether the workspace will follow is decided before anything is recorded: only a
+    // clean one is (a dirty one's files never move, so a record of its move would only
+    // block its commits). An error here changes nothing.
+    let ready = match (&options.workspace, report.old_head) {
+        (Some(dir), Some(old)) => {
+            match ready_to_follow(store, dir, &report.dataset, &old, follow_options, progress) {
+                Ok(ready) => ready,
+                Err(e) => {
+                    if let Some(sink) = sink {
+                        sink.abandon(store);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
     let lock = store.lock()?;
     if store.catalog().head_or_none(&report.dataset)? != report.old_head {
         // Abandoning takes the store lock itself.
@@ -755,9 +773,9 @@ fn finish(
     };
     // The workspace that will follow the head: recorded before the head moves, so a rebase
     // killed from here on is finished by the next run (or explained by `status`).
-    let following = match (&options.workspace, report.old_head) {
-        (Some(dir), Some(old)) => holding(store, dir, &report.dataset, &old)?.map(|w| Following {
-            workspace: w.path,
+    let following = match (&ready, report.old_head) {
+        (Some(Ready::Clean(key)), Some(old)) => Some(Following {
+            workspace: key.clone(),
             dataset: report.dataset.clone(),
             from: old,
             to: new_head,
@@ -791,18 +809,78 @@ fn finish(
     // following the head takes the locks a checkout takes, in their order (never the data
     // lock while this one is held).
     drop(data_lock);
-    if let (Some(dir), Some(old)) = (&options.workspace, report.old_head) {
-        report.workspace = follow_head(
-            store,
-            dir,
-            &report.dataset,
-            &old,
-            &new_head,
-            &FollowOptions::new(options.jobs, options.requests),
-            progress,
-        )?;
-    }
+    report.workspace = match (ready, following) {
+        (Some(Ready::Dirty(dirty)), _) => Some(dirty),
+        (Some(Ready::Clean(_)), Some(following)) => {
+            move_recorded(store, &following, follow_options, progress)?
+        }
+        _ => None,
+    };
     Ok(report)
+}
+
+/// Whether a workspace follows a moved head ([`ready_to_follow`]).
+enum Ready {
+    /// It holds the old head and has no uncommitted changes: it moves (its key).
+    Clean(String),
+    /// It holds the old head but has uncommitted changes: it is left alone (the report).
+    Dirty(WorkspaceFollow),
+}
+
+/// The workspace enclosing `dir`, when it holds version `old` of `dataset`, with whether it
+/// is clean (its status, computed with `options.jobs` workers); `None` when no workspace
+/// encloses `dir` or it holds another version.
+fn ready_to_follow(
+    store: &mut Store,
+    dir: &Path,
+    dataset: &str,
+    old: &ObjectId,
+    options: FollowOptions,
+    progress: &dyn Progress,
+) -> Result<Option<Ready>> {
+    let Some(workspace) = holding(store, dir, dataset, old)? else {
+        return Ok(None);
+    };
+    let workspace_dir = PathBuf::from(&workspace.path);
+    let status_options = super::status::StatusOptions { jobs: options.jobs };
+    let status = super::status::status(store, &workspace_dir, &status_options, progress)?;
+    if !status.changes.is_empty() {
+        return Ok(Some(Ready::Dirty(WorkspaceFollow {
+            dir: workspace_dir,
+            status: "dirty",
+            version: *old,
+            changes: status.changes.len() as u64,
+        })));
+    }
+    Ok(Some(Ready::Clean(workspace.path)))
+}
+
+/// Moves a clean workspace whose move `following` was just recorded: [`move_following`],
+/// but the record is forgotten when the move cannot begin (the workspace holds another
+/// version by now, or uncommitted changes appeared in the way: the checkout refuses those
+/// before it changes anything, so no file moved). `None` when it holds another version.
+fn move_recorded(
+    store: &mut Store,
+    following: &Following,
+    options: FollowOptions,
+    progress: &dyn Progress,
+) -> Result<Option<WorkspaceFollow>> {
+    let holds_from = store
+        .catalog()
+        .workspace(&following.workspace)?
+        .is_some_and(|w| {
+            w.dataset.as_deref() == Some(following.dataset.as_str())
+                && w.version == Some(following.from)
+        });
+    if !holds_from {
+        forget_following(store, &following.workspace);
+        return Ok(None);
+    }
+    let moved = move_following(store, following, options, progress)?;
+    if moved.status == "dirty" {
+        forget_following(store, &following.workspace);
+    }
+    Ok(Some(moved))
 }
 
 /// The workspace enclosing `dir` when it holds version `old` of `dataset`.
@@ -877,32 +955,20 @@ pub fn follow_head(
     options: &FollowOptions,
     progress: &dyn Progress,
 ) -> Result<Option<WorkspaceFollow>> {
-    let jobs = options.jobs;
-    let Some(workspace) = holding(store, dir, dataset, old)? else {
-        return Ok(None);
+    let key = match ready_to_follow(store, dir, dataset, old, *options, progress)? {
+        None => return Ok(None),
+        Some(Ready::Dirty(dirty)) => return Ok(Some(dirty)),
+        Some(Ready::Clean(key)) => key,
     };
-    let workspace_dir = PathBuf::from(&workspace.path);
-    let dirty = |changes: u64| WorkspaceFollow {
-        dir: workspace_dir.clone(),
-        status: "dirty",
-        version: *old,
-        changes,
-    };
-    let status_options = super::status::StatusOptions { jobs };
-    let status = super::status::status(store, &workspace_dir, &status_options, progress)?;
-    if !status.changes.is_empty() {
-        forget_following(store, &workspace.path);
-        return Ok(Some(dirty(status.changes.len() as u64)));
-    }
-    // Recorded before the first file changes (a rebase recorded it already).
+    // Recorded before the first file changes, and only for a clean workspace.
     let following = Following {
-        workspace: workspace.path.clone(),
+        workspace: key,
         dataset: dataset.to_string(),
         from: *old,
         to: *new,
     };
     record_following(store, &following)?;
-    Ok(Some(move_following(store, &following, *options, progress)?))
+    move_recorded(store, &following, *options, progress)
 }
 
 /// Checks out `following.to` into its workspace (which holds `following.from`, and may hold
@@ -1013,51 +1079,67 @@ fn record_following(store: &Store, following: &Following) -> Result<()> {
     written
 }
 
-/// Forgets workspace `key`'s recorded move (nothing when there is none).
-fn forget_following(store: &Store, key: &str) {
+/// Forgets workspace `key`'s recorded move (nothing when there is none): once its move
+/// finished, or when a checkout recorded another version there (a deliberate move, also
+/// back to `from`).
+pub(crate) fn forget_following(store: &Store, key: &str) {
     let _ = std::fs::remove_file(following_path(store, key));
 }
 
-/// The interrupted move of the workspace `key`, when one is recorded and still stands: the
-/// workspace's record names `from` of the dataset, and `to` is recorded and not removed. A
-/// record that no longer stands (the move finished, or never began: the head never moved,
-/// or the workspace was checked out or committed since) is forgotten. A record that cannot
-/// be read (not a regular file, too long, not JSON) counts as none.
+/// The interrupted move of the workspace `key`, when one is recorded and counts: the
+/// workspace's record names `from` of the dataset, and `to` is recorded, not removed, and
+/// on the head's line (the dataset's head or an ancestor of it: a version the head was
+/// reset away from is abandoned, and moving there would leave the workspace off the line).
+/// A record that does not count (the move finished, never began because the head never
+/// moved, was abandoned, or the workspace was checked out or committed since) is ignored,
+/// never deleted here: a rebase may be between recording it and moving the head. A record
+/// that cannot be read (not a regular file, too long, not JSON) counts as none.
 ///
 /// # Errors
 /// [`Error::Catalog`].
 pub fn interrupted_following(store: &Store, key: &str) -> Result<Option<Following>> {
-    use std::io::Read;
     let path = following_path(store, key);
-    let Ok(file) = crate::workspace::open_regular(&path) else {
+    let Ok(bytes) = crate::store_file::read_to_end(&path, FOLLOWING_MAX_BYTES) else {
         return Ok(None);
     };
-    let mut bytes = Vec::new();
-    if file
-        .take(FOLLOWING_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .is_err()
-        || bytes.len() as u64 > FOLLOWING_MAX_BYTES
-    {
+    if bytes.len() as u64 > FOLLOWING_MAX_BYTES {
         return Ok(None);
     }
     let Ok(following) = serde_json::from_slice::<Following>(&bytes) else {
         return Ok(None);
     };
-    let workspace = store.catalog().workspace(key)?;
-    let stands = following.workspace == key
+    let catalog = store.catalog();
+    let workspace = catalog.workspace(key)?;
+    let counts = following.workspace == key
         && workspace.is_some_and(|w| {
             w.exists
                 && w.dataset.as_deref() == Some(following.dataset.as_str())
                 && w.version == Some(following.from)
         })
-        && store.catalog().version(&following.to)?.is_some()
-        && store.catalog().removed_at(&following.to)?.is_none();
-    if !stands {
-        forget_following(store, key);
-        return Ok(None);
+        && catalog.version(&following.to)?.is_some()
+        && catalog.removed_at(&following.to)?.is_none()
+        && match catalog.head_or_none(&following.dataset)? {
+            Some(head) => on_line(catalog, &head, &following.to)?,
+            None => false,
+        };
+    Ok(counts.then_some(following))
+}
+
+/// Whether `version` is `head` or one of its ancestors (following parent links, stopping at
+/// a version seen before or one the catalog lacks).
+fn on_line(catalog: &Catalog, head: &ObjectId, version: &ObjectId) -> Result<bool> {
+    let mut seen = HashSet::new();
+    let mut next = Some(*head);
+    while let Some(id) = next {
+        if id == *version {
+            return Ok(true);
+        }
+        if !seen.insert(id) {
+            break;
+        }
+        next = catalog.version(&id)?.and_then(|r| r.version.parent);
     }
-    Ok(Some(following))
+    Ok(false)
 }
 
 /// Finishes the interrupted move ([`Following`]) of the workspace enclosing `dir`, if one
