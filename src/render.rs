@@ -414,12 +414,12 @@ pub fn status(r: &StatusReport) -> String {
     };
     if let Some(moving) = &r.interrupted_rebase {
         out.push_str(&format!(
-            "\na rebase was interrupted while this workspace moved to {}@{}: some files above are at that version already; `dsv checkout {}@{} {}` (or the rebase run again) finishes the move",
+            "\na move to the new head (a rebase or pull) was interrupted while this workspace moved to {}@{}: some files above are at that version already; `dsv checkout {}@{} {}` (or the rebase run again) finishes the move",
             moving.dataset,
             moving.to.short(),
             moving.dataset,
             moving.to.short(),
-            r.dir.display()
+            quoted_path(&r.dir.to_string_lossy())
         ));
     }
     let dataset = r.dataset.as_deref().unwrap_or("NAME");
@@ -932,7 +932,7 @@ pub fn rebase(r: &RebaseReport) -> String {
                 let _ = writeln!(
                     out,
                     "  {side}: {} ({} here, {} there)",
-                    c.path,
+                    quoted_path(&c.path),
                     conflict_side(c.ours),
                     conflict_side(c.theirs)
                 );

@@ -134,7 +134,7 @@ pub enum Error {
     },
     /// A rebase or pull was killed while workspace `dir` moved to the dataset's new head:
     /// some of its files are at `version`, its record still names the version before.
-    #[error("a rebase of {dataset} was interrupted while {} moved to its new head {version}: some of its files are at that version, and dsv still records the one before", dir.display())]
+    #[error("a rebase or pull of {dataset} was interrupted while {} moved to its new head {version}: some of its files are at that version, and dsv still records the one before", dir.display())]
     RebaseInterrupted {
         /// The workspace.
         dir: PathBuf,

@@ -33,25 +33,11 @@ pub const STORE_LINK_MAX_BYTES: u64 = 4096;
 /// on: `O_NOFOLLOW | O_NONBLOCK`), is longer than [`STORE_LINK_MAX_BYTES`], or does not read
 /// as a link.
 pub fn read_store_link(path: &Path) -> Option<std::path::PathBuf> {
-    use std::io::Read;
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > STORE_LINK_MAX_BYTES {
+    let bytes = crate::store_file::read_to_end(path, STORE_LINK_MAX_BYTES).ok()?;
+    if bytes.len() as u64 > STORE_LINK_MAX_BYTES {
         return None;
     }
-    let file = {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-            .open(path)
-            .ok()?;
-        file.metadata().ok().filter(std::fs::Metadata::is_file)?;
-        file
-    };
-    let mut text = String::new();
-    file.take(STORE_LINK_MAX_BYTES + 1)
-        .read_to_string(&mut text)
-        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let line = text.lines().next()?;
     let store = std::path::PathBuf::from(line.strip_prefix(STORE_LINK_PREFIX)?);
     store.is_absolute().then_some(store)

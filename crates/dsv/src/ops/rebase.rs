@@ -1477,4 +1477,198 @@ mod tests {
         let (base, _) = common_ancestor(store.catalog(), &ours2.id(), &other.id()).unwrap();
         assert_eq!(base, None);
     }
+
+    /// A store whose dataset `d` has version `a` (committed from workspace `ws`, which holds
+    /// it) and `b`, a child of `a` with the same tree, recorded as the head: the state a
+    /// rebase killed after the head moved (from `a` to `b`) and before the workspace moved
+    /// leaves, with its record of the move.
+    struct Moved {
+        _dir: tempfile::TempDir,
+        store: Store,
+        ws: PathBuf,
+        key: String,
+        a: ObjectId,
+        b: ObjectId,
+    }
+
+    fn moved() -> Moved {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("f"), "f").unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        let a = crate::ops::commit::commit(
+            &mut store,
+            &ws,
+            &crate::ops::commit::CommitOptions::new("d"),
+            &crate::progress::NoProgress,
+        )
+        .unwrap()
+        .version;
+        let mut version = store.catalog().version(&a).unwrap().unwrap().version;
+        version.parent = Some(a);
+        version.message = "rebased".into();
+        let b = version.id();
+        let writer = store.catalog_mut().writer().unwrap();
+        writer.record_version(&b, &version).unwrap();
+        writer.set_head("d", &b).unwrap();
+        writer.commit().unwrap();
+        let key = std::fs::canonicalize(&ws)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        record_following(
+            &store,
+            &Following {
+                workspace: key.clone(),
+                dataset: "d".into(),
+                from: a,
+                to: b,
+            },
+        )
+        .unwrap();
+        Moved {
+            _dir: dir,
+            store,
+            ws,
+            key,
+            a,
+            b,
+        }
+    }
+
+    /// A recorded move whose target the head was reset away from no longer counts: neither
+    /// `status` nor the next rebase moves the workspace to the abandoned version.
+    #[test]
+    fn a_recorded_move_to_a_version_the_head_was_reset_away_from_does_not_count() {
+        let mut m = moved();
+        let found = interrupted_following(&m.store, &m.key).unwrap();
+        assert_eq!(found.map(|f| f.to), Some(m.b));
+        // `dsv reset d A`: B is abandoned.
+        let writer = m.store.catalog_mut().writer().unwrap();
+        writer.set_head("d", &m.a).unwrap();
+        writer.commit().unwrap();
+        assert_eq!(interrupted_following(&m.store, &m.key).unwrap(), None);
+        let resumed = resume_following(
+            &mut m.store,
+            &m.ws,
+            &FollowOptions::new(1, 1),
+            &crate::progress::NoProgress,
+        )
+        .unwrap();
+        assert!(resumed.is_none(), "{resumed:?}");
+        let workspace = m.store.catalog().workspace(&m.key).unwrap().unwrap();
+        assert_eq!(workspace.version, Some(m.a));
+    }
+
+    /// Reading a record that does not count yet (a rebase between recording its move and
+    /// moving the head: the target is not in the catalog) leaves it in place.
+    #[test]
+    fn reading_a_record_that_does_not_count_keeps_it() {
+        let m = moved();
+        let path = following_path(&m.store, &m.key);
+        let early = Following {
+            workspace: m.key.clone(),
+            dataset: "d".into(),
+            from: m.a,
+            to: ObjectId([7; 32]),
+        };
+        record_following(&m.store, &early).unwrap();
+        assert_eq!(interrupted_following(&m.store, &m.key).unwrap(), None);
+        assert!(path.exists(), "a reader deleted a live rebase's record");
+    }
+
+    /// Checking out the version the workspace holds (giving up the move) forgets the record,
+    /// so `commit` there is no longer refused.
+    #[test]
+    fn checking_out_the_old_version_again_forgets_the_recorded_move() {
+        let mut m = moved();
+        assert!(interrupted_following(&m.store, &m.key).unwrap().is_some());
+        let revision = crate::revision::Revision::parse(&format!("d@{}", m.a.to_hex())).unwrap();
+        crate::ops::checkout::checkout(
+            &mut m.store,
+            &revision,
+            &m.ws,
+            &crate::ops::checkout::CheckoutOptions::default(),
+            &crate::progress::NoProgress,
+        )
+        .unwrap();
+        assert_eq!(interrupted_following(&m.store, &m.key).unwrap(), None);
+        assert!(!following_path(&m.store, &m.key).exists());
+    }
+
+    /// Says whether a record of a workspace's move existed at any progress event of the
+    /// workspace's status ("scanning"): where a kill would leave it.
+    struct RecordWatch {
+        following: PathBuf,
+        seen: std::sync::atomic::AtomicBool,
+    }
+
+    impl crate::progress::Progress for RecordWatch {
+        fn start(&self, _phase: &str, _total: u64, _unit: crate::progress::Unit) {}
+        fn advance(&self, _amount: u64) {}
+        fn finish(&self) {}
+        fn phase(&self, text: &str) {
+            if text == "scanning"
+                && std::fs::read_dir(&self.following).is_ok_and(|mut d| d.next().is_some())
+            {
+                self.seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// A rebase from a workspace with uncommitted changes records no move for it at any
+    /// point (a kill while its status is computed would leave a record that blocks its
+    /// commits and names edits as moved files), and leaves it alone.
+    #[test]
+    fn a_rebase_records_no_move_for_a_workspace_with_uncommitted_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("f"), "f").unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        let commit = |store: &mut Store| {
+            crate::ops::commit::commit(
+                store,
+                &ws,
+                &crate::ops::commit::CommitOptions::new("d"),
+                &crate::progress::NoProgress,
+            )
+            .unwrap()
+            .version
+        };
+        let base = commit(&mut store);
+        std::fs::write(ws.join("g"), "ours").unwrap();
+        let ours = commit(&mut store);
+        // Theirs: another child of base, with base's tree.
+        let mut theirs = store.catalog().version(&base).unwrap().unwrap().version;
+        theirs.parent = Some(base);
+        theirs.message = "theirs".into();
+        let theirs_id = theirs.id();
+        let writer = store.catalog_mut().writer().unwrap();
+        writer.record_version(&theirs_id, &theirs).unwrap();
+        writer.commit().unwrap();
+        // An uncommitted edit.
+        std::fs::write(ws.join("f"), "edited").unwrap();
+        let watch = RecordWatch {
+            following: store.root().join("following"),
+            seen: std::sync::atomic::AtomicBool::new(false),
+        };
+        let mut options = RebaseOptions::new("theirs");
+        options.workspace = Some(ws.clone());
+        let report = rebase(&mut store, "d", &theirs_id, &options, &watch).unwrap();
+        assert_ne!(report.head, Some(ours));
+        let workspace = report.workspace.unwrap();
+        assert_eq!(workspace.status, "dirty");
+        assert!(
+            !watch.seen.load(std::sync::atomic::Ordering::SeqCst),
+            "a move of the dirty workspace was recorded"
+        );
+        let key = std::fs::canonicalize(&ws)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(interrupted_following(&store, &key).unwrap(), None);
+        assert_eq!(std::fs::read(ws.join("f")).unwrap(), b"edited");
+    }
 }
