@@ -266,15 +266,36 @@ fn in_workspace(env: &TestEnv, args: &[&str]) -> std::process::Output {
 /// of the rebase finishes it, and the next commit's parent is the rebased head.
 #[test]
 fn a_rebase_killed_while_its_workspace_follows_is_finished_by_the_next_run() {
-    // When to kill: a delay, staged files in the workspace, a rewritten file in place.
-    #[derive(Debug, Clone, Copy)]
-    enum Kill {
-        After(u64),
-        Staging,
-        Renamed,
-    }
     let mut left_part_way = 0;
     for kill in [Kill::After(30), Kill::Staging, Kill::Renamed, Kill::Renamed] {
+        // A kill at staged or renamed files can come too late on a loaded machine (the
+        // rebase finished between two looks): tried again, a few times at most.
+        let tries = if matches!(kill, Kill::After(_)) { 1 } else { 4 };
+        if (0..tries).any(|_| killed_rebase(kill)) {
+            left_part_way += 1;
+        }
+    }
+    // The kills at staged and renamed files land after the head moved.
+    assert!(
+        left_part_way >= 3,
+        "only {left_part_way} kills left the workspace part-way"
+    );
+}
+
+/// When to kill a rebase: a delay, staged files in the workspace, a rewritten file in place.
+#[derive(Debug, Clone, Copy)]
+enum Kill {
+    After(u64),
+    Staging,
+    Renamed,
+}
+
+/// One run of [`a_rebase_killed_while_its_workspace_follows_is_finished_by_the_next_run`]:
+/// `dsv rebase` killed at `kill`, then checked and finished. Whether the kill left the
+/// workspace part-way (after the head moved, before the workspace recorded it).
+fn killed_rebase(kill: Kill) -> bool {
+    let mut left_part_way = false;
+    {
         let env = TestEnv::new();
         let theirs = diverged_workspace(&env);
         let local_head = crate::common::version_ids(&env, "ds")[0].clone();
@@ -325,7 +346,7 @@ fn a_rebase_killed_while_its_workspace_follows_is_finished_by_the_next_run() {
         let status: Value = serde_json::from_slice(&output.stdout).unwrap();
         if head != local_head && status["version"] == local_head.as_str() {
             // Killed after the head moved, before the workspace recorded the new head.
-            left_part_way += 1;
+            left_part_way = true;
             let interrupted = &status["interrupted_rebase"];
             assert_eq!(
                 interrupted["from"],
@@ -373,11 +394,7 @@ fn a_rebase_killed_while_its_workspace_follows_is_finished_by_the_next_run() {
         let commit: Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(commit["parent"], head.as_str(), "{kill:?}: {commit}");
     }
-    // The kills at staged and renamed files land after the head moved.
-    assert!(
-        left_part_way >= 2,
-        "only {left_part_way} kills left the workspace part-way"
-    );
+    left_part_way
 }
 
 /// A rebase where both lines changed the same paths offers the choice: the refusal's hint
