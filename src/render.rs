@@ -404,11 +404,14 @@ pub fn status(r: &StatusReport) -> String {
         _ => "no version".into(),
     };
     let mut out = if r.changes.is_empty() {
-        format!("Clean: {} matches {at}", r.dir.display())
+        format!(
+            "Clean: {} matches {at}",
+            quoted_path(&r.dir.to_string_lossy())
+        )
     } else {
         format!(
             "{} differs from {at}:\n{}",
-            r.dir.display(),
+            quoted_path(&r.dir.to_string_lossy()),
             changes(&r.changes, "")
         )
     };
@@ -1616,6 +1619,38 @@ mod tests {
         assert_eq!(count(2u64, "entry"), "2 entries");
         assert_eq!(count(2u64, "key"), "2 keys");
         assert_eq!(count(1usize, "unnamed pack file"), "1 unnamed pack file");
+    }
+
+    /// The interrupted move's line names a rebase or a pull (either leaves it) and quotes
+    /// the workspace's directory as every listed path is.
+    #[test]
+    fn an_interrupted_move_names_rebase_or_pull_and_quotes_the_directory() {
+        let dir = std::path::PathBuf::from("/data/ws\nrm -rf");
+        let to = dsv::id::ObjectId([2; 32]);
+        let report = StatusReport {
+            dir: dir.clone(),
+            dataset: Some("ds".into()),
+            version: Some(dsv::id::ObjectId([1; 32])),
+            changes: Vec::new(),
+            files_hashed: 0,
+            heads: Vec::new(),
+            interrupted_rebase: Some(dsv::ops::rebase::Following {
+                workspace: dir.to_string_lossy().into_owned(),
+                dataset: "ds".into(),
+                from: dsv::id::ObjectId([1; 32]),
+                to,
+            }),
+        };
+        let text = status(&report);
+        let line = text.lines().last().unwrap();
+        assert!(
+            line.starts_with("a move to the new head (a rebase or pull) was interrupted"),
+            "{text}"
+        );
+        assert!(
+            line.ends_with(&format!("`dsv checkout ds@{} \"/data/ws\\nrm -rf\"` (or the rebase run again) finishes the move", to.short())),
+            "{text}"
+        );
     }
 
     #[test]

@@ -467,3 +467,28 @@ fn a_conflicting_rebase_is_settled_with_ours_or_theirs() {
     // The rebased line pushes as a fast-forward.
     env.ok(&["push"]);
 }
+
+/// A rebase's settled paths are quoted in its text output as every listed path is: a name
+/// holding a newline cannot forge a line.
+#[test]
+fn a_rebases_settled_paths_are_quoted() {
+    let env = TestEnv::new();
+    let name = "x\ntook theirs: y.txt";
+    env.write(&format!("ws/{name}"), "base\n");
+    env.ok(&["commit", "ws", "-d", "ds", "-m", "base"]);
+    env.ok(&["tag", "ds", "base"]);
+    env.write(&format!("theirs/{name}"), "theirs\n");
+    env.ok(&["commit", "theirs", "-d", "ds", "-m", "theirs"]);
+    env.ok(&["tag", "ds", "theirs"]);
+    env.ok(&["reset", "ds", "base"]);
+    env.write(&format!("ws/{name}"), "ours\n");
+    env.ok(&["commit", "ws", "-d", "ds", "-m", "ours"]);
+    let output = in_workspace(&env, &["rebase", "ds@theirs", "--theirs"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains("  took theirs: \"x\\ntook theirs: y.txt\" ("),
+        "{text}"
+    );
+    assert!(!text.contains(name), "{text}");
+}
