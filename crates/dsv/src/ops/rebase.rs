@@ -457,8 +457,9 @@ pub fn ahead_behind(
 /// [`Error::DatasetNotFound`] (no such dataset, and nothing to fast-forward: the dataset is
 /// made when ONTO is given); [`Error::RevisionNotFound`] when ONTO is not in the catalog;
 /// [`Error::NoCommonVersion`]; [`Error::HeadMoved`]; reading trees ([`Error::MissingObject`],
-/// [`Error::Corrupt`]); writing packs ([`Error::Io`]); errors of the workspace's status and
-/// checkout (after the head moved: the versions are recorded, and `dsv checkout` finishes).
+/// [`Error::Corrupt`]); writing packs ([`Error::Io`]); errors of the workspace's status
+/// (before anything is recorded: nothing changed) and of its checkout (after the head
+/// moved: the versions are recorded, and `dsv checkout` finishes).
 pub fn rebase(
     store: &mut Store,
     dataset: &str,
