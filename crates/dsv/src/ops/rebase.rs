@@ -1598,23 +1598,32 @@ mod tests {
         assert!(!following_path(&m.store, &m.key).exists());
     }
 
-    /// Says whether a record of a workspace's move existed at any progress event of the
-    /// workspace's status ("scanning"): where a kill would leave it.
+    /// Says whether a record of a workspace's move existed at any progress event (the
+    /// workspace's status reports some): where a kill would leave it.
     struct RecordWatch {
         following: PathBuf,
+        events: std::sync::atomic::AtomicU64,
         seen: std::sync::atomic::AtomicBool,
     }
 
-    impl crate::progress::Progress for RecordWatch {
-        fn start(&self, _phase: &str, _total: u64, _unit: crate::progress::Unit) {}
-        fn advance(&self, _amount: u64) {}
-        fn finish(&self) {}
-        fn phase(&self, text: &str) {
-            if text == "scanning"
-                && std::fs::read_dir(&self.following).is_ok_and(|mut d| d.next().is_some())
-            {
+    impl RecordWatch {
+        fn look(&self) {
+            self.events
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if std::fs::read_dir(&self.following).is_ok_and(|mut d| d.next().is_some()) {
                 self.seen.store(true, std::sync::atomic::Ordering::SeqCst);
             }
+        }
+    }
+
+    impl crate::progress::Progress for RecordWatch {
+        fn start(&self, _phase: &str, _total: u64, _unit: crate::progress::Unit) {
+            self.look();
+        }
+        fn advance(&self, _amount: u64) {}
+        fn finish(&self) {}
+        fn phase(&self, _text: &str) {
+            self.look();
         }
     }
 
@@ -1653,6 +1662,7 @@ mod tests {
         std::fs::write(ws.join("f"), "edited").unwrap();
         let watch = RecordWatch {
             following: store.root().join("following"),
+            events: std::sync::atomic::AtomicU64::new(0),
             seen: std::sync::atomic::AtomicBool::new(false),
         };
         let mut options = RebaseOptions::new("theirs");
@@ -1661,6 +1671,7 @@ mod tests {
         assert_ne!(report.head, Some(ours));
         let workspace = report.workspace.unwrap();
         assert_eq!(workspace.status, "dirty");
+        assert!(watch.events.load(std::sync::atomic::Ordering::SeqCst) > 0);
         assert!(
             !watch.seen.load(std::sync::atomic::Ordering::SeqCst),
             "a move of the dirty workspace was recorded"
