@@ -250,7 +250,15 @@ impl RemoteMaps {
                 }
                 files += 1;
                 for (pack, bytes) in self.maps.get(&entry.id).into_iter().flatten() {
+                    // Bounded by the file's size first: a map listing more (or less) is
+                    // refused without reading its chunks.
                     let result = match decode_map(&entry.id, bytes) {
+                        Ok(map) if map.size() != entry.size => Err(format!(
+                            "its file map lists {} bytes, but file {} is {} bytes",
+                            map.size(),
+                            entry.id.short(),
+                            entry.size
+                        )),
                         Ok(map) => prover.prove(store, &entry.id, &map)?,
                         Err(detail) => Err(detail),
                     };
@@ -271,8 +279,9 @@ impl RemoteMaps {
 }
 
 /// `copy`: proves each file map among `needed` (what a copy forwards) as remote `record`
-/// holds it, before any byte moves. A map this store holds, proven, byte for byte the same,
-/// needs nothing more; any other is proven by its chunks (read here, else from the remote).
+/// holds it, before any byte moves: each map is read from the remote (one ranged GET of its
+/// frame). A map this store holds, proven, byte for byte the same, needs nothing more; any
+/// other is proven by its chunks (read here, else from the remote).
 /// Returns the bytes downloaded.
 ///
 /// # Errors
@@ -299,16 +308,18 @@ pub(crate) fn prove_forwarded(
             continue;
         }
         let catalog = store.catalog();
-        let Some(location) = catalog.remote_locate(record.id, id, ObjectKind::FileMap)? else {
+        if catalog
+            .remote_locate(record.id, id, ObjectKind::FileMap)?
+            .is_none()
+        {
             continue;
-        };
-        let bytes = if location.in_local_pack() {
-            store.reader().bytes(id, ObjectKind::FileMap)?
-        } else {
-            match prover.remote_object(store, id, ObjectKind::FileMap)? {
-                Ok(bytes) => bytes,
-                Err(detail) => return Err(refuse(id, detail)),
-            }
+        }
+        // Always what the remote holds, even where this store shares the remote's pack
+        // (same id and size): the remote may have changed its bytes in place, and the copy
+        // forwards the remote's bytes, not this store's.
+        let bytes = match prover.remote_object(store, id, ObjectKind::FileMap)? {
+            Ok(bytes) => bytes,
+            Err(detail) => return Err(refuse(id, detail)),
         };
         let here_proven = catalog.has_object(id, ObjectKind::FileMap)?
             && catalog.unproven_file_map(id)?.is_none()
