@@ -324,13 +324,12 @@ fn a_forgotten_forged_map_is_fetched_again_from_the_next_mirror_first() {
     );
 }
 
-/// Rewrites, in place, the frame of the file remote at `remote` that holds the file map of
-/// `file`: its first two chunks swapped (so it no longer reassembles the file), the frame's
-/// stored length and the pack's name and size unchanged (a zstd frame is padded with a
-/// skippable frame). The pack's index is left as it was.
-fn swap_map_chunks_in_place(remote: &Path, file: dsv::ObjectId) {
-    let packs = remote.join("packs");
-    for entry in std::fs::read_dir(&packs).unwrap() {
+/// The pack among `packs` (a directory of packs) that holds the file map of `file`, and its
+/// bytes with that map's first two chunks swapped (so it no longer reassembles the file),
+/// the frame's stored length and so the pack's size unchanged (a zstd frame is padded with
+/// a skippable frame). The pack's index is left as it was.
+fn pack_with_map_chunks_swapped(packs: &Path, file: dsv::ObjectId) -> (String, Vec<u8>) {
+    for entry in std::fs::read_dir(packs).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "pack") {
             continue;
@@ -382,37 +381,76 @@ fn swap_map_chunks_in_place(remote: &Path, file: dsv::ObjectId) {
         };
         assert_eq!(stored.len(), at.len());
         pack[at].copy_from_slice(&stored);
-        std::fs::write(&path, pack).unwrap();
-        return;
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        return (name, pack);
     }
     panic!("no pack holds the file map");
 }
 
+/// Uploads `body` to `key` of moto's bucket `dsv-test` (the test's own client).
+fn s3_put(key: &str, body: Vec<u8>) {
+    use object_store::ObjectStoreExt;
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(crate::remote::endpoint("DSV_TEST_S3_ENDPOINT"))
+        .with_allow_http(true)
+        .with_bucket_name("dsv-test")
+        .with_access_key_id("test-key-id")
+        .with_secret_access_key("test-secret-never-stored")
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(store.put(&object_store::path::Path::from(key), body.into()))
+        .unwrap();
+}
+
 /// A3: a source remote that edited, in place, a pack this store pushed (same name, same
 /// size: this store shares its own index for it) so that a file map no longer reassembles
-/// its file: `copy` proves the map the source holds, not this store's honest copy, and
-/// refuses (exit 5, naming the source); the destination's refs do not move.
+/// its file. `copy` to a remote of the same S3 service copies server-side (no byte passes
+/// here to be hashed): it proves the map the source holds, not this store's honest copy,
+/// and refuses (exit 5, naming the source); the destination's refs do not move (before the
+/// fix: the copy succeeded and the destination got the forged map).
 #[test]
 fn copy_proves_the_map_the_source_holds_not_this_stores_copy() {
     let env = TestEnv::new();
+    crate::remote::use_s3(&env);
     env.write("d/f.bin", &pseudo_random(8_000_000, 43));
     env.ok(&["commit", "d", "-d", "ds"]);
-    let (remote, _) = push_to_file_remote(&env, "origin-remote", "ds");
+    let (origin, dst) = (
+        crate::remote::unique_prefix(),
+        crate::remote::unique_prefix(),
+    );
+    env.ok(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("s3://dsv-test/{origin}"),
+    ]);
+    env.ok(&["remote", "add", "dst", &format!("s3://dsv-test/{dst}")]);
+    env.ok(&["push", "--remote", "origin", "ds"]);
     let listing = env.json(&["ls", "ds"]);
     let file: dsv::ObjectId = listing[0]["id"].as_str().unwrap().parse().unwrap();
-    swap_map_chunks_in_place(&remote, file);
-    let dst = env.path("dst-remote");
-    std::fs::create_dir_all(&dst).unwrap();
-    env.ok(&["remote", "add", "dst", &format!("file://{}", dst.display())]);
-    let out = env.run(&["copy", "ds", "--from", "origin", "--to", "dst"]);
+    let (name, forged) = pack_with_map_chunks_swapped(&env.path(".dsv/packs"), file);
+    s3_put(&format!("{origin}/packs/{name}"), forged);
+
+    let out = env.run(&["--json", "copy", "ds", "--from", "origin", "--to", "dst"]);
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(5), "{text}");
     assert!(text.contains("remote origin"), "{text}");
+    // Nothing of the copy reached the destination: no ref there.
+    let cloned = TestEnv::bare();
+    crate::remote::use_s3(&cloned);
+    let out = cloned.run(&["clone", &format!("s3://dsv-test/{dst}"), "c"]);
     assert!(
-        !dst.join("refs").exists()
-            || walkdir::WalkDir::new(dst.join("refs"))
-                .into_iter()
-                .flatten()
-                .all(|e| !e.file_type().is_file())
+        !out.status.success()
+            || cloned
+                .json(&["--store", "c", "ls"])
+                .as_array()
+                .is_none_or(Vec::is_empty),
+        "{}",
+        stderr(&out)
     );
 }
