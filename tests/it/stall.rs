@@ -209,3 +209,81 @@ fn the_fallback_warning_names_the_remote_that_served() {
         "{warned}"
     );
 }
+
+/// Reads file `path` of version `id` whole through `engine`.
+fn read_whole(engine: &dsv::read::ReadEngine, id: &str, path: &str) -> Vec<u8> {
+    let file = engine
+        .version(&format!("ds@{id}"))
+        .unwrap()
+        .open(path)
+        .unwrap();
+    let mut bytes = vec![0; file.size() as usize];
+    let mut at = 0;
+    while at < bytes.len() {
+        let read = file.read_at(at as u64, &mut bytes[at..]).unwrap();
+        assert!(read > 0, "{path} ended early");
+        at += read;
+    }
+    bytes
+}
+
+/// A mirror (read first) whose pack listing failed on its first use by a read engine (it
+/// could not even be opened: its directory was a file) is listed on a later read of the
+/// same engine, once it works and is no longer held as failed (before the fix: never
+/// again, so that engine read everything from the next remote).
+#[test]
+fn a_read_engine_lists_again_a_mirror_whose_first_listing_failed() {
+    let writer = TestEnv::new();
+    dataset(&writer, "data", 35);
+    let id = commit(&writer);
+    let (far_dir, near_dir) = (writer.path("far"), writer.path("near"));
+    let far = format!("file://{}", far_dir.display());
+    let near = format!("file://{}", near_dir.display());
+    for (name, url) in [("far", &far), ("near", &near)] {
+        writer.ok(&["remote", "add", name, url]);
+        writer.ok(&["push", "--remote", name]);
+    }
+    let reader = TestEnv::bare();
+    reader.ok(&["clone", &far, "cl"]);
+    let away = writer.path("near-away");
+    std::fs::rename(&near_dir, &away).unwrap();
+    reader.ok(&[
+        "--store",
+        "cl",
+        "remote",
+        "add",
+        "near",
+        &near,
+        "--first",
+        "--no-check",
+    ]);
+    let _ = std::fs::remove_dir_all(&near_dir);
+    std::fs::write(&near_dir, "not a directory").unwrap();
+
+    let dot_dsv = reader.path("cl/.dsv");
+    let engine = dsv::read::ReadEngine::open(&dot_dsv, Default::default()).unwrap();
+    let big = read_whole(&engine, &id, "big.bin");
+    assert_eq!(big, std::fs::read(writer.path("data/big.bin")).unwrap());
+
+    // Near works again; a success puts it back in its place in the read order.
+    std::fs::remove_file(&near_dir).unwrap();
+    std::fs::rename(&away, &near_dir).unwrap();
+    let store = dsv::Store::open(&dot_dsv).unwrap();
+    let records = store.catalog().remotes().unwrap();
+    let near_id = records.iter().find(|r| r.name == "near").unwrap().id;
+    let mut attempts = dsv::transfer::fallback::Attempts::new();
+    for record in attempts.order(records) {
+        attempts.attempt(&record.name, || Ok(())).unwrap();
+    }
+    assert!(store.catalog().remote_packs(near_id).unwrap().is_empty());
+
+    let small = read_whole(&engine, &id, "small/0.txt");
+    assert_eq!(
+        small,
+        std::fs::read(writer.path("data/small/0.txt")).unwrap()
+    );
+    assert!(
+        !store.catalog().remote_packs(near_id).unwrap().is_empty(),
+        "the engine did not list near again"
+    );
+}
