@@ -417,7 +417,7 @@ fn s3_put(key: &str, body: Vec<u8>) {
 fn copy_proves_the_map_the_source_holds_not_this_stores_copy() {
     let env = TestEnv::new();
     crate::remote::use_s3(&env);
-    env.write("d/f.bin", &pseudo_random(8_000_000, 43));
+    env.write("d/f.bin", pseudo_random(8_000_000, 43));
     env.ok(&["commit", "d", "-d", "ds"]);
     let (origin, dst) = (
         crate::remote::unique_prefix(),

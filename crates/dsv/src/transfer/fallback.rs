@@ -160,6 +160,12 @@ pub struct Attempts {
     keys: HashMap<String, String>,
 }
 
+impl Default for Attempts {
+    fn default() -> Self {
+        Attempts::new()
+    }
+}
+
 impl Attempts {
     /// Attempts of one operation (checkout, pull, fetch of files, one read of the read
     /// engine): failures are remembered until it ends, and in the process's
