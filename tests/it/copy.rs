@@ -393,3 +393,33 @@ fn a_store_that_never_saw_the_destination_places_its_head_in_history() {
     let copied = other.json(&["copy", "ds", "--from", "src", "--to", "dst"]);
     assert_eq!(statuses(&copied), ["ds:ahead"], "{copied}");
 }
+
+/// The report says what proving the forwarded file maps read from SRC (`proof_bytes`):
+/// from the store that holds the data and its proven maps, only the maps' frames; from a
+/// fresh clone, which holds neither, the data of the multi-chunk file once (read ahead,
+/// several ranged GETs at a time).
+#[test]
+fn copy_reports_the_bytes_read_to_prove_the_maps() {
+    let env = TestEnv::new();
+    let size = 8_000_000;
+    env.write("data/big.bin", pseudo_random(size, 61));
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let (src, near, nearer) = (env.path("src"), env.path("near"), env.path("nearer"));
+    let url = |dir: &Path| format!("file://{}", dir.display());
+    env.ok(&["remote", "add", "src", &url(&src)]);
+    env.ok(&["remote", "add", "near", &url(&near)]);
+    env.ok(&["push", "--remote", "src"]);
+    let here = env.json(&["copy", "ds", "--from", "src", "--to", "near"]);
+    let proof = here["proof_bytes"].as_u64().unwrap();
+    assert!(proof > 0 && proof < 1024 * 1024, "{here}");
+
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &url(&src), "c"]);
+    clone.ok(&["--store", "c", "remote", "add", "nearer", &url(&nearer)]);
+    let fresh = clone.json(&[
+        "--store", "c", "copy", "ds", "--from", "origin", "--to", "nearer",
+    ]);
+    let proof = fresh["proof_bytes"].as_u64().unwrap();
+    assert!(proof >= size as u64, "{fresh}");
+    assert!(proof < 2 * size as u64, "{fresh}");
+}

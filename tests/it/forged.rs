@@ -10,11 +10,10 @@ use dsv::object::ObjectKind;
 use crate::common::{TestEnv, pseudo_random, push_to_file_remote};
 
 /// The honest store (dataset `ds`: `f.bin` and `g.bin`, 8 MB each, `g.bin` equal to `f.bin`
-/// for its first MiB and different after), its remote `origin` at the returned path and URL
+/// for its first MiB and different after), its remote `origin` at the returned URL
 /// where every pack now lists `g.bin`'s map under `f.bin`'s id, `f.bin`'s content and id.
 struct Forged {
     honest: TestEnv,
-    remote: PathBuf,
     url: String,
     content: Vec<u8>,
 }
@@ -47,7 +46,6 @@ fn forged_remote() -> Forged {
     replace_object(&honest, &remote, f, ObjectKind::FileMap, &g_map);
     Forged {
         honest,
-        remote,
         url,
         content,
     }
@@ -274,7 +272,6 @@ fn copy_refuses_to_forward_a_forged_file_map() {
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(5), "{text}");
     assert!(text.contains("remote origin"), "{text}");
-    let _ = &forged.remote;
 }
 
 /// A2: after the forged map from the first remote is forgotten, the next read fetches the
@@ -324,5 +321,136 @@ fn a_forgotten_forged_map_is_fetched_again_from_the_next_mirror_first() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The pack among `packs` (a directory of packs) that holds the file map of `file`, and its
+/// bytes with that map's first two chunks swapped (so it no longer reassembles the file),
+/// the frame's stored length and so the pack's size unchanged (a zstd frame is padded with
+/// a skippable frame). The pack's index is left as it was.
+fn pack_with_map_chunks_swapped(packs: &Path, file: dsv::ObjectId) -> (String, Vec<u8>) {
+    for entry in std::fs::read_dir(packs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "pack") {
+            continue;
+        }
+        let handle = std::fs::File::open(&path).unwrap();
+        let (frames, objects) = dsv::pack::reader::read_index(&handle, &path).unwrap();
+        drop(handle);
+        let Some(object) = objects
+            .iter()
+            .find(|o| o.id == file && o.kind == ObjectKind::FileMap)
+        else {
+            continue;
+        };
+        let frame = frames[object.frame as usize];
+        let mut pack = std::fs::read(&path).unwrap();
+        let at = frame.offset as usize..frame.offset as usize + frame.stored_length as usize;
+        let zstd = frame.compression != dsv::pack::Compression::None;
+        let mut raw = if zstd {
+            zstd::bulk::decompress(&pack[at.clone()], frame.raw_length as usize).unwrap()
+        } else {
+            pack[at.clone()].to_vec()
+        };
+        // Entries of 36 bytes (id, length) after a 12-byte header.
+        let map = object.offset as usize;
+        let (first, second) = (map + 12..map + 48, map + 48..map + 84);
+        let saved = raw[first.clone()].to_vec();
+        raw.copy_within(second.clone(), first.start);
+        raw[second].copy_from_slice(&saved);
+        let stored = if zstd {
+            (1..=19)
+                .find_map(|level| {
+                    let mut out = zstd::bulk::compress(&raw, level).unwrap();
+                    let pad = at.len().checked_sub(out.len())?;
+                    if pad == 0 {
+                        return Some(out);
+                    }
+                    if pad < 8 {
+                        return None;
+                    }
+                    // A skippable frame: magic, length, that many bytes.
+                    out.extend_from_slice(&0x184D_2A50u32.to_le_bytes());
+                    out.extend_from_slice(&(pad as u32 - 8).to_le_bytes());
+                    out.resize(at.len(), 0);
+                    Some(out)
+                })
+                .expect("a level whose frame fits")
+        } else {
+            raw
+        };
+        assert_eq!(stored.len(), at.len());
+        pack[at].copy_from_slice(&stored);
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        return (name, pack);
+    }
+    panic!("no pack holds the file map");
+}
+
+/// Uploads `body` to `key` of moto's bucket `dsv-test` (the test's own client).
+fn s3_put(key: &str, body: Vec<u8>) {
+    use object_store::ObjectStoreExt;
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(crate::remote::endpoint("DSV_TEST_S3_ENDPOINT"))
+        .with_allow_http(true)
+        .with_bucket_name("dsv-test")
+        .with_access_key_id("test-key-id")
+        .with_secret_access_key("test-secret-never-stored")
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(store.put(&object_store::path::Path::from(key), body.into()))
+        .unwrap();
+}
+
+/// A3: a source remote that edited, in place, a pack this store pushed (same name, same
+/// size: this store shares its own index for it) so that a file map no longer reassembles
+/// its file. `copy` to a remote of the same S3 service copies server-side (no byte passes
+/// here to be hashed): it proves the map the source holds, not this store's honest copy,
+/// and refuses (exit 5, naming the source); the destination's refs do not move (before the
+/// fix: the copy succeeded and the destination got the forged map).
+#[test]
+fn copy_proves_the_map_the_source_holds_not_this_stores_copy() {
+    let env = TestEnv::new();
+    crate::remote::use_s3(&env);
+    env.write("d/f.bin", pseudo_random(8_000_000, 43));
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let (origin, dst) = (
+        crate::remote::unique_prefix(),
+        crate::remote::unique_prefix(),
+    );
+    env.ok(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("s3://dsv-test/{origin}"),
+    ]);
+    env.ok(&["remote", "add", "dst", &format!("s3://dsv-test/{dst}")]);
+    env.ok(&["push", "--remote", "origin", "ds"]);
+    let listing = env.json(&["ls", "ds"]);
+    let file: dsv::ObjectId = listing[0]["id"].as_str().unwrap().parse().unwrap();
+    let (name, forged) = pack_with_map_chunks_swapped(&env.path(".dsv/packs"), file);
+    s3_put(&format!("{origin}/packs/{name}"), forged);
+
+    let out = env.run(&["--json", "copy", "ds", "--from", "origin", "--to", "dst"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(text.contains("remote origin"), "{text}");
+    // Nothing of the copy reached the destination: no ref there.
+    let cloned = TestEnv::bare();
+    crate::remote::use_s3(&cloned);
+    let out = cloned.run(&["clone", &format!("s3://dsv-test/{dst}"), "c"]);
+    assert!(
+        !out.status.success()
+            || cloned
+                .json(&["--store", "c", "ls"])
+                .as_array()
+                .is_none_or(Vec::is_empty),
+        "{}",
+        stderr(&out)
     );
 }

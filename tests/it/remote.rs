@@ -613,15 +613,17 @@ fn remote_names_urls_and_revisions_are_checked() {
     assert_eq!(listed, serde_json::json!([]));
 }
 
-/// A moto server of the test's own, on a free port, that the test can kill and restart.
-struct PrivateS3 {
+/// A moto server of the test's own, on a free port, that the test can kill and restart,
+/// or freeze (SIGSTOP: connections are still accepted by the kernel, never answered, as a
+/// hung server does) and thaw.
+pub(crate) struct PrivateS3 {
     port: u16,
     log: std::path::PathBuf,
     child: Option<std::process::Child>,
 }
 
 impl PrivateS3 {
-    fn start(log: std::path::PathBuf) -> PrivateS3 {
+    pub(crate) fn start(log: std::path::PathBuf) -> PrivateS3 {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -661,6 +663,56 @@ impl PrivateS3 {
 
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server runs");
+        let status = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal}");
+    }
+
+    /// Freezes the server: connections are still accepted (by the kernel), never answered.
+    pub(crate) fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a frozen server: what waited is answered.
+    pub(crate) fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Ranged GETs of pack data the server answered so far.
+    pub(crate) fn pack_reads(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            // (moto colours some lines: the method may follow an escape sequence)
+            .filter(|line| line.contains("GET /") && line.contains(".pack HTTP"))
+            .count()
+    }
+
+    /// Adds it to `env` (store `store`, or the default) as remote `name` at `prefix`.
+    pub(crate) fn add(&self, env: &TestEnv, store: &[&str], name: &str, prefix: &str, first: bool) {
+        let url = format!("s3://dsv-test/{prefix}");
+        let endpoint = format!("aws_endpoint={}", self.endpoint());
+        let mut args: Vec<&str> = store.to_vec();
+        args.extend([
+            "remote",
+            "add",
+            name,
+            &url,
+            "--option",
+            &endpoint,
+            "--option",
+            "aws_allow_http=true",
+        ]);
+        if first {
+            args.push("--first");
+        }
+        env.ok(&args);
     }
 }
 

@@ -1,122 +1,23 @@
 //! A stalled mirror and the read order of a mirror added after a clone (issue 34, A5, B1
-//! and B2). The near copy is a moto S3 server of the test's own, frozen with SIGSTOP (it
-//! still accepts connections, as a hung server does, and never answers); the far copy is a
-//! `file://` directory.
+//! and B2). The near copy is a moto S3 server of the test's own ([`PrivateS3`]), frozen
+//! with SIGSTOP (it still accepts connections, as a hung server does, and never answers);
+//! the far copy is a `file://` directory.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{TestEnv, assert_same_tree, wait_until};
+use crate::common::{TestEnv, assert_same_tree};
 use crate::nearest::{commit, dataset};
-use crate::remote::{endpoint, unique_prefix, use_s3};
+use crate::remote::{PrivateS3, unique_prefix, use_s3};
 
 /// How long a read may take with the first mirror frozen: well under the 30 s of one
 /// `object_store` request timeout (before the fix: about 3 minutes).
 const WITHIN: Duration = Duration::from_secs(20);
 
-/// A moto server of the test's own, on a free port: frozen (SIGSTOP) and thawed at will.
-struct OwnS3 {
-    port: u16,
-    log: std::path::PathBuf,
-    child: std::process::Child,
-}
-
-impl OwnS3 {
-    fn start(log: std::path::PathBuf) -> OwnS3 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let file = std::fs::File::create(&log).unwrap();
-        let child = std::process::Command::new(endpoint("DSV_TEST_MOTO_SERVER"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
-        wait_until(&format!("moto to start on port {port}"), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        let server = OwnS3 { port, log, child };
-        server.create_bucket();
-        server
-    }
-
-    /// `PUT /dsv-test`, unsigned (moto accepts any credentials, and none).
-    fn create_bucket(&self) {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            stream,
-            "PUT /dsv-test HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {signal}");
-    }
-
-    /// Freezes the server: connections are still accepted (by the kernel), never answered.
-    fn freeze(&self) {
-        self.signal("-STOP");
-    }
-
-    /// Ranged GETs of pack data the server answered so far.
-    fn pack_reads(&self) -> usize {
-        std::fs::read_to_string(&self.log)
-            .unwrap()
-            .lines()
-            // (moto colours some lines: the method may follow an escape sequence)
-            .filter(|line| line.contains("GET /") && line.contains(".pack HTTP"))
-            .count()
-    }
-
-    /// Adds it to `env` (store `store`, or the default) as remote `name` at `prefix`.
-    fn add(&self, env: &TestEnv, store: &[&str], name: &str, prefix: &str, first: bool) {
-        let url = format!("s3://dsv-test/{prefix}");
-        let endpoint = format!("aws_endpoint=http://127.0.0.1:{}", self.port);
-        let mut args: Vec<&str> = store.to_vec();
-        args.extend([
-            "remote",
-            "add",
-            name,
-            &url,
-            "--option",
-            &endpoint,
-            "--option",
-            "aws_allow_http=true",
-        ]);
-        if first {
-            args.push("--first");
-        }
-        env.ok(&args);
-    }
-}
-
-impl Drop for OwnS3 {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A writer whose dataset `ds` is pushed to `near` (moto) and `far` (a directory); the
 /// version, near's prefix and far's URL.
-fn pushed_to_both(writer: &TestEnv, near: &OwnS3, seed: u64) -> (String, String, String) {
+fn pushed_to_both(writer: &TestEnv, near: &PrivateS3, seed: u64) -> (String, String, String) {
     use_s3(writer);
     dataset(writer, "data", seed);
     let id = commit(writer);
@@ -139,7 +40,7 @@ fn stderr(out: &std::process::Output) -> String {
 #[test]
 fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
     let writer = TestEnv::new();
-    let near = OwnS3::start(writer.path("near-moto.log"));
+    let near = PrivateS3::start(writer.path("near-moto.log"));
     let (id, prefix, far) = pushed_to_both(&writer, &near, 31);
     let reader = || {
         let reader = TestEnv::new();
@@ -204,7 +105,7 @@ fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
 #[test]
 fn a_mirror_added_first_after_a_clone_serves_the_first_read() {
     let writer = TestEnv::new();
-    let near = OwnS3::start(writer.path("near-moto.log"));
+    let near = PrivateS3::start(writer.path("near-moto.log"));
     let (id, prefix, far) = pushed_to_both(&writer, &near, 32);
     let reader = TestEnv::bare();
     use_s3(&reader);
@@ -227,4 +128,162 @@ fn a_mirror_added_first_after_a_clone_serves_the_first_read() {
     let remotes = checkout["transfer"]["remotes"].as_array().unwrap();
     assert_eq!(remotes[0]["remote"], "near", "{checkout}");
     assert_eq!(remotes[0]["error"], Value::Null, "{checkout}");
+}
+
+/// The only remote slow to answer (frozen for longer than the 5 s stall timeout, then
+/// thawed): a checkout waits for it rather than fail it as stalled, as there is no other
+/// remote to read from (before the fix: "stalled: 0 bytes ... in 5s", exit 1). Also the
+/// `stall_timeout` option through the CLI: `0s` is accepted, a value without a unit is
+/// refused (exit 3).
+#[test]
+fn the_only_remote_slow_to_answer_is_waited_for() {
+    let writer = TestEnv::new();
+    let near = PrivateS3::start(writer.path("near-moto.log"));
+    use_s3(&writer);
+    dataset(&writer, "data", 33);
+    let id = commit(&writer);
+    let prefix = unique_prefix();
+    near.add(&writer, &[], "near", &prefix, false);
+    writer.ok(&["push", "--remote", "near"]);
+    let url = format!("s3://dsv-test/{prefix}");
+    let with = |option| {
+        [
+            "remote",
+            "add",
+            "other",
+            &url,
+            "--no-check",
+            "--option",
+            option,
+        ]
+    };
+    let refused = writer.fails(&with("stall_timeout=5"), 3);
+    assert!(refused.contains("stall_timeout"), "{refused}");
+    writer.ok(&with("stall_timeout=0s"));
+
+    let reader = TestEnv::new();
+    use_s3(&reader);
+    near.add(&reader, &[], "near", &prefix, false);
+    reader.ok(&["fetch"]);
+    near.freeze();
+    let out = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_secs(7));
+            near.thaw();
+        });
+        reader.run(&["--json", "checkout", &format!("ds@{id}"), "out"])
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_same_tree(&writer.path("data"), &reader.path("out"));
+}
+
+/// Read order near, middle, far: near fails (its directory is a file), middle answers but
+/// lacks the data, far serves it. The warning names far as the remote read from, not
+/// middle (before the fix: "read from \"middle\"", which served nothing).
+#[test]
+fn the_fallback_warning_names_the_remote_that_served() {
+    let writer = TestEnv::new();
+    dataset(&writer, "data", 34);
+    let id = commit(&writer);
+    let far = format!("file://{}", writer.path("far").display());
+    writer.ok(&["remote", "add", "far", &far]);
+    writer.ok(&["push", "--remote", "far"]);
+
+    let reader = TestEnv::new();
+    reader.ok(&["remote", "add", "far", &far]);
+    reader.ok(&["fetch"]);
+    let middle = format!("file://{}", reader.path("middle").display());
+    reader.ok(&["remote", "add", "middle", &middle, "--first"]);
+    let near_dir = reader.path("near");
+    let near = format!("file://{}", near_dir.display());
+    reader.ok(&["remote", "add", "near", &near, "--first", "--no-check"]);
+    let _ = std::fs::remove_dir_all(&near_dir);
+    std::fs::write(&near_dir, "not a directory").unwrap();
+
+    let out = reader.run(&["checkout", &format!("ds@{id}"), "out"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_same_tree(&writer.path("data"), &reader.path("out"));
+    let warned = stderr(&out);
+    assert!(
+        warned.contains("warning: remote \"near\" failed, read from \"far\" instead"),
+        "{warned}"
+    );
+}
+
+/// Reads file `path` of version `id` whole through `engine`.
+fn read_whole(engine: &dsv::read::ReadEngine, id: &str, path: &str) -> Vec<u8> {
+    let file = engine
+        .version(&format!("ds@{id}"))
+        .unwrap()
+        .open(path)
+        .unwrap();
+    let mut bytes = vec![0; file.size() as usize];
+    let mut at = 0;
+    while at < bytes.len() {
+        let read = file.read_at(at as u64, &mut bytes[at..]).unwrap();
+        assert!(read > 0, "{path} ended early");
+        at += read;
+    }
+    bytes
+}
+
+/// A mirror (read first) whose pack listing failed on its first use by a read engine (it
+/// could not even be opened: its directory was a file) is listed on a later read of the
+/// same engine, once it works and is no longer held as failed (before the fix: never
+/// again, so that engine read everything from the next remote).
+#[test]
+fn a_read_engine_lists_again_a_mirror_whose_first_listing_failed() {
+    let writer = TestEnv::new();
+    dataset(&writer, "data", 35);
+    let id = commit(&writer);
+    let (far_dir, near_dir) = (writer.path("far"), writer.path("near"));
+    let far = format!("file://{}", far_dir.display());
+    let near = format!("file://{}", near_dir.display());
+    for (name, url) in [("far", &far), ("near", &near)] {
+        writer.ok(&["remote", "add", name, url]);
+        writer.ok(&["push", "--remote", name]);
+    }
+    let reader = TestEnv::bare();
+    reader.ok(&["clone", &far, "cl"]);
+    let away = writer.path("near-away");
+    std::fs::rename(&near_dir, &away).unwrap();
+    reader.ok(&[
+        "--store",
+        "cl",
+        "remote",
+        "add",
+        "near",
+        &near,
+        "--first",
+        "--no-check",
+    ]);
+    let _ = std::fs::remove_dir_all(&near_dir);
+    std::fs::write(&near_dir, "not a directory").unwrap();
+
+    let dot_dsv = reader.path("cl/.dsv");
+    let engine = dsv::read::ReadEngine::open(&dot_dsv, Default::default()).unwrap();
+    let big = read_whole(&engine, &id, "big.bin");
+    assert_eq!(big, std::fs::read(writer.path("data/big.bin")).unwrap());
+
+    // Near works again; a success puts it back in its place in the read order.
+    std::fs::remove_file(&near_dir).unwrap();
+    std::fs::rename(&away, &near_dir).unwrap();
+    let store = dsv::Store::open(&dot_dsv).unwrap();
+    let records = store.catalog().remotes().unwrap();
+    let near_id = records.iter().find(|r| r.name == "near").unwrap().id;
+    let mut attempts = dsv::transfer::fallback::Attempts::new();
+    for record in attempts.order(records) {
+        attempts.attempt(&record.name, || Ok(())).unwrap();
+    }
+    assert!(store.catalog().remote_packs(near_id).unwrap().is_empty());
+
+    let small = read_whole(&engine, &id, "small/0.txt");
+    assert_eq!(
+        small,
+        std::fs::read(writer.path("data/small/0.txt")).unwrap()
+    );
+    assert!(
+        !store.catalog().remote_packs(near_id).unwrap().is_empty(),
+        "the engine did not list near again"
+    );
 }

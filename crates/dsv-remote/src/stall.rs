@@ -196,12 +196,13 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
-        let mut watch = StallWatch::new(Duration::from_millis(300), None);
+        // Margins of a second: the thread may be descheduled for a while on a loaded machine.
+        let mut watch = StallWatch::new(Duration::from_secs(1), None);
         // The answer is there at once, but the task is busy for longer than the timeout
         // before it looks (a blocking step on the runtime's only thread).
         let answered = runtime.block_on(async {
             let busy = async {
-                std::thread::sleep(Duration::from_millis(600));
+                std::thread::sleep(Duration::from_secs(2));
             };
             // The wait is polled first (it starts its window), then the busy step.
             let (answer, ()) = tokio::join!(

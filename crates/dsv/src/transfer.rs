@@ -233,10 +233,13 @@ pub(crate) fn refresh_all_indexes(
     jobs: usize,
     attempts: &mut fallback::Attempts,
 ) -> Result<()> {
-    for record in attempts.order(store.catalog().remotes()?) {
+    let order = attempts.order(store.catalog().remotes()?);
+    let last = order.len().saturating_sub(1);
+    for (at, record) in order.into_iter().enumerate() {
         let Some(remote) = attempts.open(&record.name, || Remote::open(&record))? else {
             continue;
         };
+        remote.set_others_remain(at < last);
         attempts.attempt(&record.name, || {
             refresh_indexes(store, &record, &remote, jobs)
         })?;
@@ -648,7 +651,8 @@ fn fetch_objects(
         let named = order.remove(at);
         order.insert(0, named);
     }
-    for record in order {
+    let last = order.len().saturating_sub(1);
+    for (at, record) in order.into_iter().enumerate() {
         if missing.is_empty() {
             break;
         }
@@ -666,6 +670,8 @@ fn fetch_objects(
                 }
             },
         };
+        // A stall here is a failure only while another remote can serve instead.
+        remote.set_others_remain(at < last);
         let before = remote.requests();
         let got = attempts.attempt(&record.name, || {
             // The remote may hold packs pushed since this store last looked.
@@ -682,11 +688,16 @@ fn fetch_objects(
             }
             download(store, data, &record, remote, &missing, jobs, progress)
         })?;
+        // The caller's remote goes back as it came (its other reads have no fallback).
+        remote.set_others_remain(false);
         if !callers {
             transfer.requests += remote.requests() - before;
         }
         match got {
             Some(got) => {
+                if got.objects > 0 {
+                    attempts.served(&record.name);
+                }
                 transfer.add_moved(&got);
                 transfer.served(&RemoteServed {
                     remote: record.name.clone(),

@@ -22,10 +22,13 @@
 //! Credentials come from the environment as `object_store` reads it (`AWS_*`, `AZURE_*`,
 //! `GOOGLE_*`) and, for S3, from the AWS profile files as the AWS CLI reads them (see
 //! [`aws_profile`]; only where a front end set [`aws_profile::set_source`]), never from the
-//! catalog. Transient failures (a 5xx, a reset, a stall past the request timeout) are retried
-//! by `object_store` with exponential backoff, under the policy of [`retry_config`]; a re-run
-//! of an interrupted transfer sends only what is still missing, because every object it sent
-//! is content-addressed.
+//! catalog. Transient failures (a 5xx, a reset, a timeout) are retried by `object_store`
+//! with exponential backoff, under the policy of [`retry_config`]; a re-run of an
+//! interrupted transfer sends only what is still missing, because every object it sent is
+//! content-addressed. Reads from a cloud remote are also bounded by its stall timeout
+//! ([`stall_timeout`], retries included): a read that stalls fails at once, not retried,
+//! and goes on to the next remote in read order; the only or last remote waits longer
+//! ([`last_stall_timeout`]).
 //!
 //! # The backend
 //!
@@ -58,7 +61,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
@@ -144,9 +147,12 @@ pub const DEFAULT_REMOTE_STALL_TIMEOUT: std::time::Duration = std::time::Duratio
 /// in this long, from the request's start (so the first byte, connecting and
 /// `object_store`'s retries included) and then in every window of this length (a listing
 /// counts each entry as that much). A stalled read is not retried: the read goes on to
-/// the next remote in read order at once (see `dsv::transfer::fallback`). Uploads are not
-/// bounded by it (an upload's answer comes after its last byte). [`DEFAULT_REMOTE_STALL_TIMEOUT`]
-/// unless the `stall_timeout` option (a duration, `0s` for none) says otherwise.
+/// the next remote in read order at once (see `dsv::transfer::fallback`). This bound holds
+/// only while another remote remains to ask ([`Remote::set_others_remain`]); the only or
+/// last remote gets [`last_stall_timeout`] (30 s by default) instead, as it has nothing
+/// to fall back to. Uploads are not bounded by it (an upload's answer comes after its
+/// last byte). [`DEFAULT_REMOTE_STALL_TIMEOUT`] unless the `stall_timeout` option (a
+/// duration, `0s` for none) says otherwise.
 ///
 /// # Errors
 /// [`Error::InvalidRemote`] when the option's value does not parse.
@@ -160,6 +166,26 @@ pub fn stall_timeout(options: &BTreeMap<String, String>) -> Result<Option<std::t
         reason: "expected a duration with its unit: 500ms, 5s, 1m (0s for none)".to_string(),
     })?;
     Ok((!duration.is_zero()).then_some(duration))
+}
+
+/// The request timeout `object_store` uses unless the `timeout` option says otherwise: 30 s.
+pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The stall timeout of a cloud remote's reads when no other remote remains to ask (the
+/// only remote, or the last in read order): the larger of `stall` (the [`stall_timeout`])
+/// and the request timeout (the `timeout` option, [`DEFAULT_REQUEST_TIMEOUT`] unless set).
+/// With nothing to fall back to, a slow answer (a server under load, `object_store`
+/// retrying a 503, a first credential lookup) is waited for; a stalled only remote still
+/// fails in about that long rather than after every retry.
+pub fn last_stall_timeout(
+    stall: std::time::Duration,
+    options: &BTreeMap<String, String>,
+) -> std::time::Duration {
+    let request = options
+        .get("timeout")
+        .and_then(|value| parse_duration(value))
+        .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
+    stall.max(request)
 }
 
 /// How many times a failed request is retried unless the remote's `max_retries` option says
@@ -414,9 +440,15 @@ pub struct Remote {
     s3_account: Option<copy::S3Account>,
     runtime: crate::runtime::Runtime,
     requests: AtomicU64,
-    /// The stall timeout of reads ([`stall_timeout`]); `None` for a local directory, or
-    /// when the option turned it off.
+    /// The stall timeout of reads ([`stall_timeout`]) while another remote remains to ask;
+    /// `None` for a local directory, or when the option turned it off.
     stall: Option<std::time::Duration>,
+    /// The stall timeout of reads when no other remote remains to ask
+    /// ([`last_stall_timeout`]); `None` as `stall` is.
+    last_stall: Option<std::time::Duration>,
+    /// Whether a read that fails here has another remote to go on to
+    /// ([`Remote::set_others_remain`]); false until told.
+    others_remain: AtomicBool,
 }
 
 /// A pack to upload: a sealed local file, or one built in memory (its index from
@@ -454,6 +486,7 @@ impl Remote {
         let mut bucket_identity = None;
         let mut s3_account = None;
         let mut stall = None;
+        let mut last_stall = None;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = if scheme == "file" {
             let root = PathBuf::from(rest);
             std::fs::create_dir_all(&root).at(&root)?;
@@ -472,6 +505,7 @@ impl Remote {
             bucket_identity = Some(format!("{scheme}://{bucket} {options}"));
             let (store, path, account) = cloud_backend_parts(&record.url, &record.options)?;
             stall = stall_timeout(&record.options)?;
+            last_stall = stall.map(|stall| last_stall_timeout(stall, &record.options));
             s3_account = account.map(|a| a.with_identity(format!("{scheme} {options}")));
             (store, path)
         };
@@ -497,6 +531,8 @@ impl Remote {
             runtime,
             requests: AtomicU64::new(0),
             stall,
+            last_stall,
+            others_remain: AtomicBool::new(false),
         })
     }
 
@@ -524,10 +560,24 @@ impl Remote {
         }
     }
 
+    /// Tells the remote whether a read that fails here goes on to another remote
+    /// (`true`: the caller asks remotes in read order and this one is not the last).
+    /// While one does, reads stall after the `stall_timeout` option
+    /// ([`DEFAULT_REMOTE_STALL_TIMEOUT`]); while none does (the default: the only or last
+    /// remote, whose failure fails the read), after [`last_stall_timeout`].
+    pub fn set_others_remain(&self, remain: bool) {
+        self.others_remain.store(remain, Ordering::Relaxed);
+    }
+
     /// A watch for the stalls of one read, made on the calling thread (it takes the
     /// thread's cancellation token); `None` for a remote whose reads are not watched.
     fn watch(&self) -> Option<StallWatch> {
-        self.stall.map(|timeout| StallWatch::new(timeout, None))
+        let timeout = if self.others_remain.load(Ordering::Relaxed) {
+            self.stall
+        } else {
+            self.last_stall
+        };
+        timeout.map(|timeout| StallWatch::new(timeout, None))
     }
 
     /// Awaits `future` (a read of `action`) under `watch` ([`stall_timeout`]): a stall
@@ -774,9 +824,16 @@ impl Remote {
         key: &Path,
         range: Range<u64>,
     ) -> Result<Bytes> {
-        if let Some(watch) = watch.as_mut() {
-            watch.restart();
-        }
+        let Some(watch_now) = watch.as_mut() else {
+            // Not watched (a local directory): one read of the range, as the backend does
+            // it (streaming would read a file in 8 KiB pieces).
+            return self
+                .store
+                .get_range(key, range.clone())
+                .await
+                .map_err(self.fail(format!("download {key} bytes {range:?}")));
+        };
+        watch_now.restart();
         let action = || format!("download {key} bytes {range:?}");
         let options = object_store::GetOptions {
             range: Some(range.clone().into()),

@@ -8,8 +8,10 @@
 //! other in a cycle), checks again which frames are still missing (another thread or process
 //! may have stored them meanwhile), downloads those, stores them in a new local pack and
 //! records it, then lets go. Every frame is therefore downloaded once per machine however
-//! many threads and processes want it, while fetches of other frames run beside it. Only
-//! the short catalog transaction that records a pack takes the store lock.
+//! many threads and processes want it, while fetches of other frames run beside it. The
+//! store lock is taken by the short catalog transaction that records a pack, and by the
+//! rarer steps that read a remote's pack listing (a remote never listed, or indexes read
+//! again) or fetch a file map alone: those hold it across their requests.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ use crate::pack_sink::PackSink;
 use crate::remote::Remote;
 use crate::store::{SharedDataLock, Store, StripeLock};
 use crate::transfer as sync;
-use crate::transfer::fallback::{Attempts, RemoteHealth};
+use crate::transfer::fallback::Attempts;
 
 /// Read-only connections to the store's catalog, one per thread that reads at a time:
 /// taken for one query or a few, then put back. No lock is held while a connection is used.
@@ -145,9 +147,6 @@ pub(super) struct Fetcher {
     temp_dir: PathBuf,
     /// Remotes opened so far, by name (an opened remote keeps its HTTP connections).
     remotes: Mutex<HashMap<String, Arc<Remote>>>,
-    /// Remotes that failed lately: asked after the others for a while (see "Fallback" in
-    /// `crate::transfer`); the process's, shared with every other read.
-    pub(super) health: RemoteHealth,
     /// Remotes whose pack listing this fetcher read because the store had none of it (a
     /// remote added since the clone, never fetched from): read once, on first use.
     listed: Mutex<HashSet<String>>,
@@ -176,7 +175,6 @@ impl Fetcher {
             packs_dir: store.packs_dir(),
             temp_dir: store.temp_dir(),
             remotes: Mutex::new(HashMap::new()),
-            health: RemoteHealth::process(),
             listed: Mutex::new(HashSet::new()),
             jobs,
         }
@@ -203,7 +201,10 @@ impl Fetcher {
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
             chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
         let records = attempts.order(catalogs.with(|catalog| catalog.remotes())?);
-        for record in records {
+        let last = records.len().saturating_sub(1);
+        for (at, record) in records.into_iter().enumerate() {
+            // A stall is a failure only while another remote can serve instead.
+            let others_remain = at < last;
             if remaining.is_empty() {
                 break;
             }
@@ -214,9 +215,18 @@ impl Fetcher {
                 // a clone from another): read its listing now, so the read order holds from
                 // the first read, not only after a `dsv fetch`.
                 if let Some(remote) = attempts.open(&record.name, || self.remote(&record))? {
-                    attempts.attempt(&record.name, || {
+                    remote.set_others_remain(others_remain);
+                    let refreshed = attempts.attempt(&record.name, || {
                         sync::refresh_indexes(&mut engine.lock_store(), &record, &remote, self.jobs)
                     })?;
+                    // Taken as listed only once it was: a listing that failed is read
+                    // again by a later read.
+                    if refreshed.is_some() {
+                        self.listed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(record.name.clone());
+                    }
                 }
                 by_frame =
                     catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
@@ -224,9 +234,13 @@ impl Fetcher {
             if !by_frame.is_empty()
                 && let Some(remote) = attempts.open(&record.name, || self.remote(&record))?
             {
+                remote.set_others_remain(others_remain);
                 let got = attempts.attempt(&record.name, || {
                     self.fetch_frames(engine, &remote, by_frame.into_iter().collect())
                 })?;
+                if got.is_some_and(|bytes| bytes > 0) {
+                    attempts.served(&record.name);
+                }
                 downloaded += got.unwrap_or(0);
             }
             remaining = catalogs.with(|catalog| {
@@ -342,7 +356,8 @@ impl Fetcher {
     }
 
     /// Whether this store holds no pack listing of `record` and this fetcher has not read
-    /// it yet (then it is taken as read: once per remote and fetcher).
+    /// it yet (the caller marks it read in `listed` once a listing succeeded: once per
+    /// remote and fetcher).
     fn never_listed(
         &self,
         engine: &super::Engine,
@@ -359,8 +374,7 @@ impl Fetcher {
         let known = engine
             .catalogs
             .with(|catalog| catalog.remote_packs(record.id))?;
-        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(known.is_empty() && listed.insert(record.name.clone()))
+        Ok(known.is_empty())
     }
 
     /// The opened remote of `record` (opened once, then shared).

@@ -116,7 +116,7 @@ impl FileState {
             Some((location, unproven)) => FileState::mapped(engine, entry, location, unproven),
             None => {
                 // A file of one chunk (no map anywhere), fetched alone; else the whole file.
-                let mut attempts = Attempts::sharing(&engine.fetcher.health);
+                let mut attempts = Attempts::new();
                 match engine.fetcher.fetch(engine, &[entry.id], &mut attempts) {
                     Ok(_) => FileState::open_fetched(engine, entry, &mut attempts),
                     Err(FetchError::NotIndexed) => {
@@ -161,7 +161,9 @@ impl FileState {
         let wanted = [(entry.id, ObjectKind::FileMap)];
         let mut store = engine.lock_store();
         let data = store.lock_data_shared()?;
-        for record in attempts.order(store.catalog().remotes()?) {
+        let order = attempts.order(store.catalog().remotes()?);
+        let last = order.len().saturating_sub(1);
+        for (at, record) in order.into_iter().enumerate() {
             if store.catalog().has_object(&entry.id, ObjectKind::FileMap)? {
                 return Ok(true);
             }
@@ -177,7 +179,8 @@ impl FileState {
             else {
                 continue;
             };
-            attempts.attempt(&record.name, || {
+            remote.set_others_remain(at < last);
+            let got = attempts.attempt(&record.name, || {
                 crate::transfer::download(
                     &mut store,
                     &data,
@@ -188,6 +191,9 @@ impl FileState {
                     &crate::progress::NoProgress,
                 )
             })?;
+            if got.is_some_and(|got| got.objects > 0) {
+                attempts.served(&record.name);
+            }
         }
         store.catalog().has_object(&entry.id, ObjectKind::FileMap)
     }
@@ -259,7 +265,7 @@ impl FileState {
         };
         let Some(outboard) = outboard else {
             // Pushed before outboards (or an unusable one): proven whole, as checkout does.
-            let mut attempts = Attempts::sharing(&engine.fetcher.health);
+            let mut attempts = Attempts::new();
             return FileState::whole(engine, entry, Some(&map), &mut attempts);
         };
         let verified = engine
@@ -394,7 +400,7 @@ impl FileState {
             return Ok(());
         }
         let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
-        let mut attempts = Attempts::sharing(&engine.fetcher.health);
+        let mut attempts = Attempts::new();
         match engine.fetcher.fetch(engine, &ids, &mut attempts) {
             Ok(_) => {}
             Err(FetchError::Failed(e)) => return Err(e),

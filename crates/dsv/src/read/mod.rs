@@ -533,8 +533,7 @@ impl VersionHandle {
         if chunks.is_empty() {
             return Ok(0);
         }
-        let mut attempts =
-            crate::transfer::fallback::Attempts::sharing(&self.engine.fetcher.health);
+        let mut attempts = crate::transfer::fallback::Attempts::new();
         match self
             .engine
             .fetcher

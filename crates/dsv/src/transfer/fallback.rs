@@ -35,7 +35,7 @@ pub struct Fallback {
 /// fetch of files, and the read engine behind `mount`, `cat` and the Python package),
 /// keyed by name and URL: each is asked after every other remote for a while after it
 /// failed ([`FAILED_REMOTE_LAST_FOR`]). Also the fallbacks not yet told ([`take_fallbacks`]).
-/// A handle: every one ([`RemoteHealth::process`], or `default()`) is the process's.
+/// A handle: every one ([`RemoteHealth::process`]) is the process's.
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteHealth {
     state: &'static HealthState,
@@ -52,12 +52,6 @@ struct HealthState {
 
 static PROCESS_HEALTH: std::sync::LazyLock<HealthState> =
     std::sync::LazyLock::new(HealthState::default);
-
-impl Default for RemoteHealth {
-    fn default() -> Self {
-        RemoteHealth::process()
-    }
-}
 
 impl RemoteHealth {
     /// The health every read of this process shares.
@@ -156,35 +150,29 @@ pub fn in_words(error: &Error) -> String {
 }
 
 /// One read's way through the remotes: which were asked, which failed and with what. A
-/// remote that failed is not asked again by the same read; with a [`RemoteHealth`] it is
-/// also asked last by later reads for a while.
-pub struct Attempts<'a> {
-    health: Option<RemoteHealth>,
-    /// Attempts borrow the health they share (a handle to the process's).
-    _shared: std::marker::PhantomData<&'a RemoteHealth>,
+/// remote that failed is not asked again by the same read; through the process's
+/// [`RemoteHealth`] it is also asked last by later reads for a while.
+pub struct Attempts {
+    health: RemoteHealth,
     /// Remotes asked, in the order asked, with their failure when they failed.
     tried: Vec<(String, Option<Error>)>,
     /// The health key (name and URL) of each remote [`Attempts::order`] was given.
     keys: HashMap<String, String>,
 }
 
-impl<'a> Attempts<'a> {
-    /// Attempts of one operation (checkout, pull, fetch of files): failures are remembered
-    /// until it ends, and in the process's [`RemoteHealth`].
-    pub fn new() -> Attempts<'static> {
-        Attempts {
-            health: Some(RemoteHealth::process()),
-            _shared: std::marker::PhantomData,
-            tried: Vec::new(),
-            keys: HashMap::new(),
-        }
+impl Default for Attempts {
+    fn default() -> Self {
+        Attempts::new()
     }
+}
 
-    /// Attempts of one read that shares `health` with the other reads.
-    pub fn sharing(health: &'a RemoteHealth) -> Attempts<'a> {
+impl Attempts {
+    /// Attempts of one operation (checkout, pull, fetch of files, one read of the read
+    /// engine): failures are remembered until it ends, and in the process's
+    /// [`RemoteHealth`], shared with every other read.
+    pub fn new() -> Attempts {
         Attempts {
-            health: Some(*health),
-            _shared: std::marker::PhantomData,
+            health: RemoteHealth::process(),
             tried: Vec::new(),
             keys: HashMap::new(),
         }
@@ -209,10 +197,7 @@ impl<'a> Attempts<'a> {
             if self.failed(&record.name) {
                 continue;
             }
-            if self
-                .health
-                .is_some_and(|health| health.failed_recently(&key))
-            {
+            if self.health.failed_recently(&key) {
                 later.push(record);
             } else {
                 now.push(record);
@@ -231,7 +216,8 @@ impl<'a> Attempts<'a> {
 
     /// Runs `step`, which asks remote `name` for data. A remote failure
     /// ([`is_remote_failure`]) is remembered and gives `Ok(None)`: the caller goes on to the
-    /// next remote. Any other error is returned as it is.
+    /// next remote. Any other error is returned as it is. A step that moved data calls
+    /// [`Attempts::served`] after it.
     ///
     /// # Errors
     /// Those of `step` that are not the remote's failure.
@@ -240,18 +226,19 @@ impl<'a> Attempts<'a> {
         name: &str,
         step: impl FnOnce() -> Result<T>,
     ) -> Result<Option<T>> {
-        let outcome = self.attempt_where(name, step, is_remote_failure)?;
-        // Served after others failed: a fallback the front end tells of.
-        if outcome.is_some()
-            && let Some(health) = self.health
-        {
-            for (tried, error) in &self.tried {
-                if let Some(error) = error {
-                    health.fell_back(tried, &in_words(error), name);
-                }
+        self.attempt_where(name, step, is_remote_failure)
+    }
+
+    /// Remote `name` served data (a step moved some): each remote that failed before it in
+    /// this read is a fallback the front end tells of ([`take_fallbacks`]), naming `name`.
+    /// A step that did not fail but moved nothing (the remote lacked the data) is no
+    /// fallback to tell of.
+    pub fn served(&self, name: &str) {
+        for (tried, error) in &self.tried {
+            if let Some(error) = error {
+                self.health.fell_back(tried, &in_words(error), name);
             }
         }
-        Ok(outcome)
     }
 
     /// Opens remote `name` with `open`: as [`Attempts::attempt`], but any error but an
@@ -272,9 +259,7 @@ impl<'a> Attempts<'a> {
     ) -> Result<Option<T>> {
         let outcome = step();
         let failed = matches!(&outcome, Err(e) if is_failure(e));
-        if let Some(health) = self.health {
-            health.set_failed(&self.key(name), failed);
-        }
+        self.health.set_failed(&self.key(name), failed);
         match outcome {
             Ok(value) => {
                 if !self.tried.iter().any(|(tried, _)| tried == name) {

@@ -144,6 +144,9 @@ pub struct CopyReport {
     pub transfer: Transfer,
     /// Requests sent to SRC.
     pub source_requests: u64,
+    /// Bytes read from SRC to prove the file maps the copy forwards (each map's frame, and
+    /// the chunks of a map not proven here that this store lacks).
+    pub proof_bytes: u64,
 }
 
 /// One revision resolved on SRC.
@@ -210,7 +213,7 @@ pub fn copy(
         for target in &targets {
             refs.extend(unmoved_refs(&src_refs, &dst_refs, target)?);
         }
-        return Ok(ends.report(refs, CopyPlanned::default(), Transfer::default()));
+        return Ok(ends.report(refs, CopyPlanned::default(), Transfer::default(), 0));
     }
 
     // Step 3: metadata here (fetched unless this store already records every version: a
@@ -257,7 +260,8 @@ pub fn copy(
     // Step 6b: the file maps it forwards are proven first (a map keyed by its file's id
     // could list another file's chunks): a wrong one stops the copy before any byte moves.
     ends.phase("proving the file maps");
-    super::prove::prove_forwarded(store, &ends.src_record, &ends.src, &closure.needed)?;
+    let proof_bytes =
+        super::prove::prove_forwarded(store, &ends.src_record, &ends.src, &closure.needed)?;
     let (whole, partial, mut planned) = split_packs(closure.per_pack, &listed, &view);
     planned.versions = closure.versions;
     planned.objects = closure.needed.len() as u64;
@@ -304,7 +308,7 @@ pub fn copy(
             ends.force,
         )?);
     }
-    Ok(ends.report(refs, planned, transfer))
+    Ok(ends.report(refs, planned, transfer, proof_bytes))
 }
 
 /// The two remotes of a copy, opened, with the copy's settings and the data lock it holds.
@@ -353,6 +357,7 @@ impl Ends<'_> {
         refs: Vec<PushedRef>,
         planned: CopyPlanned,
         mut transfer: Transfer,
+        proof_bytes: u64,
     ) -> CopyReport {
         transfer.requests = self.dst.requests();
         CopyReport {
@@ -362,6 +367,7 @@ impl Ends<'_> {
             planned,
             transfer,
             source_requests: self.src.requests(),
+            proof_bytes,
         }
     }
 }

@@ -16,12 +16,20 @@ use crate::pack::EncodedFrame;
 use crate::remote::Remote;
 use crate::store::Store;
 
+/// The most stored bytes of remote frames one proof reads ahead at a time (the chunks a map
+/// lists next that this store lacks): the memory a proof holds, about.
+pub(crate) const PROOF_BATCH_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Ranged GETs a proof has in flight when it reads ahead.
+pub(crate) const PROOF_JOBS: usize = 8;
+
 /// Proves file maps against their file ids, reading chunks from this store or `remote`.
 pub(crate) struct MapProver<'a> {
     record: &'a RemoteRecord,
     remote: &'a Remote,
-    /// The last frame read from the remote: (pack, frame offset) and its raw bytes.
-    frame: Option<((ObjectId, u64), Vec<u8>)>,
+    /// Frames read from the remote and checked: (pack, frame offset) and their raw bytes
+    /// (those of one batch read ahead, or the last one read alone).
+    frames: std::collections::HashMap<(ObjectId, u64), Vec<u8>>,
     /// Bytes downloaded so far.
     pub(crate) bytes: u64,
 }
@@ -31,7 +39,7 @@ impl<'a> MapProver<'a> {
         MapProver {
             record,
             remote,
-            frame: None,
+            frames: std::collections::HashMap::new(),
             bytes: 0,
         }
     }
@@ -51,11 +59,19 @@ impl<'a> MapProver<'a> {
     ) -> Result<std::result::Result<(), String>> {
         let mut hasher = blake3::Hasher::new();
         let mut reader = store.reader();
-        for (chunk, length) in &map.chunks {
+        // Chunks before this index are covered by the frames read ahead.
+        let mut read_ahead_to = 0;
+        for (index, (chunk, length)) in map.chunks.iter().enumerate() {
             crate::interrupt::check()?;
             let bytes = if store.catalog().has_object(chunk, ObjectKind::Chunk)? {
                 reader.bytes(chunk, ObjectKind::Chunk)?
             } else {
+                if index >= read_ahead_to {
+                    match self.read_ahead(store, &map.chunks[index..])? {
+                        Ok(covered) => read_ahead_to = index + covered,
+                        Err(detail) => return Ok(Err(detail)),
+                    }
+                }
                 match self.remote_chunk(store, chunk)? {
                     Ok(bytes) => bytes,
                     Err(detail) => return Ok(Err(detail)),
@@ -85,6 +101,100 @@ impl<'a> MapProver<'a> {
         Ok(Ok(()))
     }
 
+    /// Reads ahead the remote frames holding the chunks of `chunks` (those a map lists next)
+    /// that this store lacks, up to [`PROOF_BATCH_BYTES`] of them, [`PROOF_JOBS`] ranged
+    /// GETs at a time, each checked as a fetch checks it (every chunk of the batch in it
+    /// hashes to its id); the frames read before are let go. Returns how many of `chunks`
+    /// the batch covers (at least one), or why a frame failed its check. A chunk the remote
+    /// does not list is left to [`MapProver::remote_chunk`] to report.
+    fn read_ahead(
+        &mut self,
+        store: &Store,
+        chunks: &[(ObjectId, u32)],
+    ) -> Result<std::result::Result<usize, String>> {
+        type Members = Vec<(ObjectId, ObjectKind, u32, u32)>;
+        let mut wanted: std::collections::BTreeMap<
+            (ObjectId, u64),
+            (crate::pack::FrameRecord, Members),
+        > = std::collections::BTreeMap::new();
+        let mut total = 0u64;
+        let mut covered = 0;
+        for (chunk, _) in chunks {
+            if store.catalog().has_object(chunk, ObjectKind::Chunk)? {
+                covered += 1;
+                continue;
+            }
+            let Some(location) =
+                store
+                    .catalog()
+                    .remote_locate(self.record.id, chunk, ObjectKind::Chunk)?
+            else {
+                covered += 1;
+                continue;
+            };
+            let key = (location.pack, location.frame.offset);
+            if !wanted.contains_key(&key) {
+                if total >= PROOF_BATCH_BYTES && covered > 0 {
+                    break;
+                }
+                total += u64::from(location.frame.stored_length);
+            }
+            let member = (*chunk, ObjectKind::Chunk, location.offset, location.length);
+            let entry = wanted
+                .entry(key)
+                .or_insert_with(|| (location.frame, Vec::new()));
+            if !entry.1.contains(&member) {
+                entry.1.push(member);
+            }
+            covered += 1;
+        }
+        self.frames.clear();
+        let ranges = wanted
+            .iter()
+            .map(|((pack, _), (frame, _))| {
+                (
+                    *pack,
+                    frame.offset..frame.offset + u64::from(frame.stored_length),
+                )
+            })
+            .collect();
+        let mut got = Vec::new();
+        self.remote.get_ranges(
+            ranges,
+            PROOF_JOBS,
+            std::sync::Arc::new(|pack, range: std::ops::Range<u64>, bytes: bytes::Bytes| {
+                Ok((pack, range.start, bytes))
+            }),
+            |piece| {
+                got.push(piece);
+                Ok(())
+            },
+        )?;
+        for (pack, offset, stored) in got {
+            self.bytes += stored.len() as u64;
+            let Some((frame, members)) = wanted.remove(&(pack, offset)) else {
+                continue;
+            };
+            match EncodedFrame::verified_with_raw(
+                stored.to_vec(),
+                frame.raw_length,
+                frame.compression,
+                members,
+            ) {
+                Ok((_, raw)) => {
+                    self.frames.insert((pack, offset), raw);
+                }
+                Err(detail) => {
+                    return Ok(Err(format!(
+                        "the frame at offset {offset} of pack {}: {detail}",
+                        pack.short()
+                    )));
+                }
+            }
+        }
+        Ok(Ok(covered.max(1)))
+    }
+
     /// Chunk `chunk` read from the remote (the frame holding it, by the remote's index as
     /// this store recorded it), or why it cannot be.
     fn remote_chunk(
@@ -111,7 +221,7 @@ impl<'a> MapProver<'a> {
             )));
         };
         let key = (location.pack, location.frame.offset);
-        if self.frame.as_ref().is_none_or(|(at, _)| *at != key) {
+        if !self.frames.contains_key(&key) {
             let frame = location.frame;
             let range = frame.offset..frame.offset + u64::from(frame.stored_length);
             let mut got = None;
@@ -147,12 +257,13 @@ impl<'a> MapProver<'a> {
                     )));
                 }
             };
-            self.frame = Some((key, raw));
+            self.frames.clear();
+            self.frames.insert(key, raw);
         }
         let bytes = self
-            .frame
-            .as_ref()
-            .and_then(|(_, raw)| {
+            .frames
+            .get(&key)
+            .and_then(|raw| {
                 raw.get(
                     location.offset as usize..location.offset as usize + location.length as usize,
                 )
@@ -250,7 +361,15 @@ impl RemoteMaps {
                 }
                 files += 1;
                 for (pack, bytes) in self.maps.get(&entry.id).into_iter().flatten() {
+                    // Bounded by the file's size first: a map listing more (or less) is
+                    // refused without reading its chunks.
                     let result = match decode_map(&entry.id, bytes) {
+                        Ok(map) if map.size() != entry.size => Err(format!(
+                            "its file map lists {} bytes, but file {} is {} bytes",
+                            map.size(),
+                            entry.id.short(),
+                            entry.size
+                        )),
                         Ok(map) => prover.prove(store, &entry.id, &map)?,
                         Err(detail) => Err(detail),
                     };
@@ -271,8 +390,9 @@ impl RemoteMaps {
 }
 
 /// `copy`: proves each file map among `needed` (what a copy forwards) as remote `record`
-/// holds it, before any byte moves. A map this store holds, proven, byte for byte the same,
-/// needs nothing more; any other is proven by its chunks (read here, else from the remote).
+/// holds it, before any byte moves: each map is read from the remote (one ranged GET of its
+/// frame). A map this store holds, proven, byte for byte the same, needs nothing more; any
+/// other is proven by its chunks (read here, else from the remote).
 /// Returns the bytes downloaded.
 ///
 /// # Errors
@@ -299,16 +419,18 @@ pub(crate) fn prove_forwarded(
             continue;
         }
         let catalog = store.catalog();
-        let Some(location) = catalog.remote_locate(record.id, id, ObjectKind::FileMap)? else {
+        if catalog
+            .remote_locate(record.id, id, ObjectKind::FileMap)?
+            .is_none()
+        {
             continue;
-        };
-        let bytes = if location.in_local_pack() {
-            store.reader().bytes(id, ObjectKind::FileMap)?
-        } else {
-            match prover.remote_object(store, id, ObjectKind::FileMap)? {
-                Ok(bytes) => bytes,
-                Err(detail) => return Err(refuse(id, detail)),
-            }
+        }
+        // Always what the remote holds, even where this store shares the remote's pack
+        // (same id and size): the remote may have changed its bytes in place, and the copy
+        // forwards the remote's bytes, not this store's.
+        let bytes = match prover.remote_object(store, id, ObjectKind::FileMap)? {
+            Ok(bytes) => bytes,
+            Err(detail) => return Err(refuse(id, detail)),
         };
         let here_proven = catalog.has_object(id, ObjectKind::FileMap)?
             && catalog.unproven_file_map(id)?.is_none()
