@@ -68,17 +68,19 @@ pub struct LockedRemote {
     pub url: String,
     /// Its backend settings (`--option KEY=VALUE`: `endpoint`, `region`, ...), never a
     /// credential (a key or value [`crate::remote::check_options`] refuses is left out).
-    /// Written only when there are some; a reading store matches its remotes by URL and by
-    /// the `endpoint` given here (one bucket name on two servers is two remotes).
+    /// Written only when there are some; a reading store matches its remotes by URL and, when
+    /// an `endpoint` is given here, by it (one bucket name on two servers is two remotes).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub options: BTreeMap<String, String>,
 }
 
 impl LockedRemote {
     /// True when the configured remote `remote` is this one: the same URL and, when the lock
-    /// names an endpoint, the same endpoint (`endpoint` or any alias spelling of it).
+    /// names an endpoint, the same endpoint (`endpoint` or any alias spelling of it). A lock
+    /// that names no endpoint (as every lock before options were kept) matches any endpoint.
     pub fn matches(&self, remote: &crate::catalog::RemoteRecord) -> bool {
-        remote.url == self.url && endpoint(&remote.options) == endpoint(&self.options)
+        remote.url == self.url
+            && endpoint(&self.options).is_none_or(|pinned| endpoint(&remote.options) == Some(pinned))
     }
 }
 
