@@ -264,6 +264,24 @@ fn a_password_in_any_argument_is_never_echoed() {
             assert!(text.contains(dsv::redact::REDACTED), "dsv {all:?}: {text}");
         }
     }
+    // A credential typed as an option with the wrong separator is named by its place only.
+    let typo = format!("aws_secret_access_key:{secret}");
+    for json in [false, true] {
+        let mut all = if json { vec!["--json"] } else { vec![] };
+        all.extend(["remote", "add", "r2", "s3://b/p", "--option", &typo]);
+        let out = env.run(&all);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "dsv {all:?} succeeded: {text}");
+        assert!(
+            !text.contains(secret),
+            "dsv {all:?} echoed the password: {text}"
+        );
+        assert!(text.contains("--option number 1 of 1"), "{text}");
+    }
 }
 
 /// Issue 34, A8: an ignore rule that does not parse (`secrets[.env`) was dropped and the file
@@ -338,4 +356,50 @@ fn names_with_control_characters_are_quoted_in_human_output_only() {
         diff.contains("A \"new\\rname\"") && diff.contains("D \"two\\nlines.txt\""),
         "{diff}"
     );
+}
+
+/// A checkout outside the store's tree writes a store link `DIR/.dsv`, but a file of the
+/// user's named `.dsv` there is never replaced (only a store link is).
+#[test]
+fn a_users_file_named_dsv_in_a_workspace_is_never_replaced_by_a_store_link() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let elsewhere = TestEnv::bare();
+    elsewhere.write("work/ds/.dsv", "my notes\n");
+    let workspace = elsewhere.path("work/ds");
+    env.ok(&["checkout", "ds", workspace.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(workspace.join(".dsv")).unwrap(),
+        "my notes\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("a.txt")).unwrap(),
+        "a\n"
+    );
+}
+
+/// A lock file is a user's file read whole: a FIFO given as the lock is refused at once
+/// (never waited on) and one longer than 16 MiB is refused before it is read whole.
+#[test]
+fn a_lock_file_that_is_a_fifo_or_huge_is_refused_at_once() {
+    let env = TestEnv::new();
+    let fifo = env.path("dsv.lock");
+    mkfifo(&fifo);
+    let run = run_within(
+        &env,
+        &["checkout", "--lock", "dsv.lock", "run"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(run.code, Some(3), "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
+    std::fs::remove_file(&fifo).unwrap();
+    env.write("dsv.lock", vec![b' '; (16 << 20) + 1]);
+    let run = run_within(
+        &env,
+        &["audit", "run", "--lock", "dsv.lock"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(run.code, Some(3), "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("longer than 16 MiB"), "{}", run.stderr);
 }
