@@ -470,6 +470,9 @@ fn init_names_leftovers_without_a_catalog_and_removes_a_dead_staging_directory()
     env.write(&format!("{staging}/catalog.db"), "");
     std::fs::create_dir_all(env.path(&format!("{staging}/packs"))).unwrap();
     env.ok(&["init"]);
-    assert!(!env.path(&staging).exists(), "the dead staging directory is left");
+    assert!(
+        !env.path(&staging).exists(),
+        "the dead staging directory is left"
+    );
     assert!(env.path(".dsv/catalog.db").exists());
 }

@@ -80,7 +80,8 @@ impl LockedRemote {
     /// that names no endpoint (as every lock before options were kept) matches any endpoint.
     pub fn matches(&self, remote: &crate::catalog::RemoteRecord) -> bool {
         remote.url == self.url
-            && endpoint(&self.options).is_none_or(|pinned| endpoint(&remote.options) == Some(pinned))
+            && endpoint(&self.options)
+                .is_none_or(|pinned| endpoint(&remote.options) == Some(pinned))
     }
 }
 
