@@ -562,9 +562,10 @@ where
         }
     };
     // Already set when called a second time in one process: the first one stays.
+    // Log output (a dependency's debug events name URLs) is redacted as every message is.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("DSV_LOG"))
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactedStderr)
         .with_ansi(ui::color_on_stderr())
         .try_init();
     // The first Ctrl-C asks the running operation to stop at a consistent point; a second
@@ -603,7 +604,7 @@ pub(crate) fn warn_fallbacks(fallbacks: Vec<dsv::transfer::fallback::Fallback>) 
             "warning: remote {:?} failed, read from {:?} instead: {}",
             fallback.failed,
             fallback.served,
-            dsv::redact::text(&fallback.error)
+            redact_message(&fallback.error)
         );
     }
 }
@@ -616,6 +617,22 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
                 .and_then(serde_json::Error::io_error_kind)
                 == broken
     })
+}
+
+/// Standard error for log output, each write (the log writer writes one event at a time)
+/// redacted by [`redact_message`].
+struct RedactedStderr;
+
+impl Write for RedactedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = redact_message(&String::from_utf8_lossy(buf));
+        std::io::stderr().lock().write_all(text.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().lock().flush()
+    }
 }
 
 /// The secrets of the running command's arguments (`dsv::redact::argument_secrets`).

@@ -69,13 +69,20 @@ pub(crate) fn use_aws_profile_from_environment() {
     ));
 }
 
-/// `KEY=VALUE` settings.
+/// `KEY=VALUE` settings. A malformed one is named by its place, never echoed: it may be a
+/// credential typed with the wrong separator (`aws_secret_access_key:...`).
 fn parse_options(options: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     options
         .iter()
-        .map(|option| {
+        .enumerate()
+        .map(|(index, option)| {
             let (key, value) = option.split_once('=').ok_or_else(|| {
-                anyhow::anyhow!("--option must look like KEY=VALUE, got {option:?}")
+                anyhow::anyhow!(
+                    "--option must look like KEY=VALUE, but --option number {} of {} has no `=` \
+                     (not shown: it may hold a secret)",
+                    index + 1,
+                    options.len()
+                )
             })?;
             Ok((key.trim().to_string(), value.to_string()))
         })

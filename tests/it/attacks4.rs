@@ -127,8 +127,14 @@ fn fifos_planted_inside_a_store_are_refused_at_once_not_waited_on() {
 /// The honest-limit version: 2^25 files (`MAX_VERSION_FILES`) in 2^21 - 2 directories (within
 /// `MAX_VERSION_DIRS`), a leaf of 32 files doubled 20 times; every claim true, a few KB.
 fn plant_files_2_to_the_25(env: &TestEnv) {
+    plant_doubled(env, 20);
+}
+
+/// A version of `ds` whose leaf of 32 one-byte files (each the chunk `x`, held too) is
+/// doubled `doublings` times: 32 * 2^doublings files.
+fn plant_doubled(env: &TestEnv, doublings: u32) {
     use dsv::object::{EntryKind, ObjectKind, Tree, TreeEntry, Version};
-    let mut objects = Vec::new();
+    let mut objects = vec![(dsv::ObjectId::of(b"x"), ObjectKind::Chunk, b"x".to_vec())];
     let mut below = Tree {
         entries: (0..32)
             .map(|i| TreeEntry {
@@ -140,7 +146,7 @@ fn plant_files_2_to_the_25(env: &TestEnv) {
             .collect(),
     };
     let mut files = 32u64;
-    for _ in 0..20 {
+    for _ in 0..doublings {
         objects.push((below.id(), ObjectKind::Tree, below.encode()));
         let id = below.id();
         let entry = |name: &str| TreeEntry {
@@ -225,6 +231,39 @@ fn a_version_too_large_for_ulimit_v_is_refused_not_aborted_on() {
     );
 }
 
+/// A fetch records versions any process of the machine may list later: its own `ulimit -v`
+/// does not refuse a version the machine's memory can list (2^22 files: about 5 GB listed,
+/// more than `ulimit -v 4000000`), while a listing under that limit still refuses it.
+#[test]
+fn a_clone_under_ulimit_v_records_a_version_the_machine_can_list() {
+    let env = TestEnv::new();
+    plant_doubled(&env, 17);
+    let (_, url) = push_to_file_remote(&env, "remote", "ds");
+    let dsv = assert_cmd::cargo::cargo_bin("dsv");
+    let under_limit = |args: &str| {
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v 4000000; exec '{}' {args}",
+                dsv.display()
+            ))
+            .current_dir(env.root())
+            .output()
+            .unwrap()
+    };
+    let out = under_limit(&format!("clone '{url}' cl"));
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = under_limit("--store cl shards ds 4");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("4194304 files"), "{text}");
+}
+
 /// Issue 34, A7: a password in a URL argument was echoed when the URL was malformed (taken
 /// as a path), cut before its `@` (as a dataset name), or unexpected (clap's usage error).
 #[test]
@@ -263,6 +302,24 @@ fn a_password_in_any_argument_is_never_echoed() {
             );
             assert!(text.contains(dsv::redact::REDACTED), "dsv {all:?}: {text}");
         }
+    }
+    // A credential typed as an option with the wrong separator is named by its place only.
+    let typo = format!("aws_secret_access_key:{secret}");
+    for json in [false, true] {
+        let mut all = if json { vec!["--json"] } else { vec![] };
+        all.extend(["remote", "add", "r2", "s3://b/p", "--option", &typo]);
+        let out = env.run(&all);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "dsv {all:?} succeeded: {text}");
+        assert!(
+            !text.contains(secret),
+            "dsv {all:?} echoed the password: {text}"
+        );
+        assert!(text.contains("--option number 1 of 1"), "{text}");
     }
 }
 
@@ -338,4 +395,84 @@ fn names_with_control_characters_are_quoted_in_human_output_only() {
         diff.contains("A \"new\\rname\"") && diff.contains("D \"two\\nlines.txt\""),
         "{diff}"
     );
+}
+
+/// A checkout outside the store's tree writes a store link `DIR/.dsv`, but a file of the
+/// user's named `.dsv` there is never replaced (only a store link is).
+#[test]
+fn a_users_file_named_dsv_in_a_workspace_is_never_replaced_by_a_store_link() {
+    let env = TestEnv::new();
+    env.write("data/a.txt", "a\n");
+    env.ok(&["commit", "data", "-d", "ds"]);
+    let elsewhere = TestEnv::bare();
+    elsewhere.write("work/ds/.dsv", "my notes\n");
+    let workspace = elsewhere.path("work/ds");
+    env.ok(&["checkout", "ds", workspace.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(workspace.join(".dsv")).unwrap(),
+        "my notes\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("a.txt")).unwrap(),
+        "a\n"
+    );
+}
+
+/// A lock file is a user's file read whole: a FIFO given as the lock is refused at once
+/// (never waited on) and one longer than 16 MiB is refused before it is read whole.
+#[test]
+fn a_lock_file_that_is_a_fifo_or_huge_is_refused_at_once() {
+    let env = TestEnv::new();
+    let fifo = env.path("dsv.lock");
+    mkfifo(&fifo);
+    let run = run_within(
+        &env,
+        &["checkout", "--lock", "dsv.lock", "run"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(run.code, Some(3), "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
+    std::fs::remove_file(&fifo).unwrap();
+    env.write("dsv.lock", vec![b' '; (16 << 20) + 1]);
+    let run = run_within(
+        &env,
+        &["audit", "run", "--lock", "dsv.lock"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(run.code, Some(3), "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("longer than 16 MiB"), "{}", run.stderr);
+}
+
+/// `init` over a `.dsv` holding leftovers but no catalog (a `lock`, an empty `tmp/`) says
+/// what is there and what to do, not "a store exists"; a staging directory a killed
+/// `init` or `clone` left beside it is removed by the next `init` once its process is gone.
+#[test]
+fn init_names_leftovers_without_a_catalog_and_removes_a_dead_staging_directory() {
+    let env = TestEnv::bare();
+    env.write(".dsv/lock", "");
+    std::fs::create_dir_all(env.path(".dsv/tmp")).unwrap();
+    let out = env.run(&["init"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("\"lock\", \"tmp\" but no catalog") && stderr.contains("rm -r"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("already exists"), "{stderr}");
+
+    // A dead process's staging directory (a whole metadata store) beside `.dsv`.
+    std::fs::remove_dir_all(env.path(".dsv")).unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let staging = format!(".dsv-tmp-{dead}-0");
+    env.write(&format!("{staging}/lock"), "");
+    env.write(&format!("{staging}/catalog.db"), "");
+    std::fs::create_dir_all(env.path(&format!("{staging}/packs"))).unwrap();
+    env.ok(&["init"]);
+    assert!(
+        !env.path(&staging).exists(),
+        "the dead staging directory is left"
+    );
+    assert!(env.path(".dsv/catalog.db").exists());
 }

@@ -96,11 +96,12 @@ fn remote_gc_says_how_many_bytes_free_and_from_when() {
     [SIZE] in 1 pack younger than the grace: a run after [TIME] marks it, a run a grace after that (from [TIME]) frees it, if no ref names it by then
     ");
 
-    // With a grace of 4 s, past it: a dry run says a run marks it now and frees it a grace
+    // With a grace of 8 s (a run taking more than half of it defers its deletions, and the
+    // marked pack's dry run must start within it of the mark: room on a loaded machine), past it: a dry run says a run marks it now and frees it a grace
     // later; the run marks it and says when.
-    std::thread::sleep(Duration::from_millis(5100));
-    let grace = Duration::from_secs(4);
-    let planned = env.json(&["gc", "--remote", "origin", "--grace", "4s", "--dry-run"]);
+    std::thread::sleep(Duration::from_millis(9500));
+    let grace = Duration::from_secs(8);
+    let planned = env.json(&["gc", "--remote", "origin", "--grace", "8s", "--dry-run"]);
     let free = &planned["frees"][0];
     assert_eq!(free["state"], "unmarked", "{planned:#}");
     within(
@@ -109,7 +110,7 @@ fn remote_gc_says_how_many_bytes_free_and_from_when() {
         2 * minute,
         "unmarked",
     );
-    let marked = env.json(&["gc", "--remote", "origin", "--grace", "4s"]);
+    let marked = env.json(&["gc", "--remote", "origin", "--grace", "8s"]);
     assert_eq!(marked["marked"]["bytes"], bytes, "{marked:#}");
     let free = &marked["frees"][0];
     assert_eq!(
@@ -125,19 +126,19 @@ fn remote_gc_says_how_many_bytes_free_and_from_when() {
     );
     let waiting = gc_text(
         &env,
-        &["gc", "--remote", "origin", "--grace", "4s", "--dry-run"],
+        &["gc", "--remote", "origin", "--grace", "8s", "--dry-run"],
     );
     assert_snapshot!(waiting, @"
     Would mark 0 packs ([SIZE]), would delete 0 packs ([SIZE]), would rescue 0 packs, would repack 0 packs on remote origin; kept 0 packs ([SIZE]) for 0 refs
       wait (marked, grace not over) [SHORT] (a run after [TIME] frees it)
-    grace 4s; the remote's clock: [TIME]
+    grace 8s; the remote's clock: [TIME]
     frees nothing (--dry-run)
     [SIZE] in 1 pack: a run after [TIME] frees it
     ");
 
     // Past the mark's grace: a dry run says a run now frees it, the run frees it.
-    std::thread::sleep(Duration::from_millis(5100));
-    let due = env.json(&["gc", "--remote", "origin", "--grace", "4s", "--dry-run"]);
+    std::thread::sleep(Duration::from_millis(9500));
+    let due = env.json(&["gc", "--remote", "origin", "--grace", "8s", "--dry-run"]);
     assert_eq!(
         (
             due["frees"][0]["state"].as_str(),
@@ -146,14 +147,22 @@ fn remote_gc_says_how_many_bytes_free_and_from_when() {
         (Some("now"), Some(bytes)),
         "{due:#}"
     );
-    let text = gc_text(&env, &["gc", "--remote", "origin", "--grace", "4s"]);
+    // A run slowed past half the grace defers its deletions to the next run: run again
+    // (bounded), as a user would.
+    let mut text = String::new();
+    for _ in 0..3 {
+        text = gc_text(&env, &["gc", "--remote", "origin", "--grace", "8s"]);
+        if !text.contains("deletions left to the next run") {
+            break;
+        }
+    }
     assert_snapshot!(text, @"
     Marked 0 packs ([SIZE]), deleted 1 pack ([SIZE]), rescued 0 packs, repacked 0 packs on remote origin; kept 0 packs ([SIZE]) for 0 refs
       delete [SHORT]
-    grace 4s; the remote's clock: [TIME]
+    grace 8s; the remote's clock: [TIME]
     freed [SIZE] now
     ");
-    let after = env.json(&["gc", "--remote", "origin", "--grace", "4s"]);
+    let after = env.json(&["gc", "--remote", "origin", "--grace", "8s"]);
     assert_eq!(
         (
             after["pending_bytes"].as_u64(),

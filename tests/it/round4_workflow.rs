@@ -90,6 +90,33 @@ fn a_lock_keeps_the_remotes_endpoint_and_pins_a_remotes_revision() {
         std::fs::read(trainer.path("run/covid/a.bin")).unwrap(),
         pseudo_random(100_000, 1)
     );
+
+    // A lock without options, as dsv wrote before it kept them, still resolves against a
+    // remote that has an endpoint: it names none, so any endpoint matches.
+    let mut old_lock = lock.clone();
+    old_lock["datasets"]["covid"]["remotes"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("options");
+    let older = TestEnv::new();
+    use_s3(&older);
+    older.set_var("AWS_ENDPOINT_URL", "http://127.0.0.1:9");
+    older.write("dsv.lock", serde_json::to_string(&old_lock).unwrap());
+    older.ok(&[
+        "remote",
+        "add",
+        "near",
+        &url,
+        "--option",
+        &endpoint_option,
+        "--option",
+        "aws_allow_http=true",
+    ]);
+    older.ok(&["checkout", "--lock", "dsv.lock", "run"]);
+    assert_eq!(
+        std::fs::read(older.path("run/covid/a.bin")).unwrap(),
+        pseudo_random(100_000, 1)
+    );
 }
 
 /// A checkout outside the store's directory tree links the workspace to its store (a `.dsv`

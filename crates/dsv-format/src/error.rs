@@ -635,12 +635,14 @@ pub enum Error {
         /// The name.
         name: String,
     },
-    /// A version holds more files than this process can list whole in the memory it may use
-    /// ([`crate::object::servable_files`] of [`crate::object::machine_memory`]): refused when
-    /// a remote's version is fetched, and before a command lists one whole (`shards`,
-    /// `--shard`, `mount`, the Python package) rather than aborting on a failed allocation.
+    /// A version holds more files than can be listed whole in the memory there is
+    /// ([`crate::object::servable_files`]): refused when a remote's version is fetched, by
+    /// the machine's memory ([`crate::object::check_servable`]), and before a command lists
+    /// one whole (`shards`, `--shard`, `mount`, the Python package), by the memory this
+    /// process may use ([`crate::object::check_listable`]), rather than aborting on a failed
+    /// allocation.
     #[error(
-        "version {version} holds {files} files; with {} of memory (the smallest of the machine's memory, its cgroup's limit and this process's ulimit -v and -d) dsv lists versions of at most {limit} files whole (a listing takes about {} bytes an entry)",
+        "version {version} holds {files} files; with {} of memory (the smallest of the machine's memory, its cgroup's limit and, when listing, this process's ulimit -v and -d) dsv lists versions of at most {limit} files whole (a listing takes about {} bytes an entry)",
         gibibytes(*memory),
         crate::object::LISTED_BYTES_PER_ENTRY
     )]

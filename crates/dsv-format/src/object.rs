@@ -174,15 +174,61 @@ pub fn servable_files(memory: u64) -> u64 {
 /// `RLIMIT_DATA`, `ulimit -d`, from `/proc/self/limits`), so a listing that the machine could
 /// hold but the process may not is refused instead of aborting on a failed allocation;
 /// `None` when none can be read.
-pub fn machine_memory() -> Option<u64> {
+pub fn process_memory() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|text| process_limit(&text));
-    let machine = physical_memory();
+    let machine = machine_memory();
     match (machine, limits) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// The memory of this machine, in bytes: the physical memory (`MemTotal` of
+/// `/proc/meminfo`), less the cgroup's limit (`/sys/fs/cgroup/memory.max`) when it has one;
+/// `None` when neither can be read. Unlike [`process_memory`], a process's own `ulimit` does
+/// not lower it: a version fetched under a `ulimit` may be listed by another process.
+pub fn machine_memory() -> Option<u64> {
+    physical_memory()
+}
+
+/// Refuses version `id`, claiming `files` files, when this machine ([`machine_memory`]) could
+/// not list it whole ([`servable_files`]): for a fetch, which records versions any process
+/// of this machine may list later.
+///
+/// # Errors
+/// [`crate::Error::VersionTooLarge`].
+pub fn check_servable(id: &ObjectId, files: u64) -> Result<(), crate::Error> {
+    check_fits(id, files, machine_memory())
+}
+
+/// Refuses version `id`, claiming `files` files, when this process ([`process_memory`]: its
+/// `ulimit -v` and `-d` included) could not list it whole ([`servable_files`]): before a
+/// listing, rather than aborting on a failed allocation.
+///
+/// # Errors
+/// [`crate::Error::VersionTooLarge`].
+pub fn check_listable(id: &ObjectId, files: u64) -> Result<(), crate::Error> {
+    check_fits(id, files, process_memory())
+}
+
+/// Refuses `files` files beyond [`servable_files`] of `memory` (nothing is refused when the
+/// memory is unknown).
+fn check_fits(id: &ObjectId, files: u64, memory: Option<u64>) -> Result<(), crate::Error> {
+    let Some(memory) = memory else {
+        return Ok(());
+    };
+    let limit = servable_files(memory);
+    if files > limit {
+        return Err(crate::Error::VersionTooLarge {
+            version: id.to_hex(),
+            files,
+            limit,
+            memory,
+        });
+    }
+    Ok(())
 }
 
 /// The smaller of the soft limits "Max address space" and "Max data size" in

@@ -46,9 +46,9 @@ pub fn read_store_link(path: &Path) -> Option<std::path::PathBuf> {
 /// Writes the store link `workspace/.dsv` naming the store whose `.dsv` directory is
 /// `store_root`, when the workspace lies outside the store's directory tree (inside it, the
 /// store is found as it is). Nothing is written when `workspace/.dsv` is something else than
-/// a regular file (a store of its own, a directory), and a link already naming the store is
-/// left as it is; a regular file there is replaced (renamed over, never written through).
-/// Returns whether a link was written.
+/// a store link (a store of its own, a directory, a user's file), and a link already naming
+/// the store is left as it is; a link naming another store is replaced (renamed over, never
+/// written through). Returns whether a link was written.
 ///
 /// # Errors
 /// [`crate::Error::Io`].
@@ -64,10 +64,13 @@ pub fn write_store_link(workspace: &Path, store_root: &Path) -> Result<bool> {
     let path = workspace.join(STORE_DIR);
     match std::fs::symlink_metadata(&path) {
         Ok(meta) if !meta.is_file() => return Ok(false),
-        Ok(_) if read_store_link(&path).as_deref() == Some(store_root.as_path()) => {
-            return Ok(false);
-        }
-        _ => {}
+        // A store link: replaced unless it already names this store. Any other regular
+        // file is the user's, never replaced.
+        Ok(_) => match read_store_link(&path) {
+            Some(named) if named != store_root => {}
+            _ => return Ok(false),
+        },
+        Err(_) => {}
     }
     let Some(store_text) = store_root.to_str() else {
         return Ok(false);

@@ -575,12 +575,23 @@ pub fn cut(path: &Path, applied: u64) -> Result<()> {
 /// Replaces the ref log at `path` with `bytes`, atomically (temp file, sync, rename, sync
 /// of the directory); returns the new length.
 ///
+/// The temporary file's name is predictable (`reflog.tmp-<pid>`), so whatever is found
+/// there (a leftover, or a planted symlink or FIFO) is removed first and the file is made
+/// anew through [`crate::store_file::open`]: a symlink is never followed, a FIFO never
+/// waited on.
+///
 /// # Errors
 /// [`Error::Io`].
 pub fn rewrite(path: &Path, bytes: &[u8]) -> Result<u64> {
     let temp = temp_path(path);
     {
-        let mut file = File::create(&temp).at(&temp)?;
+        match fs::remove_file(&temp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&temp),
+            _ => {}
+        }
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        let mut file = crate::store_file::open(&temp, options).at(&temp)?;
         file.write_all(bytes).at(&temp)?;
         file.sync_all().at(&temp)?;
     }
@@ -689,5 +700,25 @@ mod tests {
             append(&path, 10 * two, &line),
             Err(Error::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn rewrite_neither_follows_a_planted_symlink_nor_waits_on_a_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let line = encode(&[RefLogEntry::Unpin { version: id(1) }], 1);
+        // A symlink planted at the temporary file's predictable name: its target is kept.
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, temp_path(&path)).unwrap();
+        assert_eq!(rewrite(&path, &line).unwrap(), line.len() as u64);
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(fs::read(&path).unwrap(), line);
+        assert!(!fs::symlink_metadata(&path).unwrap().is_symlink());
+        // A FIFO there: removed, never opened (opening it for writing would wait forever).
+        nix::unistd::mkfifo(&temp_path(&path), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let twice = [line.clone(), line.clone()].concat();
+        assert_eq!(rewrite(&path, &twice).unwrap(), twice.len() as u64);
+        assert_eq!(fs::read(&path).unwrap(), twice);
     }
 }

@@ -103,7 +103,8 @@ impl Store {
 
     /// Creates a new, empty store beside `dir/.dsv`, in a directory of `dir` named as
     /// checkout's temporary files are (`.dsv-tmp-<pid>-<n>`: walks skip it, and a checkout
-    /// into `dir` removes it once its process is gone), for the caller to fill (`dsv clone`
+    /// into `dir` or a later init or clone there removes it once its process is gone), for
+    /// the caller to fill (`dsv clone`
     /// fetches into it) and then [`StagedStore::publish`] into place. `dir` is created if
     /// missing.
     ///
@@ -135,6 +136,18 @@ impl Store {
         if let Some(reason) = lost_catalog_evidence(&root) {
             return Err(Error::CatalogLost { path: root, reason });
         }
+        // Anything else in a `.dsv` without a catalog is not a store, and the staged one
+        // cannot be renamed over it: say what is there rather than "a store exists".
+        if let Some(names) = leftover_names(&root) {
+            return Err(Error::Unsupported {
+                path: root.clone(),
+                reason: format!(
+                    "it holds {names} but no catalog: not a store (the leftovers of an interrupted dsv?); remove it (`rm -r {}`) to make a store here",
+                    root.display()
+                ),
+            });
+        }
+        remove_stale_staging(dir);
         let staging = dir.join(format!(
             "{}{}-{}",
             crate::names::TEMP_PREFIX,
@@ -484,6 +497,54 @@ fn lost_catalog_evidence(root: &Path) -> Option<String> {
         .flatten()
         .any(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".pack")));
     packs.then(|| "it has packs but no catalog".into())
+}
+
+/// The names in `root` (a `.dsv` holding no catalog), a few of them quoted and joined,
+/// when it is a directory holding anything; `None` when it is absent or empty.
+fn leftover_names(root: &Path) -> Option<String> {
+    let mut names: Vec<String> = fs::read_dir(root)
+        .ok()?
+        .flatten()
+        .map(|e| format!("{:?}", e.file_name().to_string_lossy()))
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    names.sort();
+    let more = names.len().saturating_sub(5);
+    names.truncate(5);
+    let mut text = names.join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    Some(text)
+}
+
+/// Removes the staging directories ([`Store::init_staged`]) in `dir` whose process is gone
+/// (a clone or init killed before it published): directories named as temporary files
+/// (`.dsv-tmp-<pid>-<n>`) holding a store's `lock` or `catalog.db`. Best effort: what cannot
+/// be read or removed is left.
+fn remove_stale_staging(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !crate::names::is_temp_name(name.as_bytes()) {
+            continue;
+        }
+        let gone = crate::names::temp_owner(name)
+            .is_some_and(|pid| pid != std::process::id() && !crate::names::process_alive(pid));
+        let path = entry.path();
+        let staged = entry.file_type().is_ok_and(|t| t.is_dir())
+            && (path.join("lock").exists() || path.join("catalog.db").exists());
+        if gone && staged {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// Decodes the file map of file `id` of `size` bytes, refusing one that lists more chunks

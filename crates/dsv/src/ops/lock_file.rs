@@ -68,17 +68,20 @@ pub struct LockedRemote {
     pub url: String,
     /// Its backend settings (`--option KEY=VALUE`: `endpoint`, `region`, ...), never a
     /// credential (a key or value [`crate::remote::check_options`] refuses is left out).
-    /// Written only when there are some; a reading store matches its remotes by URL and by
-    /// the `endpoint` given here (one bucket name on two servers is two remotes).
+    /// Written only when there are some; a reading store matches its remotes by URL and, when
+    /// an `endpoint` is given here, by it (one bucket name on two servers is two remotes).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub options: BTreeMap<String, String>,
 }
 
 impl LockedRemote {
     /// True when the configured remote `remote` is this one: the same URL and, when the lock
-    /// names an endpoint, the same endpoint (`endpoint` or any alias spelling of it).
+    /// names an endpoint, the same endpoint (`endpoint` or any alias spelling of it). A lock
+    /// that names no endpoint (as every lock before options were kept) matches any endpoint.
     pub fn matches(&self, remote: &crate::catalog::RemoteRecord) -> bool {
-        remote.url == self.url && endpoint(&remote.options) == endpoint(&self.options)
+        remote.url == self.url
+            && endpoint(&self.options)
+                .is_none_or(|pinned| endpoint(&remote.options) == Some(pinned))
     }
 }
 
@@ -194,13 +197,47 @@ fn pin(store: &Store, resolved: &[(String, ObjectId)]) -> Result<LockFile> {
     })
 }
 
-/// Reads and checks a lock file.
+/// The most bytes a lock file may hold (16 MiB: a lock pins one entry of a few hundred
+/// bytes per dataset); a longer file is refused before it is parsed.
+pub const MAX_LOCK_BYTES: u64 = 16 << 20;
+
+/// Reads and checks a lock file: a regular file (a symlink to one is followed) of at most
+/// [`MAX_LOCK_BYTES`], opened without waiting (a FIFO given as the lock is refused, never
+/// waited on).
 ///
 /// # Errors
-/// [`Error::Io`]; [`Error::InvalidLock`] when it is not a dsv lock file of a known format or
-/// names an invalid dataset.
+/// [`Error::Io`]; [`Error::InvalidLock`] when it is not a regular file, is longer than
+/// [`MAX_LOCK_BYTES`], or is not a dsv lock file of a known format, or names an invalid
+/// dataset.
 pub fn read_lock(path: &Path) -> Result<LockFile> {
-    let text = std::fs::read_to_string(path).at(path)?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let invalid = |reason: String| Error::InvalidLock {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .at(path)?;
+    if !file.metadata().at(path)?.is_file() {
+        return Err(invalid(
+            "it is not a regular file (a FIFO, a directory or a device); give the lock file itself"
+                .into(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_LOCK_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .at(path)?;
+    if bytes.len() as u64 > MAX_LOCK_BYTES {
+        return Err(invalid(format!(
+            "it is longer than {} MiB, more than any lock file",
+            MAX_LOCK_BYTES >> 20
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| invalid("it is not UTF-8 text".into()))?;
     parse_lock(&text, path)
 }
 

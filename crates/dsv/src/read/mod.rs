@@ -328,17 +328,7 @@ impl VersionHandle {
             return Ok(listed);
         }
         // A listing this process may not hold is refused, not aborted on (`ulimit -v`).
-        if let Some(memory) = crate::object::machine_memory() {
-            let limit = crate::object::servable_files(memory);
-            if self.version.files > limit {
-                return Err(Error::VersionTooLarge {
-                    version: self.id.to_hex(),
-                    files: self.version.files,
-                    limit,
-                    memory,
-                });
-            }
-        }
+        crate::object::check_listable(&self.id, self.version.files)?;
         let entries = self.engine.catalogs.with(|catalog| {
             crate::tree::flatten_version(
                 &mut ObjectReader::over(catalog, &self.engine.packs_dir),

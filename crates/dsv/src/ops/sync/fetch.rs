@@ -177,21 +177,11 @@ fn record_fetched_versions(store: &mut Store) -> Result<()> {
         let mut reader = store.reader();
         let mut checked = crate::tree::CheckedTrees::new();
         // What passes can be served here: a version whose listing this machine's memory
-        // cannot hold is refused before any command lists it.
-        let memory = crate::object::machine_memory();
+        // cannot hold is refused before any command lists it (this process's own ulimit
+        // is for the listing to check: another process may list it).
         for id in ids {
             let version = reader.version(&id)?;
-            if let Some(memory) = memory {
-                let limit = crate::object::servable_files(memory);
-                if version.files > limit {
-                    return Err(Error::VersionTooLarge {
-                        version: id.to_hex(),
-                        files: version.files,
-                        limit,
-                        memory,
-                    });
-                }
-            }
+            crate::object::check_servable(&id, version.files)?;
             // A hostile remote's tree is refused here, before any command walks it (a tree
             // the remote did not send is for a later fetch to bring).
             match crate::tree::check_version(&mut reader, &version, &mut checked) {

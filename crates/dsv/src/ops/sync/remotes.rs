@@ -50,21 +50,11 @@ pub fn add_remote_placed(
     options: &BTreeMap<String, String>,
     first: bool,
 ) -> Result<RemoteRecord> {
-    check_name("remote", name)?;
-    let url = &remote::url_from_path(url);
-    remote::check_url(url)?;
-    remote::check_options(options)?;
-    let record = RemoteRecord {
-        id: 0,
-        name: name.to_string(),
-        url: url.to_string(),
-        options: options.clone(),
-        position: 0,
-    };
+    let record = checked_record(name, url, options)?;
     // Opening builds the backend client: a bad option is refused now, not at first push.
     Remote::open(&record)?;
     let writer = store.catalog_mut().writer()?;
-    writer.add_remote(name, url, options)?;
+    writer.add_remote(name, &record.url, options)?;
     if first {
         writer.set_remote_order(&[name.to_string()])?;
     }
@@ -97,19 +87,10 @@ pub fn check_remote(
             name: name.to_string(),
         });
     }
-    let url = remote::url_from_path(url);
-    remote::check_url(&url)?;
-    remote::check_options(options)?;
-    if url.starts_with("file://") {
+    let record = checked_record(name, url, options)?;
+    if record.url.starts_with("file://") {
         return Ok(());
     }
-    let record = RemoteRecord {
-        id: 0,
-        name: name.to_string(),
-        url,
-        options: options.clone(),
-        position: 0,
-    };
     match Remote::open(&record)?.list_refs() {
         Ok(_) => Ok(()),
         Err(Error::Remote { remote, source, .. }) => Err(Error::Remote {
@@ -119,6 +100,30 @@ pub fn check_remote(
         }),
         Err(other) => Err(other),
     }
+}
+
+/// The record of a remote to add, after the checks [`add_remote`] and [`check_remote`] share:
+/// the name's rules, the URL (a local path made a `file://` URL) and the options (no
+/// credential, no unknown key). Its `id` and `position` are 0 (not yet recorded).
+///
+/// # Errors
+/// [`Error::InvalidName`], [`Error::InvalidRemote`].
+fn checked_record(
+    name: &str,
+    url: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<RemoteRecord> {
+    check_name("remote", name)?;
+    let url = remote::url_from_path(url);
+    remote::check_url(&url)?;
+    remote::check_options(options)?;
+    Ok(RemoteRecord {
+        id: 0,
+        name: name.to_string(),
+        url,
+        options: options.clone(),
+        position: 0,
+    })
 }
 
 /// Puts remotes `first` at the front of the read order, in the order given; the others keep
