@@ -13,7 +13,7 @@
 macro_rules! revision_syntax {
     () => {
         "NAME (its latest version), NAME@TAG, NAME@latest (or NAME@HEAD), NAME@<id prefix, 4+ hex digits>, or \
-         any of these followed by ~N (N versions back: NAME@v2~1)"
+         any of these followed by ~N or ^ (N versions back, one back: NAME@v2~1, NAME@HEAD^)"
     };
 }
 

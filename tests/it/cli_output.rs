@@ -292,9 +292,9 @@ fn help_lists_every_command() {
     Arguments:
       [REVISION]
               The revision: NAME (its latest version), NAME@TAG, NAME@latest (or NAME@HEAD), NAME@<id
-              prefix, 4+ hex digits>, or any of these followed by ~N (N versions back: NAME@v2~1); or
-              REMOTE/REV, REV as remote REMOTE names it (origin/mnist@v3), fetching what is missing.
-              With --lock, give only DIR
+              prefix, 4+ hex digits>, or any of these followed by ~N or ^ (N versions back, one back:
+              NAME@v2~1, NAME@HEAD^); or REMOTE/REV, REV as remote REMOTE names it (origin/mnist@v3),
+              fetching what is missing. With --lock, give only DIR
 
       [DIR]
               Where to materialize it (with --lock: each dataset into DIR/NAME)

@@ -170,6 +170,19 @@ fn a_workspace_outside_the_stores_tree_finds_its_store() {
         .unwrap();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
 
+    // Forgotten, the directory is no workspace of the store: its link goes with the record
+    // (a checkout links it again). A user's own `.dsv` file is never removed.
+    let link = workspace.join(".dsv");
+    env.ok(&["workspace", "forget", workspace.to_str().unwrap()]);
+    assert!(!link.exists(), "workspace forget left the store link");
+    let (code, stdout, stderr) = inside(&["--json", "status"]);
+    assert_eq!(code, Some(3), "{stdout}{stderr}");
+    env.ok(&["checkout", "ds", workspace.to_str().unwrap()]);
+    assert!(
+        link.is_file(),
+        "a checkout did not link the workspace again"
+    );
+
     // The store moved away: the error names it, and never suggests `dsv init`.
     std::fs::rename(env.path(".dsv"), env.path("moved.dsv")).unwrap();
     let (code, stdout, stderr) = inside(&["--json", "status"]);

@@ -105,6 +105,26 @@ pub fn write_store_link(workspace: &Path, store_root: &Path) -> Result<bool> {
     written.map(|()| true)
 }
 
+/// Removes the store link `workspace/.dsv` when it is one naming the store whose `.dsv`
+/// directory is `store_root` (`dsv workspace forget`: the directory is no workspace of that
+/// store any more). Anything else there (a store, a directory, a user's file, a link naming
+/// another store) is left alone. Returns whether a link was removed.
+///
+/// # Errors
+/// [`crate::Error::Io`] when the link cannot be removed.
+pub fn remove_store_link(workspace: &Path, store_root: &Path) -> Result<bool> {
+    let path = workspace.join(STORE_DIR);
+    let Some(named) = read_store_link(&path) else {
+        return Ok(false);
+    };
+    let store_root = std::fs::canonicalize(store_root).at(store_root)?;
+    if named != store_root {
+        return Ok(false);
+    }
+    std::fs::remove_file(&path).at(&path)?;
+    Ok(true)
+}
+
 /// True for a name dsv reserves in a dataset: `.dsv` (a store) and `.dsv-tmp-*` (checkout's
 /// temporary files). The one rule for every path component: the commit walk skips `.dsv`
 /// directories and refuses other reserved names, import refuses them in archives and

@@ -229,7 +229,7 @@ pub fn canonical_dir(dir: &Path) -> Result<(std::path::PathBuf, String)> {
 // A workspace's link to its store lives with the other names dsv gives a meaning (the walk
 // and the store read it, below this module).
 pub use crate::names::{
-    STORE_LINK_MAX_BYTES, STORE_LINK_PREFIX, read_store_link, write_store_link,
+    STORE_LINK_MAX_BYTES, STORE_LINK_PREFIX, read_store_link, remove_store_link, write_store_link,
 };
 
 #[cfg(test)]

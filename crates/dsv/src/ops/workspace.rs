@@ -42,6 +42,11 @@ pub fn forget(store: &mut Store, dir: &Path) -> Result<Workspace> {
     let writer = store.catalog_mut().writer()?;
     writer.forget_workspace(&record.path)?;
     writer.commit()?;
+    // The link a checkout outside the store's tree wrote goes with the record, so commands
+    // run there no longer find this store (best effort: a read-only directory keeps it).
+    if let Err(error) = crate::workspace::remove_store_link(Path::new(&record.path), store.root()) {
+        tracing::debug!(%error, "the workspace's store link was not removed");
+    }
     Ok(record)
 }
 
