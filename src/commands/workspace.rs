@@ -21,7 +21,8 @@ pub(crate) enum WorkspaceCommand {
     #[command(verbatim_doc_comment)]
     Ls,
     /// Forget a workspace (DIR need not exist): its version is no longer held by it, and its
-    /// stat cache goes. The directory and its files are left as they are.
+    /// stat cache goes. The directory and its files are left as they are (but for the store link
+    /// a checkout outside the store's tree wrote).
     ///
     /// Examples:
     ///   dsv workspace forget data/
