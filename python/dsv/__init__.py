@@ -25,7 +25,7 @@ same build; ``python -m dsv`` runs it too). ``dsv.torch`` has PyTorch datasets o
 from __future__ import annotations
 
 from . import errors
-from ._dsv import Store, Version, __build__, __version__, clone
+from ._dsv import Store, Version, __build__, __version__, clone, open_remote
 from ._file import File
 from .errors import *  # noqa: F401,F403  (the exception classes, also as dsv.NAME)
 from .errors import __all__ as _errors_all
@@ -42,4 +42,4 @@ _os.register_at_fork(
     after_in_child=_dsv._after_fork,
 )
 
-__all__ = ["Store", "Version", "File", "clone", "errors", "__version__", "__build__", *_errors_all]
+__all__ = ["Store", "Version", "File", "clone", "open_remote", "errors", "__version__", "__build__", *_errors_all]

@@ -19,13 +19,17 @@ class Store:
     ``DSV_STORE``), as the CLI does; ``Store(path)`` starts the search at ``path``.
 
     Raises ``dsv.NoStore`` when there is none. Usable as a context manager (closes on exit),
-    picklable (as its path), and safe across ``fork()`` (a child opens its own engine).
+    picklable (as its path, or as ``open_remote``'s arguments), and safe across ``fork()`` (a child opens its own engine).
     """
 
     def __init__(self, path: Optional[StrPath] = None) -> None: ...
     @property
     def path(self) -> pathlib.Path:
         """The store's ``.dsv`` directory."""
+    @property
+    def remote(self) -> Optional[str]:
+        """The URL of the remote this store is the node-local clone of (``open_remote``),
+        else ``None``."""
     @property
     def closed(self) -> bool:
         """True once ``close()`` was called."""
@@ -117,6 +121,10 @@ class Version:
         """What ``path`` is: a dict with ``path``, ``type`` (``file``, ``directory`` or
         ``symlink``), ``size``, ``id``, and ``executable`` (files) or ``target`` (symlinks).
         Raises ``dsv.PathNotFound`` when the version has no such path."""
+    def walk(self, path: str = "") -> List[Dict[str, Any]]:
+        """Every entry below directory ``path`` (``""``: the whole version), recursively, in
+        depth-first order with siblings sorted, as ``stat`` gives them: one pass over the
+        listing. A file gives itself. Raises ``dsv.PathNotFound``."""
     def listdir(self, path: str = "") -> List[Dict[str, Any]]:
         """The entries directly inside directory ``path`` (``""`` for the top), as ``stat``
         gives them. Raises ``dsv.PathNotFound`` when ``path`` is not a directory."""
@@ -159,9 +167,21 @@ def clone(url: str, path: StrPath, *, options: Optional[Mapping[str, str]] = Non
     works in many workers at once. Raises ``dsv.StoreExists`` (a store of another URL is
     there), ``dsv.InvalidRemote``, ``dsv.RemoteError`` (and leaves nothing behind)."""
 
-def reopen_version(root: StrPath, dataset: str, id: str, revision: str) -> Version:
-    """Opens version ``id`` of ``dataset`` in the store at ``root`` (how a pickled
-    ``Version`` comes back in another process)."""
+def open_remote(
+    url: str, *, cache: Optional[StrPath] = None, options: Optional[Mapping[str, str]] = None
+) -> Store:
+    """The store through which a machine reads remote ``url`` without a store of its own:
+    the node-local clone of the remote's metadata in cache directory ``cache`` (default:
+    ``DSV_CACHE``, else ``$XDG_CACHE_HOME/dsv``, else ``~/.cache/dsv``), made on first use.
+    However many processes of a node open it at once, one clones (under a file lock) and
+    the others use that clone. Revisions resolve on the remote (``version("mnist@v3")``
+    reads the remote's tag now); file data is fetched when first read and kept for every
+    process of the node. The store pickles as these arguments, so a worker on another
+    machine opens its own node's clone."""
+
+def reopen_version(store: Store, dataset: str, id: str, revision: str) -> Version:
+    """Opens version ``id`` of ``dataset`` in ``store`` (how a pickled ``Version`` comes
+    back in another process)."""
 
 def run_cli(argv: List[str]) -> int:
     """Runs the ``dsv`` command line ``argv`` (program name first) in this process; its exit status."""

@@ -22,6 +22,9 @@ use crate::version::PyVersion;
 #[pyclass(module = "dsv._dsv", name = "Store", frozen)]
 pub struct PyStore {
     root: PathBuf,
+    /// Set for the node-local clone of a remote ([`open_remote`]): how to open it again in
+    /// another process or on another machine (pickling), and which remote names resolve on.
+    origin: Option<Origin>,
     closed: AtomicBool,
     /// This process's read engine (made again, lazily, in a forked child).
     engine: Mutex<ForkLocal<ReadEngine>>,
@@ -31,9 +34,15 @@ impl PyStore {
     /// Opens the store found from `start`.
     fn open(start: &Path) -> Res<PyStore> {
         let root = dsv::Store::find_root(start)?;
+        PyStore::open_root(root, None)
+    }
+
+    /// Opens the store whose `.dsv` directory is `root`.
+    fn open_root(root: PathBuf, origin: Option<Origin>) -> Res<PyStore> {
         let engine = ReadEngine::open(&root, ReadOptions::default())?;
         Ok(PyStore {
             root,
+            origin,
             closed: AtomicBool::new(false),
             engine: Mutex::new(ForkLocal::new(engine)),
         })
@@ -83,6 +92,32 @@ impl PyStore {
     }
 }
 
+/// How [`open_remote`] was called: what a pickled remote-backed store carries (never a path
+/// of this machine unless the caller named the cache directory).
+#[derive(Clone)]
+pub struct Origin {
+    url: String,
+    /// The cache directory as given (`None`: each machine's default).
+    cache: Option<PathBuf>,
+    options: BTreeMap<String, String>,
+}
+
+/// The per-user cache directory: `DSV_CACHE`, else `$XDG_CACHE_HOME/dsv`, else
+/// `~/.cache/dsv`, else `dsv-cache` in the system's temporary directory.
+fn default_cache_dir() -> PathBuf {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("DSV_CACHE") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = var("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("dsv");
+    }
+    if let Some(home) = var("HOME") {
+        return PathBuf::from(home).join(".cache").join("dsv");
+    }
+    std::env::temp_dir().join("dsv-cache")
+}
+
 /// The directory to start looking for a store from: `path`, else `DSV_STORE`, else the
 /// working directory.
 fn start_dir(path: Option<PathBuf>) -> Res<PathBuf> {
@@ -125,6 +160,13 @@ impl PyStore {
         self.root.clone()
     }
 
+    /// The URL of the remote this store is the node-local clone of ([`open_remote`]), else
+    /// `None`.
+    #[getter]
+    fn remote(&self) -> Option<String> {
+        self.origin.as_ref().map(|o| o.url.clone())
+    }
+
     /// True once `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
@@ -136,32 +178,7 @@ impl PyStore {
     /// checked on the remote and whose metadata is fetched (no file data: files are fetched
     /// when first read).
     fn version(slf: &Bound<'_, Self>, revision: &str) -> PyResult<PyVersion> {
-        let py = slf.py();
-        let store = slf.get();
-        let handle = cancellable(py, || -> Res<_> {
-            let exact = match sync::RemoteRevision::parse(revision)? {
-                Some(target) => {
-                    let mut writable = store.writable()?;
-                    // Metadata only: an include that matches no file fetches no chunk.
-                    let nothing = globset::GlobSetBuilder::new()
-                        .build()
-                        .expect("an empty set builds");
-                    let prepared = sync::prepare_remote_revision(
-                        &mut writable,
-                        &target,
-                        Some(&nothing),
-                        dsv::remote::DEFAULT_JOBS,
-                        &NoProgress,
-                    )?;
-                    format!("{}@{}", prepared.dataset, prepared.version.to_hex())
-                }
-                None => revision.to_string(),
-            };
-            let handle = store.engine()?.version(&exact)?;
-            handle.entries()?;
-            Ok(handle)
-        })?;
-        PyVersion::new(py, slf.clone().unbind(), revision.to_string(), handle)
+        open_version(slf, revision, revision)
     }
 
     /// Commits directory `dir` as a new version of `dataset` (created if new), as
@@ -241,20 +258,89 @@ impl PyStore {
         false
     }
 
-    /// Pickles as the store's path (a worker process opens it again).
-    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, (PathBuf,))> {
+    /// Pickles as the store's path (a worker process opens it again); the clone of a remote
+    /// pickles as `open_remote`'s arguments (the URL, the cache directory if one was named,
+    /// the remote options), so a worker on another machine opens its own node's clone.
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, Py<PyTuple>)> {
         let py = slf.py();
-        slf.get().check_open("store").raise(py)?;
-        Ok((
-            slf.get_type().into_any().unbind(),
-            (slf.get().root.clone(),),
-        ))
+        let store = slf.get();
+        store.check_open("store").raise(py)?;
+        match &store.origin {
+            None => Ok((
+                slf.get_type().into_any().unbind(),
+                (store.root.clone(),).into_pyobject(py)?.unbind(),
+            )),
+            Some(origin) => Ok((
+                PyModule::import(py, "dsv._dsv")?
+                    .getattr("_open_remote_again")?
+                    .unbind(),
+                (
+                    origin.url.clone(),
+                    origin.cache.clone(),
+                    origin.options.clone(),
+                )
+                    .into_pyobject(py)?
+                    .unbind(),
+            )),
+        }
     }
 
     fn __repr__(&self) -> String {
         let state = if self.closed() { " (closed)" } else { "" };
-        format!("dsv.Store({:?}){state}", self.root.display().to_string())
+        match &self.origin {
+            Some(origin) => format!(
+                "dsv.open_remote({:?}) at {:?}{state}",
+                origin.url,
+                self.root.display().to_string()
+            ),
+            None => format!("dsv.Store({:?}){state}", self.root.display().to_string()),
+        }
     }
+}
+
+/// Opens version `revision` of `store` for reading, shown as `shown` (the revision a pickled
+/// version was first opened as). A remote-backed store ([`open_remote`]) resolves a name on
+/// its remote, and an exact `NAME@ID` locally first (no request when the clone knows it).
+pub(crate) fn open_version(
+    slf: &Bound<'_, PyStore>,
+    revision: &str,
+    shown: &str,
+) -> PyResult<PyVersion> {
+    let py = slf.py();
+    let store = slf.get();
+    // The clone of a remote resolves names on the remote: its head and tags now.
+    let on_remote;
+    let revision = match &store.origin {
+        Some(_) if sync::RemoteRevision::parse(revision).raise(py)?.is_none() => {
+            on_remote = format!("origin/{revision}");
+            on_remote.as_str()
+        }
+        _ => revision,
+    };
+    let handle = cancellable(py, || -> Res<_> {
+        let exact = match sync::RemoteRevision::parse(revision)? {
+            Some(target) => {
+                let mut writable = store.writable()?;
+                // Metadata only: an include that matches no file fetches no chunk.
+                let nothing = globset::GlobSetBuilder::new()
+                    .build()
+                    .expect("an empty set builds");
+                let prepared = sync::prepare_remote_revision(
+                    &mut writable,
+                    &target,
+                    Some(&nothing),
+                    dsv::remote::DEFAULT_JOBS,
+                    &NoProgress,
+                )?;
+                format!("{}@{}", prepared.dataset, prepared.version.to_hex())
+            }
+            None => revision.to_string(),
+        };
+        let handle = store.engine()?.version(&exact)?;
+        handle.entries()?;
+        Ok(handle)
+    })?;
+    PyVersion::new(py, slf.clone().unbind(), shown.to_string(), handle)
 }
 
 /// `dsv clone URL PATH`: a new store at `path` whose remote `origin` is `url`, with its
@@ -276,4 +362,47 @@ pub fn clone(
         let report = sync::clone(url, &path, &clone_options, &NoProgress)?;
         PyStore::open(&report.store)
     })
+}
+
+/// The store through which a machine reads remote `url` without a store of its own: the
+/// node-local clone of the remote's metadata in cache directory `cache` (default: `DSV_CACHE`,
+/// else `$XDG_CACHE_HOME/dsv`, else `~/.cache/dsv`), made on first use. However many
+/// processes of a node open it at once, one clones (under a file lock) and the others use
+/// that clone. Revisions resolve on the remote (`store.version("mnist@v3")` reads the
+/// remote's tag now); file data is fetched when first read and kept for every process of the
+/// node. `options` are the remote's settings (`dsv remote add --option KEY=VALUE`). The store
+/// pickles as these arguments, so a worker on another machine opens its own node's clone.
+#[pyfunction]
+#[pyo3(signature = (url, *, cache = None, options = None))]
+pub fn open_remote(
+    py: Python<'_>,
+    url: &str,
+    cache: Option<PathBuf>,
+    options: Option<BTreeMap<String, String>>,
+) -> PyResult<PyStore> {
+    crate::use_aws_profile_from_environment();
+    let origin = Origin {
+        url: url.to_string(),
+        cache,
+        options: options.unwrap_or_default(),
+    };
+    cancellable(py, || -> Res<_> {
+        let cache_dir = origin.cache.clone().unwrap_or_else(default_cache_dir);
+        let mut clone_options = sync::CloneOptions::default();
+        clone_options.remote_options = origin.options.clone();
+        let report = sync::clone_cached(&origin.url, &cache_dir, &clone_options, &NoProgress)?;
+        let root = report.store.join(dsv::store::STORE_DIR);
+        PyStore::open_root(root, Some(origin.clone()))
+    })
+}
+
+/// How a pickled remote-backed store comes back ([`open_remote`] with positional arguments).
+#[pyfunction]
+pub fn _open_remote_again(
+    py: Python<'_>,
+    url: &str,
+    cache: Option<PathBuf>,
+    options: BTreeMap<String, String>,
+) -> PyResult<PyStore> {
+    open_remote(py, url, cache, Some(options))
 }

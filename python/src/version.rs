@@ -1,6 +1,5 @@
 //! `dsv.Version` (a version open for reading) and the native half of `dsv.File`.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use dsv::Error;
@@ -303,6 +302,17 @@ impl PyVersion {
         entries.into_iter().map(|e| entry_dict(py, e)).collect()
     }
 
+    /// Every entry below directory `path` (`""`: the whole version), recursively, in
+    /// depth-first order with siblings sorted, as `stat` gives them: one pass over the
+    /// listing (what `find` and `glob` of `dsv.fsspec` answer from). A file gives itself.
+    /// Raises `dsv.PathNotFound` when the version has no `path`.
+    #[pyo3(signature = (path = ""))]
+    fn walk<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let handle = self.handle(py)?;
+        let entries = handle.walk(path).raise(py)?;
+        entries.iter().map(|e| entry_dict(py, e)).collect()
+    }
+
     /// Opens file `path` for reading: a `dsv.File`, a binary file object (`read`,
     /// `readinto`, `seek`, `tell`). Data only on a remote is fetched first.
     fn open(slf: &Bound<'_, Self>, path: &str) -> PyResult<Py<PyAny>> {
@@ -394,14 +404,15 @@ impl PyVersion {
         .raise(py)
     }
 
-    /// Pickles as the store's path and the version's id (a worker process opens it again).
+    /// Pickles as its store (a path, or a remote-backed store's `open_remote` arguments)
+    /// and the version's id: a worker process, on this machine or another, opens it again.
     fn __reduce__(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, ReopenArgs)> {
         self.store.get().check_open("version").raise(py)?;
         let reopen = PyModule::import(py, "dsv._dsv")?.getattr("reopen_version")?;
         Ok((
             reopen.unbind(),
             (
-                self.store.get().root().to_path_buf(),
+                self.store.clone_ref(py),
                 self.dataset.clone(),
                 self.id.to_hex(),
                 self.revision.clone(),
@@ -420,30 +431,20 @@ impl PyVersion {
     }
 }
 
-/// What a pickled `Version` carries: the store's `.dsv` directory, the dataset, the version
-/// id and the revision it was opened as.
-type ReopenArgs = (PathBuf, String, String, String);
+/// What a pickled `Version` carries: its store (which pickles itself), the dataset, the
+/// version id and the revision it was opened as.
+type ReopenArgs = (Py<PyStore>, String, String, String);
 
-/// Opens version `id` of `dataset` in the store at `root` (how a pickled `Version` comes
-/// back in another process).
+/// Opens version `id` of `dataset` in `store` (how a pickled `Version` comes back in another
+/// process): the same version, whatever the remote's refs say now.
 #[pyfunction]
 pub fn reopen_version(
-    py: Python<'_>,
-    root: PathBuf,
+    store: &Bound<'_, PyStore>,
     dataset: String,
     id: String,
     revision: String,
 ) -> PyResult<PyVersion> {
-    let store = Py::new(py, PyStore::new(py, Some(root))?)?;
-    let exact = format!("{dataset}@{id}");
-    let handle = py
-        .detach(|| -> Res<_> {
-            let handle = store.get().engine()?.version(&exact)?;
-            handle.entries()?;
-            Ok(handle)
-        })
-        .raise(py)?;
-    PyVersion::new(py, store, revision, handle)
+    crate::store::open_version(store, &format!("{dataset}@{id}"), &revision)
 }
 
 /// One open file of a version: the native half of `dsv.File`.

@@ -293,3 +293,94 @@ def remote_dataset(tmp_path_factory: pytest.TempPathFactory, s3_proxy: CountingP
 
 def sorted_paths(files: Dict[str, bytes]) -> List[str]:
     return sorted(files)
+
+
+# -- engines (issue 35): a remote that workers with no store read --------------------------
+
+
+def need(module: str):
+    """Imports engine `module` (pandas, dask, ray, pyspark, duckdb, datasets, ...), or skips
+    the calling test, listed with its reason (scripts/test installs every engine; a machine
+    where the install failed lists the tests it could not run, never passes them)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        skip_for(f"engine {module}", f"{module} is not installed here ({e})")
+
+
+def engine_tables(version: int) -> Dict[str, object]:
+    """The tables of dataset `covid` at tag v1 or v2: four parts of a daily time series
+    (`date`, `country`, `confirmed`), 50 rows each at v1; v2 adds 10 rows to each part and a
+    fifth part. Returns part name -> pandas DataFrame."""
+    pd = need("pandas")
+    parts = 4 if version == 1 else 5
+    rows = 50 if version == 1 else 60
+    out = {}
+    for p in range(parts):
+        out[f"part-{p}"] = pd.DataFrame(
+            {
+                "date": [f"2020-{1 + d // 28:02d}-{1 + d % 28:02d}" for d in range(rows)],
+                "country": [f"country-{p}"] * rows,
+                "confirmed": [p * 1000 + d * d for d in range(rows)],
+            }
+        )
+    return out
+
+
+def write_engine_version(root: Path, version: int) -> None:
+    """Writes dataset `covid`'s files of tag v1 or v2 into `root`: `data/part-N.csv`,
+    `parquet/part-N.parquet` (the same rows, row groups of 20 rows), and `images/N.png` (six
+    8x8 PNGs)."""
+    pq = need("pyarrow.parquet")
+    pa = need("pyarrow")
+    image = need("PIL.Image")
+    if root.exists():
+        shutil.rmtree(root)
+    for name, frame in engine_tables(version).items():
+        (root / "data").mkdir(parents=True, exist_ok=True)
+        (root / "parquet").mkdir(parents=True, exist_ok=True)
+        frame.to_csv(root / "data" / f"{name}.csv", index=False)
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), root / "parquet" / f"{name}.parquet", row_group_size=20)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    for i in range(6):
+        image.new("RGB", (8, 8), (40 * i, 255 - 40 * i, 7 * i)).save(root / "images" / f"{i}.png")
+
+
+@pytest.fixture(scope="session")
+def engine_remote(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Dict[str, object]:
+    """Dataset `covid` with tags v1 and v2 (head v2; see `write_engine_version`) pushed to
+    s3://dsv-test/<unique> by a store that is then deleted: a worker that reads it has no
+    store, only the URL. The process environment points at the S3 server (credentials stay
+    out of stores). Returns `url`, `v1` and `v2` (version ids), and `env` (the variables a
+    worker process needs)."""
+    env = s3_env(s3_endpoint)
+    os.environ.update(env)
+    base = tmp_path_factory.mktemp("engines-origin")
+    run_dsv("init", str(base))
+    store = base / ".dsv"
+    data = base / "covid"
+    write_engine_version(data, 1)
+    v1 = dsv_json("commit", str(data), "--dataset", "covid", "-m", "v1", "--tag", "v1", store=store)["version"]
+    write_engine_version(data, 2)
+    v2 = dsv_json("commit", str(data), "--dataset", "covid", "-m", "v2", "--tag", "v2", store=store)["version"]
+    url = f"s3://dsv-test/engines-{uuid.uuid4().hex[:12]}"
+    run_dsv("remote", "add", "origin", url, store=store)
+    run_dsv("push", "covid", store=store)
+    shutil.rmtree(base)
+    return {"url": url, "v1": v1, "v2": v2, "env": env}
+
+
+@pytest.fixture
+def no_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A worker's view of the machine: the working directory holds no store, DSV_STORE and
+    DSV_REMOTE are unset, and DSV_CACHE is a new empty directory (returned)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    cache = tmp_path / "cache"
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("DSV_STORE", raising=False)
+    monkeypatch.delenv("DSV_REMOTE", raising=False)
+    monkeypatch.setenv("DSV_CACHE", str(cache))
+    return cache

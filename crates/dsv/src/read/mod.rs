@@ -396,6 +396,30 @@ impl VersionHandle {
         })
     }
 
+    /// Every entry below directory `path` (`""` for the root: every entry), in depth-first
+    /// order with siblings sorted, as one slice of the listing: what a recursive `find` or a
+    /// glob walks in one pass. A file's `path` gives itself.
+    ///
+    /// # Errors
+    /// [`Error::PathNotFound`] when the version has no `path`.
+    pub fn walk(&self, path: &str) -> Result<&[FlatEntry]> {
+        let path = path.trim_matches('/');
+        let listed = self.listed()?;
+        let entries = &listed.entries[..];
+        if path.is_empty() {
+            return Ok(entries);
+        }
+        let Some(at) = listed.position(path) else {
+            return Err(self.not_found(path));
+        };
+        if entries[at].kind != FlatKind::Dir {
+            return Ok(&entries[at..=at]);
+        }
+        let inner = format!("{path}/");
+        let below = entries[at + 1..].partition_point(|e| e.path.starts_with(&inner));
+        Ok(&entries[at + 1..at + 1 + below])
+    }
+
     /// The entries directly inside directory `path` (`""` for the root).
     ///
     /// # Errors

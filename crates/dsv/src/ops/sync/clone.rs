@@ -206,6 +206,64 @@ pub fn clone(
     }
 }
 
+/// The directory [`clone_cached`] keeps the clone of remote `url` (with remote `options`) in:
+/// `CACHE/remotes/KEY`, where KEY is the first 32 hex digits of the BLAKE3 hash of the URL and
+/// the options (sorted `KEY=VALUE` lines), so two endpoints behind one `s3://` URL never share
+/// a clone.
+pub fn cached_clone_dir(
+    cache_dir: &std::path::Path,
+    url: &str,
+    options: &BTreeMap<String, String>,
+) -> std::path::PathBuf {
+    let url = remote::url_from_path(url);
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(url.as_bytes());
+    for (key, value) in options {
+        hasher.update(b"\n");
+        hasher.update(key.as_bytes());
+        hasher.update(b"=");
+        hasher.update(value.as_bytes());
+    }
+    let key = hasher.finalize().to_hex();
+    cache_dir.join("remotes").join(&key.as_str()[..32])
+}
+
+/// The node-local clone of remote `url` in cache directory `cache_dir` (at
+/// [`cached_clone_dir`]), made on first use: what a worker of a cluster that knows only the
+/// remote's URL reads through. One process per machine clones: the others wait on the lock
+/// file `CACHE/remotes/KEY.lock` (flock, released by the kernel if the cloner dies) and then
+/// find the clone made (`existing: true`). A clone already there is used as it is, without
+/// a request; its refs are refreshed when a remote revision is resolved through it.
+///
+/// # Errors
+/// As [`clone`]; [`Error::Io`] when the cache directory or its lock file cannot be made.
+pub fn clone_cached(
+    url: &str,
+    cache_dir: &std::path::Path,
+    options: &CloneOptions,
+    progress: &dyn Progress,
+) -> Result<CloneReport> {
+    use crate::error::IoResultExt;
+    let url = &remote::url_from_path(url);
+    let dir = cached_clone_dir(cache_dir, url, &options.remote_options);
+    // The common case, every process after the first: the clone is there.
+    if let Some(report) = existing_clone(&dir, url)? {
+        return Ok(report);
+    }
+    let parent = dir.parent().unwrap_or(cache_dir);
+    std::fs::create_dir_all(parent).at(parent)?;
+    let lock_path = dir.with_extension("lock");
+    let lock = crate::store_file::open_lock(&lock_path).at(&lock_path)?;
+    lock.lock().at(&lock_path)?;
+    // Another process may have cloned while this one waited.
+    let report = match existing_clone(&dir, url)? {
+        Some(report) => report,
+        None => clone(url, &dir, options, progress)?,
+    };
+    drop(lock);
+    Ok(report)
+}
+
 /// The report of a clone already made: the store in `dir` when its remote `origin` has URL
 /// `url` (made by an earlier clone, or by another process cloning at the same time), its
 /// heads as they are, nothing transferred. `None` when `dir` holds no store.

@@ -226,7 +226,9 @@ pub mod push;
 pub mod remote_gc;
 pub mod remotes;
 
-pub use clone::{CloneOptions, CloneReport, clone, default_clone_dir};
+pub use clone::{
+    CloneOptions, CloneReport, cached_clone_dir, clone, clone_cached, default_clone_dir,
+};
 pub use copy::{CopyOptions, CopyReport, copy};
 use fetch::fetch_with;
 pub use fetch::{FetchOptions, FetchReport, fetch};
