@@ -179,6 +179,10 @@ def open_remote(
     process of the node. The store pickles as these arguments, so a worker on another
     machine opens its own node's clone."""
 
+def default_cache_dir() -> pathlib.Path:
+    """The cache directory ``open_remote`` uses when given none: ``DSV_CACHE``, else
+    ``$XDG_CACHE_HOME/dsv``, else ``~/.cache/dsv``, read from the environment now."""
+
 def reopen_version(store: Store, dataset: str, id: str, revision: str) -> Version:
     """Opens version ``id`` of ``dataset`` in ``store`` (how a pickled ``Version`` comes
     back in another process)."""

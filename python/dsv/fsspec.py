@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from fsspec.spec import AbstractFileSystem, make_instance
 
-from ._dsv import Store, Version, open_remote
+from ._dsv import Store, Version, default_cache_dir, open_remote
 from .errors import PathNotFound
 
 __all__ = ["DsvFileSystem"]
@@ -62,8 +62,10 @@ _LOCK = threading.Lock()
 
 
 def _remote_store(remote: str, cache: Optional[str], options: Optional[Dict[str, str]]) -> Store:
-    """This process's store of ``remote`` (``dsv.open_remote``), opened once."""
-    key = (remote, cache, tuple(sorted((options or {}).items())))
+    """This process's store of ``remote`` (``dsv.open_remote``) in cache directory ``cache``
+    (``None``: the default, as the environment names it now), opened once."""
+    where = cache if cache is not None else os.fspath(default_cache_dir())
+    key = (remote, where, tuple(sorted((options or {}).items())))
     with _LOCK:
         store = _STORES.get(key)
     if store is not None and not store.closed:

@@ -96,6 +96,7 @@ fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<version::PyFileHandle>()?;
     m.add_function(wrap_pyfunction!(store::clone, m)?)?;
     m.add_function(wrap_pyfunction!(store::open_remote, m)?)?;
+    m.add_function(wrap_pyfunction!(store::default_cache_dir, m)?)?;
     m.add_function(wrap_pyfunction!(store::_open_remote_again, m)?)?;
     m.add_function(wrap_pyfunction!(version::reopen_version, m)?)?;
     m.add_function(wrap_pyfunction!(permutation, m)?)?;

@@ -104,7 +104,8 @@ pub struct Origin {
 
 /// The per-user cache directory: `DSV_CACHE`, else `$XDG_CACHE_HOME/dsv`, else
 /// `~/.cache/dsv`, else `dsv-cache` in the system's temporary directory.
-fn default_cache_dir() -> PathBuf {
+#[pyfunction]
+pub fn default_cache_dir() -> PathBuf {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     if let Some(dir) = var("DSV_CACHE") {
         return PathBuf::from(dir);
