@@ -121,6 +121,10 @@ class Version:
         """What ``path`` is: a dict with ``path``, ``type`` (``file``, ``directory`` or
         ``symlink``), ``size``, ``id``, and ``executable`` (files) or ``target`` (symlinks).
         Raises ``dsv.PathNotFound`` when the version has no such path."""
+    def prefetch(self, paths: List[str]) -> int:
+        """Fetches the data of files ``paths`` that this store does not hold from its remotes,
+        in one round of parallel requests, and keeps it (as a read would). Returns the bytes
+        downloaded: 0, contacting nothing, when the data is here or the store has no remote."""
     def walk(self, path: str = "") -> List[Dict[str, Any]]:
         """Every entry below directory ``path`` (``""``: the whole version), recursively, in
         depth-first order with siblings sorted, as ``stat`` gives them: one pass over the

@@ -427,3 +427,20 @@ def test_reads_fall_back_from_a_vanished_remote_to_the_next(tmp_path):
     v = dsv.Store(rstore).version(f"ds@{commit['version']}")
     for path in sorted(files):
         assert v.read(path) == files[path]
+
+
+def test_the_type_stubs_name_every_public_function_and_method():
+    # Docs must not drift: python/dsv/_dsv.pyi (what editors and type checkers read) names
+    # exactly the extension's public functions, classes and methods.
+    import ast
+
+    import dsv._dsv as native
+
+    tree = ast.parse((Path(dsv.__file__).parent / "_dsv.pyi").read_text())
+    stub_functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+    module_functions = {n for n in dir(native) if not n.startswith("_") and callable(getattr(native, n)) and not isinstance(getattr(native, n), type)}
+    assert stub_functions == module_functions
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in ("Store", "Version")):
+        stubbed = {n.name for n in cls.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+        actual = {n for n in dir(getattr(native, cls.name)) if not n.startswith("_")}
+        assert stubbed == actual, cls.name
