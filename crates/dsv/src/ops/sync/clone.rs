@@ -306,6 +306,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_cached_clone_is_one_directory_per_url_and_options() {
+        let cache = std::path::Path::new("/cache");
+        let none = BTreeMap::new();
+        let mut endpoint = BTreeMap::new();
+        endpoint.insert("endpoint".to_string(), "http://127.0.0.1:9000".to_string());
+        let a = cached_clone_dir(cache, "s3://b/datasets", &none);
+        assert_eq!(a, cached_clone_dir(cache, "s3://b/datasets", &none));
+        assert!(a.starts_with("/cache/remotes"));
+        assert_eq!(a.file_name().unwrap().len(), 32);
+        // Another URL, or the same URL at another endpoint, is another remote.
+        assert_ne!(a, cached_clone_dir(cache, "s3://b/other", &none));
+        assert_ne!(a, cached_clone_dir(cache, "s3://b/datasets", &endpoint));
+    }
+
+    #[test]
     fn a_clone_is_named_after_the_urls_last_element_unless_that_names_no_new_directory() {
         assert_eq!(
             default_clone_dir("s3://b/team/mnist/").unwrap(),
