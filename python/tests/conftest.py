@@ -174,6 +174,9 @@ def s3_endpoint() -> Iterator[str]:
     started = False
     if endpoint and not _reachable(endpoint):
         endpoint = None  # exported, but gone (another run on this machine stopped it)
+    default = f"http://127.0.0.1:{os.environ.get('DSV_TEST_S3_PORT', '5391')}"
+    if not endpoint and _reachable(default):
+        endpoint = default  # running for another session: used, and left running
     if not endpoint:
         out = subprocess.run(
             [str(REPO / "scripts" / "test-servers"), "start"], capture_output=True, text=True, check=True
