@@ -35,6 +35,7 @@ changes.
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 from collections import OrderedDict
@@ -62,8 +63,10 @@ _LOCK = threading.Lock()
 
 
 def _remote_store(remote: str, cache: Optional[str], options: Optional[Dict[str, str]]) -> Store:
-    """This process's store of ``remote`` (``dsv.open_remote``), opened once."""
-    key = (remote, cache, tuple(sorted((options or {}).items())))
+    """This process's store of ``remote`` (``dsv.open_remote``), opened once per cache
+    directory: ``cache``, else ``DSV_CACHE`` as it is now (a process that changes it reads
+    through the new cache, as ``open_remote`` would)."""
+    key = (remote, cache or os.environ.get("DSV_CACHE") or None, tuple(sorted((options or {}).items())))
     with _LOCK:
         store = _STORES.get(key)
     if store is not None and not store.closed:
@@ -255,6 +258,16 @@ class DsvFileSystem(AbstractFileSystem):
             raise PermissionError(f"dsv versions are read-only: cannot open {path!r} with mode {mode!r}")
         version, inner = self._split(path)
         return version.open(inner)
+
+    def modified(self, path: Any) -> datetime.datetime:
+        """When the version holding ``path`` was made (UTC): a version's files never change
+        after it (DuckDB asks this of every file it reads). Raises ``FileNotFoundError``."""
+        version, inner = self._split(path)
+        if inner:
+            version.stat(inner)
+        return datetime.datetime.fromtimestamp(version.time, tz=datetime.timezone.utc)
+
+    created = modified
 
     def ukey(self, path: Any) -> str:
         """The content id of the file (never changes for a version's file)."""
