@@ -202,3 +202,143 @@ def test_a_pickled_file_system_reads_the_same_bytes_on_another_machine(engine_re
     assert clones == "1"  # it cloned into its own cache, not the client's
     # A file system made afresh resolves `covid` anew: the moved head.
     assert fsspec.filesystem("dsv", remote=own["url"]).version("covid").id == moved
+
+
+# -- Hugging Face datasets -------------------------------------------------------------------
+
+
+def test_hugging_face_datasets_loads_csv_parquet_and_streams(engine_remote, no_store, tmp_path):
+    datasets = need("datasets")
+    options = {"remote": engine_remote["url"]}
+    # Not HF_DATASETS_OFFLINE=1: offline mode refuses every non-local URL, dsv:// included.
+    cache = str(tmp_path / "hf-cache")
+    loaded = datasets.load_dataset("csv", data_files="dsv://covid@v1/data/*.csv", storage_options=options, cache_dir=cache)
+    assert_rows(loaded["train"].to_pandas(), 1)
+    loaded = datasets.load_dataset(
+        "parquet", data_files="dsv://covid@v2/parquet/*.parquet", storage_options=options, cache_dir=cache
+    )
+    assert_rows(loaded["train"].to_pandas(), 2)
+    streamed = datasets.load_dataset(
+        "csv", data_files="dsv://covid@v1/data/*.csv", storage_options=options, cache_dir=cache, streaming=True
+    )
+    rows = list(streamed["train"])
+    assert len(rows) == 200 and sum(r["confirmed"] for r in rows) == int(expected(1)["confirmed"].sum())
+
+
+# -- Dask: a LocalCluster of worker processes that share nothing but the storage options -----
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, object]]:
+    """Two worker processes (spawned, one thread each) whose DSV_CACHE is not the client's and
+    whose working directory holds no store: another node, as far as dsv can tell. One per
+    module (starting it costs seconds). Returns `client` and `cache` (the workers' DSV_CACHE)."""
+    need("dask.dataframe")
+    distributed = need("distributed")
+    base = tmp_path_factory.mktemp("dask-node")
+    cache, work = base / "cache", base / "work"
+    work.mkdir()
+    env = {"DSV_CACHE": str(cache), "DSV_STORE": "", "DSV_REMOTE": ""}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(work)  # the spawned workers' working directory
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=None,
+            local_directory=str(base / "scratch"),
+            env=env,
+        )
+    client = distributed.Client(cluster)
+    try:
+        yield {"client": client, "cache": cache}
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _worker_clones(url: str) -> List[str]:
+    """On a worker: the clone directories this process opened for remote `url`."""
+    import dsv.fsspec
+
+    return sorted(str(store.path.parent) for store in dsv.fsspec._STORES.values() if store.remote == url)
+
+
+def test_dask_reads_csv_and_parquet_on_worker_processes(engine_remote, no_store, dask_cluster):
+    dd = need("dask.dataframe")
+    client, worker_cache = dask_cluster["client"], dask_cluster["cache"]
+    url = engine_remote["url"]
+    options = {"remote": url}
+    before = set(clone_dirs(worker_cache))
+    frame = dd.read_csv("dsv://covid@v1/data/*.csv", storage_options=options)
+    assert frame.npartitions == 4
+    assert_rows(frame.compute(), 1)
+    assert_rows(dd.read_parquet("dsv://covid@v2/parquet", storage_options=options).compute(), 2)
+    total = dd.read_csv("dsv://covid@v2/data/*.csv", storage_options=options)["confirmed"].sum().compute()
+    assert total == int(expected(2)["confirmed"].sum())
+    # Each node made its own clone, once: the client in its DSV_CACHE, the two workers in
+    # theirs (one for both processes), and the workers read through theirs.
+    assert len(clone_dirs(no_store)) == 1
+    opened = {path for paths in client.run(_worker_clones, url).values() for path in paths}
+    assert len(opened) == 1, opened  # every worker that read, through the same clone
+    (clone,) = opened
+    assert Path(clone).parent == worker_cache / "remotes"
+    assert set(clone_dirs(worker_cache)) - before <= {Path(clone).name}
+    assert Path(clone).name in clone_dirs(worker_cache)
+
+
+def test_dask_workers_read_the_version_resolved_when_the_graph_was_built(no_store, dask_cluster, tmp_path):
+    dd = need("dask.dataframe")
+    import fsspec
+
+    own = make_remote(tmp_path / "origin", [1])
+    options = {"remote": own["url"]}
+    # `covid` (the head: v1) resolves here, when the graphs are built.
+    csv = dd.read_csv("dsv://covid/data/*.csv", storage_options=options, blocksize=None)
+    parquet = dd.read_parquet("dsv://covid/parquet", storage_options=options)
+    moved = commit_and_push(own["store"], tmp_path / "origin" / "covid", 2)
+    assert fsspec.filesystem("dsv", remote=own["url"]).version("covid").id == moved  # the head did move
+    # The workers have never seen this remote: they clone it now, after the move, and still
+    # read v1 (whole files: v2 has 60 rows per part where v1 has 50).
+    assert_rows(csv.compute(), 1)
+    assert_rows(parquet.compute(), 1)
+
+
+# -- writing back: an engine writes files, `dsv import` / `dsv commit` records a version -------
+
+
+def test_an_engine_writes_parquet_that_dsv_records_and_reads_back(engine_remote, no_store, dask_cluster, tmp_path):
+    dd = need("dask.dataframe")
+    pd = need("pandas")
+    options = {"remote": engine_remote["url"]}
+    summary = (
+        dd.read_csv("dsv://covid@v1/data/*.csv", storage_options=options)
+        .groupby("country")["confirmed"]
+        .max()
+        .reset_index()
+    )
+    own = make_remote(tmp_path / "origin", [])
+    # Dask's workers write a directory of Parquet files; `dsv commit` records it.
+    out = tmp_path / "summary"
+    summary.to_parquet(str(out), write_index=False)
+    made = dsv_json("commit", str(out), "--dataset", "summary", "-m", "by Dask", "--tag", "v1", store=own["store"])
+    run_dsv("push", "summary", store=own["store"])
+    back = dd.read_parquet("dsv://summary@v1/", storage_options={"remote": own["url"]}).compute()
+    want = expected(1).groupby("country", as_index=False)["confirmed"].max()
+    pd.testing.assert_frame_equal(
+        back.sort_values("country").reset_index(drop=True)[["country", "confirmed"]].astype({"country": str}),
+        want.astype({"country": str}),
+        check_dtype=False,
+    )
+    assert made["version"]
+
+    # pandas writes to a bucket prefix (s3fs); `dsv import` records every object under it.
+    s3fs = need("s3fs")
+    prefix = f"dsv-test/exports-{uuid.uuid4().hex[:12]}"
+    frame = summary.compute()
+    frame.to_parquet(f"s3://{prefix}/max.parquet", index=False)
+    assert s3fs.S3FileSystem().ls(prefix) == [f"{prefix}/max.parquet"]
+    dsv_json("import", f"s3://{prefix}/", "--dataset", "summary", "--tag", "v2", store=own["store"])
+    run_dsv("push", "summary", store=own["store"])
+    back = pd.read_parquet("dsv://summary@v2/max.parquet", storage_options={"remote": own["url"]})
+    pd.testing.assert_frame_equal(back, frame.reset_index(drop=True))
