@@ -229,9 +229,10 @@ def test_hugging_face_datasets_loads_csv_parquet_and_streams(engine_remote, no_s
 
 
 @pytest.fixture(scope="module")
-def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, object]]:
+def dask_cluster(tmp_path_factory: pytest.TempPathFactory, engine_remote) -> Iterator[Dict[str, object]]:
     """Two worker processes (spawned, one thread each) whose DSV_CACHE is not the client's and
-    whose working directory holds no store: another node, as far as dsv can tell. One per
+    whose working directory holds no store: another node, as far as dsv can tell (they get
+    the S3 server's AWS_* variables, set by `engine_remote`, as a node's credentials). One per
     module (starting it costs seconds). Returns `client` and `cache` (the workers' DSV_CACHE)."""
     need("dask.dataframe")
     distributed = need("distributed")
@@ -287,7 +288,7 @@ def test_dask_reads_csv_and_parquet_on_worker_processes(engine_remote, no_store,
     assert clone_dirs(worker_cache) == sorted(before | {Path(clone).name})
 
 
-def test_dask_workers_read_the_version_resolved_when_the_graph_was_built(no_store, dask_cluster, tmp_path):
+def test_dask_workers_read_the_version_resolved_when_the_graph_was_built(engine_remote, no_store, dask_cluster, tmp_path):
     dd = need("dask.dataframe")
     import fsspec
 
