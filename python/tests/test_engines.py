@@ -223,6 +223,13 @@ def test_hugging_face_datasets_loads_csv_parquet_and_streams(engine_remote, no_s
     )
     rows = list(streamed["train"])
     assert len(rows) == 200 and sum(r["confirmed"] for r in rows) == int(expected(1)["confirmed"].sum())
+    # Images (Pillow decodes them from the bytes dsv:// serves). `data_dir=` would not do:
+    # datasets takes it as a local path for any URL (s3:// too); a `data_files` glob does.
+    images = datasets.load_dataset(
+        "imagefolder", data_files="dsv://covid@v1/images/*.png", storage_options=options, cache_dir=cache
+    )["train"]
+    colours = sorted(image.getpixel((0, 0)) for image in images["image"])
+    assert colours == sorted((40 * i, 255 - 40 * i, 7 * i) for i in range(6))
 
 
 # -- Dask: a LocalCluster of worker processes that share nothing but the storage options -----
