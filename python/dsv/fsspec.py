@@ -28,7 +28,7 @@ tag moves during the job. The file system pickles by its storage options, never 
 store: a worker on another machine opens its own node's clone.
 
 ``find``, ``glob``, ``walk`` and ``ls(detail=True)`` answer from the version's listing in
-one pass. The ``dsv`` package registers the protocol through an ``fsspec.specs`` entry point,
+one pass; ``modified`` (which DuckDB asks of every file) is the time the version was made. The ``dsv`` package registers the protocol through an ``fsspec.specs`` entry point,
 so ``import dsv`` is not even needed. Writes raise ``PermissionError``: a version never
 changes.
 """
