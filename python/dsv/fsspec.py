@@ -28,13 +28,14 @@ tag moves during the job. The file system pickles by its storage options, never 
 store: a worker on another machine opens its own node's clone.
 
 ``find``, ``glob``, ``walk`` and ``ls(detail=True)`` answer from the version's listing in
-one pass. The ``dsv`` package registers the protocol through an ``fsspec.specs`` entry point,
+one pass; ``modified`` (which DuckDB asks of every file) is the time the version was made. The ``dsv`` package registers the protocol through an ``fsspec.specs`` entry point,
 so ``import dsv`` is not even needed. Writes raise ``PermissionError``: a version never
 changes.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 from collections import OrderedDict
@@ -257,6 +258,16 @@ class DsvFileSystem(AbstractFileSystem):
             raise PermissionError(f"dsv versions are read-only: cannot open {path!r} with mode {mode!r}")
         version, inner = self._split(path)
         return version.open(inner)
+
+    def modified(self, path: Any) -> datetime.datetime:
+        """When the version holding ``path`` was made (UTC): a version's files never change
+        after it (DuckDB asks this of every file it reads). Raises ``FileNotFoundError``."""
+        version, inner = self._split(path)
+        if inner:
+            version.stat(inner)
+        return datetime.datetime.fromtimestamp(version.time, tz=datetime.timezone.utc)
+
+    created = modified
 
     def ukey(self, path: Any) -> str:
         """The content id of the file (never changes for a version's file)."""
