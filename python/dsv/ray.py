@@ -49,10 +49,13 @@ import math
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
-import pyarrow as pa
-from ray.data import Dataset, read_datasource
-from ray.data.block import BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
+try:
+    import pyarrow as pa
+    from ray.data import Dataset, read_datasource
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+except ImportError as e:
+    raise ImportError(f"dsv.ray needs Ray Data and pyarrow (pip install 'ray[data]'): {e}") from e
 
 from ._dsv import Store, Version
 from ._engine import pinned_name, resolve

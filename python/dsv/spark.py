@@ -50,8 +50,11 @@ import math
 import os
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.types import StructType
+except ImportError as e:  # PySpark missing, or older than 4.0 (no Python data sources)
+    raise ImportError(f"dsv.spark needs PySpark 4 or newer with pyarrow (pip install 'pyspark>=4' pyarrow): {e}") from e
 
 from ._engine import open_store, pinned_name, resolve
 
