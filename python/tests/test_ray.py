@@ -177,3 +177,19 @@ def test_ray_readers_read_dsv_through_fsspec(ray_cluster, engine_remote, no_stor
     assert {r["path"]: r["bytes"] for r in files} == {
         f"covid@v1/data/part-{p}.csv": expected[f"part-{p}"].to_csv(index=False).encode() for p in range(4)
     }
+
+
+def test_ray_read_parquet_through_fsspec_keeps_the_version_it_listed(ray_cluster, tmp_path, no_store):
+    pafs = need("pyarrow.fs")
+    import ray.data
+
+    import dsv
+    import dsv.fsspec
+
+    moving = make_moving_remote(tmp_path / "origin")
+    fs = pafs.PyFileSystem(pafs.FSSpecHandler(dsv.fsspec.DsvFileSystem(remote=moving["url"])))
+    # The driver lists `covid` (the head, v1) now; the files are read after the head moves,
+    # by workers that unpickle the file system with its pins.
+    ds = ray.data.read_parquet("dsv://covid/parquet", filesystem=fs)
+    move_head(moving)
+    assert count_and_sum(ds) == frame_sum(1)
