@@ -128,8 +128,9 @@ class VersionDatasource(Datasource):
         return f"dsv({self.version.dataset}@{self.version.id[:12]})"
 
     def _inmemory_ratio(self) -> float:
-        """Bytes in memory per byte of file: 1 for binary; for Parquet, the first file's
-        uncompressed bytes over its size (one footer read on the driver)."""
+        """Bytes in memory per byte of file: 1 for binary and images; for Parquet, the first
+        file's uncompressed bytes of the columns read over its size (one footer read on the
+        driver)."""
         if self._ratio is None:
             self._ratio = 1.0
             if self.format == "parquet" and self.paths:
@@ -138,14 +139,22 @@ class VersionDatasource(Datasource):
                 first = self.paths[0]
                 with self.version.open(first) as f:
                     meta = pq.ParquetFile(f).metadata
-                uncompressed = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+                wanted = None if self.columns is None else set(self.columns)
+                uncompressed = 0
+                for g in range(meta.num_row_groups):
+                    group = meta.row_group(g)
+                    for c in range(group.num_columns):
+                        chunk = group.column(c)
+                        if wanted is None or chunk.path_in_schema.split(".")[0] in wanted:
+                            uncompressed += chunk.total_uncompressed_size
                 if self.sizes.get(first):
                     self._ratio = max(uncompressed / self.sizes[first], 0.1)
         return self._ratio
 
     def estimate_inmemory_data_size(self) -> Optional[int]:
-        """The selected files' bytes (for Parquet, scaled by the first file's uncompressed
-        to stored ratio)."""
+        """The selected files' bytes (for Parquet, scaled by the first file's ratio of
+        uncompressed bytes of the columns read to stored bytes; for images, the encoded
+        bytes: decoded images are larger)."""
         return int(sum(self.sizes.values()) * self._inmemory_ratio())
 
     def get_read_tasks(

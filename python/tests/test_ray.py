@@ -74,6 +74,10 @@ def test_read_version_parquet_reads_v1_in_shards(ray_cluster, engine_remote, no_
     assert len(source.get_read_tasks(10)) == 4
     stored = sum(source.sizes.values())
     assert source.estimate_inmemory_data_size() >= stored // 10 and stored > 0
+    projected = dsv.ray.VersionDatasource(
+        "covid@v1", remote=engine_remote["url"], include="parquet/**", format="parquet", columns=["confirmed"]
+    )
+    assert 0 < projected.estimate_inmemory_data_size() < source.estimate_inmemory_data_size()
 
     ds = dsv.ray.read_version(
         "covid@v1", remote=engine_remote["url"], include="parquet/**", format="parquet", override_num_blocks=2
