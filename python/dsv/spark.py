@@ -244,7 +244,9 @@ class VersionReader(DataSourceReader):
                 parquet = pq.ParquetFile(f)
                 for group in range(parquet.metadata.num_row_groups):
                     table = parquet.read_row_group(group, columns=target.names)
-                    yield from table.select(target.names).cast(target).to_batches()
+                    # Unsafe: nanoseconds truncate to Spark's microseconds, as Spark's own
+                    # Parquet reader does (the types map one to one, nothing else narrows).
+                    yield from table.select(target.names).cast(target, safe=False).to_batches()
 
 
 def _binary_batches(version: Any, paths: List[str], target: Any) -> Iterator[Any]:
