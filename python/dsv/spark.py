@@ -33,6 +33,8 @@ Options (all strings, names case-insensitive):
 (``DataSource.schema``, or ``reader`` when a schema was given); the resolved
 ``DATASET@ID`` travels in the pickled data source and reader to every executor, so every
 partition reads that version, even if the remote's head moves before or during the job.
+(With a schema given by ``spark.read.schema(...)``, Spark never calls ``schema``: each
+action then resolves the revision when it plans; name a tag or an id for a fixed version.)
 Partition ``i`` of ``n`` reads ``version.shard(i, n)`` of the selected files (balanced by
 bytes, disjoint, the same on every machine); ``read`` yields ``pyarrow.RecordBatch``
 objects in the schema Spark expects (Arrow all the way, no per-row Python objects).
