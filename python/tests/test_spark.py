@@ -6,6 +6,7 @@ own; partitions are dsv's shards and read the version resolved when the DataFram
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Dict, Iterator
 
 import pytest
 
-from conftest import dsv_json, engine_tables, need, run_dsv, write_engine_version
+from conftest import dsv_json, engine_tables, need, run_dsv, skip_for, write_engine_version
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +25,8 @@ def spark(engine_remote, tmp_path_factory) -> Iterator[object]:
     need("pyspark")
     sql = need("pyspark.sql")
     need("pyarrow")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        skip_for("engine pyspark", "no Java here (Spark 4 needs Java 17)")
     import dsv.spark
 
     worker_cache = tmp_path_factory.mktemp("spark-worker-cache")
