@@ -18,8 +18,9 @@ own engine when it first reads) and pickle (as the store's path and the version'
 PyTorch ``DataLoader`` with worker processes works with either start method.
 
 Installing the package also installs the ``dsv`` command (the Rust command line, from the
-same build; ``python -m dsv`` runs it too). ``dsv.torch`` has PyTorch datasets over a version and ``dsv.fsspec`` an fsspec file system
-(protocol ``dsv``). Errors are :class:`dsv.Error` subclasses (``dsv.errors``).
+same build; ``python -m dsv`` runs it too). ``dsv.torch`` has PyTorch datasets over a version, ``dsv.fsspec`` an fsspec file system
+(protocol ``dsv``: pandas, pyarrow, Dask, DuckDB, Hugging Face datasets read through it),
+``dsv.ray`` a Ray Data source and ``dsv.spark`` a Spark 4 Python data source. Errors are :class:`dsv.Error` subclasses (``dsv.errors``).
 """
 
 from __future__ import annotations

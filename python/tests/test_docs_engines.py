@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -68,6 +69,8 @@ def test_the_engines_snippet_runs(title, code, engine_remote, tmp_path):
     for module in imported_modules(code):
         if importlib.util.find_spec(module) is None:
             skip_for(f"engine {module}", f"{module} is not installed here (### {title})")
+        if module == "pyspark" and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            skip_for("engine pyspark", f"no Java here: Spark 4 needs Java 17 (### {title})")
     work = tmp_path / "work"
     work.mkdir()
     (work / "snippet.py").write_text(code.replace(PLACEHOLDER, engine_remote["url"]))
