@@ -1,4 +1,4 @@
-"""What the engine front ends (``dsv.ray``, ``dsv.spark``) share: where the versions come
+"""What the engine front ends (``dsv.fsspec``, ``dsv.ray``, ``dsv.spark``) share: where the versions come
 from, opened once per process, and a revision pinned to its version once per job."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from ._dsv import Store, Version, open_remote
+from ._dsv import Store, Version, default_cache_dir, open_remote
 
 StoreArg = Union[Store, str, "os.PathLike[str]", None]
 
@@ -42,7 +42,10 @@ def open_store(
         return Store(store)
     cache_text = None if cache is None else os.fspath(cache)
     options = dict(remote_options or {})
-    key = (remote, cache_text, tuple(sorted(options.items())))
+    # Keyed on the cache directory in effect (the default as the environment names it now):
+    # a process that changes DSV_CACHE reads through the new cache, as open_remote would.
+    where = cache_text if cache_text is not None else os.fspath(default_cache_dir())
+    key = (remote, where, tuple(sorted(options.items())))
     with _LOCK:
         found = _STORES.get(key)
     if found is not None and not found.closed:

@@ -43,41 +43,20 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from fsspec.spec import AbstractFileSystem, make_instance
 
-from ._dsv import Store, Version, default_cache_dir, open_remote
+from ._dsv import Store, Version
+from ._engine import open_store
 from .errors import PathNotFound
 
 __all__ = ["DsvFileSystem"]
 
 
-def _is_url(text: Any) -> bool:
-    return isinstance(text, str) and "://" in text
-
-
-# What the file systems of this process share: one store per remote (one read engine, one
-# frame cache), and each exact version (``DATASET@ID``, which never changes) opened once.
-# Stores and versions survive fork (each process opens its own engine on first use).
-_STORES: Dict[Tuple[Any, ...], Store] = {}
+# Each exact version (``DATASET@ID``, which never changes) opened once per process and
+# store, whatever number of file system objects a job makes; versions survive fork (each
+# process opens its own engine on first use). Stores are kept once per process by
+# ``_engine.open_store``.
 _VERSIONS: "OrderedDict[Tuple[Any, ...], Version]" = OrderedDict()
 _KEEP_VERSIONS = 64
 _LOCK = threading.Lock()
-
-
-def _remote_store(remote: str, cache: Optional[str], options: Optional[Dict[str, str]]) -> Store:
-    """This process's store of ``remote`` (``dsv.open_remote``) in cache directory ``cache``
-    (``None``: the default, as the environment names it now), opened once."""
-    where = cache if cache is not None else os.fspath(default_cache_dir())
-    key = (remote, where, tuple(sorted((options or {}).items())))
-    with _LOCK:
-        store = _STORES.get(key)
-    if store is not None and not store.closed:
-        return store
-    store = open_remote(remote, cache=cache, options=options)
-    with _LOCK:
-        existing = _STORES.get(key)
-        if existing is not None and not existing.closed:
-            return existing
-        _STORES[key] = store
-    return store
 
 
 class DsvFileSystem(AbstractFileSystem):
@@ -107,19 +86,7 @@ class DsvFileSystem(AbstractFileSystem):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if _is_url(store):
-            remote, store = str(store), None
-        if store is None and remote is None:
-            if os.environ.get("DSV_STORE"):
-                store = os.environ["DSV_STORE"]
-            elif os.environ.get("DSV_REMOTE"):
-                remote = os.environ["DSV_REMOTE"]
-        if isinstance(store, Store):
-            self.store = store
-        elif store is not None or remote is None:
-            self.store = Store(store)
-        else:
-            self.store = _remote_store(remote, None if cache is None else os.fspath(cache), remote_options)
+        self.store = open_store(remote=remote, cache=cache, remote_options=remote_options, store=store)
         self.pins: Dict[str, str] = dict(pins or {})
         self._versions: Dict[str, Version] = {}
 

@@ -267,9 +267,9 @@ def dask_cluster(tmp_path_factory: pytest.TempPathFactory, engine_remote) -> Ite
 
 def _worker_clones(url: str) -> List[str]:
     """On a worker: the clone directories this process opened for remote `url`."""
-    import dsv.fsspec
+    import dsv._engine
 
-    return sorted(str(store.path.parent) for store in dsv.fsspec._STORES.values() if store.remote == url)
+    return sorted(str(store.path.parent) for store in dsv._engine._STORES.values() if store.remote == url)
 
 
 def test_dask_reads_csv_and_parquet_on_worker_processes(engine_remote, no_store, dask_cluster):
