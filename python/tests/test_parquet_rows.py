@@ -7,6 +7,7 @@ with a dsv error. Row groups are the unit of the split (conftest's files: 20 row
 from __future__ import annotations
 
 import collections
+import hashlib
 import pickle
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 import dsv
+import dsv._parquet
 from conftest import dsv_json, engine_tables, need, run_dsv, write_engine_version
 from dsv._parquet import RowGroup, assign, row_groups
 from dsv.torch import DataLoader, ParquetRowDataset
@@ -267,3 +269,105 @@ def test_a_file_that_is_not_parquet_gives_a_dsv_error(remote_v1, tmp_path):
     dsv_json("commit", str(data), "--dataset", "notes", "-m", "text", store=tmp_path / ".dsv")
     with pytest.raises(dsv.InvalidParquet, match="notes.parquet of notes is not a Parquet file"):
         ParquetRowDataset(dsv.Store(tmp_path).version("notes"))
+
+
+class _RecordingFile:
+    """A version's file object that records the byte ranges read from it."""
+
+    def __init__(self, inner: Any, ranges: List[Tuple[str, int, int]]) -> None:
+        self._inner = inner
+        self._ranges = ranges
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _record(self, start: int, data_length: int) -> None:
+        if data_length:
+            self._ranges.append((self._inner.name, start, start + data_length))
+
+    def read(self, size: int = -1) -> bytes:
+        start = self._inner.tell()
+        data = self._inner.read(size)
+        self._record(start, len(data))
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        start = self._inner.tell()
+        n = self._inner.readinto(buffer)
+        self._record(start, n or 0)
+        return n
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+
+class _RecordingVersion:
+    """A version whose `open` hands out recording file objects (everything else is the version's)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.ranges: List[Tuple[str, int, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def open(self, path: str) -> _RecordingFile:
+        return _RecordingFile(self._inner.open(path), self.ranges)
+
+
+# pyarrow reads a footer with one read of (up to) the last 64 KiB of the file.
+FOOTER_READ = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def wide_v1(tmp_path_factory):
+    """Dataset `wide`: 2 Parquet files of 4 row groups of 20 rows, each group about 200 KB
+    (incompressible bytes), so a row group's data lies well outside the footer's read."""
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
+    base = tmp_path_factory.mktemp("rows-wide")
+    data = base / "wide"
+    data.mkdir(parents=True)
+    for f in range(2):
+        ids = list(range(f * 80, f * 80 + 80))
+        blobs = [hashlib.blake2b(str(i).encode(), digest_size=64).digest() * 160 for i in ids]
+        table = pa.table({"blob": blobs, "id": ids})
+        pq.write_table(table, data / f"part-{f}.parquet", row_group_size=20, compression="none")
+    run_dsv("init", str(base))
+    dsv_json("commit", str(data), "--dataset", "wide", "-m", "wide", store=base / ".dsv")
+    return dsv.Store(base).version("wide")
+
+
+def test_plans_from_footers_and_reads_only_the_row_groups_it_yields(wide_v1):
+    """Planning reads each file's footer, no row group's data; iterating a share (and resuming
+    past whole row groups) reads the data of the row groups it yields, no others."""
+    version = wide_v1
+    sizes = {path: version.stat(path)["size"] for path in version.files()}
+    spans: Dict[Tuple[str, int], Tuple[int, int]] = {}
+    for group in row_groups(version):
+        metadata = dsv._parquet.open_parquet(version, group.path).metadata.row_group(group.index)
+        columns = [metadata.column(c) for c in range(metadata.num_columns)]
+        start = min(c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in columns)
+        spans[(group.path, group.index)] = (start, start + sum(c.total_compressed_size for c in columns))
+    assert len(spans) == 8 and all(hi - lo > 3 * FOOTER_READ for lo, hi in spans.values())
+
+    def touched(ranges: List[Tuple[str, int, int]]) -> set:
+        """The row groups whose data the reads overlap, leaving out reads of a file's footer."""
+        data_reads = [(p, a, b) for p, a, b in ranges if a < sizes[p] - FOOTER_READ]
+        return {key for key, (lo, hi) in spans.items() for p, a, b in data_reads if p == key[0] and a < hi and b > lo}
+
+    recording = _RecordingVersion(version)
+    ds = ParquetRowDataset(recording, columns=["id", "blob"], shuffle=True, seed=1, rank=1, world_size=2)
+    assert recording.ranges, "the footers were read through the version"
+    assert all(a >= sizes[p] - FOOTER_READ for p, a, _ in recording.ranges), "planning read row group data"
+    recording.ranges.clear()
+    ids = [row["id"] for row in ds]
+    mine = {(g.path, g.index) for g in ds.rank_groups()}
+    assert len(mine) == 4 and len(ids) == 80
+    assert touched(recording.ranges) == mine
+    # A resume past the first two row groups does not read them.
+    skipped = ds.rank_groups()[:2]
+    ds.load_state_dict({**ds.state_dict(), "consumed": [41]})
+    recording.ranges.clear()
+    assert [row["id"] for row in ds] == ids[41:]
+    assert touched(recording.ranges) == mine - {(g.path, g.index) for g in skipped}
