@@ -98,7 +98,7 @@ def row_groups(
                 size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
                 out.append(RowGroup(path, index, int(group.num_rows), int(size)))
         finally:
-            parquet.close()
+            parquet.close(force=True)
     return out
 
 

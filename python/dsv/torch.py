@@ -1037,34 +1037,86 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
 
     def _rows(self, groups: List[RowGroup], skip: int) -> Iterator[Dict[str, Any]]:
         """The rows of ``groups`` in this epoch's order, the first ``skip`` left out: whole
-        row groups among them are not read."""
-        version = self.version
-        path, parquet = None, None
+        row groups among them are not read. While the rows of one row group are handed out,
+        the next one is read on a background thread."""
+        todo: List[Tuple[RowGroup, int]] = []
+        for group in groups:
+            if skip >= group.rows:
+                skip -= group.rows
+                continue
+            todo.append((group, skip))
+            skip = 0
+        reader = _RowGroupReader(self.version, self.columns)
+        ahead: Optional[_Ahead] = None
         try:
-            for group in groups:
-                if skip >= group.rows:
-                    skip -= group.rows
-                    continue
-                if group.path != path:
-                    if parquet is not None:
-                        parquet.close()
-                    path, parquet = None, None
-                    parquet = open_parquet(version, group.path)
-                    path = group.path
-                rows = parquet.read_row_group(group.index, columns=self.columns).to_pylist()
+            for number, (group, skip) in enumerate(todo):
+                table = reader.read(group) if ahead is None else ahead.result()
+                ahead = _Ahead(reader.read, todo[number + 1][0]) if number + 1 < len(todo) else None
+                rows = table.to_pylist()
                 if self.shuffle:
-                    key = f"{version.id}\0{self.seed}\0{self.epoch}\0{group.path}\0{group.index}"
+                    key = f"{self.version.id}\0{self.seed}\0{self.epoch}\0{group.path}\0{group.index}"
                     rows = [rows[i] for i in _dsv.permutation(len(rows), key)]
-                if skip:
-                    rows = rows[skip:]
-                    skip = 0
-                yield from rows
+                yield from rows[skip:] if skip else rows
         finally:
-            if parquet is not None:
-                parquet.close()
+            if ahead is not None:
+                ahead.wait()
+            reader.close()
 
     __getstate__ = TarShardDataset.__getstate__
     __setstate__ = TarShardDataset.__setstate__
+
+
+class _RowGroupReader:
+    """Reads row groups of a version's Parquet files, one at a time, keeping the last file
+    open (a worker's row groups of one file mostly come one after another)."""
+
+    def __init__(self, version: Any, columns: Optional[List[str]]) -> None:
+        self.version = version
+        self.columns = columns
+        self.path: Optional[str] = None
+        self.parquet: Any = None
+
+    def read(self, group: RowGroup) -> Any:
+        """Row group ``group`` as a ``pyarrow.Table`` of the selected columns."""
+        if group.path != self.path:
+            self.close()
+            self.parquet = open_parquet(self.version, group.path)
+            self.path = group.path
+        return self.parquet.read_row_group(group.index, columns=self.columns)
+
+    def close(self) -> None:
+        if self.parquet is not None:
+            self.parquet.close(force=True)
+        self.path, self.parquet = None, None
+
+
+class _Ahead:
+    """``function(argument)`` run on a background thread; ``result()`` waits for it and
+    returns its value or raises its exception."""
+
+    def __init__(self, function: Callable[[Any], Any], argument: Any) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+
+        def run() -> None:
+            try:
+                self.value = function(argument)
+            except BaseException as e:  # handed to the reader by result()
+                self.error = e
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, daemon=True, name="dsv-row-group").start()
+
+    def wait(self) -> None:
+        self.done.wait()
+
+    def result(self) -> Any:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def _batches(rows: Iterator[Dict[str, Any]], size: int) -> Iterator[Dict[str, List[Any]]]:
