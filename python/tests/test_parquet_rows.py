@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import os
 import pickle
+import random
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -17,7 +21,7 @@ import torch
 
 import dsv
 import dsv._parquet
-from conftest import dsv_json, engine_tables, need, run_dsv, write_engine_version
+from conftest import dsv_json, engine_tables, need, run_dsv, s3_env, write_engine_version
 from dsv._parquet import RowGroup, assign, row_groups
 from dsv.torch import DataLoader, ParquetRowDataset
 
@@ -371,3 +375,45 @@ def test_plans_from_footers_and_reads_only_the_row_groups_it_yields(wide_v1):
     recording.ranges.clear()
     assert [row["id"] for row in ds] == ids[41:]
     assert touched(recording.ranges) == mine - {(g.path, g.index) for g in skipped}
+
+
+@pytest.fixture(scope="module")
+def wide_remote(tmp_path_factory, s3_proxy):
+    """Dataset `wide`: 2 Parquet files of 4 row groups of 3 MB (incompressible), pushed
+    to the S3 server through the counting proxy by a store that is then deleted."""
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
+    os.environ.update(s3_env(s3_proxy.url))
+    base = tmp_path_factory.mktemp("rows-wide-origin")
+    data = base / "wide"
+    data.mkdir(parents=True)
+    for f in range(2):
+        ids = list(range(f * 40, f * 40 + 40))
+        blob = [random.Random(i).randbytes(300_000) for i in ids]
+        pq.write_table(pa.table({"blob": blob, "id": ids}), data / f"part-{f}.parquet", row_group_size=10,
+                       compression="none", use_dictionary=False)
+    run_dsv("init", str(base))
+    store = base / ".dsv"
+    dsv_json("commit", str(data), "--dataset", "wide", "-m", "wide", "--tag", "v1", store=store)
+    url = f"s3://dsv-test/rows-{uuid.uuid4().hex[:12]}"
+    run_dsv("remote", "add", "origin", url, store=store)
+    run_dsv("push", "wide", store=store)
+    packed = sum(p.stat().st_size for p in (store / "packs").glob("*.pack"))
+    shutil.rmtree(base)
+    return {"url": url, "packed_bytes": packed}
+
+
+def test_a_remote_only_version_fetches_only_the_row_groups_read(wide_remote, s3_proxy, no_store):
+    """From a remote-only version, planning and reading one rank's half of the row groups
+    downloads about half of the data, not the files whole."""
+    s3_proxy.reset()
+    version = dsv.open_remote(wide_remote["url"]).version("wide@v1")
+    ds = ParquetRowDataset(version, columns=["id", "blob"], rank=1, world_size=2)
+    planned = s3_proxy.down
+    assert planned < wide_remote["packed_bytes"] / 8, (planned, wide_remote["packed_bytes"])
+    ids = [row["id"] for row in ds]
+    assert sorted(ids) == list(range(40, 80))
+    assert [g.path for g in ds.rank_groups()] == ["part-1.parquet"] * 4
+    down = s3_proxy.down
+    print(f"packed {wide_remote['packed_bytes']} B; planning downloaded {planned} B, planning and reading half {down} B")
+    assert down < wide_remote["packed_bytes"] * 0.7, (down, wide_remote["packed_bytes"])
