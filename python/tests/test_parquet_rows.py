@@ -134,6 +134,8 @@ def test_every_row_once_over_ranks_and_workers(where, request):
     # Pickled (as a worker gets it), it reads the same rows.
     again = pickle.loads(pickle.dumps(ParquetRowDataset(version, rank=1, world_size=2)))
     assert [as_row(r) for r in again] == expected[100:]
+    if where == "remote":
+        assert not list(Path.cwd().iterdir()), "nothing was written to the store-less directory"
 
 
 def test_shuffle_is_a_function_of_seed_and_epoch(remote_v1):
@@ -162,6 +164,17 @@ def test_shuffle_is_a_function_of_seed_and_epoch(remote_v1):
     with_workers = epoch_rows(3, 2, workers=2)
     assert sorted(with_workers) == sorted(expected)
     assert epoch_rows(3, 2, workers=2) == with_workers and epoch_rows(3, 3, workers=2) != with_workers
+    # Persistent workers follow set_epoch and load_state_dict.
+    ds = ParquetRowDataset(remote_v1, shuffle=True, seed=3)
+    loader = DataLoader(ds, batch_size=10, num_workers=2, persistent_workers=True)
+    epochs = []
+    for epoch in (2, 3):
+        ds.set_epoch(epoch)
+        epochs.append(loader_rows(loader))
+    assert epochs == [with_workers, epoch_rows(3, 3, workers=2)]
+    ds.load_state_dict({**ds.state_dict(), "epoch": 2, "workers": 2, "consumed": [30, 20]})
+    rest = loader_rows(loader)
+    assert collections.Counter(rest) == collections.Counter(with_workers) - collections.Counter(with_workers[:50])
 
 
 def test_state_dict_resumes_mid_epoch(remote_v1):
