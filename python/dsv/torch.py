@@ -802,9 +802,11 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
     The unit of work is the row group. The plan, made when the dataset is made, is every row
     group of the Parquet files ``include`` selects (in path order), read from the files'
     footers alone (``dsv._parquet.row_groups``). Iterating reads only the row groups it
-    yields (``read_row_group`` through ``Version.open``: ranged reads), so from a version
-    whose data is only on a remote only the byte ranges of those groups are fetched (and kept
-    in the store for every process of the machine). A selected file that is not Parquet
+    yields (``read_row_group`` through ``Version.open``: ranged reads; the next row group of
+    a worker is read on a background thread while the rows of the current one are handed
+    out), so from a version whose data is only on a remote only the frames holding those
+    groups and the files' footers are fetched (and kept in the store for every process of
+    the machine). A selected file that is not Parquet
     raises :class:`dsv.InvalidParquet` naming it; a missing column, ``ValueError``.
 
     Order and split: each epoch the row groups are put in an order (with ``shuffle=True`` a
@@ -1013,8 +1015,8 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         skip = self._start(workers)[worker]
         mine = self.worker_groups(worker, workers)
-        if worker == 0 and workers > 1:
-            shares = [self.worker_groups(w, workers) for w in range(workers)]
+        if worker == 0:
+            shares = [mine] + [self.worker_groups(w, workers) for w in range(1, workers)]
             idle = sum(1 for share in shares if not share)
             if idle:
                 warnings.warn(
