@@ -1026,9 +1026,8 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
                 )
         if in_main:
             self._consumed = [skip]
-        stream = self._rows(mine, skip * (self.batch_rows or 1))
-        if self.batch_rows is not None:
-            stream = _batches(stream, self.batch_rows)
+        tables = self._tables(mine, skip * (self.batch_rows or 1))
+        stream = _rows(tables) if self.batch_rows is None else _batches(tables, self.batch_rows)
         transform = self.transform
         for count, sample in enumerate(stream, start=skip + 1):
             if in_main:
@@ -1037,10 +1036,11 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         if in_main:
             self._finish_epoch()
 
-    def _rows(self, groups: List[RowGroup], skip: int) -> Iterator[Dict[str, Any]]:
-        """The rows of ``groups`` in this epoch's order, the first ``skip`` left out: whole
-        row groups among them are not read. While the rows of one row group are handed out,
-        the next one is read on a background thread."""
+    def _tables(self, groups: List[RowGroup], skip: int) -> Iterator[Any]:
+        """The rows of ``groups`` in this epoch's order, as one ``pyarrow.Table`` per row
+        group, the first ``skip`` rows left out: whole row groups among them are not read.
+        While the rows of one row group are handed out, the next one is read on a background
+        thread."""
         todo: List[Tuple[RowGroup, int]] = []
         for group in groups:
             if skip >= group.rows:
@@ -1054,11 +1054,10 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
             for number, (group, skip) in enumerate(todo):
                 table = reader.read(group) if ahead is None else ahead.result()
                 ahead = _Ahead(reader.read, todo[number + 1][0]) if number + 1 < len(todo) else None
-                rows = table.to_pylist()
                 if self.shuffle:
                     key = f"{self.version.id}\0{self.seed}\0{self.epoch}\0{group.path}\0{group.index}"
-                    rows = [rows[i] for i in _dsv.permutation(len(rows), key)]
-                yield from rows[skip:] if skip else rows
+                    table = table.take(_dsv.permutation(table.num_rows, key))
+                yield table.slice(skip) if skip else table
         finally:
             if ahead is not None:
                 ahead.wait()
@@ -1121,17 +1120,40 @@ class _Ahead:
         return self.value
 
 
-def _batches(rows: Iterator[Dict[str, Any]], size: int) -> Iterator[Dict[str, List[Any]]]:
-    """``rows`` in batches of ``size`` (the last one may be shorter), each a dict ``{column:
-    [values]}``."""
-    batch: List[Dict[str, Any]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield {name: [r[name] for r in batch] for name in batch[0]}
-            batch = []
-    if batch:
-        yield {name: [r[name] for r in batch] for name in batch[0]}
+def _rows(tables: Iterator[Any]) -> Iterator[Dict[str, Any]]:
+    """The rows of ``tables``, each a dict ``{column: value}``."""
+    for table in tables:
+        yield from table.to_pylist()
+
+
+def _batches(tables: Iterator[Any], size: int) -> Iterator[Dict[str, List[Any]]]:
+    """The rows of ``tables`` in batches of ``size`` rows (the last one may be shorter), each
+    a dict ``{column: [values]}``; a batch may span tables. Raises ``ValueError`` when the
+    tables' columns differ (files of different schemas: select ``columns``)."""
+    batch: Optional[Dict[str, List[Any]]] = None
+    count = 0
+    for table in tables:
+        start = 0
+        while start < table.num_rows:
+            take = min(size - count, table.num_rows - start)
+            piece = table.slice(start, take).to_pydict()
+            if batch is None:
+                batch = piece
+            elif list(piece) != list(batch):
+                raise ValueError(
+                    f"a batch would mix row groups of different columns ({', '.join(batch)} and "
+                    f"{', '.join(piece)}): select the same columns of every file with columns="
+                )
+            else:
+                for name, values in piece.items():
+                    batch[name].extend(values)
+            count += take
+            start += take
+            if count == size:
+                yield batch
+                batch, count = None, 0
+    if batch is not None:
+        yield batch
 
 
 def _prefetch_later(version: Any, path: str) -> None:
