@@ -2,7 +2,9 @@
 from a remote-only version in a directory with no store (and from a local store): every row
 once over ranks x DataLoader workers, equal to the tables written; a shuffle that depends on
 (seed, epoch) alone; resume mid-epoch; column projection; a file that is not Parquet refused
-with a dsv error. Row groups are the unit of the split (conftest's files: 20 rows a group)."""
+with a dsv error; planning reads footers only and iterating only the row groups yielded (byte
+ranges recorded; bytes on the wire from a remote). Row groups are the unit of the split
+(conftest's files: 20 rows a group)."""
 
 from __future__ import annotations
 
