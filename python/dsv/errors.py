@@ -58,6 +58,7 @@ __all__ = [
     "RangeNotSatisfiable",
     "Interrupted",
     "InvalidTar",
+    "InvalidParquet",
 ]
 
 
@@ -234,3 +235,16 @@ class InvalidTar(Error, ValueError):
         super().__init__(message)
         self.shard = shard
         self.offset = offset
+
+
+class InvalidParquet(Error, ValueError):
+    """A file read as Parquet (``dsv.torch.ParquetRowDataset``, ``dsv._parquet.row_groups``)
+    that is not a Parquet file: pyarrow cannot read its footer. Raised by the Python package
+    itself (the library has no such variant); ``path`` is the file's path in the version."""
+
+    path: str
+    """The file's path in the version."""
+
+    def __init__(self, message: str = "", path: str = "") -> None:
+        super().__init__(message)
+        self.path = path

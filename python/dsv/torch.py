@@ -9,12 +9,16 @@
 - :class:`TarShardDataset`: an ``IterableDataset`` over the members of tar files of the
   version (WebDataset layout: the files of one sample share a key), read in place through
   ranged reads: shards split between ranks and workers, a seeded shuffle buffer, resumable.
+- :class:`ParquetRowDataset`: an ``IterableDataset`` over the rows of the version's Parquet
+  files, row groups as the unit of the split between ranks and workers and of resuming;
+  reads only the row groups it yields.
 - :class:`DataLoader`: ``torch.utils.data.DataLoader`` that tells an
-  ``IterableVersionDataset`` or a ``TarShardDataset`` what the training loop has consumed,
-  so its ``state_dict()`` is exact with worker processes too.
+  ``IterableVersionDataset``, a ``TarShardDataset`` or a ``ParquetRowDataset`` what the
+  training loop has consumed, so its ``state_dict()`` is exact with worker processes too.
 
 A sample of the first two is ``transform(path, data)`` (``data``: the file's bytes), or
-``(path, data)`` without a transform; a ``TarShardDataset`` sample is a dict (see there).
+``(path, data)`` without a transform; a ``TarShardDataset`` sample is a dict (see there), a
+``ParquetRowDataset`` sample a row as a dict ``{column: value}``.
 Reads go through the store's read engine: files only on a remote are fetched on first read
 and kept in the store, once for every rank and worker on the machine.
 """
@@ -35,10 +39,11 @@ import torch
 import torch.utils.data
 
 from . import _dsv
+from ._parquet import RowGroup, assign, open_parquet, row_groups
 from ._tar import Pending, TarShard, samples
 from .errors import InvalidShard, NotAFile
 
-__all__ = ["VersionDataset", "IterableVersionDataset", "TarShardDataset", "DataLoader"]
+__all__ = ["VersionDataset", "IterableVersionDataset", "TarShardDataset", "ParquetRowDataset", "DataLoader"]
 
 Include = Union[str, Sequence[str], None]
 Transform = Callable[[str, bytes], Any]
@@ -782,6 +787,375 @@ class TarShardDataset(torch.utils.data.IterableDataset):
             self._publish()
 
 
+# -- rows of Parquet files --------------------------------------------------------------------
+
+RowTransform = Callable[[Dict[str, Any]], Any]
+
+
+class ParquetRowDataset(torch.utils.data.IterableDataset):
+    """The rows of a version's Parquet files as an ``IterableDataset``: no conversion to
+    another format first. A sample is one row, a dict ``{column: value}`` of Python values
+    (``columns`` selects and orders them), or ``transform(row)``; with ``batch_rows=N`` a
+    sample is a batch of ``N`` consecutive rows of the stream instead, a dict ``{column:
+    [values]}`` (the last batch of a worker's stream may be shorter), or ``transform(batch)``.
+
+    The unit of work is the row group. The plan, made when the dataset is made, is every row
+    group of the Parquet files ``include`` selects (in path order), read from the files'
+    footers alone (``dsv._parquet.row_groups``). Iterating reads only the row groups it
+    yields (``read_row_group`` through ``Version.open``: ranged reads; the next row group of
+    a worker is read on a background thread while the rows of the current one are handed
+    out), so from a version whose data is only on a remote only the frames holding those
+    groups and the files' footers are fetched (and kept in the store for every process of
+    the machine). A selected file that is not Parquet
+    raises :class:`dsv.InvalidParquet` naming it; a missing column, ``ValueError``.
+
+    Order and split: each epoch the row groups are put in an order (with ``shuffle=True`` a
+    permutation that depends only on (version id, ``seed``, epoch), the same on every
+    machine), which is cut into ``world_size x num_workers`` consecutive shares of about equal
+    rows (``balance="rows"``, or bytes with ``balance="bytes"``; ``dsv._parquet.assign``):
+    DataLoader worker ``w`` of ``n`` of rank ``r`` reads share ``r * n + w``, its row groups
+    one after another, each row once per epoch across all ranks and workers. A rank's shares
+    together are the same row groups whatever the number of workers. With ``shuffle=True``
+    the rows of each row group are also permuted (a permutation of (version id, ``seed``,
+    epoch, path, row group)). With fewer row groups than ranks x workers some workers read
+    nothing (a warning says so). Ranks may get a few rows more or less than one another (the
+    cut is at row group boundaries). ``rank``/``world_size`` come from ``torch.distributed``
+    as for :class:`IterableVersionDataset`.
+
+    Resuming: ``state_dict()`` records the epoch and, per worker, how many samples of its
+    stream the training loop has consumed (and where that is: row group of its share and row
+    offset); ``load_state_dict(state)`` makes each worker of the next pass over that epoch
+    skip the row groups it had finished without reading them and go on from the row after
+    the last one consumed, so each remaining row comes exactly once. The counts are exact
+    through :class:`dsv.torch.DataLoader` or with ``num_workers=0``; resume with the same
+    world size and number of workers. ``set_epoch(e)`` picks the epoch.
+
+    Needs ``pyarrow``.
+    """
+
+    def __init__(
+        self,
+        version: _dsv.Version,
+        include: Include = "**/*.parquet",
+        columns: Optional[Sequence[str]] = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        transform: Optional[RowTransform] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        batch_rows: Optional[int] = None,
+        balance: str = "rows",
+    ) -> None:
+        super().__init__()
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if rank is not None and world_size is not None:
+            _check_rank(rank, world_size)
+        if batch_rows is not None and batch_rows < 1:
+            raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
+        if balance not in ("rows", "bytes"):
+            raise ValueError(f"balance must be 'rows' or 'bytes', not {balance!r}")
+        if isinstance(columns, str):
+            raise ValueError(f"columns must be a list of column names, not the string {columns!r}")
+        self.version = version
+        self.include = include
+        self.columns: Optional[List[str]] = None if columns is None else list(columns)
+        self.groups: List[RowGroup] = row_groups(version, include, self.columns)
+        self.num_rows = sum(g.rows for g in self.groups)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.transform = transform
+        self.batch_rows = batch_rows
+        self.balance = balance
+        self.epoch = 0
+        self._explicit = (rank, world_size) if rank is not None else None
+        self._rank_world = self._explicit or (0, 1)
+        # Per worker stream, its samples of epoch `_resume_epoch` consumed before a load_state_dict.
+        self._resume_epoch = -1
+        self._resume: List[int] = []
+        # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
+        self._consumed: List[int] = [0]
+        self._shared = _SharedTarPosition()
+        self._resolve()
+        self._publish()
+
+    _publish = TarShardDataset._publish
+    _adopt = TarShardDataset._adopt
+    _resolve = IterableVersionDataset._resolve
+    rank = IterableVersionDataset.rank
+    world_size = IterableVersionDataset.world_size
+
+    # -- order ----------------------------------------------------------------------------
+
+    def group_order(self, epoch: Optional[int] = None) -> List[RowGroup]:
+        """The row groups in the order of epoch ``epoch`` (default: the current one), before
+        the split between ranks."""
+        epoch = self.epoch if epoch is None else epoch
+        if not self.shuffle:
+            return list(self.groups)
+        key = f"{self.version.id}\0{self.seed}\0{epoch}\0row_groups"
+        return [self.groups[i] for i in _dsv.permutation(len(self.groups), key)]
+
+    def rank_groups(self, epoch: Optional[int] = None) -> List[RowGroup]:
+        """The row groups this rank reads in epoch ``epoch``, in order (its workers' shares,
+        one after another)."""
+        rank, world = self._resolve()
+        return assign(self.group_order(epoch), rank, world, by=self.balance)
+
+    def worker_groups(self, worker: int, num_workers: int, epoch: Optional[int] = None) -> List[RowGroup]:
+        """The row groups DataLoader worker ``worker`` of ``num_workers`` of this rank reads
+        in epoch ``epoch``, in order (0 of 0 or 1 without workers)."""
+        rank, world = self._resolve()
+        workers = max(1, num_workers)
+        return assign(self.group_order(epoch), rank * workers + worker, world * workers, by=self.balance)
+
+    def rank_rows(self, epoch: Optional[int] = None) -> int:
+        """The number of rows this rank reads in epoch ``epoch``."""
+        return sum(g.rows for g in self.rank_groups(epoch))
+
+    # -- epochs and progress --------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch (the row group order and the shuffle). Call it before each
+        epoch, in the main process. A resume position loaded for another epoch is dropped."""
+        self._resolve()
+        if epoch != self.epoch:
+            self._consumed = [0] * len(self._consumed)
+        self.epoch = int(epoch)
+        self._publish()
+
+    def _order_key(self, world: int) -> Dict[str, Any]:
+        """What the order depends on: a state dict resumes only where all of it matches."""
+        plan = "\0".join(f"{g.path}\0{g.index}\0{g.rows}" for g in self.groups)
+        return {
+            "version": self.version.id,
+            "row_groups": len(self.groups),
+            "plan": hashlib.blake2b(plan.encode(), digest_size=16).hexdigest(),
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "batch_rows": self.batch_rows,
+            "balance": self.balance,
+            "world_size": world,
+        }
+
+    def _position(self, worker: int, workers: int, samples: int) -> List[int]:
+        """Where worker ``worker``'s stream is after ``samples`` samples: [row group number in
+        its share, rows of that group read]."""
+        rows = samples * (self.batch_rows or 1)
+        groups = self.worker_groups(worker, workers)
+        for number, group in enumerate(groups):
+            if rows < group.rows:
+                return [number, rows]
+            rows -= group.rows
+        return [len(groups), 0]
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Progress to save in a checkpoint: the epoch, and per worker stream (one without
+        workers) the samples of it the training loop has consumed (``consumed``;
+        ``samples_seen`` is their sum; ``positions``: per worker, [row group number in its
+        share, rows of it consumed]). Exact when the dataset is iterated in this process or
+        through :class:`dsv.torch.DataLoader`; a plain ``DataLoader`` with workers does not
+        tell the dataset what it consumed, so its state restarts the epoch (no row is
+        skipped; those already seen come again)."""
+        rank, world = self._resolve()
+        consumed = [int(c) for c in self._consumed]
+        workers = len(consumed)
+        return {
+            **self._order_key(world),
+            "rank": rank,
+            "epoch": self.epoch,
+            "workers": workers,
+            "consumed": consumed,
+            "positions": [self._position(w, workers, c) for w, c in enumerate(consumed)],
+            "samples_seen": sum(consumed),
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state`` (from ``state_dict()``): the epoch it names, and its next
+        pass over that epoch starts, in each worker, after the samples already consumed.
+        Raises ``ValueError`` when ``state`` is of another version, row group plan, seed,
+        shuffle, ``batch_rows``, balance, world size or rank (its order would differ)."""
+        rank, world = self._resolve()
+        expected = {**self._order_key(world), "rank": rank}
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"the state is of another order: its {key} is {state.get(key)!r}, this dataset's is {value!r}"
+                )
+        consumed = [int(c) for c in state["consumed"]]
+        if len(consumed) != int(state["workers"]) or not 1 <= len(consumed) <= _MAX_WORKERS or min(consumed) < 0:
+            raise ValueError(f"the state's consumed counts {consumed!r} are malformed")
+        self.epoch = int(state["epoch"])
+        self._resume_epoch = self.epoch
+        self._resume = consumed
+        self._consumed = list(consumed)
+        self._publish()
+
+    def _start(self, workers: int) -> List[int]:
+        """Per worker stream, the samples to skip in this pass (a loaded resume position)."""
+        resume = self._resume if self._resume_epoch == self.epoch else []
+        if any(resume) and len(resume) != workers:
+            raise ValueError(
+                f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
+                f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (the worker split of "
+                "the row groups depends on it)"
+            )
+        return list(resume) if any(resume) else [0] * workers
+
+    _finish_epoch = TarShardDataset._finish_epoch
+
+    # -- iteration ------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        in_main = info is None
+        if not in_main:
+            self._adopt()
+        rank, world = self._resolve()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        skip = self._start(workers)[worker]
+        mine = self.worker_groups(worker, workers)
+        if worker == 0:
+            shares = [mine] + [self.worker_groups(w, workers) for w in range(1, workers)]
+            idle = sum(1 for share in shares if not share)
+            if idle:
+                warnings.warn(
+                    f"dsv.torch.ParquetRowDataset: rank {rank} has {len(self.rank_groups())} row group(s) for "
+                    f"{workers} worker(s): {idle} worker(s) read nothing (give at least ranks x workers row groups)",
+                    stacklevel=2,
+                )
+        if in_main:
+            self._consumed = [skip]
+        tables = self._tables(mine, skip * (self.batch_rows or 1))
+        stream = _rows(tables) if self.batch_rows is None else _batches(tables, self.batch_rows)
+        transform = self.transform
+        for count, sample in enumerate(stream, start=skip + 1):
+            if in_main:
+                self._consumed = [count]
+            yield sample if transform is None else transform(sample)
+        if in_main:
+            self._finish_epoch()
+
+    def _tables(self, groups: List[RowGroup], skip: int) -> Iterator[Any]:
+        """The rows of ``groups`` in this epoch's order, as one ``pyarrow.Table`` per row
+        group, the first ``skip`` rows left out: whole row groups among them are not read.
+        While the rows of one row group are handed out, the next one is read on a background
+        thread."""
+        todo: List[Tuple[RowGroup, int]] = []
+        for group in groups:
+            if skip >= group.rows:
+                skip -= group.rows
+                continue
+            todo.append((group, skip))
+            skip = 0
+        reader = _RowGroupReader(self.version, self.columns)
+        ahead: Optional[_Ahead] = None
+        try:
+            for number, (group, skip) in enumerate(todo):
+                table = reader.read(group) if ahead is None else ahead.result()
+                ahead = _Ahead(reader.read, todo[number + 1][0]) if number + 1 < len(todo) else None
+                if self.shuffle:
+                    key = f"{self.version.id}\0{self.seed}\0{self.epoch}\0{group.path}\0{group.index}"
+                    table = table.take(_dsv.permutation(table.num_rows, key))
+                yield table.slice(skip) if skip else table
+        finally:
+            if ahead is not None:
+                ahead.wait()
+            reader.close()
+
+    __getstate__ = TarShardDataset.__getstate__
+    __setstate__ = TarShardDataset.__setstate__
+
+
+class _RowGroupReader:
+    """Reads row groups of a version's Parquet files, one at a time, keeping the last file
+    open (a worker's row groups of one file mostly come one after another)."""
+
+    def __init__(self, version: Any, columns: Optional[List[str]]) -> None:
+        self.version = version
+        self.columns = columns
+        self.path: Optional[str] = None
+        self.parquet: Any = None
+
+    def read(self, group: RowGroup) -> Any:
+        """Row group ``group`` as a ``pyarrow.Table`` of the selected columns."""
+        if group.path != self.path:
+            self.close()
+            self.parquet = open_parquet(self.version, group.path)
+            self.path = group.path
+        return self.parquet.read_row_group(group.index, columns=self.columns)
+
+    def close(self) -> None:
+        if self.parquet is not None:
+            self.parquet.close(force=True)
+        self.path, self.parquet = None, None
+
+
+class _Ahead:
+    """``function(argument)`` run on a background thread; ``result()`` waits for it and
+    returns its value or raises its exception."""
+
+    def __init__(self, function: Callable[[Any], Any], argument: Any) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+
+        def run() -> None:
+            try:
+                self.value = function(argument)
+            except BaseException as e:  # handed to the reader by result()
+                self.error = e
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, daemon=True, name="dsv-row-group").start()
+
+    def wait(self) -> None:
+        self.done.wait()
+
+    def result(self) -> Any:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _rows(tables: Iterator[Any]) -> Iterator[Dict[str, Any]]:
+    """The rows of ``tables``, each a dict ``{column: value}``."""
+    for table in tables:
+        yield from table.to_pylist()
+
+
+def _batches(tables: Iterator[Any], size: int) -> Iterator[Dict[str, List[Any]]]:
+    """The rows of ``tables`` in batches of ``size`` rows (the last one may be shorter), each
+    a dict ``{column: [values]}``; a batch may span tables. Raises ``ValueError`` when the
+    tables' columns differ (files of different schemas: select ``columns``)."""
+    batch: Optional[Dict[str, List[Any]]] = None
+    count = 0
+    for table in tables:
+        start = 0
+        while start < table.num_rows:
+            take = min(size - count, table.num_rows - start)
+            piece = table.slice(start, take).to_pydict()
+            if batch is None:
+                batch = piece
+            elif list(piece) != list(batch):
+                raise ValueError(
+                    f"a batch would mix row groups of different columns ({', '.join(batch)} and "
+                    f"{', '.join(piece)}): select the same columns of every file with columns="
+                )
+            else:
+                for name, values in piece.items():
+                    batch[name].extend(values)
+            count += take
+            start += take
+            if count == size:
+                yield batch
+                batch, count = None, 0
+    if batch is not None:
+        yield batch
+
+
 def _prefetch_later(version: Any, path: str) -> None:
     """Fetches ``path``'s data into the store on a background thread (nothing when it is
     here); a failure is left to the reads, which fetch what they need and raise what they meet."""
@@ -819,10 +1193,10 @@ class _CountingCollate:
 
 class DataLoader(torch.utils.data.DataLoader):
     """``torch.utils.data.DataLoader`` that keeps the progress of an
-    :class:`IterableVersionDataset` or a :class:`TarShardDataset` exact. For the first it
-    gives the dataset its ``batch_size`` (so workers take whole batches in turn) and counts
-    the samples the loop has consumed; for the second it counts, per worker, the samples of
-    the batches the loop has taken (its ``collate_fn`` runs inside a wrapper that tags each
+    :class:`IterableVersionDataset`, a :class:`TarShardDataset` or a
+    :class:`ParquetRowDataset` exact. For the first it gives the dataset its ``batch_size``
+    (so workers take whole batches in turn) and counts the samples the loop has consumed; for
+    the others it counts, per worker, the samples of the batches the loop has taken (its ``collate_fn`` runs inside a wrapper that tags each
     batch with its worker; the loop gets the batch as ``collate_fn`` made it). Either way
     ``dataset.state_dict()`` needs no argument. Any other dataset works as with the plain
     class. ``persistent_workers=True`` works (workers read the epoch from memory shared with
@@ -833,12 +1207,12 @@ class DataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, *args, **kwargs)
         if isinstance(dataset, IterableVersionDataset) and self.batch_size is not None:
             dataset.batch_size = self.batch_size
-        if isinstance(dataset, TarShardDataset):
+        if isinstance(dataset, (TarShardDataset, ParquetRowDataset)):
             self.collate_fn = _CountingCollate(self.collate_fn, self.batch_size is not None)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.dataset
-        if isinstance(dataset, TarShardDataset):
+        if isinstance(dataset, (TarShardDataset, ParquetRowDataset)):
             yield from self._iter_tar(dataset)
             return
         if not isinstance(dataset, IterableVersionDataset):
@@ -853,7 +1227,7 @@ class DataLoader(torch.utils.data.DataLoader):
             yield batch
         dataset._finish_epoch()
 
-    def _iter_tar(self, dataset: TarShardDataset) -> Iterator[Any]:
+    def _iter_tar(self, dataset: Union[TarShardDataset, ParquetRowDataset]) -> Iterator[Any]:
         consumed = dataset._start(max(1, self.num_workers))
         dataset._consumed = list(consumed)
         for item in super().__iter__():
