@@ -58,7 +58,7 @@ def imported_modules(code: str) -> List[str]:
 
 def test_the_engines_section_has_a_block_per_engine():
     titles = [title for title, _ in BLOCKS]
-    for engine in ["pandas", "pyarrow", "Dask", "DuckDB", "Hugging Face datasets", "Ray Data", "Spark", "Writing back"]:
+    for engine in ["pandas", "pyarrow", "Dask", "DuckDB", "Hugging Face datasets", "Ray Data", "Spark", "Rows of Parquet files (PyTorch)", "Writing back"]:
         assert titles.count(engine) == 1, f"docs/python.md ## Engines: no single ```python block under ### {engine}"
     for title, code in BLOCKS:
         assert PLACEHOLDER in code, f"### {title}: the block should name the remote {PLACEHOLDER}"
