@@ -26,6 +26,7 @@ and kept in the store, once for every rank and worker on the machine.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import multiprocessing
 import multiprocessing.context
@@ -181,18 +182,90 @@ class _SharedPosition:
     ``torch.multiprocessing.spawn`` or forked by a launcher) makes memory of its own before
     its first write, so ranks never write one another's position."""
 
-    FIELDS = 5
+    FIELDS = 6
 
     def __init__(self) -> None:
         self.values = multiprocessing.RawArray("q", self.FIELDS)
         self.owner = os.getpid()
 
-    def write(self, epoch: int, resume_epoch: int, resume: int, rank: int, world: int) -> None:
-        self.values[:] = [epoch, resume_epoch, resume, rank, world]
+    def write(self, epoch: int, resume_epoch: int, resume: int, rank: int, world: int, plan: int = 0) -> None:
+        self.values[:] = [epoch, resume_epoch, resume, rank, world, plan]
 
-    def read(self) -> Tuple[int, int, int, int, int]:
-        epoch, resume_epoch, resume, rank, world = self.values[:]
-        return epoch, resume_epoch, resume, rank, world
+    def read(self) -> Tuple[int, int, int, int, int, int]:
+        epoch, resume_epoch, resume, rank, world, plan = self.values[:]
+        return epoch, resume_epoch, resume, rank, world, plan
+
+
+def _plan_id(plan: Any) -> int:
+    """A number naming an elastic resume plan (0: none), the same in every process."""
+    if not plan:
+        return 0
+    digest = hashlib.blake2b(json.dumps(plan, sort_keys=True).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2 or 1
+
+
+def _check_plan(dataset: Any, plan: int) -> None:
+    """In a worker: refuses to read with another elastic plan than the main process's (an
+    elastic state loaded after persistent workers started)."""
+    if plan != getattr(dataset, "_plan_id", 0):
+        raise RuntimeError(
+            f"dsv.torch.{type(dataset).__name__}: an elastic resume position was loaded after this DataLoader's "
+            "persistent workers started: make the DataLoader after load_state_dict"
+        )
+
+
+def _as_states(state: Any) -> List[Dict[str, Any]]:
+    """``state`` (one rank's state dict, or a list of them) as a non-empty list of dicts."""
+    states = [state] if isinstance(state, dict) else list(state)
+    if not states or not all(isinstance(s, dict) for s in states):
+        raise ValueError("a state is a dict from state_dict(), or a list of them (one per rank)")
+    return states
+
+
+def _all_ranks(states: List[Dict[str, Any]], world: int) -> bool:
+    """Whether ``states`` are those of ranks 0 .. world - 1, each once."""
+    return sorted(int(s.get("rank", -1)) for s in states) == list(range(world))
+
+
+def _split(remaining: List[int], world: int, pad: bool) -> List[List[int]]:
+    """``remaining`` split between ``world`` ranks, rank ``r`` taking every ``world``-th item
+    from ``r``; with ``pad`` the list is first repeated (from its start) to a multiple of
+    ``world`` items, so every rank gets the same number."""
+    if pad and remaining:
+        total = math.ceil(len(remaining) / world) * world
+        remaining = (remaining * math.ceil(total / len(remaining)))[:total]
+    return [remaining[r::world] for r in range(world)]
+
+
+def _remaining(n: int, history: List[Dict[str, Any]], pad: bool) -> List[int]:
+    """The positions ``0 .. n - 1`` of an epoch's order that the steps of ``history`` left
+    unread, ascending. A step ``{"world_size": W, "seen": [s_0, ..]}``: the positions left by
+    the steps before it were split between ``W`` ranks (:func:`_split`) and rank ``r`` read
+    the first ``s_r`` of its share."""
+    remaining = list(range(n))
+    for step in history:
+        shares = _split(remaining, int(step["world_size"]), pad)
+        done = set()
+        for share, seen in zip(shares, step["seen"]):
+            done.update(share[: int(seen)])
+        remaining = [p for p in remaining if p not in done]
+    return remaining
+
+
+def _check_history(history: Any) -> List[Dict[str, Any]]:
+    if not isinstance(history, list):
+        raise ValueError(f"the state's history {history!r} is malformed")
+    out = []
+    for step in history:
+        try:
+            world = int(step["world_size"])
+            seen = [int(s) for s in step["seen"]]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"the state's history step {step!r} is malformed") from None
+        if world < 1 or len(seen) != world or min(seen) < 0:
+            raise ValueError(f"the state's history step {step!r} is malformed")
+        out.append({"world_size": world, "seen": seen})
+    return out
 
 
 class IterableVersionDataset(torch.utils.data.IterableDataset):
@@ -262,6 +335,12 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         self._resume = 0
         # This rank's samples of the current epoch consumed, as far as this process knows.
         self._consumed = 0
+        # Elastic resume: the steps (world size, samples each rank read) that read part of
+        # epoch `_resume_epoch` before, at other world sizes; `_progress`: those of the pass
+        # `_consumed` counts (what state_dict reports).
+        self._history: List[Dict[str, Any]] = []
+        self._progress: List[Dict[str, Any]] = []
+        self._plan_id = 0
         self._shared = _SharedPosition()
         self._resolve()
         self._publish()
@@ -272,13 +351,15 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
             # Another training process's memory (this one is a rank it started): ours instead.
             self._shared = _SharedPosition()
         rank, world = self._rank_world
-        self._shared.write(self.epoch, self._resume_epoch, self._resume, rank, world)
+        self._shared.write(self.epoch, self._resume_epoch, self._resume, rank, world, self._plan_id)
 
     def _adopt(self) -> None:
         """In a worker: takes the main process's epoch, resume position, rank and world size."""
-        epoch, resume_epoch, resume, rank, world = self._shared.read()
+        epoch, resume_epoch, resume, rank, world, plan = self._shared.read()
         self.epoch, self._resume_epoch, self._resume = epoch, resume_epoch, resume
         self._rank_world = (rank, world)
+        if resume_epoch == epoch:
+            _check_plan(self, plan)
 
     # -- rank, world size and order -------------------------------------------------------
 
@@ -319,9 +400,24 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         return order
 
     def rank_order(self, epoch: Optional[int] = None) -> List[int]:
-        """The indexes into ``paths`` this rank reads in epoch ``epoch``, in order."""
+        """The indexes into ``paths`` this rank reads in epoch ``epoch``, in order: its share
+        of ``order(epoch)``, or, in an epoch resumed elastically (a state of another world
+        size loaded), its share of the samples of the epoch not read before."""
+        epoch = self.epoch if epoch is None else epoch
+        history = self._history if epoch == self._resume_epoch else []
+        return self._rank_order(epoch, history)
+
+    def _rank_order(self, epoch: int, history: List[Dict[str, Any]]) -> List[int]:
         rank, world = self._resolve()
-        return self.order(epoch)[rank::world]
+        if not history:
+            return self.order(epoch)[rank::world]
+        n = len(self.paths)
+        if self.shuffle:
+            base = _dsv.permutation(n, f"{self.version.id}\0{self.seed}\0{epoch}")
+        else:
+            base = list(range(n))
+        positions = _split(_remaining(n, history, self.equal_per_rank), world, self.equal_per_rank)[rank]
+        return [base[p] for p in positions]
 
     def __len__(self) -> int:
         """The number of samples this rank reads per epoch."""
@@ -340,6 +436,7 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         self._resolve()
         if epoch != self.epoch:
             self._consumed = 0
+            self._progress = []
         self.epoch = int(epoch)
         self._publish()
 
@@ -352,46 +449,97 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         dataset the loader's ``batch_size``."""
         rank, world = self._resolve()
         seen = self._consumed if samples_seen is None else int(samples_seen)
-        if not 0 <= seen <= len(self):
-            raise ValueError(f"samples_seen must be between 0 and {len(self)}, not {seen}")
-        return {**self._order_key(world), "rank": rank, "epoch": self.epoch, "samples_seen": seen}
+        share = len(self._rank_order(self.epoch, self._progress)) if self._progress else len(self)
+        if not 0 <= seen <= share:
+            raise ValueError(f"samples_seen must be between 0 and {share}, not {seen}")
+        return {
+            **self._order_key(),
+            "world_size": world,
+            "rank": rank,
+            "epoch": self.epoch,
+            "samples_seen": seen,
+            "history": [dict(step) for step in self._progress],
+        }
 
-    def _order_key(self, world: int) -> Dict[str, Any]:
-        """What the order depends on: a state dict resumes only where all of it matches."""
+    def _order_key(self) -> Dict[str, Any]:
+        """What the epoch's global order depends on: a state dict resumes only where all of
+        it matches."""
         return {
             "version": self.version.id,
             "files": len(self.paths),
             "shuffle": self.shuffle,
             "seed": self.seed,
             "equal_per_rank": self.equal_per_rank,
-            "world_size": world,
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from ``state`` (from ``state_dict()``): the epoch it names, and its next
-        iteration starts after the samples already seen. Raises ``ValueError`` when ``state``
-        is of another version, file selection, seed, shuffle or world size (its order would
-        differ)."""
+    def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
+        """Continues from ``state``: the epoch it names, and its next iteration starts after
+        the samples already seen.
+
+        ``state`` is this rank's ``state_dict()``, or the list of the state dicts of all
+        ranks (gathered with ``torch.distributed.all_gather_object``). Of the same world size,
+        the rank's own state is used: it goes on exactly where it stopped. Of another world
+        size (elastic resume), the list of all the old ranks' states is needed: the samples
+        of the epoch no rank had read are split between the ranks now (rank ``r`` of ``W``
+        taking every ``W``-th of them, in the epoch's order, from ``r``), so each is read
+        once in all; the next epoch is split as usual. Raises ``ValueError`` when a state is
+        of another version, file selection, seed, shuffle or ``equal_per_rank`` (its order
+        would differ), when the states disagree (epoch, world size, history), or when a state
+        of another world size comes without those of all its ranks."""
         rank, world = self._resolve()
-        expected = self._order_key(world)
-        for key, value in expected.items():
-            if state.get(key) != value:
+        states = _as_states(state)
+        expected = self._order_key()
+        for one in states:
+            for key, value in expected.items():
+                if one.get(key) != value:
+                    raise ValueError(
+                        f"the state is of another order: its {key} is {one.get(key)!r}, this dataset's is {value!r}"
+                    )
+        first = states[0]
+        for one in states[1:]:
+            for key in ("epoch", "world_size", "history"):
+                if one.get(key, []) != first.get(key, []):
+                    raise ValueError(f"the states disagree: their {key} differs ({first.get(key)!r}, {one.get(key)!r})")
+        saved_world = int(first["world_size"])
+        history = _check_history(first.get("history", []))
+        if saved_world == world:
+            mine = first if len(states) == 1 else next((s for s in states if s.get("rank") == rank), None)
+            if mine is None:
+                raise ValueError(f"the states hold none of rank {rank}")
+            seen = int(mine["samples_seen"])
+        else:
+            if not _all_ranks(states, saved_world):
                 raise ValueError(
-                    f"the state is of another order: its {key} is {state.get(key)!r}, this dataset's is {value!r}"
+                    f"the state is of world size {saved_world} and this dataset's is {world}: an elastic resume needs "
+                    f"the states of all {saved_world} ranks, as a list (gather them with "
+                    "torch.distributed.all_gather_object when saving)"
                 )
-        seen = int(state["samples_seen"])
-        if not 0 <= seen <= len(self):
+            by_rank = sorted(states, key=lambda s: int(s["rank"]))
+            history = history + [
+                {"world_size": saved_world, "seen": [int(s["samples_seen"]) for s in by_rank]}
+            ]
+            history = _check_history(history)
+            seen = 0
+        epoch = int(first["epoch"])
+        share = len(self._rank_order(epoch, history))
+        if not 0 <= seen <= share:
             raise ValueError(f"the state's samples_seen {seen} is out of range")
-        self.epoch = int(state["epoch"])
+        self.epoch = epoch
         self._resume_epoch = self.epoch
         self._resume = seen
         self._consumed = seen
+        self._history = history
+        self._progress = history
+        self._plan_id = _plan_id(history)
         self._publish()
 
     # -- iteration ------------------------------------------------------------------------
 
     def _start(self) -> int:
-        return self._resume if self._resume_epoch == self.epoch else 0
+        """Where this pass starts in the rank's order (a loaded resume position)."""
+        resuming = self._resume_epoch == self.epoch
+        self._progress = self._history if resuming else []
+        return self._resume if resuming else 0
 
     def _worker_share(self, remaining: List[int]) -> List[int]:
         info = torch.utils.data.get_worker_info()
@@ -433,6 +581,8 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         if self._resume_epoch == self.epoch:
             self._resume_epoch = -1
             self._resume = 0
+            self._history = []
+            self._plan_id = 0
             self._publish()
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -1218,8 +1368,8 @@ class DataLoader(torch.utils.data.DataLoader):
         if not isinstance(dataset, IterableVersionDataset):
             yield from super().__iter__()
             return
-        total = len(dataset)
         consumed = dataset._start()
+        total = len(dataset.rank_order())
         per_batch = self.batch_size or 1
         for batch in super().__iter__():
             consumed = min(consumed + per_batch, total)
