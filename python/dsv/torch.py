@@ -621,18 +621,51 @@ class _SharedTarPosition(_SharedPosition):
     loaded resume position, the rank, the world size, and the resume position itself: the
     number of worker streams it was saved with and the samples of each stream consumed."""
 
-    FIELDS = 5 + _MAX_WORKERS
+    FIELDS = 6 + _MAX_WORKERS
 
     def write(  # type: ignore[override]
-        self, epoch: int, resume_epoch: int, rank: int, world: int, resume: Sequence[int]
+        self, epoch: int, resume_epoch: int, rank: int, world: int, resume: Sequence[int], plan: int = 0
     ) -> None:
-        self.values[:5] = [epoch, resume_epoch, rank, world, len(resume)]
-        self.values[5 : 5 + len(resume)] = list(resume)
+        self.values[:6] = [epoch, resume_epoch, rank, world, plan, len(resume)]
+        self.values[6 : 6 + len(resume)] = list(resume)
 
-    def read(self) -> Tuple[int, int, int, int, List[int]]:  # type: ignore[override]
+    def read(self) -> Tuple[int, int, int, int, List[int], int]:  # type: ignore[override]
         values = self.values[:]
-        epoch, resume_epoch, rank, world, workers = values[:5]
-        return epoch, resume_epoch, rank, world, values[5 : 5 + workers]
+        epoch, resume_epoch, rank, world, plan, workers = values[:6]
+        return epoch, resume_epoch, rank, world, values[6 : 6 + workers], plan
+
+
+# A piece of an epoch's tar work: a shard (its index in `TarShardDataset.shards`) and the
+# ordinals (0 for its first sample) of its samples read before, to leave out.
+Piece = Tuple[int, frozenset]
+
+
+def _ranges(numbers: Any) -> List[List[int]]:
+    """Sorted ``numbers`` as ``[start, end)`` ranges."""
+    out: List[List[int]] = []
+    for n in sorted(numbers):
+        if out and out[-1][1] == n:
+            out[-1][1] = n + 1
+        else:
+            out.append([n, n + 1])
+    return out
+
+
+def _check_base(base: Any, shards: int) -> Optional[Dict[str, Any]]:
+    """A state's ``base`` (what an earlier, elastic, step of the epoch read), checked."""
+    if base is None:
+        return None
+    try:
+        done = sorted(int(i) for i in base["done"])
+        partial = [[int(i), [[int(a), int(b)] for a, b in ranges]] for i, ranges in base["partial"]]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"the state's base {base!r} is malformed") from None
+    indexes = done + [i for i, _ in partial]
+    if len(set(indexes)) != len(indexes) or any(not 0 <= i < shards for i in indexes):
+        raise ValueError(f"the state's base {base!r} is malformed")
+    if any(not 0 <= a < b for _, ranges in partial for a, b in ranges):
+        raise ValueError(f"the state's base {base!r} is malformed")
+    return {"done": done, "partial": sorted(partial)}
 
 
 def _pick(buffer: List[Any], rng: random.Random) -> Any:
@@ -744,6 +777,14 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         self._resume: List[int] = []
         # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
         self._consumed: List[int] = [0]
+        # Elastic resume: what earlier steps of epoch `_resume_epoch` read (shards done, and
+        # per shard read in part the ordinals of its samples read), or None; `_progress_base`:
+        # that of the pass `_consumed` counts; `_loaded`: the loaded states of all ranks, kept
+        # to resume with another number of workers.
+        self._base: Optional[Dict[str, Any]] = None
+        self._progress_base: Optional[Dict[str, Any]] = None
+        self._loaded: Optional[List[Dict[str, Any]]] = None
+        self._plan_id = 0
         self._shared = _SharedTarPosition()
         self._resolve()
         self._publish()
@@ -753,12 +794,14 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         if self._shared.owner != os.getpid():
             self._shared = _SharedTarPosition()
         rank, world = self._rank_world
-        self._shared.write(self.epoch, self._resume_epoch, rank, world, self._resume)
+        self._shared.write(self.epoch, self._resume_epoch, rank, world, self._resume, getattr(self, "_plan_id", 0))
 
     def _adopt(self) -> None:
         """In a worker: takes the main process's epoch, resume position, rank and world size."""
-        self.epoch, self._resume_epoch, rank, world, self._resume = self._shared.read()
+        self.epoch, self._resume_epoch, rank, world, self._resume, plan = self._shared.read()
         self._rank_world = (rank, world)
+        if self._resume_epoch == self.epoch:
+            _check_plan(self, plan)
 
     _resolve = IterableVersionDataset._resolve
     rank = IterableVersionDataset.rank
@@ -785,6 +828,34 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         workers)."""
         return self.rank_shards(epoch)[worker::max(1, num_workers)]
 
+    def _pieces(self, epoch: int, base: Optional[Dict[str, Any]]) -> List[Piece]:
+        """The work of epoch ``epoch`` in the epoch's shard order, before the split between
+        ranks: every shard, or with ``base`` those not done, each with its samples read
+        before."""
+        if self.shuffle:
+            order = _dsv.permutation(len(self.shards), f"{self.version.id}\0{self.seed}\0{epoch}\0shards")
+        else:
+            order = list(range(len(self.shards)))
+        if base is None:
+            return [(i, frozenset()) for i in order]
+        done = set(base["done"])
+        partial = {i: frozenset(n for a, b in ranges for n in range(a, b)) for i, ranges in base["partial"]}
+        return [(i, partial.get(i, frozenset())) for i in order if i not in done]
+
+    def _worker_pieces(
+        self, pieces: List[Piece], rank: int, world: int, worker: int, workers: int
+    ) -> List[Piece]:
+        return pieces[rank::world][worker::workers]
+
+    def _rng(
+        self, epoch: int, world: int, rank: int, worker: int, workers: int, base: Optional[Dict[str, Any]]
+    ) -> random.Random:
+        """The generator of a worker's shuffle buffer."""
+        key = f"{self.version.id}\0{self.seed}\0{epoch}\0{world}\0{rank}\0{worker}\0{workers}"
+        if base is not None:
+            key += f"\0{_plan_id(base)}"
+        return random.Random(key)
+
     # -- epochs and progress --------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
@@ -793,11 +864,13 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         self._resolve()
         if epoch != self.epoch:
             self._consumed = [0] * len(self._consumed)
+            self._progress_base = None
         self.epoch = int(epoch)
         self._publish()
 
-    def _order_key(self, world: int) -> Dict[str, Any]:
-        """What the order depends on: a state dict resumes only where all of it matches."""
+    def _order_key(self) -> Dict[str, Any]:
+        """What the epoch's global order depends on: a state dict resumes only where all of
+        it matches."""
         listing = hashlib.blake2b("\0".join(self.shards).encode(), digest_size=16).hexdigest()
         return {
             "version": self.version.id,
@@ -806,7 +879,6 @@ class TarShardDataset(torch.utils.data.IterableDataset):
             "shuffle": self.shuffle,
             "seed": self.seed,
             "buffer_size": self.buffer_size,
-            "world_size": world,
         }
 
     def state_dict(self) -> Dict[str, Any]:
@@ -819,44 +891,125 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         rank, world = self._resolve()
         consumed = [int(c) for c in self._consumed]
         return {
-            **self._order_key(world),
+            **self._order_key(),
+            "world_size": world,
             "rank": rank,
             "epoch": self.epoch,
             "workers": len(consumed),
             "consumed": consumed,
             "samples_seen": sum(consumed),
+            "base": self._progress_base,
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from ``state`` (from ``state_dict()``): the epoch it names, and its next
-        pass over that epoch starts, in each worker, after the samples already consumed.
-        Raises ``ValueError`` when ``state`` is of another version, shard list, seed,
-        shuffle, buffer size, world size or rank (its order would differ)."""
+    def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
+        """Continues from ``state``: the epoch it names, and its next pass over that epoch
+        starts, in each worker, after the samples already consumed.
+
+        ``state`` is this rank's ``state_dict()``, or the list of the state dicts of all
+        ranks (gathered with ``torch.distributed.all_gather_object``). With the same world
+        size and number of workers each rank goes on exactly where it stopped (its own state
+        is enough). With another world size (checked here) or number of workers (checked when
+        iteration starts), the list of all the old ranks' states is needed (elastic resume):
+        each old worker's stream is replayed (headers read, no data) to find the samples it
+        had consumed, and the rest of the epoch, the shards not finished, each without the
+        samples read from it before, is split between the ranks and workers now as whole
+        shards are, so each remaining sample is read once in all. Raises ``ValueError`` when
+        a state is of another version, shard list, seed, shuffle or buffer size (its order
+        would differ), when the states disagree, or when the states of all ranks are needed
+        and missing."""
         rank, world = self._resolve()
-        expected = {**self._order_key(world), "rank": rank}
-        for key, value in expected.items():
-            if state.get(key) != value:
-                raise ValueError(
-                    f"the state is of another order: its {key} is {state.get(key)!r}, this dataset's is {value!r}"
-                )
-        consumed = [int(c) for c in state["consumed"]]
-        if len(consumed) != int(state["workers"]) or not 1 <= len(consumed) <= _MAX_WORKERS or min(consumed) < 0:
-            raise ValueError(f"the state's consumed counts {consumed!r} are malformed")
-        self.epoch = int(state["epoch"])
+        states = _as_states(state)
+        expected = self._order_key()
+        for one in states:
+            for key, value in expected.items():
+                if one.get(key) != value:
+                    raise ValueError(
+                        f"the state is of another order: its {key} is {one.get(key)!r}, this dataset's is {value!r}"
+                    )
+            consumed = [int(c) for c in one["consumed"]]
+            if len(consumed) != int(one["workers"]) or not 1 <= len(consumed) <= _MAX_WORKERS or min(consumed) < 0:
+                raise ValueError(f"the state's consumed counts {consumed!r} are malformed")
+        first = states[0]
+        for one in states[1:]:
+            for key in ("epoch", "world_size", "workers", "base"):
+                if one.get(key) != first.get(key):
+                    raise ValueError(f"the states disagree: their {key} differs ({first.get(key)!r}, {one.get(key)!r})")
+        saved_world = int(first["world_size"])
+        base = _check_base(first.get("base"), len(self.shards))
+        complete = _all_ranks(states, saved_world)
+        self.epoch = int(first["epoch"])
         self._resume_epoch = self.epoch
-        self._resume = consumed
-        self._consumed = list(consumed)
+        self._loaded = [dict(s, base=base) for s in states] if complete else None
+        if saved_world == world:
+            mine = first if len(states) == 1 else next((s for s in states if s.get("rank") == rank), None)
+            if mine is None or mine.get("rank", rank) != rank:
+                got = "none" if mine is None else mine.get("rank")
+                raise ValueError(f"the state is of another order: its rank is {got!r}, this dataset's is {rank!r}")
+            consumed = [int(c) for c in mine["consumed"]]
+            self._base = base
+            self._resume = consumed
+            self._consumed = list(consumed)
+        else:
+            if not complete:
+                raise ValueError(
+                    f"the state is of world size {saved_world} and this dataset's is {world}: an elastic resume needs "
+                    f"the states of all {saved_world} ranks, as a list (gather them with "
+                    "torch.distributed.all_gather_object when saving)"
+                )
+            self._merge(states, base)
+        self._progress_base = self._base
+        self._plan_id = _plan_id(self._base)
         self._publish()
 
+    def _merge(self, states: List[Dict[str, Any]], base: Optional[Dict[str, Any]]) -> None:
+        """Elastic resume: from the states of all ranks (one epoch, world size and number of
+        workers), the samples they consumed, found by replaying each worker's stream (headers
+        read, no data), become the base of a new split of the epoch's remaining work."""
+        first = states[0]
+        epoch, world, workers = int(first["epoch"]), int(first["world_size"]), int(first["workers"])
+        pieces = self._pieces(epoch, base)
+        read: Dict[int, set] = {i: set(excluded) for i, excluded in pieces}
+        sizes: Dict[int, int] = {}
+        for state in states:
+            rank = int(state["rank"])
+            for worker, count in enumerate(int(c) for c in state["consumed"]):
+                if count == 0:
+                    continue
+                mine = self._worker_pieces(pieces, rank, world, worker, workers)
+                items = self._items(mine, lambda: False, sizes, prefetch=False)
+                if self.shuffle:
+                    items = _shuffled(items, self.buffer_size, self._rng(epoch, world, rank, worker, workers, base))
+                for produced, (index, ordinal, _) in enumerate(items):
+                    if produced >= count:
+                        break
+                    read[index].add(ordinal)
+        done = set(base["done"]) if base else set()
+        done |= {i for i, ordinals in read.items() if i in sizes and len(ordinals) >= sizes[i]}
+        partial = sorted([i, _ranges(ordinals)] for i, ordinals in read.items() if ordinals and i not in done)
+        self._base = {"done": sorted(done), "partial": partial}
+        self._resume = []
+        self._consumed = [0]
+
     def _start(self, workers: int) -> List[int]:
-        """Per worker stream, the samples to skip in this pass (a loaded resume position)."""
-        resume = self._resume if self._resume_epoch == self.epoch else []
+        """Per worker stream, the samples to skip in this pass (a loaded resume position).
+        A resume position of another number of workers is first made an elastic one (from the
+        loaded states of all ranks)."""
+        resuming = self._resume_epoch == self.epoch
+        resume = self._resume if resuming else []
         if any(resume) and len(resume) != workers:
-            raise ValueError(
-                f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
-                f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (the worker split of "
-                "the shards depends on it)"
-            )
+            if self._loaded is None:
+                raise ValueError(
+                    f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
+                    f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (the worker split of "
+                    "the shards depends on it), or load the states of all ranks (a list) for an elastic resume"
+                )
+            self._merge(self._loaded, self._base)
+            self._loaded = None
+            self._plan_id = _plan_id(self._base)
+            if torch.utils.data.get_worker_info() is None:
+                self._publish()
+            resume = []
+        self._progress_base = self._base if resuming else None
         return list(resume) if any(resume) else [0] * workers
 
     def _finish_epoch(self) -> None:
@@ -864,6 +1017,9 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         if self._resume_epoch == self.epoch:
             self._resume_epoch = -1
             self._resume = []
+            self._base = None
+            self._loaded = None
+            self._plan_id = 0
             self._publish()
 
     # -- iteration ------------------------------------------------------------------------
@@ -876,18 +1032,19 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         rank, world = self._resolve()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         skip = self._start(workers)[worker]
-        rank_shards = self.rank_shards()
-        mine = rank_shards[worker::workers]
-        if worker == 0 and len(rank_shards) < workers:
+        base = self._base if self._resume_epoch == self.epoch else None
+        pieces = self._pieces(self.epoch, base)
+        rank_pieces = pieces[rank::world]
+        mine = self._worker_pieces(pieces, rank, world, worker, workers)
+        if worker == 0 and len(rank_pieces) < workers:
             warnings.warn(
-                f"dsv.torch.TarShardDataset: rank {rank} has {len(rank_shards)} shard(s) for {workers} worker(s): "
-                f"{workers - len(rank_shards)} worker(s) read nothing (give at least ranks x workers shards)",
+                f"dsv.torch.TarShardDataset: rank {rank} has {len(rank_pieces)} shard(s) for {workers} worker(s): "
+                f"{workers - len(rank_pieces)} worker(s) read nothing (give at least ranks x workers shards)",
                 stacklevel=2,
             )
         if in_main:
             self._consumed = [skip]
-        key = f"{self.version.id}\0{self.seed}\0{self.epoch}\0{world}\0{rank}\0{worker}\0{workers}"
-        stream = self._stream(mine, random.Random(key), skip)
+        stream = self._stream(mine, self._rng(self.epoch, world, rank, worker, workers, base), skip)
         for count, sample in enumerate(stream, start=skip + 1):
             if in_main:
                 self._consumed = [count]
@@ -895,30 +1052,46 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         if in_main:
             self._finish_epoch()
 
-    def _stream(self, shards: List[str], rng: random.Random, skip: int) -> Iterator[Any]:
-        """The samples of ``shards`` in this worker's order, the first ``skip`` left out: they
+    def _stream(self, pieces: List[Piece], rng: random.Random, skip: int) -> Iterator[Any]:
+        """The samples of ``pieces`` in this worker's order, the first ``skip`` left out: they
         are replayed (headers read, data not) so the shuffle buffer reaches the same state."""
         version = self.version
         replaying = [skip > 0]
-        pending = self._pending(shards, lambda: not replaying[0])
+        items = self._items(pieces, lambda: not replaying[0])
         if self.shuffle:
-            pending = _shuffled(pending, self.buffer_size, rng)
+            items = _shuffled(items, self.buffer_size, rng)
         transform = self.transform
-        for produced, item in enumerate(pending):
+        for produced, (_, _, item) in enumerate(items):
             if produced < skip:
                 continue
             replaying[0] = False
             sample = item.complete(version)
             yield sample if transform is None else transform(sample)
 
-    def _pending(self, shards: List[str], with_data: Callable[[], bool]) -> Iterator[Pending]:
-        """The samples of ``shards``, one shard after another; while one is read the next is
-        fetched into the store (when its data is only on a remote) on a background thread."""
-        for index, path in enumerate(shards):
-            with TarShard(self.version, path) as shard:
-                if index + 1 < len(shards):
-                    _prefetch_later(self.version, shards[index + 1])
-                yield from samples(shard, with_data)
+    def _items(
+        self,
+        pieces: List[Piece],
+        with_data: Callable[[], bool],
+        sizes: Optional[Dict[int, int]] = None,
+        prefetch: bool = True,
+    ) -> Iterator[Tuple[int, int, Pending]]:
+        """The samples of ``pieces``, one shard after another, each as (shard index, ordinal
+        in its shard, sample), those a piece leaves out skipped (their data not read). While
+        one shard is read the next is fetched into the store (when its data is only on a
+        remote) on a background thread. A shard read to its end puts its number of samples
+        in ``sizes``."""
+        for number, (index, excluded) in enumerate(pieces):
+            with TarShard(self.version, self.shards[index]) as shard:
+                if prefetch and number + 1 < len(pieces):
+                    _prefetch_later(self.version, self.shards[pieces[number + 1][0]])
+                ordinal = [0]
+                for item in samples(shard, lambda: with_data() and ordinal[0] not in excluded):
+                    this = ordinal[0]
+                    ordinal[0] += 1
+                    if this not in excluded:
+                        yield index, this, item
+                if sizes is not None:
+                    sizes[index] = ordinal[0]
 
     def __getstate__(self) -> Dict[str, Any]:
         self._resolve()
