@@ -2,10 +2,13 @@
 
 - :class:`VersionDataset`: map-style (``len(ds)``, ``ds[i]``), for a ``DataLoader`` with any
   sampler (``DistributedSampler`` included).
+- :class:`VersionSampler`: a sampler for a :class:`VersionDataset` with the order, rank split
+  and resumable (also elastic) state of :class:`IterableVersionDataset`.
 - :class:`IterableVersionDataset`: an ``IterableDataset`` that splits the version between
   ranks (``torch.distributed``) and ``DataLoader`` workers itself, shuffles deterministically
   per epoch, can give every rank the same number of samples, and records its progress in a
-  state dict to resume mid-epoch without repeats or skips.
+  state dict to resume mid-epoch without repeats or skips, also at another world size or
+  number of workers (elastic resume).
 - :class:`TarShardDataset`: an ``IterableDataset`` over the members of tar files of the
   version (WebDataset layout: the files of one sample share a key), read in place through
   ranged reads: shards split between ranks and workers, a seeded shuffle buffer, resumable.
@@ -44,7 +47,7 @@ from ._parquet import RowGroup, assign, open_parquet, row_groups
 from ._tar import Pending, TarShard, samples
 from .errors import InvalidShard, NotAFile
 
-__all__ = ["VersionDataset", "IterableVersionDataset", "TarShardDataset", "ParquetRowDataset", "DataLoader"]
+__all__ = ["VersionDataset", "VersionSampler", "IterableVersionDataset", "TarShardDataset", "ParquetRowDataset", "DataLoader"]
 
 Include = Union[str, Sequence[str], None]
 Transform = Callable[[str, bytes], Any]
@@ -296,6 +299,16 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
     Resuming: ``state_dict()`` records the epoch and how many of this rank's samples the
     training loop has consumed in it; ``load_state_dict(state)`` makes the next pass over that
     epoch start right after them.
+
+    Elastic resume: a job may resume at another world size (the number of workers never
+    matters here). Give every new rank the list of the state dicts of all the old ranks
+    (``load_state_dict(states)``): the samples of the epoch no old rank had read, in the
+    epoch's order, are split between the new ranks (rank ``r`` of ``W`` taking every
+    ``W``-th from ``r``), so each is read once in all; the step is kept in the state
+    (``history``), so a second preemption in the same epoch resumes elastically again, and
+    the next epoch is split as usual. With ``equal_per_rank=True`` the remaining samples are
+    padded to a multiple of the new world size by repeating the first of them: every rank
+    reads as many, at most ``W - 1`` samples twice.
 
     A sample is ``transform(path, data)``, or ``(path, data)`` without a transform.
     """
@@ -607,6 +620,84 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
             self._publish()
 
 
+class VersionSampler(torch.utils.data.Sampler):
+    """A sampler of a :class:`VersionDataset` (indexes into its ``paths``) with the order and
+    split of :class:`IterableVersionDataset`: path order, or with ``shuffle=True`` a
+    permutation of (version id, ``seed``, epoch); rank ``r`` of ``W`` takes every ``W``-th
+    index from ``r`` (``rank``/``world_size`` from ``torch.distributed`` when it is
+    initialized, else the arguments, default 0 of 1); ``equal_per_rank=True`` pads as
+    ``DistributedSampler`` does. Give it to the loader as ``sampler=``; call ``set_epoch(e)``
+    before each epoch.
+
+    Resuming: ``state_dict()`` records the epoch and the rank's samples the training loop has
+    consumed (exact through :class:`dsv.torch.DataLoader`, which counts the batches the loop
+    took, and without a loader); ``load_state_dict(state)`` makes the next pass over that
+    epoch start after them. Elastic resume: at another world size give every rank the list
+    of all the old ranks' states: the indexes no rank had read are split between the new
+    ranks, each read once in all (see :meth:`IterableVersionDataset.load_state_dict`). The
+    state has the same format as an :class:`IterableVersionDataset`'s."""
+
+    def __init__(
+        self,
+        dataset: VersionDataset,
+        shuffle: bool = True,
+        seed: int = 0,
+        equal_per_rank: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+    ) -> None:
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if rank is not None and world_size is not None:
+            _check_rank(rank, world_size)
+        self.dataset = dataset
+        self.version = dataset.version
+        self.paths = dataset.paths
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.equal_per_rank = bool(equal_per_rank)
+        self.epoch = 0
+        self._explicit = (rank, world_size) if rank is not None else None
+        self._rank_world = self._explicit or (0, 1)
+        self._resume_epoch = -1
+        self._resume = 0
+        self._consumed = 0
+        self._history: List[Dict[str, Any]] = []
+        self._progress: List[Dict[str, Any]] = []
+        self._plan_id = 0
+        self._resolve()
+
+    def _publish(self) -> None:
+        """Nothing to share: a sampler runs in the training process only."""
+
+    _resolve = IterableVersionDataset._resolve
+    rank = IterableVersionDataset.rank
+    world_size = IterableVersionDataset.world_size
+    order = IterableVersionDataset.order
+    rank_order = IterableVersionDataset.rank_order
+    _rank_order = IterableVersionDataset._rank_order
+    __len__ = IterableVersionDataset.__len__
+    set_epoch = IterableVersionDataset.set_epoch
+    state_dict = IterableVersionDataset.state_dict
+    _order_key = IterableVersionDataset._order_key
+    load_state_dict = IterableVersionDataset.load_state_dict
+    _start = IterableVersionDataset._start
+    _finish_epoch = IterableVersionDataset._finish_epoch
+
+    def _position(self) -> int:
+        """Where the next pass starts in the rank's order, without starting it."""
+        return self._resume if self._resume_epoch == self.epoch else 0
+
+    def __iter__(self) -> Iterator[int]:
+        self._resolve()
+        start = self._start()
+        for count, index in enumerate(self.rank_order()[start:], start=start + 1):
+            # A loader takes indexes ahead of the loop: dsv.torch.DataLoader corrects this.
+            self._consumed = count
+            yield index
+        self._finish_epoch()
+
+
 # -- tar shards -------------------------------------------------------------------------------
 
 # The most DataLoader workers (per rank) whose positions a TarShardDataset's state records.
@@ -730,7 +821,16 @@ class TarShardDataset(torch.utils.data.IterableDataset):
     next pass over that epoch replay its stream up to that point (reading headers, not the
     data of samples it skips) and go on from there, so no sample is repeated or skipped. The
     counts are exact through :class:`dsv.torch.DataLoader` (it counts the batches of each
-    worker the loop took) or with ``num_workers=0``; resume with the same number of workers.
+    worker the loop took) or with ``num_workers=0``.
+
+    Elastic resume: with another world size or number of workers, give every new rank the
+    list of the state dicts of all the old ranks (``load_state_dict(states)``). Each old
+    worker's stream is replayed (headers read, no data) to find the samples it consumed;
+    finished shards are dropped, partly read ones keep the ordinals of the samples read from
+    them (``base`` in the state), and the remaining shards are split between the ranks and
+    workers now as whole shards are, each leaving out its samples read before: every
+    remaining sample is read once in all, and the next epoch is split as usual. With only
+    the rank's own state, resume with the same number of workers.
     """
 
     def __init__(
@@ -1535,6 +1635,13 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.dataset
+        sampler = self.sampler if isinstance(self.sampler, VersionSampler) else None
+        if sampler is None and self.batch_sampler is not None:
+            inner = getattr(self.batch_sampler, "sampler", None)
+            sampler = inner if isinstance(inner, VersionSampler) else None
+        if sampler is not None:
+            yield from self._iter_sampler(sampler)
+            return
         if isinstance(dataset, (TarShardDataset, ParquetRowDataset)):
             yield from self._iter_tar(dataset)
             return
@@ -1549,6 +1656,17 @@ class DataLoader(torch.utils.data.DataLoader):
             dataset._consumed = consumed
             yield batch
         dataset._finish_epoch()
+
+    def _iter_sampler(self, sampler: VersionSampler) -> Iterator[Any]:
+        """Counts the samples of the batches the loop has taken (the loader draws indexes
+        from the sampler ahead of the loop)."""
+        consumed = sampler._position()
+        total = len(sampler.rank_order())
+        per_batch = self.batch_size or 1
+        for batch in super().__iter__():
+            consumed = min(consumed + per_batch, total)
+            sampler._consumed = consumed
+            yield batch
 
     def _iter_tar(self, dataset: Union[TarShardDataset, ParquetRowDataset]) -> Iterator[Any]:
         consumed = dataset._start(max(1, self.num_workers))

@@ -16,7 +16,7 @@ import pytest
 
 import dsv
 from conftest import dsv_json, run_dsv
-from dsv.torch import DataLoader, IterableVersionDataset, TarShardDataset
+from dsv.torch import DataLoader, IterableVersionDataset, TarShardDataset, VersionDataset, VersionSampler
 
 # -- IterableVersionDataset -------------------------------------------------------------------
 
@@ -153,6 +153,47 @@ def test_iterable_an_elastic_resume_needs_every_ranks_state(version):
         ds.load_state_dict([states[0], dict(states[1], epoch=7)])
     with pytest.raises(ValueError, match="seed"):
         IterableVersionDataset(version, shuffle=True, seed=6, rank=0, world_size=3).load_state_dict(states)
+
+
+# -- VersionDataset with dsv.torch.VersionSampler -------------------------------------------
+
+
+def sampled(version, rank: int, world: int, steps=None, state=None, workers: int = 2):
+    """Paths read through dsv.torch.DataLoader over a VersionDataset with a VersionSampler of
+    rank/world (`steps` batches, or all, after loading `state`), and the sampler's state then."""
+    ds = VersionDataset(version)
+    sampler = VersionSampler(ds, shuffle=True, seed=5, rank=rank, world_size=world)
+    sampler.set_epoch(2)
+    if state is not None:
+        sampler.load_state_dict(state)
+    seen: List[str] = []
+    for step, batch in enumerate(DataLoader(ds, batch_size=4, sampler=sampler, num_workers=workers), start=1):
+        seen += paths_of(batch)
+        if step == steps:
+            break
+    return seen, json.loads(json.dumps(sampler.state_dict()))
+
+
+def test_version_sampler_resumes_exactly_and_elastically(version):
+    everything = epoch_order(version)
+    unbroken = {r: sampled(version, r, 2)[0] for r in range(2)}
+    # The same order and split as IterableVersionDataset.
+    assert unbroken[1] == [p for p, _ in iterable(version, 1, 2)]
+    first: List[str] = []
+    states = []
+    for rank, steps in ((0, 4), (1, 2)):
+        seen, state = sampled(version, rank, 2, steps=steps)
+        assert seen == unbroken[rank][: 4 * steps] and state["samples_seen"] == 4 * steps, "exact with workers"
+        first += seen
+        states.append(state)
+    # Same world size: exactly where it stopped.
+    assert sampled(version, 0, 2, state=states[0])[0] == unbroken[0][16:]
+    # World size 2 -> 3 and workers 2 -> 3: each remaining sample once, in the epoch's order.
+    second = {r: sampled(version, r, 3, state=states, workers=3)[0] for r in range(3)}
+    remaining = [p for p in everything if p not in set(first)]
+    for rank in range(3):
+        assert second[rank] == remaining[rank::3]
+    assert collections.Counter(first + [p for r in range(3) for p in second[r]]) == collections.Counter(everything)
 
 
 # -- TarShardDataset --------------------------------------------------------------------------
