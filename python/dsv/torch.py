@@ -523,7 +523,7 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         else:
             if not _all_ranks(states, saved_world):
                 raise ValueError(
-                    f"the state is of world size {saved_world} and this dataset's is {world}: an elastic resume needs "
+                    f"the state's world_size is {saved_world} and this dataset's is {world}: an elastic resume needs "
                     f"the states of all {saved_world} ranks, as a list (gather them with "
                     "torch.distributed.all_gather_object when saving)"
                 )
@@ -1035,7 +1035,7 @@ class TarShardDataset(torch.utils.data.IterableDataset):
                 if one.get(key) != first.get(key):
                     raise ValueError(f"the states disagree: their {key} differs ({first.get(key)!r}, {one.get(key)!r})")
         saved_world = int(first["world_size"])
-        base = _check_base(first.get("base"), len(self.shards))
+        base = self._check_base(first.get("base"))
         complete = _all_ranks(states, saved_world)
         self.epoch = int(first["epoch"])
         self._resume_epoch = self.epoch
@@ -1052,7 +1052,7 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         else:
             if not complete:
                 raise ValueError(
-                    f"the state is of world size {saved_world} and this dataset's is {world}: an elastic resume needs "
+                    f"the state's world_size is {saved_world} and this dataset's is {world}: an elastic resume needs "
                     f"the states of all {saved_world} ranks, as a list (gather them with "
                     "torch.distributed.all_gather_object when saving)"
                 )
@@ -1060,6 +1060,11 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         self._progress_base = self._base
         self._plan_id = _plan_id(self._base)
         self._publish()
+
+    def _check_base(self, base: Any) -> Optional[Dict[str, Any]]:
+        return _check_base(base, len(self.shards))
+
+    _UNITS = "shards"
 
     def _merge(self, states: List[Dict[str, Any]], base: Optional[Dict[str, Any]]) -> None:
         """Elastic resume: from the states of all ranks (one epoch, world size and number of
@@ -1101,7 +1106,7 @@ class TarShardDataset(torch.utils.data.IterableDataset):
                 raise ValueError(
                     f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
                     f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (the worker split of "
-                    "the shards depends on it), or load the states of all ranks (a list) for an elastic resume"
+                    f"the {self._UNITS} depends on it), or load the states of all ranks (a list) for an elastic resume"
                 )
             self._merge(self._loaded, self._base)
             self._loaded = None
@@ -1298,6 +1303,12 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         self._resume: List[int] = []
         # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
         self._consumed: List[int] = [0]
+        # Elastic resume (as TarShardDataset's): row groups done, and per row group read in
+        # part the rows of it read (a prefix of its rows in the epoch's order).
+        self._base: Optional[Dict[str, Any]] = None
+        self._progress_base: Optional[Dict[str, Any]] = None
+        self._loaded: Optional[List[Dict[str, Any]]] = None
+        self._plan_id = 0
         self._shared = _SharedTarPosition()
         self._resolve()
         self._publish()
@@ -1344,11 +1355,13 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         self._resolve()
         if epoch != self.epoch:
             self._consumed = [0] * len(self._consumed)
+            self._progress_base = None
         self.epoch = int(epoch)
         self._publish()
 
-    def _order_key(self, world: int) -> Dict[str, Any]:
-        """What the order depends on: a state dict resumes only where all of it matches."""
+    def _order_key(self) -> Dict[str, Any]:
+        """What the epoch's global order depends on: a state dict resumes only where all of
+        it matches."""
         plan = "\0".join(f"{g.path}\0{g.index}\0{g.rows}" for g in self.groups)
         return {
             "version": self.version.id,
@@ -1358,18 +1371,90 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
             "seed": self.seed,
             "batch_rows": self.batch_rows,
             "balance": self.balance,
-            "world_size": world,
         }
+
+    # -- elastic resume -------------------------------------------------------------------
+
+    _UNITS = "row groups"
+
+    def _check_base(self, base: Any) -> Optional[Dict[str, Any]]:
+        """A state's ``base``: row groups done (numbers into ``groups``) and ``[number, rows
+        read]`` of row groups read in part."""
+        if base is None:
+            return None
+        try:
+            done = sorted(int(i) for i in base["done"])
+            partial = sorted([int(i), int(r)] for i, r in base["partial"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"the state's base {base!r} is malformed") from None
+        numbers = done + [i for i, _ in partial]
+        if len(set(numbers)) != len(numbers) or any(not 0 <= i < len(self.groups) for i in numbers):
+            raise ValueError(f"the state's base {base!r} is malformed")
+        if any(not 0 < r < self.groups[i].rows for i, r in partial):
+            raise ValueError(f"the state's base {base!r} is malformed")
+        return {"done": done, "partial": partial}
+
+    def _plan(self, epoch: int, base: Optional[Dict[str, Any]], part: int, parts: int) -> List[Tuple[RowGroup, int]]:
+        """Share ``part`` of ``parts`` of epoch ``epoch``'s work: its row groups, each with the
+        rows of it read before (a prefix in the epoch's order). Without ``base``, the shares
+        of ``worker_groups``; with it, the row groups not done, cut by their rows left."""
+        if base is None:
+            return [(g, 0) for g in assign(self.group_order(epoch), part, parts, by=self.balance)]
+        if self.shuffle:
+            numbers = _dsv.permutation(len(self.groups), f"{self.version.id}\0{self.seed}\0{epoch}\0row_groups")
+        else:
+            numbers = list(range(len(self.groups)))
+        done = set(base["done"])
+        read = dict((i, r) for i, r in base["partial"])
+        left = []
+        for number in numbers:
+            if number in done:
+                continue
+            group = self.groups[number]
+            skip = read.get(number, 0)
+            fraction = (group.rows - skip) / group.rows if group.rows else 1.0
+            # The number in `index`'s place keeps groups apart (assign returns the tuples).
+            left.append(group._replace(index=number, rows=group.rows - skip, bytes=int(group.bytes * fraction)))
+        return [(self.groups[g.index], read.get(g.index, 0)) for g in assign(left, part, parts, by=self.balance)]
+
+    def _merge(self, states: List[Dict[str, Any]], base: Optional[Dict[str, Any]]) -> None:
+        """Elastic resume: the rows the states of all ranks consumed (each worker stream reads
+        its row groups in turn, so it consumed whole row groups and a prefix of one) become
+        the base of a new split of the epoch's remaining row groups."""
+        first = states[0]
+        epoch, world, workers = int(first["epoch"]), int(first["world_size"]), int(first["workers"])
+        number = {(g.path, g.index): n for n, g in enumerate(self.groups)}
+        done = set(base["done"]) if base else set()
+        read = dict((i, r) for i, r in base["partial"]) if base else {}
+        for state in states:
+            rank = int(state["rank"])
+            for worker, count in enumerate(int(c) for c in state["consumed"]):
+                rows = count * (self.batch_rows or 1)
+                for group, skip in self._plan(epoch, base, rank * workers + worker, world * workers):
+                    if rows <= 0:
+                        break
+                    n = number[(group.path, group.index)]
+                    left = group.rows - skip
+                    if rows >= left:
+                        done.add(n)
+                        read.pop(n, None)
+                    else:
+                        read[n] = skip + rows
+                    rows -= left
+        self._base = {"done": sorted(done), "partial": sorted([i, r] for i, r in read.items())}
+        self._resume = []
+        self._consumed = [0]
 
     def _position(self, worker: int, workers: int, samples: int) -> List[int]:
         """Where worker ``worker``'s stream is after ``samples`` samples: [row group number in
         its share, rows of that group read]."""
         rows = samples * (self.batch_rows or 1)
-        groups = self.worker_groups(worker, workers)
-        for number, group in enumerate(groups):
-            if rows < group.rows:
-                return [number, rows]
-            rows -= group.rows
+        rank, world = self._resolve()
+        groups = self._plan(self.epoch, self._progress_base, rank * workers + worker, world * workers)
+        for number, (group, skip) in enumerate(groups):
+            if rows < group.rows - skip:
+                return [number, skip + rows]
+            rows -= group.rows - skip
         return [len(groups), 0]
 
     def state_dict(self) -> Dict[str, Any]:
@@ -1384,47 +1469,19 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         consumed = [int(c) for c in self._consumed]
         workers = len(consumed)
         return {
-            **self._order_key(world),
+            **self._order_key(),
+            "world_size": world,
             "rank": rank,
             "epoch": self.epoch,
             "workers": workers,
             "consumed": consumed,
             "positions": [self._position(w, workers, c) for w, c in enumerate(consumed)],
             "samples_seen": sum(consumed),
+            "base": self._progress_base,
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from ``state`` (from ``state_dict()``): the epoch it names, and its next
-        pass over that epoch starts, in each worker, after the samples already consumed.
-        Raises ``ValueError`` when ``state`` is of another version, row group plan, seed,
-        shuffle, ``batch_rows``, balance, world size or rank (its order would differ)."""
-        rank, world = self._resolve()
-        expected = {**self._order_key(world), "rank": rank}
-        for key, value in expected.items():
-            if state.get(key) != value:
-                raise ValueError(
-                    f"the state is of another order: its {key} is {state.get(key)!r}, this dataset's is {value!r}"
-                )
-        consumed = [int(c) for c in state["consumed"]]
-        if len(consumed) != int(state["workers"]) or not 1 <= len(consumed) <= _MAX_WORKERS or min(consumed) < 0:
-            raise ValueError(f"the state's consumed counts {consumed!r} are malformed")
-        self.epoch = int(state["epoch"])
-        self._resume_epoch = self.epoch
-        self._resume = consumed
-        self._consumed = list(consumed)
-        self._publish()
-
-    def _start(self, workers: int) -> List[int]:
-        """Per worker stream, the samples to skip in this pass (a loaded resume position)."""
-        resume = self._resume if self._resume_epoch == self.epoch else []
-        if any(resume) and len(resume) != workers:
-            raise ValueError(
-                f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
-                f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (the worker split of "
-                "the row groups depends on it)"
-            )
-        return list(resume) if any(resume) else [0] * workers
-
+    load_state_dict = TarShardDataset.load_state_dict
+    _start = TarShardDataset._start
     _finish_epoch = TarShardDataset._finish_epoch
 
     # -- iteration ------------------------------------------------------------------------
@@ -1437,9 +1494,10 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         rank, world = self._resolve()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         skip = self._start(workers)[worker]
-        mine = self.worker_groups(worker, workers)
+        base = self._base if self._resume_epoch == self.epoch else None
+        mine = self._plan(self.epoch, base, rank * workers + worker, world * workers)
         if worker == 0:
-            shares = [mine] + [self.worker_groups(w, workers) for w in range(1, workers)]
+            shares = [mine] + [self._plan(self.epoch, base, rank * workers + w, world * workers) for w in range(1, workers)]
             idle = sum(1 for share in shares if not share)
             if idle:
                 warnings.warn(
@@ -1459,17 +1517,17 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         if in_main:
             self._finish_epoch()
 
-    def _tables(self, groups: List[RowGroup], skip: int) -> Iterator[Any]:
-        """The rows of ``groups`` in this epoch's order, as one ``pyarrow.Table`` per row
-        group, the first ``skip`` rows left out: whole row groups among them are not read.
-        While the rows of one row group are handed out, the next one is read on a background
-        thread."""
+    def _tables(self, groups: List[Tuple[RowGroup, int]], skip: int) -> Iterator[Any]:
+        """The rows of ``groups`` (each a row group and the rows of it read before) in this
+        epoch's order, as one ``pyarrow.Table`` per row group, the first ``skip`` rows left
+        out: whole row groups among them are not read. While the rows of one row group are
+        handed out, the next one is read on a background thread."""
         todo: List[Tuple[RowGroup, int]] = []
-        for group in groups:
-            if skip >= group.rows:
-                skip -= group.rows
+        for group, before in groups:
+            if skip >= group.rows - before:
+                skip -= group.rows - before
                 continue
-            todo.append((group, skip))
+            todo.append((group, before + skip))
             skip = 0
         reader = _RowGroupReader(self.version, self.columns)
         ahead: Optional[_Ahead] = None

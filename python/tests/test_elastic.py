@@ -15,8 +15,15 @@ from typing import Dict, List, Sequence
 import pytest
 
 import dsv
-from conftest import dsv_json, run_dsv
-from dsv.torch import DataLoader, IterableVersionDataset, TarShardDataset, VersionDataset, VersionSampler
+from conftest import dsv_json, need, run_dsv, write_engine_version
+from dsv.torch import (
+    DataLoader,
+    IterableVersionDataset,
+    ParquetRowDataset,
+    TarShardDataset,
+    VersionDataset,
+    VersionSampler,
+)
 
 # -- IterableVersionDataset -------------------------------------------------------------------
 
@@ -349,3 +356,48 @@ def test_the_docs_snippet_runs(local_store):
     assert len(snippets) == 1
     code = snippets[0].split("```")[0].replace('"/data/project"', repr(str(local_store["base"])))
     exec(compile(code, "elastic.md", "exec"), {})
+
+
+# -- ParquetRowDataset ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rows_version(tmp_path_factory):
+    """conftest's covid@v1 tables (row groups of 20 rows) committed to a local store."""
+    need("pyarrow")
+    need("pandas")
+    base = tmp_path_factory.mktemp("elastic-rows")
+    write_engine_version(base / "covid", 1)
+    run_dsv("init", str(base))
+    dsv_json("commit", str(base / "covid"), "--dataset", "covid", "-m", "v1", "--tag", "v1", store=base / ".dsv")
+    return dsv.Store(base).version("covid@v1")
+
+
+def rows_of(samples) -> List[tuple]:
+    return [(s["date"], s["country"], s["confirmed"]) for s in samples]
+
+
+def parquet(version, rank: int, world: int) -> ParquetRowDataset:
+    ds = ParquetRowDataset(version, shuffle=True, seed=4, rank=rank, world_size=world)
+    ds.set_epoch(1)
+    return ds
+
+
+@pytest.mark.filterwarnings("ignore:dsv.torch.ParquetRowDataset")
+def test_parquet_rows_world_2_to_3_and_workers_0_to_2(rows_version):
+    everything = rows_of(parquet(rows_version, 0, 1))
+    assert len(set(everything)) == len(everything)
+    first, states = [], []
+    for rank, count in ((0, 33), (1, 51)):
+        ds = parquet(rows_version, rank, 2)
+        it = iter(ds)
+        first += rows_of(next(it) for _ in range(count))
+        states.append(json.loads(json.dumps(ds.state_dict())))
+    second = []
+    for rank in range(3):
+        ds = ParquetRowDataset(rows_version, shuffle=True, seed=4, rank=rank, world_size=3)
+        ds.load_state_dict(states)
+        assert ds.state_dict()["base"]["partial"], "row groups read in part are kept"
+        for batch in DataLoader(ds, batch_size=5, num_workers=2):
+            second += list(zip(batch["date"], batch["country"], batch["confirmed"].tolist()))
+    assert collections.Counter(first + second) == collections.Counter(everything)
