@@ -401,3 +401,21 @@ def test_parquet_rows_world_2_to_3_and_workers_0_to_2(rows_version):
         for batch in DataLoader(ds, batch_size=5, num_workers=2):
             second += list(zip(batch["date"], batch["country"], batch["confirmed"].tolist()))
     assert collections.Counter(first + second) == collections.Counter(everything)
+
+
+def test_an_elastic_state_loaded_after_persistent_workers_started_is_refused(version):
+    states = []
+    for rank in range(2):
+        ds = iterable(version, rank, 2)
+        it = iter(ds)
+        [next(it) for _ in range(6)]
+        states.append(ds.state_dict())
+    ds = iterable(version, 0, 3)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    list(loader)  # the workers start with no elastic plan
+    ds.load_state_dict(states)
+    with pytest.raises(RuntimeError, match="make the DataLoader after load_state_dict"):
+        list(loader)
+    expected = [ds.paths[i] for i in ds.rank_order()]
+    fresh = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    assert [p for b in fresh for p in paths_of(b)] == expected
