@@ -47,7 +47,14 @@ from ._parquet import RowGroup, assign, open_parquet, row_groups
 from ._tar import Pending, TarShard, samples
 from .errors import InvalidShard, NotAFile
 
-__all__ = ["VersionDataset", "VersionSampler", "IterableVersionDataset", "TarShardDataset", "ParquetRowDataset", "DataLoader"]
+__all__ = [
+    "VersionDataset",
+    "VersionSampler",
+    "IterableVersionDataset",
+    "TarShardDataset",
+    "ParquetRowDataset",
+    "DataLoader",
+]
 
 Include = Union[str, Sequence[str], None]
 Transform = Callable[[str, bytes], Any]
@@ -1255,8 +1262,18 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
     offset); ``load_state_dict(state)`` makes each worker of the next pass over that epoch
     skip the row groups it had finished without reading them and go on from the row after
     the last one consumed, so each remaining row comes exactly once. The counts are exact
-    through :class:`dsv.torch.DataLoader` or with ``num_workers=0``; resume with the same
-    world size and number of workers. ``set_epoch(e)`` picks the epoch.
+    through :class:`dsv.torch.DataLoader` or with ``num_workers=0``. ``set_epoch(e)`` picks
+    the epoch.
+
+    Elastic resume: with another world size or number of workers, give every new rank the
+    list of the state dicts of all the old ranks (``load_state_dict(states)``). Each old
+    worker stream had consumed whole row groups of its share and a prefix of the next one:
+    the row groups done are dropped, those read in part keep the number of rows read
+    (``base`` in the state: ``{"done": [numbers into groups], "partial": [[number, rows]]}``),
+    and the rest is cut again into ``world_size x num_workers`` shares by the rows (or
+    bytes) left, each row group read in part going on after its rows read before: every
+    remaining row is read once in all, and the next epoch is split as usual. With only the
+    rank's own state, resume with the same world size and number of workers.
 
     Needs ``pyarrow``.
     """
@@ -1497,7 +1514,9 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         base = self._base if self._resume_epoch == self.epoch else None
         mine = self._plan(self.epoch, base, rank * workers + worker, world * workers)
         if worker == 0:
-            shares = [mine] + [self._plan(self.epoch, base, rank * workers + w, world * workers) for w in range(1, workers)]
+            shares = [mine] + [
+                self._plan(self.epoch, base, rank * workers + w, world * workers) for w in range(1, workers)
+            ]
             idle = sum(1 for share in shares if not share)
             if idle:
                 warnings.warn(
