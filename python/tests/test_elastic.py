@@ -419,3 +419,29 @@ def test_an_elastic_state_loaded_after_persistent_workers_started_is_refused(ver
     expected = [ds.paths[i] for i in ds.rank_order()]
     fresh = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
     assert [p for b in fresh for p in paths_of(b)] == expected
+
+
+def test_tar_without_shuffle_the_order_after_an_elastic_resume_is_defined(tar_version):
+    """Unshuffled, the resumed order is defined: the shards not finished, in shard order,
+    split between the new ranks as whole shards are, each without its samples read before."""
+    shard_keys, start = [], 0
+    for size in SHARD_SIZES:
+        shard_keys.append(ALL_KEYS[start : start + size])
+        start += size
+    first: List[str] = []
+    states = []
+    for rank, count in ((0, 40), (1, 20)):
+        ds = TarShardDataset(tar_version, "shards/*.tar", rank=rank, world_size=2)
+        it = iter(ds)
+        keys = [next(it)["__key__"] for _ in range(count)]
+        # Unshuffled, a rank reads its shards (every 2nd from its rank) one after another.
+        assert keys == [k for keys_ in shard_keys[rank::2] for k in keys_][:count]
+        first += keys
+        states.append(ds.state_dict())
+    read = set(first)
+    left = [[k for k in keys_ if k not in read] for keys_ in shard_keys]
+    pieces = [keys_ for keys_ in left if keys_]
+    for rank in range(3):
+        ds = TarShardDataset(tar_version, "shards/*.tar", rank=rank, world_size=3)
+        ds.load_state_dict(states)
+        assert [s["__key__"] for s in ds] == [k for keys_ in pieces[rank::3] for k in keys_]
