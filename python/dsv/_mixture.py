@@ -25,30 +25,30 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.utils.data
 
-from .torch import (
-    _FIRST_WINDOW,
-    _MAX_WORKERS,
-    IterableVersionDataset,
-    ParquetRowDataset,
-    TarShardDataset,
-    _Prefetcher,
-    _sample,
-)
-
 __all__ = ["CombinedDataset"]
 
 STOPS = ("shortest", "longest", "cycle")
-_MEMBER_TYPES = (IterableVersionDataset, TarShardDataset, ParquetRowDataset)
+# The most DataLoader workers (per rank) whose positions a mixture's state records.
+_MAX_WORKERS = 256
+
+
+def _torch_module() -> Any:
+    """``dsv.torch``, imported when first needed: it imports this module at its end, and a
+    spawned DataLoader worker unpickling a mixture imports this module first."""
+    from . import torch as dsv_torch
+
+    return dsv_torch
 
 
 def _weights(datasets: Sequence[Any], weights: Optional[Sequence[float]]) -> List[float]:
     """The members' weights normalized to sum 1: ``weights``, or the members' sizes."""
+    t = _torch_module()
     if weights is None:
         sizes = []
         for number, member in enumerate(datasets):
-            if isinstance(member, IterableVersionDataset):
+            if isinstance(member, t.IterableVersionDataset):
                 sizes.append(float(len(member.paths)))
-            elif isinstance(member, ParquetRowDataset):
+            elif isinstance(member, t.ParquetRowDataset):
                 rows = member.num_rows
                 sizes.append(float(rows if member.batch_rows is None else math.ceil(rows / member.batch_rows)))
             else:
@@ -138,10 +138,13 @@ class _Pass:
         view._resume_epoch = -1
         self.view = view
         self.position = 0
-        if isinstance(member, IterableVersionDataset):
+        t = _torch_module()
+        self.sample = t._sample
+        self.prefetch = lambda paths: t._Prefetcher(view.version, paths, first=t._FIRST_WINDOW)
+        if isinstance(member, t.IterableVersionDataset):
             # Known without reading: skipping needs no data, and the length is known.
             self.paths: Optional[List[str]] = [view.paths[i] for i in view._worker_share(view.rank_order(epoch))]
-            self.prefetcher: Optional[_Prefetcher] = None
+            self.prefetcher: Any = None
             self.base = 0
         else:
             self.paths = None
@@ -176,11 +179,11 @@ class _Pass:
             return False, None
         if self.prefetcher is None:
             self.base = self.position
-            self.prefetcher = _Prefetcher(self.view.version, self.paths[self.base :], first=_FIRST_WINDOW)
+            self.prefetcher = self.prefetch(self.paths[self.base :])
         self.prefetcher.wait(self.position - self.base)
         path = self.paths[self.position]
         self.position += 1
-        return True, _sample(self.view.transform, path, self.view.version.read(path))
+        return True, self.sample(self.view.transform, path, self.view.version.read(path))
 
     def close(self) -> None:
         if self.paths is None:
@@ -296,8 +299,9 @@ class CombinedDataset(torch.utils.data.IterableDataset):
         members = list(datasets)
         if not members:
             raise ValueError("a mixture needs at least one dataset")
+        t = _torch_module()
         for number, member in enumerate(members):
-            if not isinstance(member, _MEMBER_TYPES):
+            if not isinstance(member, (t.IterableVersionDataset, t.TarShardDataset, t.ParquetRowDataset)):
                 raise TypeError(
                     f"member {number} is a {type(member).__name__}: a mixture's members are "
                     "dsv.torch.IterableVersionDataset, TarShardDataset or ParquetRowDataset"
