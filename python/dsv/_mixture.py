@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import copy
 import math
+import numbers
 import multiprocessing
 import multiprocessing.context
 import os
@@ -66,7 +67,7 @@ def _weights(datasets: Sequence[Any], weights: Optional[Sequence[float]]) -> Lis
         if len(weights) != len(datasets):
             raise ValueError(f"weights has {len(weights)} value(s) for {len(datasets)} member(s): give one per member")
         for number, weight in enumerate(weights):
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(float(weight)):
                 raise ValueError(f"weight {number} is {weight!r}: each weight must be a finite number")
             if weight < 0:
                 raise ValueError(f"weight {number} is {weight!r}: a weight cannot be negative")
@@ -279,7 +280,12 @@ class CombinedDataset(torch.utils.data.IterableDataset):
     ``IterableVersionDataset`` member skips its files without reading them; the others read
     through the samples they skip) and go on after them: the samples that follow are
     exactly those of an unbroken run. The counts are exact when the mixture is iterated in
-    this process or through :class:`dsv.torch.DataLoader`; resume with the same world size,
+    this process; with DataLoader workers the loader must tell the mixture which worker made
+    each batch the loop consumed, as :class:`dsv.torch.DataLoader` does for a
+    ``TarShardDataset`` (it does not count a mixture's batches yet; a plain ``DataLoader``
+    never does): otherwise the state restarts the epoch. A loader asks worker 0 first, so a
+    checkpoint taken when the workers had not all handed over as many batches resumes each
+    worker's stream exactly but interleaves their batches from worker 0 on. Resume with the same world size,
     number of workers, members, weights, ``stop``, ``seed`` and ``samples_per_epoch``
     (``ValueError`` otherwise: resuming at another world size or number of workers is not
     supported yet).
@@ -350,7 +356,11 @@ class CombinedDataset(torch.utils.data.IterableDataset):
     def _publish(self) -> None:
         """Writes where iteration starts to the memory the workers read (main process)."""
         if self._shared.owner != os.getpid():
-            self._shared = _SharedMixture(len(self.datasets))
+            # Another training process's memory (this one is a rank it started): ours instead,
+            # with the members found run out so far.
+            old, self._shared = self._shared, _SharedMixture(len(self.datasets))
+            for row in range(_MAX_WORKERS):
+                self._shared.write_found(row, old.found(row))
         rank, world = self._rank_world
         self._shared.write(self.epoch, self._resume_epoch, rank, world, self._resume, self._resume_dead)
 
@@ -535,6 +545,8 @@ class CombinedDataset(torch.utils.data.IterableDataset):
         in_main = info is None
         if in_main:
             self._resolve()
+            if self._shared.owner != os.getpid():
+                self._publish()
         else:
             self._adopt()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
