@@ -105,7 +105,15 @@ class _SharedMixture:
         start = base + row * self.members
         self.values[start : start + self.members] = list(values)
 
-    def write(self, epoch: int, resume_epoch: int, rank: int, world: int, resume: Sequence[int], dead: Sequence[Sequence[int]]) -> None:
+    def write(
+        self,
+        epoch: int,
+        resume_epoch: int,
+        rank: int,
+        world: int,
+        resume: Sequence[int],
+        dead: Sequence[Sequence[int]],
+    ) -> None:
         self.values[: self.HEAD] = [epoch, resume_epoch, rank, world, len(resume)]
         self.values[self.HEAD : self.HEAD + len(resume)] = list(resume)
         for row, counts in enumerate(dead):
@@ -285,10 +293,10 @@ class CombinedDataset(torch.utils.data.IterableDataset):
     ``TarShardDataset`` (it does not count a mixture's batches yet; a plain ``DataLoader``
     never does): otherwise the state restarts the epoch. A loader asks worker 0 first, so a
     checkpoint taken when the workers had not all handed over as many batches resumes each
-    worker's stream exactly but interleaves their batches from worker 0 on. Resume with the same world size,
-    number of workers, members, weights, ``stop``, ``seed`` and ``samples_per_epoch``
-    (``ValueError`` otherwise: resuming at another world size or number of workers is not
-    supported yet).
+    worker's stream exactly but interleaves their batches from worker 0 on. Resume with the
+    same world size, number of workers, members, weights, ``stop``, ``seed`` and
+    ``samples_per_epoch`` (``ValueError`` otherwise: resuming at another world size or
+    number of workers is not supported yet).
 
     Not a map-style dataset, and it has no ``len()``.
     """
@@ -509,7 +517,9 @@ class CombinedDataset(torch.utils.data.IterableDataset):
             or len(exhausted) != len(consumed)
             or any(len(row) != len(self.datasets) for row in exhausted)
         ):
-            raise ValueError(f"the state's consumed counts {consumed!r} or exhausted members {exhausted!r} are malformed")
+            raise ValueError(
+                f"the state's consumed counts {consumed!r} or exhausted members {exhausted!r} are malformed"
+            )
         self.set_epoch(int(state["epoch"]))
         self._resume_epoch = self.epoch
         self._resume = consumed
