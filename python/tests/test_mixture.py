@@ -62,6 +62,16 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
                 info.size = len(body)
                 tar.addfile(info, io.BytesIO(body))
     dsv_json("commit", str(data_s), "--dataset", "shards", "-m", "v1", "--tag", "v1", store=two / ".dsv")
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        return {"one": dsv.Store(str(one / ".dsv")), "two": dsv.Store(str(two / ".dsv"))}
+    data_r = base / "data-r"
+    data_r.mkdir()
+    table = pyarrow.table({"name": [f"row{i:04d}" for i in range(600)]})
+    pyarrow.parquet.write_table(table, data_r / "rows.parquet", row_group_size=100)
+    dsv_json("commit", str(data_r), "--dataset", "rows", "-m", "v1", "--tag", "v1", store=two / ".dsv")
     return {"one": dsv.Store(str(one / ".dsv")), "two": dsv.Store(str(two / ".dsv"))}
 
 
@@ -312,6 +322,25 @@ def test_weights_may_be_numpy_numbers(stores):
     numpy = pytest.importorskip("numpy")
     mixture = CombinedDataset(members(stores), weights=numpy.array([7, 3]))
     assert mixture.weights == [0.7, 0.3]
+
+
+def test_a_parquet_row_member_weighs_its_rows_and_resumes(stores):
+    pytest.importorskip("pyarrow")
+    from dsv.torch import ParquetRowDataset
+
+    def make():
+        rows = ParquetRowDataset(stores["two"].version("rows@v1"), shuffle=True, transform=lambda row: row["name"])
+        return CombinedDataset([rows, members(stores)[1]], stop="longest")
+
+    mixture = make()
+    assert mixture.weights == [600 / 2600, 2000 / 2600]
+    full = list(mixture)
+    assert sorted(full) == sorted([f"row{i:04d}" for i in range(600)] + members(stores)[1].paths)
+    it = iter(mixture)
+    head = [next(it) for _ in range(1234)]
+    resumed = make()
+    resumed.load_state_dict(mixture.state_dict())
+    assert head + list(resumed) == full
 
 
 @pytest.mark.xfail(
