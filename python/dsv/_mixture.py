@@ -447,14 +447,16 @@ class CombinedDataset(torch.utils.data.IterableDataset):
         """Selects the epoch of the mixture and of its members. Call it before each epoch, in
         the main process. A resume position loaded for another epoch is dropped."""
         self._resolve()
-        if epoch != self.epoch:
+        changed = epoch != self.epoch
+        if changed:
             self._consumed = [0] * len(self._consumed)
-            for row in range(len(self._consumed)):
-                self._shared.write_found(row, [-1] * len(self.datasets))
         self.epoch = int(epoch)
         for member in self.datasets:
             member.set_epoch(self.epoch)
         self._publish()
+        if changed:
+            for row in range(len(self._consumed)):
+                self._shared.write_found(row, [-1] * len(self.datasets))
 
     def _order_key(self, world: int) -> Dict[str, Any]:
         """What the draws depend on: a state dict resumes only where all of it matches."""
