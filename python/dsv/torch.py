@@ -1753,3 +1753,5 @@ class DataLoader(torch.utils.data.DataLoader):
             dataset._consumed = list(consumed)
             yield item.batch
         dataset._finish_epoch()
+
+from ._mixture import CombinedDataset  # noqa: E402,F401  (weighted mixtures: built on the classes above)

@@ -1,0 +1,630 @@
+"""Weighted mixtures of dsv iterable datasets: :class:`CombinedDataset`, exported by
+``dsv.torch`` (import it from there: this module is loaded at the end of ``dsv.torch``).
+
+How a mixture reads: each DataLoader worker of each rank (the main process without workers)
+mixes its own share of every member, the share the member would read by itself in that
+worker, drawing which member gives the next sample with a generator seeded by (``seed``,
+epoch, world size, rank, worker, number of workers). The draws are the only state the
+mixture adds, so a position is one number per worker: the samples the training loop has
+consumed from it. A resume replays that many draws (without reading the data of an
+``IterableVersionDataset`` member; other members replay their streams) and goes on from
+there, sample for sample as an unbroken run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import math
+import numbers
+import multiprocessing
+import multiprocessing.context
+import os
+import random
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.utils.data
+
+__all__ = ["CombinedDataset"]
+
+STOPS = ("shortest", "longest", "cycle")
+# The most DataLoader workers (per rank) whose positions a mixture's state records.
+_MAX_WORKERS = 256
+
+
+def _torch_module() -> Any:
+    """``dsv.torch``, imported when first needed: it imports this module at its end, and a
+    spawned DataLoader worker unpickling a mixture imports this module first."""
+    from . import torch as dsv_torch
+
+    return dsv_torch
+
+
+def _weights(datasets: Sequence[Any], weights: Optional[Sequence[float]]) -> List[float]:
+    """The members' weights normalized to sum 1: ``weights``, or the members' sizes."""
+    t = _torch_module()
+    if weights is None:
+        sizes = []
+        for number, member in enumerate(datasets):
+            if isinstance(member, t.IterableVersionDataset):
+                sizes.append(float(len(member.paths)))
+            elif isinstance(member, t.ParquetRowDataset):
+                rows = member.num_rows
+                sizes.append(float(rows if member.batch_rows is None else math.ceil(rows / member.batch_rows)))
+            else:
+                raise ValueError(
+                    f"member {number} ({type(member).__name__}) does not know its number of samples before it is "
+                    "read: give weights= (one per member)"
+                )
+        if sum(sizes) == 0:
+            raise ValueError("every member is empty: the mixture has nothing to draw from")
+        weights = sizes
+    else:
+        if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+            raise ValueError(f"weights must be a list of numbers, one per member, not {weights!r}")
+        weights = list(weights)
+        if len(weights) != len(datasets):
+            raise ValueError(f"weights has {len(weights)} value(s) for {len(datasets)} member(s): give one per member")
+        for number, weight in enumerate(weights):
+            if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(float(weight)):
+                raise ValueError(f"weight {number} is {weight!r}: each weight must be a finite number")
+            if weight < 0:
+                raise ValueError(f"weight {number} is {weight!r}: a weight cannot be negative")
+        if sum(weights) <= 0:
+            raise ValueError("the weights are all zero: at least one member must have a positive weight")
+    total = float(sum(weights))
+    return [float(w) / total for w in weights]
+
+
+def _share(total: int, parts: int, part: int) -> int:
+    """Part ``part`` of ``total`` cut into ``parts`` as equal as can be (the first ones one more)."""
+    return total // parts + (1 if part < total % parts else 0)
+
+
+class _SharedMixture:
+    """Memory shared between the main process and its DataLoader workers (see
+    ``dsv.torch._SharedPosition`` for how it travels and who owns it): what the main process
+    writes (epoch, epoch of a loaded resume position, rank, world size, the position's number
+    of worker streams, per worker the draws to replay and per worker and member the count at
+    which the member was found exhausted in it, -1 for not) and what workers write (per worker
+    and member the count at which the member was found exhausted in this pass, so that the
+    main process can replay the draws a checkpoint names)."""
+
+    HEAD = 5
+
+    def __init__(self, members: int) -> None:
+        self.members = members
+        self.values = multiprocessing.RawArray("q", self.HEAD + _MAX_WORKERS + 2 * _MAX_WORKERS * members)
+        self.owner = os.getpid()
+        for row in range(_MAX_WORKERS):
+            self.write_found(row, [-1] * members)
+            self._write_rows(self.HEAD + _MAX_WORKERS, row, [-1] * members)
+
+    def _write_rows(self, base: int, row: int, values: Sequence[int]) -> None:
+        start = base + row * self.members
+        self.values[start : start + self.members] = list(values)
+
+    def write(
+        self,
+        epoch: int,
+        resume_epoch: int,
+        rank: int,
+        world: int,
+        resume: Sequence[int],
+        dead: Sequence[Sequence[int]],
+    ) -> None:
+        self.values[: self.HEAD] = [epoch, resume_epoch, rank, world, len(resume)]
+        self.values[self.HEAD : self.HEAD + len(resume)] = list(resume)
+        for row, counts in enumerate(dead):
+            self._write_rows(self.HEAD + _MAX_WORKERS, row, counts)
+
+    def read(self) -> Tuple[int, int, int, int, List[int], List[List[int]]]:
+        values = self.values[:]
+        epoch, resume_epoch, rank, world, workers = values[: self.HEAD]
+        resume = values[self.HEAD : self.HEAD + workers]
+        base = self.HEAD + _MAX_WORKERS
+        dead = [values[base + row * self.members : base + (row + 1) * self.members] for row in range(workers)]
+        return epoch, resume_epoch, rank, world, resume, dead
+
+    def write_found(self, worker: int, counts: Sequence[int]) -> None:
+        self._write_rows(self.HEAD + _MAX_WORKERS + _MAX_WORKERS * self.members, worker, counts)
+
+    def found(self, worker: int) -> List[int]:
+        start = self.HEAD + _MAX_WORKERS + _MAX_WORKERS * self.members + worker * self.members
+        return list(self.values[start : start + self.members])
+
+
+class _Pass:
+    """The samples of one member in this worker, one pass over them, from the start of the
+    member's epoch ``epoch`` (its own resume position is not used: the mixture keeps it)."""
+
+    def __init__(self, member: Any, epoch: int, rank_world: Tuple[int, int]) -> None:
+        view = copy.copy(member)
+        view.epoch = epoch
+        view._explicit = rank_world
+        view._rank_world = rank_world
+        view._resume_epoch = -1
+        self.view = view
+        self.position = 0
+        t = _torch_module()
+        self.sample = t._sample
+        self.prefetch = lambda paths: t._Prefetcher(view.version, paths, first=t._FIRST_WINDOW)
+        if isinstance(member, t.IterableVersionDataset):
+            # Known without reading: skipping needs no data, and the length is known.
+            self.paths: Optional[List[str]] = [view.paths[i] for i in view._worker_share(view.rank_order(epoch))]
+            self.prefetcher: Any = None
+            self.base = 0
+        else:
+            self.paths = None
+            view._resume = []
+            view._consumed = [0]
+            # In a worker the member would take the main process's epoch and position from
+            # the memory it shares with it: this view keeps its own.
+            view._adopt = lambda: None
+            self.stream: Iterator[Any] = iter(view)
+
+    def skip(self) -> bool:
+        """Steps past one sample (without reading it when the member allows); False at the end."""
+        if self.paths is not None:
+            if self.position >= len(self.paths):
+                return False
+            self.position += 1
+            return True
+        for _ in self.stream:
+            self.position += 1
+            return True
+        return False
+
+    def take(self) -> Tuple[bool, Any]:
+        """(True, the next sample), or (False, None) at the end of the pass."""
+        if self.paths is None:
+            for sample in self.stream:
+                self.position += 1
+                return True, sample
+            return False, None
+        if self.position >= len(self.paths):
+            self.close()
+            return False, None
+        if self.prefetcher is None:
+            self.base = self.position
+            self.prefetcher = self.prefetch(self.paths[self.base :])
+        self.prefetcher.wait(self.position - self.base)
+        path = self.paths[self.position]
+        self.position += 1
+        return True, self.sample(self.view.transform, path, self.view.version.read(path))
+
+    def close(self) -> None:
+        if self.paths is None:
+            self.stream.close()  # type: ignore[attr-defined]
+        elif self.prefetcher is not None:
+            self.prefetcher.stop()
+
+
+class _MemberStream:
+    """A member's samples in this worker: one pass, or with ``cycle`` pass after pass
+    (pass ``p`` of mixture epoch ``e`` reads the member's epoch ``e + p``)."""
+
+    def __init__(self, member: Any, epoch: int, rank_world: Tuple[int, int], cycle: bool) -> None:
+        self.member, self.epoch, self.rank_world, self.cycle = member, epoch, rank_world, cycle
+        self.passes = 0
+        self.current = _Pass(member, epoch, rank_world)
+
+    def _next_pass(self) -> bool:
+        """Opens the next pass (cycle); False when there is none or it would be empty."""
+        if not self.cycle or self.current.position == 0:
+            return False
+        self.current.close()
+        self.passes += 1
+        self.current = _Pass(self.member, self.epoch + self.passes, self.rank_world)
+        return True
+
+    def skip(self) -> bool:
+        while not self.current.skip():
+            if not self._next_pass():
+                return False
+        return True
+
+    def take(self) -> Tuple[bool, Any]:
+        while True:
+            ok, sample = self.current.take()
+            if ok:
+                return True, sample
+            if not self._next_pass():
+                return False, None
+
+    def close(self) -> None:
+        self.current.close()
+
+
+class CombinedDataset(torch.utils.data.IterableDataset):
+    """A weighted mixture of dsv iterable datasets (LitData's ``CombinedStreamingDataset``,
+    MosaicML's ``Stream(proportion=...)``): each sample comes from one member, drawn at random
+    with probability proportional to its weight.
+
+    ``datasets``: the members, each an :class:`IterableVersionDataset`,
+    :class:`TarShardDataset` or :class:`ParquetRowDataset` of any version of any dataset, in
+    any store (local or read from a remote); they must agree on rank and world size.
+    ``weights``: one finite number >= 0 per member, not all zero, normalized to sum 1
+    (``ValueError`` otherwise); default: the members' sizes (files of an
+    ``IterableVersionDataset``, rows or batches of a ``ParquetRowDataset``; a
+    ``TarShardDataset`` does not know its size: give weights), so every sample is about
+    equally likely.
+
+    Split and draws: each rank (and each DataLoader worker of it) reads, of each member,
+    exactly the share the member would read by itself there (the member's own split between
+    ranks and workers, with the member's ``batch_size`` for an ``IterableVersionDataset``),
+    and mixes those shares: for each sample it draws a member with Python's
+    ``random.Random`` seeded by (``seed``, epoch, world size, rank, worker, number of
+    workers), so the samples, their order and their sources depend only on those and the
+    members' own orders (their versions, seeds and the epoch).
+
+    ``stop`` says when an epoch ends, in each worker (a member "runs out" when its share in
+    that worker has no sample left):
+
+    - ``"shortest"`` (default): at the first draw of a member that has run out. With members
+      of equal share the epoch then reads about ``min(size / weight)`` samples.
+    - ``"longest"``: a member that has run out is left out and the others go on, their
+      weights renormalized (the draw is repeated), until every member has run out: every
+      sample of every member is read exactly once.
+    - ``"cycle"``: a member that runs out starts again at once with a new pass (pass ``p``,
+      counting from 0, of mixture epoch ``e`` reads the member's epoch ``e + p``, so a
+      shuffled member comes in another order), and the epoch ends after
+      ``samples_per_epoch`` samples in all, over all ranks and workers (required; rank ``r``
+      of ``W`` reads ``samples_per_epoch // W``, one more for the first
+      ``samples_per_epoch % W`` ranks, and its workers share those the same way). Shares are
+      then the weights exactly in expectation, whatever the members' sizes. A member whose
+      share in a worker is empty is left out there, as with ``"longest"``.
+
+    ``set_epoch(e)`` selects the epoch for the mixture and its members (call it before each
+    epoch in the main process, as with ``DistributedSampler``).
+
+    Resuming: ``state_dict()`` records the epoch and, per worker stream (one without
+    workers), the samples the training loop has consumed from it (``consumed``;
+    ``samples_seen`` is their sum), with what follows from them: per worker and member the
+    samples drawn (``member_draws``) and the members found run out (``exhausted``), and each
+    member's order (``members``). ``load_state_dict(state)`` makes the next pass over that
+    epoch replay, in each worker, the draws already consumed (an
+    ``IterableVersionDataset`` member skips its files without reading them; the others read
+    through the samples they skip) and go on after them: the samples that follow are
+    exactly those of an unbroken run. The counts are exact when the mixture is iterated in
+    this process; with DataLoader workers the loader must tell the mixture which worker made
+    each batch the loop consumed, as :class:`dsv.torch.DataLoader` does for a
+    ``TarShardDataset`` (it does not count a mixture's batches yet; a plain ``DataLoader``
+    never does): otherwise the state restarts the epoch. A loader asks worker 0 first, so a
+    checkpoint taken when the workers had not all handed over as many batches resumes each
+    worker's stream exactly but interleaves their batches from worker 0 on. Resume with the
+    same world size, number of workers, members, weights, ``stop``, ``seed`` and
+    ``samples_per_epoch`` (``ValueError`` otherwise: resuming at another world size or
+    number of workers is not supported yet).
+
+    Not a map-style dataset, and it has no ``len()``.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Optional[Sequence[float]] = None,
+        seed: int = 0,
+        stop: str = "shortest",
+        samples_per_epoch: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        members = list(datasets)
+        if not members:
+            raise ValueError("a mixture needs at least one dataset")
+        t = _torch_module()
+        for number, member in enumerate(members):
+            if not isinstance(member, (t.IterableVersionDataset, t.TarShardDataset, t.ParquetRowDataset)):
+                raise TypeError(
+                    f"member {number} is a {type(member).__name__}: a mixture's members are "
+                    "dsv.torch.IterableVersionDataset, TarShardDataset or ParquetRowDataset"
+                )
+        if stop not in STOPS:
+            raise ValueError(f"stop must be one of {', '.join(repr(s) for s in STOPS)}, not {stop!r}")
+        if stop == "cycle":
+            if samples_per_epoch is None or isinstance(samples_per_epoch, bool) or int(samples_per_epoch) < 1:
+                raise ValueError(
+                    f"stop='cycle' needs samples_per_epoch= (the samples of an epoch over all ranks and workers, "
+                    f"at least 1), not {samples_per_epoch!r}"
+                )
+            samples_per_epoch = int(samples_per_epoch)
+        elif samples_per_epoch is not None:
+            raise ValueError(
+                f"samples_per_epoch applies to stop='cycle' only (with stop={stop!r} the members' sizes end an epoch)"
+            )
+        self.datasets: List[Any] = members
+        self.weights: List[float] = _weights(members, weights)
+        self.seed = int(seed)
+        self.stop = stop
+        self.samples_per_epoch: Optional[int] = samples_per_epoch
+        self.epoch = 0
+        self._rank_world = (0, 1)
+        self._resume_epoch = -1
+        self._resume: List[int] = []
+        self._resume_dead: List[List[int]] = []
+        # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
+        self._consumed: List[int] = [0]
+        self._cumulative = self._cumulative_weights()
+        # Members that can be drawn: an epoch of "longest" ends when all of these ran out.
+        self._drawn = [number for number, weight in enumerate(self.weights) if weight > 0]
+        self._shared = _SharedMixture(len(members))
+        self._resolve()
+        self._publish()
+
+    def _cumulative_weights(self) -> List[float]:
+        out, total = [], 0.0
+        for weight in self.weights:
+            total += weight
+            out.append(total)
+        return out
+
+    # -- shared position ------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        """Writes where iteration starts to the memory the workers read (main process)."""
+        if self._shared.owner != os.getpid():
+            # Another training process's memory (this one is a rank it started): ours instead,
+            # with the members found run out so far.
+            old, self._shared = self._shared, _SharedMixture(len(self.datasets))
+            for row in range(_MAX_WORKERS):
+                self._shared.write_found(row, old.found(row))
+        rank, world = self._rank_world
+        self._shared.write(self.epoch, self._resume_epoch, rank, world, self._resume, self._resume_dead)
+
+    def _adopt(self) -> None:
+        """In a worker: takes the main process's epoch, resume position, rank and world size."""
+        self.epoch, self._resume_epoch, rank, world, self._resume, self._resume_dead = self._shared.read()
+        self._rank_world = (rank, world)
+
+    def _resolve(self) -> Tuple[int, int]:
+        """Rank and world size: the members', which must agree (main process)."""
+        if torch.utils.data.get_worker_info() is None:
+            found = {(member.rank, member.world_size) for member in self.datasets}
+            if len(found) > 1:
+                raise ValueError(
+                    f"the members disagree on rank and world size ({sorted(found)}): give them the same "
+                    "rank= and world_size= (or none)"
+                )
+            (rank_world,) = found
+            if rank_world != self._rank_world:
+                self._rank_world = rank_world
+                self._publish()
+        return self._rank_world
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self._resolve()[0]
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._resolve()[1]
+
+    # -- draws ----------------------------------------------------------------------------
+
+    def _generator(self, worker: int, workers: int) -> random.Random:
+        rank, world = self._rank_world
+        return random.Random(f"dsv.mixture\0{self.seed}\0{self.epoch}\0{world}\0{rank}\0{worker}\0{workers}")
+
+    def _pick(self, rng: random.Random) -> int:
+        # rng.random() is the one draw Python promises to keep the same across its versions.
+        number = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
+        return min(number, len(self.weights) - 1)
+
+    def _quota(self, worker: int, workers: int) -> Optional[int]:
+        """The samples worker ``worker`` reads this epoch (cycle), else None (its members decide)."""
+        if self.samples_per_epoch is None:
+            return None
+        rank, world = self._rank_world
+        return _share(_share(self.samples_per_epoch, world, rank), workers, worker)
+
+    def _replay(self, rng: random.Random, draws: int, dead: Sequence[int]) -> List[int]:
+        """Advances ``rng`` over the first ``draws`` samples of a worker whose members ran out
+        at the counts ``dead`` (-1: not known to); returns the samples drawn per member."""
+        counts = [0] * len(self.weights)
+        made = 0
+        while made < draws:
+            if self._all_out(dead, counts):
+                break
+            number = self._pick(rng)
+            if 0 <= dead[number] <= counts[number]:
+                if self.stop == "shortest":
+                    break
+                continue
+            counts[number] += 1
+            made += 1
+        return counts
+
+    def _all_out(self, dead: Sequence[int], counts: Sequence[int]) -> bool:
+        """Whether every member that can be drawn has run out."""
+        return all(0 <= dead[n] <= counts[n] for n in self._drawn)
+
+    # -- epochs and progress --------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch of the mixture and of its members. Call it before each epoch, in
+        the main process. A resume position loaded for another epoch is dropped."""
+        self._resolve()
+        changed = epoch != self.epoch
+        if changed:
+            self._consumed = [0] * len(self._consumed)
+        self.epoch = int(epoch)
+        for member in self.datasets:
+            member.set_epoch(self.epoch)
+        self._publish()
+        if changed:
+            for row in range(len(self._consumed)):
+                self._shared.write_found(row, [-1] * len(self.datasets))
+
+    def _order_key(self, world: int) -> Dict[str, Any]:
+        """What the draws depend on: a state dict resumes only where all of it matches."""
+        return {
+            "mixture": "dsv.mixture/1",
+            "stop": self.stop,
+            "seed": self.seed,
+            "weights": list(self.weights),
+            "samples_per_epoch": self.samples_per_epoch,
+            "members": [member._order_key(world) for member in self.datasets],
+            "world_size": world,
+        }
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Progress to save in a checkpoint (see the class): the epoch, per worker stream the
+        samples consumed (``consumed``, ``samples_seen`` their sum), per worker and member the
+        samples drawn (``member_draws``) and the counts at which members ran out
+        (``exhausted``, -1: not), and what the draws depend on. Replays the draws of each
+        worker (a few hundred thousand per second)."""
+        rank, world = self._resolve()
+        consumed = [int(c) for c in self._consumed]
+        workers = len(consumed)
+        draws, exhausted = [], []
+        for worker, count in enumerate(consumed):
+            found = self._shared.found(worker) if count else [-1] * len(self.datasets)
+            counts = self._replay(self._generator(worker, workers), count, found)
+            # A member found run out beyond the consumed samples is found again on resume.
+            exhausted.append([d if 0 <= d <= c else -1 for d, c in zip(found, counts)])
+            draws.append(counts)
+        return {
+            **self._order_key(world),
+            "rank": rank,
+            "epoch": self.epoch,
+            "workers": workers,
+            "consumed": consumed,
+            "samples_seen": sum(consumed),
+            "member_draws": draws,
+            "exhausted": exhausted,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state`` (from ``state_dict()``): the epoch it names (set on the
+        members too), and the next pass over that epoch starts, in each worker, after the
+        samples already consumed. Raises ``ValueError`` when ``state`` is of another mixture
+        (members and their orders, weights, ``stop``, ``seed``, ``samples_per_epoch``), world
+        size or rank, or is malformed."""
+        rank, world = self._resolve()
+        expected = {**self._order_key(world), "rank": rank}
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"the state is of another mixture: its {key} is {state.get(key)!r}, this mixture's is {value!r}"
+                )
+        consumed = [int(c) for c in state["consumed"]]
+        exhausted = [[int(d) for d in row] for row in state["exhausted"]]
+        if (
+            len(consumed) != int(state["workers"])
+            or not 1 <= len(consumed) <= _MAX_WORKERS
+            or min(consumed) < 0
+            or len(exhausted) != len(consumed)
+            or any(len(row) != len(self.datasets) for row in exhausted)
+        ):
+            raise ValueError(
+                f"the state's consumed counts {consumed!r} or exhausted members {exhausted!r} are malformed"
+            )
+        self.set_epoch(int(state["epoch"]))
+        self._resume_epoch = self.epoch
+        self._resume = consumed
+        self._resume_dead = exhausted
+        self._consumed = list(consumed)
+        for row, counts in enumerate(exhausted):
+            self._shared.write_found(row, counts)
+        self._publish()
+
+    def _start(self, workers: int) -> List[int]:
+        """Per worker stream, the samples to replay in this pass (a loaded resume position)."""
+        resume = self._resume if self._resume_epoch == self.epoch else []
+        if any(resume) and len(resume) != workers:
+            raise ValueError(
+                f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
+                f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (each worker mixes "
+                "its own share of the members)"
+            )
+        return list(resume) if any(resume) else [0] * workers
+
+    def _finish_epoch(self) -> None:
+        """The epoch was read to its end: a later pass over it starts from the beginning."""
+        if self._resume_epoch == self.epoch:
+            self._resume_epoch = -1
+            self._resume = []
+            self._resume_dead = []
+            self._publish()
+
+    # -- iteration ------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        in_main = info is None
+        if in_main:
+            self._resolve()
+            if self._shared.owner != os.getpid():
+                self._publish()
+        else:
+            self._adopt()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if workers > _MAX_WORKERS:
+            raise ValueError(f"a mixture supports at most {_MAX_WORKERS} DataLoader workers, not {workers}")
+        skip = self._start(workers)[worker]
+        members = len(self.datasets)
+        dead = [-1] * members
+        if skip and worker < len(self._resume_dead):
+            dead = list(self._resume_dead[worker])
+        self._shared.write_found(worker, dead)
+        if in_main:
+            self._consumed = [skip]
+        rng = self._generator(worker, workers)
+        counts = self._replay(rng, skip, dead)
+        quota = self._quota(worker, workers)
+        cycle = self.stop == "cycle"
+        streams = [_MemberStream(m, self.epoch, self._rank_world, cycle) for m in self.datasets]
+        try:
+            for number, stream in enumerate(streams):
+                for _ in range(counts[number]):
+                    if not stream.skip():
+                        raise ValueError(
+                            f"member {number} has fewer samples than the resume position says were drawn from it "
+                            "(its data changed?)"
+                        )
+            made = skip
+            while quota is None or made < quota:
+                if self._all_out(dead, counts):
+                    break
+                number = self._pick(rng)
+                if 0 <= dead[number] <= counts[number]:
+                    if self.stop == "shortest":
+                        break
+                    continue
+                ok, sample = streams[number].take()
+                if not ok:
+                    dead[number] = counts[number]
+                    self._shared.write_found(worker, dead)
+                    if self.stop == "shortest":
+                        break
+                    continue
+                counts[number] += 1
+                made += 1
+                if in_main:
+                    self._consumed = [made]
+                yield sample
+        finally:
+            for stream in streams:
+                stream.close()
+        if in_main:
+            self._finish_epoch()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # As dsv.torch's datasets: the shared memory travels only to a child process.
+        self._resolve()
+        if multiprocessing.context.get_spawning_popen() is None:
+            state = dict(self.__dict__)
+            state["_shared"] = None
+            return state
+        if torch.utils.data.get_worker_info() is None:
+            self._publish()
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._shared is None:
+            self._shared = _SharedMixture(len(self.datasets))
+            self._publish()
