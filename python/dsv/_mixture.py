@@ -145,6 +145,10 @@ class _Pass:
         view._explicit = rank_world
         view._rank_world = rank_world
         view._resume_epoch = -1
+        # A member's own elastic resume plan (another world size) is not this pass's: the
+        # mixture keeps the position.
+        if hasattr(view, "_base"):
+            view._base = None
         self.view = view
         self.position = 0
         t = _torch_module()
@@ -466,7 +470,7 @@ class CombinedDataset(torch.utils.data.IterableDataset):
             "seed": self.seed,
             "weights": list(self.weights),
             "samples_per_epoch": self.samples_per_epoch,
-            "members": [member._order_key(world) for member in self.datasets],
+            "members": [{**member._order_key(), "world_size": world} for member in self.datasets],
             "world_size": world,
         }
 

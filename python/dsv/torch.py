@@ -15,8 +15,11 @@
 - :class:`ParquetRowDataset`: an ``IterableDataset`` over the rows of the version's Parquet
   files, row groups as the unit of the split between ranks and workers and of resuming;
   reads only the row groups it yields.
+- :class:`CombinedDataset`: a weighted mixture of the iterable datasets above (any versions,
+  stores or remotes), deterministic per (seed, epoch), resumable.
 - :class:`DataLoader`: ``torch.utils.data.DataLoader`` that tells an
-  ``IterableVersionDataset``, a ``TarShardDataset`` or a ``ParquetRowDataset`` what the
+  ``IterableVersionDataset``, a ``TarShardDataset``, a ``ParquetRowDataset`` or a
+  ``CombinedDataset`` what the
   training loop has consumed, so its ``state_dict()`` is exact with worker processes too.
 
 A sample of the first two is ``transform(path, data)`` (``data``: the file's bytes), or
@@ -53,6 +56,7 @@ __all__ = [
     "IterableVersionDataset",
     "TarShardDataset",
     "ParquetRowDataset",
+    "CombinedDataset",
     "DataLoader",
 ]
 
@@ -1707,7 +1711,7 @@ class DataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, *args, **kwargs)
         if isinstance(dataset, IterableVersionDataset) and self.batch_size is not None:
             dataset.batch_size = self.batch_size
-        if isinstance(dataset, (TarShardDataset, ParquetRowDataset)):
+        if isinstance(dataset, (TarShardDataset, ParquetRowDataset, CombinedDataset)):
             self.collate_fn = _CountingCollate(self.collate_fn, self.batch_size is not None)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -1719,7 +1723,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if sampler is not None:
             yield from self._iter_sampler(sampler)
             return
-        if isinstance(dataset, (TarShardDataset, ParquetRowDataset)):
+        if isinstance(dataset, (TarShardDataset, ParquetRowDataset, CombinedDataset)):
             yield from self._iter_tar(dataset)
             return
         if not isinstance(dataset, IterableVersionDataset):
@@ -1754,4 +1758,8 @@ class DataLoader(torch.utils.data.DataLoader):
             yield item.batch
         dataset._finish_epoch()
 
-from ._mixture import CombinedDataset  # noqa: E402,F401  (weighted mixtures: built on the classes above)
+
+# Weighted mixtures, built on the classes above (named in DataLoader's checks: resolved at
+# call time, after this import).
+from ._mixture import CombinedDataset  # noqa: E402
+

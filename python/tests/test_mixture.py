@@ -343,11 +343,6 @@ def test_a_parquet_row_member_weighs_its_rows_and_resumes(stores):
     assert head + list(resumed) == full
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dsv.torch.DataLoader counts each worker's batches only for the classes it names "
-    "(TarShardDataset, ParquetRowDataset): CombinedDataset must be added there",
-)
 def test_dsv_dataloader_keeps_a_mixtures_position_with_workers(stores):
     def make():
         return CombinedDataset(members(stores), weights=[0.7, 0.3], stop="longest")
