@@ -349,15 +349,6 @@ def test_tar_num_workers_0_to_2_and_2_to_3_at_one_world_size(tar_version):
         tars(tar_version, 0, 3).load_state_dict(states[0])
 
 
-def test_the_docs_snippet_runs(local_store):
-    """docs/issue37/elastic.md's snippet, on the test store."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "issue37" / "elastic.md").read_text()
-    snippets = text.split("```python\n")[1:]
-    assert len(snippets) == 1
-    code = snippets[0].split("```")[0].replace('"/data/project"', repr(str(local_store["base"])))
-    exec(compile(code, "elastic.md", "exec"), {})
-
-
 # -- ParquetRowDataset ------------------------------------------------------------------------
 
 
