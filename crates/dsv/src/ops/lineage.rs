@@ -288,7 +288,8 @@ pub fn parse_record(text: &str, path: &Path) -> Result<LineageRecord> {
             )));
         }
     }
-    let record: LineageRecord = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+    let record: LineageRecord =
+        serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
     if let Some(order) = &record.order
         && (order.world_size == 0 || order.rank >= order.world_size)
     {
@@ -414,10 +415,7 @@ pub fn audit_lineage(
         check: "version",
         ok: true,
         detail: match &fetched_from {
-            Some(remote) => format!(
-                "{} fetched from remote {remote}",
-                record.version.short()
-            ),
+            Some(remote) => format!("{} fetched from remote {remote}", record.version.short()),
             None => format!("{} is in this store", record.version.short()),
         },
     });
@@ -614,7 +612,11 @@ fn prove_iterable(
         return fail(format!(
             "the record's ids differ from the order at sample {at}: it lists {} ids, {} {}, the order gives {}",
             ids.len(),
-            if at < ids.len() { "then" } else { "ending before" },
+            if at < ids.len() {
+                "then"
+            } else {
+                "ending before"
+            },
             ids.get(at).map_or("-", |s| s.as_str()),
             seen.get(at).copied().unwrap_or("-")
         ));
