@@ -567,8 +567,10 @@ fn select<'a>(
         }
         return Ok(paths.iter().map(|p| files[p.as_str()]).collect());
     }
-    let mut chosen = Selection::default();
-    chosen.include = selection.include.clone().unwrap_or_default();
+    let chosen = Selection {
+        include: selection.include.clone().unwrap_or_default(),
+        ..Selection::default()
+    };
     chosen
         .apply(entries, revision)
         .map_err(|e| format!("the record's include globs do not select from {revision}: {e}"))
