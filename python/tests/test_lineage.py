@@ -116,6 +116,17 @@ def test_the_record_of_an_iterable_dataset_names_the_version_selection_order_and
     assert dsv.lineage.record(loader)["order"]["workers"] == 0
     path = dsv.lineage.write(record, tmp_path / "dsv-lineage.json")
     assert dsv.lineage.read(path) == record
+    # The audit checks the lock the record names, when it finds it.
+    code, report = audit(path, project["store"])
+    assert code == 0 and report["checks"][-1] == {
+        "check": "lock", "ok": True, "detail": f"{project['lock']} pins mnist@{version.id[:12]}"
+    }, report
+    lock = tmp_path / "dsv.lock"
+    lock.write_bytes(project["lock"].read_bytes())
+    path = dsv.lineage.write(dsv.lineage.record(ds, lock_file=lock), tmp_path / "with-lock.json")
+    lock.write_text(run_dsv("lock", "mnist@v2", store=project["store"]).stdout)
+    code, report = audit(path, project["store"])
+    assert code == 1 and "the lock changed since the run" in failed(report)["lock"]
     with pytest.raises(ValueError, match="samples_seen must be between 0 and 27"):
         dsv.lineage.record(ds, samples_seen=28)
     with pytest.raises(ValueError, match="not str"):

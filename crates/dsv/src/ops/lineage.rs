@@ -30,8 +30,11 @@
 //! - **shards** (`TarShardDataset`): the rank's shards in the epoch's order have the record's
 //!   digest. (Its samples are tar members: their count is reported, not proven.)
 //!
+//! - **lock**: when the `dsv.lock` the record names is found (beside the record, else at the
+//!   path it gives), its BLAKE3 is the record's and it pins the record's version.
+//!
 //! A `VersionDataset` (map-style: the order is its sampler's) and a `ParquetRowDataset` get
-//! the version and selection checks only.
+//! the version and selection checks only (and the lock's).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -124,6 +127,19 @@ pub struct LineageRecord {
     /// How far it got.
     #[serde(default)]
     pub samples: Option<RecordSamples>,
+    /// The lock file the run used, if any.
+    #[serde(default)]
+    pub lock: Option<RecordLock>,
+}
+
+/// The lock file a run used, as a record names it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecordLock {
+    /// Its path as the run gave it (relative paths: to the record's directory, else to the
+    /// working directory of the audit).
+    pub path: PathBuf,
+    /// The hex BLAKE3 of its bytes.
+    pub blake3: String,
 }
 
 /// The files a loader read of the version.
@@ -182,7 +198,7 @@ pub struct RecordSamples {
 /// One check of a lineage audit.
 #[derive(Debug, Clone, Serialize)]
 pub struct LineageCheck {
-    /// `version`, `dataset`, `tree`, `uri`, `selection`, `samples` or `shards`.
+    /// `version`, `dataset`, `tree`, `uri`, `selection`, `samples`, `shards` or `lock`.
     pub check: &'static str,
     /// Whether the record passed it.
     pub ok: bool,
@@ -537,7 +553,85 @@ pub fn audit_lineage(
         }
         _ => {}
     }
+    if let Some(lock) = &record.lock
+        && let Some(check) = check_lock(path, lock, &record)
+    {
+        checks.push(check);
+    }
     Ok(report(checks, samples_proven))
+}
+
+/// The `lock` check: when the lock file the record names is found (beside the record, else
+/// where the record says), its BLAKE3 is the record's and it pins the record's version.
+/// `None` when it is found nowhere (a record travels without its lock file).
+fn check_lock(
+    record_path: &Path,
+    lock: &RecordLock,
+    record: &LineageRecord,
+) -> Option<LineageCheck> {
+    let beside = record_path
+        .parent()
+        .map(|dir| dir.join(&lock.path))
+        .filter(|_| lock.path.is_relative());
+    let found = beside
+        .into_iter()
+        .chain([lock.path.clone()])
+        .find(|p| p.is_file())?;
+    let check = |ok: bool, detail: String| {
+        Some(LineageCheck {
+            check: "lock",
+            ok,
+            detail,
+        })
+    };
+    let bytes = match std::fs::File::open(&found).and_then(|file| {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        file.take(super::lock_file::MAX_LOCK_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map(|_| bytes)
+    }) {
+        Ok(bytes) => bytes,
+        Err(e) => return check(false, format!("{}: {e}", found.display())),
+    };
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    if hash != lock.blake3 {
+        return check(
+            false,
+            format!(
+                "{} has BLAKE3 {hash}, the record says {}: the lock changed since the run",
+                found.display(),
+                lock.blake3
+            ),
+        );
+    }
+    match super::lock_file::read_lock(&found) {
+        Ok(parsed) => match parsed.datasets.get(&record.dataset) {
+            Some(pinned) if pinned.version == record.version => check(
+                true,
+                format!(
+                    "{} pins {}@{}",
+                    found.display(),
+                    record.dataset,
+                    record.version.short()
+                ),
+            ),
+            Some(pinned) => check(
+                false,
+                format!(
+                    "{} pins {}@{}, not the version the record names",
+                    found.display(),
+                    record.dataset,
+                    pinned.version.short()
+                ),
+            ),
+            None => check(
+                false,
+                format!("{} pins no version of {}", found.display(), record.dataset),
+            ),
+        },
+        Err(e) => check(false, e.to_string()),
+    }
 }
 
 /// The files `selection` picks of `entries`: by its globs (path order), or its explicit
