@@ -112,6 +112,8 @@ def test_the_record_of_an_iterable_dataset_names_the_version_selection_order_and
     assert record["lock"]["blake3"] == dsv._dsv.blake3_hex(project["lock"].read_bytes())
     assert record["run_id"] is None
     # A DataLoader over it records its workers; write/read round-trip.
+    # What the loaders' lineage() method runs.
+    assert {**dsv.lineage.lineage_method(ds, lock_file=project["lock"]), "created": None} == {**record, "created": None}
     loader = dsv.torch.DataLoader(ds, batch_size=4, num_workers=0)
     assert dsv.lineage.record(loader)["order"]["workers"] == 0
     path = dsv.lineage.write(record, tmp_path / "dsv-lineage.json")
@@ -200,6 +202,22 @@ def test_audit_lineage_proves_a_record_and_names_what_a_tampered_one_gets_wrong(
     assert code == 3 and "its schema is \"dsv.lineage/9\", not \"dsv.lineage/1\"" in error["error"]["message"], error
     code, error = audit(tmp_path / "missing.json", store)
     assert code == 6
+
+
+def test_with_worker_processes_the_record_names_the_samples_the_loop_got(project, tmp_path):
+    version = dsv.Store(project["store"]).version("mnist@v1")
+    ds = dsv.torch.IterableVersionDataset(version, shuffle=True, seed=11, rank=0, world_size=3)
+    loader = dsv.torch.DataLoader(ds, batch_size=3, num_workers=2)
+    got: List[str] = []
+    for batch in loader:
+        got.extend(batch[0])
+        if len(got) == 12:
+            break
+    record = dsv.lineage.record(loader)
+    assert record["order"]["workers"] == 2 and record["order"]["batch_size"] == 3
+    assert record["samples"]["ids"] == got
+    code, report = audit(dsv.lineage.write(record, tmp_path / "workers.json"), project["store"])
+    assert code == 0 and report["samples_proven"], report
 
 
 def test_audit_lineage_fetches_the_version_from_a_remote_the_record_names(project, tmp_path):

@@ -48,7 +48,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .. import _dsv
 
-__all__ = ["SCHEMA", "MAX_IDS", "record", "write", "read"]
+__all__ = ["SCHEMA", "MAX_IDS", "record", "write", "read", "as_record", "lineage_method"]
 
 SCHEMA = "dsv.lineage/1"
 """The schema tag of the records this module writes."""
@@ -272,6 +272,14 @@ def record(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "dsv": _dsv.__build__,
     }
+
+
+def lineage_method(self: Any, **options: Any) -> Dict[str, Any]:
+    """The lineage record of this loader, as :func:`record` makes it (``epoch``,
+    ``samples_seen``, ``lock_file``, ``run_id``, ``workers``, ``max_ids``): what a training
+    run read, ready for :func:`write` or an adapter. (``dsv.torch``'s loaders have it as their
+    ``lineage()`` method.)"""
+    return record(self, **options)
 
 
 def as_record(record_or_dataset: Any) -> Dict[str, Any]:
