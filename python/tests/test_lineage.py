@@ -218,6 +218,15 @@ def test_with_worker_processes_the_record_names_the_samples_the_loop_got(project
     assert record["samples"]["ids"] == got
     code, report = audit(dsv.lineage.write(record, tmp_path / "workers.json"), project["store"])
     assert code == 0 and report["samples_proven"], report
+    # equal_per_rank pads the order (54 files, 4 ranks: 56): the last rank's whole epoch.
+    padded = dsv.torch.IterableVersionDataset(
+        version, include="train/**", shuffle=True, seed=2, equal_per_rank=True, rank=3, world_size=4
+    )
+    got = [path for path, _ in padded]
+    record = dsv.lineage.record(padded, epoch=0, samples_seen=len(got))
+    assert len(got) == 14 and record["samples"]["ids"] == got
+    code, report = audit(dsv.lineage.write(record, tmp_path / "padded.json"), project["store"])
+    assert code == 0 and report["samples_proven"], report
 
 
 def test_audit_lineage_fetches_the_version_from_a_remote_the_record_names(project, tmp_path):
