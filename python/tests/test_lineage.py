@@ -63,6 +63,11 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     (shards / "shards").mkdir(parents=True)
     for n in range(6):
         (shards / "shards" / f"{n:03d}.tar").write_bytes(tar_shard(list(range(n * 5, n * 5 + 5))))
+    pq = need("pyarrow.parquet")
+    (shards / "rows").mkdir()
+    for n in range(2):
+        table = need("pyarrow").table({"x": list(range(n * 10, n * 10 + 10))})
+        pq.write_table(table, shards / "rows" / f"{n}.parquet", row_group_size=4)
     dsv_json("commit", str(shards), "--dataset", "shards", "-m", "tars", "--tag", "v1", store=store)
     url = f"file://{base / 'remote'}"
     run_dsv("remote", "add", "origin", url, store=store)
@@ -243,7 +248,7 @@ def test_audit_lineage_fetches_the_version_from_a_remote_the_record_names(projec
     assert report["fetched_from"] == "team" and report["samples_proven"]
 
 
-def test_tar_shards_version_dataset_and_version_records_are_audited(project, tmp_path):
+def test_tar_shards_parquet_rows_version_dataset_and_version_records_are_audited(project, tmp_path):
     store = dsv.Store(project["store"])
     shards = store.version("shards@v1")
     tar = dsv.torch.TarShardDataset(shards, "shards/*.tar", shuffle=True, seed=5, rank=0, world_size=2)
@@ -260,6 +265,16 @@ def test_tar_shards_version_dataset_and_version_records_are_audited(project, tmp
     record["order"]["rank"] = 1
     code, report = audit(dsv.lineage.write(record, tmp_path / "tar-rank.json"), project["store"])
     assert code == 1 and set(failed(report)) == {"shards"}
+
+    rows = dsv.torch.ParquetRowDataset(shards, include="rows/*.parquet", shuffle=True, seed=1)
+    it = iter(rows)
+    for _ in range(5):
+        next(it)
+    record = dsv.lineage.record(rows)
+    assert record["loader"] == "ParquetRowDataset" and record["selection"]["files"] == 2
+    assert record["order"]["row_groups"] == 6 and record["samples"] == {"seen": 5, "unit": "row", "digest": None, "ids": None}
+    code, report = audit(dsv.lineage.write(record, tmp_path / "rows.json"), project["store"])
+    assert code == 0 and report["checks"][-1]["check"] == "selection", report
 
     v1 = store.version("mnist@v1")
     for obj, loader in ((dsv.torch.VersionDataset(v1, include="test/**"), "VersionDataset"), (v1, None)):
