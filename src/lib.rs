@@ -275,12 +275,14 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
     /// Check that DIR is bit-identical to a version (by default the one it was last
-    /// committed or checked out as); exit 0 only when it is, 1 when it differs.
+    /// committed or checked out as), or prove a training run's lineage record; exit 0 only
+    /// when it is (proven), 1 when it differs.
     ///
     /// Examples:
     ///   dsv audit data/                            # against the version data/ holds
     ///   dsv audit data/ --against mnist@v3 --full  # re-hashing every file
     ///   dsv audit runs/42 --lock dsv.lock          # runs/42/NAME for each pinned version
+    ///   dsv audit --lineage dsv-lineage.json       # the version, selection and samples a run read
     #[command(verbatim_doc_comment)]
     Audit(AuditArgs),
     /// Pin exact versions in a lock file, written as JSON to stdout.

@@ -14,6 +14,7 @@ use dsv::ops::commit::CommitReport;
 use dsv::ops::gc::GcReport;
 use dsv::ops::import::ImportReport;
 use dsv::ops::inspect::{ShownProvenance, VersionInfo};
+use dsv::ops::lineage::LineageAuditReport;
 use dsv::ops::rebase::{ConflictReason, RebaseReport, RebaseStatus, WorkspaceFollow};
 use dsv::ops::retention::RemoveReport;
 use dsv::ops::status::StatusReport;
@@ -1099,6 +1100,48 @@ pub fn audit(r: &AuditReport) -> String {
         "\n  version {} ({}); {how}; dsv {} at {}, {:.2} s",
         r.version,
         r.claimed_by,
+        r.dsv_version,
+        time(r.audited_at),
+        r.seconds
+    );
+    out
+}
+
+pub fn lineage_audit(r: &LineageAuditReport) -> String {
+    let failed = r.checks.iter().filter(|c| !c.ok).count();
+    let loader = r
+        .loader
+        .as_deref()
+        .map_or_else(String::new, |l| format!(" ({l})"));
+    let mut out = if r.proven {
+        let samples = match (r.samples_proven, r.samples_seen) {
+            (true, Some(seen)) => format!(", {} proven", count(seen, "sample")),
+            (false, Some(seen)) => format!(", {} (count not proven)", count(seen, "sample")),
+            _ => String::new(),
+        };
+        format!(
+            "{} is proven: {}@{}{loader}{samples}",
+            r.lineage.display(),
+            r.dataset,
+            r.version.short()
+        )
+    } else {
+        format!(
+            "{} does not match: {}@{}{loader}, {} failed",
+            r.lineage.display(),
+            r.dataset,
+            r.version.short(),
+            count(failed, "check")
+        )
+    };
+    for c in &r.checks {
+        let mark = if c.ok { "ok  " } else { "FAIL" };
+        let _ = write!(out, "\n{mark} {:<9} {}", c.check, c.detail);
+    }
+    let _ = write!(
+        out,
+        "\n  version {}; dsv {} at {}, {:.2} s",
+        r.version,
         r.dsv_version,
         time(r.audited_at),
         r.seconds

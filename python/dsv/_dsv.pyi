@@ -99,6 +99,18 @@ class Version:
     def parent(self) -> Optional[str]:
         """The id of the previous version of the dataset, or ``None``."""
     @property
+    def tree(self) -> str:
+        """Its root tree's id (64 hex digits): what a lock file and a lineage record pin
+        beside the version id."""
+    @property
+    def tags(self) -> List[str]:
+        """The tags of its dataset that name it, sorted (read from the store's catalog now)."""
+    @property
+    def remotes(self) -> List[Dict[str, Any]]:
+        """The configured remotes known (as last fetched or pushed) to hold it, in the store's
+        order: dicts with ``name``, ``url`` and ``options`` (the settings that are no
+        credential), as a lock file names them. Nothing is contacted."""
+    @property
     def store(self) -> Store:
         """The store it was opened from."""
     @property
@@ -201,3 +213,11 @@ __build__: str
 def permutation(n: int, key: str) -> List[int]:
     """The order of ``n`` items for ``key``: a Fisher–Yates shuffle driven by BLAKE3's
     extendable output of ``key``, the same on every machine."""
+
+def ids_digest(ids: List[str]) -> str:
+    """The digest of a list of ids (paths) a lineage record carries: ``blake3:`` and the hex
+    BLAKE3 of each id's UTF-8 bytes followed by a NUL byte, in order (what ``dsv audit
+    --lineage`` recomputes)."""
+
+def blake3_hex(data: bytes) -> str:
+    """The hex BLAKE3 of ``data`` (the hash of a lock file a lineage record names)."""

@@ -24,35 +24,24 @@ use pyo3::prelude::*;
 
 /// The order of `n` items for `key`: a Fisher–Yates shuffle driven by BLAKE3's extendable
 /// output of `key` (`dsv.torch` passes the version id, the seed and the epoch), so the same
-/// key gives the same order on every machine, Python version and platform.
+/// key gives the same order on every machine, Python version and platform. The library's
+/// [`dsv::ops::lineage::permutation`], which `dsv audit --lineage` replays.
 #[pyfunction]
 fn permutation(py: Python<'_>, n: usize, key: &str) -> Vec<usize> {
-    py.detach(|| shuffle(n, key.as_bytes()))
+    py.detach(|| dsv::ops::lineage::permutation(n, key.as_bytes()))
 }
 
-fn shuffle(n: usize, key: &[u8]) -> Vec<usize> {
-    let mut hasher = blake3::Hasher::new_derive_key("dsv 2025 python shuffle");
-    hasher.update(key);
-    let mut stream = hasher.finalize_xof();
-    let mut next = || {
-        let mut bytes = [0u8; 8];
-        stream.fill(&mut bytes);
-        u64::from_le_bytes(bytes)
-    };
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        // Uniform in 0..=i by rejection: no modulo bias.
-        let bound = i as u64 + 1;
-        let zone = u64::MAX - (u64::MAX % bound);
-        let j = loop {
-            let r = next();
-            if r < zone {
-                break (r % bound) as usize;
-            }
-        };
-        order.swap(i, j);
-    }
-    order
+/// The digest of a list of ids (paths) a lineage record carries: `blake3:` and the hex
+/// BLAKE3 of each id followed by a NUL byte ([`dsv::ops::lineage::ids_digest`]).
+#[pyfunction]
+fn ids_digest(py: Python<'_>, ids: Vec<String>) -> String {
+    py.detach(|| dsv::ops::lineage::ids_digest(ids.iter().map(String::as_str)))
+}
+
+/// The hex BLAKE3 of `data` (the hash of a lock file a lineage record names).
+#[pyfunction]
+fn blake3_hex(py: Python<'_>, data: &[u8]) -> String {
+    py.detach(|| blake3::hash(data).to_hex().to_string())
 }
 
 /// Runs the `dsv` command line `argv` (the program name first) in this process, without the
@@ -100,6 +89,8 @@ fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::_open_remote_again, m)?)?;
     m.add_function(wrap_pyfunction!(version::reopen_version, m)?)?;
     m.add_function(wrap_pyfunction!(permutation, m)?)?;
+    m.add_function(wrap_pyfunction!(ids_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(blake3_hex, m)?)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(_before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork, m)?)?;

@@ -224,6 +224,49 @@ impl PyVersion {
         self.meta.parent.map(|p| p.to_hex())
     }
 
+    /// Its root tree's id (64 hex digits): what a lock file and a lineage record pin beside
+    /// the version id.
+    #[getter]
+    fn tree(&self) -> String {
+        self.meta.tree.to_hex()
+    }
+
+    /// The tags of its dataset that name it, sorted (read from the store's catalog now).
+    #[getter]
+    fn tags(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let store = self.store.get();
+        let id = self.id;
+        py.detach(|| -> Res<Vec<String>> { Ok(store.writable()?.catalog().tags_of(&id)?) })
+            .raise(py)
+    }
+
+    /// The configured remotes known (as last fetched or pushed) to hold it, in the store's
+    /// order: dicts with ``name``, ``url`` and ``options`` (the settings that are no
+    /// credential), as a lock file names them. Nothing is contacted.
+    #[getter]
+    fn remotes<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let store = self.store.get();
+        let id = self.id;
+        let remotes = py
+            .detach(|| -> Res<_> {
+                Ok(dsv::ops::lock_file::holding_remotes(
+                    &store.writable()?,
+                    &id,
+                )?)
+            })
+            .raise(py)?;
+        remotes
+            .into_iter()
+            .map(|remote| {
+                let dict = PyDict::new(py);
+                dict.set_item("name", remote.name)?;
+                dict.set_item("url", remote.url)?;
+                dict.set_item("options", remote.options)?;
+                Ok(dict)
+            })
+            .collect()
+    }
+
     /// The store it was opened from.
     #[getter]
     fn store(&self, py: Python<'_>) -> Py<PyStore> {

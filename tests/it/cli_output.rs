@@ -231,7 +231,8 @@ fn help_lists_every_command() {
       repair       Rebuild a lost or damaged catalog from the packs and the ref log.
       verify       Check every pack, object, tree and version of the store; report, never fix.
       audit        Check that DIR is bit-identical to a version (by default the one it was last
-                   committed or checked out as); exit 0 only when it is, 1 when it differs.
+                   committed or checked out as), or prove a training run's lineage record; exit 0 only
+                   when it is (proven), 1 when it differs.
       lock         Pin exact versions in a lock file, written as JSON to stdout.
       cache        The local cache of versions: what each costs here, and bounded eviction.
       workspace    The directories this store committed from or checked out into (workspaces); each

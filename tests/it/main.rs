@@ -22,6 +22,7 @@ mod hardening;
 mod hostile;
 mod import;
 mod import_bounds;
+mod lineage;
 mod local_store;
 mod messages;
 mod mount;

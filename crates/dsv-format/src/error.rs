@@ -670,6 +670,17 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A lineage record (`dsv-lineage.json`, `dsv audit --lineage`) that cannot be read: not
+    /// a regular file, too long, not JSON of schema `dsv.lineage/1`, or fields of the wrong
+    /// shape. (A well-formed record that does not match the store is an audit finding, not
+    /// this error.)
+    #[error("invalid lineage record {}: {reason}", path.display())]
+    InvalidLineage {
+        /// The record's file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A lock file pins a version this store does not have and no configured remote supplies.
     #[error("the lock pins version {version} of {dataset:?}, which this store does not have")]
     LockedVersionUnknown {
@@ -1013,6 +1024,7 @@ impl Error {
             | Error::VersionTooLarge { .. }
             | Error::VersionRemoved { .. }
             | Error::InvalidLock { .. }
+            | Error::InvalidLineage { .. }
             | Error::LockedVersionUnknown { .. }
             | Error::SourceNotFound { .. }
             | Error::EtagMismatch { .. }
@@ -1106,6 +1118,7 @@ impl Error {
             | Error::VersionTooLarge { .. }
             | Error::VersionRemoved { .. }
             | Error::InvalidLock { .. }
+            | Error::InvalidLineage { .. }
             | Error::LockedVersionUnknown { .. }
             | Error::SourceNotFound { .. }
             | Error::EtagMismatch { .. }
@@ -1326,6 +1339,7 @@ impl Error {
             | Error::PathsNotFound { .. }
             | Error::RangeNotSatisfiable { .. }
             | Error::InvalidLock { .. }
+            | Error::InvalidLineage { .. }
             | Error::InvalidImport { .. } => return Vec::new(),
         };
         vec![hint]

@@ -151,6 +151,30 @@ pub fn lock_named(store: &Store, revisions: &[String]) -> Result<LockFile> {
     pin(store, &resolved)
 }
 
+/// The configured remotes known (as last fetched or pushed) to hold version `version`, in
+/// the store's order, as a lock file or a lineage record names them: name, URL and the
+/// options that are no credential. Nothing is contacted.
+///
+/// # Errors
+/// Catalog errors.
+pub fn holding_remotes(store: &Store, version: &ObjectId) -> Result<Vec<LockedRemote>> {
+    let mut remotes = Vec::new();
+    for remote in store.catalog().remotes()? {
+        if store
+            .catalog()
+            .remote_locate(remote.id, version, ObjectKind::Version)?
+            .is_some()
+        {
+            remotes.push(LockedRemote {
+                options: shareable_options(&remote.options),
+                name: remote.name,
+                url: remote.url,
+            });
+        }
+    }
+    Ok(remotes)
+}
+
 /// The lock file pinning each (dataset, version) of `resolved`.
 fn pin(store: &Store, resolved: &[(String, ObjectId)]) -> Result<LockFile> {
     let mut datasets = BTreeMap::new();
@@ -163,20 +187,7 @@ fn pin(store: &Store, resolved: &[(String, ObjectId)]) -> Result<LockFile> {
                 closest: None,
             });
         }
-        let mut remotes = Vec::new();
-        for remote in store.catalog().remotes()? {
-            if store
-                .catalog()
-                .remote_locate(remote.id, &version, ObjectKind::Version)?
-                .is_some()
-            {
-                remotes.push(LockedRemote {
-                    options: shareable_options(&remote.options),
-                    name: remote.name,
-                    url: remote.url,
-                });
-            }
-        }
+        let remotes = holding_remotes(store, &version)?;
         let pinned = LockedVersion {
             version,
             tree: record.version.tree,
@@ -267,6 +278,38 @@ pub fn parse_lock(text: &str, path: &Path) -> Result<LockFile> {
     Ok(lock)
 }
 
+/// Makes sure this store records version `version`: when it does not, fetches each
+/// configured remote that is one of `remotes` (matched as [`LockedRemote::matches`] says), in
+/// the store's order, until the version is recorded. Returns the name of the remote it came
+/// from, `None` when it was here already or no remote supplied it (the caller checks the
+/// catalog). Shared by lock files and lineage records ([`super::lineage`]).
+///
+/// # Errors
+/// As [`super::sync::fetch()`]; catalog errors.
+pub fn fetch_pinned(
+    store: &mut Store,
+    version: &ObjectId,
+    remotes: &[LockedRemote],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<Option<String>> {
+    if store.catalog().version(version)?.is_some() {
+        return Ok(None);
+    }
+    let configured = store.catalog().remotes()?;
+    for remote in configured
+        .iter()
+        .filter(|r| remotes.iter().any(|l| l.matches(r)))
+    {
+        let options = super::sync::FetchOptions { requests: jobs };
+        super::sync::fetch(store, &remote.name, &options, progress)?;
+        if store.catalog().version(version)?.is_some() {
+            return Ok(Some(remote.name.clone()));
+        }
+    }
+    Ok(None)
+}
+
 /// Checks that this store knows every version `lock` pins, fetching metadata from a
 /// configured remote with a URL the lock names when it does not, and that each version
 /// names the pinned tree. Returns the (dataset, version) pairs.
@@ -284,19 +327,7 @@ pub fn resolve_lock(
 ) -> Result<Vec<(String, ObjectId)>> {
     let mut out = Vec::new();
     for (dataset, pinned) in &lock.datasets {
-        if store.catalog().version(&pinned.version)?.is_none() {
-            let configured = store.catalog().remotes()?;
-            for remote in configured
-                .iter()
-                .filter(|r| pinned.remotes.iter().any(|l| l.matches(r)))
-            {
-                let options = super::sync::FetchOptions { requests: jobs };
-                super::sync::fetch(store, &remote.name, &options, progress)?;
-                if store.catalog().version(&pinned.version)?.is_some() {
-                    break;
-                }
-            }
-        }
+        fetch_pinned(store, &pinned.version, &pinned.remotes, jobs, progress)?;
         let Some(record) = store.catalog().version(&pinned.version)? else {
             return Err(Error::LockedVersionUnknown {
                 dataset: dataset.clone(),

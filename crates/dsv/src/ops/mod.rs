@@ -11,7 +11,7 @@
 //! - Keeping and freeing: [`retention`] (rm, pin, unpin), [`gc`], [`cache`] (eviction),
 //!   [`workspace`] (the workspaces that hold versions).
 //! - Remotes: [`sync`] (fetch, push, pull, clone, and what they share).
-//! - Trust: [`audit`], [`lock_file`], [`verify`], [`repair`].
+//! - Trust: [`audit`], [`lock_file`], [`lineage`], [`verify`], [`repair`].
 //!
 //! # Threads inside one process
 //!
@@ -115,6 +115,7 @@ pub mod gc;
 pub mod import;
 pub mod ingest;
 pub mod inspect;
+pub mod lineage;
 pub mod lock_file;
 pub mod rebase;
 pub mod refs;
