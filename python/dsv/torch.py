@@ -48,6 +48,7 @@ import torch.utils.data
 from . import _dsv
 from ._parquet import RowGroup, assign, open_parquet, row_groups
 from ._tar import Pending, TarShard, samples
+from . import lineage as _lineage
 from .errors import InvalidShard, NotAFile
 
 __all__ = [
@@ -76,6 +77,10 @@ class VersionDataset(torch.utils.data.Dataset):
     Works with any sampler (``RandomSampler``, ``DistributedSampler``) and with worker
     processes (fork or spawn): the version is reopened in each worker on first read.
     """
+
+    # `ds.lineage(epoch=None, samples_seen=None, ...)`: the `dsv.lineage/1` record of what
+    # this dataset read (`dsv.lineage.record`).
+    lineage = _lineage.lineage_method
 
     def __init__(
         self,
@@ -323,6 +328,10 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
 
     A sample is ``transform(path, data)``, or ``(path, data)`` without a transform.
     """
+
+    # `ds.lineage(epoch=None, samples_seen=None, ...)`: the `dsv.lineage/1` record of what
+    # this dataset read (`dsv.lineage.record`).
+    lineage = _lineage.lineage_method
 
     def __init__(
         self,
@@ -844,6 +853,10 @@ class TarShardDataset(torch.utils.data.IterableDataset):
     the rank's own state, resume with the same number of workers.
     """
 
+    # `ds.lineage(epoch=None, samples_seen=None, ...)`: the `dsv.lineage/1` record of what
+    # this dataset read (`dsv.lineage.record`).
+    lineage = _lineage.lineage_method
+
     def __init__(
         self,
         version: _dsv.Version,
@@ -1281,6 +1294,10 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
 
     Needs ``pyarrow``.
     """
+
+    # `ds.lineage(epoch=None, samples_seen=None, ...)`: the `dsv.lineage/1` record of what
+    # this dataset read (`dsv.lineage.record`).
+    lineage = _lineage.lineage_method
 
     def __init__(
         self,
