@@ -4,6 +4,7 @@
 Run by scripts/bench-cluster with the benchmark's own venv (the package installed from
 ./python), the S3 server started and the AWS_* variables pointing at it. Subcommands:
     run         the whole benchmark (setup once, then BENCH_ROUNDS rounds, then the summary);
+    round       one round of (a)+(b) or (d) in a process of its own (started by `run`);
     open-race   one of the 16 processes of (c) (started by `run`, not by hand).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -41,9 +43,9 @@ def load() -> str:
 
 def dsv_cli(*args: str, cwd: Path | None = None) -> str:
     """Runs the `dsv` command installed with the package (the same build the workers use)."""
-    exe = Path(sys.executable).with_name("dsv")
     done = subprocess.run(
-        [str(exe), "--no-progress", *args], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-m", "dsv", "--no-progress", *args], cwd=cwd, capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
         die(f"dsv {' '.join(args)}: {done.stderr.strip()}")
@@ -132,7 +134,23 @@ def dask_full_read(url: str, storage_options: dict) -> tuple[float, tuple]:
         digest, meta={"rows": "int64", "sum": "float64", "chars": "int64"}
     ).sum().compute()
     seconds = time.perf_counter() - start
-    return seconds, (int(out["rows"]), round(float(out["sum"]), 0), int(out["chars"]))
+    return seconds, (int(out["rows"]), float(out["sum"]), int(out["chars"]))
+
+
+def same_read(a: tuple, b: tuple) -> bool:
+    """Two full reads gave the same rows, characters and (to rounding) numeric sum."""
+    return a[0] == b[0] and a[2] == b[2] and abs(a[1] - b[1]) <= 1e-9 * max(abs(a[1]), 1.0)
+
+
+def warm_imports() -> None:
+    """Runs on every worker before the clock starts: the libraries both peers use are
+    imported, so "cold" is the data and the node cache, not Python's imports."""
+    import dask.dataframe  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    import s3fs  # noqa: F401
+
+    import dsv.fsspec  # noqa: F401
 
 
 def round_ab(cfg: dict, work: Path, rnd: int) -> dict:
@@ -146,8 +164,11 @@ def round_ab(cfg: dict, work: Path, rnd: int) -> dict:
     s3_opts: dict = {}
     result: dict = {}
     with LocalCluster(
-        n_workers=cfg["workers"], threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster, Client(cluster):
+        n_workers=cfg["workers"], threads_per_worker=1, processes=True, dashboard_address=None,
+        silence_logs=logging.CRITICAL,
+    ) as cluster, Client(cluster) as client:
+        client.run(warm_imports)
+        warm_imports()
         # Which peer goes first alternates between rounds, so a change of load hits both.
         order = [("dsv", dsv_url, dsv_opts), ("s3fs", s3_url, s3_opts)]
         if rnd % 2 == 0:
@@ -159,7 +180,7 @@ def round_ab(cfg: dict, work: Path, rnd: int) -> dict:
                 result[f"{name}-{phase}"] = seconds
                 result[f"{name}-check"] = check
                 say(f"  round {rnd} {name:4} {phase:6} read: {seconds:7.2f} s  (load {la})")
-    if result["dsv-check"] != result["s3fs-check"]:
+    if not same_read(result["dsv-check"], result["s3fs-check"]):
         die(f"dsv read {result['dsv-check']}, s3fs read {result['s3fs-check']}")
     result["clones"] = clone_dirs(cache)
     result["cache-bytes"] = du(cache)
@@ -284,14 +305,16 @@ def round_d(cfg: dict, work: Path, rnd: int) -> dict:
     old_cwd = os.getcwd()
     os.chdir(nostore)
     try:
-        start = time.perf_counter()
         with LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster, Client(cluster):
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+            silence_logs=logging.CRITICAL,
+        ) as cluster, Client(cluster) as client:
+            client.run(warm_imports)
+            start = time.perf_counter()  # the cluster is up: time the reads, as for the peer
             for n in cfg["fte_versions"]:
                 _, blocks, paths = read_bytes(
-                    f"dsv://fte@v{n}/**.csv",
-                    storage_options={"remote": cfg["fte_remote"]},
+                    f"dsv://fte@v{n}/**/*.csv",
+                    remote=cfg["fte_remote"],  # read_bytes takes the storage options as keywords
                     blocksize=None,
                     sample=False,
                     include_path=True,
@@ -301,8 +324,8 @@ def round_d(cfg: dict, work: Path, rnd: int) -> dict:
                 dask_counts = {
                     p.split(prefix, 1)[1]: c for p, c in zip(paths, counted)
                 }
-                result["versions"][n] = (pandas_counts[n], dask_counts)
-        result["dask-seconds"] = time.perf_counter() - start
+                result["versions"][str(n)] = (pandas_counts[n], dask_counts)
+            result["dask-seconds"] = time.perf_counter() - start
     finally:
         os.chdir(old_cwd)
     result["clones"] = clone_dirs(cache)
@@ -371,6 +394,24 @@ def span(values, fmt="{:.2f}") -> str:
     return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
+def in_child(kind: str, rnd: int, cfg: dict, work: Path) -> dict:
+    """Runs one round of (a)+(b) or (d) in a fresh Python process (a fresh client: nothing
+    of an earlier round's node cache or open stores carries over); its result as a dict."""
+    out = work / f"result-{kind}-{rnd}.json"
+    env = dict(os.environ, BENCH_CFG=json.dumps(cfg))
+    done = subprocess.run([sys.executable, str(HERE), "round", kind, str(rnd), str(out)], env=env)
+    if done.returncode != 0:
+        die(f"round {rnd} of ({kind}) failed (exit {done.returncode})")
+    return json.loads(out.read_text())
+
+
+def child_round(kind: str, rnd: str, out: str) -> None:
+    cfg = json.loads(os.environ["BENCH_CFG"])
+    work = Path(os.environ["BENCH_WORK"])
+    result = round_ab(cfg, work, int(rnd)) if kind == "ab" else round_d(cfg, work, int(rnd))
+    Path(out).write_text(json.dumps(result))
+
+
 def run() -> None:
     work = Path(os.environ["BENCH_WORK"])
     data_dir = Path(os.environ["BENCH_DATA_DIR"])
@@ -401,7 +442,7 @@ def run() -> None:
     for rnd in range(1, cfg["rounds"] + 1):
         say(f"round {rnd} (load {load()})")
         if "a" in cfg["only"] or "b" in cfg["only"]:
-            ab.append(round_ab(cfg, work, rnd))
+            ab.append(in_child("ab", rnd, cfg, work))
         if "c" in cfg["only"]:
             for kind, into in (("dsv", c_dsv), ("s3fs", c_s3)):
                 r = race(cfg, work, rnd, kind, tree)
@@ -409,7 +450,7 @@ def run() -> None:
                 say(f"  round {rnd} 16 processes {kind:4}: {r['seconds']:.2f} s, {r['correct']}/16 "
                     f"correct, {len(r['errors'])} errors, {r['clones']} clone dirs")
         if "d" in cfg["only"]:
-            r = round_d(cfg, work, rnd)
+            r = in_child("d", rnd, cfg, work)
             d.append(r)
             say(f"  round {rnd} FiveThirtyEight: dask over dsv:// {r['dask-seconds']:.1f} s, "
                 f"pandas over checkouts {r['pandas-seconds']:.1f} s, {r['clones']} clone dirs")
@@ -462,12 +503,12 @@ def run() -> None:
                          "equal rows, 1 clone"))
         equal = True
         for n in cfg["fte_versions"]:
-            pc, dc = d[-1]["versions"][n]
+            pc, dc = d[-1]["versions"][str(n)]
             rows_p = sum(v for v in pc.values() if v is not None)
             rows_d = sum(v for v in dc.values() if v is not None)
             skipped_p = sum(1 for v in pc.values() if v is None)
             skipped_d = sum(1 for v in dc.values() if v is None)
-            same = all(r["versions"][n][0] == r["versions"][n][1] for r in d)
+            same = all(r["versions"][str(n)][0] == r["versions"][str(n)][1] for r in d)
             equal &= same
             print(fmt.format(f"    fte@v{n}: rows (CSVs read, skipped)",
                              f"{rows_d} ({len(dc) - skipped_d}, {skipped_d})",
@@ -489,6 +530,8 @@ def run() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "open-race":
         open_race(*sys.argv[2:8])
+    elif len(sys.argv) > 1 and sys.argv[1] == "round":
+        child_round(*sys.argv[2:5])
     elif len(sys.argv) > 1 and sys.argv[1] == "run":
         run()
     else:
