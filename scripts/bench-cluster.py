@@ -123,18 +123,48 @@ def digest(df):
     )
 
 
-def dask_full_read(url: str, storage_options: dict) -> tuple[float, tuple]:
+def process_cpu() -> float:
+    """CPU seconds (user + system, all threads) this process has used."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def server_cpu() -> float:
+    """CPU seconds the S3 server (s3rver, BENCH_S3RVER_PID) has used."""
+    pid = os.environ.get("BENCH_S3RVER_PID")
+    if not pid:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_now() -> tuple[float, float]:
+    """(CPU seconds of the client and its workers, of the S3 server) so far."""
+    from dask.distributed import get_client
+
+    workers = sum(get_client().run(process_cpu).values())
+    return workers + process_cpu(), server_cpu()
+
+
+def dask_full_read(url: str, storage_options: dict) -> tuple[float, tuple, tuple]:
     """Seconds for a full read of every column of `url` (a glob) on the current Dask client,
-    from `dd.read_parquet` to the result (the client's metadata pass included)."""
+    from `dd.read_parquet` to the result (the client's metadata pass included); the result's
+    check; the CPU seconds the client + workers and the S3 server spent on it (on a shared
+    machine, CPU seconds move less with the load than wall time)."""
     import dask.dataframe as dd
 
+    cpu_before = cpu_now()
     start = time.perf_counter()
     ddf = dd.read_parquet(url, storage_options=storage_options)
     out = ddf.map_partitions(
         digest, meta={"rows": "int64", "sum": "float64", "chars": "int64"}
     ).sum().compute()
     seconds = time.perf_counter() - start
-    return seconds, (int(out["rows"]), float(out["sum"]), int(out["chars"]))
+    cpu_after = cpu_now()
+    cpu = (cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1])
+    return seconds, (int(out["rows"]), float(out["sum"]), int(out["chars"])), cpu
 
 
 def same_read(a: tuple, b: tuple) -> bool:
@@ -176,17 +206,21 @@ def round_ab(cfg: dict, work: Path, rnd: int) -> dict:
         for phase in ("first", "second"):
             for name, url, opts in order:
                 la = load()
-                seconds, check = dask_full_read(url, opts)
+                seconds, check, cpu = dask_full_read(url, opts)
                 result[f"{name}-{phase}"] = seconds
+                result[f"{name}-{phase}-cpu"] = cpu
                 result[f"{name}-check"] = check
-                say(f"  round {rnd} {name:4} {phase:6} read: {seconds:7.2f} s  (load {la})")
+                say(f"  round {rnd} {name:4} {phase:6} read: {seconds:7.2f} s, CPU s: client+workers "
+                    f"{cpu[0]:6.1f}, server {cpu[1]:5.1f}  (load {la})")
         # The floor: the same read of the same files from the local disk (page cache), on
         # the same workers: what Parquet decoding and the digest cost with no network at all.
         la = load()
-        seconds, check = dask_full_read(f"{cfg['tree']}/parquet/*.parquet", {})
+        seconds, check, cpu = dask_full_read(f"{cfg['tree']}/parquet/*.parquet", {})
         result["local"] = seconds
+        result["local-cpu"] = cpu
         result["local-check"] = check
-        say(f"  round {rnd} local files read:   {seconds:7.2f} s  (load {la})")
+        say(f"  round {rnd} local files read:   {seconds:7.2f} s, CPU s: client+workers "
+            f"{cpu[0]:6.1f}  (load {la})")
     if not same_read(result["dsv-check"], result["s3fs-check"]) or not same_read(
         result["dsv-check"], result["local-check"]
     ):
@@ -486,6 +520,16 @@ def run() -> None:
                          span(warm_ratio) + "x", ">= 1.5x"))
         print(fmt.format("    reference: the same read from local files (s)",
                          span(r["local"] for r in ab), "", "", "the floor"))
+        for phase, label in (("first", "(a)"), ("second", "(b)")):
+            for side, key in ((0, "client+workers"), (1, "S3 server")):
+                dsv_cpu = [r[f"dsv-{phase}-cpu"][side] for r in ab]
+                s3_cpu = [r[f"s3fs-{phase}-cpu"][side] for r in ab]
+                ratio = [a / b for a, b in zip(dsv_cpu, s3_cpu) if b > 0]
+                print(fmt.format(f"    {label} CPU seconds, {key}", span(dsv_cpu, "{:.1f}"),
+                                 span(s3_cpu, "{:.1f}"),
+                                 span(ratio) + " dsv/s3fs" if ratio else "", ""))
+        print(fmt.format("    local files: CPU seconds, client+workers",
+                         span((r["local-cpu"][0] for r in ab), "{:.1f}"), "", "", ""))
         print(fmt.format("    clone dirs per node / cache bytes after (a)+(b)",
                          span((r["clones"] for r in ab), "{}"),
                          span((r["cache-bytes"] / 1e6 for r in ab), "{:.0f} MB"), "", ""))
