@@ -227,6 +227,8 @@ def round_ab(cfg: dict, work: Path, rnd: int) -> dict:
         die(f"dsv read {result['dsv-check']}, s3fs read {result['s3fs-check']}")
     result["clones"] = clone_dirs(cache)
     result["cache-bytes"] = du(cache)
+    # Each fetch stores its frames as a pack of the node cache (written, fsynced, recorded).
+    result["cache-packs"] = sum(1 for _ in cache.glob("remotes/*/.dsv/packs/**/*") if _.is_file())
     shutil.rmtree(cache, ignore_errors=True)
     return result
 
@@ -530,9 +532,10 @@ def run() -> None:
                                  span(ratio) + " dsv/s3fs" if ratio else "", ""))
         print(fmt.format("    local files: CPU seconds, client+workers",
                          span((r["local-cpu"][0] for r in ab), "{:.1f}"), "", "", ""))
-        print(fmt.format("    clone dirs per node / cache bytes after (a)+(b)",
+        print(fmt.format("    clone dirs per node / cache bytes / packs after (a)+(b)",
                          span((r["clones"] for r in ab), "{}"),
-                         span((r["cache-bytes"] / 1e6 for r in ab), "{:.0f} MB"), "", ""))
+                         span((r["cache-bytes"] / 1e6 for r in ab), "{:.0f} MB"),
+                         span((r.get("cache-packs", 0) for r in ab), "{} packs"), ""))
         print(f"    checked: every read gave rows/sum/chars {ab[0]['dsv-check']}")
         if max(cold_ratio) > 1.0:
             failed.append("a")
