@@ -85,6 +85,13 @@ class DsvFileSystem(AbstractFileSystem):
         pins: Optional[Dict[str, str]] = None,
         **kwargs: Any,
     ) -> None:
+        nested = kwargs.pop("storage_options", None)
+        if nested is not None:
+            # `read_bytes(..., storage_options={...})` and the like pass the options one level
+            # too deep; taking them is kinder than reading the wrong store.
+            if not isinstance(nested, dict) or store is not None or remote is not None:
+                raise TypeError("dsv: give the storage options as keywords (remote=, cache=, store=), not storage_options=")
+            return DsvFileSystem.__init__(self, **{**kwargs, **nested})
         super().__init__(**kwargs)
         self.store = open_store(remote=remote, cache=cache, remote_options=remote_options, store=store)
         self.pins: Dict[str, str] = dict(pins or {})

@@ -259,3 +259,12 @@ def test_a_remote_that_holds_no_dsv_data_says_so(s3_endpoint: str, no_store: Pat
     with pytest.raises(dsv.Error) as failure:
         store.version("covid@v1")
     assert "covid" in str(failure.value)
+
+
+def test_storage_options_nested_one_level_too_deep_still_name_the_remote(engine_remote, no_store: Path):
+    # dask.bytes.read_bytes takes the options as keywords: `storage_options=` there arrives
+    # here nested, and used to fall back to a store search (NoStore).
+    fs = DsvFileSystem(storage_options={"remote": engine_remote["url"]})
+    assert fs.store.remote == engine_remote["url"]
+    with pytest.raises(TypeError, match="as keywords"):
+        DsvFileSystem(remote=engine_remote["url"], storage_options={"cache": "/tmp/x"})
