@@ -198,6 +198,9 @@ impl Fetcher {
         let catalogs = &engine.catalogs;
         let _in_fetch = InFetch::enter();
         let mut downloaded = 0u64;
+        // The packs this fetch writes: its reader is about to read them, so a cache limit
+        // never evicts them in this call.
+        let mut written = HashSet::new();
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
             chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
         let records = attempts.order(catalogs.with(|catalog| catalog.remotes())?);
@@ -236,7 +239,12 @@ impl Fetcher {
             {
                 remote.set_others_remain(others_remain);
                 let got = attempts.attempt(&record.name, || {
-                    self.fetch_frames(engine, &remote, by_frame.into_iter().collect())
+                    self.fetch_frames(
+                        engine,
+                        &remote,
+                        by_frame.into_iter().collect(),
+                        &mut written,
+                    )
                 })?;
                 if got.is_some_and(|bytes| bytes > 0) {
                     attempts.served(&record.name);
@@ -253,6 +261,9 @@ impl Fetcher {
                 Ok(still)
             })?;
         }
+        if !written.is_empty() {
+            self.enforce_limit(engine, &written)?;
+        }
         if remaining.is_empty() {
             Ok(downloaded)
         } else {
@@ -267,6 +278,7 @@ impl Fetcher {
         engine: &super::Engine,
         remote: &Remote,
         by_frame: Vec<FrameEntry>,
+        written: &mut HashSet<ObjectId>,
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
@@ -289,7 +301,7 @@ impl Fetcher {
                 Ok(still)
             })?;
             if !still.is_empty() {
-                downloaded += self.download(engine, remote, still)?;
+                downloaded += self.download(engine, remote, still, written)?;
             }
         }
         Ok(downloaded)
@@ -302,6 +314,7 @@ impl Fetcher {
         engine: &super::Engine,
         remote: &Remote,
         frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
+        written: &mut HashSet<ObjectId>,
     ) -> Result<u64> {
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
@@ -326,6 +339,7 @@ impl Fetcher {
             }
         };
         let sealed = sink.finish()?;
+        written.extend(sealed.iter().map(|pack| pack.id));
         // The frames just checked go into the frame cache as they are, every object in them
         // checked: the read that waits for them neither reads them back nor hashes them again.
         // The packs hold them in the order they were added. (Put in before the catalog
@@ -353,6 +367,31 @@ impl Fetcher {
             }
         })?;
         Ok(transfer.bytes)
+    }
+
+    /// Applies the store's cache limit (`dsv cache limit`, read from its settings each time,
+    /// so a limit set while a reader runs holds from its next fetch) after a fetch that
+    /// wrote packs `written`: evicts least-recently-used packs of data a remote holds,
+    /// never those (see [`crate::ops::cache::enforce_limit`]). Called with no lock held.
+    fn enforce_limit(&self, engine: &super::Engine, written: &HashSet<ObjectId>) -> Result<()> {
+        let limit = match engine.options.cache_limit {
+            Some(limit) => Some(limit),
+            None => crate::config::Config::load(&self.root)?.cache.limit,
+        };
+        let Some(limit) = limit else {
+            return Ok(());
+        };
+        if engine.catalogs.with(crate::ops::cache::held_bytes)? <= limit {
+            return Ok(());
+        }
+        // The data lock before the store's mutex: another thread of this process that holds
+        // the data lock shared waits for that mutex to record its fetch.
+        let Some(data) = crate::ops::cache::take_eviction_lock(&self.root)? else {
+            return Ok(());
+        };
+        let mut store = engine.lock_store();
+        crate::ops::cache::enforce_limit_under(&mut store, &data, limit, written)?;
+        Ok(())
     }
 
     /// Whether this store holds no pack listing of `record` and this fetcher has not read

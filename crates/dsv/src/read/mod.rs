@@ -128,6 +128,10 @@ pub struct ReadOptions {
     pub cache_bytes: u64,
     /// Requests in flight when data is fetched from a remote (default 8).
     pub fetch_jobs: usize,
+    /// Bytes of packs the store keeps at most while this engine fetches (see
+    /// [`crate::ops::cache::enforce_limit`]); `None` (the default): the store's own setting
+    /// (`dsv cache limit`), read at each fetch.
+    pub cache_limit: Option<u64>,
 }
 
 impl Default for ReadOptions {
@@ -135,6 +139,7 @@ impl Default for ReadOptions {
         ReadOptions {
             cache_bytes: 256 * 1024 * 1024,
             fetch_jobs: 8,
+            cache_limit: None,
         }
     }
 }
