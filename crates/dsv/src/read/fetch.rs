@@ -369,16 +369,21 @@ impl Fetcher {
         Ok(transfer.bytes)
     }
 
+    /// The cache limit this engine reads under: [`super::ReadOptions::cache_limit`], else
+    /// the store's setting (read from its settings file each time).
+    pub(super) fn cache_limit(&self, engine: &super::Engine) -> Result<Option<u64>> {
+        match engine.options.cache_limit {
+            Some(limit) => Ok(Some(limit)),
+            None => Ok(crate::config::Config::load(&self.root)?.cache.limit),
+        }
+    }
+
     /// Applies the store's cache limit (`dsv cache limit`, read from its settings each time,
     /// so a limit set while a reader runs holds from its next fetch) after a fetch that
     /// wrote packs `written`: evicts least-recently-used packs of data a remote holds,
     /// never those (see [`crate::ops::cache::enforce_limit`]). Called with no lock held.
     fn enforce_limit(&self, engine: &super::Engine, written: &HashSet<ObjectId>) -> Result<()> {
-        let limit = match engine.options.cache_limit {
-            Some(limit) => Some(limit),
-            None => crate::config::Config::load(&self.root)?.cache.limit,
-        };
-        let Some(limit) = limit else {
+        let Some(limit) = self.cache_limit(engine)? else {
             return Ok(());
         };
         if engine.catalogs.with(crate::ops::cache::held_bytes)? <= limit {
