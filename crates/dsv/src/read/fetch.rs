@@ -381,21 +381,21 @@ impl Fetcher {
     /// Applies the store's cache limit (`dsv cache limit`, read from its settings each time,
     /// so a limit set while a reader runs holds from its next fetch) after a fetch that
     /// wrote packs `written`: evicts least-recently-used packs of data a remote holds,
-    /// never those (see [`crate::ops::cache::enforce_limit`]). Called with no lock held.
+    /// never those (see [`crate::eviction::enforce_limit`]). Called with no lock held.
     fn enforce_limit(&self, engine: &super::Engine, written: &HashSet<ObjectId>) -> Result<()> {
         let Some(limit) = self.cache_limit(engine)? else {
             return Ok(());
         };
-        if engine.catalogs.with(crate::ops::cache::held_bytes)? <= limit {
+        if engine.catalogs.with(crate::eviction::held_bytes)? <= limit {
             return Ok(());
         }
         // The data lock before the store's mutex: another thread of this process that holds
         // the data lock shared waits for that mutex to record its fetch.
-        let Some(data) = crate::ops::cache::take_eviction_lock(&self.root)? else {
+        let Some(data) = crate::eviction::take_eviction_lock(&self.root)? else {
             return Ok(());
         };
         let mut store = engine.lock_store();
-        crate::ops::cache::enforce_limit_under(&mut store, &data, limit, written)?;
+        crate::eviction::enforce_limit_under(&mut store, &data, limit, written)?;
         Ok(())
     }
 

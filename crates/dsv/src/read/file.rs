@@ -413,7 +413,7 @@ impl FileState {
     }
 
     /// Where chunk `index` is now, for a read that found the pack it was located in gone (a
-    /// cache limit evicted it since: `crate::ops::cache::enforce_limit`): located again,
+    /// cache limit evicted it since: `crate::eviction::enforce_limit`): located again,
     /// fetched again when it is no longer here. The handle's first location stays (a later
     /// read that finds it gone comes here again).
     ///
