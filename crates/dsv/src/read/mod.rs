@@ -97,6 +97,13 @@
 //!   (`os.register_at_fork`).
 //! - Each fetch writes a pack of its own (a few MiB), so a large file read from a remote leaves
 //!   many small packs; nothing merges them yet.
+//! - **Cache limit** (`dsv cache limit`, [`ReadOptions::cache_limit`]). After a fetch brings
+//!   the store's packs over the limit, the fetching reader evicts least-recently-used packs
+//!   that hold only chunks a remote lists, never the packs that fetch just wrote
+//!   ([`crate::eviction`]); a read that finds a located chunk's pack gone locates it again and
+//!   fetches it again (`FileState::relocate`). Under a limit, `VersionHandle::prefetch`
+//!   fetches only the frames that fit in the room left, so a prefetcher running ahead of its
+//!   reader never evicts what it fetched for that reader.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
