@@ -56,7 +56,7 @@ pub struct Eviction {
 }
 
 /// Evicts least-recently-used packs that hold only chunks a remote holds until the store's
-/// packs fit in `limit` bytes, never a pack in `keep` (those a reader is about to read). See
+/// packs fit in `limit` bytes (down to nine tenths of it, when a pack that size is there), never a pack in `keep` (those a reader is about to read). See
 /// the notes above [`EVICT_LOCK_WAIT`]: the catalog forgets the packs first, then the files
 /// go; a later read of their chunks fetches them again.
 ///
@@ -138,8 +138,11 @@ pub fn enforce_limit_under(
     candidates.sort();
     let mut chosen = HashSet::new();
     let mut bytes = 0;
+    // Down to a tenth under the limit: the next evictions wait until that much more was
+    // fetched (choosing the candidates scans the catalog's objects).
+    let target = limit - limit / 10;
     for (_, id, size) in candidates {
-        if total <= limit {
+        if total <= target {
             break;
         }
         chosen.insert(id);
