@@ -125,8 +125,18 @@ fn a_reader_whose_chunks_were_evicted_under_it_fetches_them_again() {
     let engine = dsv::read::ReadEngine::open(&root, options).unwrap();
     let version = engine.version("ds").unwrap();
     let file = version.open("big.bin").unwrap();
-    let mut all = vec![0u8; big.len()];
-    assert_eq!(file.read_at(0, &mut all).unwrap(), big.len());
+    // Read on a thread of its own, which ends: a reading thread holds the packs of its
+    // latest fetch until it fetches again (an eviction passes over them).
+    let all = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut all = vec![0u8; big.len()];
+                assert_eq!(file.read_at(0, &mut all).unwrap(), big.len());
+                all
+            })
+            .join()
+            .unwrap()
+    });
     assert_eq!(all, big);
     assert!(pack_bytes(&root) > 2_000_000);
     // Another process's fetch brings the store over a limit of 1 byte: every pack of
@@ -150,4 +160,27 @@ fn a_reader_whose_chunks_were_evicted_under_it_fetches_them_again() {
     });
     assert_eq!(again, big);
     assert!(pack_bytes(&root) > 2_000_000);
+}
+
+#[test]
+fn an_eviction_passes_over_the_packs_a_reader_just_fetched() {
+    let env = TestEnv::new();
+    let big = pseudo_random(3_000_000, 6);
+    env.write("d/big.bin", &big);
+    env.ok(&["commit", "d", "-d", "ds"]);
+    let (_, url) = push_to_file_remote(&env, "remote", "ds");
+    let clone = TestEnv::bare();
+    clone.ok(&["clone", &url, "c"]);
+    let root = clone.path("c/.dsv");
+    let engine = dsv::read::ReadEngine::open(&root, dsv::read::ReadOptions::default()).unwrap();
+    let file = engine.version("ds").unwrap().open("big.bin").unwrap();
+    // This thread reads the last bytes: one fetch, whose packs it now holds.
+    let mut tail = vec![0u8; 1000];
+    file.read_at(big.len() as u64 - 1000, &mut tail).unwrap();
+    assert_eq!(tail, &big[big.len() - 1000..]);
+    let held = pack_bytes(&root);
+    let mut store = dsv::Store::open(&root).unwrap();
+    let evicted = dsv::ops::cache::enforce_limit(&mut store, 1, &Default::default()).unwrap();
+    assert_eq!(evicted.packs, 0, "{evicted:?}");
+    assert_eq!(pack_bytes(&root), held);
 }

@@ -145,6 +145,9 @@ pub fn enforce_limit_under(
         if total <= target {
             break;
         }
+        if held_by_a_reader(&crate::pack::writer::pack_path(&packs_dir, &id)) {
+            continue;
+        }
         chosen.insert(id);
         bytes += size;
         total = total.saturating_sub(size);
@@ -171,4 +174,15 @@ pub fn enforce_limit_under(
         held_bytes: total,
         locked: true,
     })
+}
+
+/// Whether a reader holds the pack at `path`: the read engine holds a shared `flock` on the
+/// packs of each thread's latest fetch until that thread fetches again (taken before the
+/// fetch lets go of the data lock), so a reader of another process that just fetched a
+/// pack reads it before anyone evicts it. A pack whose file cannot be opened is not held.
+fn held_by_a_reader(path: &std::path::Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
 }

@@ -129,6 +129,13 @@ type FrameEntry = (
     (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>),
 );
 
+thread_local! {
+    /// The packs of this thread's latest fetch, each open with a shared `flock`: a cache
+    /// limit's eviction passes over them (`crate::eviction`), in this process or another,
+    /// until this thread fetches again.
+    static HELD_PACKS: std::cell::RefCell<Vec<std::fs::File>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Lock files that remote frames are spread over (by a hash of pack and offset).
 pub const STRIPES: u64 = 4096;
 
@@ -201,6 +208,7 @@ impl Fetcher {
         // The packs this fetch writes: its reader is about to read them, so a cache limit
         // never evicts them in this call.
         let mut written = HashSet::new();
+        let mut held = Vec::new();
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
             chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
         let records = attempts.order(catalogs.with(|catalog| catalog.remotes())?);
@@ -244,6 +252,7 @@ impl Fetcher {
                         &remote,
                         by_frame.into_iter().collect(),
                         &mut written,
+                        &mut held,
                     )
                 })?;
                 if got.is_some_and(|bytes| bytes > 0) {
@@ -262,6 +271,8 @@ impl Fetcher {
             })?;
         }
         if !written.is_empty() {
+            // This thread's reader holds what it just fetched until it fetches again.
+            HELD_PACKS.with(|cell| *cell.borrow_mut() = held);
             self.enforce_limit(engine, &written)?;
         }
         if remaining.is_empty() {
@@ -279,6 +290,7 @@ impl Fetcher {
         remote: &Remote,
         by_frame: Vec<FrameEntry>,
         written: &mut HashSet<ObjectId>,
+        held: &mut Vec<std::fs::File>,
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
@@ -301,7 +313,7 @@ impl Fetcher {
                 Ok(still)
             })?;
             if !still.is_empty() {
-                downloaded += self.download(engine, remote, still, written)?;
+                downloaded += self.download(engine, remote, still, written, held)?;
             }
         }
         Ok(downloaded)
@@ -315,6 +327,7 @@ impl Fetcher {
         remote: &Remote,
         frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
         written: &mut HashSet<ObjectId>,
+        held: &mut Vec<std::fs::File>,
     ) -> Result<u64> {
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
@@ -340,6 +353,15 @@ impl Fetcher {
         };
         let sealed = sink.finish()?;
         written.extend(sealed.iter().map(|pack| pack.id));
+        // Held (a shared flock) before the data lock goes: no eviction runs in between.
+        for pack in &sealed {
+            let path = crate::pack::writer::pack_path(&self.packs_dir, &pack.id);
+            if let Ok(file) = std::fs::File::open(&path)
+                && file.lock_shared().is_ok()
+            {
+                held.push(file);
+            }
+        }
         // The frames just checked go into the frame cache as they are, every object in them
         // checked: the read that waits for them neither reads them back nor hashes them again.
         // The packs hold them in the order they were added. (Put in before the catalog
