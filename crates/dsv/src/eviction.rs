@@ -16,7 +16,7 @@
 //! - Never what a reader in flight holds: the packs the evicting fetch just wrote are kept
 //!   (its reader is about to read them), and so are the packs of every reading thread's
 //!   latest fetch, in any process (a shared `flock` on each, held until that thread fetches
-//!   again; [`held_by_a_reader`]); a reader elsewhere that holds a pack open keeps
+//!   again; `held_by_a_reader`); a reader elsewhere that holds a pack open keeps
 //!   reading it (an unlinked file lives until closed; a `PackReader` holds at most
 //!   `MAX_OPEN_PACKS` open), frames in the read engine's frame cache stay in memory, and a
 //!   reader that finds a located chunk's pack gone locates it again and fetches it again
