@@ -680,31 +680,7 @@ fn jobs_range() -> clap::builder::RangedU64ValueParser<usize> {
 
 /// A size: bytes, or a number with KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB.
 fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size such as 50GB or 512MiB"))?;
-    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?}: use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
-            ));
-        }
-    };
-    Ok((number * factor) as u64)
+    dsv::ops::cache::parse_size(text)
 }
 
 fn dispatch(cli: &Cli, ui: &Ui) -> anyhow::Result<u8> {

@@ -1354,6 +1354,19 @@ pub fn cache(versions: &[CachedVersion]) -> String {
     table.render()
 }
 
+/// `dsv cache limit`: the limit and what the store holds against it.
+pub fn cache_limit(s: &dsv::ops::cache::LimitStatus) -> String {
+    let limit = match s.limit {
+        Some(limit) => format!("Cache limit: {}", size(limit)),
+        None => "Cache limit: none".to_string(),
+    };
+    format!(
+        "{limit}\nHeld: {} ({} of it data a remote holds, evictable)",
+        size(s.held_bytes),
+        size(s.evictable_bytes)
+    )
+}
+
 pub fn prune(r: &PruneReport) -> String {
     let verb = if r.gc.is_none() {
         "Would prune"

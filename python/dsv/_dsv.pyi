@@ -60,6 +60,14 @@ class Store:
         DIR [--force]``: data only on a remote is downloaded first. Returns the report ``dsv
         checkout --json`` prints. Raises ``dsv.Conflict`` when uncommitted changes are in the
         way (``force=True`` overwrites them)."""
+    def set_cache_limit(self, limit: Union[int, str, None]) -> None:
+        """Sets the store's cache limit, as ``dsv cache limit SIZE`` does: bytes or a size
+        such as ``"10GiB"``; ``None`` removes it. Every reader of the store honours it: after
+        a fetch brings the store's packs over it, the least recently used data a remote holds
+        is evicted (never data no remote holds). Raises ``ValueError`` for 0 or a bad size."""
+    @property
+    def cache_limit(self) -> Optional[int]:
+        """The store's cache limit in bytes, or ``None``."""
     def close(self) -> None:
         """Releases the store's read engine (its catalog connection and cached frames). Every
         later call on the store, or on a version or file opened from it, raises

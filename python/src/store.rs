@@ -241,6 +241,58 @@ impl PyStore {
         to_python(py, &outcome)
     }
 
+    /// Sets the store's cache limit, as `dsv cache limit SIZE` does: bytes (an `int`) or a
+    /// size such as `"10GiB"` or `"500MB"`; `None` removes it. A store setting (in
+    /// `.dsv/config.toml`), so every reader of this store honours it, worker processes and
+    /// the mount included: after a fetch from a remote brings the store's packs over the
+    /// limit, the least recently used data a remote holds is evicted (never data no remote
+    /// holds). Data already held over a new limit is evicted at once. Raises `ValueError`
+    /// for 0 or a size that does not parse.
+    #[pyo3(signature = (limit))]
+    fn set_cache_limit(&self, py: Python<'_>, limit: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let bytes = match limit {
+            None => None,
+            Some(value) => {
+                if let Ok(n) = value.extract::<u64>() {
+                    Some(n)
+                } else if let Ok(text) = value.extract::<String>() {
+                    Some(dsv::ops::cache::parse_size(&text).map_err(|reason| {
+                        pyo3::exceptions::PyValueError::new_err(format!("cache_limit: {reason}"))
+                    })?)
+                } else {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "cache_limit: expected a number of bytes or a size such as \"10GiB\", got {}",
+                        value.repr()?
+                    )));
+                }
+            }
+        };
+        if bytes == Some(0) {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "cache_limit: expected at least 1 byte (None removes the limit)",
+            ));
+        }
+        py.detach(|| -> Res<()> {
+            let mut store = self.writable()?;
+            dsv::ops::cache::set_limit(&store, bytes)?;
+            if let Some(limit) = bytes {
+                dsv::ops::cache::enforce_limit(&mut store, limit, &Default::default())?;
+            }
+            Ok(())
+        })
+        .raise(py)
+    }
+
+    /// The store's cache limit in bytes (`dsv cache limit`), or `None`.
+    #[getter]
+    fn cache_limit(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        py.detach(|| -> Res<Option<u64>> {
+            self.check_open("store")?;
+            Ok(dsv::ops::cache::limit(&dsv::Store::open(&self.root)?)?)
+        })
+        .raise(py)
+    }
+
     /// Releases the store's read engine (its catalog connection and cached frames). Every
     /// later call on the store, or on a version or file opened from it, raises
     /// `dsv.StoreClosed`. Closing twice is allowed.

@@ -1,4 +1,4 @@
-//! `dsv cache ls|prune`: the local cache of versions.
+//! `dsv cache ls|prune|limit`: the local cache of versions and its size limit.
 
 use clap::Subcommand;
 use dsv::ops::cache;
@@ -44,6 +44,23 @@ pub(crate) enum CacheCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Show or set the store's cache limit: every read that fetches from a remote (cat,
+    /// export, mount, Python) then evicts the least recently used data a remote holds until
+    /// the store's packs fit. Data no remote holds is never evicted.
+    ///
+    /// Examples:
+    ///   dsv cache limit 10GiB
+    ///   dsv cache limit
+    ///   dsv cache limit --clear
+    #[command(verbatim_doc_comment)]
+    Limit {
+        /// The limit (e.g. 10GiB, 500MB); `none` removes it. Without it, the limit is shown.
+        #[arg(value_name = "SIZE", conflicts_with = "clear")]
+        size: Option<String>,
+        /// Remove the limit.
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 pub(crate) fn run(cli: &Cli, ui: &Ui, command: &CacheCommand) -> anyhow::Result<u8> {
@@ -71,6 +88,30 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, command: &CacheCommand) -> anyhow::Result<
             options.dry_run = *dry_run;
             let report = cache::prune(&mut store, &options, &ui.reporter())?;
             ui.report(&report, render::prune)?;
+        }
+        CacheCommand::Limit { size, clear } => {
+            let mut store = open_store(cli)?;
+            let wanted = match size.as_deref() {
+                _ if *clear => Some(None),
+                Some(text) if text.trim().eq_ignore_ascii_case("none") => Some(None),
+                Some(text) => Some(Some(parse_size(text).map_err(|reason| {
+                    dsv::Error::InvalidSetting {
+                        key: "cache.limit",
+                        value: text.to_string(),
+                        reason,
+                    }
+                })?)),
+                None => None,
+            };
+            if let Some(limit) = wanted {
+                cache::set_limit(&store, limit)?;
+                // What is held over the new limit goes now, as a read would let it go.
+                if let Some(limit) = limit {
+                    cache::enforce_limit(&mut store, limit, &Default::default())?;
+                }
+            }
+            let status = cache::limit_status(&store)?;
+            ui.report(&status, render::cache_limit)?;
         }
     }
     Ok(error::SUCCESS)

@@ -8,6 +8,7 @@ mod architecture_docs;
 mod attacks4;
 mod audit;
 mod bad_input;
+mod cache_limit;
 mod checkout_safety;
 mod cleanup;
 mod cli_docs;

@@ -8,6 +8,9 @@
 //!
 //! [remote]
 //! default = "backup"      # the remote of push, pull and fetch without --remote
+//!
+//! [cache]
+//! limit = 10737418240     # bytes of fetched data a read keeps here (`dsv cache limit`)
 //! ```
 //!
 //! Precedence: a command-line flag, then this file, then the built-in default. The file is
@@ -45,6 +48,39 @@ pub struct Config {
     /// `[remote]`.
     #[serde(default, skip_serializing_if = "RemoteSettings::is_empty")]
     pub remote: RemoteSettings,
+    /// `[cache]`.
+    #[serde(default, skip_serializing_if = "CacheSettings::is_empty")]
+    pub cache: CacheSettings,
+}
+
+/// The `[cache]` section (`dsv cache limit` writes it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSettings {
+    /// `limit`: the bytes of packs this store keeps, at most, of data a remote holds
+    /// (fetched by reads); least recently used packs are evicted past it. At least 1.
+    #[serde(
+        default,
+        deserialize_with = "cache_limit",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub limit: Option<u64>,
+}
+
+impl CacheSettings {
+    fn is_empty(&self) -> bool {
+        self == &CacheSettings::default()
+    }
+}
+
+fn cache_limit<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    let n = i64::deserialize(deserializer)?;
+    match u64::try_from(n) {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(serde::de::Error::custom(
+            "limit must be a number of bytes of at least 1",
+        )),
+    }
 }
 
 /// The `[core]` section.

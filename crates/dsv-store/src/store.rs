@@ -726,6 +726,13 @@ impl ExclusiveDataLock {
             _file: LockFile::take(&root.join("data.lock"), false)?,
         })
     }
+
+    /// The data lock of the store `root`, exclusive, if no one holds it now, else `None`
+    /// (never waits).
+    pub fn try_take_at(root: &Path) -> Result<Option<ExclusiveDataLock>> {
+        Ok(LockFile::try_take_exclusive(&root.join("data.lock"))?
+            .map(|file| ExclusiveDataLock { _file: file }))
+    }
 }
 
 /// A workspace's lock (order 2, exclusive): see [`Store::lock_workspace`]. It borrows the

@@ -64,6 +64,7 @@ pub use dsv_remote::{
     workspace,
 };
 
+pub mod eviction;
 pub(crate) mod key_set;
 pub mod ops;
 pub mod pack_sink;

@@ -24,6 +24,10 @@ pub struct FrameLocation {
     pub compression: Compression,
 }
 
+/// Pack files a [`PackReader`] keeps open at most (it closes them all when one more is
+/// needed).
+pub const MAX_OPEN_PACKS: usize = 16;
+
 /// Reads frames from the packs of one store, keeping a few decompressed frames, open pack
 /// files and its buffers for reuse. One per thread: it is not shared.
 pub struct PackReader {
@@ -85,20 +89,28 @@ impl PackReader {
             );
             return Err(Error::corrupt(&path, detail));
         }
-        let file = match self.files.entry(location.pack) {
-            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::hash_map::Entry::Vacant(entry) => entry.insert(
-                crate::store_file::open_read(&path).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => {
-                        Error::corrupt(&path, "the catalog names this pack but the file is missing")
-                    }
-                    _ => Error::Io {
-                        path: path.clone(),
-                        source: e,
-                    },
-                })?,
-            ),
-        };
+        if !self.files.contains_key(&location.pack) {
+            let file = crate::store_file::open_read(&path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    Error::corrupt(&path, "the catalog names this pack but the file is missing")
+                }
+                _ => Error::Io {
+                    path: path.clone(),
+                    source: e,
+                },
+            })?;
+            // The pack's last use, for a store's cache limit (least recently used packs are
+            // evicted first): its modification time, set when a reader opens it. Best effort:
+            // a store on a read-only filesystem keeps the time of the fetch.
+            let _ = file.set_modified(std::time::SystemTime::now());
+            // A bounded number of open files: a pack evicted (or collected) while open keeps
+            // its disk space until its last descriptor closes.
+            if self.files.len() >= MAX_OPEN_PACKS {
+                self.files.clear();
+            }
+            self.files.insert(location.pack, file);
+        }
+        let file = self.files.get(&location.pack).expect("just inserted");
         let mut buffer = if self.cache.len() >= self.cache_slots {
             self.cache.remove(0).1
         } else {

@@ -424,3 +424,102 @@ fn local_chunk_bytes(store: &Store) -> Result<u64> {
         .map(|(_, _, bytes)| bytes)
         .sum())
 }
+
+// The cache limit (`dsv cache limit`, `Store.set_cache_limit` in Python): the setting
+// here, the eviction in [`crate::eviction`].
+
+pub use crate::eviction::{
+    EVICT_LOCK_WAIT, Eviction, enforce_limit, enforce_limit_under, held_bytes, take_eviction_lock,
+};
+
+/// The store's cache limit in bytes (`dsv cache limit`), when set.
+///
+/// # Errors
+/// [`crate::Error::InvalidConfig`] for a settings file that does not parse; I/O errors.
+pub fn limit(store: &Store) -> Result<Option<u64>> {
+    Ok(store.config()?.cache.limit)
+}
+
+/// Sets (`Some`) or clears (`None`) the store's cache limit; returns the limit before.
+///
+/// # Errors
+/// [`crate::Error::InvalidSetting`] for a limit of 0; settings errors as [`limit`].
+pub fn set_limit(store: &Store, limit: Option<u64>) -> Result<Option<u64>> {
+    if limit == Some(0) {
+        return Err(crate::Error::InvalidSetting {
+            key: "cache.limit",
+            value: "0".into(),
+            reason:
+                "expected a size of at least 1 byte (`dsv cache limit --clear` removes the limit)"
+                    .into(),
+        });
+    }
+    let _lock = store.lock()?;
+    let mut config = store.config()?;
+    let before = config.cache.limit;
+    config.cache.limit = limit;
+    config.save(store.root())?;
+    Ok(before)
+}
+
+/// What the store holds against its cache limit (`dsv cache limit` without a size).
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitStatus {
+    /// The limit in bytes; absent when none is set.
+    pub limit: Option<u64>,
+    /// Bytes of every pack this store holds.
+    pub held_bytes: u64,
+    /// Of those, bytes of packs the limit may evict (only chunks a remote holds).
+    pub evictable_bytes: u64,
+}
+
+/// The limit and what the store holds against it.
+///
+/// # Errors
+/// As [`limit`]; catalog errors.
+pub fn limit_status(store: &Store) -> Result<LimitStatus> {
+    Ok(LimitStatus {
+        limit: limit(store)?,
+        held_bytes: store.catalog().packs()?.iter().map(|(_, size)| size).sum(),
+        evictable_bytes: store
+            .catalog()
+            .remote_held_packs()?
+            .iter()
+            .map(|(_, size)| size)
+            .sum(),
+    })
+}
+
+/// Parses a size: a number with an optional unit, `B`, `KB`, `MB`, `GB`, `TB` (powers of
+/// 1000) or `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024), case-insensitive (`10GiB`,
+/// `512 MB`, `1.5GB`, `4096`).
+///
+/// # Errors
+/// A message naming the text and the units, for anything else.
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size such as 50GB or 512MiB"))?;
+    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?}: use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    Ok((number * factor) as u64)
+}

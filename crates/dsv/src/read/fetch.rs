@@ -129,6 +129,13 @@ type FrameEntry = (
     (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>),
 );
 
+thread_local! {
+    /// The packs of this thread's latest fetch, each open with a shared `flock`: a cache
+    /// limit's eviction passes over them (`crate::eviction`), in this process or another,
+    /// until this thread fetches again.
+    static HELD_PACKS: std::cell::RefCell<Vec<std::fs::File>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Lock files that remote frames are spread over (by a hash of pack and offset).
 pub const STRIPES: u64 = 4096;
 
@@ -198,6 +205,10 @@ impl Fetcher {
         let catalogs = &engine.catalogs;
         let _in_fetch = InFetch::enter();
         let mut downloaded = 0u64;
+        // The packs this fetch writes: its reader is about to read them, so a cache limit
+        // never evicts them in this call.
+        let mut written = HashSet::new();
+        let mut held = Vec::new();
         let mut remaining: Vec<(ObjectId, ObjectKind)> =
             chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
         let records = attempts.order(catalogs.with(|catalog| catalog.remotes())?);
@@ -236,7 +247,13 @@ impl Fetcher {
             {
                 remote.set_others_remain(others_remain);
                 let got = attempts.attempt(&record.name, || {
-                    self.fetch_frames(engine, &remote, by_frame.into_iter().collect())
+                    self.fetch_frames(
+                        engine,
+                        &remote,
+                        by_frame.into_iter().collect(),
+                        &mut written,
+                        &mut held,
+                    )
                 })?;
                 if got.is_some_and(|bytes| bytes > 0) {
                     attempts.served(&record.name);
@@ -253,6 +270,11 @@ impl Fetcher {
                 Ok(still)
             })?;
         }
+        if !written.is_empty() {
+            // This thread's reader holds what it just fetched until it fetches again.
+            HELD_PACKS.with(|cell| *cell.borrow_mut() = held);
+            self.enforce_limit(engine, &written)?;
+        }
         if remaining.is_empty() {
             Ok(downloaded)
         } else {
@@ -267,6 +289,8 @@ impl Fetcher {
         engine: &super::Engine,
         remote: &Remote,
         by_frame: Vec<FrameEntry>,
+        written: &mut HashSet<ObjectId>,
+        held: &mut Vec<std::fs::File>,
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
@@ -289,7 +313,7 @@ impl Fetcher {
                 Ok(still)
             })?;
             if !still.is_empty() {
-                downloaded += self.download(engine, remote, still)?;
+                downloaded += self.download(engine, remote, still, written, held)?;
             }
         }
         Ok(downloaded)
@@ -302,6 +326,8 @@ impl Fetcher {
         engine: &super::Engine,
         remote: &Remote,
         frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
+        written: &mut HashSet<ObjectId>,
+        held: &mut Vec<std::fs::File>,
     ) -> Result<u64> {
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
@@ -326,6 +352,16 @@ impl Fetcher {
             }
         };
         let sealed = sink.finish()?;
+        written.extend(sealed.iter().map(|pack| pack.id));
+        // Held (a shared flock) before the data lock goes: no eviction runs in between.
+        for pack in &sealed {
+            let path = crate::pack::writer::pack_path(&self.packs_dir, &pack.id);
+            if let Ok(file) = std::fs::File::open(&path)
+                && file.lock_shared().is_ok()
+            {
+                held.push(file);
+            }
+        }
         // The frames just checked go into the frame cache as they are, every object in them
         // checked: the read that waits for them neither reads them back nor hashes them again.
         // The packs hold them in the order they were added. (Put in before the catalog
@@ -353,6 +389,36 @@ impl Fetcher {
             }
         })?;
         Ok(transfer.bytes)
+    }
+
+    /// The cache limit this engine reads under: [`super::ReadOptions::cache_limit`], else
+    /// the store's setting (read from its settings file each time).
+    pub(super) fn cache_limit(&self, engine: &super::Engine) -> Result<Option<u64>> {
+        match engine.options.cache_limit {
+            Some(limit) => Ok(Some(limit)),
+            None => Ok(crate::config::Config::load(&self.root)?.cache.limit),
+        }
+    }
+
+    /// Applies the store's cache limit (`dsv cache limit`, read from its settings each time,
+    /// so a limit set while a reader runs holds from its next fetch) after a fetch that
+    /// wrote packs `written`: evicts least-recently-used packs of data a remote holds,
+    /// never those (see [`crate::eviction::enforce_limit`]). Called with no lock held.
+    fn enforce_limit(&self, engine: &super::Engine, written: &HashSet<ObjectId>) -> Result<()> {
+        let Some(limit) = self.cache_limit(engine)? else {
+            return Ok(());
+        };
+        if engine.catalogs.with(crate::eviction::held_bytes)? <= limit {
+            return Ok(());
+        }
+        // The data lock before the store's mutex: another thread of this process that holds
+        // the data lock shared waits for that mutex to record its fetch.
+        let Some(data) = crate::eviction::take_eviction_lock(&self.root)? else {
+            return Ok(());
+        };
+        let mut store = engine.lock_store();
+        crate::eviction::enforce_limit_under(&mut store, &data, limit, written)?;
+        Ok(())
     }
 
     /// Whether this store holds no pack listing of `record` and this fetcher has not read

@@ -401,24 +401,7 @@ impl FileState {
         }
         let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
         let mut attempts = Attempts::new();
-        match engine.fetcher.fetch(engine, &ids, &mut attempts) {
-            Ok(_) => {}
-            Err(FetchError::Failed(e)) => return Err(e),
-            Err(FetchError::NotIndexed) => {
-                // Pushed since this store last read the remotes' indexes (or held only by
-                // remotes that failed): read them again (the store locked for that only),
-                // then fetch.
-                crate::transfer::refresh_all_indexes(
-                    &mut engine.lock_store(),
-                    engine.options.fetch_jobs,
-                    &mut attempts,
-                )?;
-                match engine.fetcher.fetch(engine, &ids, &mut attempts) {
-                    Ok(_) | Err(FetchError::NotIndexed) => {}
-                    Err(FetchError::Failed(e)) => return Err(e),
-                }
-            }
-        }
+        fetch(engine, &ids, &mut attempts)?;
         let still = self.locate(engine, &missing)?;
         if let Some(index) = still.first() {
             return Err(attempts.missing(Error::MissingObject {
@@ -427,6 +410,50 @@ impl FileState {
             }));
         }
         Ok(())
+    }
+
+    /// Where chunk `index` is now, for a read that found the pack it was located in gone (a
+    /// cache limit evicted it since: `crate::eviction::enforce_limit`): located again,
+    /// fetched again when it is no longer here. The handle's first location stays (a later
+    /// read that finds it gone comes here again).
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`] when no remote holds it; fetch errors.
+    fn relocate(&self, engine: &Engine, index: usize) -> Result<ObjectLocation> {
+        let (id, length) = self.chunks[index];
+        let mut attempts = Attempts::new();
+        // A pack can be evicted again between the fetch and the read (another reader's
+        // fetch under a small limit): a few tries.
+        for _ in 0..4 {
+            let found = engine
+                .catalogs
+                .with(|catalog| catalog.locate(&id, ObjectKind::Chunk))?;
+            match found {
+                Some(location)
+                    if crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack)
+                        .exists() =>
+                {
+                    if location.length != length {
+                        return Err(Error::corrupt(
+                            crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack),
+                            format!(
+                                "file map {} lists chunk {} as {length} bytes, but it holds {}",
+                                self.entry.id.short(),
+                                id.short(),
+                                location.length
+                            ),
+                        ));
+                    }
+                    return Ok(location);
+                }
+                Some(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                None => fetch(engine, &[id], &mut attempts)?,
+            }
+        }
+        Err(attempts.missing(Error::MissingObject {
+            id: id.to_hex(),
+            what: "chunk",
+        }))
     }
 
     /// Locates those of chunks `chunks` that are stored here, fetching nothing (for
@@ -529,7 +556,23 @@ impl FileState {
                     id: chunk_id.to_hex(),
                     what: "chunk",
                 })?;
-            let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
+            let relocated;
+            let (frame, location) = match engine.cache.get(&engine.packs_dir, &location.frame) {
+                Ok(frame) => (frame, location),
+                Err(e) => {
+                    let pack =
+                        crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
+                    if pack.exists() {
+                        return Err(e);
+                    }
+                    // Evicted under a cache limit since it was located: here again.
+                    relocated = self.relocate(engine, index)?;
+                    (
+                        engine.cache.get(&engine.packs_dir, &relocated.frame)?,
+                        &relocated,
+                    )
+                }
+            };
             let chunk = frame.chunk(chunk_id, location, &engine.packs_dir)?;
             let from = (position - self.starts[index]) as usize;
             let n = (chunk.len() - from).min(buf.len() - done);
@@ -608,5 +651,29 @@ impl BlockSets {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(*id, *map));
+    }
+}
+
+/// Fetches chunks `ids` from the remotes, reading the remotes' indexes again when none lists
+/// some (pushed since this store last read them, or held only by remotes that failed). A
+/// chunk no remote holds is left out (the caller locates and makes the error).
+///
+/// # Errors
+/// Fetch errors.
+fn fetch(engine: &Engine, ids: &[ObjectId], attempts: &mut Attempts) -> Result<()> {
+    match engine.fetcher.fetch(engine, ids, attempts) {
+        Ok(_) => Ok(()),
+        Err(FetchError::Failed(e)) => Err(e),
+        Err(FetchError::NotIndexed) => {
+            crate::transfer::refresh_all_indexes(
+                &mut engine.lock_store(),
+                engine.options.fetch_jobs,
+                attempts,
+            )?;
+            match engine.fetcher.fetch(engine, ids, attempts) {
+                Ok(_) | Err(FetchError::NotIndexed) => Ok(()),
+                Err(FetchError::Failed(e)) => Err(e),
+            }
+        }
     }
 }

@@ -97,6 +97,13 @@
 //!   (`os.register_at_fork`).
 //! - Each fetch writes a pack of its own (a few MiB), so a large file read from a remote leaves
 //!   many small packs; nothing merges them yet.
+//! - **Cache limit** (`dsv cache limit`, [`ReadOptions::cache_limit`]). After a fetch brings
+//!   the store's packs over the limit, the fetching reader evicts least-recently-used packs
+//!   that hold only chunks a remote lists, never the packs that fetch just wrote
+//!   ([`crate::eviction`]); a read that finds a located chunk's pack gone locates it again and
+//!   fetches it again (`FileState::relocate`). Under a limit, `VersionHandle::prefetch`
+//!   fetches only the frames that fit in the room left, so a prefetcher running ahead of its
+//!   reader never evicts what it fetched for that reader.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -128,6 +135,10 @@ pub struct ReadOptions {
     pub cache_bytes: u64,
     /// Requests in flight when data is fetched from a remote (default 8).
     pub fetch_jobs: usize,
+    /// Bytes of packs the store keeps at most while this engine fetches (see
+    /// [`crate::eviction::enforce_limit`]); `None` (the default): the store's own setting
+    /// (`dsv cache limit`), read at each fetch.
+    pub cache_limit: Option<u64>,
 }
 
 impl Default for ReadOptions {
@@ -135,6 +146,7 @@ impl Default for ReadOptions {
         ReadOptions {
             cache_bytes: 256 * 1024 * 1024,
             fetch_jobs: 8,
+            cache_limit: None,
         }
     }
 }
@@ -498,6 +510,9 @@ impl VersionHandle {
     /// knows what it reads next (`dsv.torch` calls it ahead of its reads). Directories and
     /// symlinks are skipped. Returns the bytes downloaded: 0, contacting nothing, when
     /// everything is here. Holds no store-wide lock across a request, as reads do not.
+    /// Under a cache limit ([`crate::eviction::enforce_limit`]) it fetches only the first
+    /// of `paths` that fit in the room left under the limit, and leaves the rest to their
+    /// reads.
     ///
     /// # Errors
     /// [`Error::PathNotFound`]; [`Error::MissingObject`] when no remote holds a needed
@@ -512,7 +527,32 @@ impl VersionHandle {
         {
             return Ok(0);
         }
-        let files = self.stat_all(paths)?;
+        let mut files = self.stat_all(paths)?;
+        // Under a cache limit, a prefetch fetches only into the room left under it (the
+        // first files asked for whose frames fit): it never makes room by evicting, since
+        // what it would evict first is what an earlier prefetch fetched and the reader has
+        // not read yet (a prefetcher running windows ahead of its reader would fetch
+        // everything twice). The files left out are fetched by their reads, which evict.
+        let room = match self.engine.fetcher.cache_limit(&self.engine)? {
+            Some(limit) => {
+                let held = self.engine.catalogs.with(crate::eviction::held_bytes)?;
+                Some(limit.saturating_sub(held))
+            }
+            None => None,
+        };
+        if let Some(room) = room {
+            // A first cut by the files' sizes (their frames hold at least as much, unless
+            // compressed); the frames themselves are counted below.
+            let mut total = 0u64;
+            let keep = files
+                .iter()
+                .take_while(|entry| {
+                    total = total.saturating_add(entry.size);
+                    total <= room.saturating_mul(4)
+                })
+                .count();
+            files.truncate(keep);
+        }
         let mut chunks = Vec::new();
         for entry in &files {
             let engine = &self.engine;
@@ -544,6 +584,10 @@ impl VersionHandle {
                 None => chunks.push(entry.id),
             }
         }
+        if let Some(room) = room {
+            let fits = self.chunks_that_fit(&chunks, room)?;
+            chunks.truncate(fits);
+        }
         if chunks.is_empty() {
             return Ok(0);
         }
@@ -555,6 +599,9 @@ impl VersionHandle {
         {
             Ok(bytes) => Ok(bytes),
             Err(fetch::FetchError::Failed(e)) => Err(e),
+            // Under a cache limit, the reads fetch what no index listed (they read the
+            // indexes again themselves): the whole-file fetch below is not bounded.
+            Err(fetch::FetchError::NotIndexed) if room.is_some() => Ok(0),
             Err(fetch::FetchError::NotIndexed) => {
                 // Pushed since this store read the remotes' indexes, files whose map is
                 // not here, or chunks only remotes that failed list: the fetch that reads
@@ -577,6 +624,43 @@ impl VersionHandle {
     ///
     /// # Errors
     /// [`Error::PathNotFound`] when one does not exist; tree errors.
+    /// How many of `chunks` (in order) a fetch can bring without its frames passing `room`
+    /// bytes: their frames on the first remote in read order that lists them, each frame
+    /// counted once (a chunk no remote lists counts nothing: the fetch finds it or not).
+    fn chunks_that_fit(&self, chunks: &[ObjectId], room: u64) -> Result<usize> {
+        let wanted: Vec<(ObjectId, crate::object::ObjectKind)> = chunks
+            .iter()
+            .map(|id| (*id, crate::object::ObjectKind::Chunk))
+            .collect();
+        let mut frame_of: HashMap<ObjectId, ((ObjectId, u64), u64)> = HashMap::new();
+        self.engine.catalogs.with(|catalog| {
+            for remote in catalog.remotes()? {
+                let frames = crate::transfer::frames_of(catalog, remote.id, &wanted)?;
+                for (key, (record, _, objects)) in frames {
+                    for (id, _) in objects {
+                        frame_of
+                            .entry(id)
+                            .or_insert((key, u64::from(record.stored_length)));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let mut counted = HashSet::new();
+        let mut total = 0u64;
+        for (index, id) in chunks.iter().enumerate() {
+            if let Some((key, length)) = frame_of.get(id)
+                && counted.insert(*key)
+            {
+                total = total.saturating_add(*length);
+            }
+            if total > room {
+                return Ok(index);
+            }
+        }
+        Ok(chunks.len())
+    }
+
     fn stat_all(&self, paths: &[&str]) -> Result<Vec<FlatEntry>> {
         let mut files = Vec::new();
         for path in paths {
