@@ -69,6 +69,15 @@ def _sample(transform: Optional[Transform], path: str, data: bytes) -> Any:
     return (path, data) if transform is None else transform(path, data)
 
 
+
+def _apply_cache_limit(version: Any, cache_limit: Union[int, str, None]) -> None:
+    """``cache_limit=`` of the datasets: the store's cache limit (``dsv cache limit``), set on
+    the store the version is read from (a setting of that store, kept for every later reader:
+    bytes, or a size such as ``"10GiB"``). ``None`` leaves the store's setting as it is."""
+    if cache_limit is not None:
+        version.store.set_cache_limit(cache_limit)
+
+
 class VersionDataset(torch.utils.data.Dataset):
     """Map-style dataset of a version's files (those ``include`` selects), in path order:
     ``ds[i]`` reads the ``i``-th file and returns ``transform(path, data)``, or
@@ -87,7 +96,9 @@ class VersionDataset(torch.utils.data.Dataset):
         version: _dsv.Version,
         include: Include = None,
         transform: Optional[Transform] = None,
+        cache_limit: Union[int, str, None] = None,
     ) -> None:
+        _apply_cache_limit(version, cache_limit)
         self.version = version
         self.include = include
         self.transform = transform
@@ -344,8 +355,10 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
         world_size: Optional[int] = None,
         transform: Optional[Transform] = None,
         batch_size: Optional[int] = None,
+        cache_limit: Union[int, str, None] = None,
     ) -> None:
         super().__init__()
+        _apply_cache_limit(version, cache_limit)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:
@@ -867,8 +880,10 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         transform: Optional[TarTransform] = None,
+        cache_limit: Union[int, str, None] = None,
     ) -> None:
         super().__init__()
+        _apply_cache_limit(version, cache_limit)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:
@@ -1311,8 +1326,10 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         world_size: Optional[int] = None,
         batch_rows: Optional[int] = None,
         balance: str = "rows",
+        cache_limit: Union[int, str, None] = None,
     ) -> None:
         super().__init__()
+        _apply_cache_limit(version, cache_limit)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:

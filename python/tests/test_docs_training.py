@@ -39,7 +39,7 @@ BLOCKS = blocks()
 
 def test_the_section_shows_each_capability():
     titles = [title for title, _ in BLOCKS]
-    for capability in ["Elastic resume", "Mixtures", "Lineage"]:
+    for capability in ["Elastic resume", "Mixtures", "Lineage", "Cache limit"]:
         assert titles.count(capability) == 1, f"docs/python.md {SECTION}: one ```python block under ### {capability}"
 
 
