@@ -96,6 +96,9 @@ class DsvFileSystem(AbstractFileSystem):
         self.store = open_store(remote=remote, cache=cache, remote_options=remote_options, store=store)
         self.pins: Dict[str, str] = dict(pins or {})
         self._versions: Dict[str, Version] = {}
+        # One resolution per revision, whichever thread asks first: two threads must never
+        # pin one name to two versions.
+        self._resolving = threading.Lock()
 
     def __reduce__(self) -> Any:
         # The storage options as given, plus every revision resolved so far: a worker
@@ -120,15 +123,19 @@ class DsvFileSystem(AbstractFileSystem):
         version = self._versions.get(revision)
         if version is not None:
             return version
-        pinned = self.pins.get(revision)
-        if pinned is None:
-            version = self.store.version(revision)
-            pinned = self.pins[revision] = f"{version.dataset}@{version.id}"
-            self._remember(pinned, version)
-        else:
-            version = self._exact(pinned, revision)
-        self._versions[revision] = version
-        return version
+        with self._resolving:
+            version = self._versions.get(revision)
+            if version is not None:
+                return version
+            pinned = self.pins.get(revision)
+            if pinned is None:
+                version = self.store.version(revision)
+                pinned = self.pins[revision] = f"{version.dataset}@{version.id}"
+                self._remember(pinned, version)
+            else:
+                version = self._exact(pinned, revision)
+            self._versions[revision] = version
+            return version
 
     def _exact(self, pinned: str, revision: str) -> Version:
         key = (id(self.store), pinned)

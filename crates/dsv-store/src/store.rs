@@ -45,11 +45,16 @@
 //! | 0     | open ([`Store`] holds it)      | `open.lock`                | shared    | the catalog file being there (not replaced)       | every open [`Store`], for its life |
 //! |       | open                           | `open.lock`                | exclusive | no store open while the catalog is replaced (try only, never waits) | `repair` |
 //! | 1     | data ([`SharedDataLock`])      | `data.lock`                | shared    | objects a running operation relies on (gc waits)  | commit, status, checkout, import, audit, verify, fetch, pull, push, rebase, leases, the read engine's fetches |
-//! |       | data ([`ExclusiveDataLock`])   | `data.lock`                | exclusive | every pack and object row (nothing else reads or writes packs) | gc, repair |
+//! |       | data ([`ExclusiveDataLock`])   | `data.lock`                | exclusive | every pack and object row (nothing else reads or writes packs) | gc, repair; a cache limit's eviction (`try_take_at`, polled for at most 0.5 s, never waited on) |
 //! | 2     | workspace ([`WorkspaceLock`])  | `locks/workspace-<h>.lock` | exclusive | one workspace directory and its stat cache rows   | commit, status, checkout (under data); `workspace forget` (alone) |
 //! | 3     | downloads ([`DownloadLock`])   | `locks/downloads.lock`     | exclusive | one download from a remote at a time              | fetch, pull, checkout from a remote (under data) |
 //! | 3     | fetch stripes                  | `locks/fetch-<n>.lock`     | exclusive | one remote frame fetched once (ascending stripes) | the read engine (under data) |
 //! | 4     | head ([`HeadLock`])            | `lock`                     | exclusive | the heads, tags, pins and catalog rows that name packs | every catalog write that moves a name or records packs: commit's finish, gc's swap, fetch's record, rm, tag, ... |
+//!
+//! The read engine's store mutex (one per engine, in memory) comes before the data lock: its
+//! paths that fetch a file map or refresh indexes hold the mutex and then wait for the data
+//! lock shared, and its eviction holds the mutex while it polls for the data lock exclusive
+//! (bounded, so a reader waiting on the mutex is delayed at most that long).
 //!
 //! The one order is the table's: a process never takes a lock while it holds one further
 //! down the table, and never takes one it holds already. Data comes first because it is the lock held longest, by

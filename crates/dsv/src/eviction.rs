@@ -73,6 +73,12 @@ pub fn enforce_limit(store: &mut Store, limit: u64, keep: &HashSet<ObjectId>) ->
             ..Eviction::default()
         });
     }
+    if !refresh_remote_listings(store)? {
+        return Ok(Eviction {
+            held_bytes: before,
+            ..Eviction::default()
+        });
+    }
     match take_eviction_lock(store.root())? {
         Some(data) => enforce_limit_under(store, &data, limit, keep),
         None => Ok(Eviction {
@@ -80,6 +86,31 @@ pub fn enforce_limit(store: &mut Store, limit: u64, keep: &HashSet<ObjectId>) ->
             ..Eviction::default()
         }),
     }
+}
+
+/// Reads again every remote's pack listing (packs gone from a remote forgotten, new ones
+/// indexed) before an eviction chooses: a pack is evictable only while a remote lists its
+/// chunks, and a listing this store read earlier may name packs a `gc --remote` elsewhere
+/// has since deleted (evicting on it could delete the only copy of a version never pushed
+/// that shares those chunks). `false` when a remote could not be opened or listed: nothing
+/// is evicted then (the next fetch tries again).
+///
+/// # Errors
+/// Catalog errors listing the remotes.
+pub fn refresh_remote_listings(store: &mut Store) -> Result<bool> {
+    for record in store.catalog().remotes()? {
+        let Ok(remote) = crate::remote::Remote::open(&record) else {
+            return Ok(false);
+        };
+        // Any failure (the remote's, or recording its listing) leaves the old listing in
+        // doubt: evict nothing this round.
+        if crate::transfer::refresh_indexes(store, &record, &remote, crate::remote::DEFAULT_JOBS)
+            .is_err()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Bytes of every pack the catalog names.

@@ -324,20 +324,24 @@ pub fn parse_record(text: &str, path: &Path) -> Result<LineageRecord> {
 /// to `ceil(n / W) * W` with `equal_per_rank`, then every `W`-th from the rank.
 pub fn iterable_rank_order(version: &ObjectId, n: usize, order: &RecordOrder) -> Vec<usize> {
     let world = order.world_size.max(1) as usize;
-    let mut all: Vec<usize> = if order.shuffle {
+    let all: Vec<usize> = if order.shuffle {
         let key = format!("{}\0{}\0{}", version.to_hex(), order.seed, order.epoch);
         permutation(n, key.as_bytes())
     } else {
         (0..n).collect()
     };
+    let rank = usize::try_from(order.rank).unwrap_or(usize::MAX);
     if order.equal_per_rank && n > 0 {
-        let total = n.div_ceil(world) * world;
-        all = all.iter().copied().cycle().take(total).collect();
+        // Positions rank, rank + W, ... of the order padded (by repeating it) to
+        // ceil(n / W) * W: never materialized, so a record naming a huge world size (outside
+        // input) costs what the rank reads, not the padded length.
+        let per_rank = n.div_ceil(world);
+        return (0..per_rank)
+            .filter_map(|k| k.checked_mul(world)?.checked_add(rank))
+            .map(|position| all[position % n])
+            .collect();
     }
-    all.into_iter()
-        .skip(order.rank as usize)
-        .step_by(world)
-        .collect()
+    all.into_iter().skip(rank).step_by(world).collect()
 }
 
 /// The shards rank `order.rank` reads in the epoch, in order, as
@@ -742,6 +746,34 @@ fn prove_iterable(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_world_size_in_a_record_costs_what_the_rank_reads() {
+        let order = RecordOrder {
+            shuffle: false,
+            seed: 0,
+            epoch: 0,
+            rank: 3,
+            world_size: 1 << 40,
+            equal_per_rank: false,
+            rank_shards: None,
+        };
+        let padded = RecordOrder {
+            equal_per_rank: true,
+            ..order.clone()
+        };
+        let version = ObjectId::from_slice(&[7; 32]).expect("32 bytes");
+        assert_eq!(iterable_rank_order(&version, 10, &order), vec![3]);
+        // Padded to W samples by repeating the order: the rank reads one, position 3.
+        assert_eq!(iterable_rank_order(&version, 10, &padded), vec![3]);
+        let small = RecordOrder {
+            rank: 1,
+            world_size: 4,
+            ..padded.clone()
+        };
+        // 10 samples padded to 12: rank 1 reads positions 1, 5, 9.
+        assert_eq!(iterable_rank_order(&version, 10, &small), vec![1, 5, 9]);
+    }
 
     #[test]
     fn the_permutation_is_fixed_by_its_key() {

@@ -411,12 +411,20 @@ impl Fetcher {
         if engine.catalogs.with(crate::eviction::held_bytes)? <= limit {
             return Ok(());
         }
-        // The data lock before the store's mutex: another thread of this process that holds
-        // the data lock shared waits for that mutex to record its fetch.
+        // The store's mutex before the data lock, as every reader path takes them (a map's
+        // fetch, `fetch_files`, a prefetch's index refresh hold the mutex and then wait for
+        // the data lock shared): taken the other way round, an eviction holding the data lock
+        // exclusive would wait on the mutex while such a reader holds it waiting on the data
+        // lock, for ever. The data lock's attempt is bounded (`take_eviction_lock` gives up
+        // after 0.5 s and this round is skipped), so holding the mutex meanwhile is too.
+        let mut store = engine.lock_store();
+        // Only what the remotes list now is evictable (their listings read again first).
+        if !crate::eviction::refresh_remote_listings(&mut store)? {
+            return Ok(());
+        }
         let Some(data) = crate::eviction::take_eviction_lock(&self.root)? else {
             return Ok(());
         };
-        let mut store = engine.lock_store();
         crate::eviction::enforce_limit_under(&mut store, &data, limit, written)?;
         Ok(())
     }
