@@ -82,7 +82,9 @@ def _blocks(items: List[Any], worker: int, workers: int, block: int) -> List[Any
     (an ``IterableVersionDataset``'s split between DataLoader workers)."""
     if workers <= 1:
         return list(items)
-    return [item for start in range(worker * block, len(items), workers * block) for item in items[start : start + block]]
+    return [
+        item for start in range(worker * block, len(items), workers * block) for item in items[start : start + block]
+    ]
 
 
 def _share(total: int, parts: int, part: int) -> int:
@@ -320,14 +322,33 @@ class CombinedDataset(torch.utils.data.IterableDataset):
     through the samples they skip) and go on after them: the samples that follow are
     exactly those of an unbroken run. The counts are exact when the mixture is iterated in
     this process; with DataLoader workers the loader must tell the mixture which worker made
-    each batch the loop consumed, as :class:`dsv.torch.DataLoader` does for a
-    ``TarShardDataset`` (it does not count a mixture's batches yet; a plain ``DataLoader``
-    never does): otherwise the state restarts the epoch. A loader asks worker 0 first, so a
+    each batch the loop consumed, as :class:`dsv.torch.DataLoader` does (a plain
+    ``DataLoader`` never does): otherwise the state restarts the epoch. A loader asks worker 0 first, so a
     checkpoint taken when the workers had not all handed over as many batches resumes each
     worker's stream exactly but interleaves their batches from worker 0 on. Resume with the
-    same world size, number of workers, members, weights, ``stop``, ``seed`` and
-    ``samples_per_epoch`` (``ValueError`` otherwise: resuming at another world size or
-    number of workers is not supported yet).
+    same members, weights, ``stop``, ``seed`` and ``samples_per_epoch`` (``ValueError``
+    otherwise).
+
+    Elastic resume: with another world size (checked at ``load_state_dict``) or number of
+    workers (checked when iteration starts), give every new rank the list of the state dicts
+    of all the old ranks (``load_state_dict(states)``; one state alone raises
+    ``ValueError``). Their ``member_draws`` say which samples each old worker read of each
+    member (its share's first ones); each member's remaining samples are split between the
+    new ranks and workers as the member splits them (an ``IterableVersionDataset``: the
+    remaining files of the epoch's order, rank ``r`` of ``W`` taking every ``W``-th and its
+    workers blocks of ``batch_size`` in turn; a ``TarShardDataset``: its elastic split of the
+    shards not finished, leaving out the samples read; a ``ParquetRowDataset`` member resumes
+    at the same size only), and each worker mixes its shares as in any epoch, with a
+    generator seeded by (``seed``, epoch, new world size, rank, worker, workers, a resume
+    marker). ``"longest"``: every remaining sample of every member is read exactly once in
+    all. ``"shortest"``: each worker stops at the first draw of a member whose remaining
+    share ran out. ``"cycle"``: ``samples_per_epoch`` minus the samples all old ranks
+    consumed is split between the new ranks and workers as above, and a member whose
+    remaining share runs out goes on with its next pass (its epoch ``e + 1``, ...) at the
+    new size. ``state_dict()`` in the resumed epoch records the plan (``elastic``): it
+    resumes at the same size; resuming it at yet another size raises ``ValueError``. The
+    next epoch is split as usual. With persistent workers, load the states before the
+    workers start.
 
     Not a map-style dataset, and it has no ``len()``.
     """

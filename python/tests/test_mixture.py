@@ -442,3 +442,54 @@ def test_elastic_resume_from_2_to_3_workers_reads_every_remaining_sample_once(st
     # The next epoch, with 3 workers: every sample once.
     resumed.set_epoch(4)
     assert sorted(counted_run(resumed, batch_size=32, num_workers=3)) == every_sample(stores, kind)
+    # The same through dsv.torch.DataLoader (it counts each worker's batches): 2 workers, then 3.
+    mixture = make()
+    head = []
+    for step, batch in enumerate(DataLoader(mixture, batch_size=32, num_workers=2), start=1):
+        head += batch
+        if step == 5:
+            break
+    resumed = make()
+    resumed.load_state_dict([mixture.state_dict()])
+    rest = [s for batch in DataLoader(resumed, batch_size=32, num_workers=3) for s in batch]
+    assert len(head) + len(rest) == len(every_sample(stores, kind))
+    assert sorted(head + rest) == every_sample(stores, kind)
+
+
+@pytest.mark.parametrize("stop", ["cycle", "shortest"])
+def test_elastic_resume_of_cycle_and_shortest_and_a_checkpoint_in_the_resumed_epoch(stores, stop):
+    """cycle: the budget left (3,000 minus what 2 ranks consumed) is split between 3 ranks;
+    shortest: no sample read twice. A checkpoint in the resumed epoch resumes exactly at its
+    size, and not at yet another one."""
+    extra = dict(samples_per_epoch=3_000) if stop == "cycle" else {}
+
+    def make(rank: int, world: int) -> CombinedDataset:
+        mixture = CombinedDataset(members(stores, rank=rank, world_size=world), weights=[0.3, 0.7], seed=2,
+                                  stop=stop, **extra)
+        mixture.set_epoch(5)
+        return mixture
+
+    before, states = [], []
+    for rank in range(2):
+        mixture = make(rank, 2)
+        before += list(itertools.islice(iter(mixture), 500 + rank))
+        states.append(mixture.state_dict())
+    after, inner = [], []
+    for rank in range(3):
+        mixture = make(rank, 3)
+        mixture.load_state_dict(states)
+        it = iter(mixture)
+        head = list(itertools.islice(it, 100))
+        inner.append(mixture.state_dict())
+        rest = list(it)
+        assert "elastic" in inner[-1] and inner[-1]["samples_seen"] == 100
+        again = make(rank, 3)
+        again.load_state_dict(inner[-1])
+        assert list(again) == rest, "a checkpoint in the resumed epoch resumes exactly"
+        after += head + rest
+    if stop == "cycle":
+        assert len(before) + len(after) == 3_000
+    else:
+        assert len(set(before + after)) == len(before) + len(after)
+    with pytest.raises(ValueError, match="already resumed at another size"):
+        make(0, 2).load_state_dict(inner)
