@@ -609,7 +609,7 @@ class CombinedDataset(torch.utils.data.IterableDataset):
                     raise ValueError(f"the states disagree: their {key} differs ({first.get(key)!r}, {one.get(key)!r})")
         complete = sorted(int(one.get("rank", -1)) for one in states) == list(range(saved_world))
         if saved_world != world:
-            if not complete:
+            if not complete or isinstance(state, dict):
                 raise ValueError(
                     f"the state's world_size is {saved_world} and this mixture's is {world}: an elastic resume needs "
                     f"the states of all {saved_world} ranks, as a list (gather them with "
