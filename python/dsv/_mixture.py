@@ -21,7 +21,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import random
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.data
@@ -75,6 +75,16 @@ def _weights(datasets: Sequence[Any], weights: Optional[Sequence[float]]) -> Lis
             raise ValueError("the weights are all zero: at least one member must have a positive weight")
     total = float(sum(weights))
     return [float(w) / total for w in weights]
+
+
+def _blocks(items: List[Any], worker: int, workers: int, block: int) -> List[Any]:
+    """Worker ``worker``'s share of ``items`` when ``workers`` take blocks of ``block`` in turn
+    (an ``IterableVersionDataset``'s split between DataLoader workers)."""
+    if workers <= 1:
+        return list(items)
+    return [
+        item for start in range(worker * block, len(items), workers * block) for item in items[start : start + block]
+    ]
 
 
 def _share(total: int, parts: int, part: int) -> int:
@@ -139,7 +149,7 @@ class _Pass:
     """The samples of one member in this worker, one pass over them, from the start of the
     member's epoch ``epoch`` (its own resume position is not used: the mixture keeps it)."""
 
-    def __init__(self, member: Any, epoch: int, rank_world: Tuple[int, int]) -> None:
+    def __init__(self, member: Any, epoch: int, rank_world: Tuple[int, int], plan: Any = None) -> None:
         view = copy.copy(member)
         view.epoch = epoch
         view._explicit = rank_world
@@ -154,9 +164,14 @@ class _Pass:
         t = _torch_module()
         self.sample = t._sample
         self.prefetch = lambda paths: t._Prefetcher(view.version, paths, first=t._FIRST_WINDOW)
-        if isinstance(member, t.IterableVersionDataset):
+        if plan is not None and plan[0] == "paths":
+            # An elastic resume: this worker's share of the member's remaining samples.
+            self.paths: Optional[List[str]] = list(plan[1])
+            self.prefetcher: Any = None
+            self.base = 0
+        elif isinstance(member, t.IterableVersionDataset):
             # Known without reading: skipping needs no data, and the length is known.
-            self.paths: Optional[List[str]] = [view.paths[i] for i in view._worker_share(view.rank_order(epoch))]
+            self.paths = [view.paths[i] for i in view._worker_share(view.rank_order(epoch))]
             self.prefetcher: Any = None
             self.base = 0
         else:
@@ -166,6 +181,15 @@ class _Pass:
             # In a worker the member would take the main process's epoch and position from
             # the memory it shares with it: this view keeps its own.
             view._adopt = lambda: None
+            if plan is not None:
+                # An elastic resume of a TarShardDataset: its samples read before (``base``)
+                # are left out and its remaining shards split at the new size.
+                view._base = plan[1]
+                view._resume_epoch = epoch
+                view._resume = []
+                view._loaded = None
+                view._plan_id = t._plan_id(plan[1])
+                view._publish = lambda: None
             self.stream: Iterator[Any] = iter(view)
 
     def skip(self) -> bool:
@@ -209,14 +233,19 @@ class _MemberStream:
     """A member's samples in this worker: one pass, or with ``cycle`` pass after pass
     (pass ``p`` of mixture epoch ``e`` reads the member's epoch ``e + p``)."""
 
-    def __init__(self, member: Any, epoch: int, rank_world: Tuple[int, int], cycle: bool) -> None:
+    def __init__(
+        self, member: Any, epoch: int, rank_world: Tuple[int, int], cycle: bool, plan: Any = None
+    ) -> None:
         self.member, self.epoch, self.rank_world, self.cycle = member, epoch, rank_world, cycle
         self.passes = 0
-        self.current = _Pass(member, epoch, rank_world)
+        self.elastic = plan is not None
+        # With an elastic plan, the first pass is the member's remaining share.
+        self.current = _Pass(member, epoch, rank_world, plan)
 
     def _next_pass(self) -> bool:
         """Opens the next pass (cycle); False when there is none or it would be empty."""
-        if not self.cycle or self.current.position == 0:
+        # An empty pass ends the stream, unless it is an elastic plan's (its share may be read).
+        if not self.cycle or (self.current.position == 0 and not (self.elastic and self.passes == 0)):
             return False
         self.current.close()
         self.passes += 1
@@ -293,14 +322,33 @@ class CombinedDataset(torch.utils.data.IterableDataset):
     through the samples they skip) and go on after them: the samples that follow are
     exactly those of an unbroken run. The counts are exact when the mixture is iterated in
     this process; with DataLoader workers the loader must tell the mixture which worker made
-    each batch the loop consumed, as :class:`dsv.torch.DataLoader` does for a
-    ``TarShardDataset`` (it does not count a mixture's batches yet; a plain ``DataLoader``
-    never does): otherwise the state restarts the epoch. A loader asks worker 0 first, so a
+    each batch the loop consumed, as :class:`dsv.torch.DataLoader` does (a plain
+    ``DataLoader`` never does): otherwise the state restarts the epoch. A loader asks worker 0 first, so a
     checkpoint taken when the workers had not all handed over as many batches resumes each
     worker's stream exactly but interleaves their batches from worker 0 on. Resume with the
-    same world size, number of workers, members, weights, ``stop``, ``seed`` and
-    ``samples_per_epoch`` (``ValueError`` otherwise: resuming at another world size or
-    number of workers is not supported yet).
+    same members, weights, ``stop``, ``seed`` and ``samples_per_epoch`` (``ValueError``
+    otherwise).
+
+    Elastic resume: with another world size (checked at ``load_state_dict``) or number of
+    workers (checked when iteration starts), give every new rank the list of the state dicts
+    of all the old ranks (``load_state_dict(states)``; one state alone raises
+    ``ValueError``). Their ``member_draws`` say which samples each old worker read of each
+    member (its share's first ones); each member's remaining samples are split between the
+    new ranks and workers as the member splits them (an ``IterableVersionDataset``: the
+    remaining files of the epoch's order, rank ``r`` of ``W`` taking every ``W``-th and its
+    workers blocks of ``batch_size`` in turn; a ``TarShardDataset``: its elastic split of the
+    shards not finished, leaving out the samples read; a ``ParquetRowDataset`` member resumes
+    at the same size only), and each worker mixes its shares as in any epoch, with a
+    generator seeded by (``seed``, epoch, new world size, rank, worker, workers, a resume
+    marker). ``"longest"``: every remaining sample of every member is read exactly once in
+    all. ``"shortest"``: each worker stops at the first draw of a member whose remaining
+    share ran out. ``"cycle"``: ``samples_per_epoch`` minus the samples all old ranks
+    consumed is split between the new ranks and workers as above, and a member whose
+    remaining share runs out goes on with its next pass (its epoch ``e + 1``, ...) at the
+    new size. ``state_dict()`` in the resumed epoch records the plan (``elastic``): it
+    resumes at the same size; resuming it at yet another size raises ``ValueError``. The
+    next epoch is split as usual. With persistent workers, load the states before the
+    workers start.
 
     Not a map-style dataset, and it has no ``len()``.
     """
@@ -347,6 +395,11 @@ class CombinedDataset(torch.utils.data.IterableDataset):
         self._resume_epoch = -1
         self._resume: List[int] = []
         self._resume_dead: List[List[int]] = []
+        # Elastic resume of epoch `_elastic["epoch"]` (see `_plan_elastic`), or None; `_loaded`:
+        # the loaded states of all ranks of this world size, kept to resume with another
+        # number of workers.
+        self._elastic: Optional[Dict[str, Any]] = None
+        self._loaded: Optional[List[Dict[str, Any]]] = None
         # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
         self._consumed: List[int] = [0]
         self._cumulative = self._cumulative_weights()
@@ -410,7 +463,18 @@ class CombinedDataset(torch.utils.data.IterableDataset):
 
     def _generator(self, worker: int, workers: int) -> random.Random:
         rank, world = self._rank_world
-        return random.Random(f"dsv.mixture\0{self.seed}\0{self.epoch}\0{world}\0{rank}\0{worker}\0{workers}")
+        key = f"dsv.mixture\0{self.seed}\0{self.epoch}\0{world}\0{rank}\0{worker}\0{workers}"
+        if self._elastic_now() is not None:
+            # An elastically resumed epoch draws anew (a resume marker in the seed).
+            key += "\0resume"
+        return random.Random(key)
+
+    def _elastic_now(self) -> Optional[Dict[str, Any]]:
+        """The elastic resume plan of the current epoch, or None."""
+        plan = self._elastic
+        if plan is None or plan["epoch"] != self.epoch or self._resume_epoch != self.epoch:
+            return None
+        return plan
 
     def _pick(self, rng: random.Random) -> int:
         # rng.random() is the one draw Python promises to keep the same across its versions.
@@ -418,11 +482,16 @@ class CombinedDataset(torch.utils.data.IterableDataset):
         return min(number, len(self.weights) - 1)
 
     def _quota(self, worker: int, workers: int) -> Optional[int]:
-        """The samples worker ``worker`` reads this epoch (cycle), else None (its members decide)."""
+        """The samples worker ``worker`` reads this epoch (cycle), else None (its members decide);
+        in an elastically resumed epoch its share of the samples the old ranks had not read."""
         if self.samples_per_epoch is None:
             return None
         rank, world = self._rank_world
-        return _share(_share(self.samples_per_epoch, world, rank), workers, worker)
+        budget = self.samples_per_epoch
+        plan = self._elastic_now()
+        if plan is not None:
+            budget = max(0, budget - int(plan["consumed"]))
+        return _share(_share(budget, world, rank), workers, worker)
 
     def _replay(self, rng: random.Random, draws: int, dead: Sequence[int]) -> List[int]:
         """Advances ``rng`` over the first ``draws`` samples of a worker whose members ran out
@@ -490,7 +559,7 @@ class CombinedDataset(torch.utils.data.IterableDataset):
             # A member found run out beyond the consumed samples is found again on resume.
             exhausted.append([d if 0 <= d <= c else -1 for d, c in zip(found, counts)])
             draws.append(counts)
-        return {
+        state = {
             **self._order_key(world),
             "rank": rank,
             "epoch": self.epoch,
@@ -500,24 +569,62 @@ class CombinedDataset(torch.utils.data.IterableDataset):
             "member_draws": draws,
             "exhausted": exhausted,
         }
+        plan = self._elastic_now()
+        if plan is not None:
+            state["elastic"] = copy.deepcopy(plan)
+        return state
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from ``state`` (from ``state_dict()``): the epoch it names (set on the
-        members too), and the next pass over that epoch starts, in each worker, after the
-        samples already consumed. Raises ``ValueError`` when ``state`` is of another mixture
-        (members and their orders, weights, ``stop``, ``seed``, ``samples_per_epoch``), world
-        size or rank, or is malformed."""
+    def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
+        """Continues from ``state``: this rank's ``state_dict()``, or the list of the state
+        dicts of all ranks (gathered with ``torch.distributed.all_gather_object``).
+
+        Of the same world size and number of workers, the rank's own state is used: the epoch
+        it names (set on the members too), and the next pass over that epoch starts, in each
+        worker, after the samples already consumed. Of another world size (checked here) or
+        number of workers (checked when iteration starts), the list of all the old ranks'
+        states is needed (elastic resume, see the class). Raises ``ValueError`` when a state
+        is of another mixture (members and their orders, weights, ``stop``, ``seed``,
+        ``samples_per_epoch``), world size or rank, when the states disagree or miss a rank
+        an elastic resume needs, or are malformed."""
         rank, world = self._resolve()
-        expected = {**self._order_key(world), "rank": rank}
-        for key, value in expected.items():
-            if state.get(key) != value:
+        if isinstance(state, dict):
+            states = [state]
+        else:
+            states = list(state)
+            if not states or not all(isinstance(one, dict) for one in states):
+                raise ValueError("a state is a dict from state_dict(), or a list of them (one per rank)")
+        first = states[0]
+        saved_world = first.get("world_size")
+        if not isinstance(saved_world, int) or isinstance(saved_world, bool) or saved_world < 1:
+            raise ValueError(f"the state's world_size {saved_world!r} is malformed")
+        expected = self._order_key(saved_world)
+        for one in states:
+            for key, value in expected.items():
+                if one.get(key) != value:
+                    raise ValueError(
+                        f"the state is of another mixture: its {key} is {one.get(key)!r}, this mixture's is {value!r}"
+                    )
+            for key in ("epoch", "workers", "elastic"):
+                if one.get(key) != first.get(key):
+                    raise ValueError(f"the states disagree: their {key} differs ({first.get(key)!r}, {one.get(key)!r})")
+        complete = sorted(int(one.get("rank", -1)) for one in states) == list(range(saved_world))
+        if saved_world != world:
+            if not complete or isinstance(state, dict):
                 raise ValueError(
-                    f"the state is of another mixture: its {key} is {state.get(key)!r}, this mixture's is {value!r}"
+                    f"the state's world_size is {saved_world} and this mixture's is {world}: an elastic resume needs "
+                    f"the states of all {saved_world} ranks, as a list (gather them with "
+                    "torch.distributed.all_gather_object when saving)"
                 )
-        consumed = [int(c) for c in state["consumed"]]
-        exhausted = [[int(d) for d in row] for row in state["exhausted"]]
+            self._load_elastic(states)
+            return
+        mine = first if len(states) == 1 else next((one for one in states if one.get("rank") == rank), None)
+        if mine is None or mine.get("rank") != rank:
+            got = None if mine is None else mine.get("rank")
+            raise ValueError(f"the state is of another mixture: its rank is {got!r}, this mixture's is {rank!r}")
+        consumed = [int(c) for c in mine["consumed"]]
+        exhausted = [[int(d) for d in row] for row in mine["exhausted"]]
         if (
-            len(consumed) != int(state["workers"])
+            len(consumed) != int(mine["workers"])
             or not 1 <= len(consumed) <= _MAX_WORKERS
             or min(consumed) < 0
             or len(exhausted) != len(consumed)
@@ -526,23 +633,118 @@ class CombinedDataset(torch.utils.data.IterableDataset):
             raise ValueError(
                 f"the state's consumed counts {consumed!r} or exhausted members {exhausted!r} are malformed"
             )
-        self.set_epoch(int(state["epoch"]))
+        self.set_epoch(int(mine["epoch"]))
         self._resume_epoch = self.epoch
         self._resume = consumed
         self._resume_dead = exhausted
         self._consumed = list(consumed)
+        plan = mine.get("elastic")
+        self._elastic = copy.deepcopy(plan) if plan is not None else None
+        self._loaded = [dict(one) for one in states] if complete and not isinstance(state, dict) else None
         for row, counts in enumerate(exhausted):
             self._shared.write_found(row, counts)
         self._publish()
 
+    def _load_elastic(self, states: List[Dict[str, Any]]) -> None:
+        """Elastic resume from the states of all old ranks (one epoch, world size and number of
+        workers): the plan of the epoch's rest; each member's remaining samples are found when
+        iteration starts, in each worker (the same in every process)."""
+        t = _torch_module()
+        if any(one.get("elastic") is not None for one in states):
+            raise ValueError(
+                "the states were saved in an epoch already resumed at another size: resuming it at another size "
+                "again is not supported yet (resume at the size it was saved at, or from the end of the epoch)"
+            )
+        for number, member in enumerate(self.datasets):
+            if not isinstance(member, (t.IterableVersionDataset, t.TarShardDataset)):
+                raise ValueError(
+                    f"member {number} ({type(member).__name__}) cannot resume a mixture at another world size or "
+                    "number of workers yet: resume at the size the state was saved at"
+                )
+        by_rank = sorted(states, key=lambda one: int(one["rank"]))
+        workers = int(by_rank[0]["workers"])
+        draws = []
+        for one in by_rank:
+            rows = [[int(c) for c in row] for row in one["member_draws"]]
+            if len(rows) != workers or any(len(row) != len(self.datasets) or min(row) < 0 for row in rows):
+                raise ValueError(f"the state's member_draws {one['member_draws']!r} are malformed")
+            draws.append(rows)
+        epoch = int(by_rank[0]["epoch"])
+        plan = {
+            "epoch": epoch,
+            "world_size": int(by_rank[0]["world_size"]),
+            "workers": workers,
+            "member_draws": draws,
+            "consumed": sum(int(c) for one in by_rank for c in one["consumed"]),
+        }
+        in_main = torch.utils.data.get_worker_info() is None
+        if in_main:
+            self.set_epoch(epoch)
+        self._resume_epoch = self.epoch
+        self._resume = []
+        self._resume_dead = []
+        self._elastic = plan
+        self._loaded = None
+        if in_main:
+            self._consumed = [0]
+            self._publish()
+
+    def _member_plans(self, worker: int, workers: int) -> List[Any]:
+        """Per member, its share in this worker of the samples the old ranks had not read
+        (the elastic plan of this epoch): ("paths", paths) for an ``IterableVersionDataset``,
+        ("base", what was read) for a ``TarShardDataset``."""
+        plan = self._elastic_now()
+        assert plan is not None
+        t = _torch_module()
+        rank, world = self._rank_world
+        old_world, old_workers, epoch = plan["world_size"], plan["workers"], plan["epoch"]
+        out: List[Any] = []
+        for number, member in enumerate(self.datasets):
+            counts = [[row[number] for row in rank_rows] for rank_rows in plan["member_draws"]]
+            if isinstance(member, t.IterableVersionDataset):
+                view = copy.copy(member)
+                view._explicit = view._rank_world = (0, old_world)
+                order = view.order(epoch)
+                block = member.batch_size or 1
+                read = set()
+                for old_rank in range(old_world):
+                    positions = list(range(len(order)))[old_rank::old_world]
+                    for old_worker in range(old_workers):
+                        share = _blocks(positions, old_worker, old_workers, block)
+                        read.update(order[p] for p in share[: counts[old_rank][old_worker]])
+                remaining = [i for i in dict.fromkeys(order) if i not in read]
+                mine = _blocks(remaining[rank::world], worker, workers, block)
+                out.append(("paths", [member.paths[i] for i in mine]))
+            else:
+                view = copy.copy(member)
+                view._publish = lambda: None
+                states = [
+                    {
+                        "rank": old_rank,
+                        "epoch": epoch,
+                        "world_size": old_world,
+                        "workers": old_workers,
+                        "consumed": counts[old_rank],
+                    }
+                    for old_rank in range(old_world)
+                ]
+                view._merge(states, None)
+                out.append(("base", view._base))
+        return out
+
     def _start(self, workers: int) -> List[int]:
         """Per worker stream, the samples to replay in this pass (a loaded resume position)."""
         resume = self._resume if self._resume_epoch == self.epoch else []
+        loaded = self._loaded if self._resume_epoch == self.epoch else None
+        if loaded is not None and int(loaded[0]["workers"]) != workers and self._elastic_now() is None:
+            # Another number of workers, with the states of all ranks: an elastic resume.
+            self._load_elastic(loaded)
+            return [0] * workers
         if any(resume) and len(resume) != workers:
             raise ValueError(
                 f"the resume position was saved by a loader with {len(resume)} worker stream(s) and this one has "
                 f"{workers}: resume with num_workers={len(resume) if len(resume) > 1 else 0} (each worker mixes "
-                "its own share of the members)"
+                "its own share of the members), or load the states of all ranks (a list) for an elastic resume"
             )
         return list(resume) if any(resume) else [0] * workers
 
@@ -552,6 +754,8 @@ class CombinedDataset(torch.utils.data.IterableDataset):
             self._resume_epoch = -1
             self._resume = []
             self._resume_dead = []
+            self._elastic = None
+            self._loaded = None
             self._publish()
 
     # -- iteration ------------------------------------------------------------------------
@@ -580,7 +784,12 @@ class CombinedDataset(torch.utils.data.IterableDataset):
         counts = self._replay(rng, skip, dead)
         quota = self._quota(worker, workers)
         cycle = self.stop == "cycle"
-        streams = [_MemberStream(m, self.epoch, self._rank_world, cycle) for m in self.datasets]
+        plans: List[Any] = [None] * members
+        if self._elastic_now() is not None:
+            plans = self._member_plans(worker, workers)
+        streams = [
+            _MemberStream(m, self.epoch, self._rank_world, cycle, plan) for m, plan in zip(self.datasets, plans)
+        ]
         try:
             for number, stream in enumerate(streams):
                 for _ in range(counts[number]):

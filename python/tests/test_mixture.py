@@ -358,3 +358,138 @@ def test_dsv_dataloader_keeps_a_mixtures_position_with_workers(stores):
     resumed = make()
     resumed.load_state_dict(state)
     assert head + [s for batch in DataLoader(resumed, batch_size=64, num_workers=2) for s in batch] == full
+
+
+def tar_and_b(stores: Dict[str, Any], **extra: Any) -> List[Any]:
+    """`shards@v1` (4 tar shards of 50 samples) and `b@v1` (2,000 files), shuffled."""
+    shards = TarShardDataset(stores["two"].version("shards@v1"), "shards/*.tar", shuffle=True, buffer_size=20,
+                             transform=key_of, **extra)
+    return [shards, members(stores, **extra)[1]]
+
+
+def every_sample(stores: Dict[str, Any], kind: str) -> List[str]:
+    if kind == "files":
+        return sorted(members(stores)[0].paths + members(stores)[1].paths)
+    tar = [f"shard{shard}-{i:03d}" for shard in range(4) for i in range(50)]
+    return sorted(tar + members(stores)[1].paths)
+
+
+@pytest.mark.parametrize("kind", ["files", "tar"])
+def test_elastic_resume_from_2_to_3_ranks_reads_every_remaining_sample_once(stores, kind):
+    """Two ranks read part of epoch 1 (unequal parts), three ranks resume from the list of both
+    states: every sample of the epoch exactly once in all; the next epoch at 3 ranks whole."""
+    make_members = members if kind == "files" else tar_and_b
+
+    def make(rank: int, world: int) -> CombinedDataset:
+        mixture = CombinedDataset(make_members(stores, rank=rank, world_size=world), weights=[0.6, 0.4], seed=4,
+                                  stop="longest")
+        mixture.set_epoch(1)
+        return mixture
+
+    before, states = [], []
+    for rank, count in ((0, 700), (1, 411)):
+        mixture = make(rank, 2)
+        before += list(itertools.islice(iter(mixture), count))
+        states.append(mixture.state_dict())
+    assert [s["samples_seen"] for s in states] == [700, 411]
+    after: List[str] = []
+    resumed = []
+    for rank in range(3):
+        mixture = make(rank, 3)
+        mixture.set_epoch(0)
+        mixture.load_state_dict(states)
+        assert mixture.epoch == 1
+        mine = list(mixture)
+        # Deterministic: a second object resumed from the same states reads the same.
+        again = make(rank, 3)
+        again.load_state_dict(states)
+        assert list(again) == mine
+        after += mine
+        resumed.append(mixture)
+    assert len(before) + len(after) == len(every_sample(stores, kind))
+    assert sorted(before + after) == every_sample(stores, kind)
+    # The next epoch, at 3 ranks: every sample once, in another order than epoch 1.
+    following = []
+    for mixture in resumed:
+        mixture.set_epoch(2)
+        following += list(mixture)
+    assert sorted(following) == every_sample(stores, kind)
+    # Only the rank's own state of another world size: a clear error.
+    with pytest.raises(ValueError, match="needs the states of all 2 ranks"):
+        make(0, 3).load_state_dict(states[0])
+
+
+@pytest.mark.parametrize("kind", ["files", "tar"])
+def test_elastic_resume_from_2_to_3_workers_reads_every_remaining_sample_once(stores, kind):
+    """A loader of 2 workers stops after 7 batches; one of 3 workers resumes from the list of
+    the (one) rank's states: every sample of the epoch exactly once in all."""
+    make_members = members if kind == "files" else tar_and_b
+
+    def make() -> CombinedDataset:
+        mixture = CombinedDataset(make_members(stores), weights=[0.5, 0.5], seed=9, stop="longest")
+        mixture.set_epoch(3)
+        return mixture
+
+    mixture = make()
+    head = counted_run(mixture, stop_after=7, batch_size=32, num_workers=2)
+    state = mixture.state_dict()
+    assert state["consumed"] == [4 * 32, 3 * 32]
+    resumed = make()
+    resumed.load_state_dict([state])
+    rest = counted_run(resumed, batch_size=32, num_workers=3)
+    assert len(head) + len(rest) == len(every_sample(stores, kind))
+    assert sorted(head + rest) == every_sample(stores, kind)
+    # The next epoch, with 3 workers: every sample once.
+    resumed.set_epoch(4)
+    assert sorted(counted_run(resumed, batch_size=32, num_workers=3)) == every_sample(stores, kind)
+    # The same through dsv.torch.DataLoader (it counts each worker's batches): 2 workers, then 3.
+    mixture = make()
+    head = []
+    for step, batch in enumerate(DataLoader(mixture, batch_size=32, num_workers=2), start=1):
+        head += batch
+        if step == 5:
+            break
+    resumed = make()
+    resumed.load_state_dict([mixture.state_dict()])
+    rest = [s for batch in DataLoader(resumed, batch_size=32, num_workers=3) for s in batch]
+    assert len(head) + len(rest) == len(every_sample(stores, kind))
+    assert sorted(head + rest) == every_sample(stores, kind)
+
+
+@pytest.mark.parametrize("stop", ["cycle", "shortest"])
+def test_elastic_resume_of_cycle_and_shortest_and_a_checkpoint_in_the_resumed_epoch(stores, stop):
+    """cycle: the budget left (3,000 minus what 2 ranks consumed) is split between 3 ranks;
+    shortest: no sample read twice. A checkpoint in the resumed epoch resumes exactly at its
+    size, and not at yet another one."""
+    extra = dict(samples_per_epoch=3_000) if stop == "cycle" else {}
+
+    def make(rank: int, world: int) -> CombinedDataset:
+        mixture = CombinedDataset(members(stores, rank=rank, world_size=world), weights=[0.3, 0.7], seed=2,
+                                  stop=stop, **extra)
+        mixture.set_epoch(5)
+        return mixture
+
+    before, states = [], []
+    for rank in range(2):
+        mixture = make(rank, 2)
+        before += list(itertools.islice(iter(mixture), 500 + rank))
+        states.append(mixture.state_dict())
+    after, inner = [], []
+    for rank in range(3):
+        mixture = make(rank, 3)
+        mixture.load_state_dict(states)
+        it = iter(mixture)
+        head = list(itertools.islice(it, 100))
+        inner.append(mixture.state_dict())
+        rest = list(it)
+        assert "elastic" in inner[-1] and inner[-1]["samples_seen"] == 100
+        again = make(rank, 3)
+        again.load_state_dict(inner[-1])
+        assert list(again) == rest, "a checkpoint in the resumed epoch resumes exactly"
+        after += head + rest
+    if stop == "cycle":
+        assert len(before) + len(after) == 3_000
+    else:
+        assert len(set(before + after)) == len(before) + len(after)
+    with pytest.raises(ValueError, match="already resumed at another size"):
+        make(0, 2).load_state_dict(inner)
