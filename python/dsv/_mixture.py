@@ -18,7 +18,6 @@ import copy
 import math
 import numbers
 import multiprocessing
-import multiprocessing.context
 import os
 import random
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -499,16 +498,27 @@ class CombinedDataset(torch.utils.data.IterableDataset):
         counts = [0] * len(self.weights)
         made = 0
         while made < draws:
-            if self._all_out(dead, counts):
+            number = self._draw(rng, dead, counts)
+            if number is None:
                 break
-            number = self._pick(rng)
-            if 0 <= dead[number] <= counts[number]:
-                if self.stop == "shortest":
-                    break
-                continue
             counts[number] += 1
             made += 1
         return counts
+
+    def _draw(self, rng: random.Random, dead: List[int], counts: List[int]) -> Optional[int]:
+        """The member of the next sample, drawn by weight among those not run out (``dead[m]``
+        >= 0: member ``m`` ran out after that many samples; ``counts``: samples taken so far),
+        or None when the stream ends: every member ran out, or under ``stop="shortest"`` a
+        member that ran out was drawn. The live iteration and the replay of a resume draw
+        through it alike."""
+        while not self._all_out(dead, counts):
+            number = self._pick(rng)
+            if 0 <= dead[number] <= counts[number]:
+                if self.stop == "shortest":
+                    return None
+                continue
+            return number
+        return None
 
     def _all_out(self, dead: Sequence[int], counts: Sequence[int]) -> bool:
         """Whether every member that can be drawn has run out."""
@@ -800,13 +810,9 @@ class CombinedDataset(torch.utils.data.IterableDataset):
                         )
             made = skip
             while quota is None or made < quota:
-                if self._all_out(dead, counts):
+                number = self._draw(rng, dead, counts)
+                if number is None:
                     break
-                number = self._pick(rng)
-                if 0 <= dead[number] <= counts[number]:
-                    if self.stop == "shortest":
-                        break
-                    continue
                 ok, sample = streams[number].take()
                 if not ok:
                     dead[number] = counts[number]
@@ -827,17 +833,7 @@ class CombinedDataset(torch.utils.data.IterableDataset):
 
     def __getstate__(self) -> Dict[str, Any]:
         # As dsv.torch's datasets: the shared memory travels only to a child process.
-        self._resolve()
-        if multiprocessing.context.get_spawning_popen() is None:
-            state = dict(self.__dict__)
-            state["_shared"] = None
-            return state
-        if torch.utils.data.get_worker_info() is None:
-            self._publish()
-        return dict(self.__dict__)
+        return _torch_module()._pickled_state(self)
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self._shared is None:
-            self._shared = _SharedMixture(len(self.datasets))
-            self._publish()
+        _torch_module()._unpickled(self, state, lambda: _SharedMixture(len(state["datasets"])))

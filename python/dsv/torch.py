@@ -70,6 +70,55 @@ def _sample(transform: Optional[Transform], path: str, data: bytes) -> Any:
 
 
 
+def _pickled_state(dataset: Any) -> Dict[str, Any]:
+    """What a dataset whose position lives in shared memory pickles as. Pickled in the main
+    process when spawn workers start, the rank is read here, where torch.distributed is
+    initialized (a worker has no process group). Shared memory travels only to a child
+    process being started; a child of a training process (a rank started by another
+    process) publishes its position first, so its workers read this process's."""
+    dataset._resolve()
+    if multiprocessing.context.get_spawning_popen() is None:
+        state = dict(dataset.__dict__)
+        state["_shared"] = None
+        return state
+    if torch.utils.data.get_worker_info() is None:
+        dataset._publish()
+    return dict(dataset.__dict__)
+
+
+def _unpickled(dataset: Any, state: Dict[str, Any], shared: Callable[[], Any]) -> None:
+    """Restores ``state`` into ``dataset``; shared memory of its own (``shared()``) when none
+    travelled with it, holding its position."""
+    dataset.__dict__.update(state)
+    if dataset._shared is None:
+        dataset._shared = shared()
+        dataset._publish()
+
+
+def _start_positions(dataset: Any, rank: Optional[int], world_size: Optional[int], shared: Any) -> None:
+    """The position fields of ``TarShardDataset`` and ``ParquetRowDataset`` at epoch 0, with
+    ``shared`` (its memory for the workers); then resolves the rank and publishes."""
+    dataset.epoch = 0
+    dataset._explicit = (rank, world_size) if rank is not None else None
+    dataset._rank_world = dataset._explicit or (0, 1)
+    # Per worker stream, its samples of epoch `_resume_epoch` consumed before a load_state_dict.
+    dataset._resume_epoch = -1
+    dataset._resume = []
+    # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
+    dataset._consumed = [0]
+    # Elastic resume: what earlier steps of epoch `_resume_epoch` read (shards or row groups
+    # done, and per one read in part what of it was read), or None; `_progress_base`: that of
+    # the pass `_consumed` counts; `_loaded`: the loaded states of all ranks, kept to resume
+    # with another number of workers.
+    dataset._base = None
+    dataset._progress_base = None
+    dataset._loaded = None
+    dataset._plan_id = 0
+    dataset._shared = shared
+    dataset._resolve()
+    dataset._publish()
+
+
 def _apply_cache_limit(version: Any, cache_limit: Union[int, str, None]) -> None:
     """``cache_limit=`` of the datasets: the store's cache limit (``dsv cache limit``), set on
     the store the version is read from (a setting of that store, kept for every later reader:
@@ -632,25 +681,10 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
             self._publish()
 
     def __getstate__(self) -> Dict[str, Any]:
-        # Pickled in the main process when spawn workers start: the rank is read here, where
-        # torch.distributed is initialized (a worker has no process group).
-        self._resolve()
-        if multiprocessing.context.get_spawning_popen() is None:
-            # Not a child being started: shared memory travels only to a child process.
-            state = dict(self.__dict__)
-            state["_shared"] = None
-            return state
-        if torch.utils.data.get_worker_info() is None:
-            # A child of a training process: its workers read this process's position (a
-            # rank started by another process gets memory of its own first).
-            self._publish()
-        return dict(self.__dict__)
+        return _pickled_state(self)
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self._shared is None:
-            self._shared = _SharedPosition()
-            self._publish()
+        _unpickled(self, state, _SharedPosition)
 
 
 class VersionSampler(torch.utils.data.Sampler):
@@ -908,25 +942,9 @@ class TarShardDataset(torch.utils.data.IterableDataset):
         self.seed = int(seed)
         self.buffer_size = int(buffer_size)
         self.transform = transform
-        self.epoch = 0
-        self._explicit = (rank, world_size) if rank is not None else None
-        self._rank_world = self._explicit or (0, 1)
-        # Per worker stream, its samples of epoch `_resume_epoch` consumed before a load_state_dict.
-        self._resume_epoch = -1
-        self._resume: List[int] = []
-        # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
-        self._consumed: List[int] = [0]
-        # Elastic resume: what earlier steps of epoch `_resume_epoch` read (shards done, and
-        # per shard read in part the ordinals of its samples read), or None; `_progress_base`:
-        # that of the pass `_consumed` counts; `_loaded`: the loaded states of all ranks, kept
-        # to resume with another number of workers.
-        self._base: Optional[Dict[str, Any]] = None
-        self._progress_base: Optional[Dict[str, Any]] = None
-        self._loaded: Optional[List[Dict[str, Any]]] = None
-        self._plan_id = 0
-        self._shared = _SharedTarPosition()
-        self._resolve()
-        self._publish()
+        # Tar: `_base` holds the shards done and, per shard read in part, the ordinals of its
+        # samples read.
+        _start_positions(self, rank, world_size, _SharedTarPosition())
 
     def _publish(self) -> None:
         """Writes where iteration starts to the memory the workers read (main process)."""
@@ -1238,20 +1256,10 @@ class TarShardDataset(torch.utils.data.IterableDataset):
                     sizes[index] = ordinal[0]
 
     def __getstate__(self) -> Dict[str, Any]:
-        self._resolve()
-        if multiprocessing.context.get_spawning_popen() is None:
-            state = dict(self.__dict__)
-            state["_shared"] = None
-            return state
-        if torch.utils.data.get_worker_info() is None:
-            self._publish()
-        return dict(self.__dict__)
+        return _pickled_state(self)
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self._shared is None:
-            self._shared = _SharedTarPosition()
-            self._publish()
+        _unpickled(self, state, _SharedTarPosition)
 
 
 # -- rows of Parquet files --------------------------------------------------------------------
@@ -1350,23 +1358,9 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
         self.transform = transform
         self.batch_rows = batch_rows
         self.balance = balance
-        self.epoch = 0
-        self._explicit = (rank, world_size) if rank is not None else None
-        self._rank_world = self._explicit or (0, 1)
-        # Per worker stream, its samples of epoch `_resume_epoch` consumed before a load_state_dict.
-        self._resume_epoch = -1
-        self._resume: List[int] = []
-        # Per worker stream, its samples of the current epoch consumed, as far as this process knows.
-        self._consumed: List[int] = [0]
-        # Elastic resume (as TarShardDataset's): row groups done, and per row group read in
-        # part the rows of it read (a prefix of its rows in the epoch's order).
-        self._base: Optional[Dict[str, Any]] = None
-        self._progress_base: Optional[Dict[str, Any]] = None
-        self._loaded: Optional[List[Dict[str, Any]]] = None
-        self._plan_id = 0
-        self._shared = _SharedTarPosition()
-        self._resolve()
-        self._publish()
+        # Elastic resume (as TarShardDataset's): `_base` holds the row groups done and, per
+        # row group read in part, the rows of it read (a prefix in the epoch's order).
+        _start_positions(self, rank, world_size, _SharedTarPosition())
 
     _publish = TarShardDataset._publish
     _adopt = TarShardDataset._adopt

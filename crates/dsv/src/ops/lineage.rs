@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lock_file::{LockedRemote, fetch_pinned};
 use crate::catalog::unix_now;
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::read::Selection;
@@ -247,34 +247,12 @@ pub struct LineageAuditReport {
 /// not UTF-8 JSON of a lineage record, is of another schema, or names a rank outside its
 /// world size.
 pub fn read_record(path: &Path) -> Result<LineageRecord> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let invalid = |reason: String| Error::InvalidLineage {
         path: path.to_path_buf(),
         reason,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)
-        .at(path)?;
-    if !file.metadata().at(path)?.is_file() {
-        return Err(invalid(
-            "it is not a regular file (a FIFO, a directory or a device); give the record itself"
-                .into(),
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_LINEAGE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .at(path)?;
-    if bytes.len() as u64 > MAX_LINEAGE_BYTES {
-        return Err(invalid(format!(
-            "it is longer than {} MiB, more than any lineage record",
-            MAX_LINEAGE_BYTES >> 20
-        )));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| invalid("it is not UTF-8 text".into()))?;
+    let text =
+        super::lock_file::read_bounded_text(path, MAX_LINEAGE_BYTES, "lineage record", invalid)?;
     parse_record(&text, path)
 }
 

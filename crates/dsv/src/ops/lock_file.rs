@@ -221,35 +221,49 @@ pub const MAX_LOCK_BYTES: u64 = 16 << 20;
 /// [`MAX_LOCK_BYTES`], or is not a dsv lock file of a known format, or names an invalid
 /// dataset.
 pub fn read_lock(path: &Path) -> Result<LockFile> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let invalid = |reason: String| Error::InvalidLock {
         path: path.to_path_buf(),
         reason,
     };
+    let text = read_bounded_text(path, MAX_LOCK_BYTES, "lock file", invalid)?;
+    parse_lock(&text, path)
+}
+
+/// The UTF-8 text of a file a user names (a lock file, a lineage record): a regular file (a
+/// symlink to one is followed) of at most `limit` bytes, opened without waiting, so a FIFO
+/// is refused and never waited on. `what` names the kind of file in the reasons, which
+/// `invalid` turns into the kind's error.
+///
+/// # Errors
+/// [`Error::Io`]; `invalid(reason)` when it is not a regular file, is longer than `limit`,
+/// or is not UTF-8.
+pub(crate) fn read_bounded_text(
+    path: &Path,
+    limit: u64,
+    what: &str,
+    invalid: impl Fn(String) -> Error,
+) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NONBLOCK)
         .open(path)
         .at(path)?;
     if !file.metadata().at(path)?.is_file() {
-        return Err(invalid(
-            "it is not a regular file (a FIFO, a directory or a device); give the lock file itself"
-                .into(),
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_LOCK_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .at(path)?;
-    if bytes.len() as u64 > MAX_LOCK_BYTES {
         return Err(invalid(format!(
-            "it is longer than {} MiB, more than any lock file",
-            MAX_LOCK_BYTES >> 20
+            "it is not a regular file (a FIFO, a directory or a device); give the {what} itself"
         )));
     }
-    let text = String::from_utf8(bytes).map_err(|_| invalid("it is not UTF-8 text".into()))?;
-    parse_lock(&text, path)
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).at(path)?;
+    if bytes.len() as u64 > limit {
+        return Err(invalid(format!(
+            "it is longer than {} MiB, more than any {what}",
+            limit >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| invalid("it is not UTF-8 text".into()))
 }
 
 /// Parses and checks the text of lock file `path` (named in errors), as [`read_lock`] does.
