@@ -134,6 +134,15 @@ def test_the_record_of_an_iterable_dataset_names_the_version_selection_order_and
     lock.write_text(run_dsv("lock", "mnist@v2", store=project["store"]).stdout)
     code, report = audit(path, project["store"])
     assert code == 1 and "the lock changed since the run" in failed(report)["lock"]
+    # A record naming some other file as its lock (outside input) learns nothing of it.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a lock\n")
+    forged = dict(dsv.lineage.read(path))
+    forged["lock"] = {**forged["lock"], "path": str(secret)}
+    lock.unlink()
+    code, report = audit(dsv.lineage.write(forged, tmp_path / "forged-lock.json"), project["store"])
+    assert code == 1 and failed(report)["lock"].startswith(f"invalid lock file {secret}:"), report
+    assert dsv._dsv.blake3_hex(secret.read_bytes()) not in json.dumps(report)
     with pytest.raises(ValueError, match="samples_seen must be between 0 and 27"):
         dsv.lineage.record(ds, samples_seen=28)
     with pytest.raises(ValueError, match="not str"):
@@ -408,3 +417,20 @@ def test_openlineage_input_dataset_has_the_version_facet(project, tmp_path):
     assert dataset["facets"]["version"]["datasetVersion"] == ds.version.id
     assert dataset["facets"]["dsv_lineage"]["uri"] == f"dsv://mnist@{ds.version.id}"
     assert dataset["facets"]["dsv_lineage"]["samples"]["seen"] == 11
+
+
+def test_write_replaces_a_record_but_not_a_users_file_and_read_refuses_a_fifo(local_store, tmp_path):
+    record = dsv.lineage.record(dsv.Store(local_store["store"]).version("mnist@v1"))
+    path = dsv.lineage.write(record, tmp_path / "dsv-lineage.json")
+    assert dsv.lineage.write(record, path) == path  # an earlier record is replaced
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": true}\n')
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        dsv.lineage.write(record, notes)
+    assert notes.read_text() == '{"mine": true}\n'
+    dsv.lineage.write(record, notes, overwrite=True)
+    assert dsv.lineage.read(notes)["version"] == record["version"]
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        dsv.lineage.read(fifo)  # refused at once, never waited on

@@ -42,6 +42,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import stat
 import pathlib
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -106,12 +107,23 @@ def _state(obj: Any) -> Dict[str, Any]:
     return dict(state) if isinstance(state, Mapping) else {}
 
 
+
+def _read_bounded(path: pathlib.Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, a regular file (a symlink to one is followed) of at most
+    ``limit`` bytes, opened without waiting: a FIFO is refused, never waited on (as the
+    CLI's readers of user files). Raises ``OSError``, ``ValueError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError(f"{path} is not a regular file (a FIFO, a directory or a device): not a {what}")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is longer than {limit >> 20} MiB: not a {what}")
+    return data
+
 def _lock(lock_file: StrPath, version: Any) -> Dict[str, Any]:
     path = pathlib.Path(os.fspath(lock_file))
-    with open(path, "rb") as f:
-        data = f.read(_MAX_LOCK_BYTES + 1)
-    if len(data) > _MAX_LOCK_BYTES:
-        raise ValueError(f"{path} is longer than {_MAX_LOCK_BYTES >> 20} MiB: not a dsv lock file")
+    data = _read_bounded(path, _MAX_LOCK_BYTES, "dsv lock file")
     pins = None
     try:
         pinned = json.loads(data)["datasets"][version.dataset]["version"]
@@ -292,12 +304,21 @@ def as_record(record_or_dataset: Any) -> Dict[str, Any]:
     return record(record_or_dataset)
 
 
-def write(record: Mapping[str, Any], path: StrPath = "dsv-lineage.json") -> pathlib.Path:
+def write(record: Mapping[str, Any], path: StrPath = "dsv-lineage.json", *, overwrite: bool = False) -> pathlib.Path:
     """Writes ``record`` as JSON to ``path`` (default ``dsv-lineage.json`` in the working
-    directory), whole or not at all (a temporary file renamed over it). Returns the path."""
+    directory), whole or not at all (a temporary file renamed over it). Returns the path.
+    An earlier lineage record there is replaced; any other file there raises
+    ``FileExistsError`` unless ``overwrite=True``."""
     if record.get("schema") != SCHEMA:
         raise ValueError(f"not a lineage record: its schema is {record.get('schema')!r}, not {SCHEMA!r}")
     target = pathlib.Path(os.fspath(path))
+    if not overwrite and os.path.lexists(target):
+        try:
+            read(target)
+        except (OSError, ValueError) as e:
+            raise FileExistsError(
+                f"{target} exists and is not a lineage record ({e}); pass overwrite=True to replace it"
+            ) from None
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "w", encoding="utf-8") as f:
@@ -315,8 +336,4 @@ def write(record: Mapping[str, Any], path: StrPath = "dsv-lineage.json") -> path
 def read(path: StrPath = "dsv-lineage.json") -> Dict[str, Any]:
     """The record in ``path`` (at most 64 MiB). Raises ``ValueError`` when it is not a
     lineage record of schema ``dsv.lineage/1``."""
-    with open(os.fspath(path), "rb") as f:
-        data = f.read(_MAX_RECORD_BYTES + 1)
-    if len(data) > _MAX_RECORD_BYTES:
-        raise ValueError(f"{path} is longer than {_MAX_RECORD_BYTES >> 20} MiB: not a lineage record")
-    return as_record(json.loads(data))
+    return as_record(json.loads(_read_bounded(pathlib.Path(os.fspath(path)), _MAX_RECORD_BYTES, "lineage record")))

@@ -567,28 +567,33 @@ fn check_lock(
             detail,
         })
     };
-    let bytes = match std::fs::File::open(&found).and_then(|file| {
-        use std::io::Read;
-        let mut bytes = Vec::new();
-        file.take(super::lock_file::MAX_LOCK_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map(|_| bytes)
-    }) {
-        Ok(bytes) => bytes,
-        Err(e) => return check(false, format!("{}: {e}", found.display())),
+    // Read as a lock file first (a regular file, bounded, a dsv lock): a record naming some
+    // other file (outside input) learns nothing of it, not even its hash.
+    let invalid = |reason: String| crate::Error::InvalidLock {
+        path: found.clone(),
+        reason,
     };
-    let hash = blake3::hash(&bytes).to_hex().to_string();
-    if hash != lock.blake3 {
+    let text = match super::lock_file::read_bounded_text(
+        &found,
+        super::lock_file::MAX_LOCK_BYTES,
+        "lock file",
+        invalid,
+    ) {
+        Ok(text) => text,
+        Err(e) => return check(false, e.to_string()),
+    };
+    let parsed = super::lock_file::parse_lock(&text, &found);
+    if parsed.is_ok() && blake3::hash(text.as_bytes()).to_hex().as_str() != lock.blake3 {
         return check(
             false,
             format!(
-                "{} has BLAKE3 {hash}, the record says {}: the lock changed since the run",
+                "{} is not the lock file the run used (its BLAKE3 is not the record's {}): the lock changed since the run",
                 found.display(),
                 lock.blake3
             ),
         );
     }
-    match super::lock_file::read_lock(&found) {
+    match parsed {
         Ok(parsed) => match parsed.datasets.get(&record.dataset) {
             Some(pinned) if pinned.version == record.version => check(
                 true,
