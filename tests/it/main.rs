@@ -28,6 +28,7 @@ mod local_store;
 mod messages;
 mod mount;
 mod nearest;
+mod pipeline;
 mod properties;
 mod read;
 mod real_data;

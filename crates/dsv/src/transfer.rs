@@ -433,25 +433,47 @@ pub(crate) fn record_fetched(
     remote_name: &str,
     visit: &mut dyn FnMut(&crate::pack::SealedPack),
 ) -> Result<()> {
+    record_fetched_visiting(store, &[(sealed, remote_name)], visit)
+}
+
+/// [`record_fetched`] for several downloads at once, each `(packs, remote name)`, in one
+/// transaction (the read engine's background recorder batches its fetches so).
+///
+/// # Errors
+/// [`Error::Io`], [`Error::Catalog`]; nothing is recorded then.
+pub(crate) fn record_fetched_groups(
+    store: &mut Store,
+    groups: &[(&[PackFile], &str)],
+) -> Result<()> {
+    record_fetched_visiting(store, groups, &mut |_| {})
+}
+
+fn record_fetched_visiting(
+    store: &mut Store,
+    groups: &[(&[PackFile], &str)],
+    visit: &mut dyn FnMut(&crate::pack::SealedPack),
+) -> Result<()> {
     let _lock = store.lock()?;
     let packs_dir = store.packs_dir();
     let writer = store.catalog_mut().writer()?;
     let mut maps = Vec::new();
-    for pack in sealed {
-        let index = pack.read_index(&packs_dir)?;
-        writer.add_pack(&index)?;
-        maps.extend(
-            index
-                .objects
-                .iter()
-                .filter(|o| o.kind == ObjectKind::FileMap)
-                .map(|o| (o.id, pack.id)),
-        );
-        visit(&index);
+    for (sealed, remote_name) in groups {
+        for pack in *sealed {
+            let index = pack.read_index(&packs_dir)?;
+            writer.add_pack(&index)?;
+            maps.extend(
+                index
+                    .objects
+                    .iter()
+                    .filter(|o| o.kind == ObjectKind::FileMap)
+                    .map(|o| (o.id, pack.id, *remote_name)),
+            );
+            visit(&index);
+        }
     }
     // Decided inside the transaction: a map is unproven when the row now names this
     // download's pack (no map was here, or another reader forgot a wrong one meanwhile).
-    for (id, pack) in maps {
+    for (id, pack, remote_name) in maps {
         if writer.file_map_pack(&id)? == Some(pack) {
             writer.add_unproven_file_map(&id, remote_name)?;
         }

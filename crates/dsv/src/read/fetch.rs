@@ -75,8 +75,9 @@ static FORK_GATE: Mutex<ForkGate> = Mutex::new(ForkGate {
 });
 static FORK_GATE_CHANGED: Condvar = Condvar::new();
 
-/// A fetch of this process under way (while it may hold lock files).
-struct InFetch;
+/// A fetch of this process under way (while it may hold lock files), or a recording of one
+/// that holds its lock files still ([`super::landing::Recording`]).
+pub(super) struct InFetch;
 
 impl InFetch {
     fn enter() -> InFetch {
@@ -87,6 +88,13 @@ impl InFetch {
                 .unwrap_or_else(|e| e.into_inner());
         }
         gate.fetches += 1;
+        InFetch
+    }
+
+    /// Another count for the lock files a fetch under way hands to its recording: taken
+    /// without waiting (a fork waiting now waits for this one too, as the fetch holds one).
+    fn also(&self) -> InFetch {
+        FORK_GATE.lock().unwrap_or_else(|e| e.into_inner()).fetches += 1;
         InFetch
     }
 }
@@ -203,14 +211,20 @@ impl Fetcher {
         attempts: &mut Attempts,
     ) -> std::result::Result<u64, FetchError> {
         let catalogs = &engine.catalogs;
-        let _in_fetch = InFetch::enter();
+        let in_fetch = InFetch::enter();
         let mut downloaded = 0u64;
         // The packs this fetch writes: its reader is about to read them, so a cache limit
         // never evicts them in this call.
         let mut written = HashSet::new();
         let mut held = Vec::new();
-        let mut remaining: Vec<(ObjectId, ObjectKind)> =
-            chunks.iter().map(|id| (*id, ObjectKind::Chunk)).collect();
+        // Chunks another fetch of this engine is downloading now are waited for, not
+        // fetched again (below); those landed already are here.
+        let (claim, others) = engine.landing.claim(chunks);
+        let mut remaining: Vec<(ObjectId, ObjectKind)> = claim
+            .chunks()
+            .iter()
+            .map(|id| (*id, ObjectKind::Chunk))
+            .collect();
         let records = attempts.order(catalogs.with(|catalog| catalog.remotes())?);
         let last = records.len().saturating_sub(1);
         for (at, record) in records.into_iter().enumerate() {
@@ -253,6 +267,7 @@ impl Fetcher {
                         by_frame.into_iter().collect(),
                         &mut written,
                         &mut held,
+                        &in_fetch,
                     )
                 })?;
                 if got.is_some_and(|bytes| bytes > 0) {
@@ -263,22 +278,48 @@ impl Fetcher {
             remaining = catalogs.with(|catalog| {
                 let mut still = Vec::new();
                 for (id, kind) in remaining {
-                    if !catalog.has_object(&id, kind)? {
+                    if engine.landing.locate(&id).is_none() && !catalog.has_object(&id, kind)? {
                         still.push((id, kind));
                     }
                 }
                 Ok(still)
             })?;
         }
+        drop(claim);
         if !written.is_empty() {
             // This thread's reader holds what it just fetched until it fetches again.
             HELD_PACKS.with(|cell| *cell.borrow_mut() = held);
             self.enforce_limit(engine, &written)?;
         }
-        if remaining.is_empty() {
-            Ok(downloaded)
-        } else {
+        let mut missing = !remaining.is_empty();
+        if !others.is_empty() {
+            // Fetched by another thread of this engine: landed when it is done, or failed
+            // (then fetched here, now).
+            engine.landing.wait_for(&others);
+            let again = catalogs.with(|catalog| {
+                let mut again = Vec::new();
+                for id in others {
+                    if engine.landing.locate(&id).is_none()
+                        && !catalog.has_object(&id, ObjectKind::Chunk)?
+                    {
+                        again.push(id);
+                    }
+                }
+                Ok(again)
+            })?;
+            if !again.is_empty() {
+                drop(in_fetch);
+                match self.fetch(engine, &again, attempts) {
+                    Ok(bytes) => downloaded += bytes,
+                    Err(FetchError::NotIndexed) => missing = true,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if missing {
             Err(FetchError::NotIndexed)
+        } else {
+            Ok(downloaded)
         }
     }
 
@@ -291,6 +332,7 @@ impl Fetcher {
         by_frame: Vec<FrameEntry>,
         written: &mut HashSet<ObjectId>,
         held: &mut Vec<std::fs::File>,
+        in_fetch: &InFetch,
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
@@ -298,7 +340,7 @@ impl Fetcher {
         for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
             // The data lock, shared: no gc runs between storing and recording.
             let data = SharedDataLock::take_at(&self.root)?;
-            let _stripes = self.lock_stripes(&data, batch.iter().map(|(key, _)| key))?;
+            let stripes = self.lock_stripes(&data, batch.iter().map(|(key, _)| key))?;
             // Again under the locks: another thread or process may have fetched some.
             let still = catalogs.with(|catalog| {
                 let mut still = BTreeMap::new();
@@ -313,14 +355,16 @@ impl Fetcher {
                 Ok(still)
             })?;
             if !still.is_empty() {
-                downloaded += self.download(engine, remote, still, written, held)?;
+                let locks = (data, stripes, in_fetch.also());
+                downloaded += self.download(engine, remote, still, written, held, locks)?;
             }
         }
         Ok(downloaded)
     }
 
-    /// Downloads `frames` of `remote` (whose stripe locks the caller holds) into a new pack
-    /// and records it; returns the bytes downloaded.
+    /// Downloads `frames` of `remote` (whose stripe locks the caller holds, in `locks`) into
+    /// a new pack, lands it for this engine's readers and queues it to be recorded with
+    /// `locks` (see [`super::landing`]); returns the bytes downloaded.
     fn download(
         &self,
         engine: &super::Engine,
@@ -328,6 +372,7 @@ impl Fetcher {
         frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
         written: &mut HashSet<ObjectId>,
         held: &mut Vec<std::fs::File>,
+        locks: (SharedDataLock, Vec<StripeLock>, InFetch),
     ) -> Result<u64> {
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
@@ -343,11 +388,10 @@ impl Fetcher {
                 &crate::progress::NoProgress,
             )
         });
-        let lock = || engine.store.lock().unwrap_or_else(|e| e.into_inner());
         let transfer = match fetched {
             Ok(transfer) => transfer,
             Err(e) => {
-                sink.abandon(&lock());
+                sink.abandon(&engine.lock_store());
                 return Err(e);
             }
         };
@@ -363,14 +407,27 @@ impl Fetcher {
             }
         }
         // The frames just checked go into the frame cache as they are, every object in them
-        // checked: the read that waits for them neither reads them back nor hashes them again.
-        // The packs hold them in the order they were added. (Put in before the catalog
-        // commits: no reader finds those places until it has.)
+        // checked: the read that waits for them neither reads them back nor hashes them
+        // again. The packs hold them in the order they were added. Then their chunks land:
+        // this engine's readers locate them before the catalog records them.
         let mut raws = raws.into_iter();
-        sync::record_fetched(&mut lock(), &sealed, remote.name(), &mut |index| {
-            for (number, frame) in index.frames.iter().enumerate() {
+        let mut places = Vec::new();
+        for pack in &sealed {
+            let index = pack.read_index(&self.packs_dir)?;
+            let locations: Vec<crate::pack::FrameLocation> = index
+                .frames
+                .iter()
+                .map(|frame| crate::pack::FrameLocation {
+                    pack: index.id,
+                    offset: frame.offset,
+                    stored_length: frame.stored_length,
+                    raw_length: frame.raw_length,
+                    compression: frame.compression,
+                })
+                .collect();
+            for (number, location) in locations.iter().enumerate() {
                 let Some(raw) = raws.next() else {
-                    return;
+                    break;
                 };
                 let checked = index
                     .objects
@@ -378,16 +435,37 @@ impl Fetcher {
                     .filter(|o| o.frame as usize == number)
                     .map(|o| o.offset)
                     .collect();
-                let location = crate::pack::FrameLocation {
-                    pack: index.id,
-                    offset: frame.offset,
-                    stored_length: frame.stored_length,
-                    raw_length: frame.raw_length,
-                    compression: frame.compression,
-                };
-                engine.cache.insert(location, raw, checked);
+                engine.cache.insert(*location, raw, checked);
             }
-        })?;
+            places.extend(
+                index
+                    .objects
+                    .iter()
+                    .filter(|o| o.kind == ObjectKind::Chunk)
+                    .filter_map(|o| {
+                        Some((
+                            o.id,
+                            crate::catalog::ObjectLocation {
+                                kind: o.kind,
+                                frame: *locations.get(o.frame as usize)?,
+                                offset: o.offset,
+                                length: o.length,
+                            },
+                        ))
+                    }),
+            );
+        }
+        let chunks = places.iter().map(|(id, _)| *id).collect();
+        engine.landing.land(places);
+        let (data, stripes, in_fetch) = locks;
+        engine.recorder.submit(super::landing::Recording {
+            packs: sealed,
+            remote: remote.name().to_string(),
+            chunks,
+            _stripes: stripes,
+            _data: data,
+            _in_fetch: in_fetch,
+        });
         Ok(transfer.bytes)
     }
 
@@ -408,6 +486,9 @@ impl Fetcher {
         let Some(limit) = self.cache_limit(engine)? else {
             return Ok(());
         };
+        // What was fetched counts once it is recorded; and an eviction waits for no
+        // recording's shared data lock.
+        engine.recorder.flush();
         if engine.catalogs.with(crate::eviction::held_bytes)? <= limit {
             return Ok(());
         }

@@ -425,9 +425,13 @@ impl FileState {
         // A pack can be evicted again between the fetch and the read (another reader's
         // fetch under a small limit): a few tries.
         for _ in 0..4 {
-            let found = engine
-                .catalogs
-                .with(|catalog| catalog.locate(&id, ObjectKind::Chunk))?;
+            // Landed first, then the catalog (see `locate`).
+            let found = match engine.landing.locate(&id) {
+                Some(location) => Some(location),
+                None => engine
+                    .catalogs
+                    .with(|catalog| catalog.locate(&id, ObjectKind::Chunk))?,
+            };
             match found {
                 Some(location)
                     if crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack)
@@ -476,10 +480,20 @@ impl FileState {
 
     /// Locates chunks `indexes` in the catalog; returns those not stored here.
     fn locate(&self, engine: &Engine, indexes: &[usize]) -> Result<Vec<usize>> {
+        // Landed by a fetch of this engine whose pack is being recorded (`super::landing`),
+        // else in the catalog. In this order: the recorder forgets a landed place only after
+        // the catalog has committed it, so a chunk is never missed between the two.
         let found = engine.catalogs.with(|catalog| {
             indexes
                 .iter()
-                .map(|i| Ok((*i, catalog.locate(&self.chunks[*i].0, ObjectKind::Chunk)?)))
+                .map(|i| {
+                    let id = &self.chunks[*i].0;
+                    let location = match engine.landing.locate(id) {
+                        Some(location) => Some(location),
+                        None => catalog.locate(id, ObjectKind::Chunk)?,
+                    };
+                    Ok((*i, location))
+                })
                 .collect::<Result<Vec<_>>>()
         })?;
         let mut missing = Vec::new();
@@ -537,6 +551,30 @@ impl FileState {
             }
         }
         Ok(())
+    }
+
+    /// Proves, ahead of its reader, the blocks of an unproven file map that lie wholly inside
+    /// bytes `range` (a prefetched piece, its chunks here now): the hashing runs on the
+    /// prefetch's thread, beside the others, not on the reader's. Blocks that straddle the
+    /// piece's ends are left to the reader (they would need the next piece's chunks). A
+    /// no-op for a proven map.
+    ///
+    /// # Errors
+    /// As [`FileState::prove`].
+    pub(super) fn prove_ahead(&self, engine: &Engine, range: &Range<u64>) -> Result<()> {
+        if !matches!(self.proof, Proof::Blocks { .. }) {
+            return Ok(());
+        }
+        let start = range.start.div_ceil(BLOCK_LEN) * BLOCK_LEN;
+        let end = if range.end >= self.entry.size {
+            self.entry.size
+        } else {
+            range.end / BLOCK_LEN * BLOCK_LEN
+        };
+        if start >= end {
+            return Ok(());
+        }
+        self.prove(engine, &(start..end))
     }
 
     /// Copies the file's bytes from `offset` into `buf` (chunks already local); returns how

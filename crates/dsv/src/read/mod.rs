@@ -111,6 +111,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 mod fetch;
 mod file;
+mod landing;
 
 pub use fetch::{FETCH_BATCH_FRAMES, FETCH_SPAN, STRIPES, after_fork, before_fork};
 use std::sync::{Arc, Mutex};
@@ -160,7 +161,11 @@ pub struct ReadEngine {
 struct Engine {
     /// The store, locked only to write (recording fetched packs and proofs), to take a
     /// lease, and for whole-file fetches of data pushed before outboards.
-    store: Mutex<Store>,
+    store: Arc<Mutex<Store>>,
+    /// Chunks this engine's fetches are downloading, and those landed but not recorded yet.
+    landing: Arc<landing::Landing>,
+    /// Records fetched packs in the background, in batches.
+    recorder: Arc<landing::Recorder>,
     /// Read-only catalog connections: lookups take no store-wide lock.
     catalogs: fetch::CatalogPool,
     fetcher: fetch::Fetcher,
@@ -189,12 +194,18 @@ impl ReadEngine {
     /// An engine over an open store (which it keeps).
     pub fn new(store: Store, options: ReadOptions) -> ReadEngine {
         let packs_dir = store.packs_dir();
+        let catalogs = fetch::CatalogPool::new(store.catalog().path().to_path_buf());
+        let fetcher = fetch::Fetcher::new(&store, options.fetch_jobs);
+        let store = Arc::new(Mutex::new(store));
+        let landing = Arc::new(landing::Landing::default());
         ReadEngine {
             inner: Arc::new(Engine {
-                catalogs: fetch::CatalogPool::new(store.catalog().path().to_path_buf()),
-                fetcher: fetch::Fetcher::new(&store, options.fetch_jobs),
+                catalogs,
+                fetcher,
                 block_sets: file::BlockSets::default(),
-                store: Mutex::new(store),
+                recorder: landing::Recorder::new(store.clone(), landing.clone()),
+                landing,
+                store,
                 packs_dir,
                 cache: FrameCache::new(options.cache_bytes),
                 options,
@@ -282,6 +293,13 @@ impl ReadEngine {
     /// Bytes of decompressed frames held in the shared cache now.
     pub fn cached_bytes(&self) -> u64 {
         self.inner.cache.used()
+    }
+}
+
+impl Drop for Engine {
+    /// Records what this engine fetched before it goes (a `dsv cat` exits right after).
+    fn drop(&mut self) {
+        self.recorder.flush();
     }
 }
 
@@ -1135,8 +1153,12 @@ impl FileHandle {
             let chunks = file.chunk_range(&(start..end));
             runtime.spawn_blocking(move || {
                 let _slot = slot;
-                // A failure is the foreground read's to report, when it gets there.
-                let _ = file.make_local(&engine, chunks);
+                // A failure is the foreground read's to report, when it gets there. The
+                // piece's blocks are proven here too (a map fetched from a remote), so the
+                // reader finds them checked and hashes nothing.
+                if file.make_local(&engine, chunks).is_ok() {
+                    let _ = file.prove_ahead(&engine, &(start..end));
+                }
             });
             start = end;
         }
