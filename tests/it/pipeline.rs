@@ -191,3 +191,34 @@ fn a_reader_killed_while_fetching_and_recording_leaves_a_store_that_checks() {
     );
     assert!(out.stdout == big);
 }
+
+/// A checkout hashes each file of several chunks once, as it writes it, not each chunk as
+/// well; a stored chunk whose bytes changed still fails it, the error naming the pack that
+/// holds the chunk (found by hashing the chunks one by one only then), and nothing is put
+/// in place.
+#[test]
+fn a_checkout_from_a_damaged_pack_fails_naming_the_pack_and_writes_nothing() {
+    for size in [600_000usize, 40_000_000] {
+        let env = TestEnv::new();
+        // Incompressible: stored as is, so a flipped byte still decompresses and only a
+        // hash can tell.
+        env.write("d/big.bin", pseudo_random(size, 379));
+        env.ok(&["commit", "d", "-d", "ds"]);
+        let pack = crate::common::damage_first_pack(&env.path(".dsv/packs"));
+        let out = env.run(&["checkout", "ds", "out"]);
+        assert!(
+            !out.status.success(),
+            "a checkout of damaged bytes succeeded ({size} bytes)"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = pack.file_name().unwrap().to_string_lossy();
+        assert!(
+            stderr.contains(name.as_ref()),
+            "the error should name the damaged pack {name} ({size} bytes): {stderr}"
+        );
+        assert!(
+            !env.path("out/big.bin").exists(),
+            "a damaged file was put in place ({size} bytes)"
+        );
+    }
+}

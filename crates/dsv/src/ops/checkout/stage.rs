@@ -702,7 +702,8 @@ pub(super) fn run_task(
                 crate::interrupt::check()?;
                 let (frame, offset, length) = (&location.frame, location.offset, location.length);
                 packs
-                    .with_object(frame, offset, length, chunk_id, true, |bytes| {
+                    // Not each chunk hashed: the whole file is, below (see `write_temp`).
+                    .with_object(frame, offset, length, chunk_id, false, |bytes| {
                         // The file was made at full length: a run of zeros stays a hole.
                         if is_zeros(bytes) {
                             return Ok(());
@@ -717,13 +718,7 @@ pub(super) fn run_task(
                 progress.file_done();
                 // Every segment is in: check the whole file against its id.
                 if workspace::hash_open_file(handle, &temp)?.0 != job.entry.id {
-                    return Err(Error::corrupt(
-                        &temp,
-                        format!(
-                            "the stored bytes of {} do not hash to its file id",
-                            job.entry.path
-                        ),
-                    ));
+                    return Err(corruption(job, packs, &temp));
                 }
                 if let FlatKind::File { executable: true } = job.entry.kind {
                     handle
@@ -738,6 +733,26 @@ pub(super) fn run_task(
         }
     }
     Ok(())
+}
+
+/// The error for a staged file whose bytes do not hash to its id: the first of its chunks
+/// that does not match its own hash, naming its pack (found by hashing them one by one now,
+/// which the happy path never does), else the file as a whole (a file map that lists the
+/// wrong chunks).
+fn corruption(job: &WriteJob, packs: &mut PackReader, temp: &Path) -> Error {
+    for (chunk_id, location) in &job.chunks {
+        let (frame, offset, length) = (&location.frame, location.offset, location.length);
+        if let Err(e) = packs.with_object(frame, offset, length, chunk_id, true, |_| ()) {
+            return e;
+        }
+    }
+    Error::corrupt(
+        temp,
+        format!(
+            "the stored bytes of {} do not hash to its file id",
+            job.entry.path
+        ),
+    )
 }
 
 /// Whether `bytes` are all zeros (at least a page of them): written as a hole instead, so
@@ -783,8 +798,12 @@ pub(super) fn write_temp(
             let mut holes = false;
             for (chunk_id, location) in &job.chunks {
                 let (frame, offset, length) = (&location.frame, location.offset, location.length);
+                // A file of several chunks is hashed whole as it is written (its id is that
+                // hash), so its chunks are not hashed one by one as well: one BLAKE3 pass over
+                // the bytes, not two. A mismatch names the chunk then (`corruption`). A file
+                // of one chunk is that chunk: it is checked as it is read.
                 packs
-                    .with_object(frame, offset, length, chunk_id, true, |bytes| {
+                    .with_object(frame, offset, length, chunk_id, !several, |bytes| {
                         if several {
                             hasher.update(bytes);
                         }
@@ -808,11 +827,7 @@ pub(super) fn write_temp(
                 _ => hasher.finalize().into(),
             };
             if id != job.entry.id {
-                let detail = format!(
-                    "the stored bytes of {} do not hash to its file id",
-                    job.entry.path
-                );
-                return Err(Error::corrupt(temp, detail));
+                return Err(corruption(job, packs, temp));
             }
             if *executable {
                 file.set_permissions(fs::Permissions::from_mode(0o755))
