@@ -75,9 +75,8 @@ static FORK_GATE: Mutex<ForkGate> = Mutex::new(ForkGate {
 });
 static FORK_GATE_CHANGED: Condvar = Condvar::new();
 
-/// A fetch of this process under way (while it may hold lock files), or a recording of one
-/// that holds its lock files still ([`super::landing::Recording`]).
-pub(super) struct InFetch;
+/// A fetch of this process under way (while it may hold lock files).
+struct InFetch;
 
 impl InFetch {
     fn enter() -> InFetch {
@@ -88,13 +87,6 @@ impl InFetch {
                 .unwrap_or_else(|e| e.into_inner());
         }
         gate.fetches += 1;
-        InFetch
-    }
-
-    /// Another count for the lock files a fetch under way hands to its recording: taken
-    /// without waiting (a fork waiting now waits for this one too, as the fetch holds one).
-    fn also(&self) -> InFetch {
-        FORK_GATE.lock().unwrap_or_else(|e| e.into_inner()).fetches += 1;
         InFetch
     }
 }
@@ -267,7 +259,6 @@ impl Fetcher {
                         by_frame.into_iter().collect(),
                         &mut written,
                         &mut held,
-                        &in_fetch,
                     )
                 })?;
                 if got.is_some_and(|bytes| bytes > 0) {
@@ -332,7 +323,6 @@ impl Fetcher {
         by_frame: Vec<FrameEntry>,
         written: &mut HashSet<ObjectId>,
         held: &mut Vec<std::fs::File>,
-        in_fetch: &InFetch,
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
@@ -355,8 +345,8 @@ impl Fetcher {
                 Ok(still)
             })?;
             if !still.is_empty() {
-                let locks = (data, stripes, in_fetch.also());
-                downloaded += self.download(engine, remote, still, written, held, locks)?;
+                downloaded +=
+                    self.download(engine, remote, still, written, held, (data, stripes))?;
             }
         }
         Ok(downloaded)
@@ -372,7 +362,7 @@ impl Fetcher {
         frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
         written: &mut HashSet<ObjectId>,
         held: &mut Vec<std::fs::File>,
-        locks: (SharedDataLock, Vec<StripeLock>, InFetch),
+        locks: (SharedDataLock, Vec<StripeLock>),
     ) -> Result<u64> {
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
@@ -457,14 +447,15 @@ impl Fetcher {
         }
         let chunks = places.iter().map(|(id, _)| *id).collect();
         engine.landing.land(places);
-        let (data, stripes, in_fetch) = locks;
-        engine.recorder.submit(super::landing::Recording {
+        let (data, stripes) = locks;
+        // Threads waiting for these chunks read them landed now, while this thread records
+        // the pack (with other fetches' packs, in one transaction).
+        engine.recorder.record_and_wait(super::landing::Recording {
             packs: sealed,
             remote: remote.name().to_string(),
             chunks,
             _stripes: stripes,
             _data: data,
-            _in_fetch: in_fetch,
         });
         Ok(transfer.bytes)
     }
@@ -486,9 +477,6 @@ impl Fetcher {
         let Some(limit) = self.cache_limit(engine)? else {
             return Ok(());
         };
-        // What was fetched counts once it is recorded; and an eviction waits for no
-        // recording's shared data lock.
-        engine.recorder.flush();
         if engine.catalogs.with(crate::eviction::held_bytes)? <= limit {
             return Ok(());
         }

@@ -1,23 +1,25 @@
 //! Fetched data a reader can use before the catalog knows it: the read engine's fetches in
-//! flight ([`Landing`]) and the background recording of the packs they wrote ([`Recorder`]).
+//! flight ([`Landing`]) and the group commit that records the packs they wrote
+//! ([`Recorder`]).
 //!
-//! A fetch of remote frames ends by writing and syncing a new pack. Recording that pack in
-//! the catalog (one SQLite transaction under the store lock, two `fsync`s) used to end the
-//! fetch too, so every reader waiting for a piece of a file also waited for that
-//! bookkeeping, one fetch after another under the store lock. Now:
+//! A fetch of remote frames ends by writing and syncing a new pack, and recording it in the
+//! catalog (one SQLite transaction under the store lock, with its `fsync`s). Every reader that
+//! wanted a chunk of it used to wait for all of that, and fetches recorded one after another.
+//! Now:
 //!
 //! 1. A fetch claims the chunks it downloads ([`Landing::claim`]); another thread of the same
 //!    engine that wants one of them waits for that fetch instead of taking its stripe locks
 //!    ([`Landing::wait_for`]).
 //! 2. Once the pack is sealed (synced and renamed into `packs/`), the fetch puts its frames
-//!    in the frame cache and its chunks' places in the landed table ([`Landing::land`]):
-//!    from then on readers of this engine locate them there ([`Landing::locate`]).
-//! 3. The pack goes to the [`Recorder`] with the fetch's stripe locks and its shared data
-//!    lock. The recorder records every pack queued meanwhile in one transaction, then lets
-//!    the locks go and forgets the landed places. Until then another process that wants the
-//!    same frames waits on the stripe locks, then finds them in the catalog: a frame is still
-//!    downloaded once per machine. No gc or eviction removes a pack not recorded yet (the
-//!    data lock stays shared until it is).
+//!    in the frame cache and its chunks' places in the landed table ([`Landing::land`]), and
+//!    lets its claim go: from then on readers of this engine locate the chunks there
+//!    ([`Landing::locate`]) and read them, while the fetch records the pack.
+//! 3. Recording is a group commit ([`Recorder::record_and_wait`]): concurrent fetches'
+//!    packs go into one transaction. The fetch keeps its stripe locks and its shared data
+//!    lock until its pack is recorded, so another process that wants the same frames waits
+//!    on the stripes and then finds them in the catalog (a frame is still downloaded once per
+//!    machine), and no gc or eviction removes a pack not recorded yet. The landed places are
+//!    forgotten after the commit, and looked up before the catalog (never missed between).
 //!
 //! Crash safety: a pack is synced before any reader uses it and before it is recorded. A
 //! process killed between the two leaves a whole pack that no catalog row names: garbage for
@@ -25,10 +27,6 @@
 //! the next read fetches the chunks again. Nothing is served that was not checked: the
 //! frames in the cache are the ones the fetch checked, and a pack read back from disk is
 //! checked as every local pack is.
-//!
-//! [`Recorder::flush`] waits for the queue to drain: the engine calls it when it is dropped
-//! (so a `dsv cat` records what it fetched before the process exits), before a cache limit's
-//! eviction, and before a fork.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
@@ -126,9 +124,16 @@ impl Landing {
         }
     }
 
-    /// Makes `places` (chunks of sealed packs) visible to this engine's readers.
+    /// Makes `places` (chunks of sealed packs) visible to this engine's readers, and wakes
+    /// those waiting for them (they are no longer being downloaded).
     pub(super) fn land(&self, places: impl IntoIterator<Item = (ObjectId, ObjectLocation)>) {
-        self.lock().landed.extend(places);
+        let mut state = self.lock();
+        for (id, location) in places {
+            state.fetching.remove(&id);
+            state.landed.insert(id, location);
+        }
+        drop(state);
+        self.changed.notify_all();
     }
 
     /// Forgets the landed places of `chunks` (recorded now, or never to be).
@@ -154,110 +159,100 @@ pub(super) struct Recording {
     pub(super) _stripes: Vec<StripeLock>,
     /// Held until recorded (only dropped).
     pub(super) _data: SharedDataLock,
-    /// Counts as a fetch holding lock files until recorded, so a fork waits for it (only
-    /// dropped).
-    pub(super) _in_fetch: super::fetch::InFetch,
 }
 
-/// Records fetched packs in the background, every recording queued meanwhile in one
-/// transaction. One worker thread at most, started when work arrives and ended when the
-/// queue is empty.
+/// Records fetched packs in the catalog as a group commit: a fetch that lands a pack submits
+/// it and waits until it is recorded; whichever submitter finds no recording under way
+/// records everything queued (its own and those that arrived meanwhile) in one transaction,
+/// while the others wait. So concurrent fetches share one transaction and its `fsync`s, and
+/// a fetch returns only once its pack is recorded: a process that ends right after (a
+/// `DataLoader` worker leaves by `os._exit`, running no destructor) loses nothing it
+/// fetched. Readers waiting for the chunks do not wait for this: they read them landed.
 pub(super) struct Recorder {
     store: Arc<Mutex<Store>>,
     landing: Arc<Landing>,
     queue: Mutex<RecorderQueue>,
-    idle: Condvar,
+    done: Condvar,
 }
 
 #[derive(Default)]
 struct RecorderQueue {
-    waiting: Vec<Recording>,
-    /// A worker is running (it takes everything waiting before it ends).
+    waiting: Vec<(u64, Recording)>,
+    /// A submitter is recording a batch now.
     working: bool,
+    /// Tickets handed out so far.
+    issued: u64,
+    /// Every ticket up to this one is recorded (or failed).
+    finished: u64,
 }
 
 impl Recorder {
-    pub(super) fn new(store: Arc<Mutex<Store>>, landing: Arc<Landing>) -> Arc<Recorder> {
-        Arc::new(Recorder {
+    pub(super) fn new(store: Arc<Mutex<Store>>, landing: Arc<Landing>) -> Recorder {
+        Recorder {
             store,
             landing,
             queue: Mutex::new(RecorderQueue::default()),
-            idle: Condvar::new(),
-        })
+            done: Condvar::new(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RecorderQueue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `recording`; starts the worker when none runs. If no thread can be started,
-    /// records it now, on this thread.
-    pub(super) fn submit(self: &Arc<Self>, recording: Recording) {
+    /// Records `recording` with whatever else is queued, and returns once it is recorded (or
+    /// its recording failed: logged; its chunks are fetched again when next read). Its locks
+    /// go when it is.
+    pub(super) fn record_and_wait(&self, recording: Recording) {
         let mut queue = self.lock();
-        queue.waiting.push(recording);
-        if queue.working {
-            return;
-        }
-        queue.working = true;
-        drop(queue);
-        let worker = Arc::clone(self);
-        let started = std::thread::Builder::new()
-            .name("dsv-record".into())
-            .spawn(move || worker.work());
-        if started.is_err() {
-            self.work();
-        }
-    }
-
-    /// Records batches until the queue is empty. The last batch's locks go only after the
-    /// worker is marked ended: a fork waits until no recording holds lock files
-    /// ([`super::fetch::before_fork`]), and the child must not inherit a queue that says a
-    /// worker (not copied into it) is running.
-    fn work(&self) {
-        let mut batch = std::mem::take(&mut self.lock().waiting);
+        queue.issued += 1;
+        let ticket = queue.issued;
+        queue.waiting.push((ticket, recording));
         loop {
+            if queue.finished >= ticket {
+                return;
+            }
+            if !queue.working {
+                break;
+            }
+            queue = self.done.wait(queue).unwrap_or_else(|e| e.into_inner());
+        }
+        // No recording under way: this submitter records the queue, batch after batch,
+        // until its own ticket is done.
+        queue.working = true;
+        while queue.finished < ticket {
+            let batch = std::mem::take(&mut queue.waiting);
+            let last = batch.last().map_or(queue.finished, |(ticket, _)| *ticket);
+            drop(queue);
             if let Err(error) = self.record(&batch) {
                 tracing::warn!(
                     target: "dsv::read",
                     %error,
-                    packs = batch.iter().map(|r| r.packs.len()).sum::<usize>(),
+                    packs = batch.iter().map(|(_, r)| r.packs.len()).sum::<usize>(),
                     "fetched packs could not be recorded; their chunks are fetched again when read"
                 );
             }
-            for recording in &batch {
+            for (_, recording) in &batch {
                 self.landing.forget(&recording.chunks);
             }
-            let mut queue = self.lock();
-            let next = std::mem::take(&mut queue.waiting);
-            if next.is_empty() {
-                queue.working = false;
-                drop(queue);
-                self.idle.notify_all();
-                // The locks go now (after the catalog commits): another process waiting on
-                // a stripe finds the frames recorded.
-                drop(batch);
-                return;
-            }
-            drop(queue);
+            // The locks go now (after the catalog committed): another process waiting on a
+            // stripe finds the frames recorded.
             drop(batch);
-            batch = next;
+            queue = self.lock();
+            queue.finished = queue.finished.max(last);
+            self.done.notify_all();
         }
+        queue.working = false;
+        // Another submitter may have queued meanwhile and be waiting for a recorder.
+        self.done.notify_all();
     }
 
-    fn record(&self, batch: &[Recording]) -> Result<()> {
+    fn record(&self, batch: &[(u64, Recording)]) -> Result<()> {
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         let groups: Vec<(&[PackFile], &str)> = batch
             .iter()
-            .map(|r| (r.packs.as_slice(), r.remote.as_str()))
+            .map(|(_, r)| (r.packs.as_slice(), r.remote.as_str()))
             .collect();
         crate::transfer::record_fetched_groups(&mut store, &groups)
-    }
-
-    /// Waits until everything queued so far is recorded (or failed).
-    pub(super) fn flush(&self) {
-        let mut queue = self.lock();
-        while queue.working {
-            queue = self.idle.wait(queue).unwrap_or_else(|e| e.into_inner());
-        }
     }
 }

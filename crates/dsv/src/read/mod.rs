@@ -164,8 +164,8 @@ struct Engine {
     store: Arc<Mutex<Store>>,
     /// Chunks this engine's fetches are downloading, and those landed but not recorded yet.
     landing: Arc<landing::Landing>,
-    /// Records fetched packs in the background, in batches.
-    recorder: Arc<landing::Recorder>,
+    /// Records fetched packs, concurrent fetches' in one transaction.
+    recorder: landing::Recorder,
     /// Read-only catalog connections: lookups take no store-wide lock.
     catalogs: fetch::CatalogPool,
     fetcher: fetch::Fetcher,
@@ -293,13 +293,6 @@ impl ReadEngine {
     /// Bytes of decompressed frames held in the shared cache now.
     pub fn cached_bytes(&self) -> u64 {
         self.inner.cache.used()
-    }
-}
-
-impl Drop for Engine {
-    /// Records what this engine fetched before it goes (a `dsv cat` exits right after).
-    fn drop(&mut self) {
-        self.recorder.flush();
     }
 }
 
