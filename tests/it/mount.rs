@@ -677,7 +677,10 @@ fn a_file_read_whole_once_is_then_read_by_the_kernel_through_passthrough() {
     }
     drop(file);
     // Small files are not copied, and read as before.
-    assert_eq!(std::fs::read(mount.point.join("a.txt")).unwrap(), b"hello\n");
+    assert_eq!(
+        std::fs::read(mount.point.join("a.txt")).unwrap(),
+        b"hello\n"
+    );
     assert_eq!(files_in(&dirs[0]).len(), 1);
     let log = mount.unmount();
     // dsv served the file once, for the first read.
@@ -737,12 +740,7 @@ fn passthrough_copies_stay_within_their_budget_and_every_file_reads_right() {
     env.set_var("DSV_LOG", "dsv::mount=trace");
     // Room for two of the 3 MB files; the 8 MB one never fits.
     let budget = 7_000_000u64;
-    let mut mount = Mounted::start(
-        &env,
-        "ds",
-        "mnt",
-        &["--json", "--passthrough-cache", "7MB"],
-    );
+    let mut mount = Mounted::start(&env, "ds", "mnt", &["--json", "--passthrough-cache", "7MB"]);
     let info = mount.info();
     assert_eq!(info["passthrough"], true, "{info}");
     assert_eq!(info["passthrough_cache_bytes"], budget, "{info}");
@@ -751,7 +749,10 @@ fn passthrough_copies_stay_within_their_budget_and_every_file_reads_right() {
     for round in 0..2 {
         for (name, bytes) in &files {
             let path = mount.point.join(name);
-            assert!(std::fs::read(&path).unwrap() == *bytes, "{name}, round {round}");
+            assert!(
+                std::fs::read(&path).unwrap() == *bytes,
+                "{name}, round {round}"
+            );
             assert!(copied() <= budget, "{:?}", files_in(&dir));
             assert!(read_direct(&env, &path) == *bytes, "{name} (O_DIRECT)");
             assert!(copied() <= budget, "{:?}", files_in(&dir));

@@ -58,9 +58,11 @@ pub const DIR_PREFIX: &str = "mount-";
 /// at most [`DEFAULT_CAP_BYTES`]; 0 when that cannot be read.
 pub fn default_budget(dir: &Path) -> u64 {
     match nix::sys::statvfs::statvfs(dir) {
-        Ok(stat) => (stat.blocks_available() as u64)
-            .saturating_mul(stat.fragment_size() as u64)
-            / DEFAULT_SHARE_OF_FREE,
+        #[allow(clippy::useless_conversion)] // the field types differ between platforms
+        Ok(stat) => {
+            u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()))
+                / DEFAULT_SHARE_OF_FREE
+        }
         Err(error) => {
             tracing::info!(target: TARGET, %error, dir = %dir.display(), "mount: cannot read the free space for passthrough's backing files");
             0
@@ -263,14 +265,15 @@ impl Backings {
 
     /// Writes `data`, bytes `offset..` of inode `ino` (a file of `size` bytes) just served
     /// by the engine (verified), into the inode's backing file, making one (within the
-    /// budget) if it has none; renames it complete once every byte is written. Does
-    /// nothing when passthrough is off, the file is too small or too large for the budget,
-    /// or already complete.
+    /// budget) if it has none and this read starts the file (a reader that starts
+    /// elsewhere is unlikely to read it whole); renames it complete once every byte is
+    /// written. Does nothing when passthrough is off, the file is too small or too large
+    /// for the budget, or already complete.
     pub fn record(&self, ino: u64, size: u64, offset: u64, data: &[u8]) {
         if data.is_empty() || size < MIN_BACKED_BYTES || size > self.budget || !self.enabled() {
             return;
         }
-        let Some(file) = self.file_for(ino, size) else {
+        let Some(file) = self.file_for(ino, size, offset == 0) else {
             return;
         };
         if file.complete.load(Ordering::Acquire) {
@@ -294,14 +297,14 @@ impl Backings {
         }
     }
 
-    /// The backing file of `ino`, made now (room made by evicting idle ones) if it has
-    /// none; `None` when there is no room or it cannot be made.
-    fn file_for(&self, ino: u64, size: u64) -> Option<Arc<BackingFile>> {
+    /// The backing file of `ino`, made now if it has none and `make` (room made by
+    /// evicting idle ones); `None` when there is none, no room or it cannot be made.
+    fn file_for(&self, ino: u64, size: u64, make: bool) -> Option<Arc<BackingFile>> {
         let mut state = self.lock();
         if let Some(file) = state.inodes.get(&ino).and_then(|e| e.file.clone()) {
             return Some(file);
         }
-        if state.failed.contains(&ino) {
+        if !make || state.failed.contains(&ino) {
             return None;
         }
         if !self.make_room(&mut state, size) {
@@ -468,14 +471,19 @@ mod tests {
         );
         assert!(!b.cover(20, 30));
         assert!(b.cover(40, 50), "whole");
-        assert_eq!(b.covered.lock().unwrap().clone(), BTreeMap::from([(0, 100)]));
+        assert_eq!(
+            b.covered.lock().unwrap().clone(),
+            BTreeMap::from([(0, 100)])
+        );
     }
 
     #[test]
     fn stale_dirs_of_dead_processes_are_removed_and_others_kept() {
         let temp = tempfile::tempdir().unwrap();
         // A pid no process has (above the kernel's pid_max limit of 2^22).
-        let dead = temp.path().join(format!("{DIR_PREFIX}{}-0", (1u32 << 22) + 5));
+        let dead = temp
+            .path()
+            .join(format!("{DIR_PREFIX}{}-0", (1u32 << 22) + 5));
         std::fs::create_dir(&dead).unwrap();
         std::fs::write(dead.join("7"), b"x").unwrap();
         let other = temp.path().join("pack-1-2");
