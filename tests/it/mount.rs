@@ -476,7 +476,13 @@ fn a_file_read_again_through_the_mount_comes_from_the_page_cache() {
     let env = TestEnv::new();
     let big = committed(&env);
     env.set_var("DSV_LOG", "dsv::mount=trace");
-    let mut mount = Mounted::start(&env, "ds", "mnt", &["--cache-size", "64MiB"]);
+    // Without passthrough: the page cache of the FUSE file is what serves the second read.
+    let mut mount = Mounted::start(
+        &env,
+        "ds",
+        "mnt",
+        &["--cache-size", "64MiB", "--no-passthrough"],
+    );
     let path = mount.point.join("big.bin");
     // Where dsv may set the mount's read-ahead window (root), the kernel asks in requests
     // larger than its default 128 KiB. dsv widens it just after the mount comes up, so it
