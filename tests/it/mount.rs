@@ -582,9 +582,11 @@ impl Mounted {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
     }
 
-    /// Unmounts with `fusermount3 -u`, waits for dsv to end; its log (stderr).
+    /// Unmounts with `fusermount3 -u`, waits for dsv to end; its log (stderr). An unmount
+    /// just after a file was closed may find the mount busy for a moment (seen 2 times in
+    /// about 100 runs on a loaded machine): tried again until it is not.
     fn unmount(mut self) -> String {
-        assert!(fusermount_u(&self.point));
+        wait_until("fusermount3 -u to unmount", || fusermount_u(&self.point));
         assert_eq!(self.wait(), Some(0));
         std::io::read_to_string(self.child.stderr.take().unwrap()).unwrap()
     }
