@@ -29,7 +29,8 @@ pub(crate) struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_cache_size)]
     cache_size: Option<u64>,
     /// Disk for passthrough copies (e.g. 20GiB; default a tenth of the free space of the
-    /// store's disk, at most 64GiB; 0 turns passthrough off). A file read whole once through
+    /// store's disk, at most 64GiB; never more than half of it; 0 turns passthrough off).
+    /// A file read whole once through
     /// the mount is copied into the store's tmp/ and then read by the kernel directly, at
     /// the speed of a local file (FUSE passthrough: Linux 6.9+, as root); the least
     /// recently opened copies make room. Removed at unmount.

@@ -769,6 +769,22 @@ fn passthrough_copies_stay_within_their_budget_and_every_file_reads_right() {
     // The last two 3 MB files read are the ones kept.
     assert_eq!(files_in(&dir).len(), 2, "{:?}", files_in(&dir));
     let log = mount.unmount();
+    // A budget past the disk's free space is cut to half of it.
+    let mut greedy = Mounted::start(
+        &env,
+        "ds",
+        "mnt",
+        &["--json", "--passthrough-cache", "1000000TB"],
+    );
+    let greedy_budget = greedy.info()["passthrough_cache_bytes"].as_u64().unwrap();
+    let free = nix::sys::statvfs::statvfs(&env.path(".dsv/tmp")).unwrap();
+    let free = free.blocks_available() * free.fragment_size();
+    // (Half of the free space at mount; the disk is shared: compared with all of it now.)
+    assert!(
+        (1..=free).contains(&greedy_budget),
+        "{greedy_budget} of {free}"
+    );
+    greedy.unmount();
     for (name, bytes) in &files {
         let size = bytes.len() as u64;
         let asked = bytes_asked(&log, name, size);

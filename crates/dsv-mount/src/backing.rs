@@ -54,21 +54,29 @@ pub const DEFAULT_CAP_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 /// The prefix of a mount's backing directory under the store's `tmp/`: `mount-PID-N`.
 pub const DIR_PREFIX: &str = "mount-";
 
-/// The default budget for backing files in `dir`'s file system: a tenth of its free space,
-/// at most [`DEFAULT_CAP_BYTES`]; 0 when that cannot be read.
-pub fn default_budget(dir: &Path) -> u64 {
-    match nix::sys::statvfs::statvfs(dir) {
+/// The budget for backing files in `dir`'s file system: `requested` (`None`: a tenth of
+/// its free space, at most [`DEFAULT_CAP_BYTES`]), never more than half its free space, so
+/// that the copies never fill the store's disk; 0 when the free space cannot be read.
+pub fn budget(dir: &Path, requested: Option<u64>) -> u64 {
+    let free = match nix::sys::statvfs::statvfs(dir) {
         #[allow(clippy::useless_conversion)] // the field types differ between platforms
         Ok(stat) => {
             u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()))
-                / DEFAULT_SHARE_OF_FREE
         }
         Err(error) => {
             tracing::info!(target: TARGET, %error, dir = %dir.display(), "mount: cannot read the free space for passthrough's backing files");
-            0
+            return 0;
         }
+    };
+    match requested {
+        None => (free / DEFAULT_SHARE_OF_FREE).min(DEFAULT_CAP_BYTES),
+        Some(bytes) if bytes > free / 2 => {
+            tracing::warn!(target: TARGET, requested = bytes, free,
+                "mount: the passthrough cache asked for is more than half the free space of the store's disk; using half of it");
+            free / 2
+        }
+        Some(bytes) => bytes,
     }
-    .min(DEFAULT_CAP_BYTES)
 }
 
 /// How one open of a file is served.

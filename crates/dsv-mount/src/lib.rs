@@ -77,9 +77,10 @@ pub struct MountOptions {
     /// False: every read is served by dsv, as on kernels without passthrough.
     pub passthrough: bool,
     /// Bytes the passthrough copies may take on the store's file system, in its `tmp/`
-    /// (`None`: [`backing::default_budget`], a tenth of the free space, at most 64 GiB;
-    /// `Some(0)`: no copies, as `passthrough: false`). Least recently opened copies no
-    /// open uses are deleted to make room; a file larger than this is never copied.
+    /// (`None`: a tenth of the free space, at most 64 GiB; never more than half the free
+    /// space, [`backing::budget`]; `Some(0)`: no copies, as `passthrough: false`). Least
+    /// recently opened copies no open uses are deleted to make room; a file larger than
+    /// this is never copied.
     pub passthrough_cache_bytes: Option<u64>,
 }
 
@@ -237,9 +238,7 @@ fn backings(engine: &ReadEngine, options: &MountOptions) -> Option<Arc<Backings>
         return None;
     }
     let temp_dir = engine.packs_dir().parent()?.join("tmp");
-    let budget = options
-        .passthrough_cache_bytes
-        .unwrap_or_else(|| backing::default_budget(&temp_dir));
+    let budget = backing::budget(&temp_dir, options.passthrough_cache_bytes);
     if budget < backing::MIN_BACKED_BYTES {
         tracing::info!(target: TARGET, budget, "mount: passthrough off: no room for backing files; every read is served by dsv");
         return None;
