@@ -221,12 +221,15 @@ impl Backings {
             .as_ref()
             .filter(|f| f.complete.load(Ordering::Acquire))
             .cloned();
+        // While passthrough opens of the inode are counted, every open must be one (with the
+        // same backing id), even after passthrough was turned off for later files: the
+        // kernel fails a cached-mode open of an inode in passthrough mode.
+        if let Some(id) = &entry.backing_id {
+            entry.passthrough_opens += 1;
+            self.passthrough_opens.fetch_add(1, Ordering::Relaxed);
+            return (OpenMode::Passthrough, Some(id.clone()));
+        }
         if let (true, 0, Some(file)) = (self.enabled(), entry.cached_opens, ready) {
-            if let Some(id) = &entry.backing_id {
-                entry.passthrough_opens += 1;
-                self.passthrough_opens.fetch_add(1, Ordering::Relaxed);
-                return (OpenMode::Passthrough, Some(id.clone()));
-            }
             let opened = File::open(&file.complete_path).and_then(|f| reply.open_backing(&f));
             match opened {
                 Ok(id) => {
