@@ -672,6 +672,10 @@ fn a_file_read_whole_once_is_then_read_by_the_kernel_through_passthrough() {
     assert_eq!(copies.len(), 1, "{copies:?}");
     assert_eq!(copies[0].1, big.len() as u64, "{copies:?}");
     assert!(!copies[0].0.ends_with(".partial"), "complete: {copies:?}");
+    // The copies are the mounting user's alone.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dirs[0]), 0o700);
+    assert_eq!(mode(&dirs[0].join(&copies[0].0)), 0o600);
     // Read again, past the FUSE file's page cache (O_DIRECT): the kernel reads the copy,
     // dsv is asked for nothing; the bytes are the version's.
     assert!(read_direct(&env, &path) == big, "second read (O_DIRECT)");

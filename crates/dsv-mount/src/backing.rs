@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -323,11 +323,13 @@ impl Backings {
         }
         let partial = self.dir.join(format!("{ino}.partial"));
         let complete_path = self.dir.join(ino.to_string());
+        // Readable by this process alone (the kernel reads it with this process's rights).
         let made = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(0o600)
             .open(&partial)
             .and_then(|file| file.set_len(size).map(|()| file));
         match made {
@@ -400,7 +402,8 @@ impl Backings {
 }
 
 /// Makes this mount's backing directory under `temp_dir` (`mount-PID-N`, the first `N`
-/// free), after removing those of mounts whose process is gone.
+/// free; mode 0700, its files 0600: the version's bytes are this user's to read), after
+/// removing those of mounts whose process is gone.
 ///
 /// # Errors
 /// As [`std::fs::create_dir`].
@@ -410,7 +413,7 @@ pub fn make_dir(temp_dir: &Path) -> std::io::Result<PathBuf> {
     let mut n = 0u32;
     loop {
         let dir = temp_dir.join(format!("{DIR_PREFIX}{pid}-{n}"));
-        match std::fs::create_dir(&dir) {
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => return Ok(dir),
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => {
                 n += 1;
