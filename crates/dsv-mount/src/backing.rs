@@ -27,7 +27,7 @@
 //! room is made by deleting the least recently opened backing files no open uses. The
 //! directory belongs to this mount (`.dsv/tmp/mount-PID-N`) and is removed at unmount; one
 //! left by a killed mount is removed by the next mount (and by the store's temp cleanup,
-//! [`dsv_store::Store::remove_stale_temp_packs`]).
+//! `Store::remove_stale_temp_packs` in dsv-store: commit, import, rebase).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;

@@ -121,7 +121,10 @@ pub struct MountInfo {
 /// `mountpoint`, calls `mounted` once it is serving, and serves in the foreground until it
 /// is unmounted from outside (`fusermount3 -u`) or the current [`dsv::interrupt::CancelToken`] is cancelled
 /// (then it unmounts itself). Mounting reads no file data: it takes well under a second
-/// whatever the version's size.
+/// whatever the version's size. With [`MountOptions::passthrough`] and a kernel that grants
+/// it ([`MountInfo::passthrough`]), files read whole are copied into the store's
+/// `tmp/mount-PID-N/` (see [`backing`]), which is removed when this returns; where the copies
+/// cannot be made or the kernel refuses them, reads are served by dsv, never an error.
 ///
 /// # Errors
 /// [`Error::BadMountpoint`] for a mount point that is missing, not a directory, a dead
