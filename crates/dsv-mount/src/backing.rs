@@ -21,7 +21,10 @@
 //! under one lock: passthrough only when no cached-mode open of that inode is counted, and
 //! then with the inode's one [`BackingId`] while any passthrough open is counted. The
 //! kernel counts a file's release before it sends `RELEASE`, so these counts lag the
-//! kernel's only in the safe direction.
+//! kernel's only in the safe direction. That lag would make a file read whole and opened
+//! again at once (its `RELEASE` still on its way) cached once more; so an open that finds
+//! only cached-mode opens that were all closed (`FLUSH`, which `close` waits for) waits a
+//! moment ([`RELEASE_WAIT`]) for their `RELEASE`.
 //!
 //! Bounded: the files' sizes (sparse while partial) never add up to more than the budget;
 //! room is made by deleting the least recently opened backing files no open uses. The
@@ -34,7 +37,7 @@ use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use fuser::{BackingId, ReplyOpen};
 
@@ -50,6 +53,12 @@ const DEFAULT_SHARE_OF_FREE: u64 = 10;
 
 /// The default budget's cap: 64 GiB.
 pub const DEFAULT_CAP_BYTES: u64 = 64 * 1024 * 1024 * 1024;
+
+/// How long an open waits for the `RELEASE` of cached-mode opens of its file that were
+/// closed already (`FLUSH`) before it is answered in cached mode. Only one wait per file
+/// until one of its opens is released, so a file held open by a process that closed a
+/// duplicate (a forked child, a memory map) costs one wait, not one per open.
+pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The prefix of a mount's backing directory under the store's `tmp/`: `mount-PID-N`.
 pub const DIR_PREFIX: &str = "mount-";
@@ -96,7 +105,12 @@ pub struct Backings {
     /// no backing open has failed since.
     enabled: AtomicBool,
     state: Mutex<State>,
-    /// Opens answered with passthrough (a count for the log and for tests).
+    /// Notified at each release.
+    released: Condvar,
+    /// Whether an open may wait for a release ([`RELEASE_WAIT`]): another serving thread
+    /// must be there to receive it.
+    may_wait: bool,
+    /// Opens answered with passthrough (a count for the log).
     passthrough_opens: AtomicU64,
 }
 
@@ -114,6 +128,10 @@ struct State {
 #[derive(Default)]
 struct InodeState {
     cached_opens: u32,
+    /// Those of `cached_opens` closed once already (`FLUSH`): their `RELEASE` may be coming.
+    cached_flushed: u32,
+    /// An open waited for `RELEASE`s in vain: no open waits again until a release.
+    waited_in_vain: bool,
     passthrough_opens: u32,
     /// The backing id every passthrough open of the inode names, while one is counted.
     backing_id: Option<Arc<BackingId>>,
@@ -170,13 +188,15 @@ impl BackingFile {
 
 impl Backings {
     /// Backing files in `dir` (made by the caller, owned by this mount), `budget` bytes at
-    /// most. Off until [`Backings::enable`].
-    pub fn new(dir: PathBuf, budget: u64) -> Backings {
+    /// most, for a mount served by `threads` threads. Off until [`Backings::enable`].
+    pub fn new(dir: PathBuf, budget: u64, threads: usize) -> Backings {
         Backings {
             dir,
             budget,
             enabled: AtomicBool::new(false),
             state: Mutex::new(State::default()),
+            released: Condvar::new(),
+            may_wait: threads > 1,
             passthrough_opens: AtomicU64::new(0),
         }
     }
@@ -212,6 +232,30 @@ impl Backings {
     /// served by dsv.
     pub fn open(&self, ino: u64, reply: &ReplyOpen) -> (OpenMode, Option<Arc<BackingId>>) {
         let mut state = self.lock();
+        if let Some(entry) = state.inodes.get_mut(&ino)
+            && self.may_wait
+            && self.enabled()
+            && entry.cached_opens > 0
+            && entry.cached_opens == entry.cached_flushed
+            && !entry.waited_in_vain
+            && entry
+                .file
+                .as_ref()
+                .is_some_and(|f| f.complete.load(Ordering::Acquire))
+        {
+            let (waited, timeout) = self
+                .released
+                .wait_timeout_while(state, RELEASE_WAIT, |state| {
+                    state.inodes.get(&ino).is_some_and(|e| e.cached_opens > 0)
+                })
+                .unwrap_or_else(|e| e.into_inner());
+            state = waited;
+            if timeout.timed_out()
+                && let Some(entry) = state.inodes.get_mut(&ino)
+            {
+                entry.waited_in_vain = true;
+            }
+        }
         state.tick += 1;
         let tick = state.tick;
         let entry = state.inodes.entry(ino).or_default();
@@ -242,7 +286,7 @@ impl Backings {
                 Err(error) => {
                     if self.enabled.swap(false, Ordering::AcqRel) {
                         tracing::warn!(target: TARGET, %error,
-                            "mount: the kernel refused a passthrough backing file; reads are served by dsv from now on"
+                            "mount: a passthrough backing file could not be opened or was refused by the kernel; reads are served by dsv from now on"
                         );
                     }
                 }
@@ -252,14 +296,30 @@ impl Backings {
         (OpenMode::Cached, None)
     }
 
-    /// Counts the release of an open of `ino` served as `mode`.
-    pub fn release(&self, ino: u64, mode: &OpenMode) {
+    /// Counts the first close (`FLUSH`) of an open of `ino` served as `mode`.
+    pub fn flushed(&self, ino: u64, mode: &OpenMode) {
+        if let OpenMode::Cached = mode
+            && let Some(entry) = self.lock().inodes.get_mut(&ino)
+        {
+            entry.cached_flushed += 1;
+        }
+    }
+
+    /// Counts the release of an open of `ino` served as `mode`, `flushed` or not.
+    pub fn release(&self, ino: u64, mode: &OpenMode, flushed: bool) {
         let mut state = self.lock();
+        self.released.notify_all();
         let Some(entry) = state.inodes.get_mut(&ino) else {
             return;
         };
+        entry.waited_in_vain = false;
         match mode {
-            OpenMode::Cached => entry.cached_opens = entry.cached_opens.saturating_sub(1),
+            OpenMode::Cached => {
+                entry.cached_opens = entry.cached_opens.saturating_sub(1);
+                if flushed {
+                    entry.cached_flushed = entry.cached_flushed.saturating_sub(1);
+                }
+            }
             OpenMode::Passthrough => {
                 entry.passthrough_opens = entry.passthrough_opens.saturating_sub(1);
                 if entry.passthrough_opens == 0 {

@@ -247,7 +247,7 @@ fn backings(engine: &ReadEngine, options: &MountOptions) -> Option<Arc<Backings>
         return None;
     }
     match backing::make_dir(&temp_dir) {
-        Ok(dir) => Some(Arc::new(Backings::new(dir, budget))),
+        Ok(dir) => Some(Arc::new(Backings::new(dir, budget, options.threads))),
         Err(error) => {
             tracing::info!(target: TARGET, %error, dir = %temp_dir.display(),
                 "mount: passthrough off: cannot make a directory for backing files; every read is served by dsv");
@@ -262,9 +262,11 @@ struct RemoveBackings(Option<Arc<Backings>>);
 
 impl Drop for RemoveBackings {
     fn drop(&mut self) {
-        if let Some(backings) = &self.0
-            && let Err(error) = std::fs::remove_dir_all(backings.dir())
-        {
+        let Some(backings) = &self.0 else {
+            return;
+        };
+        tracing::info!(target: TARGET, opens = backings.passthrough_opens(), "mount: opens served by passthrough");
+        if let Err(error) = std::fs::remove_dir_all(backings.dir()) {
             tracing::warn!(target: TARGET, %error, dir = %backings.dir().display(), "mount: cannot remove the backing files");
         }
     }
@@ -621,6 +623,8 @@ struct OpenFile {
     path: String,
     /// How this open is served (counted per inode by [`Backings`] until released).
     mode: OpenMode,
+    /// Whether it was closed once (`FLUSH`; a duplicate may still hold it open).
+    flushed: std::sync::atomic::AtomicBool,
     /// The engine's handle, once a read has needed it. A failed open leaves it empty, so the
     /// next read tries again (a remote that was away may be back).
     handle: Mutex<Option<Arc<FileHandle>>>,
@@ -743,6 +747,7 @@ impl Filesystem for MountFs {
             Arc::new(OpenFile {
                 path: path.clone(),
                 mode,
+                flushed: std::sync::atomic::AtomicBool::new(false),
                 handle: Mutex::new(None),
             }),
         );
@@ -821,7 +826,7 @@ impl Filesystem for MountFs {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh.0);
         if let (Some(file), Some(backings)) = (file, &self.backings) {
-            backings.release(ino.0, &file.mode);
+            backings.release(ino.0, &file.mode, file.flushed.load(Ordering::Acquire));
         }
         reply.ok();
     }
@@ -829,11 +834,17 @@ impl Filesystem for MountFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _fh: fuser::FileHandle,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // A close: counted once per open, so that a reopen may wait for its RELEASE.
+        if let (Some(backings), Some(file)) = (&self.backings, self.open_file(fh.0))
+            && !file.flushed.swap(true, Ordering::AcqRel)
+        {
+            backings.flushed(ino.0, &file.mode);
+        }
         reply.ok();
     }
 
