@@ -227,13 +227,15 @@ enum Command {
     /// Mounting reads no data, whatever the version's size; a file's data is read when it
     /// is read (fetched from a remote on its first read and kept in the store). A version
     /// never changes, so the kernel's page cache keeps what was read across opens: a second
-    /// epoch reads from memory. Needs FUSE 3 (`/dev/fuse` and `fusermount3`); without it,
-    /// `dsv export` streams the same files.
+    /// epoch reads from memory. As root on Linux 6.9+, a file read whole once is copied into
+    /// the store's tmp/ and then read by the kernel directly (FUSE passthrough), as fast as
+    /// a checkout. Needs FUSE 3 (`/dev/fuse` and `fusermount3`); without it, `dsv export`
+    /// streams the same files.
     ///
     /// Examples:
     ///   dsv mount mnist@v3 /mnt/mnist
     ///   dsv mount mnist@v3 /mnt/shard --shard 1/8 --include 'train/**'
-    ///   dsv mount mnist@v3 /mnt/mnist --cache-size 2GiB
+    ///   dsv mount mnist@v3 /mnt/mnist --cache-size 2GiB --passthrough-cache 20GiB
     #[command(verbatim_doc_comment)]
     #[cfg(feature = "mount")]
     Mount(MountArgs),

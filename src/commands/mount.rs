@@ -28,6 +28,18 @@ pub(crate) struct MountArgs {
     /// again whole is served by the page cache, which this does not limit.
     #[arg(long, value_name = "SIZE", value_parser = parse_cache_size)]
     cache_size: Option<u64>,
+    /// Disk for passthrough copies (e.g. 20GiB; default a tenth of the free space of the
+    /// store's disk, at most 64GiB; never more than half of it; 0 turns passthrough off).
+    /// A file read whole once through
+    /// the mount is copied into the store's tmp/ and then read by the kernel directly, at
+    /// the speed of a local file (FUSE passthrough: Linux 6.9+, as root); the least
+    /// recently opened copies make room. Removed at unmount.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    passthrough_cache: Option<u64>,
+    /// Serve every read through dsv (no passthrough copies), as on kernels without
+    /// passthrough.
+    #[arg(long)]
+    no_passthrough: bool,
 }
 
 /// `--cache-size`: a size ([`parse_size`]) from [`MIN_CACHE_BYTES`] to the machine's memory.
@@ -64,6 +76,8 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &MountArgs) -> anyhow::Result<u8> {
     let engine = dsv::read::ReadEngine::new(open_store(cli)?, read_options);
     let mut options = dsv_mount::MountOptions::default();
     options.threads = usize::from(args.threads);
+    options.passthrough = !args.no_passthrough;
+    options.passthrough_cache_bytes = args.passthrough_cache;
     let mut shown = Ok(());
     let info = dsv_mount::mount(
         &engine,

@@ -5,13 +5,20 @@
 //! kernel (FUSE) ─► fuser session, several threads ─► MountFs
 //!   lookup/getattr/readdir/readlink: the inode table, built once at mount from the
 //!     version's listing (no data read), inode = index + 1 (1 = the root)
-//!   open: answers at once with FOPEN_KEEP_CACHE (the bytes never change, so the page cache
-//!     holds them across opens); the engine's VersionHandle::open (which loads the file's
-//!     chunk list, and fetches a remote-only file's chunks) waits for the fh's first read,
-//!     so a file read again from the page cache costs the engine nothing
-//!   read: FileHandle::read_at through the engine's shared frame cache, up to 1 MiB a request
+//!   open: answers at once, with FOPEN_PASSTHROUGH and the file's backing file when it has
+//!     a complete one (see below), else with FOPEN_KEEP_CACHE (the bytes never change, so
+//!     the page cache holds them across opens); the engine's VersionHandle::open (which
+//!     loads the file's chunk list, and fetches a remote-only file's chunks) waits for the
+//!     fh's first read, so a file read again from the page cache costs the engine nothing
+//!   read: FileHandle::read_at through the engine's shared frame cache, up to 1 MiB a request;
+//!     the bytes served are also written into the file's backing file
 //!   anything that writes: EROFS
 //! ```
+//!
+//! Passthrough (Linux 6.9+, `CAP_SYS_ADMIN`): a file read whole once through the mount has a
+//! plain local copy (a backing file, [`backing`]) that the kernel then reads directly on
+//! the next open: page-cache speed, no request to dsv. Where the kernel does not grant it
+//! (older kernel, not root) or refuses a backing file, reads are served by dsv as before.
 //!
 //! The mount holds a lease on its version for its whole life ([`dsv::lease`]), as
 //! `export` does: a `gc` meanwhile keeps the version and does not wait for the mount. It ends when the session ends: `fusermount3 -u` from
@@ -20,6 +27,8 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod backing;
 
 /// The target of the mount's log events: `dsv::mount`, as when the mount was a module of the
 /// library, so the documented `DSV_LOG=dsv::mount=trace` (and `dsv=...`) select them.
@@ -35,10 +44,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, LockOwner, MountOption, OpenAccMode, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+
+use backing::{Backings, OpenMode};
 
 use dsv::error::{Error, Result};
 use dsv::id::ObjectId;
@@ -61,11 +72,25 @@ const READ_AHEAD_KB: u32 = 1024;
 pub struct MountOptions {
     /// Threads serving requests (default 4; at least 1).
     pub threads: usize,
+    /// Whether a file read whole once is then served by FUSE passthrough from a local copy
+    /// (default true; where the kernel does not grant it, reads are served by dsv anyway).
+    /// False: every read is served by dsv, as on kernels without passthrough.
+    pub passthrough: bool,
+    /// Bytes the passthrough copies may take on the store's file system, in its `tmp/`
+    /// (`None`: a tenth of the free space, at most 64 GiB; never more than half the free
+    /// space, [`backing::budget`]; `Some(0)`: no copies, as `passthrough: false`). Least
+    /// recently opened copies no open uses are deleted to make room; a file larger than
+    /// this is never copied.
+    pub passthrough_cache_bytes: Option<u64>,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { threads: 4 }
+        MountOptions {
+            threads: 4,
+            passthrough: true,
+            passthrough_cache_bytes: None,
+        }
     }
 }
 
@@ -84,6 +109,11 @@ pub struct MountInfo {
     pub dirs: u64,
     /// Bytes of the visible files.
     pub bytes: u64,
+    /// Whether passthrough is on: the kernel granted it, so a file read whole once is then
+    /// read by the kernel from a local copy (a refusal later, logged, turns it off).
+    pub passthrough: bool,
+    /// The byte budget of the passthrough copies (0 when passthrough is off).
+    pub passthrough_cache_bytes: u64,
 }
 
 /// Mounts version `revision` (the files `selection` picks, with the directories on their
@@ -91,7 +121,10 @@ pub struct MountInfo {
 /// `mountpoint`, calls `mounted` once it is serving, and serves in the foreground until it
 /// is unmounted from outside (`fusermount3 -u`) or the current [`dsv::interrupt::CancelToken`] is cancelled
 /// (then it unmounts itself). Mounting reads no file data: it takes well under a second
-/// whatever the version's size.
+/// whatever the version's size. With [`MountOptions::passthrough`] and a kernel that grants
+/// it ([`MountInfo::passthrough`]), files read whole are copied into the store's
+/// `tmp/mount-PID-N/` (see [`backing`]), which is removed when this returns; where the copies
+/// cannot be made or the kernel refuses them, reads are served by dsv, never an error.
 ///
 /// # Errors
 /// [`Error::BadMountpoint`] for a mount point that is missing, not a directory, a dead
@@ -109,15 +142,11 @@ pub fn mount(
     let canonical = check_mountpoint(mountpoint)?;
     check_fuse(mountpoint)?;
     let version = engine.version(revision)?;
-    let fs = MountFs::new(version, selection)?;
-    let info = MountInfo {
-        version: fs.version.id(),
-        revision: revision.to_string(),
-        mountpoint: canonical.clone(),
-        files: fs.files,
-        dirs: fs.dirs,
-        bytes: fs.bytes,
-    };
+    let mut fs = MountFs::new(version, selection)?;
+    let backings = backings(engine, options);
+    fs.backings = backings.clone();
+    let (files, dirs, bytes) = (fs.files, fs.dirs, fs.bytes);
+    let version_id = fs.version.id();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::RO,
@@ -128,11 +157,31 @@ pub fn mount(
         MountOption::Subtype("dsv".into()),
     ];
     config.n_threads = Some(options.threads.max(1));
+    // Removes the backing files however this function returns.
+    let _cleanup = RemoveBackings(backings.clone());
+    // The kernel's INIT handshake (which decides passthrough) is done when this returns.
     let mut session =
         fuser::Session::new(fs, &canonical, &config).map_err(|e| Error::FuseUnavailable {
             mountpoint: mountpoint.to_path_buf(),
             reason: format!("the mount was refused: {e}"),
         })?;
+    let passthrough = backings.as_ref().is_some_and(|b| b.enabled());
+    let info = MountInfo {
+        version: version_id,
+        revision: revision.to_string(),
+        mountpoint: canonical.clone(),
+        files,
+        dirs,
+        bytes,
+        passthrough,
+        passthrough_cache_bytes: match &backings {
+            Some(b) if passthrough => b.budget(),
+            _ => 0,
+        },
+    };
+    if let Some(b) = backings.as_ref().filter(|_| passthrough) {
+        tracing::info!(target: TARGET, dir = %b.dir().display(), budget = b.budget(), "mount: passthrough on");
+    }
     let mut unmounter = session.unmount_callable();
     let serving = std::thread::Builder::new()
         .name("dsv-mount".into())
@@ -180,6 +229,45 @@ pub fn mount(
                     source: error,
                 })
             }
+        }
+    }
+}
+
+/// The backing files of a mount with `options`: `None` when passthrough is off by the
+/// options, or its directory cannot be made in the store's `tmp/` (a read-only store: logged).
+fn backings(engine: &ReadEngine, options: &MountOptions) -> Option<Arc<Backings>> {
+    if !options.passthrough || options.passthrough_cache_bytes == Some(0) {
+        tracing::info!(target: TARGET, "mount: passthrough off by the options; every read is served by dsv");
+        return None;
+    }
+    let temp_dir = engine.packs_dir().parent()?.join("tmp");
+    let budget = backing::budget(&temp_dir, options.passthrough_cache_bytes);
+    if budget < backing::MIN_BACKED_BYTES {
+        tracing::info!(target: TARGET, budget, "mount: passthrough off: no room for backing files; every read is served by dsv");
+        return None;
+    }
+    match backing::make_dir(&temp_dir) {
+        Ok(dir) => Some(Arc::new(Backings::new(dir, budget, options.threads))),
+        Err(error) => {
+            tracing::info!(target: TARGET, %error, dir = %temp_dir.display(),
+                "mount: passthrough off: cannot make a directory for backing files; every read is served by dsv");
+            None
+        }
+    }
+}
+
+/// Removes a mount's backing directory when dropped (the mount ended, or failed to start).
+/// Files the kernel still has open (a lazily detached mount) stay readable until closed.
+struct RemoveBackings(Option<Arc<Backings>>);
+
+impl Drop for RemoveBackings {
+    fn drop(&mut self) {
+        let Some(backings) = &self.0 else {
+            return;
+        };
+        tracing::info!(target: TARGET, opens = backings.passthrough_opens(), "mount: opens served by passthrough");
+        if let Err(error) = std::fs::remove_dir_all(backings.dir()) {
+            tracing::warn!(target: TARGET, %error, dir = %backings.dir().display(), "mount: cannot remove the backing files");
         }
     }
 }
@@ -369,6 +457,8 @@ struct MountFs {
     nodes: Vec<Node>,
     open: RwLock<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
+    /// The passthrough copies (`None`: every read is served by dsv).
+    backings: Option<Arc<Backings>>,
     uid: u32,
     gid: u32,
     time: SystemTime,
@@ -466,6 +556,7 @@ impl MountFs {
             nodes,
             open: RwLock::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            backings: None,
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
             time,
@@ -530,6 +621,10 @@ impl MountFs {
 struct OpenFile {
     /// The version's path of the file.
     path: String,
+    /// How this open is served (counted per inode by [`Backings`] until released).
+    mode: OpenMode,
+    /// Whether it was closed once (`FLUSH`; a duplicate may still hold it open).
+    flushed: std::sync::atomic::AtomicBool,
     /// The engine's handle, once a read has needed it. A failed open leaves it empty, so the
     /// next read tries again (a remote that was away may be back).
     handle: Mutex<Option<Arc<FileHandle>>>,
@@ -564,6 +659,22 @@ fn file_type(kind: &NodeKind) -> FileType {
 }
 
 impl Filesystem for MountFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let Some(backings) = &self.backings else {
+            return Ok(());
+        };
+        // Backing files may be on a stacked file system themselves (overlayfs in a
+        // container): depth 2, the kernel's most.
+        let granted = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(2).is_ok();
+        if granted {
+            backings.enable();
+        } else {
+            tracing::info!(target: TARGET, "mount: this kernel has no FUSE passthrough (Linux 6.9+); every read is served by dsv");
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Some(Node {
             kind: NodeKind::Dir(children),
@@ -627,22 +738,33 @@ impl Filesystem for MountFs {
             None => return reply.error(Errno::ENOENT),
         };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let (mode, backing_id) = match &self.backings {
+            Some(backings) => backings.open(ino.0, &reply),
+            None => (OpenMode::Cached, None),
+        };
         self.open.write().unwrap_or_else(|e| e.into_inner()).insert(
             fh,
             Arc::new(OpenFile {
                 path: path.clone(),
+                mode,
+                flushed: std::sync::atomic::AtomicBool::new(false),
                 handle: Mutex::new(None),
             }),
         );
-        // The bytes never change: the page cache keeps them across opens (no
-        // invalidation at open), so a second read of a file is the kernel's alone.
-        reply.opened(fuser::FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+        match backing_id {
+            // The kernel reads the backing file; the FUSE file's pages (from reads served
+            // before) are not kept.
+            Some(id) => reply.opened_passthrough(fuser::FileHandle(fh), FopenFlags::empty(), &id),
+            // The bytes never change: the page cache keeps them across opens (no
+            // invalidation at open), so a second read of a file is the kernel's alone.
+            None => reply.opened(fuser::FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+        }
     }
 
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
         size: u32,
@@ -667,7 +789,15 @@ impl Filesystem for MountFs {
                 buffer.resize(want, 0);
             }
             match handle.read_at(offset, &mut buffer[..want]) {
-                Ok(n) => reply.data(&buffer[..n]),
+                Ok(n) => {
+                    // Verified bytes: copied for passthrough before the reply, so that once
+                    // a reader has read the whole file, its next open is passthrough (a
+                    // write into the page cache, well under a millisecond a request).
+                    if let Some(backings) = &self.backings {
+                        backings.record(ino.0, handle.size(), offset, &buffer[..n]);
+                    }
+                    reply.data(&buffer[..n]);
+                }
                 Err(error) => {
                     tracing::error!(target: TARGET, path = %file.path,
                         offset,
@@ -683,28 +813,38 @@ impl Filesystem for MountFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: fuser::FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.open
+        let file = self
+            .open
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh.0);
+        if let (Some(file), Some(backings)) = (file, &self.backings) {
+            backings.release(ino.0, &file.mode, file.flushed.load(Ordering::Acquire));
+        }
         reply.ok();
     }
 
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _fh: fuser::FileHandle,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // A close: counted once per open, so that a reopen may wait for its RELEASE.
+        if let (Some(backings), Some(file)) = (&self.backings, self.open_file(fh.0))
+            && !file.flushed.swap(true, Ordering::AcqRel)
+        {
+            backings.flushed(ino.0, &file.mode);
+        }
         reply.ok();
     }
 

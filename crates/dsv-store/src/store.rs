@@ -345,22 +345,26 @@ impl Store {
         self.root.join("tmp")
     }
 
-    /// Removes temporary pack files whose writing process is gone (killed mid-commit);
-    /// returns their names.
+    /// Removes temporary pack files whose writing process is gone (killed mid-commit), and
+    /// the passthrough copies of a `dsv mount` that was killed (directories
+    /// `mount-<pid>-<n>`); returns their names.
     ///
     /// # Errors
     /// [`Error::Io`] when `tmp/` cannot be read.
     pub fn remove_stale_temp_packs(&self) -> Result<Vec<String>> {
         let dir = self.temp_dir();
         let mut removed = Vec::new();
+        let gone = |pid: u32| pid != std::process::id() && !crate::names::process_alive(pid);
         for entry in fs::read_dir(&dir).at(&dir)? {
             let entry = entry.at(&dir)?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = crate::names::temp_owner(&name);
-            if owner
-                .is_some_and(|pid| pid != std::process::id() && !crate::names::process_alive(pid))
-            {
+            if crate::names::temp_owner(&name).is_some_and(gone) {
                 fs::remove_file(entry.path()).at(&entry.path())?;
+                removed.push(name);
+            } else if mount_dir_owner(&name).is_some_and(gone)
+                && entry.file_type().at(&entry.path())?.is_dir()
+            {
+                fs::remove_dir_all(entry.path()).at(&entry.path())?;
                 removed.push(name);
             }
         }
@@ -529,6 +533,15 @@ fn leftover_names(root: &Path) -> Option<String> {
 /// (a clone or init killed before it published): directories named as temporary files
 /// (`.dsv-tmp-<pid>-<n>`) holding a store's `lock` or `catalog.db`. Best effort: what cannot
 /// be read or removed is left.
+/// The process id in the name of a `dsv mount`'s directory of passthrough copies under
+/// `tmp/`: `mount-<pid>-<n>`.
+fn mount_dir_owner(name: &str) -> Option<u32> {
+    let mut parts = name.strip_prefix("mount-")?.split('-');
+    let pid = parts.next()?.parse().ok()?;
+    let _n: u32 = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some(pid)
+}
+
 fn remove_stale_staging(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
