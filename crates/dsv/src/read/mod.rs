@@ -74,10 +74,14 @@
 //!   `FETCH_SPAN` (4 MiB). Each remote frame maps to one of 4,096 lock files
 //!   (`.dsv/locks/fetch-NNN.lock`, by a hash of pack and offset); a fetch takes its frames'
 //!   locks in ascending order (no cycle), checks again under them what is still missing,
-//!   downloads it, checks every frame (`ObjectKind::check`), stores it in a new pack, records
-//!   it (the one short moment under the store lock), puts the frames it just checked into the
-//!   frame cache as they are (marked checked: the waiting read neither reads them back nor
-//!   hashes them again) and lets go. At most `FETCH_BATCH_FRAMES` (64) frames are locked and
+//!   downloads it, checks every frame (`ObjectKind::check`), stores it in a new pack (synced),
+//!   puts the frames it just checked into the frame cache as they are (marked checked: the
+//!   waiting read neither reads them back nor hashes them again) and *lands* the pack's
+//!   chunks: threads of the engine waiting for them read them from then on, located in
+//!   memory, while the fetch records the pack (a group commit: fetches that finish meanwhile
+//!   share one transaction) and then lets its locks go (`landing`). Threads of one engine
+//!   that want the same chunks wait for the fetch that claimed them, not on its lock files.
+//!   At most `FETCH_BATCH_FRAMES` (64) frames are locked and
 //!   fetched at a time, so a prefetch of a large file holds a bounded number of lock files. So a frame is downloaded once
 //!   per machine however many threads and processes want it, and a fetch never blocks a read
 //!   of another file. A corrupt or short response fails that fetch alone and stores nothing;
@@ -90,7 +94,8 @@
 //!   (1 MiB) and grows fourfold each window up to `MAX_FETCH_WINDOW` (128 MiB), a ramp like
 //!   mountpoint-s3's; a read far from the window (a seek) starts it small again, and a random
 //!   reader fetches only its frames. The concurrent requests of a mount served out of order
-//!   do not count as seeks.
+//!   do not count as seeks. A prefetch also proves its piece's blocks of an unproven file map
+//!   (above), so that hashing runs beside the fetches, not on the reader's thread.
 //! - **Fork.** A child forked while a fetch holds a lock file would inherit the `flock` for its
 //!   life. `read::before_fork` waits until no fetch of the process holds one and holds new ones
 //!   back until `read::after_fork`; the Python package calls both around every fork
