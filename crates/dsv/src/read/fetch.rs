@@ -353,8 +353,11 @@ impl Fetcher {
     }
 
     /// Downloads `frames` of `remote` (whose stripe locks the caller holds, in `locks`) into
-    /// a new pack, lands it for this engine's readers and queues it to be recorded with
-    /// `locks` (see [`super::landing`]); returns the bytes downloaded.
+    /// a new pack, lands it for this engine's readers, then records it in a group commit and
+    /// lets `locks` go (see [`super::landing`]); returns the bytes downloaded.
+    ///
+    /// # Errors
+    /// Download and check errors (nothing stored); the recording's I/O and catalog errors.
     fn download(
         &self,
         engine: &super::Engine,
@@ -456,7 +459,7 @@ impl Fetcher {
             chunks,
             _stripes: stripes,
             _data: data,
-        });
+        })?;
         Ok(transfer.bytes)
     }
 

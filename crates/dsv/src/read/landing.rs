@@ -184,6 +184,8 @@ struct RecorderQueue {
     issued: u64,
     /// Every ticket up to this one is recorded (or failed).
     finished: u64,
+    /// Why the recordings of these tickets failed, for their submitters to take.
+    failures: HashMap<u64, crate::error::Error>,
 }
 
 impl Recorder {
@@ -200,17 +202,22 @@ impl Recorder {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records `recording` with whatever else is queued, and returns once it is recorded (or
-    /// its recording failed: logged; its chunks are fetched again when next read). Its locks
-    /// go when it is.
-    pub(super) fn record_and_wait(&self, recording: Recording) {
+    /// Records `recording` with whatever else is queued, and returns once it is recorded.
+    /// Its locks go when it is.
+    ///
+    /// # Errors
+    /// Its recording's own error ([`crate::error::Error::Io`], [`crate::error::Error::Catalog`]):
+    /// a batch that fails is recorded again one recording at a time, so each submitter gets
+    /// its own outcome. Nothing of a failed recording is recorded; its pack stays on disk,
+    /// named by no catalog row (gc's orphan sweep removes it).
+    pub(super) fn record_and_wait(&self, recording: Recording) -> Result<()> {
         let mut queue = self.lock();
         queue.issued += 1;
         let ticket = queue.issued;
         queue.waiting.push((ticket, recording));
         loop {
             if queue.finished >= ticket {
-                return;
+                return queue.failures.remove(&ticket).map_or(Ok(()), Err);
             }
             if !queue.working {
                 break;
@@ -224,13 +231,17 @@ impl Recorder {
             let batch = std::mem::take(&mut queue.waiting);
             let last = batch.last().map_or(queue.finished, |(ticket, _)| *ticket);
             drop(queue);
+            let mut failures = Vec::new();
             if let Err(error) = self.record(&batch) {
-                tracing::warn!(
-                    target: "dsv::read",
-                    %error,
-                    packs = batch.iter().map(|(_, r)| r.packs.len()).sum::<usize>(),
-                    "fetched packs could not be recorded; their chunks are fetched again when read"
-                );
+                if batch.len() == 1 {
+                    failures.push((batch[0].0, error));
+                } else {
+                    for (ticket, recording) in &batch {
+                        if let Err(error) = self.record(std::slice::from_ref(&(0, recording))) {
+                            failures.push((*ticket, error));
+                        }
+                    }
+                }
             }
             for (_, recording) in &batch {
                 self.landing.forget(&recording.chunks);
@@ -239,19 +250,24 @@ impl Recorder {
             // stripe finds the frames recorded.
             drop(batch);
             queue = self.lock();
+            queue.failures.extend(failures);
             queue.finished = queue.finished.max(last);
             self.done.notify_all();
         }
         queue.working = false;
         // Another submitter may have queued meanwhile and be waiting for a recorder.
         self.done.notify_all();
+        queue.failures.remove(&ticket).map_or(Ok(()), Err)
     }
 
-    fn record(&self, batch: &[(u64, Recording)]) -> Result<()> {
+    fn record<R: std::borrow::Borrow<Recording>>(&self, batch: &[(u64, R)]) -> Result<()> {
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
         let groups: Vec<(&[PackFile], &str)> = batch
             .iter()
-            .map(|(_, r)| (r.packs.as_slice(), r.remote.as_str()))
+            .map(|(_, r)| {
+                let r = r.borrow();
+                (r.packs.as_slice(), r.remote.as_str())
+            })
             .collect();
         crate::transfer::record_fetched_groups(&mut store, &groups)
     }
