@@ -17,6 +17,22 @@ fn remote_only_clone(env: &TestEnv, bytes: &[u8]) -> (TestEnv, String) {
     (clone, url)
 }
 
+/// `dsv cat ds:big.bin` in the clone `c` of `clone`: its bytes, or a failure naming `what`
+/// with the command's stderr.
+fn cat_big(clone: &TestEnv, what: &str) -> Vec<u8> {
+    let out = clone
+        .dsv()
+        .args(["--store", "c", "cat", "ds:big.bin"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 fn verify_clean(clone: &TestEnv) {
     let out = clone.run(&["--json", "--store", "c", "verify"]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -40,29 +56,15 @@ fn what_a_cat_fetched_is_recorded_before_it_exits() {
     let env = TestEnv::new();
     let big = pseudo_random(40_000_000, 361);
     let (clone, _) = remote_only_clone(&env, &big);
-    let out = clone
-        .dsv()
-        .args(["--store", "c", "cat", "ds:big.bin"])
-        .output()
-        .unwrap();
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        cat_big(&clone, "the first cat") == big,
+        "the first cat's bytes differ"
     );
-    assert!(out.stdout == big, "the first cat's bytes differ");
     clone.ok(&["--store", "c", "remote", "rm", "origin"]);
-    let out = clone
-        .dsv()
-        .args(["--store", "c", "cat", "ds:big.bin"])
-        .output()
-        .unwrap();
     assert!(
-        out.status.success(),
-        "a second cat needed the remote: {}",
-        String::from_utf8_lossy(&out.stderr)
+        cat_big(&clone, "a second cat needed the remote") == big,
+        "the second cat's bytes differ"
     );
-    assert!(out.stdout == big, "the second cat's bytes differ");
     verify_clean(&clone);
 }
 
@@ -165,18 +167,8 @@ fn a_reader_killed_while_fetching_and_recording_leaves_a_store_that_checks() {
         verify_clean(&clone);
     }
     assert!(killed_midway > 0, "every cat finished before it was killed");
-    let out = clone
-        .dsv()
-        .args(["--store", "c", "cat", "ds:big.bin"])
-        .output()
-        .unwrap();
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.stdout == big,
+        cat_big(&clone, "the cat after the kills") == big,
         "the cat after the kills gave other bytes"
     );
     verify_clean(&clone);
@@ -184,17 +176,7 @@ fn a_reader_killed_while_fetching_and_recording_leaves_a_store_that_checks() {
     // late) included: the file reads from the store alone.
     clone.ok(&["--store", "c", "repair"]);
     clone.ok(&["--store", "c", "remote", "rm", "origin"]);
-    let out = clone
-        .dsv()
-        .args(["--store", "c", "cat", "ds:big.bin"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "after repair, a cat needed the remote: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.stdout == big);
+    assert!(cat_big(&clone, "after repair, a cat needed the remote") == big);
 }
 
 /// A checkout hashes each file of several chunks once, as it writes it, not each chunk as
