@@ -160,6 +160,10 @@ impl BackingFile {
     /// Records `[start, end)` as written; true when that makes the file whole.
     fn cover(&self, start: u64, end: u64) -> bool {
         let mut covered = self.covered.lock().unwrap_or_else(|e| e.into_inner());
+        // Whole already: another read completed it (and renames the copy), not this one.
+        if covered.get(&0).is_some_and(|e| *e >= self.size) {
+            return false;
+        }
         let (mut start, mut end) = (start, end);
         // Merge with every range that overlaps or touches [start, end).
         let touching: Vec<(u64, u64)> = covered
@@ -545,6 +549,10 @@ mod tests {
         );
         assert!(!b.cover(20, 30));
         assert!(b.cover(40, 50), "whole");
+        assert!(
+            !b.cover(0, 100),
+            "whole already: only the read that completed it renames"
+        );
         assert_eq!(
             b.covered.lock().unwrap().clone(),
             BTreeMap::from([(0, 100)])

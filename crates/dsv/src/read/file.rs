@@ -204,9 +204,14 @@ impl FileState {
         entry: FlatEntry,
         attempts: &mut Attempts,
     ) -> Result<FileState> {
-        let found = engine
-            .catalogs
-            .with(|catalog| catalog.locate_file(&entry.id))?;
+        // Landed by a fetch of this engine and not recorded yet, else in the catalog (in that
+        // order: see `locate`).
+        let found = match engine.landing.locate(&entry.id) {
+            Some(location) => Some(location),
+            None => engine
+                .catalogs
+                .with(|catalog| catalog.locate_file(&entry.id))?,
+        };
         match found {
             Some(location) if location.kind == ObjectKind::Chunk => {
                 FileState::one_chunk(engine, entry, location)
@@ -299,6 +304,9 @@ impl FileState {
                 Ok(_) | Err(FetchError::NotIndexed) => {}
                 Err(FetchError::Failed(e)) => return Err(e),
             }
+            // Proven from the catalog below: chunks other fetches of this engine landed are
+            // waited for until they are recorded.
+            engine.landing.wait_recorded(&ids);
         }
         let chunks = {
             let mut store = engine.lock_store();
@@ -395,15 +403,19 @@ impl FileState {
         if pending.is_empty() {
             return Ok(());
         }
-        let missing = self.locate(engine, &pending)?;
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
+        let mut missing = self.locate(engine, &pending)?;
         let mut attempts = Attempts::new();
-        fetch(engine, &ids, &mut attempts)?;
-        let still = self.locate(engine, &missing)?;
-        if let Some(index) = still.first() {
+        // Twice at most: a chunk another fetch of this engine landed can go again when that
+        // fetch's recording fails (its error is that fetch's; this one fetches it itself).
+        for _ in 0..2 {
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let ids: Vec<ObjectId> = missing.iter().map(|i| self.chunks[*i].0).collect();
+            fetch(engine, &ids, &mut attempts)?;
+            missing = self.locate(engine, &missing)?;
+        }
+        if let Some(index) = missing.first() {
             return Err(attempts.missing(Error::MissingObject {
                 id: self.chunks[*index].0.to_hex(),
                 what: "chunk",

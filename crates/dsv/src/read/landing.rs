@@ -136,12 +136,33 @@ impl Landing {
         self.changed.notify_all();
     }
 
-    /// Forgets the landed places of `chunks` (recorded now, or never to be).
-    fn forget(&self, chunks: &[ObjectId]) {
+    /// Waits until none of `chunks` is being downloaded or landed by a fetch of this engine
+    /// (each recorded, or its fetch failed): for readers that look in the catalog only.
+    pub(super) fn wait_recorded(&self, chunks: &[ObjectId]) {
+        let mut state = self.lock();
+        while chunks
+            .iter()
+            .any(|id| state.fetching.contains(id) || state.landed.contains_key(id))
+        {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Forgets the landed places of `chunks` that lie in `packs` (recorded now, or never to
+    /// be): a place another fetch landed since, in a pack of its own, stays.
+    fn forget(&self, chunks: &[ObjectId], packs: &[PackFile]) {
         let mut state = self.lock();
         for id in chunks {
-            state.landed.remove(id);
+            if state
+                .landed
+                .get(id)
+                .is_some_and(|at| packs.iter().any(|pack| pack.id == at.frame.pack))
+            {
+                state.landed.remove(id);
+            }
         }
+        drop(state);
+        self.changed.notify_all();
     }
 }
 
@@ -232,19 +253,20 @@ impl Recorder {
             let last = batch.last().map_or(queue.finished, |(ticket, _)| *ticket);
             drop(queue);
             let mut failures = Vec::new();
-            if let Err(error) = self.record(&batch) {
+            if let Err(error) = self.record_caught(&batch) {
                 if batch.len() == 1 {
                     failures.push((batch[0].0, error));
                 } else {
                     for (ticket, recording) in &batch {
-                        if let Err(error) = self.record(std::slice::from_ref(&(0, recording))) {
+                        let one = [(0, recording)];
+                        if let Err(error) = self.record_caught(&one) {
                             failures.push((*ticket, error));
                         }
                     }
                 }
             }
             for (_, recording) in &batch {
-                self.landing.forget(&recording.chunks);
+                self.landing.forget(&recording.chunks, &recording.packs);
             }
             // The locks go now (after the catalog committed): another process waiting on a
             // stripe finds the frames recorded.
@@ -258,6 +280,18 @@ impl Recorder {
         // Another submitter may have queued meanwhile and be waiting for a recorder.
         self.done.notify_all();
         queue.failures.remove(&ticket).map_or(Ok(()), Err)
+    }
+
+    /// [`Recorder::record`], a panic in it taken as its error: the waiting submitters must
+    /// not wait for ever on a leader that unwound.
+    fn record_caught<R: std::borrow::Borrow<Recording>>(&self, batch: &[(u64, R)]) -> Result<()> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.record(batch)))
+            .unwrap_or_else(|_| {
+                Err(crate::error::Error::IoOperation {
+                    operation: "recording fetched packs",
+                    source: std::io::Error::other("the recording panicked"),
+                })
+            })
     }
 
     fn record<R: std::borrow::Borrow<Recording>>(&self, batch: &[(u64, R)]) -> Result<()> {
