@@ -28,7 +28,7 @@
 //! frames in the cache are the ones the fetch checked, and a pack read back from disk is
 //! checked as every local pack is.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::catalog::ObjectLocation;
@@ -47,8 +47,12 @@ pub(super) struct Landing {
 
 #[derive(Default)]
 struct LandingState {
-    /// Chunks a fetch of this engine has claimed and is downloading.
-    fetching: HashSet<ObjectId>,
+    /// Chunks a fetch of this engine has claimed and is downloading, with the number of its
+    /// claim (a claim lets go of its own entries only: the chunk may be claimed again by
+    /// another fetch once it landed and was recorded).
+    fetching: HashMap<ObjectId, u64>,
+    /// Claims made so far.
+    claims: u64,
     /// Chunks in sealed packs not recorded yet, with their places.
     landed: HashMap<ObjectId, ObjectLocation>,
 }
@@ -57,6 +61,7 @@ struct LandingState {
 /// fetch landed them or failed.
 pub(super) struct Claim<'a> {
     landing: &'a Landing,
+    number: u64,
     chunks: Vec<ObjectId>,
 }
 
@@ -71,7 +76,9 @@ impl Drop for Claim<'_> {
     fn drop(&mut self) {
         let mut state = self.landing.lock();
         for id in &self.chunks {
-            state.fetching.remove(id);
+            if state.fetching.get(id) == Some(&self.number) {
+                state.fetching.remove(id);
+            }
         }
         drop(state);
         self.landing.changed.notify_all();
@@ -93,22 +100,25 @@ impl Landing {
     /// now (wait for them with [`Landing::wait_for`]). Landed chunks are in neither.
     pub(super) fn claim(&self, wanted: &[ObjectId]) -> (Claim<'_>, Vec<ObjectId>) {
         let mut state = self.lock();
+        state.claims += 1;
+        let number = state.claims;
         let mut mine = Vec::new();
         let mut others = Vec::new();
         for id in wanted {
             if state.landed.contains_key(id) {
                 continue;
             }
-            if state.fetching.contains(id) {
+            if state.fetching.contains_key(id) {
                 others.push(*id);
             } else {
-                state.fetching.insert(*id);
+                state.fetching.insert(*id, number);
                 mine.push(*id);
             }
         }
         (
             Claim {
                 landing: self,
+                number,
                 chunks: mine,
             },
             others,
@@ -119,7 +129,7 @@ impl Landing {
     /// its fetch failed and the caller fetches it again).
     pub(super) fn wait_for(&self, chunks: &[ObjectId]) {
         let mut state = self.lock();
-        while chunks.iter().any(|id| state.fetching.contains(id)) {
+        while chunks.iter().any(|id| state.fetching.contains_key(id)) {
             state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -142,7 +152,7 @@ impl Landing {
         let mut state = self.lock();
         while chunks
             .iter()
-            .any(|id| state.fetching.contains(id) || state.landed.contains_key(id))
+            .any(|id| state.fetching.contains_key(id) || state.landed.contains_key(id))
         {
             state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
