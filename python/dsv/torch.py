@@ -237,6 +237,14 @@ def _distributed() -> Optional[Tuple[int, int]]:
     return None
 
 
+def _check_rank_args(rank: Optional[int], world_size: Optional[int]) -> None:
+    """A dataset's ``rank=`` and ``world_size=``: both or neither, and a valid pair."""
+    if (rank is None) != (world_size is None):
+        raise ValueError("give both rank and world_size, or neither")
+    if rank is not None and world_size is not None:
+        _check_rank(rank, world_size)
+
+
 def _check_rank(rank: int, world_size: int) -> None:
     if world_size < 1:
         raise InvalidShard(f"invalid world size {world_size}: it must be at least 1")
@@ -408,10 +416,7 @@ class IterableVersionDataset(torch.utils.data.IterableDataset):
     ) -> None:
         super().__init__()
         _apply_cache_limit(version, cache_limit)
-        if (rank is None) != (world_size is None):
-            raise ValueError("give both rank and world_size, or neither")
-        if rank is not None and world_size is not None:
-            _check_rank(rank, world_size)
+        _check_rank_args(rank, world_size)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         self.version = version
@@ -713,10 +718,7 @@ class VersionSampler(torch.utils.data.Sampler):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
     ) -> None:
-        if (rank is None) != (world_size is None):
-            raise ValueError("give both rank and world_size, or neither")
-        if rank is not None and world_size is not None:
-            _check_rank(rank, world_size)
+        _check_rank_args(rank, world_size)
         self.dataset = dataset
         self.version = dataset.version
         self.paths = dataset.paths
@@ -918,10 +920,7 @@ class TarShardDataset(torch.utils.data.IterableDataset):
     ) -> None:
         super().__init__()
         _apply_cache_limit(version, cache_limit)
-        if (rank is None) != (world_size is None):
-            raise ValueError("give both rank and world_size, or neither")
-        if rank is not None and world_size is not None:
-            _check_rank(rank, world_size)
+        _check_rank_args(rank, world_size)
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be at least 1, not {buffer_size}")
         if isinstance(shards, str):
@@ -1338,10 +1337,7 @@ class ParquetRowDataset(torch.utils.data.IterableDataset):
     ) -> None:
         super().__init__()
         _apply_cache_limit(version, cache_limit)
-        if (rank is None) != (world_size is None):
-            raise ValueError("give both rank and world_size, or neither")
-        if rank is not None and world_size is not None:
-            _check_rank(rank, world_size)
+        _check_rank_args(rank, world_size)
         if batch_rows is not None and batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
         if balance not in ("rows", "bytes"):
