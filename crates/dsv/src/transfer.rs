@@ -422,8 +422,8 @@ pub(crate) fn fetch_spans(
 /// Records packs downloaded from remote `remote_name` in the catalog, under the store lock.
 /// File maps among them are recorded as unproven: keyed by their file's id, not by their
 /// own bytes, a map is trusted only once its file's bytes are checked against it (see
-/// `ObjectReader::file_chunks`). Each pack's index is read back once, one at a time, and
-/// handed to `visit` as well.
+/// `ObjectReader::file_chunks`). Each pack's index is read back once (which checks the pack's
+/// length and its index's hash).
 ///
 /// # Errors
 /// [`Error::Io`], [`Error::Catalog`].
@@ -431,44 +431,38 @@ pub(crate) fn record_fetched(
     store: &mut Store,
     sealed: &[PackFile],
     remote_name: &str,
-    visit: &mut dyn FnMut(&crate::pack::SealedPack),
 ) -> Result<()> {
-    record_fetched_visiting(store, &[(sealed, remote_name)], visit)
+    let packs_dir = store.packs_dir();
+    let indexes = sealed
+        .iter()
+        .map(|pack| pack.read_index(&packs_dir))
+        .collect::<Result<Vec<_>>>()?;
+    record_fetched_indexes(store, &[(&indexes, remote_name)])
 }
 
-/// [`record_fetched`] for several downloads at once, each `(packs, remote name)`, in one
-/// transaction (the read engine's background recorder batches its fetches so).
+/// [`record_fetched`] for packs whose indexes the caller has read back already
+/// ([`PackFile::read_index`]), several downloads at once, each `(indexes, remote name)`, in
+/// one transaction (the read engine's group commit batches its fetches so).
 ///
 /// # Errors
-/// [`Error::Io`], [`Error::Catalog`]; nothing is recorded then.
-pub(crate) fn record_fetched_groups(
+/// [`Error::Catalog`]; nothing is recorded then.
+pub(crate) fn record_fetched_indexes(
     store: &mut Store,
-    groups: &[(&[PackFile], &str)],
-) -> Result<()> {
-    record_fetched_visiting(store, groups, &mut |_| {})
-}
-
-fn record_fetched_visiting(
-    store: &mut Store,
-    groups: &[(&[PackFile], &str)],
-    visit: &mut dyn FnMut(&crate::pack::SealedPack),
+    groups: &[(&[crate::pack::SealedPack], &str)],
 ) -> Result<()> {
     let _lock = store.lock()?;
-    let packs_dir = store.packs_dir();
     let writer = store.catalog_mut().writer()?;
     let mut maps = Vec::new();
-    for (sealed, remote_name) in groups {
-        for pack in *sealed {
-            let index = pack.read_index(&packs_dir)?;
-            writer.add_pack(&index)?;
+    for (indexes, remote_name) in groups {
+        for index in *indexes {
+            writer.add_pack(index)?;
             maps.extend(
                 index
                     .objects
                     .iter()
                     .filter(|o| o.kind == ObjectKind::FileMap)
-                    .map(|o| (o.id, pack.id, *remote_name)),
+                    .map(|o| (o.id, index.id, *remote_name)),
             );
-            visit(&index);
         }
     }
     // Decided inside the transaction: a map is unproven when the row now names this
@@ -515,7 +509,7 @@ pub(crate) fn download(
     };
     let sealed = sink.finish()?;
     transfer.packs = sealed.len() as u64;
-    record_fetched(store, &sealed, &record.name, &mut |_| {})?;
+    record_fetched(store, &sealed, &record.name)?;
     Ok(transfer)
 }
 

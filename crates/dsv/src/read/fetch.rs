@@ -405,8 +405,12 @@ impl Fetcher {
         // this engine's readers locate them before the catalog records them.
         let mut raws = raws.into_iter();
         let mut places = Vec::new();
-        for pack in &sealed {
-            let index = pack.read_index(&self.packs_dir)?;
+        // Each index read back once: for the places here and for the recording below.
+        let indexes = sealed
+            .iter()
+            .map(|pack| pack.read_index(&self.packs_dir))
+            .collect::<Result<Vec<_>>>()?;
+        for index in &indexes {
             let locations: Vec<crate::pack::FrameLocation> = index
                 .frames
                 .iter()
@@ -454,7 +458,7 @@ impl Fetcher {
         // Threads waiting for these chunks read them landed now, while this thread records
         // the pack (with other fetches' packs, in one transaction).
         engine.recorder.record_and_wait(super::landing::Recording {
-            packs: sealed,
+            packs: indexes,
             remote: remote.name().to_string(),
             chunks,
             _stripes: stripes,

@@ -34,7 +34,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use crate::catalog::ObjectLocation;
 use crate::error::Result;
 use crate::id::ObjectId;
-use crate::pack::PackFile;
+use crate::pack::SealedPack;
 use crate::store::{SharedDataLock, Store, StripeLock};
 
 /// The chunks this engine's fetches are downloading now, and those in packs written but
@@ -160,7 +160,7 @@ impl Landing {
 
     /// Forgets the landed places of `chunks` that lie in `packs` (recorded now, or never to
     /// be): a place another fetch landed since, in a pack of its own, stays.
-    fn forget(&self, chunks: &[ObjectId], packs: &[PackFile]) {
+    fn forget(&self, chunks: &[ObjectId], packs: &[SealedPack]) {
         let mut state = self.lock();
         for id in chunks {
             if state
@@ -181,7 +181,7 @@ impl Landing {
 /// (data, shared) until they are.
 pub(super) struct Recording {
     /// The packs, sealed and synced in `packs/`.
-    pub(super) packs: Vec<PackFile>,
+    pub(super) packs: Vec<SealedPack>,
     /// The remote they came from (file maps among them are recorded as unproven).
     pub(super) remote: String,
     /// Their chunks' landed places, forgotten once recorded.
@@ -306,13 +306,13 @@ impl Recorder {
 
     fn record<R: std::borrow::Borrow<Recording>>(&self, batch: &[(u64, R)]) -> Result<()> {
         let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-        let groups: Vec<(&[PackFile], &str)> = batch
+        let groups: Vec<(&[SealedPack], &str)> = batch
             .iter()
             .map(|(_, r)| {
                 let r = r.borrow();
                 (r.packs.as_slice(), r.remote.as_str())
             })
             .collect();
-        crate::transfer::record_fetched_groups(&mut store, &groups)
+        crate::transfer::record_fetched_indexes(&mut store, &groups)
     }
 }
