@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use dsv::id::ObjectId;
 use fuser::{BackingId, ReplyOpen};
 
 use crate::TARGET;
@@ -344,7 +345,12 @@ impl Backings {
     /// elsewhere is unlikely to read it whole); renames it complete once every byte is
     /// written. Does nothing when passthrough is off, the file is too small or too large
     /// for the budget, or already complete.
-    pub fn record(&self, ino: u64, size: u64, offset: u64, data: &[u8]) {
+    ///
+    /// Before a copy is called complete it is hashed whole and compared with the file's id
+    /// (`id`): passthrough serves it without dsv seeing a byte, so what was put together
+    /// from many writes is checked once, as a checkout checks a file it wrote in segments.
+    /// A copy that does not match is dropped (the file stays served by dsv).
+    pub fn record(&self, ino: u64, id: &ObjectId, size: u64, offset: u64, data: &[u8]) {
         if data.is_empty() || size < MIN_BACKED_BYTES || size > self.budget || !self.enabled() {
             return;
         }
@@ -361,7 +367,9 @@ impl Backings {
             .map(|()| file.cover(offset, end));
         match whole {
             Ok(false) => {}
-            Ok(true) => match std::fs::rename(&file.partial, &file.complete_path) {
+            Ok(true) => match Self::check_copy(&file, id)
+                .and_then(|()| std::fs::rename(&file.partial, &file.complete_path))
+            {
                 Ok(()) => {
                     file.complete.store(true, Ordering::Release);
                     tracing::debug!(target: TARGET, ino, size, "mount: backing file complete; the next open is passthrough");
@@ -369,6 +377,17 @@ impl Backings {
                 Err(error) => self.fail(ino, &file, &error),
             },
             Err(error) => self.fail(ino, &file, &error),
+        }
+    }
+
+    /// Whether the copy `file`, whole now, hashes to the file id `id`.
+    fn check_copy(file: &BackingFile, id: &ObjectId) -> std::io::Result<()> {
+        match dsv::workspace::hash_open_file(&file.file, &file.partial) {
+            Ok((found, _)) if found == *id => Ok(()),
+            Ok(_) => Err(std::io::Error::other(
+                "the copy does not hash to the file's id",
+            )),
+            Err(error) => Err(std::io::Error::other(error.to_string())),
         }
     }
 

@@ -794,7 +794,8 @@ impl Filesystem for MountFs {
                     // a reader has read the whole file, its next open is passthrough (a
                     // write into the page cache, well under a millisecond a request).
                     if let Some(backings) = &self.backings {
-                        backings.record(ino.0, handle.size(), offset, &buffer[..n]);
+                        let id = handle.entry().id;
+                        backings.record(ino.0, &id, handle.size(), offset, &buffer[..n]);
                     }
                     reply.data(&buffer[..n]);
                 }
