@@ -16,6 +16,7 @@ mod cli_output;
 mod concurrency;
 mod copy;
 mod crash;
+mod docs_names;
 mod faults;
 mod forged;
 mod guards;
