@@ -300,12 +300,7 @@ fn the_store_directory_table_names_what_the_code_makes_and_nothing_else() {
     for expected in ["catalog.db", "reflog", "packs/", "data.lock", "leases/"] {
         assert!(seen.contains(expected), "{expected} not made: {seen:?}");
     }
-    let problems = layout_problems(
-        &format_doc(),
-        &seen,
-        &names_in_code(),
-        &literals_in_code(),
-    );
+    let problems = layout_problems(&format_doc(), &seen, &names_in_code(), &literals_in_code());
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
