@@ -771,7 +771,10 @@ fn no_crate_has_a_lateral_circle_among_its_files() {
 fn the_module_graph_finds_a_known_lateral_circle() {
     let dir = tempfile::tempdir().unwrap();
     let files = [
-        ("Cargo.toml", "[package]\nname = \"knot\"\nversion = \"0.1.0\"\n"),
+        (
+            "Cargo.toml",
+            "[package]\nname = \"knot\"\nversion = \"0.1.0\"\n",
+        ),
         (
             "src/lib.rs",
             "mod a;\nmod b;\nmod c;\nmod e;\npub use c::d::Deep;\n",
@@ -801,8 +804,16 @@ fn the_module_graph_finds_a_known_lateral_circle() {
     }
     let report = module_graph(dir.path());
     let krate = &report["crates"][0];
-    assert_eq!(krate["file_edges"]["a"], serde_json::json!(["b", "e"]), "{krate}");
-    assert_eq!(krate["file_edges"]["b"], serde_json::json!(["c::d"]), "{krate}");
+    assert_eq!(
+        krate["file_edges"]["a"],
+        serde_json::json!(["b", "e"]),
+        "{krate}"
+    );
+    assert_eq!(
+        krate["file_edges"]["b"],
+        serde_json::json!(["c::d"]),
+        "{krate}"
+    );
     assert_eq!(krate["file_edges"]["e"], serde_json::json!([]), "{krate}");
     assert_eq!(
         krate["file_cycles"],
