@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dsv::Error;
-use dsv::ops::{checkout, commit, sync};
+use dsv::ops::{checkout, commit, compose, sync};
 use dsv::progress::NoProgress;
 use dsv::read::{ReadEngine, ReadOptions};
 use pyo3::prelude::*;
@@ -229,7 +229,7 @@ impl PyStore {
             let mut store = self.writable()?;
             let mut options = checkout::CheckoutOptions::default();
             options.force = force;
-            Ok(checkout::checkout_from_anywhere(
+            Ok(compose::checkout_from_anywhere(
                 &mut store,
                 revision,
                 &dir,

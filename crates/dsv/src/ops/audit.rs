@@ -163,7 +163,7 @@ pub fn audit(
         _ => None,
     };
     let mut reader = store.reader();
-    let compared = super::status::compare_with_disk(
+    let compared = super::disk::compare_with_disk(
         &dir,
         store.catalog().path(),
         cache_of,
