@@ -233,6 +233,7 @@ use plan::Room;
 
 mod apply;
 mod plan;
+mod spill;
 mod stage;
 
 /// How to check out.
@@ -506,7 +507,7 @@ pub fn checkout(
     stage::remove_leftovers(&site, &plan.leftovers)?;
     // Made before anything is renamed into place, so a store whose temporary directory
     // cannot be written stops the checkout while the directory is as it was.
-    let stats = apply::RecordSpill::create(&store.temp_dir())?;
+    let stats = spill::RecordSpill::create(&store.temp_dir())?;
     let staged = stage::stage_all(store, trees, &target, &plan, &made, &new_dirs, &site)?;
     tracing::debug!(elapsed = ?clock.elapsed(), "staged");
     made.kept = true;
