@@ -35,7 +35,7 @@ pub struct Following {
 const FOLLOWING_MAX_BYTES: u64 = 64 * 1024;
 
 /// Where the record of workspace `key`'s move is kept.
-fn following_path(store: &Store, key: &str) -> PathBuf {
+pub(crate) fn following_path(store: &Store, key: &str) -> PathBuf {
     let name = ObjectId::of(key.as_bytes()).to_hex();
     store
         .root()

@@ -990,6 +990,8 @@ pub fn resume_following(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::following::following_path;
+    use crate::ops::history::ahead_behind;
 
     fn file(path: &str, content: &str) -> FlatEntry {
         FlatEntry {
