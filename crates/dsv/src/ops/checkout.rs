@@ -266,12 +266,12 @@ impl Default for CheckoutOptions {
 }
 
 /// Checks out the local `revision` as [`checkout`], first fetching from the store's remotes
-/// what this store lacks of it ([`fetch_what_checkout_needs`]); the checkout, and what was
+/// what this store lacks of it (the selected files' data, for a partial checkout); the checkout, and what was
 /// fetched (`None` without remotes). `requests` is how many requests a download keeps in
 /// flight.
 ///
 /// # Errors
-/// As [`Revision::resolve`], [`fetch_what_checkout_needs`] and [`checkout`].
+/// As [`Revision::resolve`], [`crate::transfer::fetch_missing`] and [`checkout`].
 pub fn checkout_fetching(
     store: &mut Store,
     revision: &Revision,

@@ -40,11 +40,11 @@ pub struct CheckoutOutcome {
 /// Checks out `revision`, wherever its data is: `REMOTE/NAME[@REV]` is made local first
 /// (its ref checked, its metadata and data fetched), and a local revision whose data is
 /// not all here (a clone, a `pull --include`, an evicted version) has what it lacks fetched
-/// from the store's remotes. Then as [`checkout()`]. `requests` is how many requests a
+/// from the store's remotes. Then as [`checkout::checkout`]. `requests` is how many requests a
 /// download keeps in flight.
 ///
 /// # Errors
-/// As [`checkout()`], [`prepare_remote_revision`] and [`crate::transfer::fetch_missing`].
+/// As [`checkout::checkout`], [`prepare_remote_revision`] and [`crate::transfer::fetch_missing`].
 pub fn checkout_from_anywhere(
     store: &mut Store,
     revision: &str,
@@ -91,7 +91,7 @@ pub struct LockCheckoutReport {
 /// is written; data this store lacks is fetched from its remotes.
 ///
 /// # Errors
-/// As [`lock_file::read_lock`], [`lock_file::resolve_lock`], [`checkout()`] and
+/// As [`lock_file::read_lock`], [`lock_file::resolve_lock`], [`checkout::checkout`] and
 /// [`crate::transfer::fetch_missing`].
 pub fn checkout_lock(
     store: &mut Store,

@@ -17,7 +17,7 @@ use crate::store::Store;
 /// head moves and the workspace's files change, and forgotten once the workspace's record
 /// names the new head: a process killed in between (`kill -9` during `dsv rebase` or
 /// `dsv pull`) leaves the files part-way to `to` while the workspace's record still names
-/// `from`. [`resume_following`] finishes the move; `status` explains it; `commit` refuses
+/// `from`. [`super::rebase::resume_following`] finishes the move; `status` explains it; `commit` refuses
 /// until then (its parent would be `from`, forking off the rebased line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Following {
