@@ -1690,7 +1690,7 @@ mod tests {
             changes: Vec::new(),
             files_hashed: 0,
             heads: Vec::new(),
-            interrupted_rebase: Some(dsv::ops::rebase::Following {
+            interrupted_rebase: Some(dsv::ops::following::Following {
                 workspace: dir.to_string_lossy().into_owned(),
                 dataset: "ds".into(),
                 from: dsv::id::ObjectId([1; 32]),

@@ -41,6 +41,9 @@
 //! (checkout of a local revision, mount, cat, export, Python) follows the read order.
 
 pub mod fallback;
+mod revision;
+
+pub use revision::RemoteRevision;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;

@@ -35,14 +35,13 @@
 //! replayed versions stay in the store (off the head's line, as `dsv log` shows them), with
 //! their tags.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::commit::TreeWriter;
-use super::ingest::PackSink;
-use crate::catalog::Catalog;
+use super::following::{Following, forget_following, interrupted_following, record_following};
+use super::history::common_ancestor;
+use super::ingest::{PackSink, TreeWriter};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::Version;
@@ -393,62 +392,6 @@ pub fn merge_listings_resolving<'a>(
         conflicts,
         resolved,
     }
-}
-
-/// The versions after the common ancestor of `head` and `onto` on `head`'s line, oldest
-/// first, and that ancestor (`None`: they share no version). Each line is walked once by
-/// its parent links, stopping at a version seen before (a damaged catalog's cycle) or one
-/// the catalog lacks.
-///
-/// # Errors
-/// [`Error::Catalog`].
-pub fn common_ancestor(
-    catalog: &Catalog,
-    head: &ObjectId,
-    onto: &ObjectId,
-) -> Result<(Option<ObjectId>, Vec<ObjectId>)> {
-    let line = |start: &ObjectId| -> Result<Vec<ObjectId>> {
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        let mut next = Some(*start);
-        while let Some(id) = next {
-            if !seen.insert(id) {
-                break;
-            }
-            out.push(id);
-            next = catalog.version(&id)?.and_then(|r| r.version.parent);
-        }
-        Ok(out)
-    };
-    let theirs: HashSet<ObjectId> = line(onto)?.into_iter().collect();
-    let mut local = Vec::new();
-    for id in line(head)? {
-        if theirs.contains(&id) {
-            local.reverse();
-            return Ok((Some(id), local));
-        }
-        local.push(id);
-    }
-    local.reverse();
-    Ok((None, local))
-}
-
-/// How many versions `from`'s line has after the common ancestor with `other`, and how many
-/// `other`'s has (git's ahead/behind): `None` when they share no version.
-///
-/// # Errors
-/// [`Error::Catalog`].
-pub fn ahead_behind(
-    catalog: &Catalog,
-    from: &ObjectId,
-    other: &ObjectId,
-) -> Result<Option<(u64, u64)>> {
-    let (base, ours) = common_ancestor(catalog, from, other)?;
-    if base.is_none() {
-        return Ok(None);
-    }
-    let (_, theirs) = common_ancestor(catalog, other, from)?;
-    Ok(Some((ours.len() as u64, theirs.len() as u64)))
 }
 
 /// Rebases dataset `dataset`'s head onto version `onto` (see the module's docs).
@@ -945,7 +888,7 @@ impl FollowOptions {
 /// no workspace encloses `dir` or it holds another version.
 ///
 /// # Errors
-/// As [`super::status::status`] and [`super::checkout::checkout_from_anywhere`], but for
+/// As [`super::status::status`] and [`super::checkout::checkout_fetching`], but for
 /// uncommitted changes found by the checkout ([`Error::Conflict`]): reported as `dirty`.
 pub fn follow_head(
     store: &mut Store,
@@ -987,8 +930,12 @@ fn move_following(
         jobs: options.jobs,
         ..Default::default()
     };
-    let revision = format!("{}@{}", following.dataset, following.to.to_hex());
-    match super::checkout::checkout_from_anywhere(
+    let revision = crate::revision::Revision {
+        dataset: following.dataset.clone(),
+        base: following.to.to_hex(),
+        ancestors: 0,
+    };
+    match super::checkout::checkout_fetching(
         store,
         &revision,
         &dir,
@@ -1015,141 +962,13 @@ fn move_following(
     }
 }
 
-/// A workspace's move to a dataset's new head, recorded (in `.dsv/following/`) before the
-/// head moves and the workspace's files change, and forgotten once the workspace's record
-/// names the new head: a process killed in between (`kill -9` during `dsv rebase` or
-/// `dsv pull`) leaves the files part-way to `to` while the workspace's record still names
-/// `from`. [`resume_following`] finishes the move; `status` explains it; `commit` refuses
-/// until then (its parent would be `from`, forking off the rebased line).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Following {
-    /// The workspace (its canonical path, the catalog's key).
-    pub workspace: String,
-    /// The dataset.
-    pub dataset: String,
-    /// The version the workspace's record names (the head before).
-    pub from: ObjectId,
-    /// The version it is moving to (the head after).
-    pub to: ObjectId,
-}
-
-/// The most bytes a record of [`Following`] may hold.
-const FOLLOWING_MAX_BYTES: u64 = 64 * 1024;
-
-/// Where the record of workspace `key`'s move is kept.
-fn following_path(store: &Store, key: &str) -> PathBuf {
-    let name = ObjectId::of(key.as_bytes()).to_hex();
-    store
-        .root()
-        .join("following")
-        .join(format!("{}.json", &name[..32]))
-}
-
-/// Records `following` durably (written beside, synced, renamed into place).
-fn record_following(store: &Store, following: &Following) -> Result<()> {
-    use crate::error::IoResultExt;
-    use std::io::Write;
-    let path = following_path(store, &following.workspace);
-    let dir = path.parent().expect("a file in a directory");
-    std::fs::create_dir_all(dir).at(dir)?;
-    // A temporary name that `Store::remove_stale_temp_packs` removes once its process is gone.
-    let temp = store.temp_dir().join(format!(
-        "{}{}-{}",
-        crate::walk::TEMP_PREFIX,
-        std::process::id(),
-        crate::workspace::now_ns().rem_euclid(1_000_000_000)
-    ));
-    let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .at(&temp)?;
-        let bytes = serde_json::to_vec(following).map_err(|e| Error::Io {
-            path: temp.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        file.write_all(&bytes).at(&temp)?;
-        file.sync_all().at(&temp)?;
-        std::fs::rename(&temp, &path).at(&path)?;
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).at(dir)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written
-}
-
-/// Forgets workspace `key`'s recorded move (nothing when there is none): once its move
-/// finished, or when a checkout recorded another version there (a deliberate move, also
-/// back to `from`).
-pub(crate) fn forget_following(store: &Store, key: &str) {
-    let _ = std::fs::remove_file(following_path(store, key));
-}
-
-/// The interrupted move of the workspace `key`, when one is recorded and counts: the
-/// workspace's record names `from` of the dataset, and `to` is recorded, not removed, and
-/// on the head's line (the dataset's head or an ancestor of it: a version the head was
-/// reset away from is abandoned, and moving there would leave the workspace off the line).
-/// A record that does not count (the move finished, never began because the head never
-/// moved, was abandoned, or the workspace was checked out or committed since) is ignored,
-/// never deleted here: a rebase may be between recording it and moving the head. A record
-/// that cannot be read (not a regular file, too long, not JSON) counts as none.
-///
-/// # Errors
-/// [`Error::Catalog`].
-pub fn interrupted_following(store: &Store, key: &str) -> Result<Option<Following>> {
-    let path = following_path(store, key);
-    let Ok(bytes) = crate::store_file::read_to_end(&path, FOLLOWING_MAX_BYTES) else {
-        return Ok(None);
-    };
-    if bytes.len() as u64 > FOLLOWING_MAX_BYTES {
-        return Ok(None);
-    }
-    let Ok(following) = serde_json::from_slice::<Following>(&bytes) else {
-        return Ok(None);
-    };
-    let catalog = store.catalog();
-    let workspace = catalog.workspace(key)?;
-    let counts = following.workspace == key
-        && workspace.is_some_and(|w| {
-            w.exists
-                && w.dataset.as_deref() == Some(following.dataset.as_str())
-                && w.version == Some(following.from)
-        })
-        && catalog.version(&following.to)?.is_some()
-        && catalog.removed_at(&following.to)?.is_none()
-        && match catalog.head_or_none(&following.dataset)? {
-            Some(head) => on_line(catalog, &head, &following.to)?,
-            None => false,
-        };
-    Ok(counts.then_some(following))
-}
-
-/// Whether `version` is `head` or one of its ancestors (following parent links, stopping at
-/// a version seen before or one the catalog lacks).
-fn on_line(catalog: &Catalog, head: &ObjectId, version: &ObjectId) -> Result<bool> {
-    let mut seen = HashSet::new();
-    let mut next = Some(*head);
-    while let Some(id) = next {
-        if id == *version {
-            return Ok(true);
-        }
-        if !seen.insert(id) {
-            break;
-        }
-        next = catalog.version(&id)?.and_then(|r| r.version.parent);
-    }
-    Ok(false)
-}
-
 /// Finishes the interrupted move ([`Following`]) of the workspace enclosing `dir`, if one
 /// stands: checks out its `to` there, keeping the files already written and carrying over
 /// uncommitted changes as any checkout does (`dirty`, the record kept, when they are in the
 /// way). `None` when there is nothing to finish.
 ///
 /// # Errors
-/// As [`super::checkout::checkout_from_anywhere`], but [`Error::Conflict`] (`dirty`).
+/// As [`super::checkout::checkout_fetching`], but [`Error::Conflict`] (`dirty`).
 pub fn resume_following(
     store: &mut Store,
     dir: &Path,
@@ -1171,6 +990,8 @@ pub fn resume_following(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::following::following_path;
+    use crate::ops::history::ahead_behind;
 
     fn file(path: &str, content: &str) -> FlatEntry {
         FlatEntry {

@@ -233,9 +233,7 @@ pub use copy::{CopyOptions, CopyReport, copy};
 use fetch::fetch_with;
 pub use fetch::{FetchOptions, FetchReport, fetch};
 pub(crate) use pull::resolve_remote;
-pub use pull::{
-    HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
-};
+pub use pull::{HeadUpdate, PullOptions, PullReport, RefCache, prepare_remote_revision, pull};
 pub use push::{PushOptions, PushReport, PushedDataset, PushedRef, push};
 pub use remotes::{
     RemoteListing, add_remote, add_remote_placed, check_remote, default_remote, list_remotes,
@@ -243,7 +241,9 @@ pub use remotes::{
 };
 // The downloading this module's commands share lives in `crate::transfer`, below the read
 // engine too; its public items keep their paths here.
-pub use crate::transfer::{COALESCE_GAP, MAX_SPAN, Transfer, fetch_files, fetch_missing};
+pub use crate::transfer::{
+    COALESCE_GAP, MAX_SPAN, RemoteRevision, Transfer, fetch_files, fetch_missing,
+};
 pub(crate) use crate::transfer::{
     download, fetch_missing_under, is_ancestor, open, refresh_indexes, remote_ref, same_etag,
 };

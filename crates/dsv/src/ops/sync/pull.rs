@@ -52,8 +52,9 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::remote::RefName;
-use crate::revision::{MIN_PREFIX, Revision, check_name};
+use crate::revision::{MIN_PREFIX, Revision};
 use crate::store::Store;
+use crate::transfer::RemoteRevision;
 use crate::tree::{Reached, walk_reachable};
 
 /// How a remote revision was resolved: from the local copy of its ref, or after asking.
@@ -136,35 +137,6 @@ impl PullOptions {
             jobs: crate::ops::checkout::CheckoutOptions::default().jobs,
             ..PullOptions::default()
         }
-    }
-}
-
-/// A revision on a remote: `REMOTE/NAME[@REV]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteRevision {
-    /// The remote's name.
-    pub remote: String,
-    /// The revision within it.
-    pub revision: Revision,
-}
-
-impl RemoteRevision {
-    /// Splits `REMOTE/NAME[@REV]` when `text` has a `/` before any `@` (dataset names have
-    /// none); `None` for a local revision.
-    ///
-    /// # Errors
-    /// As [`Revision::parse`]; [`Error::InvalidName`] for a bad remote name.
-    pub fn parse(text: &str) -> Result<Option<RemoteRevision>> {
-        let before_at = text.split('@').next().unwrap_or(text);
-        let Some((remote, _)) = before_at.split_once('/') else {
-            return Ok(None);
-        };
-        check_name("remote", remote)?;
-        let revision = Revision::parse(&text[remote.len() + 1..])?;
-        Ok(Some(RemoteRevision {
-            remote: remote.to_string(),
-            revision,
-        }))
     }
 }
 

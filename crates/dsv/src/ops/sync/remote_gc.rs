@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::fetch_with;
+pub use super::prove::RemoteProblem;
 use super::{Transfer, open, refresh_indexes};
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, Result};
@@ -927,15 +928,6 @@ impl Default for RemoteVerifyOptions {
             requests: crate::remote::DEFAULT_JOBS,
         }
     }
-}
-
-/// One problem `dsv verify --remote` found.
-#[derive(Debug, Serialize)]
-pub struct RemoteProblem {
-    /// The ref (`dataset` or `dataset@tag`) or the key (`packs/<id>.pack`) it concerns.
-    pub what: String,
-    /// What is wrong.
-    pub detail: String,
 }
 
 /// The outcome of `dsv verify --remote`.
