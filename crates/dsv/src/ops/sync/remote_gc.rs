@@ -162,6 +162,10 @@ pub struct RemoteGcOptions {
     pub repack: bool,
     /// Requests in flight.
     pub requests: usize,
+    /// Added to the remote's clock as read: the run decides (marks, deletes, frees) as if
+    /// this much more time had passed since every pack and mark was written. Zero (the
+    /// default) for a real collection; a test sets it to see a grace pass without waiting.
+    pub clock_offset: Duration,
 }
 
 impl Default for RemoteGcOptions {
@@ -171,6 +175,7 @@ impl Default for RemoteGcOptions {
             grace: Duration::from_secs(crate::transfer::DEFAULT_REMOTE_GRACE_SECONDS),
             repack: true,
             requests: crate::remote::DEFAULT_JOBS,
+            clock_offset: Duration::ZERO,
         }
     }
 }
@@ -329,6 +334,7 @@ impl Schedule {
 }
 
 /// One pack as the collector sees it.
+#[derive(Clone)]
 struct PackState {
     size: u64,
     complete: bool,
@@ -339,6 +345,7 @@ struct PackState {
 }
 
 /// Everything a pass of the collector decides from.
+#[derive(Clone)]
 struct Model {
     packs: BTreeMap<ObjectId, PackState>,
     /// Stored bytes of frames holding a live object, per pack.
@@ -431,8 +438,88 @@ impl Model {
     }
 }
 
+/// What `dsv gc --remote` does with one pack of the remote ([`PlannedPack::action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PackAction {
+    /// Some live object's home: kept.
+    Keep,
+    /// Unreferenced (or repacked first) and at least a grace old: marked now.
+    Mark,
+    /// Unreferenced but younger than the grace (possibly a writer's upload in flight): left
+    /// unmarked until a later run.
+    Young,
+    /// Marked, and a ref reaches it again: its mark is deleted.
+    Rescue,
+    /// Marked, not needed, its mark younger than the grace (plus a second): left.
+    Wait,
+    /// Marked, not needed, its mark at least a grace (plus a second) old: deleted (`.idx`,
+    /// `.pack`, then the mark), unless the run has taken half the grace by then.
+    Delete,
+}
+
+/// One pack of the remote and what [`plan`] decided for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedPack {
+    /// Its `.pack` size in bytes (0 when only its `.idx` is listed).
+    pub size: u64,
+    /// What the run does with it.
+    pub action: PackAction,
+    /// Its live frames are first copied into new packs (step 7); it is then marked.
+    pub repack: bool,
+}
+
+/// What `dsv gc --remote` will do on one remote, decided by [`plan`] from what the remote
+/// holds (its refs, marks and pack indexes, read first) without changing it, and carried out
+/// by [`execute`]; a dry run renders it ([`RemoteGcPlan::report`]). Every pack listed under
+/// `packs/` has exactly one decision ([`RemoteGcPlan::packs`]).
+pub struct RemoteGcPlan {
+    /// The remote's name.
+    pub remote: String,
+    /// The grace period.
+    pub grace: Duration,
+    /// The time every age is measured against: the remote's clock when the marks were
+    /// listed, plus [`RemoteGcOptions::clock_offset`]; Unix milliseconds.
+    pub now_ms: i64,
+    /// Refs read (every head and tag).
+    pub refs: u64,
+    /// Objects the refs reach.
+    pub live_objects: u64,
+    /// Live objects no complete pack holds (a damaged remote).
+    pub missing_objects: u64,
+    /// Every pack listed under `packs/`, with its decision.
+    pub packs: BTreeMap<ObjectId, PlannedPack>,
+    /// Marks whose pack is gone and which are older than the grace (plus a second): deleted.
+    pub stale_marks: Vec<ObjectId>,
+    /// On a file:// remote: staging files a killed upload left, older than the grace: deleted.
+    pub staging_files: u64,
+    options: RemoteGcOptions,
+    record: RemoteRecord,
+    backend: Remote,
+    /// When `now_ms` was read, on this machine's monotonic clock.
+    started: Instant,
+    model: Model,
+    live: HashSet<(ObjectId, ObjectKind)>,
+    /// The frames of each pack to repack that are some live object's home.
+    repack_frames: BTreeMap<ObjectId, Vec<usize>>,
+}
+
+impl std::fmt::Debug for RemoteGcPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteGcPlan")
+            .field("remote", &self.remote)
+            .field("grace", &self.grace)
+            .field("now_ms", &self.now_ms)
+            .field("refs", &self.refs)
+            .field("packs", &self.packs)
+            .field("stale_marks", &self.stale_marks)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `dsv gc --remote`: deletes what no ref of remote `name` reaches, in two phases, without a
-/// lock (see the module's documentation).
+/// lock (see the module's documentation): [`plan`], then [`execute`], or with
+/// `options.dry_run` the plan's [`RemoteGcPlan::report`] (which writes only the `clock` key).
 ///
 /// # Errors
 /// [`Error::RemoteFormatTooNew`]; [`Error::Remote`]; [`Error::Corrupt`] for a malformed
@@ -445,168 +532,293 @@ pub fn gc_remote(
     progress: &dyn Progress,
 ) -> Result<RemoteGcReport> {
     let data = store.lock_data_shared()?;
+    let plan = plan(store, &data, name, options, progress)?;
+    if options.dry_run {
+        Ok(plan.report())
+    } else {
+        execute(store, &data, plan, progress)
+    }
+}
+
+/// Steps 1 to 6 (and 8's decisions): reads the remote's format (a newer one is refused), its
+/// clock, marks, refs (fetching their metadata into this store, as `dsv fetch` does) and pack
+/// indexes, and decides for every pack what a run does with it. Writes only the remote's
+/// `clock` key; marks, deletes, repacks nothing.
+///
+/// # Errors
+/// As [`gc_remote`].
+pub fn plan(
+    store: &mut Store,
+    data: &SharedDataLock,
+    name: &str,
+    options: &RemoteGcOptions,
+    progress: &dyn Progress,
+) -> Result<RemoteGcPlan> {
     let (record, remote) = open(store, name)?;
-    let grace_ms = i64::try_from(options.grace.as_millis()).unwrap_or(i64::MAX);
+    let grace_ms = millis(options.grace);
     progress.phase("reading the remote's format");
-    set_format(&remote, options)?;
+    check_format(&remote)?;
     progress.phase("listing the remote's gc marks");
     // The deletions' decisions rest on what is read from here on.
     let started = Instant::now();
-    let now_ms = remote.server_now_ms()?;
+    let now_ms = remote
+        .server_now_ms()?
+        .saturating_add(millis(options.clock_offset));
     let marks = remote.list_marks()?;
     progress.phase("reading the remote's refs and metadata");
-    let (refs, live) = live_objects(store, &data, &record, &remote, options.requests, progress)?;
+    let (refs, live) = live_objects(store, data, &record, &remote, options.requests, progress)?;
     progress.phase("reading the remote's pack indexes");
-    let mut model = read_model(&remote, &marks, &live, options.requests)?;
-    let mut decision = model.decide(&live, options.repack, &HashSet::new());
-    let mut report = RemoteGcReport {
+    let model = read_model(&remote, &marks, &live, options.requests)?;
+    let decision = model.decide(&live, options.repack, &HashSet::new());
+    let packs = decide_packs(&model, &decision, now_ms, grace_ms);
+    let stale_marks = marks
+        .iter()
+        .filter(|(id, mark)| !model.packs.contains_key(id) && now_ms - **mark >= grace_ms + 1000)
+        .map(|(id, _)| *id)
+        .collect();
+    let staging_files = remote.remove_staging_files(staging_age(options), true)?;
+    let plan = RemoteGcPlan {
         remote: record.name.clone(),
-        dry_run: options.dry_run,
-        grace_seconds: options.grace.as_secs(),
+        grace: options.grace,
+        now_ms,
         refs,
         live_objects: live.len() as u64,
         missing_objects: decision.missing,
-        live: PackSet::default(),
-        marked: PackSet::default(),
-        waiting: PackSet::default(),
-        young: PackSet::default(),
-        rescued: PackSet::default(),
-        deleted: PackSet::default(),
-        repacked: PackSet::default(),
-        written: PackSet::default(),
-        stale_marks: 0,
-        staging_files: 0,
-        deferred: false,
-        server_time: rfc3339(now_ms),
-        freed_bytes: 0,
-        pending_bytes: 0,
-        frees: Vec::new(),
-        transfer: Transfer::default(),
+        packs,
+        stale_marks,
+        staging_files,
+        options: options.clone(),
+        record,
+        backend: remote,
+        started,
+        model,
+        live,
+        repack_frames: decision.repack,
     };
-    // Step 7: repack.
-    if !decision.repack.is_empty() {
-        for id in decision.repack.keys() {
-            report.repacked.add(*id, model.packs[id].size);
-        }
-        if !options.dry_run {
-            progress.phase("repacking");
-            let written = repack(store, &remote, &model, &decision.repack, options, progress)?;
-            for (id, size, frames, objects) in written {
-                report.written.add(id, size);
-                report.transfer.packs += 1;
-                report.transfer.bytes += size;
-                let live_bytes = frames.iter().map(|f| u64::from(f.stored_length)).sum();
-                model.live_bytes.insert(id, live_bytes);
-                model.packs.insert(
-                    id,
-                    PackState {
-                        size,
-                        complete: true,
-                        modified_ms: now_ms,
-                        mark_ms: None,
-                        frames,
-                        objects,
-                    },
-                );
-            }
-            let retiring = decision.repack.keys().copied().collect();
-            decision = model.decide(&live, false, &retiring);
-        } else {
-            // What the run would do: the repacked packs are no object's home any more.
-            let repacked: HashSet<ObjectId> = decision.repack.keys().copied().collect();
-            decision.needed.retain(|id| !repacked.contains(id));
-        }
-    }
-    // Step 8: act.
-    let repacked: HashSet<ObjectId> = report.repacked.packs.iter().copied().collect();
-    let mut to_mark = Vec::new();
-    let mut to_rescue = Vec::new();
-    let mut to_delete = Vec::new();
-    // When each unreferenced pack left on the remote frees. A mark is deleted a whole second
-    // past the grace (Last-Modified may be rounded down); one written by this run is dated
-    // at the latest by the end of the run, so its age is counted from then.
-    let mut schedule = Schedule::default();
-    let after_grace = |mark_ms: i64| mark_ms.saturating_add(grace_ms).saturating_add(1000);
+    plan.check_decided()?;
+    Ok(plan)
+}
+
+/// Unix milliseconds of a duration, saturating.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// How old a staging file must be (by this machine's clock) to be deleted: the grace, less
+/// the clock offset.
+fn staging_age(options: &RemoteGcOptions) -> Duration {
+    options.grace.saturating_sub(options.clock_offset)
+}
+
+/// Step 8's decisions, one per pack of `model`: a pack some live object needs is kept (or
+/// rescued, when marked); a pack to repack and any other unneeded pack a grace old is marked,
+/// a younger one waits; a marked pack not needed is deleted once its mark is a grace and a
+/// second old (Last-Modified may be rounded down), else it waits.
+fn decide_packs(
+    model: &Model,
+    decision: &Decision,
+    now_ms: i64,
+    grace_ms: i64,
+) -> BTreeMap<ObjectId, PlannedPack> {
+    let mut packs = BTreeMap::new();
     for (id, pack) in &model.packs {
-        let needed = decision.needed.contains(id);
-        match (pack.mark_ms, needed) {
-            (None, true) => report.live.add(*id, pack.size),
-            (None, false) if repacked.contains(id) || now_ms - pack.modified_ms >= grace_ms => {
-                to_mark.push(*id);
-                report.marked.add(*id, pack.size);
-            }
-            (None, false) => {
-                report.young.add(*id, pack.size);
-                let marks_after = pack.modified_ms.saturating_add(grace_ms);
-                schedule.add(
-                    "young",
-                    *id,
-                    pack.size,
-                    Some(marks_after),
-                    after_grace(ceil_minute(marks_after)),
-                );
-            }
-            (Some(_), true) => {
-                to_rescue.push(*id);
-                report.rescued.add(*id, pack.size);
-            }
-            // A whole second more than the grace: Last-Modified may be rounded down.
-            (Some(mark), false) if now_ms - mark >= grace_ms + 1000 => {
-                to_delete.push((*id, pack.size));
-            }
-            (Some(mark), false) => {
-                report.waiting.add(*id, pack.size);
-                schedule.add("marked", *id, pack.size, None, after_grace(mark));
+        let repack = decision.repack.contains_key(id);
+        // A pack to repack is no object's home once its frames are copied.
+        let needed = decision.needed.contains(id) && !repack;
+        let action = match (pack.mark_ms, needed) {
+            (None, true) => PackAction::Keep,
+            (None, false) if repack || now_ms - pack.modified_ms >= grace_ms => PackAction::Mark,
+            (None, false) => PackAction::Young,
+            (Some(_), true) => PackAction::Rescue,
+            (Some(mark), false) if now_ms - mark >= grace_ms + 1000 => PackAction::Delete,
+            (Some(_), false) => PackAction::Wait,
+        };
+        packs.insert(
+            *id,
+            PlannedPack {
+                size: pack.size,
+                action,
+                repack,
+            },
+        );
+    }
+    packs
+}
+
+impl RemoteGcPlan {
+    /// Every pack listed has one decision, and the decisions agree with what the remote
+    /// holds: only a marked pack is rescued, waits or is deleted; only a pack to repack or an
+    /// unmarked one is marked; a pack to repack is marked.
+    fn check_decided(&self) -> Result<()> {
+        let wrong = |id: &ObjectId, what: &str| Error::Internal {
+            detail: format!("gc --remote planned pack {} {what}", id.short()),
+        };
+        for id in self.model.packs.keys() {
+            if !self.packs.contains_key(id) {
+                return Err(wrong(id, "without a decision"));
             }
         }
+        for (id, planned) in &self.packs {
+            let Some(pack) = self.model.packs.get(id) else {
+                return Err(wrong(id, "that the remote does not list"));
+            };
+            let marked = pack.mark_ms.is_some();
+            let fits = match planned.action {
+                PackAction::Keep | PackAction::Mark | PackAction::Young => !marked,
+                PackAction::Rescue | PackAction::Wait | PackAction::Delete => marked,
+            };
+            if !fits || (planned.repack && planned.action != PackAction::Mark) {
+                return Err(wrong(id, &format!("to {:?}", planned.action)));
+            }
+        }
+        Ok(())
     }
-    let stale: Vec<(ObjectId, i64)> = marks
-        .iter()
-        .filter(|(id, mark)| !model.packs.contains_key(id) && now_ms - **mark >= grace_ms + 1000)
-        .map(|(id, mark)| (*id, *mark))
-        .collect();
-    if options.dry_run {
-        for (id, size) in to_delete {
+
+    /// The packs whose decision is `action`, in id order, with their sizes.
+    pub fn with_action(&self, action: PackAction) -> Vec<(ObjectId, u64)> {
+        self.packs
+            .iter()
+            .filter(|(_, p)| p.action == action)
+            .map(|(id, p)| (*id, p.size))
+            .collect()
+    }
+
+    /// When a mark dated `mark_ms` may be deleted: a whole second past the grace.
+    fn after_grace(&self, mark_ms: i64) -> i64 {
+        mark_ms
+            .saturating_add(millis(self.grace))
+            .saturating_add(1000)
+    }
+
+    /// The report's parts that a dry run and a real run share: the packs kept, waiting,
+    /// young, rescued and marked (with those repacked first), and when the young and waiting
+    /// ones free.
+    fn base_report(&self, dry_run: bool) -> (RemoteGcReport, Schedule) {
+        let mut report = RemoteGcReport {
+            remote: self.remote.clone(),
+            dry_run,
+            grace_seconds: self.grace.as_secs(),
+            refs: self.refs,
+            live_objects: self.live_objects,
+            missing_objects: self.missing_objects,
+            live: PackSet::default(),
+            marked: PackSet::default(),
+            waiting: PackSet::default(),
+            young: PackSet::default(),
+            rescued: PackSet::default(),
+            deleted: PackSet::default(),
+            repacked: PackSet::default(),
+            written: PackSet::default(),
+            stale_marks: 0,
+            staging_files: 0,
+            deferred: false,
+            server_time: rfc3339(self.now_ms),
+            freed_bytes: 0,
+            pending_bytes: 0,
+            frees: Vec::new(),
+            transfer: Transfer::default(),
+        };
+        let mut schedule = Schedule::default();
+        let grace_ms = millis(self.grace);
+        for (id, planned) in &self.packs {
+            let pack = &self.model.packs[id];
+            if planned.repack {
+                report.repacked.add(*id, planned.size);
+            }
+            match planned.action {
+                PackAction::Keep => report.live.add(*id, planned.size),
+                PackAction::Mark => report.marked.add(*id, planned.size),
+                PackAction::Young => {
+                    report.young.add(*id, planned.size);
+                    let marks_after = pack.modified_ms.saturating_add(grace_ms);
+                    let frees_after = self.after_grace(ceil_minute(marks_after));
+                    schedule.add("young", *id, planned.size, Some(marks_after), frees_after);
+                }
+                PackAction::Rescue => report.rescued.add(*id, planned.size),
+                PackAction::Wait => {
+                    report.waiting.add(*id, planned.size);
+                    let frees_after = self.after_grace(pack.mark_ms.unwrap_or(self.now_ms));
+                    schedule.add("marked", *id, planned.size, None, frees_after);
+                }
+                PackAction::Delete => {}
+            }
+        }
+        (report, schedule)
+    }
+
+    /// What a run would do, as `--dry-run` reports it: the packs it would mark, rescue,
+    /// repack and delete, and when the space of each unreferenced pack frees.
+    pub fn report(&self) -> RemoteGcReport {
+        let (mut report, mut schedule) = self.base_report(true);
+        for (id, size) in self.with_action(PackAction::Delete) {
             report.deleted.add(id, size);
-            schedule.add("now", id, size, None, now_ms);
+            schedule.add("now", id, size, None, self.now_ms);
         }
-        for id in &to_mark {
-            let size = model.packs.get(id).map_or(0, |p| p.size);
-            schedule.add("unmarked", *id, size, None, after_grace(now_ms));
+        for (id, size) in self.with_action(PackAction::Mark) {
+            schedule.add("unmarked", id, size, None, self.after_grace(self.now_ms));
         }
-        report.stale_marks = stale.len() as u64;
-        report.staging_files = remote.remove_staging_files(options.grace, true)?;
-        report.transfer.requests = remote.requests();
+        report.stale_marks = self.stale_marks.len() as u64;
+        report.staging_files = self.staging_files;
+        report.transfer.requests = self.backend.requests();
         report.set_schedule(schedule);
-        return Ok(report);
+        report
     }
+}
+
+/// Steps 1, 7 and 8 of a real run: writes the remote's format, repacks, then rescues, marks
+/// and deletes as `plan` decided (deletions only while the run is younger than half the
+/// grace, else left to the next run), deletes stale marks and staging files, and refreshes
+/// this store's record of the remote's indexes. `_data`: the data lock [`plan`] ran under,
+/// still held.
+///
+/// # Errors
+/// As [`gc_remote`]; [`Error::Internal`] when a pack the plan marks or deletes turns out to be
+/// needed once the repacked packs are written (nothing is marked or deleted then).
+pub fn execute(
+    store: &mut Store,
+    _data: &SharedDataLock,
+    plan: RemoteGcPlan,
+    progress: &dyn Progress,
+) -> Result<RemoteGcReport> {
+    progress.phase("writing the remote's format");
+    write_format(&plan.backend, plan.grace)?;
+    let (mut report, mut schedule) = plan.base_report(false);
+    if !plan.repack_frames.is_empty() {
+        progress.phase("repacking");
+        repack_planned(store, &plan, &mut report, progress)?;
+    }
+    let (remote, options) = (&plan.backend, &plan.options);
+    let to_mark = plan.with_action(PackAction::Mark);
+    let to_rescue = plan.with_action(PackAction::Rescue);
+    let to_delete = plan.with_action(PackAction::Delete);
     progress.start(
         "marking",
         (to_mark.len() + to_rescue.len() + to_delete.len()) as u64,
         Unit::Files,
     );
-    for id in &to_rescue {
+    for (id, _) in &to_rescue {
         remote.delete_key(&remote::mark_key(id))?;
         progress.advance(1);
     }
-    for id in &to_mark {
+    for (id, _) in &to_mark {
         remote.put_mark(id)?;
         progress.advance(1);
     }
-    // The marks just written are dated no later than now on the remote's clock.
-    let marked_by =
-        now_ms.saturating_add(i64::try_from(started.elapsed().as_millis()).unwrap_or(0));
-    for id in &to_mark {
-        let size = model.packs.get(id).map_or(0, |p| p.size);
-        schedule.add("marked", *id, size, None, after_grace(marked_by));
+    // The marks just written are dated no later than now on the remote's clock (a mark is
+    // deleted a whole second past the grace: Last-Modified may be rounded down).
+    let marked_by = plan.now_ms.saturating_add(millis(plan.started.elapsed()));
+    for (id, size) in &to_mark {
+        schedule.add("marked", *id, *size, None, plan.after_grace(marked_by));
     }
     for (id, size) in to_delete {
         // A run longer than half the grace may have read refs a writer has moved since
         // (docs/architecture.md): it deletes nothing more.
         // (A grace of zero promises that no writer runs: nothing to defer for.)
-        if report.deferred || (!options.grace.is_zero() && started.elapsed() > options.grace / 2) {
+        if report.deferred
+            || (!options.grace.is_zero() && plan.started.elapsed() > options.grace / 2)
+        {
             report.deferred = true;
-            schedule.add("now", id, size, None, now_ms);
+            schedule.add("now", id, size, None, plan.now_ms);
             continue;
         }
         crate::interrupt::check()?;
@@ -617,21 +829,77 @@ pub fn gc_remote(
         progress.advance(1);
     }
     if !report.deferred {
-        for (id, _) in &stale {
+        for id in &plan.stale_marks {
             remote.delete_key(&remote::mark_key(id))?;
             report.stale_marks += 1;
         }
         // A staging file older than the grace belongs to no running writer (each finishes
         // its upload within half of it).
-        report.staging_files = remote.remove_staging_files(options.grace, false)?;
+        report.staging_files = remote.remove_staging_files(staging_age(options), false)?;
     }
     progress.finish();
     // The store forgets the deleted packs (and records the new ones).
-    refresh_indexes(store, &record, &remote, options.requests)?;
+    refresh_indexes(store, &plan.record, remote, options.requests)?;
     report.transfer.requests = remote.requests();
     report.freed_bytes = report.deleted.bytes;
     report.set_schedule(schedule);
     Ok(report)
+}
+
+/// Step 7 of a real run: copies the live frames of the packs to repack into new packs
+/// (uploaded, kept: reported `written` and `live`), then checks that with them written no
+/// pack the plan marks or deletes is needed.
+fn repack_planned(
+    store: &Store,
+    plan: &RemoteGcPlan,
+    report: &mut RemoteGcReport,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let written = repack(
+        store,
+        &plan.backend,
+        &plan.model,
+        &plan.repack_frames,
+        &plan.options,
+        progress,
+    )?;
+    let mut model = plan.model.clone();
+    for (id, size, frames, objects) in written {
+        report.written.add(id, size);
+        report.live.add(id, size);
+        report.transfer.packs += 1;
+        report.transfer.bytes += size;
+        let live_bytes = frames.iter().map(|f| u64::from(f.stored_length)).sum();
+        model.live_bytes.insert(id, live_bytes);
+        model.packs.insert(
+            id,
+            PackState {
+                size,
+                complete: true,
+                modified_ms: plan.now_ms,
+                mark_ms: None,
+                frames,
+                objects,
+            },
+        );
+    }
+    let retiring = plan.repack_frames.keys().copied().collect();
+    let after = model.decide(&plan.live, false, &retiring);
+    let acted_on = |action: PackAction| !matches!(action, PackAction::Keep | PackAction::Rescue);
+    if let Some(id) = plan
+        .packs
+        .iter()
+        .find(|(id, p)| acted_on(p.action) && after.needed.contains(id))
+        .map(|(id, _)| id)
+    {
+        return Err(Error::Internal {
+            detail: format!(
+                "gc --remote: pack {} is needed once repacked; nothing marked or deleted",
+                id.short()
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl RemoteGcReport {
@@ -641,25 +909,30 @@ impl RemoteGcReport {
     }
 }
 
-/// Step 1: refuses a newer format; a real run writes the format key (and the guard pack)
-/// when absent or naming a longer grace.
-fn set_format(remote: &Remote, options: &RemoteGcOptions) -> Result<()> {
+/// Step 1's check: a format newer than this dsv knows is refused. Returns the format read.
+fn check_format(remote: &Remote) -> Result<Option<(RemoteFormat, crate::remote::RefState)>> {
+    let current = remote.get_format()?;
+    if let Some((format, _)) = &current
+        && format.format > REMOTE_FORMAT
+    {
+        return Err(Error::RemoteFormatTooNew {
+            remote: remote.name().to_string(),
+            found: format.format,
+            known: REMOTE_FORMAT,
+        });
+    }
+    Ok(current)
+}
+
+/// Step 1 of a real run: writes the format key (and the guard pack) when absent or naming a
+/// longer grace than `grace` (compare-and-swap, retried), refusing a newer format.
+fn write_format(remote: &Remote, grace: Duration) -> Result<()> {
+    let grace = grace.as_secs().max(1);
     for _ in 0..8 {
-        let current = remote.get_format()?;
-        if let Some((format, _)) = &current
-            && format.format > REMOTE_FORMAT
-        {
-            return Err(Error::RemoteFormatTooNew {
-                remote: remote.name().to_string(),
-                found: format.format,
-                known: REMOTE_FORMAT,
-            });
-        }
-        let grace = options.grace.as_secs().max(1);
-        if options.dry_run
-            || current
-                .as_ref()
-                .is_some_and(|(format, _)| format.grace_seconds <= grace)
+        let current = check_format(remote)?;
+        if current
+            .as_ref()
+            .is_some_and(|(format, _)| format.grace_seconds <= grace)
         {
             return Ok(());
         }
