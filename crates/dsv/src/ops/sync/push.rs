@@ -79,7 +79,7 @@ use crate::transfer::{WriterView, fresh_copy, writer_view};
 use crate::tree::{Reached, walk_reachable};
 
 /// One dataset's ref after a push.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PushedRef {
     /// The dataset.
     pub dataset: String,
@@ -222,17 +222,15 @@ impl<'a> RemoteRefs<'a> {
 ///
 /// # Errors
 /// [`Error::MissingObject`] for metadata this store lacks; `need`'s errors.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn walk_missing_on(
     store: &Store,
-    view: &WriterView,
-    remote: i64,
-    relied: &mut HashSet<ObjectId>,
+    on: &mut WalkedRemote<'_>,
     version: &ObjectId,
     has_outboard: &dyn Fn(&ObjectId) -> Result<bool>,
     lacking_outboard: &mut dyn FnMut(ObjectId),
     need: &mut dyn FnMut(ObjectId, ObjectKind) -> Result<()>,
 ) -> Result<()> {
+    let (view, remote, relied) = (on.view, on.remote, &mut *on.relied);
     let catalog = store.catalog();
     let mut reader = store.reader();
     let mut holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
@@ -292,6 +290,17 @@ pub(super) fn walk_missing_on(
     Ok(())
 }
 
+/// The remote a [`walk_missing_on`] walks against: what it holds as a writer sees it, and
+/// the packs of it the walk relies on (those holding what it does not hand to `need`).
+pub(super) struct WalkedRemote<'a> {
+    /// The writer's view of the remote.
+    pub(super) view: &'a WriterView,
+    /// The remote's catalog id.
+    pub(super) remote: i64,
+    /// Remote packs relied on, added to by the walk.
+    pub(super) relied: &'a mut HashSet<ObjectId>,
+}
+
 /// Every local pack holding an object reachable from `version` that `record`'s remote lacks
 /// as `view` sees it (an object only in marked packs is lacking), through every parent
 /// ([`walk_missing_on`]). The remote packs holding the rest go into `relied`.
@@ -305,11 +314,14 @@ fn objects_to_send(
 ) -> Result<HashSet<ObjectId>> {
     let catalog = store.catalog();
     let mut packs = HashSet::new();
+    let mut on = WalkedRemote {
+        view,
+        remote: record.id,
+        relied,
+    };
     walk_missing_on(
         store,
-        view,
-        record.id,
-        relied,
+        &mut on,
         version,
         &|id| catalog.has_object(id, ObjectKind::Outboard),
         &mut |id| lacking_outboards.push(id),
@@ -447,16 +459,13 @@ pub fn push(
     let mut round = 0;
     while !plans.is_empty() {
         round += 1;
-        let sent = send_round(
-            store,
-            &record,
-            &remote,
-            &view,
-            &plans,
+        let to = Destination {
+            record: &record,
+            remote: &remote,
+            view: &view,
             jobs,
-            &mut relied,
-            progress,
-        )?;
+        };
+        let sent = send_round(store, &to, &plans, &mut relied, progress)?;
         transfer.add_moved(&sent);
         // The writers' rule: right before refs move, no pack relied on may be marked.
         progress.phase("checking the remote's gc marks");
@@ -598,17 +607,23 @@ fn check_fresh(
 /// One round of a push's sending: what `view` says the remote lacks for `plans` goes up (a
 /// local pack whose id is marked there as a fresh copy under a new id), and is recorded in
 /// `remote_packs`. The remote packs relied on and those sent go into `relied`.
-#[allow(clippy::too_many_arguments)]
+/// The remote a push sends to: its record, the opened remote, the writer's view of it, and
+/// the requests in flight.
+struct Destination<'a> {
+    record: &'a RemoteRecord,
+    remote: &'a Remote,
+    view: &'a WriterView,
+    jobs: usize,
+}
+
 fn send_round(
     store: &mut Store,
-    record: &RemoteRecord,
-    remote: &Remote,
-    view: &WriterView,
+    to: &Destination<'_>,
     plans: &[Plan],
-    jobs: usize,
     relied: &mut HashSet<ObjectId>,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
+    let (record, remote, view, jobs) = (to.record, to.remote, to.view, to.jobs);
     let mut packs = HashSet::new();
     let mut lacking_outboards = Vec::new();
     // Outboards written here since the last push (`gc` writes those that data committed

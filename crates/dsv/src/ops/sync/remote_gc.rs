@@ -595,7 +595,7 @@ pub fn plan(
         live,
         repack_frames: decision.repack,
     };
-    plan.check_decided()?;
+    check_decided(&plan.model, &plan.packs)?;
     Ok(plan)
 }
 
@@ -645,35 +645,33 @@ fn decide_packs(
     packs
 }
 
-impl RemoteGcPlan {
-    /// Every pack listed has one decision, and the decisions agree with what the remote
-    /// holds: only a marked pack is rescued, waits or is deleted; only a pack to repack or an
-    /// unmarked one is marked; a pack to repack is marked.
-    fn check_decided(&self) -> Result<()> {
-        let wrong = |id: &ObjectId, what: &str| Error::Internal {
-            detail: format!("gc --remote planned pack {} {what}", id.short()),
-        };
-        for id in self.model.packs.keys() {
-            if !self.packs.contains_key(id) {
-                return Err(wrong(id, "without a decision"));
-            }
-        }
-        for (id, planned) in &self.packs {
-            let Some(pack) = self.model.packs.get(id) else {
-                return Err(wrong(id, "that the remote does not list"));
-            };
-            let marked = pack.mark_ms.is_some();
-            let fits = match planned.action {
-                PackAction::Keep | PackAction::Mark | PackAction::Young => !marked,
-                PackAction::Rescue | PackAction::Wait | PackAction::Delete => marked,
-            };
-            if !fits || (planned.repack && planned.action != PackAction::Mark) {
-                return Err(wrong(id, &format!("to {:?}", planned.action)));
-            }
-        }
-        Ok(())
+/// Every pack `model` lists has one decision in `packs`, and the decisions agree with what the
+/// remote holds: only a marked pack is rescued, waits or is deleted; only an unmarked one is
+/// kept, marked or left young; a pack to repack is marked.
+fn check_decided(model: &Model, packs: &BTreeMap<ObjectId, PlannedPack>) -> Result<()> {
+    let wrong = |id: &ObjectId, what: &str| Error::Internal {
+        detail: format!("gc --remote planned pack {} {what}", id.short()),
+    };
+    if let Some(id) = model.packs.keys().find(|id| !packs.contains_key(id)) {
+        return Err(wrong(id, "without a decision"));
     }
+    for (id, planned) in packs {
+        let Some(pack) = model.packs.get(id) else {
+            return Err(wrong(id, "that the remote does not list"));
+        };
+        let marked = pack.mark_ms.is_some();
+        let fits = match planned.action {
+            PackAction::Keep | PackAction::Mark | PackAction::Young => !marked,
+            PackAction::Rescue | PackAction::Wait | PackAction::Delete => marked,
+        };
+        if !fits || (planned.repack && planned.action != PackAction::Mark) {
+            return Err(wrong(id, &format!("to {:?}", planned.action)));
+        }
+    }
+    Ok(())
+}
 
+impl RemoteGcPlan {
     /// The packs whose decision is `action`, in id order, with their sizes.
     pub fn with_action(&self, action: PackAction) -> Vec<(ObjectId, u64)> {
         self.packs
@@ -1488,4 +1486,255 @@ pub fn verify_remote(
         problems,
         requests: remote.requests(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pack::Compression;
+    use crate::progress::NoProgress;
+
+    const GRACE_MS: i64 = 60_000;
+    const NOW_MS: i64 = 10_000_000;
+
+    fn id(n: u8) -> ObjectId {
+        ObjectId([n; 32])
+    }
+
+    /// A complete pack of `frames` frames of 100 bytes, object `objects[i]` in frame `i`.
+    fn pack(frames: u32, objects: &[u8], modified_ms: i64, mark_ms: Option<i64>) -> PackState {
+        PackState {
+            size: u64::from(frames) * 100,
+            complete: true,
+            modified_ms,
+            mark_ms,
+            frames: (0..frames)
+                .map(|f| FrameRecord {
+                    offset: u64::from(f) * 100,
+                    stored_length: 100,
+                    raw_length: 100,
+                    compression: Compression::None,
+                })
+                .collect(),
+            objects: objects
+                .iter()
+                .enumerate()
+                .map(|(frame, n)| ObjectRecord {
+                    id: id(*n),
+                    kind: ObjectKind::Chunk,
+                    frame: frame as u32,
+                    offset: 0,
+                    length: 10,
+                })
+                .collect(),
+        }
+    }
+
+    /// The model of `packs`, live bytes counted as the collector counts them.
+    fn model(packs: Vec<(u8, PackState)>, live: &HashSet<(ObjectId, ObjectKind)>) -> Model {
+        let mut model = Model {
+            packs: BTreeMap::new(),
+            live_bytes: HashMap::new(),
+        };
+        for (n, pack) in packs {
+            let bytes = pack
+                .objects
+                .iter()
+                .filter(|o| live.contains(&(o.id, o.kind)))
+                .map(|o| u64::from(pack.frames[o.frame as usize].stored_length))
+                .sum();
+            model.live_bytes.insert(id(n), bytes);
+            model.packs.insert(id(n), pack);
+        }
+        model
+    }
+
+    /// Each decision of step 8, one pack each: kept, marked (old, unreferenced), young,
+    /// rescued (marked, needed), deleted (mark past the grace and a second), waiting (mark
+    /// within it), repacked (a tenth live: marked after its live frame is copied); and every
+    /// pack got exactly one decision.
+    #[test]
+    fn every_pack_gets_the_decision_its_state_calls_for() {
+        let live: HashSet<(ObjectId, ObjectKind)> = [101, 104, 107]
+            .into_iter()
+            .map(|n| (id(n), ObjectKind::Chunk))
+            .collect();
+        let old = NOW_MS - GRACE_MS;
+        let model = model(
+            vec![
+                (1, pack(1, &[101], old, None)),
+                (2, pack(1, &[102], old, None)),
+                (3, pack(1, &[103], NOW_MS - GRACE_MS + 1, None)),
+                (4, pack(1, &[104], old, Some(old))),
+                (5, pack(1, &[105], old, Some(NOW_MS - GRACE_MS - 1000))),
+                (6, pack(1, &[106], old, Some(NOW_MS - GRACE_MS - 999))),
+                (7, pack(10, &[107, 117, 127], old, None)),
+            ],
+            &live,
+        );
+        let decision = model.decide(&live, true, &HashSet::new());
+        let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
+        check_decided(&model, &packs).unwrap();
+        let actions: Vec<(u8, PackAction, bool)> = packs
+            .iter()
+            .map(|(id, p)| (id.0[0], p.action, p.repack))
+            .collect();
+        assert_eq!(
+            actions,
+            vec![
+                (1, PackAction::Keep, false),
+                (2, PackAction::Mark, false),
+                (3, PackAction::Young, false),
+                (4, PackAction::Rescue, false),
+                (5, PackAction::Delete, false),
+                (6, PackAction::Wait, false),
+                (7, PackAction::Mark, true),
+            ]
+        );
+        assert_eq!(
+            decision.repack[&id(7)],
+            vec![0],
+            "only the live frame is copied"
+        );
+        assert_eq!(decision.missing, 0);
+        // Without repacking, the mostly dead pack is kept as it is.
+        let decision = model.decide(&live, false, &HashSet::new());
+        let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
+        assert_eq!(packs[&id(7)].action, PackAction::Keep);
+        // A live object no pack holds is counted missing; an object two unmarked packs
+        // hold keeps the smaller id only.
+        let mut live = live;
+        live.insert((id(200), ObjectKind::Chunk));
+        let model = super::tests::model(
+            vec![
+                (8, pack(1, &[101], old, None)),
+                (9, pack(1, &[101], old, None)),
+            ],
+            &live,
+        );
+        let decision = model.decide(&live, true, &HashSet::new());
+        let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
+        assert_eq!(decision.missing, 3, "104, 107 and 200 are in no pack");
+        assert_eq!(
+            (packs[&id(8)].action, packs[&id(9)].action),
+            (PackAction::Keep, PackAction::Mark)
+        );
+    }
+
+    /// A decision that does not fit the pack's state, or a pack without one, is refused.
+    #[test]
+    fn a_pack_without_a_fitting_decision_is_refused() {
+        let model = model(vec![(1, pack(1, &[101], 0, None))], &HashSet::new());
+        let planned = |action, repack| {
+            BTreeMap::from([(
+                id(1),
+                PlannedPack {
+                    size: 100,
+                    action,
+                    repack,
+                },
+            )])
+        };
+        check_decided(&model, &planned(PackAction::Mark, true)).unwrap();
+        for (action, repack) in [
+            (PackAction::Delete, false),
+            (PackAction::Rescue, false),
+            (PackAction::Keep, true),
+        ] {
+            assert!(matches!(
+                check_decided(&model, &planned(action, repack)),
+                Err(Error::Internal { .. })
+            ));
+        }
+        assert!(check_decided(&model, &BTreeMap::new()).is_err());
+    }
+
+    /// Against a file:// remote in a temporary directory: a plan changes nothing on the remote
+    /// but its `clock` key; its dry-run report lists what the real run then marks; with the
+    /// clock a grace ahead, the next plan deletes the marked pack and execute deletes it,
+    /// keeping the referenced dataset's pack.
+    #[test]
+    fn plan_then_execute_marks_then_deletes_what_no_ref_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::init(&dir.path().join("store")).unwrap();
+        for (dataset, content) in [("keep", "kept bytes"), ("drop", "dropped bytes")] {
+            let data = dir.path().join(dataset);
+            std::fs::create_dir_all(&data).unwrap();
+            std::fs::write(data.join("f"), content).unwrap();
+            crate::ops::commit::commit(
+                &mut store,
+                &data,
+                &crate::ops::commit::CommitOptions::new(dataset),
+                &NoProgress,
+            )
+            .unwrap();
+        }
+        let remote_dir = dir.path().join("remote");
+        std::fs::create_dir_all(&remote_dir).unwrap();
+        let url = format!("file://{}", remote_dir.display());
+        super::super::add_remote(&mut store, "origin", &url, &Default::default()).unwrap();
+        let push = crate::ops::sync::PushOptions {
+            force: false,
+            requests: 2,
+        };
+        crate::ops::sync::push(&mut store, "origin", &[], &push, &NoProgress).unwrap();
+        remove_remote_refs(&mut store, "origin", "drop", None).unwrap();
+        // Every file of the remote but the clock key, with its bytes.
+        fn files(dir: &std::path::Path, into: &mut BTreeMap<std::path::PathBuf, Vec<u8>>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    files(&path, into);
+                } else if path.file_name().is_some_and(|n| n != "clock") {
+                    into.insert(path.clone(), std::fs::read(&path).unwrap());
+                }
+            }
+        }
+        let snapshot = || {
+            let mut into = BTreeMap::new();
+            files(&remote_dir, &mut into);
+            into
+        };
+        let before = snapshot();
+        let mut options = RemoteGcOptions::default();
+        options.grace = Duration::from_secs(3600);
+        // Packs this small are mostly index: none is worth repacking here.
+        options.repack = false;
+        // Just pushed: both packs younger than the grace.
+        let data = store.lock_data_shared().unwrap();
+        let young = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        assert_eq!(young.with_action(PackAction::Young).len(), 1, "{young:?}");
+        assert_eq!(young.with_action(PackAction::Keep).len(), 1, "{young:?}");
+        // A grace later (by the clock offset): the dropped dataset's pack is marked.
+        options.clock_offset = Duration::from_secs(3601);
+        let planned = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        let to_mark = planned.with_action(PackAction::Mark);
+        assert_eq!(to_mark.len(), 1, "{planned:?}");
+        let report = planned.report();
+        assert!(report.dry_run);
+        assert_eq!(report.marked.packs, vec![to_mark[0].0]);
+        assert_eq!(snapshot(), before, "planning changed the remote");
+        let marked = execute(&mut store, &data, planned, &NoProgress).unwrap();
+        assert_eq!(marked.marked.packs, vec![to_mark[0].0]);
+        assert!(
+            remote_dir
+                .join("marks")
+                .join(to_mark[0].0.to_hex())
+                .exists()
+        );
+        // Now (no offset), the mark is within its grace: the pack waits.
+        options.clock_offset = Duration::ZERO;
+        let waiting = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        assert_eq!(waiting.with_action(PackAction::Wait), to_mark);
+        // A grace (and a second) after the mark: deleted, and the kept pack stays.
+        options.clock_offset = Duration::from_secs(3601);
+        let due = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        assert_eq!(due.with_action(PackAction::Delete), to_mark);
+        let kept = due.with_action(PackAction::Keep);
+        let deleted = execute(&mut store, &data, due, &NoProgress).unwrap();
+        assert_eq!(deleted.deleted.packs, vec![to_mark[0].0]);
+        let pack_file = |id: &ObjectId| remote_dir.join(format!("packs/{}.pack", id.to_hex()));
+        assert!(!pack_file(&to_mark[0].0).exists());
+        assert!(pack_file(&kept[0].0).exists());
+    }
 }
