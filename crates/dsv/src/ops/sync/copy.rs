@@ -278,8 +278,10 @@ impl CopyPlan {
     /// What the copy would do, as `--dry-run` reports it: nothing written to DST, no ref
     /// moved.
     pub fn report(&self) -> CopyReport {
-        let mut transfer = Transfer::default();
-        transfer.requests = self.dst.requests();
+        let transfer = Transfer {
+            requests: self.dst.requests(),
+            ..Transfer::default()
+        };
         CopyReport {
             from: self.from.clone(),
             to: self.to.clone(),

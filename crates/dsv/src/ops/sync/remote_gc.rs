@@ -1696,10 +1696,12 @@ mod tests {
             into
         };
         let before = snapshot();
-        let mut options = RemoteGcOptions::default();
-        options.grace = Duration::from_secs(3600);
         // Packs this small are mostly index: none is worth repacking here.
-        options.repack = false;
+        let mut options = RemoteGcOptions {
+            grace: Duration::from_secs(3600),
+            repack: false,
+            ..RemoteGcOptions::default()
+        };
         // Just pushed: both packs younger than the grace.
         let data = store.lock_data_shared().unwrap();
         let young = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
