@@ -1250,18 +1250,88 @@ pub fn verify_remote(
 ) -> Result<RemoteVerifyReport> {
     let data = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
-    let jobs = options.requests;
     let mut problems = Vec::new();
     progress.phase("reading the remote's pack indexes");
+    let read = read_indexes(&remote, options.requests, &mut problems)?;
+    // Refs: each one's closure in the packs.
+    progress.phase("reading the remote's refs and metadata");
+    let fetched = fetch_with(store, &data, &record, &remote, options.requests, progress)?;
+    let refs: Vec<(String, ObjectId)> = fetched
+        .refs
+        .iter()
+        .map(|r| match &r.tag {
+            Some(tag) => (format!("{}@{tag}", r.dataset), r.version),
+            None => (r.dataset.clone(), r.version),
+        })
+        .collect();
+    let objects = check_refs(store, &refs, &read.held, &mut problems);
+    // Packs: a sample of frames, or every byte.
+    let mut checker = PackChecker {
+        remote: &remote,
+        full: options.full,
+        problems: &mut problems,
+        maps: super::prove::RemoteMaps::default(),
+        frames: 0,
+        bytes: 0,
+    };
+    checker.check_all(&read.indexes, progress)?;
+    let PackChecker {
+        maps,
+        frames,
+        mut bytes,
+        ..
+    } = checker;
+    // With --full, every file of every ref: each file map the remote holds for it is proven
+    // against the file id (its chunks joined and hashed), as a checkout would prove it.
+    let mut files = 0;
+    if options.full {
+        progress.phase("proving the file maps");
+        let (proven, downloaded) =
+            maps.prove_refs(store, &record, &remote, &refs, &mut problems)?;
+        files = proven;
+        bytes += downloaded;
+    }
+    Ok(RemoteVerifyReport {
+        remote: record.name,
+        full: options.full,
+        refs: refs.len() as u64,
+        objects,
+        packs: read.indexes.len() as u64,
+        frames,
+        bytes,
+        marked: read.marked,
+        incomplete: read.incomplete,
+        files,
+        problems,
+        requests: remote.requests(),
+    })
+}
+
+/// What `verify --remote` read of the remote's packs: every complete pack's index that
+/// parses, the objects they hold, and the packs marked or incomplete.
+struct IndexesRead {
+    indexes: Vec<ReadIndex>,
+    held: HashSet<(ObjectId, ObjectKind)>,
+    /// Listed packs with a gc mark.
+    marked: u64,
+    /// Pack keys without their pair.
+    incomplete: u64,
+}
+
+/// `verify --remote`'s first step: lists the packs and marks and reads every complete pack's
+/// `.idx`; an index that does not parse (or a listing of bad keys) is a problem, not an
+/// error.
+fn read_indexes(
+    remote: &Remote,
+    jobs: usize,
+    problems: &mut Vec<RemoteProblem>,
+) -> Result<IndexesRead> {
     let listed = remote.list_all_packs()?;
     let marks = remote.list_marks()?;
-    let mut held: HashSet<(ObjectId, ObjectKind)> = HashSet::new();
-    let mut indexes: Vec<ReadIndex> = Vec::new();
     let complete: Vec<(ObjectId, u64)> = listed
         .iter()
         .filter_map(|(id, p)| p.pack_size.filter(|_| p.has_index).map(|size| (*id, size)))
         .collect();
-    let incomplete = (listed.len() - complete.len()) as u64;
     let tails = remote.get_many(
         complete
             .iter()
@@ -1280,6 +1350,8 @@ pub fn verify_remote(
         }
         Err(e) => return Err(e),
     };
+    let mut held = HashSet::new();
+    let mut indexes = Vec::new();
     for ((id, size), tail) in complete.iter().zip(tails) {
         match crate::pack::reader::parse_tail(&tail, *size) {
             Ok((frames, objects)) => {
@@ -1292,16 +1364,26 @@ pub fn verify_remote(
             }),
         }
     }
-    // Refs: each one's closure in the packs.
-    progress.phase("reading the remote's refs and metadata");
-    let fetched = fetch_with(store, &data, &record, &remote, jobs, progress)?;
+    Ok(IndexesRead {
+        indexes,
+        held,
+        marked: marks.keys().filter(|id| listed.contains_key(id)).count() as u64,
+        incomplete: (listed.len() - complete.len()) as u64,
+    })
+}
+
+/// Each ref (`what`, version): the objects its version reaches, outboards aside, must all be
+/// `held` by a complete pack; a ref whose closure lacks some, or cannot be read, is a
+/// problem. Returns how many objects the refs reach.
+fn check_refs(
+    store: &Store,
+    refs: &[(String, ObjectId)],
+    held: &HashSet<(ObjectId, ObjectKind)>,
+    problems: &mut Vec<RemoteProblem>,
+) -> u64 {
     let mut objects = 0;
-    for reference in &fetched.refs {
-        let what = match &reference.tag {
-            Some(tag) => format!("{}@{tag}", reference.dataset),
-            None => reference.dataset.clone(),
-        };
-        match reachable(store, &[reference.version]) {
+    for (what, version) in refs {
+        match reachable(store, &[*version]) {
             Ok(live) => {
                 let mut lacking: Vec<&(ObjectId, ObjectKind)> = live
                     .iter()
@@ -1311,10 +1393,10 @@ pub fn verify_remote(
                 lacking.sort_by_key(|(id, kind)| (*id, *kind as u8));
                 if let Some((id, kind)) = lacking.first() {
                     problems.push(RemoteProblem {
-                        what,
+                        what: what.clone(),
                         detail: format!(
                             "names version {} whose {} {} (and {} more objects) no complete pack holds",
-                            reference.version.short(),
+                            version.short(),
                             kind.name(),
                             id.short(),
                             lacking.len() - 1
@@ -1323,36 +1405,54 @@ pub fn verify_remote(
                 }
             }
             Err(e) => problems.push(RemoteProblem {
-                what,
+                what: what.clone(),
                 detail: format!(
                     "names version {} whose objects cannot be read: {e}",
-                    reference.version.short()
+                    version.short()
                 ),
             }),
         }
     }
-    // Packs: a sample of frames, or every byte.
-    let mut frames_checked = 0u64;
-    let mut bytes = 0u64;
-    let total: u64 = if options.full {
-        indexes.iter().map(|(_, size, ..)| *size).sum()
-    } else {
-        indexes.len() as u64
-    };
-    progress.start(
-        "checking packs",
-        total,
-        if options.full {
-            Unit::Bytes
+    objects
+}
+
+/// `verify --remote`'s check of the packs: each pack's first and last frame, or with `full`
+/// the whole pack (against its id and `.idx`) and every frame; what is wrong goes into
+/// `problems`, the file maps of checked frames (with `full`) into `maps`.
+struct PackChecker<'a> {
+    remote: &'a Remote,
+    full: bool,
+    problems: &'a mut Vec<RemoteProblem>,
+    maps: super::prove::RemoteMaps,
+    /// Frames checked.
+    frames: u64,
+    /// Bytes downloaded.
+    bytes: u64,
+}
+
+impl PackChecker<'_> {
+    /// Checks every pack of `indexes`, with progress.
+    fn check_all(&mut self, indexes: &[ReadIndex], progress: &dyn Progress) -> Result<()> {
+        let total: u64 = if self.full {
+            indexes.iter().map(|(_, size, ..)| *size).sum()
         } else {
-            Unit::Files
-        },
-    );
-    let mut maps = super::prove::RemoteMaps::default();
-    for (id, size, frames, pack_objects, tail) in &indexes {
-        crate::interrupt::check()?;
+            indexes.len() as u64
+        };
+        let unit = if self.full { Unit::Bytes } else { Unit::Files };
+        progress.start("checking packs", total, unit);
+        for index in indexes {
+            crate::interrupt::check()?;
+            self.check(index)?;
+            progress.advance(if self.full { index.1 } else { 1 });
+        }
+        progress.finish();
+        Ok(())
+    }
+
+    /// Checks one pack: its sample of frames, or all of it.
+    fn check(&mut self, (id, size, frames, objects, tail): &ReadIndex) -> Result<()> {
         let key = remote::pack_key(id).to_string();
-        let chosen: Vec<usize> = if options.full {
+        let chosen: Vec<usize> = if self.full {
             (0..frames.len()).collect()
         } else {
             let mut sample = vec![0, frames.len().saturating_sub(1)];
@@ -1360,132 +1460,124 @@ pub fn verify_remote(
             sample.retain(|f| *f < frames.len());
             sample
         };
-        let body = if options.full {
-            match remote.get_pack(id, *size) {
-                Ok(body) => {
-                    bytes += body.len() as u64;
-                    if ObjectId::of(&body) != *id {
-                        problems.push(RemoteProblem {
-                            what: key.clone(),
-                            detail: "its bytes do not hash to its id".into(),
-                        });
-                    }
-                    if !body.ends_with(tail) || body.len() as u64 != *size {
-                        problems.push(RemoteProblem {
-                            what: key.clone(),
-                            detail: "its tail differs from its .idx".into(),
-                        });
-                    }
-                    Some(body)
-                }
-                Err(e @ (Error::Corrupt { .. } | Error::Remote { .. })) => {
-                    problems.push(RemoteProblem {
-                        what: key.clone(),
-                        detail: e.to_string(),
-                    });
-                    None
-                }
-                Err(e) => return Err(e),
-            }
+        let body = if self.full {
+            self.whole_pack(id, *size, tail, &key)?
         } else {
             None
         };
         for index in chosen {
             let frame = frames[index];
-            let range = frame.offset..frame.offset + u64::from(frame.stored_length);
             let stored = match &body {
-                Some(body) => body
-                    .get(range.start as usize..range.end as usize)
-                    .map(|b| b.to_vec()),
-                None if options.full => None,
-                None => {
-                    let mut got = None;
-                    let fetched = remote.get_ranges(
-                        vec![(*id, range.clone())],
-                        1,
-                        std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
-                        |b| {
-                            got = Some(b.to_vec());
-                            Ok(())
-                        },
-                    );
-                    if let Err(e) = fetched {
-                        problems.push(RemoteProblem {
-                            what: key.clone(),
-                            detail: e.to_string(),
-                        });
-                    }
-                    if let Some(got) = &got {
-                        bytes += got.len() as u64;
-                    }
-                    got
-                }
+                Some(body) => frame_range(&frame)
+                    .and_then(|range| body.get(range))
+                    .map(<[u8]>::to_vec),
+                None if self.full => None,
+                None => self.get_frame(id, &frame, &key),
             };
             let Some(stored) = stored else {
                 continue;
             };
-            let members: Vec<(ObjectId, ObjectKind, u32, u32)> = pack_objects
+            let members: Vec<(ObjectId, ObjectKind, u32, u32)> = objects
                 .iter()
                 .filter(|o| o.frame as usize == index)
                 .map(|o| (o.id, o.kind, o.offset, o.length))
                 .collect();
-            frames_checked += 1;
-            // With --full, the file maps in it are kept, to be proven below.
-            let checked = if options.full && super::prove::RemoteMaps::wants(&members) {
-                let kept = members.clone();
-                EncodedFrame::verified_with_raw(
-                    stored,
-                    frame.raw_length,
-                    frame.compression,
-                    members,
-                )
-                .map(|(_, raw)| maps.add(id, &raw, &kept))
-            } else {
-                EncodedFrame::verified(stored, frame.raw_length, frame.compression, members)
-                    .map(|_| ())
-            };
-            if let Err(detail) = checked {
-                problems.push(RemoteProblem {
-                    what: key.clone(),
-                    detail: format!("frame at offset {}: {detail}", frame.offset),
-                });
-            }
+            self.frames += 1;
+            self.check_frame(id, &frame, stored, members, &key);
         }
-        progress.advance(if options.full { *size } else { 1 });
+        Ok(())
     }
-    progress.finish();
-    // With --full, every file of every ref: each file map the remote holds for it is proven
-    // against the file id (its chunks joined and hashed), as a checkout would prove it.
-    let mut files = 0;
-    if options.full {
-        progress.phase("proving the file maps");
-        let refs: Vec<(String, ObjectId)> = fetched
-            .refs
-            .iter()
-            .map(|r| match &r.tag {
-                Some(tag) => (format!("{}@{tag}", r.dataset), r.version),
-                None => (r.dataset.clone(), r.version),
-            })
-            .collect();
-        let (proven, downloaded) =
-            maps.prove_refs(store, &record, &remote, &refs, &mut problems)?;
-        files = proven;
-        bytes += downloaded;
+
+    /// With `full`: the whole pack, checked against its id and its `.idx` (a mismatch is a
+    /// problem; an unreadable pack is one too, and `None`).
+    fn whole_pack(
+        &mut self,
+        id: &ObjectId,
+        size: u64,
+        tail: &bytes::Bytes,
+        key: &str,
+    ) -> Result<Option<bytes::Bytes>> {
+        let mut problem = |detail: String| {
+            self.problems.push(RemoteProblem {
+                what: key.to_string(),
+                detail,
+            });
+        };
+        match self.remote.get_pack(id, size) {
+            Ok(body) => {
+                self.bytes += body.len() as u64;
+                if ObjectId::of(&body) != *id {
+                    problem("its bytes do not hash to its id".into());
+                }
+                if !body.ends_with(tail) || body.len() as u64 != size {
+                    problem("its tail differs from its .idx".into());
+                }
+                Ok(Some(body))
+            }
+            Err(e @ (Error::Corrupt { .. } | Error::Remote { .. })) => {
+                problem(e.to_string());
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
-    Ok(RemoteVerifyReport {
-        remote: record.name,
-        full: options.full,
-        refs: fetched.refs.len() as u64,
-        objects,
-        packs: indexes.len() as u64,
-        frames: frames_checked,
-        bytes,
-        marked: marks.keys().filter(|id| listed.contains_key(id)).count() as u64,
-        incomplete,
-        files,
-        problems,
-        requests: remote.requests(),
-    })
+
+    /// One frame's stored bytes, by a ranged GET (a failure is a problem, and `None`).
+    fn get_frame(&mut self, id: &ObjectId, frame: &FrameRecord, key: &str) -> Option<Vec<u8>> {
+        let range = frame.offset..frame.offset + u64::from(frame.stored_length);
+        let mut got = None;
+        let fetched = self.remote.get_ranges(
+            vec![(*id, range)],
+            1,
+            std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
+            |b| {
+                got = Some(b.to_vec());
+                Ok(())
+            },
+        );
+        if let Err(e) = fetched {
+            self.problems.push(RemoteProblem {
+                what: key.to_string(),
+                detail: e.to_string(),
+            });
+        }
+        if let Some(got) = &got {
+            self.bytes += got.len() as u64;
+        }
+        got
+    }
+
+    /// Checks one frame: it decompresses to its length and every object in it hashes to its
+    /// id; with `full`, its file maps are kept, to be proven later.
+    fn check_frame(
+        &mut self,
+        id: &ObjectId,
+        frame: &FrameRecord,
+        stored: Vec<u8>,
+        members: Vec<(ObjectId, ObjectKind, u32, u32)>,
+        key: &str,
+    ) {
+        let (raw_length, compression) = (frame.raw_length, frame.compression);
+        let checked = if self.full && super::prove::RemoteMaps::wants(&members) {
+            let kept = members.clone();
+            EncodedFrame::verified_with_raw(stored, raw_length, compression, members)
+                .map(|(_, raw)| self.maps.add(id, &raw, &kept))
+        } else {
+            EncodedFrame::verified(stored, raw_length, compression, members).map(|_| ())
+        };
+        if let Err(detail) = checked {
+            self.problems.push(RemoteProblem {
+                what: key.to_string(),
+                detail: format!("frame at offset {}: {detail}", frame.offset),
+            });
+        }
+    }
+}
+
+/// A frame's byte range within its pack, as `usize` (`None` when it does not fit).
+fn frame_range(frame: &FrameRecord) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(frame.offset).ok()?;
+    Some(start..start.checked_add(frame.stored_length as usize)?)
 }
 
 #[cfg(test)]
