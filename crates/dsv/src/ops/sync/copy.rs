@@ -1215,3 +1215,164 @@ impl CopyPlan {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::ops::commit::{CommitOptions, commit};
+    use crate::ops::sync::{PushOptions, add_remote, push};
+
+    /// Every file under `dir`, with its bytes.
+    fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, into: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, into);
+                } else {
+                    into.insert(path.clone(), std::fs::read(&path).unwrap());
+                }
+            }
+        }
+        let mut into = BTreeMap::new();
+        walk(dir, &mut into);
+        into
+    }
+
+    /// Commits `content` as `name` in `dataset` (with `tag`).
+    fn commit_file(store: &mut Store, dir: &Path, name: &str, content: &[u8], tag: Option<&str>) {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join(name), content).unwrap();
+        let mut options = CommitOptions::new("ds");
+        options.tag = tag.map(str::to_string);
+        commit(store, &data, &options, &NoProgress).unwrap();
+    }
+
+    fn push_to(store: &mut Store, remote: &str) {
+        let options = PushOptions {
+            force: false,
+            requests: 2,
+        };
+        push(store, remote, &[], &options, &NoProgress).unwrap();
+    }
+
+    fn statuses(refs: &[PushedRef]) -> Vec<(Option<String>, &'static str)> {
+        refs.iter().map(|r| (r.tag.clone(), r.status)).collect()
+    }
+
+    /// A store with remotes `src` and `dst` (directories in `dir`): `ds`'s first version on
+    /// both, its second (tagged `v2`) on `src` only.
+    fn two_remotes(dir: &Path) -> Store {
+        let mut store = Store::init(&dir.join("store")).unwrap();
+        for name in ["src", "dst"] {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+            let url = format!("file://{}", dir.join(name).display());
+            add_remote(&mut store, name, &url, &Default::default()).unwrap();
+        }
+        commit_file(&mut store, dir, "a", &[1; 100_000], None);
+        push_to(&mut store, "src");
+        push_to(&mut store, "dst");
+        commit_file(&mut store, dir, "b", &[2; 200_000], Some("v2"));
+        push_to(&mut store, "src");
+        store
+    }
+
+    /// The plan decides each DST ref (the head a fast-forward, the tag created) and each SRC
+    /// pack (the second version's pack, all of it needed: whole), writes nothing to DST, and
+    /// is what execute then does; once in place, the plan sends nothing.
+    #[test]
+    fn a_plan_writes_nothing_and_execute_does_what_it_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = two_remotes(dir.path());
+        let before = files(&dir.path().join("dst"));
+        let data = store.lock_data_shared().unwrap();
+        let revisions = ["ds".to_string()];
+        let options = CopyOptions::default();
+        let planned = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &options,
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(
+            statuses(&planned.refs),
+            vec![(None, "updated"), (Some("v2".into()), "created")]
+        );
+        assert_eq!(planned.packs.len(), 1, "{planned:?}");
+        assert_eq!(planned.packs[0].action, SourcePackAction::Whole);
+        assert_eq!(planned.planned.versions, 1);
+        assert_eq!(planned.report().dry_run, true);
+        assert_eq!(
+            files(&dir.path().join("dst")),
+            before,
+            "planning wrote to dst"
+        );
+        let packs = planned.packs.clone();
+        let report = execute(&mut store, &data, planned, &NoProgress).unwrap();
+        assert!(!report.dry_run);
+        assert_eq!(
+            statuses(&report.refs),
+            vec![(None, "updated"), (Some("v2".into()), "created")]
+        );
+        assert_eq!(report.transfer.packs, 1);
+        let pack = dir
+            .path()
+            .join(format!("dst/packs/{}.pack", packs[0].pack.to_hex()));
+        assert!(pack.exists(), "the whole pack went under its own name");
+        // In place now: nothing to send, every ref up to date.
+        let again = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &options,
+            &NoProgress,
+        )
+        .unwrap();
+        assert!(again.packs.is_empty());
+        assert!(again.refs.iter().all(|r| r.status == "up-to-date"));
+    }
+
+    /// A DST head that descends from the version copied stays (`ahead`) unless forced (then
+    /// `forced`); SRC's tag of a later version is not copied with an older one.
+    #[test]
+    fn a_head_ahead_stays_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = two_remotes(dir.path());
+        // DST holds the second version: the first is behind its head.
+        push_to(&mut store, "dst");
+        let data = store.lock_data_shared().unwrap();
+        let revisions = ["ds~1".to_string()];
+        let planned = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &CopyOptions::default(),
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(statuses(&planned.refs), vec![(None, "ahead")]);
+        let force = CopyOptions {
+            force: true,
+            ..CopyOptions::default()
+        };
+        let forced = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &force,
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(statuses(&forced.refs), vec![(None, "forced")]);
+    }
+}

@@ -653,3 +653,102 @@ impl PullPlan {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::ops::commit::{CommitOptions, commit};
+    use crate::ops::sync::{FetchOptions, PushOptions, add_remote, fetch, push};
+    use crate::progress::NoProgress;
+
+    fn commit_file(store: &mut Store, dir: &Path, name: &str, size: usize, tag: Option<&str>) {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(data.join(name), bytes).unwrap();
+        let mut options = CommitOptions::new("ds");
+        options.tag = tag.map(str::to_string);
+        commit(store, &data, &options, &NoProgress).unwrap();
+    }
+
+    /// The store's files that a plan must leave alone: the pack files, and the catalog's rows
+    /// a pull writes (heads, tags, recorded refs and packs).
+    fn state(store: &Store) -> (usize, Vec<String>) {
+        let packs = std::fs::read_dir(store.packs_dir()).unwrap().count();
+        let catalog = store.catalog();
+        let mut rows: Vec<String> = catalog
+            .datasets()
+            .unwrap()
+            .into_iter()
+            .map(|d| format!("{}={:?}", d.name, d.head))
+            .collect();
+        for remote in catalog.remotes().unwrap() {
+            rows.push(format!("{:?}", catalog.remote_refs(remote.id).unwrap()));
+            rows.push(format!("{:?}", catalog.remote_packs(remote.id).unwrap()));
+        }
+        rows.push(format!("{:?}", catalog.tag("ds", "v2").unwrap()));
+        (packs, rows)
+    }
+
+    /// Each decision of the pull plan, against a file:// remote: a version whose metadata is
+    /// not here (the head's fate unknown, a tag to copy), the same once fetched (moved, the
+    /// chunks to download), after the pull (up to date, nothing missing, the tag kept), and a
+    /// local head with versions of its own (diverged). No plan changes the store.
+    #[test]
+    fn a_pull_plan_decides_the_head_chunks_and_tags_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote_dir = dir.path().join("remote");
+        std::fs::create_dir_all(&remote_dir).unwrap();
+        let url = format!("file://{}", remote_dir.display());
+        let mut alice = Store::init(&dir.path().join("alice")).unwrap();
+        let mut bob = Store::init(&dir.path().join("bob")).unwrap();
+        add_remote(&mut alice, "origin", &url, &Default::default()).unwrap();
+        add_remote(&mut bob, "origin", &url, &Default::default()).unwrap();
+        let push_options = PushOptions {
+            force: false,
+            requests: 2,
+        };
+        commit_file(&mut alice, dir.path(), "a", 100_000, None);
+        push(&mut alice, "origin", &[], &push_options, &NoProgress).unwrap();
+        let target = RemoteRevision::parse("origin/ds").unwrap().unwrap();
+        let options = PullOptions::new(2);
+        pull(&mut bob, &target, &options, &NoProgress).unwrap();
+        commit_file(&mut alice, dir.path(), "b", 300_000, Some("v2"));
+        push(&mut alice, "origin", &[], &push_options, &NoProgress).unwrap();
+
+        let before = state(&bob);
+        let unknown = plan(&bob, &target, &options).unwrap();
+        assert_eq!(state(&bob), before, "planning changed the store");
+        assert_eq!(unknown.ref_cache, RefCache::Refresh);
+        assert!(!unknown.metadata_here);
+        assert_eq!(unknown.head, None);
+        assert_eq!(unknown.missing_objects, None);
+        assert_eq!(unknown.tags.len(), 1);
+        assert_eq!(unknown.tags[0].action, TagAction::Copy);
+
+        fetch(&mut bob, "origin", &FetchOptions::default(), &NoProgress).unwrap();
+        let before = state(&bob);
+        let known = plan(&bob, &target, &options).unwrap();
+        assert_eq!(state(&bob), before, "planning changed the store");
+        assert_eq!(known.version, unknown.version);
+        assert_eq!(known.ref_cache, RefCache::Hit);
+        assert_eq!(known.head, Some(HeadUpdate::Moved));
+        assert!(known.missing_objects.unwrap() > 0);
+        assert_eq!(known.unlocated_objects, Some(0));
+        assert!(known.missing_bytes.unwrap() > 0);
+
+        let pulled = pull(&mut bob, &target, &options, &NoProgress).unwrap();
+        assert_eq!(pulled.head, known.head);
+        let done = plan(&bob, &target, &options).unwrap();
+        assert_eq!(done.head, Some(HeadUpdate::UpToDate));
+        assert_eq!(done.missing_objects, Some(0));
+        assert_eq!(done.tags[0].action, TagAction::Kept);
+
+        // Bob's own version beside the remote's: diverged.
+        commit_file(&mut bob, dir.path(), "c", 10, None);
+        let diverged = plan(&bob, &target, &options).unwrap();
+        assert_eq!(diverged.head, Some(HeadUpdate::Diverged));
+    }
+}
