@@ -1308,7 +1308,7 @@ mod tests {
         assert_eq!(planned.packs.len(), 1, "{planned:?}");
         assert_eq!(planned.packs[0].action, SourcePackAction::Whole);
         assert_eq!(planned.planned.versions, 1);
-        assert_eq!(planned.report().dry_run, true);
+        assert!(planned.report().dry_run);
         assert_eq!(
             files(&dir.path().join("dst")),
             before,
