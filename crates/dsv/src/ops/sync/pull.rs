@@ -40,6 +40,13 @@
 //!    When the head moved, the workspace of the current directory follows if it held the old
 //!    head and `status` finds it clean (a checkout of the new head).
 //!
+//! `pull --dry-run` is [`plan`] (a [`PullPlan`]): the remote's refs read (one LIST, a GET of
+//! each ref this store has not seen), then, from this store alone, the head's fate, the
+//! chunks missing under `--include` with their bytes in the remote's recorded frames, and the
+//! tags copied or kept. Nothing is downloaded or written; the head's fate and the chunks are
+//! unknown while the version's metadata is not here. With `--rebase`, the rebase is planned
+//! after fetching that metadata (steps 1 and 2 only) when this store lacks it.
+//!
 //! A checkout of a local revision in a store that has remotes runs step 3 for its version
 //! (the remotes in read order) before checking out. With every chunk already here, it sends
 //! no request.

@@ -36,8 +36,14 @@
 //!    are deferred to the next run). A mark whose pack is gone is deleted past the grace,
 //!    and so is, on a file:// remote, a staging file (`KEY#N`) a killed upload left.
 //!
-//! `--dry-run` does steps 2 to 7's planning and reports what step 8 would do; it writes
-//! only the `clock` key.
+//! The run is [`plan`] then [`execute`]. [`plan`] reads (steps 1 to 6, and step 8's
+//! decisions: every pack listed gets exactly one [`PackAction`], checked before anything
+//! changes) and writes only the `clock` key; [`execute`] writes the format key (step 1), then
+//! repacks (checking that no pack it then marks or deletes is needed once the new packs are
+//! written) and acts. `--dry-run` is the plan's report ([`RemoteGcPlan::report`]): one
+//! branch in [`gc_remote`]. Every age is measured against the remote's clock plus
+//! [`RemoteGcOptions::clock_offset`] (zero but in tests, which let a grace pass without
+//! waiting).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
