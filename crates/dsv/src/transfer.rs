@@ -848,7 +848,7 @@ pub const DEFAULT_REMOTE_GRACE_SECONDS: u64 = 24 * 3600;
 
 /// What a writer (push, copy) may rely on in a remote that `dsv gc --remote` collects: the
 /// remote's pack indexes (refreshed) minus the packs with a gc mark. The writers' rule
-/// (docs/architecture.md, "Remote garbage collection"):
+/// (docs/format.md, "Remote garbage collection"):
 ///
 /// 1. An object found only in marked packs counts as absent: the writer sends it again, in
 ///    a pack whose id is not marked ([`WriterView::is_marked`]; a local pack whose id is

@@ -400,7 +400,7 @@ pub fn plan(
 
 /// Steps 3 to 6: metadata here (fetched unless this store already records every version: a
 /// stale record shows as a missing object in step 5 or 6, which fetches then), DST seen as a
-/// writer sees it (docs/architecture.md, "Remote garbage collection": DST's format is
+/// writer sees it (docs/format.md, "Remote garbage collection": DST's format is
 /// checked, and objects only in packs a `gc --remote` marked count as absent), every head
 /// checked, the closure DST lacks located in SRC, its file maps proven, and SRC's packs
 /// split into whole and partly needed ones.

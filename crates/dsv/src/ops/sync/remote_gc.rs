@@ -1,7 +1,7 @@
 //! A remote's garbage: removing its refs (`dsv rm --remote`, `dsv tag -d --remote`),
 //! collecting what no ref reaches (`dsv gc --remote`, lock-free, two-phase), and checking it
 //! (`dsv verify --remote`). The argument that no ref can name deleted data is in
-//! docs/architecture.md ("Remote garbage collection"); the keys in docs/format.md ("Remote
+//! docs/format.md ("Remote garbage collection"); the keys in docs/format.md ("Remote
 //! layout").
 //!
 //! # gc --remote
@@ -816,7 +816,7 @@ pub fn execute(
     }
     for (id, size) in to_delete {
         // A run longer than half the grace may have read refs a writer has moved since
-        // (docs/architecture.md): it deletes nothing more.
+        // (docs/format.md, "Remote garbage collection"): it deletes nothing more.
         // (A grace of zero promises that no writer runs: nothing to defer for.)
         if report.deferred
             || (!options.grace.is_zero() && plan.started.elapsed() > options.grace / 2)
