@@ -693,7 +693,13 @@ mod tests {
             .collect();
         for remote in catalog.remotes().unwrap() {
             rows.push(format!("{:?}", catalog.remote_refs(remote.id).unwrap()));
-            rows.push(format!("{:?}", catalog.remote_packs(remote.id).unwrap()));
+            let mut packs: Vec<ObjectId> = catalog
+                .remote_packs(remote.id)
+                .unwrap()
+                .into_iter()
+                .collect();
+            packs.sort();
+            rows.push(format!("{packs:?}"));
         }
         rows.push(format!("{:?}", catalog.tag("ds", "v2").unwrap()));
         (packs, rows)
