@@ -171,6 +171,8 @@ pub struct RemoteGcOptions {
     /// Added to the remote's clock as read: the run decides (marks, deletes, frees) as if
     /// this much more time had passed since every pack and mark was written. Zero (the
     /// default) for a real collection; a test sets it to see a grace pass without waiting.
+    /// Anything else breaks the writers' rule (docs/format.md, "Remote garbage collection":
+    /// a pack may go before a writer's re-check is due): never on a remote writers use.
     pub clock_offset: Duration,
 }
 
