@@ -208,6 +208,8 @@ fn pull_dry_run_fetches_nothing_and_plans_what_the_pull_does() {
         "{planned:#}"
     );
     assert_eq!(plan["unlocated_objects"], 0, "{planned:#}");
+    // As a pull, a pattern that selects nothing is an error.
+    bob.json_error(&["pull", "ds", "--dry-run", "--include", "nomatch/**"], 3);
     assert_eq!(
         store_and_workspace(bob.root()),
         before,

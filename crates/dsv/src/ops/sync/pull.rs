@@ -373,6 +373,33 @@ fn dry_run(
     Ok(report)
 }
 
+/// Each `--include` pattern (`include`, compiled: `globs`) must select a file of `version`:
+/// a typo is an error, not an empty pull.
+fn check_include(
+    store: &Store,
+    target: &RemoteRevision,
+    version: &ObjectId,
+    include: &[String],
+    globs: &globset::GlobSet,
+) -> Result<()> {
+    let mut matched = vec![false; include.len()];
+    let mut reader = store.reader();
+    let root = reader.version(version)?.tree;
+    walk_reachable(&mut reader, &root, None, &mut |reached| {
+        if let Reached::File { path, .. } = reached {
+            for index in globs.matches(path) {
+                matched[index] = true;
+            }
+        }
+        Ok(())
+    })?;
+    crate::read::check_all_matched(
+        include,
+        &matched,
+        &format!("{}/{}", target.remote, target.revision),
+    )
+}
+
 /// [`prepare_remote_revision`], then moves the local head of the dataset to the pulled
 /// version when that is a fast-forward (the local head is absent or an ancestor), and copies
 /// the remote's tags of the dataset that do not clash with local ones.
@@ -388,23 +415,7 @@ fn fast_forward(
         .transpose()?;
     let mut report = prepare_remote_revision(store, target, globs.as_ref(), jobs, progress)?;
     if let Some(globs) = &globs {
-        // Each pattern must select something: a typo is an error, not an empty pull.
-        let mut matched = vec![false; include.len()];
-        let mut reader = store.reader();
-        let root = reader.version(&report.version)?.tree;
-        walk_reachable(&mut reader, &root, None, &mut |reached| {
-            if let Reached::File { path, .. } = reached {
-                for index in globs.matches(path) {
-                    matched[index] = true;
-                }
-            }
-            Ok(())
-        })?;
-        crate::read::check_all_matched(
-            include,
-            &matched,
-            &format!("{}/{}", target.remote, target.revision),
-        )?;
+        check_include(store, target, &report.version, include, globs)?;
     }
     let record = store.catalog().remote(&target.remote)?;
     let _lock = store.lock()?;
@@ -523,7 +534,8 @@ pub struct PullPlan {
 /// # Errors
 /// [`Error::RevisionNotFound`] when the remote has no such ref (or an id prefix or `~N`
 /// this store cannot resolve: `dsv fetch` first); [`Error::Remote`]; as
-/// [`crate::read::glob_set`] for a bad `--include`.
+/// [`crate::read::glob_set`] for a bad `--include`, and, when the metadata is here, as a
+/// pull for a pattern that selects no file.
 pub fn plan(store: &Store, target: &RemoteRevision, options: &PullOptions) -> Result<PullPlan> {
     let _data = store.lock_data_shared()?;
     let (record, remote) = open(store, &target.remote)?;
@@ -576,6 +588,9 @@ pub fn plan(store: &Store, target: &RemoteRevision, options: &PullOptions) -> Re
         let globs = (!options.include.is_empty())
             .then(|| crate::read::glob_set(&options.include))
             .transpose()?;
+        if let Some(globs) = &globs {
+            check_include(store, target, &version, &options.include, globs)?;
+        }
         let missing = crate::transfer::missing_chunks(store, &[version], globs.as_ref())?;
         let (bytes, unlocated) = located_bytes(store, record.id, &missing)?;
         (Some(missing.len() as u64), Some(bytes), Some(unlocated))
