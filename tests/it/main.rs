@@ -43,6 +43,7 @@ mod scale_input;
 mod settings;
 mod stall;
 mod streaming;
+mod sync_plans;
 mod teamwork;
 mod terminal;
 mod trust;

@@ -184,7 +184,7 @@
 //!   with whatever else it holds: objects of other datasets, of versions not pushed, or of
 //!   other frames downloaded together. The remote then holds data that no ref needs.
 //! - Remote garbage is deleted only by `dsv gc --remote` (module [`remote_gc`]; the argument
-//!   that no ref names deleted data is in docs/architecture.md, "Remote garbage
+//!   that no ref names deleted data is in docs/format.md, "Remote garbage
 //!   collection"), which runs lock-free against writers that follow `transfer::writer_view`.
 //!   dsv binaries built before it do not know its rules; the guard pack makes them refuse a
 //!   collected remote (docs/format.md, "Remote layout").
