@@ -453,7 +453,7 @@ pub(crate) fn record_fetched_indexes(
     store: &mut Store,
     groups: &[(&[crate::pack::SealedPack], &str)],
 ) -> Result<()> {
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let writer = store.catalog_mut().writer()?;
     let mut maps = Vec::new();
     for (indexes, remote_name) in groups {

@@ -822,7 +822,7 @@ pub fn execute(
         }),
         _ => None,
     };
-    record(store, plan, new_head, sink, following.as_ref())?;
+    record(store, &data_lock, plan, new_head, sink, following.as_ref())?;
     // The new head names everything the rebase wrote, so gc keeps it without the data lock;
     // following the head takes the locks a checkout takes, in their order (never the data
     // lock while this one is held).
@@ -872,12 +872,13 @@ fn write_objects(store: &Store, plan: &RebasePlan) -> Result<Option<PackSink>> {
 /// the next run (or explained by `status`).
 fn record(
     store: &mut Store,
+    data_lock: &SharedDataLock,
     plan: &RebasePlan,
     new_head: ObjectId,
     sink: Option<PackSink>,
     following: Option<&Following>,
 ) -> Result<()> {
-    let lock = store.lock()?;
+    let lock = store.lock_head(data_lock)?;
     if store.catalog().head_or_none(&plan.dataset)? != plan.old_head {
         // Abandoning takes the store lock itself.
         drop(lock);
@@ -1367,7 +1368,8 @@ mod tests {
         plan.status = RebaseStatus::FastForward;
         plan.trees = built.trees.clone();
         let sink = write_objects(&store, &plan).unwrap();
-        let result = record(&mut store, &plan, head, sink, None);
+        let data_lock = store.lock_data_shared().unwrap();
+        let result = record(&mut store, &data_lock, &plan, head, sink, None);
         assert!(matches!(result, Err(Error::HeadMoved { .. })), "{result:?}");
         assert_eq!(store.catalog().head_or_none("d").unwrap(), Some(head));
         assert_eq!(packs(&store), before);

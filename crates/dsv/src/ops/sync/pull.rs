@@ -418,7 +418,7 @@ fn fast_forward(
         check_include(store, target, &report.version, include, globs)?;
     }
     let record = store.catalog().remote(&target.remote)?;
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let head = store.catalog().head_or_none(&report.dataset)?;
     let update = match head {
         None => HeadUpdate::Moved,
