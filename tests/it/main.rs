@@ -45,4 +45,5 @@ mod streaming;
 mod teamwork;
 mod terminal;
 mod trust;
+mod usage_exits;
 mod workflow;

@@ -1793,6 +1793,61 @@ mod kind_tests {
     }
 
     #[test]
+    fn a_rebase_stopped_by_conflicts_says_how_to_settle_them() {
+        let stopped = |one_side_settles| Error::RebaseConflicts {
+            dataset: "m".into(),
+            onto: "origin/m".into(),
+            conflicts: 1,
+            one_side_settles,
+        };
+        assert_eq!(
+            stopped(true).to_string(),
+            "cannot rebase m onto origin/m: 1 path(s) changed on both sides"
+        );
+        assert_eq!(stopped(true).kind(), ErrorKind::Conflict);
+        assert_eq!(
+            stopped(true).hints(),
+            [
+                "nothing was changed; choose a side and run it again: `dsv rebase origin/m --theirs` takes origin/m's version of every such path, `--ours` keeps yours (or per path: --theirs=PATH, --ours=PATH); or check out origin/m into a new directory (`dsv checkout origin/m DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`"
+            ]
+        );
+        assert!(
+            stopped(false).hints()[0].starts_with(
+                "nothing was changed; a file on one side where the other has entries below it cannot be settled with --ours or --theirs: check out origin/m"
+            )
+        );
+    }
+
+    /// The table gives each error its Python class: its own, or its kind's.
+    #[test]
+    fn python_classes_come_from_the_table() {
+        assert_eq!(
+            Error::NoStore { start: "/w".into() }.python_class(),
+            "NoStore"
+        );
+        assert_eq!(
+            Error::PathsNotFound {
+                revision: "d".into(),
+                paths: Vec::new()
+            }
+            .python_class(),
+            "PathNotFound"
+        );
+        assert_eq!(Error::NoRemote.python_class(), "Error");
+        assert_eq!(
+            Error::Internal { detail: "x".into() }.python_class(),
+            "InternalError"
+        );
+        assert_eq!(catalog(CatalogClass::Environment).python_class(), "IoError");
+        assert_eq!(remote(RemoteClass::Failed).python_class(), "RemoteError");
+        let failed = Error::RemotesFailed(Box::new(RemotesFailed {
+            first: Error::NoRemote,
+            tried: Vec::new(),
+        }));
+        assert_eq!(failed.python_class(), "Error");
+    }
+
+    #[test]
     fn io_errors_name_a_path_an_operation_or_a_source() {
         let path = io(io::ErrorKind::PermissionDenied);
         assert_eq!(path.to_string(), "I/O error on /data/x");
