@@ -82,9 +82,8 @@ impl Catalog {
             .conn
             .prepare_cached("SELECT 1 FROM objects WHERE id = ?1 AND kind = ?2")
             .in_catalog()?;
-        Ok(stmt
-            .exists(rusqlite::params![&id.0[..], kind as u8])
-            .in_catalog()?)
+        stmt.exists(rusqlite::params![&id.0[..], kind as u8])
+            .in_catalog()
     }
 
     /// Where the object `id` of `kind` is stored, or `None` when the store lacks it.
@@ -352,7 +351,7 @@ impl Catalog {
             .conn
             .prepare_cached("SELECT 1 FROM packs WHERE pack_id = ?1")
             .in_catalog()?;
-        Ok(stmt.exists([&id.0[..]]).in_catalog()?)
+        stmt.exists([&id.0[..]]).in_catalog()
     }
 
     /// Every pack the catalog names: (pack id, size in bytes).
@@ -549,10 +548,9 @@ impl Catalog {
             .conn
             .prepare_cached("SELECT remote FROM unproven_file_maps WHERE id = ?1")
             .in_catalog()?;
-        Ok(stmt
-            .query_row([&id.0[..]], |row| row.get(0))
+        stmt.query_row([&id.0[..]], |row| row.get(0))
             .optional()
-            .in_catalog()?)
+            .in_catalog()
     }
 
     /// Every unproven file map: (file id, remote it came from).

@@ -249,7 +249,7 @@ impl Catalog {
         let names = stmt
             .query_map([tag], |row| row.get::<_, String>(0))
             .in_catalog()?;
-        Ok(names.collect::<rusqlite::Result<_>>().in_catalog()?)
+        names.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// The tag of dataset `name` closest to `tag`, when it is close enough to be a typo
@@ -280,10 +280,9 @@ impl Catalog {
             "SELECT {VERSION_COLUMNS} FROM versions v JOIN datasets d ON d.id = v.dataset WHERE v.id = ?1"
         );
         let mut stmt = self.conn.prepare_cached(&sql).in_catalog()?;
-        Ok(stmt
-            .query_row([&id.0[..]], version_row)
+        stmt.query_row([&id.0[..]], version_row)
             .optional()
-            .in_catalog()?)
+            .in_catalog()
     }
 
     /// The version `id`, which the catalog must have (a dataset head, a parent, a workspace's
@@ -310,7 +309,7 @@ impl Catalog {
         let ids = stmt
             .query_map(params![name, prefix], |row| id_column(row, 0))
             .in_catalog()?;
-        Ok(ids.collect::<rusqlite::Result<_>>().in_catalog()?)
+        ids.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// The version tag `tag` of dataset `name` names, if any.
@@ -321,10 +320,9 @@ impl Catalog {
         let mut stmt = self.conn.prepare_cached(
             "SELECT t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 AND t.name = ?2",
         ).in_catalog()?;
-        Ok(stmt
-            .query_row(params![name, tag], |row| id_column(row, 0))
+        stmt.query_row(params![name, tag], |row| id_column(row, 0))
             .optional()
-            .in_catalog()?)
+            .in_catalog()
     }
 
     /// Every tag of dataset `name` with the version it names, sorted by tag.
@@ -338,7 +336,7 @@ impl Catalog {
         let rows = stmt
             .query_map([name], |row| Ok((row.get(0)?, id_column(row, 1)?)))
             .in_catalog()?;
-        Ok(rows.collect::<rusqlite::Result<_>>().in_catalog()?)
+        rows.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// Every version of dataset `name` ([`MEMBERS`]), newest first (by creation time, then
@@ -353,7 +351,7 @@ impl Catalog {
         let rows = stmt
             .query_map([name], |row| id_column(row, 0))
             .in_catalog()?;
-        Ok(rows.collect::<rusqlite::Result<_>>().in_catalog()?)
+        rows.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// Tags that name version `id`, sorted.
@@ -366,7 +364,7 @@ impl Catalog {
             .prepare_cached("SELECT name FROM tags WHERE version = ?1 ORDER BY name")
             .in_catalog()?;
         let names = stmt.query_map([&id.0[..]], |row| row.get(0)).in_catalog()?;
-        Ok(names.collect::<rusqlite::Result<_>>().in_catalog()?)
+        names.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// True when `ancestor` is `descendant` or one of its parents, walking the version table

@@ -119,11 +119,10 @@ impl Catalog {
             .conn
             .prepare(&format!("{WORKSPACE_COLUMNS} ORDER BY w.path"))
             .in_catalog()?;
-        Ok(stmt
-            .query_map([], read_workspace)
+        stmt.query_map([], read_workspace)
             .in_catalog()?
             .collect::<rusqlite::Result<_>>()
-            .in_catalog()?)
+            .in_catalog()
     }
 
     /// Every workspace whose directory exists (the same directory as recorded) and holds a
@@ -324,12 +323,11 @@ impl CatalogWriter<'_> {
                 params![unix_now(), &version.0[..]],
             )
             .in_catalog()?;
-        Ok(self
-            .tx
+        self.tx
             .query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| {
                 row.get(0)
             })
-            .in_catalog()?)
+            .in_catalog()
     }
 
     /// Forgets the workspace record at `path` (and its stat cache); false when there was none.
