@@ -1256,13 +1256,13 @@ impl Error {
     }
 
     /// The group this error belongs to (decides the CLI's exit code), from the table
-    /// ([`Error::facts`]).
+    /// (`Error::facts`).
     pub fn kind(&self) -> ErrorKind {
         self.facts().kind
     }
 
     /// The class (in the Python package's `dsv.errors`) this error is raised as, from the
-    /// table ([`Error::facts`]): its own class, or the class of its kind
+    /// table (`Error::facts`): its own class, or the class of its kind
     /// ([`ErrorKind::python_class`]).
     pub fn python_class(&self) -> &'static str {
         let facts = self.facts();
@@ -1299,7 +1299,7 @@ impl Error {
     /// Hints are worded for the command line: they name `dsv` commands and flags.
     ///
     /// A full disk and a path too long come first, whatever the variant; then the table's
-    /// hint ([`Error::facts`]). A [`Error::NotADirectory`] naming a file asks the file system
+    /// hint (`Error::facts`). A [`Error::NotADirectory`] naming a file asks the file system
     /// whether it is one (the hint then suggests `dsv import`).
     pub fn hints(&self) -> Vec<String> {
         if let Error::RemotesFailed(failed) = self {
