@@ -380,6 +380,7 @@ enum Command {
     ///   dsv copy mnist --from far --to near          # the head, its history and tags
     ///   dsv copy mnist@v3 imagenet --from s3-us --to az-eu --jobs 32
     ///   dsv copy mnist --from far --to near --json
+    ///   dsv copy mnist --from far --to near --dry-run   # what would move; nothing written
     #[command(verbatim_doc_comment)]
     Copy(CopyArgs),
     /// Download a dataset's version (default: the remote's head) and what it needs; move the
@@ -395,6 +396,7 @@ enum Command {
     ///   dsv pull mnist
     ///   dsv pull mnist@v3 --include 'train/**'
     ///   cd mnist && dsv pull --rebase && dsv push   # the workspace's dataset
+    ///   dsv pull mnist --dry-run                      # what a pull would do; nothing changes
     ///   dsv pull mnist --rebase --dry-run
     #[command(verbatim_doc_comment)]
     Pull(PullArgs),

@@ -18,6 +18,7 @@
 mod errors;
 mod fork;
 mod store;
+mod store_state;
 mod version;
 
 use pyo3::prelude::*;
@@ -87,7 +88,7 @@ fn _dsv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open_remote, m)?)?;
     m.add_function(wrap_pyfunction!(store::default_cache_dir, m)?)?;
     m.add_function(wrap_pyfunction!(store::_open_remote_again, m)?)?;
-    m.add_function(wrap_pyfunction!(version::reopen_version, m)?)?;
+    m.add_function(wrap_pyfunction!(store::reopen_version, m)?)?;
     m.add_function(wrap_pyfunction!(permutation, m)?)?;
     m.add_function(wrap_pyfunction!(ids_digest, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_hex, m)?)?;

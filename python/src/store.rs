@@ -2,18 +2,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use dsv::Error;
-use dsv::ops::{checkout, commit, sync};
+use dsv::ops::{checkout, commit, compose, sync};
 use dsv::progress::NoProgress;
-use dsv::read::{ReadEngine, ReadOptions};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::{Failure, Raise, Res, cancellable};
-use crate::fork::ForkLocal;
+use crate::store_state::{Origin, StoreState};
 use crate::version::PyVersion;
 
 /// A dsv store (its `.dsv` directory), open for reading versions, committing and checking
@@ -21,13 +19,15 @@ use crate::version::PyVersion;
 /// as the CLI does; `Store(path)` starts the search at `path`.
 #[pyclass(module = "dsv._dsv", name = "Store", frozen)]
 pub struct PyStore {
-    root: PathBuf,
-    /// Set for the node-local clone of a remote ([`open_remote`]): how to open it again in
-    /// another process or on another machine (pickling), and which remote names resolve on.
-    origin: Option<Origin>,
-    closed: AtomicBool,
-    /// This process's read engine (made again, lazily, in a forked child).
-    engine: Mutex<ForkLocal<ReadEngine>>,
+    state: Arc<StoreState>,
+}
+
+impl std::ops::Deref for PyStore {
+    type Target = StoreState;
+
+    fn deref(&self) -> &StoreState {
+        &self.state
+    }
 }
 
 impl PyStore {
@@ -39,67 +39,10 @@ impl PyStore {
 
     /// Opens the store whose `.dsv` directory is `root`.
     fn open_root(root: PathBuf, origin: Option<Origin>) -> Res<PyStore> {
-        let engine = ReadEngine::open(&root, ReadOptions::default())?;
         Ok(PyStore {
-            root,
-            origin,
-            closed: AtomicBool::new(false),
-            engine: Mutex::new(ForkLocal::new(engine)),
+            state: Arc::new(StoreState::open_root(root, origin)?),
         })
     }
-
-    /// The `.dsv` directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// Fails once the store is closed.
-    pub fn check_open(&self, what: &'static str) -> Res<()> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(Failure::Closed(what))
-        } else {
-            Ok(())
-        }
-    }
-
-    /// This process's read engine, made on first use in each process. May open the catalog:
-    /// call it without the GIL.
-    pub fn engine(&self) -> Res<ReadEngine> {
-        self.check_open("store")?;
-        if let Some(engine) = self.lock_engine().get() {
-            return Ok(engine.clone());
-        }
-        // Made outside the lock: a thread holding the GIL may be waiting for it.
-        let engine = ReadEngine::open(&self.root, ReadOptions::default())?;
-        let mut slot = self.lock_engine();
-        match slot.get() {
-            Some(made) => Ok(made.clone()),
-            None => {
-                *slot = ForkLocal::new(engine.clone());
-                Ok(engine)
-            }
-        }
-    }
-
-    fn lock_engine(&self) -> std::sync::MutexGuard<'_, ForkLocal<ReadEngine>> {
-        self.engine.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A store handle for one operation that writes (commit, checkout, a remote fetch).
-    pub fn writable(&self) -> Res<dsv::Store> {
-        self.check_open("store")?;
-        Ok(dsv::Store::open(&self.root)?)
-    }
-}
-
-/// How [`open_remote`] was called: what a pickled remote-backed store carries (never a path
-/// of this machine unless the caller named the cache directory).
-#[derive(Clone)]
-pub struct Origin {
-    url: String,
-    /// The cache directory as given (`None`: each machine's default).
-    cache: Option<PathBuf>,
-    options: BTreeMap<String, String>,
 }
 
 /// The per-user cache directory: `DSV_CACHE`, else `$XDG_CACHE_HOME/dsv`, else
@@ -158,7 +101,7 @@ impl PyStore {
     /// The store's `.dsv` directory.
     #[getter]
     fn path(&self) -> PathBuf {
-        self.root.clone()
+        self.root().to_path_buf()
     }
 
     /// The URL of the remote this store is the node-local clone of ([`open_remote`]), else
@@ -171,7 +114,7 @@ impl PyStore {
     /// True once `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.is_closed()
     }
 
     /// Opens version `revision` for reading: any revision the CLI takes (`mnist`,
@@ -188,27 +131,24 @@ impl PyStore {
     /// defaults to the CLI's (`DSV_AUTHOR`, `$USER@host`, git's identity, the uid's name);
     /// `force=True` commits a directory inside another workspace of the same dataset, which
     /// is otherwise refused (`dsv.InsideWorkspace`).
-    #[pyo3(signature = (dir, *, dataset, message, tag = None, allow_empty = false, author = None, force = false))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (dir, *, dataset, message, **options))]
     fn commit(
         &self,
         py: Python<'_>,
         dir: PathBuf,
         dataset: String,
         message: String,
-        tag: Option<String>,
-        allow_empty: bool,
-        author: Option<String>,
-        force: bool,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
+        let flags = CommitFlags::from_keywords(options)?;
         let report = cancellable(py, || -> Res<_> {
             let mut store = self.writable()?;
             let mut options = commit::CommitOptions::new(dataset);
             options.message = message;
-            options.tag = tag;
-            options.allow_empty = allow_empty;
-            options.author = Some(author.unwrap_or_else(dsv_cli::default_author));
-            options.allow_nested = force;
+            options.tag = flags.tag;
+            options.allow_empty = flags.allow_empty;
+            options.author = Some(flags.author.unwrap_or_else(dsv_cli::default_author));
+            options.allow_nested = flags.force;
             Ok(commit::commit(&mut store, &dir, &options, &NoProgress)?)
         })?;
         to_python(py, &report)
@@ -229,7 +169,7 @@ impl PyStore {
             let mut store = self.writable()?;
             let mut options = checkout::CheckoutOptions::default();
             options.force = force;
-            Ok(checkout::checkout_from_anywhere(
+            Ok(compose::checkout_from_anywhere(
                 &mut store,
                 revision,
                 &dir,
@@ -288,7 +228,7 @@ impl PyStore {
     fn cache_limit(&self, py: Python<'_>) -> PyResult<Option<u64>> {
         py.detach(|| -> Res<Option<u64>> {
             self.check_open("store")?;
-            Ok(dsv::ops::cache::limit(&dsv::Store::open(&self.root)?)?)
+            Ok(dsv::ops::cache::limit(&dsv::Store::open(self.root())?)?)
         })
         .raise(py)
     }
@@ -297,8 +237,7 @@ impl PyStore {
     /// later call on the store, or on a version or file opened from it, raises
     /// `dsv.StoreClosed`. Closing twice is allowed.
     fn close(&self, py: Python<'_>) {
-        self.closed.store(true, Ordering::Release);
-        py.detach(|| self.lock_engine().clear());
+        py.detach(|| self.state.close());
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -321,7 +260,7 @@ impl PyStore {
         match &store.origin {
             None => Ok((
                 slf.get_type().into_any().unbind(),
-                (store.root.clone(),).into_pyobject(py)?.unbind(),
+                (store.root().to_path_buf(),).into_pyobject(py)?.unbind(),
             )),
             Some(origin) => Ok((
                 PyModule::import(py, "dsv._dsv")?
@@ -344,9 +283,9 @@ impl PyStore {
             Some(origin) => format!(
                 "dsv.open_remote({:?}) at {:?}{state}",
                 origin.url,
-                self.root.display().to_string()
+                self.root().display().to_string()
             ),
-            None => format!("dsv.Store({:?}){state}", self.root.display().to_string()),
+            None => format!("dsv.Store({:?}){state}", self.root().display().to_string()),
         }
     }
 }
@@ -393,7 +332,25 @@ pub(crate) fn open_version(
         handle.entries()?;
         Ok(handle)
     })?;
-    PyVersion::new(py, slf.clone().unbind(), shown.to_string(), handle)
+    PyVersion::new(
+        py,
+        slf.clone().into_any().unbind(),
+        store.state.clone(),
+        shown.to_string(),
+        handle,
+    )
+}
+
+/// Opens version `id` of `dataset` in `store` (how a pickled `Version` comes back in another
+/// process): the same version, whatever the remote's refs say now.
+#[pyfunction]
+pub fn reopen_version(
+    store: &Bound<'_, PyStore>,
+    dataset: String,
+    id: String,
+    revision: String,
+) -> PyResult<PyVersion> {
+    open_version(store, &format!("{dataset}@{id}"), &revision)
 }
 
 /// `dsv clone URL PATH`: a new store at `path` whose remote `origin` is `url`, with its
@@ -458,4 +415,47 @@ pub fn _open_remote_again(
     options: BTreeMap<String, String>,
 ) -> PyResult<PyStore> {
     open_remote(py, url, cache, Some(options))
+}
+
+/// The optional keyword arguments of `Store.commit`: `tag=None`, `allow_empty=False`,
+/// `author=None`, `force=False`.
+#[derive(Default)]
+struct CommitFlags {
+    tag: Option<String>,
+    allow_empty: bool,
+    author: Option<String>,
+    force: bool,
+}
+
+impl CommitFlags {
+    /// Reads the keywords, as Python would bind them: a keyword it does not know, or a value
+    /// of the wrong type, raises `TypeError`.
+    fn from_keywords(keywords: Option<&Bound<'_, PyDict>>) -> PyResult<CommitFlags> {
+        let mut flags = CommitFlags::default();
+        let Some(keywords) = keywords else {
+            return Ok(flags);
+        };
+        for (key, value) in keywords.iter() {
+            let key: String = key.extract()?;
+            let wrong = |expected: &str| {
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "commit(): {key} must be {expected}"
+                ))
+            };
+            match key.as_str() {
+                "tag" => flags.tag = value.extract().map_err(|_| wrong("a str or None"))?,
+                "author" => flags.author = value.extract().map_err(|_| wrong("a str or None"))?,
+                "allow_empty" => {
+                    flags.allow_empty = value.extract().map_err(|_| wrong("a bool"))?
+                }
+                "force" => flags.force = value.extract().map_err(|_| wrong("a bool"))?,
+                _ => {
+                    return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                        "commit() got an unexpected keyword argument '{key}'"
+                    )));
+                }
+            }
+        }
+        Ok(flags)
+    }
 }

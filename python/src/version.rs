@@ -14,14 +14,17 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::errors::{Failure, Raise, Res};
 use crate::fork::ForkLocal;
-use crate::store::PyStore;
+use crate::store_state::StoreState;
 
 /// One version of a dataset, open for reading without a checkout: list, stat, open and read
 /// its files, take a worker's shard. Files whose data is only on a remote are fetched when
 /// first opened and kept in the store, for every later reader on the machine.
 #[pyclass(module = "dsv._dsv", name = "Version", frozen)]
 pub struct PyVersion {
-    store: Py<PyStore>,
+    /// The Python `Store` it was opened from (returned by `store`, pickled with it).
+    store: Py<PyAny>,
+    /// That store's state.
+    state: Arc<StoreState>,
     revision: String,
     id: ObjectId,
     /// The dataset that holds it (a rename changes it; `meta.dataset` keeps the old name).
@@ -36,11 +39,13 @@ pub struct PyVersion {
 }
 
 impl PyVersion {
-    /// A version of `store`, opened as `revision`. Its paths are listed (`len`, `files` and
-    /// indexing need them): call [`VersionHandle::entries`] first, without the GIL.
+    /// A version of `store` (a Python `Store` whose state is `state`), opened as `revision`.
+    /// Its paths are listed (`len`, `files` and indexing need them): call
+    /// [`VersionHandle::entries`] first, without the GIL.
     pub fn new(
         py: Python<'_>,
-        store: Py<PyStore>,
+        store: Py<PyAny>,
+        state: Arc<StoreState>,
         revision: String,
         handle: VersionHandle,
     ) -> PyResult<PyVersion> {
@@ -51,6 +56,7 @@ impl PyVersion {
         let listing = handle.listing().raise(py)?;
         Ok(PyVersion {
             store,
+            state,
             revision,
             id: handle.id(),
             dataset: handle.dataset().to_string(),
@@ -68,7 +74,7 @@ impl PyVersion {
 
     /// The version handle of this process; opened again (without the GIL) in a forked child.
     fn handle(&self, py: Python<'_>) -> PyResult<Arc<VersionHandle>> {
-        self.store.get().check_open("version").raise(py)?;
+        self.state.check_open("version").raise(py)?;
         if let Some(handle) = self.slot().get() {
             return Ok(handle.clone());
         }
@@ -77,7 +83,7 @@ impl PyVersion {
 
     /// As [`PyVersion::handle`], for use without the GIL.
     fn handle_detached(&self) -> Res<Arc<VersionHandle>> {
-        self.store.get().check_open("version")?;
+        self.state.check_open("version")?;
         if let Some(handle) = self.slot().get() {
             return Ok(handle.clone());
         }
@@ -87,7 +93,7 @@ impl PyVersion {
     /// This process's handle, made from the listing the version was opened with: a new
     /// lease and one catalog query, no tree read (a forked worker reads as fast as its parent).
     fn reopen(&self) -> Res<Arc<VersionHandle>> {
-        let engine = self.store.get().engine()?;
+        let engine = self.state.engine()?;
         let handle = Arc::new(engine.reopen(&self.listing)?);
         let mut slot = self.slot();
         match slot.get() {
@@ -234,7 +240,7 @@ impl PyVersion {
     /// The tags of its dataset that name it, sorted (read from the store's catalog now).
     #[getter]
     fn tags(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        let store = self.store.get();
+        let store = &self.state;
         let id = self.id;
         py.detach(|| -> Res<Vec<String>> { Ok(store.writable()?.catalog().tags_of(&id)?) })
             .raise(py)
@@ -245,7 +251,7 @@ impl PyVersion {
     /// credential), as a lock file names them. Nothing is contacted.
     #[getter]
     fn remotes<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let store = self.store.get();
+        let store = &self.state;
         let id = self.id;
         let remotes = py
             .detach(|| -> Res<_> {
@@ -269,7 +275,7 @@ impl PyVersion {
 
     /// The store it was opened from.
     #[getter]
-    fn store(&self, py: Python<'_>) -> Py<PyStore> {
+    fn store(&self, py: Python<'_>) -> Py<PyAny> {
         self.store.clone_ref(py)
     }
 
@@ -450,7 +456,7 @@ impl PyVersion {
     /// Pickles as its store (a path, or a remote-backed store's `open_remote` arguments)
     /// and the version's id: a worker process, on this machine or another, opens it again.
     fn __reduce__(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, ReopenArgs)> {
-        self.store.get().check_open("version").raise(py)?;
+        self.state.check_open("version").raise(py)?;
         let reopen = PyModule::import(py, "dsv._dsv")?.getattr("reopen_version")?;
         Ok((
             reopen.unbind(),
@@ -476,19 +482,7 @@ impl PyVersion {
 
 /// What a pickled `Version` carries: its store (which pickles itself), the dataset, the
 /// version id and the revision it was opened as.
-type ReopenArgs = (Py<PyStore>, String, String, String);
-
-/// Opens version `id` of `dataset` in `store` (how a pickled `Version` comes back in another
-/// process): the same version, whatever the remote's refs say now.
-#[pyfunction]
-pub fn reopen_version(
-    store: &Bound<'_, PyStore>,
-    dataset: String,
-    id: String,
-    revision: String,
-) -> PyResult<PyVersion> {
-    crate::store::open_version(store, &format!("{dataset}@{id}"), &revision)
-}
+type ReopenArgs = (Py<PyAny>, String, String, String);
 
 /// One open file of a version: the native half of `dsv.File`.
 #[pyclass(module = "dsv._dsv", name = "_FileHandle", frozen)]
@@ -502,7 +496,7 @@ pub struct PyFileHandle {
 impl PyFileHandle {
     fn file(&self, py: Python<'_>) -> PyResult<Arc<FileHandle>> {
         let version = self.version.get();
-        version.store.get().check_open("file").raise(py)?;
+        version.state.check_open("file").raise(py)?;
         if let Some(file) = self.file.lock().unwrap_or_else(|e| e.into_inner()).get() {
             return Ok(file.clone());
         }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use dsv::ops::checkout;
+use dsv::ops::{checkout, compose};
 
 use super::{jobs_or, open_store};
 use crate::{Cli, JobsArg, SelectArgs, error, render, ui::Ui};
@@ -70,7 +70,7 @@ fn checkout_lock(
     let settings = store.config()?;
     let options = options(args, &settings)?;
     let requests = jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS);
-    let report = checkout::checkout_lock(
+    let report = compose::checkout_lock(
         &mut store,
         lock_path,
         &dir,
@@ -99,7 +99,7 @@ fn checkout_revision(cli: &Cli, ui: &Ui, args: &CheckoutArgs) -> anyhow::Result<
     let settings = store.config()?;
     let options = options(args, &settings)?;
     let requests = jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS);
-    let outcome = checkout::checkout_from_anywhere(
+    let outcome = compose::checkout_from_anywhere(
         &mut store,
         revision_text,
         dir,

@@ -112,6 +112,10 @@ pub(crate) struct CopyArgs {
     /// Replace the destination's head (and tags) even when that drops versions from it.
     #[arg(long)]
     force: bool,
+    /// Print what would be copied and how each ref would move; write nothing to the
+    /// destination and move no ref.
+    #[arg(long)]
+    dry_run: bool,
     #[command(flatten)]
     jobs: JobsArg,
 }
@@ -122,6 +126,7 @@ pub(crate) fn copy(cli: &Cli, ui: &Ui, args: &CopyArgs) -> anyhow::Result<u8> {
     let mut options = sync::CopyOptions::default();
     options.force = args.force;
     options.requests = requests;
+    options.dry_run = args.dry_run;
     let report = sync::copy(
         &mut store,
         &args.revisions,
@@ -151,8 +156,10 @@ pub(crate) struct PullArgs {
     /// must have changed other paths; conflicts are listed, exit 4, and nothing changes).
     #[arg(long)]
     rebase: bool,
-    /// With --rebase: fetch, then print what would be replayed; change nothing.
-    #[arg(long, requires = "rebase")]
+    /// Print what a pull would do (the version, the head, the chunks to download, the
+    /// tags); download and change nothing. With --rebase, also what would be replayed
+    /// (after fetching the version's metadata when this store lacks it).
+    #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
     resolve: ResolveArgs,

@@ -7,6 +7,11 @@
 
 use crate::id::ObjectId;
 
+mod size_limits;
+pub use size_limits::{
+    LISTED_BYTES_PER_ENTRY, MAX_VERSION_DIRS, MAX_VERSION_FILES, servable_files,
+};
+
 /// The kind of an object stored in a pack (one byte in the pack index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -138,36 +143,6 @@ pub const MAX_SOURCE_LEN: usize = 64 * 1024;
 /// their limits plus the fixed fields fit well inside it. Pack indexes listing a longer
 /// version object are refused.
 pub const MAX_VERSION_LEN: u32 = 2 * 1024 * 1024;
-/// The most regular files and symlinks one version may hold (2^25 = 33,554,432): commit and
-/// import refuse more, and a version (or a directory entry) claiming more is corrupt. A walk
-/// that lists every path holds one entry per path in memory, so this bounds it.
-pub const MAX_VERSION_FILES: u64 = 1 << 25;
-/// The most directories one version may hold (2^22 = 4,194,304), the root not counted: commit
-/// and import refuse more, and a walk that meets more stops with [`crate::Error::Corrupt`].
-pub const MAX_VERSION_DIRS: u64 = 1 << 22;
-
-/// Bytes a version's whole listing holds in memory per entry (file, symlink or directory),
-/// for the commands that list it whole (`shards`, `--shard`, `mount`, the Python package):
-/// about 150 bytes an entry, and the growth of the list. Measured: 615 MB for `dsv shards`
-/// of 2^20 files and 2^20 directories (293 bytes an entry).
-pub const LISTED_BYTES_PER_ENTRY: u64 = 300;
-
-/// The most files a version fetched from a remote may hold on a machine with `memory` bytes
-/// of memory: those whose listing (a file and, up to [`MAX_VERSION_DIRS`], a directory per
-/// file, at [`LISTED_BYTES_PER_ENTRY`]) takes at most half of it, never more than
-/// [`MAX_VERSION_FILES`] (24 GiB: the full 2^25; 8 GiB: 10,122,253). A remote's version that
-/// claims more could be fetched but not served here.
-pub fn servable_files(memory: u64) -> u64 {
-    let entries = memory / 2 / LISTED_BYTES_PER_ENTRY;
-    // f files take f + min(f, MAX_VERSION_DIRS) entries at most.
-    let files = if entries <= 2 * MAX_VERSION_DIRS {
-        entries / 2
-    } else {
-        entries - MAX_VERSION_DIRS
-    };
-    files.min(MAX_VERSION_FILES)
-}
-
 /// The memory this process may use, in bytes: the smallest of the physical memory
 /// (`MemTotal` of `/proc/meminfo`), the cgroup's limit (`/sys/fs/cgroup/memory.max`) and the
 /// process's own soft limits on its address space and data (`RLIMIT_AS`, `ulimit -v`, and

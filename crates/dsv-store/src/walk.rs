@@ -67,7 +67,7 @@
 //!    sockets, FIFOs and devices, and symlinks whose target is not UTF-8 or fails the lexical
 //!    check (`check_symlink_target`). Results keep the order.
 //!
-//! **Beside the stat cache** (`ops/status.rs`, `DiskStream`). The stat cache is keyed in path
+//! **Beside the stat cache** (`ops/disk.rs`, `DiskStream`). The stat cache is keyed in path
 //! order (schema 10: the key is the relative path with `/` stored as a 0 byte, so SQLite's
 //! byte order of keys is `path_order`). A thread of its own (`dsv-stat-cache`) reads a
 //! workspace's cache through one cursor (`Catalog::stat_cache_in_order`) and hands it over

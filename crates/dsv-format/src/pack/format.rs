@@ -14,6 +14,8 @@
 //! end-8   8     magic "DSVPEND1"
 //! ```
 
+use std::path::{Path, PathBuf};
+
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
 
@@ -242,6 +244,17 @@ pub fn decode_index(
         objects.push(object);
     }
     Ok((frames, objects))
+}
+
+/// The path of pack `id` in `packs_dir`.
+pub fn pack_path(packs_dir: &Path, id: &ObjectId) -> PathBuf {
+    packs_dir.join(format!("{id}.pack"))
+}
+
+/// The pack id a file name of the form [`pack_path`] gives (`<64 hex digits>.pack`), or
+/// `None` for any other name.
+pub fn pack_id_of(file_name: &str) -> Option<ObjectId> {
+    file_name.strip_suffix(".pack")?.parse().ok()
 }
 
 #[cfg(test)]

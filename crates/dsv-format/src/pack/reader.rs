@@ -6,6 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::format::{self, Compression};
+use super::writer::{PackFile, SealedPack};
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 
@@ -57,7 +58,7 @@ impl PackReader {
 
     /// The path of pack `id`.
     pub fn pack_path(&self, id: &ObjectId) -> PathBuf {
-        super::writer::pack_path(&self.packs_dir, id)
+        format::pack_path(&self.packs_dir, id)
     }
 
     /// Makes `location`'s raw (decompressed) bytes the most recent cache entry, reading and
@@ -72,7 +73,7 @@ impl PackReader {
             self.cache.push(entry);
             return Ok(&self.cache.last().expect("just pushed").1);
         }
-        let path = super::writer::pack_path(&self.packs_dir, &location.pack);
+        let path = format::pack_path(&self.packs_dir, &location.pack);
         if location.raw_length > format::MAX_FRAME_RAW {
             let detail = format!(
                 "frame at offset {} claims {} bytes",
@@ -192,7 +193,7 @@ impl PackReader {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let packs_dir = self.packs_dir.clone();
-        let path = || super::writer::pack_path(&packs_dir, &location.pack);
+        let path = || format::pack_path(&packs_dir, &location.pack);
         let frame = self.load(location)?;
         let range = offset as usize..offset as usize + length as usize;
         let bytes = frame.get(range).ok_or_else(|| {
@@ -404,6 +405,37 @@ pub fn read_index(
         return Err(bad("index does not match its hash"));
     }
     format::decode_index(&index, index_offset).map_err(|detail| Error::corrupt(path, detail))
+}
+
+// Reading a sealed pack back is the reader's: the writer names the reader nowhere.
+impl PackFile {
+    /// The pack with its index read back from `packs_dir`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when it cannot be read; [`crate::Error::Corrupt`] when its
+    /// length differs from the one sealed or its index does not check
+    /// ([`read_index`]).
+    pub fn read_index(&self, packs_dir: &Path) -> Result<SealedPack> {
+        let path = format::pack_path(packs_dir, &self.id);
+        let file = crate::store_file::open_read(&path).at(&path)?;
+        let length = file.metadata().at(&path)?.len();
+        if length != self.size {
+            return Err(crate::Error::corrupt(
+                &path,
+                format!(
+                    "{length} bytes, but {} were sealed under this name",
+                    self.size
+                ),
+            ));
+        }
+        let (frames, objects) = read_index(&file, &path)?;
+        Ok(SealedPack {
+            id: self.id,
+            size: self.size,
+            frames,
+            objects,
+        })
+    }
 }
 
 #[cfg(test)]

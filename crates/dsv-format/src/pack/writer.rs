@@ -5,6 +5,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::format::{self, Compression, FrameRecord, ObjectRecord};
+pub use super::format::{pack_id_of, pack_path};
 use crate::error::{IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
@@ -229,36 +230,6 @@ pub struct PackFile {
     pub size: u64,
 }
 
-impl PackFile {
-    /// The pack with its index read back from `packs_dir`.
-    ///
-    /// # Errors
-    /// [`crate::Error::Io`] when it cannot be read; [`crate::Error::Corrupt`] when its
-    /// length differs from the one sealed or its index does not check
-    /// ([`crate::pack::reader::read_index`]).
-    pub fn read_index(&self, packs_dir: &Path) -> Result<SealedPack> {
-        let path = pack_path(packs_dir, &self.id);
-        let file = crate::store_file::open_read(&path).at(&path)?;
-        let length = file.metadata().at(&path)?.len();
-        if length != self.size {
-            return Err(crate::Error::corrupt(
-                &path,
-                format!(
-                    "{length} bytes, but {} were sealed under this name",
-                    self.size
-                ),
-            ));
-        }
-        let (frames, objects) = crate::pack::reader::read_index(&file, &path)?;
-        Ok(SealedPack {
-            id: self.id,
-            size: self.size,
-            frames,
-            objects,
-        })
-    }
-}
-
 impl From<&SealedPack> for PackFile {
     fn from(pack: &SealedPack) -> PackFile {
         PackFile {
@@ -462,17 +433,6 @@ impl PackWriter {
             objects: std::mem::take(&mut self.objects),
         })
     }
-}
-
-/// The path of pack `id` in `packs_dir`.
-pub fn pack_path(packs_dir: &Path, id: &ObjectId) -> PathBuf {
-    packs_dir.join(format!("{id}.pack"))
-}
-
-/// The pack id a file name of the form [`pack_path`] gives (`<64 hex digits>.pack`), or
-/// `None` for any other name.
-pub fn pack_id_of(file_name: &str) -> Option<ObjectId> {
-    file_name.strip_suffix(".pack")?.parse().ok()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! # What an audit trusts
 //!
 //! `audit()` compares a directory with a version's trees, walked in step with it
-//! (`status::compare_with_disk`, `tree::StreamingDiff`), the comparison `status` uses, and adds every entry dsv cannot version as a mismatch. What it
+//! (`disk::compare_with_disk`, `tree::StreamingDiff`), the comparison `status` uses, and adds every entry dsv cannot version as a mismatch. What it
 //! trusts:
 //!
 //! - **The version:** its trees, read through `ObjectReader`, so hash-checked. No chunk is
@@ -163,7 +163,7 @@ pub fn audit(
         _ => None,
     };
     let mut reader = store.reader();
-    let compared = super::status::compare_with_disk(
+    let compared = super::disk::compare_with_disk(
         &dir,
         store.catalog().path(),
         cache_of,

@@ -233,6 +233,7 @@ use plan::Room;
 
 mod apply;
 mod plan;
+mod spill;
 mod stage;
 
 /// How to check out.
@@ -264,71 +265,35 @@ impl Default for CheckoutOptions {
     }
 }
 
-/// What [`checkout_from_anywhere`] did: the checkout, and what it fetched first.
-#[derive(Debug, serde::Serialize)]
-pub struct CheckoutOutcome {
-    /// The checkout.
-    #[serde(flatten)]
-    pub checkout: CheckoutReport,
-    /// For `REMOTE/NAME[@REV]`: the ref cache check and what was downloaded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub remote: Option<super::sync::PullReport>,
-    /// For a local revision in a store with remotes: the data this store lacked, fetched
-    /// from the remotes in read order (`remotes`: which served, which failed); `None`
-    /// (absent in JSON) without remotes, and for `REMOTE/NAME[@REV]` (see `remote`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub transfer: Option<crate::transfer::Transfer>,
-}
-
-/// Checks out `revision`, wherever its data is: `REMOTE/NAME[@REV]` is made local first
-/// (its ref checked, its metadata and data fetched), and a local revision whose data is
-/// not all here (a clone, a `pull --include`, an evicted version) has what it lacks fetched
-/// from the store's remotes. Then as [`checkout`]. `requests` is how many requests a
-/// download keeps in flight.
+/// Checks out the local `revision` as [`checkout`], first fetching from the store's remotes
+/// what this store lacks of it (the selected files' data, for a partial checkout); the checkout, and what was
+/// fetched (`None` without remotes). `requests` is how many requests a download keeps in
+/// flight.
 ///
 /// # Errors
-/// As [`checkout`], [`super::sync::prepare_remote_revision`] and
-/// [`super::sync::fetch_missing`].
-pub fn checkout_from_anywhere(
+/// As [`Revision::resolve`], [`crate::transfer::fetch_missing`] and [`checkout`].
+pub fn checkout_fetching(
     store: &mut Store,
-    revision: &str,
+    revision: &Revision,
     dir: &Path,
     options: &CheckoutOptions,
     requests: usize,
     progress: &dyn Progress,
-) -> Result<CheckoutOutcome> {
-    let mut transfer = None;
-    let (revision, remote) = match super::sync::RemoteRevision::parse(revision)? {
-        Some(target) => {
-            let fetched =
-                super::sync::prepare_remote_revision(store, &target, None, requests, progress)?;
-            let exact = Revision {
-                dataset: fetched.dataset.clone(),
-                base: fetched.version.to_hex(),
-                ancestors: 0,
-            };
-            (exact, Some(fetched))
-        }
-        None => {
-            let revision = Revision::parse(revision)?;
-            let id = revision.resolve(store.catalog())?;
-            transfer =
-                fetch_what_checkout_needs(store, &id, &revision, options, requests, progress)?;
-            (revision, None)
-        }
-    };
-    let checkout = checkout(store, &revision, dir, options, progress)?;
-    Ok(CheckoutOutcome {
-        checkout,
-        remote,
-        transfer,
-    })
+) -> Result<(CheckoutReport, Option<crate::transfer::Transfer>)> {
+    let id = revision.resolve(store.catalog())?;
+    let transfer = fetch_what_checkout_needs(store, &id, revision, options, requests, progress)?;
+    let report = checkout(store, revision, dir, options, progress)?;
+    Ok((report, transfer))
 }
 
 /// Fetches from the store's remotes what a checkout of version `id` with `options` needs
 /// and this store lacks (a partial checkout: only the selected files); what it moved.
 /// Nothing (`None`) without remotes.
-fn fetch_what_checkout_needs(
+///
+/// # Errors
+/// As [`crate::transfer::fetch_missing`]; reading the version's trees; a selection that
+/// matches nothing.
+pub(crate) fn fetch_what_checkout_needs(
     store: &mut Store,
     id: &ObjectId,
     revision: &Revision,
@@ -352,56 +317,7 @@ fn fetch_what_checkout_needs(
             .collect();
         Some(crate::read::glob_set(&paths)?)
     };
-    super::sync::fetch_missing(store, &[*id], only.as_ref(), None, requests, progress).map(Some)
-}
-
-/// What [`checkout_lock`] did: one checkout per dataset the lock file pins.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LockCheckoutReport {
-    /// The lock file.
-    pub lock: PathBuf,
-    /// The checkouts, in the lock file's order.
-    pub datasets: Vec<CheckoutReport>,
-}
-
-/// Checks out exactly the versions the lock file at `lock_path` pins (see
-/// [`super::audit::read_lock`]), each dataset into `dir/NAME`. Every pinned version is
-/// resolved (its metadata fetched from a remote the lock names, if need be) before anything
-/// is written; data this store lacks is fetched from its remotes.
-///
-/// # Errors
-/// As [`super::audit::read_lock`], [`super::audit::resolve_lock`], [`checkout`] and
-/// [`super::sync::fetch_missing`].
-pub fn checkout_lock(
-    store: &mut Store,
-    lock_path: &Path,
-    dir: &Path,
-    options: &CheckoutOptions,
-    requests: usize,
-    progress: &dyn Progress,
-) -> Result<LockCheckoutReport> {
-    let lock = super::audit::read_lock(lock_path)?;
-    let pinned = super::audit::resolve_lock(store, lock_path, &lock, requests, progress)?;
-    let mut datasets = Vec::new();
-    for (dataset, version) in &pinned {
-        let exact = Revision {
-            dataset: dataset.clone(),
-            base: version.to_hex(),
-            ancestors: 0,
-        };
-        fetch_what_checkout_needs(store, version, &exact, options, requests, progress)?;
-        datasets.push(checkout(
-            store,
-            &exact,
-            &dir.join(dataset),
-            options,
-            progress,
-        )?);
-    }
-    Ok(LockCheckoutReport {
-        lock: lock_path.to_path_buf(),
-        datasets,
-    })
+    crate::transfer::fetch_missing(store, &[*id], only.as_ref(), None, requests, progress).map(Some)
 }
 
 /// What a checkout did.
@@ -591,7 +507,7 @@ pub fn checkout(
     stage::remove_leftovers(&site, &plan.leftovers)?;
     // Made before anything is renamed into place, so a store whose temporary directory
     // cannot be written stops the checkout while the directory is as it was.
-    let stats = apply::RecordSpill::create(&store.temp_dir())?;
+    let stats = spill::RecordSpill::create(&store.temp_dir())?;
     let staged = stage::stage_all(store, trees, &target, &plan, &made, &new_dirs, &site)?;
     tracing::debug!(elapsed = ?clock.elapsed(), "staged");
     made.kept = true;
@@ -620,8 +536,8 @@ pub fn checkout(
         apply::record(store, trees, &target, names, written, &recording, &site)?;
         // A checkout is a deliberate move: a recorded move of this workspace that a killed
         // rebase or pull left (also one given up by checking out its old version) is over.
-        super::rebase::forget_following(store, &key);
-        link_store(store, &dir);
+        super::following::forget_following(store, &key);
+        super::workspace::link_store(store, &dir);
     }
     tracing::debug!(elapsed = ?clock.elapsed(), "recorded");
     applied.refuse_replaced(&dir)?;
@@ -629,15 +545,6 @@ pub fn checkout(
         deleted: applied.deleted,
         ..report(revision, version_id, dir, &target, &new_dirs, &plan)
     })
-}
-
-/// Links workspace `dir` to `store` when it lies outside the store's directory tree (its
-/// `.dsv` file, [`workspace::write_store_link`]), so commands run inside it find the store.
-/// Best effort: a directory that cannot take the file (read-only) only loses that.
-pub(crate) fn link_store(store: &Store, dir: &Path) {
-    if let Err(error) = workspace::write_store_link(dir, store.root()) {
-        tracing::debug!(%error, "the workspace's store link was not written");
-    }
 }
 
 /// The report of a checkout of `target` (`revision`, version `version`) into `dir` that

@@ -156,12 +156,11 @@
 
 use std::path::{Path, PathBuf};
 
-use super::ingest::{FRAME_TARGET, IngestFile, IngestOptions, IngestStats, PackSink, ingest_files};
+use super::ingest::{IngestFile, IngestOptions, IngestStats, PackSink, TreeWriter, ingest_files};
 use crate::catalog::StatEntry;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::object::{ObjectKind, Version};
-use crate::pack::FrameBuilder;
 use crate::progress::{Progress, Unit};
 use crate::revision::check_name;
 use crate::store::Store;
@@ -271,7 +270,7 @@ pub fn commit(
     // No checkout may write into the directory while it is being snapshotted.
     let _workspace_lock = store.lock_workspace(&data_lock, &workspace_key)?;
     // A move to a new head killed part-way: this snapshot's parent would be the head before.
-    if let Some(following) = super::rebase::interrupted_following(store, &workspace_key)? {
+    if let Some(following) = super::following::interrupted_following(store, &workspace_key)? {
         return Err(Error::RebaseInterrupted {
             dir,
             dataset: following.dataset,
@@ -311,7 +310,7 @@ pub fn commit(
     let recorded = record_commit(store, sink, &built, &at, &mut walked, &mut ids, options)?;
     tracing::debug!(packs = recorded.packs.len(), elapsed = ?clock.elapsed(), "recorded");
     // A workspace outside the store's tree finds its store through this link.
-    super::checkout::link_store(store, &dir);
+    super::workspace::link_store(store, &dir);
     Ok(CommitReport {
         dataset: options.dataset.clone(),
         version: recorded.version,
@@ -393,7 +392,7 @@ fn walk_beside_cache(
     workspace: Option<&crate::catalog::Workspace>,
     options: &CommitOptions,
 ) -> Result<Walked> {
-    let mut stream = super::status::DiskStream::start(
+    let mut stream = super::disk::DiskStream::start(
         dir,
         store.catalog().path(),
         workspace.map(|w| w.id),
@@ -697,67 +696,6 @@ fn record_commit(
 /// Files commit reads (and stat cache entries it writes) at once: enough for frames of
 /// [`FRAME_TARGET`] bytes from tiny files, a few megabytes of paths at most.
 const INGEST_BATCH: usize = 65_536;
-
-/// Trees (and other metadata objects) on their way into a commit's packs: packed into
-/// frames of about [`FRAME_TARGET`] bytes with one zstd context (setting one up costs
-/// megabytes). Rebase writes its trees and versions through it too.
-pub(crate) struct TreeWriter {
-    metadata: FrameBuilder,
-    compressor: zstd::bulk::Compressor<'static>,
-}
-
-impl TreeWriter {
-    pub(crate) fn new(compression_level: i32) -> Result<TreeWriter> {
-        Ok(TreeWriter {
-            metadata: FrameBuilder::default(),
-            compressor: zstd::bulk::Compressor::new(compression_level)
-                .during("setting up a zstd compressor")?,
-        })
-    }
-
-    /// Adds tree `id` unless the store or this sink already has it.
-    pub(crate) fn add(
-        &mut self,
-        store: &Store,
-        sink: &PackSink,
-        id: ObjectId,
-        bytes: &[u8],
-    ) -> Result<()> {
-        if !store.catalog().has_object(&id, ObjectKind::Tree)?
-            && sink.claim(&id, ObjectKind::Tree)?
-        {
-            if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
-                sink.add(self.metadata.encode_with(&mut self.compressor))?;
-            }
-            self.metadata.push(id, ObjectKind::Tree, bytes);
-        }
-        Ok(())
-    }
-
-    /// Adds version object `id` (encoded as `bytes`) unless this sink already has it.
-    pub(crate) fn add_version(
-        &mut self,
-        sink: &PackSink,
-        id: ObjectId,
-        bytes: &[u8],
-    ) -> Result<()> {
-        if sink.claim(&id, ObjectKind::Version)? {
-            if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
-                sink.add(self.metadata.encode_with(&mut self.compressor))?;
-            }
-            self.metadata.push(id, ObjectKind::Version, bytes);
-        }
-        Ok(())
-    }
-
-    /// Writes what is left as a last frame.
-    pub(crate) fn flush(&mut self, sink: &PackSink) -> Result<()> {
-        if !self.metadata.is_empty() {
-            sink.add(self.metadata.encode_with(&mut self.compressor))?;
-        }
-        Ok(())
-    }
-}
 
 /// One entry of the listing a commit keeps in a temporary file ([`Listing`]).
 enum Record {
@@ -1178,11 +1116,8 @@ pub fn record_version(
         for (id, bytes) in built.trees.iter().filter(|_| !known_root) {
             trees.add(store, &sink, *id, bytes)?;
         }
-        if let Some((id, bytes)) = &draft.provenance
-            && !store.catalog().has_object(id, ObjectKind::Provenance)?
-            && sink.claim(id, ObjectKind::Provenance)?
-        {
-            trees.metadata.push(*id, ObjectKind::Provenance, bytes);
+        if let Some((id, bytes)) = &draft.provenance {
+            trees.add_provenance(store, &sink, *id, bytes)?;
         }
         trees.flush(&sink)?;
         Ok::<_, Error>(())
@@ -1230,9 +1165,7 @@ pub fn record_version(
         version.id()
     };
     if !unchanged {
-        let mut frame = FrameBuilder::default();
-        frame.push(version_id, ObjectKind::Version, &version.encode());
-        sink.add(frame.encode_with(&mut trees.compressor))?;
+        trees.add_alone(&sink, version_id, ObjectKind::Version, &version.encode())?;
     }
     let packs = sink.finish()?;
     let recorded = (|| {

@@ -20,6 +20,7 @@ use crate::id::ObjectId;
 use crate::object::{FileMap, ObjectKind};
 use crate::pack::FrameBuilder;
 use crate::progress::Progress;
+use crate::store::Store;
 use crate::walk::Stat;
 
 /// Raw bytes collected into one frame before it is compressed.
@@ -512,6 +513,99 @@ impl std::io::Write for HashingWriter {
 
 /// The frame queue's receiver lives until every writer has finished, so a send cannot fail.
 const QUEUE_OPEN: &str = "the frame queue outlives the writers";
+
+/// Trees (and other metadata objects) on their way into a commit's (or a rebase's) packs: packed into
+/// frames of about [`FRAME_TARGET`] bytes with one zstd context (setting one up costs
+/// megabytes).
+/// Commit writes its trees through it, rebase its trees and versions.
+pub(crate) struct TreeWriter {
+    metadata: FrameBuilder,
+    compressor: zstd::bulk::Compressor<'static>,
+}
+
+impl TreeWriter {
+    pub(crate) fn new(compression_level: i32) -> Result<TreeWriter> {
+        Ok(TreeWriter {
+            metadata: FrameBuilder::default(),
+            compressor: zstd::bulk::Compressor::new(compression_level)
+                .during("setting up a zstd compressor")?,
+        })
+    }
+
+    /// Adds tree `id` unless the store or this sink already has it.
+    pub(crate) fn add(
+        &mut self,
+        store: &Store,
+        sink: &PackSink,
+        id: ObjectId,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if !store.catalog().has_object(&id, ObjectKind::Tree)?
+            && sink.claim(&id, ObjectKind::Tree)?
+        {
+            if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
+                sink.add(self.metadata.encode_with(&mut self.compressor))?;
+            }
+            self.metadata.push(id, ObjectKind::Tree, bytes);
+        }
+        Ok(())
+    }
+
+    /// Adds version object `id` (encoded as `bytes`) unless this sink already has it.
+    pub(crate) fn add_version(
+        &mut self,
+        sink: &PackSink,
+        id: ObjectId,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if sink.claim(&id, ObjectKind::Version)? {
+            if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
+                sink.add(self.metadata.encode_with(&mut self.compressor))?;
+            }
+            self.metadata.push(id, ObjectKind::Version, bytes);
+        }
+        Ok(())
+    }
+
+    /// Adds provenance object `id` (encoded as `bytes`) unless the store or this sink already
+    /// has it, to the frame being filled (whatever its size).
+    pub(crate) fn add_provenance(
+        &mut self,
+        store: &Store,
+        sink: &PackSink,
+        id: ObjectId,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if !store.catalog().has_object(&id, ObjectKind::Provenance)?
+            && sink.claim(&id, ObjectKind::Provenance)?
+        {
+            self.metadata.push(id, ObjectKind::Provenance, bytes);
+        }
+        Ok(())
+    }
+
+    /// Writes object `id` of `kind` (encoded as `bytes`) to `sink` in a frame of its own,
+    /// compressed with this writer's context.
+    pub(crate) fn add_alone(
+        &mut self,
+        sink: &PackSink,
+        id: ObjectId,
+        kind: ObjectKind,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let mut frame = FrameBuilder::default();
+        frame.push(id, kind, bytes);
+        sink.add(frame.encode_with(&mut self.compressor))
+    }
+
+    /// Writes what is left as a last frame.
+    pub(crate) fn flush(&mut self, sink: &PackSink) -> Result<()> {
+        if !self.metadata.is_empty() {
+            sink.add(self.metadata.encode_with(&mut self.compressor))?;
+        }
+        Ok(())
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -135,7 +135,7 @@ pub fn lock(store: &Store, revisions: &[Revision]) -> Result<LockFile> {
 pub fn lock_named(store: &Store, revisions: &[String]) -> Result<LockFile> {
     let mut resolved = Vec::new();
     for text in revisions {
-        match super::sync::RemoteRevision::parse(text)? {
+        match crate::transfer::RemoteRevision::parse(text)? {
             Some(target) => {
                 let record = store.catalog().remote(&target.remote)?;
                 let version = super::sync::resolve_remote(store, &record, &target.revision)?;

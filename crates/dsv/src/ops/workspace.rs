@@ -117,3 +117,12 @@ pub fn commit_target(
         (None, None) => Err(Error::DatasetRequired { dir }),
     }
 }
+
+/// Links workspace `dir` to `store` when it lies outside the store's directory tree (its
+/// `.dsv` file, [`workspace::write_store_link`]), so commands run inside it find the store.
+/// Best effort: a directory that cannot take the file (read-only) only loses that.
+pub(crate) fn link_store(store: &Store, dir: &Path) {
+    if let Err(error) = crate::workspace::write_store_link(dir, store.root()) {
+        tracing::debug!(%error, "the workspace's store link was not written");
+    }
+}

@@ -10,7 +10,7 @@ use crate::beneath::BeneathDir;
 use crate::catalog::StatEntry;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::ops::status::{DiskItem, DiskStream, hash_files};
+use crate::ops::disk::{DiskItem, DiskStream, hash_files};
 use crate::progress::Progress;
 use crate::store::Store;
 use crate::tree::{self, FlatEntry, FlatKind};

@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::apply::{INODE_RECORD, RecordSpill, inode_record};
 use super::plan::CheckoutPlan;
+use super::spill::{INODE_RECORD, RecordSpill, inode_record};
 use super::{
     EntryWalk, PATH_MAX, SEGMENT_BYTES, STAGE_BATCH_BYTES, STAGE_BATCH_FILES, Site, TEMP_NAME_MAX,
     Target,

@@ -184,7 +184,7 @@
 //!   with whatever else it holds: objects of other datasets, of versions not pushed, or of
 //!   other frames downloaded together. The remote then holds data that no ref needs.
 //! - Remote garbage is deleted only by `dsv gc --remote` (module [`remote_gc`]; the argument
-//!   that no ref names deleted data is in docs/architecture.md, "Remote garbage
+//!   that no ref names deleted data is in docs/format.md, "Remote garbage
 //!   collection"), which runs lock-free against writers that follow `transfer::writer_view`.
 //!   dsv binaries built before it do not know its rules; the guard pack makes them refuse a
 //!   collected remote (docs/format.md, "Remote layout").
@@ -233,9 +233,7 @@ pub use copy::{CopyOptions, CopyReport, copy};
 use fetch::fetch_with;
 pub use fetch::{FetchOptions, FetchReport, fetch};
 pub(crate) use pull::resolve_remote;
-pub use pull::{
-    HeadUpdate, PullOptions, PullReport, RefCache, RemoteRevision, prepare_remote_revision, pull,
-};
+pub use pull::{HeadUpdate, PullOptions, PullReport, RefCache, prepare_remote_revision, pull};
 pub use push::{PushOptions, PushReport, PushedDataset, PushedRef, push};
 pub use remotes::{
     RemoteListing, add_remote, add_remote_placed, check_remote, default_remote, list_remotes,
@@ -243,7 +241,9 @@ pub use remotes::{
 };
 // The downloading this module's commands share lives in `crate::transfer`, below the read
 // engine too; its public items keep their paths here.
-pub use crate::transfer::{COALESCE_GAP, MAX_SPAN, Transfer, fetch_files, fetch_missing};
+pub use crate::transfer::{
+    COALESCE_GAP, MAX_SPAN, RemoteRevision, Transfer, fetch_files, fetch_missing,
+};
 pub(crate) use crate::transfer::{
     download, fetch_missing_under, is_ancestor, open, refresh_indexes, remote_ref, same_etag,
 };

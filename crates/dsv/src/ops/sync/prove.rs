@@ -16,6 +16,15 @@ use crate::pack::EncodedFrame;
 use crate::remote::Remote;
 use crate::store::Store;
 
+/// One problem `dsv verify --remote` found (a file map that fails its proof is one).
+#[derive(Debug, serde::Serialize)]
+pub struct RemoteProblem {
+    /// The ref (`dataset` or `dataset@tag`) or the key (`packs/<id>.pack`) it concerns.
+    pub what: String,
+    /// What is wrong.
+    pub detail: String,
+}
+
 /// The most stored bytes of remote frames one proof reads ahead at a time (the chunks a map
 /// lists next that this store lacks): the memory a proof holds, about.
 pub(crate) const PROOF_BATCH_BYTES: u64 = 64 * 1024 * 1024;
@@ -335,7 +344,7 @@ impl RemoteMaps {
         record: &RemoteRecord,
         remote: &Remote,
         refs: &[(String, ObjectId)],
-        problems: &mut Vec<super::remote_gc::RemoteProblem>,
+        problems: &mut Vec<RemoteProblem>,
     ) -> Result<(u64, u64)> {
         let mut prover = MapProver::new(record, remote);
         let mut seen = std::collections::HashSet::new();
@@ -374,7 +383,7 @@ impl RemoteMaps {
                         Err(detail) => Err(detail),
                     };
                     if let Err(detail) = result {
-                        problems.push(super::remote_gc::RemoteProblem {
+                        problems.push(RemoteProblem {
                             what: format!("{what}:{}", entry.path),
                             detail: format!(
                                 "{detail} (the file map in {}): a clone cannot read this file",
