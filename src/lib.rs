@@ -666,6 +666,25 @@ fn report_error(ui: &Ui, e: &anyhow::Error) {
         });
         let _ = ui.json(&value);
     }
+    write_error(&message, causes, hints);
+}
+
+/// Prints a library error that a command exits with after its report (a rebase stopped by
+/// conflicts): its message, causes and hints on stderr, redacted, as [`report_error`] does
+/// (the report, not the error, is the `--json` output).
+pub(crate) fn report_refusal(e: dsv::Error) {
+    let e = anyhow::Error::new(e);
+    let redact =
+        |texts: Vec<String>| -> Vec<String> { texts.iter().map(|t| redact_message(t)).collect() };
+    write_error(
+        &redact_message(&e.to_string()),
+        redact(error::causes(&e)),
+        redact(error::hints(&e)),
+    );
+}
+
+/// Writes `error: MESSAGE`, its causes and its hints on stderr.
+fn write_error(message: &str, causes: Vec<String>, hints: Vec<String>) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "error: {message}");
     for cause in causes {

@@ -47,4 +47,5 @@ mod sync_plans;
 mod teamwork;
 mod terminal;
 mod trust;
+mod usage_exits;
 mod workflow;
