@@ -37,6 +37,7 @@ mod remote_gc;
 mod round3;
 mod round4_output;
 mod round4_workflow;
+mod sandbox;
 mod scale;
 mod scale_input;
 mod settings;

@@ -202,9 +202,9 @@ fn export_and_shards_refuse_bad_input_and_end_quietly_on_a_closed_pipe() {
     assert!(error.to_string().contains("not/there.txt"), "{error}");
     env.fails(&["shards", "ds", "0"], 2);
     // A reader that stops early: export ends quietly, exit 0.
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+    let mut child = env
+        .command()
         .args(["export", "ds"])
-        .current_dir(env.root())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -262,9 +262,8 @@ fn concurrent_readers_of_a_remote_only_file_download_it_once() {
     let before = pack_bytes(&four.path("c"));
     let children: Vec<_> = (0..4)
         .map(|_| {
-            std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+            four.command()
                 .args(["--store", "c", "cat", "ds:big.bin"])
-                .current_dir(four.root())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()

@@ -723,9 +723,9 @@ fn export_output_inside_a_store_is_refused_and_json_io_errors_exit_6() {
     assert_eq!(std::fs::read(env.path(".dsv/catalog.db")).unwrap(), catalog);
     assert!(!env.path(".dsv/packs/x.pack").exists());
     let full = std::fs::File::create("/dev/full").unwrap();
-    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+    let status = env
+        .command()
         .args(["--json", "ls", "ds"])
-        .current_dir(env.root())
         .stdout(full)
         .status()
         .unwrap();

@@ -46,19 +46,25 @@ impl TestEnv {
         self.root().join(relative)
     }
 
-    /// The `dsv` binary with a cleared, sandboxed environment.
+    /// The `dsv` binary with a cleared, sandboxed environment (see [`TestEnv::command`]), as
+    /// an `assert_cmd` command.
     pub fn dsv(&self) -> Command {
-        let mut cmd = Command::cargo_bin("dsv").expect("dsv binary");
-        cmd.env_clear()
-            .env("HOME", self.root())
-            .env("TMPDIR", self.root())
-            .env("DSV_AUTHOR", "tester")
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .current_dir(self.root());
-        for (key, value) in self.vars.borrow().iter() {
-            cmd.env(key, value);
+        Command::from_std(self.command())
+    }
+
+    /// The `dsv` binary as a plain [`std::process::Command`] (to spawn, pipe or kill it),
+    /// in the sandbox of [`TestEnv::sandbox`].
+    pub fn command(&self) -> std::process::Command {
+        self.sandbox().command()
+    }
+
+    /// The environment every `dsv` run of this test gets (see [`Sandbox`]): a plain value,
+    /// to start `dsv` from other threads.
+    pub fn sandbox(&self) -> Sandbox {
+        Sandbox {
+            root: self.root().to_path_buf(),
+            vars: self.vars.borrow().clone(),
         }
-        cmd
     }
 
     /// Sets an environment variable for every later `dsv` run.
@@ -68,18 +74,11 @@ impl TestEnv {
             .push((key.to_string(), value.to_string()));
     }
 
-    /// Starts `dsv ARGS` in the background (stdout and stderr piped).
+    /// Starts `dsv ARGS` in the background (stdout and stderr piped), in the sandbox of
+    /// [`TestEnv::command`].
     pub fn spawn(&self, args: &[&str]) -> std::process::Child {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        self.command()
             .args(args)
-            .current_dir(self.root())
-            .env("DSV_AUTHOR", "tester")
-            .envs(
-                self.vars
-                    .borrow()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            )
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -163,6 +162,46 @@ impl TestEnv {
                 .into_owned();
         }
         text
+    }
+}
+
+/// The path of the `dsv` binary under test. Start it with [`TestEnv::command`] (or
+/// [`TestEnv::sandbox`] for a wrapper), never with the test process's own environment.
+pub fn dsv_binary() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("dsv")
+}
+
+/// How a test starts `dsv`: in `root` (the [`TestEnv`]'s), with a cleared environment
+/// holding only `HOME` and `TMPDIR` (both `root`), `DSV_AUTHOR`, `PATH` and the variables
+/// set with [`TestEnv::set_var`] (remote endpoints, credentials). Nothing of the developer's
+/// environment (`AWS_*`, `DSV_*`, `XDG_*`, `HOME`) reaches `dsv`. Every test starts `dsv`
+/// through this ([`TestEnv::dsv`], [`TestEnv::spawn`], [`TestEnv::command`], or
+/// [`Sandbox::apply`] for a wrapper such as `bash` or `script`).
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    root: PathBuf,
+    vars: Vec<(String, String)>,
+}
+
+impl Sandbox {
+    /// The `dsv` binary, in the sandbox.
+    pub fn command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(dsv_binary());
+        self.apply(&mut command);
+        command
+    }
+
+    /// Clears `command`'s environment and gives it the sandbox's, with `root` as its
+    /// current directory: for a program that runs `dsv` in turn.
+    pub fn apply(&self, command: &mut std::process::Command) {
+        command
+            .env_clear()
+            .env("HOME", &self.root)
+            .env("TMPDIR", &self.root)
+            .env("DSV_AUTHOR", "tester")
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(&self.root);
+        command.envs(self.vars.iter().map(|(key, value)| (key, value)));
     }
 }
 
