@@ -37,22 +37,23 @@ fn stderr(out: &std::process::Output) -> String {
 
 /// The first mirror's server frozen: a checkout (`transfer.remotes`) and `cat` (the read
 /// engine) of a version whose data is only on the remotes finish in seconds from far, and
-/// stderr names the frozen remote and the one that served.
+/// stderr names the frozen remote and the one that served. The checkout's near has the
+/// default stall timeout (5 s), the cat's its `stall_timeout` option (1 s).
 #[test]
 fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
     let writer = TestEnv::new();
     let near = PrivateS3::start(writer.path("near-moto.log"));
     let (id, prefix, far) = pushed_to_both(&writer, &near, 31);
-    let reader = || {
+    let reader = |options: &[&str]| {
         let reader = TestEnv::new();
         use_s3(&reader);
         reader.ok(&["remote", "add", "far", &far]);
         reader.ok(&["fetch"]);
-        near.add(&reader, &[], "near", &prefix, true);
+        near.add_with(&reader, &[], "near", &prefix, true, options);
         reader.ok(&["fetch", "--remote", "near"]);
         reader
     };
-    let (checkout, cat) = (reader(), reader());
+    let (checkout, cat) = (reader(&[]), reader(&["stall_timeout=1s"]));
     near.freeze();
 
     let start = Instant::now();
@@ -79,7 +80,7 @@ fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
     assert!(
         remotes[0]["error"]
             .as_str()
-            .is_some_and(|e| e.contains("stalled")),
+            .is_some_and(|e| e.contains("stalled") && e.contains(" in 5s ")),
         "{report}"
     );
     assert_eq!(remotes[1]["remote"], "far", "{report}");
@@ -95,7 +96,8 @@ fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
         std::fs::read(writer.path("data/big.bin")).unwrap()
     );
     assert!(
-        stderr(&out).contains("warning: remote \"near\" failed, read from \"far\" instead"),
+        stderr(&out).contains("warning: remote \"near\" failed, read from \"far\" instead")
+            && stderr(&out).contains(" in 1s "),
         "{}",
         stderr(&out)
     );
