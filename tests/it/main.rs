@@ -34,6 +34,7 @@ mod read;
 mod real_data;
 mod remote;
 mod remote_gc;
+mod remote_order;
 mod round3;
 mod round4_output;
 mod round4_workflow;
