@@ -57,7 +57,7 @@ impl HostileRemote {
 
     /// Writes `objects` as one pack of one frame, with its `.idx`, as push does.
     fn put_pack(&self, objects: &[Object]) {
-        let scratch = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir_in(crate::common::temp_base()).unwrap();
         let mut writer = PackWriter::create(scratch.path(), scratch.path()).unwrap();
         let mut frame = FrameBuilder::default();
         for (id, kind, bytes) in objects {

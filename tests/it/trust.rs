@@ -160,7 +160,7 @@ impl dsv::progress::Progress for AtReading {
 #[test]
 fn a_file_replaced_while_commit_runs_is_not_cached_under_the_walks_stat() {
     use dsv::ops::commit::{CommitOptions, commit};
-    let temp = tempfile::tempdir().unwrap();
+    let temp = tempfile::tempdir_in(crate::common::temp_base()).unwrap();
     let root = temp.path().to_path_buf();
     let mut store = dsv::Store::init(&root).unwrap();
     let dir = root.join("w");
