@@ -183,7 +183,7 @@ pub fn temp_base() -> PathBuf {
         }
         let shm = Path::new("/dev/shm");
         let roomy = nix::sys::statvfs::statvfs(shm).is_ok_and(|stat| {
-            stat.blocks_available() as u64 * stat.fragment_size() as u64 >= RAM_BASE_MIN_FREE
+            stat.blocks_available().saturating_mul(stat.fragment_size()) >= RAM_BASE_MIN_FREE
         });
         let writable = roomy && tempfile::tempdir_in(shm).is_ok();
         if writable {
