@@ -640,8 +640,12 @@ impl PrivateS3 {
 
     fn restart(&mut self) {
         let log = std::fs::File::create(&self.log).unwrap();
+        // A cleared environment: a developer's AWS_* (a profile, a config file) made moto
+        // answer 500 to every request.
         let child = std::process::Command::new(endpoint("DSV_TEST_MOTO_SERVER"))
             .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
