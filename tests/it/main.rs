@@ -13,6 +13,7 @@ mod checkout_safety;
 mod cleanup;
 mod cli_docs;
 mod cli_output;
+mod clock;
 mod concurrency;
 mod copy;
 mod crash;

@@ -513,6 +513,23 @@ pub fn assert_same_tree(expected: &Path, actual: &Path) {
     }
 }
 
+/// Moves the mtime of every file below `dir` back by `by`, taking no time: what a `file://`
+/// remote gives as a file's Last-Modified, so a test ages a remote's packs and gc marks past
+/// a grace (`dsv gc --remote --grace`) without waiting for it, as a local gc's orphans.
+pub fn backdate(dir: &Path, by: std::time::Duration) {
+    for entry in walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+    {
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let file = fs::File::options().write(true).open(entry.path()).unwrap();
+        let modified = file.metadata().unwrap().modified().unwrap();
+        file.set_modified(modified - by).unwrap();
+    }
+}
+
 /// Makes a file executable.
 pub fn make_executable(path: &Path) {
     fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
