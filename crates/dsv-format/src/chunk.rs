@@ -115,8 +115,10 @@ fn cut_point(data: &[u8], params: ChunkParams, (mask_s, mask_l): (u64, u64)) -> 
     end
 }
 
-/// The chunk lengths of an in-memory buffer, in order (they sum to `data.len()`).
-pub fn chunk_lengths(data: &[u8], params: ChunkParams) -> Vec<usize> {
+/// The chunk lengths of an in-memory buffer, in order (they sum to `data.len()`): the
+/// reference the tests compare the streaming chunker with.
+#[cfg(test)]
+fn chunk_lengths(data: &[u8], params: ChunkParams) -> Vec<usize> {
     let mut chunker = Chunker::new(data, params);
     let mut lengths = Vec::new();
     while let Some(chunk) = chunker.next_chunk().expect("reading a slice cannot fail") {

@@ -92,7 +92,7 @@ pub fn causes(error: &dyn std::error::Error) -> Vec<String> {
 /// `text` with an XML error body (from `<?xml` or `<Error>` to its end) replaced by
 /// `CODE: MESSAGE` (the message's first line; for `NoSuchBucket`, "the bucket NAME does not
 /// exist"); `text` itself when it holds none, or one without a `<Code>`.
-pub fn without_error_xml(text: &str) -> String {
+pub(crate) fn without_error_xml(text: &str) -> String {
     let Some(start) = text.find("<?xml").or_else(|| text.find("<Error>")) else {
         return text.to_string();
     };

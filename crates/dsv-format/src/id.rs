@@ -13,9 +13,6 @@ use std::str::FromStr;
 pub struct ObjectId(pub [u8; 32]);
 
 impl ObjectId {
-    /// Length of an id in bytes.
-    pub const LEN: usize = 32;
-
     /// Hashes `bytes` with BLAKE3.
     pub fn of(bytes: &[u8]) -> Self {
         ObjectId(*blake3::hash(bytes).as_bytes())

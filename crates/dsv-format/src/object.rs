@@ -136,20 +136,20 @@ pub struct Tree {
 /// [`Version::decode`] rejects it, so the rule is the same on both sides.
 pub const MAX_MESSAGE_LEN: usize = 1024 * 1024;
 /// The longest version `author`, in bytes (4 KiB); as [`MAX_MESSAGE_LEN`].
-pub const MAX_AUTHOR_LEN: usize = 4096;
+pub(crate) const MAX_AUTHOR_LEN: usize = 4096;
 /// The longest version `source` (a path or URL), in bytes (64 KiB); as [`MAX_MESSAGE_LEN`].
-pub const MAX_SOURCE_LEN: usize = 64 * 1024;
+pub(crate) const MAX_SOURCE_LEN: usize = 64 * 1024;
 /// The longest encoded version object, in bytes (2 MiB): the message, author and source at
 /// their limits plus the fixed fields fit well inside it. Pack indexes listing a longer
 /// version object are refused.
-pub const MAX_VERSION_LEN: u32 = 2 * 1024 * 1024;
+pub(crate) const MAX_VERSION_LEN: u32 = 2 * 1024 * 1024;
 /// The memory this process may use, in bytes: the smallest of the physical memory
 /// (`MemTotal` of `/proc/meminfo`), the cgroup's limit (`/sys/fs/cgroup/memory.max`) and the
 /// process's own soft limits on its address space and data (`RLIMIT_AS`, `ulimit -v`, and
 /// `RLIMIT_DATA`, `ulimit -d`, from `/proc/self/limits`), so a listing that the machine could
 /// hold but the process may not is refused instead of aborting on a failed allocation;
 /// `None` when none can be read.
-pub fn process_memory() -> Option<u64> {
+pub(crate) fn process_memory() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|text| process_limit(&text));
@@ -164,7 +164,7 @@ pub fn process_memory() -> Option<u64> {
 /// `/proc/meminfo`), less the cgroup's limit (`/sys/fs/cgroup/memory.max`) when it has one;
 /// `None` when neither can be read. Unlike [`process_memory`], a process's own `ulimit` does
 /// not lower it: a version fetched under a `ulimit` may be listed by another process.
-pub fn machine_memory() -> Option<u64> {
+pub(crate) fn machine_memory() -> Option<u64> {
     physical_memory()
 }
 

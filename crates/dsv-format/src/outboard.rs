@@ -37,7 +37,7 @@ const HEADER_LEN: usize = 8 + 4 + 8;
 
 /// Number of blocks of a file of `size` bytes (`ceil(size / BLOCK_LEN)`; 0 for an empty
 /// file).
-pub fn block_count(size: u64) -> u64 {
+pub(crate) fn block_count(size: u64) -> u64 {
     size.div_ceil(BLOCK_LEN)
 }
 

@@ -56,7 +56,7 @@ const SECRET_PARAMETERS: &[&str] = &[
 /// True when a query parameter named `name` (percent-decoded) carries a secret: one of the
 /// known names, or any name holding `token`, `secret`, `password`, `passwd`, `signature`,
 /// `credential` or `api_key`/`api-key`.
-pub fn is_secret_parameter(name: &str) -> bool {
+pub(crate) fn is_secret_parameter(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     SECRET_PARAMETERS.contains(&name.as_str())
         || [

@@ -47,22 +47,22 @@ use crate::TARGET;
 /// Files smaller than this are not materialized: reading them from the page cache of the
 /// FUSE file costs about what it costs from a local file (the open, which passthrough does
 /// not save, dominates), and each would cost a file on disk.
-pub const MIN_BACKED_BYTES: u64 = 1024 * 1024;
+pub(crate) const MIN_BACKED_BYTES: u64 = 1024 * 1024;
 
 /// The default budget's share of the free space of the store's file system (1/10).
 const DEFAULT_SHARE_OF_FREE: u64 = 10;
 
 /// The default budget's cap: 64 GiB.
-pub const DEFAULT_CAP_BYTES: u64 = 64 * 1024 * 1024 * 1024;
+pub(crate) const DEFAULT_CAP_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 
 /// How long an open waits for the `RELEASE` of cached-mode opens of its file that were
 /// closed already (`FLUSH`) before it is answered in cached mode. Only one wait per file
 /// until one of its opens is released, so a file held open by a process that closed a
 /// duplicate (a forked child, a memory map) costs one wait, not one per open.
-pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The prefix of a mount's backing directory under the store's `tmp/`: `mount-PID-N`.
-pub const DIR_PREFIX: &str = "mount-";
+pub(crate) const DIR_PREFIX: &str = "mount-";
 
 /// The budget for backing files in `dir`'s file system: `requested` (`None`: a tenth of
 /// its free space, at most [`DEFAULT_CAP_BYTES`]), never more than half its free space, so
@@ -90,7 +90,7 @@ pub fn budget(dir: &Path, requested: Option<u64>) -> u64 {
 }
 
 /// How one open of a file is served.
-pub enum OpenMode {
+pub(crate) enum OpenMode {
     /// By dsv: the kernel sends reads (and keeps what they return in the FUSE file's page
     /// cache, `FOPEN_KEEP_CACHE`).
     Cached,
@@ -99,7 +99,7 @@ pub enum OpenMode {
 }
 
 /// The backing files of one mount.
-pub struct Backings {
+pub(crate) struct Backings {
     dir: PathBuf,
     budget: u64,
     /// Whether opens may be answered with passthrough: the kernel granted it at `INIT`, and
@@ -217,7 +217,7 @@ impl Backings {
     }
 
     /// Passthrough granted by the kernel: opens may use it from now on.
-    pub fn enable(&self) {
+    pub(crate) fn enable(&self) {
         self.enabled.store(true, Ordering::Release);
     }
 
@@ -302,7 +302,7 @@ impl Backings {
     }
 
     /// Counts the first close (`FLUSH`) of an open of `ino` served as `mode`.
-    pub fn flushed(&self, ino: u64, mode: &OpenMode) {
+    pub(crate) fn flushed(&self, ino: u64, mode: &OpenMode) {
         if let OpenMode::Cached = mode
             && let Some(entry) = self.lock().inodes.get_mut(&ino)
         {
@@ -479,7 +479,7 @@ impl Backings {
     }
 
     /// Opens answered with passthrough so far.
-    pub fn passthrough_opens(&self) -> u64 {
+    pub(crate) fn passthrough_opens(&self) -> u64 {
         self.passthrough_opens.load(Ordering::Relaxed)
     }
 }
@@ -490,7 +490,7 @@ impl Backings {
 ///
 /// # Errors
 /// As [`std::fs::create_dir`].
-pub fn make_dir(temp_dir: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn make_dir(temp_dir: &Path) -> std::io::Result<PathBuf> {
     remove_stale_dirs(temp_dir);
     let pid = std::process::id();
     let mut n = 0u32;

@@ -23,7 +23,7 @@ use crate::progress::Progress;
 
 /// Expansion below this many bytes is never refused by the ratio (small files of zeros
 /// compress thousands of times).
-pub const RATIO_FLOOR: u64 = 64 * 1024 * 1024;
+pub(crate) const RATIO_FLOOR: u64 = 64 * 1024 * 1024;
 /// Default of [`Limits::max_ratio`]: text data compresses 3–20x, and 1000x+ is the mark of a
 /// bomb.
 pub const DEFAULT_MAX_RATIO: u64 = 250;

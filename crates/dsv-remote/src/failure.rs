@@ -10,7 +10,7 @@ use crate::error::{RemoteClass, RemoteFailure};
 
 /// object_store's error, classed ([`classify`]); a "not found" answer stays one for callers
 /// asking whether an object is there, whatever its class.
-pub fn remote_failure(error: object_store::Error) -> RemoteFailure {
+pub(crate) fn remote_failure(error: object_store::Error) -> RemoteFailure {
     let not_found = matches!(error, object_store::Error::NotFound { .. });
     let failure = RemoteFailure::new(classify(&error), Box::new(error));
     if not_found {
@@ -22,7 +22,7 @@ pub fn remote_failure(error: object_store::Error) -> RemoteFailure {
 
 /// The HTTP client's error, classed: an answer with a 4xx status is a refused request (the
 /// user's to fix), anything else (5xx, no answer) the network's or the server's.
-pub fn http_failure(error: reqwest::Error) -> RemoteFailure {
+pub(crate) fn http_failure(error: reqwest::Error) -> RemoteFailure {
     let class = if error.status().is_some_and(|s| s.is_client_error()) {
         RemoteClass::Rejected
     } else {

@@ -252,7 +252,7 @@ pub fn etag_matches(a: &str, b: &str) -> bool {
 /// The ETag dsv records for a local file: its mtime in nanoseconds and size in hex (the
 /// shape web servers give files), then its permission bits in octal (so a `chmod +x` is a
 /// change).
-pub fn local_etag(stat: &crate::walk::Stat) -> String {
+pub(crate) fn local_etag(stat: &crate::walk::Stat) -> String {
     format!(
         "\"{:x}-{:x}-{:o}\"",
         stat.mtime_ns,

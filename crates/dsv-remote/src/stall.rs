@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 pub const STALL_BYTES: u64 = 1024;
 
 /// How often a wait on the network looks at the cancellation.
-pub const WAIT_TICK: Duration = Duration::from_millis(100);
+pub(crate) const WAIT_TICK: Duration = Duration::from_millis(100);
 
 /// Why a watched wait ended before its future completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +53,7 @@ impl Window {
 /// Watches waits on one request (or one source) for stalls, a deadline and cancellation.
 /// Cheap to clone: a clone starts its own window with [`StallWatch::restart`].
 #[derive(Debug, Clone)]
-pub struct StallWatch {
+pub(crate) struct StallWatch {
     stall_timeout: Duration,
     /// The instant, and the timeout it comes from.
     deadline: Option<(Instant, Duration)>,
@@ -88,7 +88,7 @@ impl StallWatch {
     ///
     /// # Errors
     /// As [`StallWatch::check`].
-    pub fn arrived(&mut self, bytes: u64) -> Result<(), Ended> {
+    pub(crate) fn arrived(&mut self, bytes: u64) -> Result<(), Ended> {
         self.window.bytes = self.window.bytes.saturating_add(bytes);
         self.check(Instant::now())
     }
@@ -158,7 +158,7 @@ impl StallWatch {
 }
 
 /// A duration as a user writes it (`60s`, `2m 30s`, `500ms`).
-pub fn humanize(duration: Duration) -> String {
+pub(crate) fn humanize(duration: Duration) -> String {
     let seconds = duration.as_secs();
     if seconds == 0 {
         return format!("{}ms", duration.as_millis());

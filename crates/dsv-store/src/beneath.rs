@@ -450,8 +450,8 @@ fn symlink_new(target: &str, parent: &impl AsFd, name: &OsStr) -> nix::Result<()
 
 /// The file-type bits of `st_mode` (as `stat(2)` gives them).
 mod libc_mode {
-    pub const S_IFMT: u32 = 0o170_000;
-    pub const S_IFDIR: u32 = 0o040_000;
+    pub(crate) const S_IFMT: u32 = 0o170_000;
+    pub(crate) const S_IFDIR: u32 = 0o040_000;
 }
 
 /// Removes everything in the open directory `dir`, depth first, following no symlink. The

@@ -30,13 +30,13 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::error::{Error, IoResultExt, Result};
 
 /// The settings file's name inside the `.dsv` directory.
-pub const CONFIG_FILE: &str = "config.toml";
+pub(crate) const CONFIG_FILE: &str = "config.toml";
 
 /// The largest settings file dsv reads, in bytes (64 KiB).
-pub const MAX_CONFIG_LEN: u64 = 64 * 1024;
+pub(crate) const MAX_CONFIG_LEN: u64 = 64 * 1024;
 
 /// The zstd levels a setting or flag may name.
-pub const COMPRESSION_LEVELS: std::ops::RangeInclusive<i64> = 1..=19;
+pub(crate) const COMPRESSION_LEVELS: std::ops::RangeInclusive<i64> = 1..=19;
 
 /// A store's settings; a field that is `None` is not set (the built-in default applies).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,7 +19,7 @@ pub const IGNORE_FILE: &str = ".dsvignore";
 use crate::error::{Error, Result};
 
 /// The largest ignore file read: rules are lines a person writes, not data.
-pub const MAX_IGNORE_FILE_LEN: u64 = 1 << 20;
+pub(crate) const MAX_IGNORE_FILE_LEN: u64 = 1 << 20;
 
 /// Checks the ignore file of directory `dir`, if there is one: that it is a regular file
 /// (lstat first: a symlink is not followed, a FIFO not opened), then [`check`]s its lines.
@@ -29,7 +29,7 @@ pub const MAX_IGNORE_FILE_LEN: u64 = 1 << 20;
 ///
 /// # Errors
 /// [`Error::InvalidIgnoreFile`] naming the file and what it is, or its first bad line.
-pub fn check_type(dir: &Path) -> Result<()> {
+pub(crate) fn check_type(dir: &Path) -> Result<()> {
     let path = dir.join(IGNORE_FILE);
     let Ok(meta) = std::fs::symlink_metadata(&path) else {
         // Missing (or the directory cannot be read: the walk reports that itself).

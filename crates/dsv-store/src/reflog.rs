@@ -50,11 +50,11 @@ use crate::id::ObjectId;
 pub const FILE_NAME: &str = "reflog";
 
 /// The longest line a ref log may hold, in bytes (a remote's options are the longest field).
-pub const MAX_LINE: usize = 1024 * 1024;
+pub(crate) const MAX_LINE: usize = 1024 * 1024;
 
 /// When an append would grow the log past this many bytes, the log is rewritten as a
 /// snapshot of the current state instead (compaction).
-pub const COMPACT_AT: u64 = 8 * 1024 * 1024;
+pub(crate) const COMPACT_AT: u64 = 8 * 1024 * 1024;
 
 /// One change to the store's names.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -117,7 +117,7 @@ pub enum RefLogEntry {
 
 /// One line of the ref log: an entry and when it was written.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RefLogLine {
+pub(crate) struct RefLogLine {
     /// Unix seconds.
     pub time: i64,
     /// The change.
@@ -380,7 +380,7 @@ impl RefState {
 
 /// `current` with `first` moved to the front, in the order `first` names them; names in
 /// `first` that are not in `current` are skipped, and the rest keep their order.
-pub fn reorder(current: &[String], first: &[String]) -> Vec<String> {
+pub(crate) fn reorder(current: &[String], first: &[String]) -> Vec<String> {
     let mut order: Vec<String> = Vec::with_capacity(current.len());
     for name in first {
         if current.contains(name) && !order.contains(name) {
@@ -582,7 +582,7 @@ pub fn cut(path: &Path, applied: u64) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::Io`].
-pub fn rewrite(path: &Path, bytes: &[u8]) -> Result<u64> {
+pub(crate) fn rewrite(path: &Path, bytes: &[u8]) -> Result<u64> {
     let temp = temp_path(path);
     {
         match fs::remove_file(&temp) {

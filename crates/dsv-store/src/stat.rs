@@ -32,7 +32,7 @@ impl Stat {
     }
 
     /// The fields of a `struct stat` from `fstatat(2)` or `fstat(2)`.
-    pub fn of_file_stat(stat: &nix::sys::stat::FileStat) -> Stat {
+    pub(crate) fn of_file_stat(stat: &nix::sys::stat::FileStat) -> Stat {
         Stat::from_raw(
             stat.st_size as u64,
             (stat.st_mtime, stat.st_mtime_nsec),

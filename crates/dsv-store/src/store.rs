@@ -683,8 +683,8 @@ impl Drop for StagedStore {
 
 /// The error numbers [`StagedStore::publish`] reads as "a store is there".
 mod libc_errno {
-    pub const ENOTEMPTY: i32 = nix::errno::Errno::ENOTEMPTY as i32;
-    pub const EEXIST: i32 = nix::errno::Errno::EEXIST as i32;
+    pub(crate) const ENOTEMPTY: i32 = nix::errno::Errno::ENOTEMPTY as i32;
+    pub(crate) const EEXIST: i32 = nix::errno::Errno::EEXIST as i32;
     pub const ENOTDIR: i32 = nix::errno::Errno::ENOTDIR as i32;
     pub const EISDIR: i32 = nix::errno::Errno::EISDIR as i32;
 }

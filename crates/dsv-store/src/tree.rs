@@ -1277,7 +1277,8 @@ fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<Chang
 ///
 /// A [`StreamingDiff`] over the listings in [`crate::names::path_order`] (the order
 /// [`flatten`] and a scan give); a listing in another order is sorted first (by reference).
-pub fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
+#[cfg(test)]
+pub(crate) fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
     fn in_order(entries: &[FlatEntry]) -> Vec<&FlatEntry> {
         let mut sorted: Vec<&FlatEntry> = entries.iter().collect();
         sorted.sort_by(|a, b| crate::names::path_order(&a.path, &b.path));
@@ -1424,7 +1425,8 @@ fn change_between(old: Option<FlatEntry>, new: Option<FlatEntry>) -> Option<Chan
 
 /// Merges two listings in [`crate::names::path_order`] with a [`StreamingDiff`] (what status
 /// does with a version's walk and a directory's): the same changes as [`diff_flat`].
-pub fn diff_in_order(
+#[cfg(test)]
+pub(crate) fn diff_in_order(
     old: impl IntoIterator<Item = FlatEntry>,
     new: impl IntoIterator<Item = FlatEntry>,
 ) -> Vec<Change> {

@@ -230,18 +230,8 @@ pub fn scan(root: &Path) -> Result<Scan> {
 ///
 /// # Errors
 /// As [`scan`]; [`Error::InvalidPattern`] for a pattern that does not parse.
-pub fn scan_excluding(root: &Path, exclude: &[String]) -> Result<Scan> {
+pub(crate) fn scan_excluding(root: &Path, exclude: &[String]) -> Result<Scan> {
     scan_with(root, exclude, true).map_err(|e| too_long(root, e))
-}
-
-/// As [`scan`], but obeying no `.dsvignore` file: what checkout looks at before it writes,
-/// so that an ignored file is an untracked file like any other (never overwritten or
-/// deleted when it holds content no version has).
-///
-/// # Errors
-/// As [`scan`].
-pub fn scan_everything(root: &Path) -> Result<Scan> {
-    scan_with(root, &[], false).map_err(|e| too_long(root, e))
 }
 
 /// Turns the system's refusal of a path as too long (`ENAMETOOLONG`: over PATH_MAX, 4096

@@ -103,10 +103,10 @@ use crate::stat::Stat;
 /// nanosecond timestamps (Linux updates them at tick granularity, ≤ 10 ms).
 pub const RACY_MARGIN_NS: i64 = 100_000_000;
 /// The margin for timestamps with whole seconds only (a coarse filesystem).
-pub const COARSE_RACY_MARGIN_NS: i64 = 2_000_000_000;
+pub(crate) const COARSE_RACY_MARGIN_NS: i64 = 2_000_000_000;
 
 /// The margin that applies to a file whose mtime is `mtime_ns`.
-pub fn racy_margin(mtime_ns: i64) -> i64 {
+pub(crate) fn racy_margin(mtime_ns: i64) -> i64 {
     if mtime_ns % 1_000_000_000 == 0 {
         COARSE_RACY_MARGIN_NS
     } else {

@@ -97,7 +97,7 @@ pub fn enforce_limit(store: &mut Store, limit: u64, keep: &HashSet<ObjectId>) ->
 ///
 /// # Errors
 /// Catalog errors listing the remotes.
-pub fn refresh_remote_listings(store: &mut Store) -> Result<bool> {
+pub(crate) fn refresh_remote_listings(store: &mut Store) -> Result<bool> {
     for record in store.catalog().remotes()? {
         let Ok(remote) = crate::remote::Remote::open(&record) else {
             return Ok(false);

@@ -73,7 +73,7 @@ impl<const N: usize> KeySet<N> {
     /// A set that moves keys past [`SETTLED_KEYS`] to an unnamed temporary file in `dir`. If
     /// a spill cannot be written (a full disk), the set keeps its keys in memory from then on
     /// (still exact, no longer bounded).
-    pub fn spilling_to(dir: &Path) -> Self {
+    pub(crate) fn spilling_to(dir: &Path) -> Self {
         KeySet::with_limits(Some(dir.to_path_buf()), RECENT_KEYS, SETTLED_KEYS)
     }
 

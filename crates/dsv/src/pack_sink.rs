@@ -148,7 +148,7 @@ impl PackSink {
     /// packs the catalog does not name are deleted (if the lock or the catalog cannot be
     /// read, none is: an unnamed pack is harmless and `gc` removes it). The caller must not
     /// hold the store lock.
-    pub fn abandon(self, store: &crate::store::Store) {
+    pub(crate) fn abandon(self, store: &crate::store::Store) {
         if self.measure || self.memory {
             return;
         }

@@ -13,7 +13,7 @@
 use crate::error::{Error, Result};
 
 /// The most shards a version is split into (`--shard I/N`, `dsv shards REV N`).
-pub const MAX_SHARDS: u32 = 1_000_000;
+pub(crate) const MAX_SHARDS: u32 = 1_000_000;
 
 /// Worker `index` of `count` (0-based), as `--shard I/N` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -66,7 +66,7 @@ impl std::fmt::Display for ShardSpec {
 /// Assigns files (path, size in bytes) to `count` shards; returns for each shard the indexes
 /// (into `files`) of its files, in path order. At most `files.len()` shards get a file, so
 /// only that many are returned (at least one): shards past the end are empty.
-pub fn assign(files: &[(&str, u64)], count: u32) -> Vec<Vec<usize>> {
+pub(crate) fn assign(files: &[(&str, u64)], count: u32) -> Vec<Vec<usize>> {
     let count = (count.max(1) as usize).min(files.len().max(1));
     // Largest first (longest-processing-time greedy), each to the least loaded shard (the
     // lowest index among equals), found in a min-heap: O(files × log shards).

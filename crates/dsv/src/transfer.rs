@@ -844,7 +844,7 @@ pub(crate) fn fetch_files_with(
 
 /// The grace writers assume when a remote has no format object yet (no `gc --remote` has
 /// run): the default of `dsv gc --remote --grace`, 24 hours, in seconds.
-pub const DEFAULT_REMOTE_GRACE_SECONDS: u64 = 24 * 3600;
+pub(crate) const DEFAULT_REMOTE_GRACE_SECONDS: u64 = 24 * 3600;
 
 /// What a writer (push, copy) may rely on in a remote that `dsv gc --remote` collects: the
 /// remote's pack indexes (refreshed) minus the packs with a gc mark. The writers' rule
@@ -877,7 +877,7 @@ pub struct WriterView {
 /// # Errors
 /// [`Error::RemoteFormatTooNew`]; as [`refresh_indexes`] (remote errors, [`Error::Corrupt`]
 /// for a malformed index, [`Error::Catalog`]).
-pub fn writer_view(
+pub(crate) fn writer_view(
     store: &mut Store,
     record: &RemoteRecord,
     remote: &Remote,
@@ -901,7 +901,7 @@ pub fn writer_view(
 /// # Errors
 /// [`Error::RemoteFormatTooNew`]; [`Error::Remote`]; [`Error::Corrupt`] for a malformed
 /// format object.
-pub fn check_remote_format(remote: &Remote) -> Result<(std::time::Duration, bool)> {
+pub(crate) fn check_remote_format(remote: &Remote) -> Result<(std::time::Duration, bool)> {
     match remote.get_format()? {
         Some((format, _)) if format.format > remote::collect::REMOTE_FORMAT => {
             Err(Error::RemoteFormatTooNew {
@@ -941,7 +941,7 @@ impl WriterView {
     /// True when `pack` has a gc mark: a pack of this id must not be uploaded (a create-only
     /// put of an existing key does nothing, and the marked pack may be deleted); send its
     /// objects in a pack with another id.
-    pub fn is_marked(&self, pack: &ObjectId) -> bool {
+    pub(crate) fn is_marked(&self, pack: &ObjectId) -> bool {
         self.marked.contains(pack)
     }
 
@@ -966,7 +966,7 @@ impl WriterView {
     ///
     /// # Errors
     /// As [`writer_view`], without refreshing the indexes.
-    pub fn recheck(
+    pub(crate) fn recheck(
         &mut self,
         remote: &Remote,
         relied: &HashSet<ObjectId>,
@@ -991,7 +991,7 @@ impl WriterView {
     ///
     /// # Errors
     /// As [`writer_view`].
-    pub fn reindex(
+    pub(crate) fn reindex(
         &self,
         store: &mut Store,
         record: &RemoteRecord,
@@ -1051,7 +1051,7 @@ pub(crate) fn fresh_copy(
 /// A frame holding one 32-byte chunk that nothing names, different at every call (the time,
 /// the process, a counter and `context` hashed): added to a pack that must not come out
 /// under the id of a pack a remote has marked (the same frames in the same order would).
-pub fn salt_frame(context: &str) -> EncodedFrame {
+pub(crate) fn salt_frame(context: &str) -> EncodedFrame {
     static SALTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -41,10 +41,10 @@ pub const MAX_FRAME_RAW: u32 = 256 * 1024 * 1024;
 
 /// The most frames one pack may list (2^20 = 1,048,576). Writers seal a pack before it
 /// would list more; readers refuse an index that claims more.
-pub const MAX_PACK_FRAMES: u32 = 1 << 20;
+pub(crate) const MAX_PACK_FRAMES: u32 = 1 << 20;
 /// The most objects one pack may list (2^22 = 4,194,304). Writers seal a pack before it
 /// would list more; readers refuse an index that claims more.
-pub const MAX_PACK_OBJECTS: u32 = 1 << 22;
+pub(crate) const MAX_PACK_OBJECTS: u32 = 1 << 22;
 /// The longest index a reader accepts, in bytes: [`MAX_PACK_FRAMES`] frame records and
 /// [`MAX_PACK_OBJECTS`] object records after the 8-byte counts (about 216 MiB).
 pub const MAX_INDEX_LEN: u64 = 8
@@ -55,7 +55,7 @@ pub const MAX_INDEX_LEN: u64 = 8
 /// when stored as is, and zstd's worst-case bound (`ZSTD_compressBound`, a little over
 /// `raw_length`) when compressed. A reader refuses a frame record claiming more, before it
 /// allocates or downloads anything for it.
-pub fn max_stored_len(raw_length: u32, compression: Compression) -> u64 {
+pub(crate) fn max_stored_len(raw_length: u32, compression: Compression) -> u64 {
     match compression {
         Compression::None => u64::from(raw_length),
         Compression::Zstd => zstd::zstd_safe::compress_bound(raw_length as usize) as u64,

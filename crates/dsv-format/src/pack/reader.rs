@@ -27,7 +27,7 @@ pub struct FrameLocation {
 
 /// Pack files a [`PackReader`] keeps open at most (it closes them all when one more is
 /// needed).
-pub const MAX_OPEN_PACKS: usize = 16;
+pub(crate) const MAX_OPEN_PACKS: usize = 16;
 
 /// Reads frames from the packs of one store, keeping a few decompressed frames, open pack
 /// files and its buffers for reuse. One per thread: it is not shared.

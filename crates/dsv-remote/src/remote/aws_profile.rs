@@ -37,10 +37,10 @@ use std::sync::RwLock;
 use crate::error::{Error, IoResultExt, Result};
 
 /// The largest profile file dsv reads, in bytes (1 MiB); a larger one is an error naming it.
-pub const MAX_PROFILE_FILE_LEN: u64 = 1024 * 1024;
+pub(crate) const MAX_PROFILE_FILE_LEN: u64 = 1024 * 1024;
 
 /// The profile used when none is named.
-pub const DEFAULT_PROFILE: &str = "default";
+pub(crate) const DEFAULT_PROFILE: &str = "default";
 
 /// Where a front end says the AWS settings are: the profile's name and the two files, as
 /// the AWS CLI finds them from the environment ([`AwsProfileSource::from_environment`]).
@@ -61,7 +61,7 @@ impl AwsProfileSource {
     /// unset or empty): `AWS_PROFILE` (else the older `AWS_DEFAULT_PROFILE`) names the
     /// profile; `AWS_CONFIG_FILE` and `AWS_SHARED_CREDENTIALS_FILE` override the files
     /// under `HOME/.aws/`. Without `HOME` and without an override, that file is not read.
-    pub fn from_environment(
+    pub(crate) fn from_environment(
         home: Option<&Path>,
         aws_profile: Option<&str>,
         aws_default_profile: Option<&str>,
@@ -105,7 +105,7 @@ impl AwsProfileSource {
     }
 
     /// The profile's name: the one given, else `default`.
-    pub fn profile_name(&self) -> &str {
+    pub(crate) fn profile_name(&self) -> &str {
         self.profile.as_deref().unwrap_or(DEFAULT_PROFILE)
     }
 
@@ -167,7 +167,7 @@ pub struct AwsProfile {
 
 impl AwsProfile {
     /// True when the profile gives static credentials (an access key id and a secret).
-    pub fn has_credentials(&self) -> bool {
+    pub(crate) fn has_credentials(&self) -> bool {
         self.options.contains_key("aws_access_key_id")
             && self.options.contains_key("aws_secret_access_key")
     }

@@ -32,20 +32,20 @@ use crate::id::ObjectId;
 pub const REMOTE_FORMAT: u32 = 2;
 
 /// The key of the remote's format object.
-pub const FORMAT_KEY: &str = "format";
+pub(crate) const FORMAT_KEY: &str = "format";
 
 /// The key a gc run rewrites to read the server's clock (its Last-Modified).
-pub const CLOCK_KEY: &str = "clock";
+pub(crate) const CLOCK_KEY: &str = "clock";
 
 /// The prefix of gc marks: `marks/<pack id>`.
-pub const MARKS_PREFIX: &str = "marks";
+pub(crate) const MARKS_PREFIX: &str = "marks";
 
 /// The bytes of a deleted ref between its compare-and-swap and its deletion on S3, Azure
 /// and GCS ([`Remote::delete_ref`]); read as an absent ref.
-pub const REF_TOMBSTONE: &str = "deleted\n";
+pub(crate) const REF_TOMBSTONE: &str = "deleted\n";
 
 /// The longest format or mark object dsv reads, in bytes.
-pub const MAX_SMALL_OBJECT: u64 = 64 * 1024;
+pub(crate) const MAX_SMALL_OBJECT: u64 = 64 * 1024;
 
 /// The id of the guard pack: 64 `f` digits. Its `.pack` and `.idx` are text that no pack
 /// reader accepts, so a dsv built before remote gc (which lists every pack and parses each

@@ -201,13 +201,13 @@ impl Remote {
     /// True when this remote and `other` lie in one bucket (container) reached with the same
     /// scheme and options, so an object can go from one to the other with a server-side
     /// copy. Never true for local directories.
-    pub fn shares_bucket_with(&self, other: &Remote) -> bool {
+    pub(crate) fn shares_bucket_with(&self, other: &Remote) -> bool {
         self.bucket_identity.is_some() && self.bucket_identity == other.bucket_identity
     }
 
     /// True when a pack can go from `other` to this remote without passing through this
     /// machine: one bucket, or two S3 buckets reached with the same options.
-    pub fn can_copy_server_side_from(&self, other: &Remote) -> bool {
+    pub(crate) fn can_copy_server_side_from(&self, other: &Remote) -> bool {
         self.shares_bucket_with(other)
             || matches!((&self.s3_account, &other.s3_account),
                 (Some(a), Some(b)) if a.identity == b.identity && !a.settings.skip_signature)

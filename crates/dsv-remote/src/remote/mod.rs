@@ -84,16 +84,16 @@ use crate::stall::{Ended, STALL_BYTES, StallWatch};
 
 /// Packs of this size or more are uploaded in parts (multipart upload), several parts in
 /// flight at once, in bytes. A full pack (the ingest target is 32 MiB) goes in parts.
-pub const MULTIPART_THRESHOLD: u64 = 32 * 1024 * 1024;
+pub(crate) const MULTIPART_THRESHOLD: u64 = 32 * 1024 * 1024;
 /// Size of one part of a multipart upload, in bytes (S3's minimum is 5 MiB).
-pub const PART_SIZE: usize = 8 * 1024 * 1024;
+pub(crate) const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Parts of one multipart upload in flight at once.
-pub const PARTS_IN_FLIGHT: usize = 4;
+pub(crate) const PARTS_IN_FLIGHT: usize = 4;
 /// Default number of requests in flight.
 pub const DEFAULT_JOBS: usize = 8;
 /// The longest ref object dsv reads, in bytes (64 KiB; a ref holds 65). A longer one is
 /// refused as corrupt without being downloaded.
-pub const MAX_REF_LEN: u64 = 64 * 1024;
+pub(crate) const MAX_REF_LEN: u64 = 64 * 1024;
 
 /// A remote URL as given, with a local path (`/srv/dsv-remote`, `./remote`, `../x`: no
 /// `SCHEME://`) turned into the `file://` URL of its absolute path, as git accepts a path
@@ -136,11 +136,12 @@ pub fn has_userinfo(text: &str) -> bool {
 /// duration such as `30s`, `500ms` or `2m`: no retry starts after it, counted from a
 /// request's first try), see [`retry_config`]; and `stall_timeout` (a duration), see
 /// [`stall_timeout`].
-pub const RETRY_OPTIONS: [&str; 3] = ["max_retries", "retry_timeout", "stall_timeout"];
+pub(crate) const RETRY_OPTIONS: [&str; 3] = ["max_retries", "retry_timeout", "stall_timeout"];
 
 /// How long a read from a cloud remote may go without an answer unless the remote's
 /// `stall_timeout` option says otherwise: 5 seconds. See [`stall_timeout`].
-pub const DEFAULT_REMOTE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const DEFAULT_REMOTE_STALL_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(5);
 
 /// The stall timeout of a cloud remote's reads (GET, ranged GET, HEAD, LIST): a read fails
 /// as stalled when fewer than [`crate::stall::STALL_BYTES`] (1 KiB) of its answer arrived
@@ -169,7 +170,7 @@ pub fn stall_timeout(options: &BTreeMap<String, String>) -> Result<Option<std::t
 }
 
 /// The request timeout `object_store` uses unless the `timeout` option says otherwise: 30 s.
-pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The stall timeout of a cloud remote's reads when no other remote remains to ask (the
 /// only remote, or the last in read order): the larger of `stall` (the [`stall_timeout`])
@@ -177,7 +178,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::fr
 /// With nothing to fall back to, a slow answer (a server under load, `object_store`
 /// retrying a 503, a first credential lookup) is waited for; a stalled only remote still
 /// fails in about that long rather than after every retry.
-pub fn last_stall_timeout(
+pub(crate) fn last_stall_timeout(
     stall: std::time::Duration,
     options: &BTreeMap<String, String>,
 ) -> std::time::Duration {
@@ -190,11 +191,11 @@ pub fn last_stall_timeout(
 
 /// How many times a failed request is retried unless the remote's `max_retries` option says
 /// otherwise: `object_store`'s default.
-pub const DEFAULT_MAX_RETRIES: usize = 10;
+pub(crate) const DEFAULT_MAX_RETRIES: usize = 10;
 
 /// How long after a request's first try a retry may still start, unless the remote's
 /// `retry_timeout` option says otherwise: `object_store`'s default, 3 minutes.
-pub const DEFAULT_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+pub(crate) const DEFAULT_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// The retry policy of a cloud remote. `object_store` retries a request that failed with a
 /// connection error or reset, a 5xx, 429 or 408 status, or (for reads) a timeout, waiting
@@ -209,7 +210,9 @@ pub const DEFAULT_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from
 ///
 /// # Errors
 /// [`Error::InvalidRemote`] naming the option whose value does not parse.
-pub fn retry_config(options: &BTreeMap<String, String>) -> Result<object_store::RetryConfig> {
+pub(crate) fn retry_config(
+    options: &BTreeMap<String, String>,
+) -> Result<object_store::RetryConfig> {
     let invalid = |key: &str, reason: &str| Error::InvalidRemote {
         what: "option",
         value: key.to_string(),
@@ -265,7 +268,7 @@ fn parse_duration(text: &str) -> Option<std::time::Duration> {
 /// whose value does not parse); the errors of
 /// [`aws_profile::AwsProfileSource::load`]; [`Error::AwsProfileUnsupported`] when the
 /// profile's credentials are of a kind dsv cannot use and the environment gives none.
-pub fn cloud_backend(
+pub(crate) fn cloud_backend(
     url: &str,
     options: &BTreeMap<String, String>,
 ) -> Result<(Arc<dyn ObjectStore>, String)> {

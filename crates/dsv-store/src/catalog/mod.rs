@@ -69,7 +69,7 @@ fn migrations(count: usize) -> Migrations<'static> {
 }
 
 /// Number of migrations this build knows (the newest schema version).
-pub fn schema_version() -> usize {
+pub(crate) fn schema_version() -> usize {
     MIGRATION_SQL.len()
 }
 

@@ -557,7 +557,8 @@ impl Catalog {
     ///
     /// # Errors
     /// [`Error::Catalog`].
-    pub fn unproven_file_maps(&self) -> Result<Vec<(ObjectId, String)>> {
+    #[cfg(test)]
+    pub(crate) fn unproven_file_maps(&self) -> Result<Vec<(ObjectId, String)>> {
         let mut stmt = self
             .conn
             .prepare("SELECT id, remote FROM unproven_file_maps ORDER BY id")

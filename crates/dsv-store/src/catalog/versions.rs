@@ -111,7 +111,7 @@ fn version_row(row: &Row<'_>) -> rusqlite::Result<VersionRecord> {
 /// distance, when it is at most 2 and at most a third of the candidate's length (3 for
 /// shorter ones). A candidate that differs from `name` only in the value of its numbers
 /// (`v1` and `v2`) is another version, not a typo, and is never suggested.
-pub fn closest_name(name: &str, candidates: &[String]) -> Option<String> {
+pub(crate) fn closest_name(name: &str, candidates: &[String]) -> Option<String> {
     let key = numbers_and_case_folded(name);
     let mut best: Option<(usize, &String)> = None;
     for candidate in candidates {
@@ -257,7 +257,7 @@ impl Catalog {
     ///
     /// # Errors
     /// [`Error::Catalog`].
-    pub fn closest_tag(&self, name: &str, tag: &str) -> Result<Option<String>> {
+    pub(crate) fn closest_tag(&self, name: &str, tag: &str) -> Result<Option<String>> {
         let tags: Vec<String> = self.tags(name)?.into_iter().map(|(tag, _)| tag).collect();
         Ok(closest_name(tag, &tags))
     }
@@ -301,7 +301,7 @@ impl Catalog {
     ///
     /// # Errors
     /// [`Error::Catalog`].
-    pub fn versions_with_prefix(&self, name: &str, prefix: &str) -> Result<Vec<ObjectId>> {
+    pub(crate) fn versions_with_prefix(&self, name: &str, prefix: &str) -> Result<Vec<ObjectId>> {
         // Ids are BLOBs: compare on their hex form. Datasets rarely hold more than thousands of versions.
         let mut stmt = self.conn.prepare_cached(&format!(
             "{MEMBERS} SELECT v.id FROM versions v JOIN members m ON m.id = v.id WHERE lower(hex(v.id)) LIKE ?2 || '%'"

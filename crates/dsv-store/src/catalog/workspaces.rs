@@ -33,7 +33,7 @@ pub struct Workspace {
 /// The identity of the directory at `path`: (st_dev, st_ino, birth time in ns since the
 /// epoch where the filesystem keeps one), when there is a directory there. Filesystems reuse
 /// inode numbers at once, so the birth time tells a new directory from the old one.
-pub fn directory_identity(path: &std::path::Path) -> Option<(i64, i64, Option<i64>)> {
+pub(crate) fn directory_identity(path: &std::path::Path) -> Option<(i64, i64, Option<i64>)> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)
         .ok()

@@ -957,7 +957,11 @@ impl Selection {
 ///
 /// # Errors
 /// [`Error::NothingMatches`].
-pub fn check_all_matched(patterns: &[String], matched: &[bool], revision: &str) -> Result<()> {
+pub(crate) fn check_all_matched(
+    patterns: &[String],
+    matched: &[bool],
+    revision: &str,
+) -> Result<()> {
     let unmatched: Vec<String> = patterns
         .iter()
         .zip(matched)
@@ -978,7 +982,7 @@ pub fn check_all_matched(patterns: &[String], matched: &[bool], revision: &str) 
 ///
 /// # Errors
 /// [`Error::InvalidPattern`] naming a pattern that does not parse.
-pub fn glob_set(patterns: &[String]) -> Result<globset::GlobSet> {
+pub(crate) fn glob_set(patterns: &[String]) -> Result<globset::GlobSet> {
     let mut set = globset::GlobSetBuilder::new();
     for pattern in patterns {
         set.add(
@@ -1093,20 +1097,20 @@ pub struct FileHandle {
 
 /// How far past a sequential read the engine reads ahead, in bytes of the file: a few
 /// ~1 MiB frames, decompressed in the background while the reader consumes the current one.
-pub const READ_AHEAD_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const READ_AHEAD_BYTES: u64 = 8 * 1024 * 1024;
 
 /// The remote prefetch's first window, in bytes (then doubled each sequential step).
-pub const FIRST_FETCH_WINDOW: u64 = 1024 * 1024;
+pub(crate) const FIRST_FETCH_WINDOW: u64 = 1024 * 1024;
 
 /// The remote prefetch's largest window, in bytes.
-pub const MAX_FETCH_WINDOW: u64 = 128 * 1024 * 1024;
+pub(crate) const MAX_FETCH_WINDOW: u64 = 128 * 1024 * 1024;
 
 /// Bytes of the file one background fetch covers, at most: its ranged GETs (of up to
 /// [`FETCH_SPAN`] bytes each) run at once and land in one pack.
-pub const PREFETCH_PIECE: u64 = 16 * 1024 * 1024;
+pub(crate) const PREFETCH_PIECE: u64 = 16 * 1024 * 1024;
 
 /// Background fetches one engine runs at once, at most.
-pub const MAX_PREFETCHES: usize = 8;
+pub(crate) const MAX_PREFETCHES: usize = 8;
 
 impl FileHandle {
     /// The file's size in bytes.

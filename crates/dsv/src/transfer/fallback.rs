@@ -15,10 +15,10 @@ use crate::error::{Error, Result};
 /// not waited on by every read, and one that came back is used again within this long.
 /// Each further failure of the same remote doubles the time, up to
 /// [`FAILED_REMOTE_LAST_AT_MOST`]; a success resets it.
-pub const FAILED_REMOTE_LAST_FOR: Duration = Duration::from_secs(60);
+pub(crate) const FAILED_REMOTE_LAST_FOR: Duration = Duration::from_secs(60);
 
 /// The longest a remote that keeps failing is asked last: 30 minutes.
-pub const FAILED_REMOTE_LAST_AT_MOST: Duration = Duration::from_secs(30 * 60);
+pub(crate) const FAILED_REMOTE_LAST_AT_MOST: Duration = Duration::from_secs(30 * 60);
 
 /// One fallback: a remote failed and another served instead ([`take_fallbacks`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -37,7 +37,7 @@ pub struct Fallback {
 /// failed ([`FAILED_REMOTE_LAST_FOR`]). Also the fallbacks not yet told ([`take_fallbacks`]).
 /// A handle: every one ([`RemoteHealth::process`]) is the process's.
 #[derive(Debug, Clone, Copy)]
-pub struct RemoteHealth {
+pub(crate) struct RemoteHealth {
     state: &'static HealthState,
 }
 
@@ -118,7 +118,7 @@ pub fn take_fallbacks() -> Vec<Fallback> {
 /// request that failed after its retries (unreachable, refused credentials, a missing
 /// bucket), an answer that is damaged (nothing of it was kept), or a remote that cannot be
 /// opened (an option or AWS profile this build refuses).
-pub fn is_remote_failure(error: &Error) -> bool {
+pub(crate) fn is_remote_failure(error: &Error) -> bool {
     matches!(
         error,
         Error::Remote { .. }
@@ -135,7 +135,7 @@ pub fn is_remote_failure(error: &Error) -> bool {
 /// A remote's failure in words: the error's message and, when it has causes, the deepest
 /// one (what the server or the network did: "stalled: 0 bytes of the answer arrived in
 /// 5s ...", "Connection refused"), which the message alone does not say.
-pub fn in_words(error: &Error) -> String {
+pub(crate) fn in_words(error: &Error) -> String {
     let message = error.to_string();
     let mut deepest: Option<&dyn std::error::Error> = None;
     let mut next = std::error::Error::source(error);
