@@ -437,7 +437,7 @@ const APPLY_BATCH_FILES: usize = 16_384;
 ///
 /// The phases, each a function: `resolve`, `Target::new` and `check_target` (the
 /// version), `open_dir` and `previous_version` (the directory and what it held),
-/// `plan::plan` (a `plan::CheckoutPlan`, refused on conflicts), `stage::make_dirs`,
+/// `plan::plan` (a `plan::Decisions`, refused on conflicts), `stage::make_dirs`,
 /// `stage::remove_leftovers` and `stage::stage_all` (nothing visible changes),
 /// `apply::apply` (the directory changes), `apply::record` (the catalog).
 ///
@@ -478,19 +478,17 @@ pub fn checkout(
             Some(version) => Box::new(tree::walk_version(old_trees, version)?),
             None => Box::new(std::iter::empty()),
         };
-        let (force, jobs) = (options.force, options.jobs);
-        let target_walk = target.walk(trees)?;
-        plan::plan(
-            store,
-            &dir,
-            workspace_id,
-            target_walk,
-            old_walk,
-            force,
-            jobs,
-            progress,
-        )?
+        let input = plan::PlanInput {
+            dir: &dir,
+            cache_of: workspace_id,
+            target: target.walk(trees)?,
+            old: old_walk,
+            force: options.force,
+            jobs: options.jobs,
+        };
+        plan::plan(store, input, progress)?
     };
+    plan.check_decided(shape.room.inodes, &dir)?;
     plan.refuse_conflicts(&dir)?;
     progress.phase("locating the data");
     tracing::debug!(elapsed = ?clock.elapsed(), "planned");
@@ -555,7 +553,7 @@ fn report(
     dir: PathBuf,
     target: &Target<'_>,
     new_dirs: &stage::NewDirs,
-    plan: &plan::CheckoutPlan,
+    plan: &plan::Decisions,
 ) -> CheckoutReport {
     let (files, bytes) = target.counts();
     CheckoutReport {
