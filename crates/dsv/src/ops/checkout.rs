@@ -232,9 +232,12 @@ use crate::workspace;
 use plan::Room;
 
 mod apply;
+mod dry_run;
 mod plan;
 mod spill;
 mod stage;
+
+pub use dry_run::{Action, CheckoutPlan, PlannedPath, plan_checkout};
 
 /// How to check out.
 #[derive(Debug, Clone)]

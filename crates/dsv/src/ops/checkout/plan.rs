@@ -137,6 +137,15 @@ pub(super) struct Decisions {
 }
 
 impl Decisions {
+    /// The plan of a checkout into a directory that does not exist: each of the target's
+    /// `entries` entries written, nothing else.
+    pub(super) fn nothing_on_disk(entries: u64) -> Decisions {
+        Decisions {
+            decisions: vec![Decision::Write; entries as usize],
+            ..Decisions::default()
+        }
+    }
+
     /// Decides the target's entry at position `index` of its walk: `decision`. An entry
     /// decided again (a directory kept, then written for what is written below it) takes
     /// the later decision.
