@@ -138,7 +138,10 @@ pub fn plan_checkout(
         let decisions = super::plan::plan(store, input, progress)?;
         (dir, decisions)
     } else {
-        (dir.to_path_buf(), Decisions::nothing_on_disk(shape.room.inodes))
+        (
+            dir.to_path_buf(),
+            Decisions::nothing_on_disk(shape.room.inodes),
+        )
     };
     decisions.check_decided(shape.room.inodes, &dir)?;
     let (files, bytes) = target.counts();
