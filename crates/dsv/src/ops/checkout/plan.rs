@@ -835,4 +835,65 @@ mod tests {
         let dirty = plan_of(&s.store, &s.dir, &s.target, &s.old, false);
         assert_eq!(dirty.conflicts, ["sub"]);
     }
+
+    /// The decision on the target's entry at `path`.
+    fn decision_at(plan: &Decisions, target: &[FlatEntry], path: &str) -> Decision {
+        let index = target.iter().position(|e| e.path == path).unwrap();
+        plan.decision(index)
+    }
+
+    #[test]
+    fn every_entry_of_the_target_gets_its_own_decision() {
+        let s = scene(&[
+            ("a", "1"),
+            ("b", "2 new"),
+            ("c", "3"),
+            ("new/f", "7"),
+            ("sub/e", "5"),
+        ]);
+        std::fs::remove_file(s.dir.join("c")).unwrap();
+        let plan = plan_of(&s.store, &s.dir, &s.target, &s.old, false);
+        let decided: Vec<(&str, Decision)> = s
+            .target
+            .iter()
+            .map(|e| (e.path.as_str(), decision_at(&plan, &s.target, &e.path)))
+            .collect();
+        assert_eq!(
+            decided,
+            [
+                ("a", Decision::Keep),
+                ("b", Decision::Replace),
+                ("c", Decision::Carry),
+                ("new", Decision::Write),
+                ("new/f", Decision::Write),
+                ("sub", Decision::Keep),
+                ("sub/e", Decision::Keep),
+            ]
+        );
+        assert_eq!(plan.delete_files, ["d", "x"]);
+        // An entry left undecided (here: one more than the plan met) is refused.
+        let error = plan
+            .check_decided(s.target.len() as u64 + 1, &s.dir)
+            .unwrap_err();
+        assert!(matches!(error, Error::Corrupt { .. }), "{error:?}");
+        let mut holed = Decisions::nothing_on_disk(3);
+        holed.decisions[1] = Decision::Undecided;
+        assert!(holed.check_decided(3, &s.dir).is_err());
+        Decisions::nothing_on_disk(3)
+            .check_decided(3, &s.dir)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_directory_written_below_a_deleted_one_is_written_again() {
+        // The user deleted sub/ (and sub/e); the target keeps sub/e and adds sub/g: the
+        // deletion of sub/e is carried over, but sub/ must exist again for sub/g.
+        let s = scene(&[("a", "1"), ("sub/e", "5"), ("sub/g", "8")]);
+        std::fs::remove_dir_all(s.dir.join("sub")).unwrap();
+        let plan = plan_of(&s.store, &s.dir, &s.target, &s.old, false);
+        assert_eq!(decision_at(&plan, &s.target, "sub"), Decision::Write);
+        assert_eq!(decision_at(&plan, &s.target, "sub/e"), Decision::Carry);
+        assert_eq!(decision_at(&plan, &s.target, "sub/g"), Decision::Write);
+        assert!(plan.conflicts.is_empty());
+    }
 }
