@@ -439,10 +439,12 @@ const APPLY_BATCH_FILES: usize = 16_384;
 /// version's files.
 ///
 /// The phases, each a function: `resolve`, `Target::new` and `check_target` (the
-/// version), `open_dir` and `previous_version` (the directory and what it held),
-/// `plan::plan` (a `plan::Decisions`, refused on conflicts), `stage::make_dirs`,
-/// `stage::remove_leftovers` and `stage::stage_all` (nothing visible changes),
-/// `apply::apply` (the directory changes), `apply::record` (the catalog).
+/// version), `open_dir` (the directory), `decide` (`previous_version`, then `plan::plan`:
+/// a `plan::Decisions`, every entry of the target decided, refused on conflicts), then
+/// `execute`: `stage::make_dirs`, `stage::remove_leftovers` and `stage::stage_all`
+/// (nothing visible changes), `apply::apply` (the directory changes), `apply::record` (the
+/// catalog). [`plan_checkout`] is the same plan, public, without the directory made, the
+/// locks or the execution (`dsv checkout --dry-run`).
 ///
 /// # Errors
 /// [`Error::Conflict`] when uncommitted changes are in the way; revision errors;
@@ -474,23 +476,7 @@ pub fn checkout(
     // Every change below goes through this handle: nothing follows a symlink or leaves the
     // directory, whatever another process puts in its place meanwhile (crate::beneath).
     let root = BeneathDir::open(&dir)?;
-    let (workspace_id, old) = previous_version(store, &key, &dir, target.is_partial())?;
-    let plan = {
-        let old_trees = &mut store.reader_through(&tree_catalog);
-        let old_walk: EntryWalk<'_> = match &old {
-            Some(version) => Box::new(tree::walk_version(old_trees, version)?),
-            None => Box::new(std::iter::empty()),
-        };
-        let input = plan::PlanInput {
-            dir: &dir,
-            cache_of: workspace_id,
-            target: target.walk(trees)?,
-            old: old_walk,
-            force: options.force,
-            jobs: options.jobs,
-        };
-        plan::plan(store, input, progress)?
-    };
+    let plan = decide(store, &tree_catalog, &target, &dir, &key, options, progress)?;
     plan.check_decided(shape.room.inodes, &dir)?;
     plan.refuse_conflicts(&dir)?;
     progress.phase("locating the data");
@@ -503,48 +489,127 @@ pub fn checkout(
         jobs: options.jobs,
         progress,
     };
-    let mut made = stage::MadeDirs::new(&root);
-    let new_dirs = stage::make_dirs(&site, &shape.longest, target.walk(trees)?, &plan, &mut made)?;
-    stage::remove_leftovers(&site, &plan.leftovers)?;
+    let run = Run {
+        revision,
+        version: version_id,
+        key: &key,
+        longest: &shape.longest,
+        clock,
+    };
+    let report = execute(store, trees, &target, &plan, &site, &run)?;
+    Ok(CheckoutReport { dir, ..report })
+}
+
+/// Plan phase (steps 4-6): what the directory `dir` (workspace `key`) holds, compared with
+/// `target` and the version checked out there before, decided entry by entry
+/// ([`plan::plan`]). Reads the catalog (through `tree_catalog` for the trees), the
+/// directory and its stat cache; changes nothing.
+///
+/// # Errors
+/// [`Error::PartialCheckoutIntoWorkspace`]; as [`plan::plan`].
+fn decide(
+    store: &Store,
+    tree_catalog: &crate::catalog::Catalog,
+    target: &Target<'_>,
+    dir: &Path,
+    key: &str,
+    options: &CheckoutOptions,
+    progress: &dyn Progress,
+) -> Result<plan::Decisions> {
+    let (workspace_id, old) = previous_version(store, key, dir, target.is_partial())?;
+    let trees = &mut store.reader_through(tree_catalog);
+    let old_trees = &mut store.reader_through(tree_catalog);
+    let old_walk: EntryWalk<'_> = match &old {
+        Some(version) => Box::new(tree::walk_version(old_trees, version)?),
+        None => Box::new(std::iter::empty()),
+    };
+    let input = plan::PlanInput {
+        dir,
+        cache_of: workspace_id,
+        target: target.walk(trees)?,
+        old: old_walk,
+        force: options.force,
+        jobs: options.jobs,
+    };
+    plan::plan(store, input, progress)
+}
+
+/// What a checkout being executed is: the revision asked for, the version it names, the
+/// workspace's key, the target's longest path, and the clock since it began.
+struct Run<'a> {
+    revision: &'a Revision,
+    version: ObjectId,
+    key: &'a str,
+    longest: &'a str,
+    clock: std::time::Instant,
+}
+
+/// Carries out `plan`, a checkout of `target` into `site.dir` decided and not refused:
+/// makes directories, stages every file to write under a temporary name (nothing visible
+/// changes until all are staged and verified), applies (the directory changes) and, unless
+/// partial, records the workspace (steps 7-12). The report, `dir` as the site's.
+///
+/// # Errors
+/// As [`checkout`] after its plan: missing or corrupt data, I/O errors, interruption (all
+/// but a late I/O error leave the directory as it was).
+fn execute(
+    store: &mut Store,
+    trees: &mut ObjectReader<'_>,
+    target: &Target<'_>,
+    plan: &plan::Decisions,
+    site: &Site<'_>,
+    run: &Run<'_>,
+) -> Result<CheckoutReport> {
+    let root = site.root;
+    let mut made = stage::MadeDirs::new(root);
+    let new_dirs = stage::make_dirs(site, run.longest, target.walk(trees)?, plan, &mut made)?;
+    stage::remove_leftovers(site, &plan.leftovers)?;
     // Made before anything is renamed into place, so a store whose temporary directory
     // cannot be written stops the checkout while the directory is as it was.
     let stats = spill::RecordSpill::create(&store.temp_dir())?;
-    let staged = stage::stage_all(store, trees, &target, &plan, &made, &new_dirs, &site)?;
-    tracing::debug!(elapsed = ?clock.elapsed(), "staged");
+    let staged = stage::stage_all(store, trees, target, plan, &made, &new_dirs, site)?;
+    tracing::debug!(elapsed = ?run.clock.elapsed(), "staged");
     made.kept = true;
     let names = stage::Staged {
-        plan: &plan,
+        plan,
         roots: &made.roots,
         beside: &staged.beside,
         first_number: staged.first_number,
     };
     let (applied, written) = apply::apply(
         trees,
-        &target,
+        target,
         names,
         &new_dirs.create,
         staged.inodes,
         stats,
-        &site,
+        site,
     )?;
-    tracing::debug!(elapsed = ?clock.elapsed(), "applied");
+    tracing::debug!(elapsed = ?run.clock.elapsed(), "applied");
     if !target.is_partial() {
         let recording = apply::Recording {
-            key: &key,
-            dataset: &revision.dataset,
-            version: &version_id,
+            key: run.key,
+            dataset: &run.revision.dataset,
+            version: &run.version,
         };
-        apply::record(store, trees, &target, names, written, &recording, &site)?;
+        apply::record(store, trees, target, names, written, &recording, site)?;
         // A checkout is a deliberate move: a recorded move of this workspace that a killed
         // rebase or pull left (also one given up by checking out its old version) is over.
-        super::following::forget_following(store, &key);
-        super::workspace::link_store(store, &dir);
+        super::following::forget_following(store, run.key);
+        super::workspace::link_store(store, site.dir);
     }
-    tracing::debug!(elapsed = ?clock.elapsed(), "recorded");
-    applied.refuse_replaced(&dir)?;
+    tracing::debug!(elapsed = ?run.clock.elapsed(), "recorded");
+    applied.refuse_replaced(site.dir)?;
     Ok(CheckoutReport {
         deleted: applied.deleted,
-        ..report(revision, version_id, dir, &target, &new_dirs, &plan)
+        ..report(
+            run.revision,
+            run.version,
+            site.dir.to_path_buf(),
+            target,
+            &new_dirs,
+            plan,
+        )
     })
 }
 

@@ -14,7 +14,7 @@ use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::revision::Revision;
 use crate::store::Store;
-use crate::tree::{self, FlatEntry, FlatKind};
+use crate::tree::{FlatEntry, FlatKind};
 
 /// What a checkout does with one path ([`PlannedPath`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -121,21 +121,8 @@ pub fn plan_checkout(
             });
         }
         let (dir, key) = crate::workspace::canonical_dir(dir)?;
-        let (workspace_id, old) = super::previous_version(store, &key, &dir, target.is_partial())?;
-        let old_trees = &mut store.reader_through(&tree_catalog);
-        let old_walk: EntryWalk<'_> = match &old {
-            Some(version) => Box::new(tree::walk_version(old_trees, version)?),
-            None => Box::new(std::iter::empty()),
-        };
-        let input = super::plan::PlanInput {
-            dir: &dir,
-            cache_of: workspace_id,
-            target: target.walk(trees)?,
-            old: old_walk,
-            force: options.force,
-            jobs: options.jobs,
-        };
-        let decisions = super::plan::plan(store, input, progress)?;
+        let decisions =
+            super::decide(store, &tree_catalog, &target, &dir, &key, options, progress)?;
         (dir, decisions)
     } else {
         (
