@@ -96,6 +96,12 @@
 //!    | anything other than the target's entry | what the old version has there | carried over: left alone |
 //!    | file, symlink or `Unsupported` entry | absent, not in the old version | untracked: leave alone |
 //!
+//!    Every entry of the target gets a decision (`plan::Decision`: write where nothing is,
+//!    replace what is there, keep, carry over the user's change), one byte an entry; a plan
+//!    that left an entry undecided is refused before anything changes
+//!    (`Decisions::check_decided`). `dsv checkout --dry-run` prints these decisions path by
+//!    path ([`plan_checkout`]) and stops here.
+//!
 //!    If there are conflicts and `--force` was not given (or a directory holds a store or a
 //!    temporary file), stop with `Error::Conflict`. It lists up to 10 paths in path order
 //!    (for a directory, the directory itself). No file has been changed at that point. The
