@@ -380,6 +380,7 @@ enum Command {
     ///   dsv copy mnist --from far --to near          # the head, its history and tags
     ///   dsv copy mnist@v3 imagenet --from s3-us --to az-eu --jobs 32
     ///   dsv copy mnist --from far --to near --json
+    ///   dsv copy mnist --from far --to near --dry-run   # what would move; nothing written
     #[command(verbatim_doc_comment)]
     Copy(CopyArgs),
     /// Download a dataset's version (default: the remote's head) and what it needs; move the
@@ -395,6 +396,7 @@ enum Command {
     ///   dsv pull mnist
     ///   dsv pull mnist@v3 --include 'train/**'
     ///   cd mnist && dsv pull --rebase && dsv push   # the workspace's dataset
+    ///   dsv pull mnist --dry-run                      # what a pull would do; nothing changes
     ///   dsv pull mnist --rebase --dry-run
     #[command(verbatim_doc_comment)]
     Pull(PullArgs),
@@ -664,6 +666,25 @@ fn report_error(ui: &Ui, e: &anyhow::Error) {
         });
         let _ = ui.json(&value);
     }
+    write_error(&message, causes, hints);
+}
+
+/// Prints a library error that a command exits with after its report (a rebase stopped by
+/// conflicts): its message, causes and hints on stderr, redacted, as [`report_error`] does
+/// (the report, not the error, is the `--json` output).
+pub(crate) fn report_refusal(e: dsv::Error) {
+    let e = anyhow::Error::new(e);
+    let redact =
+        |texts: Vec<String>| -> Vec<String> { texts.iter().map(|t| redact_message(t)).collect() };
+    write_error(
+        &redact_message(&e.to_string()),
+        redact(error::causes(&e)),
+        redact(error::hints(&e)),
+    );
+}
+
+/// Writes `error: MESSAGE`, its causes and its hints on stderr.
+fn write_error(message: &str, causes: Vec<String>, hints: Vec<String>) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "error: {message}");
     for cause in causes {

@@ -853,6 +853,32 @@ pub fn copy(r: &CopyReport) -> String {
         out.push('\n');
     }
     let p = &r.planned;
+    if r.dry_run {
+        if p.objects == 0 {
+            let _ = writeln!(out, "{} already holds everything: nothing to copy", r.to);
+        } else {
+            let _ = writeln!(
+                out,
+                "{} lacks {} ({}): would copy {} whole and {} from {} ({})",
+                r.to,
+                count(p.objects, "object"),
+                count(p.versions, "version"),
+                count(p.whole_packs, "pack"),
+                count(p.frames, "frame"),
+                count(p.partial_packs, "partly needed pack"),
+                HumanBytes(p.bytes),
+            );
+        }
+        let _ = write!(
+            out,
+            "nothing written, no ref moved (--dry-run); {} to {}, {} to {}",
+            count(r.transfer.requests, "request"),
+            r.to,
+            count(r.source_requests, "request"),
+            r.from
+        );
+        return out;
+    }
     if p.objects == 0 {
         let _ = writeln!(out, "{} already holds everything: nothing copied", r.to);
     } else {
@@ -894,6 +920,9 @@ pub fn fetched(r: &PullReport) -> String {
 }
 
 pub fn pull(r: &PullReport) -> String {
+    if let (Some(plan), None) = (&r.plan, &r.rebase) {
+        return pull_plan(plan);
+    }
     if let Some(rebase) = &r.rebase {
         return format!("{}\n{}", fetched(r), self::rebase(rebase));
     }
@@ -911,6 +940,67 @@ pub fn pull(r: &PullReport) -> String {
         out.push('\n');
         out.push_str(&workspace_follow(workspace, &r.dataset));
     }
+    out
+}
+
+/// `pull --dry-run`: what a pull would do, nothing downloaded.
+fn pull_plan(p: &dsv::ops::sync::pull::PullPlan) -> String {
+    use dsv::ops::sync::pull::TagAction;
+    let cache = match p.ref_cache {
+        RefCache::Hit => "ref unchanged since fetched",
+        RefCache::Refresh => "a pull would fetch refs and metadata first",
+        RefCache::NotARef => "version named by id",
+    };
+    let mut out = format!(
+        "{}/{}@{}: {cache}\n",
+        p.remote,
+        p.dataset,
+        p.version.short()
+    );
+    let v = p.version.short();
+    let head = match p.head {
+        Some(HeadUpdate::Moved) => format!("{} would move to {v}", p.dataset),
+        Some(HeadUpdate::UpToDate) => format!("{} is already at {v}", p.dataset),
+        Some(HeadUpdate::Diverged) => format!(
+            "{}'s local head would be kept: it has versions {v} lacks (`--rebase` replays them)",
+            p.dataset
+        ),
+        None => format!(
+            "{}'s head: known once {v}'s metadata is here (`dsv fetch --remote {}`)",
+            p.dataset, p.remote
+        ),
+    };
+    let _ = writeln!(out, "{head}");
+    match (p.missing_objects, p.missing_bytes) {
+        (Some(0), _) => out.push_str("would download no chunk: all here\n"),
+        (Some(objects), Some(bytes)) => {
+            let _ = writeln!(
+                out,
+                "would download {} ({} in the remote's frames as last recorded)",
+                count(objects, "chunk"),
+                HumanBytes(bytes)
+            );
+        }
+        _ => out.push_str("chunks to download: known once the metadata is here\n"),
+    }
+    for tag in &p.tags {
+        let action = match tag.action {
+            TagAction::Copy => "would be copied",
+            TagAction::Kept => "kept (a local tag has the name)",
+        };
+        let _ = writeln!(
+            out,
+            "  tag {}@{} ({}): {action}",
+            p.dataset,
+            tag.tag,
+            tag.version.short()
+        );
+    }
+    let _ = write!(
+        out,
+        "nothing downloaded or changed (--dry-run); {}",
+        count(p.requests, "request")
+    );
     out
 }
 

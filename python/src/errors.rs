@@ -5,58 +5,15 @@
 //! `InvalidShard` a `ValueError`); this module picks the class for an [`Error`] and builds
 //! the message the CLI would print: the error, its causes, and its hints.
 
-use dsv::{Error, ErrorKind};
+use dsv::Error;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
 
-/// The Python class (in `dsv.errors`) an error is raised as.
+/// The Python class (in `dsv.errors`) an error is raised as: the library's table states it
+/// ([`Error::python_class`]), beside the error's kind and hint.
 pub fn class_name(error: &Error) -> &'static str {
-    match error {
-        Error::NoStore { .. } | Error::WorkspaceStoreMissing { .. } => "NoStore",
-        Error::StoreExists { .. } => "StoreExists",
-        Error::CatalogLost { .. } => "CatalogLost",
-        Error::StoreBusy { .. } => "StoreBusy",
-        Error::StoreTooNew { .. } => "StoreTooNew",
-        Error::InvalidName { .. } => "InvalidName",
-        Error::InvalidRevision { .. } => "InvalidRevision",
-        Error::DatasetNotFound { .. } => "UnknownDataset",
-        Error::RevisionNotFound { .. } => "UnknownRevision",
-        Error::AmbiguousRevision { .. } => "AmbiguousRevision",
-        Error::PathNotFound { .. } | Error::PathsNotFound { .. } => "PathNotFound",
-        Error::NotAFile { .. } => "NotAFile",
-        Error::TagExists { .. } => "TagExists",
-        Error::NotADirectory { .. } => "NotADirectory",
-        Error::NotAWorkspace { .. } => "NotAWorkspace",
-        Error::InsideWorkspace { .. } => "InsideWorkspace",
-        Error::Unsupported { .. } => "Unsupported",
-        Error::UnsafePath { .. } => "UnsafePath",
-        Error::Conflict { .. } => "Conflict",
-        Error::Corrupt { .. } => "Corrupt",
-        Error::MissingObject { .. } => "MissingObject",
-        Error::RemoteNotFound { .. } => "UnknownRemote",
-        Error::RemoteExists { .. } => "RemoteExists",
-        Error::InvalidRemote { .. } => "InvalidRemote",
-        Error::Remote { .. } => "RemoteError",
-        Error::RemotesFailed(failed) => class_name(&failed.first),
-        Error::RemoteDiverged { .. } => "RemoteDiverged",
-        Error::VersionHeld { .. } => "VersionHeld",
-        Error::VersionRemoved { .. } => "VersionRemoved",
-        Error::InvalidPattern { .. } => "InvalidPattern",
-        Error::InvalidShard { .. } => "InvalidShard",
-        Error::RangeNotSatisfiable { .. } => "RangeNotSatisfiable",
-        Error::Interrupted => "Interrupted",
-        // `Error` is `#[non_exhaustive]`, so this crate cannot list it whole: every other
-        // variant is raised as the class of its kind (`Error::kind` lists them all).
-        _ => match error.kind() {
-            ErrorKind::User => "Error",
-            ErrorKind::Conflict => "Conflict",
-            ErrorKind::Corrupt => "Corrupt",
-            ErrorKind::Io => "IoError",
-            ErrorKind::Interrupted => "Interrupted",
-            ErrorKind::Internal => "InternalError",
-        },
-    }
+    error.python_class()
 }
 
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();

@@ -8,7 +8,7 @@ use dsv::Error;
 use dsv::ops::{checkout, commit, compose, sync};
 use dsv::progress::NoProgress;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::{Failure, Raise, Res, cancellable};
 use crate::store_state::{Origin, StoreState};
@@ -131,27 +131,24 @@ impl PyStore {
     /// defaults to the CLI's (`DSV_AUTHOR`, `$USER@host`, git's identity, the uid's name);
     /// `force=True` commits a directory inside another workspace of the same dataset, which
     /// is otherwise refused (`dsv.InsideWorkspace`).
-    #[pyo3(signature = (dir, *, dataset, message, tag = None, allow_empty = false, author = None, force = false))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (dir, *, dataset, message, **options))]
     fn commit(
         &self,
         py: Python<'_>,
         dir: PathBuf,
         dataset: String,
         message: String,
-        tag: Option<String>,
-        allow_empty: bool,
-        author: Option<String>,
-        force: bool,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
+        let flags = CommitFlags::from_keywords(options)?;
         let report = cancellable(py, || -> Res<_> {
             let mut store = self.writable()?;
             let mut options = commit::CommitOptions::new(dataset);
             options.message = message;
-            options.tag = tag;
-            options.allow_empty = allow_empty;
-            options.author = Some(author.unwrap_or_else(dsv_cli::default_author));
-            options.allow_nested = force;
+            options.tag = flags.tag;
+            options.allow_empty = flags.allow_empty;
+            options.author = Some(flags.author.unwrap_or_else(dsv_cli::default_author));
+            options.allow_nested = flags.force;
             Ok(commit::commit(&mut store, &dir, &options, &NoProgress)?)
         })?;
         to_python(py, &report)
@@ -418,4 +415,47 @@ pub fn _open_remote_again(
     options: BTreeMap<String, String>,
 ) -> PyResult<PyStore> {
     open_remote(py, url, cache, Some(options))
+}
+
+/// The optional keyword arguments of `Store.commit`: `tag=None`, `allow_empty=False`,
+/// `author=None`, `force=False`.
+#[derive(Default)]
+struct CommitFlags {
+    tag: Option<String>,
+    allow_empty: bool,
+    author: Option<String>,
+    force: bool,
+}
+
+impl CommitFlags {
+    /// Reads the keywords, as Python would bind them: a keyword it does not know, or a value
+    /// of the wrong type, raises `TypeError`.
+    fn from_keywords(keywords: Option<&Bound<'_, PyDict>>) -> PyResult<CommitFlags> {
+        let mut flags = CommitFlags::default();
+        let Some(keywords) = keywords else {
+            return Ok(flags);
+        };
+        for (key, value) in keywords.iter() {
+            let key: String = key.extract()?;
+            let wrong = |expected: &str| {
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "commit(): {key} must be {expected}"
+                ))
+            };
+            match key.as_str() {
+                "tag" => flags.tag = value.extract().map_err(|_| wrong("a str or None"))?,
+                "author" => flags.author = value.extract().map_err(|_| wrong("a str or None"))?,
+                "allow_empty" => {
+                    flags.allow_empty = value.extract().map_err(|_| wrong("a bool"))?
+                }
+                "force" => flags.force = value.extract().map_err(|_| wrong("a bool"))?,
+                _ => {
+                    return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                        "commit() got an unexpected keyword argument '{key}'"
+                    )));
+                }
+            }
+        }
+        Ok(flags)
+    }
 }

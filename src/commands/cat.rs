@@ -2,7 +2,6 @@
 
 use std::io::Write;
 
-use anyhow::Context;
 use clap::Args;
 
 use super::open_store;
@@ -31,12 +30,11 @@ pub(crate) fn run(cli: &Cli, args: &CatArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
-    let store = open_store(cli)?;
-    let (revision, path) = args
-        .target
-        .split_once(':')
-        .ok_or_else(|| anyhow::anyhow!("expected REV:PATH, for example mnist@v1:train/0.png"))?;
+    let (revision, path) = args.target.split_once(':').ok_or_else(|| {
+        error::Usage("expected REV:PATH, for example mnist@v1:train/0.png".into())
+    })?;
     let range = args.range.as_deref().map(parse_range).transpose()?;
+    let store = open_store(cli)?;
     let engine = dsv::read::ReadEngine::new(store, Default::default());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -46,20 +44,29 @@ pub(crate) fn run(cli: &Cli, args: &CatArgs) -> anyhow::Result<u8> {
 }
 
 /// Parses `START..END`, `START..` or `..END` (bytes, END exclusive).
-fn parse_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
+///
+/// # Errors
+/// A usage error (exit 2) for a range of another form.
+fn parse_range(text: &str) -> Result<std::ops::Range<u64>, error::Usage> {
+    let usage = |message: &str| error::Usage(message.into());
     let (start, end) = text
         .split_once("..")
-        .ok_or_else(|| anyhow::anyhow!("--range must look like START..END"))?;
+        .ok_or_else(|| usage("--range must look like START..END"))?;
     let start: u64 = if start.is_empty() {
         0
     } else {
-        start.parse().context("--range START is not a number")?
+        start
+            .parse()
+            .map_err(|_| usage("--range START is not a number"))?
     };
     let end: u64 = if end.is_empty() {
         u64::MAX
     } else {
-        end.parse().context("--range END is not a number")?
+        end.parse()
+            .map_err(|_| usage("--range END is not a number"))?
     };
-    anyhow::ensure!(start <= end, "--range START must not exceed END");
+    if start > end {
+        return Err(usage("--range START must not exceed END"));
+    }
     Ok(start..end)
 }

@@ -65,11 +65,13 @@ fn checkout_lock(
     args: &CheckoutArgs,
     lock_path: &std::path::Path,
 ) -> anyhow::Result<u8> {
-    let mut store = open_store(cli)?;
     let dir = match (&args.revision, &args.dir) {
         (Some(dir), None) => PathBuf::from(dir),
-        _ => anyhow::bail!("with --lock, give only the directory: dsv checkout --lock FILE DIR"),
+        _ => anyhow::bail!(error::Usage(
+            "with --lock, give only the directory: dsv checkout --lock FILE DIR".into()
+        )),
     };
+    let mut store = open_store(cli)?;
     let settings = store.config()?;
     let options = options(args, &settings)?;
     let requests = jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS);
@@ -92,12 +94,13 @@ fn checkout_lock(
 }
 
 fn checkout_revision(cli: &Cli, ui: &Ui, args: &CheckoutArgs) -> anyhow::Result<u8> {
-    let mut store = open_store(cli)?;
     let (Some(revision_text), Some(dir)) = (&args.revision, &args.dir) else {
-        anyhow::bail!(
+        anyhow::bail!(error::Usage(
             "give a revision and a directory: dsv checkout REVISION DIR (or --lock FILE DIR)"
-        );
+                .into()
+        ));
     };
+    let mut store = open_store(cli)?;
     let settings = store.config()?;
     let options = options(args, &settings)?;
     if args.dry_run {

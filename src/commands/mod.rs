@@ -77,12 +77,12 @@ fn parse_options(options: &[String]) -> anyhow::Result<std::collections::BTreeMa
         .enumerate()
         .map(|(index, option)| {
             let (key, value) = option.split_once('=').ok_or_else(|| {
-                anyhow::anyhow!(
+                crate::error::Usage(format!(
                     "--option must look like KEY=VALUE, but --option number {} of {} has no `=` \
                      (not shown: it may hold a secret)",
                     index + 1,
                     options.len()
-                )
+                ))
             })?;
             Ok((key.trim().to_string(), value.to_string()))
         })

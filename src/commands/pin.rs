@@ -1,6 +1,5 @@
 //! Pins, which keep versions from removal: `dsv pin`, `dsv unpin`, `dsv pins`.
 
-use anyhow::Context;
 use clap::Args;
 use dsv::Revision;
 use dsv::ops::retention;
@@ -21,8 +20,8 @@ pub(crate) struct PinArgs {
 }
 
 pub(crate) fn pin(cli: &Cli, ui: &Ui, args: &PinArgs) -> anyhow::Result<u8> {
-    let mut store = open_store(cli)?;
     let until = args.until.as_deref().map(parse_until).transpose()?;
+    let mut store = open_store(cli)?;
     let pin = retention::pin(
         &mut store,
         &Revision::parse(&args.revision)?,
@@ -62,10 +61,10 @@ fn parse_until(text: &str) -> anyhow::Result<i64> {
     let when = match humantime::parse_rfc3339_weak(text) {
         Ok(time) => time,
         Err(_) => {
-            let duration = humantime::parse_duration(text).with_context(|| {
-                format!(
+            let duration = humantime::parse_duration(text).map_err(|_| {
+                error::Usage(format!(
                     "--until {text:?} is neither a time (2026-12-01T00:00:00Z) nor a duration (7d)"
-                )
+                ))
             })?;
             std::time::SystemTime::now() + duration
         }

@@ -112,6 +112,10 @@ pub(crate) struct CopyArgs {
     /// Replace the destination's head (and tags) even when that drops versions from it.
     #[arg(long)]
     force: bool,
+    /// Print what would be copied and how each ref would move; write nothing to the
+    /// destination and move no ref.
+    #[arg(long)]
+    dry_run: bool,
     #[command(flatten)]
     jobs: JobsArg,
 }
@@ -122,6 +126,7 @@ pub(crate) fn copy(cli: &Cli, ui: &Ui, args: &CopyArgs) -> anyhow::Result<u8> {
     let mut options = sync::CopyOptions::default();
     options.force = args.force;
     options.requests = requests;
+    options.dry_run = args.dry_run;
     let report = sync::copy(
         &mut store,
         &args.revisions,
@@ -151,8 +156,10 @@ pub(crate) struct PullArgs {
     /// must have changed other paths; conflicts are listed, exit 4, and nothing changes).
     #[arg(long)]
     rebase: bool,
-    /// With --rebase: fetch, then print what would be replayed; change nothing.
-    #[arg(long, requires = "rebase")]
+    /// Print what a pull would do (the version, the head, the chunks to download, the
+    /// tags); download and change nothing. With --rebase, also what would be replayed
+    /// (after fetching the version's metadata when this store lacks it).
+    #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
     resolve: ResolveArgs,
@@ -309,32 +316,24 @@ pub(crate) fn rebase(cli: &Cli, ui: &Ui, args: &RebaseArgs) -> anyhow::Result<u8
     Ok(refused_by_conflicts(&report))
 }
 
-/// Exit 4 (after the report) when a rebase stopped at conflicts, with the error on stderr.
+/// Exit 4 (after the report) when a rebase stopped at conflicts, with the library's error
+/// ([`dsv::Error::RebaseConflicts`], its hint included) on stderr.
 fn refused_by_conflicts(report: &dsv::ops::rebase::RebaseReport) -> u8 {
     if report.status != dsv::ops::rebase::RebaseStatus::Conflict {
         return error::SUCCESS;
     }
-    let settle = if report
-        .conflicts
-        .iter()
-        .all(|c| c.reason == dsv::ops::rebase::ConflictReason::BothChanged)
-    {
-        format!(
-            "choose a side and run it again: `dsv rebase {onto} --theirs` takes {onto}'s version of every such path, `--ours` keeps yours (or per path: --theirs=PATH, --ours=PATH); or",
-            onto = report.onto
-        )
-    } else {
-        "a file on one side where the other has entries below it cannot be settled with --ours or --theirs:".into()
+    let refusal = dsv::Error::RebaseConflicts {
+        dataset: report.dataset.clone(),
+        onto: report.onto.clone(),
+        conflicts: report.conflicts.len(),
+        one_side_settles: report
+            .conflicts
+            .iter()
+            .all(|c| c.reason == dsv::ops::rebase::ConflictReason::BothChanged),
     };
-    eprintln!(
-        "error: cannot rebase {} onto {}: {} path(s) changed on both sides\n\nhint: nothing was changed; {settle} check out {} into a new directory (`dsv checkout {} DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`",
-        report.dataset,
-        report.onto,
-        report.conflicts.len(),
-        report.onto,
-        report.onto,
-    );
-    error::CONFLICT
+    let code = error::kind_exit_code(refusal.kind());
+    crate::report_refusal(refusal);
+    code
 }
 
 #[derive(Debug, Args)]

@@ -1,7 +1,7 @@
-//! docs/architecture.md cannot drift from the code: its migrations list is the migrations
-//! directory and the catalog's `include_str!` list; its store directory table names every
-//! entry the code makes under `.dsv` and nothing it never makes; each constant's value is
-//! the code's; its layer table is each crate's `Cargo.toml` and `lib.rs`; and each test its
+//! docs/architecture.md and docs/format.md cannot drift from the code: format.md's migration
+//! table is the migrations directory and the catalog's `include_str!` list; its store
+//! directory table names every entry the code makes under `.dsv` and nothing it never makes;
+//! each constant's value in architecture.md is the code's; its layer table is each crate's `Cargo.toml` and `lib.rs`; and each test its
 //! invariants cite exists. `each_check_catches_a_doc_that_disagrees` shows every check fail on
 //! a mutated doc.
 
@@ -19,11 +19,16 @@ fn architecture() -> String {
     fs::read_to_string(repo().join("docs/architecture.md")).unwrap()
 }
 
+/// docs/format.md: the store directory's table and the catalog's migrations are there.
+fn format_doc() -> String {
+    fs::read_to_string(repo().join("docs/format.md")).unwrap()
+}
+
 /// The text of the `## heading` section (up to the next `## `).
 fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
     let start = doc
         .find(&format!("\n## {heading}\n"))
-        .unwrap_or_else(|| panic!("docs/architecture.md has no section \"## {heading}\""));
+        .unwrap_or_else(|| panic!("the doc has no section \"## {heading}\""));
     let body = &doc[start + heading.len() + 5..];
     &body[..body.find("\n## ").unwrap_or(body.len())]
 }
@@ -81,9 +86,11 @@ fn rust_sources() -> Vec<PathBuf> {
 
 // ---- (a) migrations ----
 
+/// What is wrong with format.md's migration table (its first column's `.sql` names, in order).
 fn migration_problems(doc: &str) -> Vec<String> {
-    let listed: Vec<String> = ticked(section(doc, "Migrations"))
-        .into_iter()
+    let listed: Vec<String> = table(section(doc, "Catalog schema"))
+        .iter()
+        .flat_map(|row| ticked(&row[0]))
         .filter(|name| name.ends_with(".sql"))
         .collect();
     let dir = repo().join("crates/dsv-store/migrations");
@@ -117,7 +124,7 @@ fn migration_problems(doc: &str) -> Vec<String> {
 
 #[test]
 fn the_migrations_listed_are_the_files_and_the_catalogs() {
-    let problems = migration_problems(&architecture());
+    let problems = migration_problems(&format_doc());
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -293,12 +300,7 @@ fn the_store_directory_table_names_what_the_code_makes_and_nothing_else() {
     for expected in ["catalog.db", "reflog", "packs/", "data.lock", "leases/"] {
         assert!(seen.contains(expected), "{expected} not made: {seen:?}");
     }
-    let problems = layout_problems(
-        &architecture(),
-        &seen,
-        &names_in_code(),
-        &literals_in_code(),
-    );
+    let problems = layout_problems(&format_doc(), &seen, &names_in_code(), &literals_in_code());
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -611,24 +613,29 @@ fn each_check_catches_a_doc_that_disagrees() {
         doc.replacen(old, new, 1)
     };
 
-    let dropped = mutate(
-        "- `0011_stat_cache_vouches_for_the_version.sql`",
-        "- (gone)",
+    let format = format_doc();
+    let mutate_format = |old: &str, new: &str| {
+        assert!(format.contains(old), "{old:?} is not in format.md");
+        format.replacen(old, new, 1)
+    };
+    let dropped = mutate_format(
+        "| `0011_stat_cache_vouches_for_the_version.sql`",
+        "| (gone)",
     );
     assert_eq!(migration_problems(&dropped).len(), 2);
 
     // The store directory, against what its literal rows say the code made.
-    let made: BTreeSet<String> = table(section(&doc, "Store directory"))
+    let made: BTreeSet<String> = table(section(&format, "Store directory"))
         .iter()
         .map(|row| ticked(&row[0]).concat())
         .filter(|path| !path.contains('<'))
         .collect();
     let literals = literals_in_code();
     let none = BTreeSet::new();
-    assert!(layout_problems(&doc, &made, &none, &literals).is_empty());
-    let unlisted = mutate("| `data.lock` |", "| `data.lock.old` |");
+    assert!(layout_problems(&format, &made, &none, &literals).is_empty());
+    let unlisted = mutate_format("| `data.lock` |", "| `data.lock.old` |");
     assert!(!layout_problems(&unlisted, &made, &none, &literals).is_empty());
-    let invented = mutate(
+    let invented = mutate_format(
         "| `config.toml` |",
         "| `ghost.cache` | x |\n| `config.toml` |",
     );

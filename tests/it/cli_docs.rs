@@ -526,9 +526,9 @@ fn checkout_without_a_directory_is_a_usage_error_as_documented() {
     let err = env.fails(&["checkout", "d"], 2);
     assert!(err.contains("<DIR>"), "{err}");
     env.fails(&["checkout"], 2);
-    // With --lock, a revision is one argument too many: exit 3.
+    // With --lock, a revision is one argument too many: a usage error too.
     env.write("dsv.lock", env.ok(&["lock", "d"]));
-    env.fails(&["checkout", "--lock", "dsv.lock", "d", "out"], 3);
+    env.fails(&["checkout", "--lock", "dsv.lock", "d", "out"], 2);
 }
 
 /// docs/cli.md: "A version whose tree names `.dsv` or `.dsv-tmp-*` at any depth is refused

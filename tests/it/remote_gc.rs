@@ -10,14 +10,37 @@ use serde_json::Value;
 use crate::common::{TestEnv, pseudo_random};
 use crate::remote::{unique_prefix, use_azure, use_s3};
 
-/// The grace the tests collect with: short, so that two graces pass in seconds.
-/// (A collector deletes only within half the grace of its start, so it must not be so short
-/// that a debug build on a busy machine never gets to delete.)
+/// The grace the tests collect with: short, so that a collector that runs longer than half of
+/// it (and so defers its deletions) is still rare on a busy machine, and a wait of two graces
+/// written in the snapshots stays readable. No test waits for it to pass: [`backdate`] and
+/// [`RemoteClock`] move the remote's time instead.
 const GRACE: &str = "4s";
 
-/// Longer than [`GRACE`] plus the second a Last-Modified may be rounded by.
-fn wait_grace() {
-    std::thread::sleep(Duration::from_millis(5100));
+/// More than [`GRACE`] plus the second a Last-Modified may be rounded by: how much time
+/// [`backdate`] and [`RemoteClock::pass_grace`] let pass.
+const PAST_GRACE: Duration = Duration::from_millis(5100);
+
+/// Lets `by` pass on the file:// remote at `remote` without waiting: every file under its
+/// `packs/` and `marks/` (and their staging files) gets a modification time `by` earlier.
+/// `gc --remote` measures each pack's and mark's age by its Last-Modified (the file's
+/// modification time) against the `clock` key it writes now, so to it `by` has passed.
+pub(crate) fn backdate(remote: &std::path::Path, by: Duration) {
+    for dir in ["packs", "marks"] {
+        let Ok(entries) = std::fs::read_dir(remote.join(dir)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            let modified = file.metadata().unwrap().modified().unwrap();
+            file.set_modified(modified - by).unwrap();
+        }
+    }
+}
+
+/// A grace passes on `env`'s file:// remote `remote/` ([`backdate`]).
+fn wait_grace(env: &TestEnv) {
+    backdate(&env.path("remote"), PAST_GRACE);
 }
 
 #[derive(Clone, Copy)]
@@ -25,6 +48,97 @@ enum Backend {
     File,
     S3,
     Azure,
+}
+
+/// The azurite account's well-known key (the emulator's, public; moto takes any key).
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Time on the remote of a test, as `gc --remote` sees it, moved forward without waiting: on
+/// a file:// remote by [`backdate`] (and `dsv gc --remote` runs), on S3 and Azure, whose
+/// Last-Modified no client sets, by the library's `RemoteGcOptions::clock_offset` (the
+/// collection runs in this process, against the same moto or azurite server, through a
+/// remote `direct` this store records with the endpoint and key in its options: the library
+/// reads no environment). The offset is the time passed since the last collection that wrote
+/// marks (a real run): each mark is dated by the server when written, so an offset kept
+/// across a run would age the marks it writes too.
+struct RemoteClock {
+    backend: Backend,
+    offset: std::cell::Cell<Duration>,
+}
+
+impl RemoteClock {
+    /// For `env`'s remote `origin` at `url`: on S3 and Azure, records remote `direct`.
+    fn new(env: &TestEnv, backend: Backend, url: &str) -> RemoteClock {
+        let endpoint = |name| crate::remote::endpoint(name);
+        let options: Vec<(&str, String)> = match backend {
+            Backend::File => Vec::new(),
+            Backend::S3 => vec![
+                ("aws_endpoint", endpoint("DSV_TEST_S3_ENDPOINT")),
+                ("aws_allow_http", "true".into()),
+                ("aws_region", "us-east-1".into()),
+                ("aws_access_key_id", "test-key-id".into()),
+                ("aws_secret_access_key", "test-secret".into()),
+            ],
+            Backend::Azure => vec![
+                ("azure_storage_account_name", "devstoreaccount1".into()),
+                ("azure_storage_account_key", AZURITE_KEY.into()),
+                (
+                    "azure_storage_endpoint",
+                    format!("{}/devstoreaccount1", endpoint("DSV_TEST_AZURE_ENDPOINT")),
+                ),
+                ("azure_allow_http", "true".into()),
+            ],
+        };
+        if !options.is_empty() {
+            let options = options
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            // Written as the catalog records it: `dsv remote add` refuses a key in options
+            // (these are the test servers' own), and the library reads no environment.
+            let mut store = dsv::Store::open(&env.path(".dsv")).unwrap();
+            let writer = store.catalog_mut().writer().unwrap();
+            writer.add_remote("direct", url, &options).unwrap();
+            writer.commit().unwrap();
+        }
+        RemoteClock {
+            backend,
+            offset: Default::default(),
+        }
+    }
+
+    /// A grace passes on the remote.
+    fn pass_grace(&self, env: &TestEnv) {
+        match self.backend {
+            Backend::File => wait_grace(env),
+            Backend::S3 | Backend::Azure => self.offset.set(self.offset.get() + PAST_GRACE),
+        }
+    }
+
+    /// `dsv gc --remote origin --grace GRACE [--dry-run] --json` at the remote's time now: the
+    /// binary on a file:// remote, else the library with the clock offset, on `direct`.
+    fn gc(&self, env: &TestEnv, dry_run: bool) -> Value {
+        if let Backend::File = self.backend {
+            return gc(env, dry_run);
+        }
+        let mut store = dsv::Store::open(&env.path(".dsv")).unwrap();
+        let mut options = dsv::ops::sync::remote_gc::RemoteGcOptions::default();
+        options.dry_run = dry_run;
+        options.grace = humantime::parse_duration(GRACE).unwrap();
+        options.clock_offset = self.offset.get();
+        let report = dsv::ops::sync::remote_gc::gc_remote(
+            &mut store,
+            "direct",
+            &options,
+            &dsv::progress::NoProgress,
+        )
+        .unwrap();
+        if !dry_run {
+            self.offset.set(Duration::ZERO);
+        }
+        serde_json::to_value(report).unwrap()
+    }
 }
 
 /// A store with remote `origin` (a directory or a fresh S3 prefix) and its URL.
@@ -86,6 +200,9 @@ fn verify_full(env: &TestEnv) -> Value {
 /// removed ref's data is gone after two graces while the other ref's stays whole.
 fn dry_run_then_reclaim(backend: Backend) {
     let (env, url) = store_with_remote(backend);
+    let clock = RemoteClock::new(&env, backend, &url);
+    let gc = |_: &TestEnv, dry_run| clock.gc(&env, dry_run);
+    let wait_grace = |_: &TestEnv| clock.pass_grace(&env);
     commit(&env, "a", "keep", 1);
     commit(&env, "b", "drop", 2);
     env.ok(&["push", "-q"]);
@@ -93,7 +210,7 @@ fn dry_run_then_reclaim(backend: Backend) {
     assert_eq!(before["packs"], 2, "{before:#}");
     let removed = env.json(&["rm", "--remote", "origin", "drop"]);
     assert_eq!(removed["refs"][0]["status"], "deleted", "{removed:#}");
-    wait_grace();
+    wait_grace(&env);
     let planned = gc(&env, true);
     assert_eq!(planned["marked"]["count"], 1, "{planned:#}");
     assert_eq!(verify_full(&env)["marked"], 0, "a dry run marked a pack");
@@ -103,7 +220,7 @@ fn dry_run_then_reclaim(backend: Backend) {
     // Before the grace is over, nothing is deleted.
     let early = gc(&env, true);
     assert_eq!(ids(&early["waiting"]), ids(&planned["marked"]), "{early:#}");
-    wait_grace();
+    wait_grace(&env);
     let planned_delete = gc(&env, true);
     assert_eq!(ids(&planned_delete["deleted"]), ids(&planned["marked"]));
     assert_eq!(verify_full(&env)["packs"], 2, "a dry run deleted a pack");
@@ -175,7 +292,7 @@ fn a_pack_a_ref_names_again_is_rescued() {
     // So remove the head too, and keep the tag aside.
     env.json(&["tag", "-d", "--remote", "origin", "ds@old"]);
     env.json(&["rm", "--remote", "origin", "ds"]);
-    wait_grace();
+    wait_grace(&env);
     let marked = gc(&env, false);
     assert!(
         marked["marked"]["count"].as_u64().unwrap() >= 1,
@@ -184,7 +301,7 @@ fn a_pack_a_ref_names_again_is_rescued() {
     // The ref comes back, written as a writer whose last check preceded the marks would.
     std::fs::create_dir_all(tag.parent().unwrap()).unwrap();
     std::fs::write(&tag, named).unwrap();
-    wait_grace();
+    wait_grace(&env);
     let rescued = gc(&env, false);
     assert!(
         rescued["rescued"]["count"].as_u64().unwrap() >= 1,
@@ -192,7 +309,7 @@ fn a_pack_a_ref_names_again_is_rescued() {
     );
     // The second version's own pack is still garbage; the first version's is not.
     assert!(ids(&rescued["rescued"]).is_disjoint(&ids(&rescued["deleted"])));
-    wait_grace();
+    wait_grace(&env);
     let again = gc(&env, false);
     assert!(
         ids(&again["deleted"]).is_disjoint(&ids(&rescued["rescued"])),
@@ -204,16 +321,19 @@ fn a_pack_a_ref_names_again_is_rescued() {
 /// A push of objects that live only in marked packs sends them again, in a pack of another
 /// id, so the marked pack's deletion loses nothing.
 fn push_after_mark(backend: Backend) {
-    let (env, _) = store_with_remote(backend);
+    let (env, url) = store_with_remote(backend);
+    let clock = RemoteClock::new(&env, backend, &url);
+    let gc = |_: &TestEnv, dry_run| clock.gc(&env, dry_run);
+    let wait_grace = |_: &TestEnv| clock.pass_grace(&env);
     commit(&env, "a", "ds", 1);
     env.ok(&["push", "-q"]);
     env.json(&["rm", "--remote", "origin", "ds"]);
-    wait_grace();
+    wait_grace(&env);
     let marked = gc(&env, false);
     assert_eq!(marked["marked"]["count"], 1, "{marked:#}");
     let pushed = env.json(&["push"]);
     assert_eq!(pushed["transfer"]["packs"], 1, "{pushed:#}");
-    wait_grace();
+    wait_grace(&env);
     let collected = gc(&env, false);
     assert_eq!(
         ids(&collected["deleted"]),
@@ -252,7 +372,7 @@ fn a_mostly_dead_pack_is_repacked() {
     env.ok(&["push", "-q", "both"]);
     env.ok(&["push", "-q", "keep"]);
     env.json(&["rm", "--remote", "origin", "both"]);
-    wait_grace();
+    wait_grace(&env);
     let run = gc(&env, false);
     assert_eq!(run["repacked"]["count"], 1, "{run:#}");
     assert_eq!(run["written"]["count"], 1, "{run:#}");
@@ -260,7 +380,7 @@ fn a_mostly_dead_pack_is_repacked() {
         ids(&run["marked"]).is_superset(&ids(&run["repacked"])),
         "{run:#}"
     );
-    wait_grace();
+    wait_grace(&env);
     let deleted = gc(&env, false);
     assert_eq!(ids(&deleted["deleted"]), ids(&run["marked"]), "{deleted:#}");
     verify_full(&env);
@@ -408,11 +528,11 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
                 env.run(&["rm", "--remote", "origin", &format!("p{i}")]);
             }
         }
-        wait_grace();
+        wait_grace(&remote_dir);
         for env in &collectors {
             env.run(&["gc", "--remote", "origin", "--grace", GRACE, "-q"]);
         }
-        wait_grace();
+        wait_grace(&remote_dir);
         // The race wave, nobody killed: the pushers whose refs went push again, relying on
         // their older versions' packs, which the collectors marked a grace ago and, running
         // at the same time, delete unless they see a ref naming them.
@@ -425,7 +545,7 @@ fn pushers_and_collectors_racing_lose_nothing_and_leave_no_garbage() {
     assert!(report["refs"].as_u64().unwrap() > 0, "{report:#}");
     // Reclaimed: with no writer, three runs a grace apart mark, then delete, what is left.
     for _ in 0..3 {
-        wait_grace();
+        wait_grace(&remote_dir);
         checker.json(&["gc", "--remote", "origin", "--grace", GRACE]);
     }
     let last = checker.json(&["gc", "--remote", "origin", "--grace", GRACE, "--dry-run"]);
@@ -578,7 +698,8 @@ fn remote_collection_in_text() {
     1 pack marked by gc
     --- stderr
     ");
-    std::thread::sleep(Duration::from_millis(1100));
+    // The mark a second old (a mark is deleted a whole second past the grace).
+    backdate(&env.path("remote"), Duration::from_millis(1100));
     insta::assert_snapshot!(human(&["gc", "--remote", "origin", "--grace", "0s"]), @r"
     exit: 0
     --- stdout
@@ -602,7 +723,7 @@ fn copy_after_a_mark_sends_the_objects_again() {
     env.ok(&["push", "-q", "--remote", "src"]);
     env.ok(&["push", "-q"]);
     env.json(&["rm", "--remote", "origin", "ds"]);
-    wait_grace();
+    wait_grace(&env);
     let marked = gc(&env, false);
     assert_eq!(marked["marked"]["count"], 1, "{marked:#}");
     let copied = env.json(&["copy", "ds", "--from", "src", "--to", "origin"]);
@@ -610,7 +731,7 @@ fn copy_after_a_mark_sends_the_objects_again() {
         copied["transfer"]["packs"].as_u64().unwrap() >= 1,
         "{copied:#}"
     );
-    wait_grace();
+    wait_grace(&env);
     let collected = gc(&env, false);
     assert_eq!(
         ids(&collected["deleted"]),

@@ -97,9 +97,10 @@ fn remote_gc_says_how_many_bytes_free_and_from_when() {
     ");
 
     // With a grace of 8 s (a run taking more than half of it defers its deletions, and the
-    // marked pack's dry run must start within it of the mark: room on a loaded machine), past it: a dry run says a run marks it now and frees it a grace
-    // later; the run marks it and says when.
-    std::thread::sleep(Duration::from_millis(9500));
+    // marked pack's dry run must start within it of the mark: room on a loaded machine), past
+    // it (the remote's packs backdated, no wait): a dry run says a run marks it now and frees
+    // it a grace later; the run marks it and says when.
+    crate::remote_gc::backdate(&env.path("remote"), Duration::from_millis(9500));
     let grace = Duration::from_secs(8);
     let planned = env.json(&["gc", "--remote", "origin", "--grace", "8s", "--dry-run"]);
     let free = &planned["frees"][0];
@@ -136,8 +137,8 @@ fn remote_gc_says_how_many_bytes_free_and_from_when() {
     [SIZE] in 1 pack: a run after [TIME] frees it
     ");
 
-    // Past the mark's grace: a dry run says a run now frees it, the run frees it.
-    std::thread::sleep(Duration::from_millis(9500));
+    // Past the mark's grace (backdated): a dry run says a run now frees it, the run frees it.
+    crate::remote_gc::backdate(&env.path("remote"), Duration::from_millis(9500));
     let due = env.json(&["gc", "--remote", "origin", "--grace", "8s", "--dry-run"]);
     assert_eq!(
         (

@@ -54,6 +54,19 @@ impl ErrorKind {
             ErrorKind::Internal => "internal",
         }
     }
+
+    /// The Python package's exception class (in `dsv.errors`) for an error of this kind
+    /// that has no class of its own ([`Error::python_class`]).
+    pub fn python_class(self) -> &'static str {
+        match self {
+            ErrorKind::User => "Error",
+            ErrorKind::Conflict => "Conflict",
+            ErrorKind::Corrupt => "Corrupt",
+            ErrorKind::Io => "IoError",
+            ErrorKind::Interrupted => "Interrupted",
+            ErrorKind::Internal => "InternalError",
+        }
+    }
 }
 
 /// The causes of `error`, outermost first, without `error` itself: the "caused by:" lines
@@ -111,6 +124,174 @@ pub fn without_error_xml(text: &str) -> String {
         format!("{code}: {message}")
     };
     format!("{}{shown}{}", &text[..start], &body[end..])
+}
+
+/// A foreign error kept as the cause of an [`Error`]: the layer that owns the foreign type
+/// (the store crate for SQLite, the remote crate for object storage and HTTP) boxes it.
+pub type ForeignError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a failure of the catalog's database means, decided by the crate that owns the
+/// database when it builds the [`Error::Catalog`] (the store crate reads SQLite's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogClass {
+    /// The disk is full (or a write failed the way a full disk makes it fail): exit 6, the
+    /// disk-full hint.
+    DiskFull,
+    /// The environment refused: the file cannot be opened, is read-only or locked, an I/O
+    /// error (exit 6).
+    Environment,
+    /// The database file is damaged (exit 5).
+    Corrupt,
+    /// Anything else (a constraint, a misuse, a row that is not there): a query that should
+    /// not have been made, a bug in dsv (exit 70).
+    Bug,
+}
+
+/// The payload of [`Error::Catalog`]: the database's error, its class and the message shown
+/// for it. It shows (and chains) as the database's own error, so [`causes`] lists that
+/// error's text as before.
+#[derive(Debug)]
+pub struct CatalogFailure {
+    class: CatalogClass,
+    message: &'static str,
+    source: ForeignError,
+}
+
+impl CatalogFailure {
+    /// A failure of class `class`, shown as `message` ("catalog error", "cannot write the
+    /// catalog: the disk is full"), caused by `source` (the database's error).
+    pub fn new(class: CatalogClass, message: &'static str, source: ForeignError) -> Self {
+        CatalogFailure {
+            class,
+            message,
+            source,
+        }
+    }
+
+    /// What the failure means.
+    pub fn class(&self) -> CatalogClass {
+        self.class
+    }
+
+    /// The message [`Error::Catalog`] shows.
+    pub fn message(&self) -> &'static str {
+        self.message
+    }
+
+    /// The database's error.
+    pub fn foreign(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.source.as_ref()
+    }
+
+    /// The error kind of its class.
+    pub fn kind(&self) -> ErrorKind {
+        match self.class {
+            CatalogClass::DiskFull | CatalogClass::Environment => ErrorKind::Io,
+            CatalogClass::Corrupt => ErrorKind::Corrupt,
+            CatalogClass::Bug => ErrorKind::Internal,
+        }
+    }
+}
+
+impl std::fmt::Display for CatalogFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.source.fmt(f)
+    }
+}
+
+impl std::error::Error for CatalogFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.source()
+    }
+}
+
+/// What a failed request to a remote or an import source means, decided by the remote crate
+/// when it builds the [`Error::Remote`] or [`Error::Http`] (from object_store's or the HTTP
+/// client's error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteClass {
+    /// The bucket or container does not exist (`NoSuchBucket`, `ContainerNotFound`).
+    MissingBucket,
+    /// No credentials were found: object_store asked the EC2 instance metadata service, its
+    /// last resort, and that refused or did not answer.
+    NoCredentials,
+    /// The service refused the credentials (401, 403, `AccessDenied`, ...).
+    CredentialsRefused,
+    /// The object asked for is not there (404).
+    NotFound,
+    /// The request itself was refused as invalid (an invalid path, another 4xx answer).
+    Rejected,
+    /// The network or the server failed (unreachable, a timeout, a 5xx answer).
+    Failed,
+}
+
+/// The payload of [`Error::Remote`] and [`Error::Http`]: the backend's error and its class.
+/// It shows (and chains) as the backend's own error, so [`causes`] lists that error's text
+/// as before.
+#[derive(Debug)]
+pub struct RemoteFailure {
+    class: RemoteClass,
+    not_found: bool,
+    source: ForeignError,
+}
+
+impl RemoteFailure {
+    /// A failure of class `class` caused by `source` (the backend's error).
+    pub fn new(class: RemoteClass, source: ForeignError) -> Self {
+        RemoteFailure {
+            class,
+            not_found: class == RemoteClass::NotFound,
+            source,
+        }
+    }
+
+    /// The same failure, marked as the backend's "not found" answer (a 404) whatever its
+    /// class: a 404 naming a missing bucket is of class [`RemoteClass::MissingBucket`] and
+    /// still a "not found" to a caller asking whether an object is there.
+    pub fn answered_not_found(mut self) -> Self {
+        self.not_found = true;
+        self
+    }
+
+    /// What the failure means.
+    pub fn class(&self) -> RemoteClass {
+        self.class
+    }
+
+    /// True when the backend answered that the object asked for is not there.
+    pub fn is_not_found(&self) -> bool {
+        self.not_found
+    }
+
+    /// The backend's error.
+    pub fn foreign(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.source.as_ref()
+    }
+
+    /// The error kind of its class: what the user can fix (a missing bucket, credentials,
+    /// a missing object, a refused request) is a user error; the rest is the network's.
+    pub fn kind(&self) -> ErrorKind {
+        match self.class {
+            RemoteClass::MissingBucket
+            | RemoteClass::NoCredentials
+            | RemoteClass::CredentialsRefused
+            | RemoteClass::NotFound
+            | RemoteClass::Rejected => ErrorKind::User,
+            RemoteClass::Failed => ErrorKind::Io,
+        }
+    }
+}
+
+impl std::fmt::Display for RemoteFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.source.fmt(f)
+    }
+}
+
+impl std::error::Error for RemoteFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.source()
+    }
 }
 
 /// Every error this crate returns.
@@ -422,12 +603,13 @@ pub enum Error {
         /// What was found.
         detail: String,
     },
-    /// An error from the SQLite catalog.
-    #[error("{}", catalog_message(.0))]
-    Catalog(#[from] rusqlite::Error),
-    /// The catalog's schema could not be brought up to date.
+    /// An error from the catalog's database, classified by the layer that owns it (the
+    /// store crate, for SQLite's codes: [`CatalogFailure`]).
+    #[error("{}", .0.message())]
+    Catalog(#[source] CatalogFailure),
+    /// The catalog's schema could not be brought up to date (the migration library's error).
     #[error("catalog migration failed")]
-    Migration(#[from] rusqlite_migration::Error),
+    Migration(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// No remote of that name.
     #[error("unknown remote {name:?}")]
     RemoteNotFound {
@@ -486,8 +668,8 @@ pub enum Error {
         remote: String,
         /// What dsv was doing ("list packs/", "upload packs/….pack").
         action: String,
-        /// The backend's error.
-        source: object_store::Error,
+        /// The backend's error, classified by the remote crate.
+        source: RemoteFailure,
     },
     /// `push NAME@REV` of a version older than the remote's head on the same line.
     #[error(
@@ -548,6 +730,21 @@ pub enum Error {
     HeadMoved {
         /// The dataset.
         dataset: String,
+    },
+    /// `rebase` (or `pull --rebase`) stopped at paths both lines changed: nothing was
+    /// changed. The command's report lists the paths; this error is what it exits with.
+    #[error("cannot rebase {dataset} onto {onto}: {conflicts} path(s) changed on both sides")]
+    RebaseConflicts {
+        /// The dataset rebased.
+        dataset: String,
+        /// The version (as named) it was to be rebased onto.
+        onto: String,
+        /// How many paths conflict.
+        conflicts: usize,
+        /// True when `--ours` or `--theirs` settles every conflict (each is a path both lines
+        /// changed); false when one is a file on one side where the other has entries below
+        /// it, which no side settles.
+        one_side_settles: bool,
     },
     /// `rm` refused: the version must be kept.
     #[error("cannot remove version {version}: {}", Holder::describe(holders))]
@@ -757,8 +954,8 @@ pub enum Error {
         url: String,
         /// What dsv was doing.
         action: String,
-        /// The client's error.
-        source: reqwest::Error,
+        /// The client's error, classified by the remote crate.
+        source: RemoteFailure,
     },
     /// `dsv update` on a dataset whose head was not made by `dsv import`.
     #[error("the head of {dataset:?} was not imported, so it has no source to re-check")]
@@ -938,108 +1135,140 @@ impl RemotesFailed {
     }
 }
 
+/// Where an error's hint comes from, in the table ([`Error::facts`]).
+enum Hint {
+    /// It has none.
+    No,
+    /// This text.
+    Text(&'static str),
+    /// Worded from the error's fields ([`Error::worded_hint`]).
+    Worded,
+}
+
+/// What the table ([`Error::facts`]) states of one error.
+struct Facts {
+    /// Its kind (the CLI's exit code).
+    kind: ErrorKind,
+    /// The Python exception class (in `dsv.errors`); `None`: the class of its kind
+    /// ([`ErrorKind::python_class`]).
+    python_class: Option<&'static str>,
+    /// Its hint, or how it is worded.
+    hint: Hint,
+}
+
+/// The hint of an internal error ([`ErrorKind::Internal`]).
+const BUG_HINT: &str = "this is a bug in dsv, not a problem with your data: please report it with the command you ran; `dsv verify` checks the store";
+
+/// The hint of an error that a full disk caused, whatever its variant.
+const DISK_FULL_HINT: &str = "free some disk space and run the command again; nothing was recorded";
+
+/// The hint of damage in this store.
+const VERIFY_HINT: &str =
+    "run `dsv verify` to check the whole store; the data must be restored from another copy";
+
 impl Error {
-    /// The group this error belongs to (decides the CLI's exit code).
-    ///
-    /// Every variant is listed: a new one does not compile until it is classified (no
-    /// wildcard arm makes it a user error by default).
+    /// The one table of errors: per variant, its kind, its Python class and its hint (the
+    /// text, or that it is worded from the fields). [`Error::kind`], [`Error::python_class`]
+    /// and [`Error::hints`] read it; every variant is listed (no wildcard arm), so a new one
+    /// does not compile until its row is written.
+    #[rustfmt::skip]
+    fn facts(&self) -> Facts {
+        use ErrorKind::{Conflict, Corrupt, Internal, Interrupted, Io, User};
+        use Hint::{No, Text, Worded};
+        let (kind, python_class, hint) = match self {
+            Error::NoStore { .. } => (User, Some("NoStore"), Text("run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE")),
+            Error::WorkspaceStoreMissing { .. } => (User, Some("NoStore"), Worded),
+            Error::RebaseInterrupted { .. } => (User, None, Worded),
+            Error::StoreExists { .. } => (User, Some("StoreExists"), No),
+            Error::CatalogLost { .. } => (Corrupt, Some("CatalogLost"), Text("run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted")),
+            Error::StoreBusy { .. } => (User, Some("StoreBusy"), Text("stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed")),
+            Error::StoreTooNew { .. } => (User, Some("StoreTooNew"), Text("upgrade dsv to open this store")),
+            Error::InvalidName { .. } => (User, Some("InvalidName"), No),
+            Error::InvalidRevision { .. } => (User, Some("InvalidRevision"), No),
+            Error::DatasetNotFound { .. } => (User, Some("UnknownDataset"), Worded),
+            Error::RevisionNotFound { .. } => (User, Some("UnknownRevision"), Worded),
+            Error::AmbiguousRevision { .. } => (User, Some("AmbiguousRevision"), Worded),
+            Error::PathNotFound { .. } => (User, Some("PathNotFound"), No),
+            Error::TagExists { .. } => (User, Some("TagExists"), Text("choose another tag, or move this one with `dsv tag REV TAG --force`")),
+            Error::BadMountpoint { .. } => (User, None, Text("mount on an existing, empty directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too")),
+            Error::FuseUnavailable { .. } => (Io, None, Text("install FUSE 3 (`apt-get install fuse3`, `dnf install fuse3`) and make sure /dev/fuse exists (in a container: `--device /dev/fuse --cap-add SYS_ADMIN`), or read the version without a mount: `dsv export REV | tar -x -C DIR` or `dsv checkout REV DIR`")),
+            Error::NotADirectory { .. } => (User, Some("NotADirectory"), Worded),
+            Error::NoSuchPath { .. } => (User, None, Text("check the path (it is relative to the current directory)")),
+            Error::NotAWorkspace { .. } => (User, Some("NotAWorkspace"), Text("`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one; `dsv workspace ls` lists this store's workspaces (--store PATH or DSV_STORE picks another store)")),
+            Error::InsideWorkspace { .. } => (User, Some("InsideWorkspace"), Worded),
+            Error::NestedStore { .. } => (User, None, Worded),
+            Error::DatasetRequired { .. } => (User, None, Worded),
+            Error::Unsupported { .. } => (User, Some("Unsupported"), No),
+            Error::UnsafePath { .. } => (Corrupt, Some("UnsafePath"), No),
+            Error::Conflict { .. } => (Conflict, Some("Conflict"), Text("commit those changes first, or pass --force to overwrite them (they will be lost)")),
+            Error::NoSpace { .. } => (Io, None, Text("free space (or inodes) there, or check out into a directory on a larger file system; a partial checkout (--include, --shard) writes less")),
+            Error::PartialCheckoutIntoWorkspace { .. } => (Conflict, None, Text("check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)")),
+            Error::Corrupt { .. } => (Corrupt, Some("Corrupt"), Worded),
+            Error::MissingObject { .. } => (Corrupt, Some("MissingObject"), Text(VERIFY_HINT)),
+            Error::Io { .. } | Error::IoOperation { .. } | Error::SourceIo { .. } => (Io, None, No),
+            Error::Internal { .. } => (Internal, None, Text(BUG_HINT)),
+            Error::Catalog(failure) => (failure.kind(), None, if failure.class() == CatalogClass::Bug { Text(BUG_HINT) } else { No }),
+            Error::Migration(_) => (Corrupt, None, No),
+            Error::RemoteNotFound { .. } => (User, Some("UnknownRemote"), Text("`dsv remote ls` lists the remotes")),
+            Error::NoRemote | Error::AmbiguousRemote { .. } | Error::CloneDirUnnamed { .. } => (User, None, No),
+            Error::RemoteExists { .. } => (User, Some("RemoteExists"), No),
+            Error::InvalidRemote { .. } => (User, Some("InvalidRemote"), No),
+            Error::Remote { source, .. } => (source.kind(), Some("RemoteError"), Worded),
+            Error::PushBehind { .. } => (Conflict, None, Worded),
+            Error::RemoteFormatTooNew { .. } => (User, None, Text("a newer dsv collects this remote's garbage (`dsv gc --remote`); an older one could push data that collection deletes")),
+            Error::RemoteCollected { .. } => (Conflict, None, Text("nothing a ref names was lost; run the command again")),
+            Error::RemoteDiverged { .. } => (Conflict, Some("RemoteDiverged"), Worded),
+            Error::NoCommonVersion { .. } => (User, None, Worded),
+            Error::HeadMoved { .. } => (Conflict, None, Worded),
+            Error::RebaseConflicts { .. } => (Conflict, None, Worded),
+            Error::VersionHeld { .. } => (User, Some("VersionHeld"), Worded),
+            Error::NotAFile { .. } => (User, Some("NotAFile"), Worded),
+            Error::InvalidPattern { .. } => (User, Some("InvalidPattern"), No),
+            Error::InvalidIgnoreFile { .. } => (User, None, Text("fix that line (UTF-8 text, one gitignore-style rule a line) and run the command again; dsv obeys an ignore file whole, never part of it, so nothing was recorded")),
+            Error::InvalidShard { .. } => (User, Some("InvalidShard"), No),
+            Error::NothingMatches { .. } => (User, None, Worded),
+            Error::PathsNotFound { .. } => (User, Some("PathNotFound"), No),
+            Error::RangeNotSatisfiable { .. } => (User, Some("RangeNotSatisfiable"), No),
+            Error::WorkspaceVersionRemoved { .. } => (User, None, Text("check out another version into it (`dsv checkout REV DIR`), commit it as a new version, or `dsv workspace forget DIR`")),
+            Error::DatasetExists { .. } => (User, None, Worded),
+            Error::VersionTooLarge { .. } => (User, None, Text("run it where more memory may be used (a larger machine, a higher `ulimit -v` or cgroup limit), or split the dataset into smaller versions; `dsv ls`, `cat` and `checkout` stream and need no whole listing")),
+            Error::VersionRemoved { .. } => (User, Some("VersionRemoved"), Text("removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out")),
+            Error::InvalidLock { .. } | Error::InvalidLineage { .. } => (User, None, No),
+            Error::LockedVersionUnknown { .. } => (User, None, Worded),
+            Error::SourceNotFound { .. } => (User, None, Text("check the URL and, for object storage, the endpoint and credentials (AWS_ENDPOINT_URL, AWS_*, AZURE_*, GOOGLE_* environment variables); nothing was imported")),
+            Error::EtagMismatch { .. } => (User, None, Text("the object is not the one the import was pinned to, and nothing was imported: drop --etag to take the current object, or pin an older one of a versioned bucket with --version-id")),
+            Error::SourceChanged { .. } => (User, None, Text("nothing was imported; run the command again to import the object as it is now")),
+            Error::InvalidImport { .. } => (User, None, No),
+            Error::UnsafeArchive { .. } => (User, None, Text("nothing was imported: dsv never stores a path that leaves the dataset; fix the archive at its source")),
+            Error::BadArchive { .. } => (User, None, Text("nothing was imported; check the archive (`tar tvf`, `unzip -t`), or raise --max-expansion-ratio / --max-expanded-size if it is genuine")),
+            Error::Http { source, .. } => (source.kind(), None, Text("check the URL and the network; nothing was imported, and a re-run starts again")),
+            Error::NotImported { .. } => (User, None, Worded),
+            Error::Interrupted => (Interrupted, Some("Interrupted"), Text("the store is consistent; run the command again to finish")),
+            // The first failure's row; `hints` adds which remotes were tried.
+            Error::RemotesFailed(failed) => return failed.first.facts(),
+            Error::AwsProfileNotFound { .. } => (User, None, Worded),
+            Error::AwsProfileFile { .. } => (User, None, Text("fix the file (the format is the AWS CLI's: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-files.html), or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE elsewhere")),
+            Error::AwsProfileUnsupported { .. } => (User, None, Worded),
+            Error::InvalidConfig { .. } => (User, None, Text("fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then")),
+            Error::UnknownSetting { .. } | Error::InvalidSetting { .. } => (User, None, Text("`dsv config --help` lists the settings and the values they take")),
+        };
+        Facts { kind, python_class, hint }
+    }
+
+    /// The group this error belongs to (decides the CLI's exit code), from the table
+    /// (`Error::facts`).
     pub fn kind(&self) -> ErrorKind {
-        match self {
-            Error::Conflict { .. }
-            | Error::PartialCheckoutIntoWorkspace { .. }
-            | Error::RemoteDiverged { .. }
-            | Error::RemoteCollected { .. }
-            | Error::PushBehind { .. }
-            | Error::HeadMoved { .. } => ErrorKind::Conflict,
-            Error::Corrupt { .. }
-            | Error::MissingObject { .. }
-            | Error::UnsafePath { .. }
-            | Error::CatalogLost { .. }
-            | Error::Migration(_) => ErrorKind::Corrupt,
-            Error::Io { .. }
-            | Error::IoOperation { .. }
-            | Error::SourceIo { .. }
-            | Error::FuseUnavailable { .. }
-            | Error::NoSpace { .. } => ErrorKind::Io,
-            Error::Catalog(e) if is_environment_sqlite(e) => ErrorKind::Io,
-            Error::Catalog(e) if is_corrupt_sqlite(e) => ErrorKind::Corrupt,
-            // Anything else SQLite says (a constraint, a misuse, a row that is not there) is
-            // a query that should not have been made: a bug, not damaged data.
-            Error::Catalog(_) | Error::Internal { .. } => ErrorKind::Internal,
-            Error::Interrupted => ErrorKind::Interrupted,
-            Error::RemotesFailed(failed) => failed.first.kind(),
-            Error::Http { source, .. } if source.status().is_some_and(|s| s.is_client_error()) => {
-                ErrorKind::User
-            }
-            Error::Http { .. } => ErrorKind::Io,
-            Error::Remote { source, .. } if remote_refusal(source).is_some() => ErrorKind::User,
-            Error::Remote { source, .. } => match source {
-                object_store::Error::NotFound { .. }
-                | object_store::Error::PermissionDenied { .. }
-                | object_store::Error::Unauthenticated { .. }
-                | object_store::Error::InvalidPath { .. } => ErrorKind::User,
-                // `object_store::Error` is `#[non_exhaustive]` (it cannot be listed whole):
-                // the rest are the network's and the server's failures.
-                _ => ErrorKind::Io,
-            },
-            Error::NoStore { .. }
-            | Error::WorkspaceStoreMissing { .. }
-            | Error::RebaseInterrupted { .. }
-            | Error::StoreExists { .. }
-            | Error::StoreBusy { .. }
-            | Error::StoreTooNew { .. }
-            | Error::InvalidName { .. }
-            | Error::InvalidRevision { .. }
-            | Error::DatasetNotFound { .. }
-            | Error::RevisionNotFound { .. }
-            | Error::AmbiguousRevision { .. }
-            | Error::PathNotFound { .. }
-            | Error::TagExists { .. }
-            | Error::BadMountpoint { .. }
-            | Error::NotADirectory { .. }
-            | Error::NoSuchPath { .. }
-            | Error::NotAWorkspace { .. }
-            | Error::InsideWorkspace { .. }
-            | Error::NestedStore { .. }
-            | Error::DatasetRequired { .. }
-            | Error::Unsupported { .. }
-            | Error::RemoteNotFound { .. }
-            | Error::RemoteFormatTooNew { .. }
-            | Error::NoRemote
-            | Error::AmbiguousRemote { .. }
-            | Error::CloneDirUnnamed { .. }
-            | Error::RemoteExists { .. }
-            | Error::InvalidRemote { .. }
-            | Error::NoCommonVersion { .. }
-            | Error::VersionHeld { .. }
-            | Error::NotAFile { .. }
-            | Error::InvalidPattern { .. }
-            | Error::InvalidIgnoreFile { .. }
-            | Error::InvalidShard { .. }
-            | Error::NothingMatches { .. }
-            | Error::PathsNotFound { .. }
-            | Error::RangeNotSatisfiable { .. }
-            | Error::WorkspaceVersionRemoved { .. }
-            | Error::DatasetExists { .. }
-            | Error::VersionTooLarge { .. }
-            | Error::VersionRemoved { .. }
-            | Error::InvalidLock { .. }
-            | Error::InvalidLineage { .. }
-            | Error::LockedVersionUnknown { .. }
-            | Error::SourceNotFound { .. }
-            | Error::EtagMismatch { .. }
-            | Error::SourceChanged { .. }
-            | Error::InvalidImport { .. }
-            | Error::UnsafeArchive { .. }
-            | Error::BadArchive { .. }
-            | Error::NotImported { .. }
-            | Error::AwsProfileNotFound { .. }
-            | Error::AwsProfileFile { .. }
-            | Error::AwsProfileUnsupported { .. }
-            | Error::InvalidConfig { .. }
-            | Error::UnknownSetting { .. }
-            | Error::InvalidSetting { .. } => ErrorKind::User,
-        }
+        self.facts().kind
+    }
+
+    /// The class (in the Python package's `dsv.errors`) this error is raised as, from the
+    /// table (`Error::facts`): its own class, or the class of its kind
+    /// ([`ErrorKind::python_class`]).
+    pub fn python_class(&self) -> &'static str {
+        let facts = self.facts();
+        facts
+            .python_class
+            .unwrap_or_else(|| facts.kind.python_class())
     }
 
     /// Creates an [`Error::Corrupt`].
@@ -1050,123 +1279,53 @@ impl Error {
         }
     }
 
-    /// True when the underlying cause is a full disk (ENOSPC or SQLite's SQLITE_FULL).
-    ///
-    /// Every variant is listed, so that a new one carrying an I/O error is not forgotten.
+    /// True when the underlying cause is a full disk (ENOSPC, or a catalog failure its
+    /// crate classed as [`CatalogClass::DiskFull`]). A [`Error::NoSpace`] is checked before
+    /// anything is written: the disk is not full yet.
     pub fn is_disk_full(&self) -> bool {
         match self {
             Error::Io { source, .. }
             | Error::IoOperation { source, .. }
             | Error::SourceIo { source, .. } => is_full_disk_io(source),
-            Error::Catalog(e) => is_full_disk_sqlite(e),
+            Error::Catalog(failure) => failure.class() == CatalogClass::DiskFull,
             Error::RemotesFailed(failed) => failed.first.is_disk_full(),
-            Error::NoStore { .. }
-            | Error::WorkspaceStoreMissing { .. }
-            | Error::RebaseInterrupted { .. }
-            | Error::StoreExists { .. }
-            | Error::CatalogLost { .. }
-            | Error::StoreBusy { .. }
-            | Error::StoreTooNew { .. }
-            | Error::InvalidName { .. }
-            | Error::InvalidRevision { .. }
-            | Error::DatasetNotFound { .. }
-            | Error::RevisionNotFound { .. }
-            | Error::AmbiguousRevision { .. }
-            | Error::PathNotFound { .. }
-            | Error::TagExists { .. }
-            | Error::BadMountpoint { .. }
-            | Error::FuseUnavailable { .. }
-            | Error::NotADirectory { .. }
-            | Error::NoSuchPath { .. }
-            | Error::NotAWorkspace { .. }
-            | Error::InsideWorkspace { .. }
-            | Error::NestedStore { .. }
-            | Error::DatasetRequired { .. }
-            | Error::Unsupported { .. }
-            | Error::UnsafePath { .. }
-            | Error::Conflict { .. }
-            // Checked before anything is written: the disk is not full yet.
-            | Error::NoSpace { .. }
-            | Error::PartialCheckoutIntoWorkspace { .. }
-            | Error::Corrupt { .. }
-            | Error::MissingObject { .. }
-            | Error::Internal { .. }
-            | Error::Migration(_)
-            | Error::RemoteNotFound { .. }
-            | Error::NoRemote
-            | Error::AmbiguousRemote { .. }
-            | Error::CloneDirUnnamed { .. }
-            | Error::RemoteExists { .. }
-            | Error::InvalidRemote { .. }
-            | Error::Remote { .. }
-            | Error::PushBehind { .. }
-            | Error::RemoteDiverged { .. }
-            | Error::RemoteFormatTooNew { .. }
-            | Error::RemoteCollected { .. }
-            | Error::NoCommonVersion { .. }
-            | Error::HeadMoved { .. }
-            | Error::VersionHeld { .. }
-            | Error::NotAFile { .. }
-            | Error::InvalidPattern { .. }
-            | Error::InvalidIgnoreFile { .. }
-            | Error::InvalidShard { .. }
-            | Error::NothingMatches { .. }
-            | Error::PathsNotFound { .. }
-            | Error::RangeNotSatisfiable { .. }
-            | Error::WorkspaceVersionRemoved { .. }
-            | Error::DatasetExists { .. }
-            | Error::VersionTooLarge { .. }
-            | Error::VersionRemoved { .. }
-            | Error::InvalidLock { .. }
-            | Error::InvalidLineage { .. }
-            | Error::LockedVersionUnknown { .. }
-            | Error::SourceNotFound { .. }
-            | Error::EtagMismatch { .. }
-            | Error::SourceChanged { .. }
-            | Error::InvalidImport { .. }
-            | Error::UnsafeArchive { .. }
-            | Error::BadArchive { .. }
-            | Error::Http { .. }
-            | Error::NotImported { .. }
-            | Error::Interrupted
-            | Error::AwsProfileNotFound { .. }
-            | Error::AwsProfileFile { .. }
-            | Error::AwsProfileUnsupported { .. }
-            | Error::InvalidConfig { .. }
-            | Error::UnknownSetting { .. }
-            | Error::InvalidSetting { .. } => false,
+            // The only variants that carry an I/O error or a database's are above.
+            _ => false,
         }
     }
-}
 
-/// The hint of an internal error ([`ErrorKind::Internal`]).
-const BUG_HINT: &str = "this is a bug in dsv, not a problem with your data: please report it with the command you ran; `dsv verify` checks the store";
-
-impl Error {
     /// What the user can do about the error: none, or one hint (the CLI prints each after
     /// `hint: `, `--json` lists them, the Python package's exceptions carry them in `hints`).
     /// Hints are worded for the command line: they name `dsv` commands and flags.
     ///
-    /// Every variant is listed, those without a hint too: a new variant does not compile
-    /// until its hint (or its lack of one) is decided. A [`Error::NotADirectory`] naming a
-    /// file asks the file system whether it is one (the hint then suggests `dsv import`).
+    /// A full disk and a path too long come first, whatever the variant; then the table's
+    /// hint (`Error::facts`). A [`Error::NotADirectory`] naming a file asks the file system
+    /// whether it is one (the hint then suggests `dsv import`).
     pub fn hints(&self) -> Vec<String> {
         if let Error::RemotesFailed(failed) = self {
             let mut hints = failed.first.hints();
             hints.push(failed.hint());
             return hints;
         }
+        if self.is_disk_full() {
+            return vec![DISK_FULL_HINT.into()];
+        }
+        if let Error::Io { source, .. } = self
+            && source.kind() == io::ErrorKind::InvalidFilename
+        {
+            return vec!["the path is longer than the operating system allows (4096 bytes in all, 255 a name): use a directory with a shorter path".into()];
+        }
+        match self.facts().hint {
+            Hint::No => Vec::new(),
+            Hint::Text(text) => vec![text.into()],
+            Hint::Worded => self.worded_hint().into_iter().collect(),
+        }
+    }
+
+    /// The hint of a variant whose row says [`Hint::Worded`]: worded from its fields (none
+    /// when the fields leave nothing to suggest).
+    fn worded_hint(&self) -> Option<String> {
         let hint = match self {
-            Error::RemotesFailed(_) => return Vec::new(),
-            _ if self.is_disk_full() => {
-                "free some disk space and run the command again; nothing was recorded".into()
-            }
-            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidFilename => {
-                "the path is longer than the operating system allows (4096 bytes in all, 255 a name): use a directory with a shorter path".into()
-            }
-            Error::NoStore { .. } => {
-                "run `dsv init` to create a store here, or pass --store PATH / set DSV_STORE".into()
-            }
             Error::RebaseInterrupted { dir, dataset, version } => format!(
                 "finish the move first: `dsv checkout {dataset}@{version} {}` (or run the rebase again); it keeps the files already there and carries your uncommitted changes over, then commit",
                 dir.display()
@@ -1175,60 +1334,30 @@ impl Error {
                 "pass --store PATH (or set DSV_STORE) naming the store where it is now; a checkout or commit here with it links this workspace to it again (a new store here would be a second, empty one; delete {}/.dsv only to stop using that store)",
                 workspace.display()
             ),
-            Error::StoreTooNew { .. } => "upgrade dsv to open this store".into(),
-            Error::StoreBusy { .. } => "stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed".into(),
-            Error::CatalogLost { .. } => "run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted".into(),
-            Error::DatasetNotFound { closest: Some(closest), .. } => format!("did you mean {closest}? `dsv ls` lists the datasets"),
-            Error::DatasetNotFound { .. } => "`dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)".into(),
-            Error::RevisionNotFound { revision, closest: Some(closest) } => {
-                let dataset = revision.split('@').next().unwrap_or(revision);
-                format!("did you mean {closest}? `dsv log {dataset}` lists its versions and tags")
+            Error::DatasetNotFound { closest: Some(closest), .. } => {
+                format!("did you mean {closest}? `dsv ls` lists the datasets")
             }
-            Error::RevisionNotFound { revision, .. } if revision.rsplit_once('@').is_some_and(|(_, base)| base.eq_ignore_ascii_case("head")) => {
-                let dataset = revision.split('@').next().unwrap_or(revision);
-                format!("the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags")
+            Error::DatasetNotFound { .. } => {
+                "`dsv ls` lists the datasets (`dsv commit DIR -d NAME` makes one)".into()
             }
-            Error::RevisionNotFound { revision, .. } if revision.split('@').next().is_some_and(|name| name.contains('/')) => {
-                let (remote, dataset) = revision
-                    .split('@')
-                    .next()
-                    .and_then(|name| name.split_once('/'))
-                    .unwrap_or(("origin", revision));
-                format!(
-                    "`dsv fetch --remote {remote}` lists the datasets and tags {remote} has; then `dsv pull NAME --remote {remote}` (or `dsv checkout {remote}/NAME DIR`). A dataset of this store: `dsv log {dataset}`"
-                )
-            }
-            Error::RevisionNotFound { revision, .. } | Error::AmbiguousRevision { revision, .. } => {
+            Error::RevisionNotFound { revision, closest } => revision_hint(revision, closest.as_deref()),
+            Error::AmbiguousRevision { revision, .. } => {
                 let dataset = revision.split('@').next().unwrap_or(revision);
                 format!("`dsv log {dataset}` lists its versions and tags")
             }
             Error::NothingMatches { revision, .. } => format!(
                 "`dsv ls {revision}` lists its files; a pattern matches whole paths ('train/**', '*.png' only at the top level: '**/*.png' anywhere); quote it so the shell does not expand it"
             ),
-            Error::NoSuchPath { .. } => "check the path (it is relative to the current directory)".into(),
             Error::NotADirectory { path } if path.is_file() => format!(
                 "a directory is needed here; to version a single file, `dsv import {} -d NAME` makes a version holding it",
                 path.display()
             ),
-            Error::NotAFile { revision, path, kind: "a directory" } => format!("`dsv ls {revision}:{path}` lists the directory"),
-            Error::DatasetExists { name } => format!("choose a name `dsv ls` does not list, or remove {name}'s versions with `dsv rm {name}` first"),
-            Error::TagExists { .. } => "choose another tag, or move this one with `dsv tag REV TAG --force`".into(),
-            Error::VersionTooLarge { .. } => {
-                "run it where more memory may be used (a larger machine, a higher `ulimit -v` or cgroup limit), or split the dataset into smaller versions; `dsv ls`, `cat` and `checkout` stream and need no whole listing".into()
+            Error::NotAFile { revision, path, kind: "a directory" } => {
+                format!("`dsv ls {revision}:{path}` lists the directory")
             }
-            Error::NoSpace { .. } => {
-                "free space (or inodes) there, or check out into a directory on a larger file system; a partial checkout (--include, --shard) writes less".into()
-            }
-            Error::Conflict { .. } => {
-                "commit those changes first, or pass --force to overwrite them (they will be lost)"
-                    .into()
-            }
-            Error::PartialCheckoutIntoWorkspace { .. } => {
-                "check out the subset into an empty or new directory (`dsv workspace forget DIR` lets the workspace go, leaving its files)".into()
-            }
-            Error::NotAWorkspace { .. } => {
-                "`dsv checkout REV DIR` or `dsv commit DIR -d DATASET` makes it one; `dsv workspace ls` lists this store's workspaces (--store PATH or DSV_STORE picks another store)".into()
-            }
+            Error::DatasetExists { name } => format!(
+                "choose a name `dsv ls` does not list, or remove {name}'s versions with `dsv rm {name}` first"
+            ),
             Error::InsideWorkspace { dir, workspace, dataset } => format!(
                 "commit the whole workspace from its root (`dsv commit {}`, or `dsv commit` anywhere inside it), or this directory as another dataset (`dsv commit {} -d NEW-NAME`); --force commits it to {dataset} anyway",
                 workspace.display(),
@@ -1243,49 +1372,39 @@ impl Error {
                 "name the dataset: `dsv commit {} -d NAME` (a new name creates the dataset)",
                 dir.display()
             ),
-            Error::Internal { .. } => BUG_HINT.into(),
-            Error::Catalog(_) if self.kind() == ErrorKind::Internal => BUG_HINT.into(),
             // What came from a remote names it ("remote origin", "origin:packs/..."): a
             // string test, as `Path::starts_with` compares whole components and "remote
             // origin" is one.
-            Error::Corrupt { path, .. }
-                if path.to_string_lossy().starts_with("remote ")
-                    || path.to_string_lossy().contains(":packs/")
-                    || path.to_string_lossy().contains(":refs/") =>
-            {
-                "the remote's copy is damaged or wrong, and nothing of it was kept here: fetch from another remote, or push again from a store that holds the data".into()
+            Error::Corrupt { path, .. } => {
+                let path = path.to_string_lossy();
+                if path.starts_with("remote ") || path.contains(":packs/") || path.contains(":refs/") {
+                    "the remote's copy is damaged or wrong, and nothing of it was kept here: fetch from another remote, or push again from a store that holds the data".into()
+                } else {
+                    VERIFY_HINT.into()
+                }
             }
-            Error::Corrupt { .. } | Error::MissingObject { .. } => {
-                "run `dsv verify` to check the whole store; the data must be restored from another copy"
-                    .into()
-            }
-            Error::Interrupted => "the store is consistent; run the command again to finish".into(),
-            Error::LockedVersionUnknown { remotes, .. } if !remotes.is_empty() => format!(
-                "add a remote the lock names and run again: `dsv remote add origin {}`",
-                remotes[0]
-            ),
-            Error::LockedVersionUnknown { .. } => {
-                "the lock names no remote: push the version from the store that made the lock, or use that store".into()
-            }
+            Error::LockedVersionUnknown { remotes, .. } => match remotes.first() {
+                Some(remote) => format!(
+                    "add a remote the lock names and run again: `dsv remote add origin {remote}`"
+                ),
+                None => "the lock names no remote: push the version from the store that made the lock, or use that store".into(),
+            },
             Error::VersionHeld { holders, .. } => held_hint(holders),
-            Error::InvalidIgnoreFile { .. } => "fix that line (UTF-8 text, one gitignore-style rule a line) and run the command again; dsv obeys an ignore file whole, never part of it, so nothing was recorded".into(),
-            Error::WorkspaceVersionRemoved { .. } => {
-                "check out another version into it (`dsv checkout REV DIR`), commit it as a new version, or `dsv workspace forget DIR`".into()
-            }
-            Error::VersionRemoved { .. } => {
-                "removal cannot be undone in this store; `dsv log NAME` shows the versions that remain, and another store or a clone of a remote that holds it can still check it out".into()
-            }
-            Error::FuseUnavailable { .. } => "install FUSE 3 (`apt-get install fuse3`, `dnf install fuse3`) and make sure /dev/fuse exists (in a container: `--device /dev/fuse --cap-add SYS_ADMIN`), or read the version without a mount: `dsv export REV | tar -x -C DIR` or `dsv checkout REV DIR`".into(),
-            Error::BadMountpoint { .. } => "mount on an existing, empty directory that nothing is mounted on (`mkdir -p DIR`); `fusermount3 -u DIR` releases a mount that is there, a dead one too".into(),
-            Error::RemoteNotFound { .. } => "`dsv remote ls` lists the remotes".into(),
-            Error::SourceChanged { .. } => "nothing was imported; run the command again to import the object as it is now".into(),
-            Error::Http { .. } => "check the URL and the network; nothing was imported, and a re-run starts again".into(),
-            Error::EtagMismatch { .. } => "the object is not the one the import was pinned to, and nothing was imported: drop --etag to take the current object, or pin an older one of a versioned bucket with --version-id".into(),
-            Error::SourceNotFound { .. } => "check the URL and, for object storage, the endpoint and credentials (AWS_ENDPOINT_URL, AWS_*, AZURE_*, GOOGLE_* environment variables); nothing was imported".into(),
-            Error::UnsafeArchive { .. } => "nothing was imported: dsv never stores a path that leaves the dataset; fix the archive at its source".into(),
-            Error::BadArchive { .. } => "nothing was imported; check the archive (`tar tvf`, `unzip -t`), or raise --max-expansion-ratio / --max-expanded-size if it is genuine".into(),
-            Error::NotImported { dataset } => format!("`dsv import SOURCE --dataset {dataset}` records a source to update from; a committed dataset changes with `dsv commit`"),
-            Error::PushBehind { dataset, remote, .. } => format!(
+            Error::RebaseConflicts { onto, one_side_settles, .. } => rebase_conflicts_hint(onto, *one_side_settles),
+            _ => return self.sync_hint(),
+        };
+        Some(hint)
+    }
+
+    /// [`Error::worded_hint`] for errors of remotes, sync and settings.
+    fn sync_hint(&self) -> Option<String> {
+        let hint = match self {
+            Error::NotImported { dataset } => format!(
+                "`dsv import SOURCE --dataset {dataset}` records a source to update from; a committed dataset changes with `dsv commit`"
+            ),
+            Error::PushBehind {
+                dataset, remote, ..
+            } => format!(
                 "the remote already has newer versions of {dataset} on this line; `dsv push {dataset}@VERSION --remote {remote} --force` rewinds its head (they stay in its history)"
             ),
             Error::HeadMoved { dataset } => format!(
@@ -1294,56 +1413,78 @@ impl Error {
             Error::NoCommonVersion { dataset, .. } => format!(
                 "rebase onto a version of the same line (`dsv log {dataset}` lists them); with `dsv rebase`, --dataset names the dataset to rebase"
             ),
-            Error::RemoteFormatTooNew { .. } => "a newer dsv collects this remote's garbage (`dsv gc --remote`); an older one could push data that collection deletes".into(),
-            Error::RemoteCollected { .. } => "nothing a ref names was lost; run the command again".into(),
             Error::RemoteDiverged { dataset, remote } => format!(
                 "`dsv pull {dataset} --rebase --remote {remote}` replays your versions onto theirs (when you changed other paths), then `dsv push` succeeds"
             ),
             Error::AwsProfileNotFound { profile, .. } => format!(
                 "add a [profile {profile}] section to the config file or a [{profile}] section to the credentials file (`aws configure --profile {profile}`), or unset AWS_PROFILE"
             ),
-            Error::AwsProfileFile { .. } => "fix the file (the format is the AWS CLI's: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-files.html), or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE elsewhere".into(),
             Error::AwsProfileUnsupported { profile, .. } => format!(
                 "export the profile's credentials into the environment: eval \"$(aws configure export-credentials --profile {profile} --format env)\""
             ),
-            Error::InvalidConfig { .. } => "fix or remove that line of the file (`dsv config --help` lists the settings); commands that read the settings fail until then".into(),
-            Error::UnknownSetting { .. } | Error::InvalidSetting { .. } => "`dsv config --help` lists the settings and the values they take".into(),
-            Error::Remote { source, action, .. } => match remote_refusal(source) {
-                // `dsv remote add`'s check (`check_remote`): nothing was added.
-                Some("missing bucket") if action.starts_with(ADD_CHECK_ACTION) => "the bucket (or container) does not exist, and the remote was not added: fix the URL, or create the bucket; `dsv remote add --no-check` adds it anyway".into(),
-                Some("missing bucket") => "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add` (`dsv remote add --no-check` adds one whose bucket is made later)".into(),
-                Some("no credentials") => "no AWS credentials were found. dsv looked in the environment (AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), in the AWS profile files (the profile AWS_PROFILE names, else default, in ~/.aws/credentials and ~/.aws/config, or AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE), and last at the EC2 instance metadata service, which gave none (the cause above). Set the environment variables or a profile (`aws configure`); a public bucket is read without credentials with --option aws_skip_signature=true".into(),
-                Some(_) => "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the AWS profile (AWS_PROFILE, ~/.aws/credentials), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions".into(),
-                None => "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing".into(),
-            },
-            Error::StoreExists { .. }
-            | Error::InvalidName { .. }
-            | Error::InvalidRevision { .. }
-            | Error::PathNotFound { .. }
-            | Error::NotADirectory { .. }
-            | Error::NotAFile { .. }
-            | Error::Unsupported { .. }
-            | Error::UnsafePath { .. }
-            | Error::Io { .. }
-            | Error::IoOperation { .. }
-            | Error::SourceIo { .. }
-            | Error::Catalog(_)
-            | Error::Migration(_)
-            | Error::NoRemote
-            | Error::AmbiguousRemote { .. }
-            | Error::CloneDirUnnamed { .. }
-            | Error::RemoteExists { .. }
-            | Error::InvalidRemote { .. }
-            | Error::InvalidPattern { .. }
-            | Error::InvalidShard { .. }
-            | Error::PathsNotFound { .. }
-            | Error::RangeNotSatisfiable { .. }
-            | Error::InvalidLock { .. }
-            | Error::InvalidLineage { .. }
-            | Error::InvalidImport { .. } => return Vec::new(),
+            Error::Remote { source, action, .. } => remote_hint(source.class(), action).into(),
+            _ => return None,
         };
-        vec![hint]
+        Some(hint)
     }
+}
+
+/// The hint of an unknown or ambiguous revision (`closest`: the revision nearest to it).
+fn revision_hint(revision: &str, closest: Option<&str>) -> String {
+    let dataset = revision.split('@').next().unwrap_or(revision);
+    if let Some(closest) = closest {
+        return format!("did you mean {closest}? `dsv log {dataset}` lists its versions and tags");
+    }
+    if revision
+        .rsplit_once('@')
+        .is_some_and(|(_, base)| base.eq_ignore_ascii_case("head"))
+    {
+        return format!(
+            "the head is {dataset}@latest (or {dataset}@HEAD, in capitals); `dsv log {dataset}` lists its versions and tags"
+        );
+    }
+    if let Some((remote, dataset)) = dataset.split_once('/') {
+        return format!(
+            "`dsv fetch --remote {remote}` lists the datasets and tags {remote} has; then `dsv pull NAME --remote {remote}` (or `dsv checkout {remote}/NAME DIR`). A dataset of this store: `dsv log {dataset}`"
+        );
+    }
+    format!("`dsv log {dataset}` lists its versions and tags")
+}
+
+/// The hint of a failed request to a remote, by its class (`action`: what dsv was doing).
+fn remote_hint(class: RemoteClass, action: &str) -> &'static str {
+    match class {
+        // `dsv remote add`'s check (`check_remote`): nothing was added.
+        RemoteClass::MissingBucket if action.starts_with(ADD_CHECK_ACTION) => {
+            "the bucket (or container) does not exist, and the remote was not added: fix the URL, or create the bucket; `dsv remote add --no-check` adds it anyway"
+        }
+        RemoteClass::MissingBucket => {
+            "the bucket (or container) does not exist: create it, or fix the remote's URL with `dsv remote rm` and `dsv remote add` (`dsv remote add --no-check` adds one whose bucket is made later)"
+        }
+        RemoteClass::NoCredentials => {
+            "no AWS credentials were found. dsv looked in the environment (AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), in the AWS profile files (the profile AWS_PROFILE names, else default, in ~/.aws/credentials and ~/.aws/config, or AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE), and last at the EC2 instance metadata service, which gave none (the cause above). Set the environment variables or a profile (`aws configure`); a public bucket is read without credentials with --option aws_skip_signature=true"
+        }
+        RemoteClass::CredentialsRefused => {
+            "the remote refused the credentials: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the AWS profile (AWS_PROFILE, ~/.aws/credentials), AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS and their permissions"
+        }
+        RemoteClass::NotFound | RemoteClass::Rejected | RemoteClass::Failed => {
+            "check the URL, the endpoint and credentials (AWS_*, AZURE_*, GOOGLE_* environment variables) and that the bucket exists; a re-run of a push or pull sends only what is still missing"
+        }
+    }
+}
+
+/// The hint of a rebase stopped by conflicts ([`Error::RebaseConflicts`]).
+fn rebase_conflicts_hint(onto: &str, one_side_settles: bool) -> String {
+    let settle = if one_side_settles {
+        format!(
+            "choose a side and run it again: `dsv rebase {onto} --theirs` takes {onto}'s version of every such path, `--ours` keeps yours (or per path: --theirs=PATH, --ours=PATH); or"
+        )
+    } else {
+        "a file on one side where the other has entries below it cannot be settled with --ours or --theirs:".into()
+    };
+    format!(
+        "nothing was changed; {settle} check out {onto} into a new directory (`dsv checkout {onto} DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`"
+    )
 }
 
 /// The hint under a refused `rm`: what lets go of each holder it names.
@@ -1397,110 +1538,9 @@ fn nested_store_message(dir: &Path, store: &Path, workspace: Option<&Path>) -> S
     }
 }
 
-/// Why a remote refused a request, when the reason is the user's to fix: `"missing
-/// bucket"` (the bucket or container does not exist) or `"credentials"` (authentication or
-/// permission refused). object_store reports both as generic HTTP errors carrying the
-/// service's code, so the codes are looked for in the error's text.
-///
-/// `"no credentials"`: no credentials were found, so object_store asked the EC2 instance
-/// metadata service (its last resort, `http://169.254.169.254/latest/api/token`, or
-/// `AWS_METADATA_ENDPOINT`) and that failed: refused (a 403 where something else answers
-/// there) or unreachable (not on a cloud machine). Its failure is no refusal by the remote.
-pub fn remote_refusal(error: &object_store::Error) -> Option<&'static str> {
-    let text = chain_text(error);
-    if text.contains(INSTANCE_METADATA_TOKEN_PATH)
-        || text.contains(INSTANCE_METADATA_CREDENTIALS_PATH)
-    {
-        return Some("no credentials");
-    }
-    if matches!(
-        error,
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
-    ) {
-        return Some("credentials");
-    }
-    let has = |codes: &[&str]| codes.iter().any(|code| text.contains(code));
-    if has(&[
-        "NoSuchBucket",
-        "ContainerNotFound",
-        "The specified bucket does not exist",
-    ]) {
-        Some("missing bucket")
-    } else if has(&[
-        "403 Forbidden",
-        "401 Unauthorized",
-        "AuthorizationFailure",
-        "AuthenticationFailed",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "AccessDenied",
-    ]) {
-        Some("credentials")
-    } else {
-        None
-    }
-}
-
 /// The start of [`Error::Remote`]'s action when `dsv remote add` checks a remote before
 /// adding it.
 pub const ADD_CHECK_ACTION: &str = "check before adding it";
-
-/// The paths object_store requests from the EC2 instance metadata service for credentials
-/// (IMDSv2's token, then the role's credentials), in its errors' texts.
-const INSTANCE_METADATA_TOKEN_PATH: &str = "/latest/api/token";
-const INSTANCE_METADATA_CREDENTIALS_PATH: &str = "/latest/meta-data/iam/security-credentials";
-
-/// `error`'s text and its causes', concatenated.
-fn chain_text(error: &object_store::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// What [`Error::Catalog`] says: a full disk by name (SQLite's own words, "database or disk
-/// is full", follow as the cause), anything else as a catalog error.
-///
-/// This and the SQLite predicates below match on `rusqlite::Error` and `rusqlite::ErrorCode`,
-/// which are `#[non_exhaustive]`: they cannot be listed whole, so each names the codes it
-/// picks out and lets the rest through.
-fn catalog_message(e: &rusqlite::Error) -> &'static str {
-    match e {
-        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
-            "cannot write the catalog: the disk is full"
-        }
-        _ if is_full_disk_sqlite(e) => "cannot write the catalog (is the disk full?)",
-        _ => "catalog error",
-    }
-}
-
-fn is_full_disk_sqlite(e: &rusqlite::Error) -> bool {
-    // SQLITE_IOERR_WRITE, _FSYNC and _SHMSIZE: how a full disk shows in a WAL database when
-    // SQLite itself does not call it SQLITE_FULL (https://sqlite.org/rescode.html).
-    const FULL_DISK_IO_ERRORS: [std::ffi::c_int; 3] = [778, 1034, 4874];
-    matches!(e, rusqlite::Error::SqliteFailure(f, _)
-        if f.code == rusqlite::ErrorCode::DiskFull
-            || FULL_DISK_IO_ERRORS.contains(&f.extended_code))
-}
-
-/// SQLite failures that mean the database file is damaged.
-fn is_corrupt_sqlite(e: &rusqlite::Error) -> bool {
-    use rusqlite::ErrorCode::*;
-    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, DatabaseCorrupt | NotADatabase))
-}
-
-/// SQLite failures caused by the environment (disk, permissions, other processes), not by
-/// the catalog's content.
-fn is_environment_sqlite(e: &rusqlite::Error) -> bool {
-    use rusqlite::ErrorCode::*;
-    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(
-        f.code,
-        DiskFull | CannotOpen | ReadOnly | PermissionDenied | DatabaseBusy | DatabaseLocked | SystemIoFailure
-    ))
-}
 
 /// Attaches a path (or, where there is none, the operation) to an [`io::Error`], as jj's
 /// `IoResultExt::context` does.
@@ -1535,50 +1575,28 @@ fn gibibytes(bytes: u64) -> String {
 mod kind_tests {
     use super::*;
 
-    fn sqlite(code: std::ffi::c_int) -> Error {
-        Error::Catalog(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(code),
-            None,
+    /// A catalog failure of `class` (the store crate's classification of SQLite's codes is
+    /// tested there).
+    fn catalog(class: CatalogClass) -> Error {
+        Error::Catalog(CatalogFailure::new(
+            class,
+            "catalog error",
+            "database says no".into(),
         ))
     }
 
     #[test]
-    fn sqlite_errors_are_classed_by_cause() {
-        // A bug (a constraint, a row that is not there), never "restore your data".
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY).kind(),
-            ErrorKind::Internal
-        );
-        assert_eq!(
-            Error::Catalog(rusqlite::Error::QueryReturnedNoRows).kind(),
-            ErrorKind::Internal
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_CORRUPT).kind(),
-            ErrorKind::Corrupt
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_NOTADB).kind(),
-            ErrorKind::Corrupt
-        );
-        assert_eq!(sqlite(rusqlite::ffi::SQLITE_BUSY).kind(), ErrorKind::Io);
-        // A full disk, however SQLite words it, gets the disk-full treatment.
-        assert!(sqlite(rusqlite::ffi::SQLITE_FULL).is_disk_full());
-        assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).is_disk_full());
-        assert!(sqlite(rusqlite::ffi::SQLITE_IOERR_FSYNC).is_disk_full());
-        assert!(!sqlite(rusqlite::ffi::SQLITE_IOERR_READ).is_disk_full());
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_FULL).to_string(),
-            "cannot write the catalog: the disk is full"
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_CORRUPT).to_string(),
-            "catalog error"
-        );
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE).kind(),
-            ErrorKind::Io
-        );
+    fn catalog_failures_are_classed_by_their_class() {
+        assert_eq!(catalog(CatalogClass::Bug).kind(), ErrorKind::Internal);
+        assert_eq!(catalog(CatalogClass::Corrupt).kind(), ErrorKind::Corrupt);
+        assert_eq!(catalog(CatalogClass::Environment).kind(), ErrorKind::Io);
+        assert_eq!(catalog(CatalogClass::DiskFull).kind(), ErrorKind::Io);
+        assert!(catalog(CatalogClass::DiskFull).is_disk_full());
+        assert!(!catalog(CatalogClass::Environment).is_disk_full());
+        // Shown by its message; the database's own words follow as the cause.
+        let error = catalog(CatalogClass::Corrupt);
+        assert_eq!(error.to_string(), "catalog error");
+        assert_eq!(causes(&error), ["database says no"]);
     }
 
     #[test]
@@ -1616,11 +1634,11 @@ mod kind_tests {
         }
     }
 
-    fn remote(source: object_store::Error) -> Error {
+    fn remote(class: RemoteClass) -> Error {
         Error::Remote {
             remote: "origin".into(),
             action: "list packs/".into(),
-            source,
+            source: RemoteFailure::new(class, "the backend says no".into()),
         }
     }
 
@@ -1649,49 +1667,28 @@ mod kind_tests {
             Error::Internal { detail: "x".into() }.kind(),
             ErrorKind::Internal
         );
-        // A remote's refusal is the user's to fix; its failure is the network's.
-        let not_found = || object_store::Error::NotFound {
-            path: "packs/x".into(),
-            source: "gone".into(),
-        };
-        assert_eq!(remote(not_found()).kind(), ErrorKind::User);
-        let generic = object_store::Error::Generic {
-            store: "S3",
-            source: "connection refused".into(),
-        };
-        assert_eq!(remote(generic).kind(), ErrorKind::Io);
-        let bucket = object_store::Error::Generic {
-            store: "S3",
-            source: "NoSuchBucket".into(),
-        };
-        assert_eq!(remote_refusal(&bucket), Some("missing bucket"));
-        assert_eq!(remote(bucket).kind(), ErrorKind::User);
-    }
-
-    #[test]
-    fn no_credentials_is_told_from_refused_ones() {
-        // object_store's shape when the instance metadata service, its last resort, answers
-        // 403: a generic S3 error naming the token URL, with the status in its text.
-        let metadata = object_store::Error::Generic {
-            store: "S3",
-            source: "Error performing PUT http://169.254.169.254/latest/api/token in 1.2ms - Server returned non-2xx status code: 403 Forbidden: ".into(),
-        };
-        assert_eq!(remote_refusal(&metadata), Some("no credentials"));
-        let hint = &remote(metadata).hints()[0];
+        // A remote's refusal is the user's to fix; its failure is the network's (the remote
+        // crate's classification of object_store's errors is tested there).
+        for class in [
+            RemoteClass::MissingBucket,
+            RemoteClass::NoCredentials,
+            RemoteClass::CredentialsRefused,
+            RemoteClass::NotFound,
+            RemoteClass::Rejected,
+        ] {
+            assert_eq!(remote(class).kind(), ErrorKind::User, "{class:?}");
+        }
+        assert_eq!(remote(RemoteClass::Failed).kind(), ErrorKind::Io);
+        assert_eq!(
+            causes(&remote(RemoteClass::Failed)),
+            ["the backend says no"]
+        );
+        let hint = &remote(RemoteClass::NoCredentials).hints()[0];
         assert!(hint.starts_with("no AWS credentials were found"), "{hint}");
         assert!(!hint.contains("refused"), "{hint}");
-        // Unreachable (not on a cloud machine): the same.
-        let unreachable = object_store::Error::Generic {
-            store: "S3",
-            source: "Error performing GET http://169.254.169.254/latest/meta-data/iam/security-credentials/ in 5s - error sending request".into(),
-        };
-        assert_eq!(remote_refusal(&unreachable), Some("no credentials"));
-        // The service refusing credentials it was given.
-        let refused = object_store::Error::Generic {
-            store: "S3",
-            source: "Server returned non-2xx status code: 403 Forbidden: <Code>InvalidAccessKeyId</Code>".into(),
-        };
-        assert_eq!(remote_refusal(&refused), Some("credentials"));
+        assert!(
+            remote(RemoteClass::CredentialsRefused).hints()[0].starts_with("the remote refused")
+        );
     }
 
     #[test]
@@ -1722,7 +1719,7 @@ mod kind_tests {
             ["free some disk space and run the command again; nothing was recorded"]
         );
         assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_FULL).hints(),
+            catalog(CatalogClass::DiskFull).hints(),
             ["free some disk space and run the command again; nothing was recorded"]
         );
         assert!(io(io::ErrorKind::InvalidFilename).hints()[0].starts_with("the path is longer"));
@@ -1755,11 +1752,8 @@ mod kind_tests {
         );
         // Internal errors, also SQLite's that are bugs, say so; a damaged catalog does not.
         assert_eq!(Error::Internal { detail: "x".into() }.hints(), [BUG_HINT]);
-        assert_eq!(
-            sqlite(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY).hints(),
-            [BUG_HINT]
-        );
-        assert!(sqlite(rusqlite::ffi::SQLITE_CORRUPT).hints().is_empty());
+        assert_eq!(catalog(CatalogClass::Bug).hints(), [BUG_HINT]);
+        assert!(catalog(CatalogClass::Corrupt).hints().is_empty());
         assert_eq!(
             Error::DatasetNotFound {
                 name: "mnsit".into(),
@@ -1796,6 +1790,61 @@ mod kind_tests {
                 "`dsv unpin REV` lifts the pin (`dsv pins` lists them); `dsv workspace forget DIR` lets a directory go (its files are left as they are; `dsv workspace ls` lists them)"
             ]
         );
+    }
+
+    #[test]
+    fn a_rebase_stopped_by_conflicts_says_how_to_settle_them() {
+        let stopped = |one_side_settles| Error::RebaseConflicts {
+            dataset: "m".into(),
+            onto: "origin/m".into(),
+            conflicts: 1,
+            one_side_settles,
+        };
+        assert_eq!(
+            stopped(true).to_string(),
+            "cannot rebase m onto origin/m: 1 path(s) changed on both sides"
+        );
+        assert_eq!(stopped(true).kind(), ErrorKind::Conflict);
+        assert_eq!(
+            stopped(true).hints(),
+            [
+                "nothing was changed; choose a side and run it again: `dsv rebase origin/m --theirs` takes origin/m's version of every such path, `--ours` keeps yours (or per path: --theirs=PATH, --ours=PATH); or check out origin/m into a new directory (`dsv checkout origin/m DIR`), bring your changes there by hand, `dsv commit` there, then `dsv push`"
+            ]
+        );
+        assert!(
+            stopped(false).hints()[0].starts_with(
+                "nothing was changed; a file on one side where the other has entries below it cannot be settled with --ours or --theirs: check out origin/m"
+            )
+        );
+    }
+
+    /// The table gives each error its Python class: its own, or its kind's.
+    #[test]
+    fn python_classes_come_from_the_table() {
+        assert_eq!(
+            Error::NoStore { start: "/w".into() }.python_class(),
+            "NoStore"
+        );
+        assert_eq!(
+            Error::PathsNotFound {
+                revision: "d".into(),
+                paths: Vec::new()
+            }
+            .python_class(),
+            "PathNotFound"
+        );
+        assert_eq!(Error::NoRemote.python_class(), "Error");
+        assert_eq!(
+            Error::Internal { detail: "x".into() }.python_class(),
+            "InternalError"
+        );
+        assert_eq!(catalog(CatalogClass::Environment).python_class(), "IoError");
+        assert_eq!(remote(RemoteClass::Failed).python_class(), "RemoteError");
+        let failed = Error::RemotesFailed(Box::new(RemotesFailed {
+            first: Error::NoRemote,
+            tried: Vec::new(),
+        }));
+        assert_eq!(failed.python_class(), "Error");
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //!   on its own;
 //! - [`pack`]: pack files (zstd frames, a sealed index, a BLAKE3 name);
 //! - [`error`]: the one error type of the library, its classification and its hints;
-//! - [`interrupt`], [`parallel`], [`runtime`], [`progress`]: cancellation, the worker pool, the
-//!   async runtime bridge and progress reporting, shared by every operation;
+//! - [`interrupt`], [`parallel`], [`progress`]: cancellation, the worker pool and progress
+//!   reporting, shared by every operation;
 //! - [`redact`]: removing credentials from text before it reaches an error or a log.
 //!
 //! The crates above re-export these modules, so `dsv::id::ObjectId` names the same type as
@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod chunk;
 pub mod error;
@@ -27,9 +28,10 @@ pub mod pack;
 pub mod parallel;
 pub mod progress;
 pub mod redact;
-pub mod remote_url;
-pub mod runtime;
 pub mod store_file;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{
+    CatalogClass, CatalogFailure, Error, ErrorKind, ForeignError, RemoteClass, RemoteFailure,
+    Result,
+};
 pub use id::ObjectId;

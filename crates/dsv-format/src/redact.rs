@@ -7,7 +7,7 @@
 //! [`text`] every URL inside a message. Error messages ([`crate::Error`]'s display, and the
 //! CLI's rendering of every error, its causes and hints) go through [`text`]; remote URLs
 //! holding what [`credentials_in`] finds are refused, never recorded
-//! ([`crate::remote_url::check_url`]).
+//! (`dsv_store::remote_url::check_url`).
 
 /// What a secret is replaced by.
 pub const REDACTED: &str = "REDACTED";

@@ -7,14 +7,17 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub use dsv_store::{
     Error, ErrorKind, ObjectId, Result, Revision, Store, beneath, catalog, chunk, config, error,
     id, ignore_file, interrupt, lease, object, outboard, pack, parallel, progress, redact, reflog,
-    remote_url, revision, runtime, store, store_file, tree, walk, workspace,
+    remote_url, revision, store, store_file, tree, walk, workspace,
 };
 
 pub mod archive;
+pub mod failure;
 pub mod remote;
+pub mod runtime;
 pub mod source;
 pub mod stall;

@@ -22,7 +22,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectMeta, ObjectStore};
 
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, IoResultExt, RemoteClass, Result};
 use crate::stall::{Ended, humanize};
 
 /// One object of a source.
@@ -316,7 +316,7 @@ impl Source {
                         .map_err(|source| Error::Http {
                             url: spec.to_string(),
                             action: "setting up the HTTP client".into(),
-                            source,
+                            source: crate::failure::http_failure(source),
                         })?;
                     let recorded;
                     (recorded, redacted) = crate::redact::for_record(spec);
@@ -650,7 +650,7 @@ async fn cloud_list(
                         reason: format!("a key under it cannot be a path in a dataset: {source}"),
                     };
                 }
-                if crate::error::remote_refusal(&source) == Some("missing bucket") {
+                if crate::failure::classify(&source) == RemoteClass::MissingBucket {
                     return Error::SourceNotFound {
                         url: spec.to_string(),
                         detail: "the bucket does not exist".into(),
@@ -659,7 +659,7 @@ async fn cloud_list(
                 Error::Remote {
                     remote: spec.to_string(),
                     action: format!("list {url}"),
-                    source,
+                    source: crate::failure::remote_failure(source),
                 }
             })?;
     if metas.is_empty() {
@@ -708,7 +708,7 @@ fn cloud_error(url: &str, object: &SourceObject, action: &str, e: object_store::
         object_store::Error::Precondition { .. } => Error::SourceChanged {
             url: url.to_string(),
         },
-        _ if crate::error::remote_refusal(&e) == Some("missing bucket") => Error::SourceNotFound {
+        _ if crate::failure::classify(&e) == RemoteClass::MissingBucket => Error::SourceNotFound {
             url: url.to_string(),
             detail: "the bucket does not exist".into(),
         },
@@ -734,7 +734,7 @@ fn cloud_error(url: &str, object: &SourceObject, action: &str, e: object_store::
         source => Error::Remote {
             remote: url.to_string(),
             action: format!("{action} {url}"),
-            source,
+            source: crate::failure::remote_failure(source),
         },
     }
 }
@@ -752,7 +752,7 @@ fn http_error(url: &str, action: &str, e: reqwest::Error) -> Error {
         _ => Error::Http {
             url: url.to_string(),
             action: action.to_string(),
-            source: e.without_url(),
+            source: crate::failure::http_failure(e.without_url()),
         },
     }
 }

@@ -7,10 +7,11 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub use dsv_format::{
     Error, ErrorKind, ObjectId, Result, chunk, error, id, interrupt, object, outboard, pack,
-    parallel, progress, redact, remote_url, runtime, store_file,
+    parallel, progress, redact, store_file,
 };
 
 pub mod beneath;
@@ -20,6 +21,7 @@ pub mod ignore_file;
 pub mod lease;
 pub mod names;
 pub mod reflog;
+pub mod remote_url;
 pub mod revision;
 pub mod stat;
 pub mod store;

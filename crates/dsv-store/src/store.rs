@@ -67,10 +67,13 @@
 //! because it is held briefly, to read and move names in one catalog transaction.
 //!
 //! The types encode the order: a [`WorkspaceLock`] and a [`DownloadLock`] are made only
-//! from a `&SharedDataLock` and borrow it (so the data lock is held first, and released
-//! last); the head lock is made by [`Store::lock`] and is held in short scopes that take
-//! nothing else. Repair, which takes everything exclusive, takes it in the same order
-//! (open, data, head).
+//! from a `&SharedDataLock`, and a [`HeadLock`] from a held data lock of either mode
+//! ([`Store::lock_head`], any [`DataGuard`]), and borrow it, so the data lock is held first
+//! and released last. An operation that moves names only and holds no other lock takes the
+//! head lock alone ([`Store::lock_head_alone`], as `workspace forget` takes its workspace
+//! lock with [`Store::lock_workspace_alone`]); it is held in short scopes that take nothing
+//! else. Repair, which takes everything exclusive, takes it in the same order (open, data,
+//! head).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -376,11 +379,32 @@ impl Store {
     }
 
     /// Takes the head lock ([`HeadLock`], exclusive), waiting for it; held until the guard
-    /// drops. The last lock in the order: nothing else is taken while it is held.
+    /// drops. The last lock in the order, taken under the data lock `_data` (shared or
+    /// exclusive), which the caller holds for as long: the guard borrows it, so the data
+    /// lock cannot be released first, nor taken while the head lock is held.
+    ///
+    /// ```compile_fail,E0597
+    /// # fn f(store: &dsv_store::Store) -> dsv_store::Result<()> {
+    /// let head = {
+    ///     let data = store.lock_data_shared()?;
+    ///     store.lock_head(&data)?
+    /// };
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Io`].
-    pub fn lock(&self) -> Result<HeadLock> {
+    pub fn lock_head<'d>(&self, _data: &'d impl DataGuard) -> Result<HeadLock<'d>> {
+        HeadLock::take_at(&self.root)
+    }
+
+    /// Takes the head lock without the data lock, for an operation that moves names only
+    /// (tag, reset, rename, rm, pin, a remote's record): it reads no pack and takes no other
+    /// lock while holding this one, so it need not wait for a running `gc`.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn lock_head_alone(&self) -> Result<HeadLock<'static>> {
         HeadLock::take_at(&self.root)
     }
 
@@ -803,18 +827,36 @@ impl StripeLock {
 
 /// The head lock (order 4, the last; exclusive): held while a catalog transaction reads and
 /// moves heads, tags and pins or records and forgets packs. Nothing else is taken while it
-/// is held.
-pub struct HeadLock {
+/// is held. Made by [`Store::lock_head`] from a held data lock, whose guard it borrows
+/// (`'d`), or by [`Store::lock_head_alone`] for an operation that holds no other lock.
+pub struct HeadLock<'d> {
     _file: LockFile,
+    _data: std::marker::PhantomData<&'d ()>,
 }
 
-impl HeadLock {
-    /// Waits for the head lock of the store `root`.
-    pub fn take_at(root: &Path) -> Result<HeadLock> {
+impl HeadLock<'static> {
+    /// Waits for the head lock of the store `root`, for `repair`, which takes every lock
+    /// of a store it has not opened, in the one order (open, data, head).
+    pub fn take_at(root: &Path) -> Result<HeadLock<'static>> {
         Ok(HeadLock {
             _file: LockFile::take(&root.join("lock"), false)?,
+            _data: std::marker::PhantomData,
         })
     }
+}
+
+/// A held data lock, shared ([`SharedDataLock`]) or exclusive ([`ExclusiveDataLock`]):
+/// what the head lock is made from ([`Store::lock_head`]). Sealed: no other type is one.
+pub trait DataGuard: sealed::Sealed {}
+
+impl DataGuard for SharedDataLock {}
+impl DataGuard for ExclusiveDataLock {}
+
+mod sealed {
+    /// Implemented by the data lock guards only.
+    pub trait Sealed {}
+    impl Sealed for super::SharedDataLock {}
+    impl Sealed for super::ExclusiveDataLock {}
 }
 
 /// Reads objects (trees, versions, files) by id, checking every byte against its hash.

@@ -1108,29 +1108,19 @@ pub fn diff_each(
     new: Option<&ObjectId>,
     mut visit: impl FnMut(Change) -> Result<()>,
 ) -> Result<u64> {
-    type Side = Option<(ObjectId, Option<(u64, u64)>)>;
-    /// One directory open on both sides: its trees, the next entry of each, its path.
-    struct Frame {
-        old: Tree,
-        new: Tree,
-        i: usize,
-        j: usize,
-        prefix: String,
-        depth: usize,
-    }
     let mut trees_read = 0u64;
     let root = new.or(old).copied().unwrap_or(ObjectId([0; 32]));
     let mut budget = Budget::new(&root, 2);
     let mut open = |reader: &mut ObjectReader<'_>,
-                    old: Side,
-                    new: Side,
+                    old: DiffSide,
+                    new: DiffSide,
                     prefix: String,
                     depth: usize|
-     -> Result<Option<Frame>> {
+     -> Result<Option<DiffFrame>> {
         if old.map(|(id, _)| id) == new.map(|(id, _)| id) {
             return Ok(None);
         }
-        let mut side = |side: Side| -> Result<Tree> {
+        let mut side = |side: DiffSide| -> Result<Tree> {
             trees_read += u64::from(side.is_some());
             side.map(|(id, claim)| load(reader, &id, prefix.trim_end_matches('/'), depth, claim))
                 .transpose()
@@ -1138,7 +1128,7 @@ pub fn diff_each(
         };
         let old = side(old)?;
         let new = side(new)?;
-        Ok(Some(Frame {
+        Ok(Some(DiffFrame {
             old,
             new,
             i: 0,
@@ -1147,7 +1137,7 @@ pub fn diff_each(
             depth,
         }))
     };
-    let mut stack: Vec<Frame> = Vec::new();
+    let mut stack: Vec<DiffFrame> = Vec::new();
     if let Some(frame) = open(
         reader,
         old.map(|id| (*id, None)),
@@ -1158,32 +1148,12 @@ pub fn diff_each(
         stack.push(frame);
     }
     while let Some(frame) = stack.last_mut() {
-        if frame.i >= frame.old.entries.len() && frame.j >= frame.new.entries.len() {
+        let Some((a, b)) = frame.next_pair() else {
             stack.pop();
             continue;
-        }
-        let a = frame.old.entries.get(frame.i);
-        let b = frame.new.entries.get(frame.j);
-        let order = match (a, b) {
-            (Some(a), Some(b)) => a.name.as_bytes().cmp(b.name.as_bytes()),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            _ => std::cmp::Ordering::Greater,
         };
-        let (a, b) = match order {
-            std::cmp::Ordering::Less => {
-                frame.i += 1;
-                (a, None)
-            }
-            std::cmp::Ordering::Greater => {
-                frame.j += 1;
-                (None, b)
-            }
-            std::cmp::Ordering::Equal => {
-                frame.i += 1;
-                frame.j += 1;
-                (a, b)
-            }
-        };
+        let a = a.map(|i| &frame.old.entries[i]);
+        let b = b.map(|j| &frame.new.entries[j]);
         let name = a
             .or(b)
             .map(|e| e.name.as_str())
@@ -1195,36 +1165,11 @@ pub fn diff_each(
                 _ => budget.file(&path)?,
             }
         }
-        let dir = |e: Option<&TreeEntry>| -> Side {
-            e.and_then(|e| match e.kind {
-                EntryKind::Dir { files } => Some((e.id, Some((e.size, files)))),
-                _ => None,
-            })
-        };
-        // Files and symlinks are compared; a directory only when it holds no file at all
-        // (otherwise its contents speak for it).
-        let leaf = |e: Option<&TreeEntry>| {
-            e.filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0))
-                .map(|e| FlatEntry {
-                    path: path.clone(),
-                    kind: match &e.kind {
-                        EntryKind::File { executable } => FlatKind::File {
-                            executable: *executable,
-                        },
-                        EntryKind::Symlink { target } => FlatKind::Symlink {
-                            target: target.clone(),
-                        },
-                        EntryKind::Dir { .. } => FlatKind::Dir,
-                    },
-                    size: e.size,
-                    id: e.id,
-                })
-        };
-        let (old_dir, new_dir) = (dir(a), dir(b));
+        let (old_dir, new_dir) = (dir_side(a), dir_side(b));
         let (old_leaf, new_leaf) = if old_dir.is_some() && new_dir.is_some() {
             (None, None)
         } else {
-            (leaf(a), leaf(b))
+            (leaf_entry(a, &path), leaf_entry(b, &path))
         };
         let depth = frame.depth + 1;
         // The entry's own change comes before what is below it (path order).
@@ -1238,6 +1183,82 @@ pub fn diff_each(
         }
     }
     Ok(trees_read)
+}
+
+/// One side of a directory [`diff_each`] may open: the tree's id and the claims its parent's
+/// entry makes of it (total size, files), `None` for a side without that directory.
+type DiffSide = Option<(ObjectId, Option<(u64, u64)>)>;
+
+/// One directory [`diff_each`] has open on both sides: its trees, the next entry of each,
+/// its path (with a trailing `/`, empty at the root) and its depth.
+struct DiffFrame {
+    old: Tree,
+    new: Tree,
+    i: usize,
+    j: usize,
+    prefix: String,
+    depth: usize,
+}
+
+impl DiffFrame {
+    /// The index of the next entry in name order in the old side, the new side, or both
+    /// when both have one of that name (a merge of the two sorted lists); `None` once both
+    /// are done.
+    fn next_pair(&mut self) -> Option<(Option<usize>, Option<usize>)> {
+        let (i, j) = (self.i, self.j);
+        let a = self.old.entries.get(i);
+        let b = self.new.entries.get(j);
+        let order = match (a, b) {
+            (None, None) => return None,
+            (Some(a), Some(b)) => a.name.as_bytes().cmp(b.name.as_bytes()),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                self.i += 1;
+                Some((Some(i), None))
+            }
+            std::cmp::Ordering::Greater => {
+                self.j += 1;
+                Some((None, Some(j)))
+            }
+            std::cmp::Ordering::Equal => {
+                self.i += 1;
+                self.j += 1;
+                Some((Some(i), Some(j)))
+            }
+        }
+    }
+}
+
+/// The side `entry` gives a directory diff: its tree and claims when it is a directory.
+fn dir_side(entry: Option<&TreeEntry>) -> DiffSide {
+    entry.and_then(|e| match e.kind {
+        EntryKind::Dir { files } => Some((e.id, Some((e.size, files)))),
+        _ => None,
+    })
+}
+
+/// `entry` at `path` as a compared leaf: files and symlinks are compared; a directory only
+/// when it holds no file at all (otherwise its contents speak for it).
+fn leaf_entry(entry: Option<&TreeEntry>, path: &str) -> Option<FlatEntry> {
+    entry
+        .filter(|e| !matches!(e.kind, EntryKind::Dir { files } if files > 0))
+        .map(|e| FlatEntry {
+            path: path.to_string(),
+            kind: match &e.kind {
+                EntryKind::File { executable } => FlatKind::File {
+                    executable: *executable,
+                },
+                EntryKind::Symlink { target } => FlatKind::Symlink {
+                    target: target.clone(),
+                },
+                EntryKind::Dir { .. } => FlatKind::Dir,
+            },
+            size: e.size,
+            id: e.id,
+        })
 }
 
 fn leaf_change(old: Option<&FlatEntry>, new: Option<&FlatEntry>) -> Option<ChangeKind> {

@@ -152,7 +152,7 @@ pub fn enforce_limit_under(
     limit: u64,
     keep: &HashSet<ObjectId>,
 ) -> Result<Eviction> {
-    let lock = store.lock()?;
+    let lock = store.lock_head(_data)?;
     // Under both locks nothing adds or drops a pack: measure, then choose.
     let mut total = held_bytes(store.catalog())?;
     let packs_dir = store.packs_dir();

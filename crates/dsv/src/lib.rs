@@ -56,6 +56,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub use dsv_remote::{
     Error, ErrorKind, ObjectId, Result, Revision, Store, archive, beneath, catalog, chunk, config,

@@ -157,7 +157,7 @@ impl PackSink {
             .into_inner()
             .expect("no panics while holding the lock");
         drop(open);
-        let Ok(_lock) = store.lock() else {
+        let Ok(_lock) = store.lock_head_alone() else {
             return;
         };
         remove_unrecorded_packs(store, &sealed);

@@ -453,7 +453,7 @@ pub(crate) fn record_fetched_indexes(
     store: &mut Store,
     groups: &[(&[crate::pack::SealedPack], &str)],
 ) -> Result<()> {
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let writer = store.catalog_mut().writer()?;
     let mut maps = Vec::new();
     for (indexes, remote_name) in groups {
@@ -518,7 +518,7 @@ pub(crate) fn download(
 
 /// Every chunk (and file map) `versions` need that this store lacks, restricted to paths
 /// matching `include` when given. Trees and file maps must be here (fetched) already.
-fn missing_chunks(
+pub(crate) fn missing_chunks(
     store: &Store,
     versions: &[ObjectId],
     include: Option<&globset::GlobSet>,
@@ -595,48 +595,45 @@ pub(crate) fn fetch_missing_under(
     }
     // One operation: a remote that fails in the first round is not asked in the second.
     let mut attempts = fallback::Attempts::new();
-    let (mut transfer, fetched_maps) = fetch_missing_round(
-        store,
-        data,
+    let wanted = Wanted {
         versions,
         include,
         first,
         jobs,
-        progress,
-        &mut attempts,
-    )?;
+    };
+    let (mut transfer, fetched_maps) =
+        fetch_missing_round(store, data, &wanted, progress, &mut attempts)?;
     // File maps that came now list chunks of their own: fetch those too (once).
     if fetched_maps {
-        let (more, _) = fetch_missing_round(
-            store,
-            data,
-            versions,
-            include,
-            first,
-            jobs,
-            progress,
-            &mut attempts,
-        )?;
+        let (more, _) = fetch_missing_round(store, data, &wanted, progress, &mut attempts)?;
         transfer.add_moved(&more);
         transfer.requests += more.requests;
     }
     Ok(transfer)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a round of [`fetch_missing_under`] looks for and where: the chunks `versions` need
+/// (under `include`), `first` asked first, `jobs` requests in flight.
+struct Wanted<'a> {
+    versions: &'a [ObjectId],
+    include: Option<&'a globset::GlobSet>,
+    first: Option<(&'a RemoteRecord, &'a Remote)>,
+    jobs: usize,
+}
+
+/// One round of [`fetch_missing_under`]: lists what `wanted` lacks, then fetches it. Returns
+/// the transfer and whether file maps were asked for (their chunks need another round).
 fn fetch_missing_round(
     store: &mut Store,
     data: &SharedDataLock,
-    versions: &[ObjectId],
-    include: Option<&globset::GlobSet>,
-    first: Option<(&RemoteRecord, &Remote)>,
-    jobs: usize,
+    wanted: &Wanted<'_>,
     progress: &dyn Progress,
     attempts: &mut fallback::Attempts,
 ) -> Result<(Transfer, bool)> {
     progress.phase("finding the missing data");
-    let missing = missing_chunks(store, versions, include)?;
+    let missing = missing_chunks(store, wanted.versions, wanted.include)?;
     let wanted_maps = missing.iter().any(|(_, kind)| *kind == ObjectKind::FileMap);
+    let (first, jobs) = (wanted.first, wanted.jobs);
     let transfer = fetch_objects(store, data, missing, first, jobs, progress, attempts)?;
     Ok((transfer, wanted_maps))
 }
@@ -851,7 +848,7 @@ pub const DEFAULT_REMOTE_GRACE_SECONDS: u64 = 24 * 3600;
 
 /// What a writer (push, copy) may rely on in a remote that `dsv gc --remote` collects: the
 /// remote's pack indexes (refreshed) minus the packs with a gc mark. The writers' rule
-/// (docs/architecture.md, "Remote garbage collection"):
+/// (docs/format.md, "Remote garbage collection"):
 ///
 /// 1. An object found only in marked packs counts as absent: the writer sends it again, in
 ///    a pack whose id is not marked ([`WriterView::is_marked`]; a local pack whose id is

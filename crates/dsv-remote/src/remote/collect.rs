@@ -102,10 +102,7 @@ impl Remote {
                     .map_err(|e| Error::corrupt(format!("{}:{key}", self.name), e.to_string()))?;
                 Ok(Some((format, state_of(&meta))))
             }
-            Err(Error::Remote {
-                source: object_store::Error::NotFound { .. },
-                ..
-            }) => Ok(None),
+            Err(Error::Remote { source, .. }) if source.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -556,7 +556,7 @@ impl Remote {
         move |source| Error::Remote {
             remote,
             action,
-            source,
+            source: crate::failure::remote_failure(source),
         }
     }
 
@@ -1016,10 +1016,7 @@ impl Remote {
         self.count(1);
         let (bytes, state) = match self.runtime.block_on(self.get_bounded(&key, MAX_REF_LEN)) {
             Ok((bytes, meta)) => (bytes, state_of(&meta)),
-            Err(Error::Remote {
-                source: object_store::Error::NotFound { .. },
-                ..
-            }) => return Ok(None),
+            Err(Error::Remote { source, .. }) if source.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
         // A ref being deleted (`delete_ref`) is absent.

@@ -6,6 +6,7 @@
 //! migrations. Writes go through [`CatalogWriter`], one `BEGIN IMMEDIATE` transaction, so a
 //! crash leaves either all of an operation's rows or none.
 
+mod failure;
 mod objects;
 mod remotes;
 mod retention;
@@ -20,6 +21,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use rusqlite_migration::{M, Migrations};
 
+pub(crate) use failure::SqliteResultExt;
+pub use failure::{catalog_error, classify, migration_error};
 pub use objects::ObjectLocation;
 pub use remotes::{RemoteLocation, RemoteRecord, RemoteRef};
 pub use retention::{CachedVersionRow, PackObject, Pin};
@@ -163,7 +166,7 @@ impl Catalog {
             });
         }
         if found < schema_version() {
-            MIGRATIONS.to_latest(&mut conn)?;
+            MIGRATIONS.to_latest(&mut conn).map_err(migration_error)?;
         }
         Ok(Catalog {
             conn,
@@ -192,7 +195,8 @@ impl Catalog {
         let ref_log = self.ref_log_path();
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .in_catalog()?;
         Ok(CatalogWriter {
             tx,
             ref_log,
@@ -213,11 +217,12 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn ref_log_applied(&self) -> Result<Option<u64>> {
-        let length: Option<i64> =
-            self.conn
-                .query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
-                    row.get(0)
-                })?;
+        let length: Option<i64> = self
+            .conn
+            .query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
+                row.get(0)
+            })
+            .in_catalog()?;
         Ok(length.map(|l| l.max(0) as u64))
     }
 
@@ -239,9 +244,10 @@ impl Catalog {
         let path = self.ref_log_path();
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .in_catalog()?;
         write_snapshot(&tx, &self.path, &path)?;
-        tx.commit()?;
+        tx.commit().in_catalog()?;
         Ok(())
     }
 
@@ -251,11 +257,13 @@ impl Catalog {
         }
         let path = self.ref_log_path();
         // Under the write lock, so two processes upgrading one store agree on who writes.
-        let tx = rusqlite::Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
-        let applied: Option<i64> =
-            tx.query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
+        let tx = rusqlite::Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)
+            .in_catalog()?;
+        let applied: Option<i64> = tx
+            .query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
                 row.get(0)
-            })?;
+            })
+            .in_catalog()?;
         if applied.is_none() {
             // A ref log the catalog never applied is not overwritten: the catalog was made
             // anew, or restored from a copy older than the ref log (repair reconciles them).
@@ -272,7 +280,7 @@ impl Catalog {
             }
             write_snapshot(&tx, &self.path, &path)?;
         }
-        tx.commit()?;
+        tx.commit().in_catalog()?;
         Ok(())
     }
 
@@ -282,15 +290,17 @@ impl Catalog {
     /// # Errors
     /// [`Error::Corrupt`] listing what either check found (at most ten dangling rows).
     pub fn check_integrity(&self) -> Result<()> {
-        let mut stmt = self.conn.prepare("PRAGMA integrity_check")?;
+        let mut stmt = self.conn.prepare("PRAGMA integrity_check").in_catalog()?;
         let rows: Vec<String> = stmt
-            .query_map([], |row| row.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+            .query_map([], |row| row.get(0))
+            .in_catalog()?
+            .collect::<rusqlite::Result<_>>()
+            .in_catalog()?;
         if rows != ["ok"] {
             return Err(Error::corrupt(&self.path, rows.join("; ")));
         }
         // Rows pointing at nothing (a frame, pack or version that is not there).
-        let mut stmt = self.conn.prepare("PRAGMA foreign_key_check")?;
+        let mut stmt = self.conn.prepare("PRAGMA foreign_key_check").in_catalog()?;
         let dangling: Vec<String> = stmt
             .query_map([], |row| {
                 Ok(format!(
@@ -300,8 +310,10 @@ impl Catalog {
                         .map_or_else(|| "-".to_string(), |r| r.to_string()),
                     row.get::<_, String>(2)?
                 ))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+            })
+            .in_catalog()?
+            .collect::<rusqlite::Result<_>>()
+            .in_catalog()?;
         if !dangling.is_empty() {
             let total = dangling.len();
             let mut shown: Vec<String> = dangling.into_iter().take(10).collect();
@@ -334,9 +346,9 @@ fn corrupt_or(path: &Path, error: rusqlite::Error) -> Error {
         {
             Error::corrupt(path, "the catalog is not a valid SQLite database")
         }
-        // `rusqlite::Error` is `#[non_exhaustive]`: the rest stays an SQLite error, which
-        // `Error::kind` classifies by its code.
-        _ => Error::Catalog(error),
+        // `rusqlite::Error` is `#[non_exhaustive]`: the rest stays an SQLite error, classed
+        // by its code.
+        _ => catalog_error(error),
     }
 }
 
@@ -362,11 +374,12 @@ impl CatalogWriter<'_> {
         // The log's length before this transaction's lines were appended to it.
         let mut appended_to = None;
         if !entries.is_empty() {
-            let applied: Option<i64> =
-                self.tx
-                    .query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
-                        row.get(0)
-                    })?;
+            let applied: Option<i64> = self
+                .tx
+                .query_row("SELECT length FROM ref_log WHERE id = 1", [], |row| {
+                    row.get(0)
+                })
+                .in_catalog()?;
             // NULL only while `dsv repair` rebuilds: it adopts the log as a whole at the end.
             if let Some(applied) = applied {
                 let applied = applied.max(0) as u64;
@@ -392,7 +405,7 @@ impl CatalogWriter<'_> {
                             [length as i64],
                         )
                         .map(drop)
-                        .map_err(Error::from),
+                        .map_err(catalog_error),
                     None => write_snapshot(&self.tx, &self.ref_log, &self.ref_log),
                 };
                 if let Err(e) = recorded {
@@ -403,7 +416,7 @@ impl CatalogWriter<'_> {
         }
         if let Err(e) = self.tx.commit() {
             cut_back(&self.ref_log, appended_to);
-            return Err(e.into());
+            return Err(catalog_error(e));
         }
         Ok(())
     }
@@ -431,7 +444,8 @@ fn write_snapshot(conn: &Connection, catalog: &Path, ref_log: &Path) -> Result<(
     conn.execute(
         "UPDATE ref_log SET length = ?1 WHERE id = 1",
         [length as i64],
-    )?;
+    )
+    .in_catalog()?;
     Ok(())
 }
 
@@ -442,54 +456,76 @@ fn ref_state_of(conn: &Connection, path: &Path) -> Result<RefState> {
             .ok_or_else(|| Error::corrupt(path, "an id in the catalog is not 32 bytes"))
     };
     let mut state = RefState::default();
-    let mut stmt = conn.prepare("SELECT name, head FROM datasets WHERE head IS NOT NULL")?;
-    for row in stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-    })? {
-        let (name, head) = row?;
+    let mut stmt = conn
+        .prepare("SELECT name, head FROM datasets WHERE head IS NOT NULL")
+        .in_catalog()?;
+    for row in stmt
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })
+        .in_catalog()?
+    {
+        let (name, head) = row.in_catalog()?;
         state.heads.insert(name, id(head)?);
     }
-    let mut stmt = conn.prepare(
-        "SELECT d.name, t.name, t.version FROM tags t JOIN datasets d ON d.id = t.dataset",
-    )?;
-    for row in stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, Vec<u8>>(2)?,
-        ))
-    })? {
-        let (dataset, tag, version) = row?;
+    let mut stmt = conn
+        .prepare("SELECT d.name, t.name, t.version FROM tags t JOIN datasets d ON d.id = t.dataset")
+        .in_catalog()?;
+    for row in stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        })
+        .in_catalog()?
+    {
+        let (dataset, tag, version) = row.in_catalog()?;
         state.tags.insert((dataset, tag), id(version)?);
     }
-    let mut stmt =
-        conn.prepare("SELECT name, url, options FROM remotes ORDER BY position, name")?;
-    for row in stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-        ))
-    })? {
-        let (name, url, options) = row?;
+    let mut stmt = conn
+        .prepare("SELECT name, url, options FROM remotes ORDER BY position, name")
+        .in_catalog()?;
+    for row in stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })
+        .in_catalog()?
+    {
+        let (name, url, options) = row.in_catalog()?;
         let options = serde_json::from_str(&options).unwrap_or_default();
         state.remote_order.push(name.clone());
         state.remotes.insert(name, (url, options));
     }
-    let mut stmt = conn.prepare("SELECT version, reason, until FROM pins")?;
-    for row in stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, Vec<u8>>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, Option<i64>>(2)?,
-        ))
-    })? {
-        let (version, reason, until) = row?;
+    let mut stmt = conn
+        .prepare("SELECT version, reason, until FROM pins")
+        .in_catalog()?;
+    for row in stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, Vec<u8>>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+            ))
+        })
+        .in_catalog()?
+    {
+        let (version, reason, until) = row.in_catalog()?;
         state.pins.insert(id(version)?, (reason, until));
     }
-    let mut stmt = conn.prepare("SELECT id FROM versions WHERE removed_at IS NOT NULL")?;
-    for row in stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))? {
-        state.removed.insert(id(row?)?);
+    let mut stmt = conn
+        .prepare("SELECT id FROM versions WHERE removed_at IS NOT NULL")
+        .in_catalog()?;
+    for row in stmt
+        .query_map([], |r| r.get::<_, Vec<u8>>(0))
+        .in_catalog()?
+    {
+        state.removed.insert(id(row.in_catalog()?)?);
     }
     Ok(state)
 }

@@ -2,7 +2,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Catalog, CatalogWriter, unix_now};
+use super::{Catalog, CatalogWriter, SqliteResultExt, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
@@ -80,8 +80,10 @@ impl Catalog {
     pub fn has_object(&self, id: &ObjectId, kind: ObjectKind) -> Result<bool> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT 1 FROM objects WHERE id = ?1 AND kind = ?2")?;
-        Ok(stmt.exists(rusqlite::params![&id.0[..], kind as u8])?)
+            .prepare_cached("SELECT 1 FROM objects WHERE id = ?1 AND kind = ?2")
+            .in_catalog()?;
+        stmt.exists(rusqlite::params![&id.0[..], kind as u8])
+            .in_catalog()
     }
 
     /// Where the object `id` of `kind` is stored, or `None` when the store lacks it.
@@ -116,7 +118,7 @@ impl Catalog {
              FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
              LEFT JOIN unproven_file_maps u ON u.id = o.id AND o.kind = ?3
              WHERE o.id = ?1 AND o.kind IN (?2, ?3) ORDER BY o.kind LIMIT 1",
-        )?;
+        ).in_catalog()?;
         let row = stmt
             .query_row(
                 rusqlite::params![
@@ -132,7 +134,8 @@ impl Catalog {
                     ))
                 },
             )
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         let Some((raw, kind, remote)) = row else {
             return Ok(None);
         };
@@ -162,13 +165,16 @@ impl Catalog {
                     [&id.0[..]],
                     |row| row.get(0),
                 )
-                .optional()?;
+                .optional()
+                .in_catalog()?;
             keep_remote_copies(tx, id, ObjectKind::FileMap, from.as_deref())?;
             tx.execute(
                 "DELETE FROM objects WHERE id = ?1 AND kind = ?2",
                 rusqlite::params![&id.0[..], ObjectKind::FileMap as u8],
-            )?;
-            tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
+            )
+            .in_catalog()?;
+            tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])
+                .in_catalog()?;
             Ok(())
         })
     }
@@ -180,7 +186,8 @@ impl Catalog {
     /// [`Error::Catalog`].
     pub fn prove_file_map_at(&self, id: &ObjectId, location: &ObjectLocation) -> Result<bool> {
         self.if_map_at(id, location, |tx| {
-            tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])?;
+            tx.execute("DELETE FROM unproven_file_maps WHERE id = ?1", [&id.0[..]])
+                .in_catalog()?;
             Ok(())
         })
     }
@@ -207,7 +214,7 @@ fn keep_remote_copies(
              FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
              JOIN remote_packs r ON r.pack_id = p.pack_id AND r.local_index = 1
              WHERE o.id = ?1 AND o.kind = ?2",
-        )?
+        ).in_catalog()?
         .query_map(params![&id.0[..], kind as u8], |row| {
             Ok((
                 row.get(0)?,
@@ -219,13 +226,15 @@ fn keep_remote_copies(
                 row.get(6)?,
                 row.get(7)?,
             ))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+        }).in_catalog()?
+        .collect::<rusqlite::Result<_>>().in_catalog()?;
     for (pack_row, remote, frame_offset, stored, raw, compression, offset, length) in sharing {
         let existing: Option<i64> = tx
-            .prepare_cached("SELECT id FROM remote_frames WHERE pack = ?1 AND offset = ?2")?
+            .prepare_cached("SELECT id FROM remote_frames WHERE pack = ?1 AND offset = ?2")
+            .in_catalog()?
             .query_row(params![pack_row, frame_offset], |row| row.get(0))
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         let frame_row = match existing {
             Some(row) => row,
             None => {
@@ -233,7 +242,7 @@ fn keep_remote_copies(
                     "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                     params![pack_row, frame_offset, stored, raw, compression],
-                )?;
+                ).in_catalog()?;
                 tx.last_insert_rowid()
             }
         };
@@ -241,14 +250,16 @@ fn keep_remote_copies(
             "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![remote, &id.0[..], kind as u8, frame_row, offset, length],
-        )?;
+        )
+        .in_catalog()?;
     }
     let liar: Option<i64> = match liar {
         Some(name) => tx
             .query_row("SELECT id FROM remotes WHERE name = ?1", [name], |row| {
                 row.get(0)
             })
-            .optional()?,
+            .optional()
+            .in_catalog()?,
         None => None,
     };
     if let Some(liar) = liar {
@@ -256,12 +267,13 @@ fn keep_remote_copies(
             "SELECT EXISTS (SELECT 1 FROM remote_objects WHERE id = ?1 AND kind = ?2 AND remote != ?3)",
             params![&id.0[..], kind as u8, liar],
             |row| row.get(0),
-        )?;
+        ).in_catalog()?;
         if others {
             tx.execute(
                 "DELETE FROM remote_objects WHERE id = ?1 AND kind = ?2 AND remote = ?3",
                 params![&id.0[..], kind as u8, liar],
-            )?;
+            )
+            .in_catalog()?;
         }
     }
     Ok(())
@@ -279,14 +291,15 @@ impl Catalog {
         let tx = rusqlite::Transaction::new_unchecked(
             &self.conn,
             rusqlite::TransactionBehavior::Immediate,
-        )?;
+        )
+        .in_catalog()?;
         let here = self.locate(id, ObjectKind::FileMap)?;
         let unproven = self.unproven_file_map(id)?.is_some();
         if here.as_ref() != Some(location) || !unproven {
             return Ok(false);
         }
         change(&tx)?;
-        tx.commit()?;
+        tx.commit().in_catalog()?;
         Ok(true)
     }
 
@@ -296,13 +309,14 @@ impl Catalog {
         first: ObjectKind,
         second: ObjectKind,
     ) -> Result<Option<ObjectLocation>> {
-        let mut stmt = self.conn.prepare_cached(LOCATE)?;
+        let mut stmt = self.conn.prepare_cached(LOCATE).in_catalog()?;
         let row = stmt
             .query_row(
                 rusqlite::params![&id.0[..], first as u8, second as u8],
                 |row| Ok((RawLocation::read(row)?, row.get::<_, u8>(7)?)),
             )
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         let Some((raw, kind)) = row else {
             return Ok(None);
         };
@@ -335,8 +349,9 @@ impl Catalog {
     pub fn has_pack(&self, id: &ObjectId) -> Result<bool> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT 1 FROM packs WHERE pack_id = ?1")?;
-        Ok(stmt.exists([&id.0[..]])?)
+            .prepare_cached("SELECT 1 FROM packs WHERE pack_id = ?1")
+            .in_catalog()?;
+        stmt.exists([&id.0[..]]).in_catalog()
     }
 
     /// Every pack the catalog names: (pack id, size in bytes).
@@ -346,13 +361,16 @@ impl Catalog {
     pub fn packs(&self) -> Result<Vec<(ObjectId, u64)>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT pack_id, size FROM packs ORDER BY id")?;
-        let rows = stmt.query_map([], |row| {
-            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?))
-        })?;
+            .prepare("SELECT pack_id, size FROM packs ORDER BY id")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?))
+            })
+            .in_catalog()?;
         let mut packs = Vec::new();
         for row in rows {
-            let (id, size) = row?;
+            let (id, size) = row.in_catalog()?;
             let id = ObjectId::from_slice(&id)
                 .ok_or_else(|| Error::corrupt(&self.path, "malformed pack id"))?;
             // A negative size (a damaged row) reads as a size no pack file has, so `verify`
@@ -367,19 +385,22 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn object_counts(&self) -> Result<Vec<(ObjectKind, u64, u64)>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT kind, count(*), sum(length) FROM objects GROUP BY kind ORDER BY kind",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            Ok((
-                row.get::<_, u8>(0)?,
-                row.get::<_, i64>(1)?,
-                row.get::<_, i64>(2)?,
-            ))
-        })?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT kind, count(*), sum(length) FROM objects GROUP BY kind ORDER BY kind")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, u8>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            })
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            let (kind, count, bytes) = row?;
+            let (kind, count, bytes) = row.in_catalog()?;
             if let Some(kind) = ObjectKind::from_u8(kind) {
                 out.push((kind, count as u64, bytes as u64));
             }
@@ -396,18 +417,23 @@ impl CatalogWriter<'_> {
     /// [`Error::Catalog`].
     pub fn add_pack(&self, pack: &SealedPack) -> Result<()> {
         // Two writers can seal byte-identical packs (the same data, the same order): index once.
-        let known: bool = self.tx.query_row(
-            "SELECT count(*) FROM packs WHERE pack_id = ?1",
-            [&pack.id.0[..]],
-            |row| row.get::<_, i64>(0).map(|n| n > 0),
-        )?;
+        let known: bool = self
+            .tx
+            .query_row(
+                "SELECT count(*) FROM packs WHERE pack_id = ?1",
+                [&pack.id.0[..]],
+                |row| row.get::<_, i64>(0).map(|n| n > 0),
+            )
+            .in_catalog()?;
         if known {
             return self.index_again(pack);
         }
-        self.tx.execute(
-            "INSERT INTO packs (pack_id, size, created_at) VALUES (?1, ?2, ?3)",
-            params![&pack.id.0[..], pack.size as i64, unix_now()],
-        )?;
+        self.tx
+            .execute(
+                "INSERT INTO packs (pack_id, size, created_at) VALUES (?1, ?2, ?3)",
+                params![&pack.id.0[..], pack.size as i64, unix_now()],
+            )
+            .in_catalog()?;
         let pack_row = self.tx.last_insert_rowid();
         self.index_pack(
             "INSERT INTO frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -428,12 +454,12 @@ impl CatalogWriter<'_> {
             .tx
             .prepare_cached(
                 "SELECT f.offset, f.id FROM frames f JOIN packs p ON p.id = f.pack WHERE p.pack_id = ?1",
-            )?
-            .query_map([&pack.id.0[..]], |row| Ok((row.get(0)?, row.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+            ).in_catalog()?
+            .query_map([&pack.id.0[..]], |row| Ok((row.get(0)?, row.get(1)?))).in_catalog()?
+            .collect::<rusqlite::Result<_>>().in_catalog()?;
         let mut insert = self.tx.prepare_cached(
             "INSERT OR IGNORE INTO objects (id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
+        ).in_catalog()?;
         for object in &pack.objects {
             let Some(frame) = pack.frames.get(object.frame as usize) else {
                 continue;
@@ -441,13 +467,15 @@ impl CatalogWriter<'_> {
             let Some(row) = frames.get(&(frame.offset as i64)) else {
                 continue;
             };
-            insert.execute(params![
-                &object.id.0[..],
-                object.kind as u8,
-                row,
-                object.offset,
-                object.length
-            ])?;
+            insert
+                .execute(params![
+                    &object.id.0[..],
+                    object.kind as u8,
+                    row,
+                    object.offset,
+                    object.length
+                ])
+                .in_catalog()?;
         }
         Ok(())
     }
@@ -469,18 +497,20 @@ impl CatalogWriter<'_> {
         objects: &[crate::pack::ObjectRecord],
     ) -> Result<()> {
         let mut frame_rows = Vec::with_capacity(frames.len());
-        let mut insert_frame = self.tx.prepare_cached(frame_sql)?;
+        let mut insert_frame = self.tx.prepare_cached(frame_sql).in_catalog()?;
         for frame in frames {
-            insert_frame.execute(params![
-                pack_row,
-                frame.offset as i64,
-                frame.stored_length,
-                frame.raw_length,
-                frame.compression as u8
-            ])?;
+            insert_frame
+                .execute(params![
+                    pack_row,
+                    frame.offset as i64,
+                    frame.stored_length,
+                    frame.raw_length,
+                    frame.compression as u8
+                ])
+                .in_catalog()?;
             frame_rows.push(self.tx.last_insert_rowid());
         }
-        let mut insert_object = self.tx.prepare_cached(object_sql)?;
+        let mut insert_object = self.tx.prepare_cached(object_sql).in_catalog()?;
         for object in objects {
             let (id, kind, frame) = (
                 &object.id.0[..],
@@ -488,17 +518,19 @@ impl CatalogWriter<'_> {
                 frame_rows[object.frame as usize],
             );
             match remote {
-                None => {
-                    insert_object.execute(params![id, kind, frame, object.offset, object.length])?
-                }
-                Some(remote) => insert_object.execute(params![
-                    id,
-                    kind,
-                    frame,
-                    object.offset,
-                    object.length,
-                    remote
-                ])?,
+                None => insert_object
+                    .execute(params![id, kind, frame, object.offset, object.length])
+                    .in_catalog()?,
+                Some(remote) => insert_object
+                    .execute(params![
+                        id,
+                        kind,
+                        frame,
+                        object.offset,
+                        object.length,
+                        remote
+                    ])
+                    .in_catalog()?,
             };
         }
         Ok(())
@@ -514,8 +546,11 @@ impl Catalog {
     pub fn unproven_file_map(&self, id: &ObjectId) -> Result<Option<String>> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT remote FROM unproven_file_maps WHERE id = ?1")?;
-        Ok(stmt.query_row([&id.0[..]], |row| row.get(0)).optional()?)
+            .prepare_cached("SELECT remote FROM unproven_file_maps WHERE id = ?1")
+            .in_catalog()?;
+        stmt.query_row([&id.0[..]], |row| row.get(0))
+            .optional()
+            .in_catalog()
     }
 
     /// Every unproven file map: (file id, remote it came from).
@@ -525,11 +560,14 @@ impl Catalog {
     pub fn unproven_file_maps(&self) -> Result<Vec<(ObjectId, String)>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id, remote FROM unproven_file_maps ORDER BY id")?;
-        let rows = stmt.query_map([], |row| Ok((row.get::<_, Vec<u8>>(0)?, row.get(1)?)))?;
+            .prepare("SELECT id, remote FROM unproven_file_maps ORDER BY id")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| Ok((row.get::<_, Vec<u8>>(0)?, row.get(1)?)))
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, remote) = row?;
+            let (id, remote) = row.in_catalog()?;
             if let Some(id) = ObjectId::from_slice(&id) {
                 out.push((id, remote));
             }
@@ -552,7 +590,8 @@ impl CatalogWriter<'_> {
                 rusqlite::params![&id.0[..], ObjectKind::FileMap as u8],
                 |row| row.get(0),
             )
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         Ok(pack.and_then(|bytes| ObjectId::from_slice(&bytes)))
     }
 
@@ -561,10 +600,12 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn add_unproven_file_map(&self, id: &ObjectId, remote: &str) -> Result<()> {
-        self.tx.execute(
-            "INSERT OR IGNORE INTO unproven_file_maps (id, remote) VALUES (?1, ?2)",
-            rusqlite::params![&id.0[..], remote],
-        )?;
+        self.tx
+            .execute(
+                "INSERT OR IGNORE INTO unproven_file_maps (id, remote) VALUES (?1, ?2)",
+                rusqlite::params![&id.0[..], remote],
+            )
+            .in_catalog()?;
         Ok(())
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use rusqlite::{OptionalExtension, params};
 
 use super::objects::RawLocation;
-use super::{Catalog, CatalogWriter, unix_now};
+use super::{Catalog, CatalogWriter, SqliteResultExt, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
@@ -71,19 +71,22 @@ pub struct RemoteLocation {
 /// The remotes `conn` records, in read order, numbered 1.. as they stand (positions are kept
 /// dense; a gap or a tie would still give one order: ties by name).
 fn remotes_of(conn: &rusqlite::Connection, path: &std::path::Path) -> Result<Vec<RemoteRecord>> {
-    let mut stmt =
-        conn.prepare("SELECT id, name, url, options FROM remotes ORDER BY position, name")?;
-    let rows = stmt.query_map([], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, String>(3)?,
-        ))
-    })?;
+    let mut stmt = conn
+        .prepare("SELECT id, name, url, options FROM remotes ORDER BY position, name")
+        .in_catalog()?;
+    let rows = stmt
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+            ))
+        })
+        .in_catalog()?;
     let mut remotes = Vec::new();
     for row in rows {
-        let (id, name, url, options) = row?;
+        let (id, name, url, options) = row.in_catalog()?;
         let options = serde_json::from_str(&options)
             .map_err(|_| Error::corrupt(path, "remote options are not a JSON object"))?;
         remotes.push(RemoteRecord {
@@ -157,24 +160,30 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn remote_refs(&self, remote: i64) -> Result<Vec<RemoteRef>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT dataset, tag, version, etag, object_version, last_modified, fetched_at
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT dataset, tag, version, etag, object_version, last_modified, fetched_at
              FROM remote_refs WHERE remote = ?1 ORDER BY dataset, tag",
-        )?;
-        let rows = stmt.query_map([remote], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, Vec<u8>>(2)?,
-                row.get::<_, Option<String>>(3)?,
-                row.get::<_, Option<String>>(4)?,
-                row.get::<_, i64>(5)?,
-                row.get::<_, i64>(6)?,
-            ))
-        })?;
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([remote], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Vec<u8>>(2)?,
+                    row.get::<_, Option<String>>(3)?,
+                    row.get::<_, Option<String>>(4)?,
+                    row.get::<_, i64>(5)?,
+                    row.get::<_, i64>(6)?,
+                ))
+            })
+            .in_catalog()?;
         let mut refs = Vec::new();
         for row in rows {
-            let (dataset, tag, version, etag, object_version, last_modified, fetched_at) = row?;
+            let (dataset, tag, version, etag, object_version, last_modified, fetched_at) =
+                row.in_catalog()?;
             refs.push(RemoteRef {
                 dataset,
                 tag: (!tag.is_empty()).then_some(tag),
@@ -211,11 +220,14 @@ impl Catalog {
     pub fn remote_packs(&self, remote: i64) -> Result<HashSet<ObjectId>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT pack_id FROM remote_packs WHERE remote = ?1")?;
-        let rows = stmt.query_map([remote], |row| row.get::<_, Vec<u8>>(0))?;
+            .prepare("SELECT pack_id FROM remote_packs WHERE remote = ?1")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([remote], |row| row.get::<_, Vec<u8>>(0))
+            .in_catalog()?;
         let mut packs = HashSet::new();
         for row in rows {
-            packs.insert(parse_id(&row?, self)?);
+            packs.insert(parse_id(&row.in_catalog()?, self)?);
         }
         Ok(packs)
     }
@@ -236,11 +248,13 @@ impl Catalog {
         for sql in [REMOTE_LOCATE, SHARED_LOCATE] {
             row = self
                 .conn
-                .prepare_cached(sql)?
+                .prepare_cached(sql)
+                .in_catalog()?
                 .query_row(params![remote, &id.0[..], kind as u8], |row| {
                     Ok((RawLocation::read(row)?, row.get::<_, i64>(7)?))
                 })
-                .optional()?;
+                .optional()
+                .in_catalog()?;
             if row.is_some() {
                 break;
             }
@@ -284,19 +298,25 @@ impl Catalog {
         Option<(ObjectId, ObjectKind)>,
     )> {
         // Rolled back at the end: the temporary rows never outlive this call.
-        let transaction = self.conn.unchecked_transaction()?;
-        transaction.execute_batch(
-            "CREATE TEMP TABLE IF NOT EXISTS wanted_objects (
+        let transaction = self.conn.unchecked_transaction().in_catalog()?;
+        transaction
+            .execute_batch(
+                "CREATE TEMP TABLE IF NOT EXISTS wanted_objects (
                  id BLOB NOT NULL, kind INTEGER NOT NULL, PRIMARY KEY (id, kind)
              ) WITHOUT ROWID;
              DELETE FROM temp.wanted_objects;",
-        )?;
+            )
+            .in_catalog()?;
         {
-            let mut insert = transaction.prepare_cached(
-                "INSERT OR IGNORE INTO temp.wanted_objects (id, kind) VALUES (?1, ?2)",
-            )?;
+            let mut insert = transaction
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO temp.wanted_objects (id, kind) VALUES (?1, ?2)",
+                )
+                .in_catalog()?;
             for (id, kind) in objects {
-                insert.execute(params![&id.0[..], *kind as u8])?;
+                insert
+                    .execute(params![&id.0[..], *kind as u8])
+                    .in_catalog()?;
             }
         }
         let own = "EXISTS (SELECT 1 FROM remote_objects o2
@@ -320,13 +340,15 @@ impl Catalog {
                  JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
                  JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id AND r.local_index = 1
                  WHERE NOT {own}"
-            ))?;
-            let rows = stmt.query_map(params![remote], |row| {
-                Ok((RawLocation::read(row)?, row.get::<_, i64>(7)?))
-            })?;
+            )).in_catalog()?;
+            let rows = stmt
+                .query_map(params![remote], |row| {
+                    Ok((RawLocation::read(row)?, row.get::<_, i64>(7)?))
+                })
+                .in_catalog()?;
             let bad = |what: &str| Error::corrupt(&self.path, format!("a remote frame has {what}"));
             for row in rows {
-                let (raw, frame_row) = row?;
+                let (raw, frame_row) = row.in_catalog()?;
                 let (pack, frame) = raw.frame(&bad)?;
                 frames.push((pack, frame, frame_row));
             }
@@ -335,12 +357,14 @@ impl Catalog {
             .prepare(&format!(
                 "SELECT w.id, w.kind FROM temp.wanted_objects w
                  WHERE NOT {own} AND NOT {shared} LIMIT 1"
-            ))?
+            ))
+            .in_catalog()?
             .query_row(params![remote], |row| {
                 Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, u8>(1)?))
             })
-            .optional()?;
-        transaction.rollback()?;
+            .optional()
+            .in_catalog()?;
+        transaction.rollback().in_catalog()?;
         let missing = match missing {
             None => None,
             Some((id, kind)) => Some((
@@ -375,18 +399,20 @@ impl Catalog {
                 frame_row,
             )
         };
-        let mut stmt = self.conn.prepare_cached(sql)?;
-        let rows = stmt.query_map([row], |row| {
-            Ok((
-                row.get::<_, Vec<u8>>(0)?,
-                row.get::<_, u8>(1)?,
-                row.get::<_, u32>(2)?,
-                row.get::<_, u32>(3)?,
-            ))
-        })?;
+        let mut stmt = self.conn.prepare_cached(sql).in_catalog()?;
+        let rows = stmt
+            .query_map([row], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, u8>(1)?,
+                    row.get::<_, u32>(2)?,
+                    row.get::<_, u32>(3)?,
+                ))
+            })
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, kind, offset, length) = row?;
+            let (id, kind, offset, length) = row.in_catalog()?;
             let kind = ObjectKind::from_u8(kind)
                 .ok_or_else(|| Error::corrupt(&self.path, "an unknown object kind"))?;
             out.push((parse_id(&id, self)?, kind, offset, length));
@@ -400,14 +426,19 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn unrecorded_versions(&self) -> Result<Vec<ObjectId>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT o.id FROM objects o WHERE o.kind = ?1
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT o.id FROM objects o WHERE o.kind = ?1
                AND NOT EXISTS (SELECT 1 FROM versions v WHERE v.id = o.id)",
-        )?;
-        let rows = stmt.query_map([ObjectKind::Version as u8], |row| row.get::<_, Vec<u8>>(0))?;
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([ObjectKind::Version as u8], |row| row.get::<_, Vec<u8>>(0))
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            out.push(parse_id(&row?, self)?);
+            out.push(parse_id(&row.in_catalog()?, self)?);
         }
         Ok(out)
     }
@@ -426,11 +457,13 @@ impl Catalog {
                    (SELECT 1 FROM remote_objects r
                      WHERE r.remote = ?1 AND r.id = o.id AND r.kind = o.kind)
                    AND NOT {IN_SHARED_PACK})"
-            ))?
+            ))
+            .in_catalog()?
             .query_row(
                 rusqlite::params![remote, ObjectKind::Outboard as u8],
                 |row| row.get::<_, bool>(0),
-            )?;
+            )
+            .in_catalog()?;
         Ok(missing)
     }
 
@@ -445,17 +478,22 @@ impl Catalog {
         remote: i64,
         kinds: &[ObjectKind],
     ) -> Result<Vec<(ObjectId, ObjectKind)>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT r.id, r.kind FROM remote_objects r
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT r.id, r.kind FROM remote_objects r
              WHERE r.remote = ?1
                AND NOT EXISTS (SELECT 1 FROM objects o WHERE o.id = r.id AND o.kind = r.kind)",
-        )?;
-        let rows = stmt.query_map([remote], |row| {
-            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, u8>(1)?))
-        })?;
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([remote], |row| {
+                Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, u8>(1)?))
+            })
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, kind) = row?;
+            let (id, kind) = row.in_catalog()?;
             if let Some(kind) = ObjectKind::from_u8(kind)
                 && kinds.contains(&kind)
             {
@@ -479,11 +517,14 @@ impl CatalogWriter<'_> {
     ) -> Result<()> {
         let options_map = options;
         let options = serde_json::to_string(options).expect("a map of strings serializes");
-        let added = self.tx.execute(
-            "INSERT OR IGNORE INTO remotes (name, url, options, created_at, position)
+        let added = self
+            .tx
+            .execute(
+                "INSERT OR IGNORE INTO remotes (name, url, options, created_at, position)
              VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(position), 0) + 1 FROM remotes))",
-            params![name, url, options, unix_now()],
-        )?;
+                params![name, url, options, unix_now()],
+            )
+            .in_catalog()?;
         if added == 0 {
             return Err(Error::RemoteExists {
                 name: name.to_string(),
@@ -505,7 +546,8 @@ impl CatalogWriter<'_> {
     pub fn remove_remote(&self, name: &str) -> Result<()> {
         if self
             .tx
-            .execute("DELETE FROM remotes WHERE name = ?1", [name])?
+            .execute("DELETE FROM remotes WHERE name = ?1", [name])
+            .in_catalog()?
             == 0
         {
             return Err(Error::RemoteNotFound {
@@ -546,10 +588,13 @@ impl CatalogWriter<'_> {
     fn remote_names(&self) -> Result<Vec<String>> {
         let mut stmt = self
             .tx
-            .prepare_cached("SELECT name FROM remotes ORDER BY position, name")?;
+            .prepare_cached("SELECT name FROM remotes ORDER BY position, name")
+            .in_catalog()?;
         let names = stmt
-            .query_map([], |row| row.get::<_, String>(0))?
-            .collect::<rusqlite::Result<Vec<String>>>()?;
+            .query_map([], |row| row.get::<_, String>(0))
+            .in_catalog()?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .in_catalog()?;
         Ok(names)
     }
 
@@ -557,9 +602,10 @@ impl CatalogWriter<'_> {
     fn number_remotes(&self, order: &[String]) -> Result<()> {
         let mut stmt = self
             .tx
-            .prepare_cached("UPDATE remotes SET position = ?1 WHERE name = ?2")?;
+            .prepare_cached("UPDATE remotes SET position = ?1 WHERE name = ?2")
+            .in_catalog()?;
         for (index, name) in order.iter().enumerate() {
-            stmt.execute(params![index as i64 + 1, name])?;
+            stmt.execute(params![index as i64 + 1, name]).in_catalog()?;
         }
         Ok(())
     }
@@ -569,21 +615,23 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn set_remote_ref(&self, remote: i64, reference: &RemoteRef) -> Result<()> {
-        self.tx.execute(
-            "INSERT OR REPLACE INTO remote_refs
+        self.tx
+            .execute(
+                "INSERT OR REPLACE INTO remote_refs
              (remote, dataset, tag, version, etag, object_version, last_modified, fetched_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                remote,
-                reference.dataset,
-                reference.tag.as_deref().unwrap_or(""),
-                &reference.version.0[..],
-                reference.etag,
-                reference.object_version,
-                reference.last_modified,
-                reference.fetched_at
-            ],
-        )?;
+                params![
+                    remote,
+                    reference.dataset,
+                    reference.tag.as_deref().unwrap_or(""),
+                    &reference.version.0[..],
+                    reference.etag,
+                    reference.object_version,
+                    reference.last_modified,
+                    reference.fetched_at
+                ],
+            )
+            .in_catalog()?;
         Ok(())
     }
 
@@ -592,10 +640,12 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn remove_remote_ref(&self, remote: i64, dataset: &str, tag: Option<&str>) -> Result<()> {
-        self.tx.execute(
-            "DELETE FROM remote_refs WHERE remote = ?1 AND dataset = ?2 AND tag = ?3",
-            params![remote, dataset, tag.unwrap_or("")],
-        )?;
+        self.tx
+            .execute(
+                "DELETE FROM remote_refs WHERE remote = ?1 AND dataset = ?2 AND tag = ?3",
+                params![remote, dataset, tag.unwrap_or("")],
+            )
+            .in_catalog()?;
         Ok(())
     }
 
@@ -621,13 +671,15 @@ impl CatalogWriter<'_> {
     ) -> Result<()> {
         let local: Option<i64> = self
             .tx
-            .prepare_cached("SELECT id FROM packs WHERE pack_id = ?1 AND size = ?2")?
+            .prepare_cached("SELECT id FROM packs WHERE pack_id = ?1 AND size = ?2")
+            .in_catalog()?
             .query_row(params![&pack.0[..], size as i64], |row| row.get(0))
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         let added = self.tx.execute(
             "INSERT OR IGNORE INTO remote_packs (remote, pack_id, size, local_index) VALUES (?1, ?2, ?3, ?4)",
             params![remote, &pack.0[..], size as i64, local.is_some()],
-        )?;
+        ).in_catalog()?;
         if added == 0 {
             return Ok(());
         }
@@ -659,20 +711,21 @@ impl CatalogWriter<'_> {
     ) -> Result<()> {
         let mut in_pack = self.tx.prepare_cached(
             "SELECT f.pack FROM objects o JOIN frames f ON f.id = o.frame WHERE o.id = ?1 AND o.kind = ?2",
-        )?;
+        ).in_catalog()?;
         let mut insert_frame = self.tx.prepare_cached(
             "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
+        ).in_catalog()?;
         let mut insert_object = self.tx.prepare_cached(
             "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
+        ).in_catalog()?;
         let mut frame_rows = std::collections::HashMap::new();
         for object in objects {
             let here: Option<i64> = in_pack
                 .query_row(params![&object.id.0[..], object.kind as u8], |row| {
                     row.get(0)
                 })
-                .optional()?;
+                .optional()
+                .in_catalog()?;
             if here == Some(local) {
                 continue;
             }
@@ -689,26 +742,30 @@ impl CatalogWriter<'_> {
                             ),
                         )
                     })?;
-                    insert_frame.execute(params![
-                        pack_row,
-                        frame.offset as i64,
-                        frame.stored_length,
-                        frame.raw_length,
-                        frame.compression as u8
-                    ])?;
+                    insert_frame
+                        .execute(params![
+                            pack_row,
+                            frame.offset as i64,
+                            frame.stored_length,
+                            frame.raw_length,
+                            frame.compression as u8
+                        ])
+                        .in_catalog()?;
                     let row = self.tx.last_insert_rowid();
                     frame_rows.insert(object.frame, row);
                     row
                 }
             };
-            insert_object.execute(params![
-                remote,
-                &object.id.0[..],
-                object.kind as u8,
-                frame_row,
-                object.offset,
-                object.length
-            ])?;
+            insert_object
+                .execute(params![
+                    remote,
+                    &object.id.0[..],
+                    object.kind as u8,
+                    frame_row,
+                    object.offset,
+                    object.length
+                ])
+                .in_catalog()?;
         }
         Ok(())
     }
@@ -726,9 +783,12 @@ impl CatalogWriter<'_> {
             .prepare_cached(
                 "SELECT r.id, r.remote FROM remote_packs r JOIN packs p ON p.pack_id = r.pack_id
                  WHERE p.id = ?1 AND r.local_index = 1",
-            )?
-            .query_map([local], |row| Ok((row.get(0)?, row.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+            )
+            .in_catalog()?
+            .query_map([local], |row| Ok((row.get(0)?, row.get(1)?)))
+            .in_catalog()?
+            .collect::<rusqlite::Result<_>>()
+            .in_catalog()?;
         if sharing.is_empty() {
             return Ok(());
         }
@@ -736,18 +796,19 @@ impl CatalogWriter<'_> {
             .tx
             .prepare_cached(
                 "SELECT id, offset, stored_length, raw_length, compression FROM frames WHERE pack = ?1",
-            )?
+            ).in_catalog()?
             .query_map([local], |row| {
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+            }).in_catalog()?
+            .collect::<rusqlite::Result<_>>().in_catalog()?;
         // One scan of `objects` (it has no index by frame), whatever the number of remotes.
         let objects: Vec<(Vec<u8>, i64, i64, i64, i64)> = self
             .tx
             .prepare_cached(
                 "SELECT id, kind, frame, offset, length FROM objects
                   WHERE frame IN (SELECT id FROM frames WHERE pack = ?1)",
-            )?
+            )
+            .in_catalog()?
             .query_map([local], |row| {
                 Ok((
                     row.get(0)?,
@@ -756,15 +817,20 @@ impl CatalogWriter<'_> {
                     row.get(3)?,
                     row.get(4)?,
                 ))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+            })
+            .in_catalog()?
+            .collect::<rusqlite::Result<_>>()
+            .in_catalog()?;
         for (pack_row, remote) in sharing {
             // Frames of its own it may have already (for objects located in other packs).
             let mut rows: std::collections::HashMap<i64, i64> = self
                 .tx
-                .prepare_cached("SELECT offset, id FROM remote_frames WHERE pack = ?1")?
-                .query_map([pack_row], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?;
+                .prepare_cached("SELECT offset, id FROM remote_frames WHERE pack = ?1")
+                .in_catalog()?
+                .query_map([pack_row], |row| Ok((row.get(0)?, row.get(1)?)))
+                .in_catalog()?
+                .collect::<rusqlite::Result<_>>()
+                .in_catalog()?;
             let mut by_local = std::collections::HashMap::new();
             for (frame, offset, stored_length, raw_length, compression) in &frames {
                 let row = match rows.get(offset) {
@@ -774,7 +840,7 @@ impl CatalogWriter<'_> {
                             "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression)
                              VALUES (?1, ?2, ?3, ?4, ?5)",
                             params![pack_row, offset, stored_length, raw_length, compression],
-                        )?;
+                        ).in_catalog()?;
                         let row = self.tx.last_insert_rowid();
                         rows.insert(*offset, row);
                         row
@@ -782,19 +848,26 @@ impl CatalogWriter<'_> {
                 };
                 by_local.insert(*frame, row);
             }
-            let mut insert = self.tx.prepare_cached(
-                "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length)
+            let mut insert = self
+                .tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
+                )
+                .in_catalog()?;
             for (id, kind, frame, offset, length) in &objects {
                 if let Some(row) = by_local.get(frame) {
-                    insert.execute(params![remote, id, kind, row, offset, length])?;
+                    insert
+                        .execute(params![remote, id, kind, row, offset, length])
+                        .in_catalog()?;
                 }
             }
-            self.tx.execute(
-                "UPDATE remote_packs SET local_index = 0 WHERE id = ?1",
-                [pack_row],
-            )?;
+            self.tx
+                .execute(
+                    "UPDATE remote_packs SET local_index = 0 WHERE id = ?1",
+                    [pack_row],
+                )
+                .in_catalog()?;
         }
         Ok(())
     }
@@ -806,18 +879,22 @@ impl CatalogWriter<'_> {
     pub fn retain_remote_packs(&self, remote: i64, present: &HashSet<ObjectId>) -> Result<()> {
         let mut stmt = self
             .tx
-            .prepare("SELECT id, pack_id FROM remote_packs WHERE remote = ?1")?;
+            .prepare("SELECT id, pack_id FROM remote_packs WHERE remote = ?1")
+            .in_catalog()?;
         let rows: Vec<(i64, Vec<u8>)> = stmt
-            .query_map([remote], |row| Ok((row.get(0)?, row.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+            .query_map([remote], |row| Ok((row.get(0)?, row.get(1)?)))
+            .in_catalog()?
+            .collect::<rusqlite::Result<_>>()
+            .in_catalog()?;
         for (row, pack) in rows {
             if ObjectId::from_slice(&pack).is_none_or(|id| !present.contains(&id)) {
                 self.tx.execute(
                     "DELETE FROM remote_objects WHERE frame IN (SELECT id FROM remote_frames WHERE pack = ?1)",
                     [row],
-                )?;
+                ).in_catalog()?;
                 self.tx
-                    .execute("DELETE FROM remote_packs WHERE id = ?1", [row])?;
+                    .execute("DELETE FROM remote_packs WHERE id = ?1", [row])
+                    .in_catalog()?;
             }
         }
         Ok(())
@@ -828,14 +905,18 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn set_head(&self, name: &str, id: &ObjectId) -> Result<()> {
-        self.tx.execute(
-            "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
-            params![name, unix_now()],
-        )?;
-        self.tx.execute(
-            "UPDATE datasets SET head = ?1 WHERE name = ?2",
-            params![&id.0[..], name],
-        )?;
+        self.tx
+            .execute(
+                "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
+                params![name, unix_now()],
+            )
+            .in_catalog()?;
+        self.tx
+            .execute(
+                "UPDATE datasets SET head = ?1 WHERE name = ?2",
+                params![&id.0[..], name],
+            )
+            .in_catalog()?;
         self.adopt_history(name, id)?;
         self.log(RefLogEntry::Head {
             dataset: name.to_string(),
@@ -851,11 +932,12 @@ impl CatalogWriter<'_> {
     /// name until the ref naming it says where it belongs. A dataset left with nothing (no
     /// head, version, tag or workspace) is dropped.
     fn adopt_history(&self, name: &str, id: &ObjectId) -> Result<()> {
-        let dataset: i64 =
-            self.tx
-                .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
-                    row.get(0)
-                })?;
+        let dataset: i64 = self
+            .tx
+            .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
+                row.get(0)
+            })
+            .in_catalog()?;
         // The walk stops at the first version already filed here: its history was adopted
         // when it became a head.
         let moved: Vec<(Vec<u8>, i64)> = {
@@ -867,11 +949,13 @@ impl CatalogWriter<'_> {
                      WHERE c.dataset != ?2
                  )
                  SELECT id, dataset FROM chain WHERE dataset != ?2",
-            )?;
-            let rows = stmt.query_map(params![&id.0[..], dataset], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })?;
-            rows.collect::<rusqlite::Result<_>>()?
+            ).in_catalog()?;
+            let rows = stmt
+                .query_map(params![&id.0[..], dataset], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .in_catalog()?;
+            rows.collect::<rusqlite::Result<_>>().in_catalog()?
         };
         let mut left = std::collections::BTreeSet::new();
         for (version, old) in &moved {
@@ -883,34 +967,42 @@ impl CatalogWriter<'_> {
                 .query_row("SELECT name FROM datasets WHERE id = ?1", [old], |row| {
                     row.get(0)
                 })
-                .optional()?;
+                .optional()
+                .in_catalog()?;
             if let Some(old_name) = old_name {
-                let reached: bool = self.tx.query_row(
-                    &format!(
-                        "{} SELECT EXISTS (SELECT 1 FROM reach WHERE id = ?2)",
-                        crate::catalog::versions::MEMBERS
-                    ),
-                    params![old_name, version],
-                    |row| row.get(0),
-                )?;
+                let reached: bool = self
+                    .tx
+                    .query_row(
+                        &format!(
+                            "{} SELECT EXISTS (SELECT 1 FROM reach WHERE id = ?2)",
+                            crate::catalog::versions::MEMBERS
+                        ),
+                        params![old_name, version],
+                        |row| row.get(0),
+                    )
+                    .in_catalog()?;
                 if reached {
                     continue;
                 }
             }
-            self.tx.execute(
-                "UPDATE versions SET dataset = ?2 WHERE id = ?1",
-                params![version, dataset],
-            )?;
+            self.tx
+                .execute(
+                    "UPDATE versions SET dataset = ?2 WHERE id = ?1",
+                    params![version, dataset],
+                )
+                .in_catalog()?;
             left.insert(*old);
         }
         for old in left {
-            self.tx.execute(
-                "DELETE FROM datasets WHERE id = ?1 AND head IS NULL
+            self.tx
+                .execute(
+                    "DELETE FROM datasets WHERE id = ?1 AND head IS NULL
                    AND NOT EXISTS (SELECT 1 FROM versions WHERE dataset = ?1)
                    AND NOT EXISTS (SELECT 1 FROM tags WHERE dataset = ?1)
                    AND NOT EXISTS (SELECT 1 FROM workspaces WHERE dataset = ?1)",
-                [old],
-            )?;
+                    [old],
+                )
+                .in_catalog()?;
         }
         Ok(())
     }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Catalog, CatalogWriter, unix_now};
+use super::{Catalog, CatalogWriter, SqliteResultExt, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
@@ -38,23 +38,28 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn pins(&self) -> Result<Vec<Pin>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT p.version, d.name, p.reason, p.until, p.created_at
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT p.version, d.name, p.reason, p.until, p.created_at
              FROM pins p JOIN versions v ON v.id = p.version JOIN datasets d ON d.id = v.dataset
              ORDER BY d.name, p.created_at",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            Ok((
-                row.get::<_, Vec<u8>>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, Option<i64>>(3)?,
-                row.get::<_, i64>(4)?,
-            ))
-        })?;
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, Option<i64>>(3)?,
+                    row.get::<_, i64>(4)?,
+                ))
+            })
+            .in_catalog()?;
         let mut pins = Vec::new();
         for row in rows {
-            let (version, dataset, reason, until, created_at) = row?;
+            let (version, dataset, reason, until, created_at) = row.in_catalog()?;
             pins.push(Pin {
                 version: ObjectId::from_slice(&version)
                     .ok_or_else(|| Error::corrupt(&self.path, "malformed pin"))?,
@@ -79,7 +84,8 @@ impl Catalog {
                 [&id.0[..]],
                 |row| row.get::<_, Option<i64>>(0),
             )
-            .optional()?
+            .optional()
+            .in_catalog()?
             .flatten())
     }
 
@@ -93,19 +99,21 @@ impl Catalog {
             "SELECT v.id, d.name, v.created_at, coalesce(v.last_used, v.created_at), v.evicted_at IS NOT NULL
              FROM versions v JOIN datasets d ON d.id = v.dataset
              WHERE v.removed_at IS NULL ORDER BY d.name, v.created_at DESC",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            Ok((
-                row.get::<_, Vec<u8>>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, i64>(2)?,
-                row.get::<_, i64>(3)?,
-                row.get::<_, bool>(4)?,
-            ))
-        })?;
+        ).in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, i64>(3)?,
+                    row.get::<_, bool>(4)?,
+                ))
+            })
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, dataset, created, used, evicted) = row?;
+            let (id, dataset, created, used, evicted) = row.in_catalog()?;
             if let Some(id) = ObjectId::from_slice(&id) {
                 out.push((id, dataset, created, used, evicted));
             }
@@ -125,7 +133,8 @@ impl Catalog {
                 [&id.0[..]],
                 |row| row.get::<_, bool>(0),
             )
-            .optional()?
+            .optional()
+            .in_catalog()?
             .unwrap_or(false))
     }
 
@@ -136,11 +145,14 @@ impl Catalog {
     pub fn object_ids(&self, kind: ObjectKind) -> Result<HashSet<ObjectId>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id FROM objects WHERE kind = ?1")?;
-        let rows = stmt.query_map([kind as u8], |row| row.get::<_, Vec<u8>>(0))?;
+            .prepare("SELECT id FROM objects WHERE kind = ?1")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([kind as u8], |row| row.get::<_, Vec<u8>>(0))
+            .in_catalog()?;
         let mut out = HashSet::new();
         for row in rows {
-            out.extend(ObjectId::from_slice(&row?));
+            out.extend(ObjectId::from_slice(&row.in_catalog()?));
         }
         Ok(out)
     }
@@ -152,11 +164,14 @@ impl Catalog {
     pub fn live_versions(&self) -> Result<Vec<ObjectId>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id FROM versions WHERE removed_at IS NULL")?;
-        let rows = stmt.query_map([], |row| row.get::<_, Vec<u8>>(0))?;
+            .prepare("SELECT id FROM versions WHERE removed_at IS NULL")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| row.get::<_, Vec<u8>>(0))
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            out.extend(ObjectId::from_slice(&row?));
+            out.extend(ObjectId::from_slice(&row.in_catalog()?));
         }
         Ok(out)
     }
@@ -166,21 +181,26 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn objects_by_pack(&self) -> Result<std::collections::HashMap<ObjectId, Vec<PackObject>>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT p.pack_id, o.id, o.kind, o.length
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT p.pack_id, o.id, o.kind, o.length
              FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            Ok((
-                row.get::<_, Vec<u8>>(0)?,
-                row.get::<_, Vec<u8>>(1)?,
-                row.get::<_, u8>(2)?,
-                row.get::<_, u32>(3)?,
-            ))
-        })?;
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, u8>(2)?,
+                    row.get::<_, u32>(3)?,
+                ))
+            })
+            .in_catalog()?;
         let mut out: std::collections::HashMap<ObjectId, Vec<PackObject>> = Default::default();
         for row in rows {
-            let (pack, id, kind, length) = row?;
+            let (pack, id, kind, length) = row.in_catalog()?;
             if let (Some(pack), Some(id), Some(kind)) = (
                 ObjectId::from_slice(&pack),
                 ObjectId::from_slice(&id),
@@ -220,13 +240,15 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed pack id.
     pub fn remote_held_packs(&self) -> Result<Vec<(ObjectId, u64)>> {
-        let mut stmt = self.conn.prepare_cached(REMOTE_HELD_PACKS)?;
-        let rows = stmt.query_map([ObjectKind::Chunk as u8], |row| {
-            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?))
-        })?;
+        let mut stmt = self.conn.prepare_cached(REMOTE_HELD_PACKS).in_catalog()?;
+        let rows = stmt
+            .query_map([ObjectKind::Chunk as u8], |row| {
+                Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?))
+            })
+            .in_catalog()?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, size) = row?;
+            let (id, size) = row.in_catalog()?;
             let id = ObjectId::from_slice(&id)
                 .ok_or_else(|| Error::corrupt(&self.path, "malformed pack id"))?;
             out.push((id, u64::try_from(size).unwrap_or(0)));
@@ -244,7 +266,7 @@ impl CatalogWriter<'_> {
         self.tx.execute(
             "INSERT OR REPLACE INTO pins (version, reason, until, created_at) VALUES (?1, ?2, ?3, ?4)",
             params![&id.0[..], reason, until, unix_now()],
-        )?;
+        ).in_catalog()?;
         self.log(RefLogEntry::Pin {
             version: *id,
             reason: reason.to_string(),
@@ -260,7 +282,8 @@ impl CatalogWriter<'_> {
     pub fn unpin(&self, id: &ObjectId) -> Result<bool> {
         let removed = self
             .tx
-            .execute("DELETE FROM pins WHERE version = ?1", [&id.0[..]])?
+            .execute("DELETE FROM pins WHERE version = ?1", [&id.0[..]])
+            .in_catalog()?
             > 0;
         if removed {
             self.log(RefLogEntry::Unpin { version: *id });
@@ -275,12 +298,16 @@ impl CatalogWriter<'_> {
     pub fn mark_removed(&self, ids: &[ObjectId]) -> Result<()> {
         let now = unix_now();
         for id in ids {
-            let marked = self.tx.execute(
-                "UPDATE versions SET removed_at = ?1 WHERE id = ?2 AND removed_at IS NULL",
-                params![now, &id.0[..]],
-            )?;
+            let marked = self
+                .tx
+                .execute(
+                    "UPDATE versions SET removed_at = ?1 WHERE id = ?2 AND removed_at IS NULL",
+                    params![now, &id.0[..]],
+                )
+                .in_catalog()?;
             self.tx
-                .execute("DELETE FROM tags WHERE version = ?1", [&id.0[..]])?;
+                .execute("DELETE FROM tags WHERE version = ?1", [&id.0[..]])
+                .in_catalog()?;
             if marked > 0 {
                 self.log(RefLogEntry::Removed { version: *id });
             }
@@ -294,10 +321,12 @@ impl CatalogWriter<'_> {
     /// [`Error::Catalog`].
     pub fn mark_evicted(&self, ids: &[ObjectId]) -> Result<()> {
         for id in ids {
-            self.tx.execute(
-                "UPDATE versions SET evicted_at = ?1 WHERE id = ?2",
-                params![unix_now(), &id.0[..]],
-            )?;
+            self.tx
+                .execute(
+                    "UPDATE versions SET evicted_at = ?1 WHERE id = ?2",
+                    params![unix_now(), &id.0[..]],
+                )
+                .in_catalog()?;
         }
         Ok(())
     }
@@ -308,7 +337,8 @@ impl CatalogWriter<'_> {
     /// [`Error::Catalog`].
     pub fn clear_head(&self, name: &str) -> Result<()> {
         self.tx
-            .execute("UPDATE datasets SET head = NULL WHERE name = ?1", [name])?;
+            .execute("UPDATE datasets SET head = NULL WHERE name = ?1", [name])
+            .in_catalog()?;
         self.log(RefLogEntry::Head {
             dataset: name.to_string(),
             version: None,
@@ -331,16 +361,22 @@ impl CatalogWriter<'_> {
                     [&pack.0[..]],
                     |r| r.get(0),
                 )
-                .optional()?;
+                .optional()
+                .in_catalog()?;
             let Some(row) = row else { continue };
             self.unshare_local_pack(row)?;
-            self.tx.execute(
-                "DELETE FROM objects WHERE frame IN (SELECT id FROM frames WHERE pack = ?1)",
-                [row],
-            )?;
             self.tx
-                .execute("DELETE FROM frames WHERE pack = ?1", [row])?;
-            self.tx.execute("DELETE FROM packs WHERE id = ?1", [row])?;
+                .execute(
+                    "DELETE FROM objects WHERE frame IN (SELECT id FROM frames WHERE pack = ?1)",
+                    [row],
+                )
+                .in_catalog()?;
+            self.tx
+                .execute("DELETE FROM frames WHERE pack = ?1", [row])
+                .in_catalog()?;
+            self.tx
+                .execute("DELETE FROM packs WHERE id = ?1", [row])
+                .in_catalog()?;
         }
         Ok(())
     }

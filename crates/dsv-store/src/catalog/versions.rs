@@ -2,7 +2,7 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::{Catalog, CatalogWriter, unix_now};
+use super::{Catalog, CatalogWriter, SqliteResultExt, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::Version;
@@ -204,8 +204,12 @@ impl Catalog {
     fn dataset_head(&self, name: &str) -> Result<Option<Option<ObjectId>>> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT head FROM datasets WHERE name = ?1")?;
-        let head: Option<Option<Vec<u8>>> = stmt.query_row([name], |row| row.get(0)).optional()?;
+            .prepare_cached("SELECT head FROM datasets WHERE name = ?1")
+            .in_catalog()?;
+        let head: Option<Option<Vec<u8>>> = stmt
+            .query_row([name], |row| row.get(0))
+            .optional()
+            .in_catalog()?;
         Ok(head.map(|h| h.as_deref().and_then(ObjectId::from_slice)))
     }
 
@@ -220,10 +224,13 @@ impl Catalog {
     pub fn closest_dataset(&self, name: &str) -> Result<Option<String>> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT name FROM datasets WHERE head IS NOT NULL")?;
+            .prepare_cached("SELECT name FROM datasets WHERE head IS NOT NULL")
+            .in_catalog()?;
         let names = stmt
-            .query_map([], |row| row.get::<_, String>(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            .query_map([], |row| row.get::<_, String>(0))
+            .in_catalog()?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .in_catalog()?;
         if let Some(closest) = closest_name(name, &names) {
             return Ok(Some(closest));
         }
@@ -238,9 +245,11 @@ impl Catalog {
     pub fn datasets_with_tag(&self, tag: &str) -> Result<Vec<String>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT d.name FROM tags t JOIN datasets d ON d.id = t.dataset WHERE t.name = ?1 AND d.head IS NOT NULL ORDER BY d.name",
-        )?;
-        let names = stmt.query_map([tag], |row| row.get::<_, String>(0))?;
-        Ok(names.collect::<rusqlite::Result<_>>()?)
+        ).in_catalog()?;
+        let names = stmt
+            .query_map([tag], |row| row.get::<_, String>(0))
+            .in_catalog()?;
+        names.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// The tag of dataset `name` closest to `tag`, when it is close enough to be a typo
@@ -270,8 +279,10 @@ impl Catalog {
         let sql = format!(
             "SELECT {VERSION_COLUMNS} FROM versions v JOIN datasets d ON d.id = v.dataset WHERE v.id = ?1"
         );
-        let mut stmt = self.conn.prepare_cached(&sql)?;
-        Ok(stmt.query_row([&id.0[..]], version_row).optional()?)
+        let mut stmt = self.conn.prepare_cached(&sql).in_catalog()?;
+        stmt.query_row([&id.0[..]], version_row)
+            .optional()
+            .in_catalog()
     }
 
     /// The version `id`, which the catalog must have (a dataset head, a parent, a workspace's
@@ -294,9 +305,11 @@ impl Catalog {
         // Ids are BLOBs: compare on their hex form. Datasets rarely hold more than thousands of versions.
         let mut stmt = self.conn.prepare_cached(&format!(
             "{MEMBERS} SELECT v.id FROM versions v JOIN members m ON m.id = v.id WHERE lower(hex(v.id)) LIKE ?2 || '%'"
-        ))?;
-        let ids = stmt.query_map(params![name, prefix], |row| id_column(row, 0))?;
-        Ok(ids.collect::<rusqlite::Result<_>>()?)
+        )).in_catalog()?;
+        let ids = stmt
+            .query_map(params![name, prefix], |row| id_column(row, 0))
+            .in_catalog()?;
+        ids.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// The version tag `tag` of dataset `name` names, if any.
@@ -306,10 +319,10 @@ impl Catalog {
     pub fn tag(&self, name: &str, tag: &str) -> Result<Option<ObjectId>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 AND t.name = ?2",
-        )?;
-        Ok(stmt
-            .query_row(params![name, tag], |row| id_column(row, 0))
-            .optional()?)
+        ).in_catalog()?;
+        stmt.query_row(params![name, tag], |row| id_column(row, 0))
+            .optional()
+            .in_catalog()
     }
 
     /// Every tag of dataset `name` with the version it names, sorted by tag.
@@ -319,9 +332,11 @@ impl Catalog {
     pub fn tags(&self, name: &str) -> Result<Vec<(String, ObjectId)>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT t.name, t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 ORDER BY t.name",
-        )?;
-        let rows = stmt.query_map([name], |row| Ok((row.get(0)?, id_column(row, 1)?)))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        ).in_catalog()?;
+        let rows = stmt
+            .query_map([name], |row| Ok((row.get(0)?, id_column(row, 1)?)))
+            .in_catalog()?;
+        rows.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// Every version of dataset `name` ([`MEMBERS`]), newest first (by creation time, then
@@ -332,9 +347,11 @@ impl Catalog {
     pub fn versions_of(&self, name: &str) -> Result<Vec<ObjectId>> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "{MEMBERS} SELECT v.id FROM versions v JOIN members m ON m.id = v.id ORDER BY v.created_at DESC, v.id"
-        ))?;
-        let rows = stmt.query_map([name], |row| id_column(row, 0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        )).in_catalog()?;
+        let rows = stmt
+            .query_map([name], |row| id_column(row, 0))
+            .in_catalog()?;
+        rows.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// Tags that name version `id`, sorted.
@@ -344,9 +361,10 @@ impl Catalog {
     pub fn tags_of(&self, id: &ObjectId) -> Result<Vec<String>> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT name FROM tags WHERE version = ?1 ORDER BY name")?;
-        let names = stmt.query_map([&id.0[..]], |row| row.get(0))?;
-        Ok(names.collect::<rusqlite::Result<_>>()?)
+            .prepare_cached("SELECT name FROM tags WHERE version = ?1 ORDER BY name")
+            .in_catalog()?;
+        let names = stmt.query_map([&id.0[..]], |row| row.get(0)).in_catalog()?;
+        names.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
     /// True when `ancestor` is `descendant` or one of its parents, walking the version table
@@ -383,28 +401,39 @@ impl Catalog {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn datasets(&self) -> Result<Vec<DatasetSummary>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT d.name, d.head, v.file_count, v.byte_count, v.created_at
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT d.name, d.head, v.file_count, v.byte_count, v.created_at
              FROM datasets d LEFT JOIN versions v ON v.id = d.head ORDER BY d.name",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            let head: Option<Vec<u8>> = row.get(1)?;
-            Ok(DatasetSummary {
-                name: row.get(0)?,
-                head: head.as_deref().and_then(ObjectId::from_slice),
-                versions: 0,
-                files: row.get::<_, Option<i64>>(2)?.unwrap_or(0) as u64,
-                bytes: row.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64,
-                updated: row.get(4)?,
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| {
+                let head: Option<Vec<u8>> = row.get(1)?;
+                Ok(DatasetSummary {
+                    name: row.get(0)?,
+                    head: head.as_deref().and_then(ObjectId::from_slice),
+                    versions: 0,
+                    files: row.get::<_, Option<i64>>(2)?.unwrap_or(0) as u64,
+                    bytes: row.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64,
+                    updated: row.get(4)?,
+                })
             })
-        })?;
-        let mut summaries: Vec<DatasetSummary> = rows.collect::<rusqlite::Result<_>>()?;
+            .in_catalog()?;
+        let mut summaries: Vec<DatasetSummary> =
+            rows.collect::<rusqlite::Result<_>>().in_catalog()?;
         // Counted as `log` lists them ([`MEMBERS`]): a few datasets, a query each.
-        let mut count = self.conn.prepare_cached(&format!(
-            "{MEMBERS} SELECT count(*) FROM versions v JOIN members m ON m.id = v.id"
-        ))?;
+        let mut count = self
+            .conn
+            .prepare_cached(&format!(
+                "{MEMBERS} SELECT count(*) FROM versions v JOIN members m ON m.id = v.id"
+            ))
+            .in_catalog()?;
         for summary in &mut summaries {
-            summary.versions = count.query_row([&summary.name], |row| row.get::<_, i64>(0))? as u64;
+            summary.versions = count
+                .query_row([&summary.name], |row| row.get::<_, i64>(0))
+                .in_catalog()? as u64;
         }
         Ok(summaries)
     }
@@ -433,10 +462,12 @@ impl CatalogWriter<'_> {
     /// [`Error::Catalog`].
     pub fn add_version(&self, id: &ObjectId, version: &Version) -> Result<()> {
         self.record_version(id, version)?;
-        self.tx.execute(
-            "UPDATE datasets SET head = ?1 WHERE name = ?2",
-            params![&id.0[..], version.dataset],
-        )?;
+        self.tx
+            .execute(
+                "UPDATE datasets SET head = ?1 WHERE name = ?2",
+                params![&id.0[..], version.dataset],
+            )
+            .in_catalog()?;
         self.log(RefLogEntry::Head {
             dataset: version.dataset.clone(),
             version: Some(*id),
@@ -450,15 +481,20 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`Error::Catalog`].
     pub fn record_version(&self, id: &ObjectId, version: &Version) -> Result<()> {
-        self.tx.execute(
-            "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
-            params![version.dataset, unix_now()],
-        )?;
-        let dataset: i64 = self.tx.query_row(
-            "SELECT id FROM datasets WHERE name = ?1",
-            [&version.dataset],
-            |row| row.get(0),
-        )?;
+        self.tx
+            .execute(
+                "INSERT OR IGNORE INTO datasets (name, head, created_at) VALUES (?1, NULL, ?2)",
+                params![version.dataset, unix_now()],
+            )
+            .in_catalog()?;
+        let dataset: i64 = self
+            .tx
+            .query_row(
+                "SELECT id FROM datasets WHERE name = ?1",
+                [&version.dataset],
+                |row| row.get(0),
+            )
+            .in_catalog()?;
         self.tx.execute(
             "INSERT OR IGNORE INTO versions (id, dataset, parent, tree, author, created_at, file_count, byte_count, source, message, provenance)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -475,7 +511,7 @@ impl CatalogWriter<'_> {
                 version.message,
                 version.provenance.as_ref().map(|p| p.0.to_vec())
             ],
-        )?;
+        ).in_catalog()?;
         Ok(())
     }
 
@@ -489,7 +525,8 @@ impl CatalogWriter<'_> {
             .query_row("SELECT head FROM datasets WHERE name = ?1", [name], |row| {
                 row.get(0)
             })
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         Ok(head.flatten().as_deref().and_then(ObjectId::from_slice))
     }
 
@@ -506,14 +543,14 @@ impl CatalogWriter<'_> {
                 params![name, tag],
                 |row| row.get(0),
             )
-            .optional()?;
+            .optional().in_catalog()?;
         let Some(named) = named.as_deref().and_then(ObjectId::from_slice) else {
             return Ok(None);
         };
         self.tx.execute(
             "DELETE FROM tags WHERE name = ?2 AND dataset = (SELECT id FROM datasets WHERE name = ?1)",
             params![name, tag],
-        )?;
+        ).in_catalog()?;
         self.log(RefLogEntry::Tag {
             dataset: name.to_string(),
             tag: tag.to_string(),
@@ -533,14 +570,18 @@ impl CatalogWriter<'_> {
         let tags: Vec<(String, Vec<u8>)> = {
             let mut stmt = self.tx.prepare(
                 "SELECT t.name, t.version FROM tags t JOIN datasets d ON d.id = t.dataset WHERE d.name = ?1 ORDER BY t.name",
-            )?;
-            let rows = stmt.query_map([old], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            rows.collect::<rusqlite::Result<_>>()?
+            ).in_catalog()?;
+            let rows = stmt
+                .query_map([old], |row| Ok((row.get(0)?, row.get(1)?)))
+                .in_catalog()?;
+            rows.collect::<rusqlite::Result<_>>().in_catalog()?
         };
-        self.tx.execute(
-            "UPDATE datasets SET name = ?2 WHERE name = ?1",
-            params![old, new],
-        )?;
+        self.tx
+            .execute(
+                "UPDATE datasets SET name = ?2 WHERE name = ?1",
+                params![old, new],
+            )
+            .in_catalog()?;
         for (tag, version) in &tags {
             self.log(RefLogEntry::Tag {
                 dataset: old.to_string(),
@@ -577,7 +618,8 @@ impl CatalogWriter<'_> {
             .query_row("SELECT id FROM datasets WHERE name = ?1", [name], |row| {
                 row.get(0)
             })
-            .optional()?
+            .optional()
+            .in_catalog()?
             .ok_or_else(|| Error::DatasetNotFound {
                 name: name.to_string(),
                 closest: None,
@@ -589,7 +631,8 @@ impl CatalogWriter<'_> {
                 params![dataset, tag],
                 |row| row.get(0),
             )
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         if let Some(existing) = existing {
             if existing == id.0 {
                 return Ok(());
@@ -604,7 +647,7 @@ impl CatalogWriter<'_> {
         self.tx.execute(
             "INSERT OR REPLACE INTO tags (dataset, name, version, created_at) VALUES (?1, ?2, ?3, ?4)",
             params![dataset, tag, &id.0[..], unix_now()],
-        )?;
+        ).in_catalog()?;
         self.log(RefLogEntry::Tag {
             dataset: name.to_string(),
             tag: tag.to_string(),

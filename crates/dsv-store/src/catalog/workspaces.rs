@@ -7,7 +7,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Catalog, CatalogWriter, unix_now};
+use super::{Catalog, CatalogWriter, SqliteResultExt, unix_now};
 use crate::error::Result;
 use crate::id::ObjectId;
 
@@ -117,10 +117,12 @@ impl Catalog {
     pub fn workspaces(&self) -> Result<Vec<Workspace>> {
         let mut stmt = self
             .conn
-            .prepare(&format!("{WORKSPACE_COLUMNS} ORDER BY w.path"))?;
-        Ok(stmt
-            .query_map([], read_workspace)?
-            .collect::<rusqlite::Result<_>>()?)
+            .prepare(&format!("{WORKSPACE_COLUMNS} ORDER BY w.path"))
+            .in_catalog()?;
+        stmt.query_map([], read_workspace)
+            .in_catalog()?
+            .collect::<rusqlite::Result<_>>()
+            .in_catalog()
     }
 
     /// Every workspace whose directory exists (the same directory as recorded) and holds a
@@ -145,10 +147,12 @@ impl Catalog {
     pub fn workspace(&self, path: &str) -> Result<Option<Workspace>> {
         let mut stmt = self
             .conn
-            .prepare_cached(&format!("{WORKSPACE_COLUMNS} WHERE w.path = ?1"))?;
+            .prepare_cached(&format!("{WORKSPACE_COLUMNS} WHERE w.path = ?1"))
+            .in_catalog()?;
         Ok(stmt
             .query_row([path], read_workspace)
-            .optional()?
+            .optional()
+            .in_catalog()?
             .filter(|w| w.exists))
     }
 
@@ -172,29 +176,35 @@ impl Catalog {
         workspace: i64,
         mut each: impl FnMut(String, StatEntry) -> Result<bool>,
     ) -> Result<()> {
-        let version_kept: bool = self.conn.query_row(
-            &format!("SELECT EXISTS ({WORKSPACES_HOLDING_A_LIVE_VERSION} AND w.id = ?1)"),
-            [workspace],
-            |row| row.get(0),
-        )?;
+        let version_kept: bool = self
+            .conn
+            .query_row(
+                &format!("SELECT EXISTS ({WORKSPACES_HOLDING_A_LIVE_VERSION} AND w.id = ?1)"),
+                [workspace],
+                |row| row.get(0),
+            )
+            .in_catalog()?;
         if !version_kept {
             return Ok(());
         }
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT key, size, mtime_ns, ctime_ns, inode, mode FROM stat_cache
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT key, size, mtime_ns, ctime_ns, inode, mode FROM stat_cache
              WHERE workspace = ?1 ORDER BY key",
-        )?;
-        let mut rows = stmt.query([workspace])?;
-        while let Some(row) = rows.next()? {
-            let Some(path) = path_of_key(&row.get::<_, Vec<u8>>(0)?) else {
+            )
+            .in_catalog()?;
+        let mut rows = stmt.query([workspace]).in_catalog()?;
+        while let Some(row) = rows.next().in_catalog()? {
+            let Some(path) = path_of_key(&row.get::<_, Vec<u8>>(0).in_catalog()?) else {
                 continue;
             };
             let entry = StatEntry {
-                size: row.get::<_, i64>(1)? as u64,
-                mtime_ns: row.get(2)?,
-                ctime_ns: row.get(3)?,
-                inode: row.get::<_, i64>(4)? as u64,
-                mode: row.get(5)?,
+                size: row.get::<_, i64>(1).in_catalog()? as u64,
+                mtime_ns: row.get(2).in_catalog()?,
+                ctime_ns: row.get(3).in_catalog()?,
+                inode: row.get::<_, i64>(4).in_catalog()? as u64,
+                mode: row.get(5).in_catalog()?,
             };
             if !each(path, entry)? {
                 break;
@@ -281,13 +291,15 @@ impl CatalogWriter<'_> {
                 [path],
                 |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?, row.get(3)?))),
             )
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         if let Some((id, old)) = recorded
             && old.0.is_some()
             && old != (device, inode, born)
         {
             self.tx
-                .execute("DELETE FROM stat_cache WHERE workspace = ?1", [id])?;
+                .execute("DELETE FROM stat_cache WHERE workspace = ?1", [id])
+                .in_catalog()?;
         }
         let dataset: Option<i64> = self
             .tx
@@ -296,23 +308,26 @@ impl CatalogWriter<'_> {
                 [dataset],
                 |row| row.get(0),
             )
-            .optional()?;
+            .optional()
+            .in_catalog()?;
         self.tx.execute(
             "INSERT INTO workspaces (path, dataset, version, updated_at, device, inode, born_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT(path) DO UPDATE SET dataset = excluded.dataset, version = excluded.version, updated_at = excluded.updated_at,
                  device = excluded.device, inode = excluded.inode, born_ns = excluded.born_ns",
             params![path, dataset, &version.0[..], unix_now(), device, inode, born],
-        )?;
+        ).in_catalog()?;
         // The version is in use and (committed or checked out) whole here.
-        self.tx.execute(
-            "UPDATE versions SET last_used = ?1, evicted_at = NULL WHERE id = ?2",
-            params![unix_now(), &version.0[..]],
-        )?;
-        Ok(self
-            .tx
+        self.tx
+            .execute(
+                "UPDATE versions SET last_used = ?1, evicted_at = NULL WHERE id = ?2",
+                params![unix_now(), &version.0[..]],
+            )
+            .in_catalog()?;
+        self.tx
             .query_row("SELECT id FROM workspaces WHERE path = ?1", [path], |row| {
                 row.get(0)
-            })?)
+            })
+            .in_catalog()
     }
 
     /// Forgets the workspace record at `path` (and its stat cache); false when there was none.
@@ -322,7 +337,8 @@ impl CatalogWriter<'_> {
     pub fn forget_workspace(&self, path: &str) -> Result<bool> {
         Ok(self
             .tx
-            .execute("DELETE FROM workspaces WHERE path = ?1", [path])?
+            .execute("DELETE FROM workspaces WHERE path = ?1", [path])
+            .in_catalog()?
             > 0)
     }
 
@@ -334,13 +350,16 @@ impl CatalogWriter<'_> {
     /// # Errors
     /// [`crate::Error::Catalog`].
     pub fn drop_unheld_stat_entries(&self) -> Result<u64> {
-        Ok(self.tx.execute(
-            &format!(
-                "DELETE FROM stat_cache WHERE workspace IN (
+        Ok(self
+            .tx
+            .execute(
+                &format!(
+                    "DELETE FROM stat_cache WHERE workspace IN (
                      SELECT id FROM workspaces EXCEPT {WORKSPACES_HOLDING_A_LIVE_VERSION})"
-            ),
-            [],
-        )? as u64)
+                ),
+                [],
+            )
+            .in_catalog()? as u64)
     }
 
     /// Applies changes to a workspace's stat cache: `Some` upserts a path's entry, `None`
@@ -357,22 +376,27 @@ impl CatalogWriter<'_> {
         let mut upsert = self.tx.prepare_cached(
             "INSERT OR REPLACE INTO stat_cache (workspace, key, size, mtime_ns, ctime_ns, inode, mode)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
+        ).in_catalog()?;
         let mut delete = self
             .tx
-            .prepare_cached("DELETE FROM stat_cache WHERE workspace = ?1 AND key = ?2")?;
+            .prepare_cached("DELETE FROM stat_cache WHERE workspace = ?1 AND key = ?2")
+            .in_catalog()?;
         for (path, entry) in changes {
             match entry {
-                Some(e) => upsert.execute(params![
-                    workspace,
-                    stat_key(path),
-                    e.size as i64,
-                    e.mtime_ns,
-                    e.ctime_ns,
-                    e.inode as i64,
-                    e.mode,
-                ])?,
-                None => delete.execute(params![workspace, stat_key(path)])?,
+                Some(e) => upsert
+                    .execute(params![
+                        workspace,
+                        stat_key(path),
+                        e.size as i64,
+                        e.mtime_ns,
+                        e.ctime_ns,
+                        e.inode as i64,
+                        e.mode,
+                    ])
+                    .in_catalog()?,
+                None => delete
+                    .execute(params![workspace, stat_key(path)])
+                    .in_catalog()?,
             };
         }
         Ok(())

@@ -400,7 +400,7 @@ pub fn prune(
         });
     }
     {
-        let _lock = store.lock()?;
+        let _lock = store.lock_head_alone()?;
         let writer = store.catalog_mut().writer()?;
         writer.mark_evicted(&evict)?;
         writer.mark_removed(&remove)?;
@@ -454,7 +454,7 @@ pub fn set_limit(store: &Store, limit: Option<u64>) -> Result<Option<u64>> {
                     .into(),
         });
     }
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let mut config = store.config()?;
     let before = config.cache.limit;
     config.cache.limit = limit;

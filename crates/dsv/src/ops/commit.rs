@@ -112,7 +112,7 @@
 //!     it). Otherwise a tree that this run has not claimed yet goes into a tree frame. A non-empty frame is appended to the sink before a tree that would take it past
 //!     1 MiB (`FRAME_TARGET`), so no tree frame exceeds 1 MiB unless it holds a single larger
 //!     tree, however large the commit. The last partial frame is appended too.
-//! 13. **Take the store lock** (`Store::lock`, `.dsv/lock`). Everything below runs under it.
+//! 13. **Take the head lock** (`Store::lock_head_alone`, `.dsv/lock`). Everything below runs under it.
 //! 14. **Read the head.** The dataset's current head becomes the parent. If the new root tree
 //!     equals the parent's tree and `--allow-empty` was not given, no version is made
 //!     (`created: false`), but the tag, workspace and stat cache are still recorded.
@@ -1129,7 +1129,7 @@ pub fn record_version(
     }
 
     // Finalize under the store lock, so the parent read here is still the head when recorded.
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let head = store.catalog().head_or_none(&draft.dataset)?;
     let parent = draft.parent.or(head);
     let parent_version = match parent {

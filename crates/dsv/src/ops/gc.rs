@@ -724,7 +724,7 @@ pub fn execute(
         .map(|p| p.pack)
         .collect();
     {
-        let _lock = store.lock()?;
+        let _lock = store.lock_head(_data)?;
         let packs_dir = store.packs_dir();
         let writer = store.catalog_mut().writer()?;
         writer.drop_packs(&dropped)?;

@@ -481,7 +481,7 @@ pub fn write_missing_outboards(store: &mut crate::store::Store, files: &[ObjectI
         sink.add(encoded)?;
     }
     let packs = sink.finish()?;
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let recorded = (|| {
         let packs_dir = store.packs_dir();
         let writer = store.catalog_mut().writer()?;

@@ -11,7 +11,7 @@
 //! whose tree ids differ, so identical subtrees cost nothing, and hands each change over as
 //! it is found, in path order (an entry's own change before what is below it). Nothing but
 //! the trees on the current path is held: the CLI prints each change as it comes
-//! (`cli::ui::Listing`), so a diff of millions of changes takes the memory of a small one.
+//! (`dsv_cli::ui::Listing`), so a diff of millions of changes takes the memory of a small one.
 //! `ls` streams the same way (`inspect::ls_each` over `tree::walk_tree`).
 
 use crate::catalog::{DatasetSummary, VersionRecord};

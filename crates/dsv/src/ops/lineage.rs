@@ -388,77 +388,11 @@ pub fn audit_lineage(
         dsv_version: env!("CARGO_PKG_VERSION"),
     };
     let Some(found) = found else {
-        let urls: Vec<&str> = record.remotes.iter().map(|r| r.url.as_str()).collect();
-        let detail = if urls.is_empty() {
-            format!(
-                "version {} is not in this store, and the record names no remote: audit in the store that made it",
-                record.version.short()
-            )
-        } else {
-            format!(
-                "version {} is not in this store, nor on a configured remote the record names ({}): `dsv remote add NAME {}` and run again",
-                record.version.short(),
-                urls.join(", "),
-                urls[0]
-            )
-        };
-        checks.push(LineageCheck {
-            check: "version",
-            ok: false,
-            detail,
-        });
+        checks.push(missing_version_check(&record));
         return Ok(report(checks, false));
     };
     let version = found.version;
-    checks.push(LineageCheck {
-        check: "version",
-        ok: true,
-        detail: match &fetched_from {
-            Some(remote) => format!("{} fetched from remote {remote}", record.version.short()),
-            None => format!("{} is in this store", record.version.short()),
-        },
-    });
-    checks.push(LineageCheck {
-        check: "dataset",
-        ok: version.dataset == record.dataset,
-        detail: if version.dataset == record.dataset {
-            format!("{} belongs to {}", record.version.short(), record.dataset)
-        } else {
-            format!(
-                "{} belongs to {}, not to {} as the record says",
-                record.version.short(),
-                version.dataset,
-                record.dataset
-            )
-        },
-    });
-    checks.push(LineageCheck {
-        check: "tree",
-        ok: version.tree == record.tree,
-        detail: if version.tree == record.tree {
-            format!("root tree {}", version.tree.short())
-        } else {
-            format!(
-                "the version's root tree is {}, the record names {}",
-                version.tree.short(),
-                record.tree.short()
-            )
-        },
-    });
-    let expected_uri = format!("dsv://{}@{}", record.dataset, record.version.to_hex());
-    let uri_ok = record.uri == expected_uri;
-    checks.push(LineageCheck {
-        check: "uri",
-        ok: uri_ok,
-        detail: if uri_ok {
-            expected_uri
-        } else {
-            format!(
-                "{} does not name the version the record names ({expected_uri})",
-                record.uri
-            )
-        },
-    });
+    checks.extend(identity_checks(&record, &version, fetched_from.as_deref()));
     if version.tree != record.tree {
         // The selection and order of another tree prove nothing.
         return Ok(report(checks, false));
@@ -479,40 +413,145 @@ pub fn audit_lineage(
     };
     let paths: Vec<&str> = selected.iter().map(|e| e.path.as_str()).collect();
     let bytes: u64 = selected.iter().map(|e| e.size).sum();
+    let selection = selection_check(&record.selection, &paths, bytes);
+    let selection_ok = selection.ok;
+    checks.push(selection);
+    if !selection_ok {
+        return Ok(report(checks, false));
+    }
+    if let Some(check) = order_check(&record, &paths) {
+        samples_proven = check.ok && check.check == "samples";
+        checks.push(check);
+    }
+    if let Some(lock) = &record.lock
+        && let Some(check) = check_lock(path, lock, &record)
+    {
+        checks.push(check);
+    }
+    Ok(report(checks, samples_proven))
+}
+
+/// The `version` check of a record whose version neither this store nor a configured remote
+/// the record names holds: what to do about it.
+fn missing_version_check(record: &LineageRecord) -> LineageCheck {
+    let urls: Vec<&str> = record.remotes.iter().map(|r| r.url.as_str()).collect();
+    let detail = if urls.is_empty() {
+        format!(
+            "version {} is not in this store, and the record names no remote: audit in the store that made it",
+            record.version.short()
+        )
+    } else {
+        format!(
+            "version {} is not in this store, nor on a configured remote the record names ({}): `dsv remote add NAME {}` and run again",
+            record.version.short(),
+            urls.join(", "),
+            urls[0]
+        )
+    };
+    LineageCheck {
+        check: "version",
+        ok: false,
+        detail,
+    }
+}
+
+/// The `version`, `dataset`, `tree` and `uri` checks: the record names `version` (found here,
+/// or fetched from remote `fetched_from`) by its dataset, root tree and URI.
+fn identity_checks(
+    record: &LineageRecord,
+    version: &crate::object::Version,
+    fetched_from: Option<&str>,
+) -> [LineageCheck; 4] {
+    let short = record.version.short();
+    let expected_uri = format!("dsv://{}@{}", record.dataset, record.version.to_hex());
+    let uri_ok = record.uri == expected_uri;
+    [
+        LineageCheck {
+            check: "version",
+            ok: true,
+            detail: match fetched_from {
+                Some(remote) => format!("{short} fetched from remote {remote}"),
+                None => format!("{short} is in this store"),
+            },
+        },
+        LineageCheck {
+            check: "dataset",
+            ok: version.dataset == record.dataset,
+            detail: if version.dataset == record.dataset {
+                format!("{short} belongs to {}", record.dataset)
+            } else {
+                format!(
+                    "{short} belongs to {}, not to {} as the record says",
+                    version.dataset, record.dataset
+                )
+            },
+        },
+        LineageCheck {
+            check: "tree",
+            ok: version.tree == record.tree,
+            detail: if version.tree == record.tree {
+                format!("root tree {}", version.tree.short())
+            } else {
+                format!(
+                    "the version's root tree is {}, the record names {}",
+                    version.tree.short(),
+                    record.tree.short()
+                )
+            },
+        },
+        LineageCheck {
+            check: "uri",
+            ok: uri_ok,
+            detail: if uri_ok {
+                expected_uri
+            } else {
+                format!(
+                    "{} does not name the version the record names ({expected_uri})",
+                    record.uri
+                )
+            },
+        },
+    ]
+}
+
+/// The `selection` check: the version's files the record's selection picks, `paths` of
+/// `bytes` in all, are the count, bytes and digest the record states.
+fn selection_check(recorded: &RecordSelection, paths: &[&str], bytes: u64) -> LineageCheck {
     let digest = ids_digest(paths.iter().copied());
-    let selection_ok = paths.len() as u64 == record.selection.files
-        && bytes == record.selection.bytes
-        && digest == record.selection.digest;
-    checks.push(LineageCheck {
+    let ok = paths.len() as u64 == recorded.files
+        && bytes == recorded.bytes
+        && digest == recorded.digest;
+    LineageCheck {
         check: "selection",
-        ok: selection_ok,
-        detail: if selection_ok {
+        ok,
+        detail: if ok {
             format!("{} files, {bytes} bytes", paths.len())
         } else {
             format!(
                 "the record's selection is {} files, {} bytes ({}); it selects {} files, {bytes} bytes ({digest}) of this version",
-                record.selection.files,
-                record.selection.bytes,
-                record.selection.digest,
+                recorded.files,
+                recorded.bytes,
+                recorded.digest,
                 paths.len()
             )
         },
-    });
-    if !selection_ok {
-        return Ok(report(checks, false));
     }
+}
+
+/// The order check of the loaders that record one: the samples an `IterableVersionDataset`
+/// rank saw (`samples`), or the shards a `TarShardDataset` rank read (`shards`). `None` for
+/// a record of another loader, or without an order.
+fn order_check(record: &LineageRecord, paths: &[&str]) -> Option<LineageCheck> {
     match (record.loader.as_deref(), &record.order, &record.samples) {
         (Some("IterableVersionDataset"), Some(order), Some(samples)) => {
-            let check = prove_iterable(&record.version, &paths, order, samples);
-            samples_proven = check.ok;
-            checks.push(check);
+            Some(prove_iterable(&record.version, paths, order, samples))
         }
         (Some("TarShardDataset"), Some(order), _) => {
             let shards: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
             let mine = tar_rank_shards(&record.version, &shards, order);
             let digest = ids_digest(mine.iter().copied());
             let ok = order.rank_shards.as_deref() == Some(digest.as_str());
-            checks.push(LineageCheck {
+            Some(LineageCheck {
                 check: "shards",
                 ok,
                 detail: if ok {
@@ -532,16 +571,10 @@ pub fn audit_lineage(
                         order.rank_shards.as_deref().unwrap_or("nothing")
                     )
                 },
-            });
+            })
         }
-        _ => {}
+        _ => None,
     }
-    if let Some(lock) = &record.lock
-        && let Some(check) = check_lock(path, lock, &record)
-    {
-        checks.push(check);
-    }
-    Ok(report(checks, samples_proven))
 }
 
 /// The `lock` check: when the lock file the record names is found (beside the record, else

@@ -18,7 +18,12 @@
 //!    (base: its parent; ours: it; theirs: the version replayed before it, ONTO first), as
 //!    `git rebase` picks commits; a local version whose changes ONTO already has is
 //!    dropped.
-//! 3. Record: the new trees and versions go into new packs; under the store lock the head
+//!    Steps 1 and 2 are [`plan`]: it reads the catalog and the trees and writes nothing; the
+//!    [`RebasePlan`] holds a decision per local version ([`ReplayDecision`]: replayed as a
+//!    new version, or dropped), the new versions and the trees they need that the store
+//!    lacks, and is checked to decide every local version in order before it is used. A
+//!    dry run reports it. [`execute`] carries out steps 3 and 4.
+//! 3. Record: the plan's trees and versions go into new packs; under the head lock the head
 //!    is checked to be the one planned from (else [`Error::HeadMoved`], nothing recorded),
 //!    then one catalog transaction records the versions and moves the head (the ref log
 //!    records the move).
@@ -44,9 +49,9 @@ use super::history::common_ancestor;
 use super::ingest::{PackSink, TreeWriter};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::object::Version;
+use crate::object::{ObjectKind, Version};
 use crate::progress::Progress;
-use crate::store::Store;
+use crate::store::{SharedDataLock, Store};
 use crate::tree::{self, ChangeKind, FlatEntry, FlatKind};
 
 /// How to rebase.
@@ -394,7 +399,9 @@ pub fn merge_listings_resolving<'a>(
     }
 }
 
-/// Rebases dataset `dataset`'s head onto version `onto` (see the module's docs).
+/// Rebases dataset `dataset`'s head onto version `onto` (see the module's docs): [`plan`],
+/// then [`execute`], under the data lock held shared; a dry run ([`RebaseOptions::dry_run`])
+/// reports the plan and writes nothing.
 ///
 /// # Errors
 /// [`Error::DatasetNotFound`] (no such dataset, and nothing to fast-forward: the dataset is
@@ -421,22 +428,145 @@ pub fn rebase(
         )?,
         _ => None,
     };
-    let mut report = rebase_now(store, dataset, onto, options, progress)?;
+    let data_lock = store.lock_data_shared()?;
+    let plan = plan(store, &data_lock, dataset, onto, options, progress)?;
+    let mut report = if options.dry_run {
+        let mut report = plan.report(true);
+        if let (Some(dir), Some(old), Some(_)) = (&options.workspace, plan.old_head, plan.new_head)
+        {
+            report.workspace = would_follow(store, dir, dataset, &old)?;
+        }
+        report
+    } else {
+        execute(store, data_lock, &plan, options, progress)?
+    };
     if report.workspace.is_none() {
         report.workspace = resumed;
     }
     Ok(report)
 }
 
-/// [`rebase`] once an interrupted follow is finished.
-fn rebase_now(
-    store: &mut Store,
+/// What a rebase will do, decided by [`plan`] before anything is written and carried out
+/// by [`execute`] (or reported as it is by a dry run). Plain data: nothing in it refers to
+/// the store.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RebasePlan {
+    /// The dataset whose head moves.
+    pub dataset: String,
+    /// ONTO as named in reports.
+    pub onto_name: String,
+    /// ONTO's version.
+    pub onto: ObjectId,
+    /// The head planned from; [`execute`] records nothing if the head is another by then.
+    pub old_head: Option<ObjectId>,
+    /// The common ancestor of the head and ONTO.
+    pub base: Option<ObjectId>,
+    /// What the rebase does: up to date, a fast-forward, a replay, or a conflict.
+    pub status: RebaseStatus,
+    /// The head after the rebase: ONTO for a fast-forward, the last replayed version (or
+    /// ONTO when every local version was dropped) for a replay, `None` otherwise.
+    pub new_head: Option<ObjectId>,
+    /// One decision per local version, oldest first (a replay only; empty otherwise).
+    pub steps: Vec<ReplayStep>,
+    /// The trees the new versions need that the store lacks, with their encodings, each
+    /// once: what [`execute`] writes before the versions.
+    pub trees: Vec<(ObjectId, Vec<u8>)>,
+    /// The conflicts (status `conflict`), in path order.
+    pub conflicts: Vec<Conflict>,
+    /// The paths both lines changed that the [`Resolution`] settled (the lines as a whole).
+    pub resolved: Vec<Conflict>,
+    /// The local version whose replay conflicted, when the lines as a whole merge.
+    pub conflict_in: Option<ObjectId>,
+}
+
+/// One local version of a rebase and what [`plan`] decided for it.
+#[derive(Debug, Clone)]
+pub struct ReplayStep {
+    /// The local version.
+    pub from: ObjectId,
+    /// Its message (kept by the new version).
+    pub message: String,
+    /// What becomes of it.
+    pub decision: ReplayDecision,
+}
+
+/// What a rebase does with one local version.
+#[derive(Debug, Clone)]
+pub enum ReplayDecision {
+    /// Replayed as a new version: its id and the version [`execute`] writes.
+    Replay(ObjectId, Box<Version>),
+    /// ONTO already has all its changes: no version is made for it.
+    Drop,
+}
+
+impl RebasePlan {
+    /// The new versions, oldest first, with their ids.
+    pub fn made(&self) -> impl Iterator<Item = (&ObjectId, &Version)> {
+        self.steps.iter().filter_map(|step| match &step.decision {
+            ReplayDecision::Replay(id, version) => Some((id, version.as_ref())),
+            ReplayDecision::Drop => None,
+        })
+    }
+
+    /// The report of this plan: a dry run's (`dry_run`: new versions unnamed, since a real
+    /// run stamps them with its own time), or a real run's before the workspace follows.
+    pub fn report(&self, dry_run: bool) -> RebaseReport {
+        let all_dropped = self.made().next().is_none();
+        let head = match self.status {
+            RebaseStatus::UpToDate => self.old_head,
+            RebaseStatus::Conflict => None,
+            RebaseStatus::FastForward => Some(self.onto),
+            RebaseStatus::Rebased if dry_run => all_dropped.then_some(self.onto),
+            RebaseStatus::Rebased => self.new_head,
+        };
+        RebaseReport {
+            dataset: self.dataset.clone(),
+            onto: self.onto_name.clone(),
+            onto_version: self.onto,
+            base: self.base,
+            old_head: self.old_head,
+            head,
+            status: self.status,
+            dry_run,
+            replayed: self
+                .steps
+                .iter()
+                .map(|step| Replayed {
+                    from: step.from,
+                    version: match &step.decision {
+                        ReplayDecision::Replay(id, _) if !dry_run => Some(*id),
+                        _ => None,
+                    },
+                    message: step.message.clone(),
+                    kept: matches!(step.decision, ReplayDecision::Replay(..)),
+                })
+                .collect(),
+            conflicts: self.conflicts.clone(),
+            resolved: self.resolved.clone(),
+            conflict_in: self.conflict_in,
+            workspace: None,
+        }
+    }
+}
+
+/// Decides what rebasing `dataset`'s head onto `onto` does, writing nothing: finds the
+/// common ancestor and the local versions, merges the lines as a whole (every conflict at
+/// once), then replays each local version in memory, building its trees (the ones the store
+/// lacks are kept in the plan) and its new version. Under the data lock `_data`, held shared
+/// until the plan is carried out, so the trees it found stay.
+///
+/// # Errors
+/// As [`rebase`], but none of the workspace's or of writing; [`Error::Internal`] when the
+/// plan leaves a local version undecided (a bug).
+pub fn plan(
+    store: &Store,
+    _data: &SharedDataLock,
     dataset: &str,
     onto: &ObjectId,
     options: &RebaseOptions,
     progress: &dyn Progress,
-) -> Result<RebaseReport> {
-    let data_lock = store.lock_data_shared()?;
+) -> Result<RebasePlan> {
     if store.catalog().version(onto)?.is_none() {
         return Err(Error::RevisionNotFound {
             closest: None,
@@ -449,33 +579,24 @@ fn rebase_now(
         });
     }
     let old_head = store.catalog().head_or_none(dataset)?;
-    let mut report = RebaseReport {
+    let mut plan = RebasePlan {
         dataset: dataset.to_string(),
-        onto: options.onto_name.clone(),
-        onto_version: *onto,
-        base: None,
+        onto_name: options.onto_name.clone(),
+        onto: *onto,
         old_head,
-        head: old_head,
+        base: None,
         status: RebaseStatus::UpToDate,
-        dry_run: options.dry_run,
-        replayed: Vec::new(),
+        new_head: None,
+        steps: Vec::new(),
+        trees: Vec::new(),
         conflicts: Vec::new(),
         resolved: Vec::new(),
         conflict_in: None,
-        workspace: None,
     };
     let Some(head) = old_head else {
-        report.status = RebaseStatus::FastForward;
-        return finish(
-            store,
-            report,
-            *onto,
-            Vec::new(),
-            None,
-            options,
-            data_lock,
-            progress,
-        );
+        plan.status = RebaseStatus::FastForward;
+        plan.new_head = Some(*onto);
+        return Ok(plan);
     };
     let (base, local) = common_ancestor(store.catalog(), &head, onto)?;
     let Some(base) = base else {
@@ -484,7 +605,7 @@ fn rebase_now(
             onto: options.onto_name.clone(),
         });
     };
-    report.base = Some(base);
+    plan.base = Some(base);
     // A removed version's trees may be freed: say so, rather than report a missing object.
     for id in std::iter::once(&base).chain(local.iter()) {
         if store.catalog().removed_at(id)?.is_some() {
@@ -495,260 +616,213 @@ fn rebase_now(
     }
     if base == *onto {
         // ONTO is on the head's line already.
-        return Ok(report);
+        return Ok(plan);
     }
     if local.is_empty() {
-        report.status = RebaseStatus::FastForward;
-        return finish(
-            store,
-            report,
-            *onto,
-            Vec::new(),
-            None,
-            options,
-            data_lock,
-            progress,
-        );
+        plan.status = RebaseStatus::FastForward;
+        plan.new_head = Some(*onto);
+        return Ok(plan);
     }
     progress.phase("merging");
-    let catalog_version = |store: &Store, id: &ObjectId| -> Result<Version> {
-        Ok(store.catalog().version_record(id)?.version)
-    };
-    let onto_version = catalog_version(store, onto)?;
+    replay(store, &mut plan, &head, &local, &options.resolution)?;
+    check_decided(store, &plan, &local)?;
+    Ok(plan)
+}
+
+/// The version `id` as the catalog holds it.
+fn version_of(store: &Store, id: &ObjectId) -> Result<Version> {
+    Ok(store.catalog().version_record(id)?.version)
+}
+
+/// Fills `plan` for a replay of `local` (oldest first) from `head`'s line onto ONTO: the
+/// lines as a whole are merged first (a conflict there ends it), then each local version
+/// against the one replayed before it, as `git rebase` picks commits.
+fn replay(
+    store: &Store,
+    plan: &mut RebasePlan,
+    head: &ObjectId,
+    local: &[ObjectId],
+    resolution: &Resolution,
+) -> Result<()> {
+    let base = plan.base.expect("a replay has a common ancestor");
+    let onto_version = version_of(store, &plan.onto)?;
     let (base_entries, head_entries, onto_entries) = {
         let mut reader = store.reader();
-        let base_version = catalog_version(store, &base)?;
-        let head_version = catalog_version(store, &head)?;
         (
-            tree::flatten(&mut reader, &base_version.tree)?,
-            tree::flatten(&mut reader, &head_version.tree)?,
+            tree::flatten(&mut reader, &version_of(store, &base)?.tree)?,
+            tree::flatten(&mut reader, &version_of(store, head)?.tree)?,
             tree::flatten(&mut reader, &onto_version.tree)?,
         )
     };
     // The lines as a whole first: every conflict at once.
-    let whole = merge_listings_resolving(
-        &base_entries,
-        &head_entries,
-        &onto_entries,
-        &options.resolution,
-    );
+    let whole = merge_listings_resolving(&base_entries, &head_entries, &onto_entries, resolution);
     drop(head_entries);
-    report.resolved = whole.resolved;
+    plan.resolved = whole.resolved;
     if !whole.conflicts.is_empty() {
-        report.status = RebaseStatus::Conflict;
-        report.head = None;
-        report.conflicts = whole.conflicts;
-        return Ok(report);
+        plan.status = RebaseStatus::Conflict;
+        plan.conflicts = whole.conflicts;
+        return Ok(());
     }
     drop(whole.entries);
-    // Then each local version, as git picks commits.
-    if !options.dry_run {
-        store.remove_stale_temp_packs()?;
-    }
-    let sink = if options.dry_run {
-        PackSink::measuring()
-    } else {
-        PackSink::new(&store.packs_dir(), &store.temp_dir())
-    };
-    let planned = (|| {
-        let mut trees =
-            TreeWriter::new(crate::ops::ingest::IngestOptions::default().compression_level)?;
-        let mut previous_entries = base_entries;
-        let mut current_entries = onto_entries;
-        let mut current_tree = onto_version.tree;
-        let mut parent = *onto;
-        let mut made = Vec::new();
-        let mut replayed = Vec::new();
-        let time = crate::catalog::unix_now();
-        for id in &local {
-            crate::interrupt::check()?;
-            let version = catalog_version(store, id)?;
-            let ours = tree::flatten(&mut store.reader(), &version.tree)?;
-            let merged = merge_listings_resolving(
-                &previous_entries,
-                &ours,
-                &current_entries,
-                &options.resolution,
-            );
-            if !merged.conflicts.is_empty() {
-                return Ok(Err((*id, merged.conflicts)));
+    let mut previous_entries = base_entries;
+    let mut current_entries = onto_entries;
+    let mut current_tree = onto_version.tree;
+    let mut parent = plan.onto;
+    let mut planned_trees = std::collections::HashSet::new();
+    let time = crate::catalog::unix_now();
+    for id in local {
+        crate::interrupt::check()?;
+        let version = version_of(store, id)?;
+        let ours = tree::flatten(&mut store.reader(), &version.tree)?;
+        let merged =
+            merge_listings_resolving(&previous_entries, &ours, &current_entries, resolution);
+        if !merged.conflicts.is_empty() {
+            plan.status = RebaseStatus::Conflict;
+            plan.conflicts = merged.conflicts;
+            plan.conflict_in = Some(*id);
+            plan.steps.clear();
+            plan.trees.clear();
+            return Ok(());
+        }
+        let mut builder = tree::TreeBuilder::new();
+        let mut emit = |tree_id: ObjectId, bytes: Vec<u8>| -> Result<()> {
+            if !store.catalog().has_object(&tree_id, ObjectKind::Tree)?
+                && planned_trees.insert(tree_id)
+            {
+                plan.trees.push((tree_id, bytes));
             }
-            let mut builder = tree::TreeBuilder::new();
-            let mut emit = |tree_id: ObjectId, bytes: Vec<u8>| {
-                if options.dry_run {
-                    Ok(())
-                } else {
-                    trees.add(store, &sink, tree_id, &bytes)
-                }
+            Ok(())
+        };
+        for entry in merged.entries.iter().cloned() {
+            builder.push(entry, &mut emit)?;
+        }
+        let (root, files, bytes) = builder.finish(&mut emit)?;
+        let decision = if root == current_tree {
+            ReplayDecision::Drop
+        } else {
+            let new = Version {
+                dataset: plan.dataset.clone(),
+                tree: root,
+                parent: Some(parent),
+                author: version.author.clone(),
+                time,
+                files,
+                bytes,
+                source: version.source.clone(),
+                // Only a tree the import made is vouched for by its provenance.
+                provenance: version.provenance.filter(|_| root == version.tree),
+                message: version.message.clone(),
             };
-            for entry in merged.entries.iter().cloned() {
-                builder.push(entry, &mut emit)?;
-            }
-            let (root, files, bytes) = builder.finish(&mut emit)?;
-            let kept = root != current_tree;
-            let mut new_id = None;
-            if kept {
-                let new = Version {
-                    dataset: dataset.to_string(),
-                    tree: root,
-                    parent: Some(parent),
-                    author: version.author.clone(),
-                    time,
-                    files,
-                    bytes,
-                    source: version.source.clone(),
-                    // Only a tree the import made is vouched for by its provenance.
-                    provenance: version.provenance.filter(|_| root == version.tree),
-                    message: version.message.clone(),
-                };
-                let new_version_id = new.id();
-                if !options.dry_run {
-                    trees.add_version(&sink, new_version_id, &new.encode())?;
-                }
-                made.push((new_version_id, new));
-                new_id = Some(new_version_id);
-                parent = new_version_id;
-                current_tree = root;
-            }
-            replayed.push(Replayed {
-                from: *id,
-                version: new_id.filter(|_| !options.dry_run),
-                message: version.message,
-                kept,
-            });
-            previous_entries = ours;
-            current_entries = merged.entries;
-        }
-        if !options.dry_run {
-            trees.flush(&sink)?;
-        }
-        Ok(Ok((replayed, made, parent)))
-    })();
-    let (replayed, made, new_head) = match planned {
-        Ok(Ok(planned)) => planned,
-        Ok(Err((id, conflicts))) => {
-            sink.abandon(store);
-            report.status = RebaseStatus::Conflict;
-            report.head = None;
-            report.conflicts = conflicts;
-            report.conflict_in = Some(id);
-            return Ok(report);
-        }
-        Err(e) => {
-            sink.abandon(store);
-            return Err(e);
-        }
-    };
-    report.status = RebaseStatus::Rebased;
-    report.replayed = replayed;
-    if options.dry_run {
-        sink.abandon(store);
-        report.head = made.is_empty().then_some(*onto);
-        if let Some(dir) = &options.workspace {
-            report.workspace = would_follow(store, dir, dataset, &head)?;
-        }
-        return Ok(report);
+            parent = new.id();
+            current_tree = root;
+            ReplayDecision::Replay(parent, Box::new(new))
+        };
+        plan.steps.push(ReplayStep {
+            from: *id,
+            message: version.message,
+            decision,
+        });
+        previous_entries = ours;
+        current_entries = merged.entries;
     }
-    finish(
-        store,
-        report,
-        new_head,
-        made,
-        Some(sink),
-        options,
-        data_lock,
-        progress,
-    )
+    plan.status = RebaseStatus::Rebased;
+    plan.new_head = Some(parent);
+    Ok(())
 }
 
-/// Records `made` (written to `sink`) and moves the head to `new_head` under the store lock,
-/// after checking the head is still `report.old_head`; then releases `data_lock` (the rebase's
-/// shared data lock) and the workspace follows, taking the locks a checkout takes.
-#[allow(clippy::too_many_arguments)]
-fn finish(
+/// Every local version got one decision, in order, and the decisions make one line: each
+/// new version's parent is the version made before it (ONTO first), the new head is the
+/// last, and each new version's root tree is in the store or among the plan's trees. A
+/// conflict or a plan that replays nothing decides no version.
+fn check_decided(store: &Store, plan: &RebasePlan, local: &[ObjectId]) -> Result<()> {
+    let wrong = |what: String| Error::Internal {
+        detail: format!("rebase of {} planned {what}", plan.dataset),
+    };
+    if plan.status != RebaseStatus::Rebased {
+        return match plan.steps.first() {
+            Some(step) => Err(wrong(format!(
+                "version {} in a {:?}",
+                step.from.short(),
+                plan.status
+            ))),
+            None => Ok(()),
+        };
+    }
+    let decided: Vec<ObjectId> = plan.steps.iter().map(|step| step.from).collect();
+    if decided != local {
+        return Err(wrong(format!(
+            "{} decisions for {} local versions",
+            decided.len(),
+            local.len()
+        )));
+    }
+    let planned_trees: std::collections::HashSet<&ObjectId> =
+        plan.trees.iter().map(|(id, _)| id).collect();
+    let mut parent = plan.onto;
+    for (id, version) in plan.made() {
+        if version.parent != Some(parent) || version.id() != *id {
+            return Err(wrong(format!("version {} off the line", id.short())));
+        }
+        if !planned_trees.contains(&version.tree)
+            && !store
+                .catalog()
+                .has_object(&version.tree, ObjectKind::Tree)?
+        {
+            return Err(wrong(format!(
+                "version {} without its tree {}",
+                id.short(),
+                version.tree.short()
+            )));
+        }
+        parent = *id;
+    }
+    if plan.new_head != Some(parent) {
+        return Err(wrong("a head that is not its last version".to_string()));
+    }
+    Ok(())
+}
+
+/// Carries out `plan` (made by [`plan`] under `data_lock`): decides first whether the
+/// workspace of [`RebaseOptions::workspace`] follows (its status; an error here changes
+/// nothing), writes the plan's trees and versions into new packs, then records them and
+/// moves the head under the head lock, after checking the head is still the one planned
+/// from; then releases `data_lock` and the workspace follows, taking the locks a checkout
+/// takes. A plan that moves nothing (up to date, a conflict) is reported as it is.
+///
+/// # Errors
+/// As [`rebase`].
+pub fn execute(
     store: &mut Store,
-    mut report: RebaseReport,
-    new_head: ObjectId,
-    made: Vec<(ObjectId, Version)>,
-    sink: Option<PackSink>,
+    data_lock: SharedDataLock,
+    plan: &RebasePlan,
     options: &RebaseOptions,
-    data_lock: crate::store::SharedDataLock,
     progress: &dyn Progress,
 ) -> Result<RebaseReport> {
-    report.head = Some(new_head);
-    if options.dry_run {
-        if let (Some(dir), Some(old)) = (&options.workspace, report.old_head) {
-            report.workspace = would_follow(store, dir, &report.dataset, &old)?;
-        }
+    let mut report = plan.report(false);
+    let Some(new_head) = plan.new_head else {
         return Ok(report);
-    }
+    };
     let follow_options = FollowOptions::new(options.jobs, options.requests);
-    // Whether the workspace will follow is decided before anything is recorded: only a
+    // Whether the workspace will follow is decided before anything is written: only a
     // clean one is (a dirty one's files never move, so a record of its move would only
-    // block its commits). An error here changes nothing.
-    let ready = match (&options.workspace, report.old_head) {
+    // block its commits).
+    let ready = match (&options.workspace, plan.old_head) {
         (Some(dir), Some(old)) => {
-            match ready_to_follow(store, dir, &report.dataset, &old, follow_options, progress) {
-                Ok(ready) => ready,
-                Err(e) => {
-                    if let Some(sink) = sink {
-                        sink.abandon(store);
-                    }
-                    return Err(e);
-                }
-            }
+            ready_to_follow(store, dir, &plan.dataset, &old, follow_options, progress)?
         }
         _ => None,
     };
-    let lock = store.lock()?;
-    if store.catalog().head_or_none(&report.dataset)? != report.old_head {
-        // Abandoning takes the store lock itself.
-        drop(lock);
-        if let Some(sink) = sink {
-            sink.abandon(store);
-        }
-        return Err(Error::HeadMoved {
-            dataset: report.dataset.clone(),
-        });
-    }
-    let packs = match sink {
-        Some(sink) => sink.finish()?,
-        None => Vec::new(),
-    };
-    // The workspace that will follow the head: recorded before the head moves, so a rebase
-    // killed from here on is finished by the next run (or explained by `status`).
-    let following = match (&ready, report.old_head) {
+    let sink = write_objects(store, plan)?;
+    let following = match (&ready, plan.old_head) {
         (Some(Ready::Clean(key)), Some(old)) => Some(Following {
             workspace: key.clone(),
-            dataset: report.dataset.clone(),
+            dataset: plan.dataset.clone(),
             from: old,
             to: new_head,
         }),
         _ => None,
     };
-    let recorded = (|| {
-        if let Some(following) = &following {
-            record_following(store, following)?;
-        }
-        let packs_dir = store.packs_dir();
-        let writer = store.catalog_mut().writer()?;
-        for pack in &packs {
-            writer.add_pack(&pack.read_index(&packs_dir)?)?;
-        }
-        for (id, version) in &made {
-            writer.record_version(id, version)?;
-        }
-        writer.set_head(&report.dataset, &new_head)?;
-        writer.commit()
-    })();
-    if let Err(e) = recorded {
-        if let Some(following) = &following {
-            forget_following(store, &following.workspace);
-        }
-        super::ingest::remove_unrecorded_packs(store, &packs);
-        return Err(e);
-    }
-    drop(lock);
+    record(store, &data_lock, plan, new_head, sink, following.as_ref())?;
     // The new head names everything the rebase wrote, so gc keeps it without the data lock;
     // following the head takes the locks a checkout takes, in their order (never the data
     // lock while this one is held).
@@ -761,6 +835,87 @@ fn finish(
         _ => None,
     };
     Ok(report)
+}
+
+/// Writes the plan's trees, then its new versions, into new packs (`None` when it makes
+/// nothing); on an error the packs written are deleted.
+fn write_objects(store: &Store, plan: &RebasePlan) -> Result<Option<PackSink>> {
+    if plan.trees.is_empty() && plan.made().next().is_none() {
+        return Ok(None);
+    }
+    store.remove_stale_temp_packs()?;
+    let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
+    let written = (|| {
+        let mut writer =
+            TreeWriter::new(super::ingest::IngestOptions::default().compression_level)?;
+        for (id, bytes) in &plan.trees {
+            writer.add(store, &sink, *id, bytes)?;
+        }
+        for (id, version) in plan.made() {
+            writer.add_version(&sink, *id, &version.encode())?;
+        }
+        writer.flush(&sink)
+    })();
+    match written {
+        Ok(()) => Ok(Some(sink)),
+        Err(e) => {
+            sink.abandon(store);
+            Err(e)
+        }
+    }
+}
+
+/// Records the plan's packs (`sink`) and versions and moves the head to `new_head` under
+/// the head lock, after checking the head is still `plan.old_head` (else
+/// [`Error::HeadMoved`]: nothing recorded, the packs deleted); `following`, the workspace's
+/// move, is recorded before the head moves, so a rebase killed from there on is finished by
+/// the next run (or explained by `status`).
+fn record(
+    store: &mut Store,
+    data_lock: &SharedDataLock,
+    plan: &RebasePlan,
+    new_head: ObjectId,
+    sink: Option<PackSink>,
+    following: Option<&Following>,
+) -> Result<()> {
+    let lock = store.lock_head(data_lock)?;
+    if store.catalog().head_or_none(&plan.dataset)? != plan.old_head {
+        // Abandoning takes the store lock itself.
+        drop(lock);
+        if let Some(sink) = sink {
+            sink.abandon(store);
+        }
+        return Err(Error::HeadMoved {
+            dataset: plan.dataset.clone(),
+        });
+    }
+    let packs = match sink {
+        Some(sink) => sink.finish()?,
+        None => Vec::new(),
+    };
+    let recorded = (|| {
+        if let Some(following) = following {
+            record_following(store, following)?;
+        }
+        let packs_dir = store.packs_dir();
+        let writer = store.catalog_mut().writer()?;
+        for pack in &packs {
+            writer.add_pack(&pack.read_index(&packs_dir)?)?;
+        }
+        for (id, version) in plan.made() {
+            writer.record_version(id, version)?;
+        }
+        writer.set_head(&plan.dataset, &new_head)?;
+        writer.commit()
+    })();
+    if let Err(e) = recorded {
+        if let Some(following) = following {
+            forget_following(store, &following.workspace);
+        }
+        super::ingest::remove_unrecorded_packs(store, &packs);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Whether a workspace follows a moved head ([`ready_to_follow`]).
@@ -1199,63 +1354,212 @@ mod tests {
         );
     }
 
-    /// The head checked under the store lock is not the one planned from: nothing is
+    /// The head checked under the head lock is not the one planned from: nothing is
     /// recorded, the packs written for the rebase are deleted (without waiting on the lock
     /// the check holds), and the head stays.
     #[test]
     fn a_head_moved_meanwhile_records_nothing_and_deletes_the_rebases_packs() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        std::fs::write(data.join("f"), "f").unwrap();
-        let mut store = Store::init(dir.path()).unwrap();
-        let head = crate::ops::commit::commit(
-            &mut store,
-            &data,
-            &crate::ops::commit::CommitOptions::new("d"),
-            &crate::progress::NoProgress,
-        )
-        .unwrap()
-        .version;
+        let (_dir, mut store, head) = store_with_version(&[("f", "f")]);
         let packs = |store: &Store| std::fs::read_dir(store.packs_dir()).unwrap().count();
         let before = packs(&store);
-        let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
-        let mut trees = TreeWriter::new(3).unwrap();
         let built = tree::build(&[file("new", "content of a rebase")]);
-        for (id, bytes) in &built.trees {
-            trees.add(&store, &sink, *id, bytes).unwrap();
-        }
-        trees.flush(&sink).unwrap();
-        let report = RebaseReport {
-            dataset: "d".into(),
-            onto: "elsewhere".into(),
-            onto_version: head,
-            base: None,
-            old_head: Some(ObjectId([9; 32])),
-            head: None,
-            status: RebaseStatus::Rebased,
-            dry_run: false,
-            replayed: Vec::new(),
-            conflicts: Vec::new(),
-            resolved: Vec::new(),
-            conflict_in: None,
-            workspace: None,
-        };
-        let options = RebaseOptions::new("elsewhere");
+        let mut plan = up_to_date_plan(head);
+        plan.old_head = Some(ObjectId([9; 32]));
+        plan.status = RebaseStatus::FastForward;
+        plan.trees = built.trees.clone();
+        let sink = write_objects(&store, &plan).unwrap();
         let data_lock = store.lock_data_shared().unwrap();
-        let result = finish(
-            &mut store,
-            report,
-            head,
-            Vec::new(),
-            Some(sink),
-            &options,
-            data_lock,
-            &crate::progress::NoProgress,
-        );
+        let result = record(&mut store, &data_lock, &plan, head, sink, None);
         assert!(matches!(result, Err(Error::HeadMoved { .. })), "{result:?}");
         assert_eq!(store.catalog().head_or_none("d").unwrap(), Some(head));
         assert_eq!(packs(&store), before);
+    }
+
+    /// A store with dataset `d` committed from a directory holding `files`, and its version.
+    fn store_with_version(files: &[(&str, &str)]) -> (tempfile::TempDir, Store, ObjectId) {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        for (name, content) in files {
+            std::fs::write(data.join(name), content).unwrap();
+        }
+        let mut store = Store::init(dir.path()).unwrap();
+        let version = commit_dir(&mut store, &data);
+        (dir, store, version)
+    }
+
+    /// Commits `data` as dataset `d`.
+    fn commit_dir(store: &mut Store, data: &Path) -> ObjectId {
+        commit_with(store, data, "")
+    }
+
+    /// Commits `data` as dataset `d` with message `message`.
+    fn commit_with(store: &mut Store, data: &Path, message: &str) -> ObjectId {
+        let mut options = crate::ops::commit::CommitOptions::new("d");
+        options.message = message.to_string();
+        crate::ops::commit::commit(store, data, &options, &crate::progress::NoProgress)
+            .unwrap()
+            .version
+    }
+
+    /// Writes `files` into a new directory `name` of `root`.
+    fn directory(root: &Path, name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (file, content) in files {
+            std::fs::write(dir.join(file), content).unwrap();
+        }
+        dir
+    }
+
+    /// Moves `d`'s head back to `version`.
+    fn reset_to(store: &mut Store, version: &ObjectId) {
+        let revision = crate::revision::Revision {
+            dataset: "d".into(),
+            base: version.to_hex(),
+            ancestors: 0,
+        };
+        crate::ops::refs::reset(store, "d", &revision).unwrap();
+    }
+
+    /// A plan of `d` onto `onto` that does nothing.
+    fn up_to_date_plan(onto: ObjectId) -> RebasePlan {
+        RebasePlan {
+            dataset: "d".into(),
+            onto_name: "elsewhere".into(),
+            onto,
+            old_head: Some(onto),
+            base: Some(onto),
+            status: RebaseStatus::UpToDate,
+            new_head: None,
+            steps: Vec::new(),
+            trees: Vec::new(),
+            conflicts: Vec::new(),
+            resolved: Vec::new(),
+            conflict_in: None,
+        }
+    }
+
+    /// Dataset `d` is a line base -> ours1 -> ours2 (committed from one directory) and
+    /// `theirs` a child of base (committed from another, the head then reset): the plan decides
+    /// ours1 and ours2 in order, drops none, builds its trees in memory, writes nothing, and
+    /// carrying it out records exactly the versions planned.
+    #[test]
+    fn a_plan_decides_every_local_version_writes_nothing_and_execute_records_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        let elsewhere = directory(dir.path(), "elsewhere", &[("shared", "base")]);
+        let base = commit_dir(&mut store, &elsewhere);
+        std::fs::write(elsewhere.join("theirs"), "theirs").unwrap();
+        let theirs = commit_dir(&mut store, &elsewhere);
+        // Back to base, then the local line, from a directory of its own.
+        reset_to(&mut store, &base);
+        let here = directory(dir.path(), "here", &[("shared", "base"), ("ours1", "1")]);
+        let ours1 = commit_dir(&mut store, &here);
+        std::fs::write(here.join("ours2"), "2").unwrap();
+        let ours2 = commit_dir(&mut store, &here);
+        assert_eq!(store.catalog().head_or_none("d").unwrap(), Some(ours2));
+        let snapshot = |store: &Store| {
+            let mut names: Vec<String> = std::fs::read_dir(store.packs_dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            (names, std::fs::read(store.root().join("reflog")).unwrap())
+        };
+        let before = snapshot(&store);
+        let options = RebaseOptions::new("theirs");
+        let data_lock = store.lock_data_shared().unwrap();
+        let plan = plan(
+            &store,
+            &data_lock,
+            "d",
+            &theirs,
+            &options,
+            &crate::progress::NoProgress,
+        )
+        .unwrap();
+        assert_eq!(snapshot(&store), before, "planning wrote nothing");
+        let parent = |id: &ObjectId| store.catalog().version_record(id).unwrap().version.parent;
+        assert_eq!(
+            (parent(&ours1), parent(&theirs)),
+            (Some(base), Some(base)),
+            "{plan:?}"
+        );
+        assert_eq!(plan.status, RebaseStatus::Rebased);
+        assert_eq!(plan.base, Some(base));
+        let decided: Vec<ObjectId> = plan.steps.iter().map(|s| s.from).collect();
+        assert_eq!(decided, [ours1, ours2]);
+        let made: Vec<ObjectId> = plan.made().map(|(id, _)| *id).collect();
+        assert_eq!(made.len(), 2);
+        assert_eq!(plan.new_head, Some(made[1]));
+        assert!(!plan.trees.is_empty(), "the merged trees are new");
+        // A dry run's report names no new version.
+        let dry = plan.report(true);
+        assert!(dry.replayed.iter().all(|r| r.version.is_none() && r.kept));
+        assert_eq!(dry.head, None);
+        let report = execute(
+            &mut store,
+            data_lock,
+            &plan,
+            &options,
+            &crate::progress::NoProgress,
+        )
+        .unwrap();
+        assert_eq!(report.head, plan.new_head);
+        assert_eq!(store.catalog().head_or_none("d").unwrap(), plan.new_head);
+        let recorded = store.catalog().version_record(&made[1]).unwrap().version;
+        assert_eq!(recorded.parent, Some(made[0]));
+        let first = store.catalog().version_record(&made[0]).unwrap().version;
+        assert_eq!(first.parent, Some(theirs));
+    }
+
+    /// A local version whose changes ONTO already has is dropped, and a change both lines
+    /// made differently is a conflict that decides no version; the check refuses a plan
+    /// missing a decision.
+    #[test]
+    fn a_plan_drops_what_onto_has_and_a_conflict_decides_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::init(dir.path()).unwrap();
+        let elsewhere = directory(dir.path(), "elsewhere", &[("f", "base")]);
+        let base = commit_dir(&mut store, &elsewhere);
+        std::fs::write(elsewhere.join("f"), "same change").unwrap();
+        let theirs = commit_with(&mut store, &elsewhere, "theirs");
+        reset_to(&mut store, &base);
+        let here = directory(dir.path(), "here", &[("f", "same change")]);
+        let ours = commit_with(&mut store, &here, "ours");
+        assert_ne!(ours, theirs, "another version of the same tree");
+        let data_lock = store.lock_data_shared().unwrap();
+        let options = RebaseOptions::new("theirs");
+        let progress = crate::progress::NoProgress;
+        let dropped = plan(&store, &data_lock, "d", &theirs, &options, &progress).unwrap();
+        assert_eq!(dropped.status, RebaseStatus::Rebased);
+        assert!(matches!(
+            dropped.steps[..],
+            [ReplayStep {
+                decision: ReplayDecision::Drop,
+                ..
+            }]
+        ));
+        assert_eq!(dropped.new_head, Some(theirs));
+        assert!(dropped.trees.is_empty());
+        // Undecided: the check says so.
+        let mut undecided = dropped.clone();
+        undecided.steps.clear();
+        assert!(matches!(
+            check_decided(&store, &undecided, &[ours]),
+            Err(Error::Internal { .. })
+        ));
+        drop(data_lock);
+        // A different change to the same file: a conflict, no decision.
+        reset_to(&mut store, &base);
+        let other = directory(dir.path(), "other", &[("f", "another change")]);
+        commit_dir(&mut store, &other);
+        let data_lock = store.lock_data_shared().unwrap();
+        let conflict = plan(&store, &data_lock, "d", &theirs, &options, &progress).unwrap();
+        assert_eq!(conflict.status, RebaseStatus::Conflict);
+        assert!(conflict.steps.is_empty() && conflict.new_head.is_none());
+        assert_eq!(conflict.conflicts[0].path, "f");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub fn reset(store: &mut Store, dataset: &str, revision: &Revision) -> Result<Re
             ),
         });
     }
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let from = store.catalog().head(dataset)?;
     let to = revision.resolve(store.catalog())?;
     if store.catalog().removed_at(&to)?.is_some() {
@@ -109,7 +109,7 @@ pub fn tags(store: &Store, dataset: Option<&str>) -> Result<Vec<TagInfo>> {
 pub fn delete_tag(store: &mut Store, dataset: &str, tag: &str) -> Result<TagInfo> {
     check_name("dataset", dataset)?;
     store.catalog().head(dataset)?;
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let writer = store.catalog_mut().writer()?;
     let version = writer
         .delete_tag(dataset, tag)?
@@ -136,7 +136,7 @@ pub fn delete_tag(store: &mut Store, dataset: &str, tag: &str) -> Result<TagInfo
 pub fn rename(store: &mut Store, old: &str, new: &str) -> Result<()> {
     check_name("dataset", old)?;
     check_name("dataset", new)?;
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     store.catalog().head(old)?;
     if old == new {
         return Ok(());
@@ -174,7 +174,7 @@ pub fn tag(
     check_name("tag", tag)?;
     // Resolved and written under the store lock, as rename and reset are: a rename between
     // the two would leave the tag naming a dataset that is gone.
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let id = revision.resolve(store.catalog())?;
     let writer = store.catalog_mut().writer()?;
     writer.set_tag(&revision.dataset, tag, &id, options.force)?;

@@ -114,7 +114,7 @@ pub fn remove(store: &mut Store, target: &str, options: &RemoveOptions) -> Resul
         }
         tags.extend(named);
     }
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let writer = store.catalog_mut().writer()?;
     writer.mark_removed(&ids)?;
     if !target.contains('@') && !target.contains('~') {
@@ -139,7 +139,7 @@ pub fn pin(
     until: Option<i64>,
 ) -> Result<Pin> {
     // Resolved, written and read back under the store lock (as tag, rename and rm are).
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let id = revision.resolve(store.catalog())?;
     let writer = store.catalog_mut().writer()?;
     writer.pin(&id, reason, until)?;
@@ -159,7 +159,7 @@ pub fn pin(
 /// # Errors
 /// [`Error::RevisionNotFound`] when it is not pinned; revision errors.
 pub fn unpin(store: &mut Store, revision: &Revision) -> Result<ObjectId> {
-    let _lock = store.lock()?;
+    let _lock = store.lock_head_alone()?;
     let id = revision.resolve(store.catalog())?;
     let writer = store.catalog_mut().writer()?;
     let had = writer.unpin(&id)?;

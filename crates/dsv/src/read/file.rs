@@ -557,7 +557,7 @@ impl FileState {
             if verified.insert(index) {
                 // Every block passed: this map is proven, for every later reader.
                 let store = engine.lock_store();
-                if let Ok(_lock) = store.lock() {
+                if let Ok(_lock) = store.lock_head_alone() {
                     let _ = store.catalog().prove_file_map_at(&self.entry.id, map);
                 }
             }
@@ -662,7 +662,7 @@ fn reject(
     engine.block_sets.remove(&entry.id, map);
     {
         let store = engine.lock_store();
-        if let Ok(_lock) = store.lock() {
+        if let Ok(_lock) = store.lock_head_alone() {
             let _ = store.catalog().reject_file_map_at(&entry.id, map);
         }
     }

@@ -150,7 +150,7 @@ pub fn clone(
         let remote = Remote::open(&record)?;
         let data_lock = store.lock_data_shared()?;
         let fetched = fetch_with(store, &data_lock, &record, &remote, jobs, progress)?;
-        let _lock = store.lock()?;
+        let _lock = store.lock_head(&data_lock)?;
         for reference in &fetched.refs {
             check_ref_target(store.catalog(), &record.name, reference)?;
         }

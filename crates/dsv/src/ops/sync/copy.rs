@@ -62,6 +62,11 @@
 //!     the version or one of its ancestors (a tag naming another version on DST is
 //!     `rejected` unless `--force`).
 //!
+//! Steps 1 to 6 are [`plan`] (a [`CopyPlan`]: each SRC pack whole or by frames, each DST
+//! ref's move, checked to cover every pack and every head; nothing written to DST), steps 7
+//! to 10 [`execute`]. `--dry-run` is the plan's report ([`CopyPlan::report`]); it still
+//! fetches SRC's metadata into this store and records DST's indexes, as steps 3 and 5 do.
+//!
 //! A copy killed at any point leaves DST's refs as they were or moved to data DST holds;
 //! a re-run moves only what DST still lacks (whole packs keep their names, and packs built
 //! from frames are found by the next run's refresh of DST's indexes).
@@ -99,6 +104,8 @@ pub struct CopyOptions {
     pub force: bool,
     /// Requests in flight on each remote (default [`crate::remote::DEFAULT_JOBS`]).
     pub requests: usize,
+    /// Plan and report; write nothing to DST and move no ref (`--dry-run`).
+    pub dry_run: bool,
 }
 
 impl Default for CopyOptions {
@@ -106,12 +113,13 @@ impl Default for CopyOptions {
         CopyOptions {
             force: false,
             requests: crate::remote::DEFAULT_JOBS,
+            dry_run: false,
         }
     }
 }
 
-/// What a copy sent, and how.
-#[derive(Debug, Default, Serialize)]
+/// What a copy sent (or, planned, sends), and how.
+#[derive(Debug, Default, Clone, Serialize)]
 pub struct CopyPlanned {
     /// Versions DST lacked.
     pub versions: u64,
@@ -125,6 +133,9 @@ pub struct CopyPlanned {
     pub partial_packs: u64,
     /// Frames taken from those packs.
     pub frames: u64,
+    /// Bytes read from SRC for DST: the whole packs' sizes and the needed frames' stored
+    /// bytes.
+    pub bytes: u64,
 }
 
 /// The outcome of `dsv copy`.
@@ -134,11 +145,16 @@ pub struct CopyReport {
     pub from: String,
     /// The remote copied to.
     pub to: String,
+    /// True when only planned (`--dry-run`): nothing was written to DST and no ref moved;
+    /// `refs` then says what a copy would do to each.
+    pub dry_run: bool,
     /// DST's heads and tags after the copy (`status` as in push, plus `ahead`: DST's head
     /// already descends from the version, and stays).
     pub refs: Vec<PushedRef>,
     /// What DST lacked and how it went.
     pub planned: CopyPlanned,
+    /// Every SRC pack holding objects DST lacked: copied whole, or only its needed frames.
+    pub packs: Vec<PlannedSourcePack>,
     /// What DST received: packs written there (whole or built from frames), their bytes,
     /// their objects, and requests sent to DST.
     pub transfer: Transfer,
@@ -150,14 +166,146 @@ pub struct CopyReport {
 }
 
 /// One revision resolved on SRC.
+#[derive(Debug, Clone)]
 struct Target {
     dataset: String,
     version: ObjectId,
 }
 
+/// How a copy takes one SRC pack that holds objects DST lacks ([`PlannedSourcePack::action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourcePackAction {
+    /// Copied whole under its own name (its needed frames make up at least
+    /// [`WHOLE_PACK_SHARE`] of it, and DST has no mark on that name).
+    Whole,
+    /// Only its needed frames are read, into new packs built in memory.
+    Frames,
+}
+
+/// One SRC pack holding objects DST lacks, and how the copy takes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedSourcePack {
+    /// The pack id (on SRC).
+    pub pack: ObjectId,
+    /// Its size on SRC, bytes.
+    pub size: u64,
+    /// Whole, or only the frames needed.
+    pub action: SourcePackAction,
+    /// Frames of it that hold objects DST lacks.
+    pub frames: u64,
+    /// Bytes that travel: the whole pack, or its needed frames' stored bytes.
+    pub bytes: u64,
+}
+
+/// One DST ref as the copy moves it: the state listed in step 1 and the decision.
+#[derive(Debug, Clone)]
+struct RefMove {
+    name: RefName,
+    /// The version the ref names after the move (the one it keeps when `ahead` or
+    /// `rejected`).
+    version: ObjectId,
+    /// The version it named when listed (reported for heads only).
+    previous: Option<ObjectId>,
+    /// `created`, `updated`, `forced`, `up-to-date`, `ahead` or `rejected`.
+    status: &'static str,
+    /// Its state when listed (the compare-and-swap's expectation).
+    state: Option<RefState>,
+}
+
+impl RefMove {
+    fn reported(&self) -> PushedRef {
+        PushedRef {
+            dataset: self.name.dataset.clone(),
+            tag: self.name.tag.clone(),
+            version: self.version,
+            previous: if self.name.tag.is_none() {
+                self.previous
+            } else {
+                None
+            },
+            status: self.status,
+        }
+    }
+}
+
+/// What `dsv copy` will do, decided by [`plan`] before any byte moves (steps 1 to 6): every
+/// SRC pack holding what DST lacks, whole or by frames ([`CopyPlan::packs`]), and every DST
+/// ref's move ([`CopyPlan::refs`]); carried out by [`execute`] (steps 7 to 10). A dry run
+/// renders it ([`CopyPlan::report`]).
+pub struct CopyPlan {
+    /// The remote copied from.
+    pub from: String,
+    /// The remote copied to.
+    pub to: String,
+    /// DST's heads and tags as the copy leaves them (statuses as in [`CopyReport::refs`]).
+    pub refs: Vec<PushedRef>,
+    /// What DST lacks, and how it goes (`server_side` is known only once sent: 0 here).
+    pub planned: CopyPlanned,
+    /// Every SRC pack holding objects DST lacks, with its decision.
+    pub packs: Vec<PlannedSourcePack>,
+    /// Bytes read from SRC to prove the file maps the copy forwards.
+    pub proof_bytes: u64,
+    src_record: RemoteRecord,
+    src: Remote,
+    dst_record: RemoteRecord,
+    dst: Remote,
+    options: CopyOptions,
+    /// `None` when everything is in place (nothing to send, no ref to move).
+    sending: Option<Sending>,
+    moves: Vec<RefMove>,
+}
+
+impl std::fmt::Debug for CopyPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyPlan")
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .field("refs", &self.refs)
+            .field("planned", &self.planned)
+            .field("packs", &self.packs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`execute`] sends: DST as a writer saw it, the packs relied on, the whole packs and
+/// the frames of the others.
+struct Sending {
+    view: crate::transfer::WriterView,
+    relied: HashSet<ObjectId>,
+    whole: Vec<(ObjectId, u64)>,
+    partial: PartialFrames,
+    /// The decision for each SRC pack, as reported.
+    packs: Vec<PlannedSourcePack>,
+}
+
+impl CopyPlan {
+    /// What the copy would do, as `--dry-run` reports it: nothing written to DST, no ref
+    /// moved.
+    pub fn report(&self) -> CopyReport {
+        let transfer = Transfer {
+            requests: self.dst.requests(),
+            ..Transfer::default()
+        };
+        CopyReport {
+            from: self.from.clone(),
+            to: self.to.clone(),
+            dry_run: true,
+            refs: self.refs.clone(),
+            planned: self.planned.clone(),
+            packs: self.packs.clone(),
+            transfer,
+            source_requests: self.src.requests(),
+            proof_bytes: self.proof_bytes,
+        }
+    }
+}
+
 /// Copies `revisions` (each `DATASET`, `DATASET@TAG`, `DATASET@ID-PREFIX`, with `~N`) from
 /// remote `from` to remote `to`: DST receives the closure it lacks (see the module's
-/// rustdoc), then its refs move by compare-and-swap.
+/// rustdoc), then its refs move by compare-and-swap. [`plan`], then [`execute`], or with
+/// `options.dry_run` the plan's report (nothing written to DST, no ref moved; this store
+/// still fetches SRC's metadata and records DST's indexes, as a real copy does).
 ///
 /// # Errors
 /// [`Error::RemoteNotFound`]; [`Error::InvalidRemote`] when `from` and `to` are one remote;
@@ -175,12 +323,35 @@ pub fn copy(
     progress: &dyn Progress,
 ) -> Result<CopyReport> {
     let data = store.lock_data_shared()?;
-    let (src_record, src) = open(store, from)?;
-    let (dst_record, dst) = open(store, to)?;
+    let plan = plan(store, &data, revisions, (from, to), options, progress)?;
+    if options.dry_run {
+        Ok(plan.report())
+    } else {
+        execute(store, &data, plan, progress)
+    }
+}
+
+/// Steps 1 to 6: resolves the revisions on SRC, fetches their metadata into this store when
+/// it lacks it, reads DST as a writer sees it, checks every DST head, finds the closure DST
+/// lacks, proves its file maps, and decides per SRC pack (whole or frames) and per DST ref.
+/// Writes nothing to either remote. `remotes`: (SRC, DST).
+///
+/// # Errors
+/// As [`copy`].
+pub fn plan(
+    store: &mut Store,
+    data: &SharedDataLock,
+    revisions: &[String],
+    remotes: (&str, &str),
+    options: &CopyOptions,
+    progress: &dyn Progress,
+) -> Result<CopyPlan> {
+    let (src_record, src) = open(store, remotes.0)?;
+    let (dst_record, dst) = open(store, remotes.1)?;
     if src_record.id == dst_record.id {
         return Err(Error::InvalidRemote {
             what: "name",
-            value: to.to_string(),
+            value: remotes.1.to_string(),
             reason: "--from and --to name the same remote".into(),
         });
     }
@@ -191,7 +362,7 @@ pub fn copy(
         dst,
         force: options.force,
         jobs: options.requests,
-        data: &data,
+        data,
         progress,
     };
     let revisions: Vec<Revision> = revisions
@@ -209,17 +380,37 @@ pub fn copy(
         Ok::<_, Error>(all && in_place(&src_refs, &dst_refs, target)?)
     })?;
     if already {
-        let mut refs = Vec::new();
+        let mut moves = Vec::new();
         for target in &targets {
-            refs.extend(unmoved_refs(&src_refs, &dst_refs, target)?);
+            moves.extend(unmoved_refs(&src_refs, &dst_refs, target)?);
         }
-        return Ok(ends.report(refs, CopyPlanned::default(), Transfer::default(), 0));
+        return Ok(ends.into_plan(options, moves, None, CopyPlanned::default(), 0));
     }
+    let (sending, planned, proof_bytes) = plan_sending(store, &ends, &dst_refs, &targets, fetched)?;
+    let mut moves = Vec::new();
+    for target in &targets {
+        moves.extend(decide_refs(
+            store, &src_refs, &dst_refs, target, ends.force,
+        )?);
+    }
+    let plan = ends.into_plan(options, moves, Some(sending), planned, proof_bytes);
+    plan.check_decided(&targets)?;
+    Ok(plan)
+}
 
-    // Step 3: metadata here (fetched unless this store already records every version: a
-    // stale record shows as a missing object in step 5 or 6, which fetches then), DST seen
-    // as a writer sees it (docs/architecture.md, "Remote garbage collection": DST's format
-    // is checked, and objects only in packs a `gc --remote` marked count as absent).
+/// Steps 3 to 6: metadata here (fetched unless this store already records every version: a
+/// stale record shows as a missing object in step 5 or 6, which fetches then), DST seen as a
+/// writer sees it (docs/format.md, "Remote garbage collection": DST's format is
+/// checked, and objects only in packs a `gc --remote` marked count as absent), every head
+/// checked, the closure DST lacks located in SRC, its file maps proven, and SRC's packs
+/// split into whole and partly needed ones.
+fn plan_sending(
+    store: &mut Store,
+    ends: &Ends<'_>,
+    dst_refs: &RemoteRefs<'_>,
+    targets: &[Target],
+    mut fetched: bool,
+) -> Result<(Sending, CopyPlanned, u64)> {
     if !fetched
         && targets.iter().try_fold(false, |any, t| {
             Ok::<_, Error>(any || store.catalog().version(&t.version)?.is_none())
@@ -229,23 +420,15 @@ pub fn copy(
         fetched = true;
     }
     ends.phase("reading the destination's pack indexes");
-    let mut view = crate::transfer::writer_view(store, &ends.dst_record, &ends.dst, ends.jobs)?;
+    let view = crate::transfer::writer_view(store, &ends.dst_record, &ends.dst, ends.jobs)?;
     let mut relied = HashSet::new();
-    check_heads(store, &ends, &dst_refs, &targets)?;
+    check_heads(store, ends, dst_refs, targets)?;
 
-    // Steps 5 and 6: the closure DST lacks, located in SRC, per SRC pack.
     ends.phase("finding what the destination lacks");
     let mut listed: HashMap<ObjectId, u64> = ends.src.list_packs()?.into_iter().collect();
     let mut plan = |store: &mut Store, listed: &HashMap<ObjectId, u64>| {
-        plan_closure(
-            store,
-            &ends.src_record,
-            &ends.dst_record,
-            &view,
-            &mut relied,
-            &targets,
-            listed,
-        )
+        let sides = (&ends.src_record, &ends.dst_record);
+        plan_closure(store, sides, &view, &mut relied, targets, listed)
     };
     let closure = match plan(store, &listed) {
         // What this store recorded of SRC is older than SRC: read it again, once.
@@ -262,53 +445,99 @@ pub fn copy(
     ends.phase("proving the file maps");
     let proof_bytes =
         super::prove::prove_forwarded(store, &ends.src_record, &ends.src, &closure.needed)?;
-    let (whole, partial, mut planned) = split_packs(closure.per_pack, &listed, &view);
-    planned.versions = closure.versions;
-    planned.objects = closure.needed.len() as u64;
-
-    // Steps 7 and 8, then 9: DST lists every pack written, and no pack relied on is marked.
-    let (mut transfer, written) = send(
-        store,
-        &ends,
-        &view,
-        &mut relied,
+    let (whole, partial, packs) = split_packs(closure.per_pack, &listed, &view);
+    let mut planned = CopyPlanned {
+        versions: closure.versions,
+        objects: closure.needed.len() as u64,
+        whole_packs: whole.len() as u64,
+        bytes: packs.iter().map(|p| p.bytes).sum(),
+        ..CopyPlanned::default()
+    };
+    for pack in packs
+        .iter()
+        .filter(|p| p.action == SourcePackAction::Frames)
+    {
+        planned.partial_packs += 1;
+        planned.frames += pack.frames;
+    }
+    let sending = Sending {
+        view,
+        relied,
         whole,
         partial,
-        &mut planned,
-    )?;
+        packs,
+    };
+    Ok((sending, planned, proof_bytes))
+}
+
+/// Steps 7 to 10 of `plan`: the whole packs and frames sent, DST's indexes refreshed (every
+/// pack written listed, no pack relied on marked), then DST's refs moved as planned.
+///
+/// # Errors
+/// As [`copy`]. `_data`: the data lock [`plan`] ran under, still held.
+pub fn execute(
+    store: &mut Store,
+    data: &SharedDataLock,
+    plan: CopyPlan,
+    progress: &dyn Progress,
+) -> Result<CopyReport> {
+    let CopyPlan {
+        mut planned,
+        refs,
+        proof_bytes,
+        src_record,
+        src,
+        dst_record,
+        dst,
+        options,
+        sending,
+        moves,
+        ..
+    } = plan;
+    let ends = Ends {
+        src_record,
+        src,
+        dst_record,
+        dst,
+        force: options.force,
+        jobs: options.requests,
+        data,
+        progress,
+    };
+    let Some(mut sending) = sending else {
+        return Ok(ends.report(refs, planned, Transfer::default(), 0, Vec::new()));
+    };
+    let (mut transfer, written) = send(store, &ends, &mut sending, &mut planned)?;
     ends.phase("moving the destination's refs");
+    let view = &mut sending.view;
     view.reindex(store, &ends.dst_record, &ends.dst, ends.jobs)?;
     let listed_on_dst = store.catalog().remote_packs(ends.dst_record.id)?;
     if let Some(pack) = written.iter().find(|pack| !listed_on_dst.contains(pack)) {
         return Err(Error::Internal {
             detail: format!(
-                "remote {to} does not list pack {} after the copy; no ref moved",
+                "remote {} does not list pack {} after the copy; no ref moved",
+                ends.dst_record.name,
                 pack.short()
             ),
         });
     }
-    if !view.recheck(&ends.dst, &relied)?.is_empty() {
+    if !view.recheck(&ends.dst, &sending.relied)?.is_empty() {
         return Err(ends.collected());
     }
     transfer.objects = planned.objects;
 
     // Step 10: refs, head first, then tags.
     let mut refs = Vec::new();
-    for target in &targets {
-        if view.stale() && !view.recheck(&ends.dst, &relied)?.is_empty() {
+    for planned_move in &moves {
+        if planned_move.name.tag.is_none()
+            && view.stale()
+            && !view.recheck(&ends.dst, &sending.relied)?.is_empty()
+        {
             return Err(ends.collected());
         }
-        refs.extend(move_refs(
-            store,
-            &ends.dst_record,
-            &ends.dst,
-            &src_refs,
-            &dst_refs,
-            target,
-            ends.force,
-        )?);
+        refs.push(apply_move(store, &ends, planned_move)?);
     }
-    Ok(ends.report(refs, planned, transfer, proof_bytes))
+    Ok(ends.report(refs, planned, transfer, proof_bytes, sending.packs))
 }
 
 /// The two remotes of a copy, opened, with the copy's settings and the data lock it holds.
@@ -352,22 +581,52 @@ impl Ends<'_> {
         }
     }
 
+    /// The report of a copy carried out (or found in place).
     fn report(
         &self,
         refs: Vec<PushedRef>,
         planned: CopyPlanned,
         mut transfer: Transfer,
         proof_bytes: u64,
+        packs: Vec<PlannedSourcePack>,
     ) -> CopyReport {
         transfer.requests = self.dst.requests();
         CopyReport {
             from: self.src_record.name.clone(),
             to: self.dst_record.name.clone(),
+            dry_run: false,
             refs,
             planned,
+            packs,
             transfer,
             source_requests: self.src.requests(),
             proof_bytes,
+        }
+    }
+
+    /// The plan of a copy, these ends moved into it.
+    fn into_plan(
+        self,
+        options: &CopyOptions,
+        moves: Vec<RefMove>,
+        sending: Option<Sending>,
+        planned: CopyPlanned,
+        proof_bytes: u64,
+    ) -> CopyPlan {
+        CopyPlan {
+            from: self.src_record.name.clone(),
+            to: self.dst_record.name.clone(),
+            refs: moves.iter().map(RefMove::reported).collect(),
+            planned,
+            packs: sending.as_ref().map_or_else(Vec::new, |s| s.packs.clone()),
+            proof_bytes,
+            src_record: self.src_record,
+            src: self.src,
+            dst_record: self.dst_record,
+            dst: self.dst,
+            options: *options,
+            sending,
+            moves,
         }
     }
 }
@@ -472,33 +731,48 @@ type PartialFrames = BTreeMap<(ObjectId, u64), (FrameRecord, i64)>;
 
 /// Step 6: packs whose needed frames make up at least [`WHOLE_PACK_SHARE`] of them go whole
 /// (id and size), unless DST has marked that id (a copy under it would change nothing, and
-/// the marked pack may be deleted); from the others, only the needed frames.
+/// the marked pack may be deleted); from the others, only the needed frames. Returns the
+/// whole packs, the frames of the others, and the decision for each pack.
 fn split_packs(
     per_pack: FramesPerPack,
     listed: &HashMap<ObjectId, u64>,
     view: &crate::transfer::WriterView,
-) -> (Vec<(ObjectId, u64)>, PartialFrames, CopyPlanned) {
+) -> (Vec<(ObjectId, u64)>, PartialFrames, Vec<PlannedSourcePack>) {
     let mut whole = Vec::new();
     let mut partial = PartialFrames::new();
-    let mut planned = CopyPlanned::default();
+    let mut packs = Vec::new();
     for (pack, frames) in per_pack {
         let size = listed[&pack];
         let needed_bytes: u64 = frames
             .values()
             .map(|(f, _)| u64::from(f.stored_length))
             .sum();
-        if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 && !view.is_marked(&pack) {
-            whole.push((pack, size));
-        } else {
-            planned.partial_packs += 1;
-            planned.frames += frames.len() as u64;
-            for (offset, frame) in frames {
-                partial.insert((pack, offset), frame);
+        let action =
+            if needed_bytes as f64 >= WHOLE_PACK_SHARE * size as f64 && !view.is_marked(&pack) {
+                SourcePackAction::Whole
+            } else {
+                SourcePackAction::Frames
+            };
+        packs.push(PlannedSourcePack {
+            pack,
+            size,
+            action,
+            frames: frames.len() as u64,
+            bytes: match action {
+                SourcePackAction::Whole => size,
+                SourcePackAction::Frames => needed_bytes,
+            },
+        });
+        match action {
+            SourcePackAction::Whole => whole.push((pack, size)),
+            SourcePackAction::Frames => {
+                for (offset, frame) in frames {
+                    partial.insert((pack, offset), frame);
+                }
             }
         }
     }
-    planned.whole_packs = whole.len() as u64;
-    (whole, partial, planned)
+    (whole, partial, packs)
 }
 
 /// Steps 7 and 8: whole packs copied, the needed frames of the others repacked in memory and
@@ -511,13 +785,13 @@ fn split_packs(
 fn send(
     store: &Store,
     ends: &Ends<'_>,
-    view: &crate::transfer::WriterView,
-    relied: &mut HashSet<ObjectId>,
-    whole: Vec<(ObjectId, u64)>,
-    partial: PartialFrames,
+    sending: &mut Sending,
     planned: &mut CopyPlanned,
 ) -> Result<(Transfer, Vec<ObjectId>)> {
     let (src, dst, jobs, progress) = (&ends.src, &ends.dst, ends.jobs, ends.progress);
+    let whole = std::mem::take(&mut sending.whole);
+    let partial = std::mem::take(&mut sending.partial);
+    let (view, relied) = (&sending.view, &mut sending.relied);
     let whole_bytes: u64 = whole.iter().map(|(_, size)| size).sum();
     let partial_bytes: u64 = partial
         .values()
@@ -657,30 +931,33 @@ fn in_place(src_refs: &RemoteRefs<'_>, dst_refs: &RemoteRefs<'_>, target: &Targe
         .all(listed_on_dst))
 }
 
-/// The refs of a target already in place, reported `up-to-date`.
+/// The refs of a target already in place, reported `up-to-date` (not recorded again).
 fn unmoved_refs(
     src_refs: &RemoteRefs<'_>,
     dst_refs: &RemoteRefs<'_>,
     target: &Target,
-) -> Result<Vec<PushedRef>> {
-    let mut refs = vec![PushedRef {
-        dataset: target.dataset.clone(),
-        tag: None,
+) -> Result<Vec<RefMove>> {
+    let mut refs = vec![RefMove {
+        name: RefName {
+            dataset: target.dataset.clone(),
+            tag: None,
+        },
         version: target.version,
         previous: Some(target.version),
         status: "up-to-date",
+        state: None,
     }];
     for tag in source_tags(src_refs, &target.dataset) {
-        if let (Some((named, _)), Some((there, _))) =
+        if let (Some((named, _)), Some((there, state))) =
             (src_refs.current(&tag)?, dst_refs.current(&tag)?)
             && there == named
         {
-            refs.push(PushedRef {
-                dataset: target.dataset.clone(),
-                tag: tag.tag.clone(),
+            refs.push(RefMove {
+                name: tag,
                 version: named,
                 previous: Some(named),
                 status: "up-to-date",
+                state: Some(state),
             });
         }
     }
@@ -708,8 +985,7 @@ struct PlannedClosure {
 /// lack, or a pack they name that SRC no longer lists; [`Error::Catalog`].
 fn plan_closure(
     store: &Store,
-    src: &RemoteRecord,
-    dst: &RemoteRecord,
+    (src, dst): (&RemoteRecord, &RemoteRecord),
     view: &crate::transfer::WriterView,
     relied: &mut HashSet<ObjectId>,
     targets: &[Target],
@@ -758,11 +1034,14 @@ fn closure_missing(
     let mut seen = HashSet::new();
     let mut versions = 0;
     for target in targets {
+        let mut on = super::push::WalkedRemote {
+            view,
+            remote: dst.id,
+            relied,
+        };
         walk_missing_on(
             store,
-            view,
-            dst.id,
-            relied,
+            &mut on,
             &target.version,
             &|id| {
                 Ok(catalog
@@ -807,18 +1086,17 @@ fn index_offset(pack: &[u8]) -> usize {
     pack.len() - trailer_len - index_length as usize
 }
 
-/// Moves DST's head of `target`'s dataset (compare-and-swap with the state listed in step 1),
-/// then copies SRC's tags naming the version or one of its ancestors; records each ref.
-fn move_refs(
-    store: &mut Store,
-    dst_record: &RemoteRecord,
-    dst: &Remote,
+/// Decides how DST's head of `target`'s dataset moves (from the state listed in step 1), then
+/// how SRC's tags naming the version or one of its ancestors go: `up-to-date`, `ahead` (DST's
+/// head descends from the version; kept unless `force`), `updated` (a fast-forward),
+/// `forced`, `created`; a tag naming another version on DST is `rejected` unless `force`.
+fn decide_refs(
+    store: &Store,
     src_refs: &RemoteRefs<'_>,
     dst_refs: &RemoteRefs<'_>,
     target: &Target,
     force: bool,
-) -> Result<Vec<PushedRef>> {
-    let mut refs = Vec::new();
+) -> Result<Vec<RefMove>> {
     let head = RefName {
         dataset: target.dataset.clone(),
         tag: None,
@@ -826,36 +1104,22 @@ fn move_refs(
     let version = target.version;
     let current = dst_refs.current(&head)?;
     let previous = current.as_ref().map(|(id, _)| *id);
-    let moved: Option<(&'static str, RefState)> = match &current {
-        Some((there, _)) if *there == version => {
-            Some(("up-to-date", current.clone().expect("some").1))
+    let (status, kept) = match &current {
+        Some((there, _)) if *there == version => ("up-to-date", None),
+        Some((there, _)) if is_ancestor(store, &version, there)? && !force => {
+            ("ahead", Some(*there))
         }
-        Some((there, _)) if is_ancestor(store, &version, there)? && !force => None,
-        Some((there, state)) if is_ancestor(store, there, &version)? => {
-            Some(("updated", dst.update_ref(&head, &version, Some(state))?))
-        }
-        Some(_) => Some(("forced", dst.force_ref(&head, &version)?)),
-        None => Some(("created", dst.update_ref(&head, &version, None)?)),
+        Some((there, _)) if is_ancestor(store, there, &version)? => ("updated", None),
+        Some(_) => ("forced", None),
+        None => ("created", None),
     };
-    match moved {
-        Some((status, state)) => {
-            record_ref(store, dst_record.id, &remote_ref(&head, version, &state))?;
-            refs.push(PushedRef {
-                dataset: target.dataset.clone(),
-                tag: None,
-                version,
-                previous,
-                status,
-            });
-        }
-        None => refs.push(PushedRef {
-            dataset: target.dataset.clone(),
-            tag: None,
-            version: previous.expect("a head is there"),
-            previous,
-            status: "ahead",
-        }),
-    }
+    let mut moves = vec![RefMove {
+        name: head,
+        version: kept.unwrap_or(version),
+        previous,
+        status,
+        state: current.map(|(_, state)| state),
+    }];
     // Tags of SRC naming the version or an ancestor.
     let mut lineage = HashSet::new();
     let mut next = Some(version);
@@ -870,20 +1134,250 @@ fn move_refs(
         if !lineage.contains(&named) {
             continue;
         }
-        let (status, state, now) = match dst_refs.current(&tag)? {
-            Some((there, state)) if there == named => ("up-to-date", state, named),
-            Some(_) if force => ("forced", dst.force_ref(&tag, &named)?, named),
-            Some((there, state)) => ("rejected", state, there),
-            None => ("created", dst.update_ref(&tag, &named, None)?, named),
+        let there = dst_refs.current(&tag)?;
+        let (status, now) = match &there {
+            Some((there, _)) if *there == named => ("up-to-date", named),
+            Some(_) if force => ("forced", named),
+            Some((there, _)) => ("rejected", *there),
+            None => ("created", named),
         };
-        record_ref(store, dst_record.id, &remote_ref(&tag, now, &state))?;
-        refs.push(PushedRef {
-            dataset: target.dataset.clone(),
-            tag: tag.tag.clone(),
+        moves.push(RefMove {
+            name: tag,
             version: now,
-            previous: None,
+            previous: there.as_ref().map(|(id, _)| *id),
             status,
+            state: there.map(|(_, state)| state),
         });
     }
-    Ok(refs)
+    Ok(moves)
+}
+
+/// Carries out one planned ref move on DST (compare-and-swap with the state listed in step 1)
+/// and records the ref as DST now holds it (an `ahead` head is not recorded).
+fn apply_move(store: &mut Store, ends: &Ends<'_>, planned: &RefMove) -> Result<PushedRef> {
+    let (dst, name, version) = (&ends.dst, &planned.name, &planned.version);
+    let state = match (planned.status, &planned.state) {
+        ("ahead", _) => None,
+        ("up-to-date" | "rejected", Some(state)) => Some(state.clone()),
+        ("updated", Some(state)) => Some(dst.update_ref(name, version, Some(state))?),
+        ("forced", _) => Some(dst.force_ref(name, version)?),
+        ("created", None) => Some(dst.update_ref(name, version, None)?),
+        (status, state) => {
+            return Err(Error::Internal {
+                detail: format!("copy planned ref {name:?} {status} with state {state:?}"),
+            });
+        }
+    };
+    if let Some(state) = state {
+        record_ref(
+            store,
+            ends.dst_record.id,
+            &remote_ref(name, *version, &state),
+        )?;
+    }
+    Ok(planned.reported())
+}
+
+impl CopyPlan {
+    /// Every target's head has a move; every SRC pack holding what DST lacks is taken exactly
+    /// one way (whole or by frames), and the report lists each.
+    fn check_decided(&self, targets: &[Target]) -> Result<()> {
+        let wrong = |what: String| Error::Internal {
+            detail: format!("copy planned {what}"),
+        };
+        for target in targets {
+            let head = |m: &RefMove| m.name.dataset == target.dataset && m.name.tag.is_none();
+            if !self.moves.iter().any(head) {
+                return Err(wrong(format!("no move of {}'s head", target.dataset)));
+            }
+        }
+        let Some(sending) = &self.sending else {
+            return Ok(());
+        };
+        let whole: HashSet<ObjectId> = sending.whole.iter().map(|(id, _)| *id).collect();
+        let partial: HashSet<ObjectId> = sending.partial.keys().map(|(id, _)| *id).collect();
+        if let Some(id) = whole.intersection(&partial).next() {
+            return Err(wrong(format!(
+                "pack {} both whole and by frames",
+                id.short()
+            )));
+        }
+        for pack in &self.packs {
+            let taken = match pack.action {
+                SourcePackAction::Whole => whole.contains(&pack.pack),
+                SourcePackAction::Frames => partial.contains(&pack.pack),
+            };
+            if !taken {
+                return Err(wrong(format!(
+                    "pack {} without a decision",
+                    pack.pack.short()
+                )));
+            }
+        }
+        if self.packs.len() != whole.len() + partial.len() {
+            return Err(wrong("packs taken without a decision".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::ops::commit::{CommitOptions, commit};
+    use crate::ops::sync::{PushOptions, add_remote, push};
+
+    /// Every file under `dir`, with its bytes.
+    fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, into: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, into);
+                } else {
+                    into.insert(path.clone(), std::fs::read(&path).unwrap());
+                }
+            }
+        }
+        let mut into = BTreeMap::new();
+        walk(dir, &mut into);
+        into
+    }
+
+    /// Commits `content` as `name` in `dataset` (with `tag`).
+    fn commit_file(store: &mut Store, dir: &Path, name: &str, content: &[u8], tag: Option<&str>) {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join(name), content).unwrap();
+        let mut options = CommitOptions::new("ds");
+        options.tag = tag.map(str::to_string);
+        commit(store, &data, &options, &NoProgress).unwrap();
+    }
+
+    fn push_to(store: &mut Store, remote: &str) {
+        let options = PushOptions {
+            force: false,
+            requests: 2,
+        };
+        push(store, remote, &[], &options, &NoProgress).unwrap();
+    }
+
+    fn statuses(refs: &[PushedRef]) -> Vec<(Option<String>, &'static str)> {
+        refs.iter().map(|r| (r.tag.clone(), r.status)).collect()
+    }
+
+    /// A store with remotes `src` and `dst` (directories in `dir`): `ds`'s first version on
+    /// both, its second (tagged `v2`) on `src` only.
+    fn two_remotes(dir: &Path) -> Store {
+        let mut store = Store::init(&dir.join("store")).unwrap();
+        for name in ["src", "dst"] {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+            let url = format!("file://{}", dir.join(name).display());
+            add_remote(&mut store, name, &url, &Default::default()).unwrap();
+        }
+        commit_file(&mut store, dir, "a", &[1; 100_000], None);
+        push_to(&mut store, "src");
+        push_to(&mut store, "dst");
+        commit_file(&mut store, dir, "b", &[2; 200_000], Some("v2"));
+        push_to(&mut store, "src");
+        store
+    }
+
+    /// The plan decides each DST ref (the head a fast-forward, the tag created) and each SRC
+    /// pack (the second version's pack, all of it needed: whole), writes nothing to DST, and
+    /// is what execute then does; once in place, the plan sends nothing.
+    #[test]
+    fn a_plan_writes_nothing_and_execute_does_what_it_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = two_remotes(dir.path());
+        let before = files(&dir.path().join("dst"));
+        let data = store.lock_data_shared().unwrap();
+        let revisions = ["ds".to_string()];
+        let options = CopyOptions::default();
+        let planned = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &options,
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(
+            statuses(&planned.refs),
+            vec![(None, "updated"), (Some("v2".into()), "created")]
+        );
+        assert_eq!(planned.packs.len(), 1, "{planned:?}");
+        assert_eq!(planned.packs[0].action, SourcePackAction::Whole);
+        assert_eq!(planned.planned.versions, 1);
+        assert!(planned.report().dry_run);
+        assert_eq!(
+            files(&dir.path().join("dst")),
+            before,
+            "planning wrote to dst"
+        );
+        let packs = planned.packs.clone();
+        let report = execute(&mut store, &data, planned, &NoProgress).unwrap();
+        assert!(!report.dry_run);
+        assert_eq!(
+            statuses(&report.refs),
+            vec![(None, "updated"), (Some("v2".into()), "created")]
+        );
+        assert_eq!(report.transfer.packs, 1);
+        let pack = dir
+            .path()
+            .join(format!("dst/packs/{}.pack", packs[0].pack.to_hex()));
+        assert!(pack.exists(), "the whole pack went under its own name");
+        // In place now: nothing to send, every ref up to date.
+        let again = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &options,
+            &NoProgress,
+        )
+        .unwrap();
+        assert!(again.packs.is_empty());
+        assert!(again.refs.iter().all(|r| r.status == "up-to-date"));
+    }
+
+    /// A DST head that descends from the version copied stays (`ahead`) unless forced (then
+    /// `forced`); SRC's tag of a later version is not copied with an older one.
+    #[test]
+    fn a_head_ahead_stays_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = two_remotes(dir.path());
+        // DST holds the second version: the first is behind its head.
+        push_to(&mut store, "dst");
+        let data = store.lock_data_shared().unwrap();
+        let revisions = ["ds~1".to_string()];
+        let planned = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &CopyOptions::default(),
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(statuses(&planned.refs), vec![(None, "ahead")]);
+        let force = CopyOptions {
+            force: true,
+            ..CopyOptions::default()
+        };
+        let forced = plan(
+            &mut store,
+            &data,
+            &revisions,
+            ("src", "dst"),
+            &force,
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(statuses(&forced.refs), vec![(None, "forced")]);
+    }
 }

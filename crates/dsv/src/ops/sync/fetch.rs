@@ -135,7 +135,7 @@ pub(super) fn fetch_with(
         ],
     )?;
     let mut transfer = download(store, data, record, remote, &wanted, jobs, progress)?;
-    let _lock = store.lock()?;
+    let _lock = store.lock_head(data)?;
     record_fetched_versions(store)?;
     // Refs deleted on the remote since the last fetch.
     let gone: Vec<RemoteRef> = store

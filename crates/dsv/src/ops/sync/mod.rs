@@ -184,7 +184,7 @@
 //!   with whatever else it holds: objects of other datasets, of versions not pushed, or of
 //!   other frames downloaded together. The remote then holds data that no ref needs.
 //! - Remote garbage is deleted only by `dsv gc --remote` (module [`remote_gc`]; the argument
-//!   that no ref names deleted data is in docs/architecture.md, "Remote garbage
+//!   that no ref names deleted data is in docs/format.md, "Remote garbage
 //!   collection"), which runs lock-free against writers that follow `transfer::writer_view`.
 //!   dsv binaries built before it do not know its rules; the guard pack makes them refuse a
 //!   collected remote (docs/format.md, "Remote layout").
@@ -213,9 +213,9 @@
 //!   a local directory, moto's S3 server and Azurite (`scripts/test-servers`). GCS is
 //!   configuration-tested only: its URLs are accepted and its client is built, but no test
 //!   talks to a GCS server.
-//! - `remote_refusal` recognizes a missing bucket and refused credentials by the service's
-//!   error codes in the error text; an unrecognized refusal is reported as a network error
-//!   (exit 6).
+//! - `remote::failure::classify` recognizes a missing bucket and refused credentials by the
+//!   service's error codes in the error text; an unrecognized refusal is reported as a
+//!   network error (exit 6).
 
 pub mod clone;
 pub mod copy;

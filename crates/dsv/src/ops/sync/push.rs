@@ -79,7 +79,7 @@ use crate::transfer::{WriterView, fresh_copy, writer_view};
 use crate::tree::{Reached, walk_reachable};
 
 /// One dataset's ref after a push.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PushedRef {
     /// The dataset.
     pub dataset: String,
@@ -222,17 +222,15 @@ impl<'a> RemoteRefs<'a> {
 ///
 /// # Errors
 /// [`Error::MissingObject`] for metadata this store lacks; `need`'s errors.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn walk_missing_on(
     store: &Store,
-    view: &WriterView,
-    remote: i64,
-    relied: &mut HashSet<ObjectId>,
+    on: &mut WalkedRemote<'_>,
     version: &ObjectId,
     has_outboard: &dyn Fn(&ObjectId) -> Result<bool>,
     lacking_outboard: &mut dyn FnMut(ObjectId),
     need: &mut dyn FnMut(ObjectId, ObjectKind) -> Result<()>,
 ) -> Result<()> {
+    let (view, remote, relied) = (on.view, on.remote, &mut *on.relied);
     let catalog = store.catalog();
     let mut reader = store.reader();
     let mut holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
@@ -292,6 +290,17 @@ pub(super) fn walk_missing_on(
     Ok(())
 }
 
+/// The remote a [`walk_missing_on`] walks against: what it holds as a writer sees it, and
+/// the packs of it the walk relies on (those holding what it does not hand to `need`).
+pub(super) struct WalkedRemote<'a> {
+    /// The writer's view of the remote.
+    pub(super) view: &'a WriterView,
+    /// The remote's catalog id.
+    pub(super) remote: i64,
+    /// Remote packs relied on, added to by the walk.
+    pub(super) relied: &'a mut HashSet<ObjectId>,
+}
+
 /// Every local pack holding an object reachable from `version` that `record`'s remote lacks
 /// as `view` sees it (an object only in marked packs is lacking), through every parent
 /// ([`walk_missing_on`]). The remote packs holding the rest go into `relied`.
@@ -305,11 +314,14 @@ fn objects_to_send(
 ) -> Result<HashSet<ObjectId>> {
     let catalog = store.catalog();
     let mut packs = HashSet::new();
+    let mut on = WalkedRemote {
+        view,
+        remote: record.id,
+        relied,
+    };
     walk_missing_on(
         store,
-        view,
-        record.id,
-        relied,
+        &mut on,
         version,
         &|id| catalog.has_object(id, ObjectKind::Outboard),
         &mut |id| lacking_outboards.push(id),
@@ -376,105 +388,188 @@ pub fn push(
     let _data_lock = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
     progress.phase("comparing with the remote");
-    let targets: Vec<(String, ObjectId)> = if only.is_empty() {
-        store
+    let targets = push_targets(store, only)?;
+    let view = writer_view(store, &record, &remote, jobs)?;
+    let remote_refs = RemoteRefs::list(store, &record, &remote)?;
+    let mut session = PushSession {
+        record: &record,
+        remote: &remote,
+        view,
+        jobs,
+        force,
+        relied: HashSet::new(),
+    };
+    // Check every head first: a dataset refused uploads nothing.
+    let (plans, mut datasets) = session.check_heads(store, &remote_refs, &targets)?;
+    let mut transfer = session.send_all(store, &plans, progress)?;
+    progress.phase("moving the remote's refs");
+    let mut refs = Vec::new();
+    for plan in plans {
+        datasets.push(session.move_dataset(store, &remote_refs, plan, &mut refs)?);
+    }
+    // In the targets' order.
+    datasets.sort_by_key(|d| targets.iter().position(|(name, _)| *name == d.dataset));
+    transfer.requests = remote.requests();
+    Ok(PushReport {
+        remote: record.name.clone(),
+        refused: datasets.iter().filter(|d| d.refused()).count() as u64,
+        datasets,
+        refs,
+        transfer,
+    })
+}
+
+/// The datasets a push moves, each with its version: every dataset's head, or the
+/// revisions `only` names (at most one per dataset).
+fn push_targets(store: &Store, only: &[Revision]) -> Result<Vec<(String, ObjectId)>> {
+    if only.is_empty() {
+        return Ok(store
             .catalog()
             .datasets()?
             .into_iter()
             .filter_map(|d| d.head.map(|head| (d.name, head)))
-            .collect()
-    } else {
-        let mut targets: Vec<(String, ObjectId)> = Vec::new();
-        for revision in only {
-            if targets
-                .iter()
-                .any(|(dataset, _)| *dataset == revision.dataset)
-            {
-                return Err(Error::InvalidRevision {
-                    revision: revision.to_string(),
-                    reason: format!(
-                        "a second revision of dataset {:?}: a push moves its head to one version",
-                        revision.dataset
-                    ),
-                });
-            }
-            targets.push((revision.dataset.clone(), revision.resolve(store.catalog())?));
-        }
-        targets
-    };
-    let mut view = writer_view(store, &record, &remote, jobs)?;
-    let remote_refs = RemoteRefs::list(store, &record, &remote)?;
-    // Check every head first: a dataset refused uploads nothing.
-    let mut plans = Vec::new();
-    let mut datasets: Vec<PushedDataset> = Vec::new();
-    for (dataset, version) in &targets {
-        let ref_name = RefName {
-            dataset: dataset.clone(),
-            tag: None,
-        };
-        let current = remote_refs.current(&ref_name)?;
-        if let Some((remote_head, _)) = &current
-            && remote_head != version
-            && !is_ancestor(store, remote_head, version)?
-            && !force
-        {
-            // On one line, only older: say so (pulling would not help).
-            let error = if is_ancestor(store, version, remote_head)? {
-                Error::PushBehind {
-                    remote: record.name.clone(),
-                    dataset: dataset.clone(),
-                    version: version.short(),
-                }
-            } else {
-                Error::RemoteDiverged {
-                    remote: record.name.clone(),
-                    dataset: dataset.clone(),
-                }
-            };
-            datasets.push(PushedDataset::refused_by(
-                dataset,
-                *version,
-                Some(*remote_head),
-                &error,
-            ));
-            continue;
-        }
-        plans.push((ref_name, *version, current));
+            .collect());
     }
-    let mut transfer = Transfer::default();
-    // Packs of the remote this push relies on (objects it did not send, packs it sent).
-    let mut relied = HashSet::new();
-    let mut round = 0;
-    while !plans.is_empty() {
-        round += 1;
-        let sent = send_round(
-            store,
-            &record,
-            &remote,
-            &view,
-            &plans,
-            jobs,
-            &mut relied,
-            progress,
-        )?;
-        transfer.add_moved(&sent);
-        // The writers' rule: right before refs move, no pack relied on may be marked.
-        progress.phase("checking the remote's gc marks");
-        if view.recheck(&remote, &relied)?.is_empty() {
-            break;
-        }
-        if round == MAX_SEND_ROUNDS {
-            return Err(Error::RemoteCollected {
-                remote: record.name.clone(),
-                operation: "push",
+    let mut targets: Vec<(String, ObjectId)> = Vec::new();
+    for revision in only {
+        if targets
+            .iter()
+            .any(|(dataset, _)| *dataset == revision.dataset)
+        {
+            return Err(Error::InvalidRevision {
+                revision: revision.to_string(),
+                reason: format!(
+                    "a second revision of dataset {:?}: a push moves its head to one version",
+                    revision.dataset
+                ),
             });
         }
-        view.reindex(store, &record, &remote, jobs)?;
+        targets.push((revision.dataset.clone(), revision.resolve(store.catalog())?));
     }
-    progress.phase("moving the remote's refs");
-    let mut refs = Vec::new();
-    for (ref_name, version, current) in plans {
-        check_fresh(&mut view, &remote, &relied, &record.name)?;
+    Ok(targets)
+}
+
+/// A push under way: the remote, a writer's view of it, the settings, and the packs of the
+/// remote it relies on (objects it did not send, packs it sent).
+struct PushSession<'a> {
+    record: &'a RemoteRecord,
+    remote: &'a Remote,
+    view: WriterView,
+    jobs: usize,
+    force: bool,
+    relied: HashSet<ObjectId>,
+}
+
+impl PushSession<'_> {
+    /// Every target's head checked against the remote's, before any byte moves: a head that
+    /// is the version or an ancestor of it (or any, with `force`) is planned; any other
+    /// refuses its dataset (`behind` when the version is an ancestor of the remote's head,
+    /// else `diverged`).
+    fn check_heads(
+        &self,
+        store: &Store,
+        remote_refs: &RemoteRefs<'_>,
+        targets: &[(String, ObjectId)],
+    ) -> Result<(Vec<Plan>, Vec<PushedDataset>)> {
+        let mut plans = Vec::new();
+        let mut refused = Vec::new();
+        for (dataset, version) in targets {
+            let ref_name = RefName {
+                dataset: dataset.clone(),
+                tag: None,
+            };
+            let current = remote_refs.current(&ref_name)?;
+            if let Some((remote_head, _)) = &current
+                && remote_head != version
+                && !is_ancestor(store, remote_head, version)?
+                && !self.force
+            {
+                // On one line, only older: say so (pulling would not help).
+                let error = if is_ancestor(store, version, remote_head)? {
+                    Error::PushBehind {
+                        remote: self.record.name.clone(),
+                        dataset: dataset.clone(),
+                        version: version.short(),
+                    }
+                } else {
+                    Error::RemoteDiverged {
+                        remote: self.record.name.clone(),
+                        dataset: dataset.clone(),
+                    }
+                };
+                let head = Some(*remote_head);
+                refused.push(PushedDataset::refused_by(dataset, *version, head, &error));
+                continue;
+            }
+            plans.push((ref_name, *version, current));
+        }
+        Ok((plans, refused))
+    }
+
+    /// Sends what the remote lacks for `plans`, in rounds, until no pack relied on is marked
+    /// (the writers' rule, checked right before refs move); [`Error::RemoteCollected`] after
+    /// [`MAX_SEND_ROUNDS`].
+    fn send_all(
+        &mut self,
+        store: &mut Store,
+        plans: &[Plan],
+        progress: &dyn Progress,
+    ) -> Result<Transfer> {
+        let mut transfer = Transfer::default();
+        let mut round = 0;
+        while !plans.is_empty() {
+            round += 1;
+            let to = Destination {
+                record: self.record,
+                remote: self.remote,
+                view: &self.view,
+                jobs: self.jobs,
+            };
+            let sent = send_round(store, &to, plans, &mut self.relied, progress)?;
+            transfer.add_moved(&sent);
+            progress.phase("checking the remote's gc marks");
+            if self.view.recheck(self.remote, &self.relied)?.is_empty() {
+                break;
+            }
+            if round == MAX_SEND_ROUNDS {
+                return Err(self.collected());
+            }
+            self.view
+                .reindex(store, self.record, self.remote, self.jobs)?;
+        }
+        Ok(transfer)
+    }
+
+    /// A gc marked a pack this push relies on.
+    fn collected(&self) -> Error {
+        Error::RemoteCollected {
+            remote: self.record.name.clone(),
+            operation: "push",
+        }
+    }
+
+    /// A writer whose last check of the marks is older than half the grace checks again
+    /// before moving a ref: a pack relied on marked meanwhile stops the push.
+    fn check_fresh(&mut self) -> Result<()> {
+        if self.view.stale() && !self.view.recheck(self.remote, &self.relied)?.is_empty() {
+            return Err(self.collected());
+        }
+        Ok(())
+    }
+
+    /// Moves one dataset's head (compare-and-swap with the state listed) and then its tags
+    /// (those of the version and its ancestors); each ref moved goes into `refs`. A head
+    /// another writer moved since it was listed refuses the dataset, and the next ones still
+    /// move.
+    fn move_dataset(
+        &mut self,
+        store: &mut Store,
+        remote_refs: &RemoteRefs<'_>,
+        (ref_name, version, current): Plan,
+        refs: &mut Vec<PushedRef>,
+    ) -> Result<PushedDataset> {
+        self.check_fresh()?;
+        let remote = self.remote;
         let previous = current.as_ref().map(|(id, _)| *id);
         let moved = match &current {
             Some((head, state)) if *head == version => Ok(("up-to-date", state.clone())),
@@ -493,26 +588,20 @@ pub fn push(
         };
         let (status, state) = match moved {
             Ok(moved) => moved,
-            // Another writer moved the head since step 3: this dataset is refused, the
-            // next ones still move.
             Err(error @ Error::RemoteDiverged { .. }) => {
-                datasets.push(PushedDataset::refused_by(
-                    &ref_name.dataset,
-                    version,
-                    previous,
-                    &error,
+                let dataset = &ref_name.dataset;
+                return Ok(PushedDataset::refused_by(
+                    dataset, version, previous, &error,
                 ));
-                continue;
             }
             Err(error) => return Err(error),
         };
-        let mut dataset_status = if status == "up-to-date" {
-            "up-to-date"
-        } else {
-            "pushed"
-        };
         // Recorded at once: a failure on a later ref leaves this store knowing what moved.
-        record_ref(store, record.id, &remote_ref(&ref_name, version, &state))?;
+        record_ref(
+            store,
+            self.record.id,
+            &remote_ref(&ref_name, version, &state),
+        )?;
         refs.push(PushedRef {
             dataset: ref_name.dataset.clone(),
             tag: None,
@@ -520,28 +609,52 @@ pub fn push(
             previous,
             status,
         });
-        // Tags of the pushed version and its ancestors.
+        let tags_moved = self.move_tags(store, remote_refs, &ref_name.dataset, version, refs)?;
+        Ok(PushedDataset {
+            dataset: ref_name.dataset.clone(),
+            version,
+            previous,
+            status: if status == "up-to-date" && !tags_moved {
+                "up-to-date"
+            } else {
+                "pushed"
+            },
+            error: None,
+            hint: None,
+        })
+    }
+
+    /// The tags of `version` and its ancestors, each created, kept (`up-to-date`), forced
+    /// (with `force`) or `rejected` (naming another version on the remote); each goes into
+    /// `refs`. Returns whether any was created or forced.
+    fn move_tags(
+        &mut self,
+        store: &mut Store,
+        remote_refs: &RemoteRefs<'_>,
+        dataset: &str,
+        version: ObjectId,
+        refs: &mut Vec<PushedRef>,
+    ) -> Result<bool> {
+        let mut moved = false;
         let mut next = Some(version);
         while let Some(id) = next {
             for tag in store.catalog().tags_of(&id)? {
                 let tag_name = RefName {
-                    dataset: ref_name.dataset.clone(),
+                    dataset: dataset.to_string(),
                     tag: Some(tag.clone()),
                 };
-                check_fresh(&mut view, &remote, &relied, &record.name)?;
-                let existing = remote_refs.current(&tag_name)?;
-                let (status, state, named) = match existing {
+                self.check_fresh()?;
+                let remote = self.remote;
+                let (status, state, named) = match remote_refs.current(&tag_name)? {
                     Some((named, state)) if named == id => ("up-to-date", state, id),
-                    Some((_, _)) if force => ("forced", remote.force_ref(&tag_name, &id)?, id),
+                    Some(_) if self.force => ("forced", remote.force_ref(&tag_name, &id)?, id),
                     Some((named, state)) => ("rejected", state, named),
                     None => ("created", remote.update_ref(&tag_name, &id, None)?, id),
                 };
-                record_ref(store, record.id, &remote_ref(&tag_name, named, &state))?;
-                if matches!(status, "created" | "forced") {
-                    dataset_status = "pushed";
-                }
+                record_ref(store, self.record.id, &remote_ref(&tag_name, named, &state))?;
+                moved |= matches!(status, "created" | "forced");
                 refs.push(PushedRef {
-                    dataset: ref_name.dataset.clone(),
+                    dataset: dataset.to_string(),
                     tag: Some(tag),
                     version: named,
                     previous: None,
@@ -550,25 +663,8 @@ pub fn push(
             }
             next = store.catalog().version(&id)?.and_then(|r| r.version.parent);
         }
-        datasets.push(PushedDataset {
-            dataset: ref_name.dataset.clone(),
-            version,
-            previous,
-            status: dataset_status,
-            error: None,
-            hint: None,
-        });
+        Ok(moved)
     }
-    // In the targets' order.
-    datasets.sort_by_key(|d| targets.iter().position(|(name, _)| *name == d.dataset));
-    transfer.requests = remote.requests();
-    Ok(PushReport {
-        remote: record.name.clone(),
-        refused: datasets.iter().filter(|d| d.refused()).count() as u64,
-        datasets,
-        refs,
-        transfer,
-    })
 }
 
 /// One ref to move: its name, the version it will name, what it names now and its state.
@@ -578,37 +674,26 @@ type Plan = (RefName, ObjectId, Option<(ObjectId, RefState)>);
 /// relies on ([`Error::RemoteCollected`]).
 const MAX_SEND_ROUNDS: u32 = 4;
 
-/// A writer whose last check of the marks is older than half the grace checks again before
-/// moving a ref; a pack it relies on marked meanwhile stops it ([`Error::RemoteCollected`]).
-fn check_fresh(
-    view: &mut WriterView,
-    remote: &Remote,
-    relied: &HashSet<ObjectId>,
-    name: &str,
-) -> Result<()> {
-    if view.stale() && !view.recheck(remote, relied)?.is_empty() {
-        return Err(Error::RemoteCollected {
-            remote: name.to_string(),
-            operation: "push",
-        });
-    }
-    Ok(())
+/// The remote a push sends to: its record, the opened remote, the writer's view of it, and
+/// the requests in flight.
+struct Destination<'a> {
+    record: &'a RemoteRecord,
+    remote: &'a Remote,
+    view: &'a WriterView,
+    jobs: usize,
 }
 
-/// One round of a push's sending: what `view` says the remote lacks for `plans` goes up (a
-/// local pack whose id is marked there as a fresh copy under a new id), and is recorded in
-/// `remote_packs`. The remote packs relied on and those sent go into `relied`.
-#[allow(clippy::too_many_arguments)]
+/// One round of a push's sending: what `to.view` says the remote lacks for `plans` goes up
+/// (a local pack whose id is marked there as a fresh copy under a new id), and is recorded
+/// in `remote_packs`. The remote packs relied on and those sent go into `relied`.
 fn send_round(
     store: &mut Store,
-    record: &RemoteRecord,
-    remote: &Remote,
-    view: &WriterView,
+    to: &Destination<'_>,
     plans: &[Plan],
-    jobs: usize,
     relied: &mut HashSet<ObjectId>,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
+    let (record, remote, view, jobs) = (to.record, to.remote, to.view, to.jobs);
     let mut packs = HashSet::new();
     let mut lacking_outboards = Vec::new();
     // Outboards written here since the last push (`gc` writes those that data committed

@@ -1,7 +1,7 @@
 //! A remote's garbage: removing its refs (`dsv rm --remote`, `dsv tag -d --remote`),
 //! collecting what no ref reaches (`dsv gc --remote`, lock-free, two-phase), and checking it
 //! (`dsv verify --remote`). The argument that no ref can name deleted data is in
-//! docs/architecture.md ("Remote garbage collection"); the keys in docs/format.md ("Remote
+//! docs/format.md ("Remote garbage collection"); the keys in docs/format.md ("Remote
 //! layout").
 //!
 //! # gc --remote
@@ -36,8 +36,14 @@
 //!    are deferred to the next run). A mark whose pack is gone is deleted past the grace,
 //!    and so is, on a file:// remote, a staging file (`KEY#N`) a killed upload left.
 //!
-//! `--dry-run` does steps 2 to 7's planning and reports what step 8 would do; it writes
-//! only the `clock` key.
+//! The run is [`plan`] then [`execute`]. [`plan`] reads (steps 1 to 6, and step 8's
+//! decisions: every pack listed gets exactly one [`PackAction`], checked before anything
+//! changes) and writes only the `clock` key; [`execute`] writes the format key (step 1), then
+//! repacks (checking that no pack it then marks or deletes is needed once the new packs are
+//! written) and acts. `--dry-run` is the plan's report ([`RemoteGcPlan::report`]): one
+//! branch in [`gc_remote`]. Every age is measured against the remote's clock plus
+//! [`RemoteGcOptions::clock_offset`] (zero but in tests, which let a grace pass without
+//! waiting).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -162,6 +168,12 @@ pub struct RemoteGcOptions {
     pub repack: bool,
     /// Requests in flight.
     pub requests: usize,
+    /// Added to the remote's clock as read: the run decides (marks, deletes, frees) as if
+    /// this much more time had passed since every pack and mark was written. Zero (the
+    /// default) for a real collection; a test sets it to see a grace pass without waiting.
+    /// Anything else breaks the writers' rule (docs/format.md, "Remote garbage collection":
+    /// a pack may go before a writer's re-check is due): never on a remote writers use.
+    pub clock_offset: Duration,
 }
 
 impl Default for RemoteGcOptions {
@@ -171,6 +183,7 @@ impl Default for RemoteGcOptions {
             grace: Duration::from_secs(crate::transfer::DEFAULT_REMOTE_GRACE_SECONDS),
             repack: true,
             requests: crate::remote::DEFAULT_JOBS,
+            clock_offset: Duration::ZERO,
         }
     }
 }
@@ -329,6 +342,7 @@ impl Schedule {
 }
 
 /// One pack as the collector sees it.
+#[derive(Clone)]
 struct PackState {
     size: u64,
     complete: bool,
@@ -339,6 +353,7 @@ struct PackState {
 }
 
 /// Everything a pass of the collector decides from.
+#[derive(Clone)]
 struct Model {
     packs: BTreeMap<ObjectId, PackState>,
     /// Stored bytes of frames holding a live object, per pack.
@@ -431,8 +446,88 @@ impl Model {
     }
 }
 
+/// What `dsv gc --remote` does with one pack of the remote ([`PlannedPack::action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PackAction {
+    /// Some live object's home: kept.
+    Keep,
+    /// Unreferenced (or repacked first) and at least a grace old: marked now.
+    Mark,
+    /// Unreferenced but younger than the grace (possibly a writer's upload in flight): left
+    /// unmarked until a later run.
+    Young,
+    /// Marked, and a ref reaches it again: its mark is deleted.
+    Rescue,
+    /// Marked, not needed, its mark younger than the grace (plus a second): left.
+    Wait,
+    /// Marked, not needed, its mark at least a grace (plus a second) old: deleted (`.idx`,
+    /// `.pack`, then the mark), unless the run has taken half the grace by then.
+    Delete,
+}
+
+/// One pack of the remote and what [`plan`] decided for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedPack {
+    /// Its `.pack` size in bytes (0 when only its `.idx` is listed).
+    pub size: u64,
+    /// What the run does with it.
+    pub action: PackAction,
+    /// Its live frames are first copied into new packs (step 7); it is then marked.
+    pub repack: bool,
+}
+
+/// What `dsv gc --remote` will do on one remote, decided by [`plan`] from what the remote
+/// holds (its refs, marks and pack indexes, read first) without changing it, and carried out
+/// by [`execute`]; a dry run renders it ([`RemoteGcPlan::report`]). Every pack listed under
+/// `packs/` has exactly one decision ([`RemoteGcPlan::packs`]).
+pub struct RemoteGcPlan {
+    /// The remote's name.
+    pub remote: String,
+    /// The grace period.
+    pub grace: Duration,
+    /// The time every age is measured against: the remote's clock when the marks were
+    /// listed, plus [`RemoteGcOptions::clock_offset`]; Unix milliseconds.
+    pub now_ms: i64,
+    /// Refs read (every head and tag).
+    pub refs: u64,
+    /// Objects the refs reach.
+    pub live_objects: u64,
+    /// Live objects no complete pack holds (a damaged remote).
+    pub missing_objects: u64,
+    /// Every pack listed under `packs/`, with its decision.
+    pub packs: BTreeMap<ObjectId, PlannedPack>,
+    /// Marks whose pack is gone and which are older than the grace (plus a second): deleted.
+    pub stale_marks: Vec<ObjectId>,
+    /// On a file:// remote: staging files a killed upload left, older than the grace: deleted.
+    pub staging_files: u64,
+    options: RemoteGcOptions,
+    record: RemoteRecord,
+    backend: Remote,
+    /// When `now_ms` was read, on this machine's monotonic clock.
+    started: Instant,
+    model: Model,
+    live: HashSet<(ObjectId, ObjectKind)>,
+    /// The frames of each pack to repack that are some live object's home.
+    repack_frames: BTreeMap<ObjectId, Vec<usize>>,
+}
+
+impl std::fmt::Debug for RemoteGcPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteGcPlan")
+            .field("remote", &self.remote)
+            .field("grace", &self.grace)
+            .field("now_ms", &self.now_ms)
+            .field("refs", &self.refs)
+            .field("packs", &self.packs)
+            .field("stale_marks", &self.stale_marks)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `dsv gc --remote`: deletes what no ref of remote `name` reaches, in two phases, without a
-/// lock (see the module's documentation).
+/// lock (see the module's documentation): [`plan`], then [`execute`], or with
+/// `options.dry_run` the plan's [`RemoteGcPlan::report`] (which writes only the `clock` key).
 ///
 /// # Errors
 /// [`Error::RemoteFormatTooNew`]; [`Error::Remote`]; [`Error::Corrupt`] for a malformed
@@ -445,168 +540,291 @@ pub fn gc_remote(
     progress: &dyn Progress,
 ) -> Result<RemoteGcReport> {
     let data = store.lock_data_shared()?;
+    let plan = plan(store, &data, name, options, progress)?;
+    if options.dry_run {
+        Ok(plan.report())
+    } else {
+        execute(store, &data, plan, progress)
+    }
+}
+
+/// Steps 1 to 6 (and 8's decisions): reads the remote's format (a newer one is refused), its
+/// clock, marks, refs (fetching their metadata into this store, as `dsv fetch` does) and pack
+/// indexes, and decides for every pack what a run does with it. Writes only the remote's
+/// `clock` key; marks, deletes, repacks nothing.
+///
+/// # Errors
+/// As [`gc_remote`].
+pub fn plan(
+    store: &mut Store,
+    data: &SharedDataLock,
+    name: &str,
+    options: &RemoteGcOptions,
+    progress: &dyn Progress,
+) -> Result<RemoteGcPlan> {
     let (record, remote) = open(store, name)?;
-    let grace_ms = i64::try_from(options.grace.as_millis()).unwrap_or(i64::MAX);
+    let grace_ms = millis(options.grace);
     progress.phase("reading the remote's format");
-    set_format(&remote, options)?;
+    check_format(&remote)?;
     progress.phase("listing the remote's gc marks");
     // The deletions' decisions rest on what is read from here on.
     let started = Instant::now();
-    let now_ms = remote.server_now_ms()?;
+    let now_ms = remote
+        .server_now_ms()?
+        .saturating_add(millis(options.clock_offset));
     let marks = remote.list_marks()?;
     progress.phase("reading the remote's refs and metadata");
-    let (refs, live) = live_objects(store, &data, &record, &remote, options.requests, progress)?;
+    let (refs, live) = live_objects(store, data, &record, &remote, options.requests, progress)?;
     progress.phase("reading the remote's pack indexes");
-    let mut model = read_model(&remote, &marks, &live, options.requests)?;
-    let mut decision = model.decide(&live, options.repack, &HashSet::new());
-    let mut report = RemoteGcReport {
+    let model = read_model(&remote, &marks, &live, options.requests)?;
+    let decision = model.decide(&live, options.repack, &HashSet::new());
+    let packs = decide_packs(&model, &decision, now_ms, grace_ms);
+    let stale_marks = marks
+        .iter()
+        .filter(|(id, mark)| !model.packs.contains_key(id) && now_ms - **mark >= grace_ms + 1000)
+        .map(|(id, _)| *id)
+        .collect();
+    let staging_files = remote.remove_staging_files(staging_age(options), true)?;
+    let plan = RemoteGcPlan {
         remote: record.name.clone(),
-        dry_run: options.dry_run,
-        grace_seconds: options.grace.as_secs(),
+        grace: options.grace,
+        now_ms,
         refs,
         live_objects: live.len() as u64,
         missing_objects: decision.missing,
-        live: PackSet::default(),
-        marked: PackSet::default(),
-        waiting: PackSet::default(),
-        young: PackSet::default(),
-        rescued: PackSet::default(),
-        deleted: PackSet::default(),
-        repacked: PackSet::default(),
-        written: PackSet::default(),
-        stale_marks: 0,
-        staging_files: 0,
-        deferred: false,
-        server_time: rfc3339(now_ms),
-        freed_bytes: 0,
-        pending_bytes: 0,
-        frees: Vec::new(),
-        transfer: Transfer::default(),
+        packs,
+        stale_marks,
+        staging_files,
+        options: options.clone(),
+        record,
+        backend: remote,
+        started,
+        model,
+        live,
+        repack_frames: decision.repack,
     };
-    // Step 7: repack.
-    if !decision.repack.is_empty() {
-        for id in decision.repack.keys() {
-            report.repacked.add(*id, model.packs[id].size);
-        }
-        if !options.dry_run {
-            progress.phase("repacking");
-            let written = repack(store, &remote, &model, &decision.repack, options, progress)?;
-            for (id, size, frames, objects) in written {
-                report.written.add(id, size);
-                report.transfer.packs += 1;
-                report.transfer.bytes += size;
-                let live_bytes = frames.iter().map(|f| u64::from(f.stored_length)).sum();
-                model.live_bytes.insert(id, live_bytes);
-                model.packs.insert(
-                    id,
-                    PackState {
-                        size,
-                        complete: true,
-                        modified_ms: now_ms,
-                        mark_ms: None,
-                        frames,
-                        objects,
-                    },
-                );
-            }
-            let retiring = decision.repack.keys().copied().collect();
-            decision = model.decide(&live, false, &retiring);
-        } else {
-            // What the run would do: the repacked packs are no object's home any more.
-            let repacked: HashSet<ObjectId> = decision.repack.keys().copied().collect();
-            decision.needed.retain(|id| !repacked.contains(id));
-        }
-    }
-    // Step 8: act.
-    let repacked: HashSet<ObjectId> = report.repacked.packs.iter().copied().collect();
-    let mut to_mark = Vec::new();
-    let mut to_rescue = Vec::new();
-    let mut to_delete = Vec::new();
-    // When each unreferenced pack left on the remote frees. A mark is deleted a whole second
-    // past the grace (Last-Modified may be rounded down); one written by this run is dated
-    // at the latest by the end of the run, so its age is counted from then.
-    let mut schedule = Schedule::default();
-    let after_grace = |mark_ms: i64| mark_ms.saturating_add(grace_ms).saturating_add(1000);
+    check_decided(&plan.model, &plan.packs)?;
+    Ok(plan)
+}
+
+/// Unix milliseconds of a duration, saturating.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// How old a staging file must be (by this machine's clock) to be deleted: the grace, less
+/// the clock offset.
+fn staging_age(options: &RemoteGcOptions) -> Duration {
+    options.grace.saturating_sub(options.clock_offset)
+}
+
+/// Step 8's decisions, one per pack of `model`: a pack some live object needs is kept (or
+/// rescued, when marked); a pack to repack and any other unneeded pack a grace old is marked,
+/// a younger one waits; a marked pack not needed is deleted once its mark is a grace and a
+/// second old (Last-Modified may be rounded down), else it waits.
+fn decide_packs(
+    model: &Model,
+    decision: &Decision,
+    now_ms: i64,
+    grace_ms: i64,
+) -> BTreeMap<ObjectId, PlannedPack> {
+    let mut packs = BTreeMap::new();
     for (id, pack) in &model.packs {
-        let needed = decision.needed.contains(id);
-        match (pack.mark_ms, needed) {
-            (None, true) => report.live.add(*id, pack.size),
-            (None, false) if repacked.contains(id) || now_ms - pack.modified_ms >= grace_ms => {
-                to_mark.push(*id);
-                report.marked.add(*id, pack.size);
-            }
-            (None, false) => {
-                report.young.add(*id, pack.size);
-                let marks_after = pack.modified_ms.saturating_add(grace_ms);
-                schedule.add(
-                    "young",
-                    *id,
-                    pack.size,
-                    Some(marks_after),
-                    after_grace(ceil_minute(marks_after)),
-                );
-            }
-            (Some(_), true) => {
-                to_rescue.push(*id);
-                report.rescued.add(*id, pack.size);
-            }
-            // A whole second more than the grace: Last-Modified may be rounded down.
-            (Some(mark), false) if now_ms - mark >= grace_ms + 1000 => {
-                to_delete.push((*id, pack.size));
-            }
-            (Some(mark), false) => {
-                report.waiting.add(*id, pack.size);
-                schedule.add("marked", *id, pack.size, None, after_grace(mark));
-            }
+        let repack = decision.repack.contains_key(id);
+        // A pack to repack is no object's home once its frames are copied.
+        let needed = decision.needed.contains(id) && !repack;
+        let action = match (pack.mark_ms, needed) {
+            (None, true) => PackAction::Keep,
+            (None, false) if repack || now_ms - pack.modified_ms >= grace_ms => PackAction::Mark,
+            (None, false) => PackAction::Young,
+            (Some(_), true) => PackAction::Rescue,
+            (Some(mark), false) if now_ms - mark >= grace_ms + 1000 => PackAction::Delete,
+            (Some(_), false) => PackAction::Wait,
+        };
+        packs.insert(
+            *id,
+            PlannedPack {
+                size: pack.size,
+                action,
+                repack,
+            },
+        );
+    }
+    packs
+}
+
+/// Every pack `model` lists has one decision in `packs`, and the decisions agree with what the
+/// remote holds: only a marked pack is rescued, waits or is deleted; only an unmarked one is
+/// kept, marked or left young; a pack to repack is marked.
+fn check_decided(model: &Model, packs: &BTreeMap<ObjectId, PlannedPack>) -> Result<()> {
+    let wrong = |id: &ObjectId, what: &str| Error::Internal {
+        detail: format!("gc --remote planned pack {} {what}", id.short()),
+    };
+    if let Some(id) = model.packs.keys().find(|id| !packs.contains_key(id)) {
+        return Err(wrong(id, "without a decision"));
+    }
+    for (id, planned) in packs {
+        let Some(pack) = model.packs.get(id) else {
+            return Err(wrong(id, "that the remote does not list"));
+        };
+        let marked = pack.mark_ms.is_some();
+        let fits = match planned.action {
+            PackAction::Keep | PackAction::Mark | PackAction::Young => !marked,
+            PackAction::Rescue | PackAction::Wait | PackAction::Delete => marked,
+        };
+        if !fits || (planned.repack && planned.action != PackAction::Mark) {
+            return Err(wrong(id, &format!("to {:?}", planned.action)));
         }
     }
-    let stale: Vec<(ObjectId, i64)> = marks
-        .iter()
-        .filter(|(id, mark)| !model.packs.contains_key(id) && now_ms - **mark >= grace_ms + 1000)
-        .map(|(id, mark)| (*id, *mark))
-        .collect();
-    if options.dry_run {
-        for (id, size) in to_delete {
+    Ok(())
+}
+
+impl RemoteGcPlan {
+    /// The packs whose decision is `action`, in id order, with their sizes.
+    pub fn with_action(&self, action: PackAction) -> Vec<(ObjectId, u64)> {
+        self.packs
+            .iter()
+            .filter(|(_, p)| p.action == action)
+            .map(|(id, p)| (*id, p.size))
+            .collect()
+    }
+
+    /// When a mark dated `mark_ms` may be deleted: a whole second past the grace.
+    fn after_grace(&self, mark_ms: i64) -> i64 {
+        mark_ms
+            .saturating_add(millis(self.grace))
+            .saturating_add(1000)
+    }
+
+    /// The report's parts that a dry run and a real run share: the packs kept, waiting,
+    /// young, rescued and marked (with those repacked first), and when the young and waiting
+    /// ones free.
+    fn base_report(&self, dry_run: bool) -> (RemoteGcReport, Schedule) {
+        let mut report = RemoteGcReport {
+            remote: self.remote.clone(),
+            dry_run,
+            grace_seconds: self.grace.as_secs(),
+            refs: self.refs,
+            live_objects: self.live_objects,
+            missing_objects: self.missing_objects,
+            live: PackSet::default(),
+            marked: PackSet::default(),
+            waiting: PackSet::default(),
+            young: PackSet::default(),
+            rescued: PackSet::default(),
+            deleted: PackSet::default(),
+            repacked: PackSet::default(),
+            written: PackSet::default(),
+            stale_marks: 0,
+            staging_files: 0,
+            deferred: false,
+            server_time: rfc3339(self.now_ms),
+            freed_bytes: 0,
+            pending_bytes: 0,
+            frees: Vec::new(),
+            transfer: Transfer::default(),
+        };
+        let mut schedule = Schedule::default();
+        let grace_ms = millis(self.grace);
+        for (id, planned) in &self.packs {
+            let pack = &self.model.packs[id];
+            if planned.repack {
+                report.repacked.add(*id, planned.size);
+            }
+            match planned.action {
+                PackAction::Keep => report.live.add(*id, planned.size),
+                PackAction::Mark => report.marked.add(*id, planned.size),
+                PackAction::Young => {
+                    report.young.add(*id, planned.size);
+                    let marks_after = pack.modified_ms.saturating_add(grace_ms);
+                    let frees_after = self.after_grace(ceil_minute(marks_after));
+                    schedule.add("young", *id, planned.size, Some(marks_after), frees_after);
+                }
+                PackAction::Rescue => report.rescued.add(*id, planned.size),
+                PackAction::Wait => {
+                    report.waiting.add(*id, planned.size);
+                    let frees_after = self.after_grace(pack.mark_ms.unwrap_or(self.now_ms));
+                    schedule.add("marked", *id, planned.size, None, frees_after);
+                }
+                PackAction::Delete => {}
+            }
+        }
+        (report, schedule)
+    }
+
+    /// What a run would do, as `--dry-run` reports it: the packs it would mark, rescue,
+    /// repack and delete, and when the space of each unreferenced pack frees.
+    pub fn report(&self) -> RemoteGcReport {
+        let (mut report, mut schedule) = self.base_report(true);
+        for (id, size) in self.with_action(PackAction::Delete) {
             report.deleted.add(id, size);
-            schedule.add("now", id, size, None, now_ms);
+            schedule.add("now", id, size, None, self.now_ms);
         }
-        for id in &to_mark {
-            let size = model.packs.get(id).map_or(0, |p| p.size);
-            schedule.add("unmarked", *id, size, None, after_grace(now_ms));
+        for (id, size) in self.with_action(PackAction::Mark) {
+            schedule.add("unmarked", id, size, None, self.after_grace(self.now_ms));
         }
-        report.stale_marks = stale.len() as u64;
-        report.staging_files = remote.remove_staging_files(options.grace, true)?;
-        report.transfer.requests = remote.requests();
+        report.stale_marks = self.stale_marks.len() as u64;
+        report.staging_files = self.staging_files;
+        report.transfer.requests = self.backend.requests();
         report.set_schedule(schedule);
-        return Ok(report);
+        report
     }
+}
+
+/// Steps 1, 7 and 8 of a real run: writes the remote's format, repacks, then rescues, marks
+/// and deletes as `plan` decided (deletions only while the run is younger than half the
+/// grace, else left to the next run), deletes stale marks and staging files, and refreshes
+/// this store's record of the remote's indexes. `_data`: the data lock [`plan`] ran under,
+/// still held.
+///
+/// # Errors
+/// As [`gc_remote`]; [`Error::Internal`] when a pack the plan marks or deletes turns out to be
+/// needed once the repacked packs are written (nothing is marked or deleted then).
+pub fn execute(
+    store: &mut Store,
+    _data: &SharedDataLock,
+    plan: RemoteGcPlan,
+    progress: &dyn Progress,
+) -> Result<RemoteGcReport> {
+    progress.phase("writing the remote's format");
+    write_format(&plan.backend, plan.grace)?;
+    let (mut report, mut schedule) = plan.base_report(false);
+    if !plan.repack_frames.is_empty() {
+        progress.phase("repacking");
+        repack_planned(store, &plan, &mut report, progress)?;
+    }
+    let (remote, options) = (&plan.backend, &plan.options);
+    let to_mark = plan.with_action(PackAction::Mark);
+    let to_rescue = plan.with_action(PackAction::Rescue);
+    let to_delete = plan.with_action(PackAction::Delete);
     progress.start(
         "marking",
         (to_mark.len() + to_rescue.len() + to_delete.len()) as u64,
         Unit::Files,
     );
-    for id in &to_rescue {
+    for (id, _) in &to_rescue {
         remote.delete_key(&remote::mark_key(id))?;
         progress.advance(1);
     }
-    for id in &to_mark {
+    for (id, _) in &to_mark {
         remote.put_mark(id)?;
         progress.advance(1);
     }
-    // The marks just written are dated no later than now on the remote's clock.
-    let marked_by =
-        now_ms.saturating_add(i64::try_from(started.elapsed().as_millis()).unwrap_or(0));
-    for id in &to_mark {
-        let size = model.packs.get(id).map_or(0, |p| p.size);
-        schedule.add("marked", *id, size, None, after_grace(marked_by));
+    // The marks just written are dated no later than now on the remote's clock (a mark is
+    // deleted a whole second past the grace: Last-Modified may be rounded down).
+    let marked_by = plan.now_ms.saturating_add(millis(plan.started.elapsed()));
+    for (id, size) in &to_mark {
+        schedule.add("marked", *id, *size, None, plan.after_grace(marked_by));
     }
     for (id, size) in to_delete {
         // A run longer than half the grace may have read refs a writer has moved since
-        // (docs/architecture.md): it deletes nothing more.
+        // (docs/format.md, "Remote garbage collection"): it deletes nothing more.
         // (A grace of zero promises that no writer runs: nothing to defer for.)
-        if report.deferred || (!options.grace.is_zero() && started.elapsed() > options.grace / 2) {
+        if report.deferred
+            || (!options.grace.is_zero() && plan.started.elapsed() > options.grace / 2)
+        {
             report.deferred = true;
-            schedule.add("now", id, size, None, now_ms);
+            schedule.add("now", id, size, None, plan.now_ms);
             continue;
         }
         crate::interrupt::check()?;
@@ -617,21 +835,77 @@ pub fn gc_remote(
         progress.advance(1);
     }
     if !report.deferred {
-        for (id, _) in &stale {
+        for id in &plan.stale_marks {
             remote.delete_key(&remote::mark_key(id))?;
             report.stale_marks += 1;
         }
         // A staging file older than the grace belongs to no running writer (each finishes
         // its upload within half of it).
-        report.staging_files = remote.remove_staging_files(options.grace, false)?;
+        report.staging_files = remote.remove_staging_files(staging_age(options), false)?;
     }
     progress.finish();
     // The store forgets the deleted packs (and records the new ones).
-    refresh_indexes(store, &record, &remote, options.requests)?;
+    refresh_indexes(store, &plan.record, remote, options.requests)?;
     report.transfer.requests = remote.requests();
     report.freed_bytes = report.deleted.bytes;
     report.set_schedule(schedule);
     Ok(report)
+}
+
+/// Step 7 of a real run: copies the live frames of the packs to repack into new packs
+/// (uploaded, kept: reported `written` and `live`), then checks that with them written no
+/// pack the plan marks or deletes is needed.
+fn repack_planned(
+    store: &Store,
+    plan: &RemoteGcPlan,
+    report: &mut RemoteGcReport,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let written = repack(
+        store,
+        &plan.backend,
+        &plan.model,
+        &plan.repack_frames,
+        &plan.options,
+        progress,
+    )?;
+    let mut model = plan.model.clone();
+    for (id, size, frames, objects) in written {
+        report.written.add(id, size);
+        report.live.add(id, size);
+        report.transfer.packs += 1;
+        report.transfer.bytes += size;
+        let live_bytes = frames.iter().map(|f| u64::from(f.stored_length)).sum();
+        model.live_bytes.insert(id, live_bytes);
+        model.packs.insert(
+            id,
+            PackState {
+                size,
+                complete: true,
+                modified_ms: plan.now_ms,
+                mark_ms: None,
+                frames,
+                objects,
+            },
+        );
+    }
+    let retiring = plan.repack_frames.keys().copied().collect();
+    let after = model.decide(&plan.live, false, &retiring);
+    let acted_on = |action: PackAction| !matches!(action, PackAction::Keep | PackAction::Rescue);
+    if let Some(id) = plan
+        .packs
+        .iter()
+        .find(|(id, p)| acted_on(p.action) && after.needed.contains(id))
+        .map(|(id, _)| id)
+    {
+        return Err(Error::Internal {
+            detail: format!(
+                "gc --remote: pack {} is needed once repacked; nothing marked or deleted",
+                id.short()
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl RemoteGcReport {
@@ -641,25 +915,30 @@ impl RemoteGcReport {
     }
 }
 
-/// Step 1: refuses a newer format; a real run writes the format key (and the guard pack)
-/// when absent or naming a longer grace.
-fn set_format(remote: &Remote, options: &RemoteGcOptions) -> Result<()> {
+/// Step 1's check: a format newer than this dsv knows is refused. Returns the format read.
+fn check_format(remote: &Remote) -> Result<Option<(RemoteFormat, crate::remote::RefState)>> {
+    let current = remote.get_format()?;
+    if let Some((format, _)) = &current
+        && format.format > REMOTE_FORMAT
+    {
+        return Err(Error::RemoteFormatTooNew {
+            remote: remote.name().to_string(),
+            found: format.format,
+            known: REMOTE_FORMAT,
+        });
+    }
+    Ok(current)
+}
+
+/// Step 1 of a real run: writes the format key (and the guard pack) when absent or naming a
+/// longer grace than `grace` (compare-and-swap, retried), refusing a newer format.
+fn write_format(remote: &Remote, grace: Duration) -> Result<()> {
+    let grace = grace.as_secs().max(1);
     for _ in 0..8 {
-        let current = remote.get_format()?;
-        if let Some((format, _)) = &current
-            && format.format > REMOTE_FORMAT
-        {
-            return Err(Error::RemoteFormatTooNew {
-                remote: remote.name().to_string(),
-                found: format.format,
-                known: REMOTE_FORMAT,
-            });
-        }
-        let grace = options.grace.as_secs().max(1);
-        if options.dry_run
-            || current
-                .as_ref()
-                .is_some_and(|(format, _)| format.grace_seconds <= grace)
+        let current = check_format(remote)?;
+        if current
+            .as_ref()
+            .is_some_and(|(format, _)| format.grace_seconds <= grace)
         {
             return Ok(());
         }
@@ -979,18 +1258,88 @@ pub fn verify_remote(
 ) -> Result<RemoteVerifyReport> {
     let data = store.lock_data_shared()?;
     let (record, remote) = open(store, name)?;
-    let jobs = options.requests;
     let mut problems = Vec::new();
     progress.phase("reading the remote's pack indexes");
+    let read = read_indexes(&remote, options.requests, &mut problems)?;
+    // Refs: each one's closure in the packs.
+    progress.phase("reading the remote's refs and metadata");
+    let fetched = fetch_with(store, &data, &record, &remote, options.requests, progress)?;
+    let refs: Vec<(String, ObjectId)> = fetched
+        .refs
+        .iter()
+        .map(|r| match &r.tag {
+            Some(tag) => (format!("{}@{tag}", r.dataset), r.version),
+            None => (r.dataset.clone(), r.version),
+        })
+        .collect();
+    let objects = check_refs(store, &refs, &read.held, &mut problems);
+    // Packs: a sample of frames, or every byte.
+    let mut checker = PackChecker {
+        remote: &remote,
+        full: options.full,
+        problems: &mut problems,
+        maps: super::prove::RemoteMaps::default(),
+        frames: 0,
+        bytes: 0,
+    };
+    checker.check_all(&read.indexes, progress)?;
+    let PackChecker {
+        maps,
+        frames,
+        mut bytes,
+        ..
+    } = checker;
+    // With --full, every file of every ref: each file map the remote holds for it is proven
+    // against the file id (its chunks joined and hashed), as a checkout would prove it.
+    let mut files = 0;
+    if options.full {
+        progress.phase("proving the file maps");
+        let (proven, downloaded) =
+            maps.prove_refs(store, &record, &remote, &refs, &mut problems)?;
+        files = proven;
+        bytes += downloaded;
+    }
+    Ok(RemoteVerifyReport {
+        remote: record.name,
+        full: options.full,
+        refs: refs.len() as u64,
+        objects,
+        packs: read.indexes.len() as u64,
+        frames,
+        bytes,
+        marked: read.marked,
+        incomplete: read.incomplete,
+        files,
+        problems,
+        requests: remote.requests(),
+    })
+}
+
+/// What `verify --remote` read of the remote's packs: every complete pack's index that
+/// parses, the objects they hold, and the packs marked or incomplete.
+struct IndexesRead {
+    indexes: Vec<ReadIndex>,
+    held: HashSet<(ObjectId, ObjectKind)>,
+    /// Listed packs with a gc mark.
+    marked: u64,
+    /// Pack keys without their pair.
+    incomplete: u64,
+}
+
+/// `verify --remote`'s first step: lists the packs and marks and reads every complete pack's
+/// `.idx`; an index that does not parse (or a listing of bad keys) is a problem, not an
+/// error.
+fn read_indexes(
+    remote: &Remote,
+    jobs: usize,
+    problems: &mut Vec<RemoteProblem>,
+) -> Result<IndexesRead> {
     let listed = remote.list_all_packs()?;
     let marks = remote.list_marks()?;
-    let mut held: HashSet<(ObjectId, ObjectKind)> = HashSet::new();
-    let mut indexes: Vec<ReadIndex> = Vec::new();
     let complete: Vec<(ObjectId, u64)> = listed
         .iter()
         .filter_map(|(id, p)| p.pack_size.filter(|_| p.has_index).map(|size| (*id, size)))
         .collect();
-    let incomplete = (listed.len() - complete.len()) as u64;
     let tails = remote.get_many(
         complete
             .iter()
@@ -1009,6 +1358,8 @@ pub fn verify_remote(
         }
         Err(e) => return Err(e),
     };
+    let mut held = HashSet::new();
+    let mut indexes = Vec::new();
     for ((id, size), tail) in complete.iter().zip(tails) {
         match crate::pack::reader::parse_tail(&tail, *size) {
             Ok((frames, objects)) => {
@@ -1021,16 +1372,26 @@ pub fn verify_remote(
             }),
         }
     }
-    // Refs: each one's closure in the packs.
-    progress.phase("reading the remote's refs and metadata");
-    let fetched = fetch_with(store, &data, &record, &remote, jobs, progress)?;
+    Ok(IndexesRead {
+        indexes,
+        held,
+        marked: marks.keys().filter(|id| listed.contains_key(id)).count() as u64,
+        incomplete: (listed.len() - complete.len()) as u64,
+    })
+}
+
+/// Each ref (`what`, version): the objects its version reaches, outboards aside, must all be
+/// `held` by a complete pack; a ref whose closure lacks some, or cannot be read, is a
+/// problem. Returns how many objects the refs reach.
+fn check_refs(
+    store: &Store,
+    refs: &[(String, ObjectId)],
+    held: &HashSet<(ObjectId, ObjectKind)>,
+    problems: &mut Vec<RemoteProblem>,
+) -> u64 {
     let mut objects = 0;
-    for reference in &fetched.refs {
-        let what = match &reference.tag {
-            Some(tag) => format!("{}@{tag}", reference.dataset),
-            None => reference.dataset.clone(),
-        };
-        match reachable(store, &[reference.version]) {
+    for (what, version) in refs {
+        match reachable(store, &[*version]) {
             Ok(live) => {
                 let mut lacking: Vec<&(ObjectId, ObjectKind)> = live
                     .iter()
@@ -1040,10 +1401,10 @@ pub fn verify_remote(
                 lacking.sort_by_key(|(id, kind)| (*id, *kind as u8));
                 if let Some((id, kind)) = lacking.first() {
                     problems.push(RemoteProblem {
-                        what,
+                        what: what.clone(),
                         detail: format!(
                             "names version {} whose {} {} (and {} more objects) no complete pack holds",
-                            reference.version.short(),
+                            version.short(),
                             kind.name(),
                             id.short(),
                             lacking.len() - 1
@@ -1052,36 +1413,54 @@ pub fn verify_remote(
                 }
             }
             Err(e) => problems.push(RemoteProblem {
-                what,
+                what: what.clone(),
                 detail: format!(
                     "names version {} whose objects cannot be read: {e}",
-                    reference.version.short()
+                    version.short()
                 ),
             }),
         }
     }
-    // Packs: a sample of frames, or every byte.
-    let mut frames_checked = 0u64;
-    let mut bytes = 0u64;
-    let total: u64 = if options.full {
-        indexes.iter().map(|(_, size, ..)| *size).sum()
-    } else {
-        indexes.len() as u64
-    };
-    progress.start(
-        "checking packs",
-        total,
-        if options.full {
-            Unit::Bytes
+    objects
+}
+
+/// `verify --remote`'s check of the packs: each pack's first and last frame, or with `full`
+/// the whole pack (against its id and `.idx`) and every frame; what is wrong goes into
+/// `problems`, the file maps of checked frames (with `full`) into `maps`.
+struct PackChecker<'a> {
+    remote: &'a Remote,
+    full: bool,
+    problems: &'a mut Vec<RemoteProblem>,
+    maps: super::prove::RemoteMaps,
+    /// Frames checked.
+    frames: u64,
+    /// Bytes downloaded.
+    bytes: u64,
+}
+
+impl PackChecker<'_> {
+    /// Checks every pack of `indexes`, with progress.
+    fn check_all(&mut self, indexes: &[ReadIndex], progress: &dyn Progress) -> Result<()> {
+        let total: u64 = if self.full {
+            indexes.iter().map(|(_, size, ..)| *size).sum()
         } else {
-            Unit::Files
-        },
-    );
-    let mut maps = super::prove::RemoteMaps::default();
-    for (id, size, frames, pack_objects, tail) in &indexes {
-        crate::interrupt::check()?;
+            indexes.len() as u64
+        };
+        let unit = if self.full { Unit::Bytes } else { Unit::Files };
+        progress.start("checking packs", total, unit);
+        for index in indexes {
+            crate::interrupt::check()?;
+            self.check(index)?;
+            progress.advance(if self.full { index.1 } else { 1 });
+        }
+        progress.finish();
+        Ok(())
+    }
+
+    /// Checks one pack: its sample of frames, or all of it.
+    fn check(&mut self, (id, size, frames, objects, tail): &ReadIndex) -> Result<()> {
         let key = remote::pack_key(id).to_string();
-        let chosen: Vec<usize> = if options.full {
+        let chosen: Vec<usize> = if self.full {
             (0..frames.len()).collect()
         } else {
             let mut sample = vec![0, frames.len().saturating_sub(1)];
@@ -1089,130 +1468,375 @@ pub fn verify_remote(
             sample.retain(|f| *f < frames.len());
             sample
         };
-        let body = if options.full {
-            match remote.get_pack(id, *size) {
-                Ok(body) => {
-                    bytes += body.len() as u64;
-                    if ObjectId::of(&body) != *id {
-                        problems.push(RemoteProblem {
-                            what: key.clone(),
-                            detail: "its bytes do not hash to its id".into(),
-                        });
-                    }
-                    if !body.ends_with(tail) || body.len() as u64 != *size {
-                        problems.push(RemoteProblem {
-                            what: key.clone(),
-                            detail: "its tail differs from its .idx".into(),
-                        });
-                    }
-                    Some(body)
-                }
-                Err(e @ (Error::Corrupt { .. } | Error::Remote { .. })) => {
-                    problems.push(RemoteProblem {
-                        what: key.clone(),
-                        detail: e.to_string(),
-                    });
-                    None
-                }
-                Err(e) => return Err(e),
-            }
+        let body = if self.full {
+            self.whole_pack(id, *size, tail, &key)?
         } else {
             None
         };
         for index in chosen {
             let frame = frames[index];
-            let range = frame.offset..frame.offset + u64::from(frame.stored_length);
             let stored = match &body {
-                Some(body) => body
-                    .get(range.start as usize..range.end as usize)
-                    .map(|b| b.to_vec()),
-                None if options.full => None,
-                None => {
-                    let mut got = None;
-                    let fetched = remote.get_ranges(
-                        vec![(*id, range.clone())],
-                        1,
-                        std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
-                        |b| {
-                            got = Some(b.to_vec());
-                            Ok(())
-                        },
-                    );
-                    if let Err(e) = fetched {
-                        problems.push(RemoteProblem {
-                            what: key.clone(),
-                            detail: e.to_string(),
-                        });
-                    }
-                    if let Some(got) = &got {
-                        bytes += got.len() as u64;
-                    }
-                    got
-                }
+                Some(body) => frame_range(&frame)
+                    .and_then(|range| body.get(range))
+                    .map(<[u8]>::to_vec),
+                None if self.full => None,
+                None => self.get_frame(id, &frame, &key),
             };
             let Some(stored) = stored else {
                 continue;
             };
-            let members: Vec<(ObjectId, ObjectKind, u32, u32)> = pack_objects
+            let members: Vec<(ObjectId, ObjectKind, u32, u32)> = objects
                 .iter()
                 .filter(|o| o.frame as usize == index)
                 .map(|o| (o.id, o.kind, o.offset, o.length))
                 .collect();
-            frames_checked += 1;
-            // With --full, the file maps in it are kept, to be proven below.
-            let checked = if options.full && super::prove::RemoteMaps::wants(&members) {
-                let kept = members.clone();
-                EncodedFrame::verified_with_raw(
-                    stored,
-                    frame.raw_length,
-                    frame.compression,
-                    members,
-                )
-                .map(|(_, raw)| maps.add(id, &raw, &kept))
-            } else {
-                EncodedFrame::verified(stored, frame.raw_length, frame.compression, members)
-                    .map(|_| ())
-            };
-            if let Err(detail) = checked {
-                problems.push(RemoteProblem {
-                    what: key.clone(),
-                    detail: format!("frame at offset {}: {detail}", frame.offset),
-                });
+            self.frames += 1;
+            self.check_frame(id, &frame, stored, members, &key);
+        }
+        Ok(())
+    }
+
+    /// With `full`: the whole pack, checked against its id and its `.idx` (a mismatch is a
+    /// problem; an unreadable pack is one too, and `None`).
+    fn whole_pack(
+        &mut self,
+        id: &ObjectId,
+        size: u64,
+        tail: &bytes::Bytes,
+        key: &str,
+    ) -> Result<Option<bytes::Bytes>> {
+        let mut problem = |detail: String| {
+            self.problems.push(RemoteProblem {
+                what: key.to_string(),
+                detail,
+            });
+        };
+        match self.remote.get_pack(id, size) {
+            Ok(body) => {
+                self.bytes += body.len() as u64;
+                if ObjectId::of(&body) != *id {
+                    problem("its bytes do not hash to its id".into());
+                }
+                if !body.ends_with(tail) || body.len() as u64 != size {
+                    problem("its tail differs from its .idx".into());
+                }
+                Ok(Some(body))
+            }
+            Err(e @ (Error::Corrupt { .. } | Error::Remote { .. })) => {
+                problem(e.to_string());
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One frame's stored bytes, by a ranged GET (a failure is a problem, and `None`).
+    fn get_frame(&mut self, id: &ObjectId, frame: &FrameRecord, key: &str) -> Option<Vec<u8>> {
+        let range = frame.offset..frame.offset + u64::from(frame.stored_length);
+        let mut got = None;
+        let fetched = self.remote.get_ranges(
+            vec![(*id, range)],
+            1,
+            std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
+            |b| {
+                got = Some(b.to_vec());
+                Ok(())
+            },
+        );
+        if let Err(e) = fetched {
+            self.problems.push(RemoteProblem {
+                what: key.to_string(),
+                detail: e.to_string(),
+            });
+        }
+        if let Some(got) = &got {
+            self.bytes += got.len() as u64;
+        }
+        got
+    }
+
+    /// Checks one frame: it decompresses to its length and every object in it hashes to its
+    /// id; with `full`, its file maps are kept, to be proven later.
+    fn check_frame(
+        &mut self,
+        id: &ObjectId,
+        frame: &FrameRecord,
+        stored: Vec<u8>,
+        members: Vec<(ObjectId, ObjectKind, u32, u32)>,
+        key: &str,
+    ) {
+        let (raw_length, compression) = (frame.raw_length, frame.compression);
+        let checked = if self.full && super::prove::RemoteMaps::wants(&members) {
+            let kept = members.clone();
+            EncodedFrame::verified_with_raw(stored, raw_length, compression, members)
+                .map(|(_, raw)| self.maps.add(id, &raw, &kept))
+        } else {
+            EncodedFrame::verified(stored, raw_length, compression, members).map(|_| ())
+        };
+        if let Err(detail) = checked {
+            self.problems.push(RemoteProblem {
+                what: key.to_string(),
+                detail: format!("frame at offset {}: {detail}", frame.offset),
+            });
+        }
+    }
+}
+
+/// A frame's byte range within its pack, as `usize` (`None` when it does not fit).
+fn frame_range(frame: &FrameRecord) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(frame.offset).ok()?;
+    Some(start..start.checked_add(frame.stored_length as usize)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pack::Compression;
+    use crate::progress::NoProgress;
+
+    const GRACE_MS: i64 = 60_000;
+    const NOW_MS: i64 = 10_000_000;
+
+    fn id(n: u8) -> ObjectId {
+        ObjectId([n; 32])
+    }
+
+    /// A complete pack of `frames` frames of 100 bytes, object `objects[i]` in frame `i`.
+    fn pack(frames: u32, objects: &[u8], modified_ms: i64, mark_ms: Option<i64>) -> PackState {
+        PackState {
+            size: u64::from(frames) * 100,
+            complete: true,
+            modified_ms,
+            mark_ms,
+            frames: (0..frames)
+                .map(|f| FrameRecord {
+                    offset: u64::from(f) * 100,
+                    stored_length: 100,
+                    raw_length: 100,
+                    compression: Compression::None,
+                })
+                .collect(),
+            objects: objects
+                .iter()
+                .enumerate()
+                .map(|(frame, n)| ObjectRecord {
+                    id: id(*n),
+                    kind: ObjectKind::Chunk,
+                    frame: frame as u32,
+                    offset: 0,
+                    length: 10,
+                })
+                .collect(),
+        }
+    }
+
+    /// The model of `packs`, live bytes counted as the collector counts them.
+    fn model(packs: Vec<(u8, PackState)>, live: &HashSet<(ObjectId, ObjectKind)>) -> Model {
+        let mut model = Model {
+            packs: BTreeMap::new(),
+            live_bytes: HashMap::new(),
+        };
+        for (n, pack) in packs {
+            let bytes = pack
+                .objects
+                .iter()
+                .filter(|o| live.contains(&(o.id, o.kind)))
+                .map(|o| u64::from(pack.frames[o.frame as usize].stored_length))
+                .sum();
+            model.live_bytes.insert(id(n), bytes);
+            model.packs.insert(id(n), pack);
+        }
+        model
+    }
+
+    /// Each decision of step 8, one pack each: kept, marked (old, unreferenced), young,
+    /// rescued (marked, needed), deleted (mark past the grace and a second), waiting (mark
+    /// within it), repacked (a tenth live: marked after its live frame is copied); and every
+    /// pack got exactly one decision.
+    #[test]
+    fn every_pack_gets_the_decision_its_state_calls_for() {
+        let live: HashSet<(ObjectId, ObjectKind)> = [101, 104, 107]
+            .into_iter()
+            .map(|n| (id(n), ObjectKind::Chunk))
+            .collect();
+        let old = NOW_MS - GRACE_MS;
+        let model = model(
+            vec![
+                (1, pack(1, &[101], old, None)),
+                (2, pack(1, &[102], old, None)),
+                (3, pack(1, &[103], NOW_MS - GRACE_MS + 1, None)),
+                (4, pack(1, &[104], old, Some(old))),
+                (5, pack(1, &[105], old, Some(NOW_MS - GRACE_MS - 1000))),
+                (6, pack(1, &[106], old, Some(NOW_MS - GRACE_MS - 999))),
+                (7, pack(10, &[107, 117, 127], old, None)),
+            ],
+            &live,
+        );
+        let decision = model.decide(&live, true, &HashSet::new());
+        let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
+        check_decided(&model, &packs).unwrap();
+        let actions: Vec<(u8, PackAction, bool)> = packs
+            .iter()
+            .map(|(id, p)| (id.0[0], p.action, p.repack))
+            .collect();
+        assert_eq!(
+            actions,
+            vec![
+                (1, PackAction::Keep, false),
+                (2, PackAction::Mark, false),
+                (3, PackAction::Young, false),
+                (4, PackAction::Rescue, false),
+                (5, PackAction::Delete, false),
+                (6, PackAction::Wait, false),
+                (7, PackAction::Mark, true),
+            ]
+        );
+        assert_eq!(
+            decision.repack[&id(7)],
+            vec![0],
+            "only the live frame is copied"
+        );
+        assert_eq!(decision.missing, 0);
+        // Without repacking, the mostly dead pack is kept as it is.
+        let decision = model.decide(&live, false, &HashSet::new());
+        let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
+        assert_eq!(packs[&id(7)].action, PackAction::Keep);
+        // A live object no pack holds is counted missing; an object two unmarked packs
+        // hold keeps the smaller id only.
+        let mut live = live;
+        live.insert((id(200), ObjectKind::Chunk));
+        let model = super::tests::model(
+            vec![
+                (8, pack(1, &[101], old, None)),
+                (9, pack(1, &[101], old, None)),
+            ],
+            &live,
+        );
+        let decision = model.decide(&live, true, &HashSet::new());
+        let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
+        assert_eq!(decision.missing, 3, "104, 107 and 200 are in no pack");
+        assert_eq!(
+            (packs[&id(8)].action, packs[&id(9)].action),
+            (PackAction::Keep, PackAction::Mark)
+        );
+    }
+
+    /// A decision that does not fit the pack's state, or a pack without one, is refused.
+    #[test]
+    fn a_pack_without_a_fitting_decision_is_refused() {
+        let model = model(vec![(1, pack(1, &[101], 0, None))], &HashSet::new());
+        let planned = |action, repack| {
+            BTreeMap::from([(
+                id(1),
+                PlannedPack {
+                    size: 100,
+                    action,
+                    repack,
+                },
+            )])
+        };
+        check_decided(&model, &planned(PackAction::Mark, true)).unwrap();
+        for (action, repack) in [
+            (PackAction::Delete, false),
+            (PackAction::Rescue, false),
+            (PackAction::Keep, true),
+        ] {
+            assert!(matches!(
+                check_decided(&model, &planned(action, repack)),
+                Err(Error::Internal { .. })
+            ));
+        }
+        assert!(check_decided(&model, &BTreeMap::new()).is_err());
+    }
+
+    /// Against a file:// remote in a temporary directory: a plan changes nothing on the remote
+    /// but its `clock` key; its dry-run report lists what the real run then marks; with the
+    /// clock a grace ahead, the next plan deletes the marked pack and execute deletes it,
+    /// keeping the referenced dataset's pack.
+    #[test]
+    fn plan_then_execute_marks_then_deletes_what_no_ref_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::init(&dir.path().join("store")).unwrap();
+        for (dataset, content) in [("keep", "kept bytes"), ("drop", "dropped bytes")] {
+            let data = dir.path().join(dataset);
+            std::fs::create_dir_all(&data).unwrap();
+            std::fs::write(data.join("f"), content).unwrap();
+            crate::ops::commit::commit(
+                &mut store,
+                &data,
+                &crate::ops::commit::CommitOptions::new(dataset),
+                &NoProgress,
+            )
+            .unwrap();
+        }
+        let remote_dir = dir.path().join("remote");
+        std::fs::create_dir_all(&remote_dir).unwrap();
+        let url = format!("file://{}", remote_dir.display());
+        super::super::add_remote(&mut store, "origin", &url, &Default::default()).unwrap();
+        let push = crate::ops::sync::PushOptions {
+            force: false,
+            requests: 2,
+        };
+        crate::ops::sync::push(&mut store, "origin", &[], &push, &NoProgress).unwrap();
+        remove_remote_refs(&mut store, "origin", "drop", None).unwrap();
+        // Every file of the remote but the clock key, with its bytes.
+        fn files(dir: &std::path::Path, into: &mut BTreeMap<std::path::PathBuf, Vec<u8>>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    files(&path, into);
+                } else if path.file_name().is_some_and(|n| n != "clock") {
+                    into.insert(path.clone(), std::fs::read(&path).unwrap());
+                }
             }
         }
-        progress.advance(if options.full { *size } else { 1 });
+        let snapshot = || {
+            let mut into = BTreeMap::new();
+            files(&remote_dir, &mut into);
+            into
+        };
+        let before = snapshot();
+        // Packs this small are mostly index: none is worth repacking here.
+        let mut options = RemoteGcOptions {
+            grace: Duration::from_secs(3600),
+            repack: false,
+            ..RemoteGcOptions::default()
+        };
+        // Just pushed: both packs younger than the grace.
+        let data = store.lock_data_shared().unwrap();
+        let young = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        assert_eq!(young.with_action(PackAction::Young).len(), 1, "{young:?}");
+        assert_eq!(young.with_action(PackAction::Keep).len(), 1, "{young:?}");
+        // A grace later (by the clock offset): the dropped dataset's pack is marked.
+        options.clock_offset = Duration::from_secs(3601);
+        let planned = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        let to_mark = planned.with_action(PackAction::Mark);
+        assert_eq!(to_mark.len(), 1, "{planned:?}");
+        let report = planned.report();
+        assert!(report.dry_run);
+        assert_eq!(report.marked.packs, vec![to_mark[0].0]);
+        assert_eq!(snapshot(), before, "planning changed the remote");
+        let marked = execute(&mut store, &data, planned, &NoProgress).unwrap();
+        assert_eq!(marked.marked.packs, vec![to_mark[0].0]);
+        assert!(
+            remote_dir
+                .join("marks")
+                .join(to_mark[0].0.to_hex())
+                .exists()
+        );
+        // Now (no offset), the mark is within its grace: the pack waits.
+        options.clock_offset = Duration::ZERO;
+        let waiting = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        assert_eq!(waiting.with_action(PackAction::Wait), to_mark);
+        // A grace (and a second) after the mark: deleted, and the kept pack stays.
+        options.clock_offset = Duration::from_secs(3601);
+        let due = plan(&mut store, &data, "origin", &options, &NoProgress).unwrap();
+        assert_eq!(due.with_action(PackAction::Delete), to_mark);
+        let kept = due.with_action(PackAction::Keep);
+        let deleted = execute(&mut store, &data, due, &NoProgress).unwrap();
+        assert_eq!(deleted.deleted.packs, vec![to_mark[0].0]);
+        let pack_file = |id: &ObjectId| remote_dir.join(format!("packs/{}.pack", id.to_hex()));
+        assert!(!pack_file(&to_mark[0].0).exists());
+        assert!(pack_file(&kept[0].0).exists());
     }
-    progress.finish();
-    // With --full, every file of every ref: each file map the remote holds for it is proven
-    // against the file id (its chunks joined and hashed), as a checkout would prove it.
-    let mut files = 0;
-    if options.full {
-        progress.phase("proving the file maps");
-        let refs: Vec<(String, ObjectId)> = fetched
-            .refs
-            .iter()
-            .map(|r| match &r.tag {
-                Some(tag) => (format!("{}@{tag}", r.dataset), r.version),
-                None => (r.dataset.clone(), r.version),
-            })
-            .collect();
-        let (proven, downloaded) =
-            maps.prove_refs(store, &record, &remote, &refs, &mut problems)?;
-        files = proven;
-        bytes += downloaded;
-    }
-    Ok(RemoteVerifyReport {
-        remote: record.name,
-        full: options.full,
-        refs: fetched.refs.len() as u64,
-        objects,
-        packs: indexes.len() as u64,
-        frames: frames_checked,
-        bytes,
-        marked: marks.keys().filter(|id| listed.contains_key(id)).count() as u64,
-        incomplete,
-        files,
-        problems,
-        requests: remote.requests(),
-    })
 }

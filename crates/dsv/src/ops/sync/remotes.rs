@@ -73,7 +73,7 @@ pub fn add_remote_placed(
 /// [`Error::InvalidName`], [`Error::RemoteExists`], [`Error::InvalidRemote`];
 /// [`Error::Remote`] (action "check
 /// before adding it: list refs/") when the listing fails: a missing bucket
-/// ([`crate::error::remote_refusal`] says "missing bucket"), refused or absent credentials,
+/// (of class [`crate::error::RemoteClass::MissingBucket`]), refused or absent credentials,
 /// an unreachable endpoint.
 pub fn check_remote(
     store: &Store,
