@@ -163,3 +163,36 @@ fn a_dry_run_of_a_remote_revision_asks_the_remote_nothing() {
     let refused = env.fails(&["checkout", "origin/ds", "elsewhere"], 3);
     assert!(refused.contains("unknown revision"), "{refused}");
 }
+
+#[test]
+fn a_dry_run_refuses_what_the_checkout_would_refuse_before_its_plan() {
+    let env = TestEnv::new();
+    // A file at the longest path the system opens (4095 bytes), below `data`.
+    let root = fs::canonicalize(env.root()).unwrap().join("data");
+    let component = "a".repeat(255);
+    let mut room = 4095 - root.as_os_str().len();
+    let mut relative = Vec::new();
+    while room > 1 + 255 {
+        relative.push(component.clone());
+        room -= 1 + 255;
+    }
+    relative.push("f".repeat(room - 1));
+    let file = root.join(relative.join("/"));
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, "at the longest path\n").unwrap();
+    env.ok(&["commit", "data", "--dataset", "long"]);
+    // Into a directory with a longer name: the checkout refuses it, and so does its plan.
+    fs::create_dir(env.path("a-longer-directory")).unwrap();
+    let before = everything(env.root());
+    let error = env.json_error(&["checkout", "--dry-run", "long", "a-longer-directory"], 6);
+    assert!(
+        error["causes"][0]
+            .as_str()
+            .is_some_and(|c| c.contains("File name too long")),
+        "{error}"
+    );
+    assert_eq!(
+        changed(&before, &everything(env.root())),
+        Vec::<String>::new()
+    );
+}

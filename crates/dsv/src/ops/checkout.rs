@@ -744,16 +744,28 @@ fn open_dir(dir: &Path, longest: &str) -> Result<(PathBuf, String)> {
     let made_checkout_dir = !dir.exists();
     fs::create_dir_all(dir).at(dir)?;
     let (dir, key) = workspace::canonical_dir(dir)?;
-    if !longest.is_empty() && too_long(&dir, longest) {
+    if let Err(error) = refuse_too_long(&dir, longest) {
         if made_checkout_dir {
             let _ = fs::remove_dir(&dir);
         }
+        return Err(error);
+    }
+    Ok((dir, key))
+}
+
+/// Refuses a checkout into `dir` (canonical) whose `longest` path, joined to it, would be
+/// longer than the system opens.
+///
+/// # Errors
+/// [`Error::Io`] (`ENAMETOOLONG`) naming the path.
+fn refuse_too_long(dir: &Path, longest: &str) -> Result<()> {
+    if !longest.is_empty() && too_long(dir, longest) {
         return Err(Error::Io {
             path: dir.join(longest),
             source: std::io::Error::from_raw_os_error(nix::errno::Errno::ENAMETOOLONG as i32),
         });
     }
-    Ok((dir, key))
+    Ok(())
 }
 
 /// Old-state phase (step 4): the workspace at `key` (its id, whose stat cache the plan

@@ -98,8 +98,10 @@ pub struct CheckoutPlan {
 /// # Errors
 /// As [`super::checkout`] before it changes anything: revision errors,
 /// [`Error::VersionRemoved`], [`Error::UnsafePath`], [`Error::NotADirectory`],
-/// [`Error::PartialCheckoutIntoWorkspace`], reading the trees, the directory and its files;
-/// conflicts are no error (the plan lists them).
+/// [`Error::PartialCheckoutIntoWorkspace`], [`Error::Io`] (`ENAMETOOLONG`) for a path longer
+/// than the system opens, [`Error::NoSpace`] when the directory's file system lacks the room
+/// the checkout needs, reading the trees, the directory and its files; conflicts are no
+/// error (the plan lists them).
 pub fn plan_checkout(
     store: &Store,
     revision: &Revision,
@@ -121,6 +123,9 @@ pub fn plan_checkout(
             });
         }
         let (dir, key) = crate::workspace::canonical_dir(dir)?;
+        // Refused as the checkout refuses them, before its plan: paths too long for the
+        // system, and a target larger than the room the file system has (below).
+        super::refuse_too_long(&dir, &shape.longest)?;
         let decisions =
             super::decide(store, &tree_catalog, &target, &dir, &key, options, progress)?;
         (dir, decisions)
@@ -131,6 +136,12 @@ pub fn plan_checkout(
         )
     };
     decisions.check_decided(shape.room.inodes, &dir)?;
+    // The checkout stops at its conflicts first, then at the room it lacks.
+    if decisions.conflicts.is_empty() && dir.is_dir() {
+        shape
+            .room
+            .check(&crate::beneath::BeneathDir::open(&dir)?, &decisions)?;
+    }
     let (files, bytes) = target.counts();
     let mut plan = CheckoutPlan {
         dataset: revision.dataset.clone(),
