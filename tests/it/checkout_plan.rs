@@ -120,12 +120,26 @@ fn a_dry_run_prints_the_plan_and_changes_nothing_anywhere() {
     assert_eq!(forced["refused"], json!(false));
     // The human plan names the same.
     let human = env.run(&["checkout", "--dry-run", "ds@v1", "ws"]);
-    let text = String::from_utf8_lossy(&human.stdout);
-    assert!(
-        text.contains("CONFLICT    d") && text.contains("keep yours  sub/c"),
-        "{text}"
-    );
-    assert!(text.contains("nothing was changed (dry run)"), "{text}");
+    let text = env.normalize(&format!(
+        "exit: {}\n--- stdout\n{}--- stderr\n{}",
+        human.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&human.stdout),
+        String::from_utf8_lossy(&human.stderr)
+    ));
+    insta::assert_snapshot!(text, @"
+    exit: 4
+    --- stdout
+    Would check out ds@[SHORT] into [ROOT]/ws: 3 files, 11 B
+      write 2 (6 B), delete 1, 0 already up to date
+      keep 1 uncommitted change(s) that this version does not touch
+      replace     a
+      write       b
+      CONFLICT    d
+      keep yours  sub/c
+    would be refused: 1 path(s) with uncommitted changes in the way (--force overwrites them)
+    nothing was changed (dry run)
+    --- stderr
+    ");
     // A directory that does not exist is planned as an empty one, and not made.
     let fresh = env.json(&["checkout", "--dry-run", "ds@v1", "new"]);
     assert_eq!(
