@@ -185,19 +185,20 @@ fn plant_doubled(env: &TestEnv, doublings: u32) {
 fn a_version_too_large_for_ulimit_v_is_refused_not_aborted_on() {
     let env = TestEnv::new();
     plant_files_2_to_the_25(&env);
-    let dsv = assert_cmd::cargo::cargo_bin("dsv");
+    let dsv = crate::common::dsv_binary();
     for args in [
         "shards ds 4",
         "--json shards ds 4",
         "export ds -o out.tar --shard 0/4",
     ] {
-        let out = Command::new("bash")
+        let mut bash = Command::new("bash");
+        env.sandbox().apply(&mut bash);
+        let out = bash
             .arg("-c")
             .arg(format!(
                 "ulimit -v 4000000; exec '{}' {args}",
                 dsv.display()
             ))
-            .current_dir(env.root())
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -215,13 +216,14 @@ fn a_version_too_large_for_ulimit_v_is_refused_not_aborted_on() {
         );
     }
     // Streaming listings need no whole listing: the same limit lists a directory.
-    let out = Command::new("bash")
+    let mut bash = Command::new("bash");
+    env.sandbox().apply(&mut bash);
+    let out = bash
         .arg("-c")
         .arg(format!(
             "ulimit -v 4000000; exec '{}' ls ds:a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a",
             dsv.display()
         ))
-        .current_dir(env.root())
         .output()
         .unwrap();
     assert!(
@@ -239,15 +241,15 @@ fn a_clone_under_ulimit_v_records_a_version_the_machine_can_list() {
     let env = TestEnv::new();
     plant_doubled(&env, 17);
     let (_, url) = push_to_file_remote(&env, "remote", "ds");
-    let dsv = assert_cmd::cargo::cargo_bin("dsv");
+    let dsv = crate::common::dsv_binary();
     let under_limit = |args: &str| {
-        Command::new("bash")
-            .arg("-c")
+        let mut bash = Command::new("bash");
+        env.sandbox().apply(&mut bash);
+        bash.arg("-c")
             .arg(format!(
                 "ulimit -v 4000000; exec '{}' {args}",
                 dsv.display()
             ))
-            .current_dir(env.root())
             .output()
             .unwrap()
     };

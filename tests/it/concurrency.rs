@@ -2,7 +2,7 @@
 
 use std::process::Child;
 
-use crate::common::{TestEnv, assert_same_tree, pseudo_random};
+use crate::common::{Sandbox, TestEnv, assert_same_tree, pseudo_random};
 
 fn wait_ok(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
@@ -66,11 +66,11 @@ fn concurrent_checkouts_of_one_version_do_not_tear_files() {
     env.ok(&["status", "shared", "--exit-code"]);
 }
 
-/// Runs `dsv ARGS` in `root` `rounds` times (before each, `before(round)`), each run waited
+/// Runs `dsv ARGS` in `sandbox` `rounds` times (before each, `before(round)`), each run waited
 /// for until `deadline`; any exit code is accepted (a checkout refused by uncommitted
 /// changes, a status of a moving workspace). Err names a run still going at the deadline.
 fn run_rounds(
-    root: &std::path::Path,
+    sandbox: &Sandbox,
     args: &[&str],
     rounds: usize,
     deadline: std::time::Instant,
@@ -78,10 +78,9 @@ fn run_rounds(
 ) -> Result<(), String> {
     for round in 0..rounds {
         before(round);
-        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        let mut child = sandbox
+            .command()
             .args(args)
-            .current_dir(root)
-            .env("DSV_AUTHOR", "tester")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -113,6 +112,7 @@ fn commit_status_checkout_and_gc_racing_on_one_workspace_all_finish() {
     env.write("w/big.bin", pseudo_random(300_000, 7));
     env.ok(&["commit", "w", "--dataset", "d"]);
     let root = env.root().to_path_buf();
+    let sandbox = &env.sandbox();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
     let rounds = 12;
     let nothing = |_: usize| {};
@@ -124,18 +124,18 @@ fn commit_status_checkout_and_gc_racing_on_one_workspace_all_finish() {
                     let _ = std::fs::write(root.join("w/a.txt"), format!("{round}\n"));
                 };
                 run_rounds(
-                    root,
+                    sandbox,
                     &["commit", "w", "--dataset", "d"],
                     rounds,
                     deadline,
                     &change,
                 )
             }),
-            scope.spawn(move || run_rounds(root, &["status", "w"], rounds, deadline, &nothing)),
+            scope.spawn(move || run_rounds(sandbox, &["status", "w"], rounds, deadline, &nothing)),
             scope.spawn(move || {
-                run_rounds(root, &["checkout", "d", "w"], rounds, deadline, &nothing)
+                run_rounds(sandbox, &["checkout", "d", "w"], rounds, deadline, &nothing)
             }),
-            scope.spawn(move || run_rounds(root, &["gc"], rounds, deadline, &nothing)),
+            scope.spawn(move || run_rounds(sandbox, &["gc"], rounds, deadline, &nothing)),
         ];
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });

@@ -37,6 +37,8 @@ impl FaultProxy {
             PathBuf::from("python3")
         };
         let mut child = Command::new(&python)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .arg(&script)
             .arg(upstream)
             .args(["--port", "0"])

@@ -57,7 +57,7 @@ impl HostileRemote {
 
     /// Writes `objects` as one pack of one frame, with its `.idx`, as push does.
     fn put_pack(&self, objects: &[Object]) {
-        let scratch = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir_in(crate::common::temp_base()).unwrap();
         let mut writer = PackWriter::create(scratch.path(), scratch.path()).unwrap();
         let mut frame = FrameBuilder::default();
         for (id, kind, bytes) in objects {
@@ -182,6 +182,7 @@ fn bounded_any(env: &TestEnv, args: &[&str], codes: &[i32]) -> String {
 fn bounded_reading(env: &TestEnv, args: &[&str], codes: &[i32]) -> (String, u64) {
     let io = env.path("rchar.txt");
     let mut command = std::process::Command::new("bash");
+    env.sandbox().apply(&mut command);
     command
         .arg("-c")
         .arg(format!(
@@ -190,14 +191,8 @@ fn bounded_reading(env: &TestEnv, args: &[&str], codes: &[i32]) -> (String, u64)
         ))
         .arg("bash")
         .arg(&io)
-        .arg(assert_cmd::cargo::cargo_bin("dsv"))
+        .arg(crate::common::dsv_binary())
         .args(args)
-        .env_clear()
-        .env("HOME", env.root())
-        .env("TMPDIR", env.root())
-        .env("DSV_AUTHOR", "tester")
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .current_dir(env.root())
         .process_group(0)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -536,11 +531,12 @@ fn honest_doubling_dag(levels: usize) -> (Vec<Object>, Version) {
 
 /// Peak RSS in KiB of `dsv ARGS` in `env`, its stdout thrown away (`/usr/bin/time -f %M`).
 fn peak_rss_kib(env: &TestEnv, args: &[&str]) -> u64 {
-    let out = std::process::Command::new("/usr/bin/time")
+    let mut time = std::process::Command::new("/usr/bin/time");
+    env.sandbox().apply(&mut time);
+    let out = time
         .args(["-f", "%M"])
-        .arg(assert_cmd::cargo::cargo_bin("dsv"))
+        .arg(crate::common::dsv_binary())
         .args(args)
-        .current_dir(env.root())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .output()

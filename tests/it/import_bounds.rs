@@ -343,9 +343,9 @@ fn a_body_longer_than_its_declared_length_is_refused() {
 #[test]
 fn a_trickling_server_fails_at_the_stall_timeout_or_the_deadline() {
     let env = TestEnv::new();
-    // One byte each 100 ms: under 1 KiB in any 2 s.
+    // One byte each 100 ms: under 1 KiB in any second.
     let url = format!("{}/slow.bin", serve(Mode::Trickle { bytes: 1 }));
-    let outcome = run_bounded(&env, &["import", &url, "--stall-timeout", "2s"], None);
+    let outcome = run_bounded(&env, &["import", &url, "--stall-timeout", "1s"], None);
     eprintln!("trickle refused after {:?}", outcome.elapsed);
     // Exit 6 naming the option: the stall timeout ended it (10 MB at 10 bytes a second
     // would outlast PATIENCE).
@@ -356,11 +356,11 @@ fn a_trickling_server_fails_at_the_stall_timeout_or_the_deadline() {
         outcome.stderr
     );
     assert_nothing_left(&env, &env.path(".dsv"), &outcome);
-    // 4 KiB each 100 ms is no stall, but the whole import has 2 s.
+    // 4 KiB each 100 ms is no stall (in any 2 s), but the whole import has 1 s.
     let url = format!("{}/slow.bin", serve(Mode::Trickle { bytes: 4096 }));
     let outcome = run_bounded(
         &env,
-        &["import", &url, "--stall-timeout", "2s", "--timeout", "2s"],
+        &["import", &url, "--stall-timeout", "2s", "--timeout", "1s"],
         None,
     );
     // The deadline ended it (10 MB at 40 KB/s takes 250 s, past PATIENCE).

@@ -412,11 +412,9 @@ fn a_flat_directory_of_many_files_commits_lists_and_pipes() {
             "set -o pipefail; {} {json} ls flat | head -c 100 >/dev/null",
             env!("CARGO_BIN_EXE_dsv")
         );
-        let out = std::process::Command::new("bash")
-            .args(["-c", &script])
-            .current_dir(env.root())
-            .output()
-            .unwrap();
+        let mut bash = std::process::Command::new("bash");
+        env.sandbox().apply(&mut bash);
+        let out = bash.args(["-c", &script]).output().unwrap();
         assert!(
             out.status.success(),
             "{json}: {}",

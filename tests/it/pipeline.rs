@@ -151,9 +151,9 @@ fn a_reader_killed_while_fetching_and_recording_leaves_a_store_that_checks() {
     let (clone, _) = remote_only_clone(&env, &big);
     let mut killed_midway = 0;
     for delay_ms in [40u64, 90, 160, 250, 400] {
-        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        let mut child = clone
+            .command()
             .args(["--store", "c", "cat", "ds:big.bin"])
-            .current_dir(clone.root())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

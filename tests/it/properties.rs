@@ -178,7 +178,7 @@ proptest! {
         added in tree_spec(),
     ) {
         let second = mutate(&first, &edits, added);
-        let temp = tempfile::tempdir().unwrap();
+        let temp = tempfile::tempdir_in(crate::common::temp_base()).unwrap();
         let root = temp.path();
         let mut store = Store::init(root).unwrap();
         let (a, b) = (root.join("a"), root.join("b"));

@@ -202,9 +202,9 @@ fn export_and_shards_refuse_bad_input_and_end_quietly_on_a_closed_pipe() {
     assert!(error.to_string().contains("not/there.txt"), "{error}");
     env.fails(&["shards", "ds", "0"], 2);
     // A reader that stops early: export ends quietly, exit 0.
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+    let mut child = env
+        .command()
         .args(["export", "ds"])
-        .current_dir(env.root())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -262,9 +262,8 @@ fn concurrent_readers_of_a_remote_only_file_download_it_once() {
     let before = pack_bytes(&four.path("c"));
     let children: Vec<_> = (0..4)
         .map(|_| {
-            std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+            four.command()
                 .args(["--store", "c", "cat", "ds:big.bin"])
-                .current_dir(four.root())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -413,20 +412,15 @@ fn sequential_reads_load_the_next_frames_ahead_and_random_reads_do_not() {
     let big = pseudo_random(24_000_000, 61);
     env.write("d/big.bin", &big);
     env.ok(&["commit", "d", "-d", "ds"]);
-    let wait_for_cache = |engine: &dsv::read::ReadEngine, at_least: u64| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while engine.cached_bytes() < at_least && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        engine.cached_bytes()
-    };
     // Random reads: only the frames read are cached.
     let engine = engine(&env, 256 * 1024 * 1024);
     let file = engine.version("ds").unwrap().open("big.bin").unwrap();
     let mut buf = vec![0u8; 4096];
     file.read_at(10_000_000, &mut buf).unwrap();
     file.read_at(3_000_000, &mut buf).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Whatever the reads started in the background has ended (a read ahead they should not
+    // have asked for would be counted now).
+    engine.wait_for_background();
     let random = engine.cached_bytes();
     assert!(
         random <= 4 * 1024 * 1024,
@@ -439,7 +433,8 @@ fn sequential_reads_load_the_next_frames_ahead_and_random_reads_do_not() {
     file.read_at(0, &mut buf).unwrap();
     file.read_at(128 * 1024, &mut buf).unwrap();
     assert_eq!(buf, big[128 * 1024..256 * 1024]);
-    let ahead = wait_for_cache(&engine, 6 * 1024 * 1024);
+    engine.wait_for_background();
+    let ahead = engine.cached_bytes();
     assert!(ahead >= 6 * 1024 * 1024, "read-ahead cached {ahead} bytes");
     // What was read ahead reads back right.
     let mut rest = vec![0u8; 8 * 1024 * 1024];

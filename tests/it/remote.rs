@@ -640,8 +640,12 @@ impl PrivateS3 {
 
     fn restart(&mut self) {
         let log = std::fs::File::create(&self.log).unwrap();
+        // A cleared environment: a developer's AWS_* (a profile, a config file) made moto
+        // answer 500 to every request.
         let child = std::process::Command::new(endpoint("DSV_TEST_MOTO_SERVER"))
             .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -663,6 +667,22 @@ impl PrivateS3 {
 
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether a client holds an open connection to the server now (an established TCP
+    /// connection to its port in `/proc/net/tcp`, seen from the client's side): a frozen
+    /// server's kernel still accepts one, so this tells that a request is waiting on it.
+    pub(crate) fn has_a_client(&self) -> bool {
+        let port = format!(":{:04X}", self.port);
+        std::fs::read_to_string("/proc/net/tcp")
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.get(2).is_some_and(|remote| remote.ends_with(&port))
+                    && fields.get(3) == Some(&"01")
+            })
     }
 
     fn signal(&self, signal: &str) {
@@ -696,6 +716,19 @@ impl PrivateS3 {
 
     /// Adds it to `env` (store `store`, or the default) as remote `name` at `prefix`.
     pub(crate) fn add(&self, env: &TestEnv, store: &[&str], name: &str, prefix: &str, first: bool) {
+        self.add_with(env, store, name, prefix, first, &[]);
+    }
+
+    /// As [`PrivateS3::add`], with remote options `options` (`KEY=VALUE` each).
+    pub(crate) fn add_with(
+        &self,
+        env: &TestEnv,
+        store: &[&str],
+        name: &str,
+        prefix: &str,
+        first: bool,
+        options: &[&str],
+    ) {
         let url = format!("s3://dsv-test/{prefix}");
         let endpoint = format!("aws_endpoint={}", self.endpoint());
         let mut args: Vec<&str> = store.to_vec();
@@ -709,6 +742,9 @@ impl PrivateS3 {
             "--option",
             "aws_allow_http=true",
         ]);
+        for option in options {
+            args.extend(["--option", option]);
+        }
         if first {
             args.push("--first");
         }

@@ -237,16 +237,10 @@ fn dry_run_then_reclaim(backend: Backend) {
         clone.set_var(key, value);
     }
     clone.ok(&["clone", &url, "c"]);
-    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+    let out = clone
+        .command()
         .args(["checkout", "keep", "out"])
         .current_dir(clone.path("c"))
-        .envs(
-            clone
-                .vars
-                .borrow()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone())),
-        )
         .output()
         .unwrap();
     assert!(

@@ -73,12 +73,8 @@ fn a_renamed_dataset_keeps_its_versions_in_verify_show_a_clone_a_repair_and_the_
 fn run_into_closed_pipe(env: &TestEnv, args: &[&str]) -> (Option<i32>, String) {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
-        .env_clear()
-        .env("HOME", env.root())
-        .env("TMPDIR", env.root())
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .current_dir(env.root())
+    let out = env
+        .command()
         .args(args)
         .stdout(writer)
         .stderr(std::process::Stdio::piped())

@@ -339,11 +339,10 @@ fn killed_rebase(kill: Kill) -> bool {
         let env = TestEnv::new();
         let theirs = diverged_workspace(&env);
         let local_head = crate::common::version_ids(&env, "ds")[0].clone();
-        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+        let mut child = env
+            .command()
             .args(["rebase", "ds@theirs", "--jobs", "1"])
             .current_dir(env.path("ws"))
-            .env("DSV_AUTHOR", "tester")
-            .env("HOME", env.root())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

@@ -3,11 +3,12 @@
 //! with SIGSTOP (it still accepts connections, as a hung server does, and never answers);
 //! the far copy is a `file://` directory.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{TestEnv, assert_same_tree};
+use crate::common::{TestEnv, assert_same_tree, wait_until};
 use crate::nearest::{commit, dataset};
 use crate::remote::{PrivateS3, unique_prefix, use_s3};
 
@@ -36,22 +37,23 @@ fn stderr(out: &std::process::Output) -> String {
 
 /// The first mirror's server frozen: a checkout (`transfer.remotes`) and `cat` (the read
 /// engine) of a version whose data is only on the remotes finish in seconds from far, and
-/// stderr names the frozen remote and the one that served.
+/// stderr names the frozen remote and the one that served. The checkout's near has the
+/// default stall timeout (5 s), the cat's its `stall_timeout` option (1 s).
 #[test]
 fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
     let writer = TestEnv::new();
     let near = PrivateS3::start(writer.path("near-moto.log"));
     let (id, prefix, far) = pushed_to_both(&writer, &near, 31);
-    let reader = || {
+    let reader = |options: &[&str]| {
         let reader = TestEnv::new();
         use_s3(&reader);
         reader.ok(&["remote", "add", "far", &far]);
         reader.ok(&["fetch"]);
-        near.add(&reader, &[], "near", &prefix, true);
+        near.add_with(&reader, &[], "near", &prefix, true, options);
         reader.ok(&["fetch", "--remote", "near"]);
         reader
     };
-    let (checkout, cat) = (reader(), reader());
+    let (checkout, cat) = (reader(&[]), reader(&["stall_timeout=1s"]));
     near.freeze();
 
     let start = Instant::now();
@@ -78,7 +80,7 @@ fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
     assert!(
         remotes[0]["error"]
             .as_str()
-            .is_some_and(|e| e.contains("stalled")),
+            .is_some_and(|e| e.contains("stalled") && e.contains(" in 5s ")),
         "{report}"
     );
     assert_eq!(remotes[1]["remote"], "far", "{report}");
@@ -94,7 +96,8 @@ fn a_frozen_first_mirror_is_passed_over_in_seconds_and_named() {
         std::fs::read(writer.path("data/big.bin")).unwrap()
     );
     assert!(
-        stderr(&out).contains("warning: remote \"near\" failed, read from \"far\" instead"),
+        stderr(&out).contains("warning: remote \"near\" failed, read from \"far\" instead")
+            && stderr(&out).contains(" in 1s "),
         "{}",
         stderr(&out)
     );
@@ -130,11 +133,11 @@ fn a_mirror_added_first_after_a_clone_serves_the_first_read() {
     assert_eq!(remotes[0]["error"], Value::Null, "{checkout}");
 }
 
-/// The only remote slow to answer (frozen for longer than the 5 s stall timeout, then
-/// thawed): a checkout waits for it rather than fail it as stalled, as there is no other
-/// remote to read from (before the fix: "stalled: 0 bytes ... in 5s", exit 1). Also the
-/// `stall_timeout` option through the CLI: `0s` is accepted, a value without a unit is
-/// refused (exit 3).
+/// The only remote slow to answer (its `stall_timeout` option 1 s; frozen until the
+/// checkout's request has waited on it for twice that, then thawed): a checkout waits for
+/// it rather than fail it as stalled, as there is no other remote to read from (before the
+/// fix: "stalled: 0 bytes ... in 1s", exit 1). Also the `stall_timeout` option through the
+/// CLI: `0s` is accepted, a value without a unit is refused (exit 3).
 #[test]
 fn the_only_remote_slow_to_answer_is_waited_for() {
     let writer = TestEnv::new();
@@ -163,15 +166,24 @@ fn the_only_remote_slow_to_answer_is_waited_for() {
 
     let reader = TestEnv::new();
     use_s3(&reader);
-    near.add(&reader, &[], "near", &prefix, false);
+    let stall = Duration::from_secs(1);
+    near.add_with(&reader, &[], "near", &prefix, false, &["stall_timeout=1s"]);
     reader.ok(&["fetch"]);
     near.freeze();
+    let ended = AtomicBool::new(false);
     let out = std::thread::scope(|scope| {
         scope.spawn(|| {
-            std::thread::sleep(Duration::from_secs(7));
+            // Frozen from the moment the checkout's request reaches it, for twice the stall
+            // timeout (the checkout's start, however slow, does not count).
+            wait_until("the checkout to ask near", || {
+                near.has_a_client() || ended.load(Ordering::SeqCst)
+            });
+            std::thread::sleep(2 * stall);
             near.thaw();
         });
-        reader.run(&["--json", "checkout", &format!("ds@{id}"), "out"])
+        let out = reader.run(&["--json", "checkout", &format!("ds@{id}"), "out"]);
+        ended.store(true, Ordering::SeqCst);
+        out
     });
     assert!(out.status.success(), "{}", stderr(&out));
     assert_same_tree(&writer.path("data"), &reader.path("out"));

@@ -20,21 +20,16 @@ fn many_files(env: &TestEnv) {
 /// Runs dsv with `args` on a pseudo-terminal (stdin, stdout and stderr all on it) and
 /// returns everything it wrote there, escape sequences included.
 fn on_terminal(env: &TestEnv, args: &[&str], vars: &[(&str, &str)]) -> String {
-    let dsv = assert_cmd::cargo::cargo_bin("dsv");
+    let dsv = crate::common::dsv_binary();
     let command = std::iter::once(dsv.to_str().unwrap())
         .chain(args.iter().copied())
         .collect::<Vec<_>>()
         .join(" ");
     let mut script = Command::new("script");
+    env.sandbox().apply(&mut script);
     script
         .args(["-qfec", &command, "/dev/null"])
-        .env_clear()
-        .env("HOME", env.root())
-        .env("TMPDIR", env.root())
-        .env("DSV_AUTHOR", "tester")
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("TERM", "xterm-256color")
-        .current_dir(env.root())
         .stdin(std::process::Stdio::null());
     for (key, value) in vars {
         script.env(key, value);

@@ -160,7 +160,7 @@ impl dsv::progress::Progress for AtReading {
 #[test]
 fn a_file_replaced_while_commit_runs_is_not_cached_under_the_walks_stat() {
     use dsv::ops::commit::{CommitOptions, commit};
-    let temp = tempfile::tempdir().unwrap();
+    let temp = tempfile::tempdir_in(crate::common::temp_base()).unwrap();
     let root = temp.path().to_path_buf();
     let mut store = dsv::Store::init(&root).unwrap();
     let dir = root.join("w");
@@ -723,9 +723,9 @@ fn export_output_inside_a_store_is_refused_and_json_io_errors_exit_6() {
     assert_eq!(std::fs::read(env.path(".dsv/catalog.db")).unwrap(), catalog);
     assert!(!env.path(".dsv/packs/x.pack").exists());
     let full = std::fs::File::create("/dev/full").unwrap();
-    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("dsv"))
+    let status = env
+        .command()
         .args(["--json", "ls", "ds"])
-        .current_dir(env.root())
         .stdout(full)
         .status()
         .unwrap();

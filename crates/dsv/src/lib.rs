@@ -59,16 +59,17 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub use dsv_remote::{
-    Error, ErrorKind, ObjectId, Result, Revision, Store, archive, beneath, catalog, chunk, config,
-    error, id, ignore_file, interrupt, lease, object, outboard, pack, parallel, progress, redact,
-    reflog, remote, remote_url, revision, runtime, source, store, store_file, tree, walk,
-    workspace,
+    Error, ErrorKind, ObjectId, Result, Revision, Store, archive, catalog, config, error, id,
+    interrupt, object, outboard, pack, parallel, progress, redact, remote, source, store, tree,
+    walk, workspace,
 };
+// What this crate uses but no front end names: reachable here, not part of the face.
+pub(crate) use dsv_remote::{beneath, chunk, lease, reflog, revision, runtime, store_file};
 
-pub mod eviction;
+pub(crate) mod eviction;
 pub(crate) mod key_set;
 pub mod ops;
-pub mod pack_sink;
+pub(crate) mod pack_sink;
 pub mod read;
 pub mod shard;
 pub mod transfer;

@@ -639,7 +639,9 @@ impl Remote {
     }
 
     /// Lists `prefix` under the stall watch: each entry listed counts as
-    /// [`STALL_BYTES`] arrived.
+    /// [`STALL_BYTES`] arrived. In key order whatever the backend (S3 and Azure list so; a
+    /// `file://` remote lists in its filesystem's directory order, which differs between
+    /// filesystems: ext4 and tmpfs gave `dsv fetch` its refs in different orders).
     async fn list_watched(&self, prefix: &str) -> Result<Vec<object_store::ObjectMeta>> {
         let mut watch = self.watch();
         let action = || format!("list {prefix}/");
@@ -650,6 +652,7 @@ impl Remote {
             listed.push(meta.map_err(self.fail(action()))?);
             self.arrived(&mut watch, action, STALL_BYTES)?;
         }
+        listed.sort_by(|a, b| a.location.cmp(&b.location));
         Ok(listed)
     }
 
@@ -989,7 +992,8 @@ impl Remote {
         }
     }
 
-    /// Lists every ref on the remote with its state.
+    /// Lists every ref on the remote with its state, in key order (heads by dataset name,
+    /// then tags).
     ///
     /// # Errors
     /// [`Error::Remote`].

@@ -180,6 +180,8 @@ struct Engine {
     options: ReadOptions,
     /// Background fetches running now (the prefetcher starts no more past a bound).
     prefetching: AtomicUsize,
+    /// Background tasks (reads ahead and prefetches) running now, to wait for them.
+    background: Background,
 }
 
 impl ReadEngine {
@@ -215,6 +217,7 @@ impl ReadEngine {
                 cache: FrameCache::new(options.cache_bytes),
                 options,
                 prefetching: AtomicUsize::new(0),
+                background: Background::default(),
             }),
         }
     }
@@ -298,6 +301,57 @@ impl ReadEngine {
     /// Bytes of decompressed frames held in the shared cache now.
     pub fn cached_bytes(&self) -> u64 {
         self.inner.cache.used()
+    }
+
+    /// Blocks until the background work this engine's reads started (the reads ahead of
+    /// sequential readers into the cache, the prefetches of remote data ahead of them) has
+    /// ended: [`ReadEngine::cached_bytes`] then counts all they loaded. A read that returned
+    /// before this call started all the work it would; work started by reads during the
+    /// wait is waited for too. A prefetch from a remote ends as its fetch does (bounded by
+    /// the remote's timeouts); its failure is left for the foreground read to report.
+    pub fn wait_for_background(&self) {
+        let background = &self.inner.background;
+        let mut running = background.running.lock().unwrap_or_else(|e| e.into_inner());
+        while *running > 0 {
+            running = background
+                .ended
+                .wait(running)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The count of an engine's background tasks running now, with a condition variable
+/// notified when one ends ([`ReadEngine::wait_for_background`]).
+#[derive(Default)]
+struct Background {
+    running: Mutex<usize>,
+    ended: std::sync::Condvar,
+}
+
+/// One background task of an engine, counted in [`Engine::background`] from its creation
+/// (before the task is spawned, by the read that asks for it) to its drop (the task's end).
+struct BackgroundTask(Arc<Engine>);
+
+impl BackgroundTask {
+    fn start(engine: &Arc<Engine>) -> BackgroundTask {
+        *engine
+            .background
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) += 1;
+        BackgroundTask(engine.clone())
+    }
+}
+
+impl Drop for BackgroundTask {
+    fn drop(&mut self) {
+        let background = &self.0.background;
+        let mut running = background.running.lock().unwrap_or_else(|e| e.into_inner());
+        *running -= 1;
+        if *running == 0 {
+            background.ended.notify_all();
+        }
     }
 }
 
@@ -1149,8 +1203,10 @@ impl FileHandle {
             let engine = self.engine.clone();
             let file = self.file.clone();
             let chunks = file.chunk_range(&(start..end));
+            let task = BackgroundTask::start(&engine);
             runtime.spawn_blocking(move || {
                 let _slot = slot;
+                let _task = task;
                 // A failure is the foreground read's to report, when it gets there. The
                 // piece's blocks are proven here too (a map fetched from a remote), so the
                 // reader finds them checked and hashes nothing.
@@ -1184,7 +1240,9 @@ impl FileHandle {
         };
         let engine = self.engine.clone();
         let file = self.file.clone();
+        let task = BackgroundTask::start(&engine);
         runtime.spawn_blocking(move || {
+            let _task = task;
             // Frames not here yet are read ahead by a later step, once fetched. A failure
             // is the foreground read's to report, when it gets there.
             if file

@@ -213,7 +213,7 @@
 //!   a local directory, moto's S3 server and Azurite (`scripts/test-servers`). GCS is
 //!   configuration-tested only: its URLs are accepted and its client is built, but no test
 //!   talks to a GCS server.
-//! - `remote::failure::classify` recognizes a missing bucket and refused credentials by the
+//! - `dsv_remote::failure::classify` recognizes a missing bucket and refused credentials by the
 //!   service's error codes in the error text; an unrecognized refusal is reported as a
 //!   network error (exit 6).
 
