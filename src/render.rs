@@ -9,7 +9,7 @@ use dsv::catalog::{DatasetSummary, Pin};
 use dsv::object::FileProvenance;
 use dsv::ops::audit::AuditReport;
 use dsv::ops::cache::{CachedVersion, PruneReport};
-use dsv::ops::checkout::CheckoutReport;
+use dsv::ops::checkout::{Action, CheckoutPlan, CheckoutReport};
 use dsv::ops::commit::CommitReport;
 use dsv::ops::gc::GcReport;
 use dsv::ops::import::ImportReport;
@@ -239,6 +239,57 @@ pub fn checkout(r: &CheckoutReport) -> String {
     if r.partial {
         out.push_str("\n  a partial checkout: not recorded as a workspace (status and commit see plain files)");
     }
+    out
+}
+
+/// The most paths `dsv checkout --dry-run` lists (`--json` lists every one).
+const PLAN_PATHS_SHOWN: usize = 100;
+
+pub fn checkout_plan(p: &CheckoutPlan) -> String {
+    let mut out = format!(
+        "Would check out {}{}@{} into {}: {}, {}\n  write {} ({}), delete {}, {} already up to date",
+        if p.partial { "part of " } else { "" },
+        p.dataset,
+        p.version.short(),
+        p.dir.display(),
+        count(p.files, "file"),
+        HumanBytes(p.bytes),
+        p.write,
+        HumanBytes(p.bytes_to_write),
+        p.delete,
+        p.unchanged
+    );
+    if p.carried > 0 {
+        out.push_str(&format!(
+            "\n  keep {} uncommitted change(s) that this version does not touch",
+            p.carried
+        ));
+    }
+    for planned in p.paths.iter().take(PLAN_PATHS_SHOWN) {
+        let action = match planned.action {
+            Action::Write => "write",
+            Action::Replace => "replace",
+            Action::Delete => "delete",
+            Action::DeleteTree => "delete tree",
+            Action::Prune => "prune",
+            Action::Carry => "keep yours",
+            Action::Conflict => "CONFLICT",
+        };
+        out.push_str(&format!("\n  {action:<11} {}", planned.path));
+    }
+    if p.paths.len() > PLAN_PATHS_SHOWN {
+        out.push_str(&format!(
+            "\n  ... and {} more (--json lists every path)",
+            p.paths.len() - PLAN_PATHS_SHOWN
+        ));
+    }
+    if p.refused {
+        out.push_str(&format!(
+            "\nwould be refused: {} path(s) with uncommitted changes in the way (--force overwrites them)",
+            p.conflicts
+        ));
+    }
+    out.push_str("\nnothing was changed (dry run)");
     out
 }
 

@@ -30,6 +30,11 @@ pub(crate) struct CheckoutArgs {
     /// Overwrite or delete changes that were never committed.
     #[arg(long)]
     force: bool,
+    /// Print what the checkout would do (each path written, replaced, deleted, carried over
+    /// or in conflict) and change nothing: no directory made, nothing fetched, no workspace
+    /// recorded. Exits 4 when the checkout would be refused for conflicts.
+    #[arg(long, conflicts_with = "lock")]
+    dry_run: bool,
     #[command(flatten)]
     select: SelectArgs,
     #[command(flatten)]
@@ -98,6 +103,16 @@ fn checkout_revision(cli: &Cli, ui: &Ui, args: &CheckoutArgs) -> anyhow::Result<
     let mut store = open_store(cli)?;
     let settings = store.config()?;
     let options = options(args, &settings)?;
+    if args.dry_run {
+        let plan =
+            compose::plan_from_anywhere(&store, revision_text, dir, &options, &ui.reporter())?;
+        ui.report(&plan, render::checkout_plan)?;
+        return Ok(if plan.refused {
+            error::CONFLICT
+        } else {
+            error::SUCCESS
+        });
+    }
     let requests = jobs_or(&args.jobs, &settings, dsv::remote::DEFAULT_JOBS);
     let outcome = compose::checkout_from_anywhere(
         &mut store,

@@ -307,6 +307,11 @@ fn help_lists_every_command() {
           --force
               Overwrite or delete changes that were never committed
 
+          --dry-run
+              Print what the checkout would do (each path written, replaced, deleted, carried over or in
+              conflict) and change nothing: no directory made, nothing fetched, no workspace recorded.
+              Exits 4 when the checkout would be refused for conflicts
+
           --shard <I/N>
               Only worker I of N's shard (I counts from 0): deterministic, balanced by bytes
 

@@ -9,6 +9,7 @@ mod attacks4;
 mod audit;
 mod bad_input;
 mod cache_limit;
+mod checkout_plan;
 mod checkout_safety;
 mod cleanup;
 mod cli_docs;

@@ -96,6 +96,12 @@
 //!    | anything other than the target's entry | what the old version has there | carried over: left alone |
 //!    | file, symlink or `Unsupported` entry | absent, not in the old version | untracked: leave alone |
 //!
+//!    Every entry of the target gets a decision (`plan::Decision`: write where nothing is,
+//!    replace what is there, keep, carry over the user's change), one byte an entry; a plan
+//!    that left an entry undecided is refused before anything changes
+//!    (`Decisions::check_decided`). `dsv checkout --dry-run` prints these decisions path by
+//!    path ([`plan_checkout`]) and stops here.
+//!
 //!    If there are conflicts and `--force` was not given (or a directory holds a store or a
 //!    temporary file), stop with `Error::Conflict`. It lists up to 10 paths in path order
 //!    (for a directory, the directory itself). No file has been changed at that point. The
@@ -232,9 +238,12 @@ use crate::workspace;
 use plan::Room;
 
 mod apply;
+mod dry_run;
 mod plan;
 mod spill;
 mod stage;
+
+pub use dry_run::{Action, CheckoutPlan, PlannedPath, plan_checkout};
 
 /// How to check out.
 #[derive(Debug, Clone)]
@@ -436,10 +445,12 @@ const APPLY_BATCH_FILES: usize = 16_384;
 /// version's files.
 ///
 /// The phases, each a function: `resolve`, `Target::new` and `check_target` (the
-/// version), `open_dir` and `previous_version` (the directory and what it held),
-/// `plan::plan` (a `plan::CheckoutPlan`, refused on conflicts), `stage::make_dirs`,
-/// `stage::remove_leftovers` and `stage::stage_all` (nothing visible changes),
-/// `apply::apply` (the directory changes), `apply::record` (the catalog).
+/// version), `open_dir` (the directory), `decide` (`previous_version`, then `plan::plan`:
+/// a `plan::Decisions`, every entry of the target decided, refused on conflicts), then
+/// `execute`: `stage::make_dirs`, `stage::remove_leftovers` and `stage::stage_all`
+/// (nothing visible changes), `apply::apply` (the directory changes), `apply::record` (the
+/// catalog). [`plan_checkout`] is the same plan, public, without the directory made, the
+/// locks or the execution (`dsv checkout --dry-run`).
 ///
 /// # Errors
 /// [`Error::Conflict`] when uncommitted changes are in the way; revision errors;
@@ -471,26 +482,8 @@ pub fn checkout(
     // Every change below goes through this handle: nothing follows a symlink or leaves the
     // directory, whatever another process puts in its place meanwhile (crate::beneath).
     let root = BeneathDir::open(&dir)?;
-    let (workspace_id, old) = previous_version(store, &key, &dir, target.is_partial())?;
-    let plan = {
-        let old_trees = &mut store.reader_through(&tree_catalog);
-        let old_walk: EntryWalk<'_> = match &old {
-            Some(version) => Box::new(tree::walk_version(old_trees, version)?),
-            None => Box::new(std::iter::empty()),
-        };
-        let (force, jobs) = (options.force, options.jobs);
-        let target_walk = target.walk(trees)?;
-        plan::plan(
-            store,
-            &dir,
-            workspace_id,
-            target_walk,
-            old_walk,
-            force,
-            jobs,
-            progress,
-        )?
-    };
+    let plan = decide(store, &tree_catalog, &target, &dir, &key, options, progress)?;
+    plan.check_decided(shape.room.inodes, &dir)?;
     plan.refuse_conflicts(&dir)?;
     progress.phase("locating the data");
     tracing::debug!(elapsed = ?clock.elapsed(), "planned");
@@ -502,48 +495,127 @@ pub fn checkout(
         jobs: options.jobs,
         progress,
     };
-    let mut made = stage::MadeDirs::new(&root);
-    let new_dirs = stage::make_dirs(&site, &shape.longest, target.walk(trees)?, &plan, &mut made)?;
-    stage::remove_leftovers(&site, &plan.leftovers)?;
+    let run = Run {
+        revision,
+        version: version_id,
+        key: &key,
+        longest: &shape.longest,
+        clock,
+    };
+    let report = execute(store, trees, &target, &plan, &site, &run)?;
+    Ok(CheckoutReport { dir, ..report })
+}
+
+/// Plan phase (steps 4-6): what the directory `dir` (workspace `key`) holds, compared with
+/// `target` and the version checked out there before, decided entry by entry
+/// ([`plan::plan`]). Reads the catalog (through `tree_catalog` for the trees), the
+/// directory and its stat cache; changes nothing.
+///
+/// # Errors
+/// [`Error::PartialCheckoutIntoWorkspace`]; as [`plan::plan`].
+fn decide(
+    store: &Store,
+    tree_catalog: &crate::catalog::Catalog,
+    target: &Target<'_>,
+    dir: &Path,
+    key: &str,
+    options: &CheckoutOptions,
+    progress: &dyn Progress,
+) -> Result<plan::Decisions> {
+    let (workspace_id, old) = previous_version(store, key, dir, target.is_partial())?;
+    let trees = &mut store.reader_through(tree_catalog);
+    let old_trees = &mut store.reader_through(tree_catalog);
+    let old_walk: EntryWalk<'_> = match &old {
+        Some(version) => Box::new(tree::walk_version(old_trees, version)?),
+        None => Box::new(std::iter::empty()),
+    };
+    let input = plan::PlanInput {
+        dir,
+        cache_of: workspace_id,
+        target: target.walk(trees)?,
+        old: old_walk,
+        force: options.force,
+        jobs: options.jobs,
+    };
+    plan::plan(store, input, progress)
+}
+
+/// What a checkout being executed is: the revision asked for, the version it names, the
+/// workspace's key, the target's longest path, and the clock since it began.
+struct Run<'a> {
+    revision: &'a Revision,
+    version: ObjectId,
+    key: &'a str,
+    longest: &'a str,
+    clock: std::time::Instant,
+}
+
+/// Carries out `plan`, a checkout of `target` into `site.dir` decided and not refused:
+/// makes directories, stages every file to write under a temporary name (nothing visible
+/// changes until all are staged and verified), applies (the directory changes) and, unless
+/// partial, records the workspace (steps 7-12). The report, `dir` as the site's.
+///
+/// # Errors
+/// As [`checkout`] after its plan: missing or corrupt data, I/O errors, interruption (all
+/// but a late I/O error leave the directory as it was).
+fn execute(
+    store: &mut Store,
+    trees: &mut ObjectReader<'_>,
+    target: &Target<'_>,
+    plan: &plan::Decisions,
+    site: &Site<'_>,
+    run: &Run<'_>,
+) -> Result<CheckoutReport> {
+    let root = site.root;
+    let mut made = stage::MadeDirs::new(root);
+    let new_dirs = stage::make_dirs(site, run.longest, target.walk(trees)?, plan, &mut made)?;
+    stage::remove_leftovers(site, &plan.leftovers)?;
     // Made before anything is renamed into place, so a store whose temporary directory
     // cannot be written stops the checkout while the directory is as it was.
     let stats = spill::RecordSpill::create(&store.temp_dir())?;
-    let staged = stage::stage_all(store, trees, &target, &plan, &made, &new_dirs, &site)?;
-    tracing::debug!(elapsed = ?clock.elapsed(), "staged");
+    let staged = stage::stage_all(store, trees, target, plan, &made, &new_dirs, site)?;
+    tracing::debug!(elapsed = ?run.clock.elapsed(), "staged");
     made.kept = true;
     let names = stage::Staged {
-        plan: &plan,
+        plan,
         roots: &made.roots,
         beside: &staged.beside,
         first_number: staged.first_number,
     };
     let (applied, written) = apply::apply(
         trees,
-        &target,
+        target,
         names,
         &new_dirs.create,
         staged.inodes,
         stats,
-        &site,
+        site,
     )?;
-    tracing::debug!(elapsed = ?clock.elapsed(), "applied");
+    tracing::debug!(elapsed = ?run.clock.elapsed(), "applied");
     if !target.is_partial() {
         let recording = apply::Recording {
-            key: &key,
-            dataset: &revision.dataset,
-            version: &version_id,
+            key: run.key,
+            dataset: &run.revision.dataset,
+            version: &run.version,
         };
-        apply::record(store, trees, &target, names, written, &recording, &site)?;
+        apply::record(store, trees, target, names, written, &recording, site)?;
         // A checkout is a deliberate move: a recorded move of this workspace that a killed
         // rebase or pull left (also one given up by checking out its old version) is over.
-        super::following::forget_following(store, &key);
-        super::workspace::link_store(store, &dir);
+        super::following::forget_following(store, run.key);
+        super::workspace::link_store(store, site.dir);
     }
-    tracing::debug!(elapsed = ?clock.elapsed(), "recorded");
-    applied.refuse_replaced(&dir)?;
+    tracing::debug!(elapsed = ?run.clock.elapsed(), "recorded");
+    applied.refuse_replaced(site.dir)?;
     Ok(CheckoutReport {
         deleted: applied.deleted,
-        ..report(revision, version_id, dir, &target, &new_dirs, &plan)
+        ..report(
+            run.revision,
+            run.version,
+            site.dir.to_path_buf(),
+            target,
+            &new_dirs,
+            plan,
+        )
     })
 }
 
@@ -555,7 +627,7 @@ fn report(
     dir: PathBuf,
     target: &Target<'_>,
     new_dirs: &stage::NewDirs,
-    plan: &plan::CheckoutPlan,
+    plan: &plan::Decisions,
 ) -> CheckoutReport {
     let (files, bytes) = target.counts();
     CheckoutReport {
@@ -672,16 +744,28 @@ fn open_dir(dir: &Path, longest: &str) -> Result<(PathBuf, String)> {
     let made_checkout_dir = !dir.exists();
     fs::create_dir_all(dir).at(dir)?;
     let (dir, key) = workspace::canonical_dir(dir)?;
-    if !longest.is_empty() && too_long(&dir, longest) {
+    if let Err(error) = refuse_too_long(&dir, longest) {
         if made_checkout_dir {
             let _ = fs::remove_dir(&dir);
         }
+        return Err(error);
+    }
+    Ok((dir, key))
+}
+
+/// Refuses a checkout into `dir` (canonical) whose `longest` path, joined to it, would be
+/// longer than the system opens.
+///
+/// # Errors
+/// [`Error::Io`] (`ENAMETOOLONG`) naming the path.
+fn refuse_too_long(dir: &Path, longest: &str) -> Result<()> {
+    if !longest.is_empty() && too_long(dir, longest) {
         return Err(Error::Io {
             path: dir.join(longest),
             source: std::io::Error::from_raw_os_error(nix::errno::Errno::ENAMETOOLONG as i32),
         });
     }
-    Ok((dir, key))
+    Ok(())
 }
 
 /// Old-state phase (step 4): the workspace at `key` (its id, whose stat cache the plan

@@ -1069,6 +1069,32 @@ pub struct Recorded {
     pub packs: Vec<crate::pack::PackFile>,
 }
 
+impl VersionDraft {
+    /// The version object this draft makes of `built` with `parent`, `provenance` and
+    /// `time`: the author (or [`UNKNOWN_AUTHOR`]) and the source on one line each, as the
+    /// catalog row and the encoded object must agree.
+    fn version(
+        &self,
+        built: &tree::BuiltTrees,
+        parent: Option<ObjectId>,
+        provenance: Option<ObjectId>,
+        time: i64,
+    ) -> Version {
+        Version {
+            dataset: self.dataset.clone(),
+            tree: built.root,
+            parent,
+            author: one_line(self.author.as_deref().unwrap_or(UNKNOWN_AUTHOR)),
+            time,
+            files: built.files,
+            bytes: built.bytes,
+            source: one_line(&self.source),
+            provenance,
+            message: self.message.clone(),
+        }
+    }
+}
+
 /// The last stage of commit and import: stores the new trees of `built` (and the
 /// provenance), then under the store lock reads the head, writes the version object, seals
 /// the packs and records everything in one catalog transaction, in which `extra` adds its
@@ -1091,20 +1117,7 @@ pub fn record_version(
     // The limits every reader applies (message, author, source): refused before anything.
     let probe = Version {
         dataset: String::new(),
-        tree: built.root,
-        parent: None,
-        author: one_line(
-            &draft
-                .author
-                .clone()
-                .unwrap_or_else(|| UNKNOWN_AUTHOR.to_string()),
-        ),
-        time: 0,
-        files: built.files,
-        bytes: built.bytes,
-        source: one_line(&draft.source),
-        provenance: None,
-        message: draft.message.clone(),
+        ..draft.version(built, None, None, 0)
     };
     let written = (|| {
         probe.check_limits().map_err(|reason| Error::Unsupported {
@@ -1141,24 +1154,7 @@ pub fn record_version(
         && parent_version.as_ref().is_some_and(|p| {
             p.tree == built.root && (provenance.is_none() || p.provenance == provenance)
         });
-    let version = Version {
-        dataset: draft.dataset.clone(),
-        tree: built.root,
-        parent,
-        // One line each: the catalog row and the encoded object must agree.
-        author: one_line(
-            &draft
-                .author
-                .clone()
-                .unwrap_or_else(|| UNKNOWN_AUTHOR.to_string()),
-        ),
-        time: crate::catalog::unix_now(),
-        files: built.files,
-        bytes: built.bytes,
-        source: one_line(&draft.source),
-        provenance,
-        message: draft.message.clone(),
-    };
+    let version = draft.version(built, parent, provenance, crate::catalog::unix_now());
     let version_id = if unchanged {
         parent.expect("unchanged implies a parent")
     } else {

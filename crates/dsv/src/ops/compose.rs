@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use super::checkout::{self, CheckoutOptions, CheckoutReport};
 use super::lock_file;
-use super::sync::{PullReport, prepare_remote_revision};
+use super::sync::{PullReport, prepare_remote_revision, resolve_remote};
 use crate::error::Result;
 use crate::progress::Progress;
 use crate::revision::Revision;
@@ -74,6 +74,37 @@ pub fn checkout_from_anywhere(
         remote: Some(fetched),
         transfer: None,
     })
+}
+
+/// Plans a checkout of `revision` into `dir` ([`checkout::plan_checkout`]) and changes
+/// nothing, whatever the revision names: `REMOTE/NAME[@REV]` is resolved against the remote's
+/// refs as this store last recorded them (no request is sent: `dsv fetch REMOTE` brings them
+/// up to date), and data this store lacks is not fetched (a checkout would fetch it; the plan
+/// needs only the version's trees, which must be here).
+///
+/// # Errors
+/// As [`checkout::plan_checkout`]; [`crate::Error::RemoteNotFound`] for an unknown remote;
+/// [`crate::Error::RevisionNotFound`] for a ref this store has not recorded.
+pub fn plan_from_anywhere(
+    store: &Store,
+    revision: &str,
+    dir: &Path,
+    options: &CheckoutOptions,
+    progress: &dyn Progress,
+) -> Result<checkout::CheckoutPlan> {
+    let revision = match RemoteRevision::parse(revision)? {
+        Some(target) => {
+            let record = store.catalog().remote(&target.remote)?;
+            let version = resolve_remote(store, &record, &target.revision)?;
+            Revision {
+                dataset: target.revision.dataset.clone(),
+                base: version.to_hex(),
+                ancestors: 0,
+            }
+        }
+        None => Revision::parse(revision)?,
+    };
+    checkout::plan_checkout(store, &revision, dir, options, progress)
 }
 
 /// What [`checkout_lock`] did: one checkout per dataset the lock file pins.

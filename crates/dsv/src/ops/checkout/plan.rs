@@ -1,7 +1,7 @@
 //! Checkout's plan phase (steps 5-6 of [`super`]): one pass over the directory beside its
 //! stat cache, merged with walks of the target and of the version checked out there before,
 //! decides what to keep, delete and carry over, and which paths are conflicts. It changes
-//! nothing: its result is a plain [`CheckoutPlan`].
+//! nothing: its result is a plain [`Decisions`].
 
 use std::path::{Path, PathBuf};
 
@@ -54,7 +54,7 @@ impl Room {
     ///
     /// # Errors
     /// [`Error::NoSpace`]; [`Error::Io`] when the file system cannot be asked.
-    pub(super) fn check(&self, root: &BeneathDir, plan: &CheckoutPlan) -> Result<()> {
+    pub(super) fn check(&self, root: &BeneathDir, plan: &Decisions) -> Result<()> {
         let needed_bytes = self.bytes.saturating_sub(plan.kept_room.bytes);
         let needed_inodes = self.inodes.saturating_sub(plan.kept_room.inodes);
         let stat = root.file_system()?;
@@ -75,21 +75,46 @@ impl Room {
     }
 }
 
+/// What a checkout does with one entry of the target (by its position in the target's walk),
+/// decided by [`plan`]: one byte an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Decision {
+    /// Not decided yet: [`Decisions::check_decided`] refuses a plan that leaves one.
+    #[default]
+    Undecided,
+    /// Written where the disk has nothing (staged, then renamed into place).
+    Write,
+    /// Written over what the disk has there (a file or symlink renamed over, a file or a
+    /// directory tree deleted first); a conflict unless recoverable (`conflicts` says).
+    Replace,
+    /// Already on disk as the target wants it: left untouched.
+    Keep,
+    /// The user's change carried over (the target has what the old version had there):
+    /// left as the user has it.
+    Carry,
+}
+
+impl Decision {
+    /// Whether the entry is left as the disk has it (kept or carried over).
+    pub(super) fn is_kept(self) -> bool {
+        matches!(self, Decision::Keep | Decision::Carry)
+    }
+}
+
 /// What a checkout will do to its directory, decided before anything changes. The files
-/// and symlinks to write are the target's entries not kept (`keep`): the target is walked
+/// and symlinks to write are the target's entries not kept (`decisions`): the target is walked
 /// again by each later step rather than held here. Renames are implied: each written entry
 /// is staged under a temporary name and renamed onto its path.
 #[derive(Debug, Default)]
-pub(super) struct CheckoutPlan {
+pub(super) struct Decisions {
     /// Files and symlinks to remove (not in the target, or where the target has a directory).
     pub(super) delete_files: Vec<String>,
     /// Directories to remove with their contents (the target has a file there).
     pub(super) delete_trees: Vec<String>,
     /// Directories of the old version to remove if they end up empty.
     pub(super) prune_dirs: Vec<String>,
-    /// By position in the target's walk: true where the entry is already on disk as the
-    /// target wants it (left untouched). One byte a target entry, up to the last kept.
-    pub(super) keep: Vec<bool>,
+    /// By position in the target's walk: what becomes of the entry. One byte a target entry.
+    pub(super) decisions: Vec<Decision>,
     /// Files and symlinks kept.
     pub(super) unchanged: u64,
     /// What the kept entries take on disk: not written again.
@@ -107,25 +132,73 @@ pub(super) struct CheckoutPlan {
     pub(super) leftovers: Vec<PathBuf>,
     /// Paths where uncommitted changes (or what no version holds) would be overwritten or
     /// deleted, in path order, each once (for a directory, the directory itself): the
-    /// checkout is refused unless this is empty ([`CheckoutPlan::refuse_conflicts`]).
+    /// checkout is refused unless this is empty ([`Decisions::refuse_conflicts`]).
     pub(super) conflicts: Vec<String>,
 }
 
-impl CheckoutPlan {
-    /// Keeps the target's entry `entry`, at position `index` of its walk, as the disk has it.
-    fn keep_entry(&mut self, index: usize, entry: &FlatEntry) {
-        if self.keep.len() <= index {
-            self.keep.resize(index + 1, false);
-        }
-        if !std::mem::replace(&mut self.keep[index], true) {
-            self.kept_room.add(entry);
+impl Decisions {
+    /// The plan of a checkout into a directory that does not exist: each of the target's
+    /// `entries` entries written, nothing else.
+    pub(super) fn nothing_on_disk(entries: u64) -> Decisions {
+        Decisions {
+            decisions: vec![Decision::Write; entries as usize],
+            ..Decisions::default()
         }
     }
 
-    /// Whether the target's entry at position `index` of its walk is already on disk as it
-    /// wants it.
+    /// Decides the target's entry at position `index` of its walk: `decision`. An entry
+    /// decided again (a directory kept, then written for what is written below it) takes
+    /// the later decision.
+    fn decide_entry(&mut self, index: usize, entry: &FlatEntry, decision: Decision) {
+        if self.decisions.len() <= index {
+            self.decisions.resize(index + 1, Decision::Undecided);
+        }
+        let was = std::mem::replace(&mut self.decisions[index], decision);
+        match (was.is_kept(), decision.is_kept()) {
+            (false, true) => self.kept_room.add(entry),
+            (true, false) => self.kept_room.remove(entry_blocks(&entry.kind, entry.size)),
+            _ => {}
+        }
+    }
+
+    /// Keeps the target's entry `entry`, at position `index` of its walk, as the disk has it.
+    fn keep_entry(&mut self, index: usize, entry: &FlatEntry) {
+        self.decide_entry(index, entry, Decision::Keep);
+    }
+
+    /// Whether the target's entry at position `index` of its walk is left as the disk has
+    /// it (kept or carried over).
     pub(super) fn kept(&self, index: usize) -> bool {
-        self.keep.get(index).copied().unwrap_or(false)
+        self.decision(index).is_kept()
+    }
+
+    /// The decision on the target's entry at position `index` of its walk.
+    pub(super) fn decision(&self, index: usize) -> Decision {
+        self.decisions.get(index).copied().unwrap_or_default()
+    }
+
+    /// Checks that every one of the target's `entries` entries got a decision (and no entry
+    /// past them did): the plan's pass met each entry of the target's walk exactly where the
+    /// merge with the directory put it.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming the first entry left undecided (a bug, never the data's).
+    pub(super) fn check_decided(&self, entries: u64, dir: &Path) -> Result<()> {
+        let undecided = self
+            .decisions
+            .iter()
+            .position(|d| *d == Decision::Undecided)
+            .or_else(|| (self.decisions.len() as u64 != entries).then_some(self.decisions.len()));
+        match undecided {
+            None => Ok(()),
+            Some(index) => Err(Error::corrupt(
+                dir,
+                format!(
+                    "the checkout's plan decided {} of the target's {entries} entries (entry {index} undecided); nothing was changed",
+                    self.decisions.len()
+                ),
+            )),
+        }
     }
 
     /// The paths the plan removes (trees, then files and symlinks).
@@ -153,6 +226,19 @@ impl CheckoutPlan {
     }
 }
 
+/// What [`plan`] compares: the directory `dir` beside the stat cache of workspace
+/// `cache_of`, the walks of the target and of the old version (the version checked out
+/// there before; empty for none), and the options that change the decisions (`force`) or
+/// the work (`jobs`, hashing threads).
+pub(super) struct PlanInput<'w> {
+    pub(super) dir: &'w Path,
+    pub(super) cache_of: Option<i64>,
+    pub(super) target: EntryWalk<'w>,
+    pub(super) old: EntryWalk<'w>,
+    pub(super) force: bool,
+    pub(super) jobs: usize,
+}
+
 /// Decides what to delete and keep, noting (unless `force`) as conflicts what would lose
 /// anything that exists nowhere else, in one pass over the directory `dir` beside the stat
 /// cache of workspace `cache_of` ([`DiskStream`], every entry: checkout sees what
@@ -175,17 +261,19 @@ impl CheckoutPlan {
 ///
 /// # Errors
 /// Walking the directory, reading the cache or the trees, hashing; [`Error::Interrupted`].
-#[allow(clippy::too_many_arguments)]
 pub(super) fn plan(
     store: &Store,
-    dir: &Path,
-    cache_of: Option<i64>,
-    target: EntryWalk<'_>,
-    old: EntryWalk<'_>,
-    force: bool,
-    jobs: usize,
+    input: PlanInput<'_>,
     progress: &dyn Progress,
-) -> Result<CheckoutPlan> {
+) -> Result<Decisions> {
+    let PlanInput {
+        dir,
+        cache_of,
+        target,
+        old,
+        force,
+        jobs,
+    } = input;
     let started_ns = workspace::now_ns();
     progress.phase("scanning");
     let mut stream = DiskStream::start(dir, store.catalog().path(), cache_of, &[], false)?;
@@ -193,7 +281,7 @@ pub(super) fn plan(
         force,
         target: tree::Cursor::new(target),
         old: tree::Cursor::new(old),
-        plan: CheckoutPlan::default(),
+        plan: Decisions::default(),
         replacing: None,
         replaced: Vec::new(),
         absent: Absent {
@@ -224,7 +312,7 @@ struct Planner<'w> {
     force: bool,
     target: tree::Cursor<EntryWalk<'w>>,
     old: tree::Cursor<EntryWalk<'w>>,
-    plan: CheckoutPlan,
+    plan: Decisions,
     /// A directory where the target has a file, while the entries below it pass: its path,
     /// and whether one of them is not recoverable.
     replacing: Option<(String, bool)>,
@@ -318,11 +406,12 @@ impl Planner<'_> {
             }
             Some((index, t)) if self.carries(t, in_old.as_ref()) => {
                 // The user's change, where the target keeps what the old version had.
-                self.plan.keep_entry(*index, t);
+                self.plan.decide_entry(*index, t, Decision::Carry);
                 self.plan.carried += 1;
             }
-            Some((_, t)) if is_dir => {
+            Some((index, t)) if is_dir => {
                 debug_assert!(t.kind != FlatKind::Dir);
+                self.plan.decide_entry(*index, t, Decision::Replace);
                 // A directory where the target has a file: all it holds must be
                 // recoverable (decided as its entries pass), and it must hold nothing
                 // the walk does not see (decided at the end).
@@ -333,7 +422,8 @@ impl Planner<'_> {
                     !self.force && in_old.as_ref().is_some_and(|o| o.kind != FlatKind::Dir);
                 self.replacing = Some((entry.path.clone(), replaced_by_user));
             }
-            Some((_, t)) => {
+            Some((index, t)) => {
+                self.plan.decide_entry(*index, t, Decision::Replace);
                 if !self.recoverable(entry, id, in_old.as_ref()) {
                     self.plan.conflicts.push(entry.path.clone());
                 }
@@ -397,7 +487,7 @@ impl Planner<'_> {
     /// besides entries (leftovers, nested stores, cache rows without an entry), and checks
     /// that each directory the target replaces holds nothing the walk did not see (a nested
     /// store, a running checkout's temporary files: never deleted, not even with force).
-    fn finish(mut self, dir: &Path, stream: DiskStream) -> Result<CheckoutPlan> {
+    fn finish(mut self, dir: &Path, stream: DiskStream) -> Result<Decisions> {
         let (old, absent, plan) = (&mut self.old, &mut self.absent, &mut self.plan);
         self.target.drain(|index, entry| {
             let in_old = old.seek(&entry.path)?.map(|(_, e)| e.clone());
@@ -480,7 +570,7 @@ fn same_entry(a: &FlatEntry, b: &FlatEntry) -> bool {
 /// Whether the target's entry at `index`, kept, is a change of the user's carried over (the
 /// disk entry differs from it).
 fn carried(
-    plan: &CheckoutPlan,
+    plan: &Decisions,
     index: usize,
     entry: &ScanEntry,
     id: Option<ObjectId>,
@@ -518,7 +608,7 @@ impl Absent {
     /// otherwise the entry is written (its held ancestors with it).
     fn pass(
         &mut self,
-        plan: &mut CheckoutPlan,
+        plan: &mut Decisions,
         index: usize,
         entry: &FlatEntry,
         in_old: Option<&FlatEntry>,
@@ -528,10 +618,11 @@ impl Absent {
             && !self.force
         {
             if same_entry(old, entry) {
-                plan.keep_entry(index, entry);
                 if entry.kind == FlatKind::Dir {
+                    plan.keep_entry(index, entry);
                     self.held.push((entry.path.clone(), Some(index)));
                 } else {
+                    plan.decide_entry(index, entry, Decision::Carry);
                     plan.carried += 1;
                 }
                 return;
@@ -540,12 +631,19 @@ impl Absent {
                 plan.conflicts.push(entry.path.clone());
             }
         }
+        plan.decide_entry(index, entry, Decision::Write);
         // Written: every held ancestor must exist.
         for (path, kept) in &self.held {
             match kept {
                 Some(position) => {
-                    if std::mem::take(&mut plan.keep[*position]) {
-                        plan.kept_room.remove(entry_blocks(&FlatKind::Dir, 0));
+                    if plan.kept(*position) {
+                        let dir = FlatEntry {
+                            path: path.clone(),
+                            kind: FlatKind::Dir,
+                            size: 0,
+                            id: ObjectId([0; 32]),
+                        };
+                        plan.decide_entry(*position, &dir, Decision::Write);
                     }
                 }
                 None => plan.conflicts.push(path.clone()),
@@ -588,25 +686,25 @@ mod tests {
         target: &[FlatEntry],
         old: &[FlatEntry],
         force: bool,
-    ) -> CheckoutPlan {
+    ) -> Decisions {
         fn walk(entries: &[FlatEntry]) -> EntryWalk<'_> {
             Box::new(entries.iter().cloned().map(Ok))
         }
-        plan(
-            store,
+        let input = PlanInput {
             dir,
-            None,
-            walk(target),
-            walk(old),
+            cache_of: None,
+            target: walk(target),
+            old: walk(old),
             force,
-            2,
-            &NoProgress,
-        )
-        .unwrap()
+            jobs: 2,
+        };
+        let plan = plan(store, input, &NoProgress).unwrap();
+        plan.check_decided(target.len() as u64, dir).unwrap();
+        plan
     }
 
     /// Whether the plan keeps the target's entry at `path` (else it is written).
-    fn kept(plan: &CheckoutPlan, target: &[FlatEntry], path: &str) -> bool {
+    fn kept(plan: &Decisions, target: &[FlatEntry], path: &str) -> bool {
         let index = target.iter().position(|e| e.path == path).unwrap();
         plan.kept(index)
     }
@@ -736,5 +834,66 @@ mod tests {
         std::fs::write(s.dir.join("sub/new"), "untracked").unwrap();
         let dirty = plan_of(&s.store, &s.dir, &s.target, &s.old, false);
         assert_eq!(dirty.conflicts, ["sub"]);
+    }
+
+    /// The decision on the target's entry at `path`.
+    fn decision_at(plan: &Decisions, target: &[FlatEntry], path: &str) -> Decision {
+        let index = target.iter().position(|e| e.path == path).unwrap();
+        plan.decision(index)
+    }
+
+    #[test]
+    fn every_entry_of_the_target_gets_its_own_decision() {
+        let s = scene(&[
+            ("a", "1"),
+            ("b", "2 new"),
+            ("c", "3"),
+            ("new/f", "7"),
+            ("sub/e", "5"),
+        ]);
+        std::fs::remove_file(s.dir.join("c")).unwrap();
+        let plan = plan_of(&s.store, &s.dir, &s.target, &s.old, false);
+        let decided: Vec<(&str, Decision)> = s
+            .target
+            .iter()
+            .map(|e| (e.path.as_str(), decision_at(&plan, &s.target, &e.path)))
+            .collect();
+        assert_eq!(
+            decided,
+            [
+                ("a", Decision::Keep),
+                ("b", Decision::Replace),
+                ("c", Decision::Carry),
+                ("new", Decision::Write),
+                ("new/f", Decision::Write),
+                ("sub", Decision::Keep),
+                ("sub/e", Decision::Keep),
+            ]
+        );
+        assert_eq!(plan.delete_files, ["d", "x"]);
+        // An entry left undecided (here: one more than the plan met) is refused.
+        let error = plan
+            .check_decided(s.target.len() as u64 + 1, &s.dir)
+            .unwrap_err();
+        assert!(matches!(error, Error::Corrupt { .. }), "{error:?}");
+        let mut holed = Decisions::nothing_on_disk(3);
+        holed.decisions[1] = Decision::Undecided;
+        assert!(holed.check_decided(3, &s.dir).is_err());
+        Decisions::nothing_on_disk(3)
+            .check_decided(3, &s.dir)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_directory_written_below_a_deleted_one_is_written_again() {
+        // The user deleted sub/ (and sub/e); the target keeps sub/e and adds sub/g: the
+        // deletion of sub/e is carried over, but sub/ must exist again for sub/g.
+        let s = scene(&[("a", "1"), ("sub/e", "5"), ("sub/g", "8")]);
+        std::fs::remove_dir_all(s.dir.join("sub")).unwrap();
+        let plan = plan_of(&s.store, &s.dir, &s.target, &s.old, false);
+        assert_eq!(decision_at(&plan, &s.target, "sub"), Decision::Write);
+        assert_eq!(decision_at(&plan, &s.target, "sub/e"), Decision::Carry);
+        assert_eq!(decision_at(&plan, &s.target, "sub/g"), Decision::Write);
+        assert!(plan.conflicts.is_empty());
     }
 }

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::plan::CheckoutPlan;
+use super::plan::Decisions;
 use super::spill::{INODE_RECORD, RecordSpill, inode_record};
 use super::{
     EntryWalk, PATH_MAX, SEGMENT_BYTES, STAGE_BATCH_BYTES, STAGE_BATCH_FILES, Site, TEMP_NAME_MAX,
@@ -59,7 +59,7 @@ pub(super) fn make_dirs(
     site: &Site<'_>,
     longest: &str,
     target: EntryWalk<'_>,
-    plan: &CheckoutPlan,
+    plan: &Decisions,
     made: &mut MadeDirs<'_>,
 ) -> Result<NewDirs> {
     let (root, removed) = (site.root, plan.removed());
@@ -164,16 +164,18 @@ pub(super) fn stage_all(
     store: &Store,
     trees: &mut ObjectReader<'_>,
     target: &Target<'_>,
-    plan: &CheckoutPlan,
+    plan: &Decisions,
     made: &MadeDirs<'_>,
     new_dirs: &NewDirs,
     site: &Site<'_>,
 ) -> Result<StagedFiles> {
-    let mut inodes = RecordSpill::<INODE_RECORD>::create(&store.temp_dir())?;
+    let mut records = StageRecords {
+        beside: Vec::new(),
+        inodes: RecordSpill::<INODE_RECORD>::create(&store.temp_dir())?,
+    };
     site.progress.count_files(new_dirs.files);
     site.progress.start("writing", new_dirs.bytes, Unit::Bytes);
     let removed = plan.removed();
-    let mut beside = Vec::new();
     let staged = {
         let mut stager = Stager {
             dir: site.dir,
@@ -188,12 +190,11 @@ pub(super) fn stage_all(
             plan,
             &made.layout(),
             &mut stager,
-            &mut beside,
-            &mut inodes,
-            site.jobs,
-            site.progress,
+            &mut records,
+            site,
         )
     };
+    let StageRecords { beside, inodes } = records;
     site.progress.phase("finishing");
     if let Err(error) = staged {
         // What was staged under numbered names (a staged subtree goes with its directory).
@@ -271,21 +272,29 @@ pub(super) fn staged_at(path: &str, staging: Staging, layout: &Layout<'_>) -> Pa
     }
 }
 
+/// What staging records for the steps after it, in the order it staged.
+pub(super) struct StageRecords {
+    /// For each file staged under a numbered temporary name: beside its destination (else
+    /// at the top of the directory).
+    pub(super) beside: Vec<bool>,
+    /// The inode of each file staged.
+    pub(super) inodes: RecordSpill<INODE_RECORD>,
+}
+
 /// Stages every file and symlink of `target` that is not kept: locates its chunks, picks
-/// where it is staged (recording, for each numbered temporary name, whether it is beside
-/// its destination in `beside`), and writes rounds of [`STAGE_BATCH_FILES`] in pack order.
-#[allow(clippy::too_many_arguments)]
+/// where it is staged (recording it in `records`), and writes rounds of
+/// [`STAGE_BATCH_FILES`] in pack order on `site.jobs` threads.
 pub(super) fn stage_target(
     store: &Store,
     target: EntryWalk<'_>,
-    plan: &CheckoutPlan,
+    plan: &Decisions,
     layout: &Layout<'_>,
     stager: &mut Stager<'_>,
-    beside: &mut Vec<bool>,
-    inodes: &mut RecordSpill<INODE_RECORD>,
-    jobs: usize,
-    progress: &dyn Progress,
+    records: &mut StageRecords,
+    site: &Site<'_>,
 ) -> Result<()> {
+    let StageRecords { beside, inodes } = records;
+    let (jobs, progress) = (site.jobs, site.progress);
     let reader = &mut store.reader();
     let packs_dir = store.packs_dir();
     let mut batch: Vec<WriteJob> = Vec::new();
@@ -363,7 +372,7 @@ pub(super) struct Replay<'w, 'p> {
 /// What says where each file of a checkout was staged, with a walk of the target.
 #[derive(Clone, Copy)]
 pub(super) struct Staged<'p> {
-    pub(super) plan: &'p CheckoutPlan,
+    pub(super) plan: &'p Decisions,
     /// The staged subtrees ([`MadeDirs::roots`]).
     pub(super) roots: &'p [(String, PathBuf)],
     /// For each file staged under a numbered name, in order: beside its destination (else
