@@ -366,7 +366,7 @@ fn const_in(source: &str, name: &str) -> Option<String> {
     };
     let base = path.rsplit("::").next().unwrap();
     let decl = regex::Regex::new(&format!(
-        r"(?s)\bconst {}: [^=]+= (.+?);",
+        r"(?s)\bconst {}: [^=]+=\s+(.+?);",
         regex::escape(base)
     ))
     .unwrap();
