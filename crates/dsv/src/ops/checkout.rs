@@ -53,8 +53,8 @@
 //! 3. **Create the directory** if missing (a path that exists but is not a directory is
 //!    `NotADirectory`). Canonicalize it. If the longest path, joined to it, is longer than
 //!    the system opens (PATH_MAX), stop with "File name too long" before anything is made.
-//!    **Take the workspace lock** (`Store::lock_workspace`),
-//!    then the data lock shared; both are held until the checkout returns.
+//!    **Take the data lock** shared, then from it the workspace lock
+//!    (`Store::lock_workspace`); both are held until the checkout returns.
 //! 4. **Old state.** If the directory is a known workspace (the same directory as recorded:
 //!    device, inode, birth time) and the version it holds is not removed, that version is
 //!    walked beside the target (a reader of its own). A removed version's files are

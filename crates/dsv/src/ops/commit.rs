@@ -26,11 +26,12 @@
 //!    unchanged directory succeeds (no version is made, and the tag already names the head).
 //!    If the commit does record a new version (the directory changed, or `--allow-empty`),
 //!    the final transaction refuses the tag (step 17).
-//! 4. **Take the workspace lock** (`Store::lock_workspace`). It is held until the commit
-//!    returns, so no checkout writes into the directory while it is snapshotted. Then take
-//!    the **data lock** shared (`Store::lock_data_shared`), also held until the commit returns:
-//!    a chunk the store already holds is relied on, not written again, so `gc` must wait
-//!    until the version is recorded (Cleanup and audits (`ops::gc`)).
+//! 4. **Take the data lock** shared (`Store::lock_data_shared`), held until the commit
+//!    returns: a chunk the store already holds is relied on, not written again, so `gc` must
+//!    wait until the version is recorded (`ops::gc`). Then, from it, take the **workspace
+//!    lock** (`Store::lock_workspace`), also held until the commit returns, so no checkout
+//!    writes into the directory while it is snapshotted (the lock order of `dsv_store::store`:
+//!    data, then workspace, then head).
 //! 5. **Start time.** `started_ns = workspace::now_ns()` is taken *before* the scan. It becomes
 //!    the `checked_ns` against which every stat cache entry this commit writes is settled.
 //! 6. **Walk beside the stat cache** (`DiskStream`, above (`walk`)), obeying `.dsvignore`
@@ -141,8 +142,8 @@
 //!     recorded a byte-identical pack). An error while ingesting (step 9 on) or writing trees
 //!     deletes them too (`PackSink::abandon`); an error while sealing the last pack (step 16)
 //!     leaves the packs sealed so far unreferenced.
-//! 18. The store lock, the data lock and the workspace lock are released when their guards
-//!     drop.
+//! 18. The head lock, the workspace lock and the data lock are released when their guards
+//!     drop, in that order (each borrows the data lock's guard).
 //!
 //! With `DSV_LOG=debug`, commit logs the elapsed time after the walk (beside the stat cache),
 //! ingest, the trees, and the transaction.

@@ -5,7 +5,8 @@
 //!
 //! `ops/status.rs`, `status()`:
 //!
-//! 1. Canonicalize the directory and take its workspace lock. It must be a known workspace,
+//! 1. Canonicalize the directory; take the data lock shared, then from it the directory's
+//!    workspace lock (the order of `dsv_store::store`). It must be a known workspace,
 //!    the same directory as recorded (`NotAWorkspace` otherwise).
 //! 2. Walk the version the workspace holds, tree by tree (`tree::walk_version`: the paths in
 //!    path order, holding only the trees on the current path). A version removed since is
