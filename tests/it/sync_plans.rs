@@ -236,3 +236,31 @@ fn pull_dry_run_fetches_nothing_and_plans_what_the_pull_does() {
     assert_eq!(again["plan"]["missing_objects"], 0, "{again:#}");
     assert_eq!(again["plan"]["tags"][0]["action"], "kept", "{again:#}");
 }
+
+/// `pull NAME~N --rebase --dry-run` on a store that lacks the remote's metadata: the
+/// revision is resolved once the metadata is fetched (as the rebase plan needs it anyway),
+/// not refused; the head does not move.
+#[test]
+fn pull_rebase_dry_run_resolves_an_ancestor_the_store_does_not_hold_yet() {
+    let alice = TestEnv::new();
+    let bob = TestEnv::new();
+    let url = format!("file://{}/remote", alice.root().display());
+    alice.ok(&["remote", "add", "origin", &url]);
+    bob.ok(&["remote", "add", "origin", &url]);
+    alice.write("d/a.bin", pseudo_random(100_000, 3));
+    alice.ok(&["commit", "d", "-d", "ds", "-m", "one", "-q"]);
+    alice.write("d/b.bin", pseudo_random(100_000, 4));
+    alice.ok(&["commit", "d", "-d", "ds", "-m", "two", "-q"]);
+    alice.ok(&["push", "-q"]);
+    let first = alice.json(&["log", "ds"])[1]["id"].clone();
+    let planned = bob.json(&["pull", "ds~1", "--rebase", "--dry-run"]);
+    assert_eq!(planned["dry_run"], true, "{planned:#}");
+    assert_eq!(planned["version"], first, "{planned:#}");
+    // Nothing moved: bob still has no head for ds (the versions fetched are off its line).
+    let log = bob.json(&["log", "ds"]);
+    let versions = log.as_array().unwrap();
+    assert!(
+        versions.iter().all(|v| v["off_head_line"] == true),
+        "{log:#}"
+    );
+}

@@ -20,7 +20,7 @@
 //! the next open: page-cache speed, no request to dsv. Where the kernel does not grant it
 //! (older kernel, not root) or refuses a backing file, reads are served by dsv as before.
 //!
-//! The mount holds a lease on its version for its whole life ([`dsv::lease`]), as
+//! The mount holds a lease on its version for its whole life (a `dsv_store::lease::Lease`), as
 //! `export` does: a `gc` meanwhile keeps the version and does not wait for the mount. It ends when the session ends: `fusermount3 -u` from
 //! outside, or the cancellation of the operation's [`dsv::interrupt::CancelToken`] (the CLI cancels
 //! it on Ctrl-C and SIGTERM), which unmounts.

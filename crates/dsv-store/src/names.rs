@@ -7,7 +7,7 @@
 //! The walk, trees, the store, the catalog, the ref log and revisions all apply these rules,
 //! so they live below all of them; `walk`, `store` and `revision` re-export them where their
 //! callers have always found them (`dsv::walk::path_order`, `dsv::store::STORE_DIR`,
-//! `dsv::revision::check_name`).
+//! `dsv_store::revision::check_name`).
 
 use std::path::{Component, Path};
 

@@ -43,7 +43,7 @@
 //! The library never prints and reads no user environment: it reports through
 //! [`progress::Progress`] and returns serializable reports; options are
 //! `#[non_exhaustive]` structs built from `Default` or `new` (so a new field breaks no
-//! caller). It works from any thread and inside a caller's tokio runtime ([`runtime`]);
+//! caller). It works from any thread and inside a caller's tokio runtime (`dsv_remote::runtime`);
 //! operations stop at a consistent point when their [`interrupt::CancelToken`] is
 //! cancelled. The `dsv` binary (crate `dsv-cli`) draws and formats; it, the FUSE mount and
 //! the Python package are front ends of this library.

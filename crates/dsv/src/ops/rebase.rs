@@ -802,6 +802,12 @@ pub fn execute(
     let Some(new_head) = plan.new_head else {
         return Ok(report);
     };
+    // The plan is plain data a caller may have changed or kept across locks: checked again
+    // against the store, under this data lock, before anything is written.
+    if let (RebaseStatus::Rebased, Some(old_head)) = (plan.status, plan.old_head) {
+        let (_, local) = common_ancestor(store.catalog(), &old_head, &plan.onto)?;
+        check_decided(store, plan, &local)?;
+    }
     let follow_options = FollowOptions::new(options.jobs, options.requests);
     // Whether the workspace will follow is decided before anything is written: only a
     // clean one is (a dirty one's files never move, so a record of its move would only

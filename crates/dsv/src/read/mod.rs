@@ -142,7 +142,7 @@ pub struct ReadOptions {
     /// Requests in flight when data is fetched from a remote (default 8).
     pub fetch_jobs: usize,
     /// Bytes of packs the store keeps at most while this engine fetches (see
-    /// [`crate::eviction::enforce_limit`]); `None` (the default): the store's own setting
+    /// [`crate::ops::cache::enforce_limit`]); `None` (the default): the store's own setting
     /// (`dsv cache limit`), read at each fetch.
     pub cache_limit: Option<u64>,
 }
@@ -580,7 +580,7 @@ impl VersionHandle {
     /// knows what it reads next (`dsv.torch` calls it ahead of its reads). Directories and
     /// symlinks are skipped. Returns the bytes downloaded: 0, contacting nothing, when
     /// everything is here. Holds no store-wide lock across a request, as reads do not.
-    /// Under a cache limit ([`crate::eviction::enforce_limit`]) it fetches only the first
+    /// Under a cache limit ([`crate::ops::cache::enforce_limit`]) it fetches only the first
     /// of `paths` that fit in the room left under the limit, and leaves the rest to their
     /// reads.
     ///

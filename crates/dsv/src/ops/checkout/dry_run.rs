@@ -136,11 +136,16 @@ pub fn plan_checkout(
         )
     };
     decisions.check_decided(shape.room.inodes, &dir)?;
-    // The checkout stops at its conflicts first, then at the room it lacks.
-    if decisions.conflicts.is_empty() && dir.is_dir() {
+    // The checkout stops at its conflicts first, then at the room it lacks: in the
+    // directory, or for one it would create, in the nearest directory above it that exists
+    // (the file system the checkout would write to).
+    let room_dir = dir.ancestors().find(|p| p.is_dir());
+    if decisions.conflicts.is_empty()
+        && let Some(room_dir) = room_dir
+    {
         shape
             .room
-            .check(&crate::beneath::BeneathDir::open(&dir)?, &decisions)?;
+            .check(&crate::beneath::BeneathDir::open(room_dir)?, &decisions)?;
     }
     let (files, bytes) = target.counts();
     let mut plan = CheckoutPlan {

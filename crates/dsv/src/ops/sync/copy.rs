@@ -65,7 +65,8 @@
 //! Steps 1 to 6 are [`plan`] (a [`CopyPlan`]: each SRC pack whole or by frames, each DST
 //! ref's move, checked to cover every pack and every head; nothing written to DST), steps 7
 //! to 10 [`execute`]. `--dry-run` is the plan's report ([`CopyPlan::report`]); it still
-//! fetches SRC's metadata into this store and records DST's indexes, as steps 3 and 5 do.
+//! fetches SRC's metadata into this store and records DST's indexes, as steps 3 and 5 do,
+//! and, when DST's head is a version this store does not know, DST's refs and metadata.
 //!
 //! A copy killed at any point leaves DST's refs as they were or moved to data DST holds;
 //! a re-run moves only what DST still lacks (whole packs keep their names, and packs built

@@ -352,13 +352,21 @@ fn dry_run(
     rebase_options: &crate::ops::rebase::RebaseOptions,
     progress: &dyn Progress,
 ) -> Result<PullReport> {
-    let planned = plan(store, target, options)?;
+    let fetch_options = super::FetchOptions {
+        requests: options.requests,
+    };
+    let planned = match plan(store, target, options) {
+        // A revision only the remote's history resolves (`~N`, an id prefix) needs the
+        // metadata here first: `--rebase` fetches it anyway, then plans again.
+        Err(Error::RevisionNotFound { .. }) if options.rebase => {
+            super::fetch(store, &target.remote, &fetch_options, progress)?;
+            plan(store, target, options)?
+        }
+        planned => planned?,
+    };
     let mut report = planned.report();
     if options.rebase {
         if !planned.metadata_here {
-            let fetch_options = super::FetchOptions {
-                requests: options.requests,
-            };
             let fetched = super::fetch(store, &target.remote, &fetch_options, progress)?;
             report.transfer = fetched.transfer;
         }
