@@ -1,6 +1,7 @@
 //! The code the docs name exists: every path, type, function, source file and test that
-//! docs/architecture.md or a library module's rustdoc header (`//!`) names between backticks
-//! is found in the sources, where the name says it is. A moved module, a renamed type or a
+//! docs/architecture.md, a library module's rustdoc header (`//!`) or a user's guide
+//! (docs/cli.md, format.md, python.md, scale.md, README.md: paths and files only) names
+//! between backticks is found in the sources, where the name says it is. A moved module, a renamed type or a
 //! deleted test fails here instead of leaving a map that points nowhere.
 //!
 //! What counts as a name (anything else between backticks is prose: flags, values, keys):
@@ -276,6 +277,25 @@ fn every_name_the_architecture_map_gives_exists() {
     let crates = crates();
     let doc = fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
     let problems = problems_in(&crates, &[], &doc, "docs/architecture.md", true);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The user's guides name the code too (where a behaviour is implemented, which type a
+/// report is): each name there is checked as the map's are, but for plain type words.
+#[test]
+fn every_code_path_the_guides_give_exists() {
+    let crates = crates();
+    let mut problems = Vec::new();
+    for doc in [
+        "docs/cli.md",
+        "docs/format.md",
+        "docs/python.md",
+        "docs/scale.md",
+        "README.md",
+    ] {
+        let text = fs::read_to_string(repo().join(doc)).unwrap();
+        problems.extend(problems_in(&crates, &[], &text, doc, false));
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
