@@ -2,13 +2,13 @@
 //! library as the CLI is (`src/cli`): it parses nothing the library parses, prints nothing,
 //! and turns library errors into Python exceptions carrying the CLI's hints.
 //!
-//! - [`store::PyStore`] opens a store and keeps one [`dsv::read::ReadEngine`] (frame cache,
+//! - `store::PyStore` opens a store and keeps one [`dsv::read::ReadEngine`] (frame cache,
 //!   remote fetch) per process; commit, checkout and clone call the library's operations.
-//! - [`version::PyVersion`] is one version open for reading (`VersionHandle`), and
-//!   [`version::PyFileHandle`] one file of it (`FileHandle`); `dsv.File` (Python) wraps the
+//! - `version::PyVersion` is one version open for reading (`VersionHandle`), and
+//!   `version::PyFileHandle` one file of it (`FileHandle`); `dsv.File` (Python) wraps the
 //!   latter as an `io.RawIOBase`.
 //! - Every call that touches the disk or the network releases the GIL (`Python::detach`).
-//! - Fork safety: see [`fork`]. Pickling (for `spawn` workers) carries the store's path and
+//! - Fork safety: see `fork`. Pickling (for `spawn` workers) carries the store's path and
 //!   the version's id, never open state.
 //! - [`run_cli`] is the `dsv` command itself ([`dsv_cli::run`], the code the `dsv` binary
 //!   runs): the package's `dsv` script calls it, so one build gives both.

@@ -74,7 +74,7 @@ impl ErrorKind {
 /// client errors repeat their sources).
 ///
 /// An object store's XML error body in a cause (S3's, Azure's `<Error><Code>...`) is shown
-/// as its code and message ([`without_error_xml`]): `NoSuchBucket: the bucket X does not
+/// as its code and message (`without_error_xml`): `NoSuchBucket: the bucket X does not
 /// exist`.
 pub fn causes(error: &dyn std::error::Error) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();

@@ -168,7 +168,7 @@ pub(crate) fn machine_memory() -> Option<u64> {
     physical_memory()
 }
 
-/// Refuses version `id`, claiming `files` files, when this machine ([`machine_memory`]) could
+/// Refuses version `id`, claiming `files` files, when this machine (`machine_memory`) could
 /// not list it whole ([`servable_files`]): for a fetch, which records versions any process
 /// of this machine may list later.
 ///
@@ -178,7 +178,7 @@ pub fn check_servable(id: &ObjectId, files: u64) -> Result<(), crate::Error> {
     check_fits(id, files, machine_memory())
 }
 
-/// Refuses version `id`, claiming `files` files, when this process ([`process_memory`]: its
+/// Refuses version `id`, claiming `files` files, when this process (`process_memory`: its
 /// `ulimit -v` and `-d` included) could not list it whole ([`servable_files`]): before a
 /// listing, rather than aborting on a failed allocation.
 ///
@@ -558,7 +558,7 @@ impl Version {
     }
 
     /// Checks the size limits every version obeys: message at most [`MAX_MESSAGE_LEN`] bytes,
-    /// author at most [`MAX_AUTHOR_LEN`], source at most [`MAX_SOURCE_LEN`], at most
+    /// author at most `MAX_AUTHOR_LEN`, source at most `MAX_SOURCE_LEN`, at most
     /// [`MAX_VERSION_FILES`] files. Commit and import check them before recording a version;
     /// [`Version::decode`] refuses a version that breaks them.
     ///
@@ -589,7 +589,7 @@ impl Version {
     /// Parses an encoded version.
     ///
     /// # Errors
-    /// [`DecodeError`] when the data is longer than [`MAX_VERSION_LEN`], when a field is
+    /// [`DecodeError`] when the data is longer than `MAX_VERSION_LEN`, when a field is
     /// missing, out of order, or malformed, or when it breaks [`Version::check_limits`].
     pub fn decode(data: &[u8]) -> Result<Version, DecodeError> {
         let bad = |reason: &str| malformed("version", reason.to_string());

@@ -258,7 +258,7 @@ pub fn with_secrets(message: &str, secrets: &[String]) -> String {
 
 /// A URL fit to record (in a version's source, message and provenance, all of which a push
 /// copies to a remote): without its user information and without the query parameters that
-/// carry credentials, signatures or tokens ([`is_secret_parameter`]: presigned S3, GCS signed
+/// carry credentials, signatures or tokens (`is_secret_parameter`: presigned S3, GCS signed
 /// URLs, Azure SAS); the other parameters are kept, so a public file's URL still works for
 /// `dsv update`. Read as [`url`] reads a URL. Returns the URL and whether anything was
 /// removed; text that is not a `SCHEME://` URL is returned as it is.

@@ -24,7 +24,7 @@
 //! kernel's only in the safe direction. That lag would make a file read whole and opened
 //! again at once (its `RELEASE` still on its way) cached once more; so an open that finds
 //! only cached-mode opens that were all closed (`FLUSH`, which `close` waits for) waits a
-//! moment ([`RELEASE_WAIT`]) for their `RELEASE`.
+//! moment (`RELEASE_WAIT`) for their `RELEASE`.
 //!
 //! Bounded: the files' sizes (sparse while partial) never add up to more than the budget;
 //! room is made by deleting the least recently opened backing files no open uses. The
@@ -65,7 +65,7 @@ pub(crate) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_m
 pub(crate) const DIR_PREFIX: &str = "mount-";
 
 /// The budget for backing files in `dir`'s file system: `requested` (`None`: a tenth of
-/// its free space, at most [`DEFAULT_CAP_BYTES`]), never more than half its free space, so
+/// its free space, at most `DEFAULT_CAP_BYTES`), never more than half its free space, so
 /// that the copies never fill the store's disk; 0 when the free space cannot be read.
 pub fn budget(dir: &Path, requested: Option<u64>) -> u64 {
     let free = match nix::sys::statvfs::statvfs(dir) {

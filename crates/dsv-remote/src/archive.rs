@@ -11,7 +11,7 @@
 //! `..`, a symlink whose target leaves the dataset, a hard link to a member not seen
 //! before, a name that is not UTF-8. Protection against decompression bombs: the bytes an
 //! archive expands to may not exceed `max_ratio` × its compressed bytes read so far (past a
-//! floor of [`RATIO_FLOOR`]) nor `max_size` in all.
+//! floor of `RATIO_FLOOR`) nor `max_size` in all.
 
 use std::io::{self, Read};
 use std::sync::Arc;

@@ -1,13 +1,13 @@
 //! Waiting on the network with a bound on stalls: one rule for import sources
 //! (`source`, `--stall-timeout`) and remote reads (`remote`, the `stall_timeout` option).
 //!
-//! A [`StallWatch`] counts the bytes that arrive in a window of `stall_timeout`: when the
+//! A `StallWatch` counts the bytes that arrive in a window of `stall_timeout`: when the
 //! window closes with fewer than [`STALL_BYTES`], the wait ends as [`Ended::Stalled`]. The
 //! first window starts when the request does, so a server that accepts the connection but
 //! never answers (a frozen process, a black hole behind a load balancer) is caught after
 //! `stall_timeout`, retries included, as is one that trickles a byte every few seconds. A
 //! wait also ends when the current operation is cancelled ([`crate::interrupt`]) and at an
-//! optional deadline. The watch looks at these every [`WAIT_TICK`] while a future is
+//! optional deadline. The watch looks at these every `WAIT_TICK` while a future is
 //! pending, and whenever bytes arrive.
 
 use std::time::{Duration, Instant};

@@ -17,7 +17,7 @@
 //! TOML (<https://toml.io/en/v1.0.0>); an unknown section or key, or a value out of range,
 //! is an error naming the file and the line, so a typo never goes unnoticed. It holds no
 //! credentials (those stay in the environment and the AWS profile files), is at most
-//! [`MAX_CONFIG_LEN`] bytes, and is replaced atomically (temp file, sync, rename) when
+//! `MAX_CONFIG_LEN` bytes, and is replaced atomically (temp file, sync, rename) when
 //! written, so a reader sees the old file or the new one. Comments in it are not kept when
 //! `dsv config set` rewrites it.
 
@@ -206,7 +206,7 @@ impl Config {
     /// Reads the settings of the store at `store_root`; no file means no settings.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a file over [`MAX_CONFIG_LEN`], not UTF-8, or that does
+    /// [`Error::InvalidConfig`] for a file over `MAX_CONFIG_LEN`, not UTF-8, or that does
     /// not parse (with the line); [`Error::Io`] when it cannot be read.
     pub fn load(store_root: &Path) -> Result<Config> {
         let path = Config::path(store_root);

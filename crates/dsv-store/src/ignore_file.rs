@@ -5,7 +5,7 @@
 //! file there, and a rule that does not parse is dropped. Either way a file the ignore file
 //! meant to leave out (`secrets.env`) would be committed. [`check`] reads an ignore file as
 //! the walk does and refuses it, naming the file and the line, when any line cannot be used;
-//! the walk runs it ([`check_type`]) on every directory's ignore file before the crate reads
+//! the walk runs it (`check_type`) on every directory's ignore file before the crate reads
 //! it, listed or not (a file that ignores itself is never listed).
 
 use std::io::Read;
@@ -65,7 +65,7 @@ pub(crate) fn check_type(dir: &Path) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::InvalidIgnoreFile`] naming the first line that cannot be used (line 0: the file
-/// is not a regular file, is larger than [`MAX_IGNORE_FILE_LEN`], or cannot be read).
+/// is not a regular file, is larger than `MAX_IGNORE_FILE_LEN`, or cannot be read).
 pub fn check(dir: &Path, path: &Path) -> Result<()> {
     let refuse = |line: u64, reason: String| Error::InvalidIgnoreFile {
         path: path.to_path_buf(),

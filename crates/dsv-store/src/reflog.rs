@@ -3,7 +3,7 @@
 //! that losing `catalog.db` loses no version, head or tag: `dsv repair` rebuilds the catalog
 //! from the packs (objects, trees, versions) and replays this log (names).
 //!
-//! Format: UTF-8 JSON lines (RFC 8259), one [`RefLogLine`] per line, appended in order, e.g.
+//! Format: UTF-8 JSON lines (RFC 8259), one `RefLogLine` per line, appended in order, e.g.
 //! `{"time":1700000000,"op":"head","dataset":"mnist","version":"<64 hex>"}`. Replaying the
 //! lines in order ([`RefState::apply`]) gives the state. Lines are written by
 //! [`crate::catalog::CatalogWriter::commit`] in the commit protocol: packs are durable first,
@@ -441,7 +441,7 @@ impl ReadLog {
 }
 
 /// Reads the first `limit` bytes of the ref log at `path` (all of it with `None`). A missing
-/// file reads as empty. Lines longer than [`MAX_LINE`] or that do not parse are skipped and
+/// file reads as empty. Lines longer than `MAX_LINE` or that do not parse are skipped and
 /// counted in [`ReadLog::bad_lines`]; lines that parse but fail [`RefLogEntry::check`] are
 /// skipped and listed in [`ReadLog::refused`].
 ///

@@ -1290,7 +1290,7 @@ pub(crate) fn diff_flat(old: &[FlatEntry], new: &[FlatEntry]) -> Vec<Change> {
     )
 }
 
-/// [`diff_flat`] fed one path at a time: two listings in [`crate::names::path_order`] merged
+/// `diff_flat` fed one path at a time: two listings in [`crate::names::path_order`] merged
 /// by the caller, who hands over the entries each side has at every path. It holds only the
 /// open directories of each side and what changed, never a listing: a status of a million
 /// files costs what changed.

@@ -9,7 +9,7 @@
 //! stores key by UTF-8 and JSON output needs it). Skipped, and reported in [`Scan`]: any
 //! directory named `.dsv` (a store) and dsv's own temporary files (`.dsv-tmp-<pid>-<n>`).
 //! Left out, as if absent: what a `.dsvignore` file excludes ([`IGNORE_FILE`], gitignore
-//! syntax) and, for one commit, `--exclude` patterns ([`scan_excluding`]). Nothing else is
+//! syntax) and, for one commit, `--exclude` patterns (`scan_excluding`). Nothing else is
 //! skipped (a workspace's store link, a `.dsv` file naming its store, is a store's entry, not
 //! data): hidden files, `.gitignore`d files and empty directories are versioned.
 //!
@@ -308,7 +308,7 @@ pub struct Walker {
 }
 
 impl Walker {
-    /// Starts walking `root`, leaving out what `exclude` matches (as [`scan_excluding`]) and,
+    /// Starts walking `root`, leaving out what `exclude` matches (as `scan_excluding`) and,
     /// when `ignore_files`, what `.dsvignore` files exclude.
     ///
     /// # Errors

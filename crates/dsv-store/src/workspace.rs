@@ -116,7 +116,7 @@ pub(crate) fn racy_margin(mtime_ns: i64) -> i64 {
 
 /// The stat cache entry for a file whose lstat `stat` was taken no earlier than `checked_ns`
 /// (nanoseconds since the epoch), or `None` when that stat is racy and must not be cached
-/// (the caller deletes the path's entry instead): taken within [`racy_margin`] of the file's
+/// (the caller deletes the path's entry instead): taken within `racy_margin` of the file's
 /// last change, the later of its mtime and its ctime (the coarse margin when either time is
 /// a whole second). The ctime counts because a tool can set
 /// the mtime back (`touch -d`, `cp -p`, `rsync -t`): a file written and given an old mtime

@@ -97,7 +97,7 @@ impl PackSink {
 
     /// Claims object `id` of `kind` for writing: true the first time it is asked in this run.
     /// Past half a million claims the older ones move to an unnamed file in the temporary
-    /// directory ([`crate::key_set`]), so a commit of millions of new objects holds ~20 MB of
+    /// directory (`crate::key_set`), so a commit of millions of new objects holds ~20 MB of
     /// claims, not ~33 bytes each.
     ///
     /// # Errors

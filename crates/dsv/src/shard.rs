@@ -27,7 +27,7 @@ pub struct ShardSpec {
 impl std::str::FromStr for ShardSpec {
     type Err = Error;
 
-    /// Parses `I/N` with `0 <= I < N`, `1 <= N <=` [`MAX_SHARDS`] (decimal, no sign).
+    /// Parses `I/N` with `0 <= I < N`, `1 <= N <=` `MAX_SHARDS` (decimal, no sign).
     fn from_str(text: &str) -> Result<ShardSpec> {
         let bad = |reason: &str| Error::InvalidShard {
             spec: text.to_string(),

@@ -2,7 +2,7 @@
 //! name, refreshing its pack indexes, finding the remote frames that hold wanted objects,
 //! merging neighbours within [`COALESCE_GAP`] into ranged GETs of at most [`MAX_SPAN`] bytes,
 //! checking every frame as it arrives and recording the packs it lands in
-//! ([`fetch_spans`], [`record_fetched`]), and the two entry points built on them: the chunks a
+//! (`fetch_spans`, `record_fetched`), and the two entry points built on them: the chunks a
 //! checkout lacks ([`fetch_missing`]) and the files a reader opens ([`fetch_files`]).
 //!
 //! Below both `ops` (fetch, pull, clone and checkout: `ops::sync` re-exports what it used to
@@ -13,17 +13,17 @@
 //!
 //! Data this store lacks is asked of the remotes in their read order
 //! ([`crate::catalog::RemoteRecord::position`]; `dsv remote order`), and of the next remote
-//! for what one lacks (a miss) or when one fails ([`fallback::is_remote_failure`]: a request
+//! for what one lacks (a miss) or when one fails (`fallback::is_remote_failure`: a request
 //! that failed after its retries — unreachable, refused, a missing bucket —, an answer that
 //! is damaged, or a remote that cannot be opened). A failed download keeps nothing
-//! ([`download`] abandons its packs; every frame is checked before it is kept). A remote
+//! (`download` abandons its packs; every frame is checked before it is kept). A remote
 //! that stalls (its server accepts connections but does not answer: less than 1 KiB in
 //! the remote's `stall_timeout`, 5 s by default, see `remote::stall_timeout`) fails its
 //! read at once, without waiting out `object_store`'s retries. A remote that failed is not
 //! asked again by the same operation (one checkout, pull or read: [`fallback::Attempts`]);
 //! every later read of the process also asks it last, after every other remote, for
-//! [`fallback::FAILED_REMOTE_LAST_FOR`] (doubled at each further failure:
-//! [`fallback::RemoteHealth`], one per process). Each remote that failed while another
+//! `fallback::FAILED_REMOTE_LAST_FOR` (doubled at each further failure:
+//! `fallback::RemoteHealth`, one per process). Each remote that failed while another
 //! served is told once per process to the front end ([`fallback::take_fallbacks`]: the CLI
 //! warns on stderr, Python with `warnings.warn`); the library prints nothing. A remote
 //! whose pack listing this store never read (added after a clone) has it read by the first
@@ -851,10 +851,10 @@ pub(crate) const DEFAULT_REMOTE_GRACE_SECONDS: u64 = 24 * 3600;
 /// (docs/format.md, "Remote garbage collection"):
 ///
 /// 1. An object found only in marked packs counts as absent: the writer sends it again, in
-///    a pack whose id is not marked ([`WriterView::is_marked`]; a local pack whose id is
+///    a pack whose id is not marked (`WriterView::is_marked`; a local pack whose id is
 ///    marked goes up as a fresh copy under a new id).
 /// 2. Every remote pack the writer relies on (holding an object it did not send, or one it
-///    sent) is remembered, and [`WriterView::recheck`] right before the writer moves refs
+///    sent) is remembered, and `WriterView::recheck` right before the writer moves refs
 ///    lists the marks again: a relied-on pack marked meanwhile sends its objects again.
 /// 3. While moving refs, a writer whose last check is older than half the grace
 ///    ([`WriterView::stale`]) checks again.
@@ -954,7 +954,7 @@ impl WriterView {
     }
 
     /// True when the last check of the marks is older than half the grace: check again
-    /// ([`WriterView::recheck`]) before moving another ref.
+    /// (`WriterView::recheck`) before moving another ref.
     pub fn stale(&self) -> bool {
         self.checked_at.elapsed() > self.grace / 2
     }

@@ -45,8 +45,8 @@ pub(crate) const MAX_PACK_FRAMES: u32 = 1 << 20;
 /// The most objects one pack may list (2^22 = 4,194,304). Writers seal a pack before it
 /// would list more; readers refuse an index that claims more.
 pub(crate) const MAX_PACK_OBJECTS: u32 = 1 << 22;
-/// The longest index a reader accepts, in bytes: [`MAX_PACK_FRAMES`] frame records and
-/// [`MAX_PACK_OBJECTS`] object records after the 8-byte counts (about 216 MiB).
+/// The longest index a reader accepts, in bytes: `MAX_PACK_FRAMES` frame records and
+/// `MAX_PACK_OBJECTS` object records after the 8-byte counts (about 216 MiB).
 pub const MAX_INDEX_LEN: u64 = 8
     + MAX_PACK_FRAMES as u64 * FRAME_RECORD_LEN as u64
     + MAX_PACK_OBJECTS as u64 * OBJECT_RECORD_LEN as u64;
@@ -169,11 +169,11 @@ pub fn encode_index(frames: &[FrameRecord], objects: &[ObjectRecord]) -> Vec<u8>
 /// Decodes a pack index, checking every record against the pack's data region.
 ///
 /// # Errors
-/// A description of the first inconsistency (more than [`MAX_PACK_FRAMES`] frames or
-/// [`MAX_PACK_OBJECTS`] objects, wrong length, unknown byte, a frame outside
+/// A description of the first inconsistency (more than `MAX_PACK_FRAMES` frames or
+/// `MAX_PACK_OBJECTS` objects, wrong length, unknown byte, a frame outside
 /// `HEADER_LEN..data_end`, a raw length over [`MAX_FRAME_RAW`], a stored length over
-/// [`max_stored_len`], an object outside its frame, a version object longer than
-/// [`crate::object::MAX_VERSION_LEN`]).
+/// `max_stored_len`, an object outside its frame, a version object longer than
+/// `crate::object::MAX_VERSION_LEN`).
 pub fn decode_index(
     bytes: &[u8],
     data_end: u64,

@@ -181,7 +181,7 @@ impl PackReader {
     /// file is read, an outboard when it is decoded; see [`crate::object::ObjectKind::is_hashed`]).
     ///
     /// # Errors
-    /// As [`PackReader::load`]; [`Error::Corrupt`] when the object lies outside its frame or
+    /// As `PackReader::load`; [`Error::Corrupt`] when the object lies outside its frame or
     /// its bytes do not hash to `id`.
     pub fn with_object<R>(
         &mut self,

@@ -96,7 +96,7 @@ impl EncodedFrame {
     }
 
     /// A frame received from elsewhere (a remote's pack), kept byte for byte, after checking
-    /// it: its stored length is within [`super::format::max_stored_len`], it decompresses to
+    /// it: its stored length is within `super::format::max_stored_len`, it decompresses to
     /// exactly `raw_length` bytes (at most [`MAX_FRAME_RAW`]), and every object lies inside
     /// it and passes [`ObjectKind::check`]: chunks, trees, versions and provenance hash to
     /// their ids, an outboard's values merge to its file id, and every object but a chunk
@@ -366,7 +366,7 @@ impl PackWriter {
     }
 
     /// True when `frame` can join this pack without its index passing
-    /// [`format::MAX_PACK_FRAMES`] frames or [`format::MAX_PACK_OBJECTS`] objects (an empty
+    /// `format::MAX_PACK_FRAMES` frames or `format::MAX_PACK_OBJECTS` objects (an empty
     /// pack takes any frame a reader accepts).
     pub fn fits(&self, frame: &EncodedFrame) -> bool {
         self.frames.is_empty()

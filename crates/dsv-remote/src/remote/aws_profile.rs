@@ -43,7 +43,7 @@ pub(crate) const MAX_PROFILE_FILE_LEN: u64 = 1024 * 1024;
 pub(crate) const DEFAULT_PROFILE: &str = "default";
 
 /// Where a front end says the AWS settings are: the profile's name and the two files, as
-/// the AWS CLI finds them from the environment ([`AwsProfileSource::from_environment`]).
+/// the AWS CLI finds them from the environment (`AwsProfileSource::from_environment`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AwsProfileSource {
     /// The profile named by the user (`AWS_PROFILE`); `None` means `default`, and then a
@@ -86,7 +86,7 @@ impl AwsProfileSource {
         }
     }
 
-    /// As [`AwsProfileSource::from_environment`], with each variable looked up by `var` (a
+    /// As `AwsProfileSource::from_environment`, with each variable looked up by `var` (a
     /// front end passes `|name| std::env::var_os(name)`; the library itself reads no
     /// environment). Unset, empty and non-UTF-8 profile names count as unset.
     pub fn from_variables(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> AwsProfileSource {
@@ -109,7 +109,7 @@ impl AwsProfileSource {
         self.profile.as_deref().unwrap_or(DEFAULT_PROFILE)
     }
 
-    /// Reads the two files (each at most [`MAX_PROFILE_FILE_LEN`] bytes; a missing one counts
+    /// Reads the two files (each at most `MAX_PROFILE_FILE_LEN` bytes; a missing one counts
     /// as empty) and resolves the profile with [`resolve`].
     ///
     /// # Errors

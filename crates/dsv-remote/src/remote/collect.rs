@@ -89,7 +89,7 @@ impl Remote {
     ///
     /// # Errors
     /// [`Error::Remote`]; [`Error::Corrupt`] when it is not a format object or is longer
-    /// than [`MAX_SMALL_OBJECT`] bytes.
+    /// than `MAX_SMALL_OBJECT` bytes.
     pub fn get_format(&self) -> Result<Option<(RemoteFormat, RefState)>> {
         let key = Path::from(FORMAT_KEY);
         self.count(1);
@@ -132,7 +132,7 @@ impl Remote {
     ///
     /// `object_store` has no conditional delete. On a local directory the check and the
     /// deletion happen under the exclusive lock on `refs.lock`, as a ref update does. On S3,
-    /// Azure and GCS the ref is first overwritten with [`REF_TOMBSTONE`] by a conditional
+    /// Azure and GCS the ref is first overwritten with `REF_TOMBSTONE` by a conditional
     /// put (`If-Match` on the ETag read): that is the compare-and-swap, and a writer that
     /// moved the ref meanwhile wins it. The tombstone is then deleted unconditionally. In
     /// between, readers see the ref as absent, and a writer creating the ref (a create-only
@@ -289,7 +289,7 @@ impl Remote {
             .block_on(self.put_create(&mark_key(pack), Bytes::from(body)))
     }
 
-    /// The server's clock, Unix milliseconds: the Last-Modified of [`CLOCK_KEY`] after
+    /// The server's clock, Unix milliseconds: the Last-Modified of `CLOCK_KEY` after
     /// rewriting it.
     ///
     /// # Errors

@@ -224,7 +224,7 @@ impl Remote {
 
     /// Copies packs of remote `from` (id and size in bytes as `from` lists them), each with
     /// its `.idx` after it, into this remote, `jobs` packs at a time; calls `done(bytes)`
-    /// after each. A server-side copy where [`Remote::shares_bucket_with`] holds, else a
+    /// after each. A server-side copy where `Remote::shares_bucket_with` holds, else a
     /// stream checked in flight (see the module's rustdoc). Requests are counted on the
     /// remote that receives them.
     ///

@@ -23,12 +23,12 @@
 //! `GOOGLE_*`) and, for S3, from the AWS profile files as the AWS CLI reads them (see
 //! [`aws_profile`]; only where a front end set [`aws_profile::set_source`]), never from the
 //! catalog. Transient failures (a 5xx, a reset, a timeout) are retried by `object_store`
-//! with exponential backoff, under the policy of [`retry_config`]; a re-run of an
+//! with exponential backoff, under the policy of `retry_config`; a re-run of an
 //! interrupted transfer sends only what is still missing, because every object it sent is
 //! content-addressed. Reads from a cloud remote are also bounded by its stall timeout
 //! ([`stall_timeout`], retries included): a read that stalls fails at once, not retried,
 //! and goes on to the next remote in read order; the only or last remote waits longer
-//! ([`last_stall_timeout`]).
+//! (`last_stall_timeout`).
 //!
 //! # The backend
 //!
@@ -150,9 +150,9 @@ pub(crate) const DEFAULT_REMOTE_STALL_TIMEOUT: std::time::Duration =
 /// counts each entry as that much). A stalled read is not retried: the read goes on to
 /// the next remote in read order at once (see `dsv::transfer::fallback`). This bound holds
 /// only while another remote remains to ask ([`Remote::set_others_remain`]); the only or
-/// last remote gets [`last_stall_timeout`] (30 s by default) instead, as it has nothing
+/// last remote gets `last_stall_timeout` (30 s by default) instead, as it has nothing
 /// to fall back to. Uploads are not bounded by it (an upload's answer comes after its
-/// last byte). [`DEFAULT_REMOTE_STALL_TIMEOUT`] unless the `stall_timeout` option (a
+/// last byte). `DEFAULT_REMOTE_STALL_TIMEOUT` unless the `stall_timeout` option (a
 /// duration, `0s` for none) says otherwise.
 ///
 /// # Errors
@@ -566,8 +566,8 @@ impl Remote {
     /// Tells the remote whether a read that fails here goes on to another remote
     /// (`true`: the caller asks remotes in read order and this one is not the last).
     /// While one does, reads stall after the `stall_timeout` option
-    /// ([`DEFAULT_REMOTE_STALL_TIMEOUT`]); while none does (the default: the only or last
-    /// remote, whose failure fails the read), after [`last_stall_timeout`].
+    /// (`DEFAULT_REMOTE_STALL_TIMEOUT`); while none does (the default: the only or last
+    /// remote, whose failure fails the read), after `last_stall_timeout`.
     pub fn set_others_remain(&self, remain: bool) {
         self.others_remain.store(remain, Ordering::Relaxed);
     }
@@ -1013,11 +1013,11 @@ impl Remote {
     }
 
     /// Reads a ref: the version it names and its state, or `None` when absent (or holding
-    /// [`collect::REF_TOMBSTONE`]: being deleted).
+    /// `collect::REF_TOMBSTONE`: being deleted).
     ///
     /// # Errors
     /// [`Error::Remote`]; [`Error::Corrupt`] when the ref does not hold a version id or is
-    /// longer than [`MAX_REF_LEN`] bytes (it is not downloaded then).
+    /// longer than `MAX_REF_LEN` bytes (it is not downloaded then).
     pub fn get_ref(&self, name: &RefName) -> Result<Option<(ObjectId, RefState)>> {
         let key = name.key();
         self.count(1);

@@ -214,7 +214,7 @@ impl Catalog {
     }
 
     /// The name of the dataset (with a head) closest to `name`, when it is close enough to be
-    /// a typo ([`closest_name`]: the same but for case or a number's leading zeros, or a
+    /// a typo (`closest_name`: the same but for case or a number's leading zeros, or a
     /// Damerau–Levenshtein distance of at most 2, and at most a third of the name); else,
     /// when `name` is a tag of one or more datasets, `DATASET@name` (a tag given where a
     /// revision was meant: `dsv show v1`).
@@ -339,7 +339,7 @@ impl Catalog {
         rows.collect::<rusqlite::Result<_>>().in_catalog()
     }
 
-    /// Every version of dataset `name` ([`MEMBERS`]), newest first (by creation time, then
+    /// Every version of dataset `name` (`MEMBERS`), newest first (by creation time, then
     /// id).
     ///
     /// # Errors

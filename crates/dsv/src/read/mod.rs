@@ -105,7 +105,7 @@
 //! - **Cache limit** (`dsv cache limit`, [`ReadOptions::cache_limit`]). After a fetch brings
 //!   the store's packs over the limit, the fetching reader evicts least-recently-used packs
 //!   that hold only chunks a remote lists, never the packs that fetch just wrote
-//!   ([`crate::eviction`]); a read that finds a located chunk's pack gone locates it again and
+//!   (`crate::eviction`); a read that finds a located chunk's pack gone locates it again and
 //!   fetches it again (`FileState::relocate`). Under a limit, `VersionHandle::prefetch`
 //!   fetches only the frames that fit in the room left, so a prefetcher running ahead of its
 //!   reader never evicts what it fetched for that reader.
@@ -1014,7 +1014,7 @@ pub struct ShardPlan {
     pub paths: Vec<String>,
 }
 
-/// Who reads what: the `count` shards (at most [`crate::shard::MAX_SHARDS`]) of the files
+/// Who reads what: the `count` shards (at most `crate::shard::MAX_SHARDS`) of the files
 /// `selection` picks (its own `shard` is ignored), as `--shard I/N` assigns them:
 /// [`shards_each`] collected.
 ///
@@ -1075,8 +1075,8 @@ pub fn shards_each(
 ///
 /// A file whose data is only on a remote serves its first byte after one ranged GET: reads
 /// fetch the frames they need (and nothing else), and sequential reads start a prefetch that
-/// ramps up as mountpoint-s3's does (a window of [`FIRST_FETCH_WINDOW`], growing fourfold
-/// each window up to [`MAX_FETCH_WINDOW`], fetched as many ranged GETs at once). What is
+/// ramps up as mountpoint-s3's does (a window of `FIRST_FETCH_WINDOW`, growing fourfold
+/// each window up to `MAX_FETCH_WINDOW`, fetched as many ranged GETs at once). What is
 /// fetched is stored in the local store, so the next reader reads it locally.
 pub struct FileHandle {
     engine: Arc<Engine>,

@@ -151,7 +151,7 @@ pub(crate) fn in_words(error: &Error) -> String {
 
 /// One read's way through the remotes: which were asked, which failed and with what. A
 /// remote that failed is not asked again by the same read; through the process's
-/// [`RemoteHealth`] it is also asked last by later reads for a while.
+/// `RemoteHealth` it is also asked last by later reads for a while.
 pub struct Attempts {
     health: RemoteHealth,
     /// Remotes asked, in the order asked, with their failure when they failed.
@@ -169,7 +169,7 @@ impl Default for Attempts {
 impl Attempts {
     /// Attempts of one operation (checkout, pull, fetch of files, one read of the read
     /// engine): failures are remembered until it ends, and in the process's
-    /// [`RemoteHealth`], shared with every other read.
+    /// `RemoteHealth`, shared with every other read.
     pub fn new() -> Attempts {
         Attempts {
             health: RemoteHealth::process(),
@@ -215,7 +215,7 @@ impl Attempts {
     }
 
     /// Runs `step`, which asks remote `name` for data. A remote failure
-    /// ([`is_remote_failure`]) is remembered and gives `Ok(None)`: the caller goes on to the
+    /// (`is_remote_failure`) is remembered and gives `Ok(None)`: the caller goes on to the
     /// next remote. Any other error is returned as it is. A step that moved data calls
     /// [`Attempts::served`] after it.
     ///

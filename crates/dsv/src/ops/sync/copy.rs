@@ -29,7 +29,7 @@
 //!    DST holds (on a collected DST, one with a `format` key, all of them: it keeps a
 //!    version's data only while a ref reaches it), every version, provenance object, tree,
 //!    file map, outboard and chunk that DST's recorded indexes lack or hold only in marked
-//!    packs ([`super::push::walk_missing_on`], the walk push makes; the DST packs holding the
+//!    packs (`super::push::walk_missing_on`, the walk push makes; the DST packs holding the
 //!    rest are remembered as relied on), each located in SRC's indexes. An object SRC does
 //!    not hold is [`Error::MissingObject`].
 //! 6. **Plan.** Per SRC pack, the bytes of the frames needed. A pack whose needed frames make

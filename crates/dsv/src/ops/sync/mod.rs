@@ -178,7 +178,7 @@
 //!   that pack disappears from the remote while another remote pack also holds the object,
 //!   the store forgets the object for that remote (the other pack's index is not read
 //!   again): a push uploads it again, and a download from that remote reports it missing.
-//!   `dsv gc --remote` deletes remote packs; a writer's view ([`crate::transfer::writer_view`])
+//!   `dsv gc --remote` deletes remote packs; a writer's view (`crate::transfer::writer_view`)
 //!   then reads every index again.
 //! - Push uploads whole packs. A pack that holds an object the remote lacks goes up entire,
 //!   with whatever else it holds: objects of other datasets, of versions not pushed, or of

@@ -542,7 +542,7 @@ pub struct PullPlan {
 /// # Errors
 /// [`Error::RevisionNotFound`] when the remote has no such ref (or an id prefix or `~N`
 /// this store cannot resolve: `dsv fetch` first); [`Error::Remote`]; as
-/// [`crate::read::glob_set`] for a bad `--include`, and, when the metadata is here, as a
+/// `crate::read::glob_set` for a bad `--include`, and, when the metadata is here, as a
 /// pull for a pattern that selects no file.
 pub fn plan(store: &Store, target: &RemoteRevision, options: &PullOptions) -> Result<PullPlan> {
     let _data = store.lock_data_shared()?;
