@@ -401,8 +401,8 @@ impl Store {
     /// Takes the head lock without a data guard at hand: for an operation that moves names
     /// only (tag, reset, rename, rm, pin, a remote's record), which reads no pack and need not
     /// wait for a running `gc`; and for the records made deep in a call whose caller holds
-    /// the data lock but does not pass its guard down (commit's and import's version record,
-    /// push's missing outboards, the read engine's group commit, a pack sink's cleanup).
+    /// the data lock but does not pass its guard down (push's missing outboards, the read
+    /// engine's group commit, a pack sink's cleanup).
     /// Either way nothing else is taken while it is held; the order is then kept by that
     /// rule, not by the types.
     ///

@@ -113,7 +113,7 @@
 //!     it). Otherwise a tree that this run has not claimed yet goes into a tree frame. A non-empty frame is appended to the sink before a tree that would take it past
 //!     1 MiB (`FRAME_TARGET`), so no tree frame exceeds 1 MiB unless it holds a single larger
 //!     tree, however large the commit. The last partial frame is appended too.
-//! 13. **Take the head lock** (`Store::lock_head_alone`, `.dsv/lock`). Everything below runs under it.
+//! 13. **Take the head lock** (`Store::lock_head`, from the data lock; `.dsv/lock`). Everything below runs under it.
 //! 14. **Read the head.** The dataset's current head becomes the parent. If the new root tree
 //!     equals the parent's tree and `--allow-empty` was not given, no version is made
 //!     (`created: false`), but the tag, workspace and stat cache are still recorded.
@@ -304,6 +304,7 @@ pub fn commit(
         }
     };
     let at = Workspace {
+        data: &data_lock,
         key: &workspace_key,
         held: workspace.as_ref(),
         started_ns,
@@ -618,6 +619,8 @@ fn build_trees(
 /// The workspace a commit records: its key, its catalog row before the commit (if any),
 /// and when the walk began (the stat cache's racy-timestamp reference).
 struct Workspace<'a> {
+    /// The commit's data lock, which the head lock of its record is made from.
+    data: &'a crate::store::SharedDataLock,
     key: &'a str,
     held: Option<&'a crate::catalog::Workspace>,
     started_ns: i64,
@@ -660,7 +663,7 @@ fn record_commit(
         compression_level: options.ingest.compression_level,
     };
     let (removed, listing) = (&walked.removed, &mut walked.listing);
-    record_version(store, sink, built, &draft, |writer, version_id| {
+    record_version(store, at.data, sink, built, &draft, |writer, version_id| {
         let workspace_id = writer.set_workspace(at.key, &options.dataset, version_id)?;
         writer.update_stat_cache(workspace_id, removed.iter().map(|p| (p.as_str(), None)))?;
         // The files read get fresh entries: their content is the new version's, which the
@@ -1097,7 +1100,8 @@ impl VersionDraft {
 }
 
 /// The last stage of commit and import: stores the new trees of `built` (and the
-/// provenance), then under the store lock reads the head, writes the version object, seals
+/// provenance), then under the head lock (made from `data`, the caller's data lock) reads
+/// the head, writes the version object, seals
 /// the packs and records everything in one catalog transaction, in which `extra` adds its
 /// own rows. The parent is `draft.parent`, else the head read under the lock. Nothing changes
 /// when the parent has the same tree (and, for an import, the same provenance) unless
@@ -1108,6 +1112,7 @@ impl VersionDraft {
 /// catalog is unchanged and the packs of `sink` are unnamed.
 pub fn record_version(
     store: &mut Store,
+    data: &crate::store::SharedDataLock,
     sink: PackSink,
     built: &tree::BuiltTrees,
     draft: &VersionDraft,
@@ -1143,7 +1148,7 @@ pub fn record_version(
     }
 
     // Finalize under the store lock, so the parent read here is still the head when recorded.
-    let _lock = store.lock_head_alone()?;
+    let _lock = store.lock_head(data)?;
     let head = store.catalog().head_or_none(&draft.dataset)?;
     let parent = draft.parent.or(head);
     let parent_version = match parent {

@@ -677,7 +677,7 @@ fn run(
     if let Some(tag) = &draft.tag {
         super::commit::check_tag_free(store, &draft.dataset, tag)?;
     }
-    let _data_lock = data_lock;
+    let data_lock = data_lock;
     let (reused, to_read) = reuse_plan(previous.as_ref(), &listing, format);
     let objects_unchanged = reused.len() as u64;
     let bytes_downloaded: u64 = to_read.iter().map(|o| o.size).sum();
@@ -716,7 +716,7 @@ fn run(
     let built = tree::build(&flat);
     let provenance = provenance_of(previous, source, format, pin, files);
     draft.provenance = Some((provenance.id(), provenance.encode()));
-    let recorded = record_version(store, sink, &built, &draft, |_, _| Ok(()))?;
+    let recorded = record_version(store, &data_lock, sink, &built, &draft, |_, _| Ok(()))?;
     Ok(ImportReport {
         dataset: draft.dataset.clone(),
         version: recorded.version,
