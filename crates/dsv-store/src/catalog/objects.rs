@@ -496,20 +496,11 @@ impl CatalogWriter<'_> {
         frames: &[FrameRecord],
         objects: &[crate::pack::ObjectRecord],
     ) -> Result<()> {
-        let mut frame_rows = Vec::with_capacity(frames.len());
         let mut insert_frame = self.tx.prepare_cached(frame_sql).in_catalog()?;
-        for frame in frames {
-            insert_frame
-                .execute(params![
-                    pack_row,
-                    frame.offset as i64,
-                    frame.stored_length,
-                    frame.raw_length,
-                    frame.compression as u8
-                ])
-                .in_catalog()?;
-            frame_rows.push(self.tx.last_insert_rowid());
-        }
+        let frame_rows = frames
+            .iter()
+            .map(|frame| insert_frame_row(&mut insert_frame, pack_row, frame))
+            .collect::<Result<Vec<i64>>>()?;
         let mut insert_object = self.tx.prepare_cached(object_sql).in_catalog()?;
         for object in objects {
             let (id, kind, frame) = (
@@ -609,6 +600,28 @@ impl CatalogWriter<'_> {
             .in_catalog()?;
         Ok(())
     }
+}
+
+/// Inserts `frame` of pack row `pack_row` with `insert` (a frame insert of this store's
+/// table or a remote's: parameters pack row, offset, stored length, raw length,
+/// compression); returns the new row's id.
+///
+/// # Errors
+/// [`Error::Catalog`].
+pub(super) fn insert_frame_row(
+    insert: &mut rusqlite::CachedStatement<'_>,
+    pack_row: i64,
+    frame: &FrameRecord,
+) -> Result<i64> {
+    insert
+        .insert(params![
+            pack_row,
+            frame.offset as i64,
+            frame.stored_length,
+            frame.raw_length,
+            frame.compression as u8
+        ])
+        .in_catalog()
 }
 
 #[cfg(test)]

@@ -742,16 +742,7 @@ impl CatalogWriter<'_> {
                             ),
                         )
                     })?;
-                    insert_frame
-                        .execute(params![
-                            pack_row,
-                            frame.offset as i64,
-                            frame.stored_length,
-                            frame.raw_length,
-                            frame.compression as u8
-                        ])
-                        .in_catalog()?;
-                    let row = self.tx.last_insert_rowid();
+                    let row = super::objects::insert_frame_row(&mut insert_frame, pack_row, frame)?;
                     frame_rows.insert(object.frame, row);
                     row
                 }

@@ -543,11 +543,24 @@ impl TreeWriter {
         if !store.catalog().has_object(&id, ObjectKind::Tree)?
             && sink.claim(&id, ObjectKind::Tree)?
         {
-            if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
-                sink.add(self.metadata.encode_with(&mut self.compressor))?;
-            }
-            self.metadata.push(id, ObjectKind::Tree, bytes);
+            self.push_framed(sink, id, ObjectKind::Tree, bytes)?;
         }
+        Ok(())
+    }
+
+    /// Puts object `id` of `kind` in the frame being filled, sealing that frame into `sink`
+    /// first when `bytes` would take it past [`FRAME_TARGET`].
+    fn push_framed(
+        &mut self,
+        sink: &PackSink,
+        id: ObjectId,
+        kind: ObjectKind,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
+            sink.add(self.metadata.encode_with(&mut self.compressor))?;
+        }
+        self.metadata.push(id, kind, bytes);
         Ok(())
     }
 
@@ -559,10 +572,7 @@ impl TreeWriter {
         bytes: &[u8],
     ) -> Result<()> {
         if sink.claim(&id, ObjectKind::Version)? {
-            if !self.metadata.is_empty() && self.metadata.len() + bytes.len() > FRAME_TARGET {
-                sink.add(self.metadata.encode_with(&mut self.compressor))?;
-            }
-            self.metadata.push(id, ObjectKind::Version, bytes);
+            self.push_framed(sink, id, ObjectKind::Version, bytes)?;
         }
         Ok(())
     }

@@ -139,7 +139,11 @@ pub fn plan_checkout(
     // The checkout stops at its conflicts first, then at the room it lacks: in the
     // directory, or for one it would create, in the nearest directory above it that exists
     // (the file system the checkout would write to).
-    let room_dir = dir.ancestors().find(|p| p.is_dir());
+    // (A relative path's last ancestor is empty: the current directory.)
+    let room_dir = dir
+        .ancestors()
+        .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+        .find(|p| p.is_dir());
     if decisions.conflicts.is_empty()
         && let Some(room_dir) = room_dir
     {
