@@ -142,7 +142,13 @@ pub fn plan_checkout(
     // (A relative path's last ancestor is empty: the current directory.)
     let room_dir = dir
         .ancestors()
-        .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
         .find(|p| p.is_dir());
     if decisions.conflicts.is_empty()
         && let Some(room_dir) = room_dir
