@@ -213,6 +213,125 @@ impl Catalog {
     }
 }
 
+/// How a chunk is stored here now: what gc's reverse deltas and its liveness read
+/// ([`Catalog::chunk_storage`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkStorage {
+    /// The pack holding it.
+    pub pack: ObjectId,
+    /// Its raw length in bytes.
+    pub length: u32,
+    /// Stored bytes of its frame (compressed, or a delta).
+    pub frame_stored: u32,
+    /// Raw bytes of its frame (every object in it).
+    pub frame_raw: u32,
+    /// The frame's bases in prefix order: empty for a frame stored whole, else the chunks
+    /// whose raw bytes make the reference prefix of its delta.
+    pub bases: Vec<ObjectId>,
+}
+
+impl Catalog {
+    /// Every chunk held here with how it is stored (its pack, frame sizes and delta bases):
+    /// one scan of `objects`.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed id or bases column.
+    pub fn chunk_storage(&self) -> Result<std::collections::HashMap<ObjectId, ChunkStorage>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT o.id, p.pack_id, o.length, f.stored_length, f.raw_length, f.bases
+             FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+             WHERE o.kind = ?1",
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([ObjectKind::Chunk as u8], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, u32>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, u32>(4)?,
+                    row.get::<_, Option<Vec<u8>>>(5)?,
+                ))
+            })
+            .in_catalog()?;
+        let bad = |what: &str| Error::corrupt(&self.path, format!("a chunk row with {what}"));
+        let mut out = std::collections::HashMap::new();
+        for row in rows {
+            let (id, pack, length, frame_stored, frame_raw, bases) = row.in_catalog()?;
+            let bases = match bases {
+                None => Vec::new(),
+                Some(bytes) => decode_bases(&bytes).ok_or_else(|| bad("malformed bases"))?,
+            };
+            out.insert(
+                ObjectId::from_slice(&id).ok_or_else(|| bad("a malformed id"))?,
+                ChunkStorage {
+                    pack: ObjectId::from_slice(&pack).ok_or_else(|| bad("a malformed pack id"))?,
+                    length,
+                    frame_stored,
+                    frame_raw,
+                    bases,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// Packs holding a chunk that a delta frame of another pack names as a base: a cache
+    /// limit never evicts them whole, since the delta's reads need the base here.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed id or bases column.
+    pub fn packs_holding_bases_of_others(&self) -> Result<HashSet<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT pack, bases FROM frames WHERE bases IS NOT NULL")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?)))
+            .in_catalog()?;
+        let mut named: Vec<(i64, ObjectId)> = Vec::new();
+        for row in rows {
+            let (pack, bases) = row.in_catalog()?;
+            let bases = decode_bases(&bases)
+                .ok_or_else(|| Error::corrupt(&self.path, "a frame row with malformed bases"))?;
+            named.extend(bases.into_iter().map(|base| (pack, base)));
+        }
+        let mut locate = self
+            .conn
+            .prepare_cached(
+                "SELECT f.pack, p.pack_id FROM objects o JOIN frames f ON f.id = o.frame
+                 JOIN packs p ON p.id = f.pack WHERE o.id = ?1 AND o.kind = ?2",
+            )
+            .in_catalog()?;
+        let mut out = HashSet::new();
+        for (naming, base) in named {
+            let found = locate
+                .query_row(params![&base.0[..], ObjectKind::Chunk as u8], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
+                })
+                .optional()
+                .in_catalog()?;
+            if let Some((holder, pack)) = found
+                && holder != naming
+            {
+                out.extend(ObjectId::from_slice(&pack));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Base ids from a `bases` column: whole 32-byte ids, at least one.
+fn decode_bases(bytes: &[u8]) -> Option<Vec<ObjectId>> {
+    if bytes.is_empty() || bytes.len() % 32 != 0 {
+        return None;
+    }
+    bytes.chunks_exact(32).map(ObjectId::from_slice).collect()
+}
+
 /// Local packs that hold only chunks some remote's pack index (as this store last read it)
 /// lists, or that the catalog locates nothing in: the packs a cache limit may evict, with
 /// their sizes in bytes. A pack holding any other object (a file map, a tree, a version, an
