@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::objects::decode_bases;
 use super::{Catalog, CatalogWriter, SqliteResultExt, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -261,10 +262,7 @@ impl Catalog {
         let mut out = std::collections::HashMap::new();
         for row in rows {
             let (id, pack, length, frame_stored, frame_raw, bases) = row.in_catalog()?;
-            let bases = match bases {
-                None => Vec::new(),
-                Some(bytes) => decode_bases(&bytes).ok_or_else(|| bad("malformed bases"))?,
-            };
+            let bases = decode_bases(bases).map_err(|detail| bad(&detail))?;
             out.insert(
                 ObjectId::from_slice(&id).ok_or_else(|| bad("a malformed id"))?,
                 ChunkStorage {
@@ -290,13 +288,15 @@ impl Catalog {
             .prepare("SELECT pack, bases FROM frames WHERE bases IS NOT NULL")
             .in_catalog()?;
         let rows = stmt
-            .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?)))
+            .query_map([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
+            })
             .in_catalog()?;
         let mut named: Vec<(i64, ObjectId)> = Vec::new();
         for row in rows {
             let (pack, bases) = row.in_catalog()?;
-            let bases = decode_bases(&bases)
-                .ok_or_else(|| Error::corrupt(&self.path, "a frame row with malformed bases"))?;
+            let bases =
+                decode_bases(Some(bases)).map_err(|detail| Error::corrupt(&self.path, detail))?;
             named.extend(bases.into_iter().map(|base| (pack, base)));
         }
         let mut locate = self
@@ -322,14 +322,6 @@ impl Catalog {
         }
         Ok(out)
     }
-}
-
-/// Base ids from a `bases` column: whole 32-byte ids, at least one.
-fn decode_bases(bytes: &[u8]) -> Option<Vec<ObjectId>> {
-    if bytes.is_empty() || bytes.len() % 32 != 0 {
-        return None;
-    }
-    bytes.chunks_exact(32).map(ObjectId::from_slice).collect()
 }
 
 /// Local packs that hold only chunks some remote's pack index (as this store last read it)

@@ -554,7 +554,9 @@ pub fn plan(
     let encodings = deltas::plan_encodings(store, &storage, &live_chunks, &fixed, progress)?;
     // Liveness follows closures: every base (transitively) of a live chunk, as the chunks
     // are stored once gc is done, is live. A chunk rewritten whole needs none.
-    add_closure(&mut live, &storage, |chunk| encodings.bases_after(chunk, &storage));
+    add_closure(&mut live, &storage, |chunk| {
+        encodings.bases_after(chunk, &storage)
+    });
     let rewritten_in: HashSet<ObjectId> = encodings
         .rewrites
         .iter()
@@ -645,7 +647,11 @@ pub fn plan(
         .encodings
         .rewrites
         .iter()
-        .filter_map(|r| lengths.get(&r.chunk).map(|l| (r.chunk, ObjectKind::Chunk, *l)))
+        .filter_map(|r| {
+            lengths
+                .get(&r.chunk)
+                .map(|l| (r.chunk, ObjectKind::Chunk, *l))
+        })
         .collect();
     let rest: Vec<(ObjectId, ObjectKind, u32)> = plan
         .repack
@@ -739,7 +745,7 @@ fn copy_live(
     let copied = (|| {
         let mut reader = store.reader();
         let mut bases_cache = BaseCache::default();
-        let mut compressor = crate::pack::DeltaCompressor::new();
+        let mut compressor = crate::pack::DeltaCompressor::default();
         // Chunks and metadata (trees, file maps, versions) in frames of their own, as a
         // commit writes them, so a fetch of metadata downloads no chunk. Chunks rewritten
         // whole (a head's) at gc's level, in the pass's order.
@@ -770,8 +776,14 @@ fn copy_live(
                         bases.to_vec(),
                         &prefix,
                     )
+                    .map(|(frame, _)| frame)
                     .map_err(|detail| Error::corrupt("gc's planned delta", detail))?,
-                    None => one.encode_delta(&mut compressor, GC_DELTA_LEVEL, &prefix, bases.to_vec()),
+                    None => one
+                        .encode_delta(&mut compressor, GC_DELTA_LEVEL, &prefix, bases.to_vec())
+                        .map_err(|source| Error::Io {
+                            path: store.temp_dir(),
+                            source,
+                        })?,
                 };
                 if rewrite.is_some() {
                     report.rewritten_as_deltas += 1;
@@ -825,10 +837,18 @@ impl BaseCache {
     const SLOTS: usize = 32;
 
     /// The reference prefix of `bases`: their raw bytes, concatenated in order.
-    fn prefix(&mut self, reader: &mut crate::store::ObjectReader<'_>, bases: &[ObjectId]) -> Result<Vec<u8>> {
+    fn prefix(
+        &mut self,
+        reader: &mut crate::store::ObjectReader<'_>,
+        bases: &[ObjectId],
+    ) -> Result<Vec<u8>> {
         let mut prefix = Vec::new();
         for base in bases {
-            let found = self.recent.iter().find(|(id, _)| id == base).map(|(_, b)| b.clone());
+            let found = self
+                .recent
+                .iter()
+                .find(|(id, _)| id == base)
+                .map(|(_, b)| b.clone());
             let bytes = match found {
                 Some(bytes) => bytes,
                 None => {
@@ -1112,6 +1132,138 @@ mod tests {
         assert!(again.is_empty(), "{again:?}");
         assert_eq!(again.live_objects, first.live_objects);
         assert_eq!(again.removed_versions, 1);
+    }
+
+    /// Rows of a growing CSV: `days` rows for each of 20 entities.
+    fn table(days: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for entity in 0..20u64 {
+            for day in 0..days as u64 {
+                let h = (entity * 1_000 + day).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                out.extend_from_slice(
+                    format!("e{entity},{day},{},{}\n", h % 99_991, h >> 50).as_bytes(),
+                );
+            }
+        }
+        out
+    }
+
+    /// Versions A then B of dataset `ds` (a growing table), gc'd: B whole, A as deltas
+    /// against B's chunks. Returns the store and the two version ids.
+    fn a_delta_chain(dir: &std::path::Path) -> (Store, ObjectId, ObjectId) {
+        let mut store = Store::init(dir).unwrap();
+        let data = dir.join("data");
+        let mut ids = Vec::new();
+        for days in [400, 404] {
+            std::fs::create_dir_all(&data).unwrap();
+            std::fs::write(data.join("t.csv"), table(days)).unwrap();
+            let options = crate::ops::commit::CommitOptions::new("ds");
+            let report =
+                crate::ops::commit::commit(&mut store, &data, &options, &NoProgress).unwrap();
+            ids.push(report.version);
+        }
+        std::fs::remove_dir_all(&data).unwrap();
+        let report = gc(&mut store, &GcOptions::default(), &NoProgress).unwrap();
+        assert!(report.deltas.rewritten_as_deltas > 0, "{report:?}");
+        (store, ids[0], ids[1])
+    }
+
+    fn delta_chunks(store: &Store) -> usize {
+        let storage = store.catalog().chunk_storage().unwrap();
+        storage.values().filter(|s| !s.bases.is_empty()).count()
+    }
+
+    fn read_all(store: &Store, version: &ObjectId) -> Result<u64> {
+        let mut reader = store.reader();
+        let root = reader.version(version)?.tree;
+        let mut bytes = 0;
+        for entry in crate::tree::flatten(&mut reader, &root)? {
+            if matches!(entry.kind, crate::tree::FlatKind::File { .. }) {
+                let mut sink = Vec::new();
+                reader.write_file(&entry.id, entry.size, None, &mut sink)?;
+                bytes += sink.len() as u64;
+            }
+        }
+        Ok(bytes)
+    }
+
+    #[test]
+    fn a_base_only_a_kept_delta_needs_stays_live() {
+        // A is stored as deltas against B's chunks. B is removed and the dataset names no
+        // head (as `cache prune --allow-data-loss --keep-last 0` can leave it), so no pass
+        // of the reverse deltas meets A: its chunks keep their encoding, and B's chunks are
+        // reachable only as their bases. gc keeps them, and A reads back.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, a, b) = a_delta_chain(dir.path());
+        let before = read_all(&store, &a).unwrap();
+        {
+            let writer = store.catalog_mut().writer().unwrap();
+            writer.mark_removed(&[b]).unwrap();
+            writer.clear_head("ds").unwrap();
+            writer.commit().unwrap();
+        }
+        let lock = store.lock_data_exclusive().unwrap();
+        let planned = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        assert!(planned.encodings.rewrites.is_empty());
+        let b_chunks = store
+            .catalog()
+            .delta_bases_of(
+                &store
+                    .catalog()
+                    .object_ids(ObjectKind::Chunk)
+                    .unwrap()
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+        assert!(!b_chunks.is_empty());
+        execute(&mut store, &lock, &planned, &NoProgress).unwrap();
+        drop(lock);
+        for chunk in &b_chunks {
+            assert!(
+                store
+                    .catalog()
+                    .has_object(chunk, ObjectKind::Chunk)
+                    .unwrap()
+            );
+        }
+        assert_eq!(read_all(&store, &a).unwrap(), before);
+    }
+
+    #[test]
+    fn a_repack_keeps_a_delta_whose_bases_stay_against_them() {
+        // The pack holding A's deltas is repacked (a version in it removed): A's chunks are
+        // copied as deltas against the same bases, and read back.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, a, _) = a_delta_chain(dir.path());
+        let before = read_all(&store, &a).unwrap();
+        let deltas_before = delta_chunks(&store);
+        let lock = store.lock_data_exclusive().unwrap();
+        let mut planned = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        assert!(planned.is_empty(), "{planned:?}");
+        // Repack every pack (as a mostly dead pack would be).
+        let by_pack = store.catalog().objects_by_pack().unwrap();
+        let storage = store.catalog().chunk_storage().unwrap();
+        for (pack, objects) in &by_pack {
+            planned.repack.push(PackPlan {
+                pack: *pack,
+                bytes: 0,
+                live_bytes: 0,
+            });
+            for object in objects {
+                planned.copy.push(*object);
+                if let Some(now) = storage.get(&object.0).filter(|s| !s.bases.is_empty()) {
+                    planned.kept_deltas.insert(object.0, now.bases.clone());
+                }
+            }
+        }
+        assert!(!planned.kept_deltas.is_empty());
+        execute(&mut store, &lock, &planned, &NoProgress).unwrap();
+        drop(lock);
+        let deltas_after = delta_chunks(&store);
+        assert_eq!(deltas_after, deltas_before);
+        assert!(deltas_after > 0);
+        assert_eq!(read_all(&store, &a).unwrap(), before);
     }
 
     #[test]

@@ -155,7 +155,7 @@ pub fn plan_encodings(
         assigned: HashMap::new(),
         out: Encodings::default(),
         kept_bytes: 0,
-        compressor: DeltaCompressor::new(),
+        compressor: DeltaCompressor::default(),
         plain: zstd::bulk::Compressor::new(TRIAL_LEVEL).ok(),
     };
     let mut datasets = store.catalog().datasets()?;
@@ -248,7 +248,13 @@ impl Pass<'_> {
             if !expanded {
                 if !on_path.insert(id) {
                     // A cycle in the present encoding: assign it as it is, shallow.
-                    self.assigned.insert(id, Assigned { depth: u32::MAX / 2, stored: self.stored_now(&id) });
+                    self.assigned.insert(
+                        id,
+                        Assigned {
+                            depth: u32::MAX / 2,
+                            stored: self.stored_now(&id),
+                        },
+                    );
                     continue;
                 }
                 stack.push((id, true));
@@ -384,7 +390,8 @@ impl Pass<'_> {
         let mut chosen: Vec<(usize, ObjectId)> = Vec::new();
         let mut prefix = 0u64;
         for (_, i, id, len) in found {
-            if chosen.len() >= MAX_DELTA_BASES || prefix + u64::from(len) > MAX_DELTA_PREFIX as u64 {
+            if chosen.len() >= MAX_DELTA_BASES || prefix + u64::from(len) > MAX_DELTA_PREFIX as u64
+            {
                 break;
             }
             if chosen.iter().any(|(_, c)| *c == id) {
