@@ -390,7 +390,7 @@ impl Pass<'_> {
         let mut chosen: Vec<(usize, ObjectId)> = Vec::new();
         let mut prefix = 0u64;
         for (_, i, id, len) in found {
-            if chosen.len() >= MAX_DELTA_BASES || prefix + u64::from(len) > MAX_DELTA_PREFIX as u64
+            if chosen.len() >= MAX_DELTA_BASES || prefix + u64::from(len) > MAX_DELTA_PREFIX
             {
                 break;
             }
