@@ -31,7 +31,7 @@ use crate::walk::Stat;
 pub mod deltas;
 
 pub use deltas::{COMMIT_DELTA_DEPTH, ParentFile};
-use deltas::{DeltaEncoder, DeltaJob, DeltaPlanner, Encoded, ParentChunks};
+use deltas::{DeltaEncoder, DeltaJob, DeltaPlanner, Encoded, NewChunk, ParentChunks};
 
 /// Raw bytes collected into one frame before it is compressed.
 pub const FRAME_TARGET: usize = 1024 * 1024;
@@ -403,15 +403,17 @@ impl StreamWriter<'_> {
                 self.stats.new_chunks += 1;
                 self.stats.new_bytes += chunk.len() as u64;
                 let job = match &parent_chunks {
-                    Some(parent) => self.planner.plan(
-                        &self.catalog,
-                        &mut base_reader,
-                        parent,
-                        start,
-                        scale_size,
-                        id,
-                        chunk,
-                    )?,
+                    Some(parent) => {
+                        let chunk = NewChunk {
+                            id,
+                            bytes: chunk,
+                            start,
+                            file_size: scale_size,
+                        };
+                        let catalog = &self.catalog;
+                        self.planner
+                            .plan(catalog, &mut base_reader, parent, chunk)?
+                    }
                     None => None,
                 };
                 if let Some(job) = job {

@@ -165,6 +165,18 @@ fn merge(a: &[(ObjectId, u64)], b: &[(ObjectId, u64)]) -> Vec<(ObjectId, u64)> {
     out
 }
 
+/// A new chunk of a file, as [`DeltaPlanner::plan`] takes it.
+pub(super) struct NewChunk<'c> {
+    /// Its id.
+    pub id: ObjectId,
+    /// Its bytes.
+    pub bytes: &'c [u8],
+    /// Its offset in the file.
+    pub start: u64,
+    /// The file's size as far as known (its stat's, else the parent's).
+    pub file_size: u64,
+}
+
 /// A reader thread's half of forward deltas: the chains of the chunks it looked at and the
 /// bytes of the last bases it read.
 #[derive(Default)]
@@ -229,10 +241,9 @@ impl DeltaPlanner {
         }))
     }
 
-    /// The delta job of the new chunk `raw` at byte `start` of a file of `size` bytes (as
-    /// far as known) whose path held `parent`: `None` when no base qualifies (none held
-    /// here, every chain too deep, the closure already past twice the chunk) or the file's
-    /// deltas keep failing.
+    /// The delta job of new chunk `chunk` of a file whose path held `parent`: `None` when
+    /// no base qualifies (none held here, every chain too deep, every closure past twice the
+    /// chunk) or the file's deltas keep failing.
     ///
     /// # Errors
     /// Catalog and I/O errors (missing or damaged bases are skipped).
@@ -241,11 +252,14 @@ impl DeltaPlanner {
         catalog: &Catalog,
         reader: &mut ObjectReader<'_>,
         parent: &ParentChunks,
-        start: u64,
-        size: u64,
-        id: ObjectId,
-        raw: &[u8],
+        chunk: NewChunk<'_>,
     ) -> Result<Option<DeltaJob>> {
+        let NewChunk {
+            id,
+            bytes: raw,
+            start,
+            file_size: size,
+        } = chunk;
         if parent.outcome.given_up() || raw.is_empty() {
             return Ok(None);
         }
