@@ -222,6 +222,8 @@ pub struct ChunkStorage {
     pub pack: ObjectId,
     /// Its raw length in bytes.
     pub length: u32,
+    /// Byte offset of its frame in the pack file.
+    pub frame_offset: u64,
     /// Stored bytes of its frame (compressed, or a delta).
     pub frame_stored: u32,
     /// Raw bytes of its frame (every object in it).
@@ -241,7 +243,7 @@ impl Catalog {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT o.id, p.pack_id, o.length, f.stored_length, f.raw_length, f.bases
+                "SELECT o.id, p.pack_id, o.length, f.stored_length, f.raw_length, f.bases, f.offset
              FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
              WHERE o.kind = ?1",
             )
@@ -255,19 +257,23 @@ impl Catalog {
                     row.get::<_, u32>(3)?,
                     row.get::<_, u32>(4)?,
                     row.get::<_, Option<Vec<u8>>>(5)?,
+                    row.get::<_, i64>(6)?,
                 ))
             })
             .in_catalog()?;
         let bad = |what: &str| Error::corrupt(&self.path, format!("a chunk row with {what}"));
         let mut out = std::collections::HashMap::new();
         for row in rows {
-            let (id, pack, length, frame_stored, frame_raw, bases) = row.in_catalog()?;
+            let (id, pack, length, frame_stored, frame_raw, bases, frame_offset) =
+                row.in_catalog()?;
             let bases = decode_bases(bases).map_err(|detail| bad(&detail))?;
             out.insert(
                 ObjectId::from_slice(&id).ok_or_else(|| bad("a malformed id"))?,
                 ChunkStorage {
                     pack: ObjectId::from_slice(&pack).ok_or_else(|| bad("a malformed pack id"))?,
                     length,
+                    frame_offset: u64::try_from(frame_offset)
+                        .map_err(|_| bad("a negative frame offset"))?,
                     frame_stored,
                     frame_raw,
                     bases,

@@ -446,8 +446,9 @@ pub struct GcPlan {
     /// Chunks stored anew (reverse deltas), in the order the pass chose them; their packs
     /// are repacked.
     pub encodings: deltas::Encodings,
-    /// Copied chunks that stay deltas against the bases they have (in prefix order).
-    pub kept_deltas: HashMap<ObjectId, Vec<ObjectId>>,
+    /// Copied chunks that stay deltas against the bases they have, with how they are stored
+    /// now (a delta frame of one chunk is copied byte for byte).
+    pub kept_deltas: HashMap<ObjectId, crate::catalog::ChunkStorage>,
 }
 
 impl GcPlan {
@@ -635,40 +636,46 @@ pub fn plan(
     plan.delete.sort_by_key(|p| p.pack);
     plan.repack.sort_by_key(|p| p.pack);
     plan.kept_with_garbage.sort_by_key(|p| p.pack);
-    // The chunks stored anew first, in the pass's order (a head's chunks in file order, so
-    // its frames hold neighbouring chunks), then the other live objects pack by pack.
-    let lengths: HashMap<ObjectId, u32> = plan
+    // The chunks stored whole first, in the pass's order (a head's chunks in file order, so
+    // its frames hold neighbouring chunks), then the deltas stored anew, then the other live
+    // objects pack by pack.
+    let repacked: HashSet<ObjectId> = plan.repack.iter().map(|p| p.pack).collect();
+    let whole_copied = plan.encodings.whole_order.iter().filter(|chunk| {
+        live.contains(&(**chunk, ObjectKind::Chunk))
+            && storage
+                .get(*chunk)
+                .is_some_and(|s| repacked.contains(&s.pack))
+    });
+    let deltas_stored = plan
         .encodings
         .rewrites
         .iter()
-        .filter_map(|r| storage.get(&r.chunk).map(|s| (r.chunk, s.length)))
-        .collect();
-    plan.copy = plan
-        .encodings
-        .rewrites
-        .iter()
-        .filter_map(|r| {
-            lengths
-                .get(&r.chunk)
-                .map(|l| (r.chunk, ObjectKind::Chunk, *l))
-        })
-        .collect();
+        .filter(|r| !r.bases.is_empty())
+        .map(|r| &r.chunk);
+    let mut first: Vec<(ObjectId, ObjectKind, u32)> = Vec::new();
+    let mut placed: HashSet<ObjectId> = HashSet::new();
+    for chunk in whole_copied.chain(deltas_stored) {
+        if let Some(s) = storage.get(chunk)
+            && placed.insert(*chunk)
+        {
+            first.push((*chunk, ObjectKind::Chunk, s.length));
+        }
+    }
     let rest: Vec<(ObjectId, ObjectKind, u32)> = plan
         .repack
         .iter()
         .flat_map(|p| by_pack[&p.pack].iter().filter(|o| is_live(o)).copied())
-        .filter(|(id, kind, _)| {
-            !(*kind == ObjectKind::Chunk && plan.encodings.rewrite(id).is_some())
-        })
+        .filter(|(id, kind, _)| !(*kind == ObjectKind::Chunk && placed.contains(id)))
         .collect();
     for (id, kind, _) in &rest {
         if *kind == ObjectKind::Chunk
             && let Some(now) = storage.get(id)
             && !now.bases.is_empty()
         {
-            plan.kept_deltas.insert(*id, now.bases.clone());
+            plan.kept_deltas.insert(*id, now.clone());
         }
     }
+    plan.copy = first;
     plan.copy.extend(rest);
     plan.orphans = orphans(store, &plan.named_packs, grace)?;
     Ok(plan)
@@ -759,13 +766,25 @@ fn copy_live(
             let rewrite = (*kind == ObjectKind::Chunk)
                 .then(|| plan.encodings.rewrite(id))
                 .flatten();
+            let kept = rewrite
+                .is_none()
+                .then(|| plan.kept_deltas.get(id))
+                .flatten();
             let delta_bases = match rewrite {
                 Some(rewrite) => Some(&rewrite.bases[..]).filter(|b| !b.is_empty()),
-                None => plan.kept_deltas.get(id).map(|b| &b[..]),
+                None => kept.map(|k| &k.bases[..]),
             };
             if let Some(bases) = delta_bases {
                 let prefix = bases_cache.prefix(&mut reader, bases)?;
-                let planned = rewrite.and_then(|r| r.delta.clone());
+                // A delta frame of this chunk alone is copied as it is stored (checked
+                // against the prefix as a received one is), not compressed again.
+                let planned = match (rewrite, kept) {
+                    (Some(r), _) => r.delta.clone(),
+                    (None, Some(k)) if k.frame_raw == k.length => {
+                        Some(std::sync::Arc::new(stored_frame(store, k)?))
+                    }
+                    _ => None,
+                };
                 let mut one = FrameBuilder::default();
                 one.push(*id, *kind, &bytes);
                 let frame = match planned {
@@ -793,8 +812,11 @@ fn copy_live(
                 sink.add(frame)?;
                 continue;
             }
-            let (frame, level) = if rewrite.is_some() {
+            if rewrite.is_some() {
                 report.rewritten_whole += 1;
+            }
+            let (frame, level) = if *kind == ObjectKind::Chunk && plan.encodings.whole.contains(id)
+            {
                 (&mut whole, GC_WHOLE_LEVEL)
             } else if *kind == ObjectKind::Chunk {
                 (&mut chunks, 3)
@@ -824,6 +846,21 @@ fn copy_live(
             Err(e)
         }
     }
+}
+
+/// The stored bytes of the frame `chunk` is in, read from its pack file.
+fn stored_frame(store: &Store, chunk: &crate::catalog::ChunkStorage) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let path = crate::pack::writer::pack_path(&store.packs_dir(), &chunk.pack);
+    let io = |source| Error::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::File::open(&path).map_err(io)?;
+    let mut stored = vec![0u8; chunk.frame_stored as usize];
+    file.read_exact_at(&mut stored, chunk.frame_offset)
+        .map_err(io)?;
+    Ok(stored)
 }
 
 /// The raw bytes of the chunks recently used as bases, so that the neighbouring deltas of a
@@ -1253,7 +1290,7 @@ mod tests {
             for object in objects {
                 planned.copy.push(*object);
                 if let Some(now) = storage.get(&object.0).filter(|s| !s.bases.is_empty()) {
-                    planned.kept_deltas.insert(object.0, now.bases.clone());
+                    planned.kept_deltas.insert(object.0, now.clone());
                 }
             }
         }
