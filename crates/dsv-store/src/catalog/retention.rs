@@ -593,6 +593,58 @@ mod tests {
     }
 
     #[test]
+    fn a_pack_holding_a_base_of_another_packs_delta_is_named_and_chunks_tell_their_bases() {
+        let (_dir, mut catalog) = new_catalog();
+        let (base, delta, own) = (
+            ObjectId::of(b"base"),
+            ObjectId::of(b"delta"),
+            ObjectId::of(b"own"),
+        );
+        let bases_pack = sample_pack("bases", &[(base, ObjectKind::Chunk)]);
+        let mut deltas_pack = sample_pack("deltas", &[(delta, ObjectKind::Chunk)]);
+        deltas_pack.frames[0].compression = crate::pack::Compression::Delta;
+        deltas_pack.deltas = vec![crate::pack::format::FrameBases {
+            frame: 0,
+            bases: vec![base],
+        }];
+        // A delta whose base is in its own pack does not hold that pack.
+        let mut alone = sample_pack(
+            "alone",
+            &[
+                (own, ObjectKind::Chunk),
+                (ObjectId::of(b"x"), ObjectKind::Chunk),
+            ],
+        );
+        alone.frames.push(crate::pack::FrameRecord {
+            offset: 600,
+            stored_length: 10,
+            raw_length: 10,
+            compression: crate::pack::Compression::Delta,
+        });
+        alone.objects[1].frame = 1;
+        alone.objects[1].offset = 0;
+        alone.deltas = vec![crate::pack::format::FrameBases {
+            frame: 1,
+            bases: vec![own],
+        }];
+        let writer = catalog.writer().unwrap();
+        for pack in [&bases_pack, &deltas_pack, &alone] {
+            writer.add_pack(pack).unwrap();
+        }
+        writer.commit().unwrap();
+        assert_eq!(
+            catalog.packs_holding_bases_of_others().unwrap(),
+            HashSet::from([bases_pack.id])
+        );
+        let storage = catalog.chunk_storage().unwrap();
+        assert_eq!(storage[&delta].bases, [base]);
+        assert_eq!(storage[&delta].pack, deltas_pack.id);
+        assert!(storage[&base].bases.is_empty());
+        assert_eq!(storage[&ObjectId::of(b"x")].bases, [own]);
+        assert_eq!(storage[&base].frame_offset, 16);
+    }
+
+    #[test]
     fn dropping_packs_forgets_their_objects_and_frames_only() {
         let (_dir, mut catalog) = new_catalog();
         let (a, b, c) = (ObjectId::of(b"a"), ObjectId::of(b"b"), ObjectId::of(b"c"));

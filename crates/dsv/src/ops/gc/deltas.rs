@@ -89,7 +89,7 @@ pub struct Encodings {
     /// Index of each rewritten chunk in [`Encodings::rewrites`].
     index: HashMap<ObjectId, usize>,
     /// Chunks the pass stores whole (a head's, and older ones no delta pays for), rewritten
-    /// or not: a repack copies them at [`GC_WHOLE_LEVEL`].
+    /// or not.
     pub whole: HashSet<ObjectId>,
     /// The same, in the order the pass met them (a head's files in path order, each file's
     /// chunks in order): the order a repack writes them in, so a frame holds neighbours.
@@ -119,6 +119,11 @@ impl Encodings {
         self.rewrites.push(rewrite);
     }
 }
+
+/// [`Assigned::stored`] of a chunk stored whole whose size is not needed yet: computed
+/// ([`Pass::plain_size`]) only when the chunk is in a closure the rules check, so a pass
+/// reads no chunk that no delta takes as a base.
+const NOT_YET: u64 = u64::MAX;
 
 /// A chunk's place after the pass: its chain depth and its stored bytes (as estimated).
 #[derive(Debug, Clone, Copy)]
@@ -197,7 +202,7 @@ pub fn plan_encodings(
             }
             let listing = std::rc::Rc::new(listing(store, &mut reader, &record.version.tree)?);
             let (Some(newest), Some(last)) = (&head, &newer) else {
-                pass.whole(&mut reader, &listing)?;
+                pass.whole(&listing)?;
                 head = Some(listing.clone());
                 newer = Some(listing);
                 continue;
@@ -343,7 +348,7 @@ impl Pass<'_> {
     }
 
     /// The head's chunks: whole (a delta now is rewritten whole).
-    fn whole(&mut self, reader: &mut ObjectReader<'_>, listing: &Listing) -> Result<()> {
+    fn whole(&mut self, listing: &Listing) -> Result<()> {
         for chunks in ordered(listing) {
             for (chunk, _) in chunks.iter() {
                 if self.assigned.contains_key(chunk) {
@@ -354,8 +359,7 @@ impl Pass<'_> {
                     self.keep(*chunk);
                     continue;
                 }
-                let stored = self.plain_size(reader, chunk, None)?;
-                self.assign_whole(*chunk, stored);
+                self.assign_whole(*chunk, NOT_YET);
             }
         }
         Ok(())
@@ -452,24 +456,48 @@ impl Pass<'_> {
 
     /// The depth and the stored bytes of the closure of a chunk with `bases` (each chunk of
     /// the closure counted once), not counting the chunk itself.
-    fn closure_of(&self, bases: &[ObjectId]) -> (u32, u64) {
+    fn closure_of(
+        &mut self,
+        reader: &mut ObjectReader<'_>,
+        bases: &[ObjectId],
+    ) -> Result<(u32, u64)> {
         let mut depth = 0;
-        let mut stored = 0;
-        let mut seen = HashSet::new();
-        let mut stack: Vec<ObjectId> = bases.to_vec();
         for base in bases {
             if let Some(a) = self.assigned.get(base) {
                 depth = depth.max(a.depth.saturating_add(1));
             }
         }
+        let mut seen = HashSet::new();
+        let mut stack: Vec<ObjectId> = bases.to_vec();
+        let mut members = Vec::new();
         while let Some(id) = stack.pop() {
             if !seen.insert(id) {
                 continue;
             }
-            stored += self.assigned.get(&id).map_or(0, |a| a.stored);
+            members.push(id);
             stack.extend(self.out.bases_after(&id, self.storage).iter().copied());
         }
-        (depth, stored)
+        let mut stored = 0u64;
+        for id in members {
+            let Some(assigned) = self.assigned.get(&id).copied() else {
+                continue;
+            };
+            let size = if assigned.stored == NOT_YET {
+                let size = self.plain_size(reader, &id, None)?;
+                self.assigned.insert(
+                    id,
+                    Assigned {
+                        stored: size,
+                        ..assigned
+                    },
+                );
+                size
+            } else {
+                assigned.stored
+            };
+            stored = stored.saturating_add(size);
+        }
+        Ok((depth, stored))
     }
 
     /// Chooses `chunk`'s encoding among the base lists `options` (nearest version first), or
@@ -487,7 +515,7 @@ impl Pass<'_> {
         // and closure rules: left as it is, whichever option it took (so a second gc, whose
         // estimates of stored sizes differ, rewrites nothing).
         if !now.bases.is_empty() && now.bases.iter().all(|b| self.assigned.contains_key(b)) {
-            let (depth, closure) = self.closure_of(&now.bases);
+            let (depth, closure) = self.closure_of(reader, &now.bases)?;
             let stored = self.stored_now(&chunk);
             if depth <= GC_DELTA_DEPTH && closure + stored <= limit {
                 self.assigned.insert(chunk, Assigned { depth, stored });
@@ -496,7 +524,7 @@ impl Pass<'_> {
         }
         let mut raw: Option<Vec<u8>> = None;
         for bases in options {
-            let (depth, closure) = self.closure_of(bases);
+            let (depth, closure) = self.closure_of(reader, bases)?;
             if depth > GC_DELTA_DEPTH || closure >= limit {
                 continue;
             }
@@ -541,7 +569,10 @@ impl Pass<'_> {
             return Ok(());
         }
         // Whole.
-        let stored = self.plain_size(reader, &chunk, raw.as_deref())?;
+        let stored = match raw.as_deref() {
+            Some(bytes) => self.plain_size(reader, &chunk, Some(bytes))?,
+            None => NOT_YET,
+        };
         self.assign_whole(chunk, stored);
         Ok(())
     }
