@@ -102,6 +102,11 @@
 //!    is kept. An unnamed readable pack holding versions that the ref log names and the
 //!    catalog lacks stops `gc` before anything changes (`CatalogLost`, exit 5): the catalog
 //!    forgot data, and `dsv repair` gets it back.
+//!    **Reverse deltas** ([`deltas`], issue 39): each dataset's head stored whole, older
+//!    versions' chunks as deltas against newer versions' chunks; a pack holding a chunk
+//!    stored anew is repacked. **Liveness follows closures**: every base (transitively) of
+//!    a live chunk, as the chunks are stored once gc is done, is live; a leased chunk's bases
+//!    are leased with it (their packs stay).
 //! 3. **Copy** the live objects of the packs to repack, each read through `ObjectReader` (so
 //!    checked against its id), into frames of about 1 MiB (zstd level 3) appended to a
 //!    `PackSink`: new packs written in `tmp/`, fsynced and renamed into `packs/` as a commit's
