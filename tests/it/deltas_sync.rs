@@ -512,3 +512,41 @@ fn copy_to_s3_carries_every_delta_base() {
     let url = format!("s3://dsv-test/{}", unique_prefix());
     copy_carries_the_closure(&env, &history, &url, None);
 }
+
+#[test]
+fn copy_of_deltas_whose_bases_the_destination_holds_checks_them_and_sends_only_the_deltas() {
+    let (env, history, _) = delta_remote(false);
+    let far = env.path("far");
+    fs::create_dir_all(&far).unwrap();
+    let to_url = format!("file://{}", far.display());
+    let store = clone_into(
+        &env,
+        &format!("file://{}", env.path("forged-remote").display()),
+        "hub",
+    );
+    ok_in(&env, &store, &["remote", "add", "far", &to_url]);
+    // The first copy brings v2's closure (`other`'s file included); the second only the
+    // later deltas, from the delta pack's frames: their bases are on DST already, and the
+    // copy reads them from SRC only to check the deltas against them.
+    ok_in(&env, &store, &["copy", "ds@v2", "--from", "origin", "--to", "far"]);
+    let second: serde_json::Value = serde_json::from_str(&ok_in(
+        &env,
+        &store,
+        &["--json", "copy", "ds", "--from", "origin", "--to", "far"],
+    ))
+    .unwrap();
+    let frames = second["packs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["action"] == "frames")
+        .count();
+    assert!(frames > 0, "frames copied from a pack partly needed: {second}");
+    let (deltas, chunks) = delta_frames_and_chunks(&store);
+    assert_eq!((deltas, chunks), (0, 0), "nothing landed in the hub's store");
+    fs::remove_dir_all(&store).unwrap();
+    fs::remove_dir_all(env.path("forged-remote")).unwrap();
+    let copy = clone_into(&env, &to_url, "second");
+    check_every_version(&env, &copy, &history);
+    ok_in(&env, &copy, &["verify", "--full"]);
+}
