@@ -364,7 +364,8 @@ fn a_clone_of_a_remote_with_delta_chains_checks_out_every_version_with_its_bases
 
 #[test]
 fn a_delta_whose_base_the_remote_lacks_is_refused_with_exit_5_and_nothing_stored() {
-    let (env, _history, url) = delta_remote(true);
+    let (env, history, url) = delta_remote(true);
+    let base = history.id("other", 1, "o.csv").short();
     let store = clone_into(&env, &url, "clone");
     let before = delta_frames_and_chunks(&store);
     let packs_before = fs::read_dir(store.join(".dsv/packs")).unwrap().count();
@@ -376,9 +377,13 @@ fn a_delta_whose_base_the_remote_lacks_is_refused_with_exit_5_and_nothing_stored
         5,
     );
     assert!(stderr.contains("origin"), "names the remote: {stderr}");
-    assert!(stderr.contains("base"), "says a base is missing: {stderr}");
+    assert!(
+        stderr.contains(&base),
+        "names the base the remote lacks: {stderr}"
+    );
     let stderr = fails_in(&env, &store, &["pull", "ds"], 5);
     assert!(stderr.contains("origin"), "names the remote: {stderr}");
+    assert!(stderr.contains(&base), "{stderr}");
     assert_eq!(delta_frames_and_chunks(&store), before, "nothing stored");
     assert_eq!(
         fs::read_dir(store.join(".dsv/packs")).unwrap().count(),
@@ -440,6 +445,19 @@ fn push_to_a_file_remote_carries_every_delta_base_and_marks_the_remote_format_3(
     let (env, history, _) = delta_remote(false);
     let far = env.path("far");
     fs::create_dir_all(&far).unwrap();
+    let url = format!("file://{}", far.display());
+    push_carries_the_closure(&env, &history, &url, Some(&far.join("format")));
+}
+
+/// On a remote at format 3 already, the push sends in one round: the base's pack goes
+/// because a pack it sends holds a delta naming it (on a fresh remote, the second round the
+/// new format key causes finds the base missing under a delta the remote now holds).
+#[test]
+fn push_to_a_remote_at_format_3_sends_the_packs_of_the_bases_its_packs_name() {
+    let (env, history, _) = delta_remote(false);
+    let far = env.path("far");
+    fs::create_dir_all(&far).unwrap();
+    fs::write(far.join("format"), r#"{"format":3,"grace_seconds":86400}"#).unwrap();
     let url = format!("file://{}", far.display());
     push_carries_the_closure(&env, &history, &url, Some(&far.join("format")));
 }
@@ -528,7 +546,11 @@ fn copy_of_deltas_whose_bases_the_destination_holds_checks_them_and_sends_only_t
     // The first copy brings v2's closure (`other`'s file included); the second only the
     // later deltas, from the delta pack's frames: their bases are on DST already, and the
     // copy reads them from SRC only to check the deltas against them.
-    ok_in(&env, &store, &["copy", "ds@v2", "--from", "origin", "--to", "far"]);
+    ok_in(
+        &env,
+        &store,
+        &["copy", "ds@v2", "--from", "origin", "--to", "far"],
+    );
     let second: serde_json::Value = serde_json::from_str(&ok_in(
         &env,
         &store,
@@ -541,9 +563,16 @@ fn copy_of_deltas_whose_bases_the_destination_holds_checks_them_and_sends_only_t
         .iter()
         .filter(|p| p["action"] == "frames")
         .count();
-    assert!(frames > 0, "frames copied from a pack partly needed: {second}");
+    assert!(
+        frames > 0,
+        "frames copied from a pack partly needed: {second}"
+    );
     let (deltas, chunks) = delta_frames_and_chunks(&store);
-    assert_eq!((deltas, chunks), (0, 0), "nothing landed in the hub's store");
+    assert_eq!(
+        (deltas, chunks),
+        (0, 0),
+        "nothing landed in the hub's store"
+    );
     fs::remove_dir_all(&store).unwrap();
     fs::remove_dir_all(env.path("forged-remote")).unwrap();
     let copy = clone_into(&env, &to_url, "second");
