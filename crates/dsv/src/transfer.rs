@@ -284,6 +284,10 @@ type PreparedSpan = Vec<(
     Vec<ObjectId>,
 )>;
 
+/// What [`DeltaBases::resolve`] does with each delta checked: the delta as it came, the
+/// frame checked and its raw bytes.
+type KeepDelta<'a> = dyn FnMut(&PendingDelta, EncodedFrame, Vec<u8>) -> Result<()> + 'a;
+
 /// A delta frame downloaded and not yet checked: its bytes as stored, where it came from and
 /// what its index says of it.
 struct PendingDelta {
@@ -366,7 +370,7 @@ impl DeltaBases {
     fn resolve(
         &mut self,
         catalog: &crate::catalog::Catalog,
-        keep: &mut dyn FnMut(&PendingDelta, EncodedFrame, Vec<u8>) -> Result<()>,
+        keep: &mut KeepDelta<'_>,
     ) -> Result<()> {
         let mut reader = self
             .packs_dir
