@@ -228,6 +228,14 @@ fn copy_dir(from: &Path, to: &Path) {
 /// Returns the environment (the source store, removed: only the remotes are left), the
 /// history, and the forged remote's URL.
 fn delta_remote(drop_bases: bool) -> (TestEnv, History, String) {
+    delta_remote_with(drop_bases, &|history| history.deltas())
+}
+
+/// [`delta_remote`] with the deltas `deltas` gives.
+fn delta_remote_with(
+    drop_bases: bool,
+    deltas: &dyn Fn(&History) -> BTreeMap<ObjectId, Vec<ObjectId>>,
+) -> (TestEnv, History, String) {
     let env = TestEnv::new();
     let history = commit_history(&env);
     let plain = env.path("plain");
@@ -245,7 +253,7 @@ fn delta_remote(drop_bases: bool) -> (TestEnv, History, String) {
         &env,
         &plain,
         &forged,
-        &history.deltas(),
+        &deltas(&history),
         &Layout { drop_bases },
         &[history.id("other", 1, "o.csv")],
     );
@@ -390,6 +398,34 @@ fn a_delta_whose_base_the_remote_lacks_is_refused_with_exit_5_and_nothing_stored
         packs_before,
         "no pack left behind"
     );
+}
+
+#[test]
+fn deltas_whose_bases_make_a_cycle_are_refused_with_exit_5_and_nothing_stored() {
+    // `t.csv` of v2 and v3 each a delta against the other: both decode, neither can be read.
+    let (env, history, url) = delta_remote_with(false, &|history| {
+        let (two, three) = (history.id("ds", 2, "t.csv"), history.id("ds", 3, "t.csv"));
+        BTreeMap::from([(two, vec![three]), (three, vec![two])])
+    });
+    let store = clone_into(&env, &url, "clone");
+    let before = delta_frames_and_chunks(&store);
+    let packs_before = fs::read_dir(store.join(".dsv/packs")).unwrap().count();
+    let out = store.join("out");
+    let stderr = fails_in(
+        &env,
+        &store,
+        &["checkout", "ds@v2", out.to_str().unwrap()],
+        5,
+    );
+    assert!(stderr.contains("origin"), "names the remote: {stderr}");
+    assert!(stderr.contains("cycle"), "{stderr}");
+    assert_eq!(delta_frames_and_chunks(&store), before, "nothing stored");
+    assert_eq!(
+        fs::read_dir(store.join(".dsv/packs")).unwrap().count(),
+        packs_before
+    );
+    // The versions outside the cycle still check out.
+    check_versions(&env, &store, &history, [1]);
 }
 
 #[test]
