@@ -79,7 +79,7 @@ fn commit_history(env: &TestEnv) -> History {
     let mut files = Vec::new();
     let o = csv(9, 150);
     env.write("o/o.csv", &o);
-    env.ok(&["commit", "o", "-d", "other", "-t", "v1"]);
+    env.ok(&["commit", "o", "-d", "other", "-t", "v1", "--no-deltas"]);
     files.push(("other", 1, "o.csv", o));
     for v in 1..=4u32 {
         // `t.csv` starts as `other`'s file with rows added, then grows by a few rows a version.
@@ -87,7 +87,15 @@ fn commit_history(env: &TestEnv) -> History {
         let u = csv(2, 100 + if v >= 2 { 3 } else { 0 } + u64::from(v));
         env.write("d/t.csv", &t);
         env.write("d/u.csv", &u);
-        env.ok(&["commit", "d", "-d", "ds", "-t", &format!("v{v}")]);
+        env.ok(&[
+            "commit",
+            "d",
+            "-d",
+            "ds",
+            "-t",
+            &format!("v{v}"),
+            "--no-deltas",
+        ]);
         files.push(("ds", v, "t.csv", t));
         files.push(("ds", v, "u.csv", u));
     }
@@ -354,14 +362,21 @@ fn clone_into(env: &TestEnv, url: &str, name: &str) -> PathBuf {
 }
 
 #[test]
-fn a_clone_of_a_remote_with_delta_chains_checks_out_every_version_with_its_bases() {
+fn clone_and_pull_of_a_remote_with_delta_chains_bring_every_base() {
     let (env, history, url) = delta_remote(false);
     let store = clone_into(&env, &url, "clone");
+    // The head's `t.csv` is a chain 4 deep ending in `other`'s file, which no version of
+    // `ds` reaches: all of it comes with the pull, and stays a chain of deltas here.
+    ok_in(&env, &store, &["pull", "ds"]);
+    assert_eq!(delta_frames_and_chunks(&store), (4, 6));
+    // A checkout of each version fetches what it lacks (the last delta and its bases).
     check_every_version(&env, &store, &history);
-    // The deltas were kept as deltas, and their bases came along: with the remote gone,
-    // every version still checks out from this store alone.
-    let (deltas, _) = delta_frames_and_chunks(&store);
-    assert_eq!(deltas, 5, "every delta frame stored as it came");
+    assert_eq!(
+        delta_frames_and_chunks(&store).0,
+        5,
+        "every delta kept as it came"
+    );
+    // With the remote gone, every version still checks out from this store alone.
     fs::remove_dir_all(env.path("forged-remote")).unwrap();
     for v in 1..=4 {
         fs::remove_dir_all(store.join(format!("out-v{v}"))).unwrap();
@@ -370,28 +385,22 @@ fn a_clone_of_a_remote_with_delta_chains_checks_out_every_version_with_its_bases
     ok_in(&env, &store, &["verify", "--full"]);
 }
 
-#[test]
-fn a_delta_whose_base_the_remote_lacks_is_refused_with_exit_5_and_nothing_stored() {
-    let (env, history, url) = delta_remote(true);
-    let base = history.id("other", 1, "o.csv").short();
-    let store = clone_into(&env, &url, "clone");
+/// Clones `url` (a forged remote) and expects `checkout ds@vN` and `pull ds` to fail with
+/// exit 5 naming the remote and saying `says`, storing nothing.
+fn refused_with_nothing_stored(env: &TestEnv, url: &str, version: u32, says: &str) {
+    let store = clone_into(env, url, &format!("clone-{}", unique_prefix()));
     let before = delta_frames_and_chunks(&store);
     let packs_before = fs::read_dir(store.join(".dsv/packs")).unwrap().count();
     let out = store.join("out");
-    let stderr = fails_in(
-        &env,
-        &store,
-        &["checkout", "ds@v1", out.to_str().unwrap()],
-        5,
-    );
-    assert!(stderr.contains("origin"), "names the remote: {stderr}");
-    assert!(
-        stderr.contains(&base),
-        "names the base the remote lacks: {stderr}"
-    );
-    let stderr = fails_in(&env, &store, &["pull", "ds"], 5);
-    assert!(stderr.contains("origin"), "names the remote: {stderr}");
-    assert!(stderr.contains(&base), "{stderr}");
+    let revision = format!("ds@v{version}");
+    for args in [
+        vec!["checkout", revision.as_str(), out.to_str().unwrap()],
+        vec!["pull", "ds"],
+    ] {
+        let stderr = fails_in(env, &store, &args, 5);
+        assert!(stderr.contains("origin"), "names the remote: {stderr}");
+        assert!(stderr.contains(says), "says {says:?}: {stderr}");
+    }
     assert_eq!(delta_frames_and_chunks(&store), before, "nothing stored");
     assert_eq!(
         fs::read_dir(store.join(".dsv/packs")).unwrap().count(),
@@ -401,170 +410,131 @@ fn a_delta_whose_base_the_remote_lacks_is_refused_with_exit_5_and_nothing_stored
 }
 
 #[test]
-fn deltas_whose_bases_make_a_cycle_are_refused_with_exit_5_and_nothing_stored() {
-    // `t.csv` of v2 and v3 each a delta against the other: both decode, neither can be read.
+fn deltas_whose_bases_the_remote_lacks_or_that_make_a_cycle_are_refused_with_exit_5() {
+    let (env, history, url) = delta_remote(true);
+    let base = history.id("other", 1, "o.csv").short();
+    refused_with_nothing_stored(&env, &url, 1, &base);
+    // `t.csv` of v3 and v4 each a delta against the other: both decode, neither can be read.
     let (env, history, url) = delta_remote_with(false, &|history| {
-        let (two, three) = (history.id("ds", 2, "t.csv"), history.id("ds", 3, "t.csv"));
-        BTreeMap::from([(two, vec![three]), (three, vec![two])])
+        let (three, four) = (history.id("ds", 3, "t.csv"), history.id("ds", 4, "t.csv"));
+        BTreeMap::from([(three, vec![four]), (four, vec![three])])
     });
-    let store = clone_into(&env, &url, "clone");
-    let before = delta_frames_and_chunks(&store);
-    let packs_before = fs::read_dir(store.join(".dsv/packs")).unwrap().count();
-    let out = store.join("out");
-    let stderr = fails_in(
-        &env,
-        &store,
-        &["checkout", "ds@v2", out.to_str().unwrap()],
-        5,
-    );
-    assert!(stderr.contains("origin"), "names the remote: {stderr}");
-    assert!(stderr.contains("cycle"), "{stderr}");
-    assert_eq!(delta_frames_and_chunks(&store), before, "nothing stored");
-    assert_eq!(
-        fs::read_dir(store.join(".dsv/packs")).unwrap().count(),
-        packs_before
-    );
+    refused_with_nothing_stored(&env, &url, 3, "cycle");
     // The versions outside the cycle still check out.
-    check_versions(&env, &store, &history, [1]);
+    let store = clone_into(&env, &url, "whole");
+    check_versions(&env, &store, &history, [1, 2]);
+}
+
+/// Adds remote `name` at `url` to `store` and pushes `dataset` there.
+fn push_to(env: &TestEnv, store: &Path, (name, url): (&str, &str), dataset: &str) {
+    ok_in(env, store, &["remote", "add", name, url]);
+    ok_in(env, store, &["push", "--remote", name, dataset]);
+}
+
+/// The format object of the file remote at `remote`, if it has one.
+fn format_of(remote: &Path) -> Option<serde_json::Value> {
+    fs::read(remote.join("format"))
+        .ok()
+        .map(|bytes| serde_json::from_slice(&bytes).unwrap())
 }
 
 #[test]
-fn pull_of_a_version_whose_delta_bases_no_version_reaches_brings_the_bases() {
-    let (env, history, url) = delta_remote(false);
-    let store = clone_into(&env, &url, "clone");
-    // The head's `t.csv` is a chain 4 deep ending in `other`'s file: all of it comes.
-    ok_in(&env, &store, &["pull", "ds"]);
-    assert_eq!(delta_frames_and_chunks(&store), (4, 6));
-    fs::remove_dir_all(env.path("forged-remote")).unwrap();
-    check_versions(&env, &store, &history, [4]);
-    ok_in(&env, &store, &["verify", "--full"]);
-}
-
-/// Pushes `ds` alone from a store holding its delta chains (whose first base is a chunk of
-/// `other`, pulled first into a pack of its own) to `url`, then clones `url` afresh with
-/// the source gone: every version checks out.
-fn push_carries_the_closure(
-    env: &TestEnv,
-    history: &History,
-    url: &str,
-    format_file: Option<&Path>,
-) {
+fn push_sends_every_base_of_what_it_sends_and_raises_the_remote_format_to_3() {
+    let (env, history, _) = delta_remote(false);
     let store = clone_into(
-        env,
+        &env,
         &format!("file://{}", env.path("forged-remote").display()),
         "source",
     );
     // `other` first: its chunk lands in a pack of its own, which `ds`'s walk never reaches.
-    ok_in(env, &store, &["pull", "other"]);
-    check_every_version(env, &store, history);
-    let (deltas, _) = delta_frames_and_chunks(&store);
-    assert_eq!(deltas, 5);
-    ok_in(env, &store, &["remote", "add", "far", url]);
-    ok_in(env, &store, &["push", "--remote", "far", "ds"]);
-    if let Some(format_file) = format_file {
-        let format: serde_json::Value =
-            serde_json::from_slice(&fs::read(format_file).unwrap()).unwrap();
-        assert_eq!(
-            format["format"], 3,
-            "a remote given delta frames says so: {format}"
-        );
-    }
+    ok_in(&env, &store, &["pull", "other"]);
+    check_every_version(&env, &store, &history);
+    assert_eq!(delta_frames_and_chunks(&store).0, 5);
+    // A dataset without deltas pushed alone leaves a remote's format as it was.
+    env.write("source/p/a.csv", csv(3, 40));
+    ok_in(&env, &store, &["commit", "p", "-d", "plain"]);
+    let plain = env.path("plain-only");
+    fs::create_dir_all(&plain).unwrap();
+    push_to(
+        &env,
+        &store,
+        ("plain", &format!("file://{}", plain.display())),
+        "plain",
+    );
+    assert_eq!(
+        format_of(&plain),
+        None,
+        "no format key for data without deltas"
+    );
+    // A remote at format 3 already: one round, the base's pack goes because a pack sent
+    // holds a delta naming it.
+    let at3 = env.path("at3");
+    fs::create_dir_all(&at3).unwrap();
+    fs::write(at3.join("format"), r#"{"format":3,"grace_seconds":86400}"#).unwrap();
+    push_to(
+        &env,
+        &store,
+        ("at3", &format!("file://{}", at3.display())),
+        "ds",
+    );
+    // A fresh remote gets format 3 before the first delta pack (then a second round finds
+    // the base missing under a delta the remote holds now, and sends it).
+    let fresh = env.path("fresh");
+    fs::create_dir_all(&fresh).unwrap();
+    push_to(
+        &env,
+        &store,
+        ("fresh", &format!("file://{}", fresh.display())),
+        "ds",
+    );
+    assert_eq!(format_of(&fresh).unwrap()["format"], 3);
+    use_s3(&env);
+    let s3 = format!("s3://dsv-test/{}", unique_prefix());
+    push_to(&env, &store, ("s3", &s3), "ds");
+    // Every remote, cloned afresh with the sources gone, checks out every version.
     fs::remove_dir_all(&store).unwrap();
     fs::remove_dir_all(env.path("forged-remote")).unwrap();
-    let copy = clone_into(env, url, "second");
-    check_every_version(env, &copy, history);
-    ok_in(env, &copy, &["verify", "--full"]);
+    for url in [
+        format!("file://{}", at3.display()),
+        format!("file://{}", fresh.display()),
+        s3,
+    ] {
+        let copy = clone_into(&env, &url, &format!("second-{}", unique_prefix()));
+        check_every_version(&env, &copy, &history);
+        ok_in(&env, &copy, &["verify", "--full"]);
+    }
 }
 
 #[test]
-fn push_to_a_file_remote_carries_every_delta_base_and_marks_the_remote_format_3() {
+fn copy_carries_every_delta_base_to_file_and_s3_remotes() {
     let (env, history, _) = delta_remote(false);
-    let far = env.path("far");
-    fs::create_dir_all(&far).unwrap();
-    let url = format!("file://{}", far.display());
-    push_carries_the_closure(&env, &history, &url, Some(&far.join("format")));
-}
-
-/// On a remote at format 3 already, the push sends in one round: the base's pack goes
-/// because a pack it sends holds a delta naming it (on a fresh remote, the second round the
-/// new format key causes finds the base missing under a delta the remote now holds).
-#[test]
-fn push_to_a_remote_at_format_3_sends_the_packs_of_the_bases_its_packs_name() {
-    let (env, history, _) = delta_remote(false);
-    let far = env.path("far");
-    fs::create_dir_all(&far).unwrap();
-    fs::write(far.join("format"), r#"{"format":3,"grace_seconds":86400}"#).unwrap();
-    let url = format!("file://{}", far.display());
-    push_carries_the_closure(&env, &history, &url, Some(&far.join("format")));
-}
-
-#[test]
-fn push_to_s3_carries_every_delta_base() {
-    let (env, history, _) = delta_remote(false);
-    use_s3(&env);
-    let url = format!("s3://dsv-test/{}", unique_prefix());
-    push_carries_the_closure(&env, &history, &url, None);
-}
-
-#[test]
-fn push_of_data_without_deltas_leaves_the_remote_format_alone() {
-    let env = TestEnv::new();
-    env.write("d/a.csv", csv(1, 50));
-    env.ok(&["commit", "d", "-d", "ds"]);
-    let far = env.path("far");
-    fs::create_dir_all(&far).unwrap();
-    env.ok(&["remote", "add", "far", &format!("file://{}", far.display())]);
-    env.ok(&["push", "--remote", "far"]);
-    assert!(!far.join("format").exists(), "no format key written");
-}
-
-/// `copy` of `ds` from the forged remote to `to_url` (with `to_format`, the destination's
-/// format file when it is a directory), then a fresh clone of the destination with the
-/// source gone: every version checks out.
-fn copy_carries_the_closure(
-    env: &TestEnv,
-    history: &History,
-    to_url: &str,
-    to_format: Option<&Path>,
-) {
     let store = clone_into(
-        env,
+        &env,
         &format!("file://{}", env.path("forged-remote").display()),
         "hub",
     );
-    ok_in(env, &store, &["remote", "add", "far", to_url]);
-    ok_in(
-        env,
-        &store,
-        &["copy", "ds", "--from", "origin", "--to", "far"],
-    );
-    if let Some(format_file) = to_format {
-        let format: serde_json::Value =
-            serde_json::from_slice(&fs::read(format_file).unwrap()).unwrap();
-        assert_eq!(format["format"], 3, "{format}");
-    }
-    fs::remove_dir_all(&store).unwrap();
-    fs::remove_dir_all(env.path("forged-remote")).unwrap();
-    let copy = clone_into(env, to_url, "second");
-    check_every_version(env, &copy, history);
-    ok_in(env, &copy, &["verify", "--full"]);
-}
-
-#[test]
-fn copy_between_file_remotes_carries_every_delta_base() {
-    let (env, history, _) = delta_remote(false);
     let far = env.path("far");
     fs::create_dir_all(&far).unwrap();
-    let url = format!("file://{}", far.display());
-    copy_carries_the_closure(&env, &history, &url, Some(&far.join("format")));
-}
-
-#[test]
-fn copy_to_s3_carries_every_delta_base() {
-    let (env, history, _) = delta_remote(false);
+    let file_url = format!("file://{}", far.display());
+    ok_in(&env, &store, &["remote", "add", "far", &file_url]);
     use_s3(&env);
-    let url = format!("s3://dsv-test/{}", unique_prefix());
-    copy_carries_the_closure(&env, &history, &url, None);
+    let s3_url = format!("s3://dsv-test/{}", unique_prefix());
+    ok_in(&env, &store, &["remote", "add", "s3", &s3_url]);
+    for to in ["far", "s3"] {
+        ok_in(
+            &env,
+            &store,
+            &["copy", "ds", "--from", "origin", "--to", to],
+        );
+    }
+    assert_eq!(format_of(&far).unwrap()["format"], 3);
+    fs::remove_dir_all(&store).unwrap();
+    fs::remove_dir_all(env.path("forged-remote")).unwrap();
+    for url in [file_url, s3_url] {
+        let copy = clone_into(&env, &url, &format!("second-{}", unique_prefix()));
+        check_every_version(&env, &copy, &history);
+        ok_in(&env, &copy, &["verify", "--full"]);
+    }
 }
 
 #[test]
