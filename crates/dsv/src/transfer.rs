@@ -421,7 +421,24 @@ impl DeltaBases {
                         ),
                     ));
                 }
-                let mut prefix = Vec::new();
+                // Bounded before the prefix is built: a hostile index may name large bases.
+                let prefix_len: u64 = delta
+                    .bases
+                    .iter()
+                    .map(|base| self.known[base].len() as u64)
+                    .sum();
+                if prefix_len > crate::pack::format::MAX_DELTA_PREFIX {
+                    return Err(Error::corrupt(
+                        place(),
+                        format!(
+                            "delta frame at offset {}: its bases hold {prefix_len} bytes, more \
+                             than the {} a delta's prefix may",
+                            delta.frame.offset,
+                            crate::pack::format::MAX_DELTA_PREFIX
+                        ),
+                    ));
+                }
+                let mut prefix = Vec::with_capacity(prefix_len as usize);
                 for base in &delta.bases {
                     prefix.extend_from_slice(&self.known[base]);
                 }

@@ -348,6 +348,14 @@ impl MapProver<'_> {
                     Err(detail) => return Ok(Err(detail)),
                 }
             };
+            if (prefix.len() + bytes.len()) as u64 > crate::pack::format::MAX_DELTA_PREFIX {
+                return Ok(Err(format!(
+                    "the delta of {} {} names bases of more than {} bytes",
+                    kind.name(),
+                    id.short(),
+                    crate::pack::format::MAX_DELTA_PREFIX
+                )));
+            }
             prefix.extend_from_slice(&bytes);
         }
         let frame = location.frame;
