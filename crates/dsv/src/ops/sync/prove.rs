@@ -43,7 +43,15 @@ pub(crate) struct MapProver<'a> {
     frames: std::collections::HashMap<(ObjectId, u64), Vec<u8>>,
     /// Bytes downloaded so far.
     pub(crate) bytes: u64,
+    /// Chunks decoded from the remote's delta frames, checked, by id: the bases the next
+    /// deltas of a chain name (the next version's chunks) are not fetched again. Let go when
+    /// they pass [`DECODED_BYTES`].
+    decoded: std::collections::HashMap<ObjectId, Vec<u8>>,
+    decoded_bytes: u64,
 }
+
+/// The most bytes of decoded delta chunks a proof keeps for the deltas that follow.
+const DECODED_BYTES: u64 = 64 * 1024 * 1024;
 
 impl<'a> MapProver<'a> {
     pub(crate) fn new(record: &'a RemoteRecord, remote: &'a Remote) -> MapProver<'a> {
@@ -51,6 +59,8 @@ impl<'a> MapProver<'a> {
             record,
             remote,
             frames: std::collections::HashMap::new(),
+            decoded: std::collections::HashMap::new(),
+            decoded_bytes: 0,
             bytes: 0,
         }
     }
@@ -237,6 +247,9 @@ impl<'a> MapProver<'a> {
             )));
         };
         if location.frame.compression == Compression::Delta {
+            if let Some(bytes) = self.decoded.get(chunk) {
+                return Ok(Ok(bytes.clone()));
+            }
             return self.remote_delta_object(store, &location, chunk, kind, 1);
         }
         let key = (location.pack, location.frame.offset);
@@ -338,7 +351,9 @@ impl MapProver<'_> {
                         base.short()
                     )));
                 };
-                let got = if at.frame.compression == Compression::Delta {
+                let got = if let Some(bytes) = self.decoded.get(base) {
+                    Ok(bytes.clone())
+                } else if at.frame.compression == Compression::Delta {
                     self.remote_delta_object(store, &at, base, ObjectKind::Chunk, depth + 1)?
                 } else {
                     self.remote_object(store, base, ObjectKind::Chunk)?
@@ -390,10 +405,19 @@ impl MapProver<'_> {
                 Err(detail) => return Ok(Err(format!("{}: {detail}", where_()))),
             };
         let start = location.offset as usize;
-        Ok(raw
-            .get(start..start + location.length as usize)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| format!("{}: the object lies outside its frame", where_())))
+        let Some(bytes) = raw.get(start..start + location.length as usize) else {
+            return Ok(Err(format!(
+                "{}: the object lies outside its frame",
+                where_()
+            )));
+        };
+        if self.decoded_bytes + bytes.len() as u64 > DECODED_BYTES {
+            self.decoded.clear();
+            self.decoded_bytes = 0;
+        }
+        self.decoded_bytes += bytes.len() as u64;
+        self.decoded.insert(*id, bytes.to_vec());
+        Ok(Ok(bytes.to_vec()))
     }
 }
 
