@@ -193,7 +193,12 @@
 //!   then reads every index again.
 //! - Push uploads whole packs. A pack that holds an object the remote lacks goes up entire,
 //!   with whatever else it holds: objects of other datasets, of versions not pushed, or of
-//!   other frames downloaded together. The remote then holds data that no ref needs.
+//!   other frames downloaded together. The remote then holds data that no ref needs. Since
+//!   a delta never goes anywhere without its bases, the packs holding the bases of every
+//!   delta frame of those packs go up too (`push::close_over_bases`), whatever they hold.
+//! - A download keeps in memory the raw bytes of the bases its deltas need until those
+//!   deltas are checked (`DeltaBases`), and the stored bytes of each delta until its bases
+//!   are at hand: at most the download's own size, plus the bases read from this store.
 //! - Remote garbage is deleted only by `dsv gc --remote` (module [`remote_gc`]; the argument
 //!   that no ref names deleted data is in docs/format.md, "Remote garbage
 //!   collection"), which runs lock-free against writers that follow `transfer::writer_view`.
