@@ -310,7 +310,7 @@ struct PendingDelta {
 /// of the same operation (`dsv copy` moves frames in batches) until
 /// [`DeltaBases::finish`]. Chains are followed at most
 /// [`crate::pack::format::MAX_DELTA_DEPTH`] levels deep within a download.
-pub struct DeltaBases {
+pub(crate) struct DeltaBases {
     packs_dir: Option<std::path::PathBuf>,
     carry: bool,
     known: HashMap<ObjectId, std::sync::Arc<Vec<u8>>>,
@@ -324,7 +324,7 @@ pub struct DeltaBases {
 impl DeltaBases {
     /// Bases read from this store's packs in `packs_dir` when it holds them (`None`: only
     /// from the download itself); a delta still waiting when a [`fetch_spans`] ends fails it.
-    pub fn new(packs_dir: Option<&std::path::Path>) -> DeltaBases {
+    pub(crate) fn new(packs_dir: Option<&std::path::Path>) -> DeltaBases {
         DeltaBases {
             packs_dir: packs_dir.map(std::path::Path::to_path_buf),
             carry: false,
@@ -338,13 +338,13 @@ impl DeltaBases {
 
     /// Bases that deltas of a later download of the operation name: kept when they arrive
     /// before those deltas (with [`DeltaBases::carried`]).
-    pub fn expect(&mut self, bases: impl IntoIterator<Item = ObjectId>) {
+    pub(crate) fn expect(&mut self, bases: impl IntoIterator<Item = ObjectId>) {
         self.expected.extend(bases);
     }
 
     /// As [`DeltaBases::new`], but a delta whose bases have not arrived when a
     /// [`fetch_spans`] ends waits for the next one; [`DeltaBases::finish`] ends the wait.
-    pub fn carried(packs_dir: Option<&std::path::Path>) -> DeltaBases {
+    pub(crate) fn carried(packs_dir: Option<&std::path::Path>) -> DeltaBases {
         DeltaBases {
             carry: true,
             ..DeltaBases::new(packs_dir)
@@ -483,7 +483,7 @@ impl DeltaBases {
     ///
     /// # Errors
     /// As described.
-    pub fn finish(&mut self) -> Result<()> {
+    pub(crate) fn finish(&mut self) -> Result<()> {
         match self.pending.first() {
             None => Ok(()),
             Some(delta) => {
