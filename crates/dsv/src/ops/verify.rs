@@ -226,6 +226,7 @@ fn check_packs(
 
 /// What checking one pack whole left to check: the objects it checked, and its delta
 /// frames, which need their bases.
+#[derive(Clone)]
 struct CheckedPack {
     /// The ids of the objects in its plain frames, checked against their ids.
     objects: Vec<ObjectId>,
