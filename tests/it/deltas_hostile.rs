@@ -117,7 +117,11 @@ fn delta_with_window(prefix: &[u8], raw: &[u8], window_log: u32) -> Vec<u8> {
     context.compress2(&mut stored, raw).unwrap();
     // Magic (4 bytes), then the frame header descriptor: no single segment, so byte 5 is the
     // window descriptor (exponent in the high 5 bits: window log = 10 + exponent).
-    assert_eq!(stored[4] & 0x20, 0, "a single-segment frame has no window byte");
+    assert_eq!(
+        stored[4] & 0x20,
+        0,
+        "a single-segment frame has no window byte"
+    );
     stored[5] = ((window_log - 10) << 3) as u8;
     // Only the window's size stands between this frame and its bytes.
     let mut decoder = DCtx::create();
@@ -202,11 +206,7 @@ fn rewrite_packs(
                     .unwrap();
                 u64::from_le_bytes(trailer) as usize
             };
-            std::fs::write(
-                packs.join(format!("{id}.idx")),
-                &bytes[index_offset..],
-            )
-            .unwrap();
+            std::fs::write(packs.join(format!("{id}.idx")), &bytes[index_offset..]).unwrap();
         }
     }
     forged
@@ -268,7 +268,12 @@ impl Honest {
 
     /// Pushes `ds` to a file remote, rewrites the remote's packs with `forge` (objects read
     /// from this honest store), and returns the remote's URL.
-    fn forge_remote(&self, forge: Forge<'_>, header_version: u32, end_magic: Option<&[u8; 8]>) -> String {
+    fn forge_remote(
+        &self,
+        forge: Forge<'_>,
+        header_version: u32,
+        end_magic: Option<&[u8; 8]>,
+    ) -> String {
         let (remote, url) = push_to_file_remote(&self.env, "remote", "ds");
         let forged = rewrite_packs(
             &self.env.path(".dsv"),
@@ -432,8 +437,7 @@ fn a_delta_decoding_to_other_bytes_than_its_chunk_is_refused() {
     let prefix = honest.bytes("a1").to_vec();
     let wrong = honest.bytes("b2").to_vec();
     let forge = |id: &ObjectId, kind: ObjectKind, _: &[u8]| {
-        (*id == a2 && kind == ObjectKind::Chunk)
-            .then(|| delta_frame(a2, &wrong, vec![a1], &prefix))
+        (*id == a2 && kind == ObjectKind::Chunk).then(|| delta_frame(a2, &wrong, vec![a1], &prefix))
     };
     honest.forge_locally(&forge);
     refused_locally(&honest.env, &[a2.short()]);
@@ -447,7 +451,10 @@ fn a_delta_decoding_to_other_bytes_than_its_chunk_is_refused() {
 /// local pack is not indexed by `repair` (its data then missing: verify and checkout exit 5).
 #[test]
 fn a_version_2_index_breaking_its_rules_is_refused() {
-    type Case = (&'static str, Box<dyn Fn(&Honest) -> Box<dyn Fn(&ObjectId, ObjectKind, &[u8]) -> Option<ForgedFrame>>>);
+    type Case = (
+        &'static str,
+        Box<dyn Fn(&Honest) -> Box<dyn Fn(&ObjectId, ObjectKind, &[u8]) -> Option<ForgedFrame>>>,
+    );
     let cases: Vec<Case> = vec![
         (
             "more than 8 bases",
@@ -492,45 +499,64 @@ fn a_version_2_index_breaking_its_rules_is_refused() {
         let url = honest.forge_remote(&*forge, 1, None);
         let text = refused_from_remote(&honest, &url);
         assert!(text.contains(expected), "{expected}: {text}");
-        // Locally: repair leaves the pack unindexed, naming why; verify and checkout refuse.
+        // Locally: repair leaves the pack unindexed, naming why, and restores no name of the
+        // version only it held.
         let honest = honest_store();
+        let version_2 = crate::common::version_ids(&honest.env, "ds")[0].clone();
         let forge = make(&honest);
         let report = honest.forge_locally(&*forge);
         assert!(
             report["damaged_packs"].to_string().contains(expected),
             "{expected}: {report}"
         );
-        let out = honest.env.run(&["verify"]);
-        assert_eq!(out.status.code(), Some(5), "{expected}");
-        let out = honest.env.run(&["checkout", "ds", "out"]);
-        assert_eq!(out.status.code(), Some(5), "{expected}: {}", stderr(&out));
-        assert!(!honest.env.path("out/a.bin").exists());
+        assert_eq!(
+            report["missing_versions"][0],
+            version_2.as_str(),
+            "{report}"
+        );
     }
 }
 
-/// A pack of a format newer than this dsv (end magic `DSVPEND3`, or header version 3): from a
-/// remote, the clone stops naming what it needs before it stores anything; locally, repair
-/// and verify name it.
+/// A pack of a format newer than this dsv (end magic `DSVPEND3`; locally also header version
+/// 3): from a remote, the clone stops with "needs a newer dsv" (exit 3, not a corrupt remote)
+/// before it stores anything; locally, repair leaves such a pack unindexed, naming why.
 #[test]
 fn a_pack_newer_than_this_dsv_needs_a_newer_dsv() {
-    for (header_version, end_magic) in [(1, Some(b"DSVPEND3")), (3, None)] {
-        let honest = honest_store();
-        let keep = |_: &ObjectId, _: ObjectKind, _: &[u8]| None;
-        let url = honest.forge_remote(&keep, header_version, end_magic);
-        let victim = TestEnv::bare();
-        let out = victim.run(&["clone", &url, "c"]);
-        let text = stderr(&out);
-        assert_ne!(out.status.code(), Some(0), "{text}");
-        assert!(text.contains("newer dsv"), "{text}");
-        assert!(!victim.path("c/.dsv").exists(), "a refused clone left a store");
+    let keep = |_: &ObjectId, _: ObjectKind, _: &[u8]| None;
+    let honest = honest_store();
+    let url = honest.forge_remote(&keep, 1, Some(b"DSVPEND3"));
+    let victim = TestEnv::bare();
+    let out = victim.run(&["clone", &url, "c"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("needs a newer dsv"), "{text}");
+    assert!(text.contains("pack index version 3"), "{text}");
+    assert!(!text.contains("corrupt"), "{text}");
+    assert!(
+        !victim.path("c").exists(),
+        "a refused clone left {:?}",
+        victim.path("c")
+    );
 
+    for (header_version, end_magic, what) in [
+        (1, Some(b"DSVPEND3"), "pack index version 3"),
+        (3, None, "pack format version 3"),
+    ] {
+        let honest = honest_store();
         let store = honest.env.path(".dsv");
-        rewrite_packs(&store, &store.join("packs"), false, &keep, header_version, end_magic);
-        let report = honest.env.json(&["repair"]);
-        assert!(
-            report["damaged_packs"].to_string().contains("newer dsv"),
-            "{report}"
+        rewrite_packs(
+            &store,
+            &store.join("packs"),
+            false,
+            &keep,
+            header_version,
+            end_magic,
         );
+        let report = honest.env.json(&["repair"]);
+        let damaged = report["damaged_packs"].to_string();
+        assert!(damaged.contains("needs a newer dsv"), "{report}");
+        assert!(damaged.contains(what), "{report}");
+        assert_eq!(report["packs"], 0, "{report}");
     }
 }
 
@@ -554,10 +580,16 @@ fn a_catalog_newer_than_this_dsv_is_store_too_new() {
         let message = error["message"].as_str().unwrap();
         assert!(message.contains("made by a newer dsv"), "{error}");
         assert!(message.contains("catalog schema 15"), "{error}");
-        assert_eq!(error["hints"][0], "upgrade dsv to open this store", "{error}");
+        assert_eq!(
+            error["hints"][0], "upgrade dsv to open this store",
+            "{error}"
+        );
     }
     assert!(!honest.env.path("out").exists());
-    assert_eq!(std::fs::read(honest.env.path(".dsv/reflog")).unwrap(), before);
+    assert_eq!(
+        std::fs::read(honest.env.path(".dsv/reflog")).unwrap(),
+        before
+    );
 }
 
 /// Repair restores each delta frame's bases from the packs' version 2 indexes: with the
@@ -575,7 +607,12 @@ fn repair_restores_the_bases_and_every_delta_still_reads() {
         } else if *id == a2 {
             Some(delta_frame(a2, bytes, vec![a1], &a1_bytes))
         } else if *id == b2 {
-            Some(delta_frame(b2, bytes, vec![a2, a1], &[a2_bytes.as_slice(), &a1_bytes].concat()))
+            Some(delta_frame(
+                b2,
+                bytes,
+                vec![a2, a1],
+                &[a2_bytes.as_slice(), &a1_bytes].concat(),
+            ))
         } else {
             None
         }
@@ -583,24 +620,41 @@ fn repair_restores_the_bases_and_every_delta_still_reads() {
     honest.forge_locally(&forge);
     let check = |env: &TestEnv| {
         let report = env.json(&["verify", "--full"]);
-        assert!(report["problems"].as_array().unwrap().is_empty(), "{report}");
+        assert!(
+            report["problems"].as_array().unwrap().is_empty(),
+            "{report}"
+        );
         let catalog = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
         let deltas: i64 = catalog
-            .query_row("SELECT count(*) FROM frames WHERE bases IS NOT NULL", [], |r| r.get(0))
+            .query_row(
+                "SELECT count(*) FROM frames WHERE bases IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(deltas, 2);
         for (revision, files) in [("ds@latest~1", &["a1"][..]), ("ds", &["a2", "b2"])] {
             let dir = format!("out-{}", revision.replace(['@', '~'], "-"));
             env.ok(&["checkout", revision, &dir, "--force"]);
             for name in files {
-                let file = if name.starts_with('a') { "a.bin" } else { "b.bin" };
-                assert!(std::fs::read(env.path(&format!("{dir}/{file}"))).unwrap() == honest.bytes(name));
+                let file = if name.starts_with('a') {
+                    "a.bin"
+                } else {
+                    "b.bin"
+                };
+                assert!(
+                    std::fs::read(env.path(&format!("{dir}/{file}"))).unwrap()
+                        == honest.bytes(name)
+                );
             }
         }
     };
     check(&honest.env);
     std::fs::remove_file(honest.env.path(".dsv/catalog.db")).unwrap();
     let report = honest.env.json(&["repair"]);
-    assert!(report["damaged_packs"].as_array().unwrap().is_empty(), "{report}");
+    assert!(
+        report["damaged_packs"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
     check(&honest.env);
 }
