@@ -19,9 +19,8 @@
 #![no_main]
 use dsv::ObjectId;
 use dsv::object::ObjectKind;
-use dsv::pack::format::{
-    self, HEADER_LEN, MAX_DELTA_BASES, MAX_DELTA_RAW, decode_index, encode_index,
-};
+use dsv::pack::format::{HEADER_LEN, MAX_DELTA_BASES, MAX_DELTA_RAW, decode_index, encode_index};
+use dsv::pack::writer::decompress_delta_frame;
 use dsv::pack::{Compression, EncodedFrame, PackIndex};
 use libfuzzer_sys::fuzz_target;
 
@@ -97,8 +96,7 @@ fuzz_target!(|input: &[u8]| {
             .collect();
 
         let mut buffer = Vec::new();
-        let decoded =
-            format::decompress_delta_frame(stored, &prefix, frame.raw_length, &mut buffer);
+        let decoded = decompress_delta_frame(stored, &prefix, frame.raw_length, &mut buffer);
         assert!(
             buffer.len() <= (frame.raw_length as usize).max(8),
             "decompressed {} bytes for a claim of {}",
