@@ -119,12 +119,18 @@ fuzz_target!(|input: &[u8]| {
         );
         match pulled {
             Ok((encoded, raw)) => {
-                assert!(local_ok, "a pull accepts a delta frame a local read refuses");
+                assert!(
+                    local_ok,
+                    "a pull accepts a delta frame a local read refuses"
+                );
                 assert_eq!(raw, buffer, "a pull and a local read decode differently");
                 assert_eq!(encoded.stored_len(), stored.len());
                 assert_eq!(encoded.bases(), delta.bases.as_slice());
             }
-            Err(_) => assert!(!local_ok, "a local read accepts a delta frame a pull refuses"),
+            Err(_) => assert!(
+                !local_ok,
+                "a local read accepts a delta frame a pull refuses"
+            ),
         }
     }
 });

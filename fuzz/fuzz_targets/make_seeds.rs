@@ -297,7 +297,11 @@ fn delta_seeds(seeds: &Seeds, noise: &[u8]) {
 
 /// The stored bytes of `raw` compressed against `prefix` at level 3, as
 /// `FrameBuilder::encode_delta` stores them (its frame keeps them private).
-fn compressor_output(compressor: &mut dsv::pack::DeltaCompressor, prefix: &[u8], raw: &[u8]) -> Vec<u8> {
+fn compressor_output(
+    compressor: &mut dsv::pack::DeltaCompressor,
+    prefix: &[u8],
+    raw: &[u8],
+) -> Vec<u8> {
     compressor.compress(3, prefix, raw).unwrap()
 }
 

@@ -460,7 +460,7 @@ fn oversized_window(
 ) -> impl Fn(&ObjectId, ObjectKind, &[u8]) -> Option<ForgedFrame> {
     let (a1, a2) = (honest.id("a1"), honest.id("a2"));
     let prefix = honest.bytes("a1").to_vec();
-    assert!(30 > format::DELTA_WINDOW_LOG_MAX);
+    const { assert!(30 > format::DELTA_WINDOW_LOG_MAX) };
     move |id: &ObjectId, kind: ObjectKind, bytes: &[u8]| {
         (*id == a2 && kind == ObjectKind::Chunk).then(|| ForgedFrame {
             compression: Compression::Delta,
