@@ -389,13 +389,13 @@ fn index_packs(
 
 /// Decodes every delta frame of the `sealed` packs against its bases, now that `store`'s
 /// catalog locates every base the packs hold, reporting those that do not read
-/// ([`super::verify::DeltaCheck`]). The bases themselves came from each pack's index
+/// ([`super::delta_check::DeltaCheck`]). The bases themselves came from each pack's index
 /// (`frames.bases`, by `add_pack`).
 ///
 /// # Errors
 /// [`Error::Catalog`]; [`Error::Interrupted`].
 fn check_deltas(store: &Store, sealed: &[SealedPack], report: &mut RepairReport) -> Result<()> {
-    let mut check = super::verify::DeltaCheck::new(store);
+    let mut check = super::delta_check::DeltaCheck::new(store);
     for pack in sealed.iter().filter(|p| !p.deltas.is_empty()) {
         let index = crate::pack::PackIndex {
             frames: pack.frames.clone(),
@@ -404,7 +404,7 @@ fn check_deltas(store: &Store, sealed: &[SealedPack], report: &mut RepairReport)
         };
         for delta in &pack.deltas {
             crate::interrupt::check()?;
-            let frame = super::verify::DeltaFrame::of(&pack.id, &index, delta.frame);
+            let frame = super::delta_check::DeltaFrame::of(&pack.id, &index, delta.frame);
             if let Err(problem) = check.check(&frame)? {
                 report.unreadable_deltas.push(problem);
             }
