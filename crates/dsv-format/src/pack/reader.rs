@@ -1085,9 +1085,14 @@ mod tests {
         let mut magic = bytes.clone();
         magic[0] ^= 1;
         assert!(corrupt_detail(read_index_of(&magic)).contains("magic"));
+        // A header version 0 is no dsv's; a later one is a newer dsv's pack.
         let mut version = bytes.clone();
+        version[8] = 0;
+        assert!(corrupt_detail(read_index_of(&version)).contains("version 0"));
         version[8] = 2;
-        assert!(corrupt_detail(read_index_of(&version)).contains("version 2"));
+        let error = read_index_of(&version).unwrap_err();
+        assert!(matches!(error, Error::PackTooNew { .. }), "{error}");
+        assert!(error.to_string().contains("needs a newer dsv"), "{error}");
         // The smallest pack, no frames, reads back.
         let empty = sealed_with(
             &bytes[..format::HEADER_LEN as usize],
