@@ -151,6 +151,9 @@ fn delta_frame(id: ObjectId, raw: &[u8], bases: Vec<ObjectId>, prefix: &[u8]) ->
 /// with its neighbours; `Some(frame)` puts it in that frame of its own.
 type Forge<'a> = &'a dyn Fn(&ObjectId, ObjectKind, &[u8]) -> Option<ForgedFrame>;
 
+/// A forgery held (see [`Forge`]).
+type Forger = Box<dyn Fn(&ObjectId, ObjectKind, &[u8]) -> Option<ForgedFrame>>;
+
 /// Rewrites every pack in `packs` (a store's or a file remote's `packs/`) as a forger would:
 /// every object as the honest store `source` (its `.dsv`) reads it, in one stored-as-is frame
 /// per original frame, except those `forge` takes, each in the frame it makes; with
@@ -395,10 +398,7 @@ fn ghost() -> (Vec<u8>, ObjectId) {
 
 impl Hostile {
     /// The forgery, made from `honest`'s contents.
-    fn forge(
-        self,
-        honest: &Honest,
-    ) -> Box<dyn Fn(&ObjectId, ObjectKind, &[u8]) -> Option<ForgedFrame>> {
+    fn forge(self, honest: &Honest) -> Forger {
         let (a1, a2, b2) = (honest.id("a1"), honest.id("a2"), honest.id("b2"));
         let (a1_bytes, a2_bytes) = (honest.bytes("a1").to_vec(), honest.bytes("a2").to_vec());
         let b2_bytes = honest.bytes("b2").to_vec();
@@ -479,10 +479,7 @@ fn hostile_delta_frames_are_refused_from_a_remote() {
 /// local pack is not indexed by `repair` (its data then missing: verify and checkout exit 5).
 #[test]
 fn a_version_2_index_breaking_its_rules_is_refused() {
-    type Case = (
-        &'static str,
-        Box<dyn Fn(&Honest) -> Box<dyn Fn(&ObjectId, ObjectKind, &[u8]) -> Option<ForgedFrame>>>,
-    );
+    type Case = (&'static str, Box<dyn Fn(&Honest) -> Forger>);
     let cases: Vec<Case> = vec![
         (
             "more than 8 bases",
