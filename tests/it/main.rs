@@ -20,6 +20,7 @@ mod copy;
 mod crash;
 mod deltas_commit;
 mod deltas_sync;
+mod deltas_hostile;
 mod docs_names;
 mod faults;
 mod forged;

@@ -205,7 +205,8 @@ pub(crate) fn refresh_indexes_except(
     let mut indexes = Vec::with_capacity(new.len());
     for ((id, size), tail) in new.iter().zip(tails) {
         let index = crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
-            Error::corrupt(format!("{}:{}", record.name, remote::index_key(id)), detail)
+            let key = format!("{}:{}", record.name, remote::index_key(id));
+            crate::pack::reader::tail_error(key, &tail, detail)
         })?;
         indexes.push((id, size, index));
     }
