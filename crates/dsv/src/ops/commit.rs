@@ -667,10 +667,9 @@ impl<'r, 'a> ParentFiles<'r, 'a> {
         };
         match cursor.seek(path) {
             Ok(Some((_, entry))) => Ok(match entry.kind {
-                FlatKind::File { .. } if entry.size > 0 => Some(ParentFile {
-                    id: entry.id,
-                    size: entry.size,
-                }),
+                FlatKind::File { .. } if entry.size > 0 => {
+                    Some(ParentFile::at(path, entry.id, entry.size))
+                }
                 _ => None,
             }),
             Ok(None) => Ok(None),

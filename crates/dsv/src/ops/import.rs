@@ -1064,10 +1064,7 @@ fn delta_parents(
             Ok(entry) => {
                 let file = matches!(entry.kind, FlatKind::File { .. }) && entry.size > 0;
                 if file && wanted.as_ref().is_none_or(|w| w.contains(&entry.path)) {
-                    let parent = ParentFile {
-                        id: entry.id,
-                        size: entry.size,
-                    };
+                    let parent = ParentFile::at(&entry.path, entry.id, entry.size);
                     parents.insert(entry.path, parent);
                 }
             }
