@@ -125,6 +125,50 @@ fn chunk_depths_at(catalog: &Path) -> HashMap<Vec<u8>, usize> {
     memo
 }
 
+/// The chunks whose closure (the chunk and every base it needs, recursively, each once)
+/// stores more than twice the chunk's length, as `id: stored / length` lines. A chunk's
+/// stored bytes are its frame's, shared among the frame's objects by raw length.
+fn closures_over_twice(env: &TestEnv) -> Vec<String> {
+    let db = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    let mut statement = db
+        .prepare(
+            "SELECT o.id, o.length, f.stored_length, f.raw_length, f.bases
+             FROM objects o JOIN frames f ON f.id = o.frame WHERE o.kind = 1",
+        )
+        .unwrap();
+    type Row = (u64, u64, Vec<Vec<u8>>);
+    let chunks: HashMap<Vec<u8>, Row> = statement
+        .query_map([], |row| {
+            let number = |column: usize| row.get::<_, i64>(column).map(|n| n as u64);
+            let (length, stored, raw) = (number(1)?, number(2)?, number(3)?);
+            let bases: Option<Vec<u8>> = row.get(4)?;
+            let bases = bases
+                .unwrap_or_default()
+                .chunks(32)
+                .map(<[u8]>::to_vec)
+                .collect();
+            Ok((row.get(0)?, (length, stored * length / raw.max(1), bases)))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut over = Vec::new();
+    for (id, (length, _, _)) in &chunks {
+        let mut closure = std::collections::HashSet::new();
+        let mut next = vec![id.clone()];
+        while let Some(chunk) = next.pop() {
+            if closure.insert(chunk.clone()) {
+                next.extend(chunks[&chunk].2.iter().cloned());
+            }
+        }
+        let stored: u64 = closure.iter().map(|c| chunks[c].1).sum();
+        if stored > 2 * length {
+            over.push(format!("{id:02x?}: {stored} / {length}"));
+        }
+    }
+    over
+}
+
 /// Commits `bytes` as `ws/series.csv` to dataset `d` with `extra` flags; the JSON report.
 fn commit_csv(env: &TestEnv, bytes: &[u8], extra: &[&str]) -> serde_json::Value {
     env.write("ws/series.csv", bytes);
@@ -173,6 +217,8 @@ fn ten_growing_csv_versions_cost_far_less_than_ten_copies() {
     let depths = chunk_depths(&env);
     let deepest = depths.values().copied().max().unwrap();
     assert_eq!(deepest, COMMIT_DELTA_DEPTH, "{depths:?}");
+    // Reading any chunk decodes at most twice its length of stored bytes.
+    assert_eq!(closures_over_twice(&env), Vec::<String>::new());
     for (v, version) in versions.iter().enumerate() {
         let dir = format!("out{v}");
         env.ok(&["checkout", &format!("d@{version}"), &dir]);
