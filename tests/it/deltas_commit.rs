@@ -376,3 +376,47 @@ fn an_update_of_a_growing_file_stores_deltas() {
     env.ok(&["checkout", "imp", "out"]);
     assert!(std::fs::read(env.path("out/series.csv")).unwrap() == growing_csv(1));
 }
+
+/// Writes `bytes` as `TOP/series.csv` into a gzipped tar at `path`.
+fn release_archive(path: &Path, top: &str, bytes: &[u8]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut archive = tar::Builder::new(flate2::write::GzEncoder::new(
+        file,
+        flate2::Compression::fast(),
+    ));
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    archive
+        .append_data(&mut header, format!("{top}/series.csv"), bytes)
+        .unwrap();
+    archive.into_inner().unwrap().finish().unwrap();
+}
+
+/// A new release of an archive whose top directory is renamed (`data-1/` becomes
+/// `data-2/`, as a dated tarball's does) still finds its files' parents by the rest of
+/// their paths, and reads back.
+#[test]
+fn an_archive_whose_top_directory_is_renamed_stores_deltas() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.path("releases")).unwrap();
+    let (first, second) = (
+        env.path("releases/v1.tar.gz"),
+        env.path("releases/v2.tar.gz"),
+    );
+    release_archive(&first, "data-1", &growing_csv(0));
+    release_archive(&second, "data-2", &growing_csv(1));
+    let one = env.json(&["import", first.to_str().unwrap(), "-d", "rel"]);
+    let two = env.json(&["import", second.to_str().unwrap(), "-d", "rel"]);
+    assert!(
+        two["delta_chunks"].as_u64().unwrap() * 10 >= two["new_chunks"].as_u64().unwrap() * 8,
+        "{two:#}"
+    );
+    assert!(
+        two["stored_bytes"].as_u64().unwrap() * 5 < one["stored_bytes"].as_u64().unwrap(),
+        "first {one:#}\nsecond {two:#}"
+    );
+    env.ok(&["checkout", "rel", "out"]);
+    assert!(std::fs::read(env.path("out/data-2/series.csv")).unwrap() == growing_csv(1));
+}
