@@ -420,3 +420,25 @@ fn an_archive_whose_top_directory_is_renamed_stores_deltas() {
     env.ok(&["checkout", "rel", "out"]);
     assert!(std::fs::read(env.path("out/data-2/series.csv")).unwrap() == growing_csv(1));
 }
+
+/// A workspace whose one top directory is renamed between versions (a dated release
+/// unpacked as it comes) still stores deltas against the files below the old name.
+#[test]
+fn a_renamed_top_directory_keeps_its_parents() {
+    let env = TestEnv::new();
+    env.write("ws/data-1/series.csv", growing_csv(0));
+    let first = env.json(&["commit", "ws", "-d", "d"]);
+    std::fs::remove_dir_all(env.path("ws/data-1")).unwrap();
+    env.write("ws/data-2/series.csv", growing_csv(1));
+    let second = env.json(&["commit", "ws", "-d", "d"]);
+    assert!(
+        second["delta_chunks"].as_u64().unwrap() * 10 >= second["new_chunks"].as_u64().unwrap() * 8,
+        "{second:#}"
+    );
+    assert!(
+        second["stored_bytes"].as_u64().unwrap() * 5 < first["stored_bytes"].as_u64().unwrap(),
+        "first {first:#}\nsecond {second:#}"
+    );
+    env.ok(&["checkout", "d", "out"]);
+    assert!(std::fs::read(env.path("out/data-2/series.csv")).unwrap() == growing_csv(1));
+}
