@@ -19,6 +19,7 @@ mod concurrency;
 mod copy;
 mod crash;
 mod deltas_commit;
+mod deltas_sync;
 mod docs_names;
 mod faults;
 mod forged;
