@@ -68,7 +68,7 @@ impl BaseLookup for DeltaMap {
             .copied()
             .ok_or_else(|| Error::MissingObject {
                 id: id.to_hex(),
-                what: "chunk (a delta's base)",
+                what: "base chunk of a delta",
             })
     }
 }
