@@ -236,7 +236,11 @@ fn a_remote_only_read_of_a_delta_chain_fetches_its_bases_and_is_byte_identical()
 
     // Every version whole, from the middle of the chain out and back.
     for dataset in ["newer", "old", "new"] {
-        assert_eq!(cat(&clone, dataset, &[]), expected[dataset], "cat {dataset}");
+        assert_eq!(
+            cat(&clone, dataset, &[]),
+            expected[dataset],
+            "cat {dataset}"
+        );
     }
 
     // A checkout in another clone fetches the same closures.
@@ -252,7 +256,11 @@ fn a_remote_only_read_of_a_delta_chain_fetches_its_bases_and_is_byte_identical()
         expected["newer"]
     );
     let report = clone_json(&clone, &["verify"]);
-    assert_eq!(report["problems"].as_array().map(Vec::len), Some(0), "{report:#}");
+    assert_eq!(
+        report["problems"].as_array().map(Vec::len),
+        Some(0),
+        "{report:#}"
+    );
 }
 
 /// `dsv --json ARGS` in the clone's store; its JSON (the command must succeed).
@@ -304,7 +312,10 @@ fn remote_gc_keeps_every_pack_holding_a_base_of_a_kept_delta() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(std::fs::read(clone.path("c/out/data.csv")).unwrap(), expected);
+    assert_eq!(
+        std::fs::read(clone.path("c/out/data.csv")).unwrap(),
+        expected
+    );
 
     // With `newer` removed too, the same collections free everything.
     env.json(&["rm", "--remote", "origin", "newer"]);
@@ -328,7 +339,11 @@ fn verify_remote_accepts_a_remote_of_delta_frames() {
         let out = env.run(&args);
         let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         assert_eq!(out.status.code(), Some(0), "{report:#}");
-        assert_eq!(report["problems"].as_array().map(Vec::len), Some(0), "{report:#}");
+        assert_eq!(
+            report["problems"].as_array().map(Vec::len),
+            Some(0),
+            "{report:#}"
+        );
     }
 }
 
