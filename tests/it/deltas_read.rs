@@ -274,7 +274,12 @@ fn store_remote_packs_locally(remote: &Path, store: &Path) {
     let mut sealed = Vec::new();
     for path in remote_packs(remote) {
         let name = path.file_name().unwrap();
-        let id: ObjectId = name.to_str().unwrap().trim_end_matches(".pack").parse().unwrap();
+        let id: ObjectId = name
+            .to_str()
+            .unwrap()
+            .trim_end_matches(".pack")
+            .parse()
+            .unwrap();
         std::fs::copy(&path, packs_dir.join(name)).unwrap();
         let size = std::fs::metadata(&path).unwrap().len();
         sealed.push(
@@ -302,7 +307,11 @@ fn local_delta_chains_read_byte_identical_through_the_read_engine() {
     let clone = clone_of(&env, &url);
     store_remote_packs_locally(&env.path("remote"), &clone.path("c/.dsv"));
     for dataset in ["newer", "old", "new"] {
-        assert_eq!(cat(&clone, dataset, &[]), expected[dataset], "cat {dataset}");
+        assert_eq!(
+            cat(&clone, dataset, &[]),
+            expected[dataset],
+            "cat {dataset}"
+        );
     }
     let middle = cat(&clone, "newer", &["--range", "700000..900000"]);
     assert_eq!(middle, expected["newer"][700_000..900_000]);
@@ -360,6 +369,11 @@ fn remote_gc_keeps_every_pack_holding_a_base_of_a_kept_delta() {
         serde_json::from_slice(&std::fs::read(env.path("remote/format")).unwrap()).unwrap();
     assert_eq!(format["format"], 3, "{format}");
 
+    // What is left on the remote reads whole (stored in a clone as a pull stores it)...
+    let clone = clone_of(&env, &url);
+    store_remote_packs_locally(&env.path("remote"), &clone.path("c/.dsv"));
+    assert_eq!(cat(&clone, "newer", &[]), expected);
+    // ... and a fresh clone checks it out, fetching the chains.
     let clone = clone_of(&env, &url);
     let out = in_clone(&clone, &["checkout", "newer", "out"]);
     assert!(
@@ -448,16 +462,19 @@ impl Drop for Mount {
     }
 }
 
-/// `dsv mount` of each dataset of a remote-only clone serves its table byte-identical: the
-/// mount's reads (the read engine, several at once, out of order) fetch and decode the
-/// delta chains; read sequentially and at random offsets.
-#[test]
-fn mount_reads_delta_chains_of_a_remote_only_clone_byte_identical() {
+/// `dsv mount` of each dataset of a clone serves its table byte-identical: the mount's
+/// reads (the read engine, several at once, out of order) decode the delta chains, read at
+/// random offsets and then sequentially. `remote_only`: nothing of the data is here and the
+/// reads fetch the chains; else the forged packs are stored in the clone first.
+fn mount_reads_delta_chains(remote_only: bool) {
     if crate::common::skip_for("fuse", crate::common::lacks_fuse()) {
         return;
     }
     let (env, url) = forged_remote();
     let clone = clone_of(&env, &url);
+    if !remote_only {
+        store_remote_packs_locally(&env.path("remote"), &clone.path("c/.dsv"));
+    }
     for (dataset, expected) in versions().into_iter().rev() {
         let mount = Mount::start(&clone, dataset, &format!("mnt-{dataset}"));
         let path = mount.point.join("data.csv");
@@ -474,4 +491,14 @@ fn mount_reads_delta_chains_of_a_remote_only_clone_byte_identical() {
         }
         assert!(std::fs::read(&path).unwrap() == expected, "{dataset}");
     }
+}
+
+#[test]
+fn mount_reads_local_delta_chains_byte_identical() {
+    mount_reads_delta_chains(false);
+}
+
+#[test]
+fn mount_reads_delta_chains_of_a_remote_only_clone_byte_identical() {
+    mount_reads_delta_chains(true);
 }
