@@ -20,11 +20,11 @@ use serde_json::Value;
 use crate::common::TestEnv;
 
 /// Rows per block of the table: each of [`BLOCKS`] blocks of rows gains one row a version.
-const DAYS: usize = 700;
+const DAYS: usize = 1500;
 const BLOCKS: usize = 64;
 
 /// The table on day `extra` past [`DAYS`]: `BLOCKS` blocks of rows (a country each), each
-/// `DAYS + extra` rows long. About 2.3 MB.
+/// `DAYS + extra` rows long. About 3.2 MB.
 fn table(extra: usize) -> Vec<u8> {
     let mut out = String::from("country,day,cases,deaths\n");
     for country in 0..BLOCKS {
@@ -45,18 +45,22 @@ fn versions() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 /// A store with remote `origin` (a file:// directory, `remote/`) holding `old`, `new` and
-/// `newer` (see the module's documentation), `new`'s and `newer`'s chunks as delta frames.
+/// `newer` (see the module's documentation), `new`'s and `newer`'s chunks as delta frames;
+/// and remote `plain` (`plain/`) holding the same datasets as pushed, for comparison.
 /// Returns the store and the remote's URL.
 fn forged_remote() -> (TestEnv, String) {
     let env = TestEnv::new();
     let url = format!("file://{}/remote", env.root().display());
     env.ok(&["remote", "add", "origin", &url]);
+    let plain = format!("file://{}/plain", env.root().display());
+    env.ok(&["remote", "add", "plain", &plain]);
     let mut chunks_before: Option<Vec<ObjectId>> = None;
     for (dataset, bytes) in versions() {
         env.write(&format!("{dataset}/data.csv"), &bytes);
         env.ok(&["commit", dataset, "-d", dataset, "-m", dataset, "-q"]);
         let before: Vec<PathBuf> = remote_packs(&env.path("remote"));
         env.ok(&["push", "-q", dataset]);
+        env.ok(&["push", "-q", "--remote", "plain", dataset]);
         let pushed: Vec<PathBuf> = remote_packs(&env.path("remote"))
             .into_iter()
             .filter(|p| !before.contains(p))
@@ -230,7 +234,15 @@ fn a_remote_only_read_of_a_delta_chain_fetches_its_bases_and_is_byte_identical()
     let head = cat(&clone, "newer", &["--range", "0..1048576"]);
     assert_eq!(head, expected["newer"][..1_048_576]);
     let fetched = packs_bytes(&clone.path("c/.dsv")) - before;
-    eprintln!("bytes fetched to read 1 MiB of the head: {fetched}");
+    // The same read of the same data stored plain, for comparison.
+    let plain = clone_of(&env, &format!("file://{}/plain", env.root().display()));
+    let before = packs_bytes(&plain.path("c/.dsv"));
+    assert_eq!(cat(&plain, "newer", &["--range", "0..1048576"]), head);
+    let fetched_plain = packs_bytes(&plain.path("c/.dsv")) - before;
+    eprintln!(
+        "bytes fetched to read 1 MiB of a remote-only head file of {} bytes: {fetched} as a delta chain, {fetched_plain} stored plain",
+        expected["newer"].len()
+    );
     assert!(
         fetched <= 3_670_016,
         "{fetched} bytes fetched to read 1 MiB of a remote-only head file"
