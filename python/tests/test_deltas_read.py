@@ -48,7 +48,7 @@ def test_every_version_of_a_delta_chain_reads_byte_identical_here_and_remote_onl
         (root / "data").mkdir(exist_ok=True)
         (root / "data" / "table.csv").write_bytes(table(day))
         run_dsv("commit", str(root / "data"), "--dataset", "ds", "-m", f"day {day}", store=store)
-        versions[f"ds~{3 - day}"] = table(day)
+        versions[f"ds~{3 - day}" if day < 3 else "ds"] = table(day)
     # Reverse deltas: the head whole, older versions as deltas against newer ones.
     run_dsv("gc", store=store)
     assert format_2_packs(store), "no pack holds a delta frame: nothing here tests deltas"
