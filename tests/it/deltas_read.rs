@@ -524,3 +524,90 @@ fn mount_reads_local_delta_chains_byte_identical() {
 fn mount_reads_delta_chains_of_a_remote_only_clone_byte_identical() {
     mount_reads_delta_chains(true);
 }
+
+/// A hostile store: each chunk of `newer` stored here as a delta frame whose base is another
+/// chunk whose own delta frame names the first (cycles of two). `cat` (the read engine) and a
+/// mount's concurrent reads refuse it as corrupt (exit 5, EIO), promptly: no read waits for
+/// ever on another thread decoding the other half of a cycle.
+#[test]
+fn a_cycle_of_delta_bases_is_refused_by_the_read_engine() {
+    let (env, url) = forged_remote(DAYS);
+    let clone = clone_of(&env, &url);
+    // `newer`'s chunks, from its forged pack on the remote (the one with delta frames whose
+    // bases are not in it... any: the chunks of the last pack pushed).
+    let newer_pack = remote_packs(&env.path("remote"))
+        .into_iter()
+        .filter(|path| {
+            let file = std::fs::File::open(path).unwrap();
+            let index = dsv::pack::reader::read_index(&file, path).unwrap();
+            !index.deltas.is_empty()
+        })
+        .max_by_key(|path| std::fs::metadata(path).unwrap().modified().unwrap())
+        .unwrap();
+    let store = dsv::Store::open(&env.path(".dsv")).unwrap();
+    let mut reader = store.reader();
+    let chunks = chunks_of(std::slice::from_ref(&newer_pack));
+    let mut store_clone = dsv::Store::open(&clone.path("c/.dsv")).unwrap();
+    let packs_dir = store_clone.packs_dir();
+    let mut writer = dsv::pack::PackWriter::create(&packs_dir, &clone.path("c/.dsv/tmp")).unwrap();
+    let mut compressor = dsv::pack::DeltaCompressor::default();
+    for pair in chunks.chunks(2) {
+        let (a, b) = (pair[0], *pair.get(1).unwrap_or(&chunks[0]));
+        for (id, base) in [(a, b), (b, a)] {
+            let bytes = reader.bytes(&id, ObjectKind::Chunk).unwrap();
+            let prefix = reader.bytes(&base, ObjectKind::Chunk).unwrap();
+            let mut frame = dsv::pack::FrameBuilder::default();
+            frame.push(id, ObjectKind::Chunk, &bytes);
+            writer
+                .add_frame(
+                    frame
+                        .encode_delta(&mut compressor, 3, &prefix, vec![base])
+                        .unwrap(),
+                )
+                .unwrap();
+        }
+    }
+    let sealed = writer.finish().unwrap();
+    let catalog = store_clone.catalog_mut().writer().unwrap();
+    catalog.add_pack(&sealed).unwrap();
+    catalog.commit().unwrap();
+
+    let started = std::time::Instant::now();
+    let out = in_clone(&clone, &["cat", "newer:data.csv"]);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cycle") || stderr.contains("levels"),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "bytes of a refused chunk were served"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+
+    if crate::common::skip_for("fuse", crate::common::lacks_fuse()) {
+        return;
+    }
+    let mount = Mount::start(&clone, "newer", "mnt");
+    let path = mount.point.join("data.csv");
+    let readers: Vec<_> = (0..4u64)
+        .map(|n| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let file = std::fs::File::open(&path).unwrap();
+                let mut buf = vec![0u8; 65_536];
+                std::os::unix::fs::FileExt::read_at(&file, &mut buf, n * 100_000)
+            })
+        })
+        .collect();
+    for reader in readers {
+        let error = reader.join().unwrap().unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(5), "{error}");
+    }
+}
