@@ -516,12 +516,8 @@ fn mount_reads_delta_chains(remote_only: bool) {
 }
 
 #[test]
-fn mount_reads_local_delta_chains_byte_identical() {
+fn mount_reads_delta_chains_byte_identical_local_and_remote_only() {
     mount_reads_delta_chains(false);
-}
-
-#[test]
-fn mount_reads_delta_chains_of_a_remote_only_clone_byte_identical() {
     mount_reads_delta_chains(true);
 }
 
