@@ -575,33 +575,55 @@ impl Fetcher {
 
 /// The remote frames holding those of `wanted` that this store lacks and remote `remote`
 /// holds ([`sync::frames_of`]), and the frames holding the bases of their delta frames,
-/// transitively (the remote's closure: [`Catalog::remote_delta_bases_of`]), those bases here
-/// or landed left out. So one fetch downloads a delta frame with everything needed to decode
-/// it, in one round of ranged GETs, not one round per level of the chain.
+/// transitively, as the remote's index (this store's copy of it) lists them: so one fetch
+/// downloads a delta frame with everything needed to decode it, in one round of ranged GETs,
+/// not one round per level of the chain. A base here already (or landed by a fetch of this
+/// engine) ends the walk there: its own bases are here too.
 ///
 /// # Errors
 /// [`Error::Catalog`]; [`Error::Corrupt`] for a chain the remote's index lists deeper than
-/// [`crate::pack::format::MAX_DELTA_DEPTH`] or a cycle.
+/// [`crate::pack::format::MAX_DELTA_DEPTH`] (a cycle).
 fn frames_with_bases(
     engine: &super::Engine,
     catalog: &Catalog,
     remote: i64,
     wanted: &[(ObjectId, ObjectKind)],
 ) -> Result<sync::FramesOf> {
-    let chunks: Vec<ObjectId> = wanted
+    let mut all = wanted.to_vec();
+    let mut seen: HashSet<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
+    let mut level: Vec<ObjectId> = wanted
         .iter()
         .filter(|(_, kind)| *kind == ObjectKind::Chunk)
         .map(|(id, _)| *id)
         .collect();
-    if chunks.is_empty() {
-        return sync::frames_of(catalog, remote, wanted);
-    }
-    let asked: HashSet<ObjectId> = chunks.iter().copied().collect();
-    let mut all = wanted.to_vec();
-    for base in catalog.remote_delta_bases_of(remote, &chunks)? {
-        if !asked.contains(&base) && engine.landing.locate(&base).is_none() {
-            all.push((base, ObjectKind::Chunk));
+    let mut depth = 0;
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for id in &level {
+            for base in catalog.remote_chunk_bases(remote, id)? {
+                if seen.insert(base)
+                    && engine.landing.locate(&base).is_none()
+                    && !catalog.has_object(&base, ObjectKind::Chunk)?
+                {
+                    all.push((base, ObjectKind::Chunk));
+                    next.push(base);
+                }
+            }
         }
+        if !next.is_empty() {
+            depth += 1;
+            if depth > crate::pack::format::MAX_DELTA_DEPTH {
+                return Err(Error::corrupt(
+                    catalog.path(),
+                    format!(
+                        "the remote's index lists delta chains from chunk {} deeper than {} levels (a cycle?)",
+                        next[0].short(),
+                        crate::pack::format::MAX_DELTA_DEPTH
+                    ),
+                ));
+            }
+        }
+        level = next;
     }
     sync::frames_of(catalog, remote, &all)
 }
