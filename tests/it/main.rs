@@ -20,6 +20,7 @@ mod copy;
 mod crash;
 mod deltas_commit;
 mod deltas_read;
+mod deltas_sync;
 mod docs_names;
 mod faults;
 mod forged;

@@ -389,6 +389,8 @@ impl Fetcher {
                 self.jobs,
                 &sink,
                 Some(&mut raws),
+                &mut sync::DeltaBases::new(Some(&self.packs_dir)),
+                &HashSet::new(),
                 &crate::progress::NoProgress,
             )
         });
