@@ -19,6 +19,7 @@ mod concurrency;
 mod copy;
 mod crash;
 mod deltas_commit;
+mod deltas_read;
 mod deltas_sync;
 mod deltas_hostile;
 mod docs_names;

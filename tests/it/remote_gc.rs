@@ -402,7 +402,10 @@ fn a_newer_remote_format_is_refused() {
     env.ok(&["gc", "--remote", "origin", "-q"]);
     let format: Value =
         serde_json::from_slice(&std::fs::read(env.path("remote/format")).unwrap()).unwrap();
-    assert_eq!(format["format"], 3, "a collection lowered the format: {format}");
+    assert_eq!(
+        format["format"], 3,
+        "a collection lowered the format: {format}"
+    );
     std::fs::write(
         env.path("remote/format"),
         r#"{"format":4,"grace_seconds":86400}"#,

@@ -32,8 +32,9 @@ use crate::id::ObjectId;
 /// without a `format` key (nothing on it is ever deleted); [`FORMAT_GC`] (2) adds gc marks,
 /// which writers must honour; [`FORMAT_DELTAS`] (3) adds packs that may hold delta frames
 /// (pack format 2). A dsv whose `REMOTE_FORMAT` is older refuses to write to a remote of a
-/// newer format ([`Error::RemoteFormatTooNew`]).
-pub const REMOTE_FORMAT: u32 = FORMAT_DELTAS;
+/// newer format ([`Error::RemoteFormatTooNew`]). Equal to [`FORMAT_DELTAS`] (a literal: the
+/// constants table of docs/architecture.md is checked against it).
+pub const REMOTE_FORMAT: u32 = 3;
 
 /// Remote format 2: `gc --remote` has run (or may run) here; writers honour its marks.
 pub const FORMAT_GC: u32 = 2;
@@ -44,6 +45,8 @@ pub const FORMAT_GC: u32 = 2;
 /// names). Set by the first push of such a pack (before its upload), and by a
 /// `gc --remote` that finds one. A dsv that knows only format 2 refuses to write here.
 pub const FORMAT_DELTAS: u32 = 3;
+
+const _: () = assert!(REMOTE_FORMAT == FORMAT_DELTAS);
 
 /// The key of the remote's format object.
 pub(crate) const FORMAT_KEY: &str = "format";
