@@ -355,4 +355,6 @@ fn cache_prune_evicts_a_version_whose_chunks_are_bases_and_the_kept_versions_rea
     assert_consistent(&env);
     std::fs::remove_dir_all(env.path("held-a")).unwrap();
     assert_versions_whole(&env, &ids, &[0, 2]);
+    // B, evicted, is fetched back with its closure.
+    assert_versions_whole(&env, &ids, &[1]);
 }
