@@ -607,3 +607,28 @@ fn a_cycle_of_delta_bases_is_refused_by_the_read_engine() {
         assert_eq!(error.raw_os_error(), Some(5), "{error}");
     }
 }
+
+/// A remote-only read whose delta chains span more frames than one fetch batch
+/// (`FETCH_BATCH_FRAMES`, 64): three committed versions of a 3.2 MB table, the newer two
+/// stored as forward deltas (about 50 one-chunk frames each), read from a clone that holds
+/// only metadata. A base checked in one batch serves a delta of a later one (stored, not yet
+/// recorded), and a delta may wait for a base of a later batch: both were lost before the
+/// fetch's batches shared their check of deltas.
+#[test]
+fn a_remote_only_read_of_chains_longer_than_a_fetch_batch_is_byte_identical() {
+    let env = TestEnv::new();
+    for day in 0..3 {
+        env.write("ws/data.csv", &table(DAYS_MEASURED, day));
+        let report = env.json(&["commit", "ws", "-d", "ds"]);
+        if day > 0 {
+            assert!(
+                report["delta_chunks"].as_u64().unwrap() > 32,
+                "day {day} is stored as deltas: {report}"
+            );
+        }
+    }
+    let (_, url) = crate::common::push_to_file_remote(&env, "remote", "ds");
+    let clone = clone_of(&env, &url);
+    assert!(cat(&clone, "ds", &[]) == table(DAYS_MEASURED, 2));
+    assert!(cat(&clone, "ds@HEAD~1", &[]) == table(DAYS_MEASURED, 1));
+}

@@ -337,6 +337,19 @@ impl Fetcher {
                 *offset,
             )
         });
+        // One check of deltas across the batches: a base may arrive in an earlier batch than
+        // its delta (stored, but not yet recorded when the next batch is checked), or a delta
+        // wait for a base in a later one; every base a delta of this fetch names is kept
+        // until the deltas naming it are checked.
+        let mut bases = sync::DeltaBases::carried(Some(&self.packs_dir));
+        catalogs.with(|catalog| {
+            for (_, (frame, row, _)) in &by_frame {
+                if frame.compression == crate::pack::Compression::Delta {
+                    bases.expect(catalog.remote_frame_bases(*row)?);
+                }
+            }
+            Ok(())
+        })?;
         // A bounded number of lock files held at once (each an open descriptor).
         for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
             // The data lock, shared: no gc runs between storing and recording.
@@ -356,10 +369,15 @@ impl Fetcher {
                 Ok(still)
             })?;
             if !still.is_empty() {
-                downloaded +=
-                    self.download(engine, remote, still, written, held, (data, stripes))?;
+                let batch = Batch {
+                    frames: still,
+                    bases: &mut bases,
+                };
+                downloaded += self.download(engine, remote, batch, written, held, (data, stripes))?;
             }
         }
+        // A delta still waiting for a base: the remote lacks it (or the bases make a cycle).
+        bases.finish()?;
         Ok(downloaded)
     }
 
@@ -373,11 +391,12 @@ impl Fetcher {
         &self,
         engine: &super::Engine,
         remote: &Remote,
-        frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
+        batch: Batch<'_>,
         written: &mut HashSet<ObjectId>,
         held: &mut Vec<std::fs::File>,
         locks: (SharedDataLock, Vec<StripeLock>),
     ) -> Result<u64> {
+        let Batch { frames, bases } = batch;
         let spans = sync::spans(frames, FETCH_SPAN);
         let sink = PackSink::new(&self.packs_dir, &self.temp_dir);
         let mut raws = Vec::new();
@@ -389,7 +408,7 @@ impl Fetcher {
                 self.jobs,
                 &sink,
                 Some(&mut raws),
-                &mut sync::DeltaBases::new(Some(&self.packs_dir)),
+                bases,
                 &HashSet::new(),
                 &crate::progress::NoProgress,
             )
@@ -640,4 +659,11 @@ fn stripe(pack: &ObjectId, offset: u64) -> u64 {
 
 fn stripe_path(dir: &Path, stripe: u64) -> PathBuf {
     dir.join(format!("fetch-{stripe:03x}.lock"))
+}
+
+/// One batch of a fetch: the frames still missing, and the check of deltas shared by the
+/// fetch's batches.
+struct Batch<'b> {
+    frames: BTreeMap<(ObjectId, u64), (FrameRecord, i64)>,
+    bases: &'b mut sync::DeltaBases,
 }
