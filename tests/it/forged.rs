@@ -73,7 +73,9 @@ fn replace_object(
     let mut replaced = 0;
     for path in names {
         let file = std::fs::File::open(&path).unwrap();
-        let (frames, objects) = dsv::pack::reader::read_index(&file, &path).unwrap();
+        let dsv::pack::PackIndex {
+            frames, objects, ..
+        } = dsv::pack::reader::read_index(&file, &path).unwrap();
         let mut writer = dsv::pack::PackWriter::create(&temp, &source.path(".dsv/tmp")).unwrap();
         for index in 0..frames.len() {
             let mut frame = dsv::pack::FrameBuilder::default();
@@ -335,7 +337,9 @@ fn pack_with_map_chunks_swapped(packs: &Path, file: dsv::ObjectId) -> (String, V
             continue;
         }
         let handle = std::fs::File::open(&path).unwrap();
-        let (frames, objects) = dsv::pack::reader::read_index(&handle, &path).unwrap();
+        let dsv::pack::PackIndex {
+            frames, objects, ..
+        } = dsv::pack::reader::read_index(&handle, &path).unwrap();
         drop(handle);
         let Some(object) = objects
             .iter()

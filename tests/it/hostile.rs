@@ -391,7 +391,7 @@ fn write_lying_pack(packs: &Path, stored: u32) -> ObjectId {
         offset: 0,
         length: raw.len() as u32,
     }];
-    let index = format::encode_index(&frames, &objects);
+    let index = format::encode_index(&frames, &objects, &[]);
     let index_offset = format::HEADER_LEN + u64::from(stored);
     let mut tail = index.clone();
     tail.extend_from_slice(&index_offset.to_le_bytes());

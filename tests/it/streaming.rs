@@ -127,7 +127,9 @@ fn strip_outboards(source: &TestEnv, remote: &std::path::Path) {
     std::fs::create_dir_all(&temp).unwrap();
     for path in names {
         let file = std::fs::File::open(&path).unwrap();
-        let (frames, objects) = dsv::pack::reader::read_index(&file, &path).unwrap();
+        let dsv::pack::PackIndex {
+            frames, objects, ..
+        } = dsv::pack::reader::read_index(&file, &path).unwrap();
         let mut writer = dsv::pack::PackWriter::create(&temp, &source.path(".dsv/tmp")).unwrap();
         for index in 0..frames.len() {
             let mut frame = dsv::pack::FrameBuilder::default();

@@ -345,6 +345,15 @@ pub enum Error {
         /// The `.dsv` directory.
         path: PathBuf,
     },
+    /// A pack (in the store or a remote's `.idx`) whose index version is newer than this dsv
+    /// reads: it was written by a newer dsv (`crate::pack::format::INDEX_VERSION`).
+    #[error("{} needs a newer dsv: {detail}", path.display())]
+    PackTooNew {
+        /// The pack or the remote key of its index.
+        path: PathBuf,
+        /// The version found and the newest this dsv reads.
+        detail: String,
+    },
     /// The catalog's schema is newer than this build understands.
     #[error(
         "the store at {} was made by a newer dsv (catalog schema {found}, this dsv knows up to {supported})",
@@ -1183,6 +1192,7 @@ impl Error {
             Error::CatalogLost { .. } => (Corrupt, Some("CatalogLost"), Text("run `dsv repair` to rebuild the catalog from the packs and the ref log; nothing has been deleted")),
             Error::StoreBusy { .. } => (User, Some("StoreBusy"), Text("stop them (or wait for them to finish: a mount, a training job, a long checkout) and run `dsv repair` again; nothing was changed")),
             Error::StoreTooNew { .. } => (User, Some("StoreTooNew"), Text("upgrade dsv to open this store")),
+            Error::PackTooNew { .. } => (User, None, Text("upgrade dsv to read this store or remote: its packs hold data in a format this dsv does not know")),
             Error::InvalidName { .. } => (User, Some("InvalidName"), No),
             Error::InvalidRevision { .. } => (User, Some("InvalidRevision"), No),
             Error::DatasetNotFound { .. } => (User, Some("UnknownDataset"), Worded),

@@ -906,6 +906,7 @@ impl ObjectReader<'_> {
     fn bytes_and_pack(&mut self, id: &ObjectId, kind: ObjectKind) -> Result<(Vec<u8>, PathBuf)> {
         let location = self.locate(id, kind)?;
         let verify = kind.is_hashed();
+        self.packs.prepare(&location.frame, self.catalog)?;
         let bytes = self.packs.object(
             &location.frame,
             location.offset,
@@ -1051,6 +1052,7 @@ impl ObjectReader<'_> {
     ) -> Result<()> {
         let mut hasher = blake3::Hasher::new();
         for (chunk_id, location) in chunks {
+            self.packs.prepare(&location.frame, self.catalog)?;
             self.packs.with_object(
                 &location.frame,
                 location.offset,
@@ -1115,6 +1117,7 @@ impl ObjectReader<'_> {
                     ),
                     None => (0, location.length as usize),
                 };
+                self.packs.prepare(&location.frame, self.catalog)?;
                 self.packs
                     .with_object(
                         &location.frame,

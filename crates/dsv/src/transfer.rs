@@ -203,11 +203,10 @@ pub(crate) fn refresh_indexes_except(
     )?;
     let mut indexes = Vec::with_capacity(new.len());
     for ((id, size), tail) in new.iter().zip(tails) {
-        let (frames, objects) =
-            crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
-                Error::corrupt(format!("{}:{}", record.name, remote::index_key(id)), detail)
-            })?;
-        indexes.push((id, size, frames, objects));
+        let index = crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
+            Error::corrupt(format!("{}:{}", record.name, remote::index_key(id)), detail)
+        })?;
+        indexes.push((id, size, index));
     }
     let writer = store.catalog_mut().writer()?;
     // Packs gone first: an object that moved to a new pack (a remote repacked) keeps one row,
@@ -218,8 +217,15 @@ pub(crate) fn refresh_indexes_except(
     } else {
         writer.retain_remote_packs(record.id, &present)?;
     }
-    for (id, size, frames, objects) in &indexes {
-        writer.add_remote_pack(record.id, id, **size, frames, objects)?;
+    for (id, size, index) in &indexes {
+        writer.add_remote_pack(
+            record.id,
+            id,
+            **size,
+            &index.frames,
+            &index.objects,
+            &index.deltas,
+        )?;
     }
     writer.commit()?;
     Ok(new.len() as u64)
@@ -1021,7 +1027,9 @@ pub(crate) fn fresh_copy(
         path: source.to_path_buf(),
         source: e,
     })?;
-    let (frames, objects) = crate::pack::reader::read_index(&file, source)?;
+    let crate::pack::PackIndex {
+        frames, objects, ..
+    } = crate::pack::reader::read_index(&file, source)?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::Io {
         path: source.to_path_buf(),

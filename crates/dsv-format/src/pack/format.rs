@@ -3,16 +3,25 @@
 //! ```text
 //! offset  size  field
 //! 0       8     magic "DSVPACK1"
-//! 8       4     format version (1)
+//! 8       4     header version (1)
 //! 12      4     reserved, zero
 //! 16      …     frames, back to back
-//! I       …     index: frame_count u32, object_count u32,
+//! I       …     index 1: frame_count u32, object_count u32,
 //!               frame_count × FrameRecord (24 bytes), object_count × ObjectRecord (48 bytes)
+//!               index 2: frame_count u32, object_count u32, base_count u32, zero u32,
+//!               the same records, then base_count × base record (36 bytes)
 //! end-56  8     index offset I
 //! end-48  8     index length in bytes
 //! end-40  32    BLAKE3 of the index bytes
-//! end-8   8     magic "DSVPEND1"
+//! end-8   8     magic "DSVPEND1" (index 1) or "DSVPEND2" (index 2)
 //! ```
+//!
+//! Index 2 is written only by a pack holding a delta frame ([`Compression`] 2): a frame
+//! compressed by zstd against a reference prefix made of the raw bytes of other chunks, its
+//! bases, which the base records list (the prefix idea is zstd's `ZSTD_CCtx_refPrefix`; the
+//! bounds on a chain are Mercurial's revlog rules: a depth cap, and a chunk's closure stored
+//! in at most twice its raw bytes). The end magic tells the index's version from the tail
+//! alone (a remote's `.idx`): a dsv that knows only index 1 stops on the magic.
 
 use std::path::{Path, PathBuf};
 
@@ -21,10 +30,36 @@ use crate::object::ObjectKind;
 
 /// The first 8 bytes of every pack.
 pub const MAGIC: &[u8; 8] = b"DSVPACK1";
-/// The last 8 bytes of every pack.
+/// The last 8 bytes of a pack whose index is version 1 (no delta frame).
 pub const END_MAGIC: &[u8; 8] = b"DSVPEND1";
-/// The format version written in the header.
+/// The last 8 bytes of a pack whose index is version 2 (it may list delta frames).
+pub const END_MAGIC_DELTAS: &[u8; 8] = b"DSVPEND2";
+/// The first 7 bytes of every end magic; the 8th is the index version as an ASCII digit.
+pub(crate) const END_MAGIC_STEM: &[u8; 7] = b"DSVPEND";
+/// The header version written in every pack (the header and frame layout, unchanged by
+/// index 2).
 pub const FORMAT_VERSION: u32 = 1;
+/// The newest index version this dsv reads (the version of dsv that introduced it is
+/// [`DELTAS_SINCE`]).
+pub const INDEX_VERSION: u32 = 2;
+/// The first dsv release that reads index 2 (delta frames): what a "needs dsv >= X" message
+/// names.
+pub const DELTAS_SINCE: &str = "0.2.0";
+/// Bytes of one encoded base record (index 2): frame index u32, base chunk id.
+pub const BASE_RECORD_LEN: usize = 36;
+/// The most bases one delta frame may list.
+pub const MAX_DELTA_BASES: usize = 8;
+/// The most raw bytes of a delta frame's prefix (its bases' raw lengths together), checked
+/// before the prefix is built (4 MiB).
+pub const MAX_DELTA_PREFIX: u64 = 4 * 1024 * 1024;
+/// The most raw bytes of a delta frame (4 MiB).
+pub const MAX_DELTA_RAW: u32 = 4 * 1024 * 1024;
+/// The most levels of bases a reader follows from a chunk (a deeper chain, or a cycle, is
+/// corrupt). Writers keep far shorter chains (commit: 4).
+pub const MAX_DELTA_DEPTH: u32 = 16;
+/// zstd's `windowLogMax` on decoding a delta frame: a frame asking for a window over 16 MiB
+/// is refused before zstd allocates it (a prefix and a frame are at most 8 MiB together).
+pub const DELTA_WINDOW_LOG_MAX: u32 = 24;
 /// Header length in bytes.
 pub const HEADER_LEN: u64 = 16;
 /// Trailer length in bytes.
@@ -58,7 +93,9 @@ pub const MAX_INDEX_LEN: u64 = 8
 pub(crate) fn max_stored_len(raw_length: u32, compression: Compression) -> u64 {
     match compression {
         Compression::None => u64::from(raw_length),
-        Compression::Zstd => zstd::zstd_safe::compress_bound(raw_length as usize) as u64,
+        Compression::Zstd | Compression::Delta => {
+            zstd::zstd_safe::compress_bound(raw_length as usize) as u64
+        }
     }
 }
 
@@ -70,6 +107,10 @@ pub enum Compression {
     None = 0,
     /// One zstd frame (RFC 8878).
     Zstd = 1,
+    /// One zstd frame compressed against a reference prefix: the raw bytes of the frame's
+    /// bases (chunks listed in the index), end to end in listed order. Index 2 only; the
+    /// frame holds chunks only.
+    Delta = 2,
 }
 
 impl Compression {
@@ -78,6 +119,7 @@ impl Compression {
         match value {
             0 => Some(Compression::None),
             1 => Some(Compression::Zstd),
+            2 => Some(Compression::Delta),
             _ => None,
         }
     }
@@ -155,35 +197,130 @@ impl ObjectRecord {
     }
 }
 
-/// Encodes a pack index.
-pub fn encode_index(frames: &[FrameRecord], objects: &[ObjectRecord]) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(8 + frames.len() * FRAME_RECORD_LEN + objects.len() * OBJECT_RECORD_LEN);
+/// The bases of one delta frame of a pack (index 2): the chunks whose raw bytes, end to end in
+/// this order, are the frame's zstd reference prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameBases {
+    /// Index of the frame in the pack's frame list.
+    pub frame: u32,
+    /// The base chunks' ids, in prefix order (1 to [`MAX_DELTA_BASES`]).
+    pub bases: Vec<ObjectId>,
+}
+
+/// A pack's decoded index: its frames and objects, and the bases of its delta frames.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PackIndex {
+    /// The frames, in file order.
+    pub frames: Vec<FrameRecord>,
+    /// The objects, in file order.
+    pub objects: Vec<ObjectRecord>,
+    /// The bases of each delta frame, by frame index, ascending (empty in an index 1).
+    pub deltas: Vec<FrameBases>,
+}
+
+impl PackIndex {
+    /// The bases of frame `frame` (empty for a frame that is not a delta).
+    pub fn bases_of(&self, frame: u32) -> &[ObjectId] {
+        self.deltas
+            .binary_search_by_key(&frame, |d| d.frame)
+            .map_or(&[], |i| self.deltas[i].bases.as_slice())
+    }
+
+    /// The index version the pack's end magic names: 2 when a frame is a delta, else 1.
+    pub fn version(&self) -> u32 {
+        if self.deltas.is_empty() { 1 } else { 2 }
+    }
+}
+
+/// The end magic of an index of `version` (1 or 2).
+pub fn end_magic(version: u32) -> &'static [u8; 8] {
+    if version >= 2 {
+        END_MAGIC_DELTAS
+    } else {
+        END_MAGIC
+    }
+}
+
+/// The index version an end magic names: `Ok(1)` or `Ok(2)`; `Err(Some(n))` for a later
+/// version `n` this dsv does not know (the pack needs a newer dsv); `Err(None)` when it is
+/// not a dsv end magic at all.
+pub fn index_version_of(end_magic: &[u8]) -> std::result::Result<u32, Option<u32>> {
+    if end_magic.len() != 8 || &end_magic[..7] != END_MAGIC_STEM {
+        return Err(None);
+    }
+    match end_magic[7] {
+        b'1' => Ok(1),
+        b'2' => Ok(2),
+        digit @ b'3'..=b'9' => Err(Some(u32::from(digit - b'0'))),
+        _ => Err(None),
+    }
+}
+
+/// The message for a pack whose index version is newer than this dsv reads.
+pub fn newer_index_message(version: u32) -> String {
+    format!(
+        "pack index version {version} is newer than this dsv reads (it reads up to {INDEX_VERSION}): upgrade dsv"
+    )
+}
+
+/// Encodes a pack index: version 1 when `deltas` is empty, else version 2 with its base
+/// records (the caller writes the matching [`end_magic`]).
+pub fn encode_index(
+    frames: &[FrameRecord],
+    objects: &[ObjectRecord],
+    deltas: &[FrameBases],
+) -> Vec<u8> {
+    let base_count: usize = deltas.iter().map(|d| d.bases.len()).sum();
+    let mut out = Vec::with_capacity(
+        16 + frames.len() * FRAME_RECORD_LEN
+            + objects.len() * OBJECT_RECORD_LEN
+            + base_count * BASE_RECORD_LEN,
+    );
     out.extend_from_slice(&(frames.len() as u32).to_le_bytes());
     out.extend_from_slice(&(objects.len() as u32).to_le_bytes());
+    if !deltas.is_empty() {
+        out.extend_from_slice(&(base_count as u32).to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+    }
     frames.iter().for_each(|f| f.encode_into(&mut out));
     objects.iter().for_each(|o| o.encode_into(&mut out));
+    for delta in deltas {
+        for base in &delta.bases {
+            out.extend_from_slice(&delta.frame.to_le_bytes());
+            out.extend_from_slice(&base.0);
+        }
+    }
     out
 }
 
-/// Decodes a pack index, checking every record against the pack's data region.
+/// Decodes a pack index of `version` (1 or 2, from the end magic: [`index_version_of`]),
+/// checking every record against the pack's data region.
 ///
 /// # Errors
 /// A description of the first inconsistency (more than `MAX_PACK_FRAMES` frames or
 /// `MAX_PACK_OBJECTS` objects, wrong length, unknown byte, a frame outside
 /// `HEADER_LEN..data_end`, a raw length over [`MAX_FRAME_RAW`], a stored length over
 /// `max_stored_len`, an object outside its frame, a version object longer than
-/// `crate::object::MAX_VERSION_LEN`).
-pub fn decode_index(
-    bytes: &[u8],
-    data_end: u64,
-) -> Result<(Vec<FrameRecord>, Vec<ObjectRecord>), String> {
-    if bytes.len() < 8 {
+/// `crate::object::MAX_VERSION_LEN`; in index 2: a delta frame without bases or with more
+/// than [`MAX_DELTA_BASES`], bases on a frame that is not a delta, base records out of frame
+/// order, a delta frame over [`MAX_DELTA_RAW`] or holding anything but chunks, a delta in an
+/// index 1).
+pub fn decode_index(bytes: &[u8], data_end: u64, version: u32) -> Result<PackIndex, String> {
+    let header_len = if version >= 2 { 16 } else { 8 };
+    if bytes.len() < header_len {
         return Err("index shorter than its header".into());
     }
     let frame_count = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
     let object_count = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
-    if frame_count > MAX_PACK_FRAMES as usize || object_count > MAX_PACK_OBJECTS as usize {
+    let base_count = if version >= 2 {
+        u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize
+    } else {
+        0
+    };
+    if frame_count > MAX_PACK_FRAMES as usize
+        || object_count > MAX_PACK_OBJECTS as usize
+        || base_count > MAX_PACK_FRAMES as usize * MAX_DELTA_BASES
+    {
         return Err(format!(
             "index claims {frame_count} frames and {object_count} objects, more than a pack may hold"
         ));
@@ -195,10 +332,12 @@ pub fn decode_index(
                 .checked_mul(OBJECT_RECORD_LEN)
                 .and_then(|o| o.checked_add(f))
         })
-        .and_then(|n| n.checked_add(8));
+        .and_then(|n| n.checked_add(base_count.checked_mul(BASE_RECORD_LEN)?))
+        .and_then(|n| n.checked_add(header_len));
     if expected != Some(bytes.len()) {
         return Err("index length does not match its record counts".into());
     }
+    let bytes = &bytes[header_len - 8..];
     let mut frames = Vec::with_capacity(frame_count);
     for record in bytes[8..8 + frame_count * FRAME_RECORD_LEN].chunks_exact(FRAME_RECORD_LEN) {
         let frame = FrameRecord::decode(record.try_into().expect("record length"))
@@ -222,7 +361,10 @@ pub fn decode_index(
         frames.push(frame);
     }
     let mut objects = Vec::with_capacity(object_count);
-    for record in bytes[8 + frame_count * FRAME_RECORD_LEN..].chunks_exact(OBJECT_RECORD_LEN) {
+    let objects_end = 8 + frame_count * FRAME_RECORD_LEN + object_count * OBJECT_RECORD_LEN;
+    for record in
+        bytes[8 + frame_count * FRAME_RECORD_LEN..objects_end].chunks_exact(OBJECT_RECORD_LEN)
+    {
         let object = ObjectRecord::decode(record.try_into().expect("record length"))
             .ok_or("unknown object kind")?;
         let frame = frames
@@ -243,7 +385,82 @@ pub fn decode_index(
         }
         objects.push(object);
     }
-    Ok((frames, objects))
+    let deltas = decode_bases(&bytes[objects_end..], &frames, &objects)?;
+    Ok(PackIndex {
+        frames,
+        objects,
+        deltas,
+    })
+}
+
+/// Decodes the base records of an index 2 and checks them against the frames and objects:
+/// every delta frame has 1 to [`MAX_DELTA_BASES`] bases, no other frame has any, records come
+/// in frame order, a delta frame holds chunks only and at most [`MAX_DELTA_RAW`] raw bytes.
+fn decode_bases(
+    records: &[u8],
+    frames: &[FrameRecord],
+    objects: &[ObjectRecord],
+) -> Result<Vec<FrameBases>, String> {
+    let mut deltas: Vec<FrameBases> = Vec::new();
+    for record in records.chunks_exact(BASE_RECORD_LEN) {
+        let frame = u32::from_le_bytes(record[0..4].try_into().expect("4 bytes"));
+        let base = ObjectId::from_slice(&record[4..36]).ok_or("bad base id")?;
+        let Some(record) = frames.get(frame as usize) else {
+            return Err("a base record names a frame that does not exist".into());
+        };
+        if record.compression != Compression::Delta {
+            return Err(format!(
+                "frame at offset {} lists bases but is not a delta frame",
+                record.offset
+            ));
+        }
+        match deltas.last_mut() {
+            Some(last) if last.frame == frame => {
+                if last.bases.len() == MAX_DELTA_BASES {
+                    return Err(format!(
+                        "delta frame at offset {} lists more than {MAX_DELTA_BASES} bases",
+                        record.offset
+                    ));
+                }
+                last.bases.push(base);
+            }
+            Some(last) if last.frame > frame => {
+                return Err("base records are out of frame order".into());
+            }
+            _ => deltas.push(FrameBases {
+                frame,
+                bases: vec![base],
+            }),
+        }
+    }
+    let mut listed = deltas.iter().map(|d| d.frame).peekable();
+    for (index, frame) in frames.iter().enumerate() {
+        let has_bases = listed.next_if_eq(&(index as u32)).is_some();
+        if (frame.compression == Compression::Delta) != has_bases {
+            return Err(format!(
+                "delta frame at offset {} lists no base",
+                frame.offset
+            ));
+        }
+        if has_bases && frame.raw_length > MAX_DELTA_RAW {
+            return Err(format!(
+                "delta frame at offset {} claims {} raw bytes, more than a delta frame may hold",
+                frame.offset, frame.raw_length
+            ));
+        }
+    }
+    for object in objects {
+        if frames[object.frame as usize].compression == Compression::Delta
+            && object.kind != ObjectKind::Chunk
+        {
+            return Err(format!(
+                "{} {} lies in a delta frame, which holds chunks only",
+                object.kind.name(),
+                object.id.short()
+            ));
+        }
+    }
+    Ok(deltas)
 }
 
 /// The path of pack `id` in `packs_dir`.
@@ -288,7 +505,10 @@ mod tests {
     /// The index of one stored-as-is frame of `raw` bytes at the header's end, with `objects`.
     fn one_frame_index(raw: u32, objects: &[ObjectRecord]) -> (Vec<u8>, u64) {
         let frames = [frame(HEADER_LEN, raw, raw, Compression::None)];
-        (encode_index(&frames, objects), HEADER_LEN + u64::from(raw))
+        (
+            encode_index(&frames, objects, &[]),
+            HEADER_LEN + u64::from(raw),
+        )
     }
 
     #[test]
@@ -334,7 +554,7 @@ mod tests {
     fn an_unknown_compression_or_kind_byte_decodes_to_none() {
         let mut bytes = Vec::new();
         frame(HEADER_LEN, 1, 1, Compression::None).encode_into(&mut bytes);
-        bytes[16] = 2;
+        bytes[16] = 3;
         assert_eq!(
             FrameRecord::decode(bytes.as_slice().try_into().unwrap()),
             None
@@ -361,19 +581,23 @@ mod tests {
             object(ObjectKind::Tree, 0, 200, 100),
             object(ObjectKind::FileMap, 1, 0, 50),
         ];
-        let bytes = encode_index(&frames, &objects);
+        let bytes = encode_index(&frames, &objects, &[]);
         assert_eq!(
             bytes.len(),
             8 + 2 * FRAME_RECORD_LEN + 3 * OBJECT_RECORD_LEN
         );
         assert_eq!(&bytes[..8], &[2, 0, 0, 0, 3, 0, 0, 0]);
         assert_eq!(
-            decode_index(&bytes, HEADER_LEN + 150),
-            Ok((frames, objects))
+            decode_index(&bytes, HEADER_LEN + 150, 1),
+            Ok(PackIndex {
+                frames,
+                objects,
+                deltas: vec![]
+            })
         );
         assert_eq!(
-            decode_index(&encode_index(&[], &[]), HEADER_LEN),
-            Ok((vec![], vec![]))
+            decode_index(&encode_index(&[], &[], &[]), HEADER_LEN, 1),
+            Ok(PackIndex::default())
         );
     }
 
@@ -388,13 +612,13 @@ mod tests {
         ] {
             let mut bytes = frames.to_le_bytes().to_vec();
             bytes.extend_from_slice(&objects.to_le_bytes());
-            let error = decode_index(&bytes, u64::MAX).unwrap_err();
+            let error = decode_index(&bytes, u64::MAX, 1).unwrap_err();
             assert!(error.contains("more than a pack may hold"), "{error}");
         }
         // At the limit, the counts pass and only the length is wrong.
         let mut bytes = MAX_PACK_FRAMES.to_le_bytes().to_vec();
         bytes.extend_from_slice(&MAX_PACK_OBJECTS.to_le_bytes());
-        let error = decode_index(&bytes, u64::MAX).unwrap_err();
+        let error = decode_index(&bytes, u64::MAX, 1).unwrap_err();
         assert!(
             error.contains("does not match its record counts"),
             "{error}"
@@ -404,20 +628,20 @@ mod tests {
     #[test]
     fn an_index_whose_length_disagrees_with_its_counts_is_refused() {
         let (bytes, data_end) = one_frame_index(10, &[object(ObjectKind::Chunk, 0, 0, 10)]);
-        assert!(decode_index(&bytes, data_end).is_ok());
+        assert!(decode_index(&bytes, data_end, 1).is_ok());
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(decode_index(&longer, data_end).is_err());
-        assert!(decode_index(&bytes[..bytes.len() - 1], data_end).is_err());
+        assert!(decode_index(&longer, data_end, 1).is_err());
+        assert!(decode_index(&bytes[..bytes.len() - 1], data_end, 1).is_err());
         for short in 0..8 {
-            assert!(decode_index(&bytes[..short], data_end).is_err());
+            assert!(decode_index(&bytes[..short], data_end, 1).is_err());
         }
     }
 
     #[test]
     fn a_frame_outside_the_data_region_is_refused() {
         let data_end = HEADER_LEN + 100;
-        let decode = |f: FrameRecord| decode_index(&encode_index(&[f], &[]), data_end);
+        let decode = |f: FrameRecord| decode_index(&encode_index(&[f], &[], &[]), data_end, 1);
         // Ending exactly at the data's end is inside.
         assert!(decode(frame(HEADER_LEN, 100, 100, Compression::None)).is_ok());
         assert!(decode(frame(HEADER_LEN + 99, 1, 1, Compression::None)).is_ok());
@@ -441,8 +665,9 @@ mod tests {
     fn a_frame_claiming_more_than_max_frame_raw_bytes_is_refused() {
         let decode = |raw: u32| {
             decode_index(
-                &encode_index(&[frame(HEADER_LEN, 10, raw, Compression::Zstd)], &[]),
+                &encode_index(&[frame(HEADER_LEN, 10, raw, Compression::Zstd)], &[], &[]),
                 HEADER_LEN + 10,
+                1,
             )
         };
         assert!(decode(MAX_FRAME_RAW).is_ok());
@@ -463,8 +688,9 @@ mod tests {
     fn a_frame_storing_more_bytes_than_its_raw_length_allows_is_refused() {
         let decode = |stored: u32, raw: u32, compression| {
             decode_index(
-                &encode_index(&[frame(HEADER_LEN, stored, raw, compression)], &[]),
+                &encode_index(&[frame(HEADER_LEN, stored, raw, compression)], &[], &[]),
                 HEADER_LEN + 1_000_000,
+                1,
             )
         };
         assert!(decode(100, 100, Compression::None).is_ok());
@@ -480,7 +706,7 @@ mod tests {
     fn an_object_outside_its_frame_or_naming_no_frame_is_refused() {
         let decode = |o: ObjectRecord| {
             let (bytes, end) = one_frame_index(100, &[o]);
-            decode_index(&bytes, end)
+            decode_index(&bytes, end, 1)
         };
         assert!(decode(object(ObjectKind::Chunk, 0, 0, 100)).is_ok());
         assert!(decode(object(ObjectKind::Chunk, 0, 100, 0)).is_ok());
@@ -505,7 +731,7 @@ mod tests {
         let max = crate::object::MAX_VERSION_LEN;
         let decode = |kind, length| {
             let (bytes, end) = one_frame_index(max + 1, &[object(kind, 0, 0, length)]);
-            decode_index(&bytes, end)
+            decode_index(&bytes, end, 1)
         };
         assert!(decode(ObjectKind::Version, max).is_ok());
         let error = decode(ObjectKind::Version, max + 1).unwrap_err();
@@ -519,10 +745,10 @@ mod tests {
         let (mut bytes, end) = one_frame_index(10, &[object(ObjectKind::Chunk, 0, 0, 10)]);
         let kind_at = 8 + FRAME_RECORD_LEN + 32;
         bytes[kind_at] = 0;
-        assert!(decode_index(&bytes, end).is_err());
+        assert!(decode_index(&bytes, end, 1).is_err());
         bytes[kind_at] = ObjectKind::Chunk as u8;
         bytes[8 + 16] = 9;
-        assert!(decode_index(&bytes, end).is_err());
+        assert!(decode_index(&bytes, end, 1).is_err());
     }
 
     #[test]

@@ -14,9 +14,9 @@ pub mod format;
 pub mod reader;
 pub mod writer;
 
-pub use format::{Compression, FrameRecord, ObjectRecord};
-pub use reader::{FrameLocation, PackReader};
-pub use writer::{EncodedFrame, FrameBuilder, PackFile, PackWriter, SealedPack};
+pub use format::{Compression, FrameBases, FrameRecord, ObjectRecord, PackIndex};
+pub use reader::{BaseLookup, DeltaMap, FrameLocation, PackReader};
+pub use writer::{DeltaCompressor, EncodedFrame, FrameBuilder, PackFile, PackWriter, SealedPack};
 
 /// Opens for reading a file that a listing of one of the store's directories found (a lease,
 /// a pack): never follows a symlink and never waits on a FIFO or a device, so a stray

@@ -25,6 +25,54 @@ pub struct FrameLocation {
     pub compression: Compression,
 }
 
+/// Where a delta frame's bases are: what [`PackReader::prepare`] asks to build a delta
+/// frame's prefix. The store's catalog answers from its tables; [`DeltaMap`] from a map made
+/// ahead of time, for threads that hold no catalog connection (checkout's writers).
+pub trait BaseLookup {
+    /// The bases of the delta frame at `frame`, in prefix order (empty when unknown).
+    ///
+    /// # Errors
+    /// The lookup's own failure.
+    fn bases(&self, frame: &FrameLocation) -> Result<Vec<ObjectId>>;
+
+    /// Where base chunk `id` is stored: its frame, its offset in the frame's raw bytes and
+    /// its length.
+    ///
+    /// # Errors
+    /// [`Error::MissingObject`] when the chunk is not held; the lookup's own failure.
+    fn locate_base(&self, id: &ObjectId) -> Result<(FrameLocation, u32, u32)>;
+}
+
+/// A [`BaseLookup`] held in memory: the bases of some delta frames and the places of their
+/// bases (and of the bases' bases), made from a catalog before work is shared among threads.
+#[derive(Debug, Default, Clone)]
+pub struct DeltaMap {
+    /// Bases of each delta frame, by (pack, frame offset).
+    pub frames: HashMap<(ObjectId, u64), Vec<ObjectId>>,
+    /// Where each base chunk is: frame, offset, length.
+    pub chunks: HashMap<ObjectId, (FrameLocation, u32, u32)>,
+}
+
+impl BaseLookup for DeltaMap {
+    fn bases(&self, frame: &FrameLocation) -> Result<Vec<ObjectId>> {
+        Ok(self
+            .frames
+            .get(&(frame.pack, frame.offset))
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn locate_base(&self, id: &ObjectId) -> Result<(FrameLocation, u32, u32)> {
+        self.chunks
+            .get(id)
+            .copied()
+            .ok_or_else(|| Error::MissingObject {
+                id: id.to_hex(),
+                what: "chunk (a delta's base)",
+            })
+    }
+}
+
 /// Pack files a [`PackReader`] keeps open at most (it closes them all when one more is
 /// needed).
 pub(crate) const MAX_OPEN_PACKS: usize = 16;
@@ -68,6 +116,88 @@ impl PackReader {
     /// [`Error::Io`] when the pack cannot be read, [`Error::Corrupt`] when it is missing,
     /// truncated, or the frame does not decompress to its recorded length.
     fn load(&mut self, location: &FrameLocation) -> Result<&[u8]> {
+        self.load_with(location, None)
+    }
+
+    /// True when `location`'s raw bytes are in this reader's cache: a delta frame then reads
+    /// without its prefix.
+    pub fn is_cached(&self, location: &FrameLocation) -> bool {
+        self.cache.iter().any(|(l, _)| l == location)
+    }
+
+    /// Makes the frame at `location` readable: a delta frame whose raw bytes are not cached
+    /// is decoded against its bases, read (and checked against their ids) through this
+    /// reader, their own bases first, as `lookup` lists them. Nothing to do for a plain frame.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for a delta frame with no base listed, a chain deeper than
+    /// [`format::MAX_DELTA_DEPTH`] (a cycle), a prefix over [`format::MAX_DELTA_PREFIX`], a base
+    /// that does not hash to its id, a frame that does not decode against its prefix;
+    /// [`Error::MissingObject`] for a base not held; the lookup's errors; as `load`.
+    pub fn prepare(&mut self, location: &FrameLocation, lookup: &dyn BaseLookup) -> Result<()> {
+        self.prepare_at(location, lookup, 0)
+    }
+
+    fn prepare_at(
+        &mut self,
+        location: &FrameLocation,
+        lookup: &dyn BaseLookup,
+        depth: u32,
+    ) -> Result<()> {
+        if location.compression != Compression::Delta || self.is_cached(location) {
+            return Ok(());
+        }
+        let path = self.pack_path(&location.pack);
+        if depth >= format::MAX_DELTA_DEPTH {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "delta frame at offset {} lies deeper than {} levels of bases (a cycle?)",
+                    location.offset,
+                    format::MAX_DELTA_DEPTH
+                ),
+            ));
+        }
+        let bases = lookup.bases(location)?;
+        if bases.is_empty() {
+            return Err(Error::corrupt(
+                path,
+                format!("delta frame at offset {} lists no base", location.offset),
+            ));
+        }
+        let mut prefix = Vec::new();
+        for base in &bases {
+            let (frame, offset, length) = lookup.locate_base(base)?;
+            if prefix.len() as u64 + u64::from(length) > format::MAX_DELTA_PREFIX {
+                return Err(Error::corrupt(
+                    path,
+                    format!(
+                        "the bases of the delta frame at offset {} are over {} bytes",
+                        location.offset,
+                        format::MAX_DELTA_PREFIX
+                    ),
+                ));
+            }
+            self.prepare_at(&frame, lookup, depth + 1)?;
+            self.with_object(&frame, offset, length, base, true, |bytes| {
+                prefix.extend_from_slice(bytes)
+            })?;
+        }
+        self.load_delta(location, &prefix)
+    }
+
+    /// Decodes the delta frame at `location` against `prefix` (the raw bytes of its bases,
+    /// end to end, each checked against its id by the caller) into this reader's cache, so
+    /// that [`PackReader::with_object`] and [`PackReader::frame`] then read it.
+    ///
+    /// # Errors
+    /// As `PackReader::load`; [`Error::Corrupt`] when the frame or prefix is over the format's
+    /// delta limits or the frame does not decompress against the prefix to its length.
+    pub fn load_delta(&mut self, location: &FrameLocation, prefix: &[u8]) -> Result<()> {
+        self.load_with(location, Some(prefix)).map(|_| ())
+    }
+
+    fn load_with(&mut self, location: &FrameLocation, prefix: Option<&[u8]>) -> Result<&[u8]> {
         if let Some(position) = self.cache.iter().position(|(l, _)| l == location) {
             let entry = self.cache.remove(position);
             self.cache.push(entry);
@@ -132,6 +262,46 @@ impl PackReader {
             }
         };
         match location.compression {
+            Compression::Delta => {
+                // The prefix comes from `load_delta`; a caller that did not build it has a bug.
+                let Some(prefix) = prefix else {
+                    return Err(Error::corrupt(
+                        &path,
+                        format!(
+                            "delta frame at offset {} read without its bases",
+                            location.offset
+                        ),
+                    ));
+                };
+                if location.raw_length > format::MAX_DELTA_RAW
+                    || prefix.len() as u64 > format::MAX_DELTA_PREFIX
+                {
+                    let detail = format!(
+                        "delta frame at offset {} is larger than a delta frame may be",
+                        location.offset
+                    );
+                    return Err(Error::corrupt(&path, detail));
+                }
+                self.scratch.clear();
+                self.scratch.resize(location.stored_length as usize, 0);
+                file.read_exact_at(&mut self.scratch, location.offset)
+                    .map_err(read_error)?;
+                super::writer::decompress_delta_frame(
+                    &self.scratch,
+                    prefix,
+                    location.raw_length,
+                    &mut buffer,
+                )
+                .map_err(|e| {
+                    Error::corrupt(
+                        &path,
+                        format!(
+                            "delta frame at offset {} does not decompress against its bases: {e}",
+                            location.offset
+                        ),
+                    )
+                })?;
+            }
             Compression::None => {
                 buffer.clear();
                 buffer.resize(location.stored_length as usize, 0);
@@ -257,18 +427,26 @@ pub fn decompress_frame(
     Ok(())
 }
 
+/// Builds a delta frame's prefix: the raw bytes of its bases, end to end in listed order, each
+/// checked against its id (the caller reads them from wherever it keeps chunks).
+pub type PrefixSource<'a> = &'a mut dyn FnMut(&[ObjectId]) -> Result<Vec<u8>>;
+
 /// Reads and checks a whole pack, one frame in memory at a time: its name is the BLAKE3 of
 /// its bytes, header and trailer magic, index hash, every frame decompresses to its length,
-/// every chunk, tree and version hashes to its id.
+/// every chunk, tree and version hashes to its id. A delta frame is decoded against the prefix
+/// `prefix_of` builds from its bases; with `None` (a store whose catalog is being rebuilt),
+/// delta frames are checked from the index only and their chunks are not decoded.
 ///
-/// Returns the pack's frames and objects.
+/// Returns the pack's index.
 ///
 /// # Errors
-/// [`Error::Corrupt`] naming the first failed check; [`Error::Io`] when unreadable.
+/// [`Error::Corrupt`] naming the first failed check; [`Error::Io`] when unreadable; the
+/// error `prefix_of` returns.
 pub fn verify_pack(
     path: &Path,
     id: &ObjectId,
-) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
+    mut prefix_of: Option<PrefixSource<'_>>,
+) -> Result<format::PackIndex> {
     // Verify and repair check the files a listing of the packs directory found.
     let mut file = crate::pack::open_listed_file(path).at(path)?;
     let mut hasher = blake3::Hasher::new();
@@ -276,10 +454,10 @@ pub fn verify_pack(
     if ObjectId::from(hasher.finalize()) != *id {
         return Err(Error::corrupt(path, "pack bytes do not hash to its name"));
     }
-    let (frames, objects) = read_index(&file, path)?;
+    let index = read_index(&file, path)?;
     let mut reader = PackReader::new(path.parent().unwrap_or(Path::new(".")), 1);
-    let mut objects_by_frame = objects.iter().peekable();
-    for (index, frame) in frames.iter().enumerate() {
+    let mut objects_by_frame = index.objects.iter().peekable();
+    for (number, frame) in index.frames.iter().enumerate() {
         let location = FrameLocation {
             pack: *id,
             offset: frame.offset,
@@ -287,9 +465,21 @@ pub fn verify_pack(
             raw_length: frame.raw_length,
             compression: frame.compression,
         };
-        let raw = reader.load(&location)?;
+        let raw = if frame.compression == Compression::Delta {
+            match prefix_of.as_mut() {
+                Some(prefix_of) => {
+                    let prefix = prefix_of(index.bases_of(number as u32))?;
+                    reader.load_delta(&location, &prefix)?;
+                    Some(reader.load(&location)?)
+                }
+                None => None,
+            }
+        } else {
+            Some(reader.load(&location)?)
+        };
         // Writers append objects in frame order.
-        while let Some(object) = objects_by_frame.next_if(|o| o.frame as usize == index) {
+        while let Some(object) = objects_by_frame.next_if(|o| o.frame as usize == number) {
+            let Some(raw) = raw else { continue };
             let data = &raw[object.offset as usize..(object.offset + object.length) as usize];
             object
                 .kind
@@ -303,7 +493,7 @@ pub fn verify_pack(
             "the index lists objects out of frame order",
         ));
     }
-    Ok((frames, objects))
+    Ok(index)
 }
 
 /// The pack's tail: its index followed by its trailer, exactly as in the file. A remote keeps
@@ -337,18 +527,17 @@ pub fn read_tail(path: &Path) -> Result<Vec<u8>> {
 ///
 /// # Errors
 /// A description of the first failed check.
-pub fn parse_tail(
-    tail: &[u8],
-    pack_size: u64,
-) -> std::result::Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>), String> {
+pub fn parse_tail(tail: &[u8], pack_size: u64) -> std::result::Result<format::PackIndex, String> {
     let trailer_len = format::TRAILER_LEN as usize;
     if tail.len() < trailer_len {
         return Err("pack index shorter than a trailer".into());
     }
     let (index, trailer) = tail.split_at(tail.len() - trailer_len);
-    if &trailer[48..] != format::END_MAGIC {
-        return Err("not a dsv pack index (bad magic)".into());
-    }
+    let version = match format::index_version_of(&trailer[48..]) {
+        Ok(version) => version,
+        Err(Some(newer)) => return Err(format::newer_index_message(newer)),
+        Err(None) => return Err("not a dsv pack index (bad magic)".into()),
+    };
     let index_offset = u64::from_le_bytes(trailer[0..8].try_into().expect("8 bytes"));
     let index_length = u64::from_le_bytes(trailer[8..16].try_into().expect("8 bytes"));
     if index_length != index.len() as u64
@@ -360,7 +549,7 @@ pub fn parse_tail(
     if blake3::hash(index).as_bytes() != &trailer[16..48] {
         return Err("index does not match its hash".into());
     }
-    format::decode_index(index, index_offset)
+    format::decode_index(index, index_offset, version)
 }
 
 /// Reads and checks a pack's header, trailer and index.
@@ -368,10 +557,7 @@ pub fn parse_tail(
 /// # Errors
 /// [`Error::Corrupt`] when the magic, version, index position or index hash is wrong;
 /// [`Error::Io`] when unreadable.
-pub fn read_index(
-    file: &File,
-    path: &Path,
-) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
+pub fn read_index(file: &File, path: &Path) -> Result<format::PackIndex> {
     let bad = |detail: &str| Error::corrupt(path, detail.to_string());
     let len = file.metadata().at(path)?.len();
     if len < format::HEADER_LEN + format::TRAILER_LEN {
@@ -382,9 +568,19 @@ pub fn read_index(
     let mut trailer = [0u8; format::TRAILER_LEN as usize];
     file.read_exact_at(&mut trailer, len - format::TRAILER_LEN)
         .at(path)?;
-    if &header[..8] != format::MAGIC || &trailer[48..] != format::END_MAGIC {
+    if &header[..8] != format::MAGIC {
         return Err(bad("not a dsv pack (bad magic)"));
     }
+    let index_version = match format::index_version_of(&trailer[48..]) {
+        Ok(version) => version,
+        Err(Some(newer)) => {
+            return Err(Error::PackTooNew {
+                path: path.to_path_buf(),
+                detail: format::newer_index_message(newer),
+            });
+        }
+        Err(None) => return Err(bad("not a dsv pack (bad magic)")),
+    };
     let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
     if version != format::FORMAT_VERSION {
         return Err(bad(&format!("unknown pack format version {version}")));
@@ -404,7 +600,8 @@ pub fn read_index(
     if blake3::hash(&index).as_bytes() != &trailer[16..48] {
         return Err(bad("index does not match its hash"));
     }
-    format::decode_index(&index, index_offset).map_err(|detail| Error::corrupt(path, detail))
+    format::decode_index(&index, index_offset, index_version)
+        .map_err(|detail| Error::corrupt(path, detail))
 }
 
 // Reading a sealed pack back is the reader's: the writer names the reader nowhere.
@@ -428,12 +625,13 @@ impl PackFile {
                 ),
             ));
         }
-        let (frames, objects) = read_index(&file, &path)?;
+        let index = read_index(&file, &path)?;
         Ok(SealedPack {
             id: self.id,
             size: self.size,
-            frames,
-            objects,
+            frames: index.frames,
+            objects: index.objects,
+            deltas: index.deltas,
         })
     }
 }
@@ -442,6 +640,7 @@ impl PackFile {
 mod tests {
     use super::*;
     use crate::object::ObjectKind;
+    use crate::pack::PackIndex;
     use crate::pack::{FrameBuilder, PackWriter};
 
     #[test]
@@ -490,7 +689,9 @@ mod tests {
         writer.add_frame(frame.encode(3)).unwrap();
         let sealed = writer.finish().unwrap();
         let path = crate::pack::writer::pack_path(dir.path(), &sealed.id);
-        let (frames, objects) = verify_pack(&path, &sealed.id).unwrap();
+        let PackIndex {
+            frames, objects, ..
+        } = verify_pack(&path, &sealed.id, None).unwrap();
         assert_eq!(frames, sealed.frames);
         assert_eq!(objects, sealed.objects);
         assert_eq!(frames[0].compression, Compression::Zstd);
@@ -517,7 +718,7 @@ mod tests {
         bytes[40] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
         assert!(matches!(
-            verify_pack(&path, &sealed.id),
+            verify_pack(&path, &sealed.id, None),
             Err(Error::Corrupt { .. })
         ));
         let mut fresh = PackReader::new(dir.path(), 2);
@@ -603,9 +804,7 @@ mod tests {
     }
 
     /// What [`read_index`] says of a file holding `bytes`.
-    fn read_index_of(
-        bytes: &[u8],
-    ) -> Result<(Vec<format::FrameRecord>, Vec<format::ObjectRecord>)> {
+    fn read_index_of(bytes: &[u8]) -> Result<PackIndex> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("damaged.pack");
         std::fs::write(&path, bytes).unwrap();
@@ -654,12 +853,18 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         let tail = read_tail(&path).unwrap();
         assert_eq!(tail, &bytes[data_of(&bytes).len()..]);
-        let (frames, objects) = parse_tail(&tail, sealed.size).unwrap();
+        let PackIndex {
+            frames, objects, ..
+        } = parse_tail(&tail, sealed.size).unwrap();
         assert_eq!(frames, sealed.frames);
         assert_eq!(objects, sealed.objects);
         assert_eq!(
             read_index(&File::open(&path).unwrap(), &path).unwrap(),
-            (frames, objects)
+            PackIndex {
+                frames,
+                objects,
+                deltas: vec![]
+            }
         );
     }
 
@@ -799,7 +1004,7 @@ mod tests {
         let data = data_of(&bytes);
         let data_end = data.len() as u64;
         let reseal = |frames: &[format::FrameRecord], objects: &[format::ObjectRecord]| {
-            sealed_with(data, &format::encode_index(frames, objects))
+            sealed_with(data, &format::encode_index(frames, objects, &[]))
         };
         // Unchanged, resealing gives the file back.
         assert_eq!(reseal(&sealed.frames, &sealed.objects), bytes);
@@ -858,9 +1063,9 @@ mod tests {
         // The smallest pack, no frames, reads back.
         let empty = sealed_with(
             &bytes[..format::HEADER_LEN as usize],
-            &format::encode_index(&[], &[]),
+            &format::encode_index(&[], &[], &[]),
         );
-        assert_eq!(read_index_of(&empty).unwrap(), (vec![], vec![]));
+        assert_eq!(read_index_of(&empty).unwrap(), PackIndex::default());
     }
 
     #[test]
@@ -978,7 +1183,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (sealed, path) = sample_pack(dir.path());
         assert!(
-            corrupt_detail(verify_pack(&path, &ObjectId::of(b"another name")))
+            corrupt_detail(verify_pack(&path, &ObjectId::of(b"another name"), None))
                 .contains("do not hash to its name")
         );
         let bytes = std::fs::read(&path).unwrap();
@@ -986,12 +1191,150 @@ mod tests {
         objects.reverse();
         let reordered = sealed_with(
             data_of(&bytes),
-            &format::encode_index(&sealed.frames, &objects),
+            &format::encode_index(&sealed.frames, &objects, &[]),
         );
         let id = ObjectId::of(&reordered);
         let other = crate::pack::writer::pack_path(dir.path(), &id);
         std::fs::write(&other, &reordered).unwrap();
-        let detail = corrupt_detail(verify_pack(&other, &id));
+        let detail = corrupt_detail(verify_pack(&other, &id, None));
         assert!(detail.contains("out of frame order"), "{detail}");
+    }
+
+    /// A growing table: `rows` lines of a deterministic CSV.
+    fn table(rows: usize) -> Vec<u8> {
+        (0..rows)
+            .map(|i| format!("{i},country-{},{}\n", i % 37, i * 7919 % 10007))
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    /// A pack holding `base` plain in frame 0 and `target` as a delta against it in frame 1.
+    fn delta_pack(dir: &Path, base: &[u8], target: &[u8]) -> (SealedPack, DeltaMap) {
+        let mut writer = PackWriter::create(dir, dir).unwrap();
+        let mut plain = FrameBuilder::default();
+        plain.push(ObjectId::of(base), ObjectKind::Chunk, base);
+        writer.add_frame(plain.encode(3)).unwrap();
+        let mut delta = FrameBuilder::default();
+        delta.push(ObjectId::of(target), ObjectKind::Chunk, target);
+        let mut compressor = crate::pack::DeltaCompressor::default();
+        let frame = delta
+            .encode_delta(&mut compressor, 3, base, vec![ObjectId::of(base)])
+            .unwrap();
+        writer.add_frame(frame).unwrap();
+        let sealed = writer.finish().unwrap();
+        let mut map = DeltaMap::default();
+        let base_frame = location(sealed.id, &sealed.frames[0]);
+        map.chunks
+            .insert(ObjectId::of(base), (base_frame, 0, base.len() as u32));
+        map.frames.insert(
+            (sealed.id, sealed.frames[1].offset),
+            sealed.bases_of(1).to_vec(),
+        );
+        (sealed, map)
+    }
+
+    #[test]
+    fn a_delta_frame_is_small_reads_back_through_its_base_and_makes_an_index_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = table(3000);
+        let mut target = table(3000);
+        target.extend_from_slice(b"3000,country-new,1\n");
+        let (sealed, map) = delta_pack(dir.path(), &base, &target);
+        assert_eq!(sealed.frames[1].compression, Compression::Delta);
+        let plain = zstd::bulk::compress(&target, 3).unwrap().len();
+        assert!(
+            (sealed.frames[1].stored_length as usize) * 10 < plain,
+            "a delta of one appended row is far smaller than the chunk alone: {} vs {plain}",
+            sealed.frames[1].stored_length
+        );
+        let path = format::pack_path(dir.path(), &sealed.id);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[bytes.len() - 8..], format::END_MAGIC_DELTAS);
+        let index = read_index(&File::open(&path).unwrap(), &path).unwrap();
+        assert_eq!(index.deltas, sealed.deltas);
+        assert_eq!(index.bases_of(1), &[ObjectId::of(&base)]);
+        // Read through the map: the base first, checked, then the delta.
+        let mut reader = PackReader::new(dir.path(), 1);
+        let at = location(sealed.id, &sealed.frames[1]);
+        assert!(
+            reader.frame(&at).is_err(),
+            "no delta is read without its bases"
+        );
+        reader.prepare(&at, &map).unwrap();
+        let id = ObjectId::of(&target);
+        assert_eq!(
+            reader
+                .object(&at, 0, target.len() as u32, &id, true)
+                .unwrap(),
+            target
+        );
+        // verify_pack decodes it against the prefix its callback builds.
+        let mut prefix_of = |bases: &[ObjectId]| {
+            assert_eq!(bases, &[ObjectId::of(&base)]);
+            Ok(base.clone())
+        };
+        verify_pack(&path, &sealed.id, Some(&mut prefix_of)).unwrap();
+        let mut wrong = |_: &[ObjectId]| Ok(table(10));
+        assert!(verify_pack(&path, &sealed.id, Some(&mut wrong)).is_err());
+        verify_pack(&path, &sealed.id, None).unwrap();
+    }
+
+    #[test]
+    fn a_pack_without_deltas_is_written_exactly_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = PackWriter::create(dir.path(), dir.path()).unwrap();
+        let data = table(100);
+        let mut frame = FrameBuilder::default();
+        frame.push(ObjectId::of(&data), ObjectKind::Chunk, &data);
+        writer.add_frame(frame.encode(3)).unwrap();
+        let sealed = writer.finish().unwrap();
+        let bytes = std::fs::read(format::pack_path(dir.path(), &sealed.id)).unwrap();
+        assert_eq!(&bytes[bytes.len() - 8..], format::END_MAGIC);
+        assert!(sealed.deltas.is_empty());
+    }
+
+    #[test]
+    fn a_chain_that_returns_to_itself_or_lacks_a_base_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = table(500);
+        let mut target = table(500);
+        target.push(b'x');
+        let (sealed, mut map) = delta_pack(dir.path(), &base, &target);
+        let at = location(sealed.id, &sealed.frames[1]);
+        // The base is said to lie in the delta frame itself: a cycle.
+        map.chunks
+            .insert(ObjectId::of(&base), (at, 0, base.len() as u32));
+        let error = PackReader::new(dir.path(), 4)
+            .prepare(&at, &map)
+            .unwrap_err();
+        assert!(error.to_string().contains("levels of bases"), "{error}");
+        map.chunks.clear();
+        let error = PackReader::new(dir.path(), 4)
+            .prepare(&at, &map)
+            .unwrap_err();
+        assert!(matches!(error, Error::MissingObject { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_newer_index_version_is_refused_as_needing_a_newer_dsv() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sealed, _) = delta_pack(dir.path(), &table(50), &table(51));
+        let path = format::pack_path(dir.path(), &sealed.id);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let end = bytes.len();
+        bytes[end - 1] = b'3';
+        let newer = dir.path().join("newer.pack");
+        std::fs::write(&newer, &bytes).unwrap();
+        let error = read_index(&File::open(&newer).unwrap(), &newer).unwrap_err();
+        assert!(matches!(error, Error::PackTooNew { .. }), "{error}");
+        assert!(error.to_string().contains("needs a newer dsv"), "{error}");
+        let tail_start = end
+            - (end
+                - sealed
+                    .frames
+                    .last()
+                    .map_or(16, |f| (f.offset + u64::from(f.stored_length)) as usize));
+        let message = parse_tail(&bytes[tail_start..], end as u64).unwrap_err();
+        assert!(message.contains("newer than this dsv reads"), "{message}");
     }
 }

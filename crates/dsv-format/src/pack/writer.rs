@@ -4,7 +4,7 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use super::format::{self, Compression, FrameRecord, ObjectRecord};
+use super::format::{self, Compression, FrameBases, FrameRecord, ObjectRecord};
 pub use super::format::{pack_id_of, pack_path};
 use crate::error::{IoResultExt, Result};
 use crate::id::ObjectId;
@@ -64,6 +64,7 @@ impl FrameBuilder {
                     raw_length,
                     compression: Compression::Zstd,
                     objects: std::mem::take(&mut self.objects),
+                    bases: Vec::new(),
                 }
             }
             _ => self.encode_raw(),
@@ -77,8 +78,118 @@ impl FrameBuilder {
             stored: raw,
             compression: Compression::None,
             objects: std::mem::take(&mut self.objects),
+            bases: Vec::new(),
         }
     }
+
+    /// Compresses the collected chunks as a delta frame: one zstd frame at `level` against
+    /// `prefix`, the raw bytes of `bases` end to end (the caller reads them, checked, from the
+    /// store). Leaves the builder empty. The caller compares [`EncodedFrame::stored_len`] with
+    /// a plain encoding and keeps the better.
+    ///
+    /// # Errors
+    /// zstd's error; a builder holding anything but chunks, no base or more than
+    /// [`format::MAX_DELTA_BASES`], a prefix over [`format::MAX_DELTA_PREFIX`] bytes or raw
+    /// bytes over [`format::MAX_DELTA_RAW`] are `InvalidInput` (the builder is left as it was).
+    pub fn encode_delta(
+        &mut self,
+        compressor: &mut DeltaCompressor,
+        level: i32,
+        prefix: &[u8],
+        bases: Vec<ObjectId>,
+    ) -> std::io::Result<EncodedFrame> {
+        let invalid =
+            |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
+        if self.objects.iter().any(|o| o.1 != ObjectKind::Chunk) {
+            return Err(invalid("a delta frame holds chunks only"));
+        }
+        if bases.is_empty() || bases.len() > format::MAX_DELTA_BASES {
+            return Err(invalid("a delta frame lists 1 to 8 bases"));
+        }
+        if prefix.len() as u64 > format::MAX_DELTA_PREFIX
+            || self.raw.len() as u64 > u64::from(format::MAX_DELTA_RAW)
+        {
+            return Err(invalid(
+                "a delta frame's prefix or raw bytes are over the format's limit",
+            ));
+        }
+        let stored = compressor.compress(level, prefix, &self.raw)?;
+        let raw_length = self.raw.len() as u32;
+        self.raw.clear();
+        Ok(EncodedFrame {
+            stored,
+            raw_length,
+            compression: Compression::Delta,
+            objects: std::mem::take(&mut self.objects),
+            bases,
+        })
+    }
+}
+
+/// Compresses delta frames: zstd (RFC 8878) with a reference prefix (`ZSTD_CCtx_refPrefix`),
+/// so matches may point into the prefix as into a dictionary of raw content. Reuse one per
+/// thread: it keeps its output buffer.
+#[derive(Default)]
+pub struct DeltaCompressor {
+    output: Vec<u8>,
+}
+
+impl DeltaCompressor {
+    /// One zstd frame of `raw` at `level` against `prefix`, with a window that covers the
+    /// prefix and the frame (at most 2^[`format::DELTA_WINDOW_LOG_MAX`] bytes, the most a
+    /// reader accepts).
+    ///
+    /// # Errors
+    /// zstd's error, as `std::io::Error`.
+    pub fn compress(&mut self, level: i32, prefix: &[u8], raw: &[u8]) -> std::io::Result<Vec<u8>> {
+        use zstd::zstd_safe::{CCtx, CParameter};
+        let zstd_error =
+            |code: usize| std::io::Error::other(zstd::zstd_safe::get_error_name(code).to_string());
+        let span = (prefix.len() + raw.len()).max(1) as u64;
+        let window_log = (64 - (span - 1).leading_zeros()).clamp(10, format::DELTA_WINDOW_LOG_MAX);
+        let mut context = CCtx::create();
+        context
+            .set_parameter(CParameter::CompressionLevel(level))
+            .map_err(zstd_error)?;
+        context
+            .set_parameter(CParameter::WindowLog(window_log))
+            .map_err(zstd_error)?;
+        context.ref_prefix(prefix).map_err(zstd_error)?;
+        self.output.clear();
+        self.output
+            .reserve(zstd::zstd_safe::compress_bound(raw.len()));
+        context
+            .compress2(&mut self.output, raw)
+            .map_err(zstd_error)?;
+        Ok(self.output.clone())
+    }
+}
+
+/// Decompresses one delta frame's stored bytes against `prefix` into `buffer` (replacing its
+/// contents), refusing a frame that asks for a window over 2^[`format::DELTA_WINDOW_LOG_MAX`]
+/// bytes or decompresses past `raw_length` (the caller bounds `raw_length` first and checks
+/// the output's length after). Public so the decoding can be fuzzed.
+///
+/// # Errors
+/// zstd's error, as `std::io::Error`.
+pub fn decompress_delta_frame(
+    stored: &[u8],
+    prefix: &[u8],
+    raw_length: u32,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use zstd::zstd_safe::{DCtx, DParameter};
+    let zstd_error =
+        |code: usize| std::io::Error::other(zstd::zstd_safe::get_error_name(code).to_string());
+    let mut context = DCtx::create();
+    context
+        .set_parameter(DParameter::WindowLogMax(format::DELTA_WINDOW_LOG_MAX))
+        .map_err(zstd_error)?;
+    context.ref_prefix(prefix).map_err(zstd_error)?;
+    buffer.clear();
+    buffer.reserve(raw_length as usize);
+    context.decompress(buffer, stored).map_err(zstd_error)?;
+    Ok(())
 }
 
 /// A frame ready to append to a pack.
@@ -87,12 +198,78 @@ pub struct EncodedFrame {
     raw_length: u32,
     compression: Compression,
     objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+    /// The delta frame's bases in prefix order; empty for a plain frame.
+    bases: Vec<ObjectId>,
 }
 
 impl EncodedFrame {
     /// Stored bytes (after compression).
     pub fn stored_len(&self) -> usize {
         self.stored.len()
+    }
+
+    /// Raw bytes (before compression).
+    pub fn raw_len(&self) -> u32 {
+        self.raw_length
+    }
+
+    /// The bases of a delta frame, in prefix order; empty for a plain frame.
+    pub fn bases(&self) -> &[ObjectId] {
+        &self.bases
+    }
+
+    /// A delta frame received from elsewhere (a remote's pack), kept byte for byte, after
+    /// checking it as [`EncodedFrame::verified`] does, decoding it against `prefix` (the raw
+    /// bytes of `bases`, end to end, each already checked against its id by the caller): its
+    /// base count and raw length within the format's limits, every object a chunk that hashes
+    /// to its id.
+    ///
+    /// # Errors
+    /// A description of the first failed check.
+    pub fn verified_delta(
+        stored: Vec<u8>,
+        raw_length: u32,
+        objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+        bases: Vec<ObjectId>,
+        prefix: &[u8],
+    ) -> std::result::Result<(EncodedFrame, Vec<u8>), String> {
+        if bases.is_empty() || bases.len() > format::MAX_DELTA_BASES {
+            return Err("a delta frame lists 1 to 8 bases".into());
+        }
+        if raw_length > format::MAX_DELTA_RAW || prefix.len() as u64 > format::MAX_DELTA_PREFIX {
+            return Err("delta frame larger than the format allows".into());
+        }
+        if stored.len() as u64 > format::max_stored_len(raw_length, Compression::Delta) {
+            return Err(format!(
+                "frame stores {} bytes for {raw_length} raw bytes",
+                stored.len()
+            ));
+        }
+        let mut raw = Vec::new();
+        decompress_delta_frame(&stored, prefix, raw_length, &mut raw)
+            .map_err(|e| format!("delta frame does not decompress against its bases: {e}"))?;
+        if raw.len() != raw_length as usize {
+            return Err("frame does not have its recorded length".into());
+        }
+        for &(id, kind, offset, length) in &objects {
+            if kind != ObjectKind::Chunk {
+                return Err("a delta frame holds chunks only".into());
+            }
+            let data = raw
+                .get(offset as usize..offset as usize + length as usize)
+                .ok_or("an object lies outside its frame")?;
+            kind.check(&id, data)?;
+        }
+        Ok((
+            EncodedFrame {
+                stored,
+                raw_length,
+                compression: Compression::Delta,
+                objects,
+                bases,
+            },
+            raw,
+        ))
     }
 
     /// A frame received from elsewhere (a remote's pack), kept byte for byte, after checking
@@ -150,6 +327,9 @@ impl EncodedFrame {
         }
         let decompressed = match compression {
             Compression::None => None,
+            Compression::Delta => {
+                return Err("a delta frame is checked against its bases (verified_delta)".into());
+            }
             Compression::Zstd => Some(
                 zstd::bulk::decompress(&stored, raw_length as usize)
                     .map_err(|e| format!("frame does not decompress: {e}"))?,
@@ -173,6 +353,7 @@ impl EncodedFrame {
                 raw_length,
                 compression,
                 objects,
+                bases: Vec::new(),
             },
             raw,
         ))
@@ -193,6 +374,8 @@ pub struct PackWriter {
     offset: u64,
     frames: Vec<FrameRecord>,
     objects: Vec<ObjectRecord>,
+    /// The bases of the delta frames added so far, by frame.
+    deltas: Vec<FrameBases>,
     /// Set once renamed to its final name; until then, dropping the writer deletes the file.
     sealed: bool,
 }
@@ -216,6 +399,17 @@ pub struct SealedPack {
     pub frames: Vec<FrameRecord>,
     /// Its objects, in file order.
     pub objects: Vec<ObjectRecord>,
+    /// The bases of its delta frames, by frame index (empty for a pack with an index 1).
+    pub deltas: Vec<FrameBases>,
+}
+
+impl SealedPack {
+    /// The bases of frame `frame` of this pack (empty for a plain frame).
+    pub fn bases_of(&self, frame: u32) -> &[ObjectId] {
+        self.deltas
+            .binary_search_by_key(&frame, |d| d.frame)
+            .map_or(&[], |i| self.deltas[i].bases.as_slice())
+    }
 }
 
 /// A pack sealed on disk, named without its index: what a writer of many packs keeps until
@@ -261,6 +455,7 @@ impl PackWriter {
             offset: 0,
             frames: Vec::new(),
             objects: Vec::new(),
+            deltas: Vec::new(),
             sealed: false,
         };
         writer.write_header()?;
@@ -279,6 +474,7 @@ impl PackWriter {
             offset: 0,
             frames: Vec::new(),
             objects: Vec::new(),
+            deltas: Vec::new(),
             sealed: false,
         };
         writer
@@ -301,6 +497,7 @@ impl PackWriter {
             offset: 0,
             frames: Vec::new(),
             objects: Vec::new(),
+            deltas: Vec::new(),
             sealed: false,
         };
         writer
@@ -353,6 +550,12 @@ impl PackWriter {
             raw_length: frame.raw_length,
             compression: frame.compression,
         });
+        if !frame.bases.is_empty() {
+            self.deltas.push(FrameBases {
+                frame: index,
+                bases: frame.bases,
+            });
+        }
         for (id, kind, offset, length) in frame.objects {
             self.objects.push(ObjectRecord {
                 id,
@@ -401,14 +604,15 @@ impl PackWriter {
     }
 
     fn seal(&mut self) -> Result<SealedPack> {
-        let index = format::encode_index(&self.frames, &self.objects);
+        let index = format::encode_index(&self.frames, &self.objects, &self.deltas);
         let index_offset = self.offset;
         self.write(&index)?;
         let mut trailer = Vec::with_capacity(format::TRAILER_LEN as usize);
         trailer.extend_from_slice(&index_offset.to_le_bytes());
         trailer.extend_from_slice(&(index.len() as u64).to_le_bytes());
         trailer.extend_from_slice(blake3::hash(&index).as_bytes());
-        trailer.extend_from_slice(format::END_MAGIC);
+        let version = if self.deltas.is_empty() { 1 } else { 2 };
+        trailer.extend_from_slice(format::end_magic(version));
         self.write(&trailer)?;
         let id = ObjectId::from(self.hasher.finalize());
         if let Some(file) = &mut self.file {
@@ -431,6 +635,7 @@ impl PackWriter {
             size: self.offset,
             frames: std::mem::take(&mut self.frames),
             objects: std::mem::take(&mut self.objects),
+            deltas: std::mem::take(&mut self.deltas),
         })
     }
 }
@@ -510,7 +715,10 @@ mod tests {
         let index_len = u64::from_le_bytes(trailer[8..16].try_into().unwrap()) as usize;
         let index = &bytes[index_offset..index_offset + index_len];
         assert_eq!(index_offset + index_len + trailer.len(), bytes.len());
-        assert_eq!(index, format::encode_index(&sealed.frames, &sealed.objects));
+        assert_eq!(
+            index,
+            format::encode_index(&sealed.frames, &sealed.objects, &[])
+        );
         assert_eq!(&trailer[16..48], blake3::hash(index).as_bytes());
         assert_eq!(&trailer[48..], format::END_MAGIC);
         // Frames lie back to back from the header to the index.

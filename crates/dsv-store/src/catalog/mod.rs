@@ -6,6 +6,7 @@
 //! migrations. Writes go through [`CatalogWriter`], one `BEGIN IMMEDIATE` transaction, so a
 //! crash leaves either all of an operation's rows or none.
 
+mod deltas;
 mod failure;
 mod objects;
 mod remotes;
@@ -48,6 +49,7 @@ const MIGRATION_SQL: &[&str] = &[
     include_str!("../../migrations/0011_stat_cache_vouches_for_the_version.sql"),
     include_str!("../../migrations/0012_remote_order.sql"),
     include_str!("../../migrations/0013_remote_packs_share_local_indexes.sql"),
+    include_str!("../../migrations/0014_delta_bases.sql"),
 ];
 
 static MIGRATIONS: LazyLock<Migrations<'static>> =
@@ -936,6 +938,7 @@ mod tests {
                 raw_length: 1_000,
                 compression: Compression::Zstd,
             }],
+            deltas: Vec::new(),
             objects: objects
                 .iter()
                 .enumerate()

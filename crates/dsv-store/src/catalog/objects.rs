@@ -196,7 +196,7 @@ impl Catalog {
 /// A remote pack sharing a local pack's index, and where an object lies in that pack: the
 /// remote pack's row, the remote's row, the frame's offset, stored length, raw length and
 /// compression, then the object's offset and length in the frame's raw bytes.
-type SharedCopy = (i64, i64, i64, i64, i64, i64, i64, i64);
+type SharedCopy = (i64, i64, i64, i64, i64, i64, i64, i64, Option<Vec<u8>>);
 
 /// Gives every remote pack that shares the index of the local pack holding object `id` of
 /// `kind` a row of its own for it (and for its frame), so that forgetting the local row does
@@ -210,7 +210,7 @@ fn keep_remote_copies(
 ) -> Result<()> {
     let sharing: Vec<SharedCopy> = tx
         .prepare_cached(
-            "SELECT r.id, r.remote, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length
+            "SELECT r.id, r.remote, f.offset, f.stored_length, f.raw_length, f.compression, o.offset, o.length, f.bases
              FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
              JOIN remote_packs r ON r.pack_id = p.pack_id AND r.local_index = 1
              WHERE o.id = ?1 AND o.kind = ?2",
@@ -225,10 +225,12 @@ fn keep_remote_copies(
                 row.get(5)?,
                 row.get(6)?,
                 row.get(7)?,
+                row.get(8)?,
             ))
         }).in_catalog()?
         .collect::<rusqlite::Result<_>>().in_catalog()?;
-    for (pack_row, remote, frame_offset, stored, raw, compression, offset, length) in sharing {
+    for (pack_row, remote, frame_offset, stored, raw, compression, offset, length, bases) in sharing
+    {
         let existing: Option<i64> = tx
             .prepare_cached("SELECT id FROM remote_frames WHERE pack = ?1 AND offset = ?2")
             .in_catalog()?
@@ -239,9 +241,9 @@ fn keep_remote_copies(
             Some(row) => row,
             None => {
                 tx.execute(
-                    "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![pack_row, frame_offset, stored, raw, compression],
+                    "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression, bases)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![pack_row, frame_offset, stored, raw, compression, bases],
                 ).in_catalog()?;
                 tx.last_insert_rowid()
             }
@@ -436,12 +438,15 @@ impl CatalogWriter<'_> {
             .in_catalog()?;
         let pack_row = self.tx.last_insert_rowid();
         self.index_pack(
-            "INSERT INTO frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO frames (pack, offset, stored_length, raw_length, compression, bases) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             "INSERT OR IGNORE INTO objects (id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5)",
             None,
             pack_row,
-            &pack.frames,
-            &pack.objects,
+            IndexRef {
+                frames: &pack.frames,
+                objects: &pack.objects,
+                deltas: &pack.deltas,
+            },
         )
     }
 
@@ -481,7 +486,7 @@ impl CatalogWriter<'_> {
     }
 
     /// Inserts a pack's index: each frame with `frame_sql` (parameters: pack row, offset,
-    /// stored length, raw length, compression), then each object with `object_sql`
+    /// stored length, raw length, compression, bases of `deltas`), then each object with `object_sql`
     /// (parameters: id, kind, frame row, offset, length, and `remote` as a sixth when
     /// given). Serves this store's tables and a remote's alike.
     ///
@@ -493,13 +498,24 @@ impl CatalogWriter<'_> {
         object_sql: &str,
         remote: Option<i64>,
         pack_row: i64,
-        frames: &[FrameRecord],
-        objects: &[crate::pack::ObjectRecord],
+        index: IndexRef<'_>,
     ) -> Result<()> {
+        let IndexRef {
+            frames,
+            objects,
+            deltas,
+        } = index;
         let mut insert_frame = self.tx.prepare_cached(frame_sql).in_catalog()?;
+        let mut deltas = deltas.iter().peekable();
         let frame_rows = frames
             .iter()
-            .map(|frame| insert_frame_row(&mut insert_frame, pack_row, frame))
+            .enumerate()
+            .map(|(number, frame)| {
+                let bases = deltas
+                    .next_if(|d| d.frame as usize == number)
+                    .map_or(&[][..], |d| d.bases.as_slice());
+                insert_frame_row(&mut insert_frame, pack_row, frame, bases)
+            })
             .collect::<Result<Vec<i64>>>()?;
         let mut insert_object = self.tx.prepare_cached(object_sql).in_catalog()?;
         for object in objects {
@@ -602,9 +618,17 @@ impl CatalogWriter<'_> {
     }
 }
 
+/// A pack's index, borrowed from a [`SealedPack`] or a [`crate::pack::PackIndex`].
+#[derive(Clone, Copy)]
+pub(super) struct IndexRef<'a> {
+    pub(super) frames: &'a [FrameRecord],
+    pub(super) objects: &'a [crate::pack::ObjectRecord],
+    pub(super) deltas: &'a [crate::pack::FrameBases],
+}
+
 /// Inserts `frame` of pack row `pack_row` with `insert` (a frame insert of this store's
 /// table or a remote's: parameters pack row, offset, stored length, raw length,
-/// compression); returns the new row's id.
+/// compression, bases); returns the new row's id.
 ///
 /// # Errors
 /// [`Error::Catalog`].
@@ -612,6 +636,7 @@ pub(super) fn insert_frame_row(
     insert: &mut rusqlite::CachedStatement<'_>,
     pack_row: i64,
     frame: &FrameRecord,
+    bases: &[ObjectId],
 ) -> Result<i64> {
     insert
         .insert(params![
@@ -619,9 +644,30 @@ pub(super) fn insert_frame_row(
             frame.offset as i64,
             frame.stored_length,
             frame.raw_length,
-            frame.compression as u8
+            frame.compression as u8,
+            encode_bases(bases)
         ])
         .in_catalog()
+}
+
+/// The `bases` column of a frame: the base ids end to end, or NULL for a plain frame.
+pub(super) fn encode_bases(bases: &[ObjectId]) -> Option<Vec<u8>> {
+    (!bases.is_empty()).then(|| bases.iter().flat_map(|b| b.0).collect())
+}
+
+/// Reads a `bases` column back: 32-byte ids. A length that is not a multiple of 32, or more
+/// than [`crate::pack::format::MAX_DELTA_BASES`] ids, is corrupt.
+pub(super) fn decode_bases(column: Option<Vec<u8>>) -> std::result::Result<Vec<ObjectId>, String> {
+    let Some(bytes) = column else {
+        return Ok(Vec::new());
+    };
+    if bytes.len() % 32 != 0 || bytes.len() / 32 > crate::pack::format::MAX_DELTA_BASES {
+        return Err(format!("a frame lists {} bytes of bases", bytes.len()));
+    }
+    Ok(bytes
+        .chunks_exact(32)
+        .filter_map(ObjectId::from_slice)
+        .collect())
 }
 
 #[cfg(test)]
@@ -835,7 +881,14 @@ mod tests {
         let writer = catalog.writer().unwrap();
         // origin holds the local pack itself (the same id and size: it shares its index).
         writer
-            .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+            .add_remote_pack(
+                origin,
+                &pack.id,
+                pack.size,
+                &pack.frames,
+                &pack.objects,
+                &[],
+            )
             .unwrap();
         writer.commit().unwrap();
         let here = catalog.locate(&x, ObjectKind::FileMap).unwrap().unwrap();
@@ -869,6 +922,7 @@ mod tests {
                 mirror_pack.size,
                 &mirror_pack.frames,
                 &mirror_pack.objects,
+                &[],
             )
             .unwrap();
         writer.commit().unwrap();

@@ -668,6 +668,7 @@ impl CatalogWriter<'_> {
         size: u64,
         frames: &[FrameRecord],
         objects: &[ObjectRecord],
+        deltas: &[crate::pack::FrameBases],
     ) -> Result<()> {
         let local: Option<i64> = self
             .tx
@@ -685,15 +686,23 @@ impl CatalogWriter<'_> {
         }
         let pack_row = self.tx.last_insert_rowid();
         if let Some(local) = local {
-            return self.index_outside_local(remote, pack, pack_row, local, frames, objects);
+            let index = super::objects::IndexRef {
+                frames,
+                objects,
+                deltas,
+            };
+            return self.index_outside_local(remote, pack, pack_row, local, index);
         }
         self.index_pack(
-            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression, bases) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             "INSERT OR IGNORE INTO remote_objects (id, kind, frame, offset, length, remote) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             Some(remote),
             pack_row,
-            frames,
-            objects,
+            super::objects::IndexRef {
+                frames,
+                objects,
+                deltas,
+            },
         )
     }
 
@@ -706,14 +715,18 @@ impl CatalogWriter<'_> {
         pack: &ObjectId,
         pack_row: i64,
         local: i64,
-        frames: &[FrameRecord],
-        objects: &[ObjectRecord],
+        index: super::objects::IndexRef<'_>,
     ) -> Result<()> {
+        let super::objects::IndexRef {
+            frames,
+            objects,
+            deltas,
+        } = index;
         let mut in_pack = self.tx.prepare_cached(
             "SELECT f.pack FROM objects o JOIN frames f ON f.id = o.frame WHERE o.id = ?1 AND o.kind = ?2",
         ).in_catalog()?;
         let mut insert_frame = self.tx.prepare_cached(
-            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression, bases) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         ).in_catalog()?;
         let mut insert_object = self.tx.prepare_cached(
             "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -742,7 +755,15 @@ impl CatalogWriter<'_> {
                             ),
                         )
                     })?;
-                    let row = super::objects::insert_frame_row(&mut insert_frame, pack_row, frame)?;
+                    let bases = deltas
+                        .binary_search_by_key(&object.frame, |d| d.frame)
+                        .map_or(&[][..], |i| deltas[i].bases.as_slice());
+                    let row = super::objects::insert_frame_row(
+                        &mut insert_frame,
+                        pack_row,
+                        frame,
+                        bases,
+                    )?;
                     frame_rows.insert(object.frame, row);
                     row
                 }
@@ -783,13 +804,14 @@ impl CatalogWriter<'_> {
         if sharing.is_empty() {
             return Ok(());
         }
-        let frames: Vec<(i64, i64, i64, i64, i64)> = self
+        type FrameRow = (i64, i64, i64, i64, i64, Option<Vec<u8>>);
+        let frames: Vec<FrameRow> = self
             .tx
             .prepare_cached(
-                "SELECT id, offset, stored_length, raw_length, compression FROM frames WHERE pack = ?1",
+                "SELECT id, offset, stored_length, raw_length, compression, bases FROM frames WHERE pack = ?1",
             ).in_catalog()?
             .query_map([local], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
             }).in_catalog()?
             .collect::<rusqlite::Result<_>>().in_catalog()?;
         // One scan of `objects` (it has no index by frame), whatever the number of remotes.
@@ -823,14 +845,14 @@ impl CatalogWriter<'_> {
                 .collect::<rusqlite::Result<_>>()
                 .in_catalog()?;
             let mut by_local = std::collections::HashMap::new();
-            for (frame, offset, stored_length, raw_length, compression) in &frames {
+            for (frame, offset, stored_length, raw_length, compression, bases) in &frames {
                 let row = match rows.get(offset) {
                     Some(row) => *row,
                     None => {
                         self.tx.execute(
-                            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression)
-                             VALUES (?1, ?2, ?3, ?4, ?5)",
-                            params![pack_row, offset, stored_length, raw_length, compression],
+                            "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression, bases)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                            params![pack_row, offset, stored_length, raw_length, compression, bases],
                         ).in_catalog()?;
                         let row = self.tx.last_insert_rowid();
                         rows.insert(*offset, row);
@@ -1141,11 +1163,18 @@ mod tests {
         );
         let writer = catalog.writer().unwrap();
         writer
-            .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+            .add_remote_pack(
+                origin,
+                &pack.id,
+                pack.size,
+                &pack.frames,
+                &pack.objects,
+                &[],
+            )
             .unwrap();
         // Known already: left as it is.
         writer
-            .add_remote_pack(origin, &pack.id, 1, &pack.frames, &[])
+            .add_remote_pack(origin, &pack.id, 1, &pack.frames, &[], &[])
             .unwrap();
         writer.commit().unwrap();
         assert_eq!(
@@ -1221,7 +1250,14 @@ mod tests {
         let writer = catalog.writer().unwrap();
         for pack in [&kept, &gone] {
             writer
-                .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+                .add_remote_pack(
+                    origin,
+                    &pack.id,
+                    pack.size,
+                    &pack.frames,
+                    &pack.objects,
+                    &[],
+                )
                 .unwrap();
         }
         writer
@@ -1361,7 +1397,7 @@ mod tests {
         let elsewhere = sample_pack("r", &[(ObjectId::of(b"x"), ObjectKind::Chunk)]);
         let writer = catalog.writer().unwrap();
         writer
-            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects, &[])
             .unwrap();
         writer
             .add_remote_pack(
@@ -1370,6 +1406,7 @@ mod tests {
                 elsewhere.size,
                 &elsewhere.frames,
                 &elsewhere.objects,
+                &[],
             )
             .unwrap();
         writer.commit().unwrap();
@@ -1416,7 +1453,7 @@ mod tests {
         assert!(catalog.outboards_missing_on(origin).unwrap());
         let writer = catalog.writer().unwrap();
         writer
-            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects, &[])
             .unwrap();
         writer.commit().unwrap();
         assert_eq!(catalog.remote_packs(origin).unwrap(), HashSet::from([p.id]));
@@ -1466,7 +1503,7 @@ mod tests {
         // Known already: left as it is.
         let writer = catalog.writer().unwrap();
         writer
-            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects, &[])
             .unwrap();
         writer.commit().unwrap();
         assert_eq!(count(&catalog, "remote_objects"), 1);
@@ -1479,7 +1516,7 @@ mod tests {
         let (p, [a, ..]) = two_local_packs(&mut catalog);
         let writer = catalog.writer().unwrap();
         writer
-            .add_remote_pack(origin, &p.id, p.size + 1, &p.frames, &p.objects)
+            .add_remote_pack(origin, &p.id, p.size + 1, &p.frames, &p.objects, &[])
             .unwrap();
         writer.commit().unwrap();
         assert_eq!(count(&catalog, "remote_objects"), 4);
@@ -1496,7 +1533,7 @@ mod tests {
         let writer = catalog.writer().unwrap();
         for remote in [origin, backup] {
             writer
-                .add_remote_pack(remote, &p.id, p.size, &p.frames, &p.objects)
+                .add_remote_pack(remote, &p.id, p.size, &p.frames, &p.objects, &[])
                 .unwrap();
         }
         writer.commit().unwrap();
@@ -1556,7 +1593,7 @@ mod tests {
         let (p, [a, _, c, _]) = two_local_packs(&mut catalog);
         let writer = catalog.writer().unwrap();
         writer
-            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects)
+            .add_remote_pack(origin, &p.id, p.size, &p.frames, &p.objects, &[])
             .unwrap();
         writer.retain_remote_packs(origin, &HashSet::new()).unwrap();
         writer.commit().unwrap();
@@ -1580,7 +1617,14 @@ mod tests {
             .set_remote_ref(origin, &reference("ds", None, a))
             .unwrap();
         writer
-            .add_remote_pack(origin, &pack.id, pack.size, &pack.frames, &pack.objects)
+            .add_remote_pack(
+                origin,
+                &pack.id,
+                pack.size,
+                &pack.frames,
+                &pack.objects,
+                &[],
+            )
             .unwrap();
         writer
             .add_pack(&sample_pack("local", &[(a, ObjectKind::Outboard)]))

@@ -353,12 +353,13 @@ fn index_packs(
     let mut sealed = Vec::new();
     for (id, path, size) in packs {
         crate::interrupt::check()?;
-        match crate::pack::reader::verify_pack(path, id) {
-            Ok((frames, objects)) => sealed.push(SealedPack {
+        match crate::pack::reader::verify_pack(path, id, None) {
+            Ok(index) => sealed.push(SealedPack {
                 id: *id,
                 size: *size,
-                frames,
-                objects,
+                frames: index.frames,
+                objects: index.objects,
+                deltas: index.deltas,
             }),
             Err(e) => report
                 .damaged_packs
@@ -580,7 +581,9 @@ impl<'a> PackAccounting<'a> {
         let Ok(file) = crate::pack::open_listed_file(path) else {
             return Ok(None);
         };
-        let Ok((_, objects)) = crate::pack::reader::read_index(&file, path) else {
+        let Ok(crate::pack::PackIndex { objects, .. }) =
+            crate::pack::reader::read_index(&file, path)
+        else {
             return Ok(None);
         };
         let mut out = ForgottenVersions::default();

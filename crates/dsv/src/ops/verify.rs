@@ -179,8 +179,8 @@ fn check_packs(
     for group in packs.chunks(jobs) {
         let checked = crate::parallel::map(group, jobs, |(id, size)| {
             let path = crate::pack::writer::pack_path(&packs_dir, id);
-            let result = crate::pack::reader::verify_pack(&path, id)
-                .map(|(_, objects)| objects.iter().map(|o| o.id).collect::<Vec<_>>())
+            let result = crate::pack::reader::verify_pack(&path, id, None)
+                .map(|index| index.objects.iter().map(|o| o.id).collect::<Vec<_>>())
                 .map_err(|e| e.to_string());
             progress.advance(*size);
             Ok(result)

@@ -19,7 +19,7 @@ use crate::beneath::BeneathDir;
 use crate::catalog::ObjectLocation;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
-use crate::pack::PackReader;
+use crate::pack::{DeltaMap, PackReader};
 use crate::progress::{Progress, Unit};
 use crate::store::{ObjectReader, Store};
 use crate::tree::{FlatEntry, FlatKind};
@@ -342,7 +342,13 @@ pub(super) fn stage_target(
                     .first()
                     .map(|(_, l)| (l.frame.pack, l.frame.offset))
             });
-            stage(&packs_dir, layout, &batch, jobs, progress)?;
+            // The bases of the batch's delta frames, for writers that hold no catalog.
+            let deltas = store.catalog().delta_map(
+                batch
+                    .iter()
+                    .flat_map(|job| job.chunks.iter().map(|(_, l)| &l.frame)),
+            )?;
+            stage(&packs_dir, layout, &batch, &deltas, jobs, progress)?;
             // The inodes staged, in the walk's order (the order applying replays).
             batch.sort_by_key(|job| job.position);
             for job in &batch {
@@ -608,6 +614,7 @@ pub(super) fn stage(
     packs_dir: &Path,
     dir: &Layout<'_>,
     jobs: &[WriteJob],
+    deltas: &DeltaMap,
     threads: usize,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -673,7 +680,7 @@ pub(super) fn stage(
     for (tasks, threads) in [(bulk, threads.min(cores)), (many, threads)] {
         crate::parallel::map(&tasks, threads, |task| {
             with_pack_reader(packs_dir, |packs| {
-                run_task(task, dir, &large, packs, progress)
+                run_task(task, dir, &large, packs, deltas, progress)
             })
         })?;
     }
@@ -685,6 +692,7 @@ pub(super) fn run_task(
     dir: &Layout<'_>,
     large: &[LargeFile<'_>],
     packs: &mut PackReader,
+    deltas: &DeltaMap,
     progress: &dyn Progress,
 ) -> Result<()> {
     match task {
@@ -693,7 +701,7 @@ pub(super) fn run_task(
             let mut nearby = dir.root.nearby();
             for job in batch {
                 crate::interrupt::check()?;
-                write_temp(job, dir, &mut nearby, packs)?;
+                write_temp(job, dir, &mut nearby, packs, deltas)?;
                 progress.advance(job.entry.size);
                 progress.file_done();
             }
@@ -710,6 +718,7 @@ pub(super) fn run_task(
             for (chunk_id, location) in &job.chunks[chunks.clone()] {
                 crate::interrupt::check()?;
                 let (frame, offset, length) = (&location.frame, location.offset, location.length);
+                packs.prepare(frame, deltas)?;
                 packs
                     // Not each chunk hashed: the whole file is, below (see `write_temp`).
                     .with_object(frame, offset, length, chunk_id, false, |bytes| {
@@ -727,7 +736,7 @@ pub(super) fn run_task(
                 progress.file_done();
                 // Every segment is in: check the whole file against its id.
                 if workspace::hash_open_file(handle, &temp)?.0 != job.entry.id {
-                    return Err(corruption(job, packs, &temp));
+                    return Err(corruption(job, packs, deltas, &temp));
                 }
                 if let FlatKind::File { executable: true } = job.entry.kind {
                     handle
@@ -748,9 +757,12 @@ pub(super) fn run_task(
 /// that does not match its own hash, naming its pack (found by hashing them one by one now,
 /// which the happy path never does), else the file as a whole (a file map that lists the
 /// wrong chunks).
-fn corruption(job: &WriteJob, packs: &mut PackReader, temp: &Path) -> Error {
+fn corruption(job: &WriteJob, packs: &mut PackReader, deltas: &DeltaMap, temp: &Path) -> Error {
     for (chunk_id, location) in &job.chunks {
         let (frame, offset, length) = (&location.frame, location.offset, location.length);
+        if let Err(e) = packs.prepare(frame, deltas) {
+            return e;
+        }
         if let Err(e) = packs.with_object(frame, offset, length, chunk_id, true, |_| ()) {
             return e;
         }
@@ -795,6 +807,7 @@ pub(super) fn write_temp(
     dir: &Layout<'_>,
     nearby: &mut crate::beneath::Nearby<'_>,
     packs: &mut PackReader,
+    deltas: &DeltaMap,
 ) -> Result<()> {
     let relative = &job.temp(dir);
     let temp = &dir.root.path().join(relative);
@@ -807,6 +820,7 @@ pub(super) fn write_temp(
             let mut holes = false;
             for (chunk_id, location) in &job.chunks {
                 let (frame, offset, length) = (&location.frame, location.offset, location.length);
+                packs.prepare(frame, deltas)?;
                 // A file of several chunks is hashed whole as it is written (its id is that
                 // hash), so its chunks are not hashed one by one as well: one BLAKE3 pass over
                 // the bytes, not two. A mismatch names the chunk then (`corruption`). A file
@@ -836,7 +850,7 @@ pub(super) fn write_temp(
                 _ => hasher.finalize().into(),
             };
             if id != job.entry.id {
-                return Err(corruption(job, packs, temp));
+                return Err(corruption(job, packs, deltas, temp));
             }
             if *executable {
                 file.set_permissions(fs::Permissions::from_mode(0o755))

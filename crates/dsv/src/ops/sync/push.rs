@@ -772,9 +772,16 @@ fn send_round(
             path: path.clone(),
             source,
         })?;
-        let (frames, objects) = crate::pack::reader::read_index(&file, path)?;
-        transfer.objects += objects.len() as u64;
-        writer.add_remote_pack(record.id, id, sizes[id], &frames, &objects)?;
+        let index = crate::pack::reader::read_index(&file, path)?;
+        transfer.objects += index.objects.len() as u64;
+        writer.add_remote_pack(
+            record.id,
+            id,
+            sizes[id],
+            &index.frames,
+            &index.objects,
+            &index.deltas,
+        )?;
         relied.insert(*id);
     }
     writer.commit()?;

@@ -1043,7 +1043,7 @@ fn read_model(
                 detail,
             )
         })?;
-        indexes.insert(*id, parsed);
+        indexes.insert(*id, (parsed.frames, parsed.objects));
     }
     let mut packs = BTreeMap::new();
     let mut live_bytes = HashMap::new();
@@ -1362,7 +1362,9 @@ fn read_indexes(
     let mut indexes = Vec::new();
     for ((id, size), tail) in complete.iter().zip(tails) {
         match crate::pack::reader::parse_tail(&tail, *size) {
-            Ok((frames, objects)) => {
+            Ok(crate::pack::PackIndex {
+                frames, objects, ..
+            }) => {
                 held.extend(objects.iter().map(|o| (o.id, o.kind)));
                 indexes.push((*id, *size, frames, objects, tail));
             }
