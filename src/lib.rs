@@ -107,6 +107,7 @@ enum Command {
     ///   dsv commit ./mnist -d mnist -m "first import"   # a new dataset
     ///   cd ./mnist && dsv commit -m "fix labels"        # inside the workspace
     ///   dsv commit -t v2                                # and tag the new version
+    ///   dsv commit --no-deltas                          # store every new chunk whole
     #[command(verbatim_doc_comment)]
     Commit(CommitArgs),
     /// Materialize a version into DIR (created if missing), writing only what differs.

@@ -39,6 +39,10 @@ pub(crate) struct CommitArgs {
     /// zstd compression level (1-19; default: the store's core.compression_level, else 3).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
     compression_level: Option<i32>,
+    /// Store every new chunk whole: no delta against the parent version's chunks (by
+    /// default a changed file's new chunks are stored as deltas when that saves at least half).
+    #[arg(long)]
+    no_deltas: bool,
     #[command(flatten)]
     jobs: JobsArg,
 }
@@ -61,6 +65,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CommitArgs) -> anyhow::Result<u8> {
     options.allow_nested = args.force;
     options.exclude = args.exclude.clone();
     options.ingest.jobs = jobs_or(&args.jobs, &settings, options.ingest.jobs);
+    options.ingest.deltas = !args.no_deltas;
     options.ingest.compression_level = compression_level_or(
         args.compression_level,
         &settings,

@@ -18,6 +18,7 @@ mod clock;
 mod concurrency;
 mod copy;
 mod crash;
+mod deltas_commit;
 mod docs_names;
 mod faults;
 mod forged;

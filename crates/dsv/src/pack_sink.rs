@@ -82,6 +82,12 @@ impl PackSink {
         }
     }
 
+    /// The directory the packs go to (the store's `packs/`; empty for a sink that writes
+    /// no file).
+    pub fn packs_dir(&self) -> &Path {
+        &self.packs_dir
+    }
+
     fn seal(&self, writer: PackWriter) -> Result<PackFile> {
         if self.memory {
             let (sealed, bytes) = writer.finish_in_memory()?;

@@ -94,6 +94,16 @@
 //!      (`PackSink::claim`, which keeps an object from being written twice) are a
 //!      `key_set::KeySet` that moves past half a million keys to an unnamed file in
 //!      `.dsv/tmp`.
+//!    - **Deltas** (`ops/ingest/deltas.rs`, unless `ingest.deltas` is false): the listing is
+//!      walked beside the tree of the version the workspace holds (else the dataset's
+//!      head: `delta_parent`), so each file read comes with the file its path held there
+//!      (`ParentFiles`). A reader resolves that file's chunk list, and for each new chunk
+//!      picks the parent's chunks around the same offset scaled by the ratio of the two
+//!      lengths, keeps those this store holds whose chains are under
+//!      `COMMIT_DELTA_DEPTH` (4) deep, reads them (checked) and queues the chunk with that
+//!      prefix; a compressor keeps the delta frame only when it stores at most half of the
+//!      chunk compressed alone and the chunk's closure stores at most twice its length,
+//!      else the chunk joins a plain frame. A file at a new path costs nothing more.
 //!    - An ingest that fails (an error in any thread, Ctrl-C) returns its error after
 //!      `PackSink::abandon` has deleted the open temporary pack and every pack this commit
 //!      sealed that the catalog does not name.
@@ -157,7 +167,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::ingest::{IngestFile, IngestOptions, IngestStats, PackSink, TreeWriter, ingest_files};
+use super::ingest::{
+    IngestFile, IngestOptions, IngestStats, PackSink, ParentFile, TreeWriter, ingest_files,
+};
 use crate::catalog::StatEntry;
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
@@ -190,7 +202,9 @@ pub struct CommitOptions {
     /// Commit a directory inside another workspace of the same dataset
     /// ([`Error::InsideWorkspace`] otherwise): the CLI's `--force`.
     pub allow_nested: bool,
-    /// Pipeline tuning.
+    /// Pipeline tuning; `ingest.deltas` (default true) stores a new chunk of a file whose
+    /// path the parent version held as a delta against that file's chunks when that saves
+    /// at least half (false: every chunk whole, the CLI's `--no-deltas`).
     pub ingest: IngestOptions,
 }
 
@@ -285,8 +299,13 @@ pub fn commit(
     let mut walked = walk_beside_cache(store, &dir, workspace.as_ref(), options)?;
     tracing::debug!(entries = walked.regular_files + walked.other_files + walked.dirs, elapsed = ?clock.elapsed(), "walked beside the stat cache");
     store.remove_stale_temp_packs()?;
+    let delta_parent = match options.ingest.deltas {
+        true => delta_parent(store, workspace.as_ref(), &options.dataset)?,
+        false => None,
+    };
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
-    let written = ingest_listing(store, &sink, &dir, &mut walked, options, progress).and_then(
+    let listed = (dir.as_path(), delta_parent.as_ref());
+    let written = ingest_listing(store, &sink, listed, &mut walked, options, progress).and_then(
         |(ingest, mut ids)| {
             progress.phase("recording");
             tracing::debug!(files = ids.count, elapsed = ?clock.elapsed(), "ingested changed files");
@@ -534,7 +553,7 @@ impl Walked {
 fn ingest_listing(
     store: &Store,
     sink: &PackSink,
-    dir: &Path,
+    (dir, parent): (&Path, Option<&Version>),
     walked: &mut Walked,
     options: &CommitOptions,
     progress: &dyn Progress,
@@ -565,13 +584,19 @@ fn ingest_listing(
         0 => None,
         _ => Some(walked.listing.read()?),
     };
+    // The parent version's files, walked beside the listing (both in path order).
+    let mut parent_reader = store.checking_reader();
+    let mut parent_files =
+        ParentFiles::start(&mut parent_reader, parent.filter(|_| records.is_some()))?;
     while let Some((path, stat)) = match records.as_mut() {
         Some(records) => records.next_file_to_read()?,
         None => None,
     } {
+        let parent = parent_files.file(&path)?;
         batch.push(IngestFile {
             path: dir.join(path),
             stat,
+            parent,
         });
         if batch.len() >= INGEST_BATCH {
             read_batch(&mut batch)?;
@@ -580,6 +605,82 @@ fn ingest_listing(
     read_batch(&mut batch)?;
     drop(records);
     Ok((ingest, ids))
+}
+
+/// The version a commit's new chunks take their delta bases from: the version the workspace
+/// holds when it holds one of `dataset` (not removed), else the dataset's head (read without
+/// the head lock: any version whose chunks the store holds serves as well, as the data lock
+/// keeps them). `None` for a new dataset.
+///
+/// # Errors
+/// Catalog errors.
+fn delta_parent(
+    store: &Store,
+    workspace: Option<&crate::catalog::Workspace>,
+    dataset: &str,
+) -> Result<Option<Version>> {
+    let held = workspace
+        .filter(|w| w.dataset.as_deref() == Some(dataset))
+        .and_then(|w| w.version);
+    let version = match held {
+        Some(version) if store.catalog().removed_at(&version)?.is_none() => Some(version),
+        _ => store.catalog().head_or_none(dataset)?,
+    };
+    Ok(match version {
+        Some(id) => store.catalog().version(&id)?.map(|record| record.version),
+        None => None,
+    })
+}
+
+/// The parent version's files, read forward beside a listing in path order: which file a
+/// path held there. A parent whose trees cannot be read gives no file (deltas are only
+/// lost compression); an interruption stops the commit.
+struct ParentFiles<'r, 'a> {
+    cursor: Option<tree::Cursor<tree::Walk<'r, 'a>>>,
+}
+
+impl<'r, 'a> ParentFiles<'r, 'a> {
+    /// Starts before the first file of `version` (none when `None`).
+    ///
+    /// # Errors
+    /// [`Error::Interrupted`].
+    fn start(
+        reader: &'r mut crate::store::ObjectReader<'a>,
+        version: Option<&Version>,
+    ) -> Result<ParentFiles<'r, 'a>> {
+        let cursor = match version.map(|v| tree::walk_version(reader, v)) {
+            Some(Ok(walk)) => Some(tree::Cursor::new(walk)),
+            Some(Err(Error::Interrupted)) => return Err(Error::Interrupted),
+            _ => None,
+        };
+        Ok(ParentFiles { cursor })
+    }
+
+    /// The regular file of at least one byte the parent held at `path` (asked in path
+    /// order).
+    ///
+    /// # Errors
+    /// [`Error::Interrupted`].
+    fn file(&mut self, path: &str) -> Result<Option<ParentFile>> {
+        let Some(cursor) = self.cursor.as_mut() else {
+            return Ok(None);
+        };
+        match cursor.seek(path) {
+            Ok(Some((_, entry))) => Ok(match entry.kind {
+                FlatKind::File { .. } if entry.size > 0 => Some(ParentFile {
+                    id: entry.id,
+                    size: entry.size,
+                }),
+                _ => None,
+            }),
+            Ok(None) => Ok(None),
+            Err(Error::Interrupted) => Err(Error::Interrupted),
+            Err(_) => {
+                self.cursor = None;
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// Trees phase: builds the version's trees from the listing (each file's id from the

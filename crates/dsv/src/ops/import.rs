@@ -209,7 +209,7 @@ use std::sync::Mutex;
 
 use super::commit::{VersionDraft, record_version};
 use super::ingest::{
-    IngestError, IngestOptions, IngestStats, PackSink, StreamWriter, with_ingester,
+    IngestError, IngestOptions, IngestStats, PackSink, ParentFile, StreamWriter, with_ingester,
 };
 use crate::archive::{self, Format, Limits, MemberKind};
 use crate::error::{Error, Result};
@@ -696,9 +696,11 @@ fn run(
         None => Collected::default(),
     };
     store.remove_stale_temp_packs()?;
+    let parents = delta_parents(store, &draft.dataset, &to_read, format, settings.ingest)?;
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     progress.start("importing", bytes_downloaded, Unit::Bytes);
-    let read = read_new(store, &sink, source, &to_read, format, settings, progress);
+    let reading = (&to_read[..], &parents);
+    let read = read_new(store, &sink, source, reading, format, settings, progress);
     progress.finish();
     let listed = read.and_then(|(read, stats)| {
         collected.items.extend(read.items);
@@ -906,7 +908,7 @@ fn read_new(
     store: &Store,
     sink: &PackSink,
     source: &Source,
-    to_read: &[&SourceObject],
+    (to_read, parents): (&[&SourceObject], &Parents),
     format: Option<Format>,
     settings: &SourceSettings,
     progress: &dyn Progress,
@@ -944,12 +946,21 @@ fn read_new(
                     &store.temp_dir(),
                     limits,
                     progress,
-                    &mut |member| add_member(&mut writer, &mut local, object, member),
+                    &mut |member| {
+                        let parent = parents.get(&member.path).copied();
+                        add_member(&mut writer, &mut local, (object, parent), member)
+                    },
                 )?;
                 writer.finish();
                 Ok(local)
             }
-            _ => read_objects(ingester, source, to_read, settings.requests, progress),
+            _ => read_objects(
+                ingester,
+                source,
+                (to_read, parents),
+                settings.requests,
+                progress,
+            ),
         },
     )
 }
@@ -1010,11 +1021,68 @@ fn provenance_of(
     }
 }
 
+/// The files of the dataset's head by path, each a file an imported file at the same path
+/// may be stored as deltas against ([`super::ingest::deltas`]).
+type Parents = HashMap<String, ParentFile>;
+
+/// The [`Parents`] of an import of `to_read` into `dataset` (the head's files at the paths
+/// read, or every file of it for an archive, whose member paths are known only when read):
+/// empty without deltas or a head, or when the head's trees cannot be read (a delta is only
+/// saved compression).
+///
+/// # Errors
+/// Catalog errors; [`Error::Interrupted`].
+fn delta_parents(
+    store: &Store,
+    dataset: &str,
+    to_read: &[&SourceObject],
+    format: Option<Format>,
+    ingest: IngestOptions,
+) -> Result<Parents> {
+    let mut parents = Parents::new();
+    if !ingest.deltas || to_read.is_empty() {
+        return Ok(parents);
+    }
+    let Some(head) = store.catalog().head_or_none(dataset)? else {
+        return Ok(parents);
+    };
+    let Some(record) = store.catalog().version(&head)? else {
+        return Ok(parents);
+    };
+    let wanted: Option<BTreeSet<String>> = match format {
+        Some(_) => None,
+        None => Some(to_read.iter().filter_map(|o| key_path(o).ok()).collect()),
+    };
+    let mut reader = store.checking_reader();
+    let walk = match tree::walk_version(&mut reader, &record.version) {
+        Ok(walk) => walk,
+        Err(Error::Interrupted) => return Err(Error::Interrupted),
+        Err(_) => return Ok(Parents::new()),
+    };
+    for entry in walk {
+        match entry {
+            Ok(entry) => {
+                let file = matches!(entry.kind, FlatKind::File { .. }) && entry.size > 0;
+                if file && wanted.as_ref().is_none_or(|w| w.contains(&entry.path)) {
+                    let parent = ParentFile {
+                        id: entry.id,
+                        size: entry.size,
+                    };
+                    parents.insert(entry.path, parent);
+                }
+            }
+            Err(Error::Interrupted) => return Err(Error::Interrupted),
+            Err(_) => return Ok(Parents::new()),
+        }
+    }
+    Ok(parents)
+}
+
 /// Stores one archive member (a file through `writer`) into `collected`.
 fn add_member(
     writer: &mut StreamWriter<'_>,
     collected: &mut Collected,
-    object: &SourceObject,
+    (object, parent): (&SourceObject, Option<ParentFile>),
     member: archive::Member<'_>,
 ) -> Result<()> {
     let (kind, size, id) = match member.kind {
@@ -1024,7 +1092,7 @@ fn add_member(
         }
         MemberKind::File { executable } => {
             let (id, size) = writer
-                .ingest(&mut *member.reader, None)
+                .ingest_beside(&mut *member.reader, None, parent)
                 .map_err(|e| match e {
                     IngestError::Read(e) => archive::input_error(&object.url, e),
                     IngestError::Store(e) => e,
@@ -1068,7 +1136,7 @@ fn add_member(
 fn read_objects(
     ingester: &super::ingest::Ingester<'_>,
     source: &Source,
-    objects: &[&SourceObject],
+    (objects, parents): (&[&SourceObject], &Parents),
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Collected> {
@@ -1078,7 +1146,7 @@ fn read_objects(
         jobs,
         || ingester.writer(),
         |writer, _, object| {
-            let entry = read_object(writer, source, object, progress)?;
+            let entry = read_object(writer, source, (object, parents), progress)?;
             collected
                 .lock()
                 .expect("no panics while holding the lock")
@@ -1095,10 +1163,11 @@ fn read_objects(
 fn read_object(
     writer: &mut StreamWriter<'_>,
     source: &Source,
-    object: &SourceObject,
+    (object, parents): (&SourceObject, &Parents),
     progress: &dyn Progress,
 ) -> Result<FlatEntry> {
     let path = key_path(object)?;
+    let parent = parents.get(&path).copied();
     if let Some(target) = &object.symlink {
         let kind = FlatKind::Symlink {
             target: target.clone(),
@@ -1115,7 +1184,11 @@ fn read_object(
         progress,
     };
     let (id, size) = writer
-        .ingest(counted, Some(object.size).filter(|_| object.size_known))
+        .ingest_beside(
+            counted,
+            Some(object.size).filter(|_| object.size_known),
+            parent,
+        )
         .map_err(|e| match e {
             // A bound, a stall, a deadline or a cancellation met while reading.
             IngestError::Read(e) => {

@@ -6,6 +6,11 @@
 //! only to ask "do we have this chunk?") and its own frame. Full frames go through a bounded
 //! queue to `jobs` compressor threads, so the CPU-bound stages run in parallel and only the
 //! pack append is serialized.
+//!
+//! A file given with the file its path held in the parent version ([`ParentFile`]) may have
+//! its new chunks stored as deltas against that file's chunks ([`deltas`]): the reader
+//! thread picks and reads the bases, a compressor thread compresses and keeps the delta only
+//! when it saves at least half.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -23,6 +28,11 @@ use crate::progress::Progress;
 use crate::store::Store;
 use crate::walk::Stat;
 
+pub mod deltas;
+
+pub use deltas::{COMMIT_DELTA_DEPTH, ParentFile};
+use deltas::{DeltaEncoder, DeltaJob, DeltaPlanner, Encoded, NewChunk, ParentChunks};
+
 /// Raw bytes collected into one frame before it is compressed.
 pub const FRAME_TARGET: usize = 1024 * 1024;
 /// A frame's buffer size: the target plus one largest chunk, so it never reallocates.
@@ -38,6 +48,10 @@ pub struct IngestOptions {
     pub jobs: usize,
     /// zstd level (1–19; 3 is zstd's default).
     pub compression_level: i32,
+    /// Store a new chunk of a file given with its parent ([`IngestFile::parent`]) as a
+    /// delta against the parent's chunks when that saves at least half ([`deltas`]); false
+    /// stores every chunk whole, as dsv did before deltas. Default: true.
+    pub deltas: bool,
 }
 
 impl Default for IngestOptions {
@@ -47,6 +61,7 @@ impl Default for IngestOptions {
                 .map(|n| n.get())
                 .unwrap_or(2),
             compression_level: 3,
+            deltas: true,
         }
     }
 }
@@ -64,6 +79,13 @@ pub struct IngestStats {
     pub new_bytes: u64,
     /// Bytes they take in packs after compression.
     pub stored_bytes: u64,
+    /// New chunks stored as deltas against the parent version's chunks (counted in
+    /// `new_chunks` too).
+    pub delta_chunks: u64,
+    /// Stored bytes the deltas saved: for each, its plain encoding's stored bytes less its
+    /// own (so `stored_bytes + delta_bytes_saved` is what the chunks would take without
+    /// deltas, give or take how plain frames are cut).
+    pub delta_bytes_saved: u64,
 }
 
 impl IngestStats {
@@ -74,6 +96,8 @@ impl IngestStats {
         self.new_chunks += other.new_chunks;
         self.new_bytes += other.new_bytes;
         self.stored_bytes += other.stored_bytes;
+        self.delta_chunks += other.delta_chunks;
+        self.delta_bytes_saved += other.delta_bytes_saved;
     }
 }
 
@@ -83,6 +107,9 @@ pub struct IngestFile {
     pub path: PathBuf,
     /// Its stat when listed; a file that changes while read is an error.
     pub stat: Stat,
+    /// The file its path held in the parent version, whose chunks its new chunks may be
+    /// stored as deltas against; `None` for a new path (or no deltas).
+    pub parent: Option<ParentFile>,
 }
 
 /// Ingests `files` in parallel into `sink`, returning each file's id in input order.
@@ -134,7 +161,7 @@ fn read_file(writer: &mut StreamWriter<'_>, job: &IngestFile) -> Result<(ObjectI
     // Not followed, never waited on: a symlink or FIFO swapped in since the walk is an error.
     let file = crate::workspace::open_regular(&job.path)?;
     let (file_id, size) = writer
-        .ingest(&file, Some(job.stat.size))
+        .ingest_beside(&file, Some(job.stat.size), job.parent)
         .map_err(|e| e.at(&job.path))?;
     let after = Stat::of(&file.metadata().at(&job.path)?);
     if size != job.stat.size || after.mtime_ns != job.stat.mtime_ns || after.size != job.stat.size {
@@ -163,7 +190,7 @@ pub fn with_ingester<T>(
 ) -> Result<(T, IngestStats)> {
     let jobs = crate::parallel::clamp_jobs(options.jobs);
     let failed = AtomicBool::new(false);
-    let (sender, receiver) = mpsc::sync_channel::<FrameBuilder>(jobs * 2);
+    let (sender, receiver) = mpsc::sync_channel::<Work>(jobs * 2);
     let receiver = Mutex::new(receiver);
     std::thread::scope(|scope| {
         let mut compressors = Vec::with_capacity(jobs);
@@ -185,6 +212,7 @@ pub fn with_ingester<T>(
         let ingester = Ingester {
             catalog_path,
             sink,
+            deltas: options.deltas,
             sender,
             failed: &failed,
             progress,
@@ -202,7 +230,7 @@ pub fn with_ingester<T>(
         let mut first_error = None;
         for handle in compressors {
             match handle.join().expect("ingest compressor panicked") {
-                Ok(stored) => total.stored_bytes += stored,
+                Ok(compressed) => total.add(&compressed),
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
@@ -221,7 +249,9 @@ pub fn with_ingester<T>(
 pub struct Ingester<'a> {
     catalog_path: &'a Path,
     sink: &'a PackSink,
-    sender: mpsc::SyncSender<FrameBuilder>,
+    /// Whether files given with a parent may get deltas ([`IngestOptions::deltas`]).
+    deltas: bool,
+    sender: mpsc::SyncSender<Work>,
     failed: &'a AtomicBool,
     progress: Option<&'a dyn Progress>,
     stats: Mutex<IngestStats>,
@@ -240,6 +270,7 @@ impl<'a> Ingester<'a> {
             frame: FrameBuilder::with_capacity(FRAME_CAPACITY),
             maps: FrameBuilder::default(),
             stats: IngestStats::default(),
+            planner: DeltaPlanner::default(),
         })
     }
 }
@@ -254,6 +285,16 @@ pub struct StreamWriter<'a> {
     /// metadata a remote clone fetches without any chunk (see ops/sync/).
     maps: FrameBuilder,
     stats: IngestStats,
+    /// Picks the bases of the new chunks of a file given with its parent.
+    planner: DeltaPlanner,
+}
+
+/// What the reader threads queue for the compressor threads.
+enum Work {
+    /// A frame to compress whole.
+    Frame(FrameBuilder),
+    /// A chunk to compress against its bases (or, failing that, into a plain frame).
+    Delta(DeltaJob),
 }
 
 /// An error of [`StreamWriter::ingest`]: reading the stream failed (the caller knows what
@@ -301,6 +342,22 @@ impl StreamWriter<'_> {
         source: impl Read,
         expected_size: Option<u64>,
     ) -> std::result::Result<(ObjectId, u64), IngestError> {
+        self.ingest_beside(source, expected_size, None)
+    }
+
+    /// As [`StreamWriter::ingest`], for a file whose path held `parent` in the parent
+    /// version: with deltas on ([`IngestOptions::deltas`]), each new chunk is offered to the
+    /// compressors as a delta against the parent's chunks around its (scaled) offset
+    /// ([`deltas`]). `expected_size` scales the offsets (the parent's size when unknown).
+    ///
+    /// # Errors
+    /// As [`StreamWriter::ingest`].
+    pub fn ingest_beside(
+        &mut self,
+        source: impl Read,
+        expected_size: Option<u64>,
+        parent: Option<ParentFile>,
+    ) -> std::result::Result<(ObjectId, u64), IngestError> {
         crate::interrupt::check()?;
         if self.ingester.failed.load(Ordering::Relaxed) {
             return Err(Error::Interrupted.into());
@@ -313,6 +370,17 @@ impl StreamWriter<'_> {
         let hash_whole = expected_size.is_none_or(|size| size > params.min as u64);
         let mut chunks = Vec::new();
         let mut size = 0u64;
+        // The parent's chunks, and a reader of their bytes (its frame cache serves the
+        // whole file: the bases of consecutive chunks share frames).
+        let mut base_reader = crate::store::ObjectReader::over(&self.catalog, sink.packs_dir());
+        let parent_chunks: Option<ParentChunks> = match parent {
+            Some(parent) if self.ingester.deltas => {
+                self.planner
+                    .parent_chunks(&self.catalog, &mut base_reader, parent)?
+            }
+            _ => None,
+        };
+        let scale_size = expected_size.or(parent.map(|p| p.size)).unwrap_or(0);
         while let Some(chunk) = chunker.next_chunk().map_err(IngestError::Read)? {
             // Checked per chunk, so a single huge stream stops promptly too.
             crate::interrupt::check()?;
@@ -320,6 +388,7 @@ impl StreamWriter<'_> {
                 return Err(Error::Interrupted.into());
             }
             let id = ObjectId::of(chunk);
+            let start = size;
             size += chunk.len() as u64;
             if let Some(progress) = self.ingester.progress {
                 progress.advance(chunk.len() as u64);
@@ -331,15 +400,33 @@ impl StreamWriter<'_> {
             if !self.catalog.has_object(&id, ObjectKind::Chunk)?
                 && sink.claim(&id, ObjectKind::Chunk)?
             {
-                self.frame.push(id, ObjectKind::Chunk, chunk);
                 self.stats.new_chunks += 1;
                 self.stats.new_bytes += chunk.len() as u64;
+                let job = match &parent_chunks {
+                    Some(parent) => {
+                        let chunk = NewChunk {
+                            id,
+                            bytes: chunk,
+                            start,
+                            file_size: scale_size,
+                        };
+                        let catalog = &self.catalog;
+                        self.planner
+                            .plan(catalog, &mut base_reader, parent, chunk)?
+                    }
+                    None => None,
+                };
+                if let Some(job) = job {
+                    sender.send(Work::Delta(job)).expect(QUEUE_OPEN);
+                    continue;
+                }
+                self.frame.push(id, ObjectKind::Chunk, chunk);
                 if self.frame.len() >= FRAME_TARGET {
                     let full = std::mem::replace(
                         &mut self.frame,
                         FrameBuilder::with_capacity(FRAME_CAPACITY),
                     );
-                    sender.send(full).expect(QUEUE_OPEN);
+                    sender.send(Work::Frame(full)).expect(QUEUE_OPEN);
                 }
             }
         }
@@ -366,7 +453,7 @@ impl StreamWriter<'_> {
             }
             if self.maps.len() >= FRAME_TARGET {
                 sender
-                    .send(std::mem::take(&mut self.maps))
+                    .send(Work::Frame(std::mem::take(&mut self.maps)))
                     .expect(QUEUE_OPEN);
             }
         }
@@ -379,7 +466,10 @@ impl StreamWriter<'_> {
     pub fn finish(self) {
         for rest in [self.frame, self.maps] {
             if !rest.is_empty() {
-                self.ingester.sender.send(rest).expect(QUEUE_OPEN);
+                self.ingester
+                    .sender
+                    .send(Work::Frame(rest))
+                    .expect(QUEUE_OPEN);
             }
         }
         self.ingester
@@ -390,35 +480,61 @@ impl StreamWriter<'_> {
     }
 }
 
-/// Compresses frames from the queue into the sink until the queue closes; returns the bytes
-/// stored. After a failure anywhere it keeps draining (discarding) so readers never block.
+/// Compresses frames (and delta jobs) from the queue into the sink until the queue closes;
+/// returns the bytes stored and the deltas kept (the other totals are zero). After a
+/// failure anywhere it keeps draining (discarding) so readers never block.
 fn compress_worker(
-    receiver: &Mutex<mpsc::Receiver<FrameBuilder>>,
+    receiver: &Mutex<mpsc::Receiver<Work>>,
     sink: &PackSink,
     level: i32,
     failed: &AtomicBool,
-) -> Result<u64> {
-    let mut stored = 0u64;
+) -> Result<IngestStats> {
+    let mut totals = IngestStats::default();
     let mut outcome = Ok(());
     let mut compressor =
         zstd::bulk::Compressor::new(level).during("setting up a zstd compressor")?;
+    // Made at the first delta job: a run without deltas sets up no second context.
+    let mut deltas: Option<DeltaEncoder> = None;
+    let add = |encoded: crate::pack::EncodedFrame, totals: &mut IngestStats| {
+        totals.stored_bytes += encoded.stored_len() as u64;
+        sink.add(encoded)
+    };
     loop {
-        let frame = receiver
+        let work = receiver
             .lock()
             .expect("no panics while holding the lock")
             .recv();
-        let Ok(mut frame) = frame else { break };
+        let Ok(work) = work else { break };
         if outcome.is_err() || failed.load(Ordering::Relaxed) {
             continue;
         }
-        let encoded = frame.encode_with(&mut compressor);
-        stored += encoded.stored_len() as u64;
-        outcome = sink.add(encoded);
+        outcome = match work {
+            Work::Frame(mut frame) => add(frame.encode_with(&mut compressor), &mut totals),
+            Work::Delta(job) => {
+                let encoder = deltas.get_or_insert_with(|| DeltaEncoder::new(level));
+                match encoder.encode(job, &mut compressor, FRAME_TARGET) {
+                    Encoded::Delta(frame, saved) => {
+                        totals.delta_chunks += 1;
+                        totals.delta_bytes_saved += saved;
+                        add(frame, &mut totals)
+                    }
+                    Encoded::Plain(Some(frame)) => add(frame, &mut totals),
+                    Encoded::Plain(None) => Ok(()),
+                }
+            }
+        };
         if outcome.is_err() {
             failed.store(true, Ordering::Relaxed);
         }
     }
-    outcome.map(|()| stored)
+    // The chunks whose deltas were not kept, still in this thread's plain frame.
+    if outcome.is_ok()
+        && !failed.load(Ordering::Relaxed)
+        && let Some(frame) = deltas.as_mut().and_then(|d| d.finish(&mut compressor))
+    {
+        outcome = add(frame, &mut totals);
+    }
+    outcome.map(|()| totals)
 }
 
 /// Writes the outboard ([`crate::outboard`]) of each of `files` that this store lacks: files
