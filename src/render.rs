@@ -654,6 +654,9 @@ pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
     for pack in &r.damaged_packs {
         let _ = write!(out, "\nwarning: damaged pack not indexed: {pack}");
     }
+    for problem in &r.unreadable_deltas {
+        let _ = write!(out, "\nwarning: a delta frame does not read: {problem}");
+    }
     if !r.missing_versions.is_empty() {
         let _ = write!(
             out,

@@ -146,6 +146,11 @@ fn generate(root: &Path) -> dsv::Result<()> {
         }
     }
 
+    // 3b. fuzz_delta: small packs' data and index 2, each with a delta frame against bases
+    // held in a stored-as-is frame of the same data (the target takes a base's bytes from
+    // there), as a writer encodes them.
+    delta_seeds(&seeds, &noise);
+
     // 4. A lock file of both datasets, as `dsv lock` prints it, and one naming a remote.
     let revisions = [
         Revision::parse("fivethirtyeight@v1").unwrap(),
@@ -209,6 +214,95 @@ fn generate(root: &Path) -> dsv::Result<()> {
     seeds.add("fuzz_member_path", b"./sub/link\0../a.csv");
     seeds.add("fuzz_member_path", b"data/train/0001.png");
     Ok(())
+}
+
+/// Seeds of `fuzz_delta` (2 bytes data length, the data, an index 2) from slices of `noise`:
+/// a chunk edited in a few places as a delta against the original (one base), against two
+/// bases, and against a base the data does not hold (the target then uses its id bytes).
+fn delta_seeds(seeds: &Seeds, noise: &[u8]) {
+    use dsv::pack::format::{FrameBases, FrameRecord, HEADER_LEN, ObjectRecord, encode_index};
+    use dsv::pack::{Compression, DeltaCompressor, FrameBuilder};
+    let base = &noise[..12_000];
+    let other = &noise[12_000..20_000];
+    let mut chunk = base.to_vec();
+    for at in [10, 5_000, 11_000] {
+        chunk[at] ^= 0x5a;
+    }
+    let ghost = dsv::ObjectId::of(b"a base no pack holds");
+    let cases: [(Vec<&[u8]>, bool); 3] = [
+        (vec![base], true),
+        (vec![other, base], true),
+        (vec![base], false),
+    ];
+    let mut compressor = DeltaCompressor::default();
+    for (bases, held) in cases {
+        let prefix: Vec<u8> = bases.concat();
+        let mut ids: Vec<dsv::ObjectId> = bases.iter().map(|b| dsv::ObjectId::of(b)).collect();
+        if !held {
+            ids = vec![ghost];
+        }
+        let mut builder = FrameBuilder::default();
+        builder.push(dsv::ObjectId::of(&chunk), ObjectKind::Chunk, &chunk);
+        let Ok(delta) = builder.encode_delta(&mut compressor, 3, &prefix, ids.clone()) else {
+            continue;
+        };
+        let delta_stored = compressor_output(&mut compressor, &prefix, &chunk);
+        // Frame 0: the bases as is (when held); frame 1: the delta.
+        let mut data = Vec::new();
+        let mut frames = Vec::new();
+        let mut objects = Vec::new();
+        if held {
+            let mut offset = 0u32;
+            for b in &bases {
+                objects.push(ObjectRecord {
+                    id: dsv::ObjectId::of(b),
+                    kind: ObjectKind::Chunk,
+                    frame: 0,
+                    offset,
+                    length: b.len() as u32,
+                });
+                offset += b.len() as u32;
+            }
+            frames.push(FrameRecord {
+                offset: HEADER_LEN,
+                stored_length: prefix.len() as u32,
+                raw_length: prefix.len() as u32,
+                compression: Compression::None,
+            });
+            data.extend_from_slice(&prefix);
+        }
+        assert_eq!(delta.stored_len(), delta_stored.len());
+        let frame = frames.len() as u32;
+        frames.push(FrameRecord {
+            offset: HEADER_LEN + data.len() as u64,
+            stored_length: delta_stored.len() as u32,
+            raw_length: chunk.len() as u32,
+            compression: Compression::Delta,
+        });
+        objects.push(ObjectRecord {
+            id: dsv::ObjectId::of(&chunk),
+            kind: ObjectKind::Chunk,
+            frame,
+            offset: 0,
+            length: chunk.len() as u32,
+        });
+        data.extend_from_slice(&delta_stored);
+        let index = encode_index(&frames, &objects, &[FrameBases { frame, bases: ids }]);
+        let mut seed = (data.len() as u16).to_le_bytes().to_vec();
+        seed.extend_from_slice(&data);
+        seed.extend_from_slice(&index);
+        seeds.add("fuzz_delta", &seed);
+    }
+}
+
+/// The stored bytes of `raw` compressed against `prefix` at level 3, as
+/// `FrameBuilder::encode_delta` stores them (its frame keeps them private).
+fn compressor_output(
+    compressor: &mut dsv::pack::DeltaCompressor,
+    prefix: &[u8],
+    raw: &[u8],
+) -> Vec<u8> {
+    compressor.compress(3, prefix, raw).unwrap()
 }
 
 /// Ends the process before libFuzzer starts fuzzing (a plain function, so the code after the

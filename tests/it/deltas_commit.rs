@@ -125,6 +125,50 @@ fn chunk_depths_at(catalog: &Path) -> HashMap<Vec<u8>, usize> {
     memo
 }
 
+/// The chunks whose closure (the chunk and every base it needs, recursively, each once)
+/// stores more than twice the chunk's length, as `id: stored / length` lines. A chunk's
+/// stored bytes are its frame's, shared among the frame's objects by raw length.
+fn closures_over_twice(env: &TestEnv) -> Vec<String> {
+    let db = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    let mut statement = db
+        .prepare(
+            "SELECT o.id, o.length, f.stored_length, f.raw_length, f.bases
+             FROM objects o JOIN frames f ON f.id = o.frame WHERE o.kind = 1",
+        )
+        .unwrap();
+    type Row = (u64, u64, Vec<Vec<u8>>);
+    let chunks: HashMap<Vec<u8>, Row> = statement
+        .query_map([], |row| {
+            let number = |column: usize| row.get::<_, i64>(column).map(|n| n as u64);
+            let (length, stored, raw) = (number(1)?, number(2)?, number(3)?);
+            let bases: Option<Vec<u8>> = row.get(4)?;
+            let bases = bases
+                .unwrap_or_default()
+                .chunks(32)
+                .map(<[u8]>::to_vec)
+                .collect();
+            Ok((row.get(0)?, (length, stored * length / raw.max(1), bases)))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut over = Vec::new();
+    for (id, (length, _, _)) in &chunks {
+        let mut closure = std::collections::HashSet::new();
+        let mut next = vec![id.clone()];
+        while let Some(chunk) = next.pop() {
+            if closure.insert(chunk.clone()) {
+                next.extend(chunks[&chunk].2.iter().cloned());
+            }
+        }
+        let stored: u64 = closure.iter().map(|c| chunks[c].1).sum();
+        if stored > 2 * length {
+            over.push(format!("{id:02x?}: {stored} / {length}"));
+        }
+    }
+    over
+}
+
 /// Commits `bytes` as `ws/series.csv` to dataset `d` with `extra` flags; the JSON report.
 fn commit_csv(env: &TestEnv, bytes: &[u8], extra: &[&str]) -> serde_json::Value {
     env.write("ws/series.csv", bytes);
@@ -173,6 +217,8 @@ fn ten_growing_csv_versions_cost_far_less_than_ten_copies() {
     let depths = chunk_depths(&env);
     let deepest = depths.values().copied().max().unwrap();
     assert_eq!(deepest, COMMIT_DELTA_DEPTH, "{depths:?}");
+    // Reading any chunk decodes at most twice its length of stored bytes.
+    assert_eq!(closures_over_twice(&env), Vec::<String>::new());
     for (v, version) in versions.iter().enumerate() {
         let dir = format!("out{v}");
         env.ok(&["checkout", &format!("d@{version}"), &dir]);
@@ -329,4 +375,70 @@ fn an_update_of_a_growing_file_stores_deltas() {
     );
     env.ok(&["checkout", "imp", "out"]);
     assert!(std::fs::read(env.path("out/series.csv")).unwrap() == growing_csv(1));
+}
+
+/// Writes `bytes` as `TOP/series.csv` into a gzipped tar at `path`.
+fn release_archive(path: &Path, top: &str, bytes: &[u8]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut archive = tar::Builder::new(flate2::write::GzEncoder::new(
+        file,
+        flate2::Compression::fast(),
+    ));
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    archive
+        .append_data(&mut header, format!("{top}/series.csv"), bytes)
+        .unwrap();
+    archive.into_inner().unwrap().finish().unwrap();
+}
+
+/// A new release of an archive whose top directory is renamed (`data-1/` becomes
+/// `data-2/`, as a dated tarball's does) still finds its files' parents by the rest of
+/// their paths, and reads back.
+#[test]
+fn an_archive_whose_top_directory_is_renamed_stores_deltas() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.path("releases")).unwrap();
+    let (first, second) = (
+        env.path("releases/v1.tar.gz"),
+        env.path("releases/v2.tar.gz"),
+    );
+    release_archive(&first, "data-1", &growing_csv(0));
+    release_archive(&second, "data-2", &growing_csv(1));
+    let one = env.json(&["import", first.to_str().unwrap(), "-d", "rel"]);
+    let two = env.json(&["import", second.to_str().unwrap(), "-d", "rel"]);
+    assert!(
+        two["delta_chunks"].as_u64().unwrap() * 10 >= two["new_chunks"].as_u64().unwrap() * 8,
+        "{two:#}"
+    );
+    assert!(
+        two["stored_bytes"].as_u64().unwrap() * 5 < one["stored_bytes"].as_u64().unwrap(),
+        "first {one:#}\nsecond {two:#}"
+    );
+    env.ok(&["checkout", "rel", "out"]);
+    assert!(std::fs::read(env.path("out/data-2/series.csv")).unwrap() == growing_csv(1));
+}
+
+/// A workspace whose one top directory is renamed between versions (a dated release
+/// unpacked as it comes) still stores deltas against the files below the old name.
+#[test]
+fn a_renamed_top_directory_keeps_its_parents() {
+    let env = TestEnv::new();
+    env.write("ws/data-1/series.csv", growing_csv(0));
+    let first = env.json(&["commit", "ws", "-d", "d"]);
+    std::fs::remove_dir_all(env.path("ws/data-1")).unwrap();
+    env.write("ws/data-2/series.csv", growing_csv(1));
+    let second = env.json(&["commit", "ws", "-d", "d"]);
+    assert!(
+        second["delta_chunks"].as_u64().unwrap() * 10 >= second["new_chunks"].as_u64().unwrap() * 8,
+        "{second:#}"
+    );
+    assert!(
+        second["stored_bytes"].as_u64().unwrap() * 5 < first["stored_bytes"].as_u64().unwrap(),
+        "first {first:#}\nsecond {second:#}"
+    );
+    env.ok(&["checkout", "d", "out"]);
+    assert!(std::fs::read(env.path("out/data-2/series.csv")).unwrap() == growing_csv(1));
 }

@@ -389,15 +389,31 @@ fn a_newer_remote_format_is_refused() {
     env.ok(&["gc", "--remote", "origin", "-q"]);
     let format: Value =
         serde_json::from_slice(&std::fs::read(env.path("remote/format")).unwrap()).unwrap();
+    // No pack holds a delta frame: format 2, which a dsv before deltas still writes to.
     assert_eq!(format["format"], 2, "{format}");
+    // Format 3 (packs may hold delta frames) is this dsv's own.
     std::fs::write(
         env.path("remote/format"),
         r#"{"format":3,"grace_seconds":86400}"#,
     )
     .unwrap();
     commit(&env, "a", "ds", 2);
+    env.ok(&["push", "-q"]);
+    env.ok(&["gc", "--remote", "origin", "-q"]);
+    let format: Value =
+        serde_json::from_slice(&std::fs::read(env.path("remote/format")).unwrap()).unwrap();
+    assert_eq!(
+        format["format"], 3,
+        "a collection lowered the format: {format}"
+    );
+    std::fs::write(
+        env.path("remote/format"),
+        r#"{"format":4,"grace_seconds":86400}"#,
+    )
+    .unwrap();
+    commit(&env, "a", "ds", 3);
     let error = env.json_error(&["push"], 3);
-    assert!(error.to_string().contains("format 3"), "{error:#}");
+    assert!(error.to_string().contains("format 4"), "{error:#}");
     env.json_error(&["gc", "--remote", "origin"], 3);
 }
 

@@ -1225,7 +1225,7 @@ impl Error {
             Error::InvalidRemote { .. } => (User, Some("InvalidRemote"), No),
             Error::Remote { source, .. } => (source.kind(), Some("RemoteError"), Worded),
             Error::PushBehind { .. } => (Conflict, None, Worded),
-            Error::RemoteFormatTooNew { .. } => (User, None, Text("a newer dsv collects this remote's garbage (`dsv gc --remote`); an older one could push data that collection deletes")),
+            Error::RemoteFormatTooNew { .. } => (User, None, Text("a newer dsv wrote this remote's rules (format 2: `dsv gc --remote` collects it, and an older dsv could push data that collection deletes; format 3: its packs may hold delta frames); upgrade dsv")),
             Error::RemoteCollected { .. } => (Conflict, None, Text("nothing a ref names was lost; run the command again")),
             Error::RemoteDiverged { .. } => (Conflict, Some("RemoteDiverged"), Worded),
             Error::NoCommonVersion { .. } => (User, None, Worded),

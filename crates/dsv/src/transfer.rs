@@ -54,6 +54,7 @@ use crate::catalog::{RemoteRecord, RemoteRef, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
+use crate::pack::format::Compression;
 use crate::pack::{EncodedFrame, FrameRecord, PackFile};
 use crate::pack_sink::PackSink;
 use crate::progress::{Progress, Unit};
@@ -204,7 +205,8 @@ pub(crate) fn refresh_indexes_except(
     let mut indexes = Vec::with_capacity(new.len());
     for ((id, size), tail) in new.iter().zip(tails) {
         let index = crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
-            Error::corrupt(format!("{}:{}", record.name, remote::index_key(id)), detail)
+            let key = format!("{}:{}", record.name, remote::index_key(id));
+            crate::pack::reader::tail_error(key, &tail, detail)
         })?;
         indexes.push((id, size, index));
     }
@@ -256,12 +258,256 @@ pub(crate) fn refresh_all_indexes(
     Ok(())
 }
 
-/// One span's frames as checked (each with its raw bytes when asked for, else empty), its
-/// object count and its bytes.
-type CheckedSpan = (Vec<(EncodedFrame, Vec<u8>)>, u64, u64);
+/// One checked frame of a span: a plain frame checked (with its raw bytes when asked for or
+/// when it holds a base a delta of this download needs, else empty), or a delta frame kept
+/// for [`DeltaBases`] to check once its bases are at hand.
+enum Checked {
+    Plain {
+        /// Its remote pack and offset.
+        at: (ObjectId, u64),
+        frame: EncodedFrame,
+        /// Its raw bytes when the caller asked for them, else empty.
+        raw: Vec<u8>,
+        /// The chunks in it that deltas of this download name as bases, with their bytes.
+        bases: Vec<(ObjectId, Vec<u8>)>,
+    },
+    Delta(PendingDelta),
+}
 
-/// The frames of one span with their objects (id, kind, offset, length), for checking.
-type PreparedSpan = Vec<(FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>)>;
+/// One span's frames as checked, its object count and its bytes.
+type CheckedSpan = (Vec<Checked>, u64, u64);
+
+/// The frames of one span with their objects (id, kind, offset, length) and bases (empty for
+/// a plain frame), for checking.
+type PreparedSpan = Vec<(
+    FrameRecord,
+    Vec<(ObjectId, ObjectKind, u32, u32)>,
+    Vec<ObjectId>,
+)>;
+
+/// What [`DeltaBases::resolve`] does with each delta checked: the delta as it came, the
+/// frame checked and its raw bytes.
+type KeepDelta<'a> = dyn FnMut(&PendingDelta, EncodedFrame, Vec<u8>) -> Result<()> + 'a;
+
+/// A delta frame downloaded and not yet checked: its bytes as stored, where it came from and
+/// what its index says of it.
+struct PendingDelta {
+    pack: ObjectId,
+    frame: FrameRecord,
+    objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+    bases: Vec<ObjectId>,
+    stored: Vec<u8>,
+}
+
+/// The bases of the delta frames a download receives, and the deltas waiting for them.
+///
+/// A delta frame is checked against its bases before it is kept
+/// ([`EncodedFrame::verified_delta`]: decoded with the bases' raw bytes as its prefix, every
+/// chunk hashing to its id). The bases come from the frames of the same download (checked
+/// first, their raw bytes kept while a delta waits for them) or from this store (read
+/// through [`crate::store::ObjectReader`], which checks them). A delta whose bases are not
+/// at hand when its download ends is [`Error::Corrupt`] naming the remote ([`fetch_spans`]
+/// with [`DeltaBases::new`]), or, with [`DeltaBases::carried`], waits for the next download
+/// of the same operation (`dsv copy` moves frames in batches) until
+/// [`DeltaBases::finish`]. Chains are followed at most
+/// [`crate::pack::format::MAX_DELTA_DEPTH`] levels deep within a download.
+pub(crate) struct DeltaBases {
+    packs_dir: Option<std::path::PathBuf>,
+    carry: bool,
+    known: HashMap<ObjectId, std::sync::Arc<Vec<u8>>>,
+    depth: HashMap<ObjectId, u32>,
+    pending: Vec<PendingDelta>,
+    /// Bases deltas still to come will name: their raw bytes are kept when they arrive.
+    expected: HashSet<ObjectId>,
+    remote: String,
+}
+
+impl DeltaBases {
+    /// Bases read from this store's packs in `packs_dir` when it holds them (`None`: only
+    /// from the download itself); a delta still waiting when a [`fetch_spans`] ends fails it.
+    pub(crate) fn new(packs_dir: Option<&std::path::Path>) -> DeltaBases {
+        DeltaBases {
+            packs_dir: packs_dir.map(std::path::Path::to_path_buf),
+            carry: false,
+            known: HashMap::new(),
+            depth: HashMap::new(),
+            pending: Vec::new(),
+            expected: HashSet::new(),
+            remote: String::new(),
+        }
+    }
+
+    /// Bases that deltas of a later download of the operation name: kept when they arrive
+    /// before those deltas (with [`DeltaBases::carried`]).
+    pub(crate) fn expect(&mut self, bases: impl IntoIterator<Item = ObjectId>) {
+        self.expected.extend(bases);
+    }
+
+    /// As [`DeltaBases::new`], but a delta whose bases have not arrived when a
+    /// [`fetch_spans`] ends waits for the next one; [`DeltaBases::finish`] ends the wait.
+    pub(crate) fn carried(packs_dir: Option<&std::path::Path>) -> DeltaBases {
+        DeltaBases {
+            carry: true,
+            ..DeltaBases::new(packs_dir)
+        }
+    }
+
+    /// The bases every waiting delta names, and those expected.
+    fn wanted(&self) -> HashSet<ObjectId> {
+        self.pending
+            .iter()
+            .flat_map(|d| d.bases.iter().copied())
+            .chain(self.expected.iter().copied())
+            .collect()
+    }
+
+    /// Checks every waiting delta whose bases are at hand, in dependency order, and hands
+    /// each checked frame (with its raw bytes) to `keep`. Those still waiting stay.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming the remote's pack for a delta that fails its check or a
+    /// chain deeper than [`crate::pack::format::MAX_DELTA_DEPTH`]; errors reading a base
+    /// from this store; `keep`'s errors.
+    fn resolve(
+        &mut self,
+        catalog: &crate::catalog::Catalog,
+        keep: &mut KeepDelta<'_>,
+    ) -> Result<()> {
+        let mut reader = self
+            .packs_dir
+            .as_deref()
+            .map(|dir| crate::store::ObjectReader::over(catalog, dir));
+        loop {
+            let wanted = self.wanted();
+            let mut progressed = false;
+            let mut at = 0;
+            while at < self.pending.len() {
+                // Every base: from this download, else from this store.
+                let mut ready = true;
+                for base in &self.pending[at].bases {
+                    if self.known.contains_key(base) {
+                        continue;
+                    }
+                    match reader.as_mut() {
+                        Some(reader) if catalog.has_object(base, ObjectKind::Chunk)? => {
+                            let bytes = reader.bytes(base, ObjectKind::Chunk)?;
+                            self.known.insert(*base, std::sync::Arc::new(bytes));
+                        }
+                        _ => {
+                            ready = false;
+                            break;
+                        }
+                    }
+                }
+                if !ready {
+                    at += 1;
+                    continue;
+                }
+                let delta = self.pending.swap_remove(at);
+                progressed = true;
+                let depth = 1 + delta
+                    .bases
+                    .iter()
+                    .map(|b| self.depth.get(b).copied().unwrap_or(0))
+                    .max()
+                    .unwrap_or(0);
+                let place = || format!("{}:{}", self.remote, crate::remote::pack_key(&delta.pack));
+                if depth > crate::pack::format::MAX_DELTA_DEPTH {
+                    return Err(Error::corrupt(
+                        place(),
+                        format!(
+                            "frame at offset {}: a delta chain deeper than {} levels",
+                            delta.frame.offset,
+                            crate::pack::format::MAX_DELTA_DEPTH
+                        ),
+                    ));
+                }
+                // Bounded before the prefix is built: a hostile index may name large bases.
+                let prefix_len: u64 = delta
+                    .bases
+                    .iter()
+                    .map(|base| self.known[base].len() as u64)
+                    .sum();
+                if prefix_len > crate::pack::format::MAX_DELTA_PREFIX {
+                    return Err(Error::corrupt(
+                        place(),
+                        format!(
+                            "delta frame at offset {}: its bases hold {prefix_len} bytes, more \
+                             than the {} a delta's prefix may",
+                            delta.frame.offset,
+                            crate::pack::format::MAX_DELTA_PREFIX
+                        ),
+                    ));
+                }
+                let mut prefix = Vec::with_capacity(prefix_len as usize);
+                for base in &delta.bases {
+                    prefix.extend_from_slice(&self.known[base]);
+                }
+                let bad = |detail: String| {
+                    Error::corrupt(
+                        place(),
+                        format!("delta frame at offset {}: {detail}", delta.frame.offset),
+                    )
+                };
+                let (frame, raw) = EncodedFrame::verified_delta(
+                    delta.stored.clone(),
+                    delta.frame.raw_length,
+                    delta.objects.clone(),
+                    delta.bases.clone(),
+                    &prefix,
+                )
+                .map_err(bad)?;
+                for (id, kind, offset, length) in &delta.objects {
+                    if *kind == ObjectKind::Chunk {
+                        self.depth.insert(*id, depth);
+                        if wanted.contains(id) {
+                            let bytes =
+                                raw[*offset as usize..(*offset + *length) as usize].to_vec();
+                            self.known.insert(*id, std::sync::Arc::new(bytes));
+                        }
+                    }
+                }
+                keep(&delta, frame, raw)?;
+            }
+            if !progressed || self.pending.is_empty() {
+                break;
+            }
+        }
+        // Bases no delta waits for any more are let go.
+        let wanted = self.wanted();
+        self.known.retain(|id, _| wanted.contains(id));
+        Ok(())
+    }
+
+    /// Ends a download: a delta still waiting for a base is [`Error::Corrupt`] naming the
+    /// remote (it holds a delta whose base it lacks, or a cycle of bases).
+    ///
+    /// # Errors
+    /// As described.
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        match self.pending.first() {
+            None => Ok(()),
+            Some(delta) => {
+                let missing = delta
+                    .bases
+                    .iter()
+                    .find(|b| !self.known.contains_key(b))
+                    .map_or_else(String::new, |b| b.short());
+                let error = Error::corrupt(
+                    format!("{}:{}", self.remote, crate::remote::pack_key(&delta.pack)),
+                    format!(
+                        "delta frame at offset {} names base chunk {missing}, which neither \
+                         the remote nor this store holds (or its bases make a cycle)",
+                        delta.frame.offset
+                    ),
+                );
+                self.pending.clear();
+                self.known.clear();
+                Err(error)
+            }
+        }
+    }
+}
 
 /// One ranged GET: a span of a remote pack and the frames inside it.
 pub(crate) struct Span {
@@ -288,16 +534,19 @@ pub(crate) type FramesOf =
     BTreeMap<(ObjectId, u64), (FrameRecord, i64, Vec<(ObjectId, ObjectKind)>)>;
 
 /// The remote frames holding those of `wanted` that this store lacks and remote `remote`
-/// holds, with the wanted objects in each.
+/// holds, with the wanted objects in each, and, for each delta frame among them, the frames
+/// holding its bases (transitively) that this store lacks.
 ///
 /// # Errors
-/// [`Error::Catalog`].
+/// [`Error::Catalog`]; [`Error::Corrupt`] naming the remote when it lacks a base of a delta
+/// frame it holds.
 pub(crate) fn frames_of(
     catalog: &crate::catalog::Catalog,
     remote: i64,
     wanted: &[(ObjectId, ObjectKind)],
 ) -> Result<FramesOf> {
     let mut frames: FramesOf = BTreeMap::new();
+    let mut deltas = Vec::new();
     for (id, kind) in wanted {
         if catalog.has_object(id, *kind)? {
             continue;
@@ -307,14 +556,84 @@ pub(crate) fn frames_of(
         if let Some(location) = catalog.remote_locate(remote, id, *kind)?
             && !location.in_local_pack()
         {
-            frames
+            let entry = frames
                 .entry((location.pack, location.frame.offset))
-                .or_insert_with(|| (location.frame, location.frame_row, Vec::new()))
-                .2
-                .push((*id, *kind));
+                .or_insert_with(|| {
+                    if location.frame.compression == Compression::Delta {
+                        deltas.push(location.frame_row);
+                    }
+                    (location.frame, location.frame_row, Vec::new())
+                });
+            entry.2.push((*id, *kind));
         }
     }
+    add_delta_closure(catalog, remote, &mut frames, deltas)?;
     Ok(frames)
+}
+
+/// Adds to `frames` the remote frames holding the bases (transitively) of the delta frames
+/// whose rows are `deltas`, each base this store lacks wanted in it: a delta frame travels
+/// only with its bases, in the same round of ranged GETs, resolved from the catalog's copy of
+/// the remote's index (never one round per level). A base this store holds stops the walk
+/// there (its own bases are here too: a delta is never stored without them).
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the remote when it does not hold a base (a damaged or hostile
+/// remote: nothing is downloaded); [`Error::Catalog`].
+fn add_delta_closure(
+    catalog: &crate::catalog::Catalog,
+    remote: i64,
+    frames: &mut FramesOf,
+    mut deltas: Vec<i64>,
+) -> Result<()> {
+    let mut seen = HashSet::new();
+    while let Some(row) = deltas.pop() {
+        for base in catalog.remote_frame_bases(row)? {
+            if !seen.insert(base) || catalog.has_object(&base, ObjectKind::Chunk)? {
+                continue;
+            }
+            let Some(location) = catalog.remote_locate(remote, &base, ObjectKind::Chunk)? else {
+                return Err(missing_base(catalog, remote, &base));
+            };
+            // Through a local pack's index: stored here meanwhile.
+            if location.in_local_pack() {
+                continue;
+            }
+            let entry = frames
+                .entry((location.pack, location.frame.offset))
+                .or_insert_with(|| {
+                    if location.frame.compression == Compression::Delta {
+                        deltas.push(location.frame_row);
+                    }
+                    (location.frame, location.frame_row, Vec::new())
+                });
+            if !entry.2.contains(&(base, ObjectKind::Chunk)) {
+                entry.2.push((base, ObjectKind::Chunk));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The error for a delta frame of remote `remote` whose base chunk `base` the remote does
+/// not hold (nor this store).
+fn missing_base(catalog: &crate::catalog::Catalog, remote: i64, base: &ObjectId) -> Error {
+    let name = catalog
+        .remotes()
+        .ok()
+        .and_then(|all| all.into_iter().find(|r| r.id == remote))
+        .map_or_else(
+            || format!("remote #{remote}"),
+            |r| format!("remote {}", r.name),
+        );
+    Error::corrupt(
+        name,
+        format!(
+            "a delta frame names base chunk {}, which neither the remote nor this store \
+             holds (the remote is damaged: a delta is never stored without its bases)",
+            base.short()
+        ),
+    )
 }
 
 /// Frames grouped into ranged GETs: neighbours in one pack within [`COALESCE_GAP`] merged,
@@ -347,12 +666,17 @@ pub(crate) fn spans(
 
 /// Downloads `spans` of `remote`'s packs, `jobs` GETs at a time, checks every frame (it
 /// decompresses to its length, every object matches its key: [`ObjectKind::check`]) and
-/// appends the frames to `sink` (and, with `raws`, their raw bytes, in the same order).
-/// Nothing is recorded: see [`record_fetched`].
+/// appends the frames to `sink` (and, with `raws`, their raw bytes, in the same order). A
+/// delta frame is checked against its bases once they are at hand (`bases`: see
+/// [`DeltaBases`]) and appended after the plain frames. Frames at `(pack, offset)` in
+/// `check_only` are checked (a delta's base this download brings only to check it) and not
+/// appended. Nothing is recorded: see [`record_fetched`].
 ///
 /// # Errors
 /// [`Error::Remote`]; [`Error::Corrupt`] naming the remote's pack for a frame that fails its
-/// check or a short response; [`Error::Catalog`]; [`Error::Interrupted`].
+/// check, a short response, or a delta whose bases did not come (unless `bases` carries
+/// them over); [`Error::Catalog`]; [`Error::Interrupted`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn fetch_spans(
     catalog: &crate::catalog::Catalog,
     remote: &Remote,
@@ -360,64 +684,124 @@ pub(crate) fn fetch_spans(
     jobs: usize,
     sink: &PackSink,
     mut raws: Option<&mut Vec<Vec<u8>>>,
+    bases: &mut DeltaBases,
+    check_only: &HashSet<(ObjectId, u64)>,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
     let total: u64 = spans.iter().map(|s| s.range.end - s.range.start).sum();
+    bases.remote = remote.name().to_string();
     // Everything a check needs, read from the catalog up front: checks run on other threads.
     let mut prepared: HashMap<(ObjectId, u64), PreparedSpan> = HashMap::new();
+    // The bases the deltas of this download (and those waiting from an earlier one) need:
+    // a plain frame holding one keeps its raw bytes.
+    let mut wanted_bases = bases.wanted();
     for span in spans {
         let mut frames = Vec::with_capacity(span.frames.len());
         for (frame, row) in &span.frames {
-            frames.push((*frame, catalog.remote_frame_objects(*row)?));
+            let frame_bases = if frame.compression == Compression::Delta {
+                catalog.remote_frame_bases(*row)?
+            } else {
+                Vec::new()
+            };
+            wanted_bases.extend(frame_bases.iter().copied());
+            frames.push((*frame, catalog.remote_frame_objects(*row)?, frame_bases));
         }
         prepared.insert((span.pack, span.range.start), frames);
     }
     let prepared = std::sync::Arc::new(prepared);
+    let wanted_bases = std::sync::Arc::new(wanted_bases);
     let ranges = spans.iter().map(|s| (s.pack, s.range.clone())).collect();
     let remote_name = remote.name().to_string();
     let keep_raw = raws.is_some();
-    let check = std::sync::Arc::new(
-        move |pack: ObjectId, range: Range<u64>, bytes: bytes::Bytes| -> Result<CheckedSpan> {
-            let frames = &prepared[&(pack, range.start)];
-            let mut encoded = Vec::with_capacity(frames.len());
-            let mut objects = 0;
-            for (frame, members) in frames {
-                let start = (frame.offset - range.start) as usize;
-                let stored = bytes[start..start + frame.stored_length as usize].to_vec();
-                objects += members.len() as u64;
-                let checked = if keep_raw {
-                    EncodedFrame::verified_with_raw(
-                        stored,
-                        frame.raw_length,
-                        frame.compression,
-                        members.clone(),
-                    )
-                } else {
-                    EncodedFrame::verified(
-                        stored,
-                        frame.raw_length,
-                        frame.compression,
-                        members.clone(),
-                    )
-                    .map(|frame| (frame, Vec::new()))
-                };
-                encoded.push(checked.map_err(|detail| {
-                    Error::corrupt(
-                        format!("{remote_name}:{}", remote::pack_key(&pack)),
-                        format!("frame at offset {}: {detail}", frame.offset),
-                    )
-                })?);
-            }
-            Ok((encoded, objects, bytes.len() as u64))
-        },
-    );
+    let check = {
+        std::sync::Arc::new(
+            move |pack: ObjectId, range: Range<u64>, bytes: bytes::Bytes| -> Result<CheckedSpan> {
+                let frames = &prepared[&(pack, range.start)];
+                let mut encoded = Vec::with_capacity(frames.len());
+                let mut objects = 0;
+                for (frame, members, frame_bases) in frames {
+                    let start = (frame.offset - range.start) as usize;
+                    let stored = bytes[start..start + frame.stored_length as usize].to_vec();
+                    objects += members.len() as u64;
+                    if frame.compression == Compression::Delta {
+                        encoded.push(Checked::Delta(PendingDelta {
+                            pack,
+                            frame: *frame,
+                            objects: members.clone(),
+                            bases: frame_bases.clone(),
+                            stored,
+                        }));
+                        continue;
+                    }
+                    let is_base = members.iter().any(|(id, kind, ..)| {
+                        *kind == ObjectKind::Chunk && wanted_bases.contains(id)
+                    });
+                    let checked = if keep_raw || is_base {
+                        EncodedFrame::verified_with_raw(
+                            stored,
+                            frame.raw_length,
+                            frame.compression,
+                            members.clone(),
+                        )
+                    } else {
+                        EncodedFrame::verified(
+                            stored,
+                            frame.raw_length,
+                            frame.compression,
+                            members.clone(),
+                        )
+                        .map(|frame| (frame, Vec::new()))
+                    };
+                    let (frame_checked, raw) = checked.map_err(|detail| {
+                        Error::corrupt(
+                            format!("{remote_name}:{}", remote::pack_key(&pack)),
+                            format!("frame at offset {}: {detail}", frame.offset),
+                        )
+                    })?;
+                    let base_pieces = members
+                        .iter()
+                        .filter(|(id, kind, ..)| {
+                            *kind == ObjectKind::Chunk && wanted_bases.contains(id)
+                        })
+                        .map(|(id, _, offset, length)| {
+                            let piece = &raw[*offset as usize..(*offset + *length) as usize];
+                            (*id, piece.to_vec())
+                        })
+                        .collect();
+                    encoded.push(Checked::Plain {
+                        at: (pack, frame.offset),
+                        frame: frame_checked,
+                        raw: if keep_raw { raw } else { Vec::new() },
+                        bases: base_pieces,
+                    });
+                }
+                Ok((encoded, objects, bytes.len() as u64))
+            },
+        )
+    };
     let mut transfer = Transfer::default();
     progress.start("download", total, Unit::Bytes);
     remote.get_ranges(ranges, jobs, check, |(frames, objects, bytes)| {
-        for (frame, raw) in frames {
-            sink.add(frame)?;
-            if let Some(raws) = raws.as_deref_mut() {
-                raws.push(raw);
+        for checked in frames {
+            match checked {
+                Checked::Plain {
+                    at,
+                    frame,
+                    raw,
+                    bases: pieces,
+                } => {
+                    for (id, piece) in pieces {
+                        bases.known.insert(id, std::sync::Arc::new(piece));
+                    }
+                    if check_only.contains(&at) {
+                        continue;
+                    }
+                    sink.add(frame)?;
+                    if let Some(raws) = raws.as_deref_mut() {
+                        raws.push(raw);
+                    }
+                }
+                Checked::Delta(delta) => bases.pending.push(delta),
             }
         }
         transfer.objects += objects;
@@ -425,6 +809,19 @@ pub(crate) fn fetch_spans(
         progress.advance(bytes);
         Ok(())
     })?;
+    bases.resolve(catalog, &mut |delta, frame, raw| {
+        if check_only.contains(&(delta.pack, delta.frame.offset)) {
+            return Ok(());
+        }
+        sink.add(frame)?;
+        if let Some(raws) = raws.as_deref_mut() {
+            raws.push(raw);
+        }
+        Ok(())
+    })?;
+    if !bases.carry {
+        bases.finish()?;
+    }
     Ok(transfer)
 }
 
@@ -507,7 +904,18 @@ pub(crate) fn download(
     }
     let spans = spans(frames, MAX_SPAN);
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
-    let fetched = fetch_spans(store.catalog(), remote, &spans, jobs, &sink, None, progress);
+    let mut bases = DeltaBases::new(Some(&store.packs_dir()));
+    let fetched = fetch_spans(
+        store.catalog(),
+        remote,
+        &spans,
+        jobs,
+        &sink,
+        None,
+        &mut bases,
+        &HashSet::new(),
+        progress,
+    );
     progress.phase("recording");
     let mut transfer = match fetched {
         Ok(transfer) => transfer,
@@ -938,10 +1346,26 @@ impl WriterView {
         id: &ObjectId,
         kind: ObjectKind,
     ) -> Result<Option<ObjectId>> {
+        Ok(self
+            .locate_frame(catalog, remote, id, kind)?
+            .map(|location| location.pack))
+    }
+
+    /// As [`WriterView::locate`], with the frame that holds the object (a delta frame's
+    /// bases must be on the remote too: [`crate::catalog::Catalog::remote_frame_bases`]).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn locate_frame(
+        &self,
+        catalog: &crate::catalog::Catalog,
+        remote: i64,
+        id: &ObjectId,
+        kind: ObjectKind,
+    ) -> Result<Option<crate::catalog::RemoteLocation>> {
         Ok(catalog
             .remote_locate(remote, id, kind)?
-            .map(|location| location.pack)
-            .filter(|pack| !self.marked.contains(pack)))
+            .filter(|location| !self.marked.contains(&location.pack)))
     }
 
     /// True when `pack` has a gc mark: a pack of this id must not be uploaded (a create-only
@@ -1013,13 +1437,16 @@ impl WriterView {
     }
 }
 
-/// Writes a copy of local pack `source` under a new id (its frames, then one frame holding a
-/// random 32-byte chunk that nothing names) into `dir`, for a writer whose remote has a
-/// mark on `source`'s id. Returns the new pack's id and path.
+/// Writes a copy of local pack `source` of `store` under a new id (its frames, then one
+/// frame holding a random 32-byte chunk that nothing names) into `dir`, for a writer whose
+/// remote has a mark on `source`'s id. Returns the new pack's id and path. Every frame is
+/// checked again; a delta frame against its bases, read from `store`.
 ///
 /// # Errors
-/// [`Error::Io`], [`Error::Corrupt`] for a pack that fails its checks.
+/// [`Error::Io`], [`Error::Corrupt`] for a pack that fails its checks; errors reading a
+/// delta's bases.
 pub(crate) fn fresh_copy(
+    store: &Store,
     source: &std::path::Path,
     dir: &std::path::Path,
 ) -> Result<(ObjectId, std::path::PathBuf)> {
@@ -1027,19 +1454,19 @@ pub(crate) fn fresh_copy(
         path: source.to_path_buf(),
         source: e,
     })?;
-    let crate::pack::PackIndex {
-        frames, objects, ..
-    } = crate::pack::reader::read_index(&file, source)?;
+    let index = crate::pack::reader::read_index(&file, source)?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::Io {
         path: source.to_path_buf(),
         source: e,
     })?;
+    let mut reader = store.reader();
     let mut writer = crate::pack::PackWriter::create(dir, dir)?;
-    for (index, frame) in frames.iter().enumerate() {
-        let members: Vec<(ObjectId, ObjectKind, u32, u32)> = objects
+    for (at, frame) in index.frames.iter().enumerate() {
+        let members: Vec<(ObjectId, ObjectKind, u32, u32)> = index
+            .objects
             .iter()
-            .filter(|o| o.frame as usize == index)
+            .filter(|o| o.frame as usize == at)
             .map(|o| (o.id, o.kind, o.offset, o.length))
             .collect();
         let start = frame.offset as usize;
@@ -1047,8 +1474,23 @@ pub(crate) fn fresh_copy(
             .get(start..start + frame.stored_length as usize)
             .ok_or_else(|| Error::corrupt(source, "a frame lies past the end of the pack"))?
             .to_vec();
-        let encoded = EncodedFrame::verified(stored, frame.raw_length, frame.compression, members)
-            .map_err(|detail| Error::corrupt(source, detail))?;
+        let bases = index
+            .deltas
+            .iter()
+            .find(|d| d.frame as usize == at)
+            .map(|d| d.bases.clone());
+        let encoded = match bases {
+            Some(bases) => {
+                let mut prefix = Vec::new();
+                for base in &bases {
+                    prefix.extend_from_slice(&reader.bytes(base, ObjectKind::Chunk)?);
+                }
+                EncodedFrame::verified_delta(stored, frame.raw_length, members, bases, &prefix)
+                    .map(|(frame, _)| frame)
+            }
+            None => EncodedFrame::verified(stored, frame.raw_length, frame.compression, members),
+        }
+        .map_err(|detail| Error::corrupt(source, detail))?;
         writer.add_frame(encoded)?;
     }
     writer.add_frame(salt_frame(&source.display().to_string()))?;

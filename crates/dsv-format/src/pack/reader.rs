@@ -68,7 +68,7 @@ impl BaseLookup for DeltaMap {
             .copied()
             .ok_or_else(|| Error::MissingObject {
                 id: id.to_hex(),
-                what: "chunk (a delta's base)",
+                what: "base chunk of a delta",
             })
     }
 }
@@ -552,6 +552,24 @@ pub fn parse_tail(tail: &[u8], pack_size: u64) -> std::result::Result<format::Pa
     format::decode_index(index, index_offset, version)
 }
 
+/// The error for the pack tail `tail` at `path` (a remote's `packs/<id>.idx`) that
+/// [`parse_tail`] refused with `detail`: [`Error::PackTooNew`] when its end magic names an
+/// index version newer than this dsv reads (a newer dsv wrote it: nothing is wrong with the
+/// remote), else [`Error::Corrupt`].
+pub fn tail_error(path: impl Into<PathBuf>, tail: &[u8], detail: String) -> Error {
+    let magic = tail
+        .len()
+        .checked_sub(8)
+        .map_or(&[][..], |start| &tail[start..]);
+    match format::index_version_of(magic) {
+        Err(Some(_)) => Error::PackTooNew {
+            path: path.into(),
+            detail,
+        },
+        _ => Error::corrupt(path, detail),
+    }
+}
+
 /// Reads and checks a pack's header, trailer and index.
 ///
 /// # Errors
@@ -582,6 +600,16 @@ pub fn read_index(file: &File, path: &Path) -> Result<format::PackIndex> {
         Err(None) => return Err(bad("not a dsv pack (bad magic)")),
     };
     let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+    if version > format::FORMAT_VERSION {
+        // A later header layout is a newer dsv's, as a later index is.
+        return Err(Error::PackTooNew {
+            path: path.to_path_buf(),
+            detail: format!(
+                "pack format version {version} is newer than this dsv reads (it reads up to {}): upgrade dsv",
+                format::FORMAT_VERSION
+            ),
+        });
+    }
     if version != format::FORMAT_VERSION {
         return Err(bad(&format!("unknown pack format version {version}")));
     }
@@ -1057,9 +1085,14 @@ mod tests {
         let mut magic = bytes.clone();
         magic[0] ^= 1;
         assert!(corrupt_detail(read_index_of(&magic)).contains("magic"));
+        // A header version 0 is no dsv's; a later one is a newer dsv's pack.
         let mut version = bytes.clone();
+        version[8] = 0;
+        assert!(corrupt_detail(read_index_of(&version)).contains("version 0"));
         version[8] = 2;
-        assert!(corrupt_detail(read_index_of(&version)).contains("version 2"));
+        let error = read_index_of(&version).unwrap_err();
+        assert!(matches!(error, Error::PackTooNew { .. }), "{error}");
+        assert!(error.to_string().contains("needs a newer dsv"), "{error}");
         // The smallest pack, no frames, reads back.
         let empty = sealed_with(
             &bytes[..format::HEADER_LEN as usize],

@@ -170,8 +170,13 @@ impl DeltaCompressor {
 /// bytes or decompresses past `raw_length` (the caller bounds `raw_length` first and checks
 /// the output's length after). Public so the decoding can be fuzzed.
 ///
+/// The window is checked from the frame's header ([`declared_window`]) before zstd runs: a
+/// one-shot decompression into a buffer (as here) does not apply zstd's `WindowLogMax`, which
+/// only bounds streaming decoders, so without this check a frame asking for any window would
+/// be decoded.
+///
 /// # Errors
-/// zstd's error, as `std::io::Error`.
+/// zstd's error, as `std::io::Error`; `InvalidData` for a window over the cap.
 pub fn decompress_delta_frame(
     stored: &[u8],
     prefix: &[u8],
@@ -181,6 +186,15 @@ pub fn decompress_delta_frame(
     use zstd::zstd_safe::{DCtx, DParameter};
     let zstd_error =
         |code: usize| std::io::Error::other(zstd::zstd_safe::get_error_name(code).to_string());
+    let cap = 1u64 << format::DELTA_WINDOW_LOG_MAX;
+    if let Some(window) = declared_window(stored).filter(|w| *w > cap) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the frame asks for a window of {window} bytes, more than the {cap} a delta frame may use"
+            ),
+        ));
+    }
     let mut context = DCtx::create();
     context
         .set_parameter(DParameter::WindowLogMax(format::DELTA_WINDOW_LOG_MAX))
@@ -190,6 +204,34 @@ pub fn decompress_delta_frame(
     buffer.reserve(raw_length as usize);
     context.decompress(buffer, stored).map_err(zstd_error)?;
     Ok(())
+}
+
+/// The window size in bytes the header of the zstd frame at the start of `stored` declares
+/// (RFC 8878, section 3.1.1.1): from its window descriptor, or, for a single-segment frame,
+/// its content size. `None` when `stored` does not start with a whole zstd frame header (zstd
+/// then refuses it itself).
+pub fn declared_window(stored: &[u8]) -> Option<u64> {
+    const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    if stored.get(..4)? != ZSTD_MAGIC {
+        return None;
+    }
+    let descriptor = *stored.get(4)?;
+    if descriptor & 0x20 == 0 {
+        // Window descriptor: exponent (high 5 bits) and mantissa (low 3 bits).
+        let window = *stored.get(5)?;
+        let base = 1u64 << (10 + u32::from(window >> 3));
+        return Some(base + base / 8 * u64::from(window & 7));
+    }
+    // Single segment: the window is the content size, after the dictionary id.
+    let dictionary_id_len = [0, 1, 2, 4][usize::from(descriptor & 3)];
+    let size_len = [1, 2, 4, 8][usize::from(descriptor >> 6)];
+    let start = 5 + dictionary_id_len;
+    let field = stored.get(start..start + size_len)?;
+    let size = field
+        .iter()
+        .rev()
+        .fold(0u64, |size, byte| (size << 8) | u64::from(*byte));
+    Some(if size_len == 2 { size + 256 } else { size })
 }
 
 /// A frame ready to append to a pack.
@@ -919,5 +961,54 @@ mod tests {
             wrong.read_index(dir.path()),
             Err(Error::Corrupt { .. })
         ));
+    }
+
+    /// One zstd frame of `raw` against `prefix` without its content size (so its header has
+    /// a window descriptor), that descriptor then set to declare 2^`window_log` bytes.
+    fn frame_declaring(prefix: &[u8], raw: &[u8], window_log: u32) -> Vec<u8> {
+        use zstd::zstd_safe::{CCtx, CParameter};
+        let mut context = CCtx::create();
+        context
+            .set_parameter(CParameter::ContentSizeFlag(false))
+            .unwrap();
+        context.ref_prefix(prefix).unwrap();
+        let mut stored = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
+        context.compress2(&mut stored, raw).unwrap();
+        assert_eq!(stored[4] & 0x20, 0, "not single-segment");
+        stored[5] = ((window_log - 10) << 3) as u8;
+        stored
+    }
+
+    #[test]
+    fn a_delta_frame_declaring_a_window_over_the_cap_is_refused_before_decoding() {
+        let prefix = noise(20_000, 1);
+        let mut raw = prefix.clone();
+        raw[100] ^= 1;
+        // The writer's frames are single-segment: their window is their content size.
+        let written = DeltaCompressor::default()
+            .compress(3, &prefix, &raw)
+            .unwrap();
+        assert_eq!(declared_window(&written), Some(raw.len() as u64));
+        let mut out = Vec::new();
+        decompress_delta_frame(&written, &prefix, raw.len() as u32, &mut out).unwrap();
+        assert!(out == raw);
+        // At the cap it decodes; one step over, it is refused, although zstd would decode it.
+        let cap = format::DELTA_WINDOW_LOG_MAX;
+        let at_cap = frame_declaring(&prefix, &raw, cap);
+        assert_eq!(declared_window(&at_cap), Some(1 << cap));
+        decompress_delta_frame(&at_cap, &prefix, raw.len() as u32, &mut out).unwrap();
+        assert!(out == raw);
+        let over = frame_declaring(&prefix, &raw, 30);
+        assert_eq!(declared_window(&over), Some(1 << 30));
+        let error = decompress_delta_frame(&over, &prefix, raw.len() as u32, &mut out).unwrap_err();
+        assert!(error.to_string().contains("window"), "{error}");
+        let mut context = zstd::zstd_safe::DCtx::create();
+        context.ref_prefix(&prefix[..]).unwrap();
+        let mut unchecked = Vec::with_capacity(raw.len());
+        context.decompress(&mut unchecked, &over).unwrap();
+        assert!(unchecked == raw, "only the window's size is wrong with it");
+        // Not a zstd frame header: left to zstd, which refuses it.
+        assert_eq!(declared_window(b"DSV"), None);
+        assert!(decompress_delta_frame(b"not zstd", &prefix, 8, &mut out).is_err());
     }
 }

@@ -6,8 +6,9 @@
 //! Keys, under the remote's prefix (see `docs/format.md`, "Remote layout"):
 //!
 //! ```text
-//! format                          JSON {"format":2,"grace_seconds":N}: written by the first
-//!                                 `gc --remote`, before its first mark
+//! format                          JSON {"format":F,"grace_seconds":N}: written by the first
+//!                                 `gc --remote` (F = 2), before its first mark, or by the
+//!                                 first push of a pack with delta frames (F = 3)
 //! marks/<pack id>                 a gc mark: the pack had no live object when it was written;
 //!                                 its Last-Modified (the server's clock) is the mark time
 //! clock                           rewritten by each gc run to read the server's clock
@@ -27,9 +28,25 @@ use super::{RefName, RefState, Remote, index_key, lock_refs, pack_key, state_of}
 use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 
-/// The remote format this dsv writes and understands: 1 is a remote without a `format` key
-/// (nothing on it is ever deleted); 2 adds gc marks, which writers must honour.
-pub const REMOTE_FORMAT: u32 = 2;
+/// The remote format this dsv writes and understands, the newest it knows: 1 is a remote
+/// without a `format` key (nothing on it is ever deleted); [`FORMAT_GC`] (2) adds gc marks,
+/// which writers must honour; [`FORMAT_DELTAS`] (3) adds packs that may hold delta frames
+/// (pack format 2). A dsv whose `REMOTE_FORMAT` is older refuses to write to a remote of a
+/// newer format ([`Error::RemoteFormatTooNew`]). Equal to [`FORMAT_DELTAS`] (a literal: the
+/// constants table of docs/architecture.md is checked against it).
+pub const REMOTE_FORMAT: u32 = 3;
+
+/// Remote format 2: `gc --remote` has run (or may run) here; writers honour its marks.
+pub const FORMAT_GC: u32 = 2;
+
+/// Remote format 3: format 2, and packs may hold delta frames (pack format 2, `.idx` end
+/// magic `DSVPEND2`), whose bases a writer and a collector treat as part of every chunk
+/// stored so (a delta is never stored without its bases, nothing frees a base a kept delta
+/// names). Set by the first push of such a pack (before its upload), and by a
+/// `gc --remote` that finds one. A dsv that knows only format 2 refuses to write here.
+pub const FORMAT_DELTAS: u32 = 3;
+
+const _: () = assert!(REMOTE_FORMAT == FORMAT_DELTAS);
 
 /// The key of the remote's format object.
 pub(crate) const FORMAT_KEY: &str = "format";
@@ -125,6 +142,59 @@ impl Remote {
         })?;
         let body = serde_json::to_vec(format).expect("a format object serializes");
         self.swap(&Path::from(FORMAT_KEY), Some(Bytes::from(body)), expected)
+    }
+
+    /// Makes the remote's format at least `at_least` (compare-and-swap on the `format` key,
+    /// retried while other writers change it; the guard pack written first, as
+    /// [`Remote::put_format`] does): a remote without the key gets
+    /// `{"format": at_least, "grace_seconds": default_grace_seconds}`, one of an older
+    /// format keeps its grace. A remote at `at_least` or newer (up to [`REMOTE_FORMAT`]) is
+    /// left as it is. Returns the format now in force.
+    ///
+    /// A push calls it with [`FORMAT_DELTAS`] before uploading the first pack that holds a
+    /// delta frame, so that a dsv that knows only format 2 refuses to write here from then on.
+    ///
+    /// # Errors
+    /// [`Error::RemoteFormatTooNew`] when the remote's format is newer than
+    /// [`REMOTE_FORMAT`] (or `at_least` is: a caller's bug); [`Error::RemoteCollected`]
+    /// (naming `operation`, e.g. `push`) when other writers kept changing the key, eight
+    /// times in a row; [`Error::Remote`]; [`Error::Corrupt`] for a
+    /// malformed format object.
+    pub fn ensure_format(
+        &self,
+        at_least: u32,
+        default_grace_seconds: u64,
+        operation: &'static str,
+    ) -> Result<RemoteFormat> {
+        for _ in 0..8 {
+            let current = self.get_format()?;
+            let found = current.as_ref().map_or(1, |(format, _)| format.format);
+            if found > REMOTE_FORMAT || at_least > REMOTE_FORMAT {
+                return Err(Error::RemoteFormatTooNew {
+                    remote: self.name.clone(),
+                    found: found.max(at_least),
+                    known: REMOTE_FORMAT,
+                });
+            }
+            if let Some((format, _)) = &current
+                && format.format >= at_least
+            {
+                return Ok(format.clone());
+            }
+            let wanted = RemoteFormat {
+                format: at_least,
+                grace_seconds: current
+                    .as_ref()
+                    .map_or(default_grace_seconds, |(format, _)| format.grace_seconds),
+            };
+            if self.put_format(&wanted, current.as_ref().map(|(_, state)| state))? {
+                return Ok(wanted);
+            }
+        }
+        Err(Error::RemoteCollected {
+            remote: self.name.clone(),
+            operation,
+        })
     }
 
     /// Deletes ref `name` if it is still as `expected` (the ETag the caller read). Returns

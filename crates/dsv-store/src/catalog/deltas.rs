@@ -167,10 +167,21 @@ impl Catalog {
     /// # Errors
     /// As [`Catalog::delta_bases_of`]: a chain deeper than [`MAX_DELTA_DEPTH`] is corrupt.
     pub fn delta_depth(&self, id: &ObjectId) -> Result<u32> {
-        self.depth_below(id, 0)
+        let mut known = std::collections::HashMap::new();
+        self.depth_below(id, 0, &mut known)
     }
 
-    fn depth_below(&self, id: &ObjectId, above: u32) -> Result<u32> {
+    /// The depth of `id`, `above` levels below the chunk asked about; each chunk's depth is
+    /// found once (`known`), so a chain listing one base many times costs one lookup a chunk.
+    fn depth_below(
+        &self,
+        id: &ObjectId,
+        above: u32,
+        known: &mut std::collections::HashMap<ObjectId, u32>,
+    ) -> Result<u32> {
+        if let Some(depth) = known.get(id) {
+            return Ok(*depth);
+        }
         if above > MAX_DELTA_DEPTH {
             return Err(Error::corrupt(
                 &self.path,
@@ -182,8 +193,9 @@ impl Catalog {
         }
         let mut deepest = 0;
         for base in self.chunk_bases(id)? {
-            deepest = deepest.max(1 + self.depth_below(&base, above + 1)?);
+            deepest = deepest.max(1 + self.depth_below(&base, above + 1, known)?);
         }
+        known.insert(*id, deepest);
         Ok(deepest)
     }
 }
@@ -200,7 +212,7 @@ impl BaseLookup for Catalog {
             .locate(id, ObjectKind::Chunk)?
             .ok_or_else(|| Error::MissingObject {
                 id: id.to_hex(),
-                what: "chunk (a delta's base)",
+                what: "base chunk of a delta",
             })?;
         Ok((location.frame, location.offset, location.length))
     }

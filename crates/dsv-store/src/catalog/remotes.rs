@@ -376,6 +376,61 @@ impl Catalog {
         Ok((frames, missing))
     }
 
+    /// True when this store's record of remote `remote`'s packs lists a delta frame (in the
+    /// remote's own index rows, or in a local pack whose index it shares).
+    ///
+    /// # Errors
+    /// [`Error::Catalog`].
+    pub fn remote_has_delta_frames(&self, remote: i64) -> Result<bool> {
+        self.conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM remote_frames f JOIN remote_packs p ON p.id = f.pack
+                     WHERE p.remote = ?1 AND f.bases IS NOT NULL)
+                 OR EXISTS (SELECT 1 FROM frames f JOIN packs p ON p.id = f.pack
+                     JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id
+                         AND r.local_index = 1
+                     WHERE f.bases IS NOT NULL)",
+            )
+            .in_catalog()?
+            .query_row([remote], |row| row.get(0))
+            .in_catalog()
+    }
+
+    /// Every base chunk that the delta frames of remote `remote`'s pack `pack` name (its own
+    /// index rows, or those of the local pack whose index it shares), each once: what must be
+    /// on a remote that receives the pack whole (`dsv copy`). Empty for a pack without delta
+    /// frames or one the store does not record.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed `bases` column.
+    pub fn remote_pack_delta_bases(&self, remote: i64, pack: &ObjectId) -> Result<Vec<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT f.bases FROM remote_frames f JOIN remote_packs p ON p.id = f.pack
+                 WHERE p.remote = ?1 AND p.pack_id = ?2 AND f.bases IS NOT NULL
+                 UNION ALL
+                 SELECT f.bases FROM frames f JOIN packs p ON p.id = f.pack
+                 JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id
+                     AND r.local_index = 1
+                 WHERE p.pack_id = ?2 AND f.bases IS NOT NULL",
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map(params![remote, &pack.0[..]], |row| {
+                row.get::<_, Option<Vec<u8>>>(0)
+            })
+            .in_catalog()?;
+        let mut bases = Vec::new();
+        let mut seen = HashSet::new();
+        for row in rows {
+            let decoded = super::objects::decode_bases(row.in_catalog()?)
+                .map_err(|detail| Error::corrupt(&self.path, detail))?;
+            bases.extend(decoded.into_iter().filter(|id| seen.insert(*id)));
+        }
+        Ok(bases)
+    }
+
     /// Every object of a remote frame: (id, kind, offset, length), in frame order.
     /// `frame_row` is a [`RemoteLocation::frame_row`]; for a frame of a local pack the remote
     /// shares (negative), the objects `objects` locates in it (a scan of `objects`: such a

@@ -585,9 +585,9 @@ fn ingest_listing(
         _ => Some(walked.listing.read()?),
     };
     // The parent version's files, walked beside the listing (both in path order).
-    let mut parent_reader = store.checking_reader();
-    let mut parent_files =
-        ParentFiles::start(&mut parent_reader, parent.filter(|_| records.is_some()))?;
+    let (mut parent_reader, mut root_reader) = (store.checking_reader(), store.checking_reader());
+    let readers = (&mut parent_reader, &mut root_reader);
+    let mut parent_files = ParentFiles::start(readers, parent.filter(|_| records.is_some()))?;
     while let Some((path, stat)) = match records.as_mut() {
         Some(records) => records.next_file_to_read()?,
         None => None,
@@ -637,6 +637,12 @@ fn delta_parent(
 /// lost compression); an interruption stops the commit.
 struct ParentFiles<'r, 'a> {
     cursor: Option<tree::Cursor<tree::Walk<'r, 'a>>>,
+    /// When the parent holds a single directory at its top: its name.
+    top: Option<String>,
+    /// And its files by their paths below it: the parents of the files under another top
+    /// directory (a dated release unpacked with its own top directory, `data-2022-05-04/`
+    /// then `data-2023-04-03/`).
+    below_top: Option<tree::Cursor<tree::Walk<'r, 'a>>>,
 }
 
 impl<'r, 'a> ParentFiles<'r, 'a> {
@@ -645,7 +651,10 @@ impl<'r, 'a> ParentFiles<'r, 'a> {
     /// # Errors
     /// [`Error::Interrupted`].
     fn start(
-        reader: &'r mut crate::store::ObjectReader<'a>,
+        (reader, root_reader): (
+            &'r mut crate::store::ObjectReader<'a>,
+            &'r mut crate::store::ObjectReader<'a>,
+        ),
         version: Option<&Version>,
     ) -> Result<ParentFiles<'r, 'a>> {
         let cursor = match version.map(|v| tree::walk_version(reader, v)) {
@@ -653,30 +662,68 @@ impl<'r, 'a> ParentFiles<'r, 'a> {
             Some(Err(Error::Interrupted)) => return Err(Error::Interrupted),
             _ => None,
         };
-        Ok(ParentFiles { cursor })
+        let top = match version.map(|v| root_reader.tree(&v.tree)) {
+            Some(Ok(tree)) => match tree.entries.as_slice() {
+                [only] if matches!(only.kind, crate::object::EntryKind::Dir { .. }) => {
+                    Some((only.name.clone(), only.id))
+                }
+                _ => None,
+            },
+            Some(Err(Error::Interrupted)) => return Err(Error::Interrupted),
+            _ => None,
+        };
+        let (top, below_top) = match top.map(|(name, id)| (name, tree::walk_tree(root_reader, &id)))
+        {
+            Some((name, Ok(walk))) => (Some(name), Some(tree::Cursor::new(walk))),
+            Some((_, Err(Error::Interrupted))) => return Err(Error::Interrupted),
+            _ => (None, None),
+        };
+        Ok(ParentFiles {
+            cursor,
+            top,
+            below_top,
+        })
     }
 
-    /// The regular file of at least one byte the parent held at `path` (asked in path
-    /// order).
+    /// The regular file of at least one byte the parent held at `path`, else (when the
+    /// parent holds a single top directory and `path` lies under another) at the same path
+    /// below the parent's top directory. Paths are asked in path order.
     ///
     /// # Errors
     /// [`Error::Interrupted`].
     fn file(&mut self, path: &str) -> Result<Option<ParentFile>> {
-        let Some(cursor) = self.cursor.as_mut() else {
+        if let Some(found) = Self::seek(&mut self.cursor, path, path)? {
+            return Ok(Some(found));
+        }
+        match (self.top.as_deref(), path.split_once('/')) {
+            (Some(top), Some((first, below))) if first != top => {
+                Self::seek(&mut self.below_top, below, path)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The file at `at` in `cursor`'s listing, as the parent of `path`; a listing that
+    /// cannot be read is dropped (no parents from it).
+    fn seek(
+        cursor: &mut Option<tree::Cursor<tree::Walk<'r, 'a>>>,
+        at: &str,
+        path: &str,
+    ) -> Result<Option<ParentFile>> {
+        let Some(walking) = cursor.as_mut() else {
             return Ok(None);
         };
-        match cursor.seek(path) {
+        match walking.seek(at) {
             Ok(Some((_, entry))) => Ok(match entry.kind {
-                FlatKind::File { .. } if entry.size > 0 => Some(ParentFile {
-                    id: entry.id,
-                    size: entry.size,
-                }),
+                FlatKind::File { .. } if entry.size > 0 => {
+                    Some(ParentFile::at(path, entry.id, entry.size))
+                }
                 _ => None,
             }),
             Ok(None) => Ok(None),
             Err(Error::Interrupted) => Err(Error::Interrupted),
             Err(_) => {
-                self.cursor = None;
+                *cursor = None;
                 Ok(None)
             }
         }

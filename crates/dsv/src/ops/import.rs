@@ -947,7 +947,7 @@ fn read_new(
                     limits,
                     progress,
                     &mut |member| {
-                        let parent = parents.get(&member.path).copied();
+                        let parent = parents.get(&member.path);
                         add_member(&mut writer, &mut local, (object, parent), member)
                     },
                 )?;
@@ -1023,7 +1023,28 @@ fn provenance_of(
 
 /// The files of the dataset's head by path, each a file an imported file at the same path
 /// may be stored as deltas against ([`super::ingest::deltas`]).
-type Parents = HashMap<String, ParentFile>;
+#[derive(Default)]
+struct Parents {
+    files: HashMap<String, ParentFile>,
+    /// For an archive: the one top directory every file of the head lies in, when there is
+    /// one. A new release of an archive often renames it (`data-2022-05-04/` becomes
+    /// `data-2023-04-03/`), so a member under another top directory is matched by the rest
+    /// of its path.
+    root: Option<String>,
+}
+
+impl Parents {
+    /// The head's file at `path`, else (for an archive with one top directory) at `path`
+    /// under the head's top directory.
+    fn get(&self, path: &str) -> Option<ParentFile> {
+        if let Some(parent) = self.files.get(path) {
+            return Some(*parent);
+        }
+        let root = self.root.as_ref()?;
+        let (_, rest) = path.split_once('/')?;
+        self.files.get(&format!("{root}/{rest}")).copied()
+    }
+}
 
 /// The [`Parents`] of an import of `to_read` into `dataset` (the head's files at the paths
 /// read, or every file of it for an archive, whose member paths are known only when read):
@@ -1039,7 +1060,7 @@ fn delta_parents(
     format: Option<Format>,
     ingest: IngestOptions,
 ) -> Result<Parents> {
-    let mut parents = Parents::new();
+    let mut parents = Parents::default();
     if !ingest.deltas || to_read.is_empty() {
         return Ok(parents);
     }
@@ -1057,24 +1078,33 @@ fn delta_parents(
     let walk = match tree::walk_version(&mut reader, &record.version) {
         Ok(walk) => walk,
         Err(Error::Interrupted) => return Err(Error::Interrupted),
-        Err(_) => return Ok(Parents::new()),
+        Err(_) => return Ok(Parents::default()),
     };
+    // An archive's top directory: the first name of every path, while they agree.
+    let mut roots: Option<(String, bool)> = None;
     for entry in walk {
         match entry {
             Ok(entry) => {
+                // A file at the top leaves no top directory.
+                let (first, nested) = match entry.path.split_once('/') {
+                    Some((first, _)) => (first, true),
+                    None => (entry.path.as_str(), entry.kind == FlatKind::Dir),
+                };
+                let (root, one) = roots.get_or_insert_with(|| (first.to_string(), true));
+                *one = *one && nested && root == first;
                 let file = matches!(entry.kind, FlatKind::File { .. }) && entry.size > 0;
                 if file && wanted.as_ref().is_none_or(|w| w.contains(&entry.path)) {
-                    let parent = ParentFile {
-                        id: entry.id,
-                        size: entry.size,
-                    };
-                    parents.insert(entry.path, parent);
+                    let parent = ParentFile::at(&entry.path, entry.id, entry.size);
+                    parents.files.insert(entry.path, parent);
                 }
             }
             Err(Error::Interrupted) => return Err(Error::Interrupted),
-            Err(_) => return Ok(Parents::new()),
+            Err(_) => return Ok(Parents::default()),
         }
     }
+    parents.root = roots
+        .filter(|(_, one)| *one && format.is_some())
+        .map(|(root, _)| root);
     Ok(parents)
 }
 
@@ -1167,7 +1197,7 @@ fn read_object(
     progress: &dyn Progress,
 ) -> Result<FlatEntry> {
     let path = key_path(object)?;
-    let parent = parents.get(&path).copied();
+    let parent = parents.get(&path);
     if let Some(target) = &object.symlink {
         let kind = FlatKind::Symlink {
             target: target.clone(),

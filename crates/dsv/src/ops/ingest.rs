@@ -117,7 +117,8 @@ pub struct IngestFile {
 /// Two stages, each on `jobs` threads: readers (read, chunk, hash, skip known chunks, fill
 /// frames) and compressors (zstd, append to the pack), joined by a bounded queue of frames,
 /// so a single huge file still compresses on every core and memory stays bounded
-/// (about `4 × jobs` frames of [`FRAME_TARGET`] bytes).
+/// (about `4 × jobs` frames of [`FRAME_TARGET`] bytes; a queued delta job holds a chunk and
+/// its prefix, at most 8 bases of at most 256 KiB, so at most about twice a frame).
 ///
 /// # Errors
 /// [`Error::Io`] reading a file or writing a pack; [`Error::Unsupported`] when a file changed

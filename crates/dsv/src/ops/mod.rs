@@ -111,6 +111,7 @@ pub mod cat;
 pub mod checkout;
 pub mod commit;
 pub mod compose;
+pub(crate) mod delta_check;
 pub(crate) mod disk;
 pub mod export;
 pub mod following;

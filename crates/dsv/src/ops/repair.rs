@@ -16,7 +16,10 @@
 //! `reflog.before-repair-<time>`; move `catalog.db` (with its `-wal` and `-shm`) to
 //! `catalog.db.before-repair-<time>`; create an empty catalog (`Catalog::create_for_repair`,
 //! `ref_log.length` NULL, so its transactions write no ref log); check each `packs/<id>.pack`
-//! whole (`verify_pack`) and catalogue those that pass, reporting the others; record every
+//! whole (`verify_pack`, delta frames from their index only) and catalogue those that pass,
+//! with each delta frame's bases from its pack's index (`frames.bases`), reporting the others;
+//! decode every delta frame against its bases now that the catalog locates them all
+//! (`check_deltas`, reporting those that do not read in `unreadable_deltas`); record every
 //! version object they hold without moving a head; replay the ref log (`RefState`), each line
 //! first checked as its command checks its input (`RefLogEntry::check`: `revision::check_name`
 //! for dataset and tag names, `remote::check_url` and `remote::check_options` for remotes; a
@@ -59,6 +62,11 @@ pub struct RepairReport {
     pub damaged_packs: Vec<String>,
     /// Objects indexed.
     pub objects: u64,
+    /// Delta frames of the packs indexed that do not read against their bases (a base no
+    /// pack holds, a cycle of bases, a result that does not hash to its chunk), one line each
+    /// as `verify` reports them: indexed all the same (their packs check), their chunks fail
+    /// every read.
+    pub unreadable_deltas: Vec<String>,
     /// Versions found in the packs.
     pub versions: u64,
     /// Datasets with a head after the repair.
@@ -269,6 +277,7 @@ fn execute(plan: RepairPlan, progress: &dyn Progress) -> Result<RepairReport> {
     let catalog = Catalog::create_for_repair(&plan.root.join("catalog.db"))?;
     let mut store = Store::from_parts(plan.root.clone(), catalog);
     let sealed = index_packs(&mut store, &plan.packs, &mut report, progress)?;
+    check_deltas(&store, &sealed, &mut report)?;
     // Every version object, recorded (no head moves: the ref log says where heads are).
     let version_ids: BTreeSet<ObjectId> = sealed
         .iter()
@@ -376,6 +385,32 @@ fn index_packs(
     writer.commit()?;
     report.packs = sealed.len() as u64;
     Ok(sealed)
+}
+
+/// Decodes every delta frame of the `sealed` packs against its bases, now that `store`'s
+/// catalog locates every base the packs hold, reporting those that do not read
+/// ([`super::delta_check::DeltaCheck`]). The bases themselves came from each pack's index
+/// (`frames.bases`, by `add_pack`).
+///
+/// # Errors
+/// [`Error::Catalog`]; [`Error::Interrupted`].
+fn check_deltas(store: &Store, sealed: &[SealedPack], report: &mut RepairReport) -> Result<()> {
+    let mut check = super::delta_check::DeltaCheck::new(store);
+    for pack in sealed.iter().filter(|p| !p.deltas.is_empty()) {
+        let index = crate::pack::PackIndex {
+            frames: pack.frames.clone(),
+            objects: pack.objects.clone(),
+            deltas: pack.deltas.clone(),
+        };
+        for delta in &pack.deltas {
+            crate::interrupt::check()?;
+            let frame = super::delta_check::DeltaFrame::of(&pack.id, &index, delta.frame);
+            if let Err(problem) = check.check(&frame)? {
+                report.unreadable_deltas.push(problem);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Applies to `state` the lines an earlier change set aside (`reflog.unapplied` beside the

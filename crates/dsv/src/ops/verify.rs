@@ -24,7 +24,15 @@
 //!    reader every other read uses), so each thread holds one frame in memory: every frame
 //!    decompresses to its recorded length (≤ 256 MiB); every chunk, tree and version object in
 //!    it hashes to its id; and the index lists objects in frame order. File maps are not hashed
-//!    here (their key is the file id).
+//!    here (their key is the file id). A delta frame (pack index 2) needs its bases, which
+//!    other packs may hold: once a group's packs pass, `DeltaCheck` takes each of their delta
+//!    frames on this thread. Each base must be in the store (else a problem naming the chunk
+//!    and the base); the closure of its bases (`Catalog::delta_bases_of`) must not reach the
+//!    frame's own chunks (a cycle) nor go deeper than `MAX_DELTA_DEPTH`; the catalog must list
+//!    the bases the pack's index lists; then the frame is decoded as every read decodes it
+//!    (`PackReader::prepare`: each base read, its own bases first, and checked against its id;
+//!    the prefix at most `MAX_DELTA_PREFIX` bytes; zstd's window capped) and each chunk hashed.
+//!    A frame that fails is one problem, and its chunks are left out of the verified set.
 //! 3. Lists files in `.dsv/packs/` that the catalog does not name, or whose names are not
 //!    `<id>.pack`. They go to `unreferenced_packs`, which is not a problem, unless one is a
 //!    readable pack holding versions that the ref log names and the catalog lacks
@@ -157,11 +165,13 @@ fn spill_error(store: &Store) -> impl Fn(std::io::Error) -> Error + '_ {
 
 /// Checks each of `packs` whole against its name (on every core, a group of that many at
 /// a time, so only that many packs' object lists are held at once), reporting the damaged
-/// ones. Every object id the verified packs index (past half a million, on disk:
-/// [`crate::key_set`]). Reads the packs.
+/// ones; then, on this thread, decodes each delta frame of the group's packs against its
+/// bases (`delta_check::DeltaCheck`). Every object id the verified packs index, but the
+/// chunks of a delta frame that fails (past half a million, on disk: [`crate::key_set`]).
+/// Reads the packs.
 ///
 /// # Errors
-/// [`Error::Io`] spilling the ids.
+/// [`Error::Io`] spilling the ids; [`Error::Catalog`].
 fn check_packs(
     store: &Store,
     packs: &[(ObjectId, u64)],
@@ -174,23 +184,36 @@ fn check_packs(
         Unit::Bytes,
     );
     let mut indexed = crate::key_set::KeySet::<32>::spilling_to(&store.temp_dir());
+    let mut deltas = super::delta_check::DeltaCheck::new(store);
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     let packs_dir = store.packs_dir();
     for group in packs.chunks(jobs) {
         let checked = crate::parallel::map(group, jobs, |(id, size)| {
             let path = crate::pack::writer::pack_path(&packs_dir, id);
+            // Delta frames need their bases, which other packs may hold: decoded below.
             let result = crate::pack::reader::verify_pack(&path, id, None)
-                .map(|index| index.objects.iter().map(|o| o.id).collect::<Vec<_>>())
+                .map(|index| CheckedPack::of(id, index))
                 .map_err(|e| e.to_string());
             progress.advance(*size);
             Ok(result)
         })?;
         for ((id, size), result) in group.iter().zip(checked) {
             match result {
-                Ok(objects) => {
-                    report.objects += objects.len() as u64;
-                    for object in objects {
+                Ok(pack) => {
+                    report.objects += pack.objects.len() as u64;
+                    for object in pack.objects {
                         indexed.insert(object.0).map_err(spill_error(store))?;
+                    }
+                    for frame in &pack.deltas {
+                        match deltas.check(frame)? {
+                            Ok(()) => {
+                                report.objects += frame.chunks.len() as u64;
+                                for (chunk, _, _) in &frame.chunks {
+                                    indexed.insert(chunk.0).map_err(spill_error(store))?;
+                                }
+                            }
+                            Err(problem) => report.problems.push(problem),
+                        }
                     }
                 }
                 Err(e) => report.problems.push(format!("pack {id}: {e}")),
@@ -200,6 +223,36 @@ fn check_packs(
         }
     }
     Ok(indexed)
+}
+
+/// What checking one pack whole left to check: the objects it checked, and its delta
+/// frames, which need their bases.
+#[derive(Clone)]
+struct CheckedPack {
+    /// The ids of the objects in its plain frames, checked against their ids.
+    objects: Vec<ObjectId>,
+    /// Its delta frames, not decoded yet.
+    deltas: Vec<super::delta_check::DeltaFrame>,
+}
+
+impl CheckedPack {
+    /// Splits the index of pack `id` (checked by `verify_pack` without bases) into the
+    /// objects checked and the delta frames left.
+    fn of(id: &ObjectId, index: crate::pack::PackIndex) -> Self {
+        let mut deltas: Vec<super::delta_check::DeltaFrame> = index
+            .deltas
+            .iter()
+            .map(|d| super::delta_check::DeltaFrame::of(id, &index, d.frame))
+            .collect();
+        deltas.sort_by_key(|d| d.location.offset);
+        let objects = index
+            .objects
+            .iter()
+            .filter(|o| index.bases_of(o.frame).is_empty())
+            .map(|o| o.id)
+            .collect();
+        CheckedPack { objects, deltas }
+    }
 }
 
 /// Lists the pack files the catalog does not name (`named`), and accounts for those that

@@ -225,8 +225,8 @@ impl Fetcher {
             if remaining.is_empty() {
                 break;
             }
-            let mut by_frame =
-                catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
+            let mut by_frame = catalogs
+                .with(|catalog| frames_with_bases(engine, catalog, record.id, &remaining))?;
             if by_frame.is_empty() && self.never_listed(engine, &record)? {
                 // A remote whose packs this store never listed (added with `--first` after
                 // a clone from another): read its listing now, so the read order holds from
@@ -245,8 +245,8 @@ impl Fetcher {
                             .insert(record.name.clone());
                     }
                 }
-                by_frame =
-                    catalogs.with(|catalog| sync::frames_of(catalog, record.id, &remaining))?;
+                by_frame = catalogs
+                    .with(|catalog| frames_with_bases(engine, catalog, record.id, &remaining))?;
             }
             if !by_frame.is_empty()
                 && let Some(remote) = attempts.open(&record.name, || self.remote(&record))?
@@ -326,6 +326,17 @@ impl Fetcher {
     ) -> Result<u64> {
         let catalogs = &engine.catalogs;
         let mut downloaded = 0;
+        // Plain frames first: when more than a batch is fetched, the bases of the delta
+        // frames (plain, or deltas themselves) come in an earlier batch or the same one,
+        // never a later one, for the common chains of one level.
+        let mut by_frame = by_frame;
+        by_frame.sort_by_key(|((pack, offset), (frame, ..))| {
+            (
+                frame.compression == crate::pack::Compression::Delta,
+                *pack,
+                *offset,
+            )
+        });
         // A bounded number of lock files held at once (each an open descriptor).
         for batch in by_frame.chunks(FETCH_BATCH_FRAMES) {
             // The data lock, shared: no gc runs between storing and recording.
@@ -378,6 +389,8 @@ impl Fetcher {
                 self.jobs,
                 &sink,
                 Some(&mut raws),
+                &mut sync::DeltaBases::new(Some(&self.packs_dir)),
+                &HashSet::new(),
                 &crate::progress::NoProgress,
             )
         });
@@ -405,6 +418,7 @@ impl Fetcher {
         // this engine's readers locate them before the catalog records them.
         let mut raws = raws.into_iter();
         let mut places = Vec::new();
+        let mut paired = true;
         // Each index read back once: for the places here and for the recording below.
         let indexes = sealed
             .iter()
@@ -426,6 +440,13 @@ impl Fetcher {
                 let Some(raw) = raws.next() else {
                     break;
                 };
+                // One raw buffer per frame, in order (a delta frame's decoded bytes too); a
+                // length that disagrees means the pairing is off: nothing more is cached
+                // as checked (the reads read the pack and check it).
+                if !paired || raw.len() != location.raw_length as usize {
+                    paired = false;
+                    break;
+                }
                 let checked = index
                     .objects
                     .iter()
@@ -552,6 +573,61 @@ impl Fetcher {
             .map(|n| StripeLock::take(&stripe_path(&dir, n), data))
             .collect()
     }
+}
+
+/// The remote frames holding those of `wanted` that this store lacks and remote `remote`
+/// holds ([`sync::frames_of`]), and the frames holding the bases of their delta frames,
+/// transitively, as the remote's index (this store's copy of it) lists them: so one fetch
+/// downloads a delta frame with everything needed to decode it, in one round of ranged GETs,
+/// not one round per level of the chain. A base here already (or landed by a fetch of this
+/// engine) ends the walk there: its own bases are here too.
+///
+/// # Errors
+/// [`Error::Catalog`]; [`Error::Corrupt`] for a chain the remote's index lists deeper than
+/// [`crate::pack::format::MAX_DELTA_DEPTH`] (a cycle).
+fn frames_with_bases(
+    engine: &super::Engine,
+    catalog: &Catalog,
+    remote: i64,
+    wanted: &[(ObjectId, ObjectKind)],
+) -> Result<sync::FramesOf> {
+    let mut all = wanted.to_vec();
+    let mut seen: HashSet<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
+    let mut level: Vec<ObjectId> = wanted
+        .iter()
+        .filter(|(_, kind)| *kind == ObjectKind::Chunk)
+        .map(|(id, _)| *id)
+        .collect();
+    let mut depth = 0;
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for id in &level {
+            for base in catalog.remote_chunk_bases(remote, id)? {
+                if seen.insert(base)
+                    && engine.landing.locate(&base).is_none()
+                    && !catalog.has_object(&base, ObjectKind::Chunk)?
+                {
+                    all.push((base, ObjectKind::Chunk));
+                    next.push(base);
+                }
+            }
+        }
+        if !next.is_empty() {
+            depth += 1;
+            if depth > crate::pack::format::MAX_DELTA_DEPTH {
+                return Err(Error::corrupt(
+                    catalog.path(),
+                    format!(
+                        "the remote's index lists delta chains from chunk {} deeper than {} levels (a cycle?)",
+                        next[0].short(),
+                        crate::pack::format::MAX_DELTA_DEPTH
+                    ),
+                ));
+            }
+        }
+        level = next;
+    }
+    sync::frames_of(catalog, remote, &all)
 }
 
 /// The stripe of a remote frame.

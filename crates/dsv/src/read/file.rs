@@ -235,7 +235,7 @@ impl FileState {
             Some(remote) => reject(engine, &entry, &location, remote, &detail),
             None => Error::corrupt(&pack, detail),
         };
-        let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
+        let frame = engine.frame(&location.frame)?;
         let map = crate::store::decode_file_map(
             frame.raw(&location, &engine.packs_dir)?,
             &entry.id,
@@ -258,7 +258,7 @@ impl FileState {
             .with(|catalog| catalog.locate(&entry.id, ObjectKind::Outboard))?;
         let outboard = match found {
             Some(at) => {
-                let frame = engine.cache.get(&engine.packs_dir, &at.frame)?;
+                let frame = engine.frame(&at.frame)?;
                 // Proven against the file id as it decodes. Its size field is not covered
                 // by the hash (sizes with the same blocks merge alike): one that disagrees
                 // with the tree is not used.
@@ -607,7 +607,7 @@ impl FileState {
                     what: "chunk",
                 })?;
             let relocated;
-            let (frame, location) = match engine.cache.get(&engine.packs_dir, &location.frame) {
+            let (frame, location) = match engine.frame(&location.frame) {
                 Ok(frame) => (frame, location),
                 Err(e) => {
                     let pack =
@@ -617,10 +617,7 @@ impl FileState {
                     }
                     // Evicted under a cache limit since it was located: here again.
                     relocated = self.relocate(engine, index)?;
-                    (
-                        engine.cache.get(&engine.packs_dir, &relocated.frame)?,
-                        &relocated,
-                    )
+                    (engine.frame(&relocated.frame)?, &relocated)
                 }
             };
             let chunk = frame.chunk(chunk_id, location, &engine.packs_dir)?;

@@ -86,6 +86,18 @@
 //!   per machine however many threads and processes want it, and a fetch never blocks a read
 //!   of another file. A corrupt or short response fails that fetch alone and stores nothing;
 //!   the next read tries again. The data lock is held shared during a fetch, as a pull holds it.
+//! - **Delta frames** (issue 39). A chunk stored as a delta frame is decoded against its
+//!   bases: the frame cache's loader reads each base (through the cache, so a base that
+//!   several deltas name is decoded once), checks it against its id, concatenates them into
+//!   the reference prefix and decodes the frame (zstd's window capped); every chunk served
+//!   from it is checked against its id as any other. A chain deeper than
+//!   `MAX_DELTA_DEPTH` (16) or one that returns to itself is `Error::Corrupt`; a thread
+//!   decoding a delta waits only a bounded time for a base frame another thread loads, so
+//!   crossing chains cannot deadlock. A fetch adds to the chunks it wants the remote
+//!   closure of their delta frames (`Catalog::remote_delta_bases_of`: the bases listed in
+//!   the remote's indexes, transitively, those here left out), so a delta frame comes with
+//!   everything needed to decode it in the same round of ranged GETs, not one round per
+//!   level; plain frames are batched first. The prefetcher fetches through the same path.
 //! - **Prefetch.** After a sequential read of a file not all here, once the reader is inside
 //!   the last window asked for, the next window is fetched in the background, so one whole
 //!   window is always in flight ahead of it: in pieces of `PREFETCH_PIECE` (16 MiB: each a
@@ -124,7 +136,7 @@ use std::sync::{Arc, Mutex};
 use quick_cache::sync::GuardResult;
 
 use crate::catalog::ObjectLocation;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoResultExt, Result};
 use crate::id::ObjectId;
 use crate::lease::Lease;
 use crate::object::Version;
@@ -361,7 +373,174 @@ impl Engine {
         // transactions): the store can still be used.
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The decompressed frame at `location` (a local frame), through the frame cache. A
+    /// delta frame is decoded against its bases: each read through the cache too (so a
+    /// base that several deltas name is decoded once), checked against its id, located
+    /// here (landed or in the catalog) or fetched when it is not.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for a frame that fails its checks, a base that fails its id, a
+    /// chain deeper than [`crate::pack::format::MAX_DELTA_DEPTH`] or that returns to itself,
+    /// a prefix longer than [`crate::pack::format::MAX_DELTA_PREFIX`];
+    /// [`Error::MissingObject`] for a base neither here nor on a remote; [`Error::Io`].
+    fn frame(&self, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
+        self.frame_in_chain(location, &mut Vec::new())
+    }
+
+    /// [`Engine::frame`] for a frame read as a base of the delta frames in `chain` (the
+    /// outermost first).
+    fn frame_in_chain(
+        &self,
+        location: &FrameLocation,
+        chain: &mut Vec<FrameLocation>,
+    ) -> Result<Arc<CachedFrame>> {
+        let outermost = chain.is_empty();
+        let mut prefix_of = |at: &FrameLocation| self.delta_prefix(at, chain);
+        if outermost {
+            self.cache.get(&self.packs_dir, location, &mut prefix_of)
+        } else {
+            // A base's frame is waited for a bounded time only: a thread decoding a delta
+            // holds that delta frame's slot while it reads the bases, so two threads whose
+            // chains cross (a forged cycle across frames) must not wait on each other; after
+            // the wait it is read here, uncached, and the chain check below refuses a cycle.
+            self.cache
+                .get_bounded(&self.packs_dir, location, BASE_WAIT, &mut prefix_of)
+        }
+    }
+
+    /// Reads the frame at `location` into the cache unless it is there or being loaded
+    /// (read-ahead).
+    fn preload(&self, location: &FrameLocation) -> Result<()> {
+        let mut chain = Vec::new();
+        self.cache.preload(&self.packs_dir, location, &mut |at| {
+            self.delta_prefix(at, &mut chain)
+        })
+    }
+
+    /// The reference prefix of delta frame `location`: the raw bytes of its bases,
+    /// concatenated in listed order. `chain`: the delta frames being decoded that led here.
+    fn delta_prefix(
+        &self,
+        location: &FrameLocation,
+        chain: &mut Vec<FrameLocation>,
+    ) -> Result<Vec<u8>> {
+        let pack = || crate::pack::writer::pack_path(&self.packs_dir, &location.pack);
+        if chain.contains(location) {
+            return Err(Error::corrupt(
+                pack(),
+                format!(
+                    "the delta frame at offset {} is a base of itself (a delta cycle)",
+                    location.offset
+                ),
+            ));
+        }
+        if chain.len() as u64 >= u64::from(crate::pack::format::MAX_DELTA_DEPTH) {
+            return Err(Error::corrupt(
+                pack(),
+                format!(
+                    "the delta frame at offset {} lies more than {} delta levels deep",
+                    location.offset,
+                    crate::pack::format::MAX_DELTA_DEPTH
+                ),
+            ));
+        }
+        let bases = self.frame_bases(location)?;
+        if bases.is_empty() {
+            return Err(Error::corrupt(
+                pack(),
+                format!(
+                    "the delta frame at offset {} lists no base",
+                    location.offset
+                ),
+            ));
+        }
+        chain.push(*location);
+        let built = self.build_prefix(&bases, chain);
+        chain.pop();
+        built
+    }
+
+    /// The raw bytes of chunks `bases`, concatenated, each checked against its id.
+    fn build_prefix(&self, bases: &[ObjectId], chain: &mut Vec<FrameLocation>) -> Result<Vec<u8>> {
+        let mut prefix = Vec::new();
+        for base in bases {
+            let at = self.locate_base(base)?;
+            let frame = self.frame_in_chain(&at.frame, chain)?;
+            let bytes = frame.chunk(base, &at, &self.packs_dir)?;
+            if (prefix.len() + bytes.len()) as u64 > crate::pack::format::MAX_DELTA_PREFIX {
+                return Err(Error::corrupt(
+                    crate::pack::writer::pack_path(&self.packs_dir, &at.frame.pack),
+                    format!(
+                        "the bases of a delta frame hold more than {} bytes",
+                        crate::pack::format::MAX_DELTA_PREFIX
+                    ),
+                ));
+            }
+            prefix.extend_from_slice(bytes);
+        }
+        Ok(prefix)
+    }
+
+    /// The bases of local delta frame `location`, from the catalog, or for a pack a fetch
+    /// of this engine landed and has not recorded yet, from the pack's own index.
+    fn frame_bases(&self, location: &FrameLocation) -> Result<Vec<ObjectId>> {
+        let bases = self
+            .catalogs
+            .with(|catalog| catalog.frame_bases(location))?;
+        if !bases.is_empty() {
+            return Ok(bases);
+        }
+        let path = crate::pack::writer::pack_path(&self.packs_dir, &location.pack);
+        let file = std::fs::File::open(&path).at(&path)?;
+        let index = crate::pack::reader::read_index(&file, &path)?;
+        let number = index
+            .frames
+            .iter()
+            .position(|frame| frame.offset == location.offset);
+        Ok(number
+            .and_then(|number| {
+                index
+                    .deltas
+                    .iter()
+                    .find(|delta| delta.frame as usize == number)
+            })
+            .map(|delta| delta.bases.clone())
+            .unwrap_or_default())
+    }
+
+    /// Where base chunk `id` is: landed by a fetch of this engine, in the catalog, or
+    /// fetched now from the remotes (a base is fetched with its delta, so this is rare: a
+    /// base evicted alone, or data copied here without its closure).
+    fn locate_base(&self, id: &ObjectId) -> Result<ObjectLocation> {
+        let locate = || -> Result<Option<ObjectLocation>> {
+            match self.landing.locate(id) {
+                Some(location) => Ok(Some(location)),
+                None => self
+                    .catalogs
+                    .with(|catalog| catalog.locate(id, crate::object::ObjectKind::Chunk)),
+            }
+        };
+        if let Some(location) = locate()? {
+            return Ok(location);
+        }
+        let mut attempts = crate::transfer::fallback::Attempts::new();
+        match self.fetcher.fetch(self, &[*id], &mut attempts) {
+            Ok(_) | Err(fetch::FetchError::NotIndexed) => {}
+            Err(fetch::FetchError::Failed(e)) => return Err(e),
+        }
+        locate()?.ok_or_else(|| {
+            attempts.missing(Error::MissingObject {
+                id: id.to_hex(),
+                what: "chunk",
+            })
+        })
+    }
 }
+
+/// How long a thread decoding a delta frame waits for another thread reading one of its
+/// bases' frames before it reads that frame itself (see [`Engine::frame_in_chain`]).
+const BASE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// One version, open for reading. `Send + Sync`: share it between threads.
 pub struct VersionHandle {
@@ -632,7 +811,7 @@ impl VersionHandle {
             match found {
                 Some(location) if location.kind == crate::object::ObjectKind::Chunk => {}
                 Some(location) => {
-                    let frame = engine.cache.get(&engine.packs_dir, &location.frame)?;
+                    let frame = engine.frame(&location.frame)?;
                     let pack =
                         crate::pack::writer::pack_path(&engine.packs_dir, &location.frame.pack);
                     let map = crate::store::decode_file_map(
@@ -1256,7 +1435,7 @@ impl FileHandle {
                 return;
             }
             for frame in file.local_frames(&(from..until)) {
-                if engine.cache.preload(&engine.packs_dir, &frame).is_err() {
+                if engine.preload(&frame).is_err() {
                     break;
                 }
             }
@@ -1387,6 +1566,10 @@ type FrameGuard<'a> = quick_cache::sync::PlaceholderGuard<
     quick_cache::sync::DefaultLifecycle<FrameLocation, Arc<CachedFrame>>,
 >;
 
+/// Builds the reference prefix of a delta frame (the raw bytes of its bases, checked):
+/// [`Engine::delta_prefix`], or for frames that cannot be deltas, an error.
+type PrefixOf<'a> = dyn FnMut(&FrameLocation) -> Result<Vec<u8>> + 'a;
+
 thread_local! {
     /// Each thread's pack reader (open files, a zstd context) for cache misses.
     static PACKS: std::cell::RefCell<Option<(PathBuf, PackReader)>> = const { std::cell::RefCell::new(None) };
@@ -1447,14 +1630,27 @@ impl FrameCache {
         }
     }
 
-    /// Reads and decompresses the frame at `location` with this thread's pack reader.
-    fn load(packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
+    /// Reads and decompresses the frame at `location` with this thread's pack reader; a
+    /// delta frame against the prefix `prefix_of` builds (before the reader is borrowed:
+    /// building it reads other frames).
+    fn load(
+        packs_dir: &Path,
+        location: &FrameLocation,
+        prefix_of: &mut PrefixOf<'_>,
+    ) -> Result<Arc<CachedFrame>> {
+        let prefix = match location.compression {
+            crate::pack::Compression::Delta => Some(prefix_of(location)?),
+            _ => None,
+        };
         let bytes = PACKS.with(|cell| {
             let mut cell = cell.borrow_mut();
             if cell.as_ref().is_none_or(|(dir, _)| dir != packs_dir) {
                 *cell = Some((packs_dir.to_path_buf(), PackReader::new(packs_dir, 1)));
             }
             let (_, reader) = cell.as_mut().expect("just set");
+            if let Some(prefix) = &prefix {
+                reader.load_delta(location, prefix)?;
+            }
             reader.frame(location)
         })?;
         Ok(Arc::new(CachedFrame {
@@ -1469,12 +1665,13 @@ impl FrameCache {
         guard: FrameGuard<'_>,
         packs_dir: &Path,
         location: &FrameLocation,
+        prefix_of: &mut PrefixOf<'_>,
     ) -> Result<Arc<CachedFrame>> {
         if let Some(frame) = self.large(location) {
             return Ok(frame);
         }
         // On failure the guard is dropped unfilled: a waiting thread tries itself.
-        let frame = Self::load(packs_dir, location)?;
+        let frame = Self::load(packs_dir, location, prefix_of)?;
         self.keep(guard, *location, frame.clone());
         Ok(frame)
     }
@@ -1497,24 +1694,53 @@ impl FrameCache {
 
     /// Reads the frame at `location` into the cache unless it is there or being loaded
     /// (read-ahead).
-    fn preload(&self, packs_dir: &Path, location: &FrameLocation) -> Result<()> {
+    fn preload(
+        &self,
+        packs_dir: &Path,
+        location: &FrameLocation,
+        prefix_of: &mut PrefixOf<'_>,
+    ) -> Result<()> {
         if self.frames.contains_key(location) {
             return Ok(());
         }
         let zero = Some(std::time::Duration::ZERO);
         if let GuardResult::Guard(guard) = self.frames.get_value_or_guard(location, zero) {
-            self.fill(guard, packs_dir, location)?;
+            self.fill(guard, packs_dir, location, prefix_of)?;
         }
         Ok(())
     }
 
-    fn get(&self, packs_dir: &Path, location: &FrameLocation) -> Result<Arc<CachedFrame>> {
+    fn get(
+        &self,
+        packs_dir: &Path,
+        location: &FrameLocation,
+        prefix_of: &mut PrefixOf<'_>,
+    ) -> Result<Arc<CachedFrame>> {
         // Another thread reading this frame: waits for it (or for its failure, then tries).
         match self.frames.get_value_or_guard(location, None) {
             GuardResult::Value(frame) => Ok(frame),
-            GuardResult::Guard(guard) => self.fill(guard, packs_dir, location),
+            GuardResult::Guard(guard) => self.fill(guard, packs_dir, location, prefix_of),
             // Not with no timeout; read uncached rather than fail.
-            GuardResult::Timeout => Self::load(packs_dir, location),
+            GuardResult::Timeout => Self::load(packs_dir, location, prefix_of),
+        }
+    }
+
+    /// [`FrameCache::get`], waiting at most `wait` for another thread loading the frame;
+    /// then it is read here, uncached.
+    fn get_bounded(
+        &self,
+        packs_dir: &Path,
+        location: &FrameLocation,
+        wait: std::time::Duration,
+        prefix_of: &mut PrefixOf<'_>,
+    ) -> Result<Arc<CachedFrame>> {
+        if let Some(frame) = self.large(location) {
+            return Ok(frame);
+        }
+        match self.frames.get_value_or_guard(location, Some(wait)) {
+            GuardResult::Value(frame) => Ok(frame),
+            GuardResult::Guard(guard) => self.fill(guard, packs_dir, location, prefix_of),
+            GuardResult::Timeout => Self::load(packs_dir, location, prefix_of),
         }
     }
 }
@@ -1545,6 +1771,11 @@ mod tests {
         (location, vec![(n % 251) as u8; len])
     }
 
+    /// For frames that are not deltas: never called.
+    fn no_bases() -> impl FnMut(&FrameLocation) -> Result<Vec<u8>> {
+        |_| panic!("no delta frame here")
+    }
+
     /// No pack is there: a frame that `get` returns came from the cache.
     fn no_packs() -> PathBuf {
         PathBuf::from("/nonexistent/dsv-frame-cache-test")
@@ -1568,21 +1799,31 @@ mod tests {
             );
             // Some are read again.
             if n % 5 == 0 {
-                cache.get(&no_packs(), &location).unwrap();
+                cache.get(&no_packs(), &location, &mut no_bases()).unwrap();
             }
         }
         assert!(cache.used() >= 4 * MIB, "only {} bytes held", cache.used());
         // The frame just put in is served from memory.
         let (last, bytes) = frame_at(199, size(199));
-        let frame = cache.get(&no_packs(), &last).unwrap();
+        let frame = cache.get(&no_packs(), &last, &mut no_bases()).unwrap();
         assert_eq!(frame.bytes, bytes);
         // A frame evicted long ago is read again (and here, with no pack, fails).
-        assert!(cache.get(&no_packs(), &frame_at(0, size(0)).0).is_err());
+        assert!(
+            cache
+                .get(&no_packs(), &frame_at(0, size(0)).0, &mut no_bases())
+                .is_err()
+        );
         // Inserting what is there already changes nothing.
         let before = cache.used();
         cache.insert(last, vec![1; size(199)], HashSet::new());
         assert_eq!(cache.used(), before);
-        assert_eq!(cache.get(&no_packs(), &last).unwrap().bytes, bytes);
+        assert_eq!(
+            cache
+                .get(&no_packs(), &last, &mut no_bases())
+                .unwrap()
+                .bytes,
+            bytes
+        );
     }
 
     #[test]
@@ -1596,7 +1837,13 @@ mod tests {
         }
         assert!(cache.used() <= 1024 * 1024);
         let (last, bytes) = frame_at(99_999, 1024);
-        assert_eq!(cache.get(&no_packs(), &last).unwrap().bytes, bytes);
+        assert_eq!(
+            cache
+                .get(&no_packs(), &last, &mut no_bases())
+                .unwrap()
+                .bytes,
+            bytes
+        );
     }
 
     #[test]
@@ -1605,14 +1852,14 @@ mod tests {
         let (big, bytes) = frame_at(1, 3 * 1024 * 1024);
         cache.insert(big, bytes.clone(), HashSet::from([0]));
         assert_eq!(cache.used(), 3 * 1024 * 1024);
-        let frame = cache.get(&no_packs(), &big).unwrap();
+        let frame = cache.get(&no_packs(), &big, &mut no_bases()).unwrap();
         assert_eq!(frame.bytes, bytes);
         assert!(frame.verified.lock().unwrap().contains(&0));
         let (other, _) = frame_at(2, 2 * 1024 * 1024);
         cache.insert(other, vec![2; 2 * 1024 * 1024], HashSet::new());
         assert_eq!(cache.used(), 2 * 1024 * 1024);
-        assert!(cache.get(&no_packs(), &big).is_err());
-        assert!(cache.get(&no_packs(), &other).is_ok());
+        assert!(cache.get(&no_packs(), &big, &mut no_bases()).is_err());
+        assert!(cache.get(&no_packs(), &other, &mut no_bases()).is_ok());
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //! A file with no parent (a new path), or with deltas turned off, takes exactly the path
 //! it took before deltas: no base is looked up and nothing more is computed. A file whose
 //! deltas keep failing (incompressible data replaced wholesale, such as images) stops
-//! trying after [`GIVE_UP_AFTER`] attempts with fewer than one in eight kept.
+//! trying after [`GIVE_UP_AFTER`] attempts with fewer than one in eight kept, and files of
+//! its kind (its extension) after [`GIVE_UP_KIND_AFTER`] such attempts among them.
 //!
 //! No cycle can form: a base is a chunk the store already holds, and the chunk being written
 //! is one it does not hold, so no chain that a base starts can reach it.
@@ -58,6 +59,11 @@ const REACH_PAST_DEEP_BASES: bool = true;
 /// chunk).
 pub const GIVE_UP_AFTER: u32 = 8;
 
+/// Delta attempts on files of one kind ([`ParentFile::kind`]) in one reader thread after
+/// which files of that kind stop trying when fewer than one in eight were kept (a commit
+/// replacing thousands of images, each a chunk or two, pays for a few dozen attempts).
+pub const GIVE_UP_KIND_AFTER: u32 = 32;
+
 /// The most chunks a [`DeltaPlanner`] remembers the chains of before it forgets them all
 /// (memory stays bounded on a commit of millions of files).
 const MAX_REMEMBERED_CHAINS: usize = 1 << 16;
@@ -77,6 +83,29 @@ pub struct ParentFile {
     pub id: ObjectId,
     /// Its size in bytes.
     pub size: u64,
+    /// Its kind (a hash of its name's extension, see [`ParentFile::at`]): files of a kind
+    /// whose deltas keep failing (images replaced wholesale) stop being tried in the run.
+    pub kind: u64,
+}
+
+impl ParentFile {
+    /// The file `id` of `size` bytes that the parent version held at `path`; its kind is
+    /// the extension of `path`'s last name, letter case ignored (none: kind 0).
+    pub fn at(path: &str, id: ObjectId, size: u64) -> ParentFile {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let kind = match name.rsplit_once('.') {
+            Some((stem, extension)) if !stem.is_empty() => {
+                // FNV-1a: a stable hash of a few bytes.
+                extension
+                    .bytes()
+                    .fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+                        (hash ^ u64::from(byte.to_ascii_lowercase())).wrapping_mul(0x100_0000_01b3)
+                    })
+            }
+            _ => 0,
+        };
+        ParentFile { id, size, kind }
+    }
 }
 
 /// The parent file's chunks, in file order.
@@ -84,8 +113,33 @@ pub(super) struct ParentChunks {
     ids: Vec<ObjectId>,
     /// Each chunk's end offset in the parent file (its start is the previous end).
     ends: Vec<u64>,
-    /// How the delta attempts of this file went (shared with the compressor threads).
-    outcome: Arc<FileOutcome>,
+    /// How the delta attempts of this file, and of files of its kind, went (shared with
+    /// the compressor threads).
+    outcomes: Outcomes,
+}
+
+/// The delta attempts of one file and of its kind in this run.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Outcomes {
+    file: Arc<FileOutcome>,
+    kind: Arc<FileOutcome>,
+}
+
+impl Outcomes {
+    /// True when the file's deltas, or those of its kind, fail so often that trying more is
+    /// a waste.
+    fn given_up(&self) -> bool {
+        self.file.given_up(GIVE_UP_AFTER) || self.kind.given_up(GIVE_UP_KIND_AFTER)
+    }
+
+    fn count(&self, kept: bool) {
+        for outcome in [&self.file, &self.kind] {
+            outcome.tried.fetch_add(1, Ordering::Relaxed);
+            if kept {
+                outcome.kept.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl ParentChunks {
@@ -107,10 +161,10 @@ pub(super) struct FileOutcome {
 }
 
 impl FileOutcome {
-    /// True when the file's deltas fail so often that trying more is a waste.
-    fn given_up(&self) -> bool {
+    /// True when at least `after` attempts were made and fewer than one in eight kept.
+    fn given_up(&self, after: u32) -> bool {
         let tried = self.tried.load(Ordering::Relaxed);
-        tried >= GIVE_UP_AFTER && self.kept.load(Ordering::Relaxed) * 8 < tried
+        tried >= after && self.kept.load(Ordering::Relaxed) * 8 < tried
     }
 }
 
@@ -122,7 +176,7 @@ pub(super) struct DeltaJob {
     prefix: Vec<u8>,
     /// Stored bytes of the union of the bases' closures (each chunk once).
     bases_closure: u64,
-    outcome: Arc<FileOutcome>,
+    outcomes: Outcomes,
 }
 
 /// A chunk's chain: how deep, and the stored bytes of everything reading it decodes.
@@ -184,6 +238,8 @@ pub(super) struct DeltaPlanner {
     /// `None`: the chunk is no base (not held here, or unreadable).
     chains: HashMap<ObjectId, Option<Chain>>,
     bytes: VecDeque<(ObjectId, Arc<Vec<u8>>)>,
+    /// How the delta attempts of each kind of file went.
+    kinds: HashMap<u64, Arc<FileOutcome>>,
 }
 
 /// Errors that mean "no delta from here" rather than a failed commit: the parent's data is
@@ -234,10 +290,14 @@ impl DeltaPlanner {
         if end != parent.size {
             return Ok(None);
         }
+        let kind = self.kinds.entry(parent.kind).or_default();
         Ok(Some(ParentChunks {
             ids,
             ends,
-            outcome: Arc::default(),
+            outcomes: Outcomes {
+                file: Arc::default(),
+                kind: Arc::clone(kind),
+            },
         }))
     }
 
@@ -260,7 +320,7 @@ impl DeltaPlanner {
             start,
             file_size: size,
         } = chunk;
-        if parent.outcome.given_up() || raw.is_empty() {
+        if parent.outcomes.given_up() || raw.is_empty() {
             return Ok(None);
         }
         let raw_length = raw.len() as u64;
@@ -337,7 +397,7 @@ impl DeltaPlanner {
             bases: used,
             prefix,
             bases_closure,
-            outcome: Arc::clone(&parent.outcome),
+            outcomes: parent.outcomes.clone(),
         }))
     }
 
@@ -483,7 +543,6 @@ impl DeltaEncoder {
         plain: &mut zstd::bulk::Compressor<'_>,
         frame_target: usize,
     ) -> Encoded {
-        job.outcome.tried.fetch_add(1, Ordering::Relaxed);
         let raw_length = job.raw.len() as u64;
         let mut builder = FrameBuilder::default();
         builder.push(job.id, ObjectKind::Chunk, &job.raw);
@@ -498,10 +557,11 @@ impl DeltaEncoder {
             alone.push(job.id, ObjectKind::Chunk, &job.raw);
             let plain_stored = alone.encode_with(plain).stored_len() as u64;
             if delta_stored * 2 <= plain_stored {
-                job.outcome.kept.fetch_add(1, Ordering::Relaxed);
+                job.outcomes.count(true);
                 return Encoded::Delta(delta, plain_stored - delta_stored);
             }
         }
+        job.outcomes.count(false);
         self.rejected.push(job.id, ObjectKind::Chunk, &job.raw);
         if self.rejected.len() >= frame_target {
             return Encoded::Plain(Some(std::mem::take(&mut self.rejected).encode_with(plain)));
@@ -536,7 +596,7 @@ mod tests {
                 .map(|n| ObjectId::of(&n.to_le_bytes()))
                 .collect(),
             ends,
-            outcome: Arc::default(),
+            outcomes: Outcomes::default(),
         }
     }
 
@@ -577,13 +637,37 @@ mod tests {
     }
 
     #[test]
-    fn a_file_whose_deltas_fail_gives_up() {
-        let outcome = FileOutcome::default();
-        assert!(!outcome.given_up());
-        outcome.tried.store(GIVE_UP_AFTER, Ordering::Relaxed);
-        assert!(outcome.given_up());
-        outcome.kept.store(GIVE_UP_AFTER / 4, Ordering::Relaxed);
-        assert!(!outcome.given_up());
+    fn a_file_or_a_kind_whose_deltas_fail_gives_up() {
+        let outcomes = Outcomes::default();
+        for _ in 1..GIVE_UP_AFTER {
+            outcomes.count(false);
+        }
+        assert!(!outcomes.given_up());
+        outcomes.count(false);
+        assert!(outcomes.given_up());
+        outcomes.count(true);
+        outcomes.count(true);
+        assert!(!outcomes.given_up(), "two of ten kept");
+        // The next file of the kind starts afresh, until the kind has failed enough.
+        let next = Outcomes {
+            file: Arc::default(),
+            kind: Arc::clone(&outcomes.kind),
+        };
+        assert!(!next.given_up());
+        for _ in 0..GIVE_UP_KIND_AFTER {
+            next.count(false);
+        }
+        assert!(next.given_up());
+    }
+
+    #[test]
+    fn a_files_kind_is_its_extension() {
+        let id = ObjectId([0; 32]);
+        let kind = |path: &str| ParentFile::at(path, id, 1).kind;
+        assert_eq!(kind("a/x.png"), kind("b/y.PNG"));
+        assert_ne!(kind("a/x.png"), kind("a/x.csv"));
+        assert_eq!(kind("a/.hidden"), 0);
+        assert_eq!(kind("a.d/noext"), 0);
     }
 
     #[test]

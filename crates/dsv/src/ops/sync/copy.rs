@@ -14,8 +14,9 @@
 //!    LISTs (plus a GET of any ref this store has not seen), no payload byte.
 //! 3. **Metadata.** The versions' trees and file maps are fetched from SRC into this store
 //!    (as `dsv fetch SRC` does: they are small, and the walk reads them) unless this store
-//!    already records every version (it pushed them, or fetched them before); then DST is
-//!    seen as a writer sees it (`transfer::writer_view`, the writers' rule of `dsv gc
+//!    already records every version (it pushed them, or fetched them before); when SRC's
+//!    recorded indexes list a delta frame, DST's `format` key is raised to 3 (as push does,
+//!    not in a dry run); then DST is seen as a writer sees it (`transfer::writer_view`, the writers' rule of `dsv gc
 //!    --remote`: DST's `format` key is checked, `marks/` listed, and DST's pack indexes
 //!    refreshed without the marked packs: one LIST, a GET of each new `.idx`). What
 //!    this store recorded of SRC is checked against one LIST of SRC's packs in step 6: an
@@ -31,7 +32,12 @@
 //!    file map, outboard and chunk that DST's recorded indexes lack or hold only in marked
 //!    packs (`super::push::walk_missing_on`, the walk push makes; the DST packs holding the
 //!    rest are remembered as relied on), each located in SRC's indexes. An object SRC does
-//!    not hold is [`Error::MissingObject`].
+//!    not hold is [`Error::MissingObject`]. **Closures** (a delta is never stored anywhere
+//!    without its bases): each chunk needed that SRC holds in a delta frame brings the
+//!    frame's bases (transitively, through SRC's recorded frames) that DST lacks; a chunk
+//!    DST holds in a delta frame needs that frame's bases on DST too; and a SRC pack copied
+//!    whole (step 6) carries all its delta frames, so their bases go too (repeated until no
+//!    object is added). A base SRC lacks is [`Error::Corrupt`] naming SRC.
 //! 6. **Plan.** Per SRC pack, the bytes of the frames needed. A pack whose needed frames make
 //!    up at least half of it ([`WHOLE_PACK_SHARE`]) is copied whole under its own name,
 //!    unless DST has a mark on that name; from any other, only the needed frames are taken
@@ -50,7 +56,12 @@
 //!    as a fetch merges them), each frame checked as a fetch checks it (it decompresses to its
 //!    length, every object hashes to its id), appended byte for byte to new packs built in
 //!    memory ([`crate::pack_sink::PackSink::in_memory`]) and uploaded with their `.idx`.
-//!    Batches of at most [`BATCH_BYTES`] of frames, so memory stays bounded.
+//!    Batches of at most [`BATCH_BYTES`] of frames, so memory stays bounded. A delta frame
+//!    is checked against its bases (decoded, every chunk hashed) before it is sent: the
+//!    bases' raw bytes come from frames of this copy (kept across batches while a delta
+//!    still to come names them), else from this store; a base neither holds (one DST has
+//!    already) is read from SRC only to check the delta, and not sent. When anything sent
+//!    holds a delta frame, DST's `format` key is first raised to 3 (as push does).
 //! 9. **Record and check.** DST's indexes are refreshed again (without marked packs); every
 //!    pack the plan wrote there must now be listed (so every object of the closure is), else
 //!    the copy stops before any ref moves. Then `marks/` is listed again: a pack relied on or
@@ -82,7 +93,7 @@ use crate::catalog::RemoteRecord;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
-use crate::pack::format::FrameRecord;
+use crate::pack::format::{Compression, FrameRecord};
 use crate::pack_sink::{PACK_TARGET, PackSink};
 use crate::progress::{NoProgress, Progress, Unit};
 use crate::remote::{RefName, RefState, Remote};
@@ -387,7 +398,13 @@ pub fn plan(
         }
         return Ok(ends.into_plan(options, moves, None, CopyPlanned::default(), 0));
     }
-    let (sending, planned, proof_bytes) = plan_sending(store, &ends, &dst_refs, &targets, fetched)?;
+    let (sending, planned, proof_bytes) = plan_sending(
+        store,
+        &ends,
+        &dst_refs,
+        &targets,
+        (fetched, options.dry_run),
+    )?;
     let mut moves = Vec::new();
     for target in &targets {
         moves.extend(decide_refs(
@@ -410,7 +427,7 @@ fn plan_sending(
     ends: &Ends<'_>,
     dst_refs: &RemoteRefs<'_>,
     targets: &[Target],
-    mut fetched: bool,
+    (mut fetched, dry_run): (bool, bool),
 ) -> Result<(Sending, CopyPlanned, u64)> {
     if !fetched
         && targets.iter().try_fold(false, |any, t| {
@@ -419,6 +436,20 @@ fn plan_sending(
     {
         ends.fetch_source(store)?;
         fetched = true;
+    }
+    // SRC holds delta frames (pack format 2): DST's `format` key is raised to 3 before DST
+    // is seen as a writer sees it, so the walk below already treats DST as collected (a
+    // key appearing during the copy would stop it: `WriterView::recheck`).
+    if !dry_run
+        && store
+            .catalog()
+            .remote_has_delta_frames(ends.src_record.id)?
+    {
+        ends.dst.ensure_format(
+            crate::remote::collect::FORMAT_DELTAS,
+            crate::transfer::DEFAULT_REMOTE_GRACE_SECONDS,
+            "copy",
+        )?;
     }
     ends.phase("reading the destination's pack indexes");
     let view = crate::transfer::writer_view(store, &ends.dst_record, &ends.dst, ends.jobs)?;
@@ -804,6 +835,25 @@ fn send(
         "copy: planned"
     );
     let mut transfer = Transfer::default();
+    let catalog = store.catalog();
+    // Delta frames (pack format 2) go only to a remote that says it may hold them (remote
+    // format 3, set first, as push sets it).
+    let mut deltas = partial
+        .values()
+        .any(|(frame, _)| frame.compression == Compression::Delta);
+    for (pack, _) in &whole {
+        deltas = deltas
+            || !catalog
+                .remote_pack_delta_bases(ends.src_record.id, pack)?
+                .is_empty();
+    }
+    if deltas {
+        dst.ensure_format(
+            crate::remote::collect::FORMAT_DELTAS,
+            crate::transfer::DEFAULT_REMOTE_GRACE_SECONDS,
+            "copy",
+        )?;
+    }
     progress.start("copy", whole_bytes + partial_bytes, Unit::Bytes);
     let mut written: Vec<ObjectId> = whole.iter().map(|(id, _)| *id).collect();
     relied.extend(written.iter().copied());
@@ -820,18 +870,29 @@ fn send(
     // under its marked id: such batches start with a salt frame.
     let from_marked =
         |batch: &[crate::transfer::Span]| batch.iter().any(|span| view.is_marked(&span.pack()));
-    for batch in batches(crate::transfer::spans(partial, MAX_SPAN)) {
+    // Every delta frame is checked against its bases before it is sent: those of this copy
+    // (kept across batches), else this store's; a base DST holds already that neither has
+    // is read from SRC only to check the delta (`check_only`), not sent.
+    let (check_only, expected) = delta_checks(catalog, &ends.src_record, &partial)?;
+    let mut bases = crate::transfer::DeltaBases::carried(Some(&store.packs_dir()));
+    bases.expect(expected);
+    let check_keys: HashSet<(ObjectId, u64)> = check_only.keys().copied().collect();
+    let mut frames = partial;
+    frames.extend(check_only);
+    for batch in batches(crate::transfer::spans(frames, MAX_SPAN)) {
         let sink = PackSink::in_memory();
         if from_marked(&batch) {
             sink.add(crate::transfer::salt_frame(&ends.dst_record.name))?;
         }
         let got = crate::transfer::fetch_spans(
-            store.catalog(),
+            catalog,
             src,
             &batch,
             jobs,
             &sink,
             None,
+            &mut bases,
+            &check_keys,
             &NoProgress,
         )?;
         let packs: Vec<(ObjectId, bytes::Bytes, usize)> = sink
@@ -856,7 +917,72 @@ fn send(
         dst.put_packs_in_memory(packs, jobs, &|_| {})?;
         progress.advance(got.bytes);
     }
+    // A delta whose bases never came: nothing names what was sent, no ref moves.
+    bases.finish()?;
     Ok((transfer, written))
+}
+
+/// For the delta frames of `partial` (SRC's frames a copy sends), the frames of SRC that
+/// hold their bases (transitively) which neither `partial` nor this store holds, by (pack,
+/// offset): read only to check the deltas. And every base those deltas name.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming SRC when it lacks a base; [`Error::Catalog`].
+fn delta_checks(
+    catalog: &crate::catalog::Catalog,
+    src: &RemoteRecord,
+    partial: &PartialFrames,
+) -> Result<(PartialFrames, HashSet<ObjectId>)> {
+    let mut check_only = PartialFrames::new();
+    let mut expected = HashSet::new();
+    let mut pending: Vec<i64> = partial
+        .values()
+        .filter(|(frame, _)| frame.compression == Compression::Delta)
+        .map(|(_, row)| *row)
+        .collect();
+    if pending.is_empty() {
+        return Ok((check_only, expected));
+    }
+    let mut sent = HashSet::new();
+    for (_, row) in partial.values() {
+        for (id, kind, ..) in catalog.remote_frame_objects(*row)? {
+            if kind == ObjectKind::Chunk {
+                sent.insert(id);
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    while let Some(row) = pending.pop() {
+        for base in catalog.remote_frame_bases(row)? {
+            expected.insert(base);
+            if !seen.insert(base)
+                || sent.contains(&base)
+                || catalog.has_object(&base, ObjectKind::Chunk)?
+            {
+                continue;
+            }
+            let location = catalog
+                .remote_locate(src.id, &base, ObjectKind::Chunk)?
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        format!("remote {}", src.name),
+                        format!(
+                            "a delta frame names base chunk {}, which the remote does not hold",
+                            base.short()
+                        ),
+                    )
+                })?;
+            let key = (location.pack, location.frame.offset);
+            if partial.contains_key(&key) || check_only.contains_key(&key) {
+                continue;
+            }
+            check_only.insert(key, (location.frame, location.frame_row));
+            if location.frame.compression == Compression::Delta {
+                pending.push(location.frame_row);
+            }
+        }
+    }
+    Ok((check_only, expected))
 }
 
 /// Resolves `revision` among the versions this store fetched from SRC: the base is SRC's
@@ -992,8 +1118,75 @@ fn plan_closure(
     targets: &[Target],
     listed: &HashMap<ObjectId, u64>,
 ) -> Result<PlannedClosure> {
-    let (needed, versions) = closure_missing(store, src, dst, view, relied, targets)?;
-    let (frames, missing) = store.catalog().remote_frames_holding(src.id, &needed)?;
+    let catalog = store.catalog();
+    let (mut needed, versions, held_deltas) =
+        closure_missing(store, src, dst, view, relied, targets)?;
+    // Closures: the chunks needed and those DST holds as deltas bring their bases.
+    let mut in_needed: HashSet<(ObjectId, ObjectKind)> = needed.iter().copied().collect();
+    let mut seen = HashSet::new();
+    let roots: Vec<ObjectId> = needed
+        .iter()
+        .filter(|(_, kind)| *kind == ObjectKind::Chunk)
+        .map(|(id, _)| *id)
+        .chain(held_deltas)
+        .collect();
+    let sides = (src, dst);
+    close_on_source(
+        catalog,
+        sides,
+        view,
+        relied,
+        roots,
+        &mut seen,
+        &mut needed,
+        &mut in_needed,
+    )?;
+    let mut examined = HashSet::new();
+    loop {
+        let per_pack = frames_per_pack(catalog, src, &needed, listed)?;
+        // A pack copied whole carries all its delta frames: their bases go too.
+        let whole: Vec<ObjectId> = split_packs(per_pack.clone(), listed, view)
+            .0
+            .into_iter()
+            .map(|(pack, _)| pack)
+            .filter(|pack| examined.insert(*pack))
+            .collect();
+        let before = needed.len();
+        for pack in whole {
+            let bases = catalog.remote_pack_delta_bases(src.id, &pack)?;
+            close_on_source(
+                catalog,
+                sides,
+                view,
+                relied,
+                bases,
+                &mut seen,
+                &mut needed,
+                &mut in_needed,
+            )?;
+        }
+        if needed.len() == before {
+            return Ok(PlannedClosure {
+                needed,
+                versions,
+                per_pack,
+            });
+        }
+    }
+}
+
+/// The frames of SRC's packs holding `needed`, per pack (every such pack among `listed`).
+///
+/// # Errors
+/// [`Error::MissingObject`] for an object SRC's recorded indexes lack, or a pack they name
+/// that SRC no longer lists; [`Error::Catalog`].
+fn frames_per_pack(
+    catalog: &crate::catalog::Catalog,
+    src: &RemoteRecord,
+    needed: &[(ObjectId, ObjectKind)],
+    listed: &HashMap<ObjectId, u64>,
+) -> Result<FramesPerPack> {
+    let (frames, missing) = catalog.remote_frames_holding(src.id, needed)?;
     if let Some((id, kind)) = missing {
         return Err(Error::MissingObject {
             id: id.to_hex(),
@@ -1013,15 +1206,13 @@ fn plan_closure(
             .or_default()
             .insert(frame.offset, (frame, row));
     }
-    Ok(PlannedClosure {
-        needed,
-        versions,
-        per_pack,
-    })
+    Ok(per_pack)
 }
 
-/// Every object the targets need that DST lacks (step 5), and how many versions DST lacks.
-/// An outboard travels where SRC holds one.
+/// Every object the targets need that DST lacks (step 5), how many versions DST lacks, and
+/// the chunks DST holds in delta frames (whose bases DST must hold too). An outboard travels
+/// where SRC holds one.
+#[allow(clippy::type_complexity)]
 fn closure_missing(
     store: &Store,
     src: &RemoteRecord,
@@ -1029,17 +1220,14 @@ fn closure_missing(
     view: &crate::transfer::WriterView,
     relied: &mut HashSet<ObjectId>,
     targets: &[Target],
-) -> Result<(Vec<(ObjectId, ObjectKind)>, u64)> {
+) -> Result<(Vec<(ObjectId, ObjectKind)>, u64, Vec<ObjectId>)> {
     let catalog = store.catalog();
     let mut needed = Vec::new();
     let mut seen = HashSet::new();
     let mut versions = 0;
+    let mut held_deltas = Vec::new();
     for target in targets {
-        let mut on = super::push::WalkedRemote {
-            view,
-            remote: dst.id,
-            relied,
-        };
+        let mut on = super::push::WalkedRemote::new(view, dst.id, relied);
         walk_missing_on(
             store,
             &mut on,
@@ -1058,8 +1246,63 @@ fn closure_missing(
                 Ok(())
             },
         )?;
+        held_deltas.append(&mut on.held_deltas);
     }
-    Ok((needed, versions))
+    Ok((needed, versions, held_deltas))
+}
+
+/// The closure rule for a copy (a delta is never stored anywhere without its bases): every
+/// chunk of `roots` that DST lacks is added to `needed` (once: `listed` holds what is in it)
+/// with its bases on SRC, transitively; a chunk DST holds in a delta frame has its bases on
+/// DST visited the same way (`super::push::close_over_bases`).
+///
+/// # Errors
+/// [`Error::Corrupt`] naming SRC when a delta frame there names a base SRC lacks;
+/// [`Error::Catalog`].
+#[allow(clippy::too_many_arguments)]
+fn close_on_source(
+    catalog: &crate::catalog::Catalog,
+    (src, dst): (&RemoteRecord, &RemoteRecord),
+    view: &crate::transfer::WriterView,
+    relied: &mut HashSet<ObjectId>,
+    roots: Vec<ObjectId>,
+    seen: &mut HashSet<ObjectId>,
+    needed: &mut Vec<(ObjectId, ObjectKind)>,
+    listed: &mut HashSet<(ObjectId, ObjectKind)>,
+) -> Result<()> {
+    let mut on = super::push::WalkedRemote::new(view, dst.id, relied);
+    super::push::close_over_bases(
+        catalog,
+        &mut on,
+        roots,
+        seen,
+        &mut |id| {
+            let location = catalog
+                .remote_locate(src.id, id, ObjectKind::Chunk)?
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        format!("remote {}", src.name),
+                        format!(
+                            "a delta frame names base chunk {}, which the remote does not \
+                             hold (the remote is damaged: a delta is never stored without \
+                             its bases)",
+                            id.short()
+                        ),
+                    )
+                })?;
+            if location.frame.compression == Compression::Delta {
+                catalog.remote_frame_bases(location.frame_row)
+            } else {
+                Ok(Vec::new())
+            }
+        },
+        &mut |id| {
+            if listed.insert((id, ObjectKind::Chunk)) {
+                needed.push((id, ObjectKind::Chunk));
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Spans cut into batches of at most [`BATCH_BYTES`] (a larger span is a batch of its own).

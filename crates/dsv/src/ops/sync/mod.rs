@@ -50,7 +50,12 @@
 //! `download()`, used by fetch (metadata) and by `fetch_missing` (chunks):
 //!
 //! 1. **Locate.** For each wanted object, `remote_locate` gives the remote pack and frame
-//!    that hold it. Frames are de-duplicated and sorted by (pack, offset).
+//!    that hold it. A delta frame (pack format 2) brings the frames holding its bases that
+//!    this store lacks, transitively, resolved from the remote's index as recorded here
+//!    (`remote_frames.bases`), so the whole closure comes in the same round of ranged GETs,
+//!    never one round per level; a base this store holds ends the walk there. A base the
+//!    remote does not hold is `Error::Corrupt` naming the remote (exit 5), before any
+//!    request. Frames are de-duplicated and sorted by (pack, offset).
 //! 2. **Coalesce.** Neighbouring frames of one pack are merged into one span when the next
 //!    frame starts at most `COALESCE_GAP` (128 KiB) after the span's end and the span stays
 //!    within `MAX_SPAN` (16 MiB). The bytes between merged frames are downloaded and
@@ -63,8 +68,14 @@
 //!    `EncodedFrame::verified` checks that its raw length is at most 256 MiB, that it
 //!    decompresses to exactly its raw length, that every object the remote's index lists in
 //!    that frame lies inside it, and that every chunk, tree and version hashes to its id
-//!    (file maps are checked when their file is read: see below). The frame's stored
-//!    bytes are then appended unchanged, on the calling thread, to a `PackSink`, the same
+//!    (file maps are checked when their file is read: see below). A delta frame is checked
+//!    once every response is in, on the calling thread, bases first (`DeltaBases`): decoded
+//!    with its bases' raw bytes as the prefix (from frames of the same download, or read
+//!    from this store, each checked against its id) and every chunk hashed
+//!    (`EncodedFrame::verified_delta`); a chain deeper than 16 levels, a cycle, or a base
+//!    that did not come is `Error::Corrupt` naming the remote's pack. The frame's stored
+//!    bytes (a delta's as they came: it stays a delta here, with its bases stored beside it)
+//!    are then appended unchanged, on the calling thread, to a `PackSink`, the same
 //!    writer commit uses:
 //!    new local packs in `.dsv/tmp/`, sealed at 32 MiB, fsynced, renamed into `.dsv/packs/`.
 //!    Every object of the frame is kept, not only the wanted ones.
@@ -182,7 +193,12 @@
 //!   then reads every index again.
 //! - Push uploads whole packs. A pack that holds an object the remote lacks goes up entire,
 //!   with whatever else it holds: objects of other datasets, of versions not pushed, or of
-//!   other frames downloaded together. The remote then holds data that no ref needs.
+//!   other frames downloaded together. The remote then holds data that no ref needs. Since
+//!   a delta never goes anywhere without its bases, the packs holding the bases of every
+//!   delta frame of those packs go up too (`push::close_over_bases`), whatever they hold.
+//! - A download keeps in memory the raw bytes of the bases its deltas need until those
+//!   deltas are checked (`DeltaBases`), and the stored bytes of each delta until its bases
+//!   are at hand: at most the download's own size, plus the bases read from this store.
 //! - Remote garbage is deleted only by `dsv gc --remote` (module [`remote_gc`]; the argument
 //!   that no ref names deleted data is in docs/format.md, "Remote garbage
 //!   collection"), which runs lock-free against writers that follow `transfer::writer_view`.

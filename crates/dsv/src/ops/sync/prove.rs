@@ -6,13 +6,15 @@
 //! Such a map is proven the way a checkout proves it: the chunks it lists are joined in
 //! order and hashed (BLAKE3) whole, and the hash must equal the file id. Each chunk is read
 //! from this store when it holds it, else from the remote (the frame that holds it, fetched
-//! by a ranged GET and checked as a fetch checks it); every chunk is checked against its id.
+//! by a ranged GET and checked as a fetch checks it; a delta frame with its bases, each
+//! read the same way, and decoded against them); every chunk is checked against its id.
 
 use crate::catalog::RemoteRecord;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::{FileMap, ObjectKind};
 use crate::pack::EncodedFrame;
+use crate::pack::format::Compression;
 use crate::remote::Remote;
 use crate::store::Store;
 
@@ -41,7 +43,15 @@ pub(crate) struct MapProver<'a> {
     frames: std::collections::HashMap<(ObjectId, u64), Vec<u8>>,
     /// Bytes downloaded so far.
     pub(crate) bytes: u64,
+    /// Chunks decoded from the remote's delta frames, checked, by id: the bases the next
+    /// deltas of a chain name (the next version's chunks) are not fetched again. Let go when
+    /// they pass [`DECODED_BYTES`].
+    decoded: std::collections::HashMap<ObjectId, Vec<u8>>,
+    decoded_bytes: u64,
 }
+
+/// The most bytes of decoded delta chunks a proof keeps for the deltas that follow.
+const DECODED_BYTES: u64 = 64 * 1024 * 1024;
 
 impl<'a> MapProver<'a> {
     pub(crate) fn new(record: &'a RemoteRecord, remote: &'a Remote) -> MapProver<'a> {
@@ -49,6 +59,8 @@ impl<'a> MapProver<'a> {
             record,
             remote,
             frames: std::collections::HashMap::new(),
+            decoded: std::collections::HashMap::new(),
+            decoded_bytes: 0,
             bytes: 0,
         }
     }
@@ -141,6 +153,11 @@ impl<'a> MapProver<'a> {
                 covered += 1;
                 continue;
             };
+            // A delta is read with its bases, one at a time (`remote_delta_object`).
+            if location.frame.compression == Compression::Delta {
+                covered += 1;
+                continue;
+            }
             let key = (location.pack, location.frame.offset);
             if !wanted.contains_key(&key) {
                 if total >= PROOF_BATCH_BYTES && covered > 0 {
@@ -229,6 +246,12 @@ impl<'a> MapProver<'a> {
                 chunk.short()
             )));
         };
+        if location.frame.compression == Compression::Delta {
+            if let Some(bytes) = self.decoded.get(chunk) {
+                return Ok(Ok(bytes.clone()));
+            }
+            return self.remote_delta_object(store, &location, chunk, kind, 1);
+        }
         let key = (location.pack, location.frame.offset);
         if !self.frames.contains_key(&key) {
             let frame = location.frame;
@@ -286,6 +309,115 @@ impl<'a> MapProver<'a> {
                 location.pack.short()
             )
         }))
+    }
+}
+
+impl MapProver<'_> {
+    /// Object `id` of `kind` in the remote delta frame at `location`, read with its bases
+    /// (each from this store when it holds it, else from the remote, a delta base with its
+    /// own bases: `depth` levels down so far) and checked as a fetch checks a delta (decoded
+    /// against the bases, every object hashing to its id), or why it cannot be.
+    fn remote_delta_object(
+        &mut self,
+        store: &Store,
+        location: &crate::catalog::RemoteLocation,
+        id: &ObjectId,
+        kind: ObjectKind,
+        depth: usize,
+    ) -> Result<std::result::Result<Vec<u8>, String>> {
+        if depth > crate::pack::format::MAX_DELTA_DEPTH as usize {
+            return Ok(Err(format!(
+                "{} {} is a delta chain deeper than {} levels",
+                kind.name(),
+                id.short(),
+                crate::pack::format::MAX_DELTA_DEPTH
+            )));
+        }
+        let bases = store.catalog().remote_frame_bases(location.frame_row)?;
+        let mut prefix = Vec::new();
+        for base in &bases {
+            let bytes = if store.catalog().has_object(base, ObjectKind::Chunk)? {
+                store.reader().bytes(base, ObjectKind::Chunk)?
+            } else {
+                let Some(at) =
+                    store
+                        .catalog()
+                        .remote_locate(self.record.id, base, ObjectKind::Chunk)?
+                else {
+                    return Ok(Err(format!(
+                        "the delta of {} {} names base chunk {}, which the remote does not hold",
+                        kind.name(),
+                        id.short(),
+                        base.short()
+                    )));
+                };
+                let got = if let Some(bytes) = self.decoded.get(base) {
+                    Ok(bytes.clone())
+                } else if at.frame.compression == Compression::Delta {
+                    self.remote_delta_object(store, &at, base, ObjectKind::Chunk, depth + 1)?
+                } else {
+                    self.remote_object(store, base, ObjectKind::Chunk)?
+                };
+                match got {
+                    Ok(bytes) => bytes,
+                    Err(detail) => return Ok(Err(detail)),
+                }
+            };
+            if (prefix.len() + bytes.len()) as u64 > crate::pack::format::MAX_DELTA_PREFIX {
+                return Ok(Err(format!(
+                    "the delta of {} {} names bases of more than {} bytes",
+                    kind.name(),
+                    id.short(),
+                    crate::pack::format::MAX_DELTA_PREFIX
+                )));
+            }
+            prefix.extend_from_slice(&bytes);
+        }
+        let frame = location.frame;
+        let range = frame.offset..frame.offset + u64::from(frame.stored_length);
+        let mut got = None;
+        self.remote.get_ranges(
+            vec![(location.pack, range)],
+            1,
+            std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
+            |bytes| {
+                got = Some(bytes.to_vec());
+                Ok(())
+            },
+        )?;
+        let stored = got.ok_or_else(|| Error::Internal {
+            detail: "a ranged read returned nothing".into(),
+        })?;
+        self.bytes += stored.len() as u64;
+        let where_ = || {
+            format!(
+                "the delta frame at offset {} of pack {} holding {} {}",
+                frame.offset,
+                location.pack.short(),
+                kind.name(),
+                id.short()
+            )
+        };
+        let members = vec![(*id, kind, location.offset, location.length)];
+        let raw =
+            match EncodedFrame::verified_delta(stored, frame.raw_length, members, bases, &prefix) {
+                Ok((_, raw)) => raw,
+                Err(detail) => return Ok(Err(format!("{}: {detail}", where_()))),
+            };
+        let start = location.offset as usize;
+        let Some(bytes) = raw.get(start..start + location.length as usize) else {
+            return Ok(Err(format!(
+                "{}: the object lies outside its frame",
+                where_()
+            )));
+        };
+        if self.decoded_bytes + bytes.len() as u64 > DECODED_BYTES {
+            self.decoded.clear();
+            self.decoded_bytes = 0;
+        }
+        self.decoded_bytes += bytes.len() as u64;
+        self.decoded.insert(*id, bytes.to_vec());
+        Ok(Ok(bytes.to_vec()))
     }
 }
 

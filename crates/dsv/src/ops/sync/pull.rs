@@ -521,9 +521,10 @@ pub struct PullPlan {
     /// Chunks (and file maps) of the version, under `--include`, that this store lacks;
     /// `None` when the metadata is not here.
     pub missing_objects: Option<u64>,
-    /// Bytes of the remote's frames holding them, as this store last recorded the remote's
-    /// indexes (neighbouring frames a fetch merges add the gaps between them); `None` when
-    /// the metadata is not here.
+    /// Bytes of the remote's frames holding them and the bases of their delta frames that
+    /// this store lacks, as this store last recorded the remote's indexes (neighbouring
+    /// frames a fetch merges add the gaps between them); `None` when the metadata is not
+    /// here.
     pub missing_bytes: Option<u64>,
     /// Of `missing_objects`, those the recorded indexes do not locate (a pull refreshes the
     /// remote's indexes first, or asks the other remotes).
@@ -639,26 +640,26 @@ pub fn plan(store: &Store, target: &RemoteRevision, options: &PullOptions) -> Re
     })
 }
 
-/// The stored bytes of the distinct remote frames (as recorded) holding `objects`, and how
-/// many of `objects` the recorded indexes do not locate.
+/// The stored bytes of the distinct remote frames (as recorded) holding `objects` and the
+/// bases of their delta frames that this store lacks, and how many of `objects` the
+/// recorded indexes do not locate.
 fn located_bytes(
     store: &Store,
     remote: i64,
     objects: &[(ObjectId, crate::object::ObjectKind)],
 ) -> Result<(u64, u64)> {
-    let mut bytes = 0;
     let mut unlocated = 0;
-    let mut frames = std::collections::HashSet::new();
     for (id, kind) in objects {
-        match store.catalog().remote_locate(remote, id, *kind)? {
-            Some(located) => {
-                if frames.insert((located.pack, located.frame.offset)) {
-                    bytes += u64::from(located.frame.stored_length);
-                }
-            }
-            None => unlocated += 1,
+        if store.catalog().remote_locate(remote, id, *kind)?.is_none() {
+            unlocated += 1;
         }
     }
+    // The frames a pull downloads: those holding the objects, and the bases of their deltas.
+    let frames = crate::transfer::frames_of(store.catalog(), remote, objects)?;
+    let bytes = frames
+        .values()
+        .map(|(frame, ..)| u64::from(frame.stored_length))
+        .sum();
     Ok((bytes, unlocated))
 }
 

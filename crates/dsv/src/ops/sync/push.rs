@@ -27,8 +27,22 @@
 //!    lack (or hold only in marked packs) is located locally
 //!    (`Catalog::locate`), and the pack holding it is added to the set to upload. An object
 //!    this store lacks is `MissingObject`.
+//!
+//!    **Closures** (a delta is never stored anywhere without its bases): a chunk the remote
+//!    holds in a delta frame needs that frame's bases there too (transitively, through the
+//!    remote's recorded frames), and every delta frame of every pack to upload (a pack goes
+//!    up whole, frames of other versions included) needs its bases (read from the pack's
+//!    index). Each base the remote holds is relied on; each it lacks adds the local pack
+//!    holding it, whose delta frames are then examined in turn, until no pack is added
+//!    (`close_over_bases`).
 //! 5. **Upload** (`Remote::put_packs`), `jobs` packs at a time. For each pack, the local index
-//!    is read and checked again (`read_tail`). A pack smaller than `MULTIPART_THRESHOLD`
+//!    is read and checked again (`read_tail`). When a pack to upload holds a delta frame
+//!    (pack format 2), the remote's `format` key is first raised to 3 (`FORMAT_DELTAS`, a
+//!    compare-and-swap, the guard pack written first; a remote at 3 already is left alone):
+//!    a dsv that knows only remote format 2 then refuses to write there
+//!    (`RemoteFormatTooNew`), and one older still stops on the guard pack or on the `.idx`
+//!    end magic `DSVPEND2`. A remote whose key appears this way counts as collected for
+//!    the rest of the push (step 7 walks again). A pack smaller than `MULTIPART_THRESHOLD`
 //!    (32 MiB) goes up in one create-only PUT; a larger one as a multipart upload in parts
 //!    of `PART_SIZE` (8 MiB), `PARTS_IN_FLIGHT` (4) parts at a time. Then its `.idx` (the
 //!    pack's tail) goes up with a create-only PUT, so the `.idx` appears only once the pack
@@ -71,6 +85,7 @@ use crate::catalog::{RemoteRecord, RemoteRef};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::object::ObjectKind;
+use crate::pack::format::Compression;
 use crate::progress::{Progress, Unit};
 use crate::remote::{RefName, RefState, Remote};
 use crate::revision::Revision;
@@ -231,12 +246,17 @@ pub(super) fn walk_missing_on(
     need: &mut dyn FnMut(ObjectId, ObjectKind) -> Result<()>,
 ) -> Result<()> {
     let (view, remote, relied) = (on.view, on.remote, &mut *on.relied);
+    let held_deltas = &mut on.held_deltas;
     let catalog = store.catalog();
     let mut reader = store.reader();
     let mut holds = |id: &ObjectId, kind: ObjectKind| -> Result<bool> {
-        match view.locate(catalog, remote, id, kind)? {
-            Some(pack) => {
-                relied.insert(pack);
+        match view.locate_frame(catalog, remote, id, kind)? {
+            Some(location) => {
+                relied.insert(location.pack);
+                // Held as a delta: its bases must be there too (`close_over_bases`).
+                if location.frame.compression == Compression::Delta {
+                    held_deltas.push(*id);
+                }
                 Ok(true)
             }
             None => Ok(false),
@@ -299,6 +319,66 @@ pub(super) struct WalkedRemote<'a> {
     pub(super) remote: i64,
     /// Remote packs relied on, added to by the walk.
     pub(super) relied: &'a mut HashSet<ObjectId>,
+    /// Chunks the walk found on the remote in delta frames, added to by the walk: the
+    /// caller makes sure their bases are there too ([`close_over_bases`]).
+    pub(super) held_deltas: Vec<ObjectId>,
+}
+
+impl<'a> WalkedRemote<'a> {
+    /// A walk against remote `remote` as `view` sees it, relying on packs into `relied`.
+    pub(super) fn new(
+        view: &'a WriterView,
+        remote: i64,
+        relied: &'a mut HashSet<ObjectId>,
+    ) -> Self {
+        WalkedRemote {
+            view,
+            remote,
+            relied,
+            held_deltas: Vec::new(),
+        }
+    }
+}
+
+/// Makes sure the remote `on` walks will hold every chunk of `roots` with its bases,
+/// transitively (a delta is never stored anywhere without its bases): each chunk the remote
+/// holds (as `on.view` sees it) is relied on, and if it is a delta there, its bases there
+/// are visited; each chunk it lacks is handed to `need` (the caller sends it), and its bases
+/// where the caller will send it from (`source_bases`: empty for a plain frame) are visited.
+/// `seen` carries the chunks visited across calls.
+///
+/// # Errors
+/// [`Error::Catalog`]; `need`'s and `source_bases`' errors.
+pub(super) fn close_over_bases(
+    catalog: &crate::catalog::Catalog,
+    on: &mut WalkedRemote<'_>,
+    roots: impl IntoIterator<Item = ObjectId>,
+    seen: &mut HashSet<ObjectId>,
+    source_bases: &mut dyn FnMut(&ObjectId) -> Result<Vec<ObjectId>>,
+    need: &mut dyn FnMut(ObjectId) -> Result<()>,
+) -> Result<()> {
+    let mut pending: Vec<ObjectId> = roots.into_iter().collect();
+    while let Some(id) = pending.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        match on
+            .view
+            .locate_frame(catalog, on.remote, &id, ObjectKind::Chunk)?
+        {
+            Some(location) => {
+                on.relied.insert(location.pack);
+                if location.frame.compression == Compression::Delta {
+                    pending.extend(catalog.remote_frame_bases(location.frame_row)?);
+                }
+            }
+            None => {
+                need(id)?;
+                pending.extend(source_bases(&id)?);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every local pack holding an object reachable from `version` that `record`'s remote lacks
@@ -314,10 +394,16 @@ fn objects_to_send(
 ) -> Result<HashSet<ObjectId>> {
     let catalog = store.catalog();
     let mut packs = HashSet::new();
-    let mut on = WalkedRemote {
-        view,
-        remote: record.id,
-        relied,
+    let mut on = WalkedRemote::new(view, record.id, relied);
+    // The local pack holding an object the remote lacks.
+    let pack_of = |id: ObjectId, kind: ObjectKind| -> Result<ObjectId> {
+        let location = catalog
+            .locate(&id, kind)?
+            .ok_or_else(|| Error::MissingObject {
+                id: id.to_hex(),
+                what: kind.name(),
+            })?;
+        Ok(location.frame.pack)
     };
     walk_missing_on(
         store,
@@ -326,17 +412,87 @@ fn objects_to_send(
         &|id| catalog.has_object(id, ObjectKind::Outboard),
         &mut |id| lacking_outboards.push(id),
         &mut |id, kind| {
-            let location = catalog
-                .locate(&id, kind)?
-                .ok_or_else(|| Error::MissingObject {
-                    id: id.to_hex(),
-                    what: kind.name(),
-                })?;
-            packs.insert(location.frame.pack);
+            packs.insert(pack_of(id, kind)?);
             Ok(())
         },
     )?;
+    // Closures: the bases of every delta the remote relies on or receives must be there or
+    // go with it. Chunks held there as deltas first; then every delta frame of every pack
+    // sent (whole packs go up, with frames of other versions too), until no pack is added.
+    let mut seen = HashSet::new();
+    let held = std::mem::take(&mut on.held_deltas);
+    close_over_bases(
+        catalog,
+        &mut on,
+        held,
+        &mut seen,
+        &mut |_| Ok(Vec::new()),
+        &mut |id| {
+            packs.insert(pack_of(id, ObjectKind::Chunk)?);
+            Ok(())
+        },
+    )?;
+    let mut examined = HashSet::new();
+    loop {
+        let unexamined: Vec<ObjectId> = packs
+            .iter()
+            .filter(|pack| !examined.contains(*pack))
+            .copied()
+            .collect();
+        if unexamined.is_empty() {
+            break;
+        }
+        for pack in unexamined {
+            examined.insert(pack);
+            let bases = local_pack_bases(store, &pack)?;
+            close_over_bases(
+                catalog,
+                &mut on,
+                bases,
+                &mut seen,
+                // A base sent goes up in its local pack, examined in the next round.
+                &mut |_| Ok(Vec::new()),
+                &mut |id| {
+                    packs.insert(pack_of(id, ObjectKind::Chunk)?);
+                    Ok(())
+                },
+            )?;
+        }
+    }
     Ok(packs)
+}
+
+/// True when the local pack at `path` holds a delta frame (pack format 2), read from its
+/// index.
+///
+/// # Errors
+/// [`Error::Io`], [`Error::Corrupt`] for a pack whose index does not check.
+fn has_delta_frames(path: &std::path::Path) -> Result<bool> {
+    let file = crate::store_file::open_read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(!crate::pack::reader::read_index(&file, path)?
+        .deltas
+        .is_empty())
+}
+
+/// Every base chunk the delta frames of local pack `pack` name (read from its index).
+///
+/// # Errors
+/// [`Error::Io`], [`Error::Corrupt`] for a pack whose index does not check.
+fn local_pack_bases(store: &Store, pack: &ObjectId) -> Result<Vec<ObjectId>> {
+    let path = crate::pack::writer::pack_path(&store.packs_dir(), pack);
+    let file = crate::store_file::open_read(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let index = crate::pack::reader::read_index(&file, &path)?;
+    Ok(index
+        .deltas
+        .into_iter()
+        .flat_map(|frame| frame.bases)
+        .collect())
 }
 
 /// How to push ([`push`]).
@@ -742,7 +898,7 @@ fn send_round(
     for id in &packs {
         let path = crate::pack::writer::pack_path(&store.packs_dir(), id);
         if view.is_marked(id) {
-            uploads.push(fresh_copy(&path, fresh_dir.path())?);
+            uploads.push(fresh_copy(store, &path, fresh_dir.path())?);
         } else {
             uploads.push((*id, path));
         }
@@ -763,6 +919,18 @@ fn send_round(
         bytes: total,
         ..Transfer::default()
     };
+    // A pack with delta frames (pack format 2) goes only to a remote that says it may hold
+    // them (remote format 3), set before the first such upload: a dsv that knows only an
+    // older format then refuses to write here, instead of pushing deltas' bases away.
+    if uploads.iter().try_fold(false, |any, (_, path)| {
+        Ok::<_, Error>(any || has_delta_frames(path)?)
+    })? {
+        remote.ensure_format(
+            crate::remote::collect::FORMAT_DELTAS,
+            crate::transfer::DEFAULT_REMOTE_GRACE_SECONDS,
+            "push",
+        )?;
+    }
     progress.start("upload", total, Unit::Bytes);
     remote.put_packs(uploads.clone(), jobs, &|bytes| progress.advance(bytes))?;
     // One uploaded pack's index in memory at a time.

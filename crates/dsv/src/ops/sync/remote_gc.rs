@@ -9,9 +9,10 @@
 //! `gc_remote()`, after rustic's prune (mark, wait, delete), with no lock:
 //!
 //! 1. **Format.** The remote's `format` key is read; a newer format than this dsv knows is
-//!    refused. A real run writes `{"format":2,"grace_seconds":G}` (compare-and-swap) when it
-//!    is absent or names a longer grace, and the guard pack before it, so that dsv binaries
-//!    built before remote gc refuse the remote.
+//!    refused. A real run writes `{"format":F,"grace_seconds":G}` (compare-and-swap) when it
+//!    is absent, names a longer grace or an older format, and the guard pack before it, so
+//!    that dsv binaries built before remote gc refuse the remote. F is 3 (`FORMAT_DELTAS`)
+//!    when a pack of the remote holds a delta frame, else 2 (a format 3 stays 3).
 //! 2. **Clock, marks.** The `clock` key is rewritten and its Last-Modified read: the server's
 //!    time, against which every mark's age is measured. Then `marks/` is listed.
 //! 3. **Refs and metadata**, after the marks: a fetch (`fetch_with`), which reads every ref
@@ -23,11 +24,15 @@
 //! 6. **Homes.** Each live object's home is one unmarked pack holding it: a pack not
 //!    worth repacking first, then the smallest id. An object no unmarked pack holds makes
 //!    every marked pack holding it needed. A pack is needed when it is some object's home
-//!    (or so needed).
+//!    (or so needed). **Closures**: the bases of every delta frame in a needed pack (or in
+//!    an unmarked pack younger than the grace: a writer's upload, maybe) are live too, and
+//!    so on until no pack is added (`Model::decide`): no pack holding a base a kept delta
+//!    names is marked or deleted, so every delta frame left on the remote can be decoded.
 //! 7. **Repack.** An unmarked pack that is some object's home but whose frames holding live
 //!    objects are less than half its size: those frames are downloaded, checked, written
 //!    into new packs and uploaded (`.pack` then `.idx`); the old pack is then no object's
-//!    home, and step 8 marks it.
+//!    home, and step 8 marks it. A pack holding a delta frame is not repacked (its frames
+//!    could be checked only with their bases downloaded too): it stays whole while needed.
 //! 8. **Act.** An unmarked pack not needed, whose keys are older than the grace, is marked
 //!    (`marks/<id>`, create-only; a pack younger than the grace may be a writer's upload in
 //!    flight, and waits). A marked pack needed is rescued (its mark deleted). A marked pack
@@ -59,7 +64,7 @@ use crate::id::ObjectId;
 use crate::object::ObjectKind;
 use crate::pack::{EncodedFrame, FrameRecord, ObjectRecord};
 use crate::progress::{Progress, Unit};
-use crate::remote::collect::{REMOTE_FORMAT, RemoteFormat};
+use crate::remote::collect::{FORMAT_DELTAS, FORMAT_GC, REMOTE_FORMAT, RemoteFormat};
 use crate::remote::{self, RefName, Remote};
 use crate::store::{SharedDataLock, Store};
 use crate::tree::{Reached, walk_reachable};
@@ -350,18 +355,28 @@ struct PackState {
     mark_ms: Option<i64>,
     frames: Vec<FrameRecord>,
     objects: Vec<ObjectRecord>,
+    /// The bases of its delta frames, by frame index (empty for a pack of format 1).
+    bases: HashMap<u32, Vec<ObjectId>>,
+}
+
+impl PackState {
+    /// Whether the pack holds a delta frame.
+    fn has_deltas(&self) -> bool {
+        !self.bases.is_empty()
+    }
 }
 
 /// Everything a pass of the collector decides from.
 #[derive(Clone)]
 struct Model {
     packs: BTreeMap<ObjectId, PackState>,
-    /// Stored bytes of frames holding a live object, per pack.
-    live_bytes: HashMap<ObjectId, u64>,
 }
 
 /// The packs needed, and those worth repacking, as step 6 decides.
 struct Decision {
+    /// The live objects: those the refs reach and the bases of every delta frame in a pack
+    /// that stays (transitively).
+    live: HashSet<(ObjectId, ObjectKind)>,
     needed: HashSet<ObjectId>,
     /// Needed unmarked packs whose live frames are less than half their size, each with the
     /// frames holding objects whose home it is.
@@ -370,16 +385,91 @@ struct Decision {
 }
 
 impl Model {
+    /// Stored bytes of the frames holding a `live` object, per pack.
+    fn live_bytes(&self, live: &HashSet<(ObjectId, ObjectKind)>) -> HashMap<ObjectId, u64> {
+        self.packs
+            .iter()
+            .map(|(id, pack)| {
+                let frames: HashSet<u32> = pack
+                    .objects
+                    .iter()
+                    .filter(|o| live.contains(&(o.id, o.kind)))
+                    .map(|o| o.frame)
+                    .collect();
+                let bytes = frames
+                    .iter()
+                    .filter_map(|f| pack.frames.get(*f as usize))
+                    .map(|f| u64::from(f.stored_length))
+                    .sum();
+                (*id, bytes)
+            })
+            .collect()
+    }
+
+    /// The remote format a collection of this remote needs: [`FORMAT_DELTAS`] when some
+    /// complete pack holds a delta frame, else [`FORMAT_GC`].
+    fn format(&self) -> u32 {
+        if self
+            .packs
+            .values()
+            .any(|pack| pack.complete && pack.has_deltas())
+        {
+            FORMAT_DELTAS
+        } else {
+            FORMAT_GC
+        }
+    }
+
+    /// Step 6 with the closure rule: the packs needed by the objects the refs reach
+    /// (`reached`) and by the bases of every delta frame in a pack that stays (a needed pack,
+    /// or one of `staying`: unmarked packs younger than the grace, possibly a writer's upload
+    /// whose refs are not written yet), transitively, until no pack is added. So no pack
+    /// holding a base that a kept delta frame names is marked or deleted (a delta is never
+    /// left on the remote without its bases), whether the delta's own chunk is live or not
+    /// (`verify --remote --full` decodes every frame of every pack). `retiring`: packs
+    /// treated as marked (repacked ones).
     fn decide(
+        &self,
+        reached: &HashSet<(ObjectId, ObjectKind)>,
+        repack: bool,
+        retiring: &HashSet<ObjectId>,
+        staying: &HashSet<ObjectId>,
+    ) -> Decision {
+        let mut live = reached.clone();
+        loop {
+            let decision = self.decide_once(&live, repack, retiring);
+            let mut grown = false;
+            for id in decision.needed.iter().chain(staying) {
+                let Some(pack) = self.packs.get(id) else {
+                    continue;
+                };
+                for bases in pack.bases.values() {
+                    for base in bases {
+                        grown |= live.insert((*base, ObjectKind::Chunk));
+                    }
+                }
+            }
+            if !grown {
+                return Decision { live, ..decision };
+            }
+        }
+    }
+
+    /// Step 6 for a given set of live objects (see [`Model::decide`]).
+    fn decide_once(
         &self,
         live: &HashSet<(ObjectId, ObjectKind)>,
         repack: bool,
         retiring: &HashSet<ObjectId>,
     ) -> Decision {
+        let live_bytes = self.live_bytes(live);
+        // A pack holding delta frames is not repacked here: its frames would need their
+        // bases downloaded to be checked. It stays whole while any object of it is needed.
         let candidate = |id: &ObjectId, pack: &PackState| -> bool {
             repack
+                && !pack.has_deltas()
                 && pack.mark_ms.is_none()
-                && (self.live_bytes.get(id).copied().unwrap_or(0) as f64)
+                && (live_bytes.get(id).copied().unwrap_or(0) as f64)
                     < REPACK_BELOW_LIVE * pack.size as f64
         };
         // Holders of each live object: (unmarked non-candidates, unmarked candidates, marked).
@@ -432,6 +522,7 @@ impl Model {
             }
         }
         Decision {
+            live: HashSet::new(),
             needed,
             repack: repack_frames
                 .into_iter()
@@ -491,8 +582,12 @@ pub struct RemoteGcPlan {
     pub now_ms: i64,
     /// Refs read (every head and tag).
     pub refs: u64,
-    /// Objects the refs reach.
+    /// Objects the refs reach, and the bases (transitively) of the delta frames of the packs
+    /// that stay.
     pub live_objects: u64,
+    /// The remote format a real run writes (at least): [`FORMAT_DELTAS`] when a pack holds
+    /// a delta frame, else [`FORMAT_GC`].
+    pub format: u32,
     /// Live objects no complete pack holds (a damaged remote).
     pub missing_objects: u64,
     /// Every pack listed under `packs/`, with its decision.
@@ -507,6 +602,7 @@ pub struct RemoteGcPlan {
     /// When `now_ms` was read, on this machine's monotonic clock.
     started: Instant,
     model: Model,
+    /// The live objects, closed under delta bases ([`Model::decide`]).
     live: HashSet<(ObjectId, ObjectKind)>,
     /// The frames of each pack to repack that are some live object's home.
     repack_frames: BTreeMap<ObjectId, Vec<usize>>,
@@ -576,8 +672,10 @@ pub fn plan(
     progress.phase("reading the remote's refs and metadata");
     let (refs, live) = live_objects(store, data, &record, &remote, options.requests, progress)?;
     progress.phase("reading the remote's pack indexes");
-    let model = read_model(&remote, &marks, &live, options.requests)?;
-    let decision = model.decide(&live, options.repack, &HashSet::new());
+    let model = read_model(&remote, &marks, options.requests)?;
+    let staying = young_packs(&model, now_ms, grace_ms);
+    let decision = model.decide(&live, options.repack, &HashSet::new(), &staying);
+    let live = decision.live.clone();
     let packs = decide_packs(&model, &decision, now_ms, grace_ms);
     let stale_marks = marks
         .iter()
@@ -591,6 +689,7 @@ pub fn plan(
         now_ms,
         refs,
         live_objects: live.len() as u64,
+        format: model.format(),
         missing_objects: decision.missing,
         packs,
         stale_marks,
@@ -605,6 +704,17 @@ pub fn plan(
     };
     check_decided(&plan.model, &plan.packs)?;
     Ok(plan)
+}
+
+/// Unmarked packs younger than the grace: a writer's upload in flight, maybe, whose delta
+/// frames' bases stay as if the pack were needed ([`Model::decide`]).
+fn young_packs(model: &Model, now_ms: i64, grace_ms: i64) -> HashSet<ObjectId> {
+    model
+        .packs
+        .iter()
+        .filter(|(_, pack)| pack.mark_ms.is_none() && now_ms - pack.modified_ms < grace_ms)
+        .map(|(id, _)| *id)
+        .collect()
 }
 
 /// Unix milliseconds of a duration, saturating.
@@ -787,7 +897,7 @@ pub fn execute(
     progress: &dyn Progress,
 ) -> Result<RemoteGcReport> {
     progress.phase("writing the remote's format");
-    write_format(&plan.backend, plan.grace)?;
+    write_format(&plan.backend, plan.grace, plan.format)?;
     let (mut report, mut schedule) = plan.base_report(false);
     if !plan.repack_frames.is_empty() {
         progress.phase("repacking");
@@ -875,8 +985,6 @@ fn repack_planned(
         report.live.add(id, size);
         report.transfer.packs += 1;
         report.transfer.bytes += size;
-        let live_bytes = frames.iter().map(|f| u64::from(f.stored_length)).sum();
-        model.live_bytes.insert(id, live_bytes);
         model.packs.insert(
             id,
             PackState {
@@ -886,11 +994,14 @@ fn repack_planned(
                 mark_ms: None,
                 frames,
                 objects,
+                // Repacking copies no delta frame (a pack holding one is not repacked).
+                bases: HashMap::new(),
             },
         );
     }
     let retiring = plan.repack_frames.keys().copied().collect();
-    let after = model.decide(&plan.live, false, &retiring);
+    let staying = young_packs(&model, plan.now_ms, millis(plan.grace));
+    let after = model.decide(&plan.live, false, &retiring, &staying);
     let acted_on = |action: PackAction| !matches!(action, PackAction::Keep | PackAction::Rescue);
     if let Some(id) = plan
         .packs
@@ -930,21 +1041,26 @@ fn check_format(remote: &Remote) -> Result<Option<(RemoteFormat, crate::remote::
     Ok(current)
 }
 
-/// Step 1 of a real run: writes the format key (and the guard pack) when absent or naming a
-/// longer grace than `grace` (compare-and-swap, retried), refusing a newer format.
-fn write_format(remote: &Remote, grace: Duration) -> Result<()> {
+/// Step 1 of a real run: writes the format key (and the guard pack) when absent, naming a
+/// longer grace than `grace`, or older than `format` (compare-and-swap, retried), refusing a
+/// newer format than this dsv knows. A remote of a newer format than `format` keeps it.
+fn write_format(remote: &Remote, grace: Duration, format: u32) -> Result<()> {
     let grace = grace.as_secs().max(1);
     for _ in 0..8 {
         let current = check_format(remote)?;
         if current
             .as_ref()
-            .is_some_and(|(format, _)| format.grace_seconds <= grace)
+            .is_some_and(|(found, _)| found.grace_seconds <= grace && found.format >= format)
         {
             return Ok(());
         }
         let wanted = RemoteFormat {
-            format: REMOTE_FORMAT,
-            grace_seconds: grace,
+            format: current
+                .as_ref()
+                .map_or(format, |(found, _)| found.format.max(format)),
+            grace_seconds: current
+                .as_ref()
+                .map_or(grace, |(found, _)| found.grace_seconds.min(grace)),
         };
         if remote.put_format(&wanted, current.as_ref().map(|(_, state)| state))? {
             return Ok(());
@@ -1015,14 +1131,9 @@ fn reachable(store: &Store, roots: &[ObjectId]) -> Result<HashSet<(ObjectId, Obj
     Ok(live)
 }
 
-/// Step 5: every pack of the remote with its index (complete packs), its mark, and its
-/// live bytes.
-fn read_model(
-    remote: &Remote,
-    marks: &BTreeMap<ObjectId, i64>,
-    live: &HashSet<(ObjectId, ObjectKind)>,
-    jobs: usize,
-) -> Result<Model> {
+/// Step 5: every pack of the remote with its index (complete packs: frames, objects, the
+/// bases of its delta frames) and its mark.
+fn read_model(remote: &Remote, marks: &BTreeMap<ObjectId, i64>, jobs: usize) -> Result<Model> {
     let listed = remote.list_all_packs()?;
     let complete: Vec<(ObjectId, u64)> = listed
         .iter()
@@ -1035,7 +1146,7 @@ fn read_model(
             .collect(),
         jobs,
     )?;
-    let mut indexes: HashMap<ObjectId, (Vec<FrameRecord>, Vec<ObjectRecord>)> = HashMap::new();
+    let mut indexes: HashMap<ObjectId, crate::pack::PackIndex> = HashMap::new();
     for ((id, size), tail) in complete.iter().zip(tails) {
         let parsed = crate::pack::reader::parse_tail(&tail, *size).map_err(|detail| {
             Error::corrupt(
@@ -1043,24 +1154,19 @@ fn read_model(
                 detail,
             )
         })?;
-        indexes.insert(*id, (parsed.frames, parsed.objects));
+        indexes.insert(*id, parsed);
     }
     let mut packs = BTreeMap::new();
-    let mut live_bytes = HashMap::new();
     for (id, listed) in listed {
-        let (frames, objects) = indexes.remove(&id).unwrap_or_default();
-        let mut live_frames = HashSet::new();
-        for object in &objects {
-            if live.contains(&(object.id, object.kind)) {
-                live_frames.insert(object.frame);
-            }
-        }
-        let bytes = live_frames
-            .iter()
-            .filter_map(|f| frames.get(*f as usize))
-            .map(|f| u64::from(f.stored_length))
-            .sum();
-        live_bytes.insert(id, bytes);
+        let crate::pack::PackIndex {
+            frames,
+            objects,
+            deltas,
+        } = indexes.remove(&id).unwrap_or_default();
+        let bases: HashMap<u32, Vec<ObjectId>> = deltas
+            .into_iter()
+            .map(|delta| (delta.frame, delta.bases))
+            .collect();
         packs.insert(
             id,
             PackState {
@@ -1070,10 +1176,11 @@ fn read_model(
                 mark_ms: marks.get(&id).copied(),
                 frames,
                 objects,
+                bases,
             },
         );
     }
-    Ok(Model { packs, live_bytes })
+    Ok(Model { packs })
 }
 
 /// The longest `.idx` of a pack of `size` bytes: the pack after its header, and at most the
@@ -1086,13 +1193,15 @@ fn tail_limit(size: u64) -> u64 {
 /// A frame and its objects (id, kind, offset, length).
 type FrameMembers = (FrameRecord, Vec<(ObjectId, ObjectKind, u32, u32)>);
 
-/// A pack's index as read: id, size, frames, objects, and the `.idx` bytes.
+/// A pack's index as read: id, size, frames, objects, the `.idx` bytes, and the bases of its
+/// delta frames by frame index.
 type ReadIndex = (
     ObjectId,
     u64,
     Vec<FrameRecord>,
     Vec<ObjectRecord>,
     bytes::Bytes,
+    HashMap<u32, Vec<ObjectId>>,
 );
 
 /// A pack written by the repacking: id, size, frames, objects.
@@ -1281,6 +1390,8 @@ pub fn verify_remote(
         maps: super::prove::RemoteMaps::default(),
         frames: 0,
         bytes: 0,
+        held: &read.held,
+        deltas: DeltaChecks::new(&read.indexes),
     };
     checker.check_all(&read.indexes, progress)?;
     let PackChecker {
@@ -1363,10 +1474,13 @@ fn read_indexes(
     for ((id, size), tail) in complete.iter().zip(tails) {
         match crate::pack::reader::parse_tail(&tail, *size) {
             Ok(crate::pack::PackIndex {
-                frames, objects, ..
+                frames,
+                objects,
+                deltas,
             }) => {
                 held.extend(objects.iter().map(|o| (o.id, o.kind)));
-                indexes.push((*id, *size, frames, objects, tail));
+                let bases = deltas.into_iter().map(|d| (d.frame, d.bases)).collect();
+                indexes.push((*id, *size, frames, objects, tail, bases));
             }
             Err(detail) => problems.push(RemoteProblem {
                 what: remote::index_key(id).to_string(),
@@ -1438,6 +1552,110 @@ struct PackChecker<'a> {
     frames: u64,
     /// Bytes downloaded.
     bytes: u64,
+    /// The objects the complete packs hold (a delta frame's bases must be among them).
+    held: &'a HashSet<(ObjectId, ObjectKind)>,
+    /// With `full`: the delta frames, decoded once every pack is read.
+    deltas: DeltaChecks,
+}
+
+/// `verify --remote --full`'s delta frames: decoded against their bases once every pack is
+/// read (a base may lie in a pack read later). The raw bytes of every chunk that some delta
+/// frame of the remote names as a base are kept meanwhile (from plain frames as they are
+/// checked, from delta frames as they are decoded).
+struct DeltaChecks {
+    /// Chunks some delta frame of the remote names as a base.
+    wanted: HashSet<ObjectId>,
+    /// Raw bytes of those read so far.
+    raw: HashMap<ObjectId, Vec<u8>>,
+    /// Delta frames read, waiting for their bases: pack key, frame, stored bytes, objects
+    /// (id, kind, offset, length), bases.
+    pending: Vec<PendingDelta>,
+}
+
+/// A delta frame `verify --remote --full` read and decodes later ([`DeltaChecks`]).
+type PendingDelta = (
+    String,
+    FrameRecord,
+    Vec<u8>,
+    Vec<(ObjectId, ObjectKind, u32, u32)>,
+    Vec<ObjectId>,
+);
+
+impl DeltaChecks {
+    fn new(indexes: &[ReadIndex]) -> DeltaChecks {
+        DeltaChecks {
+            wanted: indexes
+                .iter()
+                .flat_map(|index| index.5.values().flatten().copied())
+                .collect(),
+            raw: HashMap::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Keeps the raw bytes of the wanted bases among `members` of a checked frame's `raw`.
+    fn keep(&mut self, raw: &[u8], members: &[(ObjectId, ObjectKind, u32, u32)]) {
+        for (id, kind, offset, length) in members {
+            if *kind == ObjectKind::Chunk
+                && self.wanted.contains(id)
+                && let Some(bytes) = raw.get(*offset as usize..(*offset + *length) as usize)
+            {
+                self.raw.entry(*id).or_insert_with(|| bytes.to_vec());
+            }
+        }
+    }
+
+    /// Decodes the pending delta frames whose bases are read, round after round (a base
+    /// decoded in one round serves the next); each failure, and each frame whose bases never
+    /// come (a base no pack holds, or a cycle), is a problem.
+    fn finish(&mut self, problems: &mut Vec<RemoteProblem>) {
+        loop {
+            let pending = std::mem::take(&mut self.pending);
+            let before = pending.len();
+            for (key, frame, stored, members, bases) in pending {
+                if !bases.iter().all(|base| self.raw.contains_key(base)) {
+                    self.pending.push((key, frame, stored, members, bases));
+                    continue;
+                }
+                let prefix: Vec<u8> = bases
+                    .iter()
+                    .flat_map(|base| self.raw[base].iter().copied())
+                    .collect();
+                let kept = members.clone();
+                match EncodedFrame::verified_delta(
+                    stored,
+                    frame.raw_length,
+                    members,
+                    bases,
+                    &prefix,
+                ) {
+                    Ok((_, raw)) => self.keep(&raw, &kept),
+                    Err(detail) => problems.push(RemoteProblem {
+                        what: key,
+                        detail: format!("frame at offset {}: {detail}", frame.offset),
+                    }),
+                }
+            }
+            if self.pending.is_empty() || self.pending.len() == before {
+                break;
+            }
+        }
+        for (key, frame, _, _, bases) in std::mem::take(&mut self.pending) {
+            let unread: Vec<String> = bases
+                .iter()
+                .filter(|base| !self.raw.contains_key(*base))
+                .map(|base| base.short())
+                .collect();
+            problems.push(RemoteProblem {
+                what: key,
+                detail: format!(
+                    "delta frame at offset {}: its bases {} cannot be read (no pack holds them, or a delta cycle)",
+                    frame.offset,
+                    unread.join(", ")
+                ),
+            });
+        }
+    }
 }
 
 impl PackChecker<'_> {
@@ -1455,12 +1673,13 @@ impl PackChecker<'_> {
             self.check(index)?;
             progress.advance(if self.full { index.1 } else { 1 });
         }
+        self.deltas.finish(self.problems);
         progress.finish();
         Ok(())
     }
 
     /// Checks one pack: its sample of frames, or all of it.
-    fn check(&mut self, (id, size, frames, objects, tail): &ReadIndex) -> Result<()> {
+    fn check(&mut self, (id, size, frames, objects, tail, bases): &ReadIndex) -> Result<()> {
         let key = remote::pack_key(id).to_string();
         let chosen: Vec<usize> = if self.full {
             (0..frames.len()).collect()
@@ -1477,6 +1696,27 @@ impl PackChecker<'_> {
         };
         for index in chosen {
             let frame = frames[index];
+            let delta_bases = bases.get(&(index as u32));
+            if let Some(delta_bases) = delta_bases {
+                // Each base must be on the remote; a sample checks that much (decoding needs
+                // the bases' frames), `full` decodes the frame once every pack is read.
+                for base in delta_bases {
+                    if !self.held.contains(&(*base, ObjectKind::Chunk)) {
+                        self.problems.push(RemoteProblem {
+                            what: key.clone(),
+                            detail: format!(
+                                "delta frame at offset {}: its base {} is in no complete pack",
+                                frame.offset,
+                                base.short()
+                            ),
+                        });
+                    }
+                }
+                if !self.full {
+                    self.frames += 1;
+                    continue;
+                }
+            }
             let stored = match &body {
                 Some(body) => frame_range(&frame)
                     .and_then(|range| body.get(range))
@@ -1493,6 +1733,16 @@ impl PackChecker<'_> {
                 .map(|o| (o.id, o.kind, o.offset, o.length))
                 .collect();
             self.frames += 1;
+            if let Some(delta_bases) = delta_bases {
+                self.deltas.pending.push((
+                    key.clone(),
+                    frame,
+                    stored,
+                    members,
+                    delta_bases.clone(),
+                ));
+                continue;
+            }
             self.check_frame(id, &frame, stored, members, &key);
         }
         Ok(())
@@ -1568,10 +1818,20 @@ impl PackChecker<'_> {
         key: &str,
     ) {
         let (raw_length, compression) = (frame.raw_length, frame.compression);
-        let checked = if self.full && super::prove::RemoteMaps::wants(&members) {
+        let bases_in = self.full
+            && members
+                .iter()
+                .any(|(member, ..)| self.deltas.wanted.contains(member));
+        let checked = if self.full && (bases_in || super::prove::RemoteMaps::wants(&members)) {
             let kept = members.clone();
-            EncodedFrame::verified_with_raw(stored, raw_length, compression, members)
-                .map(|(_, raw)| self.maps.add(id, &raw, &kept))
+            EncodedFrame::verified_with_raw(stored, raw_length, compression, members).map(
+                |(_, raw)| {
+                    self.deltas.keep(&raw, &kept);
+                    if super::prove::RemoteMaps::wants(&kept) {
+                        self.maps.add(id, &raw, &kept);
+                    }
+                },
+            )
         } else {
             EncodedFrame::verified(stored, raw_length, compression, members).map(|_| ())
         };
@@ -1629,26 +1889,105 @@ mod tests {
                     length: 10,
                 })
                 .collect(),
+            bases: HashMap::new(),
         }
     }
 
-    /// The model of `packs`, live bytes counted as the collector counts them.
-    fn model(packs: Vec<(u8, PackState)>, live: &HashSet<(ObjectId, ObjectKind)>) -> Model {
-        let mut model = Model {
-            packs: BTreeMap::new(),
-            live_bytes: HashMap::new(),
-        };
-        for (n, pack) in packs {
-            let bytes = pack
-                .objects
-                .iter()
-                .filter(|o| live.contains(&(o.id, o.kind)))
-                .map(|o| u64::from(pack.frames[o.frame as usize].stored_length))
-                .sum();
-            model.live_bytes.insert(id(n), bytes);
-            model.packs.insert(id(n), pack);
+    /// A pack like [`pack`] whose frame `frame` is a delta frame with `bases`.
+    fn delta_pack(
+        frames: u32,
+        objects: &[u8],
+        modified_ms: i64,
+        deltas: &[(u32, &[u8])],
+    ) -> PackState {
+        let mut state = pack(frames, objects, modified_ms, None);
+        for (frame, bases) in deltas {
+            state.frames[*frame as usize].compression = Compression::Delta;
+            state
+                .bases
+                .insert(*frame, bases.iter().map(|n| id(*n)).collect());
         }
-        model
+        state
+    }
+
+    /// The closure rule: a pack whose only live use is holding a base of a delta frame in a
+    /// kept pack (transitively: a base of a base) is kept, not marked; a base named only by
+    /// a delta frame in a pack that goes is not; a young pack's delta frames keep their
+    /// bases; and the collection needs format 3 once a pack holds a delta frame.
+    #[test]
+    fn bases_of_kept_delta_frames_are_live() {
+        let old = NOW_MS - GRACE_MS;
+        // Head chunk 130 (pack 3) is a delta against 120 (pack 2), itself a delta against
+        // 110 (pack 1). Nothing the refs reach is in packs 1 and 2. Pack 4 (dead) holds a
+        // delta against 140 (pack 5): both go. Pack 6 (young, unreferenced) holds a delta
+        // against 160 (pack 7): pack 7 stays.
+        let reached: HashSet<(ObjectId, ObjectKind)> =
+            [(id(130), ObjectKind::Chunk)].into_iter().collect();
+        let model = model(
+            vec![
+                (1, pack(1, &[110], old, None)),
+                (2, delta_pack(1, &[120], old, &[(0, &[110])])),
+                (3, delta_pack(1, &[130], old, &[(0, &[120])])),
+                (4, delta_pack(1, &[141], old, &[(0, &[140])])),
+                (5, pack(1, &[140], old, None)),
+                (6, delta_pack(1, &[161], NOW_MS - 10, &[(0, &[160])])),
+                (7, pack(1, &[160], old, None)),
+            ],
+            &reached,
+        );
+        let staying = young_packs(&model, NOW_MS, GRACE_MS);
+        assert_eq!(staying, HashSet::from([id(6)]));
+        let decision = model.decide(&reached, true, &HashSet::new(), &staying);
+        let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
+        check_decided(&model, &packs).unwrap();
+        let actions: Vec<(u8, PackAction)> =
+            packs.iter().map(|(id, p)| (id.0[0], p.action)).collect();
+        assert_eq!(
+            actions,
+            vec![
+                (1, PackAction::Keep),
+                (2, PackAction::Keep),
+                (3, PackAction::Keep),
+                (4, PackAction::Mark),
+                (5, PackAction::Mark),
+                (6, PackAction::Young),
+                (7, PackAction::Keep),
+            ]
+        );
+        assert!(decision.live.contains(&(id(110), ObjectKind::Chunk)));
+        assert_eq!(decision.missing, 0);
+        assert_eq!(model.format(), FORMAT_DELTAS);
+        // Without the closure the bases' packs would be marked (what the rule prevents).
+        let bare = model.decide_once(&reached, true, &HashSet::new());
+        assert!(!bare.needed.contains(&id(1)) && !bare.needed.contains(&id(2)));
+        // A base no pack holds is counted missing (a damaged remote).
+        let model = super::tests::model(
+            vec![(3, delta_pack(1, &[130], old, &[(0, &[120])]))],
+            &reached,
+        );
+        let decision = model.decide(&reached, true, &HashSet::new(), &HashSet::new());
+        assert_eq!(decision.missing, 1);
+        // A pack holding a delta frame is not repacked, however little of it is live.
+        let model = super::tests::model(
+            vec![
+                (1, pack(1, &[120], old, None)),
+                (3, delta_pack(10, &[130, 131, 132], old, &[(0, &[120])])),
+            ],
+            &reached,
+        );
+        let decision = model.decide(&reached, true, &HashSet::new(), &HashSet::new());
+        assert!(decision.repack.is_empty());
+        assert!(decision.needed.contains(&id(1)) && decision.needed.contains(&id(3)));
+        // No delta frame: format 2.
+        let model = super::tests::model(vec![(1, pack(1, &[130], old, None))], &reached);
+        assert_eq!(model.format(), FORMAT_GC);
+    }
+
+    /// The model of `packs`.
+    fn model(packs: Vec<(u8, PackState)>, _live: &HashSet<(ObjectId, ObjectKind)>) -> Model {
+        Model {
+            packs: packs.into_iter().map(|(n, pack)| (id(n), pack)).collect(),
+        }
     }
 
     /// Each decision of step 8, one pack each: kept, marked (old, unreferenced), young,
@@ -1674,7 +2013,7 @@ mod tests {
             ],
             &live,
         );
-        let decision = model.decide(&live, true, &HashSet::new());
+        let decision = model.decide(&live, true, &HashSet::new(), &HashSet::new());
         let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
         check_decided(&model, &packs).unwrap();
         let actions: Vec<(u8, PackAction, bool)> = packs
@@ -1700,7 +2039,7 @@ mod tests {
         );
         assert_eq!(decision.missing, 0);
         // Without repacking, the mostly dead pack is kept as it is.
-        let decision = model.decide(&live, false, &HashSet::new());
+        let decision = model.decide(&live, false, &HashSet::new(), &HashSet::new());
         let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
         assert_eq!(packs[&id(7)].action, PackAction::Keep);
         // A live object no pack holds is counted missing; an object two unmarked packs
@@ -1714,7 +2053,7 @@ mod tests {
             ],
             &live,
         );
-        let decision = model.decide(&live, true, &HashSet::new());
+        let decision = model.decide(&live, true, &HashSet::new(), &HashSet::new());
         let packs = decide_packs(&model, &decision, NOW_MS, GRACE_MS);
         assert_eq!(decision.missing, 3, "104, 107 and 200 are in no pack");
         assert_eq!(
