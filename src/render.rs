@@ -1305,6 +1305,18 @@ pub fn gc(r: &GcReport) -> String {
         ),
         HumanBytes(r.bytes_freed.max(0) as u64)
     );
+    let d = &r.deltas;
+    if d.rewritten_as_deltas > 0 || d.rewritten_whole > 0 {
+        let _ = write!(
+            out,
+            "\n  {} older versions' {} as deltas against newer ones ({} in {}), {} whole",
+            if r.dry_run { "would store" } else { "stored" },
+            count(d.rewritten_as_deltas as usize, "chunk"),
+            HumanBytes(d.delta_raw_bytes),
+            HumanBytes(d.delta_stored_bytes),
+            count(d.rewritten_whole as usize, "head chunk"),
+        );
+    }
     for version in &r.leased_versions {
         let _ = write!(
             out,

@@ -13,6 +13,10 @@
 //! - Never data no remote holds: a pack holding any object other than a chunk (trees, file
 //!   maps, versions, outboards), or a chunk no remote's index (as this store last read it)
 //!   lists, is never a candidate. Those still count toward the limit.
+//! - Never a base a delta here needs: a pack holding a chunk that a delta frame of another
+//!   pack names as a base (`Catalog::packs_holding_bases_of_others`) is not a candidate, so
+//!   every delta kept here reads from what is here. A delta goes with its pack; its bases
+//!   may go once no delta of a kept pack names them.
 //! - Never what a reader in flight holds: the packs the evicting fetch just wrote are kept
 //!   (its reader is about to read them), and so are the packs of every reading thread's
 //!   latest fetch, in any process (a shared `flock` on each, held until that thread fetches
@@ -156,11 +160,14 @@ pub fn enforce_limit_under(
     // Under both locks nothing adds or drops a pack: measure, then choose.
     let mut total = held_bytes(store.catalog())?;
     let packs_dir = store.packs_dir();
+    // A base that a delta of another pack names stays with it: reading the delta here needs
+    // it here (a remote holding the base does not help a local read).
+    let bases_of_others = store.catalog().packs_holding_bases_of_others()?;
     let mut candidates: Vec<(std::time::SystemTime, ObjectId, u64)> = store
         .catalog()
         .remote_held_packs()?
         .into_iter()
-        .filter(|(id, _)| !keep.contains(id))
+        .filter(|(id, _)| !keep.contains(id) && !bases_of_others.contains(id))
         .map(|(id, size)| {
             let used = std::fs::metadata(crate::pack::writer::pack_path(&packs_dir, &id))
                 .and_then(|m| m.modified())

@@ -73,6 +73,10 @@ impl BaseLookup for DeltaMap {
     }
 }
 
+/// Decoded delta frames a [`PackReader`] keeps besides its `cache_slots` plain frames (a
+/// delta frame holds one chunk as writers make it: at most 256 KiB, so about 4 MiB).
+pub(crate) const DELTA_CACHE_SLOTS: usize = 16;
+
 /// Pack files a [`PackReader`] keeps open at most (it closes them all when one more is
 /// needed).
 pub(crate) const MAX_OPEN_PACKS: usize = 16;
@@ -242,10 +246,20 @@ impl PackReader {
             self.files.insert(location.pack, file);
         }
         let file = self.files.get(&location.pack).expect("just inserted");
-        let mut buffer = if self.cache.len() >= self.cache_slots {
-            self.cache.remove(0).1
+        // Delta frames (one chunk each, as writers make them) have slots of their own: a
+        // chain's small frames evicting the large plain frame its bases lie in would make
+        // every chunk of a version decompress that frame again.
+        let is_delta = location.compression == Compression::Delta;
+        let same_kind = |l: &FrameLocation| (l.compression == Compression::Delta) == is_delta;
+        let held = self.cache.iter().filter(|(l, _)| same_kind(l)).count();
+        let slots = if is_delta {
+            DELTA_CACHE_SLOTS
         } else {
-            Vec::new()
+            self.cache_slots
+        };
+        let mut buffer = match self.cache.iter().position(|(l, _)| same_kind(l)) {
+            Some(oldest) if held >= slots => self.cache.remove(oldest).1,
+            _ => Vec::new(),
         };
         let read_error = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {

@@ -26,7 +26,7 @@ pub(crate) use failure::SqliteResultExt;
 pub use failure::{catalog_error, classify, migration_error};
 pub use objects::ObjectLocation;
 pub use remotes::{RemoteLocation, RemoteRecord, RemoteRef};
-pub use retention::{CachedVersionRow, PackObject, Pin};
+pub use retention::{CachedVersionRow, ChunkStorage, PackObject, Pin};
 pub use versions::{DatasetSummary, VersionRecord};
 pub use workspaces::{StatEntry, Workspace};
 

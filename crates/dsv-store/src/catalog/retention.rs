@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::objects::decode_bases;
 use super::{Catalog, CatalogWriter, SqliteResultExt, unix_now};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -207,6 +208,122 @@ impl Catalog {
                 ObjectKind::from_u8(kind),
             ) {
                 out.entry(pack).or_default().push((id, kind, length));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// How a chunk is stored here now: what gc's reverse deltas and its liveness read
+/// ([`Catalog::chunk_storage`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkStorage {
+    /// The pack holding it.
+    pub pack: ObjectId,
+    /// Its raw length in bytes.
+    pub length: u32,
+    /// Byte offset of its frame in the pack file.
+    pub frame_offset: u64,
+    /// Stored bytes of its frame (compressed, or a delta).
+    pub frame_stored: u32,
+    /// Raw bytes of its frame (every object in it).
+    pub frame_raw: u32,
+    /// The frame's bases in prefix order: empty for a frame stored whole, else the chunks
+    /// whose raw bytes make the reference prefix of its delta.
+    pub bases: Vec<ObjectId>,
+}
+
+impl Catalog {
+    /// Every chunk held here with how it is stored (its pack, frame sizes and delta bases):
+    /// one scan of `objects`.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed id or bases column.
+    pub fn chunk_storage(&self) -> Result<std::collections::HashMap<ObjectId, ChunkStorage>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT o.id, p.pack_id, o.length, f.stored_length, f.raw_length, f.bases, f.offset
+             FROM objects o JOIN frames f ON f.id = o.frame JOIN packs p ON p.id = f.pack
+             WHERE o.kind = ?1",
+            )
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([ObjectKind::Chunk as u8], |row| {
+                Ok((
+                    row.get::<_, Vec<u8>>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, u32>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, u32>(4)?,
+                    row.get::<_, Option<Vec<u8>>>(5)?,
+                    row.get::<_, i64>(6)?,
+                ))
+            })
+            .in_catalog()?;
+        let bad = |what: &str| Error::corrupt(&self.path, format!("a chunk row with {what}"));
+        let mut out = std::collections::HashMap::new();
+        for row in rows {
+            let (id, pack, length, frame_stored, frame_raw, bases, frame_offset) =
+                row.in_catalog()?;
+            let bases = decode_bases(bases).map_err(|detail| bad(&detail))?;
+            out.insert(
+                ObjectId::from_slice(&id).ok_or_else(|| bad("a malformed id"))?,
+                ChunkStorage {
+                    pack: ObjectId::from_slice(&pack).ok_or_else(|| bad("a malformed pack id"))?,
+                    length,
+                    frame_offset: u64::try_from(frame_offset)
+                        .map_err(|_| bad("a negative frame offset"))?,
+                    frame_stored,
+                    frame_raw,
+                    bases,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// Packs holding a chunk that a delta frame of another pack names as a base: a cache
+    /// limit never evicts them whole, since the delta's reads need the base here.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed id or bases column.
+    pub fn packs_holding_bases_of_others(&self) -> Result<HashSet<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT pack, bases FROM frames WHERE bases IS NOT NULL")
+            .in_catalog()?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
+            })
+            .in_catalog()?;
+        let mut named: Vec<(i64, ObjectId)> = Vec::new();
+        for row in rows {
+            let (pack, bases) = row.in_catalog()?;
+            let bases =
+                decode_bases(Some(bases)).map_err(|detail| Error::corrupt(&self.path, detail))?;
+            named.extend(bases.into_iter().map(|base| (pack, base)));
+        }
+        let mut locate = self
+            .conn
+            .prepare_cached(
+                "SELECT f.pack, p.pack_id FROM objects o JOIN frames f ON f.id = o.frame
+                 JOIN packs p ON p.id = f.pack WHERE o.id = ?1 AND o.kind = ?2",
+            )
+            .in_catalog()?;
+        let mut out = HashSet::new();
+        for (naming, base) in named {
+            let found = locate
+                .query_row(params![&base.0[..], ObjectKind::Chunk as u8], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
+                })
+                .optional()
+                .in_catalog()?;
+            if let Some((holder, pack)) = found
+                && holder != naming
+            {
+                out.extend(ObjectId::from_slice(&pack));
             }
         }
         Ok(out)
@@ -473,6 +590,58 @@ mod tests {
         assert!(catalog.has_dataset("ds").unwrap());
         assert_eq!(catalog.head("ds").unwrap(), None);
         assert!(catalog.ref_state().unwrap().heads.is_empty());
+    }
+
+    #[test]
+    fn a_pack_holding_a_base_of_another_packs_delta_is_named_and_chunks_tell_their_bases() {
+        let (_dir, mut catalog) = new_catalog();
+        let (base, delta, own) = (
+            ObjectId::of(b"base"),
+            ObjectId::of(b"delta"),
+            ObjectId::of(b"own"),
+        );
+        let bases_pack = sample_pack("bases", &[(base, ObjectKind::Chunk)]);
+        let mut deltas_pack = sample_pack("deltas", &[(delta, ObjectKind::Chunk)]);
+        deltas_pack.frames[0].compression = crate::pack::Compression::Delta;
+        deltas_pack.deltas = vec![crate::pack::format::FrameBases {
+            frame: 0,
+            bases: vec![base],
+        }];
+        // A delta whose base is in its own pack does not hold that pack.
+        let mut alone = sample_pack(
+            "alone",
+            &[
+                (own, ObjectKind::Chunk),
+                (ObjectId::of(b"x"), ObjectKind::Chunk),
+            ],
+        );
+        alone.frames.push(crate::pack::FrameRecord {
+            offset: 600,
+            stored_length: 10,
+            raw_length: 10,
+            compression: crate::pack::Compression::Delta,
+        });
+        alone.objects[1].frame = 1;
+        alone.objects[1].offset = 0;
+        alone.deltas = vec![crate::pack::format::FrameBases {
+            frame: 1,
+            bases: vec![own],
+        }];
+        let writer = catalog.writer().unwrap();
+        for pack in [&bases_pack, &deltas_pack, &alone] {
+            writer.add_pack(pack).unwrap();
+        }
+        writer.commit().unwrap();
+        assert_eq!(
+            catalog.packs_holding_bases_of_others().unwrap(),
+            HashSet::from([bases_pack.id])
+        );
+        let storage = catalog.chunk_storage().unwrap();
+        assert_eq!(storage[&delta].bases, [base]);
+        assert_eq!(storage[&delta].pack, deltas_pack.id);
+        assert!(storage[&base].bases.is_empty());
+        assert_eq!(storage[&ObjectId::of(b"x")].bases, [own]);
+        assert_eq!(storage[&base].frame_offset, 16);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The local cache of versions: what each version costs here (`cache ls`) and bounded
 //! eviction (`cache prune`).
 //!
-//! Eviction lets a version's chunks go from this store when every one of them is on a remote
-//! this store knows (by the remote's pack indexes): its version object, trees and file maps
-//! stay, so a later checkout fetches exactly the chunks back. A version held only here is
+//! Eviction lets a version's chunks go from this store when every one of them, and every
+//! base of their deltas there (transitively), is on a remote this store knows (by the
+//! remote's pack indexes): its version object, trees and file maps stay, so a later checkout
+//! fetches exactly the chunks back. A chunk of an evicted version that a kept delta here
+//! names as a base stays: the gc that frees the space keeps every base of a live chunk. A version held only here is
 //! never evicted; with `allow_data_loss` it is removed instead (its tags dropped; never a
 //! dataset's head), and a pinned version or one a directory holds is never touched. `gc`
 //! then frees the space.
@@ -229,6 +231,21 @@ pub fn list(store: &Store) -> Result<Vec<CachedVersion>> {
                     .catalog()
                     .remote_locate(remote.id, chunk, ObjectKind::Chunk)?
                     .is_some();
+            }
+            // And every base of those chunks' deltas there, transitively: a checkout of the
+            // evicted version fetches its closure back from the remote.
+            if all {
+                let chunks: Vec<ObjectId> = list.iter().map(|(chunk, _)| *chunk).collect();
+                for base in store.catalog().remote_delta_bases_of(remote.id, &chunks)? {
+                    if store
+                        .catalog()
+                        .remote_locate(remote.id, &base, ObjectKind::Chunk)?
+                        .is_none()
+                    {
+                        all = false;
+                        break;
+                    }
+                }
             }
             if all {
                 on_remotes.push(remote.name.clone());

@@ -102,6 +102,11 @@
 //!    is kept. An unnamed readable pack holding versions that the ref log names and the
 //!    catalog lacks stops `gc` before anything changes (`CatalogLost`, exit 5): the catalog
 //!    forgot data, and `dsv repair` gets it back.
+//!    **Reverse deltas** ([`deltas`], issue 39): each dataset's head stored whole, older
+//!    versions' chunks as deltas against newer versions' chunks; a pack holding a chunk
+//!    stored anew is repacked. **Liveness follows closures**: every base (transitively) of
+//!    a live chunk, as the chunks are stored once gc is done, is live; a leased chunk's bases
+//!    are leased with it (their packs stay).
 //! 3. **Copy** the live objects of the packs to repack, each read through `ObjectReader` (so
 //!    checked against its id), into frames of about 1 MiB (zstd level 3) appended to a
 //!    `PackSink`: new packs written in `tmp/`, fsynced and renamed into `packs/` as a commit's
@@ -172,7 +177,7 @@
 //! - A fetch downloads again the trees and file maps of removed versions that a remote holds
 //!   (they are missing here after `gc`); the next `gc` deletes them again.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -186,6 +191,23 @@ use crate::pack::writer::pack_id_of;
 use crate::progress::{Progress, Unit};
 use crate::store::{ExclusiveDataLock, Store};
 use crate::tree::{Reached, walk_reachable};
+
+pub mod deltas;
+pub use deltas::{GC_DELTA_DEPTH, GC_DELTA_LEVEL, GC_WHOLE_LEVEL};
+
+/// What gc's reverse deltas store anew (`dsv gc --json`: `deltas`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeltaReport {
+    /// Chunks rewritten as deltas against newer versions' chunks (older versions' chunks).
+    pub rewritten_as_deltas: u64,
+    /// Chunks rewritten whole (a head's chunks stored as deltas, or a delta whose chain
+    /// gc shortened).
+    pub rewritten_whole: u64,
+    /// Raw bytes of the chunks rewritten as deltas.
+    pub delta_raw_bytes: u64,
+    /// Stored bytes of those deltas.
+    pub delta_stored_bytes: u64,
+}
 
 /// A pack that is kept, repacked or deleted, with its live bytes.
 #[derive(Debug, Clone, Serialize)]
@@ -250,6 +272,9 @@ pub struct GcReport {
     /// Outboards written for live files of several blocks that had none (data committed
     /// before outboards existed; see `docs/format.md`). 0 in a dry run.
     pub outboards_written: u64,
+    /// Chunks stored anew by the reverse deltas: the head of each dataset whole, older
+    /// versions as deltas against newer ones.
+    pub deltas: DeltaReport,
 }
 
 /// The ids of every non-empty file that a live (not removed) version holds: the content
@@ -353,6 +378,27 @@ fn leased_set(store: &Store, versions: &[ObjectId]) -> Result<HashSet<(ObjectId,
     Ok(leased)
 }
 
+/// Adds to `objects` every base, transitively, of the chunks in it, `bases_of` giving a
+/// chunk's bases. Chunks not held here add nothing more.
+fn add_closure<'a>(
+    objects: &mut HashSet<(ObjectId, ObjectKind)>,
+    storage: &HashMap<ObjectId, crate::catalog::ChunkStorage>,
+    bases_of: impl Fn(&ObjectId) -> &'a [ObjectId],
+) {
+    let mut stack: Vec<ObjectId> = objects
+        .iter()
+        .filter(|(id, kind)| *kind == ObjectKind::Chunk && storage.contains_key(id))
+        .map(|(id, _)| *id)
+        .collect();
+    while let Some(chunk) = stack.pop() {
+        for base in bases_of(&chunk) {
+            if objects.insert((*base, ObjectKind::Chunk)) {
+                stack.push(*base);
+            }
+        }
+    }
+}
+
 /// What `dsv gc` is asked to do.
 #[derive(Debug, Clone)]
 pub struct GcOptions {
@@ -402,6 +448,12 @@ pub struct GcPlan {
     pub orphans: Vec<OrphanFile>,
     /// Every pack the catalog names, with its size in bytes.
     pub named_packs: std::collections::HashMap<ObjectId, u64>,
+    /// Chunks stored anew (reverse deltas), in the order the pass chose them; their packs
+    /// are repacked.
+    pub encodings: deltas::Encodings,
+    /// Copied chunks that stay deltas against the bases they have, with how they are stored
+    /// now (a delta frame of one chunk is copied byte for byte).
+    pub kept_deltas: HashMap<ObjectId, crate::catalog::ChunkStorage>,
 }
 
 impl GcPlan {
@@ -419,7 +471,13 @@ impl GcPlan {
     }
 
     /// The report of this plan, once its repack wrote (or would write) `sealed`.
-    fn report(&self, sealed: &[crate::pack::PackFile], dry_run: bool, outboards: u64) -> GcReport {
+    fn report(
+        &self,
+        sealed: &[crate::pack::PackFile],
+        dry_run: bool,
+        outboards: u64,
+        deltas: DeltaReport,
+    ) -> GcReport {
         let outcome = Outcome::of(self, sealed);
         GcReport {
             live_versions: self.live_versions,
@@ -436,6 +494,7 @@ impl GcPlan {
             packs_written: sealed.len() as u64,
             leased_versions: self.leased_versions.clone(),
             outboards_written: outboards,
+            deltas,
         }
     }
 }
@@ -471,10 +530,44 @@ pub fn plan(
 ) -> Result<GcPlan> {
     progress.phase("finding live data");
     let leased_versions = crate::lease::leased_versions(store.root())?;
-    let leased = leased_set(store, &leased_versions)?;
+    let storage = store.catalog().chunk_storage()?;
+    let mut leased = leased_set(store, &leased_versions)?;
+    // A leased chunk's bases are read with it: they stay where they are too.
+    add_closure(&mut leased, &storage, |chunk| {
+        storage.get(chunk).map_or(&[][..], |s| &s.bases[..])
+    });
     let mut outboards = Vec::new();
-    let live = live_set(store, &leased, &mut outboards)?;
+    let mut live = live_set(store, &leased, &mut outboards)?;
     let by_pack = store.catalog().objects_by_pack()?;
+    // Chunks in packs a reader has leased stay as they are: the reader knows them by their
+    // place.
+    let fixed: HashSet<ObjectId> = by_pack
+        .values()
+        .filter(|objects| {
+            objects
+                .iter()
+                .any(|(id, kind, _)| leased.contains(&(*id, *kind)))
+        })
+        .flatten()
+        .filter(|(_, kind, _)| *kind == ObjectKind::Chunk)
+        .map(|(id, _, _)| *id)
+        .collect();
+    let live_chunks: HashSet<ObjectId> = live
+        .iter()
+        .filter(|(_, kind)| *kind == ObjectKind::Chunk)
+        .map(|(id, _)| *id)
+        .collect();
+    let encodings = deltas::plan_encodings(store, &storage, &live_chunks, &fixed, progress)?;
+    // Liveness follows closures: every base (transitively) of a live chunk, as the chunks
+    // are stored once gc is done, is live. A chunk rewritten whole needs none.
+    add_closure(&mut live, &storage, |chunk| {
+        encodings.bases_after(chunk, &storage)
+    });
+    let rewritten_in: HashSet<ObjectId> = encodings
+        .rewrites
+        .iter()
+        .filter_map(|r| storage.get(&r.chunk).map(|s| s.pack))
+        .collect();
     let named_packs: std::collections::HashMap<ObjectId, u64> =
         store.catalog().packs()?.into_iter().collect();
     let all_versions: HashSet<ObjectId> = by_pack
@@ -496,6 +589,8 @@ pub fn plan(
         copy: Vec::new(),
         orphans: Vec::new(),
         named_packs,
+        encodings,
+        kept_deltas: HashMap::new(),
     };
     let is_live = |(id, kind, _): &(ObjectId, ObjectKind, u32)| {
         matches!(kind, ObjectKind::Version | ObjectKind::Provenance) || live.contains(&(*id, *kind))
@@ -523,6 +618,9 @@ pub fn plan(
         };
         if live_bytes == 0 {
             plan.delete.push(pack_plan);
+        } else if rewritten_in.contains(pack) {
+            // A chunk in it is stored anew: the pack goes, its other live objects copied.
+            plan.repack.push(pack_plan);
         } else if live_bytes * 2 <= total && !leased_here() {
             plan.repack.push(pack_plan);
         } else if live_bytes < total {
@@ -543,11 +641,47 @@ pub fn plan(
     plan.delete.sort_by_key(|p| p.pack);
     plan.repack.sort_by_key(|p| p.pack);
     plan.kept_with_garbage.sort_by_key(|p| p.pack);
-    plan.copy = plan
+    // The chunks stored whole first, in the pass's order (a head's chunks in file order, so
+    // its frames hold neighbouring chunks), then the deltas stored anew, then the other live
+    // objects pack by pack.
+    let repacked: HashSet<ObjectId> = plan.repack.iter().map(|p| p.pack).collect();
+    let whole_copied = plan.encodings.whole_order.iter().filter(|chunk| {
+        live.contains(&(**chunk, ObjectKind::Chunk))
+            && storage
+                .get(*chunk)
+                .is_some_and(|s| repacked.contains(&s.pack))
+    });
+    let deltas_stored = plan
+        .encodings
+        .rewrites
+        .iter()
+        .filter(|r| !r.bases.is_empty())
+        .map(|r| &r.chunk);
+    let mut first: Vec<(ObjectId, ObjectKind, u32)> = Vec::new();
+    let mut placed: HashSet<ObjectId> = HashSet::new();
+    for chunk in whole_copied.chain(deltas_stored) {
+        if let Some(s) = storage.get(chunk)
+            && placed.insert(*chunk)
+        {
+            first.push((*chunk, ObjectKind::Chunk, s.length));
+        }
+    }
+    let rest: Vec<(ObjectId, ObjectKind, u32)> = plan
         .repack
         .iter()
         .flat_map(|p| by_pack[&p.pack].iter().filter(|o| is_live(o)).copied())
+        .filter(|(id, kind, _)| !(*kind == ObjectKind::Chunk && placed.contains(id)))
         .collect();
+    for (id, kind, _) in &rest {
+        if *kind == ObjectKind::Chunk
+            && let Some(now) = storage.get(id)
+            && !now.bases.is_empty()
+        {
+            plan.kept_deltas.insert(*id, now.clone());
+        }
+    }
+    plan.copy = first;
+    plan.copy.extend(rest);
     plan.orphans = orphans(store, &plan.named_packs, grace)?;
     Ok(plan)
 }
@@ -609,47 +743,170 @@ fn orphans(
     Ok(orphans)
 }
 
-/// Copies the live objects of the packs `plan` repacks into `sink`; returns the packs it
-/// sealed. On an error, what the sink wrote is deleted.
+/// Copies the live objects of the packs `plan` repacks into `sink`, storing the chunks the
+/// plan rewrites as it says (whole, or deltas against their new bases) and keeping the other
+/// deltas against the bases they have; returns the packs it sealed and what it stored anew.
+/// On an error, what the sink wrote is deleted.
 fn copy_live(
     store: &Store,
     plan: &GcPlan,
     sink: PackSink,
     progress: &dyn Progress,
-) -> Result<Vec<crate::pack::PackFile>> {
+) -> Result<(Vec<crate::pack::PackFile>, DeltaReport)> {
+    let mut report = DeltaReport::default();
     let copied = (|| {
         let mut reader = store.reader();
+        let mut bases_cache = BaseCache::default();
+        let mut compressor = crate::pack::DeltaCompressor::default();
         // Chunks and metadata (trees, file maps, versions) in frames of their own, as a
-        // commit writes them, so a fetch of metadata downloads no chunk.
+        // commit writes them, so a fetch of metadata downloads no chunk. Chunks rewritten
+        // whole (a head's) at gc's level, in the pass's order.
         let mut chunks = FrameBuilder::default();
+        let mut whole = FrameBuilder::default();
         let mut metadata = FrameBuilder::default();
         for (id, kind, _) in &plan.copy {
             crate::interrupt::check()?;
             let bytes = reader.bytes(id, *kind)?;
-            let frame = if *kind == ObjectKind::Chunk {
-                &mut chunks
+            progress.advance(bytes.len() as u64);
+            let rewrite = (*kind == ObjectKind::Chunk)
+                .then(|| plan.encodings.rewrite(id))
+                .flatten();
+            let kept = rewrite
+                .is_none()
+                .then(|| plan.kept_deltas.get(id))
+                .flatten();
+            let delta_bases = match rewrite {
+                Some(rewrite) => Some(&rewrite.bases[..]).filter(|b| !b.is_empty()),
+                None => kept.map(|k| &k.bases[..]),
+            };
+            if let Some(bases) = delta_bases {
+                let prefix = bases_cache.prefix(&mut reader, bases)?;
+                // A delta frame of this chunk alone is copied as it is stored (checked
+                // against the prefix as a received one is), not compressed again.
+                let planned = match (rewrite, kept) {
+                    (Some(r), _) => r.delta.clone(),
+                    (None, Some(k)) if k.frame_raw == k.length => {
+                        Some(std::sync::Arc::new(stored_frame(store, k)?))
+                    }
+                    _ => None,
+                };
+                let mut one = FrameBuilder::default();
+                one.push(*id, *kind, &bytes);
+                let frame = match planned {
+                    Some(stored) => crate::pack::EncodedFrame::verified_delta(
+                        stored.as_ref().clone(),
+                        bytes.len() as u32,
+                        vec![(*id, *kind, 0, bytes.len() as u32)],
+                        bases.to_vec(),
+                        &prefix,
+                    )
+                    .map(|(frame, _)| frame)
+                    .map_err(|detail| Error::corrupt("gc's planned delta", detail))?,
+                    None => one
+                        .encode_delta(&mut compressor, GC_DELTA_LEVEL, &prefix, bases.to_vec())
+                        .map_err(|source| Error::Io {
+                            path: store.temp_dir(),
+                            source,
+                        })?,
+                };
+                if rewrite.is_some() {
+                    report.rewritten_as_deltas += 1;
+                    report.delta_raw_bytes += bytes.len() as u64;
+                    report.delta_stored_bytes += frame.stored_len() as u64;
+                }
+                sink.add(frame)?;
+                continue;
+            }
+            if rewrite.is_some() {
+                report.rewritten_whole += 1;
+            }
+            // Only chunks stored anew are compressed at gc's high level: a plain chunk that
+            // a repack copies stays at level 3 (a repack of a large store costs what it did;
+            // level 19 runs at a few MB/s).
+            let (frame, level) = if rewrite.is_some() {
+                (&mut whole, GC_WHOLE_LEVEL)
+            } else if *kind == ObjectKind::Chunk {
+                (&mut chunks, 3)
             } else {
-                &mut metadata
+                (&mut metadata, 3)
             };
             frame.push(*id, *kind, &bytes);
-            progress.advance(bytes.len() as u64);
             if frame.len() >= FRAME_TARGET {
-                sink.add(frame.encode(3))?;
+                sink.add(frame.encode(level))?;
             }
         }
-        for frame in [&mut chunks, &mut metadata] {
+        for (frame, level) in [
+            (&mut whole, GC_WHOLE_LEVEL),
+            (&mut chunks, 3),
+            (&mut metadata, 3),
+        ] {
             if !frame.is_empty() {
-                sink.add(frame.encode(3))?;
+                sink.add(frame.encode(level))?;
             }
         }
         Ok::<_, Error>(())
     })();
     match copied {
-        Ok(()) => sink.finish(),
+        Ok(()) => Ok((sink.finish()?, report)),
         Err(e) => {
             sink.abandon(store);
             Err(e)
         }
+    }
+}
+
+/// The stored bytes of the frame `chunk` is in, read from its pack file.
+fn stored_frame(store: &Store, chunk: &crate::catalog::ChunkStorage) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let path = crate::pack::writer::pack_path(&store.packs_dir(), &chunk.pack);
+    let io = |source| Error::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::File::open(&path).map_err(io)?;
+    let mut stored = vec![0u8; chunk.frame_stored as usize];
+    file.read_exact_at(&mut stored, chunk.frame_offset)
+        .map_err(io)?;
+    Ok(stored)
+}
+
+/// The raw bytes of the chunks recently used as bases, so that the neighbouring deltas of a
+/// file, which share bases, read each base once.
+#[derive(Default)]
+struct BaseCache {
+    recent: std::collections::VecDeque<(ObjectId, std::rc::Rc<Vec<u8>>)>,
+}
+
+impl BaseCache {
+    const SLOTS: usize = 32;
+
+    /// The reference prefix of `bases`: their raw bytes, concatenated in order.
+    fn prefix(
+        &mut self,
+        reader: &mut crate::store::ObjectReader<'_>,
+        bases: &[ObjectId],
+    ) -> Result<Vec<u8>> {
+        let mut prefix = Vec::new();
+        for base in bases {
+            let found = self
+                .recent
+                .iter()
+                .find(|(id, _)| id == base)
+                .map(|(_, b)| b.clone());
+            let bytes = match found {
+                Some(bytes) => bytes,
+                None => {
+                    let bytes = std::rc::Rc::new(reader.bytes(base, ObjectKind::Chunk)?);
+                    if self.recent.len() >= Self::SLOTS {
+                        self.recent.pop_front();
+                    }
+                    self.recent.push_back((*base, bytes.clone()));
+                    bytes
+                }
+            };
+            prefix.extend_from_slice(&bytes);
+        }
+        Ok(prefix)
     }
 }
 
@@ -666,9 +923,9 @@ pub fn measure(
     progress: &dyn Progress,
 ) -> Result<GcReport> {
     progress.start("sizing", plan.copy_bytes(), Unit::Bytes);
-    let copied = copy_live(store, plan, PackSink::measuring(), progress);
+    let (sealed, deltas) = copy_live(store, plan, PackSink::measuring(), progress)?;
     progress.phase("planning");
-    Ok(plan.report(&copied?, true, 0))
+    Ok(plan.report(&sealed, true, 0, deltas))
 }
 
 /// Carries `plan` out, in an order that makes a kill at any point safe: writes the missing
@@ -713,8 +970,8 @@ pub fn execute(
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
     let copied = copy_live(store, plan, sink, progress);
     progress.phase("deleting");
-    let sealed = copied?;
-    let report = plan.report(&sealed, false, outboards_written);
+    let (sealed, deltas) = copied?;
+    let report = plan.report(&sealed, false, outboards_written, deltas);
 
     // 2. One transaction: the catalog forgets the old packs and names the new ones.
     let dropped: HashSet<ObjectId> = plan
@@ -919,6 +1176,138 @@ mod tests {
         assert!(again.is_empty(), "{again:?}");
         assert_eq!(again.live_objects, first.live_objects);
         assert_eq!(again.removed_versions, 1);
+    }
+
+    /// Rows of a growing CSV: `days` rows for each of 20 entities.
+    fn table(days: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for entity in 0..20u64 {
+            for day in 0..days as u64 {
+                let h = (entity * 1_000 + day).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                out.extend_from_slice(
+                    format!("e{entity},{day},{},{}\n", h % 99_991, h >> 50).as_bytes(),
+                );
+            }
+        }
+        out
+    }
+
+    /// Versions A then B of dataset `ds` (a growing table), gc'd: B whole, A as deltas
+    /// against B's chunks. Returns the store and the two version ids.
+    fn a_delta_chain(dir: &std::path::Path) -> (Store, ObjectId, ObjectId) {
+        let mut store = Store::init(dir).unwrap();
+        let data = dir.join("data");
+        let mut ids = Vec::new();
+        for days in [400, 404] {
+            std::fs::create_dir_all(&data).unwrap();
+            std::fs::write(data.join("t.csv"), table(days)).unwrap();
+            let options = crate::ops::commit::CommitOptions::new("ds");
+            let report =
+                crate::ops::commit::commit(&mut store, &data, &options, &NoProgress).unwrap();
+            ids.push(report.version);
+        }
+        std::fs::remove_dir_all(&data).unwrap();
+        let report = gc(&mut store, &GcOptions::default(), &NoProgress).unwrap();
+        assert!(report.deltas.rewritten_as_deltas > 0, "{report:?}");
+        (store, ids[0], ids[1])
+    }
+
+    fn delta_chunks(store: &Store) -> usize {
+        let storage = store.catalog().chunk_storage().unwrap();
+        storage.values().filter(|s| !s.bases.is_empty()).count()
+    }
+
+    fn read_all(store: &Store, version: &ObjectId) -> Result<u64> {
+        let mut reader = store.reader();
+        let root = reader.version(version)?.tree;
+        let mut bytes = 0;
+        for entry in crate::tree::flatten(&mut reader, &root)? {
+            if matches!(entry.kind, crate::tree::FlatKind::File { .. }) {
+                let mut sink = Vec::new();
+                reader.write_file(&entry.id, entry.size, None, &mut sink)?;
+                bytes += sink.len() as u64;
+            }
+        }
+        Ok(bytes)
+    }
+
+    #[test]
+    fn a_base_only_a_kept_delta_needs_stays_live() {
+        // A is stored as deltas against B's chunks. B is removed and the dataset names no
+        // head (as `cache prune --allow-data-loss --keep-last 0` can leave it), so no pass
+        // of the reverse deltas meets A: its chunks keep their encoding, and B's chunks are
+        // reachable only as their bases. gc keeps them, and A reads back.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, a, b) = a_delta_chain(dir.path());
+        let before = read_all(&store, &a).unwrap();
+        {
+            let writer = store.catalog_mut().writer().unwrap();
+            writer.mark_removed(&[b]).unwrap();
+            writer.clear_head("ds").unwrap();
+            writer.commit().unwrap();
+        }
+        let lock = store.lock_data_exclusive().unwrap();
+        let planned = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        assert!(planned.encodings.rewrites.is_empty());
+        let b_chunks = store
+            .catalog()
+            .delta_bases_of(
+                &store
+                    .catalog()
+                    .object_ids(ObjectKind::Chunk)
+                    .unwrap()
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+        assert!(!b_chunks.is_empty());
+        execute(&mut store, &lock, &planned, &NoProgress).unwrap();
+        drop(lock);
+        for chunk in &b_chunks {
+            assert!(
+                store
+                    .catalog()
+                    .has_object(chunk, ObjectKind::Chunk)
+                    .unwrap()
+            );
+        }
+        assert_eq!(read_all(&store, &a).unwrap(), before);
+    }
+
+    #[test]
+    fn a_repack_keeps_a_delta_whose_bases_stay_against_them() {
+        // The pack holding A's deltas is repacked (a version in it removed): A's chunks are
+        // copied as deltas against the same bases, and read back.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, a, _) = a_delta_chain(dir.path());
+        let before = read_all(&store, &a).unwrap();
+        let deltas_before = delta_chunks(&store);
+        let lock = store.lock_data_exclusive().unwrap();
+        let mut planned = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        assert!(planned.is_empty(), "{planned:?}");
+        // Repack every pack (as a mostly dead pack would be).
+        let by_pack = store.catalog().objects_by_pack().unwrap();
+        let storage = store.catalog().chunk_storage().unwrap();
+        for (pack, objects) in &by_pack {
+            planned.repack.push(PackPlan {
+                pack: *pack,
+                bytes: 0,
+                live_bytes: 0,
+            });
+            for object in objects {
+                planned.copy.push(*object);
+                if let Some(now) = storage.get(&object.0).filter(|s| !s.bases.is_empty()) {
+                    planned.kept_deltas.insert(object.0, now.clone());
+                }
+            }
+        }
+        assert!(!planned.kept_deltas.is_empty());
+        execute(&mut store, &lock, &planned, &NoProgress).unwrap();
+        drop(lock);
+        let deltas_after = delta_chunks(&store);
+        assert_eq!(deltas_after, deltas_before);
+        assert!(deltas_after > 0);
+        assert_eq!(read_all(&store, &a).unwrap(), before);
     }
 
     #[test]
