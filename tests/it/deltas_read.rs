@@ -609,15 +609,16 @@ fn a_cycle_of_delta_bases_is_refused_by_the_read_engine() {
 }
 
 /// A remote-only read whose delta chains span more frames than one fetch batch
-/// (`FETCH_BATCH_FRAMES`, 64): three committed versions of a 3.2 MB table, the newer two
-/// stored as forward deltas (about 50 one-chunk frames each), read from a clone that holds
-/// only metadata. A base checked in one batch serves a delta of a later one (stored, not yet
+/// (`FETCH_BATCH_FRAMES`, 64): six committed versions of a 3.2 MB table, the newer five
+/// stored as forward deltas (about 50 one-chunk frames each, chains 4 deep), read from a
+/// clone that holds only metadata: a 1 MiB window of the head needs its 16 or so chunks
+/// and 4 levels of bases under each. A base checked in one batch serves a delta of a later one (stored, not yet
 /// recorded), and a delta may wait for a base of a later batch: both were lost before the
 /// fetch's batches shared their check of deltas.
 #[test]
 fn a_remote_only_read_of_chains_longer_than_a_fetch_batch_is_byte_identical() {
     let env = TestEnv::new();
-    for day in 0..3 {
+    for day in 0..6 {
         env.write("ws/data.csv", &table(DAYS_MEASURED, day));
         let report = env.json(&["commit", "ws", "-d", "ds"]);
         if day > 0 {
@@ -629,6 +630,6 @@ fn a_remote_only_read_of_chains_longer_than_a_fetch_batch_is_byte_identical() {
     }
     let (_, url) = crate::common::push_to_file_remote(&env, "remote", "ds");
     let clone = clone_of(&env, &url);
-    assert!(cat(&clone, "ds", &[]) == table(DAYS_MEASURED, 2));
-    assert!(cat(&clone, "ds@HEAD~1", &[]) == table(DAYS_MEASURED, 1));
+    assert!(cat(&clone, "ds", &[]) == table(DAYS_MEASURED, 5));
+    assert!(cat(&clone, "ds@HEAD~3", &[]) == table(DAYS_MEASURED, 2));
 }

@@ -373,7 +373,8 @@ impl Fetcher {
                     frames: still,
                     bases: &mut bases,
                 };
-                downloaded += self.download(engine, remote, batch, written, held, (data, stripes))?;
+                downloaded +=
+                    self.download(engine, remote, batch, written, held, (data, stripes))?;
             }
         }
         // A delta still waiting for a base: the remote lacks it (or the bases make a cycle).
