@@ -619,7 +619,7 @@ fn a_cycle_of_delta_bases_is_refused_by_the_read_engine() {
 fn a_remote_only_read_of_chains_longer_than_a_fetch_batch_is_byte_identical() {
     let env = TestEnv::new();
     for day in 0..6 {
-        env.write("ws/data.csv", &table(DAYS_MEASURED, day));
+        env.write("ws/data.csv", table(DAYS_MEASURED, day));
         let report = env.json(&["commit", "ws", "-d", "ds"]);
         if day > 0 {
             assert!(

@@ -319,6 +319,9 @@ pub(crate) struct DeltaBases {
     pending: Vec<PendingDelta>,
     /// Bases deltas still to come will name: their raw bytes are kept when they arrive.
     expected: HashSet<ObjectId>,
+    /// Frames (pack, offset) a download brings only to check a delta against them: checked,
+    /// not kept ([`DeltaBases::check_only`]).
+    check_only: HashSet<(ObjectId, u64)>,
     remote: String,
 }
 
@@ -333,8 +336,15 @@ impl DeltaBases {
             depth: HashMap::new(),
             pending: Vec::new(),
             expected: HashSet::new(),
+            check_only: HashSet::new(),
             remote: String::new(),
         }
+    }
+
+    /// The frames at `frames` (pack, offset) are a delta's bases this download brings only to
+    /// check the delta: [`fetch_spans`] checks them and does not keep them.
+    pub(crate) fn check_only(&mut self, frames: HashSet<(ObjectId, u64)>) {
+        self.check_only = frames;
     }
 
     /// Bases that deltas of a later download of the operation name: kept when they arrive
@@ -668,26 +678,25 @@ pub(crate) fn spans(
 /// decompresses to its length, every object matches its key: [`ObjectKind::check`]) and
 /// appends the frames to `sink` (and, with `raws`, their raw bytes, in the same order). A
 /// delta frame is checked against its bases once they are at hand (`bases`: see
-/// [`DeltaBases`]) and appended after the plain frames. Frames at `(pack, offset)` in
-/// `check_only` are checked (a delta's base this download brings only to check it) and not
-/// appended. Nothing is recorded: see [`record_fetched`].
+/// [`DeltaBases`]) and appended after the plain frames. Frames `bases` names as check-only
+/// ([`DeltaBases::check_only`]: a delta's base this download brings only to check it) are
+/// checked and not appended. Nothing is recorded: see [`record_fetched`].
 ///
 /// # Errors
 /// [`Error::Remote`]; [`Error::Corrupt`] naming the remote's pack for a frame that fails its
 /// check, a short response, or a delta whose bases did not come (unless `bases` carries
 /// them over); [`Error::Catalog`]; [`Error::Interrupted`].
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn fetch_spans(
     catalog: &crate::catalog::Catalog,
     remote: &Remote,
     spans: &[Span],
     jobs: usize,
-    sink: &PackSink,
-    mut raws: Option<&mut Vec<Vec<u8>>>,
+    (sink, mut raws): (&PackSink, Option<&mut Vec<Vec<u8>>>),
     bases: &mut DeltaBases,
-    check_only: &HashSet<(ObjectId, u64)>,
     progress: &dyn Progress,
 ) -> Result<Transfer> {
+    // Kept in `bases` for the next download of the operation (a copy's batches).
+    let check_only = bases.check_only.clone();
     let total: u64 = spans.iter().map(|s| s.range.end - s.range.start).sum();
     bases.remote = remote.name().to_string();
     // Everything a check needs, read from the catalog up front: checks run on other threads.
@@ -910,10 +919,8 @@ pub(crate) fn download(
         remote,
         &spans,
         jobs,
-        &sink,
-        None,
+        (&sink, None),
         &mut bases,
-        &HashSet::new(),
         progress,
     );
     progress.phase("recording");

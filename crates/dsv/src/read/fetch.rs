@@ -407,10 +407,8 @@ impl Fetcher {
                 remote,
                 &spans,
                 self.jobs,
-                &sink,
-                Some(&mut raws),
+                (&sink, Some(&mut raws)),
                 bases,
-                &HashSet::new(),
                 &crate::progress::NoProgress,
             )
         });

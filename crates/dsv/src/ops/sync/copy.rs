@@ -876,7 +876,7 @@ fn send(
     let (check_only, expected) = delta_checks(catalog, &ends.src_record, &partial)?;
     let mut bases = crate::transfer::DeltaBases::carried(Some(&store.packs_dir()));
     bases.expect(expected);
-    let check_keys: HashSet<(ObjectId, u64)> = check_only.keys().copied().collect();
+    bases.check_only(check_only.keys().copied().collect());
     let mut frames = partial;
     frames.extend(check_only);
     for batch in batches(crate::transfer::spans(frames, MAX_SPAN)) {
@@ -889,10 +889,8 @@ fn send(
             src,
             &batch,
             jobs,
-            &sink,
-            None,
+            (&sink, None),
             &mut bases,
-            &check_keys,
             &NoProgress,
         )?;
         let packs: Vec<(ObjectId, bytes::Bytes, usize)> = sink
@@ -1138,8 +1136,7 @@ fn plan_closure(
         relied,
         roots,
         &mut seen,
-        &mut needed,
-        &mut in_needed,
+        (&mut needed, &mut in_needed),
     )?;
     let mut examined = HashSet::new();
     loop {
@@ -1161,8 +1158,7 @@ fn plan_closure(
                 relied,
                 bases,
                 &mut seen,
-                &mut needed,
-                &mut in_needed,
+                (&mut needed, &mut in_needed),
             )?;
         }
         if needed.len() == before {
@@ -1251,6 +1247,12 @@ fn closure_missing(
     Ok((needed, versions, held_deltas))
 }
 
+/// What a copy must send (in order) and the same as a set, filled together.
+type Needed<'a> = (
+    &'a mut Vec<(ObjectId, ObjectKind)>,
+    &'a mut HashSet<(ObjectId, ObjectKind)>,
+);
+
 /// The closure rule for a copy (a delta is never stored anywhere without its bases): every
 /// chunk of `roots` that DST lacks is added to `needed` (once: `listed` holds what is in it)
 /// with its bases on SRC, transitively; a chunk DST holds in a delta frame has its bases on
@@ -1259,7 +1261,6 @@ fn closure_missing(
 /// # Errors
 /// [`Error::Corrupt`] naming SRC when a delta frame there names a base SRC lacks;
 /// [`Error::Catalog`].
-#[allow(clippy::too_many_arguments)]
 fn close_on_source(
     catalog: &crate::catalog::Catalog,
     (src, dst): (&RemoteRecord, &RemoteRecord),
@@ -1267,8 +1268,7 @@ fn close_on_source(
     relied: &mut HashSet<ObjectId>,
     roots: Vec<ObjectId>,
     seen: &mut HashSet<ObjectId>,
-    needed: &mut Vec<(ObjectId, ObjectKind)>,
-    listed: &mut HashSet<(ObjectId, ObjectKind)>,
+    (needed, listed): Needed<'_>,
 ) -> Result<()> {
     let mut on = super::push::WalkedRemote::new(view, dst.id, relied);
     super::push::close_over_bases(
