@@ -73,6 +73,22 @@ impl BaseLookup for DeltaMap {
     }
 }
 
+/// The most delta frames one [`PackReader::prepare`] decodes (writers' chains need far
+/// fewer: commit's are 4 deep, gc's 8, with a few bases each and shared bases read once).
+pub(crate) const MAX_PREPARE_DECODES: u32 = 4096;
+
+/// The most bytes of base chunks one [`PackReader::prepare`] keeps to read each base once.
+const MAX_PREPARE_KEPT: usize = 64 * 1024 * 1024;
+
+/// What one [`PackReader::prepare`] has done: delta frames decoded, base chunks read (kept
+/// up to [`MAX_PREPARE_KEPT`] bytes).
+#[derive(Default)]
+struct PrepareWork {
+    decodes: u32,
+    bases: HashMap<ObjectId, Vec<u8>>,
+    kept: usize,
+}
+
 /// Decoded delta frames a [`PackReader`] keeps besides its `cache_slots` plain frames (a
 /// delta frame holds one chunk as writers make it: at most 256 KiB, so about 4 MiB).
 pub(crate) const DELTA_CACHE_SLOTS: usize = 16;
@@ -139,7 +155,8 @@ impl PackReader {
     /// that does not hash to its id, a frame that does not decode against its prefix;
     /// [`Error::MissingObject`] for a base not held; the lookup's errors; as `load`.
     pub fn prepare(&mut self, location: &FrameLocation, lookup: &dyn BaseLookup) -> Result<()> {
-        self.prepare_at(location, lookup, 0)
+        let mut work = PrepareWork::default();
+        self.prepare_at(location, lookup, 0, &mut work)
     }
 
     fn prepare_at(
@@ -147,11 +164,25 @@ impl PackReader {
         location: &FrameLocation,
         lookup: &dyn BaseLookup,
         depth: u32,
+        work: &mut PrepareWork,
     ) -> Result<()> {
         if location.compression != Compression::Delta || self.is_cached(location) {
             return Ok(());
         }
         let path = self.pack_path(&location.pack);
+        // Bounded work: bases shared by many frames of a closure are read once (`work.bases`),
+        // and a closure needing more decodes than any writer makes is refused, so a hostile
+        // web of deltas cannot make a read run for ever.
+        work.decodes += 1;
+        if work.decodes > MAX_PREPARE_DECODES {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "the bases of the delta frame at offset {} need more than {MAX_PREPARE_DECODES} decodes",
+                    location.offset
+                ),
+            ));
+        }
         if depth >= format::MAX_DELTA_DEPTH {
             return Err(Error::corrupt(
                 path,
@@ -182,10 +213,17 @@ impl PackReader {
                     ),
                 ));
             }
-            self.prepare_at(&frame, lookup, depth + 1)?;
-            self.with_object(&frame, offset, length, base, true, |bytes| {
-                prefix.extend_from_slice(bytes)
-            })?;
+            if let Some(bytes) = work.bases.get(base) {
+                prefix.extend_from_slice(bytes);
+                continue;
+            }
+            self.prepare_at(&frame, lookup, depth + 1, work)?;
+            let bytes = self.object(&frame, offset, length, base, true)?;
+            prefix.extend_from_slice(&bytes);
+            if work.kept + bytes.len() <= MAX_PREPARE_KEPT {
+                work.kept += bytes.len();
+                work.bases.insert(*base, bytes);
+            }
         }
         self.load_delta(location, &prefix)
     }

@@ -261,3 +261,39 @@ impl Catalog {
         Ok(map)
     }
 }
+
+impl Catalog {
+    /// The chunks some remote holds, as this store last read or wrote the remotes' indexes
+    /// (their own rows, and the objects of local packs a remote holds too). `gc` leaves
+    /// their encoding as it is: a remote holding one chunk in two encodings (a forward delta
+    /// pushed before a gc, a reverse delta after) could hand a reader two deltas that name
+    /// each other.
+    ///
+    /// # Errors
+    /// [`Error::Catalog`]; [`Error::Corrupt`] for a malformed id.
+    pub fn chunks_on_remotes(&self) -> Result<HashSet<ObjectId>> {
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT id FROM remote_objects WHERE kind = 1
+                 UNION
+                 SELECT o.id FROM objects o JOIN frames f ON f.id = o.frame
+                 JOIN packs p ON p.id = f.pack
+                 JOIN remote_packs r ON r.pack_id = p.pack_id AND r.local_index = 1
+                 WHERE o.kind = 1",
+            )
+            .in_catalog()?;
+        let rows = statement
+            .query_map([], |row| row.get::<_, Vec<u8>>(0))
+            .in_catalog()?;
+        let mut out = HashSet::new();
+        for row in rows {
+            let bytes = row.in_catalog()?;
+            out.insert(
+                ObjectId::from_slice(&bytes)
+                    .ok_or_else(|| Error::corrupt(&self.path, "a malformed chunk id"))?,
+            );
+        }
+        Ok(out)
+    }
+}

@@ -399,6 +399,56 @@ fn add_closure<'a>(
     }
 }
 
+/// Adds to `live` the closure of the dead deltas whose rows stay: a pack that stays (more
+/// than half live, or leased, and nothing in it rewritten) keeps the rows of its dead chunks
+/// too, and a later commit or pull that finds such a chunk held stores nothing, so a dead
+/// delta's bases must stay decodable as long as its row does. Bases made live may move their
+/// packs from delete to repack or keep: repeated until nothing changes. `bases_after`: a
+/// chunk's bases once gc is done.
+fn keep_bases_of_kept_rows<'a>(
+    live: &mut HashSet<(ObjectId, ObjectKind)>,
+    by_pack: &HashMap<ObjectId, Vec<(ObjectId, ObjectKind, u32)>>,
+    (leased, rewritten_in): (&HashSet<(ObjectId, ObjectKind)>, &HashSet<ObjectId>),
+    storage: &HashMap<ObjectId, crate::catalog::ChunkStorage>,
+    bases_after: impl Fn(&ObjectId) -> &'a [ObjectId],
+) {
+    loop {
+        let mut bases = Vec::new();
+        for (pack, objects) in by_pack {
+            let total: u64 = objects.iter().map(|o| u64::from(o.2)).sum();
+            let live_bytes: u64 = objects
+                .iter()
+                .filter(|(id, kind, _)| {
+                    matches!(kind, ObjectKind::Version | ObjectKind::Provenance)
+                        || live.contains(&(*id, *kind))
+                })
+                .map(|o| u64::from(o.2))
+                .sum();
+            let leased_here = objects
+                .iter()
+                .any(|(id, kind, _)| leased.contains(&(*id, *kind)));
+            let stays = live_bytes > 0
+                && !rewritten_in.contains(pack)
+                && (live_bytes * 2 > total || leased_here);
+            if !stays {
+                continue;
+            }
+            for (id, kind, _) in objects {
+                if *kind == ObjectKind::Chunk && !live.contains(&(*id, *kind)) {
+                    bases.extend(storage.get(id).map_or(&[][..], |s| &s.bases[..]));
+                }
+            }
+        }
+        let before = live.len();
+        live.extend(bases.into_iter().map(|b| (b, ObjectKind::Chunk)));
+        // As the chunks will be stored once gc is done (a dead chunk keeps its encoding).
+        add_closure(live, storage, &bases_after);
+        if live.len() == before {
+            return;
+        }
+    }
+}
+
 /// What `dsv gc` is asked to do.
 #[derive(Debug, Clone)]
 pub struct GcOptions {
@@ -557,6 +607,10 @@ pub fn plan(
         .filter(|(_, kind)| *kind == ObjectKind::Chunk)
         .map(|(id, _)| *id)
         .collect();
+    // A chunk a remote holds keeps its encoding: the remote keeps the one it was sent, and a
+    // second encoding there could make two deltas name each other.
+    let mut fixed = fixed;
+    fixed.extend(store.catalog().chunks_on_remotes()?);
     let encodings = deltas::plan_encodings(store, &storage, &live_chunks, &fixed, progress)?;
     // Liveness follows closures: every base (transitively) of a live chunk, as the chunks
     // are stored once gc is done, is live. A chunk rewritten whole needs none.
@@ -568,6 +622,13 @@ pub fn plan(
         .iter()
         .filter_map(|r| storage.get(&r.chunk).map(|s| s.pack))
         .collect();
+    keep_bases_of_kept_rows(
+        &mut live,
+        &by_pack,
+        (&leased, &rewritten_in),
+        &storage,
+        |chunk| encodings.bases_after(chunk, &storage),
+    );
     let named_packs: std::collections::HashMap<ObjectId, u64> =
         store.catalog().packs()?.into_iter().collect();
     let all_versions: HashSet<ObjectId> = by_pack
