@@ -48,6 +48,11 @@ impl CatalogPool {
 
     /// Runs `work` with a connection of this thread's own.
     pub(super) fn with<T>(&self, work: impl FnOnce(&Catalog) -> Result<T>) -> Result<T> {
+        // SQLite's own mutexes (its allocator's, its file system's) are process-wide: a
+        // `fork()` while another thread is inside SQLite gives the child a mutex no thread
+        // will ever release, and the child's first catalog open waits for ever. So catalog
+        // work counts as a fetch for `before_fork`.
+        let _gate = InFetch::enter();
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let catalog = match idle {
             Some(catalog) => catalog,
@@ -75,11 +80,22 @@ static FORK_GATE: Mutex<ForkGate> = Mutex::new(ForkGate {
 });
 static FORK_GATE_CHANGED: Condvar = Condvar::new();
 
-/// A fetch of this process under way (while it may hold lock files).
+/// A fetch of this process under way (while it may hold lock files), or catalog work (while
+/// it may be inside SQLite). Entries nest on a thread: only the outermost waits for a fork
+/// and counts (an inner one waiting would wait for itself).
 struct InFetch;
+
+thread_local! {
+    /// How many [`InFetch`] this thread holds.
+    static IN_FETCH_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 impl InFetch {
     fn enter() -> InFetch {
+        let depth = IN_FETCH_DEPTH.with(|d| d.replace(d.get() + 1));
+        if depth > 0 {
+            return InFetch;
+        }
         let mut gate = FORK_GATE.lock().unwrap_or_else(|e| e.into_inner());
         while gate.forking {
             gate = FORK_GATE_CHANGED
@@ -93,6 +109,13 @@ impl InFetch {
 
 impl Drop for InFetch {
     fn drop(&mut self) {
+        let depth = IN_FETCH_DEPTH.with(|d| {
+            d.set(d.get() - 1);
+            d.get()
+        });
+        if depth > 0 {
+            return;
+        }
         let mut gate = FORK_GATE.lock().unwrap_or_else(|e| e.into_inner());
         gate.fetches -= 1;
         FORK_GATE_CHANGED.notify_all();
