@@ -223,6 +223,34 @@ impl<'a> MapProver<'a> {
 
     /// Chunk `chunk` read from the remote (the frame holding it, by the remote's index as
     /// this store recorded it), or why it cannot be.
+    /// The stored bytes of `frame` of remote pack `pack`, by one ranged GET (counted in
+    /// `bytes`), unchecked.
+    ///
+    /// # Errors
+    /// [`Error::Remote`]; [`Error::Internal`] when the read returned nothing.
+    fn frame_bytes(
+        &mut self,
+        pack: &ObjectId,
+        frame: &crate::pack::FrameRecord,
+    ) -> Result<Vec<u8>> {
+        let range = frame.offset..frame.offset + u64::from(frame.stored_length);
+        let mut got = None;
+        self.remote.get_ranges(
+            vec![(*pack, range)],
+            1,
+            std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
+            |bytes| {
+                got = Some(bytes.to_vec());
+                Ok(())
+            },
+        )?;
+        let stored = got.ok_or_else(|| Error::Internal {
+            detail: "a ranged read returned nothing".into(),
+        })?;
+        self.bytes += stored.len() as u64;
+        Ok(stored)
+    }
+
     fn remote_chunk(
         &mut self,
         store: &Store,
@@ -255,21 +283,7 @@ impl<'a> MapProver<'a> {
         let key = (location.pack, location.frame.offset);
         if !self.frames.contains_key(&key) {
             let frame = location.frame;
-            let range = frame.offset..frame.offset + u64::from(frame.stored_length);
-            let mut got = None;
-            self.remote.get_ranges(
-                vec![(location.pack, range)],
-                1,
-                std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
-                |bytes| {
-                    got = Some(bytes.to_vec());
-                    Ok(())
-                },
-            )?;
-            let stored = got.ok_or_else(|| Error::Internal {
-                detail: "a ranged read returned nothing".into(),
-            })?;
-            self.bytes += stored.len() as u64;
+            let stored = self.frame_bytes(&location.pack, &frame)?;
             // Checked as a fetch checks a frame (a chunk hashes to its id, a map decodes).
             let members = vec![(*chunk, kind, location.offset, location.length)];
             let raw = match EncodedFrame::verified_with_raw(
@@ -374,21 +388,7 @@ impl MapProver<'_> {
             prefix.extend_from_slice(&bytes);
         }
         let frame = location.frame;
-        let range = frame.offset..frame.offset + u64::from(frame.stored_length);
-        let mut got = None;
-        self.remote.get_ranges(
-            vec![(location.pack, range)],
-            1,
-            std::sync::Arc::new(|_, _, bytes: bytes::Bytes| Ok(bytes)),
-            |bytes| {
-                got = Some(bytes.to_vec());
-                Ok(())
-            },
-        )?;
-        let stored = got.ok_or_else(|| Error::Internal {
-            detail: "a ranged read returned nothing".into(),
-        })?;
-        self.bytes += stored.len() as u64;
+        let stored = self.frame_bytes(&location.pack, &frame)?;
         let where_ = || {
             format!(
                 "the delta frame at offset {} of pack {} holding {} {}",
