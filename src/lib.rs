@@ -53,7 +53,7 @@ use commands::workspace::WorkspaceCommand;
 use ui::Ui;
 
 /// What `dsv --version` says after the name: the package version, then the commit and the
-/// UTC date of the build (`0.1.0 (3f2a9c1d0b7e 2026-11-26)`; `unknown` for a commit when the
+/// UTC date of the build (`0.2.0 (3f2a9c1d0b7e 2026-11-26)`; `unknown` for a commit when the
 /// source was not a git checkout). Set by `build.rs`.
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),

@@ -297,26 +297,14 @@ fn stderr(out: &std::process::Output) -> String {
 
 /// The chunk ids the packs of the store at `store` (its `.dsv`) index.
 fn chunks_stored(store: &Path) -> Vec<ObjectId> {
-    let mut chunks = Vec::new();
     let Ok(dir) = std::fs::read_dir(store.join("packs")) else {
-        return chunks;
+        return Vec::new();
     };
-    for entry in dir {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "pack") {
-            continue;
-        }
-        let file = std::fs::File::open(&path).unwrap();
-        let index = dsv::pack::reader::read_index(&file, &path).unwrap();
-        chunks.extend(
-            index
-                .objects
-                .iter()
-                .filter(|o| o.kind == ObjectKind::Chunk)
-                .map(|o| o.id),
-        );
-    }
-    chunks
+    let packs: Vec<std::path::PathBuf> = dir
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "pack"))
+        .collect();
+    crate::common::chunks_in_packs(&packs)
 }
 
 /// `dsv verify` finds a problem naming every one of `names` (exit 5); `dsv checkout ds` is

@@ -104,19 +104,7 @@ fn remote_packs(remote: &Path) -> Vec<PathBuf> {
 /// The chunk ids of `packs`, in pack and index order (the order commit wrote them: the
 /// file's order).
 fn chunks_of(packs: &[PathBuf]) -> Vec<ObjectId> {
-    let mut chunks = Vec::new();
-    for path in packs {
-        let file = std::fs::File::open(path).unwrap();
-        let index = dsv::pack::reader::read_index(&file, path).unwrap();
-        chunks.extend(
-            index
-                .objects
-                .iter()
-                .filter(|o| o.kind == ObjectKind::Chunk)
-                .map(|o| o.id),
-        );
-    }
-    chunks
+    crate::common::chunks_in_packs(packs)
 }
 
 /// Rewrites the remote pack at `path` (a copy of `env`'s own pack) with each chunk of

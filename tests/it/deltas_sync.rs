@@ -146,25 +146,6 @@ fn remote_objects(remote: &Path) -> Vec<(ObjectId, ObjectKind, Vec<u8>)> {
     out
 }
 
-/// Writes one pack of `frames` into the file remote at `remote` (its `.pack` and `.idx`).
-fn write_remote_pack(env: &TestEnv, remote: &Path, frames: Vec<dsv::pack::EncodedFrame>) {
-    let dir = env.path("forged");
-    fs::create_dir_all(&dir).unwrap();
-    fs::create_dir_all(remote.join("packs")).unwrap();
-    let mut writer = dsv::pack::PackWriter::create(&dir, &dir).unwrap();
-    for frame in frames {
-        writer.add_frame(frame).unwrap();
-    }
-    let sealed = writer.finish().unwrap();
-    let forged = dir.join(format!("{}.pack", sealed.id));
-    fs::copy(&forged, remote.join(format!("packs/{}.pack", sealed.id))).unwrap();
-    fs::write(
-        remote.join(format!("packs/{}.idx", sealed.id)),
-        dsv::pack::reader::read_tail(&forged).unwrap(),
-    )
-    .unwrap();
-}
-
 /// Which objects go where in a forged remote.
 struct Layout {
     /// Leave out the pack of the bases that no delta is: a remote holding deltas whose
@@ -210,11 +191,11 @@ fn forge_delta_remote(
             metadata.push(frame.encode(3));
         }
     }
-    write_remote_pack(env, forged, metadata);
+    crate::common::forge_pack_of_frames(env, forged, metadata);
     if !layout.drop_bases {
-        write_remote_pack(env, forged, bases_pack);
+        crate::common::forge_pack_of_frames(env, forged, bases_pack);
     }
-    write_remote_pack(env, forged, delta_pack);
+    crate::common::forge_pack_of_frames(env, forged, delta_pack);
     copy_dir(&plain.join("refs"), &forged.join("refs"));
 }
 

@@ -402,11 +402,24 @@ pub fn forge_pack(
     for (id, kind, bytes) in objects {
         frame.push(*id, *kind, bytes);
     }
+    forge_pack_of_frames(env, remote, vec![frame.encode(3)])
+}
+
+/// Writes `frames` (plain or delta frames, as made by the library) as one pack, with its
+/// `.idx`, straight into the `file://` remote at `remote`; returns the pack's id. `env` lends
+/// a temp directory.
+pub fn forge_pack_of_frames(
+    env: &TestEnv,
+    remote: &Path,
+    frames: Vec<dsv::pack::EncodedFrame>,
+) -> dsv::ObjectId {
     let dir = env.path("forged");
     fs::create_dir_all(&dir).unwrap();
     fs::create_dir_all(remote.join("packs")).unwrap();
-    let mut writer = dsv::pack::PackWriter::create(&dir, &env.path(".dsv/tmp")).unwrap();
-    writer.add_frame(frame.encode(3)).unwrap();
+    let mut writer = dsv::pack::PackWriter::create(&dir, &dir).unwrap();
+    for frame in frames {
+        writer.add_frame(frame).unwrap();
+    }
     let sealed = writer.finish().unwrap();
     let forged = dir.join(format!("{}.pack", sealed.id));
     fs::copy(&forged, remote.join(format!("packs/{}.pack", sealed.id))).unwrap();
@@ -643,4 +656,21 @@ impl Drop for SmallDisk {
             .arg(&self.0)
             .status();
     }
+}
+
+/// The chunk ids listed by the indexes of the packs at `packs`, in pack and index order.
+pub fn chunks_in_packs(packs: &[PathBuf]) -> Vec<dsv::ObjectId> {
+    let mut chunks = Vec::new();
+    for path in packs {
+        let file = fs::File::open(path).unwrap();
+        let index = dsv::pack::reader::read_index(&file, path).unwrap();
+        chunks.extend(
+            index
+                .objects
+                .iter()
+                .filter(|o| o.kind == dsv::object::ObjectKind::Chunk)
+                .map(|o| o.id),
+        );
+    }
+    chunks
 }
