@@ -193,6 +193,7 @@ use crate::store::{ExclusiveDataLock, Store};
 use crate::tree::{Reached, walk_reachable};
 
 pub mod deltas;
+pub mod resemblance;
 pub use deltas::{GC_DELTA_DEPTH, GC_DELTA_LEVEL, GC_WHOLE_LEVEL};
 
 /// What gc's reverse deltas store anew (`dsv gc --json`: `deltas`).
@@ -864,7 +865,12 @@ fn copy_live(
                     .map(|(frame, _)| frame)
                     .map_err(|detail| Error::corrupt("gc's planned delta", detail))?,
                     None => one
-                        .encode_delta(&mut compressor, GC_DELTA_LEVEL, &prefix, bases.to_vec())
+                        .encode_delta(
+                            &mut compressor,
+                            rewrite.map_or(GC_DELTA_LEVEL, |r| r.level),
+                            &prefix,
+                            bases.to_vec(),
+                        )
                         .map_err(|source| Error::Io {
                             path: store.temp_dir(),
                             source,

@@ -1,4 +1,5 @@
-//! Reverse deltas at gc (issue 39): the head version of each dataset stored whole, each older
+//! Reverse deltas at gc (issue 39): the head version of each dataset stored whole (bar
+//! chunks that are deltas against the head's own whole chunks), each older
 //! version's own chunks as deltas against the chunks of the same path in a newer version, as
 //! `git gc` repacks. Planned here ([`plan_encodings`]), carried out by gc's copy.
 //!
@@ -9,14 +10,18 @@
 //! *assigned* an encoding the first time the pass meets it, so a chunk several versions
 //! share takes the encoding its newest version gives it:
 //!
-//! - a chunk of the head (the newest version not evicted): whole. One stored as a delta
-//!   (a forward delta made at commit) is rewritten whole;
+//! - a chunk of the head (the newest version not evicted): whole, or, when it pays, a
+//!   delta against head chunks already stored whole that resemble it whatever their path
+//!   ([`super::resemblance`]: a table's aggregate against the table), so one level deep at
+//!   most. The head's files are taken largest first. A head chunk stored now as a delta
+//!   against anything else (a forward delta made at commit) is rewritten;
 //! - a chunk of an older version: a delta against the chunks of the same path in a newer
 //!   version that overlap its offset scaled by the ratio of the two files' lengths (as
 //!   commit picks bases), first the next newer version, else the head. Kept only when it
 //!   stores at most half of what the chunk alone does, the chain stays within
 //!   [`GC_DELTA_DEPTH`] levels, and the stored bytes of its closure (itself and its bases,
-//!   recursively, each once) are at most twice its raw length. Else whole.
+//!   recursively, each once) are at most twice its raw length. Else, as for the head, a
+//!   delta against the whole chunks that resemble it (a file renamed or split), else whole.
 //!
 //! A chunk whose encoding is already the one chosen is left where it is, so a second gc
 //! rewrites nothing.
@@ -30,6 +35,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::resemblance::{self, Resemblance};
 use crate::catalog::ChunkStorage;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -78,6 +84,10 @@ pub struct Rewrite {
     /// The delta's stored bytes as planned (for a delta; kept for the copy while
     /// [`KEPT_DELTA_BYTES`] allows).
     pub delta: Option<std::sync::Arc<Vec<u8>>>,
+    /// The zstd level it is stored at: [`GC_WHOLE_LEVEL`] for a head's chunk (whole or a
+    /// delta against chunks that resemble it), [`GC_DELTA_LEVEL`] for an older version's
+    /// delta.
+    pub level: i32,
 }
 
 /// What the pass decided: the chunks to store anew, in the order they were assigned (each
@@ -151,6 +161,9 @@ struct Pass<'s> {
     plain: Option<zstd::bulk::Compressor<'static>>,
     /// Each chunk's bytes compressed alone at [`TRIAL_LEVEL`], once computed.
     plain_sizes: HashMap<ObjectId, u64>,
+    /// The chunks stored whole so far, by their features: bases for a chunk no same-path
+    /// delta pays for.
+    resemblance: Resemblance,
 }
 
 /// Plans reverse deltas for every dataset (see the module notes): which live chunks gc
@@ -179,6 +192,7 @@ pub fn plan_encodings(
         compressor: DeltaCompressor::default(),
         plain: zstd::bulk::Compressor::new(TRIAL_LEVEL).ok(),
         plain_sizes: HashMap::new(),
+        resemblance: Resemblance::default(),
     };
     let mut datasets = store.catalog().datasets()?;
     datasets.sort_by(|a, b| a.name.cmp(&b.name));
@@ -202,7 +216,7 @@ pub fn plan_encodings(
             }
             let listing = std::rc::Rc::new(listing(store, &mut reader, &record.version.tree)?);
             let (Some(newest), Some(last)) = (&head, &newer) else {
-                pass.whole(&listing)?;
+                pass.head(&mut reader, &listing)?;
                 head = Some(listing.clone());
                 newer = Some(listing);
                 continue;
@@ -343,14 +357,21 @@ impl Pass<'_> {
                 chunk,
                 bases: Vec::new(),
                 delta: None,
+                level: GC_WHOLE_LEVEL,
             });
         }
     }
 
-    /// The head's chunks: whole (a delta now is rewritten whole).
-    fn whole(&mut self, listing: &Listing) -> Result<()> {
-        for chunks in ordered(listing) {
-            for (chunk, _) in chunks.iter() {
+    /// The head's chunks: whole, or deltas against head chunks stored whole that resemble
+    /// them (one level deep at most). Files largest first: a file that holds another's
+    /// content (a table and its aggregate) is more often the larger.
+    fn head(&mut self, reader: &mut ObjectReader<'_>, listing: &Listing) -> Result<()> {
+        let mut files = ordered(listing);
+        files.sort_by_key(|chunks| {
+            std::cmp::Reverse(chunks.iter().map(|c| u64::from(c.1)).sum::<u64>())
+        });
+        for chunks in files {
+            for (chunk, length) in chunks.iter() {
                 if self.assigned.contains_key(chunk) {
                     continue;
                 }
@@ -359,7 +380,7 @@ impl Pass<'_> {
                     self.keep(*chunk);
                     continue;
                 }
-                self.assign_whole(*chunk, NOT_YET);
+                self.choose(reader, *chunk, *length, &[], (GC_WHOLE_LEVEL, 1))?;
             }
         }
         Ok(())
@@ -392,7 +413,13 @@ impl Pass<'_> {
                     .map(|newer| self.overlapping(newer, start, u64::from(*length), total, chunk))
                     .filter(|bases| !bases.is_empty())
                     .collect();
-                self.choose(reader, *chunk, *length, &options)?;
+                self.choose(
+                    reader,
+                    *chunk,
+                    *length,
+                    &options,
+                    (GC_DELTA_LEVEL, GC_DELTA_DEPTH),
+                )?;
             }
         }
         Ok(())
@@ -500,14 +527,16 @@ impl Pass<'_> {
         Ok((depth, stored))
     }
 
-    /// Chooses `chunk`'s encoding among the base lists `options` (nearest version first), or
-    /// whole, and records it.
+    /// Chooses `chunk`'s encoding among the base lists `options` (nearest version first),
+    /// else the chunks stored whole that most resemble it ([`resemblance`]), else whole, and
+    /// records it. A delta is made at `level`, at most `max_depth` levels deep.
     fn choose(
         &mut self,
         reader: &mut ObjectReader<'_>,
         chunk: ObjectId,
         length: u32,
         options: &[Vec<ObjectId>],
+        (level, max_depth): (i32, u32),
     ) -> Result<()> {
         let limit = 2 * u64::from(length);
         let now = self.storage[&chunk].clone();
@@ -517,64 +546,111 @@ impl Pass<'_> {
         if !now.bases.is_empty() && now.bases.iter().all(|b| self.assigned.contains_key(b)) {
             let (depth, closure) = self.closure_of(reader, &now.bases)?;
             let stored = self.stored_now(&chunk);
-            if depth <= GC_DELTA_DEPTH && closure + stored <= limit {
+            if depth <= max_depth && closure + stored <= limit {
                 self.assigned.insert(chunk, Assigned { depth, stored });
                 return Ok(());
             }
         }
         let mut raw: Option<Vec<u8>> = None;
         for bases in options {
-            let (depth, closure) = self.closure_of(reader, bases)?;
-            if depth > GC_DELTA_DEPTH || closure >= limit {
-                continue;
+            if self.try_delta(reader, chunk, length, &mut raw, bases, (level, max_depth))? {
+                return Ok(());
             }
-            if raw.is_none() {
-                raw = Some(reader.bytes(&chunk, ObjectKind::Chunk)?);
-            }
-            let raw_bytes = raw.as_deref().expect("just read");
-            let plain = self.plain_size(reader, &chunk, Some(raw_bytes))?;
-            let mut prefix = Vec::new();
-            for base in bases {
-                prefix.extend_from_slice(&reader.bytes(base, ObjectKind::Chunk)?);
-            }
-            let quick = self
-                .compressor
-                .compress(TRIAL_LEVEL, &prefix, raw_bytes)
-                .map_err(|e| Error::corrupt("delta", e.to_string()))?;
-            // Nothing to gain: the quick delta is not a tenth smaller than the chunk alone.
-            if quick.len() as u64 * 10 > plain * 9 {
-                continue;
-            }
-            let delta = self
-                .compressor
-                .compress(GC_DELTA_LEVEL, &prefix, raw_bytes)
-                .map_err(|e| Error::corrupt("delta", e.to_string()))?;
-            let stored = delta.len() as u64;
-            if stored * 2 > plain || closure + stored > limit {
-                continue;
-            }
-            self.assigned.insert(chunk, Assigned { depth, stored });
-            let same = now.bases == *bases;
-            let kept = (self.kept_bytes + delta.len() <= KEPT_DELTA_BYTES).then(|| {
-                self.kept_bytes += delta.len();
-                std::sync::Arc::new(delta)
-            });
-            if !same {
-                self.out.push(Rewrite {
-                    chunk,
-                    bases: bases.clone(),
-                    delta: kept,
-                });
-            }
+        }
+        // Stored raw now (media, compressed data): nothing resembles it enough to pay for
+        // reading it, and it is never a useful base.
+        if now.bases.is_empty() && now.frame_stored >= now.frame_raw {
+            let stored = match raw.as_deref() {
+                Some(bytes) => self.plain_size(reader, &chunk, Some(bytes))?,
+                None => NOT_YET,
+            };
+            self.assign_whole(chunk, stored);
             return Ok(());
         }
-        // Whole.
-        let stored = match raw.as_deref() {
-            Some(bytes) => self.plain_size(reader, &chunk, Some(bytes))?,
-            None => NOT_YET,
-        };
+        if raw.is_none() {
+            raw = Some(reader.bytes(&chunk, ObjectKind::Chunk)?);
+        }
+        let features = resemblance::features(raw.as_deref().expect("just read"));
+        let similar = self.resemblance.similar(&chunk, &features, |base| {
+            self.storage.contains_key(base) && self.assigned.get(base).is_some_and(|a| a.depth == 0)
+        });
+        if !similar.is_empty()
+            && !options.contains(&similar)
+            && self.try_delta(
+                reader,
+                chunk,
+                length,
+                &mut raw,
+                &similar,
+                (level, max_depth),
+            )?
+        {
+            return Ok(());
+        }
+        let stored = self.plain_size(reader, &chunk, raw.as_deref())?;
         self.assign_whole(chunk, stored);
+        self.resemblance.add(chunk, &features);
         Ok(())
+    }
+
+    /// Stores `chunk` (its raw bytes in `raw`, read when first needed) as a delta against
+    /// `bases` at `level` when that pays: the chain at most `max_depth` deep, the closure
+    /// within twice the chunk's length, the delta at most half of what the chunk alone
+    /// stores. True when it was recorded.
+    fn try_delta(
+        &mut self,
+        reader: &mut ObjectReader<'_>,
+        chunk: ObjectId,
+        length: u32,
+        raw: &mut Option<Vec<u8>>,
+        bases: &[ObjectId],
+        (level, max_depth): (i32, u32),
+    ) -> Result<bool> {
+        let limit = 2 * u64::from(length);
+        let (depth, closure) = self.closure_of(reader, bases)?;
+        if depth > max_depth || closure >= limit {
+            return Ok(false);
+        }
+        if raw.is_none() {
+            *raw = Some(reader.bytes(&chunk, ObjectKind::Chunk)?);
+        }
+        let raw_bytes = raw.as_deref().expect("just read");
+        let plain = self.plain_size(reader, &chunk, Some(raw_bytes))?;
+        let mut prefix = Vec::new();
+        for base in bases {
+            prefix.extend_from_slice(&reader.bytes(base, ObjectKind::Chunk)?);
+        }
+        let quick = self
+            .compressor
+            .compress(TRIAL_LEVEL, &prefix, raw_bytes)
+            .map_err(|e| Error::corrupt("delta", e.to_string()))?;
+        // Nothing to gain: the quick delta is not a tenth smaller than the chunk alone.
+        if quick.len() as u64 * 10 > plain * 9 {
+            return Ok(false);
+        }
+        let delta = self
+            .compressor
+            .compress(level, &prefix, raw_bytes)
+            .map_err(|e| Error::corrupt("delta", e.to_string()))?;
+        let stored = delta.len() as u64;
+        if stored * 2 > plain || closure + stored > limit {
+            return Ok(false);
+        }
+        self.assigned.insert(chunk, Assigned { depth, stored });
+        let same = self.storage[&chunk].bases == bases;
+        let kept = (self.kept_bytes + delta.len() <= KEPT_DELTA_BYTES).then(|| {
+            self.kept_bytes += delta.len();
+            std::sync::Arc::new(delta)
+        });
+        if !same {
+            self.out.push(Rewrite {
+                chunk,
+                bases: bases.to_vec(),
+                delta: kept,
+                level,
+            });
+        }
+        Ok(true)
     }
 }
 
