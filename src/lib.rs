@@ -461,6 +461,8 @@ enum Command {
     ///   core.compression_level  zstd level of commit and import, 1-19 (built-in: 3)
     ///   core.jobs               --jobs of commit, import, checkout, status, audit, push,
     ///                           pull, fetch, 1-256 (built-in: per command)
+    ///   core.deltas             false: commit, import and update store every chunk whole,
+    ///                           as their --no-deltas (built-in: true)
     ///   remote.default          the remote of push, pull and fetch without --remote
     ///                           (built-in: the only remote, else origin)
     ///

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use dsv::ops::commit;
 
-use super::{compression_level_or, default_author, jobs_or, open_store};
+use super::{compression_level_or, default_author, deltas_or, jobs_or, open_store};
 use crate::{Cli, JobsArg, error, render, ui::Ui};
 
 #[derive(Debug, Args)]
@@ -40,7 +40,8 @@ pub(crate) struct CommitArgs {
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
     compression_level: Option<i32>,
     /// Store every new chunk whole: no delta against the parent version's chunks (by
-    /// default a changed file's new chunks are stored as deltas when that saves at least half).
+    /// default a changed file's new chunks are stored as deltas when that saves at least
+    /// half; the store's core.deltas = false does the same as this flag).
     #[arg(long)]
     no_deltas: bool,
     #[command(flatten)]
@@ -65,7 +66,7 @@ pub(crate) fn run(cli: &Cli, ui: &Ui, args: &CommitArgs) -> anyhow::Result<u8> {
     options.allow_nested = args.force;
     options.exclude = args.exclude.clone();
     options.ingest.jobs = jobs_or(&args.jobs, &settings, options.ingest.jobs);
-    options.ingest.deltas = !args.no_deltas;
+    options.ingest.deltas = deltas_or(args.no_deltas, &settings);
     options.ingest.compression_level = compression_level_or(
         args.compression_level,
         &settings,

@@ -22,18 +22,19 @@ pub(crate) enum ConfigCommand {
     ///   dsv config get remote.default || echo "no default remote"
     #[command(verbatim_doc_comment)]
     Get {
-        /// The setting: core.compression_level, core.jobs or remote.default.
+        /// The setting: core.compression_level, core.jobs, core.deltas or remote.default.
         key: String,
     },
-    /// Set a setting (checked as the file is: a level from 1 to 19, jobs from 1 to 256, the
-    /// name of a remote of this store).
+    /// Set a setting (checked as the file is: a level from 1 to 19, jobs from 1 to 256,
+    /// deltas true or false, the name of a remote of this store).
     ///
     /// Examples:
     ///   dsv config set core.compression_level 9
+    ///   dsv config set core.deltas false
     ///   dsv config set remote.default backup
     #[command(verbatim_doc_comment)]
     Set {
-        /// The setting: core.compression_level, core.jobs or remote.default.
+        /// The setting: core.compression_level, core.jobs, core.deltas or remote.default.
         key: String,
         /// Its value.
         value: String,

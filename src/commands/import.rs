@@ -3,7 +3,7 @@
 use clap::Args;
 use dsv::ops::import;
 
-use super::{compression_level_or, default_author, jobs_or, open_store, parse_options};
+use super::{compression_level_or, default_author, deltas_or, jobs_or, open_store, parse_options};
 use crate::{Cli, JobsArg, error, parse_size, render, ui::Ui};
 
 #[derive(Debug, Args)]
@@ -89,6 +89,11 @@ struct SourceArgs {
     /// zstd compression level (1-19; default: the store's core.compression_level, else 3).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
     compression_level: Option<i32>,
+    /// Store every new chunk whole: no delta against the chunks of the same path in the
+    /// dataset's head (by default a changed object's new chunks are stored as deltas when
+    /// that saves at least half; the store's core.deltas = false does the same as this flag).
+    #[arg(long)]
+    no_deltas: bool,
     #[command(flatten)]
     jobs: JobsArg,
 }
@@ -123,6 +128,7 @@ impl SourceArgs {
             &config,
             settings.ingest.compression_level,
         );
+        settings.ingest.deltas = deltas_or(self.no_deltas, &config);
         settings.requests = jobs_or(&self.jobs, &config, dsv::remote::DEFAULT_JOBS);
         Ok(settings)
     }

@@ -54,6 +54,12 @@ fn jobs_or(jobs: &JobsArg, settings: &Config, default: usize) -> usize {
     dsv::parallel::clamp_jobs(jobs.jobs.or(settings.core.jobs).unwrap_or(default))
 }
 
+/// Whether commit, import and update make deltas: not with `--no-deltas`, else the store's
+/// setting `core.deltas`, else yes.
+fn deltas_or(no_deltas: bool, settings: &Config) -> bool {
+    !no_deltas && settings.core.deltas.unwrap_or(true)
+}
+
 /// `--compression-level`, else the store's setting `core.compression_level`, else the
 /// library's default.
 fn compression_level_or(flag: Option<i32>, settings: &Config, default: i32) -> i32 {

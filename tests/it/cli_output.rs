@@ -679,7 +679,7 @@ fn config_in_text() {
     exit: 3
     --- stdout
     --- stderr
-    error: unknown setting "core.job"; the settings are core.compression_level, core.jobs, remote.default
+    error: unknown setting "core.job"; the settings are core.compression_level, core.jobs, core.deltas, remote.default
 
     hint: `dsv config --help` lists the settings and the values they take
     "#);
@@ -708,6 +708,8 @@ fn config_in_text() {
       core.compression_level  zstd level of commit and import, 1-19 (built-in: 3)
       core.jobs               --jobs of commit, import, checkout, status, audit, push,
                               pull, fetch, 1-256 (built-in: per command)
+      core.deltas             false: commit, import and update store every chunk whole,
+                              as their --no-deltas (built-in: true)
       remote.default          the remote of push, pull and fetch without --remote
                               (built-in: the only remote, else origin)
 
@@ -723,8 +725,8 @@ fn config_in_text() {
     Commands:
       list   Print the settings that are set (`KEY = VALUE`, one a line).
       get    Print one setting's value; exit 1, printing nothing, when it is not set.
-      set    Set a setting (checked as the file is: a level from 1 to 19, jobs from 1 to 256, the
-             name of a remote of this store).
+      set    Set a setting (checked as the file is: a level from 1 to 19, jobs from 1 to 256,
+             deltas true or false, the name of a remote of this store).
       unset  Remove a setting, so that the built-in default applies again.
       help   Print this message or the help of the given subcommand(s)
 

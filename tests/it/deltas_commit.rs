@@ -377,6 +377,46 @@ fn an_update_of_a_growing_file_stores_deltas() {
     assert!(std::fs::read(env.path("out/series.csv")).unwrap() == growing_csv(1));
 }
 
+/// `--no-deltas` on import and update, and the store's `core.deltas = false` for commit,
+/// import and update, store every new chunk whole; unset, deltas come back.
+#[test]
+fn no_deltas_on_import_and_update_and_the_core_deltas_setting_store_whole_chunks() {
+    let env = TestEnv::new();
+    env.write("source/series.csv", growing_csv(0));
+    let source = env.path("source/series.csv");
+    env.json(&["import", source.to_str().unwrap(), "-d", "imp"]);
+    env.write("source/series.csv", growing_csv(1));
+    let update = env.json(&["update", "imp", "--no-deltas"]);
+    assert_eq!(update["created"], true, "{update:#}");
+    assert_eq!(update["delta_chunks"], 0, "{update:#}");
+    commit_csv(&env, &growing_csv(0), &[]);
+
+    env.ok(&["config", "set", "core.deltas", "false"]);
+    assert_eq!(env.ok(&["config", "get", "core.deltas"]).trim(), "false");
+    env.write("source/series.csv", growing_csv(2));
+    let update = env.json(&["update", "imp"]);
+    assert_eq!(update["created"], true, "{update:#}");
+    assert_eq!(update["delta_chunks"], 0, "{update:#}");
+    let commit = commit_csv(&env, &growing_csv(5), &[]);
+    assert!(commit["new_chunks"].as_u64().unwrap() > 0, "{commit:#}");
+    assert_eq!(commit["delta_chunks"], 0, "{commit:#}");
+    let again = env.json(&["import", source.to_str().unwrap(), "-d", "imp2"]);
+    env.write("source/series.csv", growing_csv(3));
+    let import = env.json(&["import", source.to_str().unwrap(), "-d", "imp2"]);
+    assert_eq!(
+        import["delta_chunks"], 0,
+        "first {again:#}\nsecond {import:#}"
+    );
+
+    env.ok(&["config", "unset", "core.deltas"]);
+    env.write("source/series.csv", growing_csv(4));
+    let update = env.json(&["update", "imp"]);
+    assert!(update["delta_chunks"].as_u64().unwrap() > 0, "{update:#}");
+    let commit = commit_csv(&env, &growing_csv(6), &[]);
+    assert!(commit["delta_chunks"].as_u64().unwrap() > 0, "{commit:#}");
+    env.ok(&["verify"]);
+}
+
 /// Writes `bytes` as `TOP/series.csv` into a gzipped tar at `path`.
 fn release_archive(path: &Path, top: &str, bytes: &[u8]) {
     let file = std::fs::File::create(path).unwrap();

@@ -79,10 +79,11 @@ fn config_set_get_list_unset_round_trip_through_the_file() {
         error["message"]
             .as_str()
             .unwrap()
-            .contains("core.compression_level, core.jobs, remote.default"),
+            .contains("core.compression_level, core.jobs, core.deltas, remote.default"),
         "{error}"
     );
     env.json_error(&["config", "set", "core.compression_level", "20"], 3);
+    env.json_error(&["config", "set", "core.deltas", "no"], 3);
     env.json_error(&["config", "set", "core.jobs", "0"], 3);
     env.json_error(&["config", "set", "core.jobs", "many"], 3);
     let error = env.json_error(&["config", "set", "remote.default", "nowhere"], 3);

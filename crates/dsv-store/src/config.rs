@@ -5,6 +5,7 @@
 //! [core]
 //! compression_level = 9   # zstd level of commit and import (1-19; built-in default 3)
 //! jobs = 4                # --jobs of commit, import, checkout, push, pull, fetch (1-256)
+//! deltas = false          # commit, import, update store every chunk whole (--no-deltas)
 //!
 //! [remote]
 //! default = "backup"      # the remote of push, pull and fetch without --remote
@@ -102,6 +103,11 @@ pub struct Core {
         skip_serializing_if = "Option::is_none"
     )]
     pub jobs: Option<usize>,
+    /// `deltas`: whether commit, import and update store a changed file's new chunks as
+    /// deltas against its previous version's chunks (`false`: every chunk whole, as their
+    /// `--no-deltas`). Built-in default: true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deltas: Option<bool>,
 }
 
 impl Core {
@@ -136,15 +142,18 @@ pub enum Setting {
     CompressionLevel,
     /// `core.jobs`.
     Jobs,
+    /// `core.deltas`.
+    Deltas,
     /// `remote.default`.
     DefaultRemote,
 }
 
 impl Setting {
     /// Every setting, in the order `dsv config list` prints them.
-    pub const ALL: [Setting; 3] = [
+    pub const ALL: [Setting; 4] = [
         Setting::CompressionLevel,
         Setting::Jobs,
+        Setting::Deltas,
         Setting::DefaultRemote,
     ];
 
@@ -153,6 +162,7 @@ impl Setting {
         match self {
             Setting::CompressionLevel => "core.compression_level",
             Setting::Jobs => "core.jobs",
+            Setting::Deltas => "core.deltas",
             Setting::DefaultRemote => "remote.default",
         }
     }
@@ -178,12 +188,14 @@ impl fmt::Display for Setting {
     }
 }
 
-/// A setting's value: a number or a name.
+/// A setting's value: a number, a switch or a name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Value {
     /// A number (compression level, jobs).
     Number(i64),
+    /// A switch (deltas).
+    Bool(bool),
     /// A name (a remote).
     Text(String),
 }
@@ -192,6 +204,7 @@ impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::Number(n) => write!(f, "{n}"),
+            Value::Bool(b) => write!(f, "{b}"),
             Value::Text(t) => f.write_str(t),
         }
     }
@@ -282,6 +295,7 @@ impl Config {
                 self.core.compression_level.map(|n| Value::Number(n.into()))
             }
             Setting::Jobs => self.core.jobs.map(|n| Value::Number(n as i64)),
+            Setting::Deltas => self.core.deltas.map(Value::Bool),
             Setting::DefaultRemote => self.remote.default.clone().map(Value::Text),
         }
     }
@@ -310,6 +324,13 @@ impl Config {
                 self.core.jobs =
                     Some(check_jobs(number()?).map_err(|e| invalid(format!("expected {e}")))?);
             }
+            Setting::Deltas => {
+                self.core.deltas = Some(match text.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("expected true or false".into())),
+                });
+            }
             Setting::DefaultRemote => {
                 self.remote.default =
                     Some(check_remote_name(text).map_err(|e| invalid(format!("expected {e}")))?);
@@ -324,6 +345,7 @@ impl Config {
         match setting {
             Setting::CompressionLevel => self.core.compression_level = None,
             Setting::Jobs => self.core.jobs = None,
+            Setting::Deltas => self.core.deltas = None,
             Setting::DefaultRemote => self.remote.default = None,
         }
         before
