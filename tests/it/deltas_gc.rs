@@ -283,6 +283,79 @@ fn gc_stores_a_head_file_that_aggregates_another_as_deltas_against_it_and_both_r
     assert_eq!(again["packs_written"], 0, "{again:#}");
 }
 
+/// (stored, raw) lengths of every plain compressed frame the catalog records, with its pack.
+fn zstd_frames(env: &TestEnv) -> Vec<(i64, i64, Vec<u8>)> {
+    let catalog = rusqlite::Connection::open(env.path(".dsv/catalog.db")).unwrap();
+    let mut query = catalog
+        .prepare(
+            "SELECT f.stored_length, f.raw_length, p.pack_id FROM frames f
+             JOIN packs p ON p.id = f.pack WHERE f.compression = 1 ORDER BY f.raw_length",
+        )
+        .unwrap();
+    query
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn a_repack_copies_a_frame_whose_every_object_it_keeps_byte_for_byte() {
+    // v1: an unchanging file (its frames at level 19) and a growing one, committed by one
+    // reader so each file fills frames of its own; v2: the growing file grows. gc stores
+    // v1's copy of the growing file as deltas, so v1's pack is repacked: the unchanging
+    // file's full frames are copied as they are, still at level 19, not compressed again.
+    let env = TestEnv::new();
+    let (_, fixed) = series(1, 150, 300, 0).remove(0);
+    let write = |version: usize| {
+        let (_, growing) = series(1, 100, 300 + version, version).remove(0);
+        env.write("data/fixed.csv", &fixed);
+        env.write("data/growing.csv", &growing);
+        env.write(&format!("expected/v{version}/fixed.csv"), &fixed);
+        env.write(&format!("expected/v{version}/growing.csv"), &growing);
+    };
+    write(0);
+    env.ok(&[
+        "commit",
+        "data",
+        "-d",
+        "ds",
+        "-j",
+        "1",
+        "--compression-level",
+        "19",
+    ]);
+    let (first_pack, before) = {
+        let frames = zstd_frames(&env);
+        (frames[0].2.clone(), frames)
+    };
+    write(1);
+    env.ok(&["commit", "data", "-d", "ds", "-j", "1"]);
+    std::fs::remove_dir_all(env.path("data")).unwrap();
+    let done = env.json(&["gc", "--grace", "0s"]);
+    assert!(
+        done["deltas"]["rewritten_as_deltas"].as_u64().unwrap() > 0,
+        "{done:#}"
+    );
+    let after = zstd_frames(&env);
+    assert!(
+        after.iter().all(|(_, _, pack)| *pack != first_pack),
+        "v1's pack was repacked"
+    );
+    // A frame of a MiB or more of fixed.csv, the same bytes before and after.
+    let big: Vec<&(i64, i64, Vec<u8>)> = before.iter().filter(|f| f.1 >= 1 << 20).collect();
+    assert!(!big.is_empty(), "{before:?}");
+    let kept = big
+        .iter()
+        .filter(|(stored, raw, _)| after.iter().any(|f| f.0 == *stored && f.1 == *raw))
+        .count();
+    assert!(kept >= 1, "before {before:?}\nafter {after:?}");
+    assert_consistent(&env);
+    let mut ids = version_ids(&env, "ds");
+    ids.reverse();
+    assert_versions_whole(&env, &ids, &[0, 1]);
+}
+
 /// A reader's lease on version `id` (the library's read engine opens it; the lease holds
 /// while the handle lives), as a mount or a training job holds one.
 fn lease(env: &TestEnv, id: &str) -> (dsv::read::ReadEngine, dsv::read::VersionHandle) {

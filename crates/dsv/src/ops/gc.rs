@@ -505,6 +505,24 @@ pub struct GcPlan {
     /// Copied chunks that stay deltas against the bases they have, with how they are stored
     /// now (a delta frame of one chunk is copied byte for byte).
     pub kept_deltas: HashMap<ObjectId, crate::catalog::ChunkStorage>,
+    /// Plain frames of the packs to repack whose every object is copied as it is, of
+    /// [`FRAME_TARGET`] / 4 raw bytes or more: copied byte for byte (checked as a received
+    /// frame is), not decompressed and compressed again, so a frame keeps the level it was written at (a head stored at
+    /// [`GC_WHOLE_LEVEL`] stays so when its pack is repacked) and costs no compression.
+    pub reused_frames: Vec<ReusedFrame>,
+    /// The frame in [`GcPlan::reused_frames`] each of their objects is copied with.
+    pub reused: HashMap<(ObjectId, ObjectKind), usize>,
+}
+
+/// A frame a repack copies byte for byte ([`GcPlan::reused_frames`]).
+#[derive(Debug, Clone)]
+pub struct ReusedFrame {
+    /// The pack it is in.
+    pub pack: ObjectId,
+    /// Where and how it is stored there.
+    pub record: crate::pack::format::FrameRecord,
+    /// Its objects: id, kind, offset and length in its raw bytes.
+    pub objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
 }
 
 impl GcPlan {
@@ -653,6 +671,8 @@ pub fn plan(
         named_packs,
         encodings,
         kept_deltas: HashMap::new(),
+        reused_frames: Vec::new(),
+        reused: HashMap::new(),
     };
     let is_live = |(id, kind, _): &(ObjectId, ObjectKind, u32)| {
         matches!(kind, ObjectKind::Version | ObjectKind::Provenance) || live.contains(&(*id, *kind))
@@ -744,8 +764,76 @@ pub fn plan(
     }
     plan.copy = first;
     plan.copy.extend(rest);
+    reuse_whole_frames(store, &mut plan, &by_pack)?;
     plan.orphans = orphans(store, &plan.named_packs, grace)?;
     Ok(plan)
+}
+
+/// The smallest frame a repack copies byte for byte (raw bytes): a quarter of a full one.
+const REUSED_FRAME_MIN: usize = FRAME_TARGET / 4;
+
+/// Finds the plain frames of the packs `plan` repacks whose every object it copies as it is
+/// (live, neither rewritten nor a kept delta, and located by the catalog in that pack), and
+/// records them in [`GcPlan::reused_frames`].
+fn reuse_whole_frames(
+    store: &Store,
+    plan: &mut GcPlan,
+    by_pack: &HashMap<ObjectId, Vec<(ObjectId, ObjectKind, u32)>>,
+) -> Result<()> {
+    let as_is: HashSet<(ObjectId, ObjectKind)> = plan
+        .copy
+        .iter()
+        .filter(|(id, kind, _)| {
+            *kind != ObjectKind::Chunk
+                || (plan.encodings.rewrite(id).is_none() && !plan.kept_deltas.contains_key(id))
+        })
+        .map(|(id, kind, _)| (*id, *kind))
+        .collect();
+    for pack in &plan.repack {
+        let Some(held) = by_pack.get(&pack.pack) else {
+            continue;
+        };
+        let held: HashSet<(ObjectId, ObjectKind)> =
+            held.iter().map(|(id, kind, _)| (*id, *kind)).collect();
+        let path = crate::pack::writer::pack_path(&store.packs_dir(), &pack.pack);
+        let file = std::fs::File::open(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let index = crate::pack::reader::read_index(&file, &path)?;
+        let mut objects: Vec<Vec<(ObjectId, ObjectKind, u32, u32)>> =
+            vec![Vec::new(); index.frames.len()];
+        for object in &index.objects {
+            if let Some(frame) = objects.get_mut(object.frame as usize) {
+                frame.push((object.id, object.kind, object.offset, object.length));
+            }
+        }
+        for (record, objects) in index.frames.iter().zip(objects) {
+            // Small frames (a commit's metadata, a reader's last data frame) are merged into
+            // fuller ones instead: fewer frame records, and zstd sees more at once.
+            let whole = record.compression != crate::pack::format::Compression::Delta
+                && record.raw_length as usize >= REUSED_FRAME_MIN
+                && !objects.is_empty()
+                && objects.iter().all(|(id, kind, _, _)| {
+                    as_is.contains(&(*id, *kind))
+                        && held.contains(&(*id, *kind))
+                        && !plan.reused.contains_key(&(*id, *kind))
+                });
+            if !whole {
+                continue;
+            }
+            let at = plan.reused_frames.len();
+            for (id, kind, _, _) in &objects {
+                plan.reused.insert((*id, *kind), at);
+            }
+            plan.reused_frames.push(ReusedFrame {
+                pack: pack.pack,
+                record: *record,
+                objects,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The pack files in the packs directory that the catalog (`named`) does not name, each
@@ -826,8 +914,16 @@ fn copy_live(
         let mut chunks = FrameBuilder::default();
         let mut whole = FrameBuilder::default();
         let mut metadata = FrameBuilder::default();
-        for (id, kind, _) in &plan.copy {
+        let mut reused = vec![false; plan.reused_frames.len()];
+        for (id, kind, length) in &plan.copy {
             crate::interrupt::check()?;
+            if let Some(&at) = plan.reused.get(&(*id, *kind)) {
+                progress.advance(u64::from(*length));
+                if !std::mem::replace(&mut reused[at], true) {
+                    sink.add(reused_frame(store, &plan.reused_frames[at])?)?;
+                }
+                continue;
+            }
             let bytes = reader.bytes(id, *kind)?;
             progress.advance(bytes.len() as u64);
             let rewrite = (*kind == ObjectKind::Chunk)
@@ -920,6 +1016,48 @@ fn copy_live(
             Err(e)
         }
     }
+}
+
+/// `frame` as stored in its pack, checked as a received frame is (it decompresses to its
+/// raw length and every object in it hashes to its id).
+fn reused_frame(store: &Store, frame: &ReusedFrame) -> Result<crate::pack::EncodedFrame> {
+    use std::os::unix::fs::FileExt;
+    let path = crate::pack::writer::pack_path(&store.packs_dir(), &frame.pack);
+    let io = |source| Error::Io {
+        path: path.clone(),
+        source,
+    };
+    // Bounded before anything is allocated (`verified` then checks the stored length
+    // exactly): the raw length within the format's cap, the stored length within zstd's
+    // worst case for it.
+    let record = &frame.record;
+    if record.raw_length > crate::pack::format::MAX_FRAME_RAW
+        || u64::from(record.stored_length)
+            > u64::from(record.raw_length) + u64::from(record.raw_length / 128) + 4096
+    {
+        return Err(Error::corrupt(
+            &path,
+            format!(
+                "frame at offset {} is larger than the format allows",
+                record.offset
+            ),
+        ));
+    }
+    let file = std::fs::File::open(&path).map_err(io)?;
+    let mut stored = vec![0u8; record.stored_length as usize];
+    file.read_exact_at(&mut stored, record.offset).map_err(io)?;
+    crate::pack::EncodedFrame::verified(
+        stored,
+        record.raw_length,
+        record.compression,
+        frame.objects.clone(),
+    )
+    .map_err(|detail| {
+        Error::corrupt(
+            &path,
+            format!("frame at offset {}: {detail}", record.offset),
+        )
+    })
 }
 
 /// The stored bytes of the frame `chunk` is in, read from its pack file.
