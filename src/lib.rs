@@ -317,6 +317,7 @@ enum Command {
     ///   dsv gc --dry-run
     ///   dsv rm mnist@v1 && dsv gc
     ///   dsv gc --grace 10m   # also unnamed packs older than 10 minutes
+    ///   dsv gc --aggressive  # also store chunks kept whole as deltas against look-alikes
     ///   dsv gc --remote origin --dry-run   # what a remote's collection would mark and delete
     ///   dsv rm --remote origin scratch-run && dsv gc --remote origin
     #[command(verbatim_doc_comment)]

@@ -223,8 +223,10 @@ fn rm_of_the_version_a_commit_based_its_deltas_on_then_gc_keeps_the_head_whole()
 fn gc_stores_a_head_file_that_aggregates_another_as_deltas_against_it_and_both_read_back() {
     // One version (no parent, so no same-path delta anywhere): `detail.csv` and
     // `totals.csv`, the same rows less one column, as a table and its aggregate are
-    // published side by side. gc finds the chunks of the larger that hold the smaller's
-    // content and stores the smaller's chunks as deltas against them, one level deep.
+    // published side by side. `gc --aggressive` finds the chunks of the larger that hold the
+    // smaller's content and stores the smaller's chunks as deltas against them, one level
+    // deep; a plain gc leaves chunks stored whole as they are (it compares only what it
+    // stores anew).
     let env = TestEnv::new();
     let (_, detail) = series(1, 60, 200, 0).remove(0);
     let totals: Vec<u8> = String::from_utf8(detail.clone())
@@ -241,7 +243,10 @@ fn gc_stores_a_head_file_that_aggregates_another_as_deltas_against_it_and_both_r
     std::fs::remove_dir_all(env.path("data")).unwrap();
     let ids = version_ids(&env, "ds");
     let before = pack_bytes(&env);
-    let done = env.json(&["gc", "--grace", "0s"]);
+    let plain = env.json(&["gc", "--grace", "0s"]);
+    assert_eq!(plain["packs_written"], 0, "{plain:#}");
+    assert_eq!(pack_bytes(&env), before);
+    let done = env.json(&["gc", "--grace", "0s", "--aggressive"]);
     let rewritten = done["deltas"]["rewritten_as_deltas"].as_u64().unwrap();
     assert!(rewritten > 0, "{done:#}");
     let after = pack_bytes(&env);
@@ -259,13 +264,18 @@ fn gc_stores_a_head_file_that_aggregates_another_as_deltas_against_it_and_both_r
     );
     assert_consistent(&env);
     assert_versions_whole(&env, &ids, &[0]);
-    let again = env.json(&["gc", "--grace", "0s"]);
-    assert_eq!(again["packs_written"], 0, "{again:#}");
-    assert_eq!(again["deltas"]["rewritten_as_deltas"], 0, "{again:#}");
+    for args in [
+        &["gc", "--grace", "0s"][..],
+        &["gc", "--grace", "0s", "--aggressive"],
+    ] {
+        let again = env.json(args);
+        assert_eq!(again["packs_written"], 0, "{again:#}");
+        assert_eq!(again["deltas"]["rewritten_as_deltas"], 0, "{again:#}");
+    }
 
     // A new version without detail.csv: its chunks are then only in the older version, so
-    // the head's totals.csv is stored whole again and detail.csv's chunks may become deltas
-    // against it. Both versions read back.
+    // a plain gc stores the head's totals.csv whole again (its bases are no longer the
+    // head's). Both versions read back.
     env.write("data/totals.csv", &totals);
     env.write("expected/v1/totals.csv", &totals);
     env.ok(&["commit", "data", "-d", "ds"]);

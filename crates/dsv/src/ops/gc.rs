@@ -457,14 +457,31 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// Unnamed pack files younger than this are kept (`--grace`).
     pub grace: Duration,
+    /// Also compare the compressible chunks gc would leave as they are with the chunks
+    /// stored whole that resemble them, and store them as deltas where that pays
+    /// (`--aggressive`, as `git gc --aggressive`). Without it, only chunks gc stores anew
+    /// anyway (a commit's forward deltas) are compared: a gc costs no more than the data it
+    /// rewrites. Comparing runs zstd at [`GC_WHOLE_LEVEL`] (a few MB/s of compressible data).
+    pub aggressive: bool,
+}
+
+impl GcOptions {
+    /// A real run with `grace`, not aggressive.
+    pub fn with_grace(grace: Duration) -> GcOptions {
+        GcOptions {
+            grace,
+            ..GcOptions::default()
+        }
+    }
 }
 
 impl Default for GcOptions {
-    /// A real run with the CLI's default grace period (1 h).
+    /// A real run with the CLI's default grace period (1 h), not aggressive.
     fn default() -> GcOptions {
         GcOptions {
             dry_run: false,
             grace: Duration::from_secs(3600),
+            aggressive: false,
         }
     }
 }
@@ -576,7 +593,7 @@ impl GcPlan {
 /// run on a store that `verify` would fail); [`Error::Io`]; [`Error::Interrupted`].
 pub fn gc(store: &mut Store, options: &GcOptions, progress: &dyn Progress) -> Result<GcReport> {
     let data_lock = store.lock_data_exclusive()?;
-    let plan = plan(store, &data_lock, options.grace, progress)?;
+    let plan = plan(store, &data_lock, options, progress)?;
     if options.dry_run {
         measure(store, &data_lock, &plan, progress)
     } else {
@@ -594,9 +611,10 @@ pub fn gc(store: &mut Store, options: &GcOptions, progress: &dyn Progress) -> Re
 pub fn plan(
     store: &Store,
     _data: &ExclusiveDataLock,
-    grace: Duration,
+    options: &GcOptions,
     progress: &dyn Progress,
 ) -> Result<GcPlan> {
+    let grace = options.grace;
     progress.phase("finding live data");
     let leased_versions = crate::lease::leased_versions(store.root())?;
     let storage = store.catalog().chunk_storage()?;
@@ -630,7 +648,12 @@ pub fn plan(
     // second encoding there could make two deltas name each other.
     let mut fixed = fixed;
     fixed.extend(store.catalog().chunks_on_remotes()?);
-    let encodings = deltas::plan_encodings(store, &storage, &live_chunks, &fixed, progress)?;
+    let encodings = deltas::plan_encodings(
+        store,
+        (&storage, &live_chunks, &fixed),
+        options.aggressive,
+        progress,
+    )?;
     // Liveness follows closures: every base (transitively) of a live chunk, as the chunks
     // are stored once gc is done, is live. A chunk rewritten whole needs none.
     add_closure(&mut live, &storage, |chunk| {
@@ -1331,7 +1354,13 @@ mod tests {
         assert!(!a_packs.is_empty());
         retention::remove(&mut store, "a", &RemoveOptions::default()).unwrap();
         let lock = store.lock_data_exclusive().unwrap();
-        let plan = plan(&store, &lock, Duration::from_secs(3600), &NoProgress).unwrap();
+        let plan = plan(
+            &store,
+            &lock,
+            &GcOptions::with_grace(Duration::from_secs(3600)),
+            &NoProgress,
+        )
+        .unwrap();
         assert_eq!((plan.live_versions, plan.removed_versions), (1, 1));
         // a's packs go (its version object, kept for the log, is copied out); b's stay.
         let freed: HashSet<ObjectId> = plan
@@ -1364,7 +1393,13 @@ mod tests {
         let packs_dir = store.packs_dir();
         let before = (files(&packs_dir), store.catalog().packs().unwrap());
         let lock = store.lock_data_exclusive().unwrap();
-        let first = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        let first = plan(
+            &store,
+            &lock,
+            &GcOptions::with_grace(Duration::ZERO),
+            &NoProgress,
+        )
+        .unwrap();
         let measured = measure(&store, &lock, &first, &NoProgress).unwrap();
         assert_eq!(
             before,
@@ -1377,7 +1412,13 @@ mod tests {
         assert_eq!(as_run, serde_json::to_value(&executed).unwrap());
         assert!(executed.bytes_freed > 0);
         // Carried out, the plan leaves nothing to do.
-        let again = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        let again = plan(
+            &store,
+            &lock,
+            &GcOptions::with_grace(Duration::ZERO),
+            &NoProgress,
+        )
+        .unwrap();
         assert!(again.is_empty(), "{again:?}");
         assert_eq!(again.live_objects, first.live_objects);
         assert_eq!(again.removed_versions, 1);
@@ -1452,7 +1493,13 @@ mod tests {
             writer.commit().unwrap();
         }
         let lock = store.lock_data_exclusive().unwrap();
-        let planned = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        let planned = plan(
+            &store,
+            &lock,
+            &GcOptions::with_grace(Duration::ZERO),
+            &NoProgress,
+        )
+        .unwrap();
         assert!(planned.encodings.rewrites.is_empty());
         let b_chunks = store
             .catalog()
@@ -1488,7 +1535,13 @@ mod tests {
         let before = read_all(&store, &a).unwrap();
         let deltas_before = delta_chunks(&store);
         let lock = store.lock_data_exclusive().unwrap();
-        let mut planned = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        let mut planned = plan(
+            &store,
+            &lock,
+            &GcOptions::with_grace(Duration::ZERO),
+            &NoProgress,
+        )
+        .unwrap();
         assert!(planned.is_empty(), "{planned:?}");
         // Repack every pack (as a mostly dead pack would be).
         let by_pack = store.catalog().objects_by_pack().unwrap();
@@ -1522,12 +1575,24 @@ mod tests {
         let stray = store.packs_dir().join("stray.tmp");
         std::fs::write(&stray, b"left by a killed run").unwrap();
         let lock = store.lock_data_exclusive().unwrap();
-        let young = plan(&store, &lock, Duration::from_secs(3600), &NoProgress).unwrap();
+        let young = plan(
+            &store,
+            &lock,
+            &GcOptions::with_grace(Duration::from_secs(3600)),
+            &NoProgress,
+        )
+        .unwrap();
         assert_eq!(young.orphans.len(), 1);
         assert_eq!(young.orphans[0].name, "stray.tmp");
         assert!(!young.orphans[0].deleted);
         assert!(young.is_empty());
-        let old = plan(&store, &lock, Duration::ZERO, &NoProgress).unwrap();
+        let old = plan(
+            &store,
+            &lock,
+            &GcOptions::with_grace(Duration::ZERO),
+            &NoProgress,
+        )
+        .unwrap();
         assert!(old.orphans[0].deleted && !old.is_empty());
         let report = execute(&mut store, &lock, &old, &NoProgress).unwrap();
         assert_eq!(report.pack_files_deleted, 1);

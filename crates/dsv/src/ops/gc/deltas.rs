@@ -164,6 +164,9 @@ struct Pass<'s> {
     /// The chunks stored whole so far, by their features: bases for a chunk no same-path
     /// delta pays for.
     resemblance: Resemblance,
+    /// Compare every compressible chunk with those that resemble it, not only the chunks
+    /// stored anew anyway ([`super::GcOptions::aggressive`]).
+    aggressive: bool,
 }
 
 /// Plans reverse deltas for every dataset (see the module notes): which live chunks gc
@@ -175,9 +178,12 @@ struct Pass<'s> {
 /// [`Error::Io`]); [`Error::Interrupted`].
 pub fn plan_encodings(
     store: &Store,
-    storage: &HashMap<ObjectId, ChunkStorage>,
-    live: &HashSet<ObjectId>,
-    fixed: &HashSet<ObjectId>,
+    (storage, live, fixed): (
+        &HashMap<ObjectId, ChunkStorage>,
+        &HashSet<ObjectId>,
+        &HashSet<ObjectId>,
+    ),
+    aggressive: bool,
     progress: &dyn Progress,
 ) -> Result<Encodings> {
     progress.phase("planning deltas");
@@ -193,6 +199,7 @@ pub fn plan_encodings(
         plain: zstd::bulk::Compressor::new(TRIAL_LEVEL).ok(),
         plain_sizes: HashMap::new(),
         resemblance: Resemblance::default(),
+        aggressive,
     };
     let mut datasets = store.catalog().datasets()?;
     datasets.sort_by(|a, b| a.name.cmp(&b.name));
@@ -558,8 +565,9 @@ impl Pass<'_> {
             }
         }
         // Stored raw now (media, compressed data): nothing resembles it enough to pay for
-        // reading it, and it is never a useful base.
-        if now.bases.is_empty() && now.frame_stored >= now.frame_raw {
+        // reading it, and it is never a useful base. Stored whole now and not aggressive:
+        // left as it is (compared, it would cost zstd at a high level over every chunk).
+        if now.bases.is_empty() && (now.frame_stored >= now.frame_raw || !self.aggressive) {
             let stored = match raw.as_deref() {
                 Some(bytes) => self.plain_size(reader, &chunk, Some(bytes))?,
                 None => NOT_YET,
