@@ -594,7 +594,7 @@ where
             Err(e) => {
                 let _ = writeln!(
                     std::io::stderr().lock(),
-                    "error: DSV_DELTA_MEMORY: {e}\n\nhint: give a size such as 268435456 or 256MiB, or unset it"
+                    "error: DSV_DELTA_MEMORY: {e}\n\nhint: set it to a size such as 256MiB, or unset it"
                 );
                 return error::USAGE;
             }

@@ -322,3 +322,13 @@ fn verify_remote_full_of_deltas_naming_96_mib_of_bases_keeps_what_the_memory_lim
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["problems"], serde_json::json!([]), "{report}");
 }
+
+#[test]
+fn a_delta_memory_that_is_not_a_size_is_a_usage_error() {
+    let env = TestEnv::new();
+    env.set_var("DSV_DELTA_MEMORY", "lots");
+    let stderr = env.fails(&["ls"], 2);
+    assert!(stderr.contains("DSV_DELTA_MEMORY"), "{stderr}");
+    env.set_var("DSV_DELTA_MEMORY", "64 MiB");
+    env.ok(&["ls"]);
+}
