@@ -95,20 +95,23 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// A dataset `ds` (the base files and the delta files) pushed to a plain file remote, and a
-/// remote forged from it whose `d*` chunks are delta frames naming 8 `b*` chunks each (with
-/// `lie`, the last of them decodes to other bytes than its chunk). Returns the environment
-/// (its own store removed), the plain remote's and the forged remote's URLs, the forged
-/// remote's directory, and the bytes of the bases the deltas name.
+/// The two remotes of a test, and what they hold.
 struct Remotes {
+    /// The environment: its own store is removed, only the remotes are left.
     env: TestEnv,
+    /// The plain remote's URL.
     plain: String,
+    /// The forged remote's URL.
     forged: String,
-    forged_dir: PathBuf,
+    /// The files of `ds`: name, bytes.
     files: Vec<(String, Vec<u8>)>,
+    /// The raw bytes of the bases the deltas name, together.
     base_bytes: u64,
 }
 
+/// A dataset `ds` (the base files and the delta files) pushed to a plain file remote, and a
+/// remote forged from it whose `d*` chunks are delta frames naming 8 `b*` chunks each (with
+/// `lie`, the last of them decodes to other bytes than its chunk).
 fn remotes(lie: bool) -> Remotes {
     let env = TestEnv::new();
     let mut files = Vec::new();
@@ -178,7 +181,7 @@ fn remotes(lie: bool) -> Remotes {
         }
     }
     assert_eq!(next_group, groups.len(), "every base is named by a delta");
-    let forged_dir = env.path("forged");
+    let forged_dir = env.path("forged-remote");
     fs::create_dir_all(&forged_dir).unwrap();
     forge_pack_of_frames(&env, &forged_dir, metadata);
     forge_pack_of_frames(&env, &forged_dir, bases);
@@ -191,7 +194,6 @@ fn remotes(lie: bool) -> Remotes {
         env,
         plain,
         forged,
-        forged_dir,
         files,
         base_bytes,
     }
@@ -254,7 +256,7 @@ fn a_pull_of_deltas_naming_96_mib_of_bases_keeps_what_the_memory_limit_allows() 
     let (plain_rss, code, stderr, _) = peak_rss_kib(env, &plain, &["pull", "ds"]);
     assert_eq!(code, Some(0), "{stderr}");
     let store = clone_into(env, &remotes.forged, "clone");
-    let (rss, code, stderr, stdout) = peak_rss_kib(env, &store, &["pull", "ds"]);
+    let (rss, code, stderr, _) = peak_rss_kib(env, &store, &["pull", "ds"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         rss <= plain_rss + MARGIN_KIB,
@@ -290,7 +292,7 @@ fn a_remote_with_one_lying_delta_among_them_is_refused_with_exit_5_in_bounded_me
     assert_eq!(code, Some(0), "{stderr}");
     let store = clone_into(env, &remotes.forged, "clone");
     let before = chunks_in_packs(&packs_of(&store));
-    let (rss, code, stderr, stdout) = peak_rss_kib(env, &store, &["pull", "ds"]);
+    let (rss, code, stderr, _) = peak_rss_kib(env, &store, &["pull", "ds"]);
     assert_eq!(code, Some(5), "{stderr}");
     assert!(stderr.contains("delta frame"), "{stderr}");
     assert!(

@@ -348,10 +348,19 @@ impl DeltaBases {
     /// from the download itself); what is kept past [`delta_memory`] goes to an unnamed file
     /// in `temp_dir` (the store's). A delta still waiting when a [`fetch_spans`] ends fails it.
     pub(crate) fn new(packs_dir: Option<&std::path::Path>, temp_dir: &std::path::Path) -> Self {
+        DeltaBases::with_memory(packs_dir, temp_dir, delta_memory())
+    }
+
+    /// [`DeltaBases::new`] keeping at most `memory` bytes in memory.
+    fn with_memory(
+        packs_dir: Option<&std::path::Path>,
+        temp_dir: &std::path::Path,
+        memory: u64,
+    ) -> Self {
         DeltaBases {
             packs_dir: packs_dir.map(std::path::Path::to_path_buf),
             carry: false,
-            store: kept::BaseStore::new(delta_memory(), Some(temp_dir)),
+            store: kept::BaseStore::new(memory, Some(temp_dir)),
             depth: HashMap::new(),
             pending: BTreeMap::new(),
             arrivals: 0,
@@ -1583,4 +1592,81 @@ pub(crate) fn salt_frame(context: &str) -> EncodedFrame {
     let mut builder = crate::pack::FrameBuilder::default();
     builder.push(ObjectId::of(&salt), ObjectKind::Chunk, &salt);
     builder.encode(3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// 20 bases of 200 KiB arrive before the 20 deltas naming them (one each) with 1 MiB of
+    /// memory allowed: at most 1 MiB is held at once, the rest goes to disk and reads back,
+    /// every delta checks, and nothing is held once they are.
+    #[test]
+    fn bases_past_the_memory_limit_go_to_disk_and_every_delta_still_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let limit = 1024 * 1024;
+        let mut bases = DeltaBases::with_memory(None, dir.path(), limit);
+        let mut compressor = crate::pack::DeltaCompressor::default();
+        let mut arrivals = Vec::new();
+        let mut expected = HashMap::new();
+        for n in 0..20u64 {
+            let base = noise(200 * 1024, 2 * n + 1);
+            let base_id = ObjectId::of(&base);
+            let mut chunk = base[..50_000].to_vec();
+            chunk[100..108].copy_from_slice(&n.to_le_bytes());
+            let id = ObjectId::of(&chunk);
+            let encoded = compressor.compress(3, &base, &chunk).unwrap();
+            bases.store.will_use(&[base_id]);
+            expected.insert(id, chunk);
+            arrivals.push((base_id, base, id, encoded));
+        }
+        for (base_id, base, ..) in &arrivals {
+            let held = kept::keep_base(&bases.store.kept, base).unwrap();
+            bases.store.arrived(*base_id, held);
+        }
+        let mut checked = Vec::new();
+        for (n, (base_id, _, id, encoded)) in arrivals.into_iter().enumerate() {
+            bases
+                .arrived(ArrivedDelta {
+                    pack: ObjectId::of(b"pack"),
+                    frame: FrameRecord {
+                        offset: n as u64,
+                        stored_length: encoded.len() as u32,
+                        raw_length: 50_000,
+                        compression: Compression::Delta,
+                    },
+                    objects: vec![(id, ObjectKind::Chunk, 0, 50_000)],
+                    bases: vec![base_id],
+                    stored: encoded,
+                })
+                .unwrap();
+            bases
+                .resolve(&mut |delta, _, raw| {
+                    checked.push((delta.objects[0].0, raw));
+                    Ok(())
+                })
+                .unwrap();
+        }
+        assert_eq!(checked.len(), 20);
+        for (id, raw) in checked {
+            assert!(expected[&id] == raw);
+        }
+        let (peak, spilled) = bases.kept_bytes();
+        assert!(peak <= limit, "{peak} bytes held at once");
+        assert!(spilled >= 15 * 200 * 1024, "{spilled} bytes on disk");
+        assert_eq!(bases.store.len(), 0, "every base is let go");
+        bases.finish().unwrap();
+    }
 }

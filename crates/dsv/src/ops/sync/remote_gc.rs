@@ -1582,6 +1582,16 @@ type PendingDelta = (
     Vec<ObjectId>,
 );
 
+/// A delta frame as `verify --remote --full` read it: pack key, frame, stored bytes, objects
+/// (id, kind, offset, length), bases.
+type ReadDelta = (
+    String,
+    FrameRecord,
+    Vec<u8>,
+    Vec<(ObjectId, ObjectKind, u32, u32)>,
+    Vec<ObjectId>,
+);
+
 impl DeltaChecks {
     /// The checks of the delta frames of `indexes`, keeping what is past the memory budget
     /// in `temp_dir`.
@@ -1626,16 +1636,7 @@ impl DeltaChecks {
     ///
     /// # Errors
     /// [`Error::Io`] keeping its bytes on disk.
-    fn add(
-        &mut self,
-        (key, frame, stored, members, bases): (
-            String,
-            FrameRecord,
-            Vec<u8>,
-            Vec<(ObjectId, ObjectKind, u32, u32)>,
-            Vec<ObjectId>,
-        ),
-    ) -> Result<()> {
+    fn add(&mut self, (key, frame, stored, members, bases): ReadDelta) -> Result<()> {
         let stored = crate::transfer::kept::lock(&self.bases.kept).put(stored)?;
         let number = self.arrivals;
         self.arrivals += 1;
