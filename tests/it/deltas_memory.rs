@@ -284,6 +284,41 @@ fn a_pull_of_deltas_naming_96_mib_of_bases_keeps_what_the_memory_limit_allows() 
 }
 
 #[test]
+fn a_pull_of_deltas_whose_96_mib_of_bases_this_store_holds_keeps_what_the_memory_limit_allows() {
+    let remotes = remotes(false);
+    let env = &remotes.env;
+    // The base files first (their chunks, plain), then the deltas against them.
+    let first = ["pull", "ds", "--include", "b*"];
+    let plain = clone_into(env, &remotes.plain, "plain-clone");
+    let (_, code, stderr, _) = peak_rss_kib(env, &plain, &first);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (plain_rss, code, stderr, _) = peak_rss_kib(env, &plain, &["pull", "ds"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let store = clone_into(env, &remotes.forged, "clone");
+    let (_, code, stderr, _) = peak_rss_kib(env, &store, &first);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (rss, code, stderr, _) = peak_rss_kib(env, &store, &["pull", "ds"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        rss <= plain_rss + MARGIN_KIB,
+        "pull of deltas against this store's bases took {rss} KiB at peak, the plain pull \
+         {plain_rss} KiB"
+    );
+    assert!(tmp_is_empty(&store));
+    let out = store.join("out");
+    let mut cmd = env.dsv();
+    cmd.current_dir(&store)
+        .args(["checkout", "ds", out.to_str().unwrap()]);
+    assert!(cmd.output().unwrap().status.success());
+    for (name, bytes) in &remotes.files {
+        assert!(
+            fs::read(out.join(name)).unwrap() == *bytes,
+            "{name} differs"
+        );
+    }
+}
+
+#[test]
 fn a_remote_with_one_lying_delta_among_them_is_refused_with_exit_5_in_bounded_memory() {
     let remotes = remotes(true);
     let env = &remotes.env;

@@ -319,7 +319,8 @@ struct PendingDelta {
 /// ([`EncodedFrame::verified_delta`]: decoded with the bases' raw bytes as its prefix, every
 /// chunk hashing to its id). The bases come from the frames of the same download (checked
 /// first) or from this store (read through [`crate::store::ObjectReader`], which checks
-/// them). A delta is checked as soon as its bases are at hand (after each span arrives, not
+/// them, once the download's responses are in, a waiting delta at a time:
+/// [`DeltaBases::read_local`]). A delta is checked as soon as its bases are at hand (after each span arrives, not
 /// once the download ends), and a base is let go once the last delta of the download naming
 /// it is checked. What is kept meanwhile (bases, and the stored bytes of deltas waiting for
 /// theirs) stays within [`delta_memory`] bytes of memory; past it, it goes to an unnamed file
@@ -333,6 +334,9 @@ pub(crate) struct DeltaBases {
     packs_dir: Option<std::path::PathBuf>,
     carry: bool,
     store: kept::BaseStore,
+    /// Bases deltas of the download name that this store holds: read once the responses are
+    /// in ([`DeltaBases::read_local`]).
+    local: HashSet<ObjectId>,
     depth: HashMap<ObjectId, u32>,
     /// Deltas waiting for their bases, by arrival number.
     pending: BTreeMap<u64, PendingDelta>,
@@ -361,6 +365,7 @@ impl DeltaBases {
             packs_dir: packs_dir.map(std::path::Path::to_path_buf),
             carry: false,
             store: kept::BaseStore::new(memory, Some(temp_dir)),
+            local: HashSet::new(),
             depth: HashMap::new(),
             pending: BTreeMap::new(),
             arrivals: 0,
@@ -401,11 +406,12 @@ impl DeltaBases {
     }
 
     /// A download whose delta frames name `deltas` (each frame's bases) starts: each base is
-    /// kept until the last of them naming it is checked, and those this store holds are read
-    /// from it now (checked as they are read).
+    /// kept until the last of them naming it is checked; those this store holds (and the
+    /// download does not bring first) are read from it once the download's responses are in
+    /// ([`DeltaBases::read_local`]), one at a time, rather than all now.
     ///
     /// # Errors
-    /// Errors reading a base from this store; [`kept::KeptBytes::put`]'s.
+    /// [`Error::Catalog`].
     fn starting(
         &mut self,
         catalog: &crate::catalog::Catalog,
@@ -414,24 +420,63 @@ impl DeltaBases {
         for bases in deltas {
             self.store.will_use(bases);
         }
-        let Some(dir) = self.packs_dir.clone() else {
+        if self.packs_dir.is_none() {
             return Ok(());
-        };
+        }
         let named: Vec<ObjectId> = deltas
             .iter()
             .flat_map(|bases| bases.iter())
             .chain(self.pending.values().flat_map(|d| d.bases.iter()))
             .copied()
             .collect();
-        let mut reader = None;
         for base in named {
-            if self.store.has(&base) || !catalog.has_object(&base, ObjectKind::Chunk)? {
-                continue;
+            if !self.store.has(&base)
+                && !self.local.contains(&base)
+                && catalog.has_object(&base, ObjectKind::Chunk)?
+            {
+                self.local.insert(base);
             }
-            let reader =
-                reader.get_or_insert_with(|| crate::store::ObjectReader::over(catalog, &dir));
-            let bytes = reader.bytes(&base, ObjectKind::Chunk)?;
-            self.store.arrived_bytes(base, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Reads from this store the bases waiting deltas lack that it holds, a delta at a time
+    /// in arrival order (each checked as it is read), and checks each delta they complete
+    /// ([`DeltaBases::resolve`], handing it to `keep`): a base is let go after its last delta,
+    /// so what is kept stays bounded however many deltas name this store's chunks.
+    ///
+    /// # Errors
+    /// Errors reading a base from this store; [`DeltaBases::resolve`]'s.
+    fn read_local(
+        &mut self,
+        catalog: &crate::catalog::Catalog,
+        keep: &mut KeepDelta<'_>,
+    ) -> Result<()> {
+        let Some(dir) = self.packs_dir.clone() else {
+            return Ok(());
+        };
+        if self.local.is_empty() {
+            return Ok(());
+        }
+        let mut reader = None;
+        let waiting: Vec<u64> = self.pending.keys().copied().collect();
+        for number in waiting {
+            let Some(delta) = self.pending.get(&number) else {
+                continue;
+            };
+            let lacking: Vec<ObjectId> = delta
+                .bases
+                .iter()
+                .filter(|base| self.local.contains(base) && !self.store.has(base))
+                .copied()
+                .collect();
+            for base in lacking {
+                let reader =
+                    reader.get_or_insert_with(|| crate::store::ObjectReader::over(catalog, &dir));
+                let bytes = reader.bytes(&base, ObjectKind::Chunk)?;
+                self.store.arrived_bytes(base, &bytes)?;
+            }
+            self.resolve(keep)?;
         }
         Ok(())
     }
@@ -880,24 +925,43 @@ pub(crate) fn fetch_spans(
         }
         // The deltas whose bases are now at hand, checked at once: what waits stays small.
         bases.resolve(&mut |delta, frame, raw| {
-            if check_only.contains(&(delta.pack, delta.frame.offset)) {
-                return Ok(());
-            }
-            sink.add(frame)?;
-            if let Some(raws) = raws.as_deref_mut() {
-                raws.push(raw);
-            }
-            Ok(())
+            append_delta(&check_only, (sink, raws.as_deref_mut()), delta, frame, raw)
         })?;
         transfer.objects += objects;
         transfer.bytes += bytes;
         progress.advance(bytes);
         Ok(())
     })?;
+    // The deltas waiting for bases this store holds (or for deltas that do).
+    bases.read_local(catalog, &mut |delta, frame, raw| {
+        append_delta(&check_only, (sink, raws.as_deref_mut()), delta, frame, raw)
+    })?;
     if !bases.carry {
         bases.finish()?;
     }
     Ok(transfer)
+}
+
+/// Appends a checked delta frame (and its raw bytes, when the caller keeps them) to `sink`,
+/// unless it came only to check another delta (`check_only`).
+///
+/// # Errors
+/// The sink's errors.
+fn append_delta(
+    check_only: &HashSet<(ObjectId, u64)>,
+    (sink, raws): (&PackSink, Option<&mut Vec<Vec<u8>>>),
+    delta: &PendingDelta,
+    frame: EncodedFrame,
+    raw: Vec<u8>,
+) -> Result<()> {
+    if check_only.contains(&(delta.pack, delta.frame.offset)) {
+        return Ok(());
+    }
+    sink.add(frame)?;
+    if let Some(raws) = raws {
+        raws.push(raw);
+    }
+    Ok(())
 }
 
 /// Records packs downloaded from remote `remote_name` in the catalog, under the store lock.
