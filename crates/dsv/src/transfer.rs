@@ -320,16 +320,16 @@ struct PendingDelta {
 /// chunk hashing to its id). The bases come from the frames of the same download (checked
 /// first) or from this store (read through [`crate::store::ObjectReader`], which checks
 /// them, once the download's responses are in, a waiting delta at a time:
-/// [`DeltaBases::read_local`]). A delta is checked as soon as its bases are at hand (after each span arrives, not
-/// once the download ends), and a base is let go once the last delta of the download naming
-/// it is checked. What is kept meanwhile (bases, and the stored bytes of deltas waiting for
-/// theirs) stays within [`delta_memory`] bytes of memory; past it, it goes to an unnamed file
-/// in the store's temp directory ([`kept`]). A delta whose bases are not at hand when its
-/// download ends is [`Error::Corrupt`] naming the remote ([`fetch_spans`] with
-/// [`DeltaBases::new`]), or, with [`DeltaBases::carried`], waits for the next download of the
-/// same operation (`dsv copy` moves frames in batches) until [`DeltaBases::finish`]. Chains
-/// are followed at most [`crate::pack::format::MAX_DELTA_DEPTH`] levels deep within a
-/// download.
+/// [`DeltaBases::read_local`]). A delta is checked as soon as its bases are at hand (after
+/// each span arrives, not once the download ends), and a base is let go once the last delta
+/// of the download naming it is checked. What is kept meanwhile (bases, and the stored bytes
+/// of deltas waiting for theirs) stays within [`delta_memory`] bytes of memory; past it, it
+/// goes to an unnamed file in the store's temp directory ([`kept`]). A delta whose bases are
+/// not at hand when its download ends is [`Error::Corrupt`] naming the remote
+/// ([`fetch_spans`] with [`DeltaBases::new`]), or, with [`DeltaBases::carried`], waits for
+/// the next download of the same operation (`dsv copy` moves frames in batches) until
+/// [`DeltaBases::finish`]. Chains are followed at most
+/// [`crate::pack::format::MAX_DELTA_DEPTH`] levels deep within a download.
 pub(crate) struct DeltaBases {
     packs_dir: Option<std::path::PathBuf>,
     carry: bool,
