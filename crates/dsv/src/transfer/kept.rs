@@ -12,7 +12,9 @@
 //!   ([`KeptBytes`]), which the system removes when the download ends (or its process dies).
 //!
 //! The file holds at most the raw bytes of the bases the download's deltas name and the
-//! stored bytes of its deltas: no more than the data asked for, decompressed.
+//! stored bytes of its deltas: no more than the data asked for, decompressed. It never takes
+//! the last 5% of its disk's free space and 16 MiB (as an import keeps): a remote whose small
+//! frames name huge bases fails the download with an I/O error rather than filling the disk.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -72,6 +74,27 @@ pub(crate) struct KeptBytes {
     peak: u64,
     spill_dir: Option<PathBuf>,
     spill: Option<(std::fs::File, u64)>,
+    /// The file may grow to this many bytes before the free space is asked again.
+    room: u64,
+    /// The bytes free to this process in a directory (`statvfs`; replaced in tests).
+    free_space: fn(&Path) -> Result<u64>,
+}
+
+/// How much the file grows, at most, between two looks at the free space: 64 MiB.
+const ROOM_STEP: u64 = 64 * 1024 * 1024;
+
+/// The bytes free to an unprivileged user in `dir`'s file system (`statvfs`: `f_bavail` ×
+/// `f_frsize`).
+///
+/// # Errors
+/// [`Error::Io`] when the file system cannot be asked.
+fn statvfs_free(dir: &Path) -> Result<u64> {
+    let stat = nix::sys::statvfs::statvfs(dir).map_err(|errno| Error::Io {
+        path: dir.to_path_buf(),
+        source: std::io::Error::from(errno),
+    })?;
+    #[allow(clippy::useless_conversion)] // the field types differ between platforms
+    Ok(u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size())))
 }
 
 impl KeptBytes {
@@ -83,6 +106,8 @@ impl KeptBytes {
             peak: 0,
             spill_dir: spill_dir.map(Path::to_path_buf),
             spill: None,
+            room: 0,
+            free_space: statvfs_free,
         }
     }
 
@@ -112,6 +137,27 @@ impl KeptBytes {
             self.spill = Some((file, 0));
         }
         let (file, end) = self.spill.as_mut().expect("opened above");
+        // Never past 95% of the free space (less 16 MiB, as an import keeps): a remote whose
+        // small frames name huge bases fails here rather than filling the disk.
+        if *end + length > self.room {
+            let free = (self.free_space)(dir)?;
+            let bound = free.saturating_sub(free / 20).saturating_sub(16 << 20);
+            if length > bound {
+                return Err(Error::Io {
+                    path: dir.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        format!(
+                            "checking this download's delta frames keeps {} bytes here past \
+                             the {} bytes of memory allowed (DSV_DELTA_MEMORY), and {length} \
+                             more would leave less than 5% of the {free} bytes free",
+                            *end, self.limit
+                        ),
+                    ),
+                });
+            }
+            self.room = *end + bound.min(ROOM_STEP.max(length));
+        }
         let offset = *end;
         file.write_all_at(&bytes, offset).at(dir)?;
         *end += length;
@@ -425,6 +471,32 @@ mod tests {
         let mut no_dir = KeptBytes::new(4, None);
         let error = no_dir.put(vec![0; 5]).unwrap_err().to_string();
         assert!(error.contains("more than the 4 bytes"), "{error}");
+    }
+
+    #[test]
+    fn the_file_stops_short_of_filling_its_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut kept = KeptBytes::new(0, Some(dir.path()));
+        // A disk of 200 MiB free when the download starts, less what the file holds.
+        static FREE: AtomicU64 = AtomicU64::new(200 << 20);
+        kept.free_space = |_| Ok(FREE.load(Ordering::Relaxed));
+        let mut written = 0;
+        let error = loop {
+            match kept.put(vec![7; 8 << 20]) {
+                Ok(_) => {
+                    written += 8 << 20;
+                    FREE.store((200 << 20) - written, Ordering::Relaxed);
+                }
+                Err(error) => break error,
+            }
+            assert!(written < 200 << 20, "the disk was filled");
+        };
+        let detail = format!("{error}: {}", std::error::Error::source(&error).unwrap());
+        assert!(detail.contains("less than 5%"), "{detail}");
+        // What is left free: at least 5% of it and 16 MiB.
+        let free: u64 = (200 << 20) - written;
+        assert!(free >= 16 << 20, "{free} bytes left free");
+        assert_eq!(kept.spilled(), written);
     }
 
     #[test]
