@@ -590,6 +590,19 @@ where
         handler_token.cancel();
     });
     let ui = Ui::new(cli.json, cli.quiet, cli.no_progress);
+    // The memory a download keeps to check delta frames (the library reads no environment).
+    if let Some(text) = std::env::var_os("DSV_DELTA_MEMORY").filter(|v| !v.is_empty()) {
+        match parse_size(&text.to_string_lossy()) {
+            Ok(bytes) => dsv::transfer::set_delta_memory(bytes),
+            Err(e) => {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "error: DSV_DELTA_MEMORY: {e}\n\nhint: set it to a size such as 256MiB, or unset it"
+                );
+                return error::USAGE;
+            }
+        }
+    }
     commands::use_aws_profile_from_environment();
     let outcome = token.run(|| dispatch(&cli, &ui));
     warn_fallbacks(dsv::transfer::fallback::take_fallbacks());

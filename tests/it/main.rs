@@ -21,6 +21,7 @@ mod crash;
 mod deltas_commit;
 mod deltas_gc;
 mod deltas_hostile;
+mod deltas_memory;
 mod deltas_read;
 mod deltas_sync;
 mod docs_names;

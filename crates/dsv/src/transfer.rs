@@ -41,7 +41,10 @@
 //! (checkout of a local revision, mount, cat, export, Python) follows the read order.
 
 pub mod fallback;
+pub(crate) mod kept;
 mod revision;
+
+pub use kept::{DEFAULT_DELTA_MEMORY, delta_memory, set_delta_memory};
 
 pub use revision::RemoteRevision;
 
@@ -258,9 +261,9 @@ pub(crate) fn refresh_all_indexes(
     Ok(())
 }
 
-/// One checked frame of a span: a plain frame checked (with its raw bytes when asked for or
-/// when it holds a base a delta of this download needs, else empty), or a delta frame kept
-/// for [`DeltaBases`] to check once its bases are at hand.
+/// One checked frame of a span: a plain frame checked (with its raw bytes when asked for,
+/// and the bases in it that deltas of this download name, kept), or a delta frame to check
+/// once its bases are at hand ([`DeltaBases`]).
 enum Checked {
     Plain {
         /// Its remote pack and offset.
@@ -268,10 +271,11 @@ enum Checked {
         frame: EncodedFrame,
         /// Its raw bytes when the caller asked for them, else empty.
         raw: Vec<u8>,
-        /// The chunks in it that deltas of this download name as bases, with their bytes.
-        bases: Vec<(ObjectId, Vec<u8>)>,
+        /// The chunks in it that deltas of this download name as bases, kept
+        /// ([`kept::keep_base`]: within the memory budget, else on disk).
+        bases: Vec<(ObjectId, kept::Held)>,
     },
-    Delta(PendingDelta),
+    Delta(ArrivedDelta),
 }
 
 /// One span's frames as checked, its object count and its bytes.
@@ -289,9 +293,9 @@ type PreparedSpan = Vec<(
 /// frame checked and its raw bytes.
 type KeepDelta<'a> = dyn FnMut(&PendingDelta, EncodedFrame, Vec<u8>) -> Result<()> + 'a;
 
-/// A delta frame downloaded and not yet checked: its bytes as stored, where it came from and
-/// what its index says of it.
-struct PendingDelta {
+/// A delta frame as downloaded: its bytes as stored, where it came from and what its index
+/// says of it.
+struct ArrivedDelta {
     pack: ObjectId,
     frame: FrameRecord,
     objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
@@ -299,26 +303,44 @@ struct PendingDelta {
     stored: Vec<u8>,
 }
 
+/// A delta frame downloaded and not yet checked: [`ArrivedDelta`] with its stored bytes kept
+/// by the download's [`kept::BaseStore`].
+struct PendingDelta {
+    pack: ObjectId,
+    frame: FrameRecord,
+    objects: Vec<(ObjectId, ObjectKind, u32, u32)>,
+    bases: Vec<ObjectId>,
+    stored: kept::Held,
+}
+
 /// The bases of the delta frames a download receives, and the deltas waiting for them.
 ///
 /// A delta frame is checked against its bases before it is kept
 /// ([`EncodedFrame::verified_delta`]: decoded with the bases' raw bytes as its prefix, every
 /// chunk hashing to its id). The bases come from the frames of the same download (checked
-/// first, their raw bytes kept while a delta waits for them) or from this store (read
-/// through [`crate::store::ObjectReader`], which checks them). A delta whose bases are not
-/// at hand when its download ends is [`Error::Corrupt`] naming the remote ([`fetch_spans`]
-/// with [`DeltaBases::new`]), or, with [`DeltaBases::carried`], waits for the next download
-/// of the same operation (`dsv copy` moves frames in batches) until
+/// first) or from this store (read through [`crate::store::ObjectReader`], which checks
+/// them, once the download's responses are in, a waiting delta at a time:
+/// [`DeltaBases::read_local`]). A delta is checked as soon as its bases are at hand (after
+/// each span arrives, not once the download ends), and a base is let go once the last delta
+/// of the download naming it is checked. What is kept meanwhile (bases, and the stored bytes
+/// of deltas waiting for theirs) stays within [`delta_memory`] bytes of memory; past it, it
+/// goes to an unnamed file in the store's temp directory ([`kept`]). A delta whose bases are
+/// not at hand when its download ends is [`Error::Corrupt`] naming the remote
+/// ([`fetch_spans`] with [`DeltaBases::new`]), or, with [`DeltaBases::carried`], waits for
+/// the next download of the same operation (`dsv copy` moves frames in batches) until
 /// [`DeltaBases::finish`]. Chains are followed at most
 /// [`crate::pack::format::MAX_DELTA_DEPTH`] levels deep within a download.
 pub(crate) struct DeltaBases {
     packs_dir: Option<std::path::PathBuf>,
     carry: bool,
-    known: HashMap<ObjectId, std::sync::Arc<Vec<u8>>>,
+    store: kept::BaseStore,
+    /// Bases deltas of the download name that this store holds: read once the responses are
+    /// in ([`DeltaBases::read_local`]).
+    local: HashSet<ObjectId>,
     depth: HashMap<ObjectId, u32>,
-    pending: Vec<PendingDelta>,
-    /// Bases deltas still to come will name: their raw bytes are kept when they arrive.
-    expected: HashSet<ObjectId>,
+    /// Deltas waiting for their bases, by arrival number.
+    pending: BTreeMap<u64, PendingDelta>,
+    arrivals: u64,
     /// Frames (pack, offset) a download brings only to check a delta against them: checked,
     /// not kept ([`DeltaBases::check_only`]).
     check_only: HashSet<(ObjectId, u64)>,
@@ -327,15 +349,26 @@ pub(crate) struct DeltaBases {
 
 impl DeltaBases {
     /// Bases read from this store's packs in `packs_dir` when it holds them (`None`: only
-    /// from the download itself); a delta still waiting when a [`fetch_spans`] ends fails it.
-    pub(crate) fn new(packs_dir: Option<&std::path::Path>) -> DeltaBases {
+    /// from the download itself); what is kept past [`delta_memory`] goes to an unnamed file
+    /// in `temp_dir` (the store's). A delta still waiting when a [`fetch_spans`] ends fails it.
+    pub(crate) fn new(packs_dir: Option<&std::path::Path>, temp_dir: &std::path::Path) -> Self {
+        DeltaBases::with_memory(packs_dir, temp_dir, delta_memory())
+    }
+
+    /// [`DeltaBases::new`] keeping at most `memory` bytes in memory.
+    fn with_memory(
+        packs_dir: Option<&std::path::Path>,
+        temp_dir: &std::path::Path,
+        memory: u64,
+    ) -> Self {
         DeltaBases {
             packs_dir: packs_dir.map(std::path::Path::to_path_buf),
             carry: false,
-            known: HashMap::new(),
+            store: kept::BaseStore::new(memory, Some(temp_dir)),
+            local: HashSet::new(),
             depth: HashMap::new(),
-            pending: Vec::new(),
-            expected: HashSet::new(),
+            pending: BTreeMap::new(),
+            arrivals: 0,
             check_only: HashSet::new(),
             remote: String::new(),
         }
@@ -348,97 +381,165 @@ impl DeltaBases {
     }
 
     /// Bases that deltas of a later download of the operation name: kept when they arrive
-    /// before those deltas (with [`DeltaBases::carried`]).
+    /// before those deltas (with [`DeltaBases::carried`]), until [`DeltaBases::finish`].
     pub(crate) fn expect(&mut self, bases: impl IntoIterator<Item = ObjectId>) {
-        self.expected.extend(bases);
+        self.store.keep_until_end(bases);
     }
 
     /// As [`DeltaBases::new`], but a delta whose bases have not arrived when a
     /// [`fetch_spans`] ends waits for the next one; [`DeltaBases::finish`] ends the wait.
-    pub(crate) fn carried(packs_dir: Option<&std::path::Path>) -> DeltaBases {
+    pub(crate) fn carried(
+        packs_dir: Option<&std::path::Path>,
+        temp_dir: &std::path::Path,
+    ) -> DeltaBases {
         DeltaBases {
             carry: true,
-            ..DeltaBases::new(packs_dir)
+            ..DeltaBases::new(packs_dir, temp_dir)
         }
     }
 
-    /// The bases every waiting delta names, and those expected.
-    fn wanted(&self) -> HashSet<ObjectId> {
-        self.pending
-            .iter()
-            .flat_map(|d| d.bases.iter().copied())
-            .chain(self.expected.iter().copied())
-            .collect()
+    /// The most bytes kept in memory at once so far, and the bytes kept on disk.
+    #[cfg(test)]
+    fn kept_bytes(&self) -> (u64, u64) {
+        let kept = kept::lock(&self.store.kept);
+        (kept.peak(), kept.spilled())
     }
 
-    /// Checks every waiting delta whose bases are at hand, in dependency order, and hands
-    /// each checked frame (with its raw bytes) to `keep`. Those still waiting stay.
+    /// A download whose delta frames name `deltas` (each frame's bases) starts: each base is
+    /// kept until the last of them naming it is checked; those this store holds (and the
+    /// download does not bring first) are read from it once the download's responses are in
+    /// ([`DeltaBases::read_local`]), one at a time, rather than all now.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] naming the remote's pack for a delta that fails its check or a
-    /// chain deeper than [`crate::pack::format::MAX_DELTA_DEPTH`]; errors reading a base
-    /// from this store; `keep`'s errors.
-    fn resolve(
+    /// [`Error::Catalog`].
+    fn starting(
+        &mut self,
+        catalog: &crate::catalog::Catalog,
+        deltas: &[&[ObjectId]],
+    ) -> Result<()> {
+        for bases in deltas {
+            self.store.will_use(bases);
+        }
+        if self.packs_dir.is_none() {
+            return Ok(());
+        }
+        let named: Vec<ObjectId> = deltas
+            .iter()
+            .flat_map(|bases| bases.iter())
+            .chain(self.pending.values().flat_map(|d| d.bases.iter()))
+            .copied()
+            .collect();
+        for base in named {
+            if !self.store.has(&base)
+                && !self.local.contains(&base)
+                && catalog.has_object(&base, ObjectKind::Chunk)?
+            {
+                self.local.insert(base);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads from this store the bases waiting deltas lack that it holds, a delta at a time
+    /// in arrival order (each checked as it is read), and checks each delta they complete
+    /// ([`DeltaBases::resolve`], handing it to `keep`): a base is let go after its last delta,
+    /// so what is kept stays bounded however many deltas name this store's chunks.
+    ///
+    /// # Errors
+    /// Errors reading a base from this store; [`DeltaBases::resolve`]'s.
+    fn read_local(
         &mut self,
         catalog: &crate::catalog::Catalog,
         keep: &mut KeepDelta<'_>,
     ) -> Result<()> {
-        let mut reader = self
-            .packs_dir
-            .as_deref()
-            .map(|dir| crate::store::ObjectReader::over(catalog, dir));
-        loop {
-            let wanted = self.wanted();
-            let mut progressed = false;
-            let mut at = 0;
-            while at < self.pending.len() {
-                // Every base: from this download, else from this store.
-                let mut ready = true;
-                for base in &self.pending[at].bases {
-                    if self.known.contains_key(base) {
-                        continue;
-                    }
-                    match reader.as_mut() {
-                        Some(reader) if catalog.has_object(base, ObjectKind::Chunk)? => {
-                            let bytes = reader.bytes(base, ObjectKind::Chunk)?;
-                            self.known.insert(*base, std::sync::Arc::new(bytes));
-                        }
-                        _ => {
-                            ready = false;
-                            break;
-                        }
-                    }
-                }
-                if !ready {
-                    at += 1;
-                    continue;
-                }
-                let delta = self.pending.swap_remove(at);
-                progressed = true;
-                let depth = 1 + delta
-                    .bases
-                    .iter()
-                    .map(|b| self.depth.get(b).copied().unwrap_or(0))
-                    .max()
-                    .unwrap_or(0);
-                let place = || format!("{}:{}", self.remote, crate::remote::pack_key(&delta.pack));
-                if depth > crate::pack::format::MAX_DELTA_DEPTH {
-                    return Err(Error::corrupt(
-                        place(),
-                        format!(
-                            "frame at offset {}: a delta chain deeper than {} levels",
-                            delta.frame.offset,
-                            crate::pack::format::MAX_DELTA_DEPTH
-                        ),
-                    ));
-                }
-                // Bounded before the prefix is built: a hostile index may name large bases.
-                let prefix_len: u64 = delta
-                    .bases
-                    .iter()
-                    .map(|base| self.known[base].len() as u64)
-                    .sum();
-                if prefix_len > crate::pack::format::MAX_DELTA_PREFIX {
+        let Some(dir) = self.packs_dir.clone() else {
+            return Ok(());
+        };
+        if self.local.is_empty() {
+            return Ok(());
+        }
+        let mut reader = None;
+        let waiting: Vec<u64> = self.pending.keys().copied().collect();
+        for number in waiting {
+            let Some(delta) = self.pending.get(&number) else {
+                continue;
+            };
+            let lacking: Vec<ObjectId> = delta
+                .bases
+                .iter()
+                .filter(|base| self.local.contains(base) && !self.store.has(base))
+                .copied()
+                .collect();
+            for base in lacking {
+                let reader =
+                    reader.get_or_insert_with(|| crate::store::ObjectReader::over(catalog, &dir));
+                let bytes = reader.bytes(&base, ObjectKind::Chunk)?;
+                self.store.arrived_bytes(base, &bytes)?;
+            }
+            self.resolve(keep)?;
+        }
+        Ok(())
+    }
+
+    /// A delta frame arrived: it waits for its bases (its stored bytes kept meanwhile).
+    ///
+    /// # Errors
+    /// [`kept::KeptBytes::put`]'s.
+    fn arrived(&mut self, delta: ArrivedDelta) -> Result<()> {
+        let stored = kept::lock(&self.store.kept).put(delta.stored)?;
+        let number = self.arrivals;
+        self.arrivals += 1;
+        self.store.wait(number, &delta.bases);
+        self.pending.insert(
+            number,
+            PendingDelta {
+                pack: delta.pack,
+                frame: delta.frame,
+                objects: delta.objects,
+                bases: delta.bases,
+                stored,
+            },
+        );
+        Ok(())
+    }
+
+    /// Checks every waiting delta whose bases are at hand (those a checked one brings next),
+    /// and hands each checked frame (with its raw bytes) to `keep`; lets go each base no
+    /// delta still to be checked names. Those still waiting stay.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming the remote's pack for a delta that fails its check or a
+    /// chain deeper than [`crate::pack::format::MAX_DELTA_DEPTH`]; errors reading what is
+    /// kept on disk; `keep`'s errors.
+    fn resolve(&mut self, keep: &mut KeepDelta<'_>) -> Result<()> {
+        while let Some(number) = self.store.next_ready() {
+            let Some(delta) = self.pending.remove(&number) else {
+                continue;
+            };
+            let depth = 1 + delta
+                .bases
+                .iter()
+                .map(|b| self.depth.get(b).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            let place = || format!("{}:{}", self.remote, crate::remote::pack_key(&delta.pack));
+            if depth > crate::pack::format::MAX_DELTA_DEPTH {
+                return Err(Error::corrupt(
+                    place(),
+                    format!(
+                        "frame at offset {}: a delta chain deeper than {} levels",
+                        delta.frame.offset,
+                        crate::pack::format::MAX_DELTA_DEPTH
+                    ),
+                ));
+            }
+            // Bounded before the prefix is built: a hostile index may name large bases.
+            let prefix = match self
+                .store
+                .prefix(&delta.bases, crate::pack::format::MAX_DELTA_PREFIX)?
+            {
+                Ok(prefix) => prefix,
+                Err(prefix_len) => {
                     return Err(Error::corrupt(
                         place(),
                         format!(
@@ -449,43 +550,38 @@ impl DeltaBases {
                         ),
                     ));
                 }
-                let mut prefix = Vec::with_capacity(prefix_len as usize);
-                for base in &delta.bases {
-                    prefix.extend_from_slice(&self.known[base]);
-                }
-                let bad = |detail: String| {
-                    Error::corrupt(
-                        place(),
-                        format!("delta frame at offset {}: {detail}", delta.frame.offset),
-                    )
-                };
-                let (frame, raw) = EncodedFrame::verified_delta(
-                    delta.stored.clone(),
-                    delta.frame.raw_length,
-                    delta.objects.clone(),
-                    delta.bases.clone(),
-                    &prefix,
+            };
+            let stored = {
+                let mut kept = kept::lock(&self.store.kept);
+                let stored = kept.get(&delta.stored)?.into_owned();
+                kept.release(&delta.stored);
+                stored
+            };
+            let bad = |detail: String| {
+                Error::corrupt(
+                    place(),
+                    format!("delta frame at offset {}: {detail}", delta.frame.offset),
                 )
-                .map_err(bad)?;
-                for (id, kind, offset, length) in &delta.objects {
-                    if *kind == ObjectKind::Chunk {
-                        self.depth.insert(*id, depth);
-                        if wanted.contains(id) {
-                            let bytes =
-                                raw[*offset as usize..(*offset + *length) as usize].to_vec();
-                            self.known.insert(*id, std::sync::Arc::new(bytes));
-                        }
-                    }
+            };
+            let (frame, raw) = EncodedFrame::verified_delta(
+                stored,
+                delta.frame.raw_length,
+                delta.objects.clone(),
+                delta.bases.clone(),
+                &prefix,
+            )
+            .map_err(bad)?;
+            drop(prefix);
+            for (id, kind, offset, length) in &delta.objects {
+                if *kind == ObjectKind::Chunk {
+                    self.depth.insert(*id, depth);
+                    let piece = &raw[*offset as usize..(*offset + *length) as usize];
+                    self.store.arrived_bytes(*id, piece)?;
                 }
-                keep(&delta, frame, raw)?;
             }
-            if !progressed || self.pending.is_empty() {
-                break;
-            }
+            self.store.used(&delta.bases);
+            keep(&delta, frame, raw)?;
         }
-        // Bases no delta waits for any more are let go.
-        let wanted = self.wanted();
-        self.known.retain(|id, _| wanted.contains(id));
         Ok(())
     }
 
@@ -495,27 +591,33 @@ impl DeltaBases {
     /// # Errors
     /// As described.
     pub(crate) fn finish(&mut self) -> Result<()> {
-        match self.pending.first() {
+        let result = match self.pending.values().next() {
             None => Ok(()),
             Some(delta) => {
-                let missing = delta
-                    .bases
-                    .iter()
-                    .find(|b| !self.known.contains_key(b))
+                let missing = self
+                    .store
+                    .first_missing(&delta.bases)
                     .map_or_else(String::new, |b| b.short());
-                let error = Error::corrupt(
+                Err(Error::corrupt(
                     format!("{}:{}", self.remote, crate::remote::pack_key(&delta.pack)),
                     format!(
                         "delta frame at offset {} names base chunk {missing}, which neither \
                          the remote nor this store holds (or its bases make a cycle)",
                         delta.frame.offset
                     ),
-                );
-                self.pending.clear();
-                self.known.clear();
-                Err(error)
+                ))
             }
+        };
+        if result.is_err() {
+            let mut kept = kept::lock(&self.store.kept);
+            for delta in self.pending.values() {
+                kept.release(&delta.stored);
+            }
+            drop(kept);
+            self.pending.clear();
+            self.store.clear();
         }
+        result
     }
 }
 
@@ -678,7 +780,8 @@ pub(crate) fn spans(
 /// decompresses to its length, every object matches its key: [`ObjectKind::check`]) and
 /// appends the frames to `sink` (and, with `raws`, their raw bytes, in the same order). A
 /// delta frame is checked against its bases once they are at hand (`bases`: see
-/// [`DeltaBases`]) and appended after the plain frames. Frames `bases` names as check-only
+/// [`DeltaBases`]; after the span bringing the last of them) and appended then, so what
+/// waits stays within [`delta_memory`] bytes of memory. Frames `bases` names as check-only
 /// ([`DeltaBases::check_only`]: a delta's base this download brings only to check it) are
 /// checked and not appended. Nothing is recorded: see [`record_fetched`].
 ///
@@ -701,9 +804,6 @@ pub(crate) fn fetch_spans(
     bases.remote = remote.name().to_string();
     // Everything a check needs, read from the catalog up front: checks run on other threads.
     let mut prepared: HashMap<(ObjectId, u64), PreparedSpan> = HashMap::new();
-    // The bases the deltas of this download (and those waiting from an earlier one) need:
-    // a plain frame holding one keeps its raw bytes.
-    let mut wanted_bases = bases.wanted();
     for span in spans {
         let mut frames = Vec::with_capacity(span.frames.len());
         for (frame, row) in &span.frames {
@@ -712,13 +812,23 @@ pub(crate) fn fetch_spans(
             } else {
                 Vec::new()
             };
-            wanted_bases.extend(frame_bases.iter().copied());
             frames.push((*frame, catalog.remote_frame_objects(*row)?, frame_bases));
         }
         prepared.insert((span.pack, span.range.start), frames);
     }
+    // The bases the deltas of this download name, kept until the last delta naming each is
+    // checked (those this store holds read now); a plain frame holding one keeps its bytes.
+    let named: Vec<&[ObjectId]> = prepared
+        .values()
+        .flatten()
+        .filter(|(frame, ..)| frame.compression == Compression::Delta)
+        .map(|(_, _, frame_bases)| frame_bases.as_slice())
+        .collect();
+    bases.starting(catalog, &named)?;
+    drop(named);
+    let wanted_bases = std::sync::Arc::new(bases.store.wanted_set());
+    let kept = std::sync::Arc::clone(&bases.store.kept);
     let prepared = std::sync::Arc::new(prepared);
-    let wanted_bases = std::sync::Arc::new(wanted_bases);
     let ranges = spans.iter().map(|s| (s.pack, s.range.clone())).collect();
     let remote_name = remote.name().to_string();
     let keep_raw = raws.is_some();
@@ -733,7 +843,7 @@ pub(crate) fn fetch_spans(
                     let stored = bytes[start..start + frame.stored_length as usize].to_vec();
                     objects += members.len() as u64;
                     if frame.compression == Compression::Delta {
-                        encoded.push(Checked::Delta(PendingDelta {
+                        encoded.push(Checked::Delta(ArrivedDelta {
                             pack,
                             frame: *frame,
                             objects: members.clone(),
@@ -767,16 +877,16 @@ pub(crate) fn fetch_spans(
                             format!("frame at offset {}: {detail}", frame.offset),
                         )
                     })?;
-                    let base_pieces = members
-                        .iter()
-                        .filter(|(id, kind, ..)| {
-                            *kind == ObjectKind::Chunk && wanted_bases.contains(id)
-                        })
-                        .map(|(id, _, offset, length)| {
+                    // Kept within the download's memory budget (past it, on disk) as they
+                    // are checked: a span of compressible frames may hold far more raw bytes
+                    // than it stores.
+                    let mut base_pieces = Vec::new();
+                    for (id, kind, offset, length) in members {
+                        if *kind == ObjectKind::Chunk && wanted_bases.contains(id) {
                             let piece = &raw[*offset as usize..(*offset + *length) as usize];
-                            (*id, piece.to_vec())
-                        })
-                        .collect();
+                            base_pieces.push((*id, kept::keep_base(&kept, piece)?));
+                        }
+                    }
                     encoded.push(Checked::Plain {
                         at: (pack, frame.offset),
                         frame: frame_checked,
@@ -799,8 +909,8 @@ pub(crate) fn fetch_spans(
                     raw,
                     bases: pieces,
                 } => {
-                    for (id, piece) in pieces {
-                        bases.known.insert(id, std::sync::Arc::new(piece));
+                    for (id, held) in pieces {
+                        bases.store.arrived(id, held);
                     }
                     if check_only.contains(&at) {
                         continue;
@@ -810,28 +920,48 @@ pub(crate) fn fetch_spans(
                         raws.push(raw);
                     }
                 }
-                Checked::Delta(delta) => bases.pending.push(delta),
+                Checked::Delta(delta) => bases.arrived(delta)?,
             }
         }
+        // The deltas whose bases are now at hand, checked at once: what waits stays small.
+        bases.resolve(&mut |delta, frame, raw| {
+            append_delta(&check_only, (sink, raws.as_deref_mut()), delta, frame, raw)
+        })?;
         transfer.objects += objects;
         transfer.bytes += bytes;
         progress.advance(bytes);
         Ok(())
     })?;
-    bases.resolve(catalog, &mut |delta, frame, raw| {
-        if check_only.contains(&(delta.pack, delta.frame.offset)) {
-            return Ok(());
-        }
-        sink.add(frame)?;
-        if let Some(raws) = raws.as_deref_mut() {
-            raws.push(raw);
-        }
-        Ok(())
+    // The deltas waiting for bases this store holds (or for deltas that do).
+    bases.read_local(catalog, &mut |delta, frame, raw| {
+        append_delta(&check_only, (sink, raws.as_deref_mut()), delta, frame, raw)
     })?;
     if !bases.carry {
         bases.finish()?;
     }
     Ok(transfer)
+}
+
+/// Appends a checked delta frame (and its raw bytes, when the caller keeps them) to `sink`,
+/// unless it came only to check another delta (`check_only`).
+///
+/// # Errors
+/// The sink's errors.
+fn append_delta(
+    check_only: &HashSet<(ObjectId, u64)>,
+    (sink, raws): (&PackSink, Option<&mut Vec<Vec<u8>>>),
+    delta: &PendingDelta,
+    frame: EncodedFrame,
+    raw: Vec<u8>,
+) -> Result<()> {
+    if check_only.contains(&(delta.pack, delta.frame.offset)) {
+        return Ok(());
+    }
+    sink.add(frame)?;
+    if let Some(raws) = raws {
+        raws.push(raw);
+    }
+    Ok(())
 }
 
 /// Records packs downloaded from remote `remote_name` in the catalog, under the store lock.
@@ -913,7 +1043,7 @@ pub(crate) fn download(
     }
     let spans = spans(frames, MAX_SPAN);
     let sink = PackSink::new(&store.packs_dir(), &store.temp_dir());
-    let mut bases = DeltaBases::new(Some(&store.packs_dir()));
+    let mut bases = DeltaBases::new(Some(&store.packs_dir()), &store.temp_dir());
     let fetched = fetch_spans(
         store.catalog(),
         remote,
@@ -1526,4 +1656,81 @@ pub(crate) fn salt_frame(context: &str) -> EncodedFrame {
     let mut builder = crate::pack::FrameBuilder::default();
     builder.push(ObjectId::of(&salt), ObjectKind::Chunk, &salt);
     builder.encode(3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// 20 bases of 200 KiB arrive before the 20 deltas naming them (one each) with 1 MiB of
+    /// memory allowed: at most 1 MiB is held at once, the rest goes to disk and reads back,
+    /// every delta checks, and nothing is held once they are.
+    #[test]
+    fn bases_past_the_memory_limit_go_to_disk_and_every_delta_still_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let limit = 1024 * 1024;
+        let mut bases = DeltaBases::with_memory(None, dir.path(), limit);
+        let mut compressor = crate::pack::DeltaCompressor::default();
+        let mut arrivals = Vec::new();
+        let mut expected = HashMap::new();
+        for n in 0..20u64 {
+            let base = noise(200 * 1024, 2 * n + 1);
+            let base_id = ObjectId::of(&base);
+            let mut chunk = base[..50_000].to_vec();
+            chunk[100..108].copy_from_slice(&n.to_le_bytes());
+            let id = ObjectId::of(&chunk);
+            let encoded = compressor.compress(3, &base, &chunk).unwrap();
+            bases.store.will_use(&[base_id]);
+            expected.insert(id, chunk);
+            arrivals.push((base_id, base, id, encoded));
+        }
+        for (base_id, base, ..) in &arrivals {
+            let held = kept::keep_base(&bases.store.kept, base).unwrap();
+            bases.store.arrived(*base_id, held);
+        }
+        let mut checked = Vec::new();
+        for (n, (base_id, _, id, encoded)) in arrivals.into_iter().enumerate() {
+            bases
+                .arrived(ArrivedDelta {
+                    pack: ObjectId::of(b"pack"),
+                    frame: FrameRecord {
+                        offset: n as u64,
+                        stored_length: encoded.len() as u32,
+                        raw_length: 50_000,
+                        compression: Compression::Delta,
+                    },
+                    objects: vec![(id, ObjectKind::Chunk, 0, 50_000)],
+                    bases: vec![base_id],
+                    stored: encoded,
+                })
+                .unwrap();
+            bases
+                .resolve(&mut |delta, _, raw| {
+                    checked.push((delta.objects[0].0, raw));
+                    Ok(())
+                })
+                .unwrap();
+        }
+        assert_eq!(checked.len(), 20);
+        for (id, raw) in checked {
+            assert!(expected[&id] == raw);
+        }
+        let (peak, spilled) = bases.kept_bytes();
+        assert!(peak <= limit, "{peak} bytes held at once");
+        assert!(spilled >= 15 * 200 * 1024, "{spilled} bytes on disk");
+        assert_eq!(bases.store.len(), 0, "every base is let go");
+        bases.finish().unwrap();
+    }
 }

@@ -364,7 +364,7 @@ impl Fetcher {
         // its delta (stored, but not yet recorded when the next batch is checked), or a delta
         // wait for a base in a later one; every base a delta of this fetch names is kept
         // until the deltas naming it are checked.
-        let mut bases = sync::DeltaBases::carried(Some(&self.packs_dir));
+        let mut bases = sync::DeltaBases::carried(Some(&self.packs_dir), &self.temp_dir);
         catalogs.with(|catalog| {
             for (_, (frame, row, _)) in &by_frame {
                 if frame.compression == crate::pack::Compression::Delta {

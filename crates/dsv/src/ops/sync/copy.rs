@@ -874,7 +874,8 @@ fn send(
     // (kept across batches), else this store's; a base DST holds already that neither has
     // is read from SRC only to check the delta (`check_only`), not sent.
     let (check_only, expected) = delta_checks(catalog, &ends.src_record, &partial)?;
-    let mut bases = crate::transfer::DeltaBases::carried(Some(&store.packs_dir()));
+    let mut bases =
+        crate::transfer::DeltaBases::carried(Some(&store.packs_dir()), &store.temp_dir());
     bases.expect(expected);
     bases.check_only(check_only.keys().copied().collect());
     let mut frames = partial;

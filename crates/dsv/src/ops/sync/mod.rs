@@ -69,11 +69,12 @@
 //!    decompresses to exactly its raw length, that every object the remote's index lists in
 //!    that frame lies inside it, and that every chunk, tree and version hashes to its id
 //!    (file maps are checked when their file is read: see below). A delta frame is checked
-//!    once every response is in, on the calling thread, bases first (`DeltaBases`): decoded
-//!    with its bases' raw bytes as the prefix (from frames of the same download, or read
-//!    from this store, each checked against its id) and every chunk hashed
-//!    (`EncodedFrame::verified_delta`); a chain deeper than 16 levels, a cycle, or a base
-//!    that did not come is `Error::Corrupt` naming the remote's pack. The frame's stored
+//!    as soon as its bases are at hand (after the response bringing the last of them), on
+//!    the calling thread (`DeltaBases`): decoded with its bases' raw bytes as the prefix
+//!    (from frames of the same download, or read from this store, each checked against its
+//!    id) and every chunk hashed (`EncodedFrame::verified_delta`); a chain deeper than 16
+//!    levels, a cycle, or a base that did not come by the download's end is
+//!    `Error::Corrupt` naming the remote's pack. The frame's stored
 //!    bytes (a delta's as they came: it stays a delta here, with its bases stored beside it)
 //!    are then appended unchanged, on the calling thread, to a `PackSink`, the same
 //!    writer commit uses:
@@ -196,9 +197,13 @@
 //!   other frames downloaded together. The remote then holds data that no ref needs. Since
 //!   a delta never goes anywhere without its bases, the packs holding the bases of every
 //!   delta frame of those packs go up too (`push::close_over_bases`), whatever they hold.
-//! - A download keeps in memory the raw bytes of the bases its deltas need until those
-//!   deltas are checked (`DeltaBases`), and the stored bytes of each delta until its bases
-//!   are at hand: at most the download's own size, plus the bases read from this store.
+//! - A download keeps the raw bytes of each base its deltas name until the last delta
+//!   naming it is checked, and the stored bytes of each delta until its bases are at hand
+//!   (`DeltaBases`). In memory that is at most `transfer::delta_memory()` bytes (256 MiB;
+//!   the CLI reads `DSV_DELTA_MEMORY`), whatever the remote sends; past it, the rest goes to
+//!   an unnamed file in `.dsv/tmp/`, gone when the download ends. That file holds at most the
+//!   raw bytes of the bases named plus the deltas' stored bytes: the data asked for,
+//!   decompressed. `verify --remote --full` keeps its delta checks within the same bound.
 //! - Remote garbage is deleted only by `dsv gc --remote` (module [`remote_gc`]; the argument
 //!   that no ref names deleted data is in docs/format.md, "Remote garbage
 //!   collection"), which runs lock-free against writers that follow `transfer::writer_view`.

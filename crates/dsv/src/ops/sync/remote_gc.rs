@@ -1391,7 +1391,7 @@ pub fn verify_remote(
         frames: 0,
         bytes: 0,
         held: &read.held,
-        deltas: DeltaChecks::new(&read.indexes),
+        deltas: DeltaChecks::new(&read.indexes, &store.temp_dir()),
     };
     checker.check_all(&read.indexes, progress)?;
     let PackChecker {
@@ -1558,22 +1558,33 @@ struct PackChecker<'a> {
     deltas: DeltaChecks,
 }
 
-/// `verify --remote --full`'s delta frames: decoded against their bases once every pack is
-/// read (a base may lie in a pack read later). The raw bytes of every chunk that some delta
-/// frame of the remote names as a base are kept meanwhile (from plain frames as they are
-/// checked, from delta frames as they are decoded).
+/// `verify --remote --full`'s delta frames: each decoded against its bases as soon as they are
+/// read (a base may lie in a pack read later). The raw bytes of a chunk are kept only while a
+/// delta frame of the remote still to be decoded names it as a base (from plain frames as they
+/// are checked, from delta frames as they are decoded), and the stored bytes of each delta
+/// frame only until its bases are read: within [`crate::transfer::delta_memory`] bytes of
+/// memory, the rest in an unnamed file in the store's temp directory, as a download keeps them.
 struct DeltaChecks {
-    /// Chunks some delta frame of the remote names as a base.
-    wanted: HashSet<ObjectId>,
-    /// Raw bytes of those read so far.
-    raw: HashMap<ObjectId, Vec<u8>>,
-    /// Delta frames read, waiting for their bases: pack key, frame, stored bytes, objects
-    /// (id, kind, offset, length), bases.
-    pending: Vec<PendingDelta>,
+    bases: crate::transfer::kept::BaseStore,
+    /// Delta frames read, waiting for their bases, by arrival number.
+    pending: BTreeMap<u64, PendingDelta>,
+    arrivals: u64,
 }
 
-/// A delta frame `verify --remote --full` read and decodes later ([`DeltaChecks`]).
+/// A delta frame `verify --remote --full` read and decodes once its bases are read
+/// ([`DeltaChecks`]): pack key, frame, stored bytes (kept), objects (id, kind, offset,
+/// length), bases.
 type PendingDelta = (
+    String,
+    FrameRecord,
+    crate::transfer::kept::Held,
+    Vec<(ObjectId, ObjectKind, u32, u32)>,
+    Vec<ObjectId>,
+);
+
+/// A delta frame as `verify --remote --full` read it: pack key, frame, stored bytes, objects
+/// (id, kind, offset, length), bases.
+type ReadDelta = (
     String,
     FrameRecord,
     Vec<u8>,
@@ -1582,68 +1593,112 @@ type PendingDelta = (
 );
 
 impl DeltaChecks {
-    fn new(indexes: &[ReadIndex]) -> DeltaChecks {
-        DeltaChecks {
-            wanted: indexes
-                .iter()
-                .flat_map(|index| index.5.values().flatten().copied())
-                .collect(),
-            raw: HashMap::new(),
-            pending: Vec::new(),
+    /// The checks of the delta frames of `indexes`, keeping what is past the memory budget
+    /// in `temp_dir`.
+    fn new(indexes: &[ReadIndex], temp_dir: &std::path::Path) -> DeltaChecks {
+        let mut bases =
+            crate::transfer::kept::BaseStore::new(crate::transfer::delta_memory(), Some(temp_dir));
+        for index in indexes {
+            for frame_bases in index.5.values() {
+                bases.will_use(frame_bases);
+            }
         }
+        DeltaChecks {
+            bases,
+            pending: BTreeMap::new(),
+            arrivals: 0,
+        }
+    }
+
+    /// True when a delta frame still to be decoded names chunk `id` as a base.
+    fn wanted(&self, id: &ObjectId) -> bool {
+        self.bases.wanted(id)
     }
 
     /// Keeps the raw bytes of the wanted bases among `members` of a checked frame's `raw`.
-    fn keep(&mut self, raw: &[u8], members: &[(ObjectId, ObjectKind, u32, u32)]) {
+    ///
+    /// # Errors
+    /// [`Error::Io`] keeping them on disk.
+    fn keep(&mut self, raw: &[u8], members: &[(ObjectId, ObjectKind, u32, u32)]) -> Result<()> {
         for (id, kind, offset, length) in members {
             if *kind == ObjectKind::Chunk
-                && self.wanted.contains(id)
+                && self.bases.wanted(id)
                 && let Some(bytes) = raw.get(*offset as usize..(*offset + *length) as usize)
             {
-                self.raw.entry(*id).or_insert_with(|| bytes.to_vec());
+                self.bases.arrived_bytes(*id, bytes)?;
             }
         }
+        Ok(())
     }
 
-    /// Decodes the pending delta frames whose bases are read, round after round (a base
-    /// decoded in one round serves the next); each failure, and each frame whose bases never
-    /// come (a base no pack holds, or a cycle), is a problem.
-    fn finish(&mut self, problems: &mut Vec<RemoteProblem>) {
-        loop {
-            let pending = std::mem::take(&mut self.pending);
-            let before = pending.len();
-            for (key, frame, stored, members, bases) in pending {
-                if !bases.iter().all(|base| self.raw.contains_key(base)) {
-                    self.pending.push((key, frame, stored, members, bases));
-                    continue;
-                }
-                let prefix: Vec<u8> = bases
-                    .iter()
-                    .flat_map(|base| self.raw[base].iter().copied())
-                    .collect();
-                let kept = members.clone();
-                match EncodedFrame::verified_delta(
-                    stored,
+    /// A delta frame read (pack key, frame, stored bytes, members, bases): it waits for its
+    /// bases.
+    ///
+    /// # Errors
+    /// [`Error::Io`] keeping its bytes on disk.
+    fn add(&mut self, (key, frame, stored, members, bases): ReadDelta) -> Result<()> {
+        let stored = crate::transfer::kept::lock(&self.bases.kept).put(stored)?;
+        let number = self.arrivals;
+        self.arrivals += 1;
+        self.bases.wait(number, &bases);
+        self.pending
+            .insert(number, (key, frame, stored, members, bases));
+        Ok(())
+    }
+
+    /// Decodes the pending delta frames whose bases are read (a base decoded serves the
+    /// next); each failure is a problem. A base no delta still to be decoded names is let go.
+    ///
+    /// # Errors
+    /// [`Error::Io`] reading or writing what is kept on disk.
+    fn resolve(&mut self, problems: &mut Vec<RemoteProblem>) -> Result<()> {
+        while let Some(number) = self.bases.next_ready() {
+            let Some((key, frame, stored, members, bases)) = self.pending.remove(&number) else {
+                continue;
+            };
+            let stored_bytes = {
+                let mut kept = crate::transfer::kept::lock(&self.bases.kept);
+                let bytes = kept.get(&stored)?.into_owned();
+                kept.release(&stored);
+                bytes
+            };
+            let limit = crate::pack::format::MAX_DELTA_PREFIX;
+            let decoded = match self.bases.prefix(&bases, limit)? {
+                Err(length) => Err(format!(
+                    "its bases hold {length} bytes, more than the {limit} a delta's prefix may"
+                )),
+                Ok(prefix) => EncodedFrame::verified_delta(
+                    stored_bytes,
                     frame.raw_length,
-                    members,
-                    bases,
+                    members.clone(),
+                    bases.clone(),
                     &prefix,
-                ) {
-                    Ok((_, raw)) => self.keep(&raw, &kept),
-                    Err(detail) => problems.push(RemoteProblem {
-                        what: key,
-                        detail: format!("frame at offset {}: {detail}", frame.offset),
-                    }),
-                }
+                )
+                .map(|(_, raw)| raw),
+            };
+            match decoded {
+                Ok(raw) => self.keep(&raw, &members)?,
+                Err(detail) => problems.push(RemoteProblem {
+                    what: key,
+                    detail: format!("frame at offset {}: {detail}", frame.offset),
+                }),
             }
-            if self.pending.is_empty() || self.pending.len() == before {
-                break;
-            }
+            self.bases.used(&bases);
         }
-        for (key, frame, _, _, bases) in std::mem::take(&mut self.pending) {
+        Ok(())
+    }
+
+    /// Decodes what is left, then each frame whose bases never came (a base no pack holds, or
+    /// a cycle) is a problem.
+    ///
+    /// # Errors
+    /// As [`DeltaChecks::resolve`].
+    fn finish(&mut self, problems: &mut Vec<RemoteProblem>) -> Result<()> {
+        self.resolve(problems)?;
+        for (key, frame, _, _, bases) in std::mem::take(&mut self.pending).into_values() {
             let unread: Vec<String> = bases
                 .iter()
-                .filter(|base| !self.raw.contains_key(*base))
+                .filter(|base| !self.bases.has(base))
                 .map(|base| base.short())
                 .collect();
             problems.push(RemoteProblem {
@@ -1655,6 +1710,8 @@ impl DeltaChecks {
                 ),
             });
         }
+        self.bases.clear();
+        Ok(())
     }
 }
 
@@ -1671,9 +1728,11 @@ impl PackChecker<'_> {
         for index in indexes {
             crate::interrupt::check()?;
             self.check(index)?;
+            // The deltas whose bases this pack brought, decoded now: what waits stays small.
+            self.deltas.resolve(self.problems)?;
             progress.advance(if self.full { index.1 } else { 1 });
         }
-        self.deltas.finish(self.problems);
+        self.deltas.finish(self.problems)?;
         progress.finish();
         Ok(())
     }
@@ -1734,16 +1793,11 @@ impl PackChecker<'_> {
                 .collect();
             self.frames += 1;
             if let Some(delta_bases) = delta_bases {
-                self.deltas.pending.push((
-                    key.clone(),
-                    frame,
-                    stored,
-                    members,
-                    delta_bases.clone(),
-                ));
+                self.deltas
+                    .add((key.clone(), frame, stored, members, delta_bases.clone()))?;
                 continue;
             }
-            self.check_frame(id, &frame, stored, members, &key);
+            self.check_frame(id, &frame, stored, members, &key)?;
         }
         Ok(())
     }
@@ -1808,7 +1862,11 @@ impl PackChecker<'_> {
     }
 
     /// Checks one frame: it decompresses to its length and every object in it hashes to its
-    /// id; with `full`, its file maps are kept, to be proven later.
+    /// id; with `full`, its file maps are kept, to be proven later, and the bases in it that
+    /// delta frames name ([`DeltaChecks::keep`]).
+    ///
+    /// # Errors
+    /// [`Error::Io`] keeping bases on disk (a frame that fails its check is a problem).
     fn check_frame(
         &mut self,
         id: &ObjectId,
@@ -1816,22 +1874,24 @@ impl PackChecker<'_> {
         stored: Vec<u8>,
         members: Vec<(ObjectId, ObjectKind, u32, u32)>,
         key: &str,
-    ) {
+    ) -> Result<()> {
         let (raw_length, compression) = (frame.raw_length, frame.compression);
         let bases_in = self.full
             && members
                 .iter()
-                .any(|(member, ..)| self.deltas.wanted.contains(member));
+                .any(|(member, ..)| self.deltas.wanted(member));
         let checked = if self.full && (bases_in || super::prove::RemoteMaps::wants(&members)) {
             let kept = members.clone();
-            EncodedFrame::verified_with_raw(stored, raw_length, compression, members).map(
-                |(_, raw)| {
-                    self.deltas.keep(&raw, &kept);
+            match EncodedFrame::verified_with_raw(stored, raw_length, compression, members) {
+                Ok((_, raw)) => {
+                    self.deltas.keep(&raw, &kept)?;
                     if super::prove::RemoteMaps::wants(&kept) {
                         self.maps.add(id, &raw, &kept);
                     }
-                },
-            )
+                    Ok(())
+                }
+                Err(detail) => Err(detail),
+            }
         } else {
             EncodedFrame::verified(stored, raw_length, compression, members).map(|_| ())
         };
@@ -1841,6 +1901,7 @@ impl PackChecker<'_> {
                 detail: format!("frame at offset {}: {detail}", frame.offset),
             });
         }
+        Ok(())
     }
 }
 
