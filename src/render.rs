@@ -657,6 +657,15 @@ pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
     for problem in &r.unreadable_deltas {
         let _ = write!(out, "\nwarning: a delta frame does not read: {problem}");
     }
+    for copy in &r.copies_passed_over {
+        let _ = write!(out, "\nnote: of several copies, {copy}");
+    }
+    for pack in &r.packs_passed_over {
+        let _ = write!(
+            out,
+            "\nnote: pack not indexed, every object it holds is indexed from another copy: {pack}"
+        );
+    }
     if !r.missing_versions.is_empty() {
         let _ = write!(
             out,
