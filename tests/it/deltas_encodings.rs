@@ -6,8 +6,8 @@
 //!
 //! Pack ids are the hash of their bytes and packs are indexed in id order, so each forged
 //! pack is made again (another missing base, another unused chunk beside it) until its id
-//! comes before every pack that holds the plain copy: the order in which the first copy
-//! recorded was the unreadable one.
+//! comes before every other pack holding a copy of its chunks: the order in which the first
+//! copy recorded was the unreadable one.
 
 use std::collections::HashMap;
 use std::fs;
@@ -101,16 +101,23 @@ fn delta(
 }
 
 /// Forges, with `frames(attempt)`, packs in a scratch directory until one's id sorts before
-/// every pack of `packs` (a store's or a remote's `packs/`), then moves it there (with its
-/// `.idx` when `with_index`: a remote's). Returns its id.
+/// every pack of `packs` (a store's or a remote's `packs/`) that holds a copy of one of
+/// `chunks`, then moves it there (with its `.idx` when `with_index`: a remote's). Returns
+/// its id. (With k such packs, the chance that 5,000 attempts all fail is k / (5,000 + k).)
 fn forge_first(
     env: &TestEnv,
     packs: &Path,
+    chunks: &[ObjectId],
     with_index: bool,
     frames: &dyn Fn(u64) -> Vec<dsv::pack::EncodedFrame>,
 ) -> String {
-    let first = packs_in(packs).iter().map(|p| pack_id(p)).min().unwrap();
-    for attempt in 0..1_000 {
+    let held = copies(packs);
+    let first = chunks
+        .iter()
+        .flat_map(|id| held[id].iter().map(|(pack, _)| pack.clone()))
+        .min()
+        .unwrap();
+    for attempt in 0..5_000 {
         let scratch = env.path(&format!("scratch-{attempt}"));
         let id = crate::common::forge_pack_of_frames(env, &scratch, frames(attempt)).to_hex();
         if id < first {
@@ -131,7 +138,7 @@ fn forge_first(
         }
         fs::remove_dir_all(&scratch).unwrap();
     }
-    panic!("no forged pack sorted first in 1,000 attempts");
+    panic!("no forged pack sorted first in 5,000 attempts");
 }
 
 /// Runs `dsv --store STORE ARGS` in `env`: its output.
@@ -204,7 +211,7 @@ fn repair_indexes_the_copy_of_a_chunk_that_reads_and_passes_over_a_delta_whose_b
         "v3 is a delta against v2"
     );
     // Both again, each a delta against a chunk no pack holds.
-    let forged = forge_first(&env, &packs, false, &|attempt| {
+    let forged = forge_first(&env, &packs, &[id_two, id_three], false, &|attempt| {
         let ghost = pseudo_random(FILE_LEN, 1_000 + attempt);
         let ghost_id = ObjectId::of(&ghost);
         vec![
@@ -289,14 +296,15 @@ fn a_chunk_a_remote_holds_plain_and_in_a_cycle_of_deltas_is_read_plain_by_every_
             "the remote holds {id} plain and as a delta: {encodings:?}"
         );
     }
-    // The cycle: two packs, each first in the listing, each with an unused chunk of its own.
+    // The cycle: two packs, each listed before every other copy of its chunk, each with an
+    // unused chunk of its own.
     let packs = remote.join("packs");
     let mut forged = Vec::new();
     for (id, bytes, base, base_bytes) in [
         (id_three, &three, id_two, &two),
         (id_two, &two, id_three, &three),
     ] {
-        forged.push(forge_first(&env, &packs, true, &|attempt| {
+        forged.push(forge_first(&env, &packs, &[id], true, &|attempt| {
             let unused = pseudo_random(64, 5_000 + attempt);
             let mut filler = dsv::pack::FrameBuilder::default();
             filler.push(ObjectId::of(&unused), ObjectKind::Chunk, &unused);
