@@ -658,7 +658,7 @@ pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
         let _ = write!(out, "\nwarning: a delta frame does not read: {problem}");
     }
     for copy in &r.copies_passed_over {
-        let _ = write!(out, "\nnote: of several copies, {copy}");
+        let _ = write!(out, "\nnote: several copies of {copy}");
     }
     for pack in &r.packs_passed_over {
         let _ = write!(
