@@ -735,6 +735,13 @@ pub fn verify(r: &VerifyReport) -> String {
             count(r.files_on_remotes, "file")
         );
     }
+    if !r.unused_unreadable_deltas.is_empty() {
+        let _ = write!(
+            out,
+            "\nunused and unreadable: {} (their chunks are read from other copies)",
+            count(r.unused_unreadable_deltas.len(), "delta frame")
+        );
+    }
     if r.problems.is_empty() {
         out.push_str("\nThe store is consistent.");
     } else {

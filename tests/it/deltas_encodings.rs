@@ -179,13 +179,11 @@ fn check_every_version(env: &TestEnv, store: &Path, datasets: &[&str]) {
 }
 
 /// A store holding chunk v2 plain (written by a `--no-deltas` commit) and chunk v3 as a
-/// forward delta against it, plus a pack (a gc's old one, killed before it was deleted)
-/// holding both again as deltas against a chunk no pack holds; its catalog lost. `dsv repair`
-/// indexes v2's plain copy and v3's delta (its base reads), reports both choices, leaves the
-/// forged pack unindexed, and `verify --full` passes; every version reads back. On main, the
-/// forged pack came first and both chunks were indexed from it: unreadable.
-#[test]
-fn repair_indexes_the_copy_of_a_chunk_that_reads_and_passes_over_a_delta_whose_base_is_gone() {
+/// forward delta against it, plus a pack listed before both (a gc's old one, killed before it
+/// was deleted) holding both again as deltas against a chunk no pack holds, and with `other`,
+/// a chunk of its own too; its catalog lost. Returns the store, the forged pack's id, and the
+/// ids of v2 and v3.
+fn store_with_unreadable_copies(other: bool) -> (TestEnv, String, ObjectId, ObjectId) {
     let env = TestEnv::new();
     let [one, two, three] = versions();
     for (tag, bytes, deltas) in [
@@ -210,16 +208,30 @@ fn repair_indexes_the_copy_of_a_chunk_that_reads_and_passes_over_a_delta_whose_b
         [(before[&id_three][0].0.clone(), vec![id_two])],
         "v3 is a delta against v2"
     );
-    // Both again, each a delta against a chunk no pack holds.
     let forged = forge_first(&env, &packs, &[id_two, id_three], false, &|attempt| {
         let ghost = pseudo_random(FILE_LEN, 1_000 + attempt);
         let ghost_id = ObjectId::of(&ghost);
-        vec![
+        let mut frames = vec![
             delta(id_two, &two, vec![ghost_id], &ghost),
             delta(id_three, &three, vec![ghost_id], &ghost),
-        ]
+        ];
+        if other {
+            let own = pseudo_random(64, 7);
+            let mut frame = dsv::pack::FrameBuilder::default();
+            frame.push(ObjectId::of(&own), ObjectKind::Chunk, &own);
+            frames.push(frame.encode(3));
+        }
+        frames
     });
     fs::remove_file(env.path(".dsv/catalog.db")).unwrap();
+    (env, forged, id_two, id_three)
+}
+
+/// `dsv repair` of [`store_with_unreadable_copies`]: reports that it indexed v2's plain copy
+/// and v3's delta against v2 (its base reads), passing over the forged copies; the
+/// catalog's rows are those (`verify --full` passes, every version reads back).
+fn repaired(env: &TestEnv, forged: &str, ids: [ObjectId; 2]) -> serde_json::Value {
+    let [id_two, id_three] = ids;
     let report = env.json(&["repair"]);
     assert!(
         report["unreadable_deltas"].as_array().unwrap().is_empty(),
@@ -244,23 +256,30 @@ fn repair_indexes_the_copy_of_a_chunk_that_reads_and_passes_over_a_delta_whose_b
         "{report}"
     );
     for id in [id_two, id_three] {
-        assert!(line(&id).contains(&forged), "{report}");
+        assert!(line(&id).contains(forged), "{report}");
     }
-    let passed_over = report["packs_passed_over"].to_string();
-    assert!(passed_over.contains(&forged), "{report}");
-    // Nothing deleted: the forged pack is in place, unindexed.
-    assert!(packs.join(format!("{forged}.pack")).exists());
-
+    // Nothing deleted: the forged pack is in place.
+    assert!(env.path(&format!(".dsv/packs/{forged}.pack")).exists());
     let verified = env.json(&["verify", "--full"]);
     assert!(
         verified["problems"].as_array().unwrap().is_empty(),
         "{verified}"
     );
+    check_every_version(env, &env.path(".dsv"), &["ds"]);
+    verified
+}
+
+/// The forged pack holds only copies: `repair` leaves it unindexed (`verify` lists it among
+/// the unreferenced packs). On main, it came first and both chunks were indexed from it:
+/// unreadable (`unreadable_deltas`), and verify failed.
+#[test]
+fn repair_indexes_the_copy_of_a_chunk_that_reads_and_passes_over_a_delta_whose_base_is_gone() {
+    let (env, forged, id_two, id_three) = store_with_unreadable_copies(false);
+    let verified = repaired(&env, &forged, [id_two, id_three]);
     assert!(
         verified["unreferenced_packs"].to_string().contains(&forged),
         "{verified}"
     );
-    check_every_version(&env, &env.path(".dsv"), &["ds"]);
     // The same choices in words, from a second repair (nothing else changed).
     let text = env.normalize(&env.ok(&["repair"]));
     let text = regex::Regex::new(r"before-repair-\d+-\d+")
@@ -277,6 +296,31 @@ fn repair_indexes_the_copy_of_a_chunk_that_reads_and_passes_over_a_delta_whose_b
     note: several copies of chunk [ID]: indexed its copy in pack [ID] at offset [N] (plain); passed over pack [ID] at offset [N] (a delta against [SHORT])
     note: pack not indexed, every object it holds is indexed from another copy: [ROOT]/.dsv/packs/[ID].pack
     ");
+}
+
+/// The forged pack holds a chunk of its own too: `repair` indexes it, but not its copies of
+/// v2 and v3, and `verify` does not count those frames, which no read decodes, as problems
+/// (`unused_unreadable_deltas`). On main, repair indexed v2 and v3 from them.
+#[test]
+fn verify_lists_the_delta_frames_repair_passed_over_in_an_indexed_pack_without_failing() {
+    let (env, forged, id_two, id_three) = store_with_unreadable_copies(true);
+    let verified = repaired(&env, &forged, [id_two, id_three]);
+    let unused = verified["unused_unreadable_deltas"].as_array().unwrap();
+    assert_eq!(unused.len(), 2, "{verified}");
+    for id in [id_two, id_three] {
+        assert!(
+            unused.iter().any(|l| {
+                let l = l.as_str().unwrap();
+                l.contains(&forged) && l.contains(&id.to_hex()) && l.contains("not in the store")
+            }),
+            "{verified}"
+        );
+    }
+    let text = env.ok(&["verify"]);
+    assert!(
+        text.contains("unused and unreadable: 2 delta frames") && text.contains("consistent"),
+        "{text}"
+    );
 }
 
 /// Two stores push the same versions to one file remote, one with `--no-deltas` (every
