@@ -129,9 +129,10 @@ const IN_SHARED_PACK: &str = "EXISTS (SELECT 1 FROM frames f JOIN packs p ON p.i
      JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id AND r.local_index = 1
      WHERE f.id = o.frame)";
 
-/// The rest of every statement that records where a remote holds an object (after the
-/// columns `remote, id, kind, frame, offset, length`, as parameters `?1`..`?6` through the
-/// macro's user): the choice between two copies of one object on one remote.
+/// The statement that records where a remote holds an object: `$columns` (the six columns
+/// of `remote_objects` in some order) bound to `?1`..`?6`, and `$remote`, `$id`, `$kind`,
+/// `$frame` the parameters holding the remote's row, the object's id and kind, and its
+/// `remote_frames` row. It makes the choice between two copies of one object on one remote.
 ///
 /// This store keeps one location per object and remote, and a remote can hold a chunk
 /// twice, in two encodings: two stores pushed the same content, one with `--no-deltas` and

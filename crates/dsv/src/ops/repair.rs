@@ -74,11 +74,11 @@ pub struct RepairReport {
     /// (`copies_passed_over`), and its delta frame is not listed here.
     pub unreadable_deltas: Vec<String>,
     /// Objects the packs hold more than once, one copy of which is a delta frame (a gc killed
-    /// while deleting its old packs, two encodings fetched): one line each, naming the object, the copy indexed (pack, frame
-    /// offset, plain or delta) and the copies passed over. The copy indexed is one that
-    /// reads: a plain one first, else a delta whose bases are all held (themselves by copies
-    /// that read, no cycle, at most 16 levels); only when no copy reads, the first (by pack
-    /// id), as before.
+    /// while deleting its old packs, two encodings fetched): one line each, naming the
+    /// object, the copy indexed (pack, frame offset, plain or delta) and the copies passed
+    /// over. The copy indexed is one that reads: a plain one first, else a delta whose bases
+    /// are all held (themselves by copies that read, no cycle, at most 16 levels); only when
+    /// no copy reads, the first (by pack id), as before.
     pub copies_passed_over: Vec<String>,
     /// Pack files left in place but not indexed because every object they hold is indexed
     /// from another copy (`copies_passed_over`): listed by `verify` under its unreferenced
