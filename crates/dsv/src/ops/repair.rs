@@ -82,7 +82,7 @@ pub struct RepairReport {
     pub copies_passed_over: Vec<String>,
     /// Pack files left in place but not indexed because every object they hold is indexed
     /// from another copy (`copies_passed_over`): listed by `verify` under its unreferenced
-    /// packs; `gc` deletes them.
+    /// packs; `gc` deletes them once they are older than its grace period.
     pub packs_passed_over: Vec<String>,
     /// Versions found in the packs.
     pub versions: u64,
