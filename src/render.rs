@@ -657,6 +657,15 @@ pub fn repair(r: &dsv::ops::repair::RepairReport) -> String {
     for problem in &r.unreadable_deltas {
         let _ = write!(out, "\nwarning: a delta frame does not read: {problem}");
     }
+    for copy in &r.copies_passed_over {
+        let _ = write!(out, "\nnote: several copies of {copy}");
+    }
+    for pack in &r.packs_passed_over {
+        let _ = write!(
+            out,
+            "\nnote: pack not indexed, every object it holds is indexed from another copy: {pack}"
+        );
+    }
     if !r.missing_versions.is_empty() {
         let _ = write!(
             out,
@@ -724,6 +733,13 @@ pub fn verify(r: &VerifyReport) -> String {
             out,
             "\n{} on a remote only (fetched when a checkout needs them)",
             count(r.files_on_remotes, "file")
+        );
+    }
+    if !r.unused_unreadable_deltas.is_empty() {
+        let _ = write!(
+            out,
+            "\nunused and unreadable: {} (their chunks are read from other copies)",
+            count(r.unused_unreadable_deltas.len(), "delta frame")
         );
     }
     if r.problems.is_empty() {

@@ -19,6 +19,7 @@ mod concurrency;
 mod copy;
 mod crash;
 mod deltas_commit;
+mod deltas_encodings;
 mod deltas_gc;
 mod deltas_hostile;
 mod deltas_memory;

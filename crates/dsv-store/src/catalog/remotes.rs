@@ -129,6 +129,80 @@ const IN_SHARED_PACK: &str = "EXISTS (SELECT 1 FROM frames f JOIN packs p ON p.i
      JOIN remote_packs r ON r.remote = ?1 AND r.pack_id = p.pack_id AND r.local_index = 1
      WHERE f.id = o.frame)";
 
+/// The statement that records where a remote holds an object: `$columns` (the six columns
+/// of `remote_objects` in some order) bound to `?1`..`?6`, and `$remote`, `$id`, `$kind`,
+/// `$frame` the parameters holding the remote's row, the object's id and kind, and its
+/// `remote_frames` row. It makes the choice between two copies of one object on one remote.
+///
+/// This store keeps one location per object and remote, and a remote can hold a chunk
+/// twice, in two encodings: two stores pushed the same content, one with `--no-deltas` and
+/// one with deltas, or with deltas against different parents. Two delta copies can even name
+/// each other (A against B in one pack, B against A in another): a cycle no reader decodes.
+/// So, whatever order the remote lists its packs in:
+/// - a location in a delta frame is not recorded when the remote already has the object in
+///   a plain frame of a local pack whose index it shares (`SHARED_LOCATE` answers for it);
+/// - a location in a plain frame replaces a recorded one in a delta frame;
+/// - nothing else replaces a recorded location.
+///
+/// A chunk the remote holds plain anywhere is then read plain: every fetch (clone, pull,
+/// checkout of remote-only data, the read engine, `copy`) locates it through these rows
+/// (`remote_locate`, `remote_frames_holding`, `remote_chunk_bases`). A chunk the remote holds
+/// only as deltas keeps the first delta recorded.
+macro_rules! record_remote_object {
+    ($columns:literal, $remote:literal, $id:literal, $kind:literal, $frame:literal) => {
+        concat!(
+            "INSERT INTO remote_objects ",
+            $columns,
+            " SELECT ?1, ?2, ?3, ?4, ?5, ?6
+             WHERE (SELECT bases FROM remote_frames WHERE id = ",
+            $frame,
+            ") IS NULL
+                OR NOT EXISTS (SELECT 1 FROM objects o JOIN frames f ON f.id = o.frame
+                    JOIN packs p ON p.id = f.pack
+                    JOIN remote_packs r ON r.remote = ",
+            $remote,
+            " AND r.pack_id = p.pack_id AND r.local_index = 1
+                    WHERE o.id = ",
+            $id,
+            " AND o.kind = ",
+            $kind,
+            " AND f.bases IS NULL)
+             ON CONFLICT (remote, id, kind) DO UPDATE
+                SET frame = excluded.frame, offset = excluded.offset, length = excluded.length
+              WHERE (SELECT bases FROM remote_frames WHERE id = excluded.frame) IS NULL
+                AND (SELECT bases FROM remote_frames WHERE id = remote_objects.frame) IS NOT NULL"
+        )
+    };
+}
+
+/// Records where remote `?1` holds object `?2` of kind `?3`: frame `?4` (a `remote_frames`
+/// row), offset `?5` and length `?6` in its raw bytes; of two copies, the plain one (see
+/// `record_remote_object!`).
+pub(super) const RECORD_REMOTE_OBJECT: &str = record_remote_object!(
+    "(remote, id, kind, frame, offset, length)",
+    "?1",
+    "?2",
+    "?3",
+    "?4"
+);
+
+/// [`RECORD_REMOTE_OBJECT`] with the parameters in the order `index_pack` binds them: id
+/// `?1`, kind `?2`, frame `?3`, offset `?4`, length `?5`, remote `?6`.
+const RECORD_INDEXED_REMOTE_OBJECT: &str = record_remote_object!(
+    "(id, kind, frame, offset, length, remote)",
+    "?6",
+    "?1",
+    "?2",
+    "?3"
+);
+
+/// Forgets remote `?1`'s own location of object `?2` of kind `?3` when it lies in a delta
+/// frame: the object is in a plain frame of a local pack the remote shares, which
+/// `SHARED_LOCATE` then answers with (see `record_remote_object!`).
+const FORGET_REMOTE_DELTA_COPY: &str = "DELETE FROM remote_objects
+     WHERE remote = ?1 AND id = ?2 AND kind = ?3
+       AND (SELECT bases FROM remote_frames WHERE id = remote_objects.frame) IS NOT NULL";
+
 fn parse_id(bytes: &[u8], catalog: &Catalog) -> Result<ObjectId> {
     ObjectId::from_slice(bytes).ok_or_else(|| Error::corrupt(catalog.path(), "malformed id"))
 }
@@ -750,7 +824,7 @@ impl CatalogWriter<'_> {
         }
         self.index_pack(
             "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression, bases) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            "INSERT OR IGNORE INTO remote_objects (id, kind, frame, offset, length, remote) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            RECORD_INDEXED_REMOTE_OBJECT,
             Some(remote),
             pack_row,
             super::objects::IndexRef {
@@ -778,23 +852,34 @@ impl CatalogWriter<'_> {
             deltas,
         } = index;
         let mut in_pack = self.tx.prepare_cached(
-            "SELECT f.pack FROM objects o JOIN frames f ON f.id = o.frame WHERE o.id = ?1 AND o.kind = ?2",
+            "SELECT f.pack, f.bases IS NULL FROM objects o JOIN frames f ON f.id = o.frame WHERE o.id = ?1 AND o.kind = ?2",
         ).in_catalog()?;
         let mut insert_frame = self.tx.prepare_cached(
             "INSERT INTO remote_frames (pack, offset, stored_length, raw_length, compression, bases) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         ).in_catalog()?;
-        let mut insert_object = self.tx.prepare_cached(
-            "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        ).in_catalog()?;
+        let mut insert_object = self.tx.prepare_cached(RECORD_REMOTE_OBJECT).in_catalog()?;
+        let mut forget_delta = self
+            .tx
+            .prepare_cached(FORGET_REMOTE_DELTA_COPY)
+            .in_catalog()?;
         let mut frame_rows = std::collections::HashMap::new();
         for object in objects {
-            let here: Option<i64> = in_pack
+            let here: Option<(i64, bool)> = in_pack
                 .query_row(params![&object.id.0[..], object.kind as u8], |row| {
-                    row.get(0)
+                    Ok((row.get(0)?, row.get(1)?))
                 })
                 .optional()
                 .in_catalog()?;
-            if here == Some(local) {
+            if let Some((pack, plain)) = here
+                && pack == local
+            {
+                // Located through the shared index; a plain copy there wins over a delta
+                // copy the remote's own rows recorded from another pack.
+                if plain {
+                    forget_delta
+                        .execute(params![remote, &object.id.0[..], object.kind as u8])
+                        .in_catalog()?;
+                }
                 continue;
             }
             let frame_row = match frame_rows.get(&object.frame) {
@@ -916,13 +1001,7 @@ impl CatalogWriter<'_> {
                 };
                 by_local.insert(*frame, row);
             }
-            let mut insert = self
-                .tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO remote_objects (remote, id, kind, frame, offset, length)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .in_catalog()?;
+            let mut insert = self.tx.prepare_cached(RECORD_REMOTE_OBJECT).in_catalog()?;
             for (id, kind, frame, offset, length) in &objects {
                 if let Some(row) = by_local.get(frame) {
                     insert
@@ -1660,6 +1739,118 @@ mod tests {
         assert!(catalog.has_pack(&p.id).unwrap());
         assert!(catalog.has_object(&a, ObjectKind::Chunk).unwrap());
         catalog.check_integrity().unwrap();
+    }
+
+    /// A pack `seed` of one frame holding chunk `a`: a delta frame against `base` when given,
+    /// else a plain (zstd) one.
+    fn one_chunk_pack(seed: &str, a: ObjectId, base: Option<ObjectId>) -> crate::pack::SealedPack {
+        let mut pack = sample_pack(seed, &[(a, ObjectKind::Chunk)]);
+        if let Some(base) = base {
+            pack.frames[0].compression = crate::pack::Compression::Delta;
+            pack.deltas = vec![crate::pack::FrameBases {
+                frame: 0,
+                bases: vec![base],
+            }];
+        }
+        pack
+    }
+
+    fn record(catalog: &mut Catalog, remote: i64, packs: &[&crate::pack::SealedPack]) {
+        let writer = catalog.writer().unwrap();
+        for pack in packs {
+            writer
+                .add_remote_pack(
+                    remote,
+                    &pack.id,
+                    pack.size,
+                    &pack.frames,
+                    &pack.objects,
+                    &pack.deltas,
+                )
+                .unwrap();
+        }
+        writer.commit().unwrap();
+    }
+
+    /// Two copies of one chunk on one remote, a delta (here a cycle: `a` against `b` and `b`
+    /// against `a`) and a plain one: the plain copy is the one recorded, in either order the
+    /// packs are listed, whether it is in the remote's own index rows or in a local pack
+    /// whose index the remote shares; and a chunk held only as deltas keeps the first.
+    #[test]
+    fn of_a_plain_and_a_delta_copy_of_a_chunk_on_a_remote_the_plain_one_is_recorded() {
+        let (_dir, mut catalog, origin, backup) = with_remotes();
+        let (a, b) = (ObjectId::of(b"a"), ObjectId::of(b"b"));
+        let a_delta = one_chunk_pack("a against b", a, Some(b));
+        let b_delta = one_chunk_pack("b against a", b, Some(a));
+        let plain = sample_pack("plain", &[(a, ObjectKind::Chunk), (b, ObjectKind::Chunk)]);
+        let plain_at = |catalog: &Catalog, remote: i64| {
+            [a, b].map(|id| {
+                let found = catalog
+                    .remote_locate(remote, &id, ObjectKind::Chunk)
+                    .unwrap()
+                    .unwrap();
+                assert!(
+                    catalog
+                        .remote_frame_bases(found.frame_row)
+                        .unwrap()
+                        .is_empty()
+                );
+                assert!(catalog.remote_chunk_bases(remote, &id).unwrap().is_empty());
+                (found.pack, found.in_local_pack())
+            })
+        };
+        // The deltas listed first, then the plain pack; and the other way round.
+        record(&mut catalog, origin, &[&a_delta, &b_delta, &plain]);
+        record(&mut catalog, backup, &[&plain, &b_delta, &a_delta]);
+        for remote in [origin, backup] {
+            assert_eq!(plain_at(&catalog, remote), [(plain.id, false); 2]);
+            assert!(
+                catalog
+                    .remote_delta_bases_of(remote, &[a, b])
+                    .unwrap()
+                    .is_empty()
+            );
+            let (frames, missing) = catalog
+                .remote_frames_holding(remote, &[(a, ObjectKind::Chunk), (b, ObjectKind::Chunk)])
+                .unwrap();
+            assert_eq!(missing, None);
+            assert_eq!(
+                frames.iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(),
+                [(plain.id, plain.frames[0])]
+            );
+        }
+        // Only deltas: the first recorded stays.
+        let writer = catalog.writer().unwrap();
+        writer
+            .add_remote("third", "file:///c", &BTreeMap::new())
+            .unwrap();
+        writer.commit().unwrap();
+        let third = catalog.remote("third").unwrap().id;
+        let a_other = one_chunk_pack("a against c", a, Some(ObjectId::of(b"c")));
+        record(&mut catalog, third, &[&a_delta, &a_other]);
+        assert_eq!(
+            catalog.remote_chunk_bases(third, &a).unwrap(),
+            [b],
+            "a delta does not replace a delta"
+        );
+
+        // A local pack holding them plain, which the remote holds too (a pushed pack): its
+        // shared index wins over the deltas, listed before or after it.
+        let (_dir, mut catalog, origin, backup) = with_remotes();
+        let writer = catalog.writer().unwrap();
+        writer.add_pack(&plain).unwrap();
+        writer.commit().unwrap();
+        record(&mut catalog, origin, &[&a_delta, &plain, &b_delta]);
+        record(&mut catalog, backup, &[&plain, &a_delta, &b_delta]);
+        for remote in [origin, backup] {
+            assert_eq!(plain_at(&catalog, remote), [(plain.id, true); 2]);
+            assert!(
+                catalog
+                    .remote_delta_bases_of(remote, &[a, b])
+                    .unwrap()
+                    .is_empty()
+            );
+        }
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //! `ref_log.length` NULL, so its transactions write no ref log); check each `packs/<id>.pack`
 //! whole (`verify_pack`, delta frames from their index only) and catalogue those that pass,
 //! with each delta frame's bases from its pack's index (`frames.bases`), reporting the others;
+//! of an object held more than once with a copy in a delta frame (a gc killed while deleting
+//! its old packs leaves a plain copy beside a delta whose bases it had deleted), index the
+//! copy that reads (`choose_copies`: plain first, else a delta whose bases read, round by
+//! round, so no cycle), reporting the copies passed over, and leave unindexed a pack whose
+//! every object is indexed from another copy;
 //! decode every delta frame against its bases now that the catalog locates them all
 //! (`check_deltas`, reporting those that do not read in `unreadable_deltas`); record every
 //! version object they hold without moving a head; replay the ref log (`RefState`), each line
@@ -65,8 +70,20 @@ pub struct RepairReport {
     /// Delta frames of the packs indexed that do not read against their bases (a base no
     /// pack holds, a cycle of bases, a result that does not hash to its chunk), one line each
     /// as `verify` reports them: indexed all the same (their packs check), their chunks fail
-    /// every read.
+    /// every read. A chunk with another copy that reads is indexed from that copy instead
+    /// (`copies_passed_over`), and its delta frame is not listed here.
     pub unreadable_deltas: Vec<String>,
+    /// Objects the packs hold more than once, one copy of which is a delta frame (a gc killed
+    /// while deleting its old packs, two encodings fetched): one line each, naming the
+    /// object, the copy indexed (pack, frame offset, plain or delta) and the copies passed
+    /// over. The copy indexed is one that reads: a plain one first, else a delta whose bases
+    /// are all held (themselves by copies that read, no cycle, at most 16 levels); only when
+    /// no copy reads, the first (by pack id), as before.
+    pub copies_passed_over: Vec<String>,
+    /// Pack files left in place but not indexed because every object they hold is indexed
+    /// from another copy (`copies_passed_over`): listed by `verify` under its unreferenced
+    /// packs; `gc` deletes them once they are older than its grace period.
+    pub packs_passed_over: Vec<String>,
     /// Versions found in the packs.
     pub versions: u64,
     /// Datasets with a head after the repair.
@@ -359,7 +376,7 @@ fn index_packs(
         packs.iter().map(|p| p.2).sum(),
         Unit::Bytes,
     );
-    let mut sealed = Vec::new();
+    let mut sealed: Vec<SealedPack> = Vec::new();
     for (id, path, size) in packs {
         crate::interrupt::check()?;
         match crate::pack::reader::verify_pack(path, id, None) {
@@ -377,6 +394,24 @@ fn index_packs(
         progress.advance(*size);
     }
     progress.phase("rebuilding the catalog");
+    // Of several copies of an object, the one that reads is indexed: the others' records go.
+    let copies = choose_copies(&sealed);
+    for (pack, object) in copies.passed_over.iter().rev() {
+        sealed[*pack].objects.remove(*object);
+    }
+    report.copies_passed_over = copies.lines;
+    let (sealed, passed_over): (Vec<SealedPack>, Vec<SealedPack>) =
+        sealed.into_iter().partition(|pack| {
+            !pack.objects.is_empty() || copies.emptied.binary_search(&pack.id).is_err()
+        });
+    report.packs_passed_over = passed_over
+        .iter()
+        .map(|pack| {
+            crate::pack::writer::pack_path(&store.packs_dir(), &pack.id)
+                .display()
+                .to_string()
+        })
+        .collect();
     let writer = store.catalog_mut().writer()?;
     for pack in &sealed {
         writer.add_pack(pack)?;
@@ -385,6 +420,147 @@ fn index_packs(
     writer.commit()?;
     report.packs = sealed.len() as u64;
     Ok(sealed)
+}
+
+/// One copy of an object in the packs being indexed: pack number (in the list), object
+/// number (in its pack's object list).
+type CopyAt = (usize, usize);
+
+/// What [`choose_copies`] decided.
+#[derive(Debug, Default)]
+struct CopyChoice {
+    /// The copies not to index, sorted (pack number, then object number).
+    passed_over: Vec<CopyAt>,
+    /// The ids of the packs that held objects and hold none once those are left out, sorted.
+    emptied: Vec<ObjectId>,
+    /// One line per object with a copy passed over (`RepairReport::copies_passed_over`).
+    lines: Vec<String>,
+}
+
+/// Chooses, for each object that `sealed` (by pack id) holds more than once with a copy in a
+/// delta frame, the copy to index: the first plain copy; else the first delta copy whose
+/// bases all read (each a chunk with a plain copy, or with a delta copy chosen in an earlier
+/// round: so no cycle, and at most `MAX_DELTA_DEPTH` rounds, the depth a reader follows);
+/// else, when no copy reads, the first (the copy indexed before this choice existed, which
+/// `check_deltas` then reports). Objects held once, or only in plain frames, are left as
+/// they are (the first copy is indexed). Reads the indexes only: bounded by the delta frames'
+/// objects and bases.
+fn choose_copies(sealed: &[SealedPack]) -> CopyChoice {
+    use std::collections::{HashMap, HashSet};
+    // The objects of delta frames, and the bases those frames name.
+    let mut in_deltas: HashSet<(ObjectId, ObjectKind)> = HashSet::new();
+    let mut bases: HashSet<ObjectId> = HashSet::new();
+    for pack in sealed {
+        for delta in &pack.deltas {
+            bases.extend(delta.bases.iter().copied());
+            in_deltas.extend(
+                pack.objects
+                    .iter()
+                    .filter(|o| o.frame == delta.frame)
+                    .map(|o| (o.id, o.kind)),
+            );
+        }
+    }
+    if in_deltas.is_empty() {
+        return CopyChoice::default();
+    }
+    // Every copy of those objects, in pack order; and which bases have a plain copy.
+    let mut copies: HashMap<(ObjectId, ObjectKind), Vec<CopyAt>> = HashMap::new();
+    let mut readable: HashSet<ObjectId> = HashSet::new();
+    for (p, pack) in sealed.iter().enumerate() {
+        for (o, object) in pack.objects.iter().enumerate() {
+            let key = (object.id, object.kind);
+            let plain = pack.bases_of(object.frame).is_empty();
+            if in_deltas.contains(&key) {
+                copies.entry(key).or_default().push((p, o));
+            }
+            if plain && object.kind == ObjectKind::Chunk && bases.contains(&object.id) {
+                readable.insert(object.id);
+            }
+        }
+    }
+    let bases_of = |(p, o): CopyAt| sealed[p].bases_of(sealed[p].objects[o].frame);
+    let mut chosen: HashMap<(ObjectId, ObjectKind), CopyAt> = HashMap::new();
+    for (key, at) in &copies {
+        if let Some(plain) = at.iter().find(|c| bases_of(**c).is_empty()) {
+            chosen.insert(*key, *plain);
+        }
+    }
+    // Round by round, the deltas whose bases read: a chunk's chain is as short as its
+    // copies allow.
+    for _ in 0..crate::pack::format::MAX_DELTA_DEPTH {
+        let mut resolved = Vec::new();
+        for (key, at) in &copies {
+            if chosen.contains_key(key) {
+                continue;
+            }
+            if let Some(copy) = at
+                .iter()
+                .find(|c| bases_of(**c).iter().all(|b| readable.contains(b)))
+            {
+                resolved.push((*key, *copy));
+            }
+        }
+        if resolved.is_empty() {
+            break;
+        }
+        for (key, copy) in resolved {
+            chosen.insert(key, copy);
+            if key.1 == ObjectKind::Chunk {
+                readable.insert(key.0);
+            }
+        }
+    }
+    let describe = |(p, o): CopyAt| {
+        let pack = &sealed[p];
+        let frame = &pack.frames[pack.objects[o].frame as usize];
+        let encoding = if bases_of((p, o)).is_empty() {
+            "plain".to_string()
+        } else {
+            let names: Vec<String> = bases_of((p, o)).iter().map(ObjectId::short).collect();
+            format!("a delta against {}", names.join(", "))
+        };
+        format!("pack {} at offset {} ({encoding})", pack.id, frame.offset)
+    };
+    let mut out = CopyChoice::default();
+    let mut keys: Vec<&(ObjectId, ObjectKind)> =
+        copies.keys().filter(|k| copies[*k].len() > 1).collect();
+    keys.sort_by_key(|(id, kind)| (*id, *kind as u8));
+    for key in keys {
+        let at = &copies[key];
+        let keep = chosen.get(key).copied().unwrap_or(at[0]);
+        let others: Vec<CopyAt> = at.iter().copied().filter(|c| *c != keep).collect();
+        out.lines.push(format!(
+            "{} {}: indexed its copy in {}{}; passed over {}",
+            key.1.name(),
+            key.0,
+            describe(keep),
+            if chosen.contains_key(key) {
+                ""
+            } else {
+                ", though no copy reads"
+            },
+            others
+                .iter()
+                .map(|c| describe(*c))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+        out.passed_over.extend(others);
+    }
+    out.passed_over.sort_unstable();
+    let mut left: Vec<usize> = sealed.iter().map(|p| p.objects.len()).collect();
+    for (p, _) in &out.passed_over {
+        left[*p] -= 1;
+    }
+    out.emptied = left
+        .iter()
+        .enumerate()
+        .filter(|(p, n)| **n == 0 && !sealed[*p].objects.is_empty())
+        .map(|(p, _)| sealed[p].id)
+        .collect();
+    out.emptied.sort_unstable();
+    out
 }
 
 /// Decodes every delta frame of the `sealed` packs against its bases, now that `store`'s
@@ -405,6 +581,10 @@ fn check_deltas(store: &Store, sealed: &[SealedPack], report: &mut RepairReport)
         for delta in &pack.deltas {
             crate::interrupt::check()?;
             let frame = super::delta_check::DeltaFrame::of(&pack.id, &index, delta.frame);
+            // A frame whose every chunk is indexed from another copy: no read decodes it.
+            if frame.chunks.is_empty() {
+                continue;
+            }
             if let Err(problem) = check.check(&frame)? {
                 report.unreadable_deltas.push(problem);
             }

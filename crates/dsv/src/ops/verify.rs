@@ -32,7 +32,10 @@
 //!    the bases the pack's index lists; then the frame is decoded as every read decodes it
 //!    (`PackReader::prepare`: each base read, its own bases first, and checked against its id;
 //!    the prefix at most `MAX_DELTA_PREFIX` bytes; zstd's window capped) and each chunk hashed.
-//!    A frame that fails is one problem, and its chunks are left out of the verified set.
+//!    A frame that fails is one problem, and its chunks are left out of the verified set;
+//!    but a frame none of whose chunks the catalog locates there (each indexed from another
+//!    copy: `repair` passed it over) is listed in `unused_unreadable_deltas`, not a problem:
+//!    no read decodes it.
 //! 3. Lists files in `.dsv/packs/` that the catalog does not name, or whose names are not
 //!    `<id>.pack`. They go to `unreferenced_packs`, which is not a problem, unless one is a
 //!    readable pack holding versions that the ref log names and the catalog lacks
@@ -100,6 +103,10 @@ pub struct VerifyReport {
     /// Files in `tmp/`: packs being written now, or left by a killed commit (the next commit
     /// removes those whose process is gone).
     pub temporary_files: Vec<String>,
+    /// Delta frames that do not read (worded as `problems` words them) none of whose chunks
+    /// the catalog locates there: each is indexed from another copy that reads (`dsv repair`
+    /// passed this one over, `copies_passed_over`), so no read decodes them. Not problems.
+    pub unused_unreadable_deltas: Vec<String>,
     /// Everything wrong, one line each. Empty means the store is consistent.
     pub problems: Vec<String>,
     /// Files whose data is not here but on a remote this store knows (a clone's data not
@@ -212,6 +219,9 @@ fn check_packs(
                                     indexed.insert(chunk.0).map_err(spill_error(store))?;
                                 }
                             }
+                            Err(problem) if unused(store, frame)? => {
+                                report.unused_unreadable_deltas.push(problem);
+                            }
                             Err(problem) => report.problems.push(problem),
                         }
                     }
@@ -223,6 +233,23 @@ fn check_packs(
         }
     }
     Ok(indexed)
+}
+
+/// True when the catalog locates none of delta frame `frame`'s chunks in it: each is
+/// indexed from another copy (or not at all), so no read decodes this frame.
+///
+/// # Errors
+/// [`Error::Catalog`].
+fn unused(store: &Store, frame: &super::delta_check::DeltaFrame) -> Result<bool> {
+    for (chunk, _, _) in &frame.chunks {
+        if let Some(location) = store.catalog().locate(chunk, ObjectKind::Chunk)?
+            && location.frame.pack == frame.location.pack
+            && location.frame.offset == frame.location.offset
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// What checking one pack whole left to check: the objects it checked, and its delta
