@@ -186,7 +186,10 @@
 //!   after 60 s, doubled at each further failure), so an outage costs each command one
 //!   failed try of it (a stall: its `stall_timeout`; a refused port: its retries' backoff,
 //!   about 3 s; lower `max_retries` on a remote that is often away).
-//! - `remote_objects` keeps one location per (remote, id, kind), the first pack indexed. If
+//! - `remote_objects` keeps one location per (remote, id, kind): the first pack indexed,
+//!   except that a copy in a plain frame replaces one in a delta frame and no delta copy
+//!   replaces a plain one (so a cycle of deltas across two encodings is never what a fetch
+//!   reads; docs/format.md, "Remote layout"). If
 //!   that pack disappears from the remote while another remote pack also holds the object,
 //!   the store forgets the object for that remote (the other pack's index is not read
 //!   again): a push uploads it again, and a download from that remote reports it missing.
