@@ -366,6 +366,121 @@ fn a_repack_copies_a_frame_whose_every_object_it_keeps_byte_for_byte() {
     assert_versions_whole(&env, &ids, &[0, 1]);
 }
 
+/// One file of ~14 KB (a single chunk): 700 seeded rows, `tag` "A" as they are, any other
+/// tag with 3 rows changed (which ones and how by the tag).
+fn one_chunk_file(tag: &str) -> Vec<u8> {
+    let mut rows: Vec<String> = (0..700u64)
+        .map(|i| {
+            format!(
+                "{},{}",
+                mix(i) % 1_000_000_000,
+                mix(i + 10_000) % 1_000_000_000
+            )
+        })
+        .collect();
+    if tag != "A" {
+        let seed = tag.bytes().fold(7u64, |h, b| mix(h ^ u64::from(b)));
+        for k in 0..3u64 {
+            let row = (mix(seed + k) % 700) as usize;
+            rows[row] = format!("{},{tag}", mix(seed + k + 100) % 1_000_000_000);
+        }
+    }
+    (rows.join("\n") + "\n").into_bytes()
+}
+
+#[test]
+fn versions_left_off_the_heads_line_keep_their_chains_within_the_format_through_later_gcs() {
+    // A, v1..v9, A again; gc chains v9..v1 under the head. `reset` to the first A and
+    // eight commits on top; gc. `rm` the first A, nine more commits; gc. The v1..v9 line is
+    // off the head's line of parents, so no pass meets it; gc must not re-encode the bases
+    // under its chains (they would grow past the 16 levels readers follow), and every one
+    // of its versions still reads back.
+    let env = TestEnv::new();
+    let commit = |tag: &str| -> String {
+        env.write("dat/f.csv", one_chunk_file(tag));
+        let report = env.json(&["commit", "dat", "-d", "a"]);
+        std::fs::remove_dir_all(env.path("dat")).unwrap();
+        report["version"].as_str().unwrap().to_string()
+    };
+    let first = commit("A");
+    let line: Vec<(String, String)> = (1..=9)
+        .map(|i| {
+            let tag = format!("v{i}");
+            (commit(&tag), tag)
+        })
+        .collect();
+    commit("A");
+    env.ok(&["gc", "--grace", "0s"]);
+    env.ok(&["reset", "a", &first[..16]]);
+    for i in 1..=8 {
+        commit(&format!("w{i}"));
+    }
+    env.ok(&["gc", "--grace", "0s"]);
+    env.ok(&["rm", &format!("a@{}", &first[..16])]);
+    for i in 9..=17 {
+        commit(&format!("w{i}"));
+    }
+    env.ok(&["gc", "--grace", "0s"]);
+    for (id, tag) in &line {
+        let out = env.path(&format!("out-{tag}"));
+        env.ok(&[
+            "checkout",
+            &format!("a@{}", &id[..16]),
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            std::fs::read(out.join("f.csv")).unwrap() == one_chunk_file(tag),
+            "{tag}"
+        );
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+    assert_consistent(&env);
+}
+
+#[test]
+fn deltas_stay_within_a_dataset_so_a_push_of_one_carries_nothing_of_another() {
+    // Dataset a holds detail.csv, dataset b totals.csv (the same rows less a column): gc
+    // (even --aggressive) stores neither against the other, so a push of b alone leaves no
+    // version, tree or chunk of a on the remote.
+    let env = TestEnv::new();
+    let (_, detail) = series(1, 60, 200, 0).remove(0);
+    let totals: Vec<u8> = String::from_utf8(detail.clone())
+        .unwrap()
+        .lines()
+        .map(|line| format!("{}\n", &line[..line.rfind(',').unwrap()]))
+        .collect::<String>()
+        .into_bytes();
+    env.write("da/detail.csv", &detail);
+    let a = env.json(&["commit", "da", "-d", "a"])["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.write("db/totals.csv", &totals);
+    env.ok(&["commit", "db", "-d", "b"]);
+    let done = env.json(&["gc", "--grace", "0s", "--aggressive"]);
+    assert_eq!(done["deltas"]["rewritten_as_deltas"], 0, "{done:#}");
+    let remote = env.path("remote");
+    env.ok(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("file://{}", remote.display()),
+    ]);
+    env.ok(&["push", "b"]);
+    let clone = TestEnv::new();
+    let dir = clone.path("c");
+    clone.ok(&[
+        "clone",
+        &format!("file://{}", remote.display()),
+        dir.to_str().unwrap(),
+    ]);
+    let known = clone.run(&["--store", dir.to_str().unwrap(), "show", &a[..16]]);
+    assert!(!known.status.success(), "the clone knows a's version");
+    let ours = clone.run(&["--store", dir.to_str().unwrap(), "ls", "b"]);
+    assert!(ours.status.success(), "{ours:?}");
+    assert_consistent(&env);
+}
+
 /// A reader's lease on version `id` (the library's read engine opens it; the lease holds
 /// while the handle lives), as a mount or a training job holds one.
 fn lease(env: &TestEnv, id: &str) -> (dsv::read::ReadEngine, dsv::read::VersionHandle) {

@@ -30,8 +30,14 @@
 //! versions' chunks), whose own bases were assigned before them. A chunk that keeps a delta
 //! encoding the pass did not choose (its pack is leased) has its whole present closure
 //! assigned as it is at that moment, so no later chunk of that closure takes it as a base.
-//! Chunks no pass meets (only in versions off a head's line of parents, or leased ones only)
-//! keep their encoding; their bases are never chunks the pass rewrites against them.
+//! Chunks of live versions no pass meets (left off a head's line of parents by `dsv reset`)
+//! keep their encoding, and so do their bases, recursively (`off_line_closure`): re-encoding
+//! a base under such a chain could make it deeper than readers follow. Leased chunks and
+//! chunks a remote holds keep theirs too.
+//!
+//! **Within a dataset**: a chunk's bases are chunks of its own dataset's versions (the
+//! resemblance index starts empty for each dataset), so a push of one dataset carries no
+//! data of another.
 
 use std::collections::{HashMap, HashSet};
 
@@ -188,9 +194,13 @@ pub fn plan_encodings(
 ) -> Result<Encodings> {
     progress.phase("planning deltas");
     let mut reader = store.reader();
+    let mut datasets = store.catalog().datasets()?;
+    datasets.sort_by(|a, b| a.name.cmp(&b.name));
+    let frozen = off_line_closure(store, &mut reader, storage, &datasets)?;
+    let fixed: HashSet<ObjectId> = fixed.union(&frozen).copied().collect();
     let mut pass = Pass {
         storage,
-        fixed,
+        fixed: &fixed,
         live,
         assigned: HashMap::new(),
         out: Encodings::default(),
@@ -201,9 +211,10 @@ pub fn plan_encodings(
         resemblance: Resemblance::default(),
         aggressive,
     };
-    let mut datasets = store.catalog().datasets()?;
-    datasets.sort_by(|a, b| a.name.cmp(&b.name));
     for dataset in datasets {
+        // Deltas stay within a dataset: a chunk of one never takes another dataset's chunk
+        // as a base (a push of one dataset would carry the other's data with it).
+        pass.resemblance = Resemblance::default();
         let mut next = dataset.head;
         // The newest version taken (its chunks whole) and the one taken last.
         let mut head: Option<std::rc::Rc<Listing>> = None;
@@ -238,6 +249,48 @@ pub fn plan_encodings(
         }
     }
     Ok(pass.out)
+}
+
+/// The chunks of the live versions no pass meets (left off a head's line of parents by
+/// `dsv reset`), with their bases, recursively: they keep their encoding, so that no chain
+/// through them grows past the format's depth while the pass re-encodes a base under it.
+fn off_line_closure(
+    store: &Store,
+    reader: &mut ObjectReader<'_>,
+    storage: &HashMap<ObjectId, ChunkStorage>,
+    datasets: &[crate::catalog::DatasetSummary],
+) -> Result<HashSet<ObjectId>> {
+    let catalog = store.catalog();
+    let mut walked = HashSet::new();
+    for dataset in datasets {
+        let mut next = dataset.head;
+        while let Some(id) = next {
+            if !walked.insert(id) {
+                break;
+            }
+            next = catalog.version(&id)?.and_then(|r| r.version.parent);
+        }
+    }
+    let mut frozen = HashSet::new();
+    let mut stack = Vec::new();
+    for id in catalog.live_versions()? {
+        crate::interrupt::check()?;
+        if walked.contains(&id) || catalog.is_evicted(&id)? {
+            continue;
+        }
+        let Some(record) = catalog.version(&id)? else {
+            continue;
+        };
+        for chunks in listing(store, reader, &record.version.tree)?.values() {
+            stack.extend(chunks.iter().map(|(chunk, _)| *chunk));
+        }
+    }
+    while let Some(chunk) = stack.pop() {
+        if frozen.insert(chunk) {
+            stack.extend(storage.get(&chunk).map_or(&[][..], |s| &s.bases[..]));
+        }
+    }
+    Ok(frozen)
 }
 
 /// The files of tree `root` with their chunks and lengths, by path.
