@@ -109,6 +109,10 @@ pub struct PackReader {
     scratch: Vec<u8>,
     /// One zstd context for every frame (reused).
     decompressor: Option<zstd::bulk::Decompressor<'static>>,
+    /// The reference prefix of the delta frame being decoded (reused: a prefix of a few
+    /// chunks is past the allocator's mmap threshold, and a fresh one costs page faults for
+    /// every delta).
+    prefix: Vec<u8>,
 }
 
 impl PackReader {
@@ -121,6 +125,7 @@ impl PackReader {
             cache_slots: cache_slots.max(1),
             scratch: Vec::new(),
             decompressor: None,
+            prefix: Vec::new(),
         }
     }
 
@@ -200,7 +205,10 @@ impl PackReader {
                 format!("delta frame at offset {} lists no base", location.offset),
             ));
         }
-        let mut prefix = Vec::new();
+        // The reused buffer; a nested call (a base that is a delta itself) finds it taken
+        // and starts a new one.
+        let mut prefix = std::mem::take(&mut self.prefix);
+        prefix.clear();
         for base in &bases {
             let (frame, offset, length) = lookup.locate_base(base)?;
             if prefix.len() as u64 + u64::from(length) > format::MAX_DELTA_PREFIX {
@@ -218,14 +226,19 @@ impl PackReader {
                 continue;
             }
             self.prepare_at(&frame, lookup, depth + 1, work)?;
-            let bytes = self.object(&frame, offset, length, base, true)?;
-            prefix.extend_from_slice(&bytes);
+            let start = prefix.len();
+            self.with_object(&frame, offset, length, base, true, |bytes| {
+                prefix.extend_from_slice(bytes)
+            })?;
+            let bytes = &prefix[start..];
             if work.kept + bytes.len() <= MAX_PREPARE_KEPT {
                 work.kept += bytes.len();
-                work.bases.insert(*base, bytes);
+                work.bases.insert(*base, bytes.to_vec());
             }
         }
-        self.load_delta(location, &prefix)
+        let loaded = self.load_delta(location, &prefix);
+        self.prefix = prefix;
+        loaded
     }
 
     /// Decodes the delta frame at `location` against `prefix` (the raw bytes of its bases,
