@@ -598,7 +598,7 @@ where
             Err(e) => {
                 let _ = writeln!(
                     std::io::stderr().lock(),
-                    "error: DSV_DELTA_MEMORY: {e}\n\nhint: set it to a size such as 256MiB, or unset it"
+                    "error: DSV_DELTA_MEMORY: {e} (set it to a size such as 256MiB, or unset it)"
                 );
                 return error::USAGE;
             }
