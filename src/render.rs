@@ -1325,12 +1325,12 @@ pub fn gc(r: &GcReport) -> String {
     if d.rewritten_as_deltas > 0 || d.rewritten_whole > 0 {
         let _ = write!(
             out,
-            "\n  {} older versions' {} as deltas against newer ones ({} in {}), {} whole",
+            "\n  {} {} as deltas ({} in {}), {} whole",
             if r.dry_run { "would store" } else { "stored" },
             count(d.rewritten_as_deltas as usize, "chunk"),
             HumanBytes(d.delta_raw_bytes),
             HumanBytes(d.delta_stored_bytes),
-            count(d.rewritten_whole as usize, "head chunk"),
+            count(d.rewritten_whole as usize, "chunk"),
         );
     }
     for version in &r.leased_versions {

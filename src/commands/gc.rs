@@ -21,10 +21,10 @@ pub(crate) struct GcArgs {
     /// then deleted by a later run past the grace; no lock).
     #[arg(long, value_name = "NAME")]
     remote: Option<String>,
-    /// Also compare the chunks gc would leave as they are with the chunks that resemble
-    /// them (any path, any dataset) and store them as deltas where that pays, as `git gc
-    /// --aggressive`: the smallest store, at a few MB/s of compressible data. Without it,
-    /// only chunks gc stores anew anyway (a commit's deltas) are compared.
+    /// Also compare the chunks gc would leave as they are with the chunks of the same
+    /// dataset that resemble them (any path) and store them as deltas where that pays, as
+    /// `git gc --aggressive`: the smallest store, at a few MB/s of compressible data.
+    /// Without it, only chunks gc stores anew anyway (a commit's deltas) are compared.
     #[arg(long, conflicts_with = "remote")]
     aggressive: bool,
 }

@@ -199,7 +199,8 @@ pub use deltas::{GC_DELTA_DEPTH, GC_DELTA_LEVEL, GC_WHOLE_LEVEL};
 /// What gc's reverse deltas store anew (`dsv gc --json`: `deltas`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DeltaReport {
-    /// Chunks rewritten as deltas against newer versions' chunks (older versions' chunks).
+    /// Chunks rewritten as deltas: an older version's against newer versions' chunks, or
+    /// any chunk against chunks of its dataset stored whole that resemble it.
     pub rewritten_as_deltas: u64,
     /// Chunks rewritten whole (a head's chunks stored as deltas, or a delta whose chain
     /// gc shortened).
