@@ -432,18 +432,29 @@ impl Pass<'_> {
         });
         for chunks in files {
             for (chunk, length) in chunks.iter() {
-                if self.assigned.contains_key(chunk) {
-                    continue;
+                if self.meets(chunk)? {
+                    self.choose(reader, *chunk, *length, &[], (GC_WHOLE_LEVEL, 1))?;
                 }
-                crate::interrupt::check()?;
-                if !self.movable(chunk) {
-                    self.keep(*chunk);
-                    continue;
-                }
-                self.choose(reader, *chunk, *length, &[], (GC_WHOLE_LEVEL, 1))?;
             }
         }
         Ok(())
+    }
+
+    /// Whether the pass chooses an encoding for `chunk` now: not when it was assigned
+    /// before, nor when it may not move (then its present encoding is kept, [`Pass::keep`]).
+    ///
+    /// # Errors
+    /// [`Error::Interrupted`].
+    fn meets(&mut self, chunk: &ObjectId) -> Result<bool> {
+        if self.assigned.contains_key(chunk) {
+            return Ok(false);
+        }
+        crate::interrupt::check()?;
+        if !self.movable(chunk) {
+            self.keep(*chunk);
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// An older version's chunks not met yet: deltas against a newer version's, if that pays.
@@ -459,12 +470,7 @@ impl Pass<'_> {
             for (chunk, length) in chunks.iter() {
                 let start = offset;
                 offset += u64::from(*length);
-                if self.assigned.contains_key(chunk) {
-                    continue;
-                }
-                crate::interrupt::check()?;
-                if !self.movable(chunk) {
-                    self.keep(*chunk);
+                if !self.meets(chunk)? {
                     continue;
                 }
                 let options: Vec<Vec<ObjectId>> = candidates
