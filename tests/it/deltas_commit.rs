@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::common::{TestEnv, push_to_file_remote};
+use crate::common::{TestEnv, chunk_depths_at, push_to_file_remote};
 
 /// The deepest chain commit makes (`COMMIT_DELTA_DEPTH`).
 const COMMIT_DELTA_DEPTH: usize = 4;
@@ -71,58 +71,6 @@ fn packs_size(env: &TestEnv) -> u64 {
 /// `frames.bases` holds a delta frame's base ids, 32 bytes each.
 fn chunk_depths(env: &TestEnv) -> HashMap<Vec<u8>, usize> {
     chunk_depths_at(&env.path(".dsv/catalog.db"))
-}
-
-/// As [`chunk_depths`], for the catalog at `catalog`.
-fn chunk_depths_at(catalog: &Path) -> HashMap<Vec<u8>, usize> {
-    let db = rusqlite::Connection::open(catalog).unwrap();
-    let mut statement = db
-        .prepare(
-            "SELECT o.id, f.bases FROM objects o JOIN frames f ON f.id = o.frame WHERE o.kind = 1",
-        )
-        .unwrap();
-    let bases: HashMap<Vec<u8>, Vec<Vec<u8>>> = statement
-        .query_map([], |row| {
-            let id: Vec<u8> = row.get(0)?;
-            let bases: Option<Vec<u8>> = row.get(1)?;
-            Ok((
-                id,
-                bases
-                    .unwrap_or_default()
-                    .chunks(32)
-                    .map(<[u8]>::to_vec)
-                    .collect(),
-            ))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    fn depth(
-        id: &[u8],
-        bases: &HashMap<Vec<u8>, Vec<Vec<u8>>>,
-        memo: &mut HashMap<Vec<u8>, usize>,
-        seen: usize,
-    ) -> usize {
-        assert!(seen <= 16, "a chain deeper than 16 (or a cycle)");
-        if let Some(d) = memo.get(id) {
-            return *d;
-        }
-        let listed = bases
-            .get(id)
-            .unwrap_or_else(|| panic!("a base that the store does not hold"));
-        let d = listed
-            .iter()
-            .map(|b| depth(b, bases, memo, seen + 1) + 1)
-            .max()
-            .unwrap_or(0);
-        memo.insert(id.to_vec(), d);
-        d
-    }
-    let mut memo = HashMap::new();
-    for id in bases.keys() {
-        depth(id, &bases, &mut memo, 0);
-    }
-    memo
 }
 
 /// The chunks whose closure (the chunk and every base it needs, recursively, each once)

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{TestEnv, assert_same_tree, version_ids};
+use crate::common::{TestEnv, assert_same_tree, chunk_depths_at, version_ids};
 
 /// A day's rows of a growing CSV time series, as a public daily series is published: `files`
 /// files of `entities` blocks each (one block per country), every block one row per day up
@@ -219,6 +219,19 @@ fn rm_of_the_version_a_commit_based_its_deltas_on_then_gc_keeps_the_head_whole()
     assert_eq!(delta_frames(&env), 0);
 }
 
+/// A table (one file of the series) and a second file of the same rows less their last
+/// column, as a table and its aggregate are published side by side.
+fn table_and_aggregate() -> (Vec<u8>, Vec<u8>) {
+    let (_, detail) = series(1, 60, 200, 0).remove(0);
+    let totals: Vec<u8> = String::from_utf8(detail.clone())
+        .unwrap()
+        .lines()
+        .map(|line| format!("{}\n", &line[..line.rfind(',').unwrap()]))
+        .collect::<String>()
+        .into_bytes();
+    (detail, totals)
+}
+
 #[test]
 fn gc_stores_a_head_file_that_aggregates_another_as_deltas_against_it_and_both_read_back() {
     // One version (no parent, so no same-path delta anywhere): `detail.csv` and
@@ -228,13 +241,7 @@ fn gc_stores_a_head_file_that_aggregates_another_as_deltas_against_it_and_both_r
     // deep; a plain gc leaves chunks stored whole as they are (it compares only what it
     // stores anew).
     let env = TestEnv::new();
-    let (_, detail) = series(1, 60, 200, 0).remove(0);
-    let totals: Vec<u8> = String::from_utf8(detail.clone())
-        .unwrap()
-        .lines()
-        .map(|line| format!("{}\n", &line[..line.rfind(',').unwrap()]))
-        .collect::<String>()
-        .into_bytes();
+    let (detail, totals) = table_and_aggregate();
     for dir in ["data", "expected/v0"] {
         env.write(&format!("{dir}/detail.csv"), &detail);
         env.write(&format!("{dir}/totals.csv"), &totals);
@@ -263,6 +270,9 @@ fn gc_stores_a_head_file_that_aggregates_another_as_deltas_against_it_and_both_r
         "store {before} -> {after} bytes, totals.csv alone {totals_alone}: {done:#}"
     );
     assert_consistent(&env);
+    // A head is at most one level deep: its deltas' bases are stored whole.
+    let depths = chunk_depths_at(&env.path(".dsv/catalog.db"));
+    assert_eq!(depths.values().max(), Some(&1), "{depths:?}");
     assert_versions_whole(&env, &ids, &[0]);
     for args in [
         &["gc", "--grace", "0s"][..],
@@ -434,6 +444,8 @@ fn versions_left_off_the_heads_line_keep_their_chains_within_the_format_through_
         );
         std::fs::remove_dir_all(&out).unwrap();
     }
+    // Every chain within the format's 16 levels (this panics past them).
+    chunk_depths_at(&env.path(".dsv/catalog.db"));
     assert_consistent(&env);
 }
 
@@ -443,13 +455,7 @@ fn deltas_stay_within_a_dataset_so_a_push_of_one_carries_nothing_of_another() {
     // (even --aggressive) stores neither against the other, so a push of b alone leaves no
     // version, tree or chunk of a on the remote.
     let env = TestEnv::new();
-    let (_, detail) = series(1, 60, 200, 0).remove(0);
-    let totals: Vec<u8> = String::from_utf8(detail.clone())
-        .unwrap()
-        .lines()
-        .map(|line| format!("{}\n", &line[..line.rfind(',').unwrap()]))
-        .collect::<String>()
-        .into_bytes();
+    let (detail, totals) = table_and_aggregate();
     env.write("da/detail.csv", &detail);
     let a = env.json(&["commit", "da", "-d", "a"])["version"]
         .as_str()

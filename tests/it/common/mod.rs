@@ -674,3 +674,58 @@ pub fn chunks_in_packs(packs: &[PathBuf]) -> Vec<dsv::ObjectId> {
     }
     chunks
 }
+
+/// Each local chunk's delta chain depth (0 for a chunk in a plain frame), read from the
+/// catalog at `catalog`: `frames.bases` holds a delta frame's base ids, 32 bytes each.
+/// Panics on a chain deeper than 16 (the format's limit), a cycle, or a base not held.
+pub fn chunk_depths_at(catalog: &Path) -> std::collections::HashMap<Vec<u8>, usize> {
+    use std::collections::HashMap;
+    let db = rusqlite::Connection::open(catalog).unwrap();
+    let mut statement = db
+        .prepare(
+            "SELECT o.id, f.bases FROM objects o JOIN frames f ON f.id = o.frame WHERE o.kind = 1",
+        )
+        .unwrap();
+    let bases: HashMap<Vec<u8>, Vec<Vec<u8>>> = statement
+        .query_map([], |row| {
+            let id: Vec<u8> = row.get(0)?;
+            let bases: Option<Vec<u8>> = row.get(1)?;
+            Ok((
+                id,
+                bases
+                    .unwrap_or_default()
+                    .chunks(32)
+                    .map(<[u8]>::to_vec)
+                    .collect(),
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    fn depth(
+        id: &[u8],
+        bases: &HashMap<Vec<u8>, Vec<Vec<u8>>>,
+        memo: &mut HashMap<Vec<u8>, usize>,
+        seen: usize,
+    ) -> usize {
+        assert!(seen <= 16, "a chain deeper than 16 (or a cycle)");
+        if let Some(d) = memo.get(id) {
+            return *d;
+        }
+        let listed = bases
+            .get(id)
+            .unwrap_or_else(|| panic!("a base that the store does not hold"));
+        let d = listed
+            .iter()
+            .map(|b| depth(b, bases, memo, seen + 1) + 1)
+            .max()
+            .unwrap_or(0);
+        memo.insert(id.to_vec(), d);
+        d
+    }
+    let mut memo = HashMap::new();
+    for id in bases.keys() {
+        depth(id, &bases, &mut memo, 0);
+    }
+    memo
+}
