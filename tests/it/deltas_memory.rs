@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use dsv::ObjectId;
 use dsv::object::ObjectKind;
 
-use crate::common::{TestEnv, chunks_in_packs, forge_pack_of_frames, pseudo_random};
+use crate::common::{
+    TestEnv, chunks_in_packs, forge_pack_of_frames, plain_remote_objects, pseudo_random,
+};
 
 /// Files of bases: 24 of 4 MiB, so ~96 MiB of chunks (FastCDC: 16/64/256 KiB).
 const BASE_FILES: usize = 24;
@@ -44,42 +46,6 @@ fn sparse(len: usize, seed: u64) -> Vec<u8> {
 
 fn delta_file(n: usize) -> Vec<u8> {
     pseudo_random(DELTA_FILE_LEN, 2 * (1_000 + n as u64) + 1)
-}
-
-/// Every object of every pack of the file remote at `remote`: (id, kind, raw bytes).
-fn remote_objects(remote: &Path) -> Vec<(ObjectId, ObjectKind, Vec<u8>)> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(remote.join("packs")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "pack") {
-            continue;
-        }
-        let file = fs::File::open(&path).unwrap();
-        let index = dsv::pack::reader::read_index(&file, &path).unwrap();
-        let bytes = fs::read(&path).unwrap();
-        for (at, frame) in index.frames.iter().enumerate() {
-            let members: Vec<_> = index
-                .objects
-                .iter()
-                .filter(|o| o.frame as usize == at)
-                .map(|o| (o.id, o.kind, o.offset, o.length))
-                .collect();
-            let start = frame.offset as usize;
-            let stored = bytes[start..start + frame.stored_length as usize].to_vec();
-            let (_, raw) = dsv::pack::EncodedFrame::verified_with_raw(
-                stored,
-                frame.raw_length,
-                frame.compression,
-                members.clone(),
-            )
-            .unwrap();
-            for (id, kind, offset, length) in members {
-                let piece = raw[offset as usize..(offset + length) as usize].to_vec();
-                out.push((id, kind, piece));
-            }
-        }
-    }
-    out
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -137,7 +103,7 @@ fn remotes(lie: bool) -> Remotes {
     let delta_ids: HashSet<ObjectId> = (0..DELTA_FILES)
         .map(|n| ObjectId::of(&delta_file(n)))
         .collect();
-    let objects = remote_objects(&plain_dir);
+    let objects = plain_remote_objects(&plain_dir);
     let base_chunks: Vec<&(ObjectId, ObjectKind, Vec<u8>)> = objects
         .iter()
         .filter(|(id, kind, _)| *kind == ObjectKind::Chunk && !delta_ids.contains(id))

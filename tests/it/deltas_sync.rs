@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use dsv::ObjectId;
 use dsv::object::ObjectKind;
 
-use crate::common::TestEnv;
+use crate::common::{TestEnv, plain_remote_objects};
 use crate::remote::{unique_prefix, use_s3};
 
 /// The CSV of `rows` rows of block `block` (a few KB: one chunk each).
@@ -102,50 +102,6 @@ fn commit_history(env: &TestEnv) -> History {
     History { files }
 }
 
-/// Every object of every complete pack of the file remote at `remote`: (id, kind, raw bytes).
-fn remote_objects(remote: &Path) -> Vec<(ObjectId, ObjectKind, Vec<u8>)> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(remote.join("packs")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "pack") {
-            continue;
-        }
-        let file = fs::File::open(&path).unwrap();
-        let index = dsv::pack::reader::read_index(&file, &path).unwrap();
-        let bytes = fs::read(&path).unwrap();
-        for (at, frame) in index.frames.iter().enumerate() {
-            assert!(
-                index.deltas.iter().all(|d| d.frame as usize != at),
-                "the plain remote holds no delta frame"
-            );
-            let members: Vec<_> = index
-                .objects
-                .iter()
-                .filter(|o| o.frame as usize == at)
-                .map(|o| (o.id, o.kind, o.offset, o.length))
-                .collect();
-            let stored = bytes
-                [frame.offset as usize..(frame.offset + u64::from(frame.stored_length)) as usize]
-                .to_vec();
-            let (_, raw) = dsv::pack::EncodedFrame::verified_with_raw(
-                stored,
-                frame.raw_length,
-                frame.compression,
-                members.clone(),
-            )
-            .unwrap();
-            for (id, kind, offset, length) in members {
-                out.push((
-                    id,
-                    kind,
-                    raw[offset as usize..(offset + length) as usize].to_vec(),
-                ));
-            }
-        }
-    }
-    out
-}
-
 /// Which objects go where in a forged remote.
 struct Layout {
     /// Leave out the pack of the bases that no delta is: a remote holding deltas whose
@@ -165,7 +121,7 @@ fn forge_delta_remote(
     layout: &Layout,
     base_only: &[ObjectId],
 ) {
-    let objects = remote_objects(plain);
+    let objects = plain_remote_objects(plain);
     let raw: HashMap<ObjectId, Vec<u8>> = objects
         .iter()
         .filter(|(_, kind, _)| *kind == ObjectKind::Chunk)

@@ -729,3 +729,50 @@ pub fn chunk_depths_at(catalog: &Path) -> std::collections::HashMap<Vec<u8>, usi
     }
     memo
 }
+
+/// Every object of every pack of the file remote at `remote`, which holds no delta frame
+/// (asserted): (id, kind, raw bytes), each frame checked as a received one is.
+pub fn plain_remote_objects(
+    remote: &Path,
+) -> Vec<(dsv::ObjectId, dsv::object::ObjectKind, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(remote.join("packs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "pack") {
+            continue;
+        }
+        let file = std::fs::File::open(&path).unwrap();
+        let index = dsv::pack::reader::read_index(&file, &path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for (at, frame) in index.frames.iter().enumerate() {
+            assert!(
+                index.deltas.iter().all(|d| d.frame as usize != at),
+                "the plain remote holds no delta frame"
+            );
+            let members: Vec<_> = index
+                .objects
+                .iter()
+                .filter(|o| o.frame as usize == at)
+                .map(|o| (o.id, o.kind, o.offset, o.length))
+                .collect();
+            let stored = bytes
+                [frame.offset as usize..(frame.offset + u64::from(frame.stored_length)) as usize]
+                .to_vec();
+            let (_, raw) = dsv::pack::EncodedFrame::verified_with_raw(
+                stored,
+                frame.raw_length,
+                frame.compression,
+                members.clone(),
+            )
+            .unwrap();
+            for (id, kind, offset, length) in members {
+                out.push((
+                    id,
+                    kind,
+                    raw[offset as usize..(offset + length) as usize].to_vec(),
+                ));
+            }
+        }
+    }
+    out
+}
